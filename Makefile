@@ -1,0 +1,52 @@
+# mpmd - the two commands a new user needs:
+#   make demo   install what is missing, build, train the GPT example
+#   make test   install what is missing, build, run every test
+# Also: make (build into build/), make bench, make test-sanitize, make clean.
+
+BUILD ?= build
+SAN_BUILD ?= build-sanitize
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# Debian packages the build needs.
+PACKAGES = cmake make gcc libc6-dev pkg-config libopenblas-openmp-dev
+
+.PHONY: all deps build test test-sanitize demo bench clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) || exit 1; \
+	  else \
+	    echo "mpmd needs these Debian packages. Run:"; \
+	    echo "  sudo apt-get install -y$$missing"; exit 1; \
+	  fi; \
+	fi
+
+$(BUILD)/CMakeCache.txt: | deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The test suite under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-sanitize: deps
+	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DMPMD_SANITIZE=ON -DMPMD_BUILD_BENCH=OFF
+	cmake --build $(SAN_BUILD) -j $(JOBS)
+	cd $(SAN_BUILD) && MPMD_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
+
+demo: build
+	./$(BUILD)/examples/gpt --layers 4 --width 128 --heads 4 --seq 64 --batch 8 --microbatches 4 --steps 60 --threads $(JOBS)
+
+bench: build
+	@for b in $(BUILD)/bench/bench_*; do [ -x "$$b" ] && echo "== $$b" && "$$b" || exit 1; done
+
+clean:
+	rm -rf $(BUILD) $(SAN_BUILD)

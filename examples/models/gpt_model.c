@@ -1,0 +1,1 @@
+#include "gpt_model.h"

@@ -1,0 +1,3 @@
+#ifndef GPT_MODEL_H
+#define GPT_MODEL_H
+#endif

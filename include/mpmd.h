@@ -1,0 +1,409 @@
+/* mpmd.h - MPMD pipeline-parallel training in C.
+ *
+ * mpmd builds a training step as a graph of tensor ops, differentiates it,
+ * and runs it: on one rank with a microbatch loop, or (with a schedule) as
+ * one program per pipeline rank. This header is the whole public API.
+ *
+ * A step in brief: a two-layer MLP trained with SGD, 4 microbatches.
+ *
+ *     mpmd_graph *g = mpmd_graph_new();
+ *     mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(64, 16));
+ *     mpmd_value y = mpmd_input(g, "y", MPMD_F32, MPMD_SHAPE(64, 1));
+ *
+ *     mpmd_loop_begin(g, 4);                       // the microbatch loop
+ *     mpmd_value xb = mpmd_microbatch(g, x);       // f32[16,16]
+ *     mpmd_value yb = mpmd_microbatch(g, y);
+ *     mpmd_value h = mpmd_relu(g, mpmd_dense(g, "dense_0", xb, 32, 1));
+ *     h = mpmd_enter_stage(g, h);                  // stage 0 ends here
+ *     mpmd_value p = mpmd_dense(g, "dense_1", h, 1, 1);
+ *     mpmd_value d = mpmd_sub(g, p, yb);
+ *     mpmd_value loss = mpmd_mean(g, mpmd_square(g, d), 0, NULL, 0);
+ *     loss = mpmd_enter_stage(g, loss);            // stage 1 ends here
+ *
+ *     int np = mpmd_graph_params(g, NULL, 0);      // every trainable param
+ *     mpmd_value params[8], grads[8];
+ *     mpmd_graph_params(g, params, np);
+ *     mpmd_grad(g, loss, np, params, grads);       // backward ops, same body
+ *     mpmd_value total = mpmd_loop_reduce(g, loss, MPMD_REDUCE_ADD);
+ *     for (int i = 0; i < np; i++)
+ *         grads[i] = mpmd_loop_reduce(g, grads[i], MPMD_REDUCE_ADD);
+ *     mpmd_loop_end(g);
+ *
+ *     mpmd_sgd(g, np, params, grads, mpmd_scalar(g, 0.1f));  // after the loop
+ *     mpmd_keep(g, total);
+ *     if (mpmd_graph_status(g)) { fprintf(stderr, "%s\n", mpmd_graph_error(g)); ... }
+ *
+ *     mpmd_error err;
+ *     mpmd_exec *ex = mpmd_exec_new(g, NULL, &err);   // one rank, all cores
+ *     mpmd_exec_set_input(ex, x, xdata, sizeof xdata);
+ *     mpmd_exec_set_input(ex, y, ydata, sizeof ydata);
+ *     mpmd_exec_run(ex);                              // one training step
+ *     float l; mpmd_exec_read(ex, total, &l, sizeof l);
+ *
+ * Conventions.
+ * - Values are SSA: every op returns a new value; nothing runs until an
+ *   executor runs the graph. Tensors are dense, row-major, f32 or i32.
+ * - Errors while building are sticky: the first one is kept on the graph
+ *   (mpmd_graph_status / mpmd_graph_error) and the failing constructor
+ *   returns MPMD_NONE; constructors given MPMD_NONE return MPMD_NONE. Check
+ *   once after building. Messages name the op, the shapes and the scope.
+ * - Ownership: the graph owns its nodes and names; an executor owns its
+ *   buffers; pointers returned by getters stay valid until the owner is
+ *   freed (or, for node data, until the graph grows).
+ * - Determinism: every kernel computes each output element on one thread in
+ *   a fixed order, so results do not depend on the thread count.
+ */
+#ifndef MPMD_H
+#define MPMD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mpmd_error.h"
+#include "mpmd_schedule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Types and values                                                          */
+/* ------------------------------------------------------------------------ */
+
+typedef enum mpmd_dtype {
+    MPMD_F32 = 0,
+    MPMD_I32 = 1,
+    MPMD_TOKEN = 2 /* no data: the result of an op run for its effect */
+} mpmd_dtype;
+
+#define MPMD_MAX_DIMS 6
+
+/* A tensor type: dtype and shape. ndim 0 is a scalar. */
+typedef struct mpmd_type {
+    mpmd_dtype dtype;
+    int ndim;
+    int64_t dim[MPMD_MAX_DIMS];
+} mpmd_type;
+
+/* A value of a graph (the output of one node). id < 0 is "no value". */
+typedef struct mpmd_value {
+    int32_t id;
+} mpmd_value;
+
+#define MPMD_NONE ((mpmd_value){-1})
+
+static inline int mpmd_is_value(mpmd_value v) { return v.id >= 0; }
+
+/* Shape arguments: `MPMD_SHAPE(4, 16)` expands to `2, (int64_t[]){4, 16}`,
+ * i.e. the (ndim, dims) pair every shape-taking function expects. */
+#define MPMD_SHAPE(...)                                                                  \
+    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]) { __VA_ARGS__ }
+/* Axis lists: `MPMD_AXES(0, 1)` expands to `2, (int[]){0, 1}`. */
+#define MPMD_AXES(...) (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (const int[]) { __VA_ARGS__ }
+
+/* Number of elements, and of bytes, of a type. */
+int64_t mpmd_type_numel(const mpmd_type *t);
+size_t mpmd_type_bytes(const mpmd_type *t);
+/* "f32[4,16]" into buf (always terminated); returns buf. */
+char *mpmd_type_str(const mpmd_type *t, char *buf, size_t len);
+const char *mpmd_dtype_name(mpmd_dtype d);
+
+/* ------------------------------------------------------------------------ */
+/* The graph                                                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef struct mpmd_graph mpmd_graph;
+
+mpmd_graph *mpmd_graph_new(void); /* NULL only when out of memory */
+void mpmd_graph_free(mpmd_graph *g);
+
+/* The first error met while building (MPMD_OK if none) and its message
+ * ("" if none). */
+mpmd_status mpmd_graph_status(const mpmd_graph *g);
+const char *mpmd_graph_error(const mpmd_graph *g);
+
+/* Type and name of a value. The name is the full hierarchical name of an
+ * input, parameter or variable, NULL for other values. */
+mpmd_type mpmd_value_type(const mpmd_graph *g, mpmd_value v);
+const char *mpmd_value_name(const mpmd_graph *g, mpmd_value v);
+/* The value with this full name (input, parameter or variable), or MPMD_NONE. */
+mpmd_value mpmd_lookup(const mpmd_graph *g, const char *name);
+int mpmd_graph_num_values(const mpmd_graph *g);
+
+/* The trainable parameters in creation order: writes up to `cap` values to
+ * `out` (out may be NULL) and returns how many there are. */
+int mpmd_graph_params(const mpmd_graph *g, mpmd_value *out, int cap);
+
+/* Print the graph as text, one op per line with its output type, in the
+ * regions "before loop", "loop body" and "after loop". */
+void mpmd_graph_print(const mpmd_graph *g, FILE *f);
+
+/* Name scopes: parameters created inside get "a/b/name" names, as flax
+ * modules do (block_3/mlp/dense_0/kernel). Errors name the scope too. */
+void mpmd_scope_push(mpmd_graph *g, const char *name);
+void mpmd_scope_pushf(mpmd_graph *g, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void mpmd_scope_pop(mpmd_graph *g);
+
+/* ------------------------------------------------------------------------ */
+/* Leaves: inputs, parameters, variables, constants                          */
+/* ------------------------------------------------------------------------ */
+
+/* A step input (e.g. the batch), fed with mpmd_exec_set_input before each
+ * run. Its name is taken as given (no scope). */
+mpmd_value mpmd_input(mpmd_graph *g, const char *name, mpmd_dtype dtype, int ndim, const int64_t *dims);
+
+/* How a parameter or variable starts. Every draw is a pure function of
+ * (executor seed, full name, element index), so initial values do not depend
+ * on creation order, thread count or layout. */
+typedef enum mpmd_init_kind {
+    MPMD_INIT_ZEROS = 0,
+    MPMD_INIT_CONST,   /* every element = a */
+    MPMD_INIT_NORMAL,  /* mean a, standard deviation b */
+    MPMD_INIT_UNIFORM, /* uniform in [a, b) */
+    MPMD_INIT_LECUN    /* normal(0, 1/sqrt(fan_in)), fan_in = product of all dims but the last */
+} mpmd_init_kind;
+
+typedef struct mpmd_init {
+    mpmd_init_kind kind;
+    float a, b;
+} mpmd_init;
+
+#define MPMD_ZEROS ((mpmd_init){MPMD_INIT_ZEROS, 0.0f, 0.0f})
+#define MPMD_ONES ((mpmd_init){MPMD_INIT_CONST, 1.0f, 0.0f})
+#define MPMD_NORMAL(std) ((mpmd_init){MPMD_INIT_NORMAL, 0.0f, (std)})
+#define MPMD_LECUN ((mpmd_init){MPMD_INIT_LECUN, 0.0f, 0.0f})
+
+/* A trainable f32 parameter named "<scope>/<name>". It lives in the
+ * executor across steps. Names must be unique. */
+mpmd_value mpmd_param(mpmd_graph *g, const char *name, int ndim, const int64_t *dims, mpmd_init init);
+
+/* Persistent, non-trainable state (optimizer moments, step counters), named
+ * as given (no scope). Updated only by mpmd_assign and optimizer ops. */
+mpmd_value mpmd_variable(mpmd_graph *g, const char *name, mpmd_dtype dtype, int ndim, const int64_t *dims,
+                         mpmd_init init);
+
+/* Constants: a scalar, a filled tensor, or a tensor with the given data
+ * (copied into the graph; `data` holds numel elements of `dtype`). */
+mpmd_value mpmd_scalar(mpmd_graph *g, float v);
+mpmd_value mpmd_full(mpmd_graph *g, float v, int ndim, const int64_t *dims);
+mpmd_value mpmd_constant(mpmd_graph *g, mpmd_dtype dtype, int ndim, const int64_t *dims, const void *data);
+
+/* ------------------------------------------------------------------------ */
+/* Elementwise ops (numpy broadcasting between operands)                     */
+/* ------------------------------------------------------------------------ */
+
+mpmd_value mpmd_add(mpmd_graph *g, mpmd_value a, mpmd_value b);
+mpmd_value mpmd_sub(mpmd_graph *g, mpmd_value a, mpmd_value b);
+mpmd_value mpmd_mul(mpmd_graph *g, mpmd_value a, mpmd_value b);
+mpmd_value mpmd_div(mpmd_graph *g, mpmd_value a, mpmd_value b);
+mpmd_value mpmd_add_scalar(mpmd_graph *g, mpmd_value a, float s); /* a + s */
+mpmd_value mpmd_mul_scalar(mpmd_graph *g, mpmd_value a, float s); /* a * s */
+mpmd_value mpmd_neg(mpmd_graph *g, mpmd_value a);
+mpmd_value mpmd_exp(mpmd_graph *g, mpmd_value a);
+mpmd_value mpmd_log(mpmd_graph *g, mpmd_value a);
+mpmd_value mpmd_tanh(mpmd_graph *g, mpmd_value a);
+mpmd_value mpmd_sqrt(mpmd_graph *g, mpmd_value a);
+mpmd_value mpmd_rsqrt(mpmd_graph *g, mpmd_value a);
+mpmd_value mpmd_square(mpmd_graph *g, mpmd_value a);
+mpmd_value mpmd_relu(mpmd_graph *g, mpmd_value a);
+/* gelu, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+mpmd_value mpmd_gelu(mpmd_graph *g, mpmd_value a);
+/* Broadcast to a shape (numpy rules), and its adjoint: sum over the
+ * broadcast dimensions down to a shape. */
+mpmd_value mpmd_broadcast_to(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *dims);
+mpmd_value mpmd_sum_to(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *dims);
+
+/* ------------------------------------------------------------------------ */
+/* Reductions and shape ops                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Reduce over `axes` (negative counts from the end; naxes 0 means all
+ * axes). keepdims keeps reduced axes with size 1. Sums run in index order. */
+mpmd_value mpmd_sum(mpmd_graph *g, mpmd_value a, int naxes, const int *axes, int keepdims);
+mpmd_value mpmd_mean(mpmd_graph *g, mpmd_value a, int naxes, const int *axes, int keepdims);
+mpmd_value mpmd_max(mpmd_graph *g, mpmd_value a, int naxes, const int *axes, int keepdims);
+
+/* Same data, new shape; one dim may be -1 (inferred). */
+mpmd_value mpmd_reshape(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *dims);
+/* out.dim[i] = a.dim[perm[i]] */
+mpmd_value mpmd_permute(mpmd_graph *g, mpmd_value a, const int *perm);
+/* Swap the last two axes. */
+mpmd_value mpmd_transpose(mpmd_graph *g, mpmd_value a);
+/* Elements start <= i < stop along one axis. */
+mpmd_value mpmd_slice(mpmd_graph *g, mpmd_value a, int axis, int64_t start, int64_t stop);
+mpmd_value mpmd_concat(mpmd_graph *g, int n, const mpmd_value *xs, int axis);
+
+/* ------------------------------------------------------------------------ */
+/* Neural-network ops                                                        */
+/* ------------------------------------------------------------------------ */
+
+#define MPMD_TRANS_A 1
+#define MPMD_TRANS_B 2
+/* Matrix product over the last two axes. a is [..., M, K] ([..., K, M] with
+ * MPMD_TRANS_A), b is [K, N] ([N, K] with MPMD_TRANS_B) or batched with the
+ * same leading dims as a. Result [..., M, N]. Every product is an sgemm. */
+mpmd_value mpmd_matmul(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags);
+
+/* Softmax and log-softmax over the last axis. The causal variant takes
+ * [..., T, T] scores and masks j > i (row i attends to columns 0..i). */
+mpmd_value mpmd_softmax(mpmd_graph *g, mpmd_value a);
+mpmd_value mpmd_log_softmax(mpmd_graph *g, mpmd_value a);
+mpmd_value mpmd_softmax_causal(mpmd_graph *g, mpmd_value a);
+
+/* Layer norm over the last axis: (x - mean) / sqrt(var + eps) * gamma + beta,
+ * gamma and beta of shape [C]. One fused kernel each way. */
+mpmd_value mpmd_layer_norm(mpmd_graph *g, mpmd_value x, mpmd_value gamma, mpmd_value beta, float eps);
+
+/* Rows of table [V, C] picked by i32 ids [...]: result [..., C]. An id
+ * outside [0, V) is a run-time error naming the id. */
+mpmd_value mpmd_embedding(mpmd_graph *g, mpmd_value table, mpmd_value ids);
+
+/* Per-position cross-entropy of logits [..., V] against i32 labels [...]:
+ * logsumexp(logits) - logits[label]; result [...]. */
+mpmd_value mpmd_cross_entropy(mpmd_graph *g, mpmd_value logits, mpmd_value labels);
+
+/* Multi-head attention on q, k, v of shape [B, T, H, Dh]: softmax(q k^T /
+ * sqrt(Dh)) v per head, causal or not. Result [B, T, H, Dh]. */
+mpmd_value mpmd_attention(mpmd_graph *g, mpmd_value q, mpmd_value k, mpmd_value v, int causal);
+
+/* ------------------------------------------------------------------------ */
+/* The microbatch loop and pipeline stages                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Ops built between loop_begin and loop_end form the loop body: it runs
+ * once per microbatch, microbatches 0..n-1 in order. Ops before run once
+ * before the loop, ops after once after it (the optimizer). */
+void mpmd_loop_begin(mpmd_graph *g, int num_microbatches);
+void mpmd_loop_end(mpmd_graph *g);
+int mpmd_graph_num_microbatches(const mpmd_graph *g); /* 0 without a loop */
+
+/* Inside the body: microbatch m of a before-loop value x (rows
+ * m*B/n .. (m+1)*B/n-1 of axis 0). B must be divisible by n. */
+mpmd_value mpmd_microbatch(mpmd_graph *g, mpmd_value x);
+
+typedef enum mpmd_reduce_op {
+    MPMD_REDUCE_ADD = 0, /* acc = x_0; acc = acc + x_m for m = 1..n-1, elementwise */
+    MPMD_REDUCE_MAX,     /* acc = x_0; acc = max(acc, x_m) */
+    MPMD_REDUCE_CONCAT   /* x_0 .. x_{n-1} stacked along axis 0 */
+} mpmd_reduce_op;
+
+/* Reduce a body value over the microbatches; the result is an after-loop
+ * value. A parameter gradient from mpmd_grad that sums several uses of the
+ * parameter is reduced use by use and the per-use sums are added after the
+ * loop, in the order of the uses: that is the order a pipeline's cross-rank
+ * all-reduce reproduces, so both give the same bits. */
+mpmd_value mpmd_loop_reduce(mpmd_graph *g, mpmd_value x, mpmd_reduce_op op);
+
+/* Mark the end of a pipeline stage (JaxPP's pipeline_enter_stage). Returns
+ * x unchanged in value; ops after it belong to the next stage. The last
+ * stage is closed by a final marker too. The _n form marks several values
+ * at once, replacing xs[i] in place. */
+mpmd_value mpmd_enter_stage(mpmd_graph *g, mpmd_value x);
+void mpmd_enter_stage_n(mpmd_graph *g, int n, mpmd_value *xs);
+
+/* ------------------------------------------------------------------------ */
+/* Autodiff                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Reverse mode: append to the graph, in the region of `loss`, the ops that
+ * compute d loss / d wrt[i] into grads[i]. loss must be an f32 scalar;
+ * wrt are parameters (or any f32 values the loss depends on). A wrt value
+ * the loss does not depend on gets a zero gradient. Each backward op takes
+ * the stage of the forward op it differentiates. */
+mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *wrt, mpmd_value *grads);
+
+/* ------------------------------------------------------------------------ */
+/* State updates, layers and optimizers                                      */
+/* ------------------------------------------------------------------------ */
+
+/* At this point of the step, store `value` into the variable or parameter
+ * `var` (same type). Returns a token. */
+mpmd_value mpmd_assign(mpmd_graph *g, mpmd_value var, mpmd_value value);
+
+/* Keep a value readable after a run (mpmd_exec_read). Parameters and
+ * variables are always readable. */
+void mpmd_keep(mpmd_graph *g, mpmd_value v);
+
+/* Dense layer "name": x[..., in] @ kernel[in, out] (+ bias[out]);
+ * parameters name/kernel (LeCun normal) and name/bias (zeros). */
+mpmd_value mpmd_dense(mpmd_graph *g, const char *name, mpmd_value x, int64_t out, int use_bias);
+/* LayerNorm layer "name" over the last axis: parameters name/scale (ones)
+ * and name/bias (zeros). */
+mpmd_value mpmd_layer_norm_layer(mpmd_graph *g, const char *name, mpmd_value x, float eps);
+/* Embedding layer "name": parameter name/embedding [vocab, width], normal(0.02). */
+mpmd_value mpmd_embed(mpmd_graph *g, const char *name, mpmd_value ids, int64_t vocab, int64_t width);
+/* MLP "name": dense(hidden) -> gelu -> dense(out). */
+mpmd_value mpmd_mlp(mpmd_graph *g, const char *name, mpmd_value x, int64_t hidden, int64_t out);
+/* Self-attention "name" on x [B, T, C]: one dense to q, k, v (name/qkv),
+ * mpmd_attention over `heads` heads, dense back to C (name/out). */
+mpmd_value mpmd_self_attention(mpmd_graph *g, const char *name, mpmd_value x, int heads, int causal);
+/* The JaxPP tutorial's Block "name" (post-LN): x = LN(x + attn(x));
+ * x = LN(x + Dense(Dense(x, 4C) -> gelu, C)). */
+mpmd_value mpmd_transformer_block(mpmd_graph *g, const char *name, mpmd_value x, int heads, int causal);
+/* A GPT-2 block "name" (pre-LN, causal): x = x + attn(LN(x)); x = x + mlp(LN(x)). */
+mpmd_value mpmd_gpt_block(mpmd_graph *g, const char *name, mpmd_value x, int heads);
+
+/* Optimizers, built after the loop. lr is an f32 scalar value (a constant,
+ * an input, or computed), so a learning-rate schedule needs no rebuild. */
+mpmd_status mpmd_sgd(mpmd_graph *g, int n, const mpmd_value *params, const mpmd_value *grads, mpmd_value lr);
+
+/* Adam/AdamW with optax's semantics (optax.adamw): t = t + 1;
+ * mu = b1 mu + (1-b1) g; nu = b2 nu + (1-b2) g^2;
+ * p = p - lr (mu/(1-b1^t) / (sqrt(nu/(1-b2^t)) + eps) + wd p).
+ * State variables: "optim/step", "optim/mu/<param>", "optim/nu/<param>". */
+typedef struct mpmd_adam_opts {
+    float b1, b2, eps, weight_decay;
+} mpmd_adam_opts;
+#define MPMD_ADAM_DEFAULTS ((mpmd_adam_opts){0.9f, 0.999f, 1e-8f, 0.0f})
+mpmd_status mpmd_adamw(mpmd_graph *g, int n, const mpmd_value *params, const mpmd_value *grads, mpmd_value lr,
+                       mpmd_adam_opts opts);
+
+/* ------------------------------------------------------------------------ */
+/* The one-rank executor                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct mpmd_exec_opts {
+    int threads;   /* kernel threads of this executor; 0: all cores */
+    uint64_t seed; /* initialiser seed for parameters and variables */
+} mpmd_exec_opts;
+#define MPMD_EXEC_DEFAULTS ((mpmd_exec_opts){0, 0})
+
+typedef struct mpmd_exec mpmd_exec;
+
+/* Plan memory and initialise parameters and variables. The graph must be
+ * error-free and must outlive the executor. NULL on error (err filled). */
+mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_error *err);
+void mpmd_exec_free(mpmd_exec *ex);
+
+/* Copy the data of an input (bytes must equal its size). */
+mpmd_status mpmd_exec_set_input(mpmd_exec *ex, mpmd_value input, const void *data, size_t bytes);
+/* Run one step: before-loop ops, the body per microbatch, after-loop ops. */
+mpmd_status mpmd_exec_run(mpmd_exec *ex);
+/* Copy out a kept value, a parameter or a variable after a run. */
+mpmd_status mpmd_exec_read(mpmd_exec *ex, mpmd_value v, void *dst, size_t bytes);
+/* Direct access to a parameter's or variable's storage (NULL if v is not one). */
+void *mpmd_exec_var_data(mpmd_exec *ex, mpmd_value v);
+/* The last error's message. */
+const char *mpmd_exec_error(const mpmd_exec *ex);
+/* Bytes of the planned activation arena (for inspection) and a printout of
+ * the memory plan: every planned value with its offset and lifetime. */
+size_t mpmd_exec_arena_bytes(const mpmd_exec *ex);
+void mpmd_exec_print_plan(const mpmd_exec *ex, FILE *f);
+
+/* SHA-256 over every parameter's bytes, parameters in name order, as 64
+ * lowercase hex digits plus a terminator. */
+void mpmd_exec_params_sha256(mpmd_exec *ex, char hex[65]);
+
+/* SHA-256 of a byte string (used for params_sha256; exposed for tools). */
+void mpmd_sha256(const void *data, size_t len, uint8_t out[32]);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,89 @@
+/* cpu.h - the CPU backend: kernel signature, kernel tables, threading and
+ * the deterministic numeric helpers every CPU kernel uses.
+ *
+ * A kernel computes one node's output from its inputs' buffers. Each family
+ * of ops (src/backend/cpu/<family>.c) exports a table of entries keyed by the
+ * op descriptor's address; cpu_backend.c lists the tables.
+ *
+ * Determinism rule: a kernel must give the same bits for any thread count.
+ * Split work over output elements (rows, columns, blocks) so each output is
+ * computed by one thread, and keep every reduction's order fixed (use
+ * mpmd_sum_f32 / mpmd_dot_f32, whose order does not depend on threads).
+ * Every matrix product goes through mpmd_sgemm (OpenBLAS).
+ */
+#ifndef MPMD_CPU_H
+#define MPMD_CPU_H
+
+#include "../../graph/graph.h"
+
+#include <stdint.h>
+
+typedef struct mpmd_kargs {
+    const mpmd_graph *g;
+    const mpmd_node *node;
+    void *out;                      /* output buffer (may alias in[node->op->inplace]) */
+    void *const *in;                /* input buffers */
+    const mpmd_type *const *in_type; /* input types */
+    int nthreads;                   /* threads this kernel may use */
+    void *scratch;                  /* scratch of the size the entry asked for, or NULL */
+    int mb;                         /* microbatch index inside the loop body, else 0 */
+    char *err;                      /* message buffer for run-time errors */
+    size_t err_len;
+} mpmd_kargs;
+
+/* Returns 0, or non-zero after writing a message to a->err (e.g. an
+ * embedding id out of range: "embedding: id 9000 at position 17 is outside
+ * [0, 8192)"). */
+typedef int (*mpmd_cpu_kernel)(const mpmd_kargs *a);
+
+/* Scratch bytes a kernel needs for this node, or NULL for none. */
+typedef size_t (*mpmd_cpu_scratch_fn)(const mpmd_graph *g, const mpmd_node *n);
+
+typedef struct mpmd_cpu_entry {
+    const mpmd_op_desc *op;
+    mpmd_cpu_kernel fn;
+    mpmd_cpu_scratch_fn scratch;
+} mpmd_cpu_entry;
+
+/* Kernel tables, each ended by an entry with op == NULL. */
+extern const mpmd_cpu_entry mpmd_cpu_core_kernels[];
+extern const mpmd_cpu_entry mpmd_cpu_elementwise_kernels[];
+extern const mpmd_cpu_entry mpmd_cpu_reduce_kernels[];
+extern const mpmd_cpu_entry mpmd_cpu_nn_kernels[];
+extern const mpmd_cpu_entry mpmd_cpu_optim_kernels[];
+
+/* The entry for an op, or NULL if the CPU backend has no kernel for it. */
+const mpmd_cpu_entry *mpmd_cpu_find(const mpmd_op_desc *op);
+
+/* ---- threading ---------------------------------------------------------- */
+
+/* Rows [lo, hi) of n for thread t of nt: contiguous, balanced blocks. */
+static inline void mpmd_split(int64_t n, int t, int nt, int64_t *lo, int64_t *hi) {
+    int64_t q = n / nt, r = n % nt;
+    *lo = t * q + (t < r ? t : r);
+    *hi = *lo + q + (t < r ? 1 : 0);
+}
+
+/* Threads worth using for `work` elementary operations: 1 below a fixed
+ * threshold (so tiny ops do not pay for a parallel region), else nthreads.
+ * The result never changes what a kernel computes, only how fast. */
+static inline int mpmd_threads_for(int nthreads, int64_t work) {
+    return work < 32768 ? 1 : nthreads;
+}
+
+/* C = alpha op(A) op(B) + beta C, row-major, through OpenBLAS with
+ * `nthreads` threads for this call only. */
+void mpmd_sgemm(int nthreads, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
+/* ---- deterministic reductions -------------------------------------------- */
+
+/* Sum and dot product with eight interleaved partial sums combined in a
+ * fixed order: vectorisable without -ffast-math, and the same bits on every
+ * thread count (the order depends only on n). */
+float mpmd_sum_f32(const float *x, int64_t n);
+float mpmd_dot_f32(const float *x, const float *y, int64_t n);
+/* max over n >= 1 elements */
+float mpmd_max_f32(const float *x, int64_t n);
+
+#endif

@@ -1,0 +1,151 @@
+/* graph.h - the graph's internals: nodes, op descriptors, and the helpers
+ * every op constructor uses.
+ *
+ * A value is the single output of one node; value id == node id. Nodes are
+ * appended in creation order, which is always a topological order, and the
+ * executor runs them in that order within each region.
+ *
+ * An op is described once, by an mpmd_op_desc in the file of its family
+ * (src/ops/<family>.c): name, arity, in-place rule, attribute printer and
+ * gradient (VJP) rule. Its public constructor checks the operands, computes
+ * the output type and calls mpmd_emit. Kernels live per backend
+ * (src/backend/cpu/<family>.c), keyed by the descriptor's address.
+ */
+#ifndef MPMD_GRAPH_INTERNAL_H
+#define MPMD_GRAPH_INTERNAL_H
+
+#include "mpmd.h"
+
+#include <stdarg.h>
+
+typedef struct mpmd_node mpmd_node;
+
+/* Regions of a step. A graph without a loop has only MPMD_REGION_PRE. */
+enum { MPMD_REGION_PRE = 0, MPMD_REGION_BODY = 1, MPMD_REGION_POST = 2 };
+
+/* Op descriptor flags. */
+enum {
+    MPMD_OPF_LEAF = 1u << 0,        /* input, param, variable, constant: no kernel of its own */
+    MPMD_OPF_SIDE_EFFECT = 1u << 1, /* writes persistent state; never removed */
+    MPMD_OPF_STRUCTURAL = 1u << 2   /* handled by the executor (microbatch, loop_reduce) */
+};
+
+/* The gradient rule: given the node and the cotangent gy of its output
+ * (same type as the output), set gin[i] to the cotangent of input i, or
+ * leave MPMD_NONE where no gradient flows (i32 inputs, constants). `n`
+ * points to a copy of the node: it stays valid while the rule emits. */
+typedef void (*mpmd_vjp_fn)(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+
+/* Appends the op's attributes, e.g. " axes=[0,1] keepdims=0", to buf. */
+typedef void (*mpmd_attr_fn)(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len);
+
+typedef struct mpmd_op_desc {
+    const char *name;  /* as printed: "add", "matmul", ... */
+    int n_in;          /* number of inputs, -1 for variadic */
+    int inplace;       /* input whose buffer the output may reuse when that input dies here, or -1 */
+    unsigned flags;    /* MPMD_OPF_* */
+    mpmd_attr_fn attrs; /* NULL: no attributes to print */
+    mpmd_vjp_fn vjp;   /* NULL: not differentiable (mpmd_grad reports it) */
+} mpmd_op_desc;
+
+/* Node flags. */
+enum {
+    MPMD_NODE_TRAINABLE = 1u << 0, /* a parameter */
+    MPMD_NODE_KEEP = 1u << 1,      /* readable after a run */
+    MPMD_NODE_GRADSUM = 1u << 2    /* an add made by mpmd_grad to sum a parameter's per-use gradients */
+};
+
+#define MPMD_NODE_IATTR 8
+#define MPMD_NODE_FATTR 4
+
+struct mpmd_node {
+    int32_t id;       /* this node's value id */
+    const mpmd_op_desc *op;
+    mpmd_type type;   /* output type */
+    int n_in;
+    int32_t *in;      /* input value ids (owned by the graph) */
+    int64_t ia[MPMD_NODE_IATTR]; /* integer attributes; meaning per op */
+    float fa[MPMD_NODE_FATTR];   /* float attributes; meaning per op */
+    void *data;       /* constant data (owned), or NULL */
+    char *name;       /* full name of inputs, params, variables (owned), or NULL */
+    mpmd_init init;   /* params and variables */
+    uint8_t region;   /* MPMD_REGION_* */
+    uint8_t is_bwd;   /* made by mpmd_grad */
+    uint16_t flags;   /* MPMD_NODE_* */
+    int32_t stage;    /* pipeline stage in trace order (markers seen before it), -1 outside the body */
+    int32_t fwd;      /* for backward ops: the forward node they differentiate, else -1 */
+};
+
+struct mpmd_graph {
+    mpmd_node *nodes;
+    int n_nodes, cap_nodes;
+    mpmd_status status;
+    char err[MPMD_ERROR_MSG_MAX];
+    /* scopes: "a/b/c" and the lengths to pop back to */
+    char scope[512];
+    int scope_len[32];
+    int n_scopes;
+    /* loop state */
+    int region;       /* region new nodes go to */
+    int n_micro;      /* microbatches (0: no loop) */
+    int cur_stage;    /* markers seen so far in the body */
+    int n_markers;    /* markers in the body (forward) */
+    /* tagging of nodes emitted by a VJP rule */
+    int emit_bwd, emit_stage, emit_fwd;
+    char tbuf[4][160]; /* rotating buffers for mpmd_tstr */
+    int tnext;
+};
+
+/* ---- helpers for op constructors ---------------------------------------- */
+
+/* The node of a value; NULL for an invalid id. The pointer is valid until the
+ * next node is appended. */
+mpmd_node *mpmd_node_of(const mpmd_graph *g, mpmd_value v);
+const mpmd_type *mpmd_type_of(const mpmd_graph *g, mpmd_value v);
+
+/* 1 if every operand is a value of g. Otherwise 0, and (unless the graph
+ * already failed) records "<op>: operand <i> is not a value of this graph". */
+int mpmd_check_operands(mpmd_graph *g, const char *op, int n, const mpmd_value *in);
+
+/* Record an error (the first one wins), prefixed with the current scope;
+ * returns MPMD_NONE so a constructor can `return mpmd_fail(...)`. */
+mpmd_value mpmd_fail(mpmd_graph *g, mpmd_status code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* "f32[4,16]" of a value, in one of four rotating buffers of the graph (so
+ * up to four can appear in one message). */
+const char *mpmd_tstr(mpmd_graph *g, mpmd_value v);
+const char *mpmd_tstr_type(mpmd_graph *g, const mpmd_type *t);
+
+/* Append a node with these inputs and output type; returns its value (or
+ * MPMD_NONE when out of memory). Region, stage and backward tags come from
+ * the graph's current state. Attributes are set by the caller right after,
+ * through mpmd_node_of(g, v). */
+mpmd_value mpmd_emit(mpmd_graph *g, const mpmd_op_desc *op, int n_in, const mpmd_value *in, mpmd_type out);
+
+/* Type constructors. */
+mpmd_type mpmd_make_type(mpmd_dtype dt, int ndim, const int64_t *dims);
+int mpmd_type_equal(const mpmd_type *a, const mpmd_type *b);
+
+/* Normalise an axis (negative counts from the end); -1 if out of range. */
+int mpmd_norm_axis(int axis, int ndim);
+
+/* Sum of two gradient contributions (used by mpmd_grad and VJP rules). */
+mpmd_value mpmd_grad_add(mpmd_graph *g, mpmd_value a, mpmd_value b);
+
+/* The structural ops, for the executor and the compiler to recognise. */
+extern const mpmd_op_desc mpmd_op_input, mpmd_op_param, mpmd_op_variable, mpmd_op_constant;
+extern const mpmd_op_desc mpmd_op_microbatch, mpmd_op_loop_reduce, mpmd_op_stage_marker, mpmd_op_assign;
+
+/* The value a node defines, and the value of its i-th input. */
+static inline mpmd_value mpmd_out(const mpmd_node *n) { return (mpmd_value){n->id}; }
+static inline mpmd_value mpmd_in(const mpmd_node *n, int i) { return (mpmd_value){n->in[i]}; }
+
+static inline int mpmd_node_is_storage(const mpmd_node *n) {
+    return n->op == &mpmd_op_param || n->op == &mpmd_op_variable;
+}
+
+#endif

@@ -1,0 +1,56 @@
+/* testutil.h - small helpers shared by the tests: checks that report
+ * file:line, and the finite-difference gradient checker every op uses. */
+#ifndef MPMD_TESTUTIL_H
+#define MPMD_TESTUTIL_H
+
+#include "mpmd.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+extern int tu_failures;
+extern int tu_checks;
+
+/* Record a check; on failure print file:line and the message. */
+#define CHECK(cond, ...)                                                                     \
+    do {                                                                                     \
+        tu_checks++;                                                                         \
+        if (!(cond)) {                                                                       \
+            tu_failures++;                                                                   \
+            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);         \
+            fprintf(stderr, __VA_ARGS__);                                                    \
+            fprintf(stderr, "\n");                                                           \
+        }                                                                                    \
+    } while (0)
+
+/* Print "<name>: N passed, M failed" and return the exit status. */
+int tu_report(const char *name);
+
+/* 1 when MPMD_TEST_QUICK is set (sanitizer runs): tests shrink their sizes. */
+int tu_quick(void);
+
+/* Deterministic pseudo-random floats in [-1, 1) from a seed. */
+void tu_fill(float *x, int64_t n, uint64_t seed);
+
+/* Build a graph with executor; abort the test with the graph's message if
+ * building failed (tests only: programs under test report, tests abort). */
+mpmd_exec *tu_exec(mpmd_graph *g, int threads);
+
+/* Gradient check of one op (or any small composition).
+ *
+ * The checker makes one f32 parameter per entry of in_shapes (initialised
+ * normal(0, 1) from `seed`, so shift them inside `build` if the op needs a
+ * domain, e.g. log of exp(x)), calls build(g, params, ctx) to get y, forms
+ * loss = sum(y * r) with a fixed random r, and compares mpmd_grad's gradient
+ * for every parameter element (up to 64 sampled per parameter) with central
+ * differences of step h. Passes when |fd - ad| <= tol * max(1, |fd|) for
+ * every checked element; prints the worst element otherwise.
+ * Returns 1 on pass. `label` names the case in messages. */
+typedef mpmd_value (*tu_build_fn)(mpmd_graph *g, const mpmd_value *params, void *ctx);
+int tu_gradcheck(const char *label, int n_in, const mpmd_type *in_shapes, tu_build_fn build, void *ctx,
+                 double h, double tol);
+
+/* Convenience: an f32 type from dims. */
+mpmd_type tu_f32(int ndim, const int64_t *dims);
+
+#endif
