@@ -1,0 +1,171 @@
+/* Reverse-mode autodiff as a graph-to-graph pass (mpmd_grad).
+ *
+ * The pass walks the nodes between the wrt values and the loss in reverse
+ * creation order (a reverse topological order) and calls each op's VJP
+ * rule, which appends ordinary ops to the same graph. Cotangents of a value
+ * used several times are summed in the order the uses are visited (last use
+ * first). Every appended op is tagged as backward, with the stage of the
+ * forward op whose rule created it, so the pipeline compiler can cut the
+ * backward into per-stage clusters.
+ *
+ * The sum of a wrt value's per-use gradients is marked MPMD_NODE_GRADSUM:
+ * mpmd_loop_reduce then reduces each use separately and adds after the loop
+ * (the order a cross-rank all-reduce of a shared parameter reproduces).
+ */
+#include "graph/graph.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+mpmd_value mpmd_grad_add(mpmd_graph *g, mpmd_value a, mpmd_value b) {
+    if (!mpmd_is_value(a)) return b;
+    if (!mpmd_is_value(b)) return a;
+    return mpmd_add(g, a, b);
+}
+
+typedef struct {
+    mpmd_value *cot;     /* cotangent per original node, MPMD_NONE if none yet */
+    unsigned char *rel;  /* node lies on a path wrt -> loss */
+    unsigned char *iswrt;
+} ad_state;
+
+static void accumulate(mpmd_graph *g, ad_state *s, int id, mpmd_value c) {
+    if (!mpmd_is_value(s->cot[id])) {
+        s->cot[id] = c;
+        return;
+    }
+    mpmd_value sum = mpmd_add(g, s->cot[id], c);
+    mpmd_node *n = mpmd_node_of(g, sum);
+    if (n && s->iswrt[id]) n->flags |= MPMD_NODE_GRADSUM;
+    s->cot[id] = sum;
+}
+
+mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *wrt, mpmd_value *grads) {
+    for (int k = 0; k < n; k++) grads[k] = MPMD_NONE;
+    if (g->status != MPMD_OK) return g->status;
+    if (!mpmd_check_operands(g, "mpmd_grad (loss)", 1, &loss)) return g->status;
+    if (n < 0 || (n > 0 && !wrt)) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_grad: %d values to differentiate with respect to", n);
+        return g->status;
+    }
+    if (!mpmd_check_operands(g, "mpmd_grad (wrt)", n, wrt)) return g->status;
+    const mpmd_node *ln = mpmd_node_of(g, loss);
+    if (ln->type.dtype != MPMD_F32 || mpmd_type_numel(&ln->type) != 1) {
+        mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_grad: the loss must be an f32 scalar, got %s (%%%d)",
+                  mpmd_tstr(g, loss), (int)loss.id);
+        return g->status;
+    }
+    for (int k = 0; k < n; k++) {
+        if (mpmd_node_of(g, wrt[k])->type.dtype != MPMD_F32) {
+            mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_grad: wrt[%d] (%%%d) is %s; gradients exist only for f32 values", k,
+                      (int)wrt[k].id, mpmd_tstr(g, wrt[k]));
+            return g->status;
+        }
+    }
+
+    const int nn = g->n_nodes;
+    const int lid = loss.id;
+    ad_state s;
+    s.cot = malloc((size_t)nn * sizeof *s.cot);
+    s.rel = calloc((size_t)nn, 1);
+    s.iswrt = calloc((size_t)nn, 1);
+    unsigned char *need = calloc((size_t)nn, 1);
+    if (!s.cot || !s.rel || !s.iswrt || !need) {
+        free(s.cot), free(s.rel), free(s.iswrt), free(need);
+        mpmd_fail(g, MPMD_ERR_NOMEM, "mpmd_grad: out of memory");
+        return g->status;
+    }
+    for (int i = 0; i < nn; i++) s.cot[i] = MPMD_NONE;
+
+    /* need: the loss depends on the node. from-wrt (in rel): the node
+     * depends on a wrt value. Both are f32 paths. */
+    need[lid] = 1;
+    for (int i = lid; i >= 0; i--) {
+        if (!need[i]) continue;
+        const mpmd_node *nd = &g->nodes[i];
+        for (int j = 0; j < nd->n_in; j++)
+            if (g->nodes[nd->in[j]].type.dtype == MPMD_F32) need[nd->in[j]] = 1;
+    }
+    for (int k = 0; k < n; k++) s.iswrt[wrt[k].id] = 1;
+    for (int i = 0; i <= lid; i++) {
+        const mpmd_node *nd = &g->nodes[i];
+        int from = s.iswrt[i];
+        for (int j = 0; j < nd->n_in && !from; j++) from = s.rel[nd->in[j]];
+        s.rel[i] = (unsigned char)(from && need[i] && nd->type.dtype == MPMD_F32);
+    }
+    free(need);
+
+    /* Backward ops go to the loss's region, whatever region is open now. */
+    int saved_region = g->region;
+    g->region = ln->region;
+    s.cot[lid] = mpmd_full(g, 1.0f, ln->type.ndim, ln->type.dim);
+
+    for (int i = lid; i >= 0 && g->status == MPMD_OK; i--) {
+        /* A wrt value's cotangent is final when it is reached (all its uses
+         * come later); the walk still goes through it to earlier values. */
+        if (!s.rel[i] || !mpmd_is_value(s.cot[i])) continue;
+        mpmd_node copy = g->nodes[i]; /* the node array may move while the rule emits */
+        if (copy.n_in == 0) continue;
+        int any = 0;
+        for (int j = 0; j < copy.n_in; j++) any |= s.rel[copy.in[j]];
+        if (!any) continue;
+        if (!copy.op->vjp) {
+            mpmd_fail(g, MPMD_ERR_INVALID,
+                      "mpmd_grad: the loss depends on %%%d = %s (%s) through a value to differentiate, but %s has "
+                      "no gradient rule",
+                      i, copy.op->name, mpmd_tstr(g, (mpmd_value){i}), copy.op->name);
+            break;
+        }
+        mpmd_value gin_small[4];
+        mpmd_value *gin = copy.n_in <= 4 ? gin_small : malloc((size_t)copy.n_in * sizeof *gin);
+        if (!gin) {
+            mpmd_fail(g, MPMD_ERR_NOMEM, "mpmd_grad: out of memory");
+            break;
+        }
+        for (int j = 0; j < copy.n_in; j++) gin[j] = MPMD_NONE;
+        g->emit_bwd = 1;
+        g->emit_stage = copy.stage;
+        g->emit_fwd = i;
+        copy.op->vjp(g, &copy, s.cot[i], gin);
+        g->emit_bwd = 0;
+        g->emit_stage = -1;
+        g->emit_fwd = -1;
+        for (int j = 0; j < copy.n_in && g->status == MPMD_OK; j++) {
+            int in = copy.in[j];
+            if (!s.rel[in] || !mpmd_is_value(gin[j])) continue;
+            const mpmd_type *want = &g->nodes[in].type, *got = &g->nodes[gin[j].id].type;
+            if (!mpmd_type_equal(want, got)) {
+                mpmd_fail(g, MPMD_ERR_SHAPE,
+                          "mpmd_grad: the gradient rule of %s (%%%d) gave input %d a cotangent of %s; expected %s",
+                          copy.op->name, i, j, mpmd_tstr_type(g, got), mpmd_tstr_type(g, want));
+                break;
+            }
+            /* Tag the accumulation like the rule's ops: it belongs to the
+             * backward of the same forward op. */
+            g->emit_bwd = 1;
+            g->emit_stage = copy.stage;
+            g->emit_fwd = i;
+            accumulate(g, &s, in, gin[j]);
+            g->emit_bwd = 0;
+            g->emit_stage = -1;
+            g->emit_fwd = -1;
+        }
+        if (gin != gin_small) free(gin);
+    }
+
+    for (int k = 0; k < n && g->status == MPMD_OK; k++) {
+        mpmd_value c = s.cot[wrt[k].id];
+        if (!mpmd_is_value(c)) {
+            const mpmd_type *t = &g->nodes[wrt[k].id].type;
+            c = mpmd_full(g, 0.0f, t->ndim, t->dim);
+        }
+        grads[k] = c;
+    }
+    g->region = saved_region;
+    free(s.cot);
+    free(s.rel);
+    free(s.iswrt);
+    if (g->status != MPMD_OK)
+        for (int k = 0; k < n; k++) grads[k] = MPMD_NONE;
+    return g->status;
+}

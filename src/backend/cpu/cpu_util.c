@@ -1,0 +1,61 @@
+/* CPU helpers shared by every kernel family: the sgemm entry point and the
+ * fixed-order reductions (see cpu.h for the determinism rule). */
+#include "cpu.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+void mpmd_sgemm(int nthreads, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    if (M == 0 || N == 0) return;
+    /* The OpenMP build of OpenBLAS sizes its team from the calling thread's
+     * omp_get_max_threads(), a per-thread setting: each executor (and later
+     * each rank's thread) chooses its own count. OpenBLAS splits a product
+     * over rows and columns only, so the thread count does not change the
+     * bits of the result. */
+    if (omp_get_max_threads() != nthreads) omp_set_num_threads(nthreads > 0 ? nthreads : 1);
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                (blasint)M, (blasint)N, (blasint)K, alpha, A, (blasint)lda, B, (blasint)ldb, beta, C,
+                (blasint)ldc);
+}
+
+/* Eight interleaved partial sums: s[j] collects x[j], x[j+8], ...; then
+ * ((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7)) and the tail in index order. The
+ * order depends only on n, so the result is the same on every thread count,
+ * and gcc vectorises the lane loop without -ffast-math. */
+float mpmd_sum_f32(const float *x, int64_t n) {
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) s[j] += x[i + j];
+    float t = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+    for (; i < n; i++) t += x[i];
+    return t;
+}
+
+float mpmd_dot_f32(const float *x, const float *y, int64_t n) {
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) s[j] += x[i + j] * y[i + j];
+    float t = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+    for (; i < n; i++) t += x[i] * y[i];
+    return t;
+}
+
+float mpmd_max_f32(const float *x, int64_t n) {
+    float m[8];
+    int64_t i = 0;
+    if (n < 8) {
+        float r = x[0];
+        for (i = 1; i < n; i++) r = x[i] > r ? x[i] : r;
+        return r;
+    }
+    for (int j = 0; j < 8; j++) m[j] = x[j];
+    for (i = 8; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+    float r = m[0];
+    for (int j = 1; j < 8; j++) r = m[j] > r ? m[j] : r;
+    for (; i < n; i++) r = x[i] > r ? x[i] : r;
+    return r;
+}

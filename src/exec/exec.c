@@ -1,0 +1,431 @@
+/* The one-rank executor: runs a step's graph on the CPU.
+ *
+ * The step is one linear program: the before-loop ops, the body (run once
+ * per microbatch, in microbatch order), the loop reductions at the end of
+ * each body run, then the after-loop ops. That is exactly the program a
+ * one-rank pipeline plan gives, and the reference every schedule is
+ * compared with bit for bit.
+ *
+ * Storage classes of values:
+ * - parameters, variables, constants: persistent buffers owned by the
+ *   executor, initialised once (optimizer ops update them in place);
+ * - inputs: persistent buffers filled by mpmd_exec_set_input;
+ * - microbatch slices: views into their batch value, no copy;
+ * - everything else: an offset in one arena, planned from lifetimes
+ *   (src/exec/plan.c); in-place ops reuse a dying input's block.
+ *
+ * Loop reductions (mpmd_loop_reduce) accumulate in a fixed order:
+ * acc = x_0, then acc = acc + x_m (or max) for m = 1..n-1, elementwise;
+ * concat writes x_m at rows m*b .. (m+1)*b-1.
+ */
+#include "backend/cpu/cpu.h"
+#include "exec/plan.h"
+#include "graph/graph.h"
+#include "util/init.h"
+#include "util/sha256.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { SLOT_NONE = 0, SLOT_STORAGE, SLOT_INPUT, SLOT_ARENA, SLOT_VIEW };
+
+typedef struct {
+    int kind;
+    void *ptr;     /* storage and input buffers */
+    size_t off;    /* arena offset */
+    int def, last; /* positions, for the plan printout */
+} slot;
+
+struct mpmd_exec {
+    const mpmd_graph *g;
+    int nthreads;
+    uint64_t seed;
+    slot *slots;
+    const mpmd_cpu_entry **kern;
+    unsigned char *input_set;
+    char *arena;
+    size_t arena_bytes;
+    void *scratch;
+    size_t scratch_bytes;
+    int *pos;      /* position of each node in the linear program */
+    int body_end;  /* position of the end-of-body reductions */
+    int npos;
+    int ran;       /* a step has completed */
+    char err[MPMD_ERROR_MSG_MAX];
+};
+
+static int num_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static void *xaligned(size_t bytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, MPMD_PLAN_ALIGN, bytes ? (bytes + 63) / 64 * 64 : 64)) return NULL;
+    return p;
+}
+
+void mpmd_exec_free(mpmd_exec *ex) {
+    if (!ex) return;
+    if (ex->slots)
+        for (int i = 0; i < ex->g->n_nodes; i++)
+            if (ex->slots[i].kind == SLOT_STORAGE || ex->slots[i].kind == SLOT_INPUT) free(ex->slots[i].ptr);
+    free(ex->slots);
+    free(ex->kern);
+    free(ex->input_set);
+    free(ex->arena);
+    free(ex->scratch);
+    free(ex->pos);
+    free(ex);
+}
+
+static int is_view(const mpmd_node *n) { return n->op == &mpmd_op_microbatch; }
+
+mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_error *err) {
+    if (!g) {
+        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_new: graph is NULL");
+        return NULL;
+    }
+    if (g->status != MPMD_OK) {
+        mpmd_error_set(err, g->status, "mpmd_exec_new: the graph has an error: %s", g->err);
+        return NULL;
+    }
+    if (g->n_micro > 0 && g->region == MPMD_REGION_BODY) {
+        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_new: the microbatch loop is still open (call mpmd_loop_end)");
+        return NULL;
+    }
+    mpmd_exec_opts o = opts ? *opts : MPMD_EXEC_DEFAULTS;
+    if (o.threads < 0) {
+        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_new: threads = %d; use 0 (all cores) or a positive count",
+                       o.threads);
+        return NULL;
+    }
+    const int nn = g->n_nodes;
+    mpmd_exec *ex = calloc(1, sizeof *ex);
+    mpmd_plan_item *items = NULL;
+    size_t *offs = NULL;
+    if (!ex) goto oom;
+    ex->g = g;
+    ex->nthreads = o.threads ? o.threads : num_cores();
+    ex->seed = o.seed;
+    ex->slots = calloc((size_t)nn + 1, sizeof *ex->slots);
+    ex->kern = calloc((size_t)nn + 1, sizeof *ex->kern);
+    ex->input_set = calloc((size_t)nn + 1, 1);
+    ex->pos = calloc((size_t)nn + 1, sizeof *ex->pos);
+    items = calloc((size_t)nn + 1, sizeof *items);
+    offs = calloc((size_t)nn + 1, sizeof *offs);
+    if (!ex->slots || !ex->kern || !ex->input_set || !ex->pos || !items || !offs) goto oom;
+
+    /* Positions: before-loop nodes, body nodes, the end of the body, then
+     * after-loop nodes, each region in creation order. */
+    int p = 0;
+    for (int r = MPMD_REGION_PRE; r <= MPMD_REGION_POST; r++) {
+        for (int i = 0; i < nn; i++)
+            if (g->nodes[i].region == r) ex->pos[i] = p++;
+        if (r == MPMD_REGION_BODY) ex->body_end = p++;
+    }
+    ex->npos = p + 1;
+    int first_body = ex->body_end;
+    for (int i = 0; i < nn; i++)
+        if (g->nodes[i].region == MPMD_REGION_BODY && ex->pos[i] < first_body) first_body = ex->pos[i];
+
+    /* Storage classes, kernels and lifetimes. */
+    for (int i = 0; i < nn; i++) {
+        const mpmd_node *n = &g->nodes[i];
+        slot *s = &ex->slots[i];
+        size_t bytes = mpmd_type_bytes(&n->type);
+        s->def = s->last = ex->pos[i];
+        if (n->op == &mpmd_op_param || n->op == &mpmd_op_variable || n->op == &mpmd_op_constant) {
+            s->kind = SLOT_STORAGE;
+            if (!(s->ptr = xaligned(bytes))) goto oom;
+            if (n->op == &mpmd_op_constant) {
+                if (n->data)
+                    memcpy(s->ptr, n->data, bytes);
+                else
+                    for (int64_t k = 0; k < mpmd_type_numel(&n->type); k++) ((float *)s->ptr)[k] = n->fa[0];
+            } else {
+                mpmd_init_fill(s->ptr, &n->type, n->name, n->init, ex->seed);
+            }
+        } else if (n->op == &mpmd_op_input) {
+            s->kind = SLOT_INPUT;
+            if (!(s->ptr = xaligned(bytes))) goto oom;
+            memset(s->ptr, 0, bytes);
+        } else if (is_view(n)) {
+            s->kind = SLOT_VIEW;
+        } else if (n->type.dtype == MPMD_TOKEN) {
+            s->kind = SLOT_NONE;
+        } else {
+            s->kind = SLOT_ARENA;
+        }
+        if (n->op == &mpmd_op_loop_reduce) s->def = first_body; /* written during the loop */
+        if (!(n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) && n->op != &mpmd_op_assign) {
+            ex->kern[i] = mpmd_cpu_find(n->op);
+            if (!ex->kern[i]) {
+                mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_new: the CPU backend has no kernel for %s (%%%d)",
+                               n->op->name, i);
+                goto fail;
+            }
+            if (ex->kern[i]->scratch) {
+                size_t sb = ex->kern[i]->scratch(g, n);
+                if (sb > ex->scratch_bytes) ex->scratch_bytes = sb;
+            }
+        }
+    }
+    /* Last uses. A before-loop value read in the body lives to the end of
+     * the body (the body runs n times); a body value read by a loop
+     * reduction lives to the end-of-body position. */
+    for (int i = 0; i < nn; i++) {
+        const mpmd_node *n = &g->nodes[i];
+        int up = ex->pos[i];
+        if (n->op == &mpmd_op_loop_reduce) up = ex->body_end;
+        for (int j = 0; j < n->n_in; j++) {
+            int v = n->in[j];
+            int use = up;
+            if (g->nodes[v].region == MPMD_REGION_PRE && n->region == MPMD_REGION_BODY) use = ex->body_end;
+            /* a view keeps its batch value alive as long as the view is used */
+            if (ex->slots[v].last < use) ex->slots[v].last = use;
+        }
+    }
+    /* views pass their lifetime on to the value they look into */
+    for (int i = nn - 1; i >= 0; i--) {
+        const mpmd_node *n = &g->nodes[i];
+        if (is_view(n)) {
+            int v = n->in[0];
+            int need = ex->slots[i].last > ex->body_end ? ex->slots[i].last : ex->body_end;
+            if (ex->slots[v].last < need) ex->slots[v].last = need;
+        }
+    }
+    for (int i = 0; i < nn; i++) {
+        const mpmd_node *n = &g->nodes[i];
+        slot *s = &ex->slots[i];
+        items[i].alias = -1;
+        if (s->kind != SLOT_ARENA) continue;
+        if (n->flags & MPMD_NODE_KEEP) s->last = ex->npos - 1;
+        items[i].bytes = mpmd_type_bytes(&n->type);
+        items[i].def = s->def;
+        items[i].last = s->last;
+        int k = n->op->inplace;
+        if (k >= 0 && k < n->n_in) {
+            int v = n->in[k];
+            if (ex->slots[v].kind == SLOT_ARENA && ex->slots[v].last == s->def &&
+                !(g->nodes[v].flags & MPMD_NODE_KEEP) &&
+                mpmd_type_bytes(&g->nodes[v].type) == items[i].bytes)
+                items[i].alias = v;
+        }
+    }
+    size_t arena = mpmd_plan_memory(nn, items, ex->npos, offs);
+    if (arena == (size_t)-1) goto oom;
+    ex->arena_bytes = arena;
+    if (!(ex->arena = xaligned(arena))) goto oom;
+    for (int i = 0; i < nn; i++) ex->slots[i].off = offs[i];
+    if (ex->scratch_bytes && !(ex->scratch = xaligned(ex->scratch_bytes))) goto oom;
+    free(items);
+    free(offs);
+    return ex;
+oom:
+    mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_exec_new: out of memory planning the graph's buffers");
+fail:
+    free(items);
+    free(offs);
+    mpmd_exec_free(ex);
+    return NULL;
+}
+
+/* The buffer of value v while microbatch m runs. */
+static void *ptr_of(mpmd_exec *ex, int v, int m) {
+    const slot *s = &ex->slots[v];
+    switch (s->kind) {
+    case SLOT_STORAGE:
+    case SLOT_INPUT: return s->ptr;
+    case SLOT_ARENA: return ex->arena + s->off;
+    case SLOT_VIEW: {
+        const mpmd_node *n = &ex->g->nodes[v];
+        return (char *)ptr_of(ex, n->in[0], m) + (size_t)m * mpmd_type_bytes(&n->type);
+    }
+    }
+    return NULL;
+}
+
+static mpmd_status run_node(mpmd_exec *ex, int i, int m) {
+    const mpmd_graph *g = ex->g;
+    const mpmd_node *n = &g->nodes[i];
+    if (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) return MPMD_OK;
+    if (n->op == &mpmd_op_assign) {
+        void *dst = ptr_of(ex, n->in[0], m), *src = ptr_of(ex, n->in[1], m);
+        if (dst != src) memmove(dst, src, mpmd_type_bytes(&g->nodes[n->in[0]].type));
+        return MPMD_OK;
+    }
+    void *in_small[8];
+    const mpmd_type *ty_small[8];
+    void **in = n->n_in <= 8 ? in_small : malloc((size_t)n->n_in * sizeof *in);
+    const mpmd_type **ty = n->n_in <= 8 ? ty_small : malloc((size_t)n->n_in * sizeof *ty);
+    if (!in || !ty) {
+        if (in != in_small) free(in);
+        if (ty != ty_small) free((void *)ty);
+        snprintf(ex->err, sizeof ex->err, "out of memory running %%%d = %s", i, n->op->name);
+        return MPMD_ERR_NOMEM;
+    }
+    for (int j = 0; j < n->n_in; j++) {
+        in[j] = ptr_of(ex, n->in[j], m);
+        ty[j] = &g->nodes[n->in[j]].type;
+    }
+    char kerr[512] = "";
+    mpmd_kargs a = {g, n, ptr_of(ex, i, m), in, ty, ex->nthreads, ex->scratch, m, kerr, sizeof kerr};
+    int rc = ex->kern[i]->fn(&a);
+    if (in != in_small) free(in);
+    if (ty != ty_small) free((void *)ty);
+    if (rc) {
+        if (n->region == MPMD_REGION_BODY)
+            snprintf(ex->err, sizeof ex->err, "%%%d = %s, microbatch %d: %s", i, n->op->name, m,
+                     kerr[0] ? kerr : "kernel failed");
+        else
+            snprintf(ex->err, sizeof ex->err, "%%%d = %s: %s", i, n->op->name, kerr[0] ? kerr : "kernel failed");
+        return MPMD_ERR_RUNTIME;
+    }
+    return MPMD_OK;
+}
+
+/* End of body run m: fold x_m into every loop reduction. */
+static void reduce_step(mpmd_exec *ex, int m) {
+    const mpmd_graph *g = ex->g;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const mpmd_node *n = &g->nodes[i];
+        if (n->op != &mpmd_op_loop_reduce) continue;
+        const mpmd_type *xt = &g->nodes[n->in[0]].type;
+        size_t bytes = mpmd_type_bytes(xt);
+        int64_t cnt = mpmd_type_numel(xt);
+        char *acc = ptr_of(ex, i, m);
+        const char *x = ptr_of(ex, n->in[0], m);
+        if (n->ia[0] == MPMD_REDUCE_CONCAT) {
+            memcpy(acc + (size_t)m * bytes, x, bytes);
+        } else if (m == 0) {
+            memcpy(acc, x, bytes);
+        } else if (n->ia[0] == MPMD_REDUCE_ADD) {
+            float *a = (float *)acc;
+            const float *b = (const float *)x;
+            for (int64_t k = 0; k < cnt; k++) a[k] += b[k];
+        } else {
+            float *a = (float *)acc;
+            const float *b = (const float *)x;
+            for (int64_t k = 0; k < cnt; k++) a[k] = b[k] > a[k] ? b[k] : a[k];
+        }
+    }
+}
+
+mpmd_status mpmd_exec_run(mpmd_exec *ex) {
+    const mpmd_graph *g = ex->g;
+    ex->err[0] = '\0';
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (g->nodes[i].op == &mpmd_op_input && !ex->input_set[i]) {
+            snprintf(ex->err, sizeof ex->err, "input \"%s\" was not set (mpmd_exec_set_input) before the run",
+                     g->nodes[i].name);
+            return MPMD_ERR_INVALID;
+        }
+    }
+    mpmd_status st;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].region == MPMD_REGION_PRE && (st = run_node(ex, i, 0))) return st;
+    for (int m = 0; m < g->n_micro; m++) {
+        for (int i = 0; i < g->n_nodes; i++)
+            if (g->nodes[i].region == MPMD_REGION_BODY && (st = run_node(ex, i, m))) return st;
+        reduce_step(ex, m);
+    }
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].region == MPMD_REGION_POST && (st = run_node(ex, i, 0))) return st;
+    ex->ran = 1;
+    return MPMD_OK;
+}
+
+mpmd_status mpmd_exec_set_input(mpmd_exec *ex, mpmd_value input, const void *data, size_t bytes) {
+    const mpmd_node *n = mpmd_node_of(ex->g, input);
+    if (!n || n->op != &mpmd_op_input) {
+        snprintf(ex->err, sizeof ex->err, "mpmd_exec_set_input: %%%d is not an input", (int)input.id);
+        return MPMD_ERR_INVALID;
+    }
+    size_t want = mpmd_type_bytes(&n->type);
+    if (bytes != want) {
+        char tb[160];
+        snprintf(ex->err, sizeof ex->err, "mpmd_exec_set_input: input \"%s\" is %s (%zu bytes), given %zu bytes",
+                 n->name, mpmd_type_str(&n->type, tb, sizeof tb), want, bytes);
+        return MPMD_ERR_SHAPE;
+    }
+    memcpy(ex->slots[input.id].ptr, data, bytes);
+    ex->input_set[input.id] = 1;
+    return MPMD_OK;
+}
+
+mpmd_status mpmd_exec_read(mpmd_exec *ex, mpmd_value v, void *dst, size_t bytes) {
+    const mpmd_node *n = mpmd_node_of(ex->g, v);
+    if (!n) {
+        snprintf(ex->err, sizeof ex->err, "mpmd_exec_read: %d is not a value of the graph", (int)v.id);
+        return MPMD_ERR_INVALID;
+    }
+    const slot *s = &ex->slots[v.id];
+    int readable = s->kind == SLOT_STORAGE || s->kind == SLOT_INPUT || (n->flags & MPMD_NODE_KEEP);
+    if (!readable) {
+        snprintf(ex->err, sizeof ex->err,
+                 "mpmd_exec_read: %%%d (%s) is not kept; call mpmd_keep on it when building the graph", (int)v.id,
+                 n->op->name);
+        return MPMD_ERR_INVALID;
+    }
+    if (s->kind == SLOT_ARENA && !ex->ran) {
+        snprintf(ex->err, sizeof ex->err, "mpmd_exec_read: %%%d has no value before the first run", (int)v.id);
+        return MPMD_ERR_INVALID;
+    }
+    size_t want = mpmd_type_bytes(&n->type);
+    if (bytes != want) {
+        snprintf(ex->err, sizeof ex->err, "mpmd_exec_read: %%%d has %zu bytes, asked for %zu", (int)v.id, want,
+                 bytes);
+        return MPMD_ERR_SHAPE;
+    }
+    memcpy(dst, ptr_of(ex, v.id, 0), bytes);
+    return MPMD_OK;
+}
+
+void *mpmd_exec_var_data(mpmd_exec *ex, mpmd_value v) {
+    const mpmd_node *n = mpmd_node_of(ex->g, v);
+    if (!n || !mpmd_node_is_storage(n)) return NULL;
+    return ex->slots[v.id].ptr;
+}
+
+const char *mpmd_exec_error(const mpmd_exec *ex) { return ex->err; }
+size_t mpmd_exec_arena_bytes(const mpmd_exec *ex) { return ex->arena_bytes; }
+
+void mpmd_exec_print_plan(const mpmd_exec *ex, FILE *f) {
+    const mpmd_graph *g = ex->g;
+    char tb[160];
+    fprintf(f, "memory plan: arena %zu bytes, %d threads\n", ex->arena_bytes, ex->nthreads);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const slot *s = &ex->slots[i];
+        const mpmd_node *n = &g->nodes[i];
+        if (s->kind != SLOT_ARENA) continue;
+        fprintf(f, "  %%%-5d %-14s %-22s offset %10zu  %10zu bytes  live [%d, %d]\n", i, n->op->name,
+                mpmd_type_str(&n->type, tb, sizeof tb), s->off, mpmd_type_bytes(&n->type), s->def, s->last);
+    }
+}
+
+static int by_name(const void *a, const void *b) {
+    const mpmd_node *x = *(const mpmd_node *const *)a, *y = *(const mpmd_node *const *)b;
+    return strcmp(x->name, y->name);
+}
+
+void mpmd_exec_params_sha256(mpmd_exec *ex, char hex[65]) {
+    const mpmd_graph *g = ex->g;
+    int np = mpmd_graph_params(g, NULL, 0);
+    const mpmd_node **ps = malloc((size_t)(np ? np : 1) * sizeof *ps);
+    mpmd_sha256_ctx c;
+    mpmd_sha256_init(&c);
+    if (ps) {
+        int k = 0;
+        for (int i = 0; i < g->n_nodes; i++)
+            if (g->nodes[i].flags & MPMD_NODE_TRAINABLE) ps[k++] = &g->nodes[i];
+        qsort(ps, (size_t)np, sizeof *ps, by_name);
+        for (int i = 0; i < np; i++)
+            mpmd_sha256_update(&c, ex->slots[ps[i]->id].ptr, mpmd_type_bytes(&ps[i]->type));
+        free(ps);
+    }
+    uint8_t d[32];
+    mpmd_sha256_final(&c, d);
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+}

@@ -1,0 +1,305 @@
+/* The structural ops: leaves (inputs, parameters, variables, constants), the
+ * microbatch loop (microbatch slices and loop reductions), pipeline stage
+ * markers and state assignment. Their kernels, where they have one, are in
+ * src/backend/cpu/core.c; the executor treats the rest itself. */
+#include "graph.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void attrs_init(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
+    (void)g;
+    switch (n->init.kind) {
+    case MPMD_INIT_ZEROS: snprintf(buf, len, " init=zeros"); break;
+    case MPMD_INIT_CONST: snprintf(buf, len, " init=const(%g)", n->init.a); break;
+    case MPMD_INIT_NORMAL: snprintf(buf, len, " init=normal(%g,%g)", n->init.a, n->init.b); break;
+    case MPMD_INIT_UNIFORM: snprintf(buf, len, " init=uniform(%g,%g)", n->init.a, n->init.b); break;
+    case MPMD_INIT_LECUN: snprintf(buf, len, " init=lecun_normal"); break;
+    }
+}
+
+static void attrs_constant(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
+    (void)g;
+    if (!n->data) snprintf(buf, len, " fill=%g", n->fa[0]);
+}
+
+static void attrs_reduce(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
+    (void)g;
+    static const char *names[] = {"add", "max", "concat"};
+    snprintf(buf, len, " op=%s", names[n->ia[0]]);
+}
+
+static void attrs_marker(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
+    (void)g;
+    snprintf(buf, len, " stage=%lld%s", (long long)n->ia[0], n->ia[1] ? " backward" : "");
+}
+
+static void attrs_microbatch(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
+    snprintf(buf, len, " of=%d", g->n_micro);
+}
+
+static void vjp_marker(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+
+const mpmd_op_desc mpmd_op_input = {"input", 0, -1, MPMD_OPF_LEAF, NULL, NULL};
+const mpmd_op_desc mpmd_op_param = {"param", 0, -1, MPMD_OPF_LEAF, attrs_init, NULL};
+const mpmd_op_desc mpmd_op_variable = {"variable", 0, -1, MPMD_OPF_LEAF, attrs_init, NULL};
+const mpmd_op_desc mpmd_op_constant = {"constant", 0, -1, MPMD_OPF_LEAF, attrs_constant, NULL};
+const mpmd_op_desc mpmd_op_microbatch = {"microbatch", 1, -1, MPMD_OPF_STRUCTURAL, attrs_microbatch, NULL};
+const mpmd_op_desc mpmd_op_loop_reduce = {"loop_reduce", 1, -1, MPMD_OPF_STRUCTURAL, attrs_reduce, NULL};
+const mpmd_op_desc mpmd_op_stage_marker = {"enter_stage", 1, 0, 0, attrs_marker, vjp_marker};
+const mpmd_op_desc mpmd_op_assign = {"assign", 2, -1, MPMD_OPF_SIDE_EFFECT, NULL, NULL};
+
+/* ---- leaves ---------------------------------------------------------------- */
+
+static int check_dims(mpmd_graph *g, const char *fn, const char *name, int ndim, const int64_t *dims) {
+    if (ndim < 0 || ndim > MPMD_MAX_DIMS) {
+        mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": %d dimensions; between 0 and %d are supported", fn, name, ndim,
+                  MPMD_MAX_DIMS);
+        return 0;
+    }
+    for (int i = 0; i < ndim; i++) {
+        if (dims[i] <= 0) {
+            mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": dimension %d is %lld; dimensions must be positive", fn, name,
+                      i, (long long)dims[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Create a named leaf after checking the name is new. */
+static mpmd_value named_leaf(mpmd_graph *g, const mpmd_op_desc *op, const char *fn, const char *name,
+                             int scoped, mpmd_dtype dt, int ndim, const int64_t *dims) {
+    if (g->status != MPMD_OK) return MPMD_NONE;
+    if (!name || !*name) return mpmd_fail(g, MPMD_ERR_INVALID, "%s: a name is required", fn);
+    char full[768];
+    if (scoped && g->scope[0])
+        snprintf(full, sizeof full, "%s/%s", g->scope, name);
+    else
+        snprintf(full, sizeof full, "%s", name);
+    if (!check_dims(g, fn, full, ndim, dims)) return MPMD_NONE;
+    if (dt != MPMD_F32 && dt != MPMD_I32)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": dtype must be f32 or i32", fn, full);
+    if (mpmd_is_value(mpmd_lookup(g, full)))
+        return mpmd_fail(g, MPMD_ERR_INVALID, "%s: the name \"%s\" is already used in this graph", fn, full);
+    if (op != &mpmd_op_input && g->region == MPMD_REGION_BODY)
+        return mpmd_fail(g, MPMD_ERR_INVALID,
+                         "%s \"%s\": parameters and variables must be created outside the loop body "
+                         "(they live across microbatches and steps)",
+                         fn, full);
+    /* Leaves always belong before the loop: they are defined once per step. */
+    int saved = g->region;
+    g->region = MPMD_REGION_PRE;
+    mpmd_value v = mpmd_emit(g, op, 0, NULL, mpmd_make_type(dt, ndim, dims));
+    g->region = saved;
+    mpmd_node *n = mpmd_node_of(g, v);
+    if (!n) return MPMD_NONE;
+    n->name = malloc(strlen(full) + 1);
+    if (!n->name) return mpmd_fail(g, MPMD_ERR_NOMEM, "%s: out of memory", fn);
+    strcpy(n->name, full);
+    return v;
+}
+
+mpmd_value mpmd_input(mpmd_graph *g, const char *name, mpmd_dtype dtype, int ndim, const int64_t *dims) {
+    return named_leaf(g, &mpmd_op_input, "mpmd_input", name, 0, dtype, ndim, dims);
+}
+
+mpmd_value mpmd_param(mpmd_graph *g, const char *name, int ndim, const int64_t *dims, mpmd_init init) {
+    mpmd_value v = named_leaf(g, &mpmd_op_param, "mpmd_param", name, 1, MPMD_F32, ndim, dims);
+    mpmd_node *n = mpmd_node_of(g, v);
+    if (n) {
+        n->init = init;
+        n->flags |= MPMD_NODE_TRAINABLE;
+    }
+    return v;
+}
+
+mpmd_value mpmd_variable(mpmd_graph *g, const char *name, mpmd_dtype dtype, int ndim, const int64_t *dims,
+                         mpmd_init init) {
+    mpmd_value v = named_leaf(g, &mpmd_op_variable, "mpmd_variable", name, 0, dtype, ndim, dims);
+    mpmd_node *n = mpmd_node_of(g, v);
+    if (n) n->init = init;
+    return v;
+}
+
+mpmd_value mpmd_full(mpmd_graph *g, float v, int ndim, const int64_t *dims) {
+    if (g->status != MPMD_OK) return MPMD_NONE;
+    if (!check_dims(g, "mpmd_full", "constant", ndim, dims)) return MPMD_NONE;
+    mpmd_value r = mpmd_emit(g, &mpmd_op_constant, 0, NULL, mpmd_make_type(MPMD_F32, ndim, dims));
+    mpmd_node *n = mpmd_node_of(g, r);
+    if (n) n->fa[0] = v;
+    return r;
+}
+
+mpmd_value mpmd_scalar(mpmd_graph *g, float v) { return mpmd_full(g, v, 0, NULL); }
+
+mpmd_value mpmd_constant(mpmd_graph *g, mpmd_dtype dtype, int ndim, const int64_t *dims, const void *data) {
+    if (g->status != MPMD_OK) return MPMD_NONE;
+    if (!check_dims(g, "mpmd_constant", "constant", ndim, dims)) return MPMD_NONE;
+    if (dtype != MPMD_F32 && dtype != MPMD_I32)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_constant: dtype must be f32 or i32");
+    if (!data) return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_constant: data is NULL");
+    mpmd_type t = mpmd_make_type(dtype, ndim, dims);
+    size_t bytes = mpmd_type_bytes(&t);
+    void *copy = malloc(bytes ? bytes : 1);
+    if (!copy) return mpmd_fail(g, MPMD_ERR_NOMEM, "mpmd_constant: out of memory for %zu bytes", bytes);
+    memcpy(copy, data, bytes);
+    mpmd_value r = mpmd_emit(g, &mpmd_op_constant, 0, NULL, t);
+    mpmd_node *n = mpmd_node_of(g, r);
+    if (!n) {
+        free(copy);
+        return MPMD_NONE;
+    }
+    n->data = copy;
+    return r;
+}
+
+/* ---- the microbatch loop ---------------------------------------------------- */
+
+void mpmd_loop_begin(mpmd_graph *g, int num_microbatches) {
+    if (g->status != MPMD_OK) return;
+    if (g->n_micro > 0) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_loop_begin: the graph already has a microbatch loop (one per step)");
+        return;
+    }
+    if (num_microbatches < 1) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_loop_begin: %d microbatches; at least 1 is required",
+                  num_microbatches);
+        return;
+    }
+    g->n_micro = num_microbatches;
+    g->region = MPMD_REGION_BODY;
+    g->cur_stage = 0;
+}
+
+void mpmd_loop_end(mpmd_graph *g) {
+    if (g->status != MPMD_OK) return;
+    if (g->region != MPMD_REGION_BODY) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_loop_end: not inside a loop (call mpmd_loop_begin first)");
+        return;
+    }
+    g->region = MPMD_REGION_POST;
+}
+
+mpmd_value mpmd_microbatch(mpmd_graph *g, mpmd_value x) {
+    if (!mpmd_check_operands(g, "mpmd_microbatch", 1, &x)) return MPMD_NONE;
+    if (g->region != MPMD_REGION_BODY)
+        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_microbatch: only inside the loop body (after mpmd_loop_begin)");
+    const mpmd_node *xn = mpmd_node_of(g, x);
+    if (xn->region != MPMD_REGION_PRE)
+        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_microbatch: %%%d is not a before-loop value", (int)x.id);
+    mpmd_type t = xn->type;
+    if (t.ndim < 1)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_microbatch: a scalar (%s) has no batch axis to split",
+                         mpmd_tstr(g, x));
+    if (t.dim[0] % g->n_micro != 0)
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "mpmd_microbatch: batch of %lld rows (%s) is not divisible by %d microbatches",
+                         (long long)t.dim[0], mpmd_tstr(g, x), g->n_micro);
+    t.dim[0] /= g->n_micro;
+    return mpmd_emit(g, &mpmd_op_microbatch, 1, &x, t);
+}
+
+mpmd_value mpmd_loop_reduce(mpmd_graph *g, mpmd_value x, mpmd_reduce_op op) {
+    if (!mpmd_check_operands(g, "mpmd_loop_reduce", 1, &x)) return MPMD_NONE;
+    const mpmd_node *xn = mpmd_node_of(g, x);
+    if (xn->region != MPMD_REGION_BODY)
+        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_loop_reduce: %%%d (%s) is not a loop-body value", (int)x.id,
+                         mpmd_tstr(g, x));
+    if (op != MPMD_REDUCE_ADD && op != MPMD_REDUCE_MAX && op != MPMD_REDUCE_CONCAT)
+        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_loop_reduce: unknown reduction %d", (int)op);
+    if (xn->type.dtype != MPMD_F32 && op != MPMD_REDUCE_CONCAT)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_loop_reduce: add and max need f32 values, got %s",
+                         mpmd_tstr(g, x));
+    if (op == MPMD_REDUCE_CONCAT && xn->type.ndim < 1)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_loop_reduce: concat needs at least one axis, got %s",
+                         mpmd_tstr(g, x));
+    if (op == MPMD_REDUCE_ADD && (xn->flags & MPMD_NODE_GRADSUM)) {
+        /* A parameter's gradient summed over its uses: reduce each use over
+         * the microbatches on its own and add the sums after the loop, in the
+         * order of the uses (see mpmd.h). */
+        mpmd_value a = {xn->in[0]}, b = {xn->in[1]};
+        mpmd_value ra = mpmd_loop_reduce(g, a, op);
+        mpmd_value rb = mpmd_loop_reduce(g, b, op);
+        int saved = g->region;
+        g->region = MPMD_REGION_POST;
+        mpmd_value r = mpmd_add(g, ra, rb);
+        g->region = saved;
+        return r;
+    }
+    mpmd_type t = xn->type;
+    if (op == MPMD_REDUCE_CONCAT) t.dim[0] *= g->n_micro;
+    int saved = g->region;
+    g->region = MPMD_REGION_POST;
+    int saved_bwd = g->emit_bwd;
+    g->emit_bwd = 0;
+    mpmd_value r = mpmd_emit(g, &mpmd_op_loop_reduce, 1, &x, t);
+    g->emit_bwd = saved_bwd;
+    g->region = saved;
+    mpmd_node *n = mpmd_node_of(g, r);
+    if (n) n->ia[0] = op;
+    return r;
+}
+
+/* ---- stage markers ---------------------------------------------------------- */
+
+static mpmd_value marker(mpmd_graph *g, mpmd_value x, int stage, int backward) {
+    mpmd_value r = mpmd_emit(g, &mpmd_op_stage_marker, 1, &x, mpmd_node_of(g, x)->type);
+    mpmd_node *n = mpmd_node_of(g, r);
+    if (n) {
+        n->ia[0] = stage;
+        n->ia[1] = backward;
+        if (!backward) n->stage = stage;
+    }
+    return r;
+}
+
+void mpmd_enter_stage_n(mpmd_graph *g, int n, mpmd_value *xs) {
+    if (n < 1) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_enter_stage: no values to mark");
+        return;
+    }
+    if (!mpmd_check_operands(g, "mpmd_enter_stage", n, xs)) {
+        for (int i = 0; i < n; i++) xs[i] = MPMD_NONE;
+        return;
+    }
+    if (g->region != MPMD_REGION_BODY) {
+        mpmd_fail(g, MPMD_ERR_INVALID,
+                  "mpmd_enter_stage: stage markers belong inside the microbatch loop body (after mpmd_loop_begin)");
+        for (int i = 0; i < n; i++) xs[i] = MPMD_NONE;
+        return;
+    }
+    for (int i = 0; i < n; i++) xs[i] = marker(g, xs[i], g->cur_stage, 0);
+    g->cur_stage++;
+    g->n_markers++;
+}
+
+mpmd_value mpmd_enter_stage(mpmd_graph *g, mpmd_value x) {
+    mpmd_enter_stage_n(g, 1, &x);
+    return x;
+}
+
+/* The transpose of a stage marker is a backward marker of the same stage. */
+static void vjp_marker(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    gin[0] = marker(g, gy, (int)n->ia[0], 1);
+}
+
+/* ---- assignment ------------------------------------------------------------- */
+
+mpmd_value mpmd_assign(mpmd_graph *g, mpmd_value var, mpmd_value value) {
+    mpmd_value in[2] = {var, value};
+    if (!mpmd_check_operands(g, "mpmd_assign", 2, in)) return MPMD_NONE;
+    const mpmd_node *vn = mpmd_node_of(g, var);
+    if (!mpmd_node_is_storage(vn))
+        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_assign: %%%d is not a parameter or variable", (int)var.id);
+    if (!mpmd_type_equal(&vn->type, mpmd_type_of(g, value)))
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_assign: \"%s\" is %s but the value is %s", vn->name,
+                         mpmd_tstr(g, var), mpmd_tstr(g, value));
+    if (g->region == MPMD_REGION_BODY)
+        return mpmd_fail(g, MPMD_ERR_INVALID,
+                         "mpmd_assign: \"%s\" assigned inside the loop body; assign after the loop", vn->name);
+    mpmd_type tok;
+    memset(&tok, 0, sizeof tok);
+    tok.dtype = MPMD_TOKEN;
+    return mpmd_emit(g, &mpmd_op_assign, 2, in, tok);
+}

@@ -1,0 +1,293 @@
+/* The graph: node storage, types, sticky errors, scopes, lookups and the
+ * text printout. Op constructors live with their families in src/ops/. */
+#include "graph.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- types ---------------------------------------------------------------- */
+
+int64_t mpmd_type_numel(const mpmd_type *t) {
+    if (t->dtype == MPMD_TOKEN) return 0;
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->dim[i];
+    return n;
+}
+
+size_t mpmd_type_bytes(const mpmd_type *t) { return (size_t)mpmd_type_numel(t) * 4u; }
+
+const char *mpmd_dtype_name(mpmd_dtype d) {
+    switch (d) {
+    case MPMD_F32: return "f32";
+    case MPMD_I32: return "i32";
+    case MPMD_TOKEN: return "token";
+    }
+    return "?";
+}
+
+char *mpmd_type_str(const mpmd_type *t, char *buf, size_t len) {
+    size_t k = (size_t)snprintf(buf, len, "%s", mpmd_dtype_name(t->dtype));
+    if (t->dtype == MPMD_TOKEN) return buf;
+    if (k < len) k += (size_t)snprintf(buf + k, len - k, "[");
+    for (int i = 0; i < t->ndim && k < len; i++)
+        k += (size_t)snprintf(buf + k, len - k, i ? ",%lld" : "%lld", (long long)t->dim[i]);
+    if (k < len) snprintf(buf + k, len - k, "]");
+    return buf;
+}
+
+mpmd_type mpmd_make_type(mpmd_dtype dt, int ndim, const int64_t *dims) {
+    mpmd_type t;
+    memset(&t, 0, sizeof t);
+    t.dtype = dt;
+    t.ndim = ndim;
+    for (int i = 0; i < ndim && i < MPMD_MAX_DIMS; i++) t.dim[i] = dims[i];
+    return t;
+}
+
+int mpmd_type_equal(const mpmd_type *a, const mpmd_type *b) {
+    if (a->dtype != b->dtype || a->ndim != b->ndim) return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->dim[i] != b->dim[i]) return 0;
+    return 1;
+}
+
+int mpmd_norm_axis(int axis, int ndim) {
+    if (axis < 0) axis += ndim;
+    return (axis < 0 || axis >= ndim) ? -1 : axis;
+}
+
+/* ---- graph lifetime ------------------------------------------------------- */
+
+mpmd_graph *mpmd_graph_new(void) {
+    mpmd_graph *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->region = MPMD_REGION_PRE;
+    g->emit_stage = -1;
+    g->emit_fwd = -1;
+    return g;
+}
+
+void mpmd_graph_free(mpmd_graph *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n_nodes; i++) {
+        free(g->nodes[i].in);
+        free(g->nodes[i].data);
+        free(g->nodes[i].name);
+    }
+    free(g->nodes);
+    free(g);
+}
+
+mpmd_status mpmd_graph_status(const mpmd_graph *g) { return g->status; }
+const char *mpmd_graph_error(const mpmd_graph *g) { return g->err; }
+int mpmd_graph_num_values(const mpmd_graph *g) { return g->n_nodes; }
+int mpmd_graph_num_microbatches(const mpmd_graph *g) { return g->n_micro; }
+
+/* ---- errors ---------------------------------------------------------------- */
+
+mpmd_value mpmd_fail(mpmd_graph *g, mpmd_status code, const char *fmt, ...) {
+    if (g->status != MPMD_OK) return MPMD_NONE; /* the first error wins */
+    g->status = code;
+    size_t k = 0;
+    if (g->n_scopes > 0) k = (size_t)snprintf(g->err, sizeof g->err, "in %s: ", g->scope);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->err + k, sizeof g->err - k, fmt, ap);
+    va_end(ap);
+    return MPMD_NONE;
+}
+
+int mpmd_check_operands(mpmd_graph *g, const char *op, int n, const mpmd_value *in) {
+    for (int i = 0; i < n; i++) {
+        if (in[i].id < 0 || in[i].id >= g->n_nodes) {
+            /* MPMD_NONE after an earlier error propagates silently; anything
+             * else is a value from another graph or garbage. */
+            if (g->status == MPMD_OK)
+                mpmd_fail(g, MPMD_ERR_INVALID, "%s: operand %d (id %d) is not a value of this graph", op, i,
+                          (int)in[i].id);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+const char *mpmd_tstr_type(mpmd_graph *g, const mpmd_type *t) {
+    char *b = g->tbuf[g->tnext];
+    g->tnext = (g->tnext + 1) % 4;
+    return mpmd_type_str(t, b, sizeof g->tbuf[0]);
+}
+
+const char *mpmd_tstr(mpmd_graph *g, mpmd_value v) {
+    if (v.id < 0 || v.id >= g->n_nodes) return "<none>";
+    return mpmd_tstr_type(g, &g->nodes[v.id].type);
+}
+
+/* ---- nodes ----------------------------------------------------------------- */
+
+mpmd_node *mpmd_node_of(const mpmd_graph *g, mpmd_value v) {
+    if (v.id < 0 || v.id >= g->n_nodes) return NULL;
+    return &g->nodes[v.id];
+}
+
+const mpmd_type *mpmd_type_of(const mpmd_graph *g, mpmd_value v) {
+    mpmd_node *n = mpmd_node_of(g, v);
+    return n ? &n->type : NULL;
+}
+
+mpmd_value mpmd_emit(mpmd_graph *g, const mpmd_op_desc *op, int n_in, const mpmd_value *in, mpmd_type out) {
+    if (g->status != MPMD_OK) return MPMD_NONE;
+    /* Values flow forward through the regions: before loop -> body -> after
+     * loop, and out of the body only through mpmd_loop_reduce. */
+    for (int i = 0; i < n_in; i++) {
+        int r = g->nodes[in[i].id].region;
+        if (r == g->region || r == MPMD_REGION_PRE) continue;
+        if (r == MPMD_REGION_BODY && op == &mpmd_op_loop_reduce) continue;
+        if (r == MPMD_REGION_BODY)
+            return mpmd_fail(g, MPMD_ERR_INVALID,
+                             "%s: operand %d (%%%d) is a loop-body value (one per microbatch); outside the body "
+                             "use its mpmd_loop_reduce",
+                             op->name, i, (int)in[i].id);
+        return mpmd_fail(g, MPMD_ERR_INVALID, "%s: operand %d (%%%d) is an after-loop value, used %s", op->name, i,
+                         (int)in[i].id, g->region == MPMD_REGION_BODY ? "inside the loop body" : "before the loop");
+    }
+    if (g->n_nodes == g->cap_nodes) {
+        int cap = g->cap_nodes ? g->cap_nodes * 2 : 256;
+        mpmd_node *nn = realloc(g->nodes, (size_t)cap * sizeof *nn);
+        if (!nn) return mpmd_fail(g, MPMD_ERR_NOMEM, "%s: out of memory growing the graph", op->name);
+        g->nodes = nn;
+        g->cap_nodes = cap;
+    }
+    mpmd_node *n = &g->nodes[g->n_nodes];
+    memset(n, 0, sizeof *n);
+    if (n_in > 0) {
+        n->in = malloc((size_t)n_in * sizeof *n->in);
+        if (!n->in) return mpmd_fail(g, MPMD_ERR_NOMEM, "%s: out of memory", op->name);
+        for (int i = 0; i < n_in; i++) n->in[i] = in[i].id;
+    }
+    n->id = g->n_nodes;
+    n->op = op;
+    n->type = out;
+    n->n_in = n_in;
+    n->region = (uint8_t)g->region;
+    n->fwd = -1;
+    if (g->emit_bwd) {
+        n->is_bwd = 1;
+        n->stage = g->emit_stage;
+        n->fwd = g->emit_fwd;
+    } else {
+        n->stage = g->region == MPMD_REGION_BODY ? g->cur_stage : -1;
+    }
+    g->n_nodes++;
+    return (mpmd_value){n->id};
+}
+
+/* ---- scopes ---------------------------------------------------------------- */
+
+void mpmd_scope_push(mpmd_graph *g, const char *name) { mpmd_scope_pushf(g, "%s", name); }
+
+void mpmd_scope_pushf(mpmd_graph *g, const char *fmt, ...) {
+    if (g->n_scopes >= (int)(sizeof g->scope_len / sizeof g->scope_len[0])) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_scope_push: scopes nested deeper than %d",
+                  (int)(sizeof g->scope_len / sizeof g->scope_len[0]));
+        return;
+    }
+    size_t len = strlen(g->scope);
+    g->scope_len[g->n_scopes++] = (int)len;
+    char part[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(part, sizeof part, fmt, ap);
+    va_end(ap);
+    snprintf(g->scope + len, sizeof g->scope - len, "%s%s", len ? "/" : "", part);
+}
+
+void mpmd_scope_pop(mpmd_graph *g) {
+    if (g->n_scopes == 0) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_scope_pop: no scope to pop");
+        return;
+    }
+    g->scope[g->scope_len[--g->n_scopes]] = '\0';
+}
+
+/* ---- lookups --------------------------------------------------------------- */
+
+mpmd_type mpmd_value_type(const mpmd_graph *g, mpmd_value v) {
+    const mpmd_node *n = mpmd_node_of(g, v);
+    if (n) return n->type;
+    mpmd_type t;
+    memset(&t, 0, sizeof t);
+    t.dtype = MPMD_TOKEN;
+    return t;
+}
+
+const char *mpmd_value_name(const mpmd_graph *g, mpmd_value v) {
+    const mpmd_node *n = mpmd_node_of(g, v);
+    return n ? n->name : NULL;
+}
+
+mpmd_value mpmd_lookup(const mpmd_graph *g, const char *name) {
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].name && strcmp(g->nodes[i].name, name) == 0) return (mpmd_value){i};
+    return MPMD_NONE;
+}
+
+int mpmd_graph_params(const mpmd_graph *g, mpmd_value *out, int cap) {
+    int k = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (!(g->nodes[i].flags & MPMD_NODE_TRAINABLE)) continue;
+        if (out && k < cap) out[k] = (mpmd_value){i};
+        k++;
+    }
+    return k;
+}
+
+void mpmd_keep(mpmd_graph *g, mpmd_value v) {
+    mpmd_node *n = mpmd_node_of(g, v);
+    if (!n) {
+        if (g->status == MPMD_OK) mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_keep: not a value of this graph");
+        return;
+    }
+    if (n->region == MPMD_REGION_BODY) {
+        mpmd_fail(g, MPMD_ERR_INVALID,
+                  "mpmd_keep: %%%d is a loop-body value (one per microbatch); keep its mpmd_loop_reduce instead",
+                  (int)v.id);
+        return;
+    }
+    n->flags |= MPMD_NODE_KEEP;
+}
+
+/* ---- printing -------------------------------------------------------------- */
+
+static const char *region_title(int r) {
+    return r == MPMD_REGION_PRE ? "before loop" : r == MPMD_REGION_BODY ? "loop body" : "after loop";
+}
+
+void mpmd_graph_print(const mpmd_graph *g, FILE *f) {
+    int region = -1;
+    char tb[160], attrs[512];
+    fprintf(f, "graph {\n");
+    for (int i = 0; i < g->n_nodes; i++) {
+        const mpmd_node *n = &g->nodes[i];
+        if (n->region != region) {
+            region = n->region;
+            if (region == MPMD_REGION_BODY)
+                fprintf(f, "  %s (%d microbatches):\n", region_title(region), g->n_micro);
+            else
+                fprintf(f, "  %s:\n", region_title(region));
+        }
+        fprintf(f, "    %%%d:%s = %s", i, mpmd_type_str(&n->type, tb, sizeof tb), n->op->name);
+        for (int j = 0; j < n->n_in; j++) fprintf(f, "%s%%%d", j ? ", " : " ", (int)n->in[j]);
+        if (n->name) fprintf(f, " \"%s\"", n->name);
+        attrs[0] = '\0';
+        if (n->op->attrs) n->op->attrs(g, n, attrs, sizeof attrs);
+        fputs(attrs, f);
+        if (n->region == MPMD_REGION_BODY) {
+            if (n->is_bwd)
+                fprintf(f, "   # bwd stage %d (of %%%d)", n->stage, n->fwd);
+            else
+                fprintf(f, "   # stage %d", n->stage);
+        }
+        fputc('\n', f);
+    }
+    fprintf(f, "}\n");
+}

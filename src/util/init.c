@@ -1,0 +1,58 @@
+/* Initialisers. Element i of tensor "name" draws from a counter-based
+ * generator: splitmix64 of (hash(seed, name), i). So a parameter's initial
+ * value depends only on the seed, its full name and its shape: not on the
+ * creation order, the thread count, or which rank creates it. */
+#include "init.h"
+
+#include <math.h>
+#include <string.h>
+
+static uint64_t mix(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* FNV-1a of the name, mixed with the seed. */
+static uint64_t stream_key(uint64_t seed, const char *name) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = name ? name : ""; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+    return mix(h ^ mix(seed));
+}
+
+/* Uniform in (0, 1): 53 random bits, never 0. */
+static double unit(uint64_t key, uint64_t i) { return ((double)(mix(key ^ mix(i)) >> 11) + 0.5) / 9007199254740992.0; }
+
+void mpmd_init_fill(void *dst, const mpmd_type *t, const char *name, mpmd_init init, uint64_t seed) {
+    int64_t n = mpmd_type_numel(t);
+    if (t->dtype == MPMD_I32) {
+        int32_t *d = dst;
+        int32_t v = init.kind == MPMD_INIT_CONST ? (int32_t)init.a : 0;
+        for (int64_t i = 0; i < n; i++) d[i] = v;
+        return;
+    }
+    float *d = dst;
+    uint64_t key = stream_key(seed, name);
+    double std = init.b;
+    if (init.kind == MPMD_INIT_LECUN) {
+        double fan_in = 1;
+        for (int k = 0; k + 1 < t->ndim; k++) fan_in *= (double)t->dim[k];
+        std = 1.0 / sqrt(fan_in);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        switch (init.kind) {
+        case MPMD_INIT_ZEROS: d[i] = 0.0f; break;
+        case MPMD_INIT_CONST: d[i] = init.a; break;
+        case MPMD_INIT_UNIFORM: d[i] = (float)(init.a + (init.b - init.a) * unit(key, (uint64_t)i)); break;
+        case MPMD_INIT_NORMAL:
+        case MPMD_INIT_LECUN: {
+            /* Box-Muller on two independent uniforms of element i. */
+            double u1 = unit(key, 2 * (uint64_t)i), u2 = unit(key, 2 * (uint64_t)i + 1);
+            double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+            d[i] = (float)((init.kind == MPMD_INIT_NORMAL ? init.a : 0.0) + std * z);
+            break;
+        }
+        }
+    }
+}

@@ -1,0 +1,127 @@
+/* Test helpers: checks, deterministic data, and the gradient checker. */
+#include "testutil.h"
+
+#include <math.h>
+#include <string.h>
+
+int tu_failures = 0;
+int tu_checks = 0;
+
+int tu_report(const char *name) {
+    printf("%s: %d passed, %d failed\n", name, tu_checks - tu_failures, tu_failures);
+    return tu_failures ? 1 : 0;
+}
+
+int tu_quick(void) {
+    const char *q = getenv("MPMD_TEST_QUICK");
+    return q && *q && strcmp(q, "0") != 0;
+}
+
+void tu_fill(float *x, int64_t n, uint64_t seed) {
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+    for (int64_t i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        x[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+}
+
+mpmd_type tu_f32(int ndim, const int64_t *dims) {
+    mpmd_type t;
+    memset(&t, 0, sizeof t);
+    t.dtype = MPMD_F32;
+    t.ndim = ndim;
+    for (int i = 0; i < ndim; i++) t.dim[i] = dims[i];
+    return t;
+}
+
+mpmd_exec *tu_exec(mpmd_graph *g, int threads) {
+    if (mpmd_graph_status(g) != MPMD_OK) {
+        fprintf(stderr, "graph error: %s\n", mpmd_graph_error(g));
+        abort();
+    }
+    mpmd_exec_opts o = MPMD_EXEC_DEFAULTS;
+    o.threads = threads;
+    o.seed = 1;
+    mpmd_error err;
+    mpmd_exec *ex = mpmd_exec_new(g, &o, &err);
+    if (!ex) {
+        fprintf(stderr, "mpmd_exec_new: %s\n", err.msg);
+        abort();
+    }
+    return ex;
+}
+
+static double run_loss(mpmd_exec *ex, mpmd_value loss) {
+    if (mpmd_exec_run(ex) != MPMD_OK) {
+        fprintf(stderr, "gradcheck run failed: %s\n", mpmd_exec_error(ex));
+        abort();
+    }
+    float l;
+    mpmd_exec_read(ex, loss, &l, sizeof l);
+    return l;
+}
+
+int tu_gradcheck(const char *label, int n_in, const mpmd_type *in_shapes, tu_build_fn build, void *ctx,
+                 double h, double tol) {
+    mpmd_graph *g = mpmd_graph_new();
+    mpmd_value params[16], grads[16];
+    if (n_in > 16) abort();
+    for (int i = 0; i < n_in; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "x%d", i);
+        params[i] = mpmd_param(g, name, in_shapes[i].ndim, in_shapes[i].dim, MPMD_NORMAL(1.0f));
+    }
+    mpmd_value y = build(g, params, ctx);
+    /* loss = sum(y * r) with a fixed random r: every output element matters,
+     * each with its own weight, so a transposed or scaled gradient shows. */
+    mpmd_type yt = mpmd_value_type(g, y);
+    int64_t yn = mpmd_type_numel(&yt);
+    float *r = malloc((size_t)(yn ? yn : 1) * sizeof *r);
+    tu_fill(r, yn, 4242);
+    mpmd_value rc = mpmd_constant(g, MPMD_F32, yt.ndim, yt.dim, r);
+    free(r);
+    mpmd_value loss = mpmd_sum(g, mpmd_mul(g, y, rc), 0, NULL, 0);
+    mpmd_grad(g, loss, n_in, params, grads);
+    mpmd_keep(g, loss);
+    for (int i = 0; i < n_in; i++) mpmd_keep(g, grads[i]);
+    if (mpmd_graph_status(g) != MPMD_OK) {
+        fprintf(stderr, "gradcheck %s: graph error: %s\n", label, mpmd_graph_error(g));
+        mpmd_graph_free(g);
+        tu_checks++, tu_failures++;
+        return 0;
+    }
+    mpmd_exec *ex = tu_exec(g, 1);
+    run_loss(ex, loss);
+    int ok = 1;
+    for (int i = 0; i < n_in; i++) {
+        int64_t n = mpmd_type_numel(&in_shapes[i]);
+        float *ad = malloc((size_t)n * sizeof *ad);
+        mpmd_exec_read(ex, grads[i], ad, (size_t)n * sizeof *ad);
+        float *x = mpmd_exec_var_data(ex, params[i]);
+        int64_t step = n > 64 ? n / 64 : 1;
+        double worst = 0, wfd = 0, wad = 0;
+        int64_t wk = -1;
+        for (int64_t k = 0; k < n; k += step) {
+            float save = x[k];
+            x[k] = (float)(save + h);
+            double lp = run_loss(ex, loss);
+            x[k] = (float)(save - h);
+            double lm = run_loss(ex, loss);
+            x[k] = save;
+            double fd = (lp - lm) / (2 * h);
+            double err = fabs(fd - ad[k]) / fmax(1.0, fabs(fd));
+            if (err > worst || isnan(err)) worst = isnan(err) ? INFINITY : err, wk = k, wfd = fd, wad = ad[k];
+        }
+        if (worst > tol) {
+            ok = 0;
+            fprintf(stderr, "gradcheck %s: input %d element %lld: finite difference %.6g, autodiff %.6g (error %.3g > %.3g)\n",
+                    label, i, (long long)wk, wfd, wad, worst, tol);
+        }
+        free(ad);
+    }
+    mpmd_exec_free(ex);
+    mpmd_graph_free(g);
+    tu_checks++;
+    if (!ok) tu_failures++;
+    return ok;
+}
