@@ -1,0 +1,163 @@
+/* Layers: small compositions of ops with their parameters, named the way
+ * flax names them. A layer "name" pushes a scope, so its parameters are
+ * "<scope>/<name>/kernel", "<scope>/<name>/bias", ... and an error inside it
+ * names the scope too. Layers add no kernels and no gradient rules of their
+ * own: they are ordinary ops, differentiated op by op.
+ */
+#include "../graph/graph.h"
+
+/* A layer's parameter. Layers are called while the loop body is traced (as
+ * in mpmd.h's example), but mpmd_param refuses to be called in the body;
+ * a parameter is a leaf that belongs before the loop either way (the graph
+ * core emits every leaf there), so the layer creates it from there. */
+static mpmd_value layer_param(mpmd_graph *g, const char *name, int ndim, const int64_t *dims, mpmd_init init) {
+    int saved = g->region;
+    if (g->region == MPMD_REGION_BODY) g->region = MPMD_REGION_PRE;
+    mpmd_value p = mpmd_param(g, name, ndim, dims, init);
+    g->region = saved;
+    return p;
+}
+
+/* Every layer checks its input the same way before pushing its scope. */
+static int layer_input_ok(mpmd_graph *g, const char *fn, const char *name, mpmd_value x) {
+    if (!mpmd_check_operands(g, fn, 1, &x)) return 0;
+    if (!name || !*name) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "%s: a layer name is required", fn);
+        return 0;
+    }
+    return 1;
+}
+
+/* y = x @ kernel (+ bias): x [..., in], kernel [in, out], bias [out]. */
+mpmd_value mpmd_dense(mpmd_graph *g, const char *name, mpmd_value x, int64_t out, int use_bias) {
+    const char *fn = "mpmd_dense";
+    if (!layer_input_ok(g, fn, name, x)) return MPMD_NONE;
+    mpmd_type xt = *mpmd_type_of(g, x);
+    if (xt.dtype != MPMD_F32 || xt.ndim < 1)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": input is %s; an f32 tensor [..., features] is expected", fn,
+                         name, mpmd_tstr(g, x));
+    if (out < 1)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": %lld output features; at least 1 is required", fn, name,
+                         (long long)out);
+    int64_t in = xt.dim[xt.ndim - 1];
+    mpmd_scope_push(g, name);
+    mpmd_value k = layer_param(g, "kernel", MPMD_SHAPE(in, out), MPMD_LECUN);
+    mpmd_value b = use_bias ? layer_param(g, "bias", MPMD_SHAPE(out), MPMD_ZEROS) : MPMD_NONE;
+    mpmd_scope_pop(g);
+    /* A vector is a one-row matrix for the product. */
+    mpmd_value x2 = xt.ndim == 1 ? mpmd_reshape(g, x, MPMD_SHAPE(1, in)) : x;
+    mpmd_value y = mpmd_matmul(g, x2, k, 0);
+    if (xt.ndim == 1) y = mpmd_reshape(g, y, MPMD_SHAPE(out));
+    if (use_bias) y = mpmd_add(g, y, b);
+    return y;
+}
+
+/* (x - mean) / sqrt(var + eps) * scale + bias over the last axis. */
+mpmd_value mpmd_layer_norm_layer(mpmd_graph *g, const char *name, mpmd_value x, float eps) {
+    const char *fn = "mpmd_layer_norm_layer";
+    if (!layer_input_ok(g, fn, name, x)) return MPMD_NONE;
+    mpmd_type xt = *mpmd_type_of(g, x);
+    if (xt.dtype != MPMD_F32 || xt.ndim < 1)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": input is %s; an f32 tensor [..., features] is expected", fn,
+                         name, mpmd_tstr(g, x));
+    int64_t c = xt.dim[xt.ndim - 1];
+    mpmd_scope_push(g, name);
+    mpmd_value scale = layer_param(g, "scale", MPMD_SHAPE(c), MPMD_ONES);
+    mpmd_value bias = layer_param(g, "bias", MPMD_SHAPE(c), MPMD_ZEROS);
+    mpmd_scope_pop(g);
+    return mpmd_layer_norm(g, x, scale, bias, eps);
+}
+
+/* Rows of embedding [vocab, width] picked by the i32 ids. */
+mpmd_value mpmd_embed(mpmd_graph *g, const char *name, mpmd_value ids, int64_t vocab, int64_t width) {
+    const char *fn = "mpmd_embed";
+    if (!layer_input_ok(g, fn, name, ids)) return MPMD_NONE;
+    if (mpmd_type_of(g, ids)->dtype != MPMD_I32)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": ids are %s; i32 token ids are expected", fn, name,
+                         mpmd_tstr(g, ids));
+    if (vocab < 1 || width < 1)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": vocab %lld and width %lld must be positive", fn, name,
+                         (long long)vocab, (long long)width);
+    mpmd_scope_push(g, name);
+    mpmd_value table = layer_param(g, "embedding", MPMD_SHAPE(vocab, width), MPMD_NORMAL(0.02f));
+    mpmd_scope_pop(g);
+    return mpmd_embedding(g, table, ids);
+}
+
+/* dense_0 (hidden) -> gelu -> dense_1 (out). */
+mpmd_value mpmd_mlp(mpmd_graph *g, const char *name, mpmd_value x, int64_t hidden, int64_t out) {
+    if (!layer_input_ok(g, "mpmd_mlp", name, x)) return MPMD_NONE;
+    mpmd_scope_push(g, name);
+    mpmd_value h = mpmd_gelu(g, mpmd_dense(g, "dense_0", x, hidden, 1));
+    mpmd_value y = mpmd_dense(g, "dense_1", h, out, 1);
+    mpmd_scope_pop(g);
+    return y;
+}
+
+/* x [B, T, C] -> qkv = x W_qkv + b [B, T, 3C]; q, k, v its three column
+ * blocks, each seen as [B, T, H, C/H]; a = attention(q, k, v) [B, T, H, C/H]
+ * seen as [B, T, C]; y = a W_out + b. */
+mpmd_value mpmd_self_attention(mpmd_graph *g, const char *name, mpmd_value x, int heads, int causal) {
+    const char *fn = "mpmd_self_attention";
+    if (!layer_input_ok(g, fn, name, x)) return MPMD_NONE;
+    mpmd_type xt = *mpmd_type_of(g, x);
+    if (xt.dtype != MPMD_F32 || xt.ndim != 3)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": input is %s; f32 [batch, seq, width] is expected", fn, name,
+                         mpmd_tstr(g, x));
+    int64_t b = xt.dim[0], t = xt.dim[1], c = xt.dim[2];
+    if (heads < 1 || c % heads != 0)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": %d heads do not divide the width %lld of the input %s", fn,
+                         name, heads, (long long)c, mpmd_tstr(g, x));
+    int64_t dh = c / heads;
+    mpmd_scope_push(g, name);
+    mpmd_value qkv = mpmd_dense(g, "qkv", x, 3 * c, 1);
+    mpmd_value q = mpmd_reshape(g, mpmd_slice(g, qkv, 2, 0, c), MPMD_SHAPE(b, t, heads, dh));
+    mpmd_value k = mpmd_reshape(g, mpmd_slice(g, qkv, 2, c, 2 * c), MPMD_SHAPE(b, t, heads, dh));
+    mpmd_value v = mpmd_reshape(g, mpmd_slice(g, qkv, 2, 2 * c, 3 * c), MPMD_SHAPE(b, t, heads, dh));
+    mpmd_value a = mpmd_reshape(g, mpmd_attention(g, q, k, v, causal), MPMD_SHAPE(b, t, c));
+    mpmd_value y = mpmd_dense(g, "out", a, c, 1);
+    mpmd_scope_pop(g);
+    return y;
+}
+
+/* Flax's LayerNorm epsilon for the tutorial Block, GPT-2's for gpt_block. */
+#define BLOCK_LN_EPS 1e-6f
+#define GPT_LN_EPS 1e-5f
+
+static int block_input_ok(mpmd_graph *g, const char *fn, const char *name, mpmd_value x) {
+    if (!layer_input_ok(g, fn, name, x)) return 0;
+    const mpmd_type *xt = mpmd_type_of(g, x);
+    if (xt->dtype != MPMD_F32 || xt->ndim != 3) {
+        mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": input is %s; f32 [batch, seq, width] is expected", fn, name,
+                  mpmd_tstr(g, x));
+        return 0;
+    }
+    return 1;
+}
+
+/* The JaxPP tutorial's Block (post-LN):
+ *   x = ln_0(x + attn(x));  x = ln_1(x + mlp(x)), mlp = dense(4C) -> gelu -> dense(C). */
+mpmd_value mpmd_transformer_block(mpmd_graph *g, const char *name, mpmd_value x, int heads, int causal) {
+    const char *fn = "mpmd_transformer_block";
+    if (!block_input_ok(g, fn, name, x)) return MPMD_NONE;
+    int64_t c = mpmd_type_of(g, x)->dim[2];
+    mpmd_scope_push(g, name);
+    x = mpmd_layer_norm_layer(g, "ln_0", mpmd_add(g, x, mpmd_self_attention(g, "attn", x, heads, causal)),
+                              BLOCK_LN_EPS);
+    x = mpmd_layer_norm_layer(g, "ln_1", mpmd_add(g, x, mpmd_mlp(g, "mlp", x, 4 * c, c)), BLOCK_LN_EPS);
+    mpmd_scope_pop(g);
+    return x;
+}
+
+/* A GPT-2 block (pre-LN, causal):
+ *   x = x + attn(ln_0(x));  x = x + mlp(ln_1(x)), mlp = dense(4C) -> gelu -> dense(C). */
+mpmd_value mpmd_gpt_block(mpmd_graph *g, const char *name, mpmd_value x, int heads) {
+    const char *fn = "mpmd_gpt_block";
+    if (!block_input_ok(g, fn, name, x)) return MPMD_NONE;
+    int64_t c = mpmd_type_of(g, x)->dim[2];
+    mpmd_scope_push(g, name);
+    x = mpmd_add(g, x, mpmd_self_attention(g, "attn", mpmd_layer_norm_layer(g, "ln_0", x, GPT_LN_EPS), heads, 1));
+    x = mpmd_add(g, x, mpmd_mlp(g, "mlp", mpmd_layer_norm_layer(g, "ln_1", x, GPT_LN_EPS), 4 * c, c));
+    mpmd_scope_pop(g);
+    return x;
+}
