@@ -1,3 +1,533 @@
-/* Placeholder until the elementwise kernels land. */
+/* CPU kernels of the elementwise family (ops in src/ops/elementwise.c).
+ *
+ * Binary ops and broadcast_to: the output shape and the operands' shapes
+ * (aligned at the last axis) are first "coalesced": output axes of size 1
+ * are dropped and neighbouring axes that are broadcast the same way in both
+ * operands are merged. What is left is a short list of groups, each with an
+ * element stride per operand (0 where the operand is broadcast). The common
+ * cases become one or two groups:
+ *   equal shapes            [n]         strides (1, 1)
+ *   scalar operand          [n]         strides (1, 0)
+ *   row broadcast [R,C]+[C] [R][C]      strides (1,0)(1,1)
+ *   column  [R,C]/[R,1]     [R][C]      strides (1,1)(1,0)
+ * and the kernel runs the last group as a flat inner loop specialised on
+ * its strides (vectorised with `omp simd`), the other groups as an
+ * odometer over rows. Work is split over output elements; every output
+ * element is computed by one thread from its own inputs, so results do not
+ * depend on the thread count. When out == in[0] (in place) each element
+ * reads its inputs before writing itself: correct.
+ *
+ * sum_to: see the comment above sum_to_kernel for its fixed summation order.
+ *
+ * libm's expf/logf/tanhf/sqrtf are used as they are (no -ffast-math).
+ */
 #include "cpu.h"
-const mpmd_cpu_entry mpmd_cpu_elementwise_kernels[] = {{0}};
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+extern const mpmd_op_desc mpmd_op_add, mpmd_op_sub, mpmd_op_mul, mpmd_op_div;
+extern const mpmd_op_desc mpmd_op_add_scalar, mpmd_op_mul_scalar, mpmd_op_neg, mpmd_op_exp, mpmd_op_log;
+extern const mpmd_op_desc mpmd_op_tanh, mpmd_op_sqrt, mpmd_op_rsqrt, mpmd_op_square, mpmd_op_relu, mpmd_op_gelu;
+extern const mpmd_op_desc mpmd_op_broadcast_to, mpmd_op_sum_to;
+extern const mpmd_op_desc mpmd_op_tanh_grad, mpmd_op_sqrt_grad, mpmd_op_rsqrt_grad, mpmd_op_square_grad;
+extern const mpmd_op_desc mpmd_op_relu_grad, mpmd_op_gelu_grad;
+
+/* ---- threading ------------------------------------------------------------------ */
+
+typedef void (*work_fn)(void *ctx, int t, int nt);
+
+/* Run fn(ctx, t, nt) on nt threads (directly when nt is 1). The team may be
+ * smaller than asked; fn partitions by the team's real size. */
+static void parallel(int nt, work_fn fn, void *ctx) {
+    if (nt <= 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    fn(ctx, omp_get_thread_num(), omp_get_num_threads());
+}
+
+/* ---- binary ops and broadcast_to ---------------------------------------------------- */
+
+enum bin_kind { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_COPY };
+
+typedef struct bcast_plan {
+    int ng;                                           /* groups, outermost first; >= 1 */
+    int64_t size[MPMD_MAX_DIMS];                      /* elements per group */
+    int64_t sa[MPMD_MAX_DIMS], sb[MPMD_MAX_DIMS];     /* element strides of a and b, 0 if broadcast */
+} bcast_plan;
+
+/* Dimension d of type t aligned to an output of rank n (1 where t has no such axis). */
+static int64_t aligned_dim(const mpmd_type *t, int n, int d) {
+    int k = d - (n - t->ndim);
+    return k >= 0 ? t->dim[k] : 1;
+}
+
+/* Coalesce `out` against a and b (b may be NULL: a single operand). */
+static void plan_broadcast(bcast_plan *p, const mpmd_type *out, const mpmd_type *ta, const mpmd_type *tb) {
+    int fa[MPMD_MAX_DIMS], fb[MPMD_MAX_DIMS];
+    int n = out->ndim, ng = 0;
+    for (int d = 0; d < n; d++) {
+        int64_t od = out->dim[d];
+        if (od == 1) continue;
+        int full_a = aligned_dim(ta, n, d) == od;
+        int full_b = tb ? aligned_dim(tb, n, d) == od : full_a;
+        if (ng > 0 && fa[ng - 1] == full_a && fb[ng - 1] == full_b) {
+            p->size[ng - 1] *= od;
+        } else {
+            fa[ng] = full_a;
+            fb[ng] = full_b;
+            p->size[ng++] = od;
+        }
+    }
+    if (ng == 0) { /* a single element */
+        fa[0] = fb[0] = 1;
+        p->size[ng++] = 1;
+    }
+    p->ng = ng;
+    int64_t stride_a = 1, stride_b = 1;
+    for (int k = ng - 1; k >= 0; k--) {
+        p->sa[k] = fa[k] ? stride_a : 0;
+        p->sb[k] = fb[k] ? stride_b : 0;
+        if (fa[k]) stride_a *= p->size[k];
+        if (fb[k]) stride_b *= p->size[k];
+    }
+}
+
+/* One run of n outputs: x walks a with stride sa, y walks b with stride sb,
+ * each stride 0 or 1. The four stride cases are separate loops so that each
+ * vectorises. */
+#define ROW_LOOP(EXPR)                                                                                   \
+    do {                                                                                                 \
+        if (sa && sb) {                                                                                  \
+            _Pragma("omp simd") for (int64_t j = 0; j < n; j++) {                                        \
+                float x = a[j], y = b[j];                                                                \
+                o[j] = (EXPR);                                                                           \
+            }                                                                                            \
+        } else if (sa) {                                                                                 \
+            const float y = b[0];                                                                        \
+            _Pragma("omp simd") for (int64_t j = 0; j < n; j++) {                                        \
+                float x = a[j];                                                                          \
+                o[j] = (EXPR);                                                                           \
+            }                                                                                            \
+        } else if (sb) {                                                                                 \
+            const float x = a[0];                                                                        \
+            _Pragma("omp simd") for (int64_t j = 0; j < n; j++) {                                        \
+                float y = b[j];                                                                          \
+                o[j] = (EXPR);                                                                           \
+            }                                                                                            \
+        } else {                                                                                         \
+            const float x = a[0], y = b[0], v = (EXPR);                                                  \
+            for (int64_t j = 0; j < n; j++) o[j] = v;                                                    \
+        }                                                                                                \
+    } while (0)
+
+static void row_op(int kind, float *o, const float *a, int64_t sa, const float *b, int64_t sb, int64_t n) {
+    switch (kind) {
+    case BIN_ADD: ROW_LOOP(x + y); break;
+    case BIN_SUB: ROW_LOOP(x - y); break;
+    case BIN_MUL: ROW_LOOP(x * y); break;
+    case BIN_DIV: ROW_LOOP(x / y); break;
+    case BIN_COPY: ROW_LOOP(((void)y, x)); break;
+    }
+}
+
+typedef struct bin_ctx {
+    const bcast_plan *p;
+    int kind;
+    float *o;
+    const float *a, *b;
+    int64_t numel;
+} bin_ctx;
+
+/* Output elements [lo, hi) of this thread: rows of the last group, walked
+ * with an odometer over the outer groups. */
+static void bin_work(void *vctx, int t, int nt) {
+    const bin_ctx *c = vctx;
+    const bcast_plan *p = c->p;
+    int64_t lo, hi;
+    mpmd_split(c->numel, t, nt, &lo, &hi);
+    if (lo >= hi) return;
+    int last = p->ng - 1;
+    int64_t cols = p->size[last], sac = p->sa[last], sbc = p->sb[last];
+    int64_t idx[MPMD_MAX_DIMS], offa = 0, offb = 0, rem = lo / cols, col = lo % cols;
+    for (int k = last - 1; k >= 0; k--) {
+        idx[k] = rem % p->size[k];
+        rem /= p->size[k];
+        offa += idx[k] * p->sa[k];
+        offb += idx[k] * p->sb[k];
+    }
+    for (int64_t i = lo; i < hi;) {
+        int64_t n = cols - col;
+        if (n > hi - i) n = hi - i;
+        row_op(c->kind, c->o + i, c->a + offa + col * sac, sac, c->b + offb + col * sbc, sbc, n);
+        i += n;
+        col = 0;
+        for (int k = last - 1; k >= 0; k--) { /* next row */
+            offa += p->sa[k];
+            offb += p->sb[k];
+            if (++idx[k] < p->size[k]) break;
+            offa -= p->sa[k] * p->size[k];
+            offb -= p->sb[k] * p->size[k];
+            idx[k] = 0;
+        }
+    }
+}
+
+static int run_binary(const mpmd_kargs *a, int kind) {
+    const mpmd_type *out = &a->node->type;
+    bcast_plan p;
+    plan_broadcast(&p, out, a->in_type[0], kind == BIN_COPY ? NULL : a->in_type[1]);
+    bin_ctx c = {&p, kind, a->out, a->in[0], kind == BIN_COPY ? a->in[0] : a->in[1], mpmd_type_numel(out)};
+    parallel(mpmd_threads_for(a->nthreads, c.numel), bin_work, &c);
+    return 0;
+}
+
+static int k_add(const mpmd_kargs *a) { return run_binary(a, BIN_ADD); }
+static int k_sub(const mpmd_kargs *a) { return run_binary(a, BIN_SUB); }
+static int k_mul(const mpmd_kargs *a) { return run_binary(a, BIN_MUL); }
+static int k_div(const mpmd_kargs *a) { return run_binary(a, BIN_DIV); }
+/* broadcast_to: out[i] = a[broadcast index of i] */
+static int k_broadcast_to(const mpmd_kargs *a) { return run_binary(a, BIN_COPY); }
+
+/* ---- unary ops ------------------------------------------------------------------------ */
+
+enum un_kind { UN_ADDS, UN_MULS, UN_NEG, UN_EXP, UN_LOG, UN_TANH, UN_SQRT, UN_RSQRT, UN_SQUARE, UN_RELU, UN_GELU };
+
+/* gelu, tanh form: gelu(x) = 0.5 x (1 + tanh(u)), u = k (x + c x^3),
+ * k = sqrt(2/pi), c = 0.044715. */
+#define GELU_K 0.7978845608028654f
+#define GELU_C 0.044715f
+
+static float gelu1(float x) {
+    float u = GELU_K * (x + GELU_C * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+}
+
+/* d gelu / dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2), t = tanh(u). */
+static float gelu_grad1(float x) {
+    float u = GELU_K * (x + GELU_C * x * x * x);
+    float t = tanhf(u);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * x * x);
+}
+
+static void unary_run(int kind, float *o, const float *x, int64_t n, float s) {
+    switch (kind) {
+    case UN_ADDS: /* x + s */
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) o[i] = x[i] + s;
+        break;
+    case UN_MULS: /* x s */
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) o[i] = x[i] * s;
+        break;
+    case UN_NEG: /* -x */
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) o[i] = -x[i];
+        break;
+    case UN_EXP:
+        for (int64_t i = 0; i < n; i++) o[i] = expf(x[i]);
+        break;
+    case UN_LOG:
+        for (int64_t i = 0; i < n; i++) o[i] = logf(x[i]);
+        break;
+    case UN_TANH:
+        for (int64_t i = 0; i < n; i++) o[i] = tanhf(x[i]);
+        break;
+    case UN_SQRT:
+        for (int64_t i = 0; i < n; i++) o[i] = sqrtf(x[i]);
+        break;
+    case UN_RSQRT: /* 1 / sqrt(x) */
+        for (int64_t i = 0; i < n; i++) o[i] = 1.0f / sqrtf(x[i]);
+        break;
+    case UN_SQUARE: /* x x */
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) o[i] = x[i] * x[i];
+        break;
+    case UN_RELU: /* max(x, 0); written so that NaN passes through (seen by loss checks) */
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) o[i] = x[i] < 0.0f ? 0.0f : x[i];
+        break;
+    case UN_GELU:
+        for (int64_t i = 0; i < n; i++) o[i] = gelu1(x[i]);
+        break;
+    }
+}
+
+typedef struct un_ctx {
+    int kind;
+    float *o;
+    const float *x;
+    int64_t n;
+    float s;
+} un_ctx;
+
+static void un_work(void *vctx, int t, int nt) {
+    const un_ctx *c = vctx;
+    int64_t lo, hi;
+    mpmd_split(c->n, t, nt, &lo, &hi);
+    if (lo < hi) unary_run(c->kind, c->o + lo, c->x + lo, hi - lo, c->s);
+}
+
+/* cost: rough elementary operations per element, for the thread threshold */
+static int run_unary(const mpmd_kargs *a, int kind, int cost) {
+    un_ctx c = {kind, a->out, a->in[0], mpmd_type_numel(&a->node->type), a->node->fa[0]};
+    parallel(mpmd_threads_for(a->nthreads, c.n * cost), un_work, &c);
+    return 0;
+}
+
+static int k_add_scalar(const mpmd_kargs *a) { return run_unary(a, UN_ADDS, 1); }
+static int k_mul_scalar(const mpmd_kargs *a) { return run_unary(a, UN_MULS, 1); }
+static int k_neg(const mpmd_kargs *a) { return run_unary(a, UN_NEG, 1); }
+static int k_exp(const mpmd_kargs *a) { return run_unary(a, UN_EXP, 16); }
+static int k_log(const mpmd_kargs *a) { return run_unary(a, UN_LOG, 16); }
+static int k_tanh(const mpmd_kargs *a) { return run_unary(a, UN_TANH, 16); }
+static int k_sqrt(const mpmd_kargs *a) { return run_unary(a, UN_SQRT, 4); }
+static int k_rsqrt(const mpmd_kargs *a) { return run_unary(a, UN_RSQRT, 4); }
+static int k_square(const mpmd_kargs *a) { return run_unary(a, UN_SQUARE, 1); }
+static int k_relu(const mpmd_kargs *a) { return run_unary(a, UN_RELU, 1); }
+static int k_gelu(const mpmd_kargs *a) { return run_unary(a, UN_GELU, 16); }
+
+/* ---- fused backward ops: out = f(gy, v), same shape ---------------------------------------- */
+
+enum grad_kind { GR_TANH, GR_SQRT, GR_RSQRT, GR_SQUARE, GR_RELU, GR_GELU };
+
+static void grad_run(int kind, float *o, const float *gy, const float *v, int64_t n) {
+    switch (kind) {
+    case GR_TANH: /* v = y = tanh(x):  gy (1 - y^2) */
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) o[i] = gy[i] * (1.0f - v[i] * v[i]);
+        break;
+    case GR_SQRT: /* v = y = sqrt(x):  gy 0.5 / y */
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) o[i] = gy[i] * 0.5f / v[i];
+        break;
+    case GR_RSQRT: /* v = y = x^(-1/2):  dy/dx = -x^(-3/2) / 2 = -0.5 y^3 */
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) o[i] = -0.5f * gy[i] * (v[i] * v[i] * v[i]);
+        break;
+    case GR_SQUARE: /* v = x:  2 x gy */
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) o[i] = 2.0f * v[i] * gy[i];
+        break;
+    case GR_RELU: /* v = y = max(x, 0):  gy where y > 0, else 0 (relu'(0) = 0) */
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) o[i] = v[i] > 0.0f ? gy[i] : 0.0f;
+        break;
+    case GR_GELU: /* v = x:  gy gelu'(x) */
+        for (int64_t i = 0; i < n; i++) o[i] = gy[i] * gelu_grad1(v[i]);
+        break;
+    }
+}
+
+typedef struct gr_ctx {
+    int kind;
+    float *o;
+    const float *gy, *v;
+    int64_t n;
+} gr_ctx;
+
+static void gr_work(void *vctx, int t, int nt) {
+    const gr_ctx *c = vctx;
+    int64_t lo, hi;
+    mpmd_split(c->n, t, nt, &lo, &hi);
+    if (lo < hi) grad_run(c->kind, c->o + lo, c->gy + lo, c->v + lo, hi - lo);
+}
+
+static int run_grad(const mpmd_kargs *a, int kind, int cost) {
+    gr_ctx c = {kind, a->out, a->in[0], a->in[1], mpmd_type_numel(&a->node->type)};
+    parallel(mpmd_threads_for(a->nthreads, c.n * cost), gr_work, &c);
+    return 0;
+}
+
+static int k_tanh_grad(const mpmd_kargs *a) { return run_grad(a, GR_TANH, 1); }
+static int k_sqrt_grad(const mpmd_kargs *a) { return run_grad(a, GR_SQRT, 2); }
+static int k_rsqrt_grad(const mpmd_kargs *a) { return run_grad(a, GR_RSQRT, 1); }
+static int k_square_grad(const mpmd_kargs *a) { return run_grad(a, GR_SQUARE, 1); }
+static int k_relu_grad(const mpmd_kargs *a) { return run_grad(a, GR_RELU, 1); }
+static int k_gelu_grad(const mpmd_kargs *a) { return run_grad(a, GR_GELU, 16); }
+
+/* ---- sum_to ------------------------------------------------------------------------------------ */
+
+/* sum_to(x, shape): out[o] = sum of x over the positions that broadcast to o.
+ *
+ * The input's axes (aligned with the target's) are coalesced into groups
+ * that are either kept (target size = input size) or reduced (target size
+ * 1); axes of size 1 are dropped. The summation order for each output
+ * element is fixed by the shapes alone:
+ *  - last group kept (e.g. a bias gradient [N, C] -> [C]): the reduced
+ *    positions are added one by one in row-major order, starting from 0:
+ *    out[c] = ((0 + x[0,c]) + x[1,c]) + ... Threads split the columns of
+ *    the last group, and the inner loop over columns is vectorised.
+ *  - last group reduced (e.g. [N, C] -> [N, 1], or everything -> [1]): each
+ *    innermost run is summed with mpmd_sum_f32 (eight interleaved partial
+ *    sums), and those run sums are added in row-major order starting from
+ *    0. Threads split the output elements.
+ *  - no reduced group: a copy.
+ */
+typedef struct sum_plan {
+    int ng;
+    int64_t size[MPMD_MAX_DIMS];
+    int red[MPMD_MAX_DIMS];      /* 1 if the group is reduced */
+    int64_t sx[MPMD_MAX_DIMS];   /* stride in x */
+    int64_t so[MPMD_MAX_DIMS];   /* stride in out, 0 for reduced groups */
+    int64_t in_numel, out_numel;
+} sum_plan;
+
+static void plan_sum(sum_plan *p, const mpmd_type *in, const mpmd_type *out) {
+    int n = in->ndim, ng = 0;
+    for (int d = 0; d < n; d++) {
+        int64_t id = in->dim[d];
+        if (id == 1) continue;
+        int r = aligned_dim(out, n, d) != id;
+        if (ng > 0 && p->red[ng - 1] == r) {
+            p->size[ng - 1] *= id;
+        } else {
+            p->red[ng] = r;
+            p->size[ng++] = id;
+        }
+    }
+    p->ng = ng;
+    int64_t sx = 1, so = 1;
+    for (int k = ng - 1; k >= 0; k--) {
+        p->sx[k] = sx;
+        p->so[k] = p->red[k] ? 0 : so;
+        sx *= p->size[k];
+        if (!p->red[k]) so *= p->size[k];
+    }
+    p->in_numel = mpmd_type_numel(in);
+    p->out_numel = mpmd_type_numel(out);
+}
+
+typedef struct sum_ctx {
+    const sum_plan *p;
+    float *o;
+    const float *x;
+} sum_ctx;
+
+/* Last group kept, of C columns: this thread owns a block of columns in
+ * every output row; it walks the input rows in row-major order (an odometer
+ * over the outer groups) and adds each into its output row. Columns are
+ * split in blocks of 16 floats (a cache line) to keep threads apart. */
+static void sum_cols_work(void *vctx, int t, int nt) {
+    const sum_ctx *c = vctx;
+    const sum_plan *p = c->p;
+    int last = p->ng - 1;
+    int64_t C = p->size[last], lo, hi;
+    mpmd_split((C + 15) / 16, t, nt, &lo, &hi);
+    lo *= 16;
+    hi *= 16;
+    if (hi > C) hi = C;
+    if (lo >= hi) return;
+    int64_t w = hi - lo, out_rows = p->out_numel / C, in_rows = p->in_numel / C;
+    for (int64_t r = 0; r < out_rows; r++) memset(c->o + r * C + lo, 0, (size_t)w * sizeof(float));
+    int64_t idx[MPMD_MAX_DIMS] = {0}, ox = 0, oo = 0;
+    for (int64_t r = 0; r < in_rows; r++) {
+        float *o = c->o + oo + lo;
+        const float *x = c->x + ox + lo;
+#pragma omp simd
+        for (int64_t j = 0; j < w; j++) o[j] += x[j];
+        for (int k = last - 1; k >= 0; k--) { /* next input row */
+            ox += p->sx[k];
+            oo += p->so[k];
+            if (++idx[k] < p->size[k]) break;
+            ox -= p->sx[k] * p->size[k];
+            oo -= p->so[k] * p->size[k];
+            idx[k] = 0;
+        }
+    }
+}
+
+/* Last group reduced, runs of L elements: this thread owns a range of
+ * output elements; for each it adds the run sums over the outer reduced
+ * groups in row-major order. */
+static void sum_runs_work(void *vctx, int t, int nt) {
+    const sum_ctx *c = vctx;
+    const sum_plan *p = c->p;
+    int last = p->ng - 1;
+    int64_t L = p->size[last], lo, hi;
+    mpmd_split(p->out_numel, t, nt, &lo, &hi);
+    /* the outer reduced groups, and how many run sums each output adds */
+    int rg[MPMD_MAX_DIMS], nr = 0;
+    int64_t runs = 1;
+    for (int k = 0; k < last; k++)
+        if (p->red[k]) {
+            rg[nr++] = k;
+            runs *= p->size[k];
+        }
+    for (int64_t e = lo; e < hi; e++) {
+        /* input offset of output element e: its kept-group indices */
+        int64_t base = 0, rem = e;
+        for (int k = last - 1; k >= 0; k--) {
+            if (p->red[k]) continue;
+            base += (rem % p->size[k]) * p->sx[k];
+            rem /= p->size[k];
+        }
+        int64_t idx[MPMD_MAX_DIMS] = {0}, off = 0;
+        float acc = 0.0f;
+        for (int64_t r = 0; r < runs; r++) {
+            acc += mpmd_sum_f32(c->x + base + off, L);
+            for (int q = nr - 1; q >= 0; q--) { /* next reduced position */
+                int k = rg[q];
+                off += p->sx[k];
+                if (++idx[k] < p->size[k]) break;
+                off -= p->sx[k] * p->size[k];
+                idx[k] = 0;
+            }
+        }
+        c->o[e] = acc;
+    }
+}
+
+static int k_sum_to(const mpmd_kargs *a) {
+    sum_plan p;
+    plan_sum(&p, a->in_type[0], &a->node->type);
+    sum_ctx c = {&p, a->out, a->in[0]};
+    int any_red = 0;
+    for (int k = 0; k < p.ng; k++) any_red |= p.red[k];
+    if (!any_red) { /* same elements in the same order: [1,3] -> [3] */
+        memcpy(a->out, a->in[0], (size_t)p.out_numel * sizeof(float));
+        return 0;
+    }
+    int nt = mpmd_threads_for(a->nthreads, p.in_numel);
+    if (!p.red[p.ng - 1]) {
+        int64_t blocks = (p.size[p.ng - 1] + 15) / 16;
+        if (nt > blocks) nt = (int)blocks;
+        parallel(nt, sum_cols_work, &c);
+    } else {
+        if (nt > p.out_numel) nt = (int)p.out_numel;
+        parallel(nt, sum_runs_work, &c);
+    }
+    return 0;
+}
+
+/* ---- the table ------------------------------------------------------------------------------ */
+
+const mpmd_cpu_entry mpmd_cpu_elementwise_kernels[] = {
+    {&mpmd_op_add, k_add, NULL},
+    {&mpmd_op_sub, k_sub, NULL},
+    {&mpmd_op_mul, k_mul, NULL},
+    {&mpmd_op_div, k_div, NULL},
+    {&mpmd_op_add_scalar, k_add_scalar, NULL},
+    {&mpmd_op_mul_scalar, k_mul_scalar, NULL},
+    {&mpmd_op_neg, k_neg, NULL},
+    {&mpmd_op_exp, k_exp, NULL},
+    {&mpmd_op_log, k_log, NULL},
+    {&mpmd_op_tanh, k_tanh, NULL},
+    {&mpmd_op_sqrt, k_sqrt, NULL},
+    {&mpmd_op_rsqrt, k_rsqrt, NULL},
+    {&mpmd_op_square, k_square, NULL},
+    {&mpmd_op_relu, k_relu, NULL},
+    {&mpmd_op_gelu, k_gelu, NULL},
+    {&mpmd_op_broadcast_to, k_broadcast_to, NULL},
+    {&mpmd_op_sum_to, k_sum_to, NULL},
+    {&mpmd_op_tanh_grad, k_tanh_grad, NULL},
+    {&mpmd_op_sqrt_grad, k_sqrt_grad, NULL},
+    {&mpmd_op_rsqrt_grad, k_rsqrt_grad, NULL},
+    {&mpmd_op_square_grad, k_square_grad, NULL},
+    {&mpmd_op_relu_grad, k_relu_grad, NULL},
+    {&mpmd_op_gelu_grad, k_gelu_grad, NULL},
+    {0},
+};

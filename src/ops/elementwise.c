@@ -1,0 +1,348 @@
+/* The elementwise op family: binary arithmetic with numpy broadcasting,
+ * scalar variants, unary maths, broadcast_to / sum_to, and the fused
+ * backward ops their gradient rules use. Kernels: src/backend/cpu/elementwise.c.
+ *
+ * Broadcasting (numpy): operand shapes are aligned at their last axis; an
+ * axis missing on one side counts as 1; a 1 stretches to the other side's
+ * size; any other mismatch is an error naming both shapes. The result has
+ * the larger rank and, per axis, the larger size.
+ *
+ * Gradient rules reduce each operand's cotangent back to the operand's own
+ * shape with mpmd_sum_to, which emits nothing when the shapes are equal.
+ * Where a derivative needs several elementwise steps (tanh, sqrt, rsqrt,
+ * square, relu, gelu) the rule emits ONE fused backward op "<op>_grad"(gy, v),
+ * v being the forward output y or input x, whichever the formula needs: a
+ * single pass over memory instead of a chain of small nodes. These backward
+ * ops have no gradient rule of their own (no second derivatives).
+ *
+ * Every op here is f32 only: an i32 or token operand is a shape error that
+ * names the op and the dtype.
+ */
+#include "../graph/graph.h"
+
+#include <string.h>
+
+static void vjp_add(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_sub(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_mul(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_div(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_add_scalar(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_mul_scalar(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_neg(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_exp(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_log(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_tanh(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_sqrt(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_rsqrt(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_square(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_relu(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_gelu(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_broadcast_to(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_sum_to(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+
+static void attrs_scalar(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
+    (void)g;
+    snprintf(buf, len, " s=%.9g", (double)n->fa[0]);
+}
+
+/* Binary ops may write over input 0: when the executor lets them, the
+ * output has input 0's size, hence its shape up to leading 1s. */
+const mpmd_op_desc mpmd_op_add = {"add", 2, 0, 0, NULL, vjp_add};
+const mpmd_op_desc mpmd_op_sub = {"sub", 2, 0, 0, NULL, vjp_sub};
+const mpmd_op_desc mpmd_op_mul = {"mul", 2, 0, 0, NULL, vjp_mul};
+const mpmd_op_desc mpmd_op_div = {"div", 2, 0, 0, NULL, vjp_div};
+const mpmd_op_desc mpmd_op_add_scalar = {"add_scalar", 1, 0, 0, attrs_scalar, vjp_add_scalar};
+const mpmd_op_desc mpmd_op_mul_scalar = {"mul_scalar", 1, 0, 0, attrs_scalar, vjp_mul_scalar};
+const mpmd_op_desc mpmd_op_neg = {"neg", 1, 0, 0, NULL, vjp_neg};
+const mpmd_op_desc mpmd_op_exp = {"exp", 1, 0, 0, NULL, vjp_exp};
+const mpmd_op_desc mpmd_op_log = {"log", 1, 0, 0, NULL, vjp_log};
+const mpmd_op_desc mpmd_op_tanh = {"tanh", 1, 0, 0, NULL, vjp_tanh};
+const mpmd_op_desc mpmd_op_sqrt = {"sqrt", 1, 0, 0, NULL, vjp_sqrt};
+const mpmd_op_desc mpmd_op_rsqrt = {"rsqrt", 1, 0, 0, NULL, vjp_rsqrt};
+const mpmd_op_desc mpmd_op_square = {"square", 1, 0, 0, NULL, vjp_square};
+const mpmd_op_desc mpmd_op_relu = {"relu", 1, 0, 0, NULL, vjp_relu};
+const mpmd_op_desc mpmd_op_gelu = {"gelu", 1, 0, 0, NULL, vjp_gelu};
+const mpmd_op_desc mpmd_op_broadcast_to = {"broadcast_to", 1, -1, 0, NULL, vjp_broadcast_to};
+const mpmd_op_desc mpmd_op_sum_to = {"sum_to", 1, -1, 0, NULL, vjp_sum_to};
+
+/* Fused backward ops, inputs (gy, v), output of gy's shape; the kernel file
+ * states each formula. */
+const mpmd_op_desc mpmd_op_tanh_grad = {"tanh_grad", 2, 0, 0, NULL, NULL};
+const mpmd_op_desc mpmd_op_sqrt_grad = {"sqrt_grad", 2, 0, 0, NULL, NULL};
+const mpmd_op_desc mpmd_op_rsqrt_grad = {"rsqrt_grad", 2, 0, 0, NULL, NULL};
+const mpmd_op_desc mpmd_op_square_grad = {"square_grad", 2, 0, 0, NULL, NULL};
+const mpmd_op_desc mpmd_op_relu_grad = {"relu_grad", 2, 0, 0, NULL, NULL};
+const mpmd_op_desc mpmd_op_gelu_grad = {"gelu_grad", 2, 0, 0, NULL, NULL};
+
+/* ---- operand checks ---------------------------------------------------------- */
+
+static int check_f32(mpmd_graph *g, const char *fn, const char *which, mpmd_value v) {
+    const mpmd_type *t = mpmd_type_of(g, v);
+    if (t->dtype == MPMD_F32) return 1;
+    mpmd_fail(g, MPMD_ERR_SHAPE, "%s: operand %s is %s, but elementwise ops take f32 tensors only (not %s)", fn,
+              which, mpmd_tstr(g, v), mpmd_dtype_name(t->dtype));
+    return 0;
+}
+
+/* A target shape given by the caller: rank in range, every dim positive. */
+static int check_target(mpmd_graph *g, const char *fn, int ndim, const int64_t *dims) {
+    if (ndim < 0 || ndim > MPMD_MAX_DIMS) {
+        mpmd_fail(g, MPMD_ERR_SHAPE, "%s: target has %d dimensions; between 0 and %d are supported", fn, ndim,
+                  MPMD_MAX_DIMS);
+        return 0;
+    }
+    if (ndim > 0 && !dims) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "%s: target dims is NULL with %d dimensions", fn, ndim);
+        return 0;
+    }
+    for (int i = 0; i < ndim; i++) {
+        if (dims[i] <= 0) {
+            mpmd_fail(g, MPMD_ERR_SHAPE, "%s: target dimension %d is %lld; dimensions must be positive", fn, i,
+                      (long long)dims[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* numpy broadcasting of a and b into *out. Returns -1 on success, else the
+ * offending axis counted from the end (0 = last axis). */
+static int broadcast_shape(const mpmd_type *a, const mpmd_type *b, mpmd_type *out) {
+    int n = a->ndim > b->ndim ? a->ndim : b->ndim;
+    *out = mpmd_make_type(MPMD_F32, 0, NULL);
+    out->ndim = n;
+    for (int k = 0; k < n; k++) { /* k counts from the last axis */
+        int64_t da = k < a->ndim ? a->dim[a->ndim - 1 - k] : 1;
+        int64_t db = k < b->ndim ? b->dim[b->ndim - 1 - k] : 1;
+        if (da != db && da != 1 && db != 1) return k;
+        out->dim[n - 1 - k] = da > db ? da : db;
+    }
+    return -1;
+}
+
+/* ---- binary ops ---------------------------------------------------------------- */
+
+static mpmd_value binary(mpmd_graph *g, const mpmd_op_desc *op, const char *fn, mpmd_value a, mpmd_value b) {
+    mpmd_value in[2] = {a, b};
+    if (!mpmd_check_operands(g, fn, 2, in)) return MPMD_NONE;
+    if (!check_f32(g, fn, "a", a) || !check_f32(g, fn, "b", b)) return MPMD_NONE;
+    const mpmd_type *ta = mpmd_type_of(g, a), *tb = mpmd_type_of(g, b);
+    mpmd_type out;
+    int k = broadcast_shape(ta, tb, &out);
+    if (k >= 0)
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "%s: shapes %s and %s do not broadcast: axis -%d is %lld vs %lld (numpy rules: aligned "
+                         "from the last axis, sizes must be equal or 1)",
+                         fn, mpmd_tstr(g, a), mpmd_tstr(g, b), k + 1, (long long)ta->dim[ta->ndim - 1 - k],
+                         (long long)tb->dim[tb->ndim - 1 - k]);
+    return mpmd_emit(g, op, 2, in, out);
+}
+
+mpmd_value mpmd_add(mpmd_graph *g, mpmd_value a, mpmd_value b) { return binary(g, &mpmd_op_add, "mpmd_add", a, b); }
+mpmd_value mpmd_sub(mpmd_graph *g, mpmd_value a, mpmd_value b) { return binary(g, &mpmd_op_sub, "mpmd_sub", a, b); }
+mpmd_value mpmd_mul(mpmd_graph *g, mpmd_value a, mpmd_value b) { return binary(g, &mpmd_op_mul, "mpmd_mul", a, b); }
+mpmd_value mpmd_div(mpmd_graph *g, mpmd_value a, mpmd_value b) { return binary(g, &mpmd_op_div, "mpmd_div", a, b); }
+
+/* ---- unary ops ------------------------------------------------------------------- */
+
+static mpmd_value unary(mpmd_graph *g, const mpmd_op_desc *op, const char *fn, mpmd_value a) {
+    if (!mpmd_check_operands(g, fn, 1, &a)) return MPMD_NONE;
+    if (!check_f32(g, fn, "a", a)) return MPMD_NONE;
+    return mpmd_emit(g, op, 1, &a, *mpmd_type_of(g, a));
+}
+
+static mpmd_value unary_scalar(mpmd_graph *g, const mpmd_op_desc *op, const char *fn, mpmd_value a, float s) {
+    mpmd_value r = unary(g, op, fn, a);
+    mpmd_node *n = mpmd_node_of(g, r);
+    if (n) n->fa[0] = s;
+    return r;
+}
+
+mpmd_value mpmd_add_scalar(mpmd_graph *g, mpmd_value a, float s) {
+    return unary_scalar(g, &mpmd_op_add_scalar, "mpmd_add_scalar", a, s);
+}
+mpmd_value mpmd_mul_scalar(mpmd_graph *g, mpmd_value a, float s) {
+    return unary_scalar(g, &mpmd_op_mul_scalar, "mpmd_mul_scalar", a, s);
+}
+mpmd_value mpmd_neg(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_neg, "mpmd_neg", a); }
+mpmd_value mpmd_exp(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_exp, "mpmd_exp", a); }
+mpmd_value mpmd_log(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_log, "mpmd_log", a); }
+mpmd_value mpmd_tanh(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_tanh, "mpmd_tanh", a); }
+mpmd_value mpmd_sqrt(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_sqrt, "mpmd_sqrt", a); }
+mpmd_value mpmd_rsqrt(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_rsqrt, "mpmd_rsqrt", a); }
+mpmd_value mpmd_square(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_square, "mpmd_square", a); }
+mpmd_value mpmd_relu(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_relu, "mpmd_relu", a); }
+mpmd_value mpmd_gelu(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_gelu, "mpmd_gelu", a); }
+
+/* A fused backward op (gy, v): both have the forward op's type. */
+static mpmd_value grad_op(mpmd_graph *g, const mpmd_op_desc *op, mpmd_value gy, mpmd_value v) {
+    mpmd_value in[2] = {gy, v};
+    if (!mpmd_check_operands(g, op->name, 2, in)) return MPMD_NONE;
+    const mpmd_type *tg = mpmd_type_of(g, gy), *tv = mpmd_type_of(g, v);
+    if (!mpmd_type_equal(tg, tv))
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: cotangent %s and operand %s must have the same type", op->name,
+                         mpmd_tstr(g, gy), mpmd_tstr(g, v));
+    return mpmd_emit(g, op, 2, in, *tg);
+}
+
+/* ---- broadcast_to and sum_to ------------------------------------------------------ */
+
+mpmd_value mpmd_broadcast_to(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *dims) {
+    const char *fn = "mpmd_broadcast_to";
+    if (!mpmd_check_operands(g, fn, 1, &a)) return MPMD_NONE;
+    if (!check_f32(g, fn, "a", a) || !check_target(g, fn, ndim, dims)) return MPMD_NONE;
+    mpmd_type ta = *mpmd_type_of(g, a), t = mpmd_make_type(MPMD_F32, ndim, dims);
+    if (ta.ndim > ndim)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: %s has more axes than the target %s", fn, mpmd_tstr(g, a),
+                         mpmd_tstr_type(g, &t));
+    for (int k = 0; k < ta.ndim; k++) {
+        int64_t da = ta.dim[ta.ndim - 1 - k], dt = t.dim[ndim - 1 - k];
+        if (da != dt && da != 1)
+            return mpmd_fail(g, MPMD_ERR_SHAPE,
+                             "%s: %s does not broadcast to %s: axis -%d is %lld, must be %lld or 1", fn,
+                             mpmd_tstr(g, a), mpmd_tstr_type(g, &t), k + 1, (long long)da, (long long)dt);
+    }
+    if (mpmd_type_equal(&ta, &t)) return a; /* nothing to broadcast */
+    return mpmd_emit(g, &mpmd_op_broadcast_to, 1, &a, t);
+}
+
+mpmd_value mpmd_sum_to(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *dims) {
+    const char *fn = "mpmd_sum_to";
+    if (!mpmd_check_operands(g, fn, 1, &a)) return MPMD_NONE;
+    if (!check_f32(g, fn, "a", a) || !check_target(g, fn, ndim, dims)) return MPMD_NONE;
+    mpmd_type ta = *mpmd_type_of(g, a), t = mpmd_make_type(MPMD_F32, ndim, dims);
+    if (ndim > ta.ndim)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the target %s has more axes than %s", fn, mpmd_tstr_type(g, &t),
+                         mpmd_tstr(g, a));
+    for (int k = 0; k < ndim; k++) {
+        int64_t da = ta.dim[ta.ndim - 1 - k], dt = t.dim[ndim - 1 - k];
+        if (da != dt && dt != 1)
+            return mpmd_fail(g, MPMD_ERR_SHAPE,
+                             "%s: cannot sum %s to %s: the target must broadcast to the operand, but its axis -%d "
+                             "is %lld, neither %lld nor 1",
+                             fn, mpmd_tstr(g, a), mpmd_tstr_type(g, &t), k + 1, (long long)dt, (long long)da);
+    }
+    if (mpmd_type_equal(&ta, &t)) return a; /* nothing to sum */
+    return mpmd_emit(g, &mpmd_op_sum_to, 1, &a, t);
+}
+
+/* ---- gradient rules ----------------------------------------------------------------- */
+
+/* The cotangent of a broadcast result, summed back to operand i's shape
+ * (unchanged when the operand was not broadcast). */
+static mpmd_value unbroadcast(mpmd_graph *g, mpmd_value gy, const mpmd_type *t) {
+    return mpmd_sum_to(g, gy, t->ndim, t->dim);
+}
+
+/* Input types are copied first: emitting may move the node array. */
+static void in_types(const mpmd_graph *g, const mpmd_node *n, mpmd_type *ta, mpmd_type *tb) {
+    *ta = *mpmd_type_of(g, mpmd_in(n, 0));
+    *tb = *mpmd_type_of(g, mpmd_in(n, 1));
+}
+
+/* y = a + b:  ga = sum_to(gy), gb = sum_to(gy) */
+static void vjp_add(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    mpmd_type ta, tb;
+    in_types(g, n, &ta, &tb);
+    gin[0] = unbroadcast(g, gy, &ta);
+    gin[1] = unbroadcast(g, gy, &tb);
+}
+
+/* y = a - b:  ga = sum_to(gy), gb = -sum_to(gy) (negated after summing: the
+ * smaller tensor when b was broadcast) */
+static void vjp_sub(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    mpmd_type ta, tb;
+    in_types(g, n, &ta, &tb);
+    gin[0] = unbroadcast(g, gy, &ta);
+    gin[1] = mpmd_neg(g, unbroadcast(g, gy, &tb));
+}
+
+/* y = a b:  ga = sum_to(gy b), gb = sum_to(gy a) */
+static void vjp_mul(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    mpmd_type ta, tb;
+    in_types(g, n, &ta, &tb);
+    mpmd_value a = mpmd_in(n, 0), b = mpmd_in(n, 1);
+    gin[0] = unbroadcast(g, mpmd_mul(g, gy, b), &ta);
+    gin[1] = unbroadcast(g, mpmd_mul(g, gy, a), &tb);
+}
+
+/* y = a / b:  ga = sum_to(gy / b); gb = sum_to(-gy a / b^2) = -sum_to((gy / b) y),
+ * sharing t = gy / b between both. */
+static void vjp_div(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    mpmd_type ta, tb;
+    in_types(g, n, &ta, &tb);
+    mpmd_value b = mpmd_in(n, 1), y = mpmd_out(n);
+    mpmd_value t = mpmd_div(g, gy, b);
+    gin[0] = unbroadcast(g, t, &ta);
+    gin[1] = mpmd_neg(g, unbroadcast(g, mpmd_mul(g, t, y), &tb));
+}
+
+/* y = a + s:  ga = gy */
+static void vjp_add_scalar(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    (void)g;
+    (void)n;
+    gin[0] = gy;
+}
+
+/* y = s a:  ga = s gy */
+static void vjp_mul_scalar(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    gin[0] = mpmd_mul_scalar(g, gy, n->fa[0]);
+}
+
+/* y = -a:  ga = -gy */
+static void vjp_neg(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    (void)n;
+    gin[0] = mpmd_neg(g, gy);
+}
+
+/* y = exp(x):  gx = gy y */
+static void vjp_exp(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    gin[0] = mpmd_mul(g, gy, mpmd_out(n));
+}
+
+/* y = log(x):  gx = gy / x */
+static void vjp_log(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    gin[0] = mpmd_div(g, gy, mpmd_in(n, 0));
+}
+
+/* y = tanh(x):  gx = gy (1 - y^2)  (tanh_grad(gy, y)) */
+static void vjp_tanh(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    gin[0] = grad_op(g, &mpmd_op_tanh_grad, gy, mpmd_out(n));
+}
+
+/* y = sqrt(x):  gx = gy / (2 y)  (sqrt_grad(gy, y)) */
+static void vjp_sqrt(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    gin[0] = grad_op(g, &mpmd_op_sqrt_grad, gy, mpmd_out(n));
+}
+
+/* y = x^(-1/2):  gx = -gy y^3 / 2  (rsqrt_grad(gy, y)) */
+static void vjp_rsqrt(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    gin[0] = grad_op(g, &mpmd_op_rsqrt_grad, gy, mpmd_out(n));
+}
+
+/* y = x^2:  gx = 2 x gy  (square_grad(gy, x)) */
+static void vjp_square(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    gin[0] = grad_op(g, &mpmd_op_square_grad, gy, mpmd_in(n, 0));
+}
+
+/* y = max(x, 0):  gx = gy where y > 0, else 0 (so relu'(0) = 0); y > 0
+ * exactly where x > 0, and the output is what the backward pass keeps. */
+static void vjp_relu(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    gin[0] = grad_op(g, &mpmd_op_relu_grad, gy, mpmd_out(n));
+}
+
+/* y = gelu(x) (tanh form):  gx = gy gelu'(x)  (gelu_grad(gy, x)) */
+static void vjp_gelu(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    gin[0] = grad_op(g, &mpmd_op_gelu_grad, gy, mpmd_in(n, 0));
+}
+
+/* broadcast_to and sum_to are each other's adjoints. */
+static void vjp_broadcast_to(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    mpmd_type ta = *mpmd_type_of(g, mpmd_in(n, 0));
+    gin[0] = mpmd_sum_to(g, gy, ta.ndim, ta.dim);
+}
+
+static void vjp_sum_to(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    mpmd_type ta = *mpmd_type_of(g, mpmd_in(n, 0));
+    gin[0] = mpmd_broadcast_to(g, gy, ta.ndim, ta.dim);
+}
