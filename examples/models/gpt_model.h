@@ -1,3 +1,111 @@
+/* gpt_model.h - a GPT-2-style language model as an mpmd training step, and
+ * the byte-level data it trains on. Shared by examples/gpt, the tests and
+ * the benchmarks.
+ *
+ * The step graph (gpt_build):
+ *
+ *   inputs  "tokens", "targets"   i32 [batch, seq]
+ *   loop over `microbatches` microbatches (mpmd_loop_begin):
+ *     x = wte[tokens] + wpe                      token + position embeddings
+ *     x = block_i(x), i = 0 .. layers-1          pre-LN GPT-2 blocks, causal
+ *     logits = ln_f(x) @ lm_head                 (or @ wte^T when tied)
+ *     loss = mean(cross_entropy(logits, targets)) / microbatches
+ *     grads = d loss / d params                  mpmd_grad, all parameters
+ *     loss and every gradient loop-reduced with ADD
+ *   after the loop: AdamW on every parameter; the summed loss is kept.
+ *
+ * Dividing each microbatch's mean loss by the microbatch count makes the
+ * loop-summed loss (and gradients) those of the mean over the whole batch.
+ *
+ * Pipeline stages: with `stages` S, a stage marker follows every layers/S
+ * blocks; the embeddings go with the first stage, the final LN, the LM head
+ * and the loss with the last one, which a final marker closes.
+ *
+ * Parameter names (flax style): wte/embedding, wpe/embedding,
+ * block_<i>/{ln_0,attn/qkv,attn/out,ln_1,mlp/dense_0,mlp/dense_1}/...,
+ * ln_f/{scale,bias}, lm_head/kernel (untied only).
+ */
 #ifndef GPT_MODEL_H
 #define GPT_MODEL_H
+
+#include "mpmd.h"
+
+#include <stdint.h>
+
+typedef struct gpt_config {
+    int64_t vocab;      /* token ids are in [0, vocab) */
+    int64_t seq;        /* sequence length (positions) */
+    int64_t width;      /* model width C */
+    int heads;          /* attention heads; must divide width */
+    int layers;         /* GPT-2 blocks */
+    int64_t batch;      /* sequences per step */
+    int microbatches;   /* must divide batch */
+    int stages;         /* pipeline stages; must divide layers */
+    int tie_embeddings; /* LM head = x @ wte^T instead of its own kernel */
+    float lr;           /* AdamW learning rate */
+    mpmd_adam_opts adam;
+} gpt_config;
+
+/* A small byte-level default: vocab 256, seq 64, width 128, 4 heads, 4
+ * layers, batch 8, 4 microbatches, 1 stage, untied, lr 3e-3, AdamW with
+ * b1 0.9, b2 0.95, eps 1e-8, weight decay 0. */
+gpt_config gpt_config_default(void);
+
+/* Check a configuration; on a bad one fill err with what is wrong and what is
+ * expected and return MPMD_ERR_INVALID. */
+mpmd_status gpt_config_check(const gpt_config *c, mpmd_error *err);
+
+/* Number of trainable parameters of a configuration. */
+int64_t gpt_param_count(const gpt_config *c);
+
+/* The built training step. The graph is owned by the model. */
+typedef struct gpt_model {
+    gpt_config cfg;
+    mpmd_graph *g;
+    mpmd_value tokens, targets; /* the step inputs, i32 [batch, seq] */
+    mpmd_value loss;            /* the loop-summed loss (the batch mean), kept */
+    int n_params;
+    mpmd_value *params; /* the parameters, in creation order (owned) */
+    mpmd_value *grads;  /* their loop-reduced gradients, kept (owned) */
+} gpt_model;
+
+/* Build the training step for a checked configuration. On failure (a bad
+ * configuration or a graph error) fills err, frees what it made and returns
+ * its code; on success the caller frees the model with gpt_model_free.
+ * With `with_optimizer` 0 no AdamW is built (the gradients are still kept):
+ * tests compare gradients without the update. */
+mpmd_status gpt_build(const gpt_config *c, int with_optimizer, gpt_model *m, mpmd_error *err);
+void gpt_model_free(gpt_model *m);
+
+/* ---- data ------------------------------------------------------------------ */
+
+/* A byte corpus. */
+typedef struct gpt_corpus {
+    uint8_t *data;
+    int64_t len;
+} gpt_corpus;
+
+/* A deterministic English-like text of `len` bytes from `seed`: sentences
+ * drawn from a small grammar over a fixed vocabulary of words, so a model
+ * can learn spelling, spacing and word order and the loss falls well below
+ * ln(256). Returns MPMD_ERR_NOMEM or MPMD_OK. */
+mpmd_status gpt_corpus_generate(gpt_corpus *c, int64_t len, uint64_t seed, mpmd_error *err);
+
+/* The bytes of a file. MPMD_ERR_IO when it cannot be read, MPMD_ERR_FORMAT
+ * when it is shorter than min_len bytes. */
+mpmd_status gpt_corpus_load(gpt_corpus *c, const char *path, int64_t min_len, mpmd_error *err);
+void gpt_corpus_free(gpt_corpus *c);
+
+/* The batch of a step, a pure function of (corpus, seed, step): row b is the
+ * window of seq+1 bytes at an offset drawn from (seed, step, b); tokens are
+ * its first seq bytes, targets the next-byte shift. Both i32 [batch, seq].
+ * The corpus must hold at least seq+1 bytes. */
+void gpt_sample_batch(const gpt_corpus *c, int64_t batch, int64_t seq, uint64_t seed, uint64_t step,
+                      int32_t *tokens, int32_t *targets);
+
+/* Uniformly random tokens in [0, vocab) and their targets (the sequence
+ * shifted by one), a pure function of (seed, step): for benchmarks. */
+void gpt_random_batch(int64_t vocab, int64_t batch, int64_t seq, uint64_t seed, uint64_t step,
+                      int32_t *tokens, int32_t *targets);
+
 #endif

@@ -10,7 +10,8 @@
  * in mpmd.h's example), but mpmd_param refuses to be called in the body;
  * a parameter is a leaf that belongs before the loop either way (the graph
  * core emits every leaf there), so the layer creates it from there. */
-static mpmd_value layer_param(mpmd_graph *g, const char *name, int ndim, const int64_t *dims, mpmd_init init) {
+static mpmd_value layer_param(mpmd_graph *g, const char *name, int ndim, const int64_t *dims,
+                              mpmd_init init) {
     int saved = g->region;
     if (g->region == MPMD_REGION_BODY) g->region = MPMD_REGION_PRE;
     mpmd_value p = mpmd_param(g, name, ndim, dims, init);
@@ -34,11 +35,12 @@ mpmd_value mpmd_dense(mpmd_graph *g, const char *name, mpmd_value x, int64_t out
     if (!layer_input_ok(g, fn, name, x)) return MPMD_NONE;
     mpmd_type xt = *mpmd_type_of(g, x);
     if (xt.dtype != MPMD_F32 || xt.ndim < 1)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": input is %s; an f32 tensor [..., features] is expected", fn,
-                         name, mpmd_tstr(g, x));
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "%s \"%s\": input is %s; an f32 tensor [..., features] is expected", fn, name,
+                         mpmd_tstr(g, x));
     if (out < 1)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": %lld output features; at least 1 is required", fn, name,
-                         (long long)out);
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": %lld output features; at least 1 is required", fn,
+                         name, (long long)out);
     int64_t in = xt.dim[xt.ndim - 1];
     mpmd_scope_push(g, name);
     mpmd_value k = layer_param(g, "kernel", MPMD_SHAPE(in, out), MPMD_LECUN);
@@ -58,8 +60,9 @@ mpmd_value mpmd_layer_norm_layer(mpmd_graph *g, const char *name, mpmd_value x, 
     if (!layer_input_ok(g, fn, name, x)) return MPMD_NONE;
     mpmd_type xt = *mpmd_type_of(g, x);
     if (xt.dtype != MPMD_F32 || xt.ndim < 1)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": input is %s; an f32 tensor [..., features] is expected", fn,
-                         name, mpmd_tstr(g, x));
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "%s \"%s\": input is %s; an f32 tensor [..., features] is expected", fn, name,
+                         mpmd_tstr(g, x));
     int64_t c = xt.dim[xt.ndim - 1];
     mpmd_scope_push(g, name);
     mpmd_value scale = layer_param(g, "scale", MPMD_SHAPE(c), MPMD_ONES);
@@ -102,12 +105,13 @@ mpmd_value mpmd_self_attention(mpmd_graph *g, const char *name, mpmd_value x, in
     if (!layer_input_ok(g, fn, name, x)) return MPMD_NONE;
     mpmd_type xt = *mpmd_type_of(g, x);
     if (xt.dtype != MPMD_F32 || xt.ndim != 3)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": input is %s; f32 [batch, seq, width] is expected", fn, name,
-                         mpmd_tstr(g, x));
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": input is %s; f32 [batch, seq, width] is expected", fn,
+                         name, mpmd_tstr(g, x));
     int64_t b = xt.dim[0], t = xt.dim[1], c = xt.dim[2];
     if (heads < 1 || c % heads != 0)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": %d heads do not divide the width %lld of the input %s", fn,
-                         name, heads, (long long)c, mpmd_tstr(g, x));
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "%s \"%s\": %d heads do not divide the width %lld of the input %s", fn, name, heads,
+                         (long long)c, mpmd_tstr(g, x));
     int64_t dh = c / heads;
     mpmd_scope_push(g, name);
     mpmd_value qkv = mpmd_dense(g, "qkv", x, 3 * c, 1);
@@ -156,7 +160,8 @@ mpmd_value mpmd_gpt_block(mpmd_graph *g, const char *name, mpmd_value x, int hea
     if (!block_input_ok(g, fn, name, x)) return MPMD_NONE;
     int64_t c = mpmd_type_of(g, x)->dim[2];
     mpmd_scope_push(g, name);
-    x = mpmd_add(g, x, mpmd_self_attention(g, "attn", mpmd_layer_norm_layer(g, "ln_0", x, GPT_LN_EPS), heads, 1));
+    x = mpmd_add(g, x,
+                 mpmd_self_attention(g, "attn", mpmd_layer_norm_layer(g, "ln_0", x, GPT_LN_EPS), heads, 1));
     x = mpmd_add(g, x, mpmd_mlp(g, "mlp", mpmd_layer_norm_layer(g, "ln_1", x, GPT_LN_EPS), 4 * c, c));
     mpmd_scope_pop(g);
     return x;

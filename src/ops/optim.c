@@ -42,8 +42,8 @@ static mpmd_type token_type(void) {
 /* Checks shared by every optimizer: the lists, the learning rate, and that
  * each params[i] is a distinct parameter with an f32 gradient of its type.
  * Returns 1 when all is well, else records the error and returns 0. */
-static int check_update(mpmd_graph *g, const char *fn, int n, const mpmd_value *params, const mpmd_value *grads,
-                        mpmd_value lr) {
+static int check_update(mpmd_graph *g, const char *fn, int n, const mpmd_value *params,
+                        const mpmd_value *grads, mpmd_value lr) {
     if (g->status != MPMD_OK) return 0;
     if (n < 1 || !params || !grads) {
         mpmd_fail(g, MPMD_ERR_INVALID, "%s: no parameters to update (n is %d%s)", fn, n,
@@ -51,10 +51,11 @@ static int check_update(mpmd_graph *g, const char *fn, int n, const mpmd_value *
         return 0;
     }
     if (g->region == MPMD_REGION_BODY) {
-        mpmd_fail(g, MPMD_ERR_INVALID,
-                  "%s: built inside the loop body; build the optimizer after mpmd_loop_end, from the loop-reduced "
-                  "gradients",
-                  fn);
+        mpmd_fail(
+            g, MPMD_ERR_INVALID,
+            "%s: built inside the loop body; build the optimizer after mpmd_loop_end, from the loop-reduced "
+            "gradients",
+            fn);
         return 0;
     }
     if (!mpmd_check_operands(g, fn, 1, &lr)) return 0;
@@ -68,8 +69,8 @@ static int check_update(mpmd_graph *g, const char *fn, int n, const mpmd_value *
         if (!mpmd_check_operands(g, fn, 1, &params[i]) || !mpmd_check_operands(g, fn, 1, &grads[i])) return 0;
         const mpmd_node *pn = mpmd_node_of(g, params[i]);
         if (pn->op != &mpmd_op_param || !(pn->flags & MPMD_NODE_TRAINABLE)) {
-            mpmd_fail(g, MPMD_ERR_INVALID, "%s: params[%d] (%%%d, %s) is not a parameter made by mpmd_param", fn, i,
-                      (int)params[i].id, mpmd_tstr(g, params[i]));
+            mpmd_fail(g, MPMD_ERR_INVALID, "%s: params[%d] (%%%d, %s) is not a parameter made by mpmd_param",
+                      fn, i, (int)params[i].id, mpmd_tstr(g, params[i]));
             return 0;
         }
         if (!mpmd_type_equal(&pn->type, mpmd_type_of(g, grads[i]))) {
@@ -85,8 +86,9 @@ static int check_update(mpmd_graph *g, const char *fn, int n, const mpmd_value *
         }
         for (int j = 0; j < i; j++) {
             if (params[j].id == params[i].id) {
-                mpmd_fail(g, MPMD_ERR_INVALID, "%s: parameter \"%s\" is listed twice (params[%d] and params[%d])",
-                          fn, pn->name, j, i);
+                mpmd_fail(g, MPMD_ERR_INVALID,
+                          "%s: parameter \"%s\" is listed twice (params[%d] and params[%d])", fn, pn->name, j,
+                          i);
                 return 0;
             }
         }
@@ -119,16 +121,18 @@ mpmd_status mpmd_adamw(mpmd_graph *g, int n, const mpmd_value *params, const mpm
         mpmd_fail(g, MPMD_ERR_INVALID, "%s: b1 = %g and b2 = %g must lie in [0, 1)", fn, opts.b1, opts.b2);
         return g->status;
     }
-    if (!(opts.eps >= 0.0f) || !(opts.weight_decay >= 0.0f) || opts.eps > 1e30f || opts.weight_decay > 1e30f) {
-        mpmd_fail(g, MPMD_ERR_INVALID, "%s: eps = %g and weight_decay = %g must be finite and >= 0", fn, opts.eps,
-                  opts.weight_decay);
+    if (!(opts.eps >= 0.0f) || !(opts.weight_decay >= 0.0f) || opts.eps > 1e30f ||
+        opts.weight_decay > 1e30f) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "%s: eps = %g and weight_decay = %g must be finite and >= 0", fn,
+                  opts.eps, opts.weight_decay);
         return g->status;
     }
     if (mpmd_is_value(mpmd_lookup(g, "optim/step"))) {
-        mpmd_fail(g, MPMD_ERR_INVALID,
-                  "%s: the graph already has an optimizer step counter \"optim/step\"; pass every parameter to "
-                  "one mpmd_adamw call",
-                  fn);
+        mpmd_fail(
+            g, MPMD_ERR_INVALID,
+            "%s: the graph already has an optimizer step counter \"optim/step\"; pass every parameter to "
+            "one mpmd_adamw call",
+            fn);
         return g->status;
     }
 

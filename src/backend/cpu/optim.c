@@ -38,8 +38,10 @@ static int k_optim_step(const mpmd_kargs *a) {
 static void sgd_range(float *p, const float *gr, float lr, int64_t lo, int64_t hi) {
     int64_t i = lo;
     for (; i + 8 <= hi; i += 8)
-        for (int j = 0; j < 8; j++) p[i + j] = p[i + j] - lr * gr[i + j];
-    for (; i < hi; i++) p[i] = p[i] - lr * gr[i];
+        for (int j = 0; j < 8; j++)
+            p[i + j] = p[i + j] - lr * gr[i + j];
+    for (; i < hi; i++)
+        p[i] = p[i] - lr * gr[i];
 }
 
 static int k_sgd(const mpmd_kargs *a) {
@@ -81,7 +83,8 @@ static inline void adam_elem(const adam_k *k, float *p, const float *gr, float *
     p[i] = p[i] - k->lr * u;
 }
 
-static void adam_range(const adam_k *k, float *p, const float *gr, float *mu, float *nu, int64_t lo, int64_t hi) {
+static void adam_range(const adam_k *k, float *p, const float *gr, float *mu, float *nu, int64_t lo,
+                       int64_t hi) {
     int64_t i = lo;
 #if defined(__SSE2__)
     const __m128 b1 = _mm_set1_ps(k->b1), b2 = _mm_set1_ps(k->b2), c1 = _mm_set1_ps(k->c1),
@@ -98,7 +101,8 @@ static void adam_range(const adam_k *k, float *p, const float *gr, float *mu, fl
         _mm_storeu_ps(p + i, _mm_sub_ps(pi, _mm_mul_ps(lr, u)));
     }
 #endif
-    for (; i < hi; i++) adam_elem(k, p, gr, mu, nu, i);
+    for (; i < hi; i++)
+        adam_elem(k, p, gr, mu, nu, i);
 }
 
 static int k_adamw(const mpmd_kargs *a) {

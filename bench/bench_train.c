@@ -1,0 +1,216 @@
+/* bench_train - the training-step benchmark of a GPT-2-shaped model.
+ *
+ * Two sizes, one and two threads each:
+ *   gpt2-small  4 layers, width 256, 4 heads, vocab 8192, seq 64, batch 4
+ *   gpt2-124m  12 layers, width 768, 12 heads, vocab 50257, seq 64, batch 4,
+ *              tied embeddings
+ * One step is the whole training step (forward, backward, AdamW) on random
+ * tokens, one microbatch. It also measures, in the same run, the machine's
+ * single-thread cblas_sgemm rate on a 1024^3 product, the yardstick:
+ *
+ *   model_gflops = 6 x params x tokens_per_s / 1e9
+ *   ratio        = model_gflops / sgemm_gflops   (target >= 0.6 for 124M, 1 thread)
+ *
+ * Progress goes to stderr; after it, stdout gets one JSON object per
+ * configuration, one per line.
+ *
+ * Options: --model small|124m (default both), --threads N (default 1 and 2),
+ * --steps N timed steps (default 5; the median is reported).
+ */
+#include "gpt_model.h"
+#include "mpmd.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Single-thread sgemm rate on C[1024,1024] = A[1024,1024] B[1024,1024]:
+ * the median of 7 products after one warm-up, in GFLOP/s. */
+static double sgemm_gflops(void) {
+    const int n = 1024;
+    float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n),
+          *c = malloc(sizeof(float) * n * n);
+    if (!a || !b || !c) {
+        free(a);
+        free(b);
+        free(c);
+        return 0;
+    }
+    for (int i = 0; i < n * n; i++) {
+        a[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
+        b[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
+    }
+    omp_set_num_threads(1); /* the OpenMP build of OpenBLAS follows the calling thread's setting */
+    double t[7];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    for (int r = 0; r < 7; r++) {
+        double t0 = now_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        t[r] = now_s() - t0;
+    }
+    free(a);
+    free(b);
+    free(c);
+    return 2.0 * n * (double)n * n / median(t, 7) / 1e9;
+}
+
+typedef struct bench_model {
+    const char *name;
+    gpt_config cfg;
+} bench_model;
+
+typedef struct result {
+    const char *model;
+    int threads;
+    int64_t params;
+    double ms, tokens_per_s, model_gflops;
+} result;
+
+/* Time one configuration; 0 on success. */
+static int run_one(const bench_model *bm, int threads, int steps, result *r) {
+    const gpt_config *c = &bm->cfg;
+    gpt_model m;
+    mpmd_error err;
+    if (gpt_build(c, 1, &m, &err)) {
+        fprintf(stderr, "bench_train: %s: %s\n", bm->name, err.msg);
+        return 1;
+    }
+    mpmd_exec_opts eo = MPMD_EXEC_DEFAULTS;
+    eo.threads = threads;
+    eo.seed = 1;
+    mpmd_exec *ex = mpmd_exec_new(m.g, &eo, &err);
+    if (!ex) {
+        fprintf(stderr, "bench_train: %s: %s\n", bm->name, err.msg);
+        gpt_model_free(&m);
+        return 1;
+    }
+    /* The parameters the graph really has, checked against the formula. */
+    int64_t params = 0;
+    for (int i = 0; i < m.n_params; i++) {
+        mpmd_type t = mpmd_value_type(m.g, m.params[i]);
+        params += mpmd_type_numel(&t);
+    }
+    if (params != gpt_param_count(c))
+        fprintf(stderr, "bench_train: %s: the graph has %lld parameters, the formula says %lld\n", bm->name,
+                (long long)params, (long long)gpt_param_count(c));
+    size_t nb = (size_t)(c->batch * c->seq);
+    int32_t *tok = malloc(nb * 4), *tgt = malloc(nb * 4);
+    double *t = malloc(sizeof(double) * (size_t)steps);
+    int rc = 0;
+    float loss = 0;
+    for (int s = 0; s <= steps && !rc; s++) { /* step 0 warms up */
+        gpt_random_batch(c->vocab, c->batch, c->seq, 7, (uint64_t)s, tok, tgt);
+        mpmd_exec_set_input(ex, m.tokens, tok, nb * 4);
+        mpmd_exec_set_input(ex, m.targets, tgt, nb * 4);
+        double t0 = now_s();
+        if (mpmd_exec_run(ex) || mpmd_exec_read(ex, m.loss, &loss, sizeof loss)) {
+            fprintf(stderr, "bench_train: %s: %s\n", bm->name, mpmd_exec_error(ex));
+            rc = 1;
+            break;
+        }
+        double dt = now_s() - t0;
+        if (s > 0) t[s - 1] = dt;
+        fprintf(stderr, "  %s threads=%d step %d: %.1f ms, loss %.4f\n", bm->name, threads, s, 1e3 * dt,
+                loss);
+    }
+    if (!rc) {
+        double ms = 1e3 * median(t, steps);
+        r->model = bm->name;
+        r->threads = threads;
+        r->params = params;
+        r->ms = ms;
+        r->tokens_per_s = (double)nb / (ms / 1e3);
+        r->model_gflops = 6.0 * (double)params * r->tokens_per_s / 1e9;
+    }
+    free(tok);
+    free(tgt);
+    free(t);
+    mpmd_exec_free(ex);
+    gpt_model_free(&m);
+    return rc;
+}
+
+static gpt_config model_cfg(int layers, int64_t width, int heads, int64_t vocab, int tie) {
+    gpt_config c = gpt_config_default();
+    c.layers = layers;
+    c.width = width;
+    c.heads = heads;
+    c.vocab = vocab;
+    c.seq = 64;
+    c.batch = 4;
+    c.microbatches = 1;
+    c.stages = 1;
+    c.tie_embeddings = tie;
+    c.lr = 1e-4f;
+    return c;
+}
+
+int main(int argc, char **argv) {
+    bench_model models[2] = {{"gpt2-small", model_cfg(4, 256, 4, 8192, 0)},
+                             {"gpt2-124m", model_cfg(12, 768, 12, 50257, 1)}};
+    int use[2] = {1, 1}, thr[2] = {1, 2}, nthr = 2, steps = 5;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--model") && i + 1 < argc) {
+            const char *v = argv[++i];
+            use[0] = !strcmp(v, "small");
+            use[1] = !strcmp(v, "124m");
+            if (!use[0] && !use[1]) {
+                fprintf(stderr, "bench_train: --model is small or 124m, got \"%s\"\n", v);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            thr[0] = atoi(argv[++i]);
+            nthr = 1;
+            if (thr[0] < 1) {
+                fprintf(stderr, "bench_train: --threads needs a count >= 1\n");
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
+            steps = atoi(argv[++i]);
+            if (steps < 1) {
+                fprintf(stderr, "bench_train: --steps needs a count >= 1\n");
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "usage: bench_train [--model small|124m] [--threads N] [--steps N]\n");
+            return 2;
+        }
+    }
+    double sg = sgemm_gflops();
+    fprintf(stderr, "single-thread cblas_sgemm 1024^3: %.1f GFLOP/s\n", sg);
+    result res[4];
+    int nres = 0;
+    for (int k = 0; k < 2; k++) {
+        if (!use[k]) continue;
+        for (int j = 0; j < nthr; j++) {
+            if (run_one(&models[k], thr[j], steps, &res[nres])) return 1;
+            nres++;
+        }
+    }
+    for (int i = 0; i < nres; i++)
+        printf("{\"model\": \"%s\", \"threads\": %d, \"params\": %lld, \"ms_per_step\": %.2f, "
+               "\"tokens_per_s\": %.1f, "
+               "\"model_gflops\": %.2f, \"sgemm_gflops\": %.2f, \"ratio\": %.3f}\n",
+               res[i].model, res[i].threads, (long long)res[i].params, res[i].ms, res[i].tokens_per_s,
+               res[i].model_gflops, sg, res[i].model_gflops / sg);
+    return 0;
+}
