@@ -1,3 +1,486 @@
-/* Placeholder until the nn kernels land. */
+/* CPU kernels of the neural-network family (ops in src/ops/nn.c).
+ *
+ * Every kernel splits its work over output elements (rows, column blocks, or
+ * matrices of a batch), so each output is computed by one thread, and every
+ * reduction runs in an order fixed by the sizes alone (mpmd_sum_f32 and the
+ * eight-lane loops below): the bits never depend on the thread count. Every
+ * matrix product is an sgemm. Threads are asked for with mpmd_threads_for,
+ * and each region partitions by the team it actually got.
+ */
 #include "cpu.h"
-const mpmd_cpu_entry mpmd_cpu_nn_kernels[] = {{0}};
+
+#include "../../ops/nn.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+/* ---- exp ------------------------------------------------------------------------ */
+
+/* Bit casts and a branch-free select: the vectoriser will not if-convert
+ * floating-point code behind a branch (it "could trap"), so the clamps below
+ * select on bits instead. */
+static inline uint32_t f2u(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static inline float u2f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline float select_f32(int c, float a, float b) { /* c ? a : b */
+    uint32_t m = 0u - (uint32_t)c;
+    return u2f((f2u(a) & m) | (f2u(b) & ~m));
+}
+
+/* exp(x) in a form gcc vectorises (no libm call): x = n ln2 + r with
+ * |r| <= ln2/2, e^r by the Cephes minimax polynomial, times 2^n built in the
+ * exponent bits; n is read from the bits of x log2(e) + 1.5 * 2^23, whose low
+ * mantissa bits hold round(x log2(e)). Relative error below 1e-7 (1.4 ulp,
+ * measured over every float in [-87, 88]). 0 below -87 (e^x < 1.7e-38) and
+ * for -inf, saturating above 88 (the kernels call it on x - max <= 0 only),
+ * NaN stays NaN. A pure function of x: the same bits on every thread count
+ * and vector width (no fused multiply-add: C11 mode keeps fp-contract off). */
+static inline float nn_exp(float x) {
+    const float lo = -87.0f, hi = 88.0f;
+    float xc = select_f32(lo > x, lo, x); /* NaN passes through */
+    xc = select_f32(xc > hi, hi, xc);
+    float t = xc * 1.44269504088896341f + 12582912.0f;
+    float n = t - 12582912.0f;
+    float r = xc - n * 0.693359375f; /* ln2 split in two for an exact n ln2 */
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = (p * (r * r) + r) + 1.0f;
+    uint32_t keep = 0u - (uint32_t)(x >= lo); /* 2^n, or 0 below the range */
+    return p * u2f(((f2u(t) - 0x4B400000u + 127u) << 23) & keep);
+}
+
+/* sum over i of exp(x[i] - m), in chunks of 256 (exp into a stack buffer,
+ * mpmd_sum_f32 per chunk, chunk sums added in order): a fixed order that
+ * depends only on n, and x is only read (in-place callers stay correct). */
+#define NN_CHUNK 256
+static float sum_exp_shift(const float *x, int64_t n, float m) {
+    float buf[NN_CHUNK];
+    float s = 0.0f;
+    for (int64_t i0 = 0; i0 < n; i0 += NN_CHUNK) {
+        int64_t len = n - i0 < NN_CHUNK ? n - i0 : NN_CHUNK;
+#pragma omp simd
+        for (int64_t k = 0; k < len; k++) buf[k] = nn_exp(x[i0 + k] - m);
+        s += mpmd_sum_f32(buf, len);
+    }
+    return s;
+}
+
+/* Rows of a tensor: all leading axes folded; the last axis is the row. */
+static int64_t last_dim(const mpmd_type *t) { return t->ndim ? t->dim[t->ndim - 1] : 1; }
+
+/* ---- matmul ------------------------------------------------------------------------ */
+
+/* C[..., M, N] = op(A) op(B) (see mpmd_matmul). A 2-D b with an untransposed
+ * a is one sgemm with the batch folded into M; otherwise one sgemm per batch
+ * item. Small items run in parallel over the batch (one thread each);
+ * large ones one after another, each with every thread. OpenBLAS splits a
+ * product over rows and columns only, so either way the bits are the same. */
+static int k_matmul(const mpmd_kargs *a) {
+    const mpmd_type *ta = a->in_type[0], *tb = a->in_type[1];
+    int tra = (a->node->ia[0] & MPMD_TRANS_A) != 0, trb = (a->node->ia[0] & MPMD_TRANS_B) != 0;
+    int nd = ta->ndim;
+    int64_t m = ta->dim[nd - 2 + tra], k = ta->dim[nd - 1 - tra];
+    int64_t n = tb->dim[tb->ndim - 1 - trb];
+    int64_t batch = 1;
+    for (int i = 0; i < nd - 2; i++) batch *= ta->dim[i];
+    const float *A = a->in[0], *B = a->in[1];
+    float *C = a->out;
+    int64_t lda = tra ? m : k, ldb = trb ? k : n;
+    int shared_b = tb->ndim == 2;
+    if (shared_b && !tra) {
+        mpmd_sgemm(a->nthreads, 0, trb, batch * m, n, k, 1.0f, A, lda, B, ldb, 0.0f, C, n);
+        return 0;
+    }
+    int64_t sa = m * k, sb = shared_b ? 0 : k * n, sc = m * n;
+    int nt = a->nthreads;
+    int64_t mnk = m * n * k;
+    if (nt > 1 && batch >= nt && (mnk <= ((int64_t)1 << 22) || batch % nt == 0)) {
+#pragma omp parallel num_threads(nt)
+        {
+            int64_t lo, hi;
+            mpmd_split(batch, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+            for (int64_t i = lo; i < hi; i++)
+                mpmd_sgemm(1, tra, trb, m, n, k, 1.0f, A + i * sa, lda, B + i * sb, ldb, 0.0f, C + i * sc, n);
+        }
+    } else {
+        for (int64_t i = 0; i < batch; i++)
+            mpmd_sgemm(nt, tra, trb, m, n, k, 1.0f, A + i * sa, lda, B + i * sb, ldb, 0.0f, C + i * sc, n);
+    }
+    return 0;
+}
+
+/* ---- softmax family ------------------------------------------------------------------- */
+
+/* Row kernels. `n` is the row length, `len` (<= n) the unmasked prefix for
+ * the causal variants (len = n otherwise); entries len..n-1 are set to 0. */
+
+/* y = exp(x - max) / sum(exp(x - max)). In place (y == x) is fine: x[i] is
+ * read once, before y[i] is written. */
+static void softmax_row(const float *x, float *y, int64_t len, int64_t n) {
+    float m = mpmd_max_f32(x, len);
+#pragma omp simd
+    for (int64_t i = 0; i < len; i++) y[i] = nn_exp(x[i] - m);
+    float inv = 1.0f / mpmd_sum_f32(y, len);
+#pragma omp simd
+    for (int64_t i = 0; i < len; i++) y[i] *= inv;
+    for (int64_t i = len; i < n; i++) y[i] = 0.0f;
+}
+
+/* y = (x - max) - log(sum(exp(x - max))). */
+static void log_softmax_row(const float *x, float *y, int64_t n) {
+    float m = mpmd_max_f32(x, n);
+    float ls = logf(sum_exp_shift(x, n, m));
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) - ls;
+}
+
+/* gx = y * (gy - sum(gy * y)); gx may alias gy. */
+static void softmax_grad_row(const float *y, const float *gy, float *gx, int64_t len, int64_t n) {
+    float d = mpmd_dot_f32(gy, y, len);
+#pragma omp simd
+    for (int64_t i = 0; i < len; i++) gx[i] = y[i] * (gy[i] - d);
+    for (int64_t i = len; i < n; i++) gx[i] = 0.0f;
+}
+
+/* gx = gy - exp(y) * sum(gy); gx may alias gy. */
+static void log_softmax_grad_row(const float *y, const float *gy, float *gx, int64_t n) {
+    float s = mpmd_sum_f32(gy, n);
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) gx[i] = gy[i] - nn_exp(y[i]) * s;
+}
+
+enum { SM_SOFTMAX, SM_CAUSAL, SM_LOG, SM_GRAD, SM_CAUSAL_GRAD, SM_LOG_GRAD };
+
+/* All six ops over rows: parallel over rows, each row on one thread. In the
+ * causal ones, row r of a [..., T, T] tensor is query r % T. */
+static int softmax_family(const mpmd_kargs *a, int kind) {
+    const mpmd_type *t = a->in_type[0];
+    int64_t n = last_dim(t), rows = n ? mpmd_type_numel(t) / n : 0;
+    const float *x = a->in[0];
+    const float *gy = (kind >= SM_GRAD) ? (const float *)a->in[1] : NULL;
+    float *y = a->out;
+    int nt = mpmd_threads_for(a->nthreads, rows * n * 4);
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t lo, hi;
+        mpmd_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        for (int64_t r = lo; r < hi; r++) {
+            const float *xr = x + r * n;
+            float *yr = y + r * n;
+            int64_t len = (kind == SM_CAUSAL || kind == SM_CAUSAL_GRAD) ? r % n + 1 : n;
+            switch (kind) {
+            case SM_SOFTMAX:
+            case SM_CAUSAL: softmax_row(xr, yr, len, n); break;
+            case SM_LOG: log_softmax_row(xr, yr, n); break;
+            case SM_GRAD:
+            case SM_CAUSAL_GRAD: softmax_grad_row(xr, gy + r * n, yr, len, n); break;
+            case SM_LOG_GRAD: log_softmax_grad_row(xr, gy + r * n, yr, n); break;
+            }
+        }
+    }
+    return 0;
+}
+
+static int k_softmax(const mpmd_kargs *a) { return softmax_family(a, SM_SOFTMAX); }
+static int k_softmax_causal(const mpmd_kargs *a) { return softmax_family(a, SM_CAUSAL); }
+static int k_log_softmax(const mpmd_kargs *a) { return softmax_family(a, SM_LOG); }
+static int k_softmax_grad(const mpmd_kargs *a) { return softmax_family(a, SM_GRAD); }
+static int k_softmax_causal_grad(const mpmd_kargs *a) { return softmax_family(a, SM_CAUSAL_GRAD); }
+static int k_log_softmax_grad(const mpmd_kargs *a) { return softmax_family(a, SM_LOG_GRAD); }
+
+/* ---- layer norm ---------------------------------------------------------------------- */
+
+/* Row statistics, shared by the forward and both backward kernels so they
+ * agree bit for bit: mean = sum(x) / n (mpmd_sum_f32), then the variance of
+ * the centred row (eight interleaved partial sums, as mpmd_sum_f32), and
+ * rstd = 1 / sqrt(var + eps). Two passes: no cancellation from E[x^2] - E[x]^2. */
+static void ln_stats(const float *x, int64_t n, float eps, float *mean, float *rstd) {
+    float mu = mpmd_sum_f32(x, n) / (float)n;
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) {
+            float d = x[i + j] - mu;
+            s[j] += d * d;
+        }
+    float v = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+    for (; i < n; i++) v += (x[i] - mu) * (x[i] - mu);
+    *mean = mu;
+    *rstd = 1.0f / sqrtf(v / (float)n + eps);
+}
+
+/* y = (x - mean) * rstd * gamma + beta, per row; y may alias x. */
+static int k_layer_norm(const mpmd_kargs *a) {
+    const mpmd_type *t = a->in_type[0];
+    int64_t n = last_dim(t), rows = mpmd_type_numel(t) / n;
+    const float *x = a->in[0], *gamma = a->in[1], *beta = a->in[2];
+    float *y = a->out;
+    float eps = a->node->fa[0];
+    int nt = mpmd_threads_for(a->nthreads, rows * n * 4);
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t lo, hi;
+        mpmd_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        for (int64_t r = lo; r < hi; r++) {
+            const float *xr = x + r * n;
+            float *yr = y + r * n;
+            float mu, rs;
+            ln_stats(xr, n, eps, &mu, &rs);
+#pragma omp simd
+            for (int64_t i = 0; i < n; i++) yr[i] = ((xr[i] - mu) * rs) * gamma[i] + beta[i];
+        }
+    }
+    return 0;
+}
+
+/* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = gy * gamma,
+ * xhat = (x - mean) * rstd, per row (statistics recomputed). Both sums run
+ * in eight interleaved lanes in a fixed order. dx may alias gy: each row's
+ * gy is fully read by the sums before the row is written. */
+static int k_layer_norm_grad_x(const mpmd_kargs *a) {
+    const mpmd_type *t = a->in_type[0];
+    int64_t n = last_dim(t), rows = mpmd_type_numel(t) / n;
+    const float *x = a->in[0], *gamma = a->in[1], *gy = a->in[2];
+    float *dx = a->out;
+    float eps = a->node->fa[0];
+    int nt = mpmd_threads_for(a->nthreads, rows * n * 6);
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t lo, hi;
+        mpmd_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        for (int64_t r = lo; r < hi; r++) {
+            const float *xr = x + r * n, *gr = gy + r * n;
+            float *dr = dx + r * n;
+            float mu, rs;
+            ln_stats(xr, n, eps, &mu, &rs);
+            float s1[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s2[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            int64_t i = 0;
+            for (; i + 8 <= n; i += 8)
+                for (int j = 0; j < 8; j++) {
+                    float gg = gr[i + j] * gamma[i + j];
+                    float xh = (xr[i + j] - mu) * rs;
+                    s1[j] += gg;
+                    s2[j] += gg * xh;
+                }
+            float sg = ((s1[0] + s1[4]) + (s1[2] + s1[6])) + ((s1[1] + s1[5]) + (s1[3] + s1[7]));
+            float sgx = ((s2[0] + s2[4]) + (s2[2] + s2[6])) + ((s2[1] + s2[5]) + (s2[3] + s2[7]));
+            for (; i < n; i++) {
+                float gg = gr[i] * gamma[i];
+                sg += gg;
+                sgx += gg * ((xr[i] - mu) * rs);
+            }
+            float mg = sg / (float)n, mgx = sgx / (float)n;
+#pragma omp simd
+            for (int64_t k = 0; k < n; k++) {
+                float gg = gr[k] * gamma[k];
+                float xh = (xr[k] - mu) * rs;
+                dr[k] = rs * ((gg - mg) - xh * mgx);
+            }
+        }
+    }
+    return 0;
+}
+
+/* dgamma[c] = sum over rows r, in order, of gy[r, c] * xhat[r, c]. First
+ * every row's (mean, rstd) into scratch (parallel over rows), then threads
+ * split over blocks of 16 columns and walk all rows: each column's sum has
+ * the same order on any thread count. */
+static size_t scratch_ln_grad_gamma(const mpmd_graph *g, const mpmd_node *n) {
+    const mpmd_type *t = mpmd_type_of(g, mpmd_in(n, 0));
+    int64_t c = last_dim(t);
+    return (size_t)(mpmd_type_numel(t) / c) * 2 * sizeof(float);
+}
+
+static int k_layer_norm_grad_gamma(const mpmd_kargs *a) {
+    const mpmd_type *t = a->in_type[0];
+    int64_t n = last_dim(t), rows = mpmd_type_numel(t) / n;
+    const float *x = a->in[0], *gy = a->in[1];
+    float *dg = a->out;
+    float *stats = a->scratch; /* mean, rstd per row */
+    float eps = a->node->fa[0];
+    int64_t blocks = (n + 15) / 16;
+    int nt = mpmd_threads_for(a->nthreads, rows * n * 4);
+#pragma omp parallel num_threads(nt)
+    {
+        int tid = omp_get_thread_num(), tn = omp_get_num_threads();
+        int64_t lo, hi;
+        mpmd_split(rows, tid, tn, &lo, &hi);
+        for (int64_t r = lo; r < hi; r++) ln_stats(x + r * n, n, eps, &stats[2 * r], &stats[2 * r + 1]);
+#pragma omp barrier
+        mpmd_split(blocks, tid, tn, &lo, &hi);
+        int64_t c0 = lo * 16, c1 = hi * 16 < n ? hi * 16 : n;
+        for (int64_t c = c0; c < c1; c++) dg[c] = 0.0f;
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * n, *gr = gy + r * n;
+            float mu = stats[2 * r], rs = stats[2 * r + 1];
+#pragma omp simd
+            for (int64_t c = c0; c < c1; c++) dg[c] += gr[c] * ((xr[c] - mu) * rs);
+        }
+    }
+    return 0;
+}
+
+/* ---- embedding -------------------------------------------------------------------------- */
+
+/* Check every id is in [0, v); name the first bad one and its position. */
+static int check_ids(const mpmd_kargs *a, const char *what, const char *op, const int32_t *ids,
+                     const mpmd_type *tid, int64_t v) {
+    int64_t n = mpmd_type_numel(tid);
+    for (int64_t p = 0; p < n; p++) {
+        if (ids[p] < 0 || ids[p] >= v) {
+            char tb[160];
+            /* position as a flat index and as a multi-index into the ids */
+            char idx[128];
+            size_t k = 0;
+            int64_t rem = p, stride = n;
+            idx[0] = '\0';
+            for (int d = 0; d < tid->ndim && k < sizeof idx; d++) {
+                stride /= tid->dim[d];
+                k += (size_t)snprintf(idx + k, sizeof idx - k, d ? ",%lld" : "%lld", (long long)(rem / stride));
+                rem %= stride;
+            }
+            snprintf(a->err, a->err_len, "%s: %s %d at position %lld ([%s] of %s) is outside [0, %lld)", op, what,
+                     (int)ids[p], (long long)p, idx, mpmd_type_str(tid, tb, sizeof tb), (long long)v);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* y[p, :] = table[ids[p], :], parallel over positions. */
+static int k_embedding(const mpmd_kargs *a) {
+    const mpmd_type *tt = a->in_type[0], *ti = a->in_type[1];
+    int64_t v = tt->dim[0], c = tt->dim[1], n = mpmd_type_numel(ti);
+    const float *table = a->in[0];
+    const int32_t *ids = a->in[1];
+    float *y = a->out;
+    if (check_ids(a, "id", "embedding", ids, ti, v)) return 1;
+    int nt = mpmd_threads_for(a->nthreads, n * c);
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t lo, hi;
+        mpmd_split(n, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        for (int64_t p = lo; p < hi; p++) memcpy(y + p * c, table + (int64_t)ids[p] * c, (size_t)c * sizeof(float));
+    }
+    return 0;
+}
+
+/* dtable = 0, then dtable[ids[p], :] += gy[p, :] for p in position order.
+ * Threads zero their share of rows, then split the columns into blocks of
+ * 16 and each walks every position: each element's sum runs in position
+ * order whatever the thread count. */
+static int k_embedding_grad(const mpmd_kargs *a) {
+    const mpmd_type *ti = a->in_type[0];
+    int64_t v = a->node->type.dim[0], c = a->node->type.dim[1], n = mpmd_type_numel(ti);
+    const int32_t *ids = a->in[0];
+    const float *gy = a->in[1];
+    float *dt = a->out;
+    if (check_ids(a, "id", "embedding_grad", ids, ti, v)) return 1;
+    int64_t blocks = (c + 15) / 16;
+    int nt = mpmd_threads_for(a->nthreads, v * c + n * c);
+#pragma omp parallel num_threads(nt)
+    {
+        int tid = omp_get_thread_num(), tn = omp_get_num_threads();
+        int64_t lo, hi;
+        mpmd_split(v, tid, tn, &lo, &hi);
+        memset(dt + lo * c, 0, (size_t)((hi - lo) * c) * sizeof(float));
+#pragma omp barrier
+        mpmd_split(blocks, tid, tn, &lo, &hi);
+        int64_t c0 = lo * 16, c1 = hi * 16 < c ? hi * 16 : c;
+        for (int64_t p = 0; p < n; p++) {
+            float *dr = dt + (int64_t)ids[p] * c;
+            const float *gr = gy + p * c;
+#pragma omp simd
+            for (int64_t j = c0; j < c1; j++) dr[j] += gr[j];
+        }
+    }
+    return 0;
+}
+
+/* ---- cross-entropy ------------------------------------------------------------------------- */
+
+/* y[r] = (max + log(sum(exp(x - max)))) - x[label]: two passes over each row
+ * (max, then the exp-sum), parallel over rows. */
+static int k_cross_entropy(const mpmd_kargs *a) {
+    const mpmd_type *tl = a->in_type[0];
+    int64_t v = last_dim(tl), rows = mpmd_type_numel(tl) / v;
+    const float *x = a->in[0];
+    const int32_t *labels = a->in[1];
+    float *y = a->out;
+    if (check_ids(a, "label", "cross_entropy", labels, a->in_type[1], v)) return 1;
+    int nt = mpmd_threads_for(a->nthreads, rows * v * 4);
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t lo, hi;
+        mpmd_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        for (int64_t r = lo; r < hi; r++) {
+            const float *xr = x + r * v;
+            float m = mpmd_max_f32(xr, v);
+            float lse = m + logf(sum_exp_shift(xr, v, m));
+            y[r] = lse - xr[labels[r]];
+        }
+    }
+    return 0;
+}
+
+/* dx = (exp(x - lse) - onehot(label)) * gy[r], with lse = y[r] + x[label]
+ * recovered from the forward's output: one pass over the row. dx may alias
+ * x: x[label] is read before the row is written, and x[i] before dx[i]. */
+static int k_cross_entropy_grad(const mpmd_kargs *a) {
+    const mpmd_type *tl = a->in_type[0];
+    int64_t v = last_dim(tl), rows = mpmd_type_numel(tl) / v;
+    const float *x = a->in[0], *yl = a->in[2], *gy = a->in[3];
+    const int32_t *labels = a->in[1];
+    float *dx = a->out;
+    if (check_ids(a, "label", "cross_entropy_grad", labels, a->in_type[1], v)) return 1;
+    int nt = mpmd_threads_for(a->nthreads, rows * v * 4);
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t lo, hi;
+        mpmd_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        for (int64_t r = lo; r < hi; r++) {
+            const float *xr = x + r * v;
+            float *dr = dx + r * v;
+            int64_t lab = labels[r];
+            float lse = yl[r] + xr[lab];
+            float gr = gy[r];
+#pragma omp simd
+            for (int64_t i = 0; i < v; i++) dr[i] = nn_exp(xr[i] - lse) * gr;
+            dr[lab] -= gr;
+        }
+    }
+    return 0;
+}
+
+/* ---- the table ------------------------------------------------------------------------------ */
+
+const mpmd_cpu_entry mpmd_cpu_nn_kernels[] = {
+    {&mpmd_op_matmul, k_matmul, NULL},
+    {&mpmd_op_softmax, k_softmax, NULL},
+    {&mpmd_op_softmax_causal, k_softmax_causal, NULL},
+    {&mpmd_op_log_softmax, k_log_softmax, NULL},
+    {&mpmd_op_softmax_grad, k_softmax_grad, NULL},
+    {&mpmd_op_softmax_causal_grad, k_softmax_causal_grad, NULL},
+    {&mpmd_op_log_softmax_grad, k_log_softmax_grad, NULL},
+    {&mpmd_op_layer_norm, k_layer_norm, NULL},
+    {&mpmd_op_layer_norm_grad_x, k_layer_norm_grad_x, NULL},
+    {&mpmd_op_layer_norm_grad_gamma, k_layer_norm_grad_gamma, scratch_ln_grad_gamma},
+    {&mpmd_op_embedding, k_embedding, NULL},
+    {&mpmd_op_embedding_grad, k_embedding_grad, NULL},
+    {&mpmd_op_cross_entropy, k_cross_entropy, NULL},
+    {&mpmd_op_cross_entropy_grad, k_cross_entropy_grad, NULL},
+    {0},
+};

@@ -1,0 +1,325 @@
+/* The neural-network op family: matmul, softmax / log-softmax (plain and
+ * causal), layer norm, embedding lookup, cross-entropy, and attention (a
+ * composition of the others). Each op is one descriptor: its constructor
+ * checks the operands, its VJP rule emits the backward ops as ordinary graph
+ * nodes. The CPU kernels are in src/backend/cpu/nn.c.
+ *
+ * Conventions for the math in the comments: gy is the cotangent of the op's
+ * output (d loss / d y), gx of an input. Rows are the last axis.
+ */
+#include "nn.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- attribute printers ----------------------------------------------------- */
+
+static void attrs_matmul(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
+    (void)g;
+    snprintf(buf, len, "%s%s", (n->ia[0] & MPMD_TRANS_A) ? " trans_a" : "", (n->ia[0] & MPMD_TRANS_B) ? " trans_b" : "");
+}
+
+static void attrs_eps(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
+    (void)g;
+    snprintf(buf, len, " eps=%g", (double)n->fa[0]);
+}
+
+static void attrs_vocab(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
+    (void)g;
+    snprintf(buf, len, " rows=%lld", (long long)n->ia[0]);
+}
+
+/* ---- descriptors ---------------------------------------------------------------- */
+
+static void vjp_matmul(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_softmax(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_softmax_causal(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_log_softmax(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_layer_norm(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_embedding(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_cross_entropy(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+
+/* {name, n_in, inplace, flags, attrs, vjp}. inplace names the input whose buffer the
+ * kernel may overwrite (src/backend/cpu/nn.c keeps each one correct when it does). */
+const mpmd_op_desc mpmd_op_matmul = {"matmul", 2, -1, 0, attrs_matmul, vjp_matmul};
+const mpmd_op_desc mpmd_op_softmax = {"softmax", 1, 0, 0, NULL, vjp_softmax};
+const mpmd_op_desc mpmd_op_log_softmax = {"log_softmax", 1, 0, 0, NULL, vjp_log_softmax};
+const mpmd_op_desc mpmd_op_softmax_causal = {"softmax_causal", 1, 0, 0, NULL, vjp_softmax_causal};
+const mpmd_op_desc mpmd_op_softmax_grad = {"softmax_grad", 2, 1, 0, NULL, NULL};
+const mpmd_op_desc mpmd_op_softmax_causal_grad = {"softmax_causal_grad", 2, 1, 0, NULL, NULL};
+const mpmd_op_desc mpmd_op_log_softmax_grad = {"log_softmax_grad", 2, 1, 0, NULL, NULL};
+const mpmd_op_desc mpmd_op_layer_norm = {"layer_norm", 3, 0, 0, attrs_eps, vjp_layer_norm};
+const mpmd_op_desc mpmd_op_layer_norm_grad_x = {"layer_norm_grad_x", 3, 2, 0, attrs_eps, NULL};
+const mpmd_op_desc mpmd_op_layer_norm_grad_gamma = {"layer_norm_grad_gamma", 2, -1, 0, attrs_eps, NULL};
+const mpmd_op_desc mpmd_op_embedding = {"embedding", 2, -1, 0, NULL, vjp_embedding};
+const mpmd_op_desc mpmd_op_embedding_grad = {"embedding_grad", 2, -1, 0, attrs_vocab, NULL};
+const mpmd_op_desc mpmd_op_cross_entropy = {"cross_entropy", 2, -1, 0, NULL, vjp_cross_entropy};
+const mpmd_op_desc mpmd_op_cross_entropy_grad = {"cross_entropy_grad", 4, 0, 0, NULL, NULL};
+
+/* Emit an internal (gradient) op whose operands the rule built itself. */
+static mpmd_value emit_internal(mpmd_graph *g, const mpmd_op_desc *op, int n_in, const mpmd_value *in,
+                                mpmd_type out) {
+    if (!mpmd_check_operands(g, op->name, n_in, in)) return MPMD_NONE;
+    return mpmd_emit(g, op, n_in, in, out);
+}
+
+/* ---- matmul ----------------------------------------------------------------------- */
+
+mpmd_value mpmd_matmul(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags) {
+    mpmd_value in[2] = {a, b};
+    if (!mpmd_check_operands(g, "mpmd_matmul", 2, in)) return MPMD_NONE;
+    const mpmd_type ta = *mpmd_type_of(g, a), tb = *mpmd_type_of(g, b);
+    if (flags & ~(MPMD_TRANS_A | MPMD_TRANS_B))
+        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_matmul: unknown flags 0x%x; expected MPMD_TRANS_A | MPMD_TRANS_B",
+                         (unsigned)flags);
+    if (ta.dtype != MPMD_F32 || tb.dtype != MPMD_F32)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_matmul: operands must be f32; a is %s, b is %s", mpmd_tstr(g, a),
+                         mpmd_tstr(g, b));
+    if (ta.ndim < 2 || tb.ndim < 2)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_matmul: operands must have at least 2 dimensions; a is %s, b is %s",
+                         mpmd_tstr(g, a), mpmd_tstr(g, b));
+    if (tb.ndim != 2 && tb.ndim != ta.ndim)
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "mpmd_matmul: b must be a matrix or batched with exactly a's leading dimensions; "
+                         "a is %s, b is %s",
+                         mpmd_tstr(g, a), mpmd_tstr(g, b));
+    if (tb.ndim == ta.ndim)
+        for (int i = 0; i < ta.ndim - 2; i++)
+            if (ta.dim[i] != tb.dim[i])
+                return mpmd_fail(g, MPMD_ERR_SHAPE,
+                                 "mpmd_matmul: batch dimension %d differs: a is %s, b is %s (a batched b must have "
+                                 "a's leading dimensions)",
+                                 i, mpmd_tstr(g, a), mpmd_tstr(g, b));
+    int tra = (flags & MPMD_TRANS_A) != 0, trb = (flags & MPMD_TRANS_B) != 0;
+    int64_t m = ta.dim[ta.ndim - 2 + tra], ka = ta.dim[ta.ndim - 1 - tra];
+    int64_t kb = tb.dim[tb.ndim - 2 + trb], nn = tb.dim[tb.ndim - 1 - trb];
+    if (ka != kb)
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "mpmd_matmul: contracted dimensions differ: a is %s (K = %lld), b is %s (K = %lld); "
+                         "expected a [..., %s] and b [%s]",
+                         mpmd_tstr(g, a), (long long)ka, mpmd_tstr(g, b), (long long)kb, tra ? "K, M" : "M, K",
+                         trb ? "N, K" : "K, N");
+    mpmd_type out = ta;
+    out.dim[out.ndim - 2] = m;
+    out.dim[out.ndim - 1] = nn;
+    mpmd_value r = mpmd_emit(g, &mpmd_op_matmul, 2, in, out);
+    mpmd_node *node = mpmd_node_of(g, r);
+    if (node) node->ia[0] = flags;
+    return r;
+}
+
+/* C = A' B' with A' = op(A) [M, K] and B' = op(B) [K, N] (op transposes when
+ * the flag is set). Then dA' = dC B'^T and dB' = A'^T dC, and
+ *   dA = dA'             or, with TRANS_A, dA'^T = B' dC^T
+ *   dB = dB'             or, with TRANS_B, dB'^T = dC^T A'
+ * each written as one matmul with the right flags. When a 2-D b serves a
+ * batched a, dB sums over the batch: the batch is folded into the summed
+ * dimension (a as [R, K], dC as [R, N] with R = batch x M) so that the
+ * weight gradient is one large sgemm. */
+static void vjp_matmul(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    mpmd_value a = mpmd_in(n, 0), b = mpmd_in(n, 1);
+    const mpmd_type ta = *mpmd_type_of(g, a), tb = *mpmd_type_of(g, b);
+    int tra = (n->ia[0] & MPMD_TRANS_A) != 0, trb = (n->ia[0] & MPMD_TRANS_B) != 0;
+    int shared_b = tb.ndim == 2 && ta.ndim > 2;
+    /* matmul(x, y, f) computes op(x) op(y); B'^T is b itself under TRANS_B. */
+    int bt_flag = trb ? 0 : MPMD_TRANS_B; /* op(b) = B'^T */
+    if (!tra)
+        gin[0] = mpmd_matmul(g, gy, b, bt_flag); /* dA = dC B'^T */
+    else if (!shared_b)
+        gin[0] = mpmd_matmul(g, b, gy, (trb ? MPMD_TRANS_A : 0) | MPMD_TRANS_B); /* dA = B' dC^T */
+    else
+        gin[0] = mpmd_transpose(g, mpmd_matmul(g, gy, b, bt_flag)); /* dA = (dC B'^T)^T per item */
+
+    if (!shared_b) {
+        if (!trb)
+            gin[1] = mpmd_matmul(g, a, gy, tra ? 0 : MPMD_TRANS_A); /* dB = A'^T dC */
+        else
+            gin[1] = mpmd_matmul(g, gy, a, MPMD_TRANS_A | (tra ? MPMD_TRANS_B : 0)); /* dB = dC^T A' */
+    } else {
+        int64_t k = tra ? ta.dim[ta.ndim - 2] : ta.dim[ta.ndim - 1];
+        int64_t ncols = n->type.dim[n->type.ndim - 1];
+        mpmd_value an = tra ? mpmd_transpose(g, a) : a; /* A' per item: [..., M, K] */
+        mpmd_value a2 = mpmd_reshape(g, an, MPMD_SHAPE(-1, k));
+        mpmd_value g2 = mpmd_reshape(g, gy, MPMD_SHAPE(-1, ncols));
+        gin[1] = trb ? mpmd_matmul(g, g2, a2, MPMD_TRANS_A)  /* dB [N, K] = dC^T A' */
+                     : mpmd_matmul(g, a2, g2, MPMD_TRANS_A); /* dB [K, N] = A'^T dC */
+    }
+}
+
+/* ---- softmax family ------------------------------------------------------------------ */
+
+static mpmd_value softmax_like(mpmd_graph *g, const mpmd_op_desc *op, const char *fn, mpmd_value x, int causal) {
+    if (!mpmd_check_operands(g, fn, 1, &x)) return MPMD_NONE;
+    const mpmd_type t = *mpmd_type_of(g, x);
+    if (t.dtype != MPMD_F32)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the operand must be f32, got %s", fn, mpmd_tstr(g, x));
+    if (t.ndim < (causal ? 2 : 1))
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the operand needs at least %d dimension%s, got %s", fn,
+                         causal ? 2 : 1, causal ? "s ([..., T, T])" : "", mpmd_tstr(g, x));
+    if (causal && t.dim[t.ndim - 1] != t.dim[t.ndim - 2])
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: expected square scores [..., T, T] over the last two axes, got %s",
+                         fn, mpmd_tstr(g, x));
+    return mpmd_emit(g, op, 1, &x, t);
+}
+
+mpmd_value mpmd_softmax(mpmd_graph *g, mpmd_value a) {
+    return softmax_like(g, &mpmd_op_softmax, "mpmd_softmax", a, 0);
+}
+mpmd_value mpmd_log_softmax(mpmd_graph *g, mpmd_value a) {
+    return softmax_like(g, &mpmd_op_log_softmax, "mpmd_log_softmax", a, 0);
+}
+mpmd_value mpmd_softmax_causal(mpmd_graph *g, mpmd_value a) {
+    return softmax_like(g, &mpmd_op_softmax_causal, "mpmd_softmax_causal", a, 1);
+}
+
+/* y = softmax(x) per row: dx = y * (gy - sum(gy * y)). The causal variant
+ * has y = 0 on masked entries, so the same formula gives 0 there; its kernel
+ * sums over the unmasked columns only. */
+static void vjp_softmax(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    mpmd_value in[2] = {mpmd_out(n), gy};
+    gin[0] = emit_internal(g, &mpmd_op_softmax_grad, 2, in, n->type);
+}
+static void vjp_softmax_causal(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    mpmd_value in[2] = {mpmd_out(n), gy};
+    gin[0] = emit_internal(g, &mpmd_op_softmax_causal_grad, 2, in, n->type);
+}
+/* y = x - logsumexp(x) per row: dx = gy - exp(y) * sum(gy). */
+static void vjp_log_softmax(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    mpmd_value in[2] = {mpmd_out(n), gy};
+    gin[0] = emit_internal(g, &mpmd_op_log_softmax_grad, 2, in, n->type);
+}
+
+/* ---- layer norm ------------------------------------------------------------------------- */
+
+mpmd_value mpmd_layer_norm(mpmd_graph *g, mpmd_value x, mpmd_value gamma, mpmd_value beta, float eps) {
+    mpmd_value in[3] = {x, gamma, beta};
+    if (!mpmd_check_operands(g, "mpmd_layer_norm", 3, in)) return MPMD_NONE;
+    const mpmd_type tx = *mpmd_type_of(g, x), tg = *mpmd_type_of(g, gamma), tbe = *mpmd_type_of(g, beta);
+    if (tx.dtype != MPMD_F32 || tx.ndim < 1)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_layer_norm: x must be f32 with at least one axis, got %s",
+                         mpmd_tstr(g, x));
+    int64_t c = tx.dim[tx.ndim - 1];
+    if (tg.dtype != MPMD_F32 || tg.ndim != 1 || tg.dim[0] != c || tbe.dtype != MPMD_F32 || tbe.ndim != 1 ||
+        tbe.dim[0] != c)
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "mpmd_layer_norm: x is %s, gamma is %s, beta is %s; gamma and beta must be f32[%lld] "
+                         "(the last axis of x)",
+                         mpmd_tstr(g, x), mpmd_tstr(g, gamma), mpmd_tstr(g, beta), (long long)c);
+    if (!(eps >= 0.0f) || isinf(eps))
+        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_layer_norm: eps is %g; it must be finite and >= 0", (double)eps);
+    mpmd_value r = mpmd_emit(g, &mpmd_op_layer_norm, 3, in, tx);
+    mpmd_node *node = mpmd_node_of(g, r);
+    if (node) node->fa[0] = eps;
+    return r;
+}
+
+/* y = xhat * gamma + beta with xhat = (x - mean) * rstd, rstd = 1/sqrt(var + eps)
+ * per row of C. With g = gy * gamma:
+ *   dx     = rstd * (g - mean(g) - xhat * mean(g * xhat))   (layer_norm_grad_x)
+ *   dgamma = sum over rows of gy * xhat                      (layer_norm_grad_gamma)
+ *   dbeta  = sum over rows of gy                             (sum_to)
+ * Three separate ops, so that a compiler can put the activation gradient
+ * (dx) and the weight gradients in different tasks. */
+static void vjp_layer_norm(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    mpmd_value x = mpmd_in(n, 0), gamma = mpmd_in(n, 1);
+    float eps = n->fa[0];
+    int64_t c = n->type.dim[n->type.ndim - 1];
+    gin[2] = mpmd_sum_to(g, gy, 1, &c);
+    mpmd_value ing[2] = {x, gy};
+    gin[1] = emit_internal(g, &mpmd_op_layer_norm_grad_gamma, 2, ing, mpmd_make_type(MPMD_F32, 1, &c));
+    mpmd_node *ng = mpmd_node_of(g, gin[1]);
+    if (ng) ng->fa[0] = eps;
+    mpmd_value inx[3] = {x, gamma, gy};
+    gin[0] = emit_internal(g, &mpmd_op_layer_norm_grad_x, 3, inx, n->type);
+    mpmd_node *nx = mpmd_node_of(g, gin[0]);
+    if (nx) nx->fa[0] = eps;
+}
+
+/* ---- embedding ------------------------------------------------------------------------------ */
+
+mpmd_value mpmd_embedding(mpmd_graph *g, mpmd_value table, mpmd_value ids) {
+    mpmd_value in[2] = {table, ids};
+    if (!mpmd_check_operands(g, "mpmd_embedding", 2, in)) return MPMD_NONE;
+    const mpmd_type tt = *mpmd_type_of(g, table), ti = *mpmd_type_of(g, ids);
+    if (tt.dtype != MPMD_F32 || tt.ndim != 2)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_embedding: table must be f32[V, C], got %s (ids are %s)",
+                         mpmd_tstr(g, table), mpmd_tstr(g, ids));
+    if (ti.dtype != MPMD_I32)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_embedding: ids must be i32, got %s (table is %s)",
+                         mpmd_tstr(g, ids), mpmd_tstr(g, table));
+    if (ti.ndim + 1 > MPMD_MAX_DIMS)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_embedding: ids %s have too many axes for a [..., C] result",
+                         mpmd_tstr(g, ids));
+    mpmd_type out = ti;
+    out.dtype = MPMD_F32;
+    out.dim[out.ndim++] = tt.dim[1];
+    return mpmd_emit(g, &mpmd_op_embedding, 2, in, out);
+}
+
+/* y[p, :] = table[ids[p], :]: dtable[v, :] = sum of gy[p, :] over the positions
+ * p with ids[p] == v (a scatter-add, in position order). No gradient for ids. */
+static void vjp_embedding(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    mpmd_value table = mpmd_in(n, 0), ids = mpmd_in(n, 1);
+    const mpmd_type tt = *mpmd_type_of(g, table);
+    mpmd_value in[2] = {ids, gy};
+    gin[0] = emit_internal(g, &mpmd_op_embedding_grad, 2, in, tt);
+    mpmd_node *ng = mpmd_node_of(g, gin[0]);
+    if (ng) ng->ia[0] = tt.dim[0];
+    gin[1] = MPMD_NONE;
+}
+
+/* ---- cross-entropy ----------------------------------------------------------------------- */
+
+mpmd_value mpmd_cross_entropy(mpmd_graph *g, mpmd_value logits, mpmd_value labels) {
+    mpmd_value in[2] = {logits, labels};
+    if (!mpmd_check_operands(g, "mpmd_cross_entropy", 2, in)) return MPMD_NONE;
+    const mpmd_type tl = *mpmd_type_of(g, logits), tb = *mpmd_type_of(g, labels);
+    if (tl.dtype != MPMD_F32 || tl.ndim < 1)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_cross_entropy: logits must be f32[..., V], got %s (labels are %s)",
+                         mpmd_tstr(g, logits), mpmd_tstr(g, labels));
+    int ok = tb.dtype == MPMD_I32 && tb.ndim == tl.ndim - 1;
+    for (int i = 0; ok && i < tb.ndim; i++) ok = tb.dim[i] == tl.dim[i];
+    if (!ok) {
+        mpmd_type want = tl;
+        want.dtype = MPMD_I32;
+        want.ndim--;
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_cross_entropy: logits are %s, labels are %s; expected labels %s",
+                         mpmd_tstr(g, logits), mpmd_tstr(g, labels), mpmd_tstr_type(g, &want));
+    }
+    mpmd_type out = tb;
+    out.dtype = MPMD_F32;
+    return mpmd_emit(g, &mpmd_op_cross_entropy, 2, in, out);
+}
+
+/* y = logsumexp(x) - x[label] per row: dx = (softmax(x) - onehot(label)) * gy.
+ * The fused kernel takes y too: logsumexp(x) = y + x[label], so the backward
+ * needs one pass over the row instead of three. No gradient for labels. */
+static void vjp_cross_entropy(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    mpmd_value logits = mpmd_in(n, 0);
+    mpmd_value in[4] = {logits, mpmd_in(n, 1), mpmd_out(n), gy};
+    gin[0] = emit_internal(g, &mpmd_op_cross_entropy_grad, 4, in, *mpmd_type_of(g, logits));
+    gin[1] = MPMD_NONE;
+}
+
+/* ---- attention (a composition) ------------------------------------------------------------ */
+
+/* softmax(q k^T / sqrt(Dh)) v per batch and head, as permutes, two batched
+ * matmuls, a scale and a (causal) softmax: its gradient comes from theirs. */
+mpmd_value mpmd_attention(mpmd_graph *g, mpmd_value q, mpmd_value k, mpmd_value v, int causal) {
+    mpmd_value in[3] = {q, k, v};
+    if (!mpmd_check_operands(g, "mpmd_attention", 3, in)) return MPMD_NONE;
+    const mpmd_type tq = *mpmd_type_of(g, q), tk = *mpmd_type_of(g, k), tv = *mpmd_type_of(g, v);
+    if (tq.dtype != MPMD_F32 || tq.ndim != 4 || !mpmd_type_equal(&tq, &tk) || !mpmd_type_equal(&tq, &tv))
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "mpmd_attention: q is %s, k is %s, v is %s; expected three f32[B, T, H, Dh] of one shape",
+                         mpmd_tstr(g, q), mpmd_tstr(g, k), mpmd_tstr(g, v));
+    static const int perm[4] = {0, 2, 1, 3}; /* [B, T, H, Dh] <-> [B, H, T, Dh] */
+    mpmd_value qh = mpmd_permute(g, q, perm);
+    mpmd_value kh = mpmd_permute(g, k, perm);
+    mpmd_value vh = mpmd_permute(g, v, perm);
+    mpmd_value s = mpmd_matmul(g, qh, kh, MPMD_TRANS_B); /* [B, H, T, T] */
+    s = mpmd_mul_scalar(g, s, (float)(1.0 / sqrt((double)tq.dim[3])));
+    mpmd_value p = causal ? mpmd_softmax_causal(g, s) : mpmd_softmax(g, s);
+    mpmd_value o = mpmd_matmul(g, p, vh, 0); /* [B, H, T, Dh] */
+    return mpmd_permute(g, o, perm);
+}

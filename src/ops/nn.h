@@ -1,0 +1,30 @@
+/* nn.h - the neural-network op family's descriptors, shared by the op
+ * constructors (src/ops/nn.c) and the CPU kernels (src/backend/cpu/nn.c).
+ *
+ * Public ops (constructors in mpmd.h):
+ *   matmul          ia[0] = flags (MPMD_TRANS_A | MPMD_TRANS_B)
+ *   softmax, log_softmax, softmax_causal   (last axis)
+ *   layer_norm      inputs x, gamma, beta; fa[0] = eps
+ *   embedding       inputs table [V, C], ids i32 [...]
+ *   cross_entropy   inputs logits [..., V], labels i32 [...]
+ *
+ * Internal ops, emitted only by the gradient rules:
+ *   softmax_grad(y, gy), softmax_causal_grad(y, gy), log_softmax_grad(y, gy)
+ *   layer_norm_grad_x(x, gamma, gy)       fa[0] = eps
+ *   layer_norm_grad_gamma(x, gy)          fa[0] = eps
+ *   embedding_grad(ids, gy)               result [V, C], ia[0] = V
+ *   cross_entropy_grad(logits, labels, y, gy)  y is the forward's output
+ */
+#ifndef MPMD_OPS_NN_H
+#define MPMD_OPS_NN_H
+
+#include "../graph/graph.h"
+
+extern const mpmd_op_desc mpmd_op_matmul;
+extern const mpmd_op_desc mpmd_op_softmax, mpmd_op_log_softmax, mpmd_op_softmax_causal;
+extern const mpmd_op_desc mpmd_op_softmax_grad, mpmd_op_softmax_causal_grad, mpmd_op_log_softmax_grad;
+extern const mpmd_op_desc mpmd_op_layer_norm, mpmd_op_layer_norm_grad_x, mpmd_op_layer_norm_grad_gamma;
+extern const mpmd_op_desc mpmd_op_embedding, mpmd_op_embedding_grad;
+extern const mpmd_op_desc mpmd_op_cross_entropy, mpmd_op_cross_entropy_grad;
+
+#endif
