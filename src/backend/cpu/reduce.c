@@ -1,3 +1,553 @@
-/* Placeholder until the reduce kernels land. */
+/* reduce.c - CPU kernels of the reduction ops (src/ops/reduce.c: sum, mean,
+ * max, max_grad) and the shape ops (src/ops/shape.c: reshape, permute,
+ * slice, slice_grad, concat).
+ *
+ * Reductions first simplify the layout: axes of size 1 are dropped and
+ * neighbouring axes that are both reduced or both kept are merged into
+ * groups (at most MPMD_MAX_DIMS). Two kernels then cover every layout:
+ * - the last group is reduced ("inner"): each output is a sum of
+ *   contiguous runs, mpmd_sum_f32 per run, runs added in row-major order;
+ *   threads split the outputs;
+ * - the last group is kept ("outer"): the output block of the last group
+ *   is accumulated row by row (reduced indices in row-major order),
+ *   vectorised over the block; threads split the output elements, so a
+ *   block may be shared between threads column-wise.
+ * Either way each output element is computed by one thread in an order that
+ * depends only on the shape and axes (documented in src/ops/reduce.c).
+ *
+ * Shape ops move 4-byte elements (f32 or i32) and copy contiguous runs
+ * with memcpy; permute copies whole rows when the last axis stays last and
+ * otherwise transposes in 32x32 tiles.
+ */
 #include "cpu.h"
-const mpmd_cpu_entry mpmd_cpu_reduce_kernels[] = {{0}};
+
+#include <omp.h>
+#include <string.h>
+
+extern const mpmd_op_desc mpmd_op_sum, mpmd_op_mean, mpmd_op_max, mpmd_op_max_grad;
+extern const mpmd_op_desc mpmd_op_reshape, mpmd_op_permute, mpmd_op_slice, mpmd_op_slice_grad, mpmd_op_concat;
+
+/* ---- iteration helpers -------------------------------------------------------- */
+
+/* An odometer over a multi-index (row-major: the last index runs fastest)
+ * that tracks two offsets with their own strides (e.g. input and output). */
+typedef struct odo {
+    int n;
+    int64_t size[MPMD_MAX_DIMS], sa[MPMD_MAX_DIMS], sb[MPMD_MAX_DIMS], idx[MPMD_MAX_DIMS];
+    int64_t a, b; /* current offsets */
+} odo;
+
+static int64_t odo_count(const odo *o) {
+    int64_t c = 1;
+    for (int k = 0; k < o->n; k++) c *= o->size[k];
+    return c;
+}
+
+/* Position the odometer at flat index `flat`. */
+static void odo_seek(odo *o, int64_t flat) {
+    o->a = o->b = 0;
+    for (int k = o->n - 1; k >= 0; k--) {
+        o->idx[k] = flat % o->size[k];
+        flat /= o->size[k];
+        o->a += o->idx[k] * o->sa[k];
+        o->b += o->idx[k] * o->sb[k];
+    }
+}
+
+static inline void odo_next(odo *o) {
+    for (int k = o->n - 1; k >= 0; k--) {
+        o->a += o->sa[k];
+        o->b += o->sb[k];
+        if (++o->idx[k] < o->size[k]) return;
+        o->a -= o->sa[k] * o->size[k];
+        o->b -= o->sb[k] * o->size[k];
+        o->idx[k] = 0;
+    }
+}
+
+static void odo_push(odo *o, int64_t size, int64_t sa, int64_t sb) {
+    o->size[o->n] = size;
+    o->sa[o->n] = sa;
+    o->sb[o->n] = sb;
+    o->n++;
+}
+
+/* ---- reduction layout ---------------------------------------------------------- */
+
+typedef struct rlayout {
+    int m;                          /* groups */
+    int64_t size[MPMD_MAX_DIMS];    /* elements per group */
+    int64_t stride[MPMD_MAX_DIMS];  /* input element stride of a group */
+    int red[MPMD_MAX_DIMS];         /* 1: reduced group */
+    int inner;                      /* 1: the last group is reduced */
+    int64_t len;                    /* size of the last group (1 when m == 0) */
+    int64_t n_out;                  /* output elements */
+    odo kept; /* inner: all kept groups; outer: the kept groups but the last */
+    odo redo; /* inner: the reduced groups but the last; outer: all reduced groups */
+} rlayout;
+
+static void rlayout_make(const mpmd_type *t, int64_t mask, rlayout *L) {
+    memset(L, 0, sizeof *L);
+    for (int i = 0; i < t->ndim; i++) {
+        int64_t d = t->dim[i];
+        int r = (mask >> i) & 1;
+        if (d == 1) continue;
+        if (L->m > 0 && L->red[L->m - 1] == r) {
+            L->size[L->m - 1] *= d;
+        } else {
+            L->size[L->m] = d;
+            L->red[L->m] = r;
+            L->m++;
+        }
+    }
+    int64_t s = 1;
+    for (int k = L->m - 1; k >= 0; k--) {
+        L->stride[k] = s;
+        s *= L->size[k];
+    }
+    L->inner = L->m > 0 && L->red[L->m - 1];
+    L->len = L->m > 0 ? L->size[L->m - 1] : 1;
+    L->n_out = 1;
+    for (int k = 0; k < L->m; k++)
+        if (!L->red[k]) L->n_out *= L->size[k];
+    /* Every group but the last goes to an odometer (input strides). Inner
+     * layout: `kept` walks single outputs, `redo` the runs. Outer layout:
+     * `kept` walks the output blocks, `redo` the rows of reduced indices. */
+    for (int k = 0; k < L->m - 1; k++) {
+        if (L->red[k])
+            odo_push(&L->redo, L->size[k], L->stride[k], 0);
+        else
+            odo_push(&L->kept, L->size[k], L->stride[k], 0);
+    }
+}
+
+/* Inner layout, outputs [lo, hi): y[o] = op over runs r of f(run r), where
+ * f is mpmd_sum_f32 (or mpmd_max_f32) of the L contiguous elements of the
+ * run and runs go in row-major order of the outer reduced groups. */
+static void reduce_inner(const rlayout *L, int is_max, float scale, const float *x, float *y, int64_t lo,
+                         int64_t hi) {
+    odo k = L->kept, r = L->redo;
+    /* In the inner layout `kept` holds every kept group (the last group is
+     * reduced); its offsets are input offsets of the output's elements. */
+    int64_t nr = odo_count(&r), len = L->len;
+    odo_seek(&k, lo);
+    for (int64_t o = lo; o < hi; o++, odo_next(&k)) {
+        const float *base = x + k.a;
+        odo_seek(&r, 0);
+        float s = is_max ? mpmd_max_f32(base, len) : mpmd_sum_f32(base, len);
+        for (int64_t j = 1; j < nr; j++) {
+            odo_next(&r);
+            if (is_max) {
+                float v = mpmd_max_f32(base + r.a, len);
+                s = v > s ? v : s;
+            } else {
+                s += mpmd_sum_f32(base + r.a, len);
+            }
+        }
+        y[o] = is_max ? s : s * scale;
+    }
+}
+
+/* Outer layout, outputs [lo, hi): for each block of the last (kept) group,
+ * columns [c0, c1) of it: acc = row of the first reduced index, then
+ * acc += row (or max) for each further reduced index in row-major order. */
+static void reduce_outer(const rlayout *L, int is_max, float scale, const float *x, float *y, int64_t lo,
+                         int64_t hi) {
+    odo k = L->kept, r = L->redo;
+    int64_t nr = odo_count(&r), len = L->len;
+    int64_t b0 = lo / len, b1 = (hi + len - 1) / len;
+    odo_seek(&k, b0);
+    for (int64_t b = b0; b < b1; b++, odo_next(&k)) {
+        int64_t c0 = lo - b * len > 0 ? lo - b * len : 0;
+        int64_t c1 = hi - b * len < len ? hi - b * len : len;
+        float *acc = y + b * len;
+        const float *base = x + k.a;
+        odo_seek(&r, 0);
+        memcpy(acc + c0, base + c0, (size_t)(c1 - c0) * sizeof(float));
+        for (int64_t j = 1; j < nr; j++) {
+            odo_next(&r);
+            const float *row = base + r.a;
+            if (is_max) {
+                for (int64_t c = c0; c < c1; c++) acc[c] = row[c] > acc[c] ? row[c] : acc[c];
+            } else {
+                for (int64_t c = c0; c < c1; c++) acc[c] += row[c];
+            }
+        }
+        if (!is_max && scale != 1.0f)
+            for (int64_t c = c0; c < c1; c++) acc[c] *= scale;
+    }
+}
+
+/* sum, mean (scale fa[0]) and max over the axes in ia[0]. */
+static int k_reduce(const mpmd_kargs *a) {
+    const mpmd_node *n = a->node;
+    const float *x = a->in[0];
+    float *y = a->out;
+    int is_max = n->op == &mpmd_op_max;
+    float scale = n->op == &mpmd_op_mean ? n->fa[0] : 1.0f;
+    int64_t numel = mpmd_type_numel(a->in_type[0]);
+    int64_t n_out = mpmd_type_numel(&n->type);
+    if (numel == 0) { /* sum over nothing: zeros (max and mean refuse this at build time) */
+        for (int64_t i = 0; i < n_out; i++) y[i] = 0.0f;
+        return 0;
+    }
+    rlayout L;
+    rlayout_make(a->in_type[0], n->ia[0], &L);
+    int nt = mpmd_threads_for(a->nthreads, numel);
+    if (nt > n_out) nt = (int)n_out;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi;
+        mpmd_split(n_out, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        if (lo < hi) {
+            if (L.inner)
+                reduce_inner(&L, is_max, scale, x, y, lo, hi);
+            else
+                reduce_outer(&L, is_max, scale, x, y, lo, hi);
+        }
+    }
+    return 0;
+}
+
+/* max_grad(x, dy) = dx: per output element o with m = max of its group and
+ * c = number of elements equal to m, dx = dy[o] / c where x == m, else 0.
+ * (If the group holds a NaN, no element equals m when m is NaN; then dx is
+ * 0 for the whole group.) */
+static void max_grad_inner(const rlayout *L, const float *x, const float *dy, float *dx, int64_t lo, int64_t hi) {
+    odo k = L->kept, r = L->redo;
+    int64_t nr = odo_count(&r), len = L->len;
+    odo_seek(&k, lo);
+    for (int64_t o = lo; o < hi; o++, odo_next(&k)) {
+        const float *xb = x + k.a;
+        float *gb = dx + k.a;
+        float m = mpmd_max_f32(xb, len);
+        odo_seek(&r, 0);
+        for (int64_t j = 1; j < nr; j++) {
+            odo_next(&r);
+            float v = mpmd_max_f32(xb + r.a, len);
+            m = v > m ? v : m;
+        }
+        int64_t cnt = 0;
+        odo_seek(&r, 0);
+        for (int64_t j = 0; j < nr; j++, odo_next(&r))
+            for (int64_t i = 0; i < len; i++) cnt += xb[r.a + i] == m;
+        float v = cnt ? dy[o] / (float)cnt : 0.0f;
+        odo_seek(&r, 0);
+        for (int64_t j = 0; j < nr; j++, odo_next(&r))
+            for (int64_t i = 0; i < len; i++) gb[r.a + i] = xb[r.a + i] == m ? v : 0.0f;
+    }
+}
+
+/* The outer layout keeps the running max and tie count per output element
+ * in scratch (2 floats per output, indexed by output: threads own disjoint
+ * outputs). */
+static void max_grad_outer(const rlayout *L, const float *x, const float *dy, float *dx, float *mx, float *cn,
+                           int64_t lo, int64_t hi) {
+    odo k = L->kept, r = L->redo;
+    int64_t nr = odo_count(&r), len = L->len;
+    int64_t b0 = lo / len, b1 = (hi + len - 1) / len;
+    odo_seek(&k, b0);
+    for (int64_t b = b0; b < b1; b++, odo_next(&k)) {
+        int64_t c0 = lo - b * len > 0 ? lo - b * len : 0;
+        int64_t c1 = hi - b * len < len ? hi - b * len : len;
+        const float *xb = x + k.a;
+        float *gb = dx + k.a, *m = mx + b * len, *c = cn + b * len;
+        odo_seek(&r, 0);
+        for (int64_t i = c0; i < c1; i++) {
+            m[i] = xb[i];
+            c[i] = 1.0f;
+        }
+        for (int64_t j = 1; j < nr; j++) {
+            odo_next(&r);
+            const float *row = xb + r.a;
+            for (int64_t i = c0; i < c1; i++) {
+                if (row[i] > m[i]) {
+                    m[i] = row[i];
+                    c[i] = 1.0f;
+                } else if (row[i] == m[i]) {
+                    c[i] += 1.0f;
+                }
+            }
+        }
+        for (int64_t i = c0; i < c1; i++) c[i] = m[i] == m[i] ? dy[b * len + i] / c[i] : 0.0f;
+        odo_seek(&r, 0);
+        for (int64_t j = 0; j < nr; j++, odo_next(&r)) {
+            const float *row = xb + r.a;
+            float *grow = gb + r.a;
+            for (int64_t i = c0; i < c1; i++) grow[i] = row[i] == m[i] ? c[i] : 0.0f;
+        }
+    }
+}
+
+static size_t s_max_grad(const mpmd_graph *g, const mpmd_node *n) {
+    const mpmd_type *gt = mpmd_type_of(g, mpmd_in(n, 1)); /* dy: one element per output */
+    return 2 * (size_t)mpmd_type_numel(gt) * sizeof(float);
+}
+
+static int k_max_grad(const mpmd_kargs *a) {
+    const mpmd_node *n = a->node;
+    const float *x = a->in[0], *dy = a->in[1];
+    float *dx = a->out;
+    int64_t numel = mpmd_type_numel(a->in_type[0]);
+    int64_t n_out = mpmd_type_numel(a->in_type[1]);
+    if (numel == 0) return 0;
+    rlayout L;
+    rlayout_make(a->in_type[0], n->ia[0], &L);
+    float *mx = a->scratch, *cn = mx ? mx + n_out : NULL;
+    if (!L.inner && !mx) {
+        snprintf(a->err, a->err_len, "max_grad: the executor gave no scratch buffer (%lld bytes needed)",
+                 (long long)(2 * n_out * (int64_t)sizeof(float)));
+        return 1;
+    }
+    int nt = mpmd_threads_for(a->nthreads, numel);
+    if (nt > n_out) nt = (int)n_out;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi;
+        mpmd_split(n_out, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        if (lo < hi) {
+            if (L.inner)
+                max_grad_inner(&L, x, dy, dx, lo, hi);
+            else
+                max_grad_outer(&L, x, dy, dx, mx, cn, lo, hi);
+        }
+    }
+    return 0;
+}
+
+/* ---- copies ------------------------------------------------------------------------ */
+
+/* Copy n_runs runs of `run` 4-byte elements, run i from src + i*ss to
+ * dst + i*ds (strides in elements). Threads split the concatenated
+ * elements into contiguous ranges, so a few long runs and many short ones
+ * both spread over the threads. */
+static void copy_runs(int nthreads, uint32_t *dst, int64_t ds, const uint32_t *src, int64_t ss, int64_t n_runs,
+                      int64_t run) {
+    int64_t total = n_runs * run;
+    if (total == 0) return;
+    int nt = mpmd_threads_for(nthreads, total);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi;
+        mpmd_split(total, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        int64_t i = lo / run, c = lo % run, pos = lo;
+        while (pos < hi) {
+            int64_t k = run - c < hi - pos ? run - c : hi - pos;
+            memcpy(dst + i * ds + c, src + i * ss + c, (size_t)k * 4);
+            pos += k;
+            i++;
+            c = 0;
+        }
+    }
+}
+
+/* reshape: the same bytes; copy only when not given the input's buffer. */
+static int k_reshape(const mpmd_kargs *a) {
+    if (a->out != a->in[0])
+        copy_runs(a->nthreads, a->out, 0, a->in[0], 0, 1, mpmd_type_numel(&a->node->type));
+    return 0;
+}
+
+/* Elements before the axis (outer), along it (d), and after it (inner). */
+static void axis_split(const mpmd_type *t, int ax, int64_t *outer, int64_t *d, int64_t *inner) {
+    *outer = 1;
+    *inner = 1;
+    for (int i = 0; i < ax; i++) *outer *= t->dim[i];
+    for (int i = ax + 1; i < t->ndim; i++) *inner *= t->dim[i];
+    *d = t->dim[ax];
+}
+
+/* slice: y[o, j, i] = x[o, start + j, i] for j < stop - start (o: the axes
+ * before, i: the axes after): one contiguous run per o. */
+static int k_slice(const mpmd_kargs *a) {
+    const mpmd_node *n = a->node;
+    int64_t outer, d, inner, start = n->ia[1], w = n->ia[2] - n->ia[1];
+    axis_split(a->in_type[0], (int)n->ia[0], &outer, &d, &inner);
+    copy_runs(a->nthreads, a->out, w * inner, (const uint32_t *)a->in[0] + start * inner, d * inner, outer,
+              w * inner);
+    return 0;
+}
+
+/* slice_grad: dx[o, j, i] = dy[o, j - start, i] for start <= j < stop, else
+ * 0. Threads split dx's elements; each row o is [zeros | dy run | zeros]. */
+static int k_slice_grad(const mpmd_kargs *a) {
+    const mpmd_node *n = a->node;
+    int64_t outer, d, inner, w = n->ia[2] - n->ia[1];
+    axis_split(&n->type, (int)n->ia[0], &outer, &d, &inner);
+    int64_t row = d * inner, s0 = n->ia[1] * inner, s1 = n->ia[2] * inner, total = outer * row;
+    const float *dy = a->in[0];
+    float *dx = a->out;
+    if (total == 0) return 0;
+    int nt = mpmd_threads_for(a->nthreads, total);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi;
+        mpmd_split(total, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        int64_t pos = lo;
+        while (pos < hi) {
+            int64_t o = pos / row, c = pos % row;
+            /* the segment of this row holding c: [0,s0) zeros, [s0,s1) copy, [s1,row) zeros */
+            int64_t end = c < s0 ? s0 : c < s1 ? s1 : row;
+            if (end - c > hi - pos) end = c + (hi - pos);
+            if (c >= s0 && c < s1)
+                memcpy(dx + pos, dy + o * w * inner + (c - s0), (size_t)(end - c) * sizeof(float));
+            else
+                memset(dx + pos, 0, (size_t)(end - c) * sizeof(float));
+            pos += end - c;
+        }
+    }
+    return 0;
+}
+
+/* concat: y[o, off_k + j, i] = x_k[o, j, i]: per operand k, one run per o. */
+static int k_concat(const mpmd_kargs *a) {
+    const mpmd_node *n = a->node;
+    int ax = (int)n->ia[0];
+    int64_t outer, dt, inner, off = 0;
+    axis_split(&n->type, ax, &outer, &dt, &inner);
+    for (int k = 0; k < n->n_in; k++) {
+        int64_t dk = a->in_type[k]->dim[ax];
+        copy_runs(a->nthreads, (uint32_t *)a->out + off * inner, dt * inner, a->in[k], dk * inner, outer,
+                  dk * inner);
+        off += dk;
+    }
+    return 0;
+}
+
+/* ---- permute ----------------------------------------------------------------------- */
+
+/* The permutation simplified: size-1 axes dropped, and input axes that stay
+ * adjacent and in order in the output merged. in_size[] are the merged input
+ * axes, q[] the permutation over them (output axis i = merged input axis q[i]). */
+typedef struct pshape {
+    int m;
+    int64_t in_size[MPMD_MAX_DIMS];
+    int q[MPMD_MAX_DIMS];
+} pshape;
+
+static void pshape_make(const mpmd_type *t, const int64_t *perm, pshape *P) {
+    int keep[MPMD_MAX_DIMS], newax[MPMD_MAX_DIMS], nk = 0;
+    for (int i = 0; i < t->ndim; i++) newax[i] = t->dim[i] != 1 ? nk++ : -1;
+    /* the permutation over the axes kept, in output order */
+    int p[MPMD_MAX_DIMS], np = 0;
+    for (int i = 0; i < t->ndim; i++)
+        if (newax[perm[i]] >= 0) p[np++] = newax[perm[i]];
+    for (int i = 0; i < t->ndim; i++)
+        if (newax[i] >= 0) keep[newax[i]] = i;
+    /* output-order groups of consecutive input axes */
+    int gstart[MPMD_MAX_DIMS], glen[MPMD_MAX_DIMS], ng = 0;
+    for (int i = 0; i < np; i++) {
+        if (ng > 0 && p[i] == gstart[ng - 1] + glen[ng - 1]) {
+            glen[ng - 1]++;
+        } else {
+            gstart[ng] = p[i];
+            glen[ng] = 1;
+            ng++;
+        }
+    }
+    /* rank of each group in input order */
+    P->m = ng;
+    for (int j = 0; j < ng; j++) {
+        int rank = 0;
+        for (int k = 0; k < ng; k++) rank += gstart[k] < gstart[j];
+        P->q[j] = rank;
+        int64_t s = 1;
+        for (int l = 0; l < glen[j]; l++) s *= t->dim[keep[gstart[j] + l]];
+        P->in_size[rank] = s;
+    }
+}
+
+#define TILE 32
+
+/* permute: y[i_0, ..., i_{m-1}] = x at input index j with j[q[k]] = i_k. */
+static int k_permute(const mpmd_kargs *a) {
+    const mpmd_node *n = a->node;
+    const uint32_t *x = a->in[0];
+    uint32_t *y = a->out;
+    int64_t numel = mpmd_type_numel(&n->type);
+    if (numel == 0) return 0;
+    pshape P;
+    pshape_make(a->in_type[0], n->ia, &P);
+    int m = P.m;
+    int identity = 1;
+    for (int k = 0; k < m; k++) identity &= P.q[k] == k;
+    if (identity) { /* nothing moves: one copy */
+        copy_runs(a->nthreads, y, 0, x, 0, 1, numel);
+        return 0;
+    }
+    int64_t istr[MPMD_MAX_DIMS], ostr[MPMD_MAX_DIMS], s = 1;
+    for (int k = m - 1; k >= 0; k--) {
+        istr[k] = s;
+        s *= P.in_size[k];
+    }
+    s = 1;
+    for (int k = m - 1; k >= 0; k--) {
+        ostr[k] = s;
+        s *= P.in_size[P.q[k]];
+    }
+    int nt = mpmd_threads_for(a->nthreads, numel);
+    if (P.q[m - 1] == m - 1) {
+        /* The last axis stays last (e.g. [B,T,H,D] <-> [B,H,T,D]): copy rows
+         * of len elements; the odometer walks output rows, offset a = input. */
+        int64_t len = P.in_size[m - 1];
+        odo rows = {0};
+        for (int k = 0; k < m - 1; k++) odo_push(&rows, P.in_size[P.q[k]], istr[P.q[k]], 0);
+        int64_t nrows = numel / len;
+        if (nt > nrows) nt = (int)nrows;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+        {
+            int64_t lo, hi;
+            mpmd_split(nrows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+            odo o = rows;
+            odo_seek(&o, lo);
+            for (int64_t r = lo; r < hi; r++, odo_next(&o)) memcpy(y + r * len, x + o.a, (size_t)len * 4);
+        }
+        return 0;
+    }
+    /* The last axis moves: a 2-D transpose of input axis ia (the output's
+     * last, stride sa in x, 1 in y) and the input's last axis (output axis
+     * p, stride 1 in x, tb in y), in TILE x TILE tiles, for every index of
+     * the other axes (odometer: a = input offset, b = output offset). */
+    int ia = P.q[m - 1], p = 0;
+    for (int k = 0; k < m; k++)
+        if (P.q[k] == m - 1) p = k;
+    int64_t na = P.in_size[ia], nb = P.in_size[m - 1], sa = istr[ia], tb = ostr[p];
+    odo rest = {0};
+    for (int k = 0; k < m - 1; k++)
+        if (k != p) odo_push(&rest, P.in_size[P.q[k]], istr[P.q[k]], ostr[k]);
+    int64_t ntile = (na + TILE - 1) / TILE, items = odo_count(&rest) * ntile;
+    if (nt > items) nt = (int)items;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi;
+        mpmd_split(items, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        odo o = rest;
+        if (lo < hi) odo_seek(&o, lo / ntile);
+        for (int64_t it = lo; it < hi; it++) {
+            int64_t t = it % ntile;
+            if (it > lo && t == 0) odo_next(&o);
+            const uint32_t *xs = x + o.a;
+            uint32_t *ys = y + o.b;
+            int64_t a0 = t * TILE, a1 = a0 + TILE < na ? a0 + TILE : na;
+            for (int64_t b0 = 0; b0 < nb; b0 += TILE) {
+                int64_t b1 = b0 + TILE < nb ? b0 + TILE : nb;
+                for (int64_t i = a0; i < a1; i++)
+                    for (int64_t j = b0; j < b1; j++) ys[j * tb + i] = xs[i * sa + j];
+            }
+        }
+    }
+    return 0;
+}
+
+const mpmd_cpu_entry mpmd_cpu_reduce_kernels[] = {
+    {&mpmd_op_sum, k_reduce, NULL},
+    {&mpmd_op_mean, k_reduce, NULL},
+    {&mpmd_op_max, k_reduce, NULL},
+    {&mpmd_op_max_grad, k_max_grad, s_max_grad},
+    {&mpmd_op_reshape, k_reshape, NULL},
+    {&mpmd_op_permute, k_permute, NULL},
+    {&mpmd_op_slice, k_slice, NULL},
+    {&mpmd_op_slice_grad, k_slice_grad, NULL},
+    {&mpmd_op_concat, k_concat, NULL},
+    {0},
+};
