@@ -4,6 +4,7 @@
  * reproducible, also across thread counts; the optimizers match a hand
  * computation of optax's formulas; bad optimizer and model input is
  * reported. */
+#define _POSIX_C_SOURCE 200809L /* open_memstream */
 #include "gpt_model.h"
 #include "testutil.h"
 
@@ -38,7 +39,8 @@ static void test_mlp_sgd(void) {
     mpmd_loop_begin(g, 4);
     mpmd_value h = mpmd_relu(g, mpmd_dense(g, "dense_0", mpmd_microbatch(g, x), 32, 1));
     h = mpmd_enter_stage(g, h);
-    mpmd_value d = mpmd_sub(g, mpmd_dense(g, "dense_1", h, 1, 1), mpmd_microbatch(g, y));
+    mpmd_value pred = mpmd_dense(g, "dense_1", h, 1, 1);
+    mpmd_value d = mpmd_sub(g, pred, mpmd_microbatch(g, y));
     mpmd_value loss = mpmd_mul_scalar(g, mpmd_mean(g, mpmd_square(g, d), 0, NULL, 0), 0.25f);
     loss = mpmd_enter_stage(g, loss);
     mpmd_value params[4], grads[4];
@@ -222,6 +224,46 @@ static void test_gpt_trains_and_reproduces(const gpt_corpus *corpus) {
     train_gpt(&c, 1, steps, corpus, l3, h3);
     CHECK(memcmp(l1, l3, sizeof(float) * (size_t)steps) == 0 && strcmp(h1, h3) == 0,
           "1 vs 2 threads differ: loss %.9g vs %.9g, params %s vs %s", l3[steps - 1], l1[steps - 1], h3, h1);
+}
+
+/* The built step: the parameters the formula counts, one forward marker per
+ * stage (the last one on the loss) and its backward twin, the optimizer
+ * after the loop. */
+static void test_gpt_structure(void) {
+    gpt_config c = small_gpt();
+    gpt_model m;
+    mpmd_error err;
+    if (gpt_build(&c, 1, &m, &err)) {
+        CHECK(0, "gpt_build: %s", err.msg);
+        return;
+    }
+    int64_t n = 0;
+    for (int i = 0; i < m.n_params; i++) {
+        mpmd_type t = mpmd_value_type(m.g, m.params[i]);
+        n += mpmd_type_numel(&t);
+    }
+    CHECK(n == gpt_param_count(&c), "the graph has %lld parameters, gpt_param_count says %lld", (long long)n,
+          (long long)gpt_param_count(&c));
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    mpmd_graph_print(m.g, f);
+    fclose(f);
+    int fwd[3] = {0, 0, 0}, bwd[3] = {0, 0, 0}, adam = 0;
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        char *p = strstr(line, "= enter_stage ");
+        int st;
+        if (p && (p = strstr(p, "stage=")) && sscanf(p, "stage=%d", &st) == 1 && st >= 0 && st < 3)
+            (strstr(p, "backward") ? bwd : fwd)[st]++;
+        adam += strstr(line, "= adamw ") != NULL;
+    }
+    free(buf);
+    CHECK(fwd[0] == 1 && fwd[1] == 1 && fwd[2] == 0, "forward markers per stage: %d %d %d", fwd[0], fwd[1],
+          fwd[2]);
+    CHECK(bwd[0] == 1 && bwd[1] == 1 && bwd[2] == 0, "backward markers per stage: %d %d %d", bwd[0], bwd[1],
+          bwd[2]);
+    CHECK(adam == m.n_params, "%d adamw updates for %d parameters", adam, m.n_params);
+    gpt_model_free(&m);
 }
 
 /* The loop over n microbatches computes the loss and gradients of the whole
@@ -475,6 +517,7 @@ int main(void) {
     test_errors();
     test_mlp_sgd();
     test_block_adam();
+    test_gpt_structure();
     test_microbatch_equivalence(&corpus);
     test_gpt_trains_and_reproduces(&corpus);
     gpt_corpus_free(&corpus);

@@ -131,7 +131,11 @@ mpmd_status gpt_build(const gpt_config *c, int with_optimizer, gpt_model *m, mpm
     mpmd_value wpe = mpmd_param(g, "embedding", MPMD_SHAPE(c->seq, c->width), MPMD_NORMAL(0.01f));
     mpmd_scope_pop(g);
     mpmd_loop_begin(g, c->microbatches);
-    mpmd_value loss = forward(g, c, wpe, mpmd_microbatch(g, m->tokens), mpmd_microbatch(g, m->targets));
+    /* (two statements: the graph's order must not depend on the compiler's
+     * order of evaluating arguments) */
+    mpmd_value tok = mpmd_microbatch(g, m->tokens);
+    mpmd_value tgt = mpmd_microbatch(g, m->targets);
+    mpmd_value loss = forward(g, c, wpe, tok, tgt);
 
     int np = mpmd_graph_params(g, NULL, 0);
     m->params = calloc((size_t)(np > 0 ? np : 1), sizeof *m->params);
