@@ -83,11 +83,52 @@ static int64_t last_dim(const mpmd_type *t) { return t->ndim ? t->dim[t->ndim - 
 
 /* ---- matmul ------------------------------------------------------------------------ */
 
+/* OpenBLAS 0.3.21 does not give the same bits on 1 and 2 threads (its
+ * threaded driver blocks a product differently; tests/test_ops_nn.c shows
+ * it on [256,768] x [768,3072]). So the kernel never lets OpenBLAS thread:
+ * it cuts the output into a grid of tiles that depends on (M, N, K) only,
+ * computes each tile with a one-thread sgemm, and hands whole tiles to the
+ * threads. The same calls run whatever the thread count, hence the same bits.
+ *
+ * The grid: about one tile per 2^25 flops (0.3 ms), at most 16; columns are
+ * cut first, into tiles at least 256 wide (a narrower tile costs a few
+ * percent: each tile repacks its rows of A), then rows, at least 256 high;
+ * an even count where there is a choice, so that two threads balance. Tile
+ * edges are multiples of 16, the kernels' unroll. */
+typedef struct mm_grid {
+    int64_t mb, nb; /* tile height and width */
+    int64_t tm, tn; /* tiles down and across */
+} mm_grid;
+
+static int64_t round_up(int64_t x, int64_t q) { return (x + q - 1) / q * q; }
+
+static mm_grid matmul_grid(int64_t m, int64_t n, int64_t k) {
+    mm_grid gr = {m, n, 1, 1};
+    double flops = 2.0 * (double)m * (double)n * (double)k;
+    int64_t want = (int64_t)(flops / 33554432.0);
+    if (want > 16) want = 16;
+    if (want < 2) return gr;
+    int64_t tn = n / 256 < want ? n / 256 : want;
+    if (tn < 1) tn = 1;
+    if (tn > 1 && tn % 2) tn--;
+    int64_t tm = m / 256 < want / tn ? m / 256 : want / tn;
+    if (tm < 1) tm = 1;
+    if (tm > 1 && tm % 2 && tn % 2) tm--;
+    if (tm * tn == 1) { /* a mid-sized product: halves of at least 128 */
+        if (n >= m && n >= 256) tn = 2;
+        else if (m >= 256) tm = 2;
+    }
+    gr.nb = round_up((n + tn - 1) / tn, 16);
+    gr.mb = round_up((m + tm - 1) / tm, 16);
+    gr.tn = (n + gr.nb - 1) / gr.nb;
+    gr.tm = (m + gr.mb - 1) / gr.mb;
+    return gr;
+}
+
 /* C[..., M, N] = op(A) op(B) (see mpmd_matmul). A 2-D b with an untransposed
- * a is one sgemm with the batch folded into M; otherwise one sgemm per batch
- * item. Small items run in parallel over the batch (one thread each);
- * large ones one after another, each with every thread. OpenBLAS splits a
- * product over rows and columns only, so either way the bits are the same. */
+ * a is one product with the batch folded into M; otherwise one product per
+ * batch item. Work units are (item, tile) pairs, split over the threads in
+ * contiguous runs; each is one single-threaded sgemm. */
 static int k_matmul(const mpmd_kargs *a) {
     const mpmd_type *ta = a->in_type[0], *tb = a->in_type[1];
     int tra = (a->node->ia[0] & MPMD_TRANS_A) != 0, trb = (a->node->ia[0] & MPMD_TRANS_B) != 0;
@@ -96,28 +137,30 @@ static int k_matmul(const mpmd_kargs *a) {
     int64_t n = tb->dim[tb->ndim - 1 - trb];
     int64_t batch = 1;
     for (int i = 0; i < nd - 2; i++) batch *= ta->dim[i];
+    int shared_b = tb->ndim == 2;
+    if (shared_b && !tra) { /* fold the batch into M */
+        m *= batch;
+        batch = 1;
+    }
     const float *A = a->in[0], *B = a->in[1];
     float *C = a->out;
     int64_t lda = tra ? m : k, ldb = trb ? k : n;
-    int shared_b = tb->ndim == 2;
-    if (shared_b && !tra) {
-        mpmd_sgemm(a->nthreads, 0, trb, batch * m, n, k, 1.0f, A, lda, B, ldb, 0.0f, C, n);
-        return 0;
-    }
     int64_t sa = m * k, sb = shared_b ? 0 : k * n, sc = m * n;
-    int nt = a->nthreads;
-    int64_t mnk = m * n * k;
-    if (nt > 1 && batch >= nt && (mnk <= ((int64_t)1 << 22) || batch % nt == 0)) {
+    mm_grid gr = matmul_grid(m, n, k);
+    int64_t per_item = gr.tm * gr.tn, units = batch * per_item;
+    int nt = a->nthreads < units ? a->nthreads : (int)units;
 #pragma omp parallel num_threads(nt)
-        {
-            int64_t lo, hi;
-            mpmd_split(batch, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-            for (int64_t i = lo; i < hi; i++)
-                mpmd_sgemm(1, tra, trb, m, n, k, 1.0f, A + i * sa, lda, B + i * sb, ldb, 0.0f, C + i * sc, n);
+    {
+        int64_t lo, hi;
+        mpmd_split(units, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        for (int64_t u = lo; u < hi; u++) {
+            int64_t item = u / per_item, t = u % per_item;
+            int64_t m0 = (t / gr.tn) * gr.mb, n0 = (t % gr.tn) * gr.nb;
+            int64_t mm = m - m0 < gr.mb ? m - m0 : gr.mb, nn = n - n0 < gr.nb ? n - n0 : gr.nb;
+            const float *Ai = A + item * sa + (tra ? m0 : m0 * lda);
+            const float *Bi = B + item * sb + (trb ? n0 * ldb : n0);
+            mpmd_sgemm(1, tra, trb, mm, nn, k, 1.0f, Ai, lda, Bi, ldb, 0.0f, C + item * sc + m0 * n + n0, n);
         }
-    } else {
-        for (int64_t i = 0; i < batch; i++)
-            mpmd_sgemm(nt, tra, trb, m, n, k, 1.0f, A + i * sa, lda, B + i * sb, ldb, 0.0f, C + i * sc, n);
     }
     return 0;
 }
