@@ -399,6 +399,55 @@ void mpmd_exec_print_plan(const mpmd_exec *ex, FILE *f);
  * lowercase hex digits plus a terminator. */
 void mpmd_exec_params_sha256(mpmd_exec *ex, char hex[65]);
 
+/* ------------------------------------------------------------------------ */
+/* Pipelined steps: mpmd_jit_with_loop and the in-process runtime            */
+/* ------------------------------------------------------------------------ */
+
+/* A training step compiled for a pipeline: one program per rank. */
+typedef struct mpmd_step mpmd_step;
+
+typedef struct mpmd_step_opts {
+    int threads_per_rank; /* kernel threads of each rank; 0: the cores divided among the ranks */
+    uint64_t seed;        /* initialiser seed (as mpmd_exec_opts.seed) */
+} mpmd_step_opts;
+#define MPMD_STEP_DEFAULTS ((mpmd_step_opts){0, 0})
+
+/* JaxPP's mpmd_jit_with_loop(...).compile(): split the step's graph at its
+ * stage markers into forward and backward tasks per stage (A and W where the
+ * schedule splits the backward), place parameters and the code before and
+ * after the loop on the ranks, and lower the schedule into one program per
+ * rank, checked by simulation before anything runs. The graph must have
+ * one microbatch loop with as many stage markers per microbatch as the
+ * schedule has stages, and as many microbatches as the schedule. The step
+ * copies what it needs of the schedule; the graph must outlive it. On
+ * error NULL, with err saying what and where. */
+mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *sched, const mpmd_step_opts *opts,
+                              mpmd_error *err);
+void mpmd_step_free(mpmd_step *st);
+
+int mpmd_step_num_ranks(const mpmd_step *st);
+/* Copy an input (the whole batch); every rank reads its microbatches. */
+mpmd_status mpmd_step_set_input(mpmd_step *st, mpmd_value input, const void *data, size_t bytes);
+/* Run one step on one thread per rank. */
+mpmd_status mpmd_step_run(mpmd_step *st);
+/* Copy out a parameter, a variable or a kept value from a rank holding it. */
+mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes);
+/* The ranks holding a value (JaxPP's MpmdArray.mpmd_idxs): writes up to cap
+ * rank numbers to ranks and returns how many there are. */
+int mpmd_step_where(const mpmd_step *st, mpmd_value v, int *ranks, int cap);
+/* A rank's storage of a parameter or variable (NULL if it holds none). */
+void *mpmd_step_var_data(mpmd_step *st, int rank, mpmd_value v);
+const char *mpmd_step_error(const mpmd_step *st);
+/* As mpmd_exec_params_sha256: equal hashes mean bitwise equal parameters. */
+void mpmd_step_params_sha256(mpmd_step *st, char hex[65]);
+/* The per-rank programs as text (JaxPP's per-rank jaxprs): tasks with their
+ * microbatch, sends and receives with peers, frees. */
+void mpmd_step_print(const mpmd_step *st, FILE *f);
+/* Each rank's task list, one line per rank, in the schedule's text form. */
+void mpmd_step_print_tasks(const mpmd_step *st, FILE *f);
+/* Planned peak bytes of body values alive at once on a rank. */
+int64_t mpmd_step_peak_bytes(const mpmd_step *st, int rank);
+
 /* SHA-256 of a byte string (used for params_sha256; exposed for tools). */
 void mpmd_sha256(const void *data, size_t len, uint8_t out[32]);
 

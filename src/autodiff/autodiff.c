@@ -98,7 +98,14 @@ mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *w
     /* Backward ops go to the loss's region, whatever region is open now. */
     int saved_region = g->region;
     g->region = ln->region;
+    /* the seed d loss / d loss = 1 belongs to the loss's backward */
+    g->emit_bwd = 1;
+    g->emit_stage = ln->stage;
+    g->emit_fwd = lid;
     s.cot[lid] = mpmd_full(g, 1.0f, ln->type.ndim, ln->type.dim);
+    g->emit_bwd = 0;
+    g->emit_stage = -1;
+    g->emit_fwd = -1;
 
     for (int i = lid; i >= 0 && g->status == MPMD_OK; i--) {
         /* A wrt value's cotangent is final when it is reached (all its uses
@@ -156,8 +163,11 @@ mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *w
     for (int k = 0; k < n && g->status == MPMD_OK; k++) {
         mpmd_value c = s.cot[wrt[k].id];
         if (!mpmd_is_value(c)) {
+            /* a backward value of no particular stage */
             const mpmd_type *t = &g->nodes[wrt[k].id].type;
+            g->emit_bwd = 1;
             c = mpmd_full(g, 0.0f, t->ndim, t->dim);
+            g->emit_bwd = 0;
         }
         grads[k] = c;
     }

@@ -1,0 +1,156 @@
+/* Clustering: which task runs each op of the loop body.
+ *
+ * Forward ops: a stage marker closes its stage; every other forward op
+ * belongs to the latest stage among its inputs (a marker's output counts as
+ * the next stage), so an op is placed by its inputs first. An op with no
+ * body inputs (a constant, an op on parameters only) is placed by its uses:
+ * the earliest stage that uses it. Ops after the final marker (a loss
+ * computed past it) belong to the last stage.
+ *
+ * Backward ops: the stage of the forward op whose gradient rule made them;
+ * a backward marker belongs to its stage. For schedules that split the
+ * backward (ZeroBubble, DualPipeV), each backward cluster but stage 0's is
+ * cut into A, the ops the previous stages need (the activation gradients,
+ * and everything they depend on), and W, the rest (weight gradients).
+ */
+#include "compiler/compiler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+unsigned char *mpmd_live_nodes(const mpmd_graph *g) {
+    unsigned char *live = calloc((size_t)g->n_nodes + 1, 1);
+    if (!live) return NULL;
+    for (int i = g->n_nodes - 1; i >= 0; i--) {
+        const mpmd_node *n = &g->nodes[i];
+        if ((n->op->flags & MPMD_OPF_SIDE_EFFECT) || (n->flags & MPMD_NODE_KEEP) || mpmd_node_is_storage(n))
+            live[i] = 1;
+        if (!live[i]) continue;
+        for (int j = 0; j < n->n_in; j++) live[n->in[j]] = 1;
+    }
+    return live;
+}
+
+static int is_fwd_marker(const mpmd_node *n) { return n->op == &mpmd_op_stage_marker && !n->ia[1]; }
+
+void mpmd_clusters_free(mpmd_clusters *c) {
+    if (c->nodes)
+        for (int i = 0; i < c->num_stages * MPMD_TASK_KINDS; i++) free(c->nodes[i]);
+    free(c->nodes);
+    free(c->count);
+    free(c->stage);
+    free(c->kind);
+    memset(c, 0, sizeof *c);
+}
+
+mpmd_status mpmd_cluster(const mpmd_graph *g, const unsigned char *live, int S, int split, mpmd_clusters *c,
+                         mpmd_error *err) {
+    const int nn = g->n_nodes;
+    memset(c, 0, sizeof *c);
+    c->num_stages = S;
+    c->split = split;
+    c->stage = malloc((size_t)(nn + 1) * sizeof *c->stage);
+    c->kind = calloc((size_t)nn + 1, 1);
+    c->nodes = calloc((size_t)S * MPMD_TASK_KINDS, sizeof *c->nodes);
+    c->count = calloc((size_t)S * MPMD_TASK_KINDS, sizeof *c->count);
+    int32_t *cand = malloc((size_t)(nn + 1) * sizeof *cand);
+    unsigned char *cross = calloc((size_t)nn + 1, 1), *in_a = calloc((size_t)nn + 1, 1);
+    if (!c->stage || !c->kind || !c->nodes || !c->count || !cand || !cross || !in_a) {
+        free(cand), free(cross), free(in_a);
+        mpmd_clusters_free(c);
+        return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory clustering the graph");
+    }
+    for (int i = 0; i < nn; i++) c->stage[i] = -1, cand[i] = INT32_MAX;
+
+#define BODY_LIVE(i) (g->nodes[i].region == MPMD_REGION_BODY && live[i])
+    /* Forward ops first (backward ops take their stage from them): by
+     * inputs in creation order, then, for those still without a stage, by
+     * uses in reverse order (every use of a value comes after it). */
+    for (int pass = 0; pass < 2; pass++) {
+        const int bwd = pass;
+        for (int i = 0; i < nn; i++) {
+            if (!BODY_LIVE(i) || g->nodes[i].is_bwd != bwd) continue;
+            const mpmd_node *n = &g->nodes[i];
+            int st = -1;
+            if (n->op == &mpmd_op_stage_marker) {
+                st = (int)n->ia[0];
+            } else if (bwd) {
+                st = n->fwd >= 0 ? c->stage[n->fwd] : -1;
+            } else {
+                for (int j = 0; j < n->n_in; j++) {
+                    int u = n->in[j];
+                    if (g->nodes[u].region != MPMD_REGION_BODY) continue;
+                    int os = is_fwd_marker(&g->nodes[u]) ? (int)g->nodes[u].ia[0] + 1 : c->stage[u];
+                    if (os > st) st = os;
+                }
+            }
+            c->stage[i] = st > S - 1 ? S - 1 : st;
+            c->kind[i] = bwd ? MPMD_TASK_B : MPMD_TASK_F;
+        }
+        for (int i = nn - 1; i >= 0; i--) {
+            if (!BODY_LIVE(i) || g->nodes[i].is_bwd != bwd) continue;
+            if (c->stage[i] < 0) {
+                /* Used by no op of its kind and using none: it feeds the
+                 * loop's reductions only (a constant gradient, say). The
+                 * last stage computes it; its sum goes where it is needed. */
+                c->stage[i] = cand[i] == INT32_MAX ? S - 1 : cand[i];
+            }
+            const mpmd_node *n = &g->nodes[i];
+            for (int j = 0; j < n->n_in; j++) {
+                int u = n->in[j];
+                if (g->nodes[u].region == MPMD_REGION_BODY && g->nodes[u].is_bwd == bwd && c->stage[u] < 0 &&
+                    c->stage[i] < cand[u])
+                    cand[u] = c->stage[i];
+            }
+        }
+    }
+    /* A/W: a backward op is in A if an op of another task uses it, or an A
+     * op does; stage 0's backward stays whole. */
+    if (split) {
+        for (int i = 0; i < nn; i++) {
+            if (!BODY_LIVE(i)) continue;
+            const mpmd_node *n = &g->nodes[i];
+            for (int j = 0; j < n->n_in; j++) {
+                int u = n->in[j];
+                if (g->nodes[u].region == MPMD_REGION_BODY &&
+                    (c->stage[u] != c->stage[i] || c->kind[u] != c->kind[i]))
+                    cross[u] = 1;
+            }
+        }
+        for (int i = nn - 1; i >= 0; i--) {
+            if (!BODY_LIVE(i) || c->kind[i] != MPMD_TASK_B) continue;
+            if (cross[i]) in_a[i] = 1;
+            if (!in_a[i] && c->stage[i] > 0) continue;
+            const mpmd_node *n = &g->nodes[i];
+            for (int j = 0; j < n->n_in; j++) {
+                int u = n->in[j];
+                if (g->nodes[u].region == MPMD_REGION_BODY && c->kind[u] == MPMD_TASK_B &&
+                    c->stage[u] == c->stage[i])
+                    in_a[u] = 1;
+            }
+        }
+        for (int i = 0; i < nn; i++)
+            if (BODY_LIVE(i) && c->kind[i] == MPMD_TASK_B)
+                c->kind[i] = (c->stage[i] == 0 || in_a[i]) ? MPMD_TASK_A : MPMD_TASK_W;
+    }
+    /* the clusters' node lists */
+    for (int i = 0; i < nn; i++)
+        if (BODY_LIVE(i)) c->count[c->stage[i] * MPMD_TASK_KINDS + c->kind[i]]++;
+    for (int k = 0; k < S * MPMD_TASK_KINDS; k++) {
+        c->nodes[k] = malloc((size_t)(c->count[k] + 1) * sizeof **c->nodes);
+        if (!c->nodes[k]) {
+            free(cand), free(cross), free(in_a);
+            mpmd_clusters_free(c);
+            return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory clustering the graph");
+        }
+        c->count[k] = 0;
+    }
+    for (int i = 0; i < nn; i++)
+        if (BODY_LIVE(i)) {
+            int k = c->stage[i] * MPMD_TASK_KINDS + c->kind[i];
+            c->nodes[k][c->count[k]++] = i;
+        }
+#undef BODY_LIVE
+    free(cand), free(cross), free(in_a);
+    return MPMD_OK;
+}

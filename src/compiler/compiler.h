@@ -1,0 +1,127 @@
+/* compiler.h - mpmd_jit_with_loop: from one step's graph and a schedule to
+ * one program per rank.
+ *
+ *   cluster.c  body op -> (stage, F/B/A/W): the tasks' contents
+ *   place.c    before/after-loop ops -> the ranks that run them
+ *   lower.c    per-rank instruction lists: run task, send, receive, free,
+ *              the loop reductions; validated by simulation
+ *   print.c    the per-rank programs and task lists as text
+ *   ../runtime/local.c  runs the programs, one thread per rank
+ */
+#ifndef MPMD_COMPILER_H
+#define MPMD_COMPILER_H
+
+#include "backend/cpu/cpu.h"
+#include "graph/graph.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+/* ---- clusters ---------------------------------------------------------- */
+
+typedef struct mpmd_clusters {
+    int num_stages;
+    int split;            /* backward cut into A and W (stage > 0) */
+    int32_t *stage;       /* [n_nodes] stage of each live body node, -1 otherwise */
+    int8_t *kind;         /* [n_nodes] MPMD_TASK_F/B/A/W of each live body node */
+    /* nodes of task kind k of stage s, in creation order:
+     * nodes[(s * 4 + k)] of count[(s * 4 + k)] */
+    int32_t **nodes;
+    int32_t *count;
+} mpmd_clusters;
+
+/* Live nodes: those an output, a side effect or a kept value depends on. */
+unsigned char *mpmd_live_nodes(const mpmd_graph *g);
+
+mpmd_status mpmd_cluster(const mpmd_graph *g, const unsigned char *live, int num_stages, int split,
+                         mpmd_clusters *out, mpmd_error *err);
+void mpmd_clusters_free(mpmd_clusters *c);
+
+/* ---- instructions -------------------------------------------------------- */
+
+enum {
+    MPMD_I_RUN_PRE = 0, /* a before-loop op: node */
+    MPMD_I_TASK,        /* run task (kind, stage, microbatch) */
+    MPMD_I_SEND,        /* value (node, microbatch) to rank peer */
+    MPMD_I_RECV,        /* value (node, microbatch) from rank peer */
+    MPMD_I_FREE,        /* value (node, microbatch) is dead on this rank */
+    MPMD_I_RUN_POST     /* an after-loop op: node */
+};
+
+typedef struct mpmd_instr {
+    int8_t op;
+    int8_t kind;  /* TASK: task kind */
+    int16_t pad;
+    int32_t node; /* RUN_*, SEND, RECV, FREE: the value */
+    int32_t stage;
+    int32_t mb;   /* microbatch; -1 for values outside the body */
+    int32_t peer; /* SEND: destination, RECV: source */
+    int32_t entry; /* TASK: entry index in the rank's schedule list */
+} mpmd_instr;
+
+typedef struct mpmd_program {
+    int rank;
+    int n, cap;
+    mpmd_instr *ins;
+    int64_t peak_bytes; /* most bytes of step values alive at once (planned) */
+    size_t scratch_bytes;
+} mpmd_program;
+
+/* ---- the compiled step ----------------------------------------------------- */
+
+typedef struct mpmd_rank_state mpmd_rank_state;
+
+struct mpmd_step {
+    const mpmd_graph *g;
+    mpmd_schedule *sched; /* a copy's owner: the step keeps what it needs */
+    int num_ranks, num_stages, num_micro;
+    int threads_per_rank;
+    uint64_t seed;
+    unsigned char *live;
+    mpmd_clusters cl;
+    int32_t *stage_rank;            /* [S] */
+    uint64_t *runs;                 /* [n_nodes * words] ranks that run/hold each value */
+    int words;
+    int32_t *home;                  /* [n_nodes] body: rank computing it; loop_reduce: rank accumulating */
+    unsigned char *cross;           /* [n_nodes] body value read by another task (lives past its task) */
+    mpmd_program *prog;             /* [D] */
+    const mpmd_cpu_entry **kern;    /* [n_nodes] */
+    mpmd_rank_state *rs;            /* [D] run-time state */
+    void **inputs;                  /* [n_nodes] shared input buffers */
+    unsigned char *input_set;
+    int32_t *reduce_head, *reduce_next; /* loop reductions reading each body value */
+    int32_t **free_head;            /* [S*4][position]: in-task values dying after that op */
+    int32_t *free_next;
+    int abort_flag;                 /* a rank failed: the others stop */
+    pthread_mutex_t abort_mu;
+    int mutex_ready;
+    int ran;
+    char err[MPMD_ERROR_MSG_MAX];
+};
+
+static inline int mpmd_runs_on(const struct mpmd_step *st, int node, int r) {
+    return (int)((st->runs[(size_t)node * st->words + (r >> 6)] >> (r & 63)) & 1u);
+}
+static inline void mpmd_set_runs(struct mpmd_step *st, int node, int r) {
+    st->runs[(size_t)node * st->words + (r >> 6)] |= (uint64_t)1 << (r & 63);
+}
+
+/* Body values every reading rank makes itself instead of receiving them:
+ * microbatch slices (views of the batch) and constants. */
+static inline int mpmd_replicated(const mpmd_node *n) {
+    return n->op == &mpmd_op_microbatch || n->op == &mpmd_op_constant;
+}
+
+mpmd_status mpmd_place(struct mpmd_step *st, mpmd_error *err);
+mpmd_status mpmd_lower(struct mpmd_step *st, mpmd_error *err);
+mpmd_status mpmd_program_check(struct mpmd_step *st, mpmd_error *err);
+void mpmd_program_push(mpmd_program *p, mpmd_instr in, int *oom);
+
+/* run time (runtime/local.c) */
+mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err);
+void mpmd_runtime_free(struct mpmd_step *st);
+mpmd_status mpmd_runtime_run(struct mpmd_step *st);
+void *mpmd_runtime_value(struct mpmd_step *st, int rank, int node);
+
+#endif

@@ -1,0 +1,305 @@
+/* mpmd_jit_with_loop: check the graph against the schedule, then cluster,
+ * place, lower, check the programs and set up the ranks. Also the step's
+ * accessors and its text printouts. */
+#include "compiler/compiler.h"
+#include "schedule/schedule_internal.h"
+#include "util/sha256.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The step keeps its own copy of the schedule, made with the schedule
+ * module's allocator so that mpmd_schedule_free releases it. */
+static mpmd_schedule *copy_schedule(const mpmd_schedule *s) {
+    mpmd_schedule *c = sched_alloc(s->kind, s->num_stages, s->num_ranks, s->num_microbatches, s->split_backward);
+    if (!c) return NULL;
+    memcpy(c->name, s->name, sizeof c->name);
+    c->fuse_steady_state = s->fuse_steady_state;
+    memcpy(c->stage_rank, s->stage_rank, (size_t)s->num_stages * sizeof *c->stage_rank);
+    for (int r = 0; r < s->num_ranks; r++) {
+        const mpmd_schedule_rank *a = &s->ranks[r];
+        mpmd_schedule_rank *b = &c->ranks[r];
+        b->entry_start = sched_mem_alloc((size_t)(a->num_entries + 1) * sizeof *b->entry_start);
+        b->tasks = sched_mem_alloc((size_t)(a->num_tasks + 1) * sizeof *b->tasks);
+        if (!b->entry_start || !b->tasks) {
+            mpmd_schedule_free(c);
+            return NULL;
+        }
+        b->num_entries = a->num_entries;
+        b->num_tasks = a->num_tasks;
+        memcpy(b->entry_start, a->entry_start, (size_t)(a->num_entries + 1) * sizeof *b->entry_start);
+        memcpy(b->tasks, a->tasks, (size_t)a->num_tasks * sizeof *b->tasks);
+    }
+    return c;
+}
+
+void mpmd_step_free(mpmd_step *st) {
+    if (!st) return;
+    mpmd_runtime_free(st);
+    if (st->prog)
+        for (int r = 0; r < st->num_ranks; r++) free(st->prog[r].ins);
+    free(st->prog);
+    if (st->inputs)
+        for (int i = 0; i < st->g->n_nodes; i++) free(st->inputs[i]);
+    free(st->inputs);
+    free(st->input_set);
+    if (st->free_head)
+        for (int k = 0; k < st->num_stages * MPMD_TASK_KINDS; k++) free(st->free_head[k]);
+    free(st->free_head);
+    free(st->free_next), free(st->reduce_head), free(st->reduce_next);
+    if (st->mutex_ready) pthread_mutex_destroy(&st->abort_mu);
+    mpmd_clusters_free(&st->cl);
+    free(st->live), free(st->runs), free(st->home), free(st->cross), free(st->kern);
+    if (st->sched) mpmd_schedule_free(st->sched);
+    free(st);
+}
+
+mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts,
+                              mpmd_error *err) {
+    if (!g || !s) {
+        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: the graph and the schedule are required");
+        return NULL;
+    }
+    if (g->status != MPMD_OK) {
+        mpmd_error_set(err, g->status, "mpmd_jit_with_loop: the graph has an error: %s", g->err);
+        return NULL;
+    }
+    if (g->n_micro < 1) {
+        mpmd_error_set(err, MPMD_ERR_INVALID,
+                       "mpmd_jit_with_loop: the graph has no microbatch loop (mpmd_loop_begin ... mpmd_loop_end)");
+        return NULL;
+    }
+    if (g->region == MPMD_REGION_BODY) {
+        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: the microbatch loop is still open (call mpmd_loop_end)");
+        return NULL;
+    }
+    if (g->n_markers != s->num_stages) {
+        mpmd_error_set(err, MPMD_ERR_INVALID,
+                       "mpmd_jit_with_loop: the loop body has %d stage markers (mpmd_enter_stage calls, the last "
+                       "stage closed by one too) but the schedule %s has %d stages",
+                       g->n_markers, s->name, s->num_stages);
+        return NULL;
+    }
+    if (g->n_micro != s->num_microbatches) {
+        mpmd_error_set(err, MPMD_ERR_INVALID,
+                       "mpmd_jit_with_loop: the graph's loop has %d microbatches but the schedule %s has %d",
+                       g->n_micro, s->name, s->num_microbatches);
+        return NULL;
+    }
+    mpmd_error verr;
+    if (mpmd_schedule_validate(s, &verr, NULL) != MPMD_OK) {
+        mpmd_error_set(err, verr.code, "mpmd_jit_with_loop: %s", verr.msg);
+        return NULL;
+    }
+    mpmd_step_opts o = opts ? *opts : MPMD_STEP_DEFAULTS;
+    if (o.threads_per_rank < 0) {
+        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: threads_per_rank = %d; use 0 or a positive count",
+                       o.threads_per_rank);
+        return NULL;
+    }
+    mpmd_step *st = calloc(1, sizeof *st);
+    if (!st) goto nomem;
+    st->g = g;
+    st->num_ranks = s->num_ranks;
+    st->num_stages = s->num_stages;
+    st->num_micro = s->num_microbatches;
+    st->threads_per_rank = o.threads_per_rank;
+    st->seed = o.seed;
+    if (!(st->sched = copy_schedule(s))) goto nomem;
+    st->stage_rank = st->sched->stage_rank;
+    if (!(st->live = mpmd_live_nodes(g))) goto nomem;
+    if (mpmd_cluster(g, st->live, s->num_stages, s->split_backward, &st->cl, err)) goto fail;
+    for (int k = 0; k < st->num_stages; k++)
+        if (st->stage_rank[k] < 0) {
+            mpmd_error_set(err, MPMD_ERR_SCHEDULE, "mpmd_jit_with_loop: %s runs stage %d on no rank", s->name, k);
+            goto fail;
+        }
+    if (mpmd_place(st, err)) goto fail;
+    if (mpmd_lower(st, err)) goto fail;
+    if (mpmd_program_check(st, err)) goto fail;
+    st->kern = calloc((size_t)g->n_nodes + 1, sizeof *st->kern);
+    if (!st->kern) goto nomem;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const mpmd_node *n = &g->nodes[i];
+        if (!st->live[i] || (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) || n->op == &mpmd_op_assign)
+            continue;
+        if (!(st->kern[i] = mpmd_cpu_find(n->op))) {
+            mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: the CPU backend has no kernel for %s (%%%d)",
+                           n->op->name, i);
+            goto fail;
+        }
+    }
+    if (mpmd_runtime_init(st, err)) goto fail;
+    return st;
+nomem:
+    mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+fail:
+    mpmd_step_free(st);
+    return NULL;
+}
+
+int mpmd_step_num_ranks(const mpmd_step *st) { return st->num_ranks; }
+const char *mpmd_step_error(const mpmd_step *st) { return st->err; }
+int64_t mpmd_step_peak_bytes(const mpmd_step *st, int rank) {
+    return rank >= 0 && rank < st->num_ranks ? st->prog[rank].peak_bytes : -1;
+}
+
+mpmd_status mpmd_step_set_input(mpmd_step *st, mpmd_value input, const void *data, size_t bytes) {
+    const mpmd_node *n = mpmd_node_of(st->g, input);
+    if (!n || n->op != &mpmd_op_input) {
+        snprintf(st->err, sizeof st->err, "mpmd_step_set_input: %%%d is not an input", (int)input.id);
+        return MPMD_ERR_INVALID;
+    }
+    size_t want = mpmd_type_bytes(&n->type);
+    if (bytes != want) {
+        char tb[160];
+        snprintf(st->err, sizeof st->err, "mpmd_step_set_input: input \"%s\" is %s (%zu bytes), given %zu bytes",
+                 n->name, mpmd_type_str(&n->type, tb, sizeof tb), want, bytes);
+        return MPMD_ERR_SHAPE;
+    }
+    memcpy(st->inputs[input.id], data, bytes);
+    st->input_set[input.id] = 1;
+    return MPMD_OK;
+}
+
+mpmd_status mpmd_step_run(mpmd_step *st) {
+    const mpmd_graph *g = st->g;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].op == &mpmd_op_input && st->live[i] && !st->input_set[i]) {
+            snprintf(st->err, sizeof st->err, "input \"%s\" was not set (mpmd_step_set_input) before the run",
+                     g->nodes[i].name);
+            return MPMD_ERR_INVALID;
+        }
+    mpmd_status rc = mpmd_runtime_run(st);
+    if (rc == MPMD_OK) st->ran = 1;
+    return rc;
+}
+
+int mpmd_step_where(const mpmd_step *st, mpmd_value v, int *ranks, int cap) {
+    const mpmd_node *n = mpmd_node_of(st->g, v);
+    if (!n || !st->live[v.id]) return 0;
+    int k = 0;
+    for (int r = 0; r < st->num_ranks; r++) {
+        int holds = n->region == MPMD_REGION_BODY ? st->home[v.id] == r : mpmd_runs_on(st, v.id, r);
+        if (!holds) continue;
+        if (ranks && k < cap) ranks[k] = r;
+        k++;
+    }
+    return k;
+}
+
+void *mpmd_step_var_data(mpmd_step *st, int rank, mpmd_value v) {
+    const mpmd_node *n = mpmd_node_of(st->g, v);
+    if (!n || !mpmd_node_is_storage(n) || rank < 0 || rank >= st->num_ranks || !mpmd_runs_on(st, v.id, rank))
+        return NULL;
+    return mpmd_runtime_value(st, rank, v.id);
+}
+
+mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes) {
+    const mpmd_node *n = mpmd_node_of(st->g, v);
+    if (!n) {
+        snprintf(st->err, sizeof st->err, "mpmd_step_read: %d is not a value of the graph", (int)v.id);
+        return MPMD_ERR_INVALID;
+    }
+    int storage = mpmd_node_is_storage(n);
+    if (!storage && !(n->flags & MPMD_NODE_KEEP)) {
+        snprintf(st->err, sizeof st->err, "mpmd_step_read: %%%d (%s) is not kept; call mpmd_keep on it", (int)v.id,
+                 n->op->name);
+        return MPMD_ERR_INVALID;
+    }
+    if (!storage && !st->ran) {
+        snprintf(st->err, sizeof st->err, "mpmd_step_read: %%%d has no value before the first run", (int)v.id);
+        return MPMD_ERR_INVALID;
+    }
+    if (bytes != mpmd_type_bytes(&n->type)) {
+        snprintf(st->err, sizeof st->err, "mpmd_step_read: %%%d has %zu bytes, asked for %zu", (int)v.id,
+                 mpmd_type_bytes(&n->type), bytes);
+        return MPMD_ERR_SHAPE;
+    }
+    int r;
+    if (mpmd_step_where(st, v, &r, 1) < 1 || !mpmd_runtime_value(st, r, v.id)) {
+        snprintf(st->err, sizeof st->err, "mpmd_step_read: %%%d is held by no rank", (int)v.id);
+        return MPMD_ERR_INVALID;
+    }
+    memcpy(dst, mpmd_runtime_value(st, r, v.id), bytes);
+    return MPMD_OK;
+}
+
+static int by_name(const void *a, const void *b) {
+    const mpmd_node *x = *(const mpmd_node *const *)a, *y = *(const mpmd_node *const *)b;
+    return strcmp(x->name, y->name);
+}
+
+void mpmd_step_params_sha256(mpmd_step *st, char hex[65]) {
+    const mpmd_graph *g = st->g;
+    int np = mpmd_graph_params(g, NULL, 0);
+    const mpmd_node **ps = malloc((size_t)(np ? np : 1) * sizeof *ps);
+    mpmd_sha256_ctx c;
+    mpmd_sha256_init(&c);
+    if (ps) {
+        int k = 0;
+        for (int i = 0; i < g->n_nodes; i++)
+            if (g->nodes[i].flags & MPMD_NODE_TRAINABLE) ps[k++] = &g->nodes[i];
+        qsort(ps, (size_t)np, sizeof *ps, by_name);
+        for (int i = 0; i < np; i++) {
+            int r;
+            if (mpmd_step_where(st, (mpmd_value){ps[i]->id}, &r, 1) < 1) continue;
+            mpmd_sha256_update(&c, mpmd_runtime_value(st, r, ps[i]->id), mpmd_type_bytes(&ps[i]->type));
+        }
+        free(ps);
+    }
+    uint8_t d[32];
+    mpmd_sha256_final(&c, d);
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+}
+
+/* ---- printing ------------------------------------------------------------- */
+
+void mpmd_step_print_tasks(const mpmd_step *st, FILE *f) { mpmd_schedule_write_text(st->sched, f); }
+
+static const char *kind_prefix(int k) { return k == 0 ? "fwd" : k == 1 ? "bwd" : k == 2 ? "bwdA" : "bwdW"; }
+
+void mpmd_step_print(const mpmd_step *st, FILE *f) {
+    const mpmd_graph *g = st->g;
+    char tb[160];
+    fprintf(f, "%s: %d ranks, %d stages, %d microbatches\n", st->sched->name, st->num_ranks, st->num_stages,
+            st->num_micro);
+    /* the task bodies, once: the ops of each (stage, kind) cluster */
+    for (int s = 0; s < st->num_stages; s++)
+        for (int k = 0; k < MPMD_TASK_KINDS; k++) {
+            int c = s * MPMD_TASK_KINDS + k;
+            if (!st->cl.count[c]) continue;
+            fprintf(f, "task %s_%d (rank %d, %d ops):\n", kind_prefix(k), s, st->stage_rank[s], st->cl.count[c]);
+            for (int q = 0; q < st->cl.count[c]; q++) {
+                const mpmd_node *n = &g->nodes[st->cl.nodes[c][q]];
+                fprintf(f, "    %%%d:%s = %s", n->id, mpmd_type_str(&n->type, tb, sizeof tb), n->op->name);
+                for (int j = 0; j < n->n_in; j++) fprintf(f, "%s%%%d", j ? ", " : " ", (int)n->in[j]);
+                fputc('\n', f);
+            }
+        }
+    for (int r = 0; r < st->num_ranks; r++) {
+        const mpmd_program *p = &st->prog[r];
+        fprintf(f, "rank %d program (%d instructions, peak %lld bytes of activations):\n", r, p->n,
+                (long long)p->peak_bytes);
+        for (int x = 0; x < p->n; x++) {
+            const mpmd_instr *in = &p->ins[x];
+            const mpmd_node *n = in->node >= 0 ? &g->nodes[in->node] : NULL;
+            switch (in->op) {
+            case MPMD_I_RUN_PRE: fprintf(f, "  pre   %%%d = %s\n", in->node, n->op->name); break;
+            case MPMD_I_RUN_POST: fprintf(f, "  post  %%%d = %s\n", in->node, n->op->name); break;
+            case MPMD_I_TASK:
+                fprintf(f, "  run   %s_%d  microbatch %d\n", kind_prefix(in->kind), in->stage, in->mb);
+                break;
+            case MPMD_I_SEND:
+                fprintf(f, "  send  %%%d:%s mb %d -> rank %d%s\n", in->node, mpmd_type_str(&n->type, tb, sizeof tb),
+                        in->mb, in->peer, in->kind == 1 ? " (moved)" : "");
+                break;
+            case MPMD_I_RECV:
+                fprintf(f, "  recv  %%%d:%s mb %d <- rank %d\n", in->node, mpmd_type_str(&n->type, tb, sizeof tb),
+                        in->mb, in->peer);
+                break;
+            case MPMD_I_FREE: fprintf(f, "  free  %%%d mb %d\n", in->node, in->mb); break;
+            }
+        }
+    }
+}

@@ -1,0 +1,364 @@
+/* Lowering: one linear program per rank, and its check by simulation.
+ *
+ * A rank's program is: its before-loop ops; then, entry by entry of its
+ * schedule list, for each task: receive the body values it reads from
+ * other ranks, run the task (its cluster's ops for one microbatch, folding
+ * results into the loop reductions as they appear), send what other ranks
+ * read, and free what is dead; then the loop reductions' results go to the
+ * ranks that need them, and the after-loop ops run.
+ *
+ * A value produced and used inside one task is freed by the runtime right
+ * after its last use in the task; every other body value has an explicit
+ * FREE after its last use on the rank. A send that is a value's last use
+ * hands the buffer over (no copy).
+ */
+#include "compiler/compiler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void mpmd_program_push(mpmd_program *p, mpmd_instr in, int *oom) {
+    if (*oom) return;
+    if (p->n == p->cap) {
+        int cap = p->cap ? 2 * p->cap : 256;
+        mpmd_instr *ni = realloc(p->ins, (size_t)cap * sizeof *ni);
+        if (!ni) {
+            *oom = 1;
+            return;
+        }
+        p->ins = ni, p->cap = cap;
+    }
+    p->ins[p->n++] = in;
+}
+
+static mpmd_instr mk(int op, int node, int mb, int peer) {
+    mpmd_instr in;
+    memset(&in, 0, sizeof in);
+    in.op = (int8_t)op;
+    in.node = node;
+    in.mb = mb;
+    in.peer = peer;
+    return in;
+}
+
+/* Distinct values of other tasks (not replicated) that cluster k reads. */
+typedef struct {
+    int32_t *ext_in;
+    int n_ext_in;
+} cluster_io;
+
+static char task_letter(int kind) { return "FBAW"[kind]; }
+
+mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
+    const mpmd_graph *g = st->g;
+    const mpmd_schedule *s = st->sched;
+    const int nn = g->n_nodes, D = st->num_ranks, S = st->num_stages, n = st->num_micro;
+    const int W = st->words;
+    mpmd_status rc = MPMD_OK;
+    int oom = 0;
+    uint64_t *sendto = calloc((size_t)nn * W + 1, sizeof *sendto);
+    int32_t *k_of = malloc((size_t)(nn + 1) * sizeof *k_of);
+    cluster_io *io = calloc((size_t)S * MPMD_TASK_KINDS, sizeof *io);
+    int32_t *mark = malloc((size_t)(nn + 1) * sizeof *mark);
+    unsigned char *cross = st->cross = calloc((size_t)nn + 1, 1); /* read by another task */
+    int32_t *last = malloc(((size_t)nn * n + 1) * sizeof *last);
+    int32_t *touched = NULL;
+    int32_t *next_mb = malloc((size_t)S * MPMD_TASK_KINDS * sizeof *next_mb);
+    st->prog = calloc((size_t)D, sizeof *st->prog);
+    if (!sendto || !k_of || !io || !mark || !cross || !last || !next_mb || !st->prog) goto nomem;
+
+    for (int i = 0; i < nn; i++) k_of[i] = -1, mark[i] = -1;
+    for (int k = 0; k < S * MPMD_TASK_KINDS; k++)
+        for (int c = 0; c < st->cl.count[k]; c++) k_of[st->cl.nodes[k][c]] = k;
+    /* who reads each body value on another rank */
+    for (int i = 0; i < nn; i++) {
+        if (k_of[i] < 0) continue;
+        const mpmd_node *nd = &g->nodes[i];
+        for (int j = 0; j < nd->n_in; j++) {
+            int u = nd->in[j];
+            if (k_of[u] < 0 || mpmd_replicated(&g->nodes[u]) || st->home[u] == st->home[i]) continue;
+            sendto[(size_t)u * W + (st->home[i] >> 6)] |= (uint64_t)1 << (st->home[i] & 63);
+        }
+    }
+    /* each cluster's inputs from other tasks; which values other tasks read */
+    for (int k = 0; k < S * MPMD_TASK_KINDS; k++) {
+        int cnt = 0, bound = 1;
+        for (int c = 0; c < st->cl.count[k]; c++) bound += g->nodes[st->cl.nodes[k][c]].n_in;
+        io[k].ext_in = malloc((size_t)bound * sizeof(int32_t));
+        if (!io[k].ext_in) goto nomem;
+        for (int c = 0; c < st->cl.count[k]; c++) {
+            const mpmd_node *nd = &g->nodes[st->cl.nodes[k][c]];
+            for (int j = 0; j < nd->n_in; j++) {
+                int u = nd->in[j];
+                if (k_of[u] < 0 || k_of[u] == k || mpmd_replicated(&g->nodes[u])) continue;
+                cross[u] = 1;
+                if (mark[u] == k) continue;
+                mark[u] = k;
+                io[k].ext_in[cnt++] = u;
+            }
+        }
+        io[k].n_ext_in = cnt;
+    }
+
+    size_t touched_cap = 1024;
+    touched = malloc(touched_cap * sizeof *touched);
+    if (!touched) goto nomem;
+    unsigned char *have = NULL;
+    for (int r = 0; r < D && rc == MPMD_OK; r++) {
+        mpmd_program raw = {r, 0, 0, NULL, 0, 0};
+        mpmd_program *p = &st->prog[r];
+        p->rank = r;
+        have = calloc((size_t)nn * n + 1, 1);
+        if (!have) goto nomem;
+        for (int k = 0; k < S * MPMD_TASK_KINDS; k++) next_mb[k] = 0;
+        for (int i = 0; i < nn; i++)
+            if (g->nodes[i].region == MPMD_REGION_PRE && st->live[i] && mpmd_runs_on(st, i, r) &&
+                !(g->nodes[i].op->flags & MPMD_OPF_LEAF))
+                mpmd_program_push(&raw, mk(MPMD_I_RUN_PRE, i, -1, -1), &oom);
+        const mpmd_schedule_rank *rk = &s->ranks[r];
+        for (int e = 0; e < rk->num_entries && rc == MPMD_OK; e++) {
+            int nt;
+            const mpmd_task *t = mpmd_schedule_entry(s, r, e, &nt);
+            for (int q = 0; q < nt; q++) {
+                int k = t[q].stage * MPMD_TASK_KINDS + t[q].kind, mb = t[q].microbatch;
+                if (mb != next_mb[k]) {
+                    char tb[MPMD_TASK_STR_MAX];
+                    mpmd_task_str(&t[q], tb, sizeof tb);
+                    rc = mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                                        "mpmd_jit_with_loop: %s: rank %d runs %s where microbatch %d of %c(%d) "
+                                        "comes next; each stage's tasks must take microbatches in order, so that "
+                                        "sums over microbatches keep the one-rank loop's order",
+                                        s->name, r, tb, next_mb[k], task_letter(t[q].kind), t[q].stage);
+                    break;
+                }
+                next_mb[k]++;
+                for (int c = 0; c < io[k].n_ext_in; c++) {
+                    int u = io[k].ext_in[c];
+                    if (have[(size_t)u * n + mb]) continue;
+                    if (st->home[u] == r) {
+                        char tb[MPMD_TASK_STR_MAX];
+                        mpmd_task_str(&t[q], tb, sizeof tb);
+                        rc = mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                                            "mpmd_jit_with_loop: %s: rank %d runs %s before the task that computes "
+                                            "its input %%%d (%s of stage %d, microbatch %d)",
+                                            s->name, r, tb, u, g->nodes[u].op->name, st->cl.stage[u], mb);
+                        break;
+                    }
+                    mpmd_program_push(&raw, mk(MPMD_I_RECV, u, mb, st->home[u]), &oom);
+                    have[(size_t)u * n + mb] = 1;
+                }
+                mpmd_instr ti = mk(MPMD_I_TASK, -1, mb, -1);
+                ti.kind = (int8_t)t[q].kind;
+                ti.stage = t[q].stage;
+                ti.entry = e;
+                mpmd_program_push(&raw, ti, &oom);
+                for (int c = 0; c < st->cl.count[k]; c++) {
+                    int i = st->cl.nodes[k][c];
+                    have[(size_t)i * n + mb] = 1;
+                    for (int dst = 0; dst < D; dst++)
+                        if ((sendto[(size_t)i * W + (dst >> 6)] >> (dst & 63)) & 1u)
+                            mpmd_program_push(&raw, mk(MPMD_I_SEND, i, mb, dst), &oom);
+                }
+            }
+        }
+        free(have);
+        have = NULL;
+        /* loop results: send where needed, receive what this rank needs */
+        for (int i = 0; i < nn; i++) {
+            if (g->nodes[i].op != &mpmd_op_loop_reduce || !st->live[i] || st->home[i] != r) continue;
+            for (int dst = 0; dst < D; dst++)
+                if (dst != r && mpmd_runs_on(st, i, dst)) mpmd_program_push(&raw, mk(MPMD_I_SEND, i, -1, dst), &oom);
+        }
+        for (int i = 0; i < nn; i++) {
+            if (g->nodes[i].op != &mpmd_op_loop_reduce || !st->live[i] || st->home[i] == r || !mpmd_runs_on(st, i, r))
+                continue;
+            mpmd_program_push(&raw, mk(MPMD_I_RECV, i, -1, st->home[i]), &oom);
+        }
+        for (int i = 0; i < nn; i++)
+            if (g->nodes[i].region == MPMD_REGION_POST && st->live[i] && mpmd_runs_on(st, i, r) &&
+                g->nodes[i].op != &mpmd_op_loop_reduce && !(g->nodes[i].op->flags & MPMD_OPF_LEAF))
+                mpmd_program_push(&raw, mk(MPMD_I_RUN_POST, i, -1, -1), &oom);
+        if (oom) goto nomem;
+        if (rc != MPMD_OK) {
+            free(raw.ins);
+            break;
+        }
+
+        /* Lifetimes of body values on this rank: the last instruction that
+         * touches (value, microbatch). Values used only inside their task
+         * are the runtime's business. */
+        size_t nt_keys = 0;
+#define TOUCH(v, m, idx)                                                                                 \
+    do {                                                                                                 \
+        size_t key_ = (size_t)(v) * n + (size_t)(m);                                                     \
+        if (last[key_] < 0) {                                                                            \
+            if (nt_keys == touched_cap) {                                                                \
+                int32_t *nt_ = realloc(touched, 2 * touched_cap * sizeof *touched);                      \
+                if (!nt_) goto nomem;                                                                    \
+                touched = nt_, touched_cap *= 2;                                                         \
+            }                                                                                            \
+            touched[nt_keys++] = (int32_t)key_;                                                          \
+        }                                                                                                \
+        last[key_] = (idx);                                                                              \
+    } while (0)
+        for (size_t kk = 0; kk < (size_t)nn * n; kk++) last[kk] = -1;
+        for (int x = 0; x < raw.n; x++) {
+            const mpmd_instr *in = &raw.ins[x];
+            if (in->op == MPMD_I_RECV && in->mb >= 0) TOUCH(in->node, in->mb, x);
+            if (in->op == MPMD_I_SEND && in->mb >= 0) TOUCH(in->node, in->mb, x);
+            if (in->op == MPMD_I_TASK) {
+                int k = in->stage * MPMD_TASK_KINDS + in->kind;
+                for (int c = 0; c < io[k].n_ext_in; c++) TOUCH(io[k].ext_in[c], in->mb, x);
+                for (int c = 0; c < st->cl.count[k]; c++) {
+                    int i = st->cl.nodes[k][c];
+                    int ext = cross[i]; /* read by other tasks, on this rank or another */
+                    if (ext) TOUCH(i, in->mb, x);
+                }
+            }
+        }
+#undef TOUCH
+        /* bucket the frees by instruction */
+        int32_t *head = malloc((size_t)(raw.n + 1) * sizeof *head), *nxt = malloc((nt_keys + 1) * sizeof *nxt);
+        if (!head || !nxt) {
+            free(head), free(nxt), free(raw.ins);
+            goto nomem;
+        }
+        for (int x = 0; x < raw.n; x++) head[x] = -1;
+        for (size_t t = 0; t < nt_keys; t++) {
+            int x = last[touched[t]];
+            nxt[t] = head[x], head[x] = (int32_t)t;
+        }
+        int64_t live_bytes = 0, peak = 0;
+        for (int x = 0; x < raw.n; x++) {
+            mpmd_instr in = raw.ins[x];
+            int moved = 0;
+            if (in.op == MPMD_I_SEND && in.mb >= 0 && last[(size_t)in.node * n + in.mb] == x) {
+                in.kind = 1; /* the last use: hand the buffer over */
+                moved = 1;
+            }
+            if (in.op == MPMD_I_RECV && in.mb >= 0) live_bytes += (int64_t)mpmd_type_bytes(&g->nodes[in.node].type);
+            if (in.op == MPMD_I_TASK) {
+                int k = in.stage * MPMD_TASK_KINDS + in.kind;
+                for (int c = 0; c < st->cl.count[k]; c++)
+                    live_bytes += (int64_t)mpmd_type_bytes(&g->nodes[st->cl.nodes[k][c]].type);
+                if (live_bytes > peak) peak = live_bytes;
+                for (int c = 0; c < st->cl.count[k]; c++) {
+                    int i = st->cl.nodes[k][c];
+                    if (last[(size_t)i * n + in.mb] < 0) /* used only inside the task */
+                        live_bytes -= (int64_t)mpmd_type_bytes(&g->nodes[i].type);
+                }
+            }
+            if (live_bytes > peak) peak = live_bytes;
+            mpmd_program_push(p, in, &oom);
+            for (int t = head[x]; t >= 0; t = nxt[t]) {
+                int v = touched[t] / n, m = touched[t] % n;
+                live_bytes -= (int64_t)mpmd_type_bytes(&g->nodes[v].type);
+                if (moved && v == in.node && m == in.mb) continue;
+                if (mpmd_replicated(&g->nodes[v])) continue;
+                mpmd_program_push(p, mk(MPMD_I_FREE, v, m, -1), &oom);
+            }
+        }
+        p->peak_bytes = peak;
+        free(head), free(nxt), free(raw.ins);
+        if (oom) goto nomem;
+    }
+    goto done;
+nomem:
+    rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory lowering the per-rank programs");
+done:
+    if (io)
+        for (int k = 0; k < S * MPMD_TASK_KINDS; k++) free(io[k].ext_in);
+    free(io), free(sendto), free(k_of), free(mark), free(last), free(touched), free(next_mb);
+    return rc;
+}
+
+/* ---- the check: run the programs' communication on paper ---------------- */
+
+/* In-flight messages keyed by (value, microbatch, destination), in an
+ * open-addressing table sized for every send of the programs. */
+typedef struct {
+    int32_t node, mb, dst, src, count; /* count 0 and node -1: empty slot */
+} msg_slot;
+
+static msg_slot *msg_find(msg_slot *t, size_t cap, int node, int mb, int dst) {
+    uint64_t h = ((uint64_t)(uint32_t)node * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)(uint32_t)(mb + 1) << 20) ^
+                 ((uint64_t)(uint32_t)dst * 0xc2b2ae3d27d4eb4full);
+    size_t i = (size_t)(h ^ (h >> 29)) & (cap - 1);
+    while (t[i].node != -1 && !(t[i].node == node && t[i].mb == mb && t[i].dst == dst)) i = (i + 1) & (cap - 1);
+    return &t[i];
+}
+
+mpmd_status mpmd_program_check(mpmd_step *st, mpmd_error *err) {
+    const int D = st->num_ranks;
+    size_t sends = 0, cap = 64;
+    for (int r = 0; r < D; r++)
+        for (int x = 0; x < st->prog[r].n; x++) sends += st->prog[r].ins[x].op == MPMD_I_SEND;
+    while (cap < 2 * sends + 2) cap *= 2;
+    int32_t *pc = calloc((size_t)D + 1, sizeof *pc);
+    msg_slot *t = malloc(cap * sizeof *t);
+    mpmd_status rc = MPMD_OK;
+    if (!pc || !t) {
+        rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory checking the programs");
+        goto out;
+    }
+    for (size_t i = 0; i < cap; i++) t[i].node = -1, t[i].count = 0;
+    size_t outstanding = 0;
+    for (;;) {
+        int progressed = 0, done = 1;
+        for (int r = 0; r < D; r++) {
+            const mpmd_program *p = &st->prog[r];
+            while (pc[r] < p->n) {
+                const mpmd_instr *in = &p->ins[pc[r]];
+                if (in->op == MPMD_I_SEND) {
+                    msg_slot *m = msg_find(t, cap, in->node, in->mb, in->peer);
+                    if (m->node == -1) m->node = in->node, m->mb = in->mb, m->dst = in->peer;
+                    m->src = r;
+                    m->count++;
+                    outstanding++;
+                } else if (in->op == MPMD_I_RECV) {
+                    msg_slot *m = msg_find(t, cap, in->node, in->mb, r);
+                    if (m->node == -1 || m->count == 0) break; /* blocked */
+                    if (m->src != in->peer) {
+                        rc = mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                                            "mpmd_jit_with_loop: rank %d expects %%%d (microbatch %d) from rank %d, "
+                                            "but rank %d sent it",
+                                            r, in->node, in->mb, in->peer, m->src);
+                        goto out;
+                    }
+                    m->count--;
+                    outstanding--;
+                }
+                pc[r]++;
+                progressed = 1;
+            }
+            if (pc[r] < p->n) done = 0;
+        }
+        if (done) break;
+        if (!progressed) {
+            char msg[MPMD_ERROR_MSG_MAX];
+            size_t k = (size_t)snprintf(msg, sizeof msg, "mpmd_jit_with_loop: the per-rank programs deadlock:");
+            for (int r = 0; r < D && k < sizeof msg; r++) {
+                const mpmd_program *p = &st->prog[r];
+                if (pc[r] >= p->n) continue;
+                const mpmd_instr *in = &p->ins[pc[r]];
+                k += (size_t)snprintf(msg + k, sizeof msg - k, " rank %d waits for %%%d (microbatch %d) from rank %d;",
+                                      r, in->node, in->mb, in->peer);
+            }
+            rc = mpmd_error_set(err, MPMD_ERR_SCHEDULE, "%s", msg);
+            goto out;
+        }
+    }
+    if (outstanding) {
+        for (size_t i = 0; i < cap; i++)
+            if (t[i].node != -1 && t[i].count > 0) {
+                rc = mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                                    "mpmd_jit_with_loop: rank %d sends %%%d (microbatch %d) to rank %d, which never "
+                                    "receives it",
+                                    t[i].src, t[i].node, t[i].mb, t[i].dst);
+                break;
+            }
+    }
+out:
+    free(pc), free(t);
+    return rc;
+}

@@ -1,0 +1,514 @@
+/* The in-process runtime: one thread per rank, each running its program.
+ *
+ * A transfer puts the buffer in the destination rank's mailbox (a list
+ * under a mutex, with a condition variable for the receiver): when the
+ * send is the value's last use on the sender the buffer itself moves, with
+ * no copy; otherwise the sender copies it first. Sends never block, so the
+ * programs' check (every receive has its send, nothing deadlocks) is all
+ * that is needed; what a mailbox holds is bounded by the schedule's
+ * in-flight microbatches.
+ *
+ * A rank that fails records its message and wakes every rank; the others
+ * stop at their next instruction or wait, and the step returns the first
+ * failure's message.
+ */
+#include "compiler/compiler.h"
+#include "util/init.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct msg {
+    struct msg *next;
+    int32_t src, node, mb;
+    void *buf;
+} msg;
+
+typedef struct {
+    size_t bytes;
+    void *p;
+} pooled;
+
+#define POOL_MAX 512
+
+struct mpmd_rank_state {
+    int rank;
+    int nthreads;
+    void **val;              /* [nn * n] body values by (node, microbatch) */
+    void **glob;             /* [nn] values outside the body, storage, loop results */
+    unsigned char *owned;    /* [nn] glob[i] came from the pool this step */
+    pooled pool[POOL_MAX];
+    int npool;
+    void *scratch;
+    size_t scratch_bytes;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    msg *inbox;
+    struct mpmd_step *st;
+    mpmd_status status;
+    char err[MPMD_ERROR_MSG_MAX];
+};
+
+/* ---- buffers ---------------------------------------------------------- */
+
+static void *pool_get(mpmd_rank_state *rs, size_t bytes) {
+    for (int i = rs->npool - 1; i >= 0; i--)
+        if (rs->pool[i].bytes == bytes) {
+            void *p = rs->pool[i].p;
+            rs->pool[i] = rs->pool[--rs->npool];
+            return p;
+        }
+    void *p = NULL;
+    size_t cap = bytes ? bytes : 64;
+    if (posix_memalign(&p, 64, (cap + 63) / 64 * 64)) return NULL;
+    return p;
+}
+
+static void pool_put(mpmd_rank_state *rs, void *p, size_t bytes) {
+    if (!p) return;
+    if (rs->npool == POOL_MAX) {
+        free(p);
+        return;
+    }
+    rs->pool[rs->npool++] = (pooled){bytes, p};
+}
+
+static size_t bytes_of(const mpmd_graph *g, int node) { return mpmd_type_bytes(&g->nodes[node].type); }
+
+/* ---- aborting ---------------------------------------------------------- */
+
+static int aborted(struct mpmd_step *st) { return __atomic_load_n(&st->abort_flag, __ATOMIC_ACQUIRE); }
+
+static void fail_rank(mpmd_rank_state *rs, mpmd_status code, const char *fmt, ...) {
+    struct mpmd_step *st = rs->st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rs->err, sizeof rs->err, fmt, ap);
+    va_end(ap);
+    rs->status = code;
+    pthread_mutex_lock(&st->abort_mu);
+    if (!st->abort_flag) {
+        snprintf(st->err, sizeof st->err, "rank %d: %.900s", rs->rank, rs->err);
+        __atomic_store_n(&st->abort_flag, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&st->abort_mu);
+    for (int r = 0; r < st->num_ranks; r++) {
+        pthread_mutex_lock(&st->rs[r].mu);
+        pthread_cond_broadcast(&st->rs[r].cv);
+        pthread_mutex_unlock(&st->rs[r].mu);
+    }
+}
+
+/* ---- values ------------------------------------------------------------- */
+
+static void *ptr_of(mpmd_rank_state *rs, int v, int mb) {
+    struct mpmd_step *st = rs->st;
+    const mpmd_node *n = &st->g->nodes[v];
+    if (n->region != MPMD_REGION_BODY || n->op == &mpmd_op_constant) return rs->glob[v];
+    if (n->op == &mpmd_op_microbatch) return (char *)ptr_of(rs, n->in[0], mb) + (size_t)mb * bytes_of(st->g, v);
+    return rs->val[(size_t)v * st->num_micro + mb];
+}
+
+static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char *where) {
+    struct mpmd_step *st = rs->st;
+    const mpmd_graph *g = st->g;
+    const mpmd_node *n = &g->nodes[i];
+    if (n->op == &mpmd_op_assign) {
+        void *dst = ptr_of(rs, n->in[0], mb), *src = ptr_of(rs, n->in[1], mb);
+        if (dst != src) memmove(dst, src, bytes_of(g, n->in[0]));
+        return 0;
+    }
+    void *in_small[8];
+    const mpmd_type *ty_small[8];
+    void **in = n->n_in <= 8 ? in_small : malloc((size_t)n->n_in * sizeof *in);
+    const mpmd_type **ty = n->n_in <= 8 ? ty_small : malloc((size_t)n->n_in * sizeof *ty);
+    if (!in || !ty) {
+        if (in != in_small) free(in);
+        if (ty != ty_small) free((void *)ty);
+        fail_rank(rs, MPMD_ERR_NOMEM, "out of memory running %%%d = %s", i, n->op->name);
+        return 1;
+    }
+    for (int j = 0; j < n->n_in; j++) {
+        in[j] = ptr_of(rs, n->in[j], mb);
+        ty[j] = &g->nodes[n->in[j]].type;
+    }
+    char kerr[512] = "";
+    mpmd_kargs a = {g, n, out, in, ty, rs->nthreads, rs->scratch, mb < 0 ? 0 : mb, kerr, sizeof kerr};
+    int rc = st->kern[i]->fn(&a);
+    if (in != in_small) free(in);
+    if (ty != ty_small) free((void *)ty);
+    if (rc) fail_rank(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", i, n->op->name, where, kerr[0] ? kerr : "kernel failed");
+    return rc;
+}
+
+/* Fold body value i of microbatch mb into the loop reductions that read it
+ * (acc = x_0, then acc op= x_m, in microbatch order). */
+static int accumulate(mpmd_rank_state *rs, int i, int mb) {
+    struct mpmd_step *st = rs->st;
+    const mpmd_graph *g = st->g;
+    for (int r = st->reduce_head[i]; r >= 0; r = st->reduce_next[r]) {
+        const mpmd_node *rn = &g->nodes[r];
+        size_t bytes = bytes_of(g, i);
+        const char *x = ptr_of(rs, i, mb);
+        if (mb == 0) {
+            rs->glob[r] = pool_get(rs, bytes_of(g, r));
+            if (!rs->glob[r]) {
+                fail_rank(rs, MPMD_ERR_NOMEM, "out of memory for the loop result %%%d", r);
+                return 1;
+            }
+            rs->owned[r] = 1;
+        }
+        char *acc = rs->glob[r];
+        if (rn->ia[0] == MPMD_REDUCE_CONCAT) {
+            memcpy(acc + (size_t)mb * bytes, x, bytes);
+        } else if (mb == 0) {
+            memcpy(acc, x, bytes);
+        } else {
+            float *a = (float *)acc;
+            const float *b = (const float *)x;
+            int64_t cnt = mpmd_type_numel(&g->nodes[i].type);
+            if (rn->ia[0] == MPMD_REDUCE_ADD)
+                for (int64_t k = 0; k < cnt; k++) a[k] += b[k];
+            else
+                for (int64_t k = 0; k < cnt; k++) a[k] = b[k] > a[k] ? b[k] : a[k];
+        }
+    }
+    return 0;
+}
+
+static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
+    struct mpmd_step *st = rs->st;
+    const mpmd_graph *g = st->g;
+    const int k = in->stage * MPMD_TASK_KINDS + in->kind, mb = in->mb, n = st->num_micro;
+    const int32_t *nodes = st->cl.nodes[k];
+    char where[64];
+    static const char *pre[] = {"fwd", "bwd", "bwdA", "bwdW"};
+    snprintf(where, sizeof where, " in %s_%d__%d", pre[in->kind], in->stage, mb);
+    for (int c = 0; c < st->cl.count[k]; c++) {
+        if (aborted(st)) return 1;
+        int i = nodes[c];
+        const mpmd_node *nd = &g->nodes[i];
+        if (!(nd->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL))) {
+            void *out = NULL;
+            if (nd->type.dtype != MPMD_TOKEN && !(out = pool_get(rs, bytes_of(g, i)))) {
+                fail_rank(rs, MPMD_ERR_NOMEM, "out of memory for %%%d%s", i, where);
+                return 1;
+            }
+            rs->val[(size_t)i * n + mb] = out;
+            if (run_kernel(rs, i, mb, out, where)) return 1;
+        }
+        if (st->reduce_head[i] >= 0 && accumulate(rs, i, mb)) return 1;
+        /* values used only inside this task die at their last use here */
+        for (int f = st->free_head[k][c]; f >= 0; f = st->free_next[f]) {
+            size_t key = (size_t)f * n + mb;
+            pool_put(rs, rs->val[key], bytes_of(g, f));
+            rs->val[key] = NULL;
+        }
+    }
+    return 0;
+}
+
+static int recv_value(mpmd_rank_state *rs, const mpmd_instr *in) {
+    struct mpmd_step *st = rs->st;
+    pthread_mutex_lock(&rs->mu);
+    for (;;) {
+        msg **pp = &rs->inbox;
+        while (*pp && !((*pp)->src == in->peer && (*pp)->node == in->node && (*pp)->mb == in->mb)) pp = &(*pp)->next;
+        if (*pp) {
+            msg *m = *pp;
+            *pp = m->next;
+            pthread_mutex_unlock(&rs->mu);
+            if (in->mb >= 0)
+                rs->val[(size_t)in->node * st->num_micro + in->mb] = m->buf;
+            else
+                rs->glob[in->node] = m->buf, rs->owned[in->node] = 1;
+            free(m);
+            return 0;
+        }
+        if (aborted(st)) {
+            pthread_mutex_unlock(&rs->mu);
+            return 1;
+        }
+        pthread_cond_wait(&rs->cv, &rs->mu);
+    }
+}
+
+static int send_value(mpmd_rank_state *rs, const mpmd_instr *in) {
+    struct mpmd_step *st = rs->st;
+    size_t bytes = bytes_of(st->g, in->node);
+    void **slot = in->mb >= 0 ? &rs->val[(size_t)in->node * st->num_micro + in->mb] : &rs->glob[in->node];
+    msg *m = malloc(sizeof *m);
+    void *buf = in->kind == 1 ? *slot : pool_get(rs, bytes);
+    if (!m || !buf) {
+        free(m);
+        fail_rank(rs, MPMD_ERR_NOMEM, "out of memory sending %%%d", in->node);
+        return 1;
+    }
+    if (in->kind == 1)
+        *slot = NULL; /* moved: the receiver owns it now */
+    else
+        memcpy(buf, *slot, bytes);
+    m->src = rs->rank, m->node = in->node, m->mb = in->mb, m->buf = buf;
+    mpmd_rank_state *dst = &st->rs[in->peer];
+    pthread_mutex_lock(&dst->mu);
+    m->next = NULL;
+    msg **pp = &dst->inbox;
+    while (*pp) pp = &(*pp)->next;
+    *pp = m;
+    pthread_cond_broadcast(&dst->cv);
+    pthread_mutex_unlock(&dst->mu);
+    return 0;
+}
+
+static void *rank_main(void *arg) {
+    mpmd_rank_state *rs = arg;
+    struct mpmd_step *st = rs->st;
+    const mpmd_graph *g = st->g;
+    const mpmd_program *p = &st->prog[rs->rank];
+    for (int x = 0; x < p->n && !aborted(st); x++) {
+        const mpmd_instr *in = &p->ins[x];
+        switch (in->op) {
+        case MPMD_I_RUN_PRE:
+        case MPMD_I_RUN_POST: {
+            int i = in->node;
+            const mpmd_node *nd = &g->nodes[i];
+            void *out = NULL;
+            if (nd->type.dtype != MPMD_TOKEN) {
+                if (!(out = pool_get(rs, bytes_of(g, i)))) {
+                    fail_rank(rs, MPMD_ERR_NOMEM, "out of memory for %%%d", i);
+                    break;
+                }
+                rs->glob[i] = out;
+                rs->owned[i] = 1;
+            }
+            run_kernel(rs, i, -1, out, "");
+            break;
+        }
+        case MPMD_I_TASK: run_task(rs, in); break;
+        case MPMD_I_SEND: send_value(rs, in); break;
+        case MPMD_I_RECV: recv_value(rs, in); break;
+        case MPMD_I_FREE: {
+            size_t key = (size_t)in->node * st->num_micro + in->mb;
+            pool_put(rs, rs->val[key], bytes_of(g, in->node));
+            rs->val[key] = NULL;
+            break;
+        }
+        }
+    }
+    return NULL;
+}
+
+/* ---- set-up and a step ---------------------------------------------------- */
+
+mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
+    const mpmd_graph *g = st->g;
+    const int nn = g->n_nodes, D = st->num_ranks, n = st->num_micro;
+    st->rs = calloc((size_t)D, sizeof *st->rs);
+    st->inputs = calloc((size_t)nn + 1, sizeof *st->inputs);
+    st->input_set = calloc((size_t)nn + 1, 1);
+    st->reduce_head = malloc((size_t)(nn + 1) * sizeof *st->reduce_head);
+    st->reduce_next = malloc((size_t)(nn + 1) * sizeof *st->reduce_next);
+    st->free_next = malloc((size_t)(nn + 1) * sizeof *st->free_next);
+    st->free_head = calloc((size_t)st->num_stages * MPMD_TASK_KINDS, sizeof *st->free_head);
+    if (!st->rs || !st->inputs || !st->input_set || !st->reduce_head || !st->reduce_next || !st->free_next ||
+        !st->free_head)
+        goto nomem;
+    pthread_mutex_init(&st->abort_mu, NULL);
+    st->mutex_ready = 1;
+    for (int i = 0; i < nn; i++) st->reduce_head[i] = -1, st->reduce_next[i] = -1, st->free_next[i] = -1;
+    for (int i = nn - 1; i >= 0; i--)
+        if (g->nodes[i].op == &mpmd_op_loop_reduce && st->live[i]) {
+            int x = g->nodes[i].in[0];
+            st->reduce_next[i] = st->reduce_head[x];
+            st->reduce_head[x] = i;
+        }
+    /* Inside a task, a value no other task reads dies after its last reader
+     * in the task (or right away when nothing reads it). */
+    for (int k = 0; k < st->num_stages * MPMD_TASK_KINDS; k++) {
+        int cnt = st->cl.count[k];
+        st->free_head[k] = malloc((size_t)(cnt + 1) * sizeof(int32_t));
+        int32_t *lastpos = malloc((size_t)(cnt + 1) * sizeof(int32_t));
+        if (!st->free_head[k] || !lastpos) {
+            free(lastpos);
+            goto nomem;
+        }
+        for (int c = 0; c < cnt; c++) st->free_head[k][c] = -1, lastpos[c] = c;
+        /* position of each node inside the cluster: the nodes are sorted */
+        for (int c = 0; c < cnt; c++) {
+            const mpmd_node *nd = &g->nodes[st->cl.nodes[k][c]];
+            for (int j = 0; j < nd->n_in; j++) {
+                int u = nd->in[j];
+                /* binary search u in the cluster's sorted node list */
+                int lo = 0, hi = c - 1;
+                while (lo <= hi) {
+                    int mid = (lo + hi) / 2;
+                    if (st->cl.nodes[k][mid] < u)
+                        lo = mid + 1;
+                    else if (st->cl.nodes[k][mid] > u)
+                        hi = mid - 1;
+                    else {
+                        lastpos[mid] = c;
+                        break;
+                    }
+                }
+            }
+        }
+        for (int c = 0; c < cnt; c++) {
+            int i = st->cl.nodes[k][c];
+            const mpmd_node *nd = &g->nodes[i];
+            if (st->cross[i] || mpmd_replicated(nd) || (nd->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) ||
+                nd->type.dtype == MPMD_TOKEN)
+                continue;
+            st->free_next[i] = st->free_head[k][lastpos[c]];
+            st->free_head[k][lastpos[c]] = i;
+        }
+        free(lastpos);
+    }
+    for (int i = 0; i < nn; i++)
+        if (g->nodes[i].op == &mpmd_op_input) {
+            if (!(st->inputs[i] = calloc(1, bytes_of(g, i) + 1))) goto nomem;
+        }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int tpr = st->threads_per_rank > 0 ? st->threads_per_rank : (int)(cores / D > 0 ? cores / D : 1);
+    for (int r = 0; r < D; r++) {
+        mpmd_rank_state *rs = &st->rs[r];
+        rs->rank = r;
+        rs->st = st;
+        rs->nthreads = tpr;
+        pthread_mutex_init(&rs->mu, NULL);
+        pthread_cond_init(&rs->cv, NULL);
+        rs->val = calloc((size_t)nn * (n > 0 ? n : 1) + 1, sizeof *rs->val);
+        rs->glob = calloc((size_t)nn + 1, sizeof *rs->glob);
+        rs->owned = calloc((size_t)nn + 1, 1);
+        if (!rs->val || !rs->glob || !rs->owned) goto nomem;
+        size_t scratch = 0;
+        for (int i = 0; i < nn; i++) {
+            const mpmd_node *nd = &g->nodes[i];
+            if (!st->live[i] || !mpmd_runs_on(st, i, r)) continue;
+            if (mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant) {
+                size_t b = bytes_of(g, i);
+                void *p = NULL;
+                if (posix_memalign(&p, 64, (b + 64) / 64 * 64)) goto nomem;
+                rs->glob[i] = p;
+                if (nd->op == &mpmd_op_constant) {
+                    if (nd->data)
+                        memcpy(p, nd->data, b);
+                    else
+                        for (int64_t q = 0; q < mpmd_type_numel(&nd->type); q++) ((float *)p)[q] = nd->fa[0];
+                } else {
+                    mpmd_init_fill(p, &nd->type, nd->name, nd->init, st->seed);
+                }
+            } else if (nd->op == &mpmd_op_input) {
+                rs->glob[i] = st->inputs[i];
+            }
+            if (st->kern[i] && st->kern[i]->scratch) {
+                size_t sb = st->kern[i]->scratch(g, nd);
+                if (sb > scratch) scratch = sb;
+            }
+        }
+        if (scratch) {
+            if (posix_memalign(&rs->scratch, 64, (scratch + 63) / 64 * 64)) goto nomem;
+            rs->scratch_bytes = scratch;
+        }
+    }
+    return MPMD_OK;
+nomem:
+    return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory setting up the ranks");
+}
+
+/* Return every buffer of the step to the pools (storage and kept values stay). */
+static void end_of_step(mpmd_rank_state *rs) {
+    struct mpmd_step *st = rs->st;
+    const mpmd_graph *g = st->g;
+    const int nn = g->n_nodes, n = st->num_micro;
+    for (size_t k = 0; k < (size_t)nn * n; k++)
+        if (rs->val[k]) {
+            pool_put(rs, rs->val[k], bytes_of(g, (int)(k / (size_t)n)));
+            rs->val[k] = NULL;
+        }
+    for (int i = 0; i < nn; i++)
+        if (rs->owned[i] && !(g->nodes[i].flags & MPMD_NODE_KEEP)) {
+            pool_put(rs, rs->glob[i], bytes_of(g, i));
+            rs->glob[i] = NULL;
+            rs->owned[i] = 0;
+        }
+    pthread_mutex_lock(&rs->mu);
+    while (rs->inbox) {
+        msg *m = rs->inbox;
+        rs->inbox = m->next;
+        free(m->buf);
+        free(m);
+    }
+    pthread_mutex_unlock(&rs->mu);
+}
+
+mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
+    const int D = st->num_ranks;
+    const mpmd_graph *g = st->g;
+    /* kept values of the previous step go back before this one */
+    for (int r = 0; r < D; r++)
+        for (int i = 0; i < g->n_nodes; i++)
+            if (st->rs[r].owned[i]) {
+                pool_put(&st->rs[r], st->rs[r].glob[i], bytes_of(g, i));
+                st->rs[r].glob[i] = NULL;
+                st->rs[r].owned[i] = 0;
+            }
+    st->abort_flag = 0;
+    st->err[0] = '\0';
+    pthread_t *th = malloc((size_t)D * sizeof *th);
+    if (!th) {
+        snprintf(st->err, sizeof st->err, "out of memory starting %d rank threads", D);
+        return MPMD_ERR_NOMEM;
+    }
+    int started = 0;
+    mpmd_status rc = MPMD_OK;
+    for (int r = 0; r < D; r++) {
+        st->rs[r].status = MPMD_OK;
+        if (pthread_create(&th[r], NULL, rank_main, &st->rs[r]) != 0) {
+            fail_rank(&st->rs[r], MPMD_ERR_RUNTIME, "could not start the thread of rank %d", r);
+            break;
+        }
+        started++;
+    }
+    for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
+    free(th);
+    for (int r = 0; r < D; r++) {
+        if (st->rs[r].status != MPMD_OK && rc == MPMD_OK) rc = st->rs[r].status;
+        end_of_step(&st->rs[r]);
+    }
+    if (rc == MPMD_OK && st->abort_flag) rc = MPMD_ERR_RUNTIME;
+    return rc;
+}
+
+void mpmd_runtime_free(struct mpmd_step *st) {
+    if (!st->rs) return;
+    const mpmd_graph *g = st->g;
+    for (int r = 0; r < st->num_ranks; r++) {
+        mpmd_rank_state *rs = &st->rs[r];
+        if (rs->glob) {
+            for (int i = 0; i < g->n_nodes; i++) {
+                const mpmd_node *nd = &g->nodes[i];
+                if (rs->owned[i] || mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant) free(rs->glob[i]);
+            }
+        }
+        if (rs->val)
+            for (size_t k = 0; k < (size_t)g->n_nodes * st->num_micro; k++) free(rs->val[k]);
+        for (int p = 0; p < rs->npool; p++) free(rs->pool[p].p);
+        while (rs->inbox) {
+            msg *m = rs->inbox;
+            rs->inbox = m->next;
+            free(m->buf);
+            free(m);
+        }
+        free(rs->val), free(rs->glob), free(rs->owned), free(rs->scratch);
+        if (rs->st) {
+            pthread_mutex_destroy(&rs->mu);
+            pthread_cond_destroy(&rs->cv);
+        }
+    }
+    free(st->rs);
+    st->rs = NULL;
+}
+
+void *mpmd_runtime_value(struct mpmd_step *st, int rank, int node) { return st->rs[rank].glob[node]; }

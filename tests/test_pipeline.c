@@ -1,0 +1,279 @@
+/* The promise: for every schedule, the loss and every updated parameter
+ * after a step are bitwise equal to the one-rank microbatch loop, for an
+ * MLP with a marker per layer and SGD, and for a GPT with tied embeddings
+ * and AdamW, whatever the number of threads each rank uses. Also the
+ * compiler's errors and its placement. */
+#include "gpt_model.h"
+#include "testutil.h"
+
+#include <string.h>
+
+typedef struct {
+    int ranks, stages, micro;
+    mpmd_schedule_kind kind;
+    int fuse;
+} pcase;
+
+static const pcase cases[] = {
+    {1, 1, 4, MPMD_SCHED_STD1F1B, 0},         {2, 2, 4, MPMD_SCHED_STD1F1B, 0},
+    {3, 3, 5, MPMD_SCHED_EAGER1F1B, 0},       {4, 4, 8, MPMD_SCHED_GPIPE, 0},
+    {1, 1, 1, MPMD_SCHED_INTERLEAVED1F1B, 0}, {4, 8, 1, MPMD_SCHED_INTERLEAVED1F1B, 0},
+    {4, 8, 1, MPMD_SCHED_KIMIK2, 1},          {2, 4, 12, MPMD_SCHED_INTERLEAVED1F1B, 0},
+    {4, 4, 4, MPMD_SCHED_ZEROBUBBLE, 0},      {4, 4, 8, MPMD_SCHED_ZEROBUBBLE, 0},
+    {3, 6, 6, MPMD_SCHED_DUALPIPEV, 0},       {3, 6, 10, MPMD_SCHED_DUALPIPEV, 0},
+};
+
+static mpmd_schedule *make_sched(const pcase *c) {
+    mpmd_schedule *s = NULL;
+    mpmd_error err;
+    if (mpmd_schedule_new(c->kind, c->stages, c->ranks, c->micro, c->fuse, &s, &err) != MPMD_OK) {
+        fprintf(stderr, "schedule: %s\n", err.msg);
+        abort();
+    }
+    return s;
+}
+
+/* An MLP of `layers` dense layers (tanh between), a marker after each, MSE
+ * loss divided by the microbatch count, SGD. */
+typedef struct {
+    mpmd_graph *g;
+    mpmd_value x, y, loss;
+} mlp;
+
+static mlp build_mlp(int layers, int micro, int rows_per_mb, int width) {
+    mlp m;
+    m.g = mpmd_graph_new();
+    mpmd_graph *g = m.g;
+    int64_t B = (int64_t)micro * rows_per_mb;
+    m.x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(B, width));
+    m.y = mpmd_input(g, "y", MPMD_F32, MPMD_SHAPE(B, width));
+    mpmd_loop_begin(g, micro);
+    mpmd_value h = mpmd_microbatch(g, m.x), yb = mpmd_microbatch(g, m.y);
+    for (int l = 0; l < layers; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "dense_%d", l);
+        h = mpmd_dense(g, name, h, width, 1);
+        if (l + 1 < layers) {
+            h = mpmd_tanh(g, h);
+            h = mpmd_enter_stage(g, h);
+        }
+    }
+    mpmd_value d = mpmd_sub(g, h, yb);
+    mpmd_value loss = mpmd_mul_scalar(g, mpmd_mean(g, mpmd_square(g, d), 0, NULL, 0), 1.0f / (float)micro);
+    loss = mpmd_enter_stage(g, loss);
+    int np = mpmd_graph_params(g, NULL, 0);
+    mpmd_value *ps = malloc((size_t)np * sizeof *ps), *gs = malloc((size_t)np * sizeof *gs);
+    mpmd_graph_params(g, ps, np);
+    mpmd_grad(g, loss, np, ps, gs);
+    m.loss = mpmd_loop_reduce(g, loss, MPMD_REDUCE_ADD);
+    for (int i = 0; i < np; i++) gs[i] = mpmd_loop_reduce(g, gs[i], MPMD_REDUCE_ADD);
+    mpmd_loop_end(g);
+    mpmd_sgd(g, np, ps, gs, mpmd_scalar(g, 0.05f));
+    mpmd_keep(g, m.loss);
+    free(ps), free(gs);
+    return m;
+}
+
+/* Reference: one rank, the plain loop; then the pipeline; compare loss and
+ * parameter hash after each of two steps. */
+static void compare(const char *what, mpmd_graph *g, const mpmd_value *inputs, void *const *data,
+                    const size_t *bytes, int n_inputs, mpmd_value loss, const mpmd_schedule *s, int tpr) {
+    mpmd_exec_opts eo = MPMD_EXEC_DEFAULTS;
+    eo.threads = 1;
+    eo.seed = 7;
+    mpmd_error err;
+    mpmd_exec *ex = mpmd_exec_new(g, &eo, &err);
+    CHECK(ex != NULL, "%s: exec: %s", what, err.msg);
+    mpmd_step_opts so = MPMD_STEP_DEFAULTS;
+    so.threads_per_rank = tpr;
+    so.seed = 7;
+    mpmd_step *st = mpmd_jit_with_loop(g, s, &so, &err);
+    CHECK(st != NULL, "%s: %s: jit: %s", what, s->name, err.msg);
+    if (!ex || !st) {
+        mpmd_exec_free(ex);
+        mpmd_step_free(st);
+        return;
+    }
+    for (int step = 0; step < 2; step++) {
+        for (int i = 0; i < n_inputs; i++) {
+            mpmd_exec_set_input(ex, inputs[i], data[i], bytes[i]);
+            mpmd_step_set_input(st, inputs[i], data[i], bytes[i]);
+        }
+        mpmd_status a = mpmd_exec_run(ex), b = mpmd_step_run(st);
+        CHECK(a == MPMD_OK, "%s: exec run: %s", what, mpmd_exec_error(ex));
+        CHECK(b == MPMD_OK, "%s: %s: step run: %s", what, s->name, mpmd_step_error(st));
+        if (a || b) break;
+        float la, lb;
+        mpmd_exec_read(ex, loss, &la, sizeof la);
+        mpmd_step_read(st, loss, &lb, sizeof lb);
+        char ha[65], hb[65];
+        mpmd_exec_params_sha256(ex, ha);
+        mpmd_step_params_sha256(st, hb);
+        CHECK(memcmp(&la, &lb, sizeof la) == 0, "%s: %s, %d threads/rank, step %d: loss %.9g vs one-rank %.9g",
+              what, s->name, tpr, step, lb, la);
+        CHECK(strcmp(ha, hb) == 0, "%s: %s, %d threads/rank, step %d: params differ from the one-rank loop", what,
+              s->name, tpr, step);
+    }
+    mpmd_exec_free(ex);
+    mpmd_step_free(st);
+}
+
+static void test_mlp_equivalence(void) {
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const pcase *pc = &cases[c];
+        mlp m = build_mlp(pc->stages, pc->micro, 3, 8);
+        CHECK(mpmd_graph_status(m.g) == MPMD_OK, "mlp graph: %s", mpmd_graph_error(m.g));
+        int64_t B = (int64_t)pc->micro * 3;
+        float *x = malloc((size_t)B * 8 * sizeof *x), *y = malloc((size_t)B * 8 * sizeof *y);
+        tu_fill(x, B * 8, 11 + c);
+        tu_fill(y, B * 8, 99 + c);
+        mpmd_value in[2] = {m.x, m.y};
+        void *data[2] = {x, y};
+        size_t bytes[2] = {(size_t)B * 8 * sizeof(float), (size_t)B * 8 * sizeof(float)};
+        mpmd_schedule *s = make_sched(pc);
+        compare("mlp", m.g, in, data, bytes, 2, m.loss, s, 1);
+        if (!tu_quick()) compare("mlp", m.g, in, data, bytes, 2, m.loss, s, 2);
+        mpmd_schedule_free(s);
+        free(x), free(y);
+        mpmd_graph_free(m.g);
+    }
+}
+
+static void test_gpt_equivalence(void) {
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const pcase *pc = &cases[c];
+        if (tu_quick() && c % 3 != 0) continue;
+        gpt_config cfg = gpt_config_default();
+        cfg.vocab = 64;
+        cfg.seq = 8;
+        cfg.width = 16;
+        cfg.heads = 2;
+        cfg.layers = pc->stages;
+        cfg.stages = pc->stages;
+        cfg.microbatches = pc->micro;
+        cfg.batch = pc->micro * 2;
+        cfg.tie_embeddings = 1;
+        cfg.adam.weight_decay = 0.01f;
+        gpt_model m;
+        mpmd_error err;
+        if (gpt_build(&cfg, 1, &m, &err) != MPMD_OK) {
+            CHECK(0, "gpt build: %s", err.msg);
+            continue;
+        }
+        size_t nb = (size_t)(cfg.batch * cfg.seq) * sizeof(int32_t);
+        int32_t *tok = malloc(nb), *tgt = malloc(nb);
+        gpt_random_batch(cfg.vocab, cfg.batch, cfg.seq, 5, c, tok, tgt);
+        mpmd_value in[2] = {m.tokens, m.targets};
+        void *data[2] = {tok, tgt};
+        size_t bytes[2] = {nb, nb};
+        mpmd_schedule *s = make_sched(pc);
+        compare("gpt", m.g, in, data, bytes, 2, m.loss, s, 1);
+        if (!tu_quick() && c % 2 == 0) compare("gpt", m.g, in, data, bytes, 2, m.loss, s, 2);
+        /* tied embedding: the token embedding lives with the first and last stages */
+        mpmd_value wte = mpmd_lookup(m.g, "wte/embedding");
+        mpmd_step *st = mpmd_jit_with_loop(m.g, s, NULL, &err);
+        if (st) {
+            int ranks[8];
+            int nr = mpmd_step_where(st, wte, ranks, 8);
+            int first = s->stage_rank[0], lastr = s->stage_rank[pc->stages - 1];
+            int want = first == lastr ? 1 : 2;
+            CHECK(nr == want, "%s: wte on %d ranks, expected %d", s->name, nr, want);
+            mpmd_step_free(st);
+        }
+        mpmd_schedule_free(s);
+        free(tok), free(tgt);
+        gpt_model_free(&m);
+    }
+}
+
+static void test_errors(void) {
+    mlp m = build_mlp(3, 4, 2, 4);
+    mpmd_schedule *s = NULL;
+    mpmd_error err;
+    mpmd_schedule_std1f1b(2, 4, &s, &err);
+    CHECK(mpmd_jit_with_loop(m.g, s, NULL, &err) == NULL, "wrong marker count accepted");
+    CHECK(strstr(err.msg, "has 3 stage markers") && strstr(err.msg, "has 2 stages"), "%s", err.msg);
+    mpmd_schedule_free(s);
+    mpmd_schedule_std1f1b(3, 8, &s, &err);
+    CHECK(mpmd_jit_with_loop(m.g, s, NULL, &err) == NULL && strstr(err.msg, "4 microbatches") &&
+              strstr(err.msg, "has 8"),
+          "%s", err.msg);
+    mpmd_schedule_free(s);
+    /* a user schedule that takes a stage's microbatches out of order */
+    const char *txt = "fwd_0__1 fwd_0__0 bwd_0__0 bwd_0__1\n";
+    mpmd_graph_free(m.g);
+    m = build_mlp(1, 2, 2, 4);
+    if (mpmd_schedule_parse(txt, strlen(txt), "test", &s, &err) == MPMD_OK) {
+        mpmd_step *st = mpmd_jit_with_loop(m.g, s, NULL, &err);
+        CHECK(st == NULL && strstr(err.msg, "microbatches in order"), "%s", st ? "accepted" : err.msg);
+        mpmd_step_free(st);
+        mpmd_schedule_free(s);
+    }
+    /* a schedule whose dependencies cannot be met */
+    const char *bad = "fwd_0__0 bwd_0__0\nbwd_1__0 fwd_1__0\n";
+    mpmd_graph_free(m.g);
+    m = build_mlp(2, 1, 2, 4);
+    if (mpmd_schedule_parse(bad, strlen(bad), "bad", &s, &err) == MPMD_OK) {
+        mpmd_step *st = mpmd_jit_with_loop(m.g, s, NULL, &err);
+        CHECK(st == NULL && err.code == MPMD_ERR_SCHEDULE, "deadlocking schedule: %s", st ? "accepted" : err.msg);
+        mpmd_step_free(st);
+        mpmd_schedule_free(s);
+    }
+    mpmd_graph_free(m.g);
+    /* a graph without a loop */
+    mpmd_graph *g = mpmd_graph_new();
+    mpmd_param(g, "w", MPMD_SHAPE(2), MPMD_ZEROS);
+    mpmd_schedule_gpipe(1, 1, &s, &err);
+    CHECK(mpmd_jit_with_loop(g, s, NULL, &err) == NULL && strstr(err.msg, "no microbatch loop"), "%s", err.msg);
+    mpmd_schedule_free(s);
+    mpmd_graph_free(g);
+}
+
+/* A failing rank stops every rank with its message instead of a hang. */
+static void test_failure_stops_all(void) {
+    gpt_config cfg = gpt_config_default();
+    cfg.vocab = 16;
+    cfg.seq = 4;
+    cfg.width = 8;
+    cfg.heads = 2;
+    cfg.layers = 2;
+    cfg.stages = 2;
+    cfg.microbatches = 2;
+    cfg.batch = 4;
+    gpt_model m;
+    mpmd_error err;
+    if (gpt_build(&cfg, 1, &m, &err) != MPMD_OK) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    mpmd_schedule *s;
+    mpmd_schedule_std1f1b(2, 2, &s, &err);
+    mpmd_step *st = mpmd_jit_with_loop(m.g, s, NULL, &err);
+    CHECK(st != NULL, "%s", err.msg);
+    if (st) {
+        int32_t tok[16], tgt[16];
+        gpt_random_batch(16, 4, 4, 1, 1, tok, tgt);
+        tgt[13] = 999; /* a label outside the vocabulary, on the last stage */
+        mpmd_step_set_input(st, m.tokens, tok, sizeof tok);
+        mpmd_step_set_input(st, m.targets, tgt, sizeof tgt);
+        mpmd_status rc = mpmd_step_run(st);
+        CHECK(rc == MPMD_ERR_RUNTIME, "bad label ran: %d", rc);
+        CHECK(strstr(mpmd_step_error(st), "rank 1") && strstr(mpmd_step_error(st), "999"), "message: %s",
+              mpmd_step_error(st));
+        /* the step still works with good data */
+        tgt[13] = 3;
+        mpmd_step_set_input(st, m.targets, tgt, sizeof tgt);
+        CHECK(mpmd_step_run(st) == MPMD_OK, "after a failure: %s", mpmd_step_error(st));
+        mpmd_step_free(st);
+    }
+    mpmd_schedule_free(s);
+    gpt_model_free(&m);
+}
+
+int main(void) {
+    test_errors();
+    test_mlp_equivalence();
+    test_gpt_equivalence();
+    test_failure_stops_all();
+    return tu_report("test_pipeline");
+}
