@@ -18,19 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-unsigned char *mpmd_live_nodes(const mpmd_graph *g) {
-    unsigned char *live = calloc((size_t)g->n_nodes + 1, 1);
-    if (!live) return NULL;
-    for (int i = g->n_nodes - 1; i >= 0; i--) {
-        const mpmd_node *n = &g->nodes[i];
-        if ((n->op->flags & MPMD_OPF_SIDE_EFFECT) || (n->flags & MPMD_NODE_KEEP) || mpmd_node_is_storage(n))
-            live[i] = 1;
-        if (!live[i]) continue;
-        for (int j = 0; j < n->n_in; j++) live[n->in[j]] = 1;
-    }
-    return live;
-}
-
 static int is_fwd_marker(const mpmd_node *n) { return n->op == &mpmd_op_stage_marker && !n->ia[1]; }
 
 void mpmd_clusters_free(mpmd_clusters *c) {

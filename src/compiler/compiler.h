@@ -31,9 +31,6 @@ typedef struct mpmd_clusters {
     int32_t *count;
 } mpmd_clusters;
 
-/* Live nodes: those an output, a side effect or a kept value depends on. */
-unsigned char *mpmd_live_nodes(const mpmd_graph *g);
-
 mpmd_status mpmd_cluster(const mpmd_graph *g, const unsigned char *live, int num_stages, int split,
                          mpmd_clusters *out, mpmd_error *err);
 void mpmd_clusters_free(mpmd_clusters *c);

@@ -52,6 +52,7 @@ struct mpmd_exec {
     int body_end;  /* position of the end-of-body reductions */
     int npos;
     int ran;       /* a step has completed */
+    unsigned char *live; /* nodes that need to run (mpmd_live_nodes) */
     char err[MPMD_ERROR_MSG_MAX];
 };
 
@@ -77,6 +78,7 @@ void mpmd_exec_free(mpmd_exec *ex) {
     free(ex->arena);
     free(ex->scratch);
     free(ex->pos);
+    free(ex->live);
     free(ex);
 }
 
@@ -115,7 +117,8 @@ mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_e
     ex->pos = calloc((size_t)nn + 1, sizeof *ex->pos);
     items = calloc((size_t)nn + 1, sizeof *items);
     offs = calloc((size_t)nn + 1, sizeof *offs);
-    if (!ex->slots || !ex->kern || !ex->input_set || !ex->pos || !items || !offs) goto oom;
+    ex->live = mpmd_live_nodes(g);
+    if (!ex->slots || !ex->kern || !ex->input_set || !ex->pos || !items || !offs || !ex->live) goto oom;
 
     /* Positions: before-loop nodes, body nodes, the end of the body, then
      * after-loop nodes, each region in creation order. */
@@ -153,13 +156,13 @@ mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_e
             memset(s->ptr, 0, bytes);
         } else if (is_view(n)) {
             s->kind = SLOT_VIEW;
-        } else if (n->type.dtype == MPMD_TOKEN) {
-            s->kind = SLOT_NONE;
+        } else if (n->type.dtype == MPMD_TOKEN || !ex->live[i]) {
+            s->kind = SLOT_NONE; /* no data, or never runs */
         } else {
             s->kind = SLOT_ARENA;
         }
         if (n->op == &mpmd_op_loop_reduce) s->def = first_body; /* written during the loop */
-        if (!(n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) && n->op != &mpmd_op_assign) {
+        if (ex->live[i] && !(n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) && n->op != &mpmd_op_assign) {
             ex->kern[i] = mpmd_cpu_find(n->op);
             if (!ex->kern[i]) {
                 mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_new: the CPU backend has no kernel for %s (%%%d)",
@@ -177,6 +180,7 @@ mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_e
      * reduction lives to the end-of-body position. */
     for (int i = 0; i < nn; i++) {
         const mpmd_node *n = &g->nodes[i];
+        if (!ex->live[i]) continue;
         int up = ex->pos[i];
         if (n->op == &mpmd_op_loop_reduce) up = ex->body_end;
         for (int j = 0; j < n->n_in; j++) {
@@ -250,7 +254,7 @@ static void *ptr_of(mpmd_exec *ex, int v, int m) {
 static mpmd_status run_node(mpmd_exec *ex, int i, int m) {
     const mpmd_graph *g = ex->g;
     const mpmd_node *n = &g->nodes[i];
-    if (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) return MPMD_OK;
+    if (!ex->live[i] || (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL))) return MPMD_OK;
     if (n->op == &mpmd_op_assign) {
         void *dst = ptr_of(ex, n->in[0], m), *src = ptr_of(ex, n->in[1], m);
         if (dst != src) memmove(dst, src, mpmd_type_bytes(&g->nodes[n->in[0]].type));
@@ -291,7 +295,7 @@ static void reduce_step(mpmd_exec *ex, int m) {
     const mpmd_graph *g = ex->g;
     for (int i = 0; i < g->n_nodes; i++) {
         const mpmd_node *n = &g->nodes[i];
-        if (n->op != &mpmd_op_loop_reduce) continue;
+        if (n->op != &mpmd_op_loop_reduce || !ex->live[i]) continue;
         const mpmd_type *xt = &g->nodes[n->in[0]].type;
         size_t bytes = mpmd_type_bytes(xt);
         int64_t cnt = mpmd_type_numel(xt);

@@ -256,6 +256,21 @@ void mpmd_keep(mpmd_graph *g, mpmd_value v) {
     n->flags |= MPMD_NODE_KEEP;
 }
 
+/* ---- liveness -------------------------------------------------------------- */
+
+unsigned char *mpmd_live_nodes(const mpmd_graph *g) {
+    unsigned char *live = calloc((size_t)g->n_nodes + 1, 1);
+    if (!live) return NULL;
+    for (int i = g->n_nodes - 1; i >= 0; i--) {
+        const mpmd_node *n = &g->nodes[i];
+        if ((n->op->flags & MPMD_OPF_SIDE_EFFECT) || (n->flags & MPMD_NODE_KEEP) || mpmd_node_is_storage(n))
+            live[i] = 1;
+        if (!live[i]) continue;
+        for (int j = 0; j < n->n_in; j++) live[n->in[j]] = 1;
+    }
+    return live;
+}
+
 /* ---- printing -------------------------------------------------------------- */
 
 static const char *region_title(int r) {

@@ -133,6 +133,11 @@ int mpmd_type_equal(const mpmd_type *a, const mpmd_type *b);
 /* Normalise an axis (negative counts from the end); -1 if out of range. */
 int mpmd_norm_axis(int axis, int ndim);
 
+/* Live nodes (malloc'ed flags, one per node): parameters and variables,
+ * side effects, kept values and everything they depend on. Other nodes
+ * (say a gradient nobody reduces) need not run. NULL when out of memory. */
+unsigned char *mpmd_live_nodes(const mpmd_graph *g);
+
 /* Sum of two gradient contributions (used by mpmd_grad and VJP rules). */
 mpmd_value mpmd_grad_add(mpmd_graph *g, mpmd_value a, mpmd_value b);
 
