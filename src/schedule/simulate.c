@@ -1,0 +1,839 @@
+/* Validation and the discrete-event simulation of a schedule.
+ *
+ * The rules are docs/schedules.md's "What the compiler does with a task
+ * list". Data dependencies of (stage s, microbatch m):
+ *   F(s, m)            needs F(s-1, m)                     (s > 0)
+ *   B(s, m) / A(s, m)  needs F(s, m) and B-or-A(s+1, m)    (s < S-1)
+ *   W(s, m)            needs A(s, m)
+ * A unit is one program run on a rank: an entry (a task or a FusedTask),
+ * or stage 0's A entry together with the W entry right after it. A unit
+ * starts at max(rank clock, inputs ready), where an input is ready when
+ * the unit producing it ends, plus the transfer latency if that unit ran
+ * on another rank; it ends start + the sum of its members' costs.
+ *
+ * Dispatch order: among the ranks whose next unit has all its inputs, the
+ * one with the smallest (start, rank) goes next. A binary heap holds the
+ * ready ranks; when a unit ends, only the ranks that can consume its
+ * outputs are re-examined (the rank of stage s+1 after a forward, of s-1
+ * after a backward, and the rank itself), so the whole run is
+ * O(tasks log ranks). Nothing is rescanned. */
+#include "schedule_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Per (stage, microbatch) flags: which kinds were seen, which outputs exist. */
+#define SEEN(kind) ((uint8_t)(1u << (kind)))
+#define DONE_F 0x10u
+#define DONE_BWD 0x20u /* the B, or the A, of a split backward */
+
+typedef struct dep {
+    int8_t bwd; /* 0: needs the forward, 1: needs the backward (B or A) */
+    int32_t stage, mb;
+} dep;
+
+typedef struct heap_item {
+    double start;
+    int32_t rank;
+} heap_item;
+
+typedef struct sim_ctx {
+    const mpmd_schedule *s;
+    int32_t S, n, D;
+    uint8_t *flags;     /* [S * n] */
+    double *fend, *bend; /* [S * n]: when F, and B-or-A, outputs exist (valid once DONE_*) */
+    double lat[MPMD_TASK_KINDS], transfer;
+    const double *scale; /* NULL or [S] */
+    int32_t *pos;        /* [D]: next entry */
+    double *clock;       /* [D] */
+    uint8_t *queued;     /* [D]: in the heap */
+    int32_t *inflight;   /* [D] */
+    heap_item *heap; /* timed: ready ranks by (start, rank) */
+    int32_t *work;   /* untimed: ranks to look at */
+    int32_t hn;      /* items in heap or work */
+    int64_t units_done;
+    mpmd_sim *out; /* busy / peak / ops written here when not NULL */
+} sim_ctx;
+
+static inline size_t idx(const sim_ctx *c, int32_t stage, int32_t mb) { return (size_t)stage * (size_t)c->n + (size_t)mb; }
+
+/* ------------------------------------------------------------------------ */
+/* Static checks                                                             */
+/* ------------------------------------------------------------------------ */
+
+static char *task_text(const mpmd_task *t, char *buf, size_t len) {
+    mpmd_task_str(t, buf, len);
+    return buf;
+}
+
+/* Where (rank, entry) a task first appears; -1 if nowhere. */
+static void find_task(const mpmd_schedule *s, const mpmd_task *t, int *rank, int *entry) {
+    *rank = *entry = -1;
+    for (int r = 0; r < s->num_ranks; r++) {
+        const mpmd_schedule_rank *rk = &s->ranks[r];
+        for (int e = 0; e < rk->num_entries; e++)
+            for (int i = rk->entry_start[e]; i < rk->entry_start[e + 1]; i++)
+                if (rk->tasks[i].kind == t->kind && rk->tasks[i].stage == t->stage &&
+                    rk->tasks[i].microbatch == t->microbatch) {
+                    *rank = r;
+                    *entry = e;
+                    return;
+                }
+    }
+}
+
+/* The shape of the lists: entry_start sane, 1..3 tasks per entry, every
+ * task's kind, stage and microbatch in range. */
+static mpmd_status check_shape(const mpmd_schedule *s, mpmd_error *err) {
+    const char *nm = s->name;
+    int S = s->num_stages, D = s->num_ranks, n = s->num_microbatches;
+    if (S < 1 || D < 1 || n < 1 || !s->ranks || !s->stage_rank)
+        return mpmd_error_set(err, MPMD_ERR_SCHEDULE, "%s: needs at least 1 stage, rank and microbatch (S=%d, D=%d, n=%d)",
+                              nm, S, D, n);
+    for (int st = 0; st < S; st++)
+        if (s->stage_rank[st] < 0 || s->stage_rank[st] >= D)
+            return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                                  s->stage_rank[st] < 0 ? "%s: stage %d runs on no rank (no rank's list names it)"
+                                                        : "%s: stage %d is placed on rank %d, but there are %d ranks",
+                                  nm, st, s->stage_rank[st], D);
+    char buf[MPMD_TASK_STR_MAX];
+    for (int r = 0; r < D; r++) {
+        const mpmd_schedule_rank *rk = &s->ranks[r];
+        if (rk->num_entries < 0 || (rk->num_entries > 0 && (!rk->entry_start || !rk->tasks)) ||
+            (rk->entry_start && (rk->entry_start[0] != 0 || rk->entry_start[rk->num_entries] != rk->num_tasks)))
+            return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                                  "%s: rank %d's list is malformed (entry_start must run from 0 to num_tasks)", nm,
+                                  r);
+        for (int e = 0; e < rk->num_entries; e++) {
+            int nt = rk->entry_start[e + 1] - rk->entry_start[e];
+            if (nt < 1 || nt > MPMD_FUSED_MAX)
+                return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                                      "%s: rank %d entry %d has %d tasks; an entry holds 1 to %d", nm, r, e, nt,
+                                      MPMD_FUSED_MAX);
+            for (int i = rk->entry_start[e]; i < rk->entry_start[e + 1]; i++) {
+                const mpmd_task *t = &rk->tasks[i];
+                if ((unsigned)t->kind >= MPMD_TASK_KINDS)
+                    return mpmd_error_set(err, MPMD_ERR_SCHEDULE, "%s: rank %d entry %d: task kind %d is not F, B, A or W",
+                                          nm, r, e, (int)t->kind);
+                if (t->stage < 0 || t->stage >= S)
+                    return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                                          "%s: rank %d entry %d: %s names stage %d, but the schedule has stages 0..%d",
+                                          nm, r, e, task_text(t, buf, sizeof buf), (int)t->stage, S - 1);
+                if (t->microbatch < 0 || t->microbatch >= n)
+                    return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                                          "%s: rank %d entry %d: %s names microbatch %d, but the schedule has "
+                                          "microbatches 0..%d",
+                                          nm, r, e, task_text(t, buf, sizeof buf), (int)t->microbatch, n - 1);
+                if (s->stage_rank[t->stage] != r)
+                    return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                                          "%s: rank %d entry %d: %s belongs on rank %d, which runs stage %d", nm, r,
+                                          e, task_text(t, buf, sizeof buf), s->stage_rank[t->stage],
+                                          (int)t->stage);
+            }
+        }
+    }
+    return MPMD_OK;
+}
+
+/* Stage 0's backward is never split: an A(0, m) must be immediately
+ * followed by W(0, m), inside the same FusedTask or as the next entry when
+ * both are single tasks. Returns 1 when entry e of rank r starts a unit of
+ * two entries (a lone A(0) with its lone W(0) after it). */
+static mpmd_status check_stage0(const mpmd_schedule *s, int r, int e, int *two, mpmd_error *err) {
+    const mpmd_schedule_rank *rk = &s->ranks[r];
+    int b = rk->entry_start[e], nt = rk->entry_start[e + 1] - b;
+    *two = 0;
+    for (int i = 0; i < nt; i++) {
+        const mpmd_task *t = &rk->tasks[b + i];
+        if (t->kind != MPMD_TASK_A || t->stage != 0) continue;
+        const mpmd_task *next = NULL;
+        char found[MPMD_ENTRY_STR_MAX] = "the end of the list";
+        if (i + 1 < nt) {
+            next = &rk->tasks[b + i + 1];
+            mpmd_task_str(next, found, sizeof found);
+        } else if (nt == 1 && e + 1 < rk->num_entries) {
+            sched_entry_text(s, r, e + 1, found, sizeof found);
+            if (rk->entry_start[e + 2] - rk->entry_start[e + 1] == 1) next = &rk->tasks[rk->entry_start[e + 1]];
+        } else if (nt > 1) {
+            snprintf(found, sizeof found, "the end of the FusedTask");
+        }
+        if (!next || next->kind != MPMD_TASK_W || next->stage != 0 || next->microbatch != t->microbatch)
+            return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                                  "%s: rank %d entry %d: bwdA_0__%d must be immediately followed by bwdW_0__%d "
+                                  "(stage 0's backward is never split: its A and W run as one task), found %s",
+                                  s->name, r, e, (int)t->microbatch, (int)t->microbatch, found);
+        if (nt == 1) *two = 1;
+    }
+    return MPMD_OK;
+}
+
+/* Every task once; B everywhere or A and W everywhere; every
+ * (stage, microbatch) complete. Fills c->flags with the SEEN bits and
+ * counts the units. */
+static mpmd_status check_tasks(sim_ctx *c, int64_t *units, mpmd_error *err) {
+    const mpmd_schedule *s = c->s;
+    char b1[MPMD_TASK_STR_MAX];
+    *units = 0;
+    for (int r = 0; r < c->D; r++) {
+        const mpmd_schedule_rank *rk = &s->ranks[r];
+        for (int e = 0; e < rk->num_entries; e++) {
+            int two;
+            mpmd_status st = check_stage0(s, r, e, &two, err);
+            if (st) return st;
+            (*units)++;
+            for (int i = rk->entry_start[e]; i < rk->entry_start[e + 1]; i++) {
+                const mpmd_task *t = &rk->tasks[i];
+                uint8_t *f = &c->flags[idx(c, t->stage, t->microbatch)];
+                if (*f & SEEN(t->kind)) {
+                    int r0, e0;
+                    find_task(s, t, &r0, &e0);
+                    return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                                          "%s: %s appears twice: rank %d entry %d and rank %d entry %d; every task "
+                                          "runs exactly once",
+                                          s->name, task_text(t, b1, sizeof b1), r0, e0, r, e);
+                }
+                *f |= SEEN(t->kind);
+            }
+            if (two) { /* the W entry belongs to this unit */
+                e++;
+                const mpmd_task *t = &rk->tasks[rk->entry_start[e]];
+                uint8_t *f = &c->flags[idx(c, t->stage, t->microbatch)];
+                if (*f & SEEN(t->kind)) {
+                    int r0, e0;
+                    find_task(s, t, &r0, &e0);
+                    return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                                          "%s: %s appears twice: rank %d entry %d and rank %d entry %d; every task "
+                                          "runs exactly once",
+                                          s->name, task_text(t, b1, sizeof b1), r0, e0, r, e);
+                }
+                *f |= SEEN(t->kind);
+            }
+        }
+    }
+    const int split = s->split_backward;
+    const uint8_t want = SEEN(MPMD_TASK_F) | (split ? SEEN(MPMD_TASK_A) | SEEN(MPMD_TASK_W) : SEEN(MPMD_TASK_B));
+    const uint8_t wrong = split ? SEEN(MPMD_TASK_B) : SEEN(MPMD_TASK_A) | SEEN(MPMD_TASK_W);
+    int64_t missing = 0;
+    mpmd_task first = {0, 0, 0};
+    for (int32_t st = 0; st < c->S; st++) {
+        const uint8_t *f = &c->flags[idx(c, st, 0)];
+        for (int32_t m = 0; m < c->n; m++) {
+            if (f[m] & wrong) {
+                mpmd_task t = {split ? MPMD_TASK_B : (f[m] & SEEN(MPMD_TASK_A) ? MPMD_TASK_A : MPMD_TASK_W), st, m};
+                return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                                      split ? "%s: the backward is split into bwdA_ and bwdW_ tasks, yet the schedule "
+                                              "also has %s; use bwdA_ and bwdW_ everywhere or bwd_ everywhere"
+                                            : "%s: the backward is full (bwd_ tasks), yet the schedule has %s; use "
+                                              "bwd_ everywhere or bwdA_ and bwdW_ everywhere",
+                                      s->name, task_text(&t, b1, sizeof b1));
+            }
+            uint8_t lack = (uint8_t)(want & ~f[m]);
+            if (lack) {
+                for (int k = 0; k < MPMD_TASK_KINDS; k++)
+                    if (lack & SEEN(k)) {
+                        if (!missing) first = (mpmd_task){k, st, m};
+                        missing++;
+                    }
+            }
+        }
+    }
+    if (missing)
+        return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                              "%s: %lld task%s missing, the first is %s (stage %d runs on rank %d); every stage "
+                              "needs, for every microbatch, a fwd_ and %s",
+                              s->name, (long long)missing, missing == 1 ? " is" : "s are",
+                              task_text(&first, b1, sizeof b1), (int)first.stage, s->stage_rank[first.stage],
+                              split ? "a bwdA_ and a bwdW_" : "a bwd_");
+    return MPMD_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The simulation                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* Entries in the unit that starts at entry e of rank r: 2 for a lone A(0)
+ * (check_stage0 made sure a lone W(0) follows), else 1. */
+static inline int unit_entries(const mpmd_schedule_rank *rk, int e) {
+    int b = rk->entry_start[e];
+    if (rk->entry_start[e + 1] - b == 1 && rk->tasks[b].kind == MPMD_TASK_A && rk->tasks[b].stage == 0) return 2;
+    return 1;
+}
+
+static inline int deps_of(const mpmd_task *t, int32_t S, dep d[2]) {
+    switch (t->kind) {
+    case MPMD_TASK_F:
+        if (t->stage == 0) return 0;
+        d[0] = (dep){0, t->stage - 1, t->microbatch};
+        return 1;
+    case MPMD_TASK_W: d[0] = (dep){1, t->stage, t->microbatch}; return 1;
+    default:
+        d[0] = (dep){0, t->stage, t->microbatch};
+        if (t->stage == S - 1) return 1;
+        d[1] = (dep){1, t->stage + 1, t->microbatch};
+        return 2;
+    }
+}
+
+/* Is dep produced by one of the unit's members before member i? */
+static inline int made_earlier(const mpmd_task *u, int i, const dep *d) {
+    for (int j = 0; j < i; j++) {
+        if (u[j].stage != d->stage || u[j].microbatch != d->mb) continue;
+        if (d->bwd ? (u[j].kind == MPMD_TASK_B || u[j].kind == MPMD_TASK_A) : u[j].kind == MPMD_TASK_F) return 1;
+    }
+    return 0;
+}
+
+/* Can rank r start its next unit? If so *start gets its start time. If
+ * not, *missing (when not NULL) gets the first input it waits for. */
+static int unit_ready(const sim_ctx *c, int r, double *start, dep *missing) {
+    const mpmd_schedule_rank *rk = &c->s->ranks[r];
+    int e = c->pos[r];
+    const mpmd_task *u = rk->tasks + rk->entry_start[e];
+    int nt = rk->entry_start[e + unit_entries(rk, e)] - rk->entry_start[e];
+    double t0 = c->clock ? c->clock[r] : 0.0;
+    for (int i = 0; i < nt; i++) {
+        dep d[2];
+        int nd = deps_of(&u[i], c->S, d);
+        for (int k = 0; k < nd; k++) {
+            if (made_earlier(u, i, &d[k])) continue;
+            size_t x = idx(c, d[k].stage, d[k].mb);
+            if (!(c->flags[x] & (d[k].bwd ? DONE_BWD : DONE_F))) {
+                if (missing) *missing = d[k];
+                return 0;
+            }
+            if (!c->fend) continue; /* untimed: only "is it there" matters */
+            double ready = d[k].bwd ? c->bend[x] : c->fend[x];
+            if (c->s->stage_rank[d[k].stage] != r) ready += c->transfer;
+            if (ready > t0) t0 = ready;
+        }
+    }
+    if (start) *start = t0;
+    return 1;
+}
+
+static inline int heap_less(heap_item a, heap_item b) {
+    return a.start < b.start || (a.start == b.start && a.rank < b.rank);
+}
+
+static void heap_push(sim_ctx *c, heap_item it) {
+    int32_t i = c->hn++;
+    while (i > 0) {
+        int32_t p = (i - 1) / 2;
+        if (!heap_less(it, c->heap[p])) break;
+        c->heap[i] = c->heap[p];
+        i = p;
+    }
+    c->heap[i] = it;
+}
+
+static heap_item heap_pop(sim_ctx *c) {
+    heap_item top = c->heap[0], last = c->heap[--c->hn];
+    int32_t i = 0;
+    for (;;) {
+        int32_t l = 2 * i + 1;
+        if (l >= c->hn) break;
+        if (l + 1 < c->hn && heap_less(c->heap[l + 1], c->heap[l])) l++;
+        if (!heap_less(c->heap[l], last)) break;
+        c->heap[i] = c->heap[l];
+        i = l;
+    }
+    if (c->hn > 0) c->heap[i] = last;
+    return top;
+}
+
+/* Queue rank r if it is not queued yet and has entries left: timed, onto
+ * the heap once its next unit is ready; untimed, onto the work stack (the
+ * run loop checks readiness). */
+static void wake(sim_ctx *c, int r) {
+    if (c->queued[r] || c->pos[r] >= c->s->ranks[r].num_entries) return;
+    if (!c->fend) {
+        c->queued[r] = 1;
+        c->work[c->hn++] = r;
+        return;
+    }
+    double start;
+    if (unit_ready(c, r, &start, NULL)) {
+        c->queued[r] = 1;
+        heap_push(c, (heap_item){start, r});
+    }
+}
+
+static inline double task_cost(const sim_ctx *c, const mpmd_task *t) {
+    double x = c->lat[t->kind];
+    return c->scale ? x * c->scale[t->stage] : x;
+}
+
+/* Run rank r's next unit from `start`; wake the ranks that consume it. */
+static void dispatch(sim_ctx *c, int r, double start) {
+    const mpmd_schedule_rank *rk = &c->s->ranks[r];
+    int e = c->pos[r], ne = unit_entries(rk, e);
+    const mpmd_task *u = rk->tasks + rk->entry_start[e];
+    int nt = rk->entry_start[e + ne] - rk->entry_start[e];
+    c->pos[r] = e + ne;
+    c->units_done++;
+    if (!c->fend) { /* untimed: record what exists, wake the consumers */
+        for (int i = 0; i < nt; i++) {
+            int32_t st = u[i].stage;
+            uint8_t *f = &c->flags[idx(c, st, u[i].microbatch)];
+            if (u[i].kind == MPMD_TASK_F) {
+                *f |= DONE_F;
+                if (st + 1 < c->S && c->s->stage_rank[st + 1] != r) wake(c, c->s->stage_rank[st + 1]);
+            } else if (u[i].kind != MPMD_TASK_W) {
+                *f |= DONE_BWD;
+                if (st > 0 && c->s->stage_rank[st - 1] != r) wake(c, c->s->stage_rank[st - 1]);
+            }
+        }
+        return;
+    }
+    double cost = 0;
+    for (int i = 0; i < nt; i++) cost += task_cost(c, &u[i]);
+    double end = start + cost;
+    int32_t infl = c->inflight[r];
+    int32_t peak = c->out ? c->out->peak_in_flight[r] : 0;
+    for (int i = 0; i < nt; i++) {
+        size_t x = idx(c, u[i].stage, u[i].microbatch);
+        switch (u[i].kind) {
+        case MPMD_TASK_F:
+            c->flags[x] |= DONE_F;
+            c->fend[x] = end;
+            if (++infl > peak) peak = infl;
+            break;
+        case MPMD_TASK_B:
+            c->flags[x] |= DONE_BWD;
+            c->bend[x] = end;
+            infl--;
+            break;
+        case MPMD_TASK_A:
+            c->flags[x] |= DONE_BWD;
+            c->bend[x] = end;
+            break;
+        default: infl--; break; /* W: the last use of the stage's saved inputs */
+        }
+    }
+    c->inflight[r] = infl;
+    c->clock[r] = end;
+    if (c->out) {
+        mpmd_sim *o = c->out;
+        o->peak_in_flight[r] = peak;
+        o->busy[r] += cost;
+        if (o->ops) o->ops[c->units_done - 1] = (mpmd_sim_op){r, e, ne, start, end};
+    }
+    for (int i = 0; i < nt; i++) {
+        int32_t st = u[i].stage;
+        if (u[i].kind == MPMD_TASK_F && st + 1 < c->S && c->s->stage_rank[st + 1] != r)
+            wake(c, c->s->stage_rank[st + 1]);
+        else if ((u[i].kind == MPMD_TASK_B || u[i].kind == MPMD_TASK_A) && st > 0 && c->s->stage_rank[st - 1] != r)
+            wake(c, c->s->stage_rank[st - 1]);
+    }
+}
+
+/* Untimed: run every rank as far as it goes; a rank whose input appears
+ * is put back on the work stack. When the stack is empty, either every
+ * list is done or no rank can go on. Progress only ever adds outputs, so
+ * where each rank stops does not depend on the order the ranks are
+ * visited: this stops exactly where the timed run would. */
+static void run_untimed(sim_ctx *c) {
+    for (int r = c->D - 1; r >= 0; r--) wake(c, r);
+    while (c->hn > 0) {
+        int r = c->work[--c->hn];
+        c->queued[r] = 0;
+        while (c->pos[r] < c->s->ranks[r].num_entries && unit_ready(c, r, NULL, NULL)) dispatch(c, r, 0.0);
+    }
+}
+
+static void run(sim_ctx *c) {
+    if (!c->fend) {
+        run_untimed(c);
+        return;
+    }
+    for (int r = 0; r < c->D; r++) wake(c, r);
+    while (c->hn > 0) {
+        heap_item it = heap_pop(c);
+        int r = it.rank;
+        c->queued[r] = 0;
+        dispatch(c, r, it.start);
+        /* The same rank usually goes on at once (warm-up forwards, a
+         * steady state): dispatch it directly while it is the smallest. */
+        double start;
+        while (c->pos[r] < c->s->ranks[r].num_entries && unit_ready(c, r, &start, NULL)) {
+            heap_item me = {start, r};
+            if (c->hn > 0 && !heap_less(me, c->heap[0])) {
+                c->queued[r] = 1;
+                heap_push(c, me);
+                break;
+            }
+            dispatch(c, r, start);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* The deadlock report                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Position (entry) of the task `d` names in its rank's list at or after
+ * `from`; -1 if not there. */
+static int find_dep(const mpmd_schedule *s, const dep *d, int from, mpmd_task *out) {
+    int q = s->stage_rank[d->stage];
+    const mpmd_schedule_rank *rk = &s->ranks[q];
+    for (int e = from; e < rk->num_entries; e++)
+        for (int i = rk->entry_start[e]; i < rk->entry_start[e + 1]; i++) {
+            const mpmd_task *t = &rk->tasks[i];
+            if (t->stage != d->stage || t->microbatch != d->mb) continue;
+            if (d->bwd ? (t->kind == MPMD_TASK_B || t->kind == MPMD_TASK_A) : t->kind == MPMD_TASK_F) {
+                *out = *t;
+                return e;
+            }
+        }
+    return -1;
+}
+
+/* One line per rank: its next unit and what it waits for. */
+static void wait_lines(const sim_ctx *c, sched_str *o) {
+    const mpmd_schedule *s = c->s;
+    char b1[MPMD_ENTRY_STR_MAX], b2[80], b3[MPMD_ENTRY_STR_MAX];
+    for (int r = 0; r < c->D; r++) {
+        const mpmd_schedule_rank *rk = &s->ranks[r];
+        int e = c->pos[r];
+        if (e >= rk->num_entries) {
+            ss_printf(o, "  rank %d: finished its %d entries\n", r, rk->num_entries);
+            continue;
+        }
+        double start;
+        dep d;
+        if (unit_ready(c, r, &start, &d)) { /* cannot happen after a deadlock; say so plainly */
+            ss_printf(o, "  rank %d: next %s (entry %d) is ready\n", r, sched_entry_text(s, r, e, b1, sizeof b1), e);
+            continue;
+        }
+        mpmd_task t = {d.bwd ? MPMD_TASK_B : MPMD_TASK_F, d.stage, d.mb};
+        int q = s->stage_rank[d.stage];
+        int at = find_dep(s, &d, q == r ? e : c->pos[q], &t);
+        mpmd_task_str(&t, b2, sizeof b2);
+        if (d.bwd && at < 0) snprintf(b2, sizeof b2, "the backward of stage %d, microbatch %d", d.stage, d.mb);
+        ss_printf(o, "  rank %d: next %s (entry %d) waits for %s, ", r, sched_entry_text(s, r, e, b1, sizeof b1), e, b2);
+        if (q == r && at == e)
+            ss_printf(o, "which comes later in the same FusedTask\n");
+        else if (q == r)
+            ss_printf(o, "which comes later in its own list (entry %d)\n", at);
+        else if (c->pos[q] >= s->ranks[q].num_entries)
+            ss_printf(o, "which rank %d never runs\n", q);
+        else
+            ss_printf(o, "rank %d's entry %d; rank %d is stuck at entry %d (%s)\n", q, at, q, c->pos[q],
+                      sched_entry_text(s, q, c->pos[q], b3, sizeof b3));
+    }
+}
+
+/* The grid: one column per rank, one row per list position, up to the
+ * furthest stuck entry; [x] marks the entry each rank cannot start. */
+static void grid(const sim_ctx *c, sched_str *o) {
+    enum { MAX_COLS = 24, MAX_ROWS = 80, MAX_CELL = 40 };
+    const mpmd_schedule *s = c->s;
+    int last = 0;
+    for (int r = 0; r < c->D; r++)
+        if (c->pos[r] < s->ranks[r].num_entries && c->pos[r] > last) last = c->pos[r];
+    int first = last + 1 > MAX_ROWS ? last + 1 - MAX_ROWS : 0;
+    int cols = c->D < MAX_COLS ? c->D : MAX_COLS;
+    char cell[MAX_CELL + 3], tmp[MAX_CELL];
+    int width = 6;
+    for (int r = 0; r < cols; r++)
+        for (int e = first; e <= last && e < s->ranks[r].num_entries && e <= c->pos[r]; e++) {
+            int nt;
+            const mpmd_task *t = mpmd_schedule_entry(s, r, e, &nt);
+            int w = (int)strlen(sched_cell_str(t, nt, tmp, sizeof tmp)) + (e == c->pos[r] ? 2 : 0);
+            if (w > width) width = w;
+        }
+    ss_printf(o, "\nEach rank's list up to where it stuck; [x] is the entry a rank cannot start.\n"
+                 "Cells: F2.0 is fwd_2__0 (kind, stage.microbatch; B bwd_, A bwdA_, W bwdW_), a FusedTask joins "
+                 "its tasks with '+'.\n");
+    if (first > 0) ss_printf(o, "(entries 0..%d not shown)\n", first - 1);
+    if (cols < c->D) ss_printf(o, "(ranks %d..%d not shown)\n", cols, c->D - 1);
+    ss_printf(o, "entry |");
+    for (int r = 0; r < cols; r++) {
+        snprintf(tmp, sizeof tmp, "rank %d", r);
+        ss_printf(o, " %-*s", width, tmp);
+    }
+    ss_printf(o, "\n------+");
+    for (int r = 0; r < cols; r++)
+        for (int i = 0; i <= width; i++) ss_printf(o, "-");
+    ss_printf(o, "\n");
+    for (int e = first; e <= last; e++) {
+        ss_printf(o, "%5d |", e);
+        for (int r = 0; r < cols; r++) {
+            cell[0] = 0;
+            if (e < s->ranks[r].num_entries && e <= c->pos[r]) {
+                int nt;
+                const mpmd_task *t = mpmd_schedule_entry(s, r, e, &nt);
+                sched_cell_str(t, nt, tmp, sizeof tmp);
+                snprintf(cell, sizeof cell, e == c->pos[r] ? "[%s]" : "%s", tmp);
+            }
+            ss_printf(o, " %-*s", width, cell);
+        }
+        /* trim the trailing blanks of the row */
+        while (o->len > 0 && o->p[o->len - 1] == ' ') o->p[--o->len] = 0;
+        ss_printf(o, "\n");
+    }
+}
+
+static mpmd_status deadlock(const sim_ctx *c, int64_t units, mpmd_error *err, char **report) {
+    sched_str head = {0}, lines = {0};
+    ss_printf(&head,
+              "%s does not honour its data dependencies: %lld of %lld programs ran, then no rank could start "
+              "its next task:\n",
+              c->s->name, (long long)c->units_done, (long long)units);
+    wait_lines(c, &lines);
+    /* The message: the head and as many whole rank lines as fit. */
+    char msg[MPMD_ERROR_MSG_MAX];
+    size_t room = sizeof msg - 64, n = 0;
+    n = (size_t)snprintf(msg, sizeof msg, "%s", head.p ? head.p : "");
+    const char *p = lines.p ? lines.p : "";
+    int shown = 0, total = 0;
+    for (const char *q = p; *q; q++) total += *q == '\n';
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        size_t ln = nl ? (size_t)(nl - p) + 1 : strlen(p);
+        if (n + ln >= room) break;
+        memcpy(msg + n, p, ln);
+        n += ln;
+        msg[n] = 0;
+        p += ln;
+        shown++;
+    }
+    if (shown < total) snprintf(msg + n, sizeof msg - n, "  ... and %d more ranks (see the full report)\n", total - shown);
+    size_t ml = strlen(msg);
+    if (ml && msg[ml - 1] == '\n') msg[ml - 1] = 0;
+    mpmd_error_set(err, MPMD_ERR_SCHEDULE, "%s", msg);
+    if (report) {
+        sched_str full = {0};
+        ss_printf(&full, "%s%s", head.p ? head.p : "", lines.p ? lines.p : "");
+        grid(c, &full);
+        *report = full.failed ? NULL : full.p;
+        if (full.failed) free(full.p);
+    }
+    free(head.p);
+    free(lines.p);
+    return MPMD_ERR_SCHEDULE;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Entry points                                                              */
+/* ------------------------------------------------------------------------ */
+
+static mpmd_status check_cost(const mpmd_schedule *s, const mpmd_cost_model *cost, mpmd_error *err) {
+    static const char *const names[MPMD_TASK_KINDS] = {"F", "B", "A", "W"};
+    for (int k = 0; k < MPMD_TASK_KINDS; k++)
+        if (!isfinite(cost->latency[k]) || cost->latency[k] < 0)
+            return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: the cost of %s must be finite and >= 0, got %g", s->name,
+                                  names[k], cost->latency[k]);
+    if (!isfinite(cost->transfer) || cost->transfer < 0)
+        return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: the transfer latency must be finite and >= 0, got %g",
+                              s->name, cost->transfer);
+    if (cost->stage_scale)
+        for (int i = 0; i < s->num_stages; i++)
+            if (!isfinite(cost->stage_scale[i]) || cost->stage_scale[i] < 0)
+                return mpmd_error_set(err, MPMD_ERR_INVALID,
+                                      "%s: the cost multiplier of stage %d must be finite and >= 0, got %g", s->name,
+                                      i, cost->stage_scale[i]);
+    return MPMD_OK;
+}
+
+static void free_ctx(sim_ctx *c) {
+    sched_mem_free(c->flags);
+    sched_mem_free(c->fend);
+    sched_mem_free(c->bend);
+    free(c->pos);
+    free(c->clock);
+    free(c->queued);
+    free(c->inflight);
+    free(c->heap);
+    free(c->work);
+}
+
+/* Validate s and, unless a check fails, simulate it into `out` (which may
+ * be NULL: validation only). */
+static mpmd_status check_and_run(const mpmd_schedule *s, const mpmd_cost_model *cost, mpmd_sim *out, int record,
+                                 mpmd_error *err, char **report) {
+    if (report) *report = NULL;
+    mpmd_error local;
+    if (!err) err = &local;
+    mpmd_status st = check_shape(s, err);
+    if (st) goto fail_plain;
+    sim_ctx c;
+    memset(&c, 0, sizeof c);
+    c.s = s;
+    c.S = s->num_stages;
+    c.n = s->num_microbatches;
+    c.D = s->num_ranks;
+    /* A list that names stage S-1 and microbatch n-1 but holds fewer than
+     * the 2 S n tasks every schedule needs is incomplete; say so before
+     * allocating S n flags for it. */
+    int64_t tasks = 0;
+    for (int r = 0; r < c.D; r++) tasks += s->ranks[r].num_tasks;
+    int64_t need = (int64_t)c.S * c.n * (s->split_backward ? 3 : 2);
+    if (tasks < need && (int64_t)c.S * c.n > ((int64_t)1 << 26)) {
+        st = mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                            "%s: incomplete: %d stages and %d microbatches need %lld tasks, the lists hold %lld",
+                            s->name, c.S, c.n, (long long)need, (long long)tasks);
+        goto fail_plain;
+    }
+    /* Validation needs only which outputs exist; the timed run also
+     * keeps when each one appeared. */
+    size_t sn = (size_t)c.S * (size_t)c.n;
+    int timed = out != NULL;
+    c.flags = sched_mem_calloc(sn);
+    c.pos = calloc((size_t)c.D, sizeof *c.pos);
+    c.queued = calloc((size_t)c.D, 1);
+    int ok = c.flags && c.pos && c.queued;
+    if (timed) {
+        c.fend = sched_mem_alloc(sn * sizeof *c.fend);
+        c.bend = sched_mem_alloc(sn * sizeof *c.bend);
+        c.clock = calloc((size_t)c.D, sizeof *c.clock);
+        c.inflight = calloc((size_t)c.D, sizeof *c.inflight);
+        c.heap = malloc((size_t)c.D * sizeof *c.heap);
+        ok = ok && c.fend && c.bend && c.clock && c.inflight && c.heap;
+    } else {
+        c.work = malloc((size_t)c.D * sizeof *c.work);
+        ok = ok && c.work;
+    }
+    if (!ok) {
+        free_ctx(&c);
+        st = mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory for the simulation", s->name);
+        goto fail_plain;
+    }
+    int64_t units;
+    if ((st = check_tasks(&c, &units, err))) {
+        free_ctx(&c);
+        goto fail_plain;
+    }
+    for (int k = 0; k < MPMD_TASK_KINDS; k++) c.lat[k] = cost->latency[k];
+    c.transfer = cost->transfer;
+    c.scale = cost->stage_scale;
+    c.out = out;
+    if (out && record) {
+        out->ops = sched_mem_alloc((size_t)(units > 0 ? units : 1) * sizeof *out->ops);
+        if (!out->ops) {
+            free_ctx(&c);
+            st = mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory for the dispatch order", s->name);
+            goto fail_plain;
+        }
+    }
+    run(&c);
+    if (c.units_done < units) {
+        st = deadlock(&c, units, err, report);
+        free_ctx(&c);
+        return st;
+    }
+    if (out) {
+        out->num_ops = units;
+        double makespan = 0, busy = 0;
+        for (int r = 0; r < c.D; r++) {
+            if (c.clock[r] > makespan) makespan = c.clock[r];
+            busy += out->busy[r];
+        }
+        out->makespan = makespan;
+        out->bubble = makespan > 0 ? 1.0 - busy / ((double)c.D * makespan) : 0.0;
+    }
+    free_ctx(&c);
+    return MPMD_OK;
+fail_plain:
+    if (report) {
+        size_t l = strlen(err->msg);
+        *report = malloc(l + 2);
+        if (*report) {
+            memcpy(*report, err->msg, l);
+            (*report)[l] = '\n';
+            (*report)[l + 1] = 0;
+        }
+    }
+    return st;
+}
+
+mpmd_status mpmd_schedule_validate(const mpmd_schedule *s, mpmd_error *err, char **report) {
+    mpmd_cost_model cost = MPMD_COST_DEFAULTS;
+    return check_and_run(s, &cost, NULL, 0, err, report);
+}
+
+void mpmd_sim_free(mpmd_sim *sim) {
+    if (!sim) return;
+    sched_mem_free(sim->ops);
+    free(sim->busy);
+    free(sim->peak_in_flight);
+    free((double *)sim->cost.stage_scale);
+    free(sim);
+}
+
+mpmd_status mpmd_schedule_simulate(const mpmd_schedule *s, const mpmd_cost_model *cost, mpmd_sim **out,
+                                   mpmd_error *err, char **report) {
+    *out = NULL;
+    if (report) *report = NULL;
+    mpmd_error local;
+    if (!err) err = &local;
+    mpmd_cost_model defaults = MPMD_COST_DEFAULTS;
+    if (!cost) cost = &defaults;
+    mpmd_status st = check_cost(s, cost, err);
+    if (st) {
+        if (report) {
+            *report = malloc(strlen(err->msg) + 2);
+            if (*report) sprintf(*report, "%s\n", err->msg);
+        }
+        return st;
+    }
+    mpmd_sim *sim = calloc(1, sizeof *sim);
+    if (sim) {
+        sim->num_ranks = s->num_ranks;
+        sim->busy = calloc((size_t)(s->num_ranks > 0 ? s->num_ranks : 1), sizeof *sim->busy);
+        sim->peak_in_flight = calloc((size_t)(s->num_ranks > 0 ? s->num_ranks : 1), sizeof *sim->peak_in_flight);
+        sim->cost = *cost;
+        sim->cost.stage_scale = NULL;
+        if (cost->stage_scale) {
+            double *sc = malloc((size_t)s->num_stages * sizeof *sc);
+            if (sc) memcpy(sc, cost->stage_scale, (size_t)s->num_stages * sizeof *sc);
+            sim->cost.stage_scale = sc;
+        }
+    }
+    if (!sim || !sim->busy || !sim->peak_in_flight || (cost->stage_scale && !sim->cost.stage_scale)) {
+        mpmd_sim_free(sim);
+        return mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory for the simulation", s->name);
+    }
+    if ((st = check_and_run(s, &sim->cost, sim, 1, err, report))) {
+        mpmd_sim_free(sim);
+        return st;
+    }
+    sim->analytic_bubble = mpmd_schedule_analytic_bubble(s, cost, sim->analytic_formula, sizeof sim->analytic_formula);
+    *out = sim;
+    return MPMD_OK;
+}
+
+double mpmd_schedule_analytic_bubble(const mpmd_schedule *s, const mpmd_cost_model *cost, char *buf, size_t len) {
+    mpmd_cost_model defaults = MPMD_COST_DEFAULTS;
+    if (!cost) cost = &defaults;
+    double p = s->num_ranks, m = s->num_microbatches;
+    if (buf && len) buf[0] = 0;
+    switch (s->kind) {
+    case MPMD_SCHED_GPIPE:
+    case MPMD_SCHED_STD1F1B:
+    case MPMD_SCHED_EAGER1F1B:
+        if (buf) snprintf(buf, len, "(p-1)/(m+p-1) with p=%d, m=%d", s->num_ranks, s->num_microbatches);
+        return (p - 1) / (m + p - 1);
+    case MPMD_SCHED_INTERLEAVED1F1B:
+    case MPMD_SCHED_KIMIK2:
+    case MPMD_SCHED_INTERLEAVED_GPIPE: {
+        double v = (double)s->num_stages / s->num_ranks;
+        if (buf)
+            snprintf(buf, len, "(p-1)/(v*m+p-1) with p=%d, v=%d, m=%d", s->num_ranks, s->num_stages / s->num_ranks,
+                     s->num_microbatches);
+        return (p - 1) / (v * m + p - 1);
+    }
+    case MPMD_SCHED_ZEROBUBBLE: {
+        /* ZB-H1: each rank idles (p-1)(F+A-W) in all, against m(F+A+W) of work. */
+        double F = cost->latency[MPMD_TASK_F], A = cost->latency[MPMD_TASK_A], W = cost->latency[MPMD_TASK_W];
+        double idle = (p - 1) * (F + A - W), work = m * (F + A + W);
+        if (idle < 0 || idle + work <= 0) return NAN;
+        if (buf)
+            snprintf(buf, len, "(p-1)(F+A-W)/(m(F+A+W)+(p-1)(F+A-W)) with p=%d, m=%d, F=%g, A=%g, W=%g",
+                     s->num_ranks, s->num_microbatches, F, A, W);
+        return idle / (idle + work);
+    }
+    default: return NAN;
+    }
+}
