@@ -135,6 +135,11 @@ int mpmd_graph_num_values(const mpmd_graph *g);
  * `out` (out may be NULL) and returns how many there are. */
 int mpmd_graph_params(const mpmd_graph *g, mpmd_value *out, int cap);
 
+/* The persistent state of a step: every parameter and variable (optimizer
+ * moments, step counters), in creation order; what a checkpoint holds.
+ * Same calling convention as mpmd_graph_params. */
+int mpmd_graph_state(const mpmd_graph *g, mpmd_value *out, int cap);
+
 /* Print the graph as text, one op per line with its output type, in the
  * regions "before loop", "loop body" and "after loop". */
 void mpmd_graph_print(const mpmd_graph *g, FILE *f);

@@ -241,6 +241,16 @@ int mpmd_graph_params(const mpmd_graph *g, mpmd_value *out, int cap) {
     return k;
 }
 
+int mpmd_graph_state(const mpmd_graph *g, mpmd_value *out, int cap) {
+    int k = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (!mpmd_node_is_storage(&g->nodes[i])) continue;
+        if (out && k < cap) out[k] = (mpmd_value){i};
+        k++;
+    }
+    return k;
+}
+
 void mpmd_keep(mpmd_graph *g, mpmd_value v) {
     mpmd_node *n = mpmd_node_of(g, v);
     if (!n) {
