@@ -6,7 +6,7 @@
  *   through an intermediate value so that the in-place kernels run in place;
  * - the weight gradient of a 2-D b under a batched a is one folded matmul;
  * - run-time errors for ids and labels out of range, build-time shape errors;
- * - the same bits on 1 and 2 threads, forward and backward, on sizes above
+ * - the same bits on 1, 2 and 3 threads, forward and backward, on sizes above
  *   the parallel threshold (including an sgemm of [256,768] x [768,3072]).
  */
 #include "testutil.h"
@@ -118,24 +118,27 @@ static float *run_fwd(const ins *in, op_fn f, void *ctx, int threads, int64_t *n
     return out;
 }
 
-/* The same bits, forward and backward, on 1 and 2 threads. */
+/* The same bits, forward and backward, on 1, 2 and 3 threads (3 splits
+ * every partition unevenly). */
 static void check_threads(const char *label, const ins *in, op_fn f, void *ctx) {
     float *o1, *o2;
     int64_t n1, n2;
     char err[MPMD_ERROR_MSG_MAX];
     mpmd_status s1 = run_case(in, f, ctx, 1, 1, &o1, &n1, err, sizeof err);
     CHECK(s1 == MPMD_OK, "%s: %s", label, err);
-    mpmd_status s2 = run_case(in, f, ctx, 2, 1, &o2, &n2, err, sizeof err);
-    CHECK(s2 == MPMD_OK, "%s: %s", label, err);
-    if (s1 == MPMD_OK && s2 == MPMD_OK) {
-        int64_t diff = -1;
-        for (int64_t i = 0; i < n1 && diff < 0; i++)
-            if (memcmp(&o1[i], &o2[i], sizeof(float)) != 0) diff = i;
-        CHECK(n1 == n2 && diff < 0, "%s: 1 and 2 threads differ at element %lld of %lld (%.9g vs %.9g)", label,
-              (long long)diff, (long long)n1, diff >= 0 ? o1[diff] : 0.0, diff >= 0 ? o2[diff] : 0.0);
+    for (int threads = 2; threads <= 3; threads++) {
+        mpmd_status s2 = run_case(in, f, ctx, threads, 1, &o2, &n2, err, sizeof err);
+        CHECK(s2 == MPMD_OK, "%s: %s", label, err);
+        if (s1 == MPMD_OK && s2 == MPMD_OK) {
+            int64_t diff = -1;
+            for (int64_t i = 0; i < n1 && diff < 0; i++)
+                if (memcmp(&o1[i], &o2[i], sizeof(float)) != 0) diff = i;
+            CHECK(n1 == n2 && diff < 0, "%s: 1 and %d threads differ at element %lld of %lld (%.9g vs %.9g)", label,
+                  threads, (long long)diff, (long long)n1, diff >= 0 ? o1[diff] : 0.0, diff >= 0 ? o2[diff] : 0.0);
+        }
+        free(o2);
     }
     free(o1);
-    free(o2);
 }
 
 /* |got - want| <= atol + rtol |want| everywhere; reports the first miss. */

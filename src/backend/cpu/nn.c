@@ -90,7 +90,7 @@ static int64_t last_dim(const mpmd_type *t) { return t->ndim ? t->dim[t->ndim - 
  * computes each tile with a one-thread sgemm, and hands whole tiles to the
  * threads. The same calls run whatever the thread count, hence the same bits.
  *
- * The grid: about one tile per 2^25 flops (0.3 ms), at most 16; columns are
+ * The grid: about one tile per 2^24 flops (0.15 ms), at most 16; columns are
  * cut first, into tiles at least 256 wide (a narrower tile costs a few
  * percent: each tile repacks its rows of A), then rows, at least 256 high;
  * an even count where there is a choice, so that two threads balance. Tile
@@ -105,7 +105,7 @@ static int64_t round_up(int64_t x, int64_t q) { return (x + q - 1) / q * q; }
 static mm_grid matmul_grid(int64_t m, int64_t n, int64_t k) {
     mm_grid gr = {m, n, 1, 1};
     double flops = 2.0 * (double)m * (double)n * (double)k;
-    int64_t want = (int64_t)(flops / 33554432.0);
+    int64_t want = (int64_t)(flops / 16777216.0);
     if (want > 16) want = 16;
     if (want < 2) return gr;
     int64_t tn = n / 256 < want ? n / 256 : want;
