@@ -453,6 +453,48 @@ void mpmd_step_print_tasks(const mpmd_step *st, FILE *f);
 /* Planned peak bytes of body values alive at once on a rank. */
 int64_t mpmd_step_peak_bytes(const mpmd_step *st, int rank);
 
+/* ---- measured runs ---- */
+
+/* Record every instruction of every rank (start, end, time blocked in
+ * receives) in the following runs; costs two clock reads per instruction. */
+void mpmd_step_set_recording(mpmd_step *st, int on);
+/* The last recorded run's tasks as a timeline (times in ms), drawn with
+ * mpmd_timeline_write_svg like a simulated schedule. Free with
+ * mpmd_timeline_free. MPMD_ERR_INVALID if no recorded run. */
+mpmd_status mpmd_step_timeline(const mpmd_step *st, mpmd_timeline **out, mpmd_error *err);
+/* The last recorded run as Chrome trace-event JSON (opens in Perfetto): one
+ * process track per rank, an event per task, send, receive (with its wait
+ * nested inside), before- and after-loop op. */
+mpmd_status mpmd_step_write_trace(const mpmd_step *st, FILE *f, mpmd_error *err);
+
+typedef struct mpmd_rank_stats {
+    int tasks;
+    double busy_ms;             /* running tasks and before/after-loop ops */
+    double wait_ms;             /* blocked in receives */
+    double bubble;              /* 1 - busy / step time */
+    int64_t peak_bytes;         /* most bytes of body values held at once, measured */
+    int64_t planned_peak_bytes; /* the same, predicted from the program */
+} mpmd_rank_stats;
+
+typedef struct mpmd_step_stats {
+    int num_ranks;
+    double step_ms;              /* wall time of the run */
+    double bubble;               /* 1 - sum(busy) / (ranks * step time) */
+    double simulated_bubble;     /* the schedule simulated with this run's mean task times */
+    double simulated_ms;         /* and its makespan, in ms */
+    double analytic_bubble;      /* the schedule's textbook bubble, NAN if none */
+    char analytic_formula[128];
+    mpmd_rank_stats *ranks;      /* [num_ranks], owned: mpmd_step_stats_free */
+} mpmd_step_stats;
+
+/* The summary of the last recorded run. */
+mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_error *err);
+void mpmd_step_stats_free(mpmd_step_stats *s);
+/* The summary as a table: per rank tasks, busy and wait time, bubble, peak
+ * activation bytes measured and planned; measured, simulated and analytic
+ * bubble of the whole step. */
+mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *err);
+
 /* SHA-256 of a byte string (used for params_sha256; exposed for tools). */
 void mpmd_sha256(const void *data, size_t len, uint8_t out[32]);
 

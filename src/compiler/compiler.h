@@ -69,6 +69,13 @@ typedef struct mpmd_program {
 
 typedef struct mpmd_rank_state mpmd_rank_state;
 
+/* One executed instruction of a recorded run: seconds since the step began,
+ * and (receives) the part spent blocked waiting for the message. */
+typedef struct mpmd_event {
+    int32_t instr; /* index in the rank's program */
+    double t0, t1, wait;
+} mpmd_event;
+
 struct mpmd_step {
     const mpmd_graph *g;
     mpmd_schedule *sched; /* a copy's owner: the step keeps what it needs */
@@ -90,6 +97,8 @@ struct mpmd_step {
     int32_t *reduce_head, *reduce_next; /* loop reductions reading each body value */
     int32_t **free_head;            /* [S*4][position]: in-task values dying after that op */
     int32_t *free_next;
+    int record;                     /* time every instruction (mpmd_step_record) */
+    double t_start, t_end;          /* wall clock of the last run */
     int abort_flag;                 /* a rank failed: the others stop */
     pthread_mutex_t abort_mu;
     int mutex_ready;
@@ -120,5 +129,8 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err);
 void mpmd_runtime_free(struct mpmd_step *st);
 mpmd_status mpmd_runtime_run(struct mpmd_step *st);
 void *mpmd_runtime_value(struct mpmd_step *st, int rank, int node);
+/* The recorded instructions of rank's last run, and its measured peak of
+ * body-value bytes. */
+const mpmd_event *mpmd_runtime_events(const struct mpmd_step *st, int rank, int *n, int64_t *peak_bytes);
 
 #endif

@@ -17,7 +17,14 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 typedef struct msg {
     struct msg *next;
@@ -34,6 +41,10 @@ typedef struct {
 
 struct mpmd_rank_state {
     int rank;
+    mpmd_event *ev;          /* recorded instructions of the last run */
+    int nev, capev;
+    double wait;             /* seconds blocked in the current receive */
+    int64_t live_bytes, peak_bytes; /* body values held, measured */
     int nthreads;
     void **val;              /* [nn * n] body values by (node, microbatch) */
     void **glob;             /* [nn] values outside the body, storage, loop results */
@@ -196,6 +207,8 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
                 return 1;
             }
             rs->val[(size_t)i * n + mb] = out;
+            rs->live_bytes += (int64_t)bytes_of(g, i);
+            if (rs->live_bytes > rs->peak_bytes) rs->peak_bytes = rs->live_bytes;
             if (run_kernel(rs, i, mb, out, where)) return 1;
         }
         if (st->reduce_head[i] >= 0 && accumulate(rs, i, mb)) return 1;
@@ -204,6 +217,7 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
             size_t key = (size_t)f * n + mb;
             pool_put(rs, rs->val[key], bytes_of(g, f));
             rs->val[key] = NULL;
+            rs->live_bytes -= (int64_t)bytes_of(g, f);
         }
     }
     return 0;
@@ -219,8 +233,11 @@ static int recv_value(mpmd_rank_state *rs, const mpmd_instr *in) {
             msg *m = *pp;
             *pp = m->next;
             pthread_mutex_unlock(&rs->mu);
-            if (in->mb >= 0)
+            if (in->mb >= 0) {
                 rs->val[(size_t)in->node * st->num_micro + in->mb] = m->buf;
+                rs->live_bytes += (int64_t)bytes_of(st->g, in->node);
+                if (rs->live_bytes > rs->peak_bytes) rs->peak_bytes = rs->live_bytes;
+            }
             else
                 rs->glob[in->node] = m->buf, rs->owned[in->node] = 1;
             free(m);
@@ -230,7 +247,9 @@ static int recv_value(mpmd_rank_state *rs, const mpmd_instr *in) {
             pthread_mutex_unlock(&rs->mu);
             return 1;
         }
+        double t0 = st->record ? now_s() : 0;
         pthread_cond_wait(&rs->cv, &rs->mu);
+        if (st->record) rs->wait += now_s() - t0;
     }
 }
 
@@ -245,8 +264,10 @@ static int send_value(mpmd_rank_state *rs, const mpmd_instr *in) {
         fail_rank(rs, MPMD_ERR_NOMEM, "out of memory sending %%%d", in->node);
         return 1;
     }
-    if (in->kind == 1)
+    if (in->kind == 1) {
         *slot = NULL; /* moved: the receiver owns it now */
+        rs->live_bytes -= (int64_t)bytes;
+    }
     else
         memcpy(buf, *slot, bytes);
     m->src = rs->rank, m->node = in->node, m->mb = in->mb, m->buf = buf;
@@ -266,8 +287,12 @@ static void *rank_main(void *arg) {
     struct mpmd_step *st = rs->st;
     const mpmd_graph *g = st->g;
     const mpmd_program *p = &st->prog[rs->rank];
+    rs->nev = 0;
+    rs->wait = 0;
+    rs->live_bytes = rs->peak_bytes = 0;
     for (int x = 0; x < p->n && !aborted(st); x++) {
         const mpmd_instr *in = &p->ins[x];
+        double t0 = st->record ? now_s() : 0;
         switch (in->op) {
         case MPMD_I_RUN_PRE:
         case MPMD_I_RUN_POST: {
@@ -292,8 +317,23 @@ static void *rank_main(void *arg) {
             size_t key = (size_t)in->node * st->num_micro + in->mb;
             pool_put(rs, rs->val[key], bytes_of(g, in->node));
             rs->val[key] = NULL;
+            rs->live_bytes -= (int64_t)bytes_of(g, in->node);
             break;
         }
+        }
+        if (st->record) {
+            double t1 = now_s();
+            if (rs->nev == rs->capev) {
+                int cap = rs->capev ? 2 * rs->capev : 1024;
+                mpmd_event *ne = realloc(rs->ev, (size_t)cap * sizeof *ne);
+                if (!ne) {
+                    fail_rank(rs, MPMD_ERR_NOMEM, "out of memory recording the timeline");
+                    break;
+                }
+                rs->ev = ne, rs->capev = cap;
+            }
+            rs->ev[rs->nev++] = (mpmd_event){x, t0 - st->t_start, t1 - st->t_start, rs->wait};
+            rs->wait = 0;
         }
     }
     return NULL;
@@ -463,6 +503,7 @@ mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
     }
     int started = 0;
     mpmd_status rc = MPMD_OK;
+    st->t_start = now_s();
     for (int r = 0; r < D; r++) {
         st->rs[r].status = MPMD_OK;
         if (pthread_create(&th[r], NULL, rank_main, &st->rs[r]) != 0) {
@@ -472,6 +513,7 @@ mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
         started++;
     }
     for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
+    st->t_end = now_s();
     free(th);
     for (int r = 0; r < D; r++) {
         if (st->rs[r].status != MPMD_OK && rc == MPMD_OK) rc = st->rs[r].status;
@@ -501,7 +543,7 @@ void mpmd_runtime_free(struct mpmd_step *st) {
             free(m->buf);
             free(m);
         }
-        free(rs->val), free(rs->glob), free(rs->owned), free(rs->scratch);
+        free(rs->val), free(rs->glob), free(rs->owned), free(rs->scratch), free(rs->ev);
         if (rs->st) {
             pthread_mutex_destroy(&rs->mu);
             pthread_cond_destroy(&rs->cv);
@@ -512,3 +554,9 @@ void mpmd_runtime_free(struct mpmd_step *st) {
 }
 
 void *mpmd_runtime_value(struct mpmd_step *st, int rank, int node) { return st->rs[rank].glob[node]; }
+
+const mpmd_event *mpmd_runtime_events(const struct mpmd_step *st, int rank, int *n, int64_t *peak_bytes) {
+    *n = st->rs[rank].nev;
+    if (peak_bytes) *peak_bytes = st->rs[rank].peak_bytes;
+    return st->rs[rank].ev;
+}

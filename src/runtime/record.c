@@ -1,0 +1,190 @@
+/* Measured runs: the recorded instructions of a step as a timeline (drawn
+ * like a simulated schedule), as a Chrome trace of every instruction, and
+ * as a per-rank summary next to the schedule's predictions. */
+#include "compiler/compiler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void mpmd_step_set_recording(mpmd_step *st, int on) { st->record = on ? 1 : 0; }
+
+static const char *kind_prefix(int k) { return k == 0 ? "fwd" : k == 1 ? "bwd" : k == 2 ? "bwdA" : "bwdW"; }
+
+static int has_run(const mpmd_step *st, mpmd_error *err, const char *fn) {
+    if (!st->record || !st->ran) {
+        mpmd_error_set(err, MPMD_ERR_INVALID,
+                       "%s: no recorded run (call mpmd_step_set_recording(st, 1), then mpmd_step_run)", fn);
+        return 0;
+    }
+    return 1;
+}
+
+mpmd_status mpmd_step_timeline(const mpmd_step *st, mpmd_timeline **out, mpmd_error *err) {
+    *out = NULL;
+    if (!has_run(st, err, "mpmd_step_timeline")) return MPMD_ERR_INVALID;
+    char title[256];
+    snprintf(title, sizeof title, "%.200s, measured: %.2f ms", st->sched->name, 1e3 * (st->t_end - st->t_start));
+    mpmd_timeline *tl = mpmd_timeline_new(st->num_ranks, title);
+    if (!tl) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_step_timeline: out of memory");
+    snprintf(tl->unit, sizeof tl->unit, "ms");
+    tl->unit_us = 1000.0;
+    for (int s = 0; s < st->num_stages; s++) tl->rank_stages[st->stage_rank[s]]++;
+    for (int r = 0; r < st->num_ranks; r++) {
+        int n;
+        const mpmd_event *ev = mpmd_runtime_events(st, r, &n, NULL);
+        const mpmd_program *p = &st->prog[r];
+        const mpmd_schedule_rank *rk = &st->sched->ranks[r];
+        for (int k = 0; k < n; k++) {
+            const mpmd_instr *in = &p->ins[ev[k].instr];
+            if (in->op != MPMD_I_TASK) continue;
+            int fused = rk->entry_start[in->entry + 1] - rk->entry_start[in->entry] > 1;
+            mpmd_timeline_event te;
+            te.start = 1e3 * ev[k].t0;
+            te.end = 1e3 * ev[k].t1;
+            te.task.kind = in->kind;
+            te.task.stage = in->stage;
+            te.task.microbatch = in->mb;
+            te.group = fused ? in->entry : -1;
+            mpmd_status rc = mpmd_timeline_add(tl, r, &te);
+            if (rc) {
+                mpmd_timeline_free(tl);
+                return mpmd_error_set(err, rc, "mpmd_step_timeline: could not add an event of rank %d", r);
+            }
+        }
+    }
+    *out = tl;
+    return MPMD_OK;
+}
+
+mpmd_status mpmd_step_write_trace(const mpmd_step *st, FILE *f, mpmd_error *err) {
+    if (!has_run(st, err, "mpmd_step_write_trace")) return MPMD_ERR_INVALID;
+    const mpmd_graph *g = st->g;
+    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"schedule\": \"%s\"}, \"traceEvents\": [\n",
+            st->sched->name);
+    int first = 1;
+    for (int r = 0; r < st->num_ranks; r++) {
+        fprintf(f, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": {\"name\": \"rank %d\"}}",
+                first ? "" : ",\n", r, r);
+        fprintf(f, ",\n{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": {\"sort_index\": %d}}",
+                r, r);
+        first = 0;
+        int n;
+        const mpmd_event *ev = mpmd_runtime_events(st, r, &n, NULL);
+        const mpmd_program *p = &st->prog[r];
+        for (int k = 0; k < n; k++) {
+            const mpmd_instr *in = &p->ins[ev[k].instr];
+            char name[128];
+            const char *cat = "op";
+            switch (in->op) {
+            case MPMD_I_TASK:
+                snprintf(name, sizeof name, "%s_%d__%d", kind_prefix(in->kind), in->stage, in->mb);
+                cat = "task";
+                break;
+            case MPMD_I_SEND:
+                snprintf(name, sizeof name, "send %%%d mb %d to %d", in->node, in->mb, in->peer);
+                cat = "send";
+                break;
+            case MPMD_I_RECV:
+                snprintf(name, sizeof name, "recv %%%d mb %d from %d", in->node, in->mb, in->peer);
+                cat = "recv";
+                break;
+            case MPMD_I_FREE: continue; /* instantaneous; no box */
+            case MPMD_I_RUN_PRE:
+                snprintf(name, sizeof name, "%s %%%d", g->nodes[in->node].op->name, in->node);
+                cat = "before_loop";
+                break;
+            case MPMD_I_RUN_POST:
+                snprintf(name, sizeof name, "%s %%%d", g->nodes[in->node].op->name, in->node);
+                cat = "after_loop";
+                break;
+            }
+            double ts = 1e6 * ev[k].t0, dur = 1e6 * (ev[k].t1 - ev[k].t0);
+            fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, \"ts\": %.3f, "
+                       "\"dur\": %.3f}",
+                    name, cat, r, ts, dur);
+            if (in->op == MPMD_I_RECV && ev[k].wait > 0) {
+                double w = 1e6 * ev[k].wait;
+                fprintf(f, ",\n{\"name\": \"wait\", \"cat\": \"wait\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, "
+                           "\"ts\": %.3f, \"dur\": %.3f}",
+                        r, ts, w < dur ? w : dur);
+            }
+        }
+    }
+    fprintf(f, "\n]}\n");
+    return ferror(f) ? mpmd_error_set(err, MPMD_ERR_IO, "mpmd_step_write_trace: write error") : MPMD_OK;
+}
+
+mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_error *err) {
+    memset(out, 0, sizeof *out);
+    if (!has_run(st, err, "mpmd_step_summary")) return MPMD_ERR_INVALID;
+    const int D = st->num_ranks;
+    out->num_ranks = D;
+    out->step_ms = 1e3 * (st->t_end - st->t_start);
+    out->ranks = calloc((size_t)D, sizeof *out->ranks);
+    if (!out->ranks) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_step_summary: out of memory");
+    double busy_total = 0, kind_time[MPMD_TASK_KINDS] = {0};
+    int kind_count[MPMD_TASK_KINDS] = {0};
+    for (int r = 0; r < D; r++) {
+        int n;
+        int64_t peak;
+        const mpmd_event *ev = mpmd_runtime_events(st, r, &n, &peak);
+        mpmd_rank_stats *rs = &out->ranks[r];
+        for (int k = 0; k < n; k++) {
+            const mpmd_instr *in = &st->prog[r].ins[ev[k].instr];
+            double d = 1e3 * (ev[k].t1 - ev[k].t0);
+            if (in->op == MPMD_I_TASK) {
+                rs->busy_ms += d;
+                rs->tasks++;
+                kind_time[in->kind] += d;
+                kind_count[in->kind]++;
+            } else if (in->op == MPMD_I_RUN_PRE || in->op == MPMD_I_RUN_POST) {
+                rs->busy_ms += d;
+            } else if (in->op == MPMD_I_RECV) {
+                rs->wait_ms += 1e3 * ev[k].wait;
+            }
+        }
+        rs->peak_bytes = peak;
+        rs->planned_peak_bytes = st->prog[r].peak_bytes;
+        rs->bubble = out->step_ms > 0 ? 1.0 - rs->busy_ms / out->step_ms : 0;
+        busy_total += rs->busy_ms;
+    }
+    out->bubble = out->step_ms > 0 ? 1.0 - busy_total / (D * out->step_ms) : 0;
+    out->analytic_bubble = mpmd_schedule_analytic_bubble(st->sched, NULL, out->analytic_formula,
+                                                         sizeof out->analytic_formula);
+    /* the schedule simulated with this run's mean task times */
+    mpmd_cost_model cost = MPMD_COST_DEFAULTS;
+    for (int k = 0; k < MPMD_TASK_KINDS; k++)
+        if (kind_count[k]) cost.latency[k] = kind_time[k] / kind_count[k];
+    mpmd_sim *sim = NULL;
+    mpmd_error e2;
+    out->simulated_bubble = NAN;
+    if (mpmd_schedule_simulate(st->sched, &cost, &sim, &e2, NULL) == MPMD_OK) {
+        out->simulated_bubble = sim->bubble;
+        out->simulated_ms = sim->makespan;
+        mpmd_sim_free(sim);
+    }
+    return MPMD_OK;
+}
+
+void mpmd_step_stats_free(mpmd_step_stats *s) {
+    free(s->ranks);
+    s->ranks = NULL;
+}
+
+mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *err) {
+    mpmd_step_stats s;
+    mpmd_status rc = mpmd_step_summary(st, &s, err);
+    if (rc) return rc;
+    fprintf(f, "%s: step %.2f ms, bubble %.1f%% measured, %.1f%% simulated with the measured task times (%.2f ms)",
+            st->sched->name, s.step_ms, 100 * s.bubble, 100 * s.simulated_bubble, s.simulated_ms);
+    if (!isnan(s.analytic_bubble)) fprintf(f, ", %.1f%% analytic (%s)", 100 * s.analytic_bubble, s.analytic_formula);
+    fprintf(f, "\n  rank   tasks    busy ms    wait ms   bubble   peak activations   planned\n");
+    for (int r = 0; r < s.num_ranks; r++) {
+        const mpmd_rank_stats *q = &s.ranks[r];
+        fprintf(f, "  %4d  %6d  %9.2f  %9.2f   %5.1f%%   %12lld B   %10lld B\n", r, q->tasks, q->busy_ms, q->wait_ms,
+                100 * q->bubble, (long long)q->peak_bytes, (long long)q->planned_peak_bytes);
+    }
+    mpmd_step_stats_free(&s);
+    return MPMD_OK;
+}
