@@ -224,8 +224,9 @@ typedef struct mpmd_sim {
     int32_t *peak_in_flight;
     double bubble; /* 1 - sum(busy) / (D * makespan) */
     /* The textbook bubble of this kind of schedule and its formula with the
-     * numbers, or NAN and "" where none is defined (DualPipeV, user
-     * schedules). It assumes equal stages and free transfers. */
+     * numbers; or NAN, and the reason in analytic_formula, where none is
+     * defined (DualPipeV, user schedules, the interleaved kinds when D does
+     * not divide n). It assumes equal stages and free transfers. */
     double analytic_bubble;
     char analytic_formula[128];
     mpmd_cost_model cost; /* the model used; cost.stage_scale points into the result */
@@ -255,11 +256,14 @@ mpmd_status mpmd_schedule_simulate(const mpmd_schedule *s, const mpmd_cost_model
                                    mpmd_error *err, char **report);
 void mpmd_sim_free(mpmd_sim *sim);
 
-/* The analytic bubble of a schedule's kind (NAN if none) and its formula
- * with the numbers into buf: GPipe, Std1F1B, Eager1F1B (p-1)/(m+p-1);
- * Interleaved1F1B, KimiK2, InterleavedGPipe (p-1)/(v*m+p-1); ZeroBubble
- * (p-1)(F+A-W) / (m(F+A+W) + (p-1)(F+A-W)), i.e. (p-1)/(3m+p-1) at unit costs.
- * p = ranks, m = microbatches, v = stages per rank. cost NULL: defaults. */
+/* The analytic bubble of a schedule's kind and its formula with the
+ * numbers into buf (or NAN and the reason): GPipe, Std1F1B, Eager1F1B
+ * (p-1)/(m+p-1); Interleaved1F1B, KimiK2, InterleavedGPipe (p-1)/(v*m+p-1)
+ * when p divides m; ZeroBubble (p-1)(F+A-W) / (m(F+A+W) + (p-1)(F+A-W)),
+ * i.e. (p-1)/(3m+p-1) at unit costs: a third of 1F1B's idle time.
+ * p = ranks, m = microbatches, v = stages per rank. cost NULL: defaults.
+ * At equal stage costs and free transfers the simulation gives exactly
+ * these values (tests/test_schedule_sim.c). */
 double mpmd_schedule_analytic_bubble(const mpmd_schedule *s, const mpmd_cost_model *cost, char *buf, size_t len);
 
 /* ------------------------------------------------------------------------ */

@@ -391,7 +391,7 @@ static void write_report_text(FILE *f, const mpmd_schedule *s, const mpmd_sim *s
     if (isfinite(sim->analytic_bubble))
         fprintf(f, "             %.2f%% analytic, %s\n", 100.0 * sim->analytic_bubble, sim->analytic_formula);
     else
-        fprintf(f, "             (no analytic bubble for this schedule)\n");
+        fprintf(f, "             (no analytic value: %s)\n", sim->analytic_formula);
     fprintf(f, "\n%4s  %-10s %10s %10s %8s  %s\n", "rank", "stages", "busy", "idle", "bubble", "peak in flight");
     char st[64];
     for (int r = 0; r < s->num_ranks; r++) {
@@ -424,10 +424,7 @@ static void write_report_json(FILE *f, const mpmd_schedule *s, const mpmd_sim *s
     fputs(", \"analytic_bubble\": ", f);
     json_num(f, sim->analytic_bubble);
     fputs(", \"analytic_formula\": ", f);
-    if (isfinite(sim->analytic_bubble))
-        json_str(f, sim->analytic_formula);
-    else
-        fputs("null", f);
+    json_str(f, sim->analytic_formula);
     fputs(",\n \"per_rank\": [", f);
     for (int r = 0; r < s->num_ranks; r++) {
         fprintf(f, "%s\n  {\"rank\": %d, \"busy\": ", r ? "," : "", r);

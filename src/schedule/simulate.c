@@ -819,6 +819,12 @@ double mpmd_schedule_analytic_bubble(const mpmd_schedule *s, const mpmd_cost_mod
     case MPMD_SCHED_KIMIK2:
     case MPMD_SCHED_INTERLEAVED_GPIPE: {
         double v = (double)s->num_stages / s->num_ranks;
+        if (s->num_microbatches % s->num_ranks) {
+            if (buf)
+                snprintf(buf, len, "(p-1)/(v*m+p-1) holds when the ranks (%d) divide the microbatches (%d)",
+                         s->num_ranks, s->num_microbatches);
+            return NAN;
+        }
         if (buf)
             snprintf(buf, len, "(p-1)/(v*m+p-1) with p=%d, v=%d, m=%d", s->num_ranks, s->num_stages / s->num_ranks,
                      s->num_microbatches);
@@ -828,12 +834,17 @@ double mpmd_schedule_analytic_bubble(const mpmd_schedule *s, const mpmd_cost_mod
         /* ZB-H1: each rank idles (p-1)(F+A-W) in all, against m(F+A+W) of work. */
         double F = cost->latency[MPMD_TASK_F], A = cost->latency[MPMD_TASK_A], W = cost->latency[MPMD_TASK_W];
         double idle = (p - 1) * (F + A - W), work = m * (F + A + W);
-        if (idle < 0 || idle + work <= 0) return NAN;
+        if (idle < 0 || idle + work <= 0) {
+            if (buf) snprintf(buf, len, "the ZB-H1 formula needs F + A >= W");
+            return NAN;
+        }
         if (buf)
             snprintf(buf, len, "(p-1)(F+A-W)/(m(F+A+W)+(p-1)(F+A-W)) with p=%d, m=%d, F=%g, A=%g, W=%g",
                      s->num_ranks, s->num_microbatches, F, A, W);
         return idle / (idle + work);
     }
-    default: return NAN;
+    default:
+        if (buf) snprintf(buf, len, "no textbook formula for %s schedules", mpmd_schedule_kind_name(s->kind));
+        return NAN;
     }
 }
