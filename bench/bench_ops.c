@@ -90,7 +90,8 @@ static void bench_node(const mpmd_graph *g, mpmd_value v, const char *label, dou
         bytes += (double)mpmd_type_bytes(ty[i]);
         char tb[160];
         if (k < sizeof shape)
-            k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%s", i ? " " : "", mpmd_type_str(ty[i], tb, sizeof tb));
+            k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%s", i ? " " : "",
+                                  mpmd_type_str(ty[i], tb, sizeof tb));
     }
     void *out = xmalloc(mpmd_type_bytes(&n->type));
     size_t sb = e->scratch ? e->scratch(g, n) : 0;
@@ -112,15 +113,18 @@ static void bench_node(const mpmd_graph *g, mpmd_value v, const char *label, dou
     qsort(t, (size_t)reps, sizeof *t, cmp_double);
     double med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
     if (flops > 0)
-        printf("{\"bench\":\"ops\",\"kernel\":\"%s\",\"op\":\"%s\",\"shape\":\"%s\",\"threads\":%d,\"ms\":%.4f,"
-               "\"gflops\":%.2f}\n",
-               label, n->op->name, shape, g_threads, med * 1e3, flops / med / 1e9);
+        printf(
+            "{\"bench\":\"ops\",\"kernel\":\"%s\",\"op\":\"%s\",\"shape\":\"%s\",\"threads\":%d,\"ms\":%.4f,"
+            "\"gflops\":%.2f}\n",
+            label, n->op->name, shape, g_threads, med * 1e3, flops / med / 1e9);
     else
-        printf("{\"bench\":\"ops\",\"kernel\":\"%s\",\"op\":\"%s\",\"shape\":\"%s\",\"threads\":%d,\"ms\":%.4f,"
-               "\"gbs\":%.2f}\n",
-               label, n->op->name, shape, g_threads, med * 1e3, bytes / med / 1e9);
+        printf(
+            "{\"bench\":\"ops\",\"kernel\":\"%s\",\"op\":\"%s\",\"shape\":\"%s\",\"threads\":%d,\"ms\":%.4f,"
+            "\"gbs\":%.2f}\n",
+            label, n->op->name, shape, g_threads, med * 1e3, bytes / med / 1e9);
     fflush(stdout);
-    for (int i = 0; i < n->n_in && i < 8; i++) free(in[i]);
+    for (int i = 0; i < n->n_in && i < 8; i++)
+        free(in[i]);
     free(out);
     free(scratch);
 }
@@ -160,7 +164,10 @@ static void bench_matmuls(void) {
     static const struct {
         const char *name;
         int64_t k, n;
-    } dense[] = {{"qkv", WIDTH, 3 * WIDTH}, {"attn_out", WIDTH, WIDTH}, {"mlp_up", WIDTH, MLP}, {"mlp_down", MLP, WIDTH}};
+    } dense[] = {{"qkv", WIDTH, 3 * WIDTH},
+                 {"attn_out", WIDTH, WIDTH},
+                 {"mlp_up", WIDTH, MLP},
+                 {"mlp_down", MLP, WIDTH}};
     for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
         mpmd_graph *g = mpmd_graph_new();
         mpmd_value x = mpmd_param(g, "x", MPMD_SHAPE(4, SEQ, dense[i].k), MPMD_ZEROS);
@@ -266,7 +273,8 @@ static void bench_sgemm(void) {
     if (g_filter && !strstr("sgemm_1024", g_filter)) return;
     const int64_t n = 1024;
     mpmd_type t = {MPMD_F32, 2, {n, n}};
-    float *a = xmalloc((size_t)(n * n) * 4), *b = xmalloc((size_t)(n * n) * 4), *c = xmalloc((size_t)(n * n) * 4);
+    float *a = xmalloc((size_t)(n * n) * 4), *b = xmalloc((size_t)(n * n) * 4),
+          *c = xmalloc((size_t)(n * n) * 4);
     fill(a, &t, 1);
     fill(b, &t, 2);
     double ts[7];

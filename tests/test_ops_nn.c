@@ -16,7 +16,9 @@
 #include <math.h>
 #include <string.h>
 
-static int has(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
+static int has(const char *hay, const char *needle) {
+    return strstr(hay, needle) != NULL;
+}
 
 static mpmd_type ty(mpmd_dtype dt, int ndim, const int64_t *dims) {
     mpmd_type t = tu_f32(ndim, dims);
@@ -56,8 +58,8 @@ typedef mpmd_value (*op_fn)(mpmd_graph *g, const mpmd_value *xs, void *ctx);
  * f32 input. Run on `threads` threads. On success *out holds y followed by
  * the gradients (malloc'd, *nout floats). Returns the run's status; err gets
  * the executor's message. */
-static mpmd_status run_case(const ins *in, op_fn f, void *ctx, int threads, int grads, float **out, int64_t *nout,
-                            char *err, size_t errlen) {
+static mpmd_status run_case(const ins *in, op_fn f, void *ctx, int threads, int grads, float **out,
+                            int64_t *nout, char *err, size_t errlen) {
     mpmd_graph *g = mpmd_graph_new();
     mpmd_value xs[6], wrt[6], gr[6];
     int nw = 0;
@@ -99,7 +101,8 @@ static mpmd_status run_case(const ins *in, op_fn f, void *ctx, int threads, int 
         for (int i = 0; grads && i < nw; i++) {
             mpmd_type t = mpmd_value_type(g, wrt[i]);
             int64_t n = mpmd_type_numel(&t);
-            CHECK(mpmd_exec_read(ex, gr[i], o + k, (size_t)n * sizeof *o) == MPMD_OK, "%s", mpmd_exec_error(ex));
+            CHECK(mpmd_exec_read(ex, gr[i], o + k, (size_t)n * sizeof *o) == MPMD_OK, "%s",
+                  mpmd_exec_error(ex));
             k += n;
         }
         *out = o;
@@ -133,8 +136,9 @@ static void check_threads(const char *label, const ins *in, op_fn f, void *ctx) 
             int64_t diff = -1;
             for (int64_t i = 0; i < n1 && diff < 0; i++)
                 if (memcmp(&o1[i], &o2[i], sizeof(float)) != 0) diff = i;
-            CHECK(n1 == n2 && diff < 0, "%s: 1 and %d threads differ at element %lld of %lld (%.9g vs %.9g)", label,
-                  threads, (long long)diff, (long long)n1, diff >= 0 ? o1[diff] : 0.0, diff >= 0 ? o2[diff] : 0.0);
+            CHECK(n1 == n2 && diff < 0, "%s: 1 and %d threads differ at element %lld of %lld (%.9g vs %.9g)",
+                  label, threads, (long long)diff, (long long)n1, diff >= 0 ? o1[diff] : 0.0,
+                  diff >= 0 ? o2[diff] : 0.0);
         }
         free(o2);
     }
@@ -170,7 +174,8 @@ static void ref_matmul(const mm_case *c, const float *a, const float *b, double 
     int tra = (c->flags & MPMD_TRANS_A) != 0, trb = (c->flags & MPMD_TRANS_B) != 0;
     int64_t m = c->da[c->nda - 2 + tra], k = c->da[c->nda - 1 - tra], n = c->db[c->ndb - 1 - trb];
     int64_t batch = 1;
-    for (int i = 0; i < c->nda - 2; i++) batch *= c->da[i];
+    for (int i = 0; i < c->nda - 2; i++)
+        batch *= c->da[i];
     int shared = c->ndb == 2;
     for (int64_t bi = 0; bi < batch; bi++) {
         const float *A = a + bi * m * k, *B = b + (shared ? 0 : bi * k * n);
@@ -208,7 +213,8 @@ static void test_matmul_values(void) {
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const mm_case *c = &cases[ci];
         ins in = {2, {ty(MPMD_F32, c->nda, c->da), ty(MPMD_F32, c->ndb, c->db)}, {0}};
-        float *a = fill_new(mpmd_type_numel(&in.t[0]), 10 + ci), *b = fill_new(mpmd_type_numel(&in.t[1]), 20 + ci);
+        float *a = fill_new(mpmd_type_numel(&in.t[0]), 10 + ci),
+              *b = fill_new(mpmd_type_numel(&in.t[1]), 20 + ci);
         in.d[0] = a, in.d[1] = b;
         for (int threads = 1; threads <= 2; threads++) {
             int64_t n;
@@ -218,8 +224,8 @@ static void test_matmul_values(void) {
             int64_t bad = -1;
             for (int64_t i = 0; y && i < n && bad < 0; i++)
                 if (!(fabs(y[i] - want[i]) <= 1e-5 * scale[i] + 1e-6)) bad = i;
-            CHECK(y && bad < 0, "matmul case %zu (flags %d, %d threads): element %lld is %.9g, expected %.9g", ci,
-                  c->flags, threads, (long long)bad, bad >= 0 ? y[bad] : 0.0, bad >= 0 ? want[bad] : 0.0);
+            CHECK(y && bad < 0, "matmul case %zu (flags %d, %d threads): element %lld is %.9g, expected %.9g",
+                  ci, c->flags, threads, (long long)bad, bad >= 0 ? y[bad] : 0.0, bad >= 0 ? want[bad] : 0.0);
             free(y), free(want), free(scale);
         }
         free(a), free(b);
@@ -300,7 +306,9 @@ enum { SM_PLAIN, SM_LOG, SM_CAUSAL };
 static mpmd_value op_softmax(mpmd_graph *g, const mpmd_value *xs, void *ctx) {
     int kind = *(const int *)ctx;
     mpmd_value x = mpmd_mul_scalar(g, xs[0], 1.5f);
-    return kind == SM_PLAIN ? mpmd_softmax(g, x) : kind == SM_LOG ? mpmd_log_softmax(g, x) : mpmd_softmax_causal(g, x);
+    return kind == SM_PLAIN ? mpmd_softmax(g, x)
+           : kind == SM_LOG ? mpmd_log_softmax(g, x)
+                            : mpmd_softmax_causal(g, x);
 }
 
 static void ref_softmax(int kind, const float *x, int64_t rows, int64_t n, double *y) {
@@ -308,8 +316,10 @@ static void ref_softmax(int kind, const float *x, int64_t rows, int64_t n, doubl
         int64_t len = kind == SM_CAUSAL ? r % n + 1 : n;
         const float *xr = x + r * n;
         double m = -INFINITY, s = 0;
-        for (int64_t i = 0; i < len; i++) m = fmax(m, 1.5 * xr[i]);
-        for (int64_t i = 0; i < len; i++) s += exp(1.5 * xr[i] - m);
+        for (int64_t i = 0; i < len; i++)
+            m = fmax(m, 1.5 * xr[i]);
+        for (int64_t i = 0; i < len; i++)
+            s += exp(1.5 * xr[i] - m);
         for (int64_t i = 0; i < n; i++) {
             double v = 1.5 * xr[i] - m;
             y[r * n + i] = i >= len ? 0.0 : kind == SM_LOG ? v - log(s) : exp(v) / s;
@@ -328,7 +338,8 @@ static void test_softmax_values(void) {
             ins in = {1, {ty(MPMD_F32, 3, dims)}, {0}};
             int64_t cnt = mpmd_type_numel(&in.t[0]);
             float *x = fill_new(cnt, 31 + s);
-            for (int64_t i = 0; i < cnt; i++) x[i] *= 8.0f; /* logits in [-12, 12) */
+            for (int64_t i = 0; i < cnt; i++)
+                x[i] *= 8.0f; /* logits in [-12, 12) */
             in.d[0] = x;
             int64_t n;
             float *y = run_fwd(&in, op_softmax, &kind, 2, &n);
@@ -341,7 +352,8 @@ static void test_softmax_values(void) {
             if (y && kind == SM_CAUSAL) {
                 int zeros = 1;
                 for (int64_t r = 0; r < cnt / dims[2]; r++)
-                    for (int64_t i = r % dims[2] + 1; i < dims[2]; i++) zeros &= y[r * dims[2] + i] == 0.0f;
+                    for (int64_t i = r % dims[2] + 1; i < dims[2]; i++)
+                        zeros &= y[r * dims[2] + i] == 0.0f;
                 CHECK(zeros, "%s: masked entries (j > i) are not exactly 0", label);
             }
             free(x), free(y), free(want);
@@ -367,7 +379,9 @@ static void test_softmax_values(void) {
 static mpmd_value g_softmax(mpmd_graph *g, const mpmd_value *p, void *ctx) {
     int kind = *(const int *)ctx;
     mpmd_value x = p[0];
-    return kind == SM_PLAIN ? mpmd_softmax(g, x) : kind == SM_LOG ? mpmd_log_softmax(g, x) : mpmd_softmax_causal(g, x);
+    return kind == SM_PLAIN ? mpmd_softmax(g, x)
+           : kind == SM_LOG ? mpmd_log_softmax(g, x)
+                            : mpmd_softmax_causal(g, x);
 }
 
 /* The cotangent of softmax(x) dies at softmax_grad: that kernel runs in
@@ -383,7 +397,8 @@ static void test_softmax_grads(void) {
     CHECK(tu_gradcheck("softmax", 1, &t, g_softmax, &kinds[0], 1e-2, 1e-2), "softmax");
     CHECK(tu_gradcheck("log_softmax", 1, &t, g_softmax, &kinds[1], 1e-2, 1e-2), "log_softmax");
     CHECK(tu_gradcheck("softmax_causal", 1, &t, g_softmax, &kinds[2], 1e-2, 1e-2), "softmax_causal");
-    CHECK(tu_gradcheck("softmax (in place, rows of 11)", 1, &t11, g_softmax_mid, &kinds[0], 1e-2, 1e-2), "softmax");
+    CHECK(tu_gradcheck("softmax (in place, rows of 11)", 1, &t11, g_softmax_mid, &kinds[0], 1e-2, 1e-2),
+          "softmax");
     CHECK(tu_gradcheck("log_softmax (in place, rows of 11)", 1, &t11, g_softmax_mid, &kinds[1], 1e-2, 1e-2),
           "log_softmax");
     mpmd_type t10 = tu_f32(MPMD_SHAPE(2, 10, 10));
@@ -404,18 +419,22 @@ static void test_layer_norm_values(void) {
         int64_t rows = shapes[s][0], c = shapes[s][1];
         ins in = {3, {ty(MPMD_F32, 2, shapes[s]), ty(MPMD_F32, 1, &c), ty(MPMD_F32, 1, &c)}, {0}};
         float *x = fill_new(rows * c, 41 + s), *ga = fill_new(c, 42), *be = fill_new(c, 43);
-        for (int64_t i = 0; i < rows * c; i++) x[i] = 5.0f + 3.0f * x[i]; /* an offset mean: two-pass variance */
+        for (int64_t i = 0; i < rows * c; i++)
+            x[i] = 5.0f + 3.0f * x[i]; /* an offset mean: two-pass variance */
         in.d[0] = x, in.d[1] = ga, in.d[2] = be;
         int64_t n;
         float *y = run_fwd(&in, op_layer_norm, NULL, 2, &n);
         double *want = malloc((size_t)(rows * c) * sizeof *want);
         for (int64_t r = 0; r < rows; r++) {
             double m = 0, v = 0;
-            for (int64_t i = 0; i < c; i++) m += x[r * c + i];
+            for (int64_t i = 0; i < c; i++)
+                m += x[r * c + i];
             m /= (double)c;
-            for (int64_t i = 0; i < c; i++) v += (x[r * c + i] - m) * (x[r * c + i] - m);
+            for (int64_t i = 0; i < c; i++)
+                v += (x[r * c + i] - m) * (x[r * c + i] - m);
             v /= (double)c;
-            for (int64_t i = 0; i < c; i++) want[r * c + i] = (x[r * c + i] - m) / sqrt(v + 1e-5) * ga[i] + be[i];
+            for (int64_t i = 0; i < c; i++)
+                want[r * c + i] = (x[r * c + i] - m) / sqrt(v + 1e-5) * ga[i] + be[i];
         }
         if (y) check_close(s ? "layer_norm [64,768]" : "layer_norm [6,13]", y, want, rows * c, 1e-5, 1e-5);
         free(x), free(ga), free(be), free(y), free(want);
@@ -441,7 +460,8 @@ static void test_layer_norm_grads(void) {
     CHECK(tu_gradcheck("layer_norm [2,3,8]", 3, ts, g_layer_norm, &eps, 1e-2, 1e-2), "layer_norm");
     CHECK(tu_gradcheck("layer_norm eps 0.5", 3, ts, g_layer_norm, &eps_big, 1e-2, 1e-2), "layer_norm eps");
     mpmd_type tl[3] = {tu_f32(MPMD_SHAPE(5, 19)), tu_f32(MPMD_SHAPE(19)), tu_f32(MPMD_SHAPE(19))};
-    CHECK(tu_gradcheck("layer_norm [5,19] in place", 3, tl, g_layer_norm_mid, &eps, 1e-2, 1e-2), "layer_norm");
+    CHECK(tu_gradcheck("layer_norm [5,19] in place", 3, tl, g_layer_norm_mid, &eps, 1e-2, 1e-2),
+          "layer_norm");
 }
 
 /* ---- embedding ------------------------------------------------------------------------- */
@@ -461,7 +481,8 @@ static void test_embedding_values(void) {
     int64_t n;
     float *y = run_fwd(&in, op_embedding, NULL, 2, &n);
     int same = y && n == 21 * c;
-    for (int64_t p = 0; same && p < 21; p++) same = memcmp(y + p * c, table + ids[p] * c, (size_t)c * 4) == 0;
+    for (int64_t p = 0; same && p < 21; p++)
+        same = memcmp(y + p * c, table + ids[p] * c, (size_t)c * 4) == 0;
     CHECK(same, "embedding rows are not the table's rows");
     free(table), free(ids), free(y);
 }
@@ -500,7 +521,8 @@ static void test_embedding_grads(void) {
     float got[60], want[60] = {0};
     CHECK(mpmd_exec_read(ex, gt, got, sizeof got) == MPMD_OK, "%s", mpmd_exec_error(ex));
     for (int p = 0; p < 12; p++)
-        for (int j = 0; j < 6; j++) want[e.ids[p] * 6 + j] += w[p * 6 + j];
+        for (int j = 0; j < 6; j++)
+            want[e.ids[p] * 6 + j] += w[p * 6 + j];
     CHECK(memcmp(got, want, sizeof got) == 0, "embedding gradient differs from the in-order scatter-add");
     mpmd_exec_free(ex);
     mpmd_graph_free(g);
@@ -519,7 +541,8 @@ static void test_cross_entropy_values(void) {
         int64_t rows = shapes[s][0] * shapes[s][1], v = shapes[s][2];
         ins in = {2, {ty(MPMD_F32, 3, shapes[s]), ty(MPMD_I32, 2, shapes[s])}, {0}};
         float *x = fill_new(rows * v, 61 + s);
-        for (int64_t i = 0; i < rows * v; i++) x[i] *= 10.0f;
+        for (int64_t i = 0; i < rows * v; i++)
+            x[i] *= 10.0f;
         int32_t *lab = ids_new(rows, (int32_t)v, 62);
         in.d[0] = x, in.d[1] = lab;
         int64_t n;
@@ -527,11 +550,14 @@ static void test_cross_entropy_values(void) {
         double *want = malloc((size_t)rows * sizeof *want);
         for (int64_t r = 0; r < rows; r++) {
             double m = -INFINITY, sum = 0;
-            for (int64_t i = 0; i < v; i++) m = fmax(m, x[r * v + i]);
-            for (int64_t i = 0; i < v; i++) sum += exp(x[r * v + i] - m);
+            for (int64_t i = 0; i < v; i++)
+                m = fmax(m, x[r * v + i]);
+            for (int64_t i = 0; i < v; i++)
+                sum += exp(x[r * v + i] - m);
             want[r] = m + log(sum) - x[r * v + lab[r]];
         }
-        if (y) check_close(s ? "cross_entropy [4,8,3000]" : "cross_entropy [2,3,17]", y, want, rows, 1e-5, 1e-5);
+        if (y)
+            check_close(s ? "cross_entropy [4,8,3000]" : "cross_entropy [2,3,17]", y, want, rows, 1e-5, 1e-5);
         free(x), free(lab), free(y), free(want);
     }
 }
@@ -580,10 +606,12 @@ static void ref_attention(const float *q, const float *k, const float *v, int64_
                     p[j] = d / sqrt((double)D);
                     m = fmax(m, p[j]);
                 }
-                for (int64_t j = 0; j < len; j++) s += (p[j] = exp(p[j] - m));
+                for (int64_t j = 0; j < len; j++)
+                    s += (p[j] = exp(p[j] - m));
                 for (int64_t e = 0; e < D; e++) {
                     double acc = 0;
-                    for (int64_t j = 0; j < len; j++) acc += p[j] / s * v[((b * T + j) * H + h) * D + e];
+                    for (int64_t j = 0; j < len; j++)
+                        acc += p[j] / s * v[((b * T + j) * H + h) * D + e];
                     o[((b * T + i) * H + h) * D + e] = acc;
                 }
             }
@@ -594,7 +622,8 @@ static void test_attention_values(void) {
     int64_t B = 2, T = 9, H = 3, D = 4;
     int64_t dims[4] = {B, T, H, D}, cnt = B * T * H * D;
     float *q = fill_new(cnt, 71), *k = fill_new(cnt, 72), *v = fill_new(cnt, 73);
-    for (int64_t i = 0; i < cnt; i++) q[i] *= 3.0f;
+    for (int64_t i = 0; i < cnt; i++)
+        q[i] *= 3.0f;
     ins in = {3, {ty(MPMD_F32, 4, dims), ty(MPMD_F32, 4, dims), ty(MPMD_F32, 4, dims)}, {q, k, v}};
     double *want = malloc((size_t)cnt * sizeof *want);
     for (int causal = 0; causal <= 1; causal++) {
@@ -637,8 +666,8 @@ static void test_runtime_errors(void) {
     free(out);
     ids[4] = 2, ids[1] = -3;
     st = run_case(&in, op_embedding, NULL, 2, 1, &out, &n, err, sizeof err);
-    CHECK(st != MPMD_OK && has(err, "id -3") && has(err, "position 1"), "negative id: status %d, message \"%s\"",
-          (int)st, err);
+    CHECK(st != MPMD_OK && has(err, "id -3") && has(err, "position 1"),
+          "negative id: status %d, message \"%s\"", (int)st, err);
     free(out);
 
     float logits[24];
@@ -782,8 +811,10 @@ static void test_threads(void) {
         ins in = {1, {ty(MPMD_F32, 3, dims)}, {0}};
         float *x = fill_new(mpmd_type_numel(&in.t[0]), 5);
         in.d[0] = x;
-        check_threads(kind == SM_PLAIN ? "softmax" : kind == SM_LOG ? "log_softmax" : "softmax_causal", &in,
-                      op_softmax, &kind);
+        check_threads(kind == SM_PLAIN ? "softmax"
+                      : kind == SM_LOG ? "log_softmax"
+                                       : "softmax_causal",
+                      &in, op_softmax, &kind);
         free(x);
     }
     {

@@ -16,7 +16,8 @@
 
 static void attrs_matmul(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
     (void)g;
-    snprintf(buf, len, "%s%s", (n->ia[0] & MPMD_TRANS_A) ? " trans_a" : "", (n->ia[0] & MPMD_TRANS_B) ? " trans_b" : "");
+    snprintf(buf, len, "%s%s", (n->ia[0] & MPMD_TRANS_A) ? " trans_a" : "",
+             (n->ia[0] & MPMD_TRANS_B) ? " trans_b" : "");
 }
 
 static void attrs_eps(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
@@ -70,13 +71,15 @@ mpmd_value mpmd_matmul(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags) {
     if (!mpmd_check_operands(g, "mpmd_matmul", 2, in)) return MPMD_NONE;
     const mpmd_type ta = *mpmd_type_of(g, a), tb = *mpmd_type_of(g, b);
     if (flags & ~(MPMD_TRANS_A | MPMD_TRANS_B))
-        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_matmul: unknown flags 0x%x; expected MPMD_TRANS_A | MPMD_TRANS_B",
+        return mpmd_fail(g, MPMD_ERR_INVALID,
+                         "mpmd_matmul: unknown flags 0x%x; expected MPMD_TRANS_A | MPMD_TRANS_B",
                          (unsigned)flags);
     if (ta.dtype != MPMD_F32 || tb.dtype != MPMD_F32)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_matmul: operands must be f32; a is %s, b is %s", mpmd_tstr(g, a),
-                         mpmd_tstr(g, b));
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_matmul: operands must be f32; a is %s, b is %s",
+                         mpmd_tstr(g, a), mpmd_tstr(g, b));
     if (ta.ndim < 2 || tb.ndim < 2)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_matmul: operands must have at least 2 dimensions; a is %s, b is %s",
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "mpmd_matmul: operands must have at least 2 dimensions; a is %s, b is %s",
                          mpmd_tstr(g, a), mpmd_tstr(g, b));
     if (tb.ndim != 2 && tb.ndim != ta.ndim)
         return mpmd_fail(g, MPMD_ERR_SHAPE,
@@ -86,10 +89,11 @@ mpmd_value mpmd_matmul(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags) {
     if (tb.ndim == ta.ndim)
         for (int i = 0; i < ta.ndim - 2; i++)
             if (ta.dim[i] != tb.dim[i])
-                return mpmd_fail(g, MPMD_ERR_SHAPE,
-                                 "mpmd_matmul: batch dimension %d differs: a is %s, b is %s (a batched b must have "
-                                 "a's leading dimensions)",
-                                 i, mpmd_tstr(g, a), mpmd_tstr(g, b));
+                return mpmd_fail(
+                    g, MPMD_ERR_SHAPE,
+                    "mpmd_matmul: batch dimension %d differs: a is %s, b is %s (a batched b must have "
+                    "a's leading dimensions)",
+                    i, mpmd_tstr(g, a), mpmd_tstr(g, b));
     int tra = (flags & MPMD_TRANS_A) != 0, trb = (flags & MPMD_TRANS_B) != 0;
     int64_t m = ta.dim[ta.ndim - 2 + tra], ka = ta.dim[ta.ndim - 1 - tra];
     int64_t kb = tb.dim[tb.ndim - 2 + trb], nn = tb.dim[tb.ndim - 1 - trb];
@@ -97,8 +101,8 @@ mpmd_value mpmd_matmul(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags) {
         return mpmd_fail(g, MPMD_ERR_SHAPE,
                          "mpmd_matmul: contracted dimensions differ: a is %s (K = %lld), b is %s (K = %lld); "
                          "expected a [..., %s] and b [%s]",
-                         mpmd_tstr(g, a), (long long)ka, mpmd_tstr(g, b), (long long)kb, tra ? "K, M" : "M, K",
-                         trb ? "N, K" : "K, N");
+                         mpmd_tstr(g, a), (long long)ka, mpmd_tstr(g, b), (long long)kb,
+                         tra ? "K, M" : "M, K", trb ? "N, K" : "K, N");
     mpmd_type out = ta;
     out.dim[out.ndim - 2] = m;
     out.dim[out.ndim - 1] = nn;
@@ -148,7 +152,8 @@ static void vjp_matmul(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_va
 
 /* ---- softmax family ------------------------------------------------------------------ */
 
-static mpmd_value softmax_like(mpmd_graph *g, const mpmd_op_desc *op, const char *fn, mpmd_value x, int causal) {
+static mpmd_value softmax_like(mpmd_graph *g, const mpmd_op_desc *op, const char *fn, mpmd_value x,
+                               int causal) {
     if (!mpmd_check_operands(g, fn, 1, &x)) return MPMD_NONE;
     const mpmd_type t = *mpmd_type_of(g, x);
     if (t.dtype != MPMD_F32)
@@ -157,8 +162,9 @@ static mpmd_value softmax_like(mpmd_graph *g, const mpmd_op_desc *op, const char
         return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the operand needs at least %d dimension%s, got %s", fn,
                          causal ? 2 : 1, causal ? "s ([..., T, T])" : "", mpmd_tstr(g, x));
     if (causal && t.dim[t.ndim - 1] != t.dim[t.ndim - 2])
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: expected square scores [..., T, T] over the last two axes, got %s",
-                         fn, mpmd_tstr(g, x));
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "%s: expected square scores [..., T, T] over the last two axes, got %s", fn,
+                         mpmd_tstr(g, x));
     return mpmd_emit(g, op, 1, &x, t);
 }
 
@@ -201,12 +207,14 @@ mpmd_value mpmd_layer_norm(mpmd_graph *g, mpmd_value x, mpmd_value gamma, mpmd_v
     int64_t c = tx.dim[tx.ndim - 1];
     if (tg.dtype != MPMD_F32 || tg.ndim != 1 || tg.dim[0] != c || tbe.dtype != MPMD_F32 || tbe.ndim != 1 ||
         tbe.dim[0] != c)
-        return mpmd_fail(g, MPMD_ERR_SHAPE,
-                         "mpmd_layer_norm: x is %s, gamma is %s, beta is %s; gamma and beta must be f32[%lld] "
-                         "(the last axis of x)",
-                         mpmd_tstr(g, x), mpmd_tstr(g, gamma), mpmd_tstr(g, beta), (long long)c);
+        return mpmd_fail(
+            g, MPMD_ERR_SHAPE,
+            "mpmd_layer_norm: x is %s, gamma is %s, beta is %s; gamma and beta must be f32[%lld] "
+            "(the last axis of x)",
+            mpmd_tstr(g, x), mpmd_tstr(g, gamma), mpmd_tstr(g, beta), (long long)c);
     if (!(eps >= 0.0f) || isinf(eps))
-        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_layer_norm: eps is %g; it must be finite and >= 0", (double)eps);
+        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_layer_norm: eps is %g; it must be finite and >= 0",
+                         (double)eps);
     mpmd_value r = mpmd_emit(g, &mpmd_op_layer_norm, 3, in, tx);
     mpmd_node *node = mpmd_node_of(g, r);
     if (node) node->fa[0] = eps;
@@ -275,15 +283,18 @@ mpmd_value mpmd_cross_entropy(mpmd_graph *g, mpmd_value logits, mpmd_value label
     if (!mpmd_check_operands(g, "mpmd_cross_entropy", 2, in)) return MPMD_NONE;
     const mpmd_type tl = *mpmd_type_of(g, logits), tb = *mpmd_type_of(g, labels);
     if (tl.dtype != MPMD_F32 || tl.ndim < 1)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_cross_entropy: logits must be f32[..., V], got %s (labels are %s)",
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "mpmd_cross_entropy: logits must be f32[..., V], got %s (labels are %s)",
                          mpmd_tstr(g, logits), mpmd_tstr(g, labels));
     int ok = tb.dtype == MPMD_I32 && tb.ndim == tl.ndim - 1;
-    for (int i = 0; ok && i < tb.ndim; i++) ok = tb.dim[i] == tl.dim[i];
+    for (int i = 0; ok && i < tb.ndim; i++)
+        ok = tb.dim[i] == tl.dim[i];
     if (!ok) {
         mpmd_type want = tl;
         want.dtype = MPMD_I32;
         want.ndim--;
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_cross_entropy: logits are %s, labels are %s; expected labels %s",
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "mpmd_cross_entropy: logits are %s, labels are %s; expected labels %s",
                          mpmd_tstr(g, logits), mpmd_tstr(g, labels), mpmd_tstr_type(g, &want));
     }
     mpmd_type out = tb;
@@ -310,9 +321,10 @@ mpmd_value mpmd_attention(mpmd_graph *g, mpmd_value q, mpmd_value k, mpmd_value 
     if (!mpmd_check_operands(g, "mpmd_attention", 3, in)) return MPMD_NONE;
     const mpmd_type tq = *mpmd_type_of(g, q), tk = *mpmd_type_of(g, k), tv = *mpmd_type_of(g, v);
     if (tq.dtype != MPMD_F32 || tq.ndim != 4 || !mpmd_type_equal(&tq, &tk) || !mpmd_type_equal(&tq, &tv))
-        return mpmd_fail(g, MPMD_ERR_SHAPE,
-                         "mpmd_attention: q is %s, k is %s, v is %s; expected three f32[B, T, H, Dh] of one shape",
-                         mpmd_tstr(g, q), mpmd_tstr(g, k), mpmd_tstr(g, v));
+        return mpmd_fail(
+            g, MPMD_ERR_SHAPE,
+            "mpmd_attention: q is %s, k is %s, v is %s; expected three f32[B, T, H, Dh] of one shape",
+            mpmd_tstr(g, q), mpmd_tstr(g, k), mpmd_tstr(g, v));
     static const int perm[4] = {0, 2, 1, 3}; /* [B, T, H, Dh] <-> [B, H, T, Dh] */
     mpmd_value qh = mpmd_permute(g, q, perm);
     mpmd_value kh = mpmd_permute(g, k, perm);

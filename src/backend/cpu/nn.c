@@ -72,14 +72,17 @@ static float sum_exp_shift(const float *x, int64_t n, float m) {
     for (int64_t i0 = 0; i0 < n; i0 += NN_CHUNK) {
         int64_t len = n - i0 < NN_CHUNK ? n - i0 : NN_CHUNK;
 #pragma omp simd
-        for (int64_t k = 0; k < len; k++) buf[k] = nn_exp(x[i0 + k] - m);
+        for (int64_t k = 0; k < len; k++)
+            buf[k] = nn_exp(x[i0 + k] - m);
         s += mpmd_sum_f32(buf, len);
     }
     return s;
 }
 
 /* Rows of a tensor: all leading axes folded; the last axis is the row. */
-static int64_t last_dim(const mpmd_type *t) { return t->ndim ? t->dim[t->ndim - 1] : 1; }
+static int64_t last_dim(const mpmd_type *t) {
+    return t->ndim ? t->dim[t->ndim - 1] : 1;
+}
 
 /* ---- matmul ------------------------------------------------------------------------ */
 
@@ -100,7 +103,9 @@ typedef struct mm_grid {
     int64_t tm, tn; /* tiles down and across */
 } mm_grid;
 
-static int64_t round_up(int64_t x, int64_t q) { return (x + q - 1) / q * q; }
+static int64_t round_up(int64_t x, int64_t q) {
+    return (x + q - 1) / q * q;
+}
 
 static mm_grid matmul_grid(int64_t m, int64_t n, int64_t k) {
     mm_grid gr = {m, n, 1, 1};
@@ -115,8 +120,10 @@ static mm_grid matmul_grid(int64_t m, int64_t n, int64_t k) {
     if (tm < 1) tm = 1;
     if (tm > 1 && tm % 2 && tn % 2) tm--;
     if (tm * tn == 1) { /* a mid-sized product: halves of at least 128 */
-        if (n >= m && n >= 256) tn = 2;
-        else if (m >= 256) tm = 2;
+        if (n >= m && n >= 256)
+            tn = 2;
+        else if (m >= 256)
+            tm = 2;
     }
     gr.nb = round_up((n + tn - 1) / tn, 16);
     gr.mb = round_up((m + tm - 1) / tm, 16);
@@ -136,7 +143,8 @@ static int k_matmul(const mpmd_kargs *a) {
     int64_t m = ta->dim[nd - 2 + tra], k = ta->dim[nd - 1 - tra];
     int64_t n = tb->dim[tb->ndim - 1 - trb];
     int64_t batch = 1;
-    for (int i = 0; i < nd - 2; i++) batch *= ta->dim[i];
+    for (int i = 0; i < nd - 2; i++)
+        batch *= ta->dim[i];
     int shared_b = tb->ndim == 2;
     if (shared_b && !tra) { /* fold the batch into M */
         m *= batch;
@@ -175,11 +183,14 @@ static int k_matmul(const mpmd_kargs *a) {
 static void softmax_row(const float *x, float *y, int64_t len, int64_t n) {
     float m = mpmd_max_f32(x, len);
 #pragma omp simd
-    for (int64_t i = 0; i < len; i++) y[i] = nn_exp(x[i] - m);
+    for (int64_t i = 0; i < len; i++)
+        y[i] = nn_exp(x[i] - m);
     float inv = 1.0f / mpmd_sum_f32(y, len);
 #pragma omp simd
-    for (int64_t i = 0; i < len; i++) y[i] *= inv;
-    for (int64_t i = len; i < n; i++) y[i] = 0.0f;
+    for (int64_t i = 0; i < len; i++)
+        y[i] *= inv;
+    for (int64_t i = len; i < n; i++)
+        y[i] = 0.0f;
 }
 
 /* y = (x - max) - log(sum(exp(x - max))). */
@@ -187,22 +198,26 @@ static void log_softmax_row(const float *x, float *y, int64_t n) {
     float m = mpmd_max_f32(x, n);
     float ls = logf(sum_exp_shift(x, n, m));
 #pragma omp simd
-    for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) - ls;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (x[i] - m) - ls;
 }
 
 /* gx = y * (gy - sum(gy * y)); gx may alias gy. */
 static void softmax_grad_row(const float *y, const float *gy, float *gx, int64_t len, int64_t n) {
     float d = mpmd_dot_f32(gy, y, len);
 #pragma omp simd
-    for (int64_t i = 0; i < len; i++) gx[i] = y[i] * (gy[i] - d);
-    for (int64_t i = len; i < n; i++) gx[i] = 0.0f;
+    for (int64_t i = 0; i < len; i++)
+        gx[i] = y[i] * (gy[i] - d);
+    for (int64_t i = len; i < n; i++)
+        gx[i] = 0.0f;
 }
 
 /* gx = gy - exp(y) * sum(gy); gx may alias gy. */
 static void log_softmax_grad_row(const float *y, const float *gy, float *gx, int64_t n) {
     float s = mpmd_sum_f32(gy, n);
 #pragma omp simd
-    for (int64_t i = 0; i < n; i++) gx[i] = gy[i] - nn_exp(y[i]) * s;
+    for (int64_t i = 0; i < n; i++)
+        gx[i] = gy[i] - nn_exp(y[i]) * s;
 }
 
 enum { SM_SOFTMAX, SM_CAUSAL, SM_LOG, SM_GRAD, SM_CAUSAL_GRAD, SM_LOG_GRAD };
@@ -237,12 +252,24 @@ static int softmax_family(const mpmd_kargs *a, int kind) {
     return 0;
 }
 
-static int k_softmax(const mpmd_kargs *a) { return softmax_family(a, SM_SOFTMAX); }
-static int k_softmax_causal(const mpmd_kargs *a) { return softmax_family(a, SM_CAUSAL); }
-static int k_log_softmax(const mpmd_kargs *a) { return softmax_family(a, SM_LOG); }
-static int k_softmax_grad(const mpmd_kargs *a) { return softmax_family(a, SM_GRAD); }
-static int k_softmax_causal_grad(const mpmd_kargs *a) { return softmax_family(a, SM_CAUSAL_GRAD); }
-static int k_log_softmax_grad(const mpmd_kargs *a) { return softmax_family(a, SM_LOG_GRAD); }
+static int k_softmax(const mpmd_kargs *a) {
+    return softmax_family(a, SM_SOFTMAX);
+}
+static int k_softmax_causal(const mpmd_kargs *a) {
+    return softmax_family(a, SM_CAUSAL);
+}
+static int k_log_softmax(const mpmd_kargs *a) {
+    return softmax_family(a, SM_LOG);
+}
+static int k_softmax_grad(const mpmd_kargs *a) {
+    return softmax_family(a, SM_GRAD);
+}
+static int k_softmax_causal_grad(const mpmd_kargs *a) {
+    return softmax_family(a, SM_CAUSAL_GRAD);
+}
+static int k_log_softmax_grad(const mpmd_kargs *a) {
+    return softmax_family(a, SM_LOG_GRAD);
+}
 
 /* ---- layer norm ---------------------------------------------------------------------- */
 
@@ -260,7 +287,8 @@ static void ln_stats(const float *x, int64_t n, float eps, float *mean, float *r
             s[j] += d * d;
         }
     float v = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
-    for (; i < n; i++) v += (x[i] - mu) * (x[i] - mu);
+    for (; i < n; i++)
+        v += (x[i] - mu) * (x[i] - mu);
     *mean = mu;
     *rstd = 1.0f / sqrtf(v / (float)n + eps);
 }
@@ -283,7 +311,8 @@ static int k_layer_norm(const mpmd_kargs *a) {
             float mu, rs;
             ln_stats(xr, n, eps, &mu, &rs);
 #pragma omp simd
-            for (int64_t i = 0; i < n; i++) yr[i] = ((xr[i] - mu) * rs) * gamma[i] + beta[i];
+            for (int64_t i = 0; i < n; i++)
+                yr[i] = ((xr[i] - mu) * rs) * gamma[i] + beta[i];
         }
     }
     return 0;
@@ -361,16 +390,19 @@ static int k_layer_norm_grad_gamma(const mpmd_kargs *a) {
         int tid = omp_get_thread_num(), tn = omp_get_num_threads();
         int64_t lo, hi;
         mpmd_split(rows, tid, tn, &lo, &hi);
-        for (int64_t r = lo; r < hi; r++) ln_stats(x + r * n, n, eps, &stats[2 * r], &stats[2 * r + 1]);
+        for (int64_t r = lo; r < hi; r++)
+            ln_stats(x + r * n, n, eps, &stats[2 * r], &stats[2 * r + 1]);
 #pragma omp barrier
         mpmd_split(blocks, tid, tn, &lo, &hi);
         int64_t c0 = lo * 16, c1 = hi * 16 < n ? hi * 16 : n;
-        for (int64_t c = c0; c < c1; c++) dg[c] = 0.0f;
+        for (int64_t c = c0; c < c1; c++)
+            dg[c] = 0.0f;
         for (int64_t r = 0; r < rows; r++) {
             const float *xr = x + r * n, *gr = gy + r * n;
             float mu = stats[2 * r], rs = stats[2 * r + 1];
 #pragma omp simd
-            for (int64_t c = c0; c < c1; c++) dg[c] += gr[c] * ((xr[c] - mu) * rs);
+            for (int64_t c = c0; c < c1; c++)
+                dg[c] += gr[c] * ((xr[c] - mu) * rs);
         }
     }
     return 0;
@@ -392,11 +424,12 @@ static int check_ids(const mpmd_kargs *a, const char *what, const char *op, cons
             idx[0] = '\0';
             for (int d = 0; d < tid->ndim && k < sizeof idx; d++) {
                 stride /= tid->dim[d];
-                k += (size_t)snprintf(idx + k, sizeof idx - k, d ? ",%lld" : "%lld", (long long)(rem / stride));
+                k += (size_t)snprintf(idx + k, sizeof idx - k, d ? ",%lld" : "%lld",
+                                      (long long)(rem / stride));
                 rem %= stride;
             }
-            snprintf(a->err, a->err_len, "%s: %s %d at position %lld ([%s] of %s) is outside [0, %lld)", op, what,
-                     (int)ids[p], (long long)p, idx, mpmd_type_str(tid, tb, sizeof tb), (long long)v);
+            snprintf(a->err, a->err_len, "%s: %s %d at position %lld ([%s] of %s) is outside [0, %lld)", op,
+                     what, (int)ids[p], (long long)p, idx, mpmd_type_str(tid, tb, sizeof tb), (long long)v);
             return 1;
         }
     }
@@ -416,7 +449,8 @@ static int k_embedding(const mpmd_kargs *a) {
     {
         int64_t lo, hi;
         mpmd_split(n, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        for (int64_t p = lo; p < hi; p++) memcpy(y + p * c, table + (int64_t)ids[p] * c, (size_t)c * sizeof(float));
+        for (int64_t p = lo; p < hi; p++)
+            memcpy(y + p * c, table + (int64_t)ids[p] * c, (size_t)c * sizeof(float));
     }
     return 0;
 }
@@ -447,7 +481,8 @@ static int k_embedding_grad(const mpmd_kargs *a) {
             float *dr = dt + (int64_t)ids[p] * c;
             const float *gr = gy + p * c;
 #pragma omp simd
-            for (int64_t j = c0; j < c1; j++) dr[j] += gr[j];
+            for (int64_t j = c0; j < c1; j++)
+                dr[j] += gr[j];
         }
     }
     return 0;
@@ -501,7 +536,8 @@ static int k_cross_entropy_grad(const mpmd_kargs *a) {
             float lse = yl[r] + xr[lab];
             float gr = gy[r];
 #pragma omp simd
-            for (int64_t i = 0; i < v; i++) dr[i] = nn_exp(xr[i] - lse) * gr;
+            for (int64_t i = 0; i < v; i++)
+                dr[i] = nn_exp(xr[i] - lse) * gr;
             dr[lab] -= gr;
         }
     }
