@@ -190,9 +190,12 @@ static mpmd_status interleaved(mpmd_schedule_kind kind, int S, int D, int n, int
     for (int r = 0; r < D; r++) {
         int64_t w = (int64_t)(v - 1) * k + 2 * (int64_t)(D - 1 - r) + extra_warmup;
         if (w > total) w = total;
+        /* fs(t) = (f_local) D + r with f_local = (t / k) mod v, and
+         * bs(t) = (b_local) D + r with b_local = v - 1 - ((t - w) / k) mod v,
+         * kept as counters that step every k steps (no divisions). */
+        int f_local = 0, f_in = 0, b_local = v - 1, b_in = 0;
         for (int64_t t = 0; t < total + w; t++) {
-            int fs = (int)((t / k) % v) * D + r;
-            int bs = t >= w ? (v - 1 - (int)(((t - w) / k) % v)) * D + r : -1;
+            int fs = f_local * D + r, bs = b_local * D + r;
             if (t < w) {
                 sb_one(&b, r, F, fs);
             } else if (t < total) {
@@ -205,6 +208,14 @@ static mpmd_status interleaved(mpmd_schedule_kind kind, int S, int D, int n, int
                 }
             } else {
                 sb_one(&b, r, B, bs);
+            }
+            if (++f_in == k) {
+                f_in = 0;
+                if (++f_local == v) f_local = 0;
+            }
+            if (t >= w && ++b_in == k) {
+                b_in = 0;
+                if (--b_local < 0) b_local = v - 1;
             }
         }
     }

@@ -83,8 +83,8 @@ static void find_task(const mpmd_schedule *s, const mpmd_task *t, int *rank, int
     }
 }
 
-/* The shape of the lists: entry_start sane, 1..3 tasks per entry, every
- * task's kind, stage and microbatch in range. */
+/* The header of a schedule: counts, placement, and each rank's
+ * entry_start bounds. The entries and tasks are checked in check_tasks. */
 static mpmd_status check_shape(const mpmd_schedule *s, mpmd_error *err) {
     const char *nm = s->name;
     int S = s->num_stages, D = s->num_ranks, n = s->num_microbatches;
@@ -97,43 +97,34 @@ static mpmd_status check_shape(const mpmd_schedule *s, mpmd_error *err) {
                                   s->stage_rank[st] < 0 ? "%s: stage %d runs on no rank (no rank's list names it)"
                                                         : "%s: stage %d is placed on rank %d, but there are %d ranks",
                                   nm, st, s->stage_rank[st], D);
-    char buf[MPMD_TASK_STR_MAX];
     for (int r = 0; r < D; r++) {
         const mpmd_schedule_rank *rk = &s->ranks[r];
-        if (rk->num_entries < 0 || (rk->num_entries > 0 && (!rk->entry_start || !rk->tasks)) ||
-            (rk->entry_start && (rk->entry_start[0] != 0 || rk->entry_start[rk->num_entries] != rk->num_tasks)))
+        if (rk->num_entries < 0 || rk->num_tasks < 0 || !rk->entry_start || (rk->num_tasks > 0 && !rk->tasks) ||
+            rk->entry_start[0] != 0 || rk->entry_start[rk->num_entries] != rk->num_tasks)
             return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
                                   "%s: rank %d's list is malformed (entry_start must run from 0 to num_tasks)", nm,
                                   r);
-        for (int e = 0; e < rk->num_entries; e++) {
-            int nt = rk->entry_start[e + 1] - rk->entry_start[e];
-            if (nt < 1 || nt > MPMD_FUSED_MAX)
-                return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
-                                      "%s: rank %d entry %d has %d tasks; an entry holds 1 to %d", nm, r, e, nt,
-                                      MPMD_FUSED_MAX);
-            for (int i = rk->entry_start[e]; i < rk->entry_start[e + 1]; i++) {
-                const mpmd_task *t = &rk->tasks[i];
-                if ((unsigned)t->kind >= MPMD_TASK_KINDS)
-                    return mpmd_error_set(err, MPMD_ERR_SCHEDULE, "%s: rank %d entry %d: task kind %d is not F, B, A or W",
-                                          nm, r, e, (int)t->kind);
-                if (t->stage < 0 || t->stage >= S)
-                    return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
-                                          "%s: rank %d entry %d: %s names stage %d, but the schedule has stages 0..%d",
-                                          nm, r, e, task_text(t, buf, sizeof buf), (int)t->stage, S - 1);
-                if (t->microbatch < 0 || t->microbatch >= n)
-                    return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
-                                          "%s: rank %d entry %d: %s names microbatch %d, but the schedule has "
-                                          "microbatches 0..%d",
-                                          nm, r, e, task_text(t, buf, sizeof buf), (int)t->microbatch, n - 1);
-                if (s->stage_rank[t->stage] != r)
-                    return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
-                                          "%s: rank %d entry %d: %s belongs on rank %d, which runs stage %d", nm, r,
-                                          e, task_text(t, buf, sizeof buf), s->stage_rank[t->stage],
-                                          (int)t->stage);
-            }
-        }
     }
     return MPMD_OK;
+}
+
+/* The message for a task that is out of range or on the wrong rank. */
+static mpmd_status bad_task(const mpmd_schedule *s, int r, int e, const mpmd_task *t, mpmd_error *err) {
+    const char *nm = s->name;
+    char buf[MPMD_TASK_STR_MAX];
+    if ((unsigned)t->kind >= MPMD_TASK_KINDS)
+        return mpmd_error_set(err, MPMD_ERR_SCHEDULE, "%s: rank %d entry %d: task kind %d is not F, B, A or W", nm, r,
+                              e, (int)t->kind);
+    if (t->stage < 0 || t->stage >= s->num_stages)
+        return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                              "%s: rank %d entry %d: %s names stage %d, but the schedule has stages 0..%d", nm, r, e,
+                              task_text(t, buf, sizeof buf), (int)t->stage, s->num_stages - 1);
+    if (t->microbatch < 0 || t->microbatch >= s->num_microbatches)
+        return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                              "%s: rank %d entry %d: %s names microbatch %d, but the schedule has microbatches 0..%d",
+                              nm, r, e, task_text(t, buf, sizeof buf), (int)t->microbatch, s->num_microbatches - 1);
+    return mpmd_error_set(err, MPMD_ERR_SCHEDULE, "%s: rank %d entry %d: %s belongs on rank %d, which runs stage %d",
+                          nm, r, e, task_text(t, buf, sizeof buf), s->stage_rank[t->stage], (int)t->stage);
 }
 
 /* Stage 0's backward is never split: an A(0, m) must be immediately
@@ -168,22 +159,32 @@ static mpmd_status check_stage0(const mpmd_schedule *s, int r, int e, int *two, 
     return MPMD_OK;
 }
 
-/* Every task once; B everywhere or A and W everywhere; every
- * (stage, microbatch) complete. Fills c->flags with the SEEN bits and
- * counts the units. */
+/* Every entry 1..3 tasks, every task in range and on its stage's rank and
+ * there once; stage 0's A followed by its W. Fills c->flags with the SEEN
+ * bits and counts the units. Then: B everywhere or A and W everywhere,
+ * and every (stage, microbatch) complete. */
 static mpmd_status check_tasks(sim_ctx *c, int64_t *units, mpmd_error *err) {
     const mpmd_schedule *s = c->s;
+    const int32_t *stage_rank = s->stage_rank;
+    const uint32_t S = (uint32_t)c->S, n = (uint32_t)c->n;
     char b1[MPMD_TASK_STR_MAX];
+    int64_t merged = 0;
     *units = 0;
     for (int r = 0; r < c->D; r++) {
         const mpmd_schedule_rank *rk = &s->ranks[r];
+        const int32_t *es = rk->entry_start;
+        *units += rk->num_entries;
         for (int e = 0; e < rk->num_entries; e++) {
-            int two;
-            mpmd_status st = check_stage0(s, r, e, &two, err);
-            if (st) return st;
-            (*units)++;
-            for (int i = rk->entry_start[e]; i < rk->entry_start[e + 1]; i++) {
+            int nt = es[e + 1] - es[e];
+            if (nt < 1 || nt > MPMD_FUSED_MAX)
+                return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                                      "%s: rank %d entry %d has %d tasks; an entry holds 1 to %d", s->name, r, e, nt,
+                                      MPMD_FUSED_MAX);
+            for (int i = es[e]; i < es[e + 1]; i++) {
                 const mpmd_task *t = &rk->tasks[i];
+                if ((uint32_t)t->kind >= MPMD_TASK_KINDS || (uint32_t)t->stage >= S || (uint32_t)t->microbatch >= n ||
+                    stage_rank[t->stage] != r)
+                    return bad_task(s, r, e, t, err);
                 uint8_t *f = &c->flags[idx(c, t->stage, t->microbatch)];
                 if (*f & SEEN(t->kind)) {
                     int r0, e0;
@@ -194,23 +195,16 @@ static mpmd_status check_tasks(sim_ctx *c, int64_t *units, mpmd_error *err) {
                                           s->name, task_text(t, b1, sizeof b1), r0, e0, r, e);
                 }
                 *f |= SEEN(t->kind);
-            }
-            if (two) { /* the W entry belongs to this unit */
-                e++;
-                const mpmd_task *t = &rk->tasks[rk->entry_start[e]];
-                uint8_t *f = &c->flags[idx(c, t->stage, t->microbatch)];
-                if (*f & SEEN(t->kind)) {
-                    int r0, e0;
-                    find_task(s, t, &r0, &e0);
-                    return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
-                                          "%s: %s appears twice: rank %d entry %d and rank %d entry %d; every task "
-                                          "runs exactly once",
-                                          s->name, task_text(t, b1, sizeof b1), r0, e0, r, e);
+                if (t->kind == MPMD_TASK_A && t->stage == 0) {
+                    int two;
+                    mpmd_status st = check_stage0(s, r, e, &two, err);
+                    if (st) return st;
+                    merged += two;
                 }
-                *f |= SEEN(t->kind);
             }
         }
     }
+    *units -= merged;
     const int split = s->split_backward;
     const uint8_t want = SEEN(MPMD_TASK_F) | (split ? SEEN(MPMD_TASK_A) | SEEN(MPMD_TASK_W) : SEEN(MPMD_TASK_B));
     const uint8_t wrong = split ? SEEN(MPMD_TASK_B) : SEEN(MPMD_TASK_A) | SEEN(MPMD_TASK_W);
