@@ -7,7 +7,7 @@ BUILD ?= build
 SAN_BUILD ?= build-sanitize
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # Debian packages the build needs.
-PACKAGES = cmake make gcc libc6-dev pkg-config libopenblas-openmp-dev
+PACKAGES = cmake make gcc libc6-dev pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin
 
 .PHONY: all deps build test test-sanitize demo bench clean
 

@@ -411,11 +411,23 @@ void mpmd_exec_params_sha256(mpmd_exec *ex, char hex[65]);
 /* A training step compiled for a pipeline: one program per rank. */
 typedef struct mpmd_step mpmd_step;
 
+/* Where the ranks run: threads of this process, or one MPI process per
+ * rank (and replica), started by mpirun. */
+typedef enum mpmd_runtime_kind { MPMD_RUNTIME_LOCAL = 0, MPMD_RUNTIME_MPI = 1 } mpmd_runtime_kind;
+
 typedef struct mpmd_step_opts {
     int threads_per_rank; /* kernel threads of each rank; 0: the cores divided among the ranks */
     uint64_t seed;        /* initialiser seed (as mpmd_exec_opts.seed) */
+    mpmd_runtime_kind runtime;
+    /* The mesh's data axis: replicas of every pipeline rank (0 or 1: none).
+     * Each replica runs the same programs on its share of the batch; after
+     * the loop every loop result (ADD: the mean over replicas, MAX: the max;
+     * CONCAT stays per replica) is combined across the replicas, in replica
+     * order, so all replicas apply identical updates. The graph describes one
+     * replica: its inputs are one replica's share. */
+    int data_parallel;
 } mpmd_step_opts;
-#define MPMD_STEP_DEFAULTS ((mpmd_step_opts){0, 0})
+#define MPMD_STEP_DEFAULTS ((mpmd_step_opts){0, 0, MPMD_RUNTIME_LOCAL, 1})
 
 /* JaxPP's mpmd_jit_with_loop(...).compile(): split the step's graph at its
  * stage markers into forward and backward tasks per stage (A and W where the
@@ -431,7 +443,11 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *sched, c
 void mpmd_step_free(mpmd_step *st);
 
 int mpmd_step_num_ranks(const mpmd_step *st);
-/* Copy an input (the whole batch); every rank reads its microbatches. */
+/* Copy an input; every rank reads its microbatches from it. With bytes the
+ * input's size, every replica this process runs gets the same data; with
+ * bytes = replicas x size (the global batch), replica d gets the d-th
+ * share along axis 0. Under MPI a process passes its own share (or the
+ * global batch, of which it keeps its share). */
 mpmd_status mpmd_step_set_input(mpmd_step *st, mpmd_value input, const void *data, size_t bytes);
 /* Run one step on one thread per rank. */
 mpmd_status mpmd_step_run(mpmd_step *st);
@@ -443,8 +459,32 @@ int mpmd_step_where(const mpmd_step *st, mpmd_value v, int *ranks, int cap);
 /* A rank's storage of a parameter or variable (NULL if it holds none). */
 void *mpmd_step_var_data(mpmd_step *st, int rank, mpmd_value v);
 const char *mpmd_step_error(const mpmd_step *st);
-/* As mpmd_exec_params_sha256: equal hashes mean bitwise equal parameters. */
+/* As mpmd_exec_params_sha256: equal hashes mean bitwise equal parameters.
+ * Replica 0's parameters; under MPI a collective call (every process calls
+ * it and gets the hash). */
 void mpmd_step_params_sha256(mpmd_step *st, char hex[65]);
+/* The same for the parameters of one replica (collective under MPI). */
+void mpmd_step_replica_params_sha256(mpmd_step *st, int replica, char hex[65]);
+/* Under MPI: copy a kept value, parameter or variable to every process from
+ * the process holding it (replica 0) — a collective call. In-process, the
+ * same as mpmd_step_read. */
+mpmd_status mpmd_step_gather(mpmd_step *st, mpmd_value v, void *dst, size_t bytes);
+
+/* ---- MPI ----
+ * Programs that may run under mpirun call mpmd_mpi_init first and
+ * mpmd_mpi_finalize last. Every process builds the same graph and compiles
+ * the same step with runtime MPMD_RUNTIME_MPI; process w runs pipeline rank
+ * w % D of replica w / D, and the job must have D x data_parallel
+ * processes. Without MPI support in this build, mpmd_mpi_available is 0 and
+ * the functions fail with a message saying so. */
+int mpmd_mpi_available(void);
+mpmd_status mpmd_mpi_init(int *argc, char ***argv, mpmd_error *err);
+void mpmd_mpi_finalize(void);
+int mpmd_mpi_world_rank(void); /* 0 without MPI */
+int mpmd_mpi_world_size(void); /* 1 without MPI */
+/* End the whole job now with this exit code (every process): what a
+ * program does when a rank fails, so that no process waits forever. */
+void mpmd_mpi_abort(int code);
 /* The per-rank programs as text (JaxPP's per-rank jaxprs): tasks with their
  * microbatch, sends and receives with peers, frees. */
 void mpmd_step_print(const mpmd_step *st, FILE *f);

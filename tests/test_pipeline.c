@@ -6,6 +6,7 @@
 #include "gpt_model.h"
 #include "testutil.h"
 
+#include <math.h>
 #include <string.h>
 
 typedef struct {
@@ -270,7 +271,69 @@ static void test_failure_stops_all(void) {
     gpt_model_free(&m);
 }
 
+/* Data parallelism in-process: 2 stages x 2 replicas match the one-rank
+ * loop on the whole batch to float tolerance, and the replicas' parameters
+ * are bitwise identical. */
+static void test_data_parallel(void) {
+    const int R = 2, S = 2, n = 4, rows = 3, width = 8;
+    mlp dp = build_mlp(S, n, rows, width);           /* one replica's share */
+    mlp ref = build_mlp(S, n, rows * R, width);      /* the whole batch */
+    int64_t B = (int64_t)R * n * rows;
+    float *x = malloc((size_t)B * width * sizeof *x), *y = malloc((size_t)B * width * sizeof *y);
+    tu_fill(x, B * width, 5);
+    tu_fill(y, B * width, 6);
+    size_t bytes = (size_t)B * width * sizeof(float);
+    mpmd_schedule *s;
+    mpmd_error err;
+    mpmd_schedule_std1f1b(S, n, &s, &err);
+    mpmd_step_opts o = MPMD_STEP_DEFAULTS;
+    o.seed = 3;
+    o.data_parallel = R;
+    o.threads_per_rank = 1;
+    mpmd_step *st = mpmd_jit_with_loop(dp.g, s, &o, &err);
+    CHECK(st != NULL, "data parallel jit: %s", err.msg);
+    mpmd_exec_opts eo = MPMD_EXEC_DEFAULTS;
+    eo.seed = 3;
+    eo.threads = 1;
+    mpmd_exec *ex = mpmd_exec_new(ref.g, &eo, &err);
+    if (st && ex) {
+        CHECK(mpmd_step_set_input(st, dp.x, x, 10) == MPMD_ERR_SHAPE && strstr(mpmd_step_error(st), "per replica"),
+              "%s", mpmd_step_error(st));
+        for (int step = 0; step < 3; step++) {
+            mpmd_step_set_input(st, dp.x, x, bytes); /* the global batch: each replica takes its share */
+            mpmd_step_set_input(st, dp.y, y, bytes);
+            mpmd_exec_set_input(ex, ref.x, x, bytes);
+            mpmd_exec_set_input(ex, ref.y, y, bytes);
+            CHECK(mpmd_step_run(st) == MPMD_OK, "%s", mpmd_step_error(st));
+            CHECK(mpmd_exec_run(ex) == MPMD_OK, "%s", mpmd_exec_error(ex));
+            float la, lb;
+            mpmd_exec_read(ex, ref.loss, &la, sizeof la);
+            mpmd_step_read(st, dp.loss, &lb, sizeof lb);
+            CHECK(fabsf(la - lb) <= 1e-5f * fabsf(la) + 1e-6f, "step %d: data-parallel loss %.9g vs %.9g", step, lb, la);
+        }
+        char h0[65], h1[65];
+        mpmd_step_replica_params_sha256(st, 0, h0);
+        mpmd_step_replica_params_sha256(st, 1, h1);
+        CHECK(strcmp(h0, h1) == 0, "replicas differ");
+        /* and the parameters are those of the whole-batch loop, to tolerance */
+        mpmd_value w = mpmd_lookup(dp.g, "dense_1/kernel"), wr = mpmd_lookup(ref.g, "dense_1/kernel");
+        float a[64], b[64];
+        mpmd_step_read(st, w, a, sizeof a);
+        mpmd_exec_read(ex, wr, b, sizeof b);
+        float worst = 0;
+        for (int k = 0; k < 64; k++) worst = fmaxf(worst, fabsf(a[k] - b[k]));
+        CHECK(worst < 1e-5f, "params differ from the whole-batch loop by %g", worst);
+    }
+    mpmd_step_free(st);
+    mpmd_exec_free(ex);
+    mpmd_schedule_free(s);
+    free(x), free(y);
+    mpmd_graph_free(dp.g);
+    mpmd_graph_free(ref.g);
+}
+
 int main(void) {
+    test_data_parallel();
     test_errors();
     test_mlp_equivalence();
     test_gpt_equivalence();

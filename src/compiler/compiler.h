@@ -43,7 +43,8 @@ enum {
     MPMD_I_SEND,        /* value (node, microbatch) to rank peer */
     MPMD_I_RECV,        /* value (node, microbatch) from rank peer */
     MPMD_I_FREE,        /* value (node, microbatch) is dead on this rank */
-    MPMD_I_RUN_POST     /* an after-loop op: node */
+    MPMD_I_RUN_POST,    /* an after-loop op: node */
+    MPMD_I_ALLREDUCE    /* combine loop result `node` across the data-parallel replicas */
 };
 
 typedef struct mpmd_instr {
@@ -68,6 +69,7 @@ typedef struct mpmd_program {
 /* ---- the compiled step ----------------------------------------------------- */
 
 typedef struct mpmd_rank_state mpmd_rank_state;
+typedef struct mpmd_group mpmd_group;
 
 /* One executed instruction of a recorded run: seconds since the step began,
  * and (receives) the part spent blocked waiting for the message. */
@@ -91,7 +93,13 @@ struct mpmd_step {
     unsigned char *cross;           /* [n_nodes] body value read by another task (lives past its task) */
     mpmd_program *prog;             /* [D] */
     const mpmd_cpu_entry **kern;    /* [n_nodes] */
-    mpmd_rank_state *rs;            /* [D] run-time state */
+    int replicas;                   /* data-parallel replicas of every rank (mesh data axis) */
+    int runtime;                    /* mpmd_runtime_kind */
+    int num_local;                  /* rank states run by this process */
+    int mpi_rank, mpi_replica;      /* MPI: the rank and replica of this process */
+    void *mpi;                      /* MPI: communicators (runtime/mpi.c) */
+    mpmd_rank_state *rs;            /* [num_local]: in-process, replica d rank r at d * D + r */
+    mpmd_group *groups;             /* [D] in-process replica groups (replicas > 1) */
     void **inputs;                  /* [n_nodes] shared input buffers */
     unsigned char *input_set;
     int32_t *reduce_head, *reduce_next; /* loop reductions reading each body value */
@@ -124,11 +132,16 @@ mpmd_status mpmd_lower(struct mpmd_step *st, mpmd_error *err);
 mpmd_status mpmd_program_check(struct mpmd_step *st, mpmd_error *err);
 void mpmd_program_push(mpmd_program *p, mpmd_instr in, int *oom);
 
+/* MPI (runtime/mpi.c): a value of (rank, replica) broadcast to every
+ * process from the one that runs it; collective. */
+mpmd_status mpmd_mpi_fetch(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes);
+
 /* run time (runtime/local.c) */
 mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err);
 void mpmd_runtime_free(struct mpmd_step *st);
 mpmd_status mpmd_runtime_run(struct mpmd_step *st);
 void *mpmd_runtime_value(struct mpmd_step *st, int rank, int node);
+void *mpmd_runtime_replica_value(struct mpmd_step *st, int rank, int replica, int node);
 /* The recorded instructions of rank's last run, and its measured peak of
  * body-value bytes. */
 const mpmd_event *mpmd_runtime_events(const struct mpmd_step *st, int rank, int *n, int64_t *peak_bytes);

@@ -97,9 +97,41 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
                        o.threads_per_rank);
         return NULL;
     }
+    if (o.data_parallel < 0) {
+        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: data_parallel = %d; use 1 (or 0) for none, or a "
+                       "replica count", o.data_parallel);
+        return NULL;
+    }
+    int replicas = o.data_parallel > 1 ? o.data_parallel : 1;
+    int mpi_rank = 0, mpi_replica = 0;
+    if (o.runtime == MPMD_RUNTIME_MPI) {
+        if (!mpmd_mpi_available()) {
+            mpmd_error_set(err, MPMD_ERR_INVALID,
+                           "mpmd_jit_with_loop: this build of mpmd has no MPI runtime (install libopenmpi-dev and "
+                           "openmpi-bin, then rebuild)");
+            return NULL;
+        }
+        int w = mpmd_mpi_world_rank(), ws = mpmd_mpi_world_size();
+        if (ws != s->num_ranks * replicas) {
+            mpmd_error_set(err, MPMD_ERR_INVALID,
+                           "mpmd_jit_with_loop: the MPI job has %d processes but the mesh needs %d (%d ranks x %d "
+                           "replicas): run mpirun -np %d",
+                           ws, s->num_ranks * replicas, s->num_ranks, replicas, s->num_ranks * replicas);
+            return NULL;
+        }
+        mpi_rank = w % s->num_ranks;
+        mpi_replica = w / s->num_ranks;
+    } else if (o.runtime != MPMD_RUNTIME_LOCAL) {
+        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: unknown runtime %d", (int)o.runtime);
+        return NULL;
+    }
     mpmd_step *st = calloc(1, sizeof *st);
     if (!st) goto nomem;
     st->g = g;
+    st->replicas = replicas;
+    st->runtime = o.runtime;
+    st->mpi_rank = mpi_rank;
+    st->mpi_replica = mpi_replica;
     st->num_ranks = s->num_ranks;
     st->num_stages = s->num_stages;
     st->num_micro = s->num_microbatches;
@@ -150,14 +182,25 @@ mpmd_status mpmd_step_set_input(mpmd_step *st, mpmd_value input, const void *dat
         snprintf(st->err, sizeof st->err, "mpmd_step_set_input: %%%d is not an input", (int)input.id);
         return MPMD_ERR_INVALID;
     }
-    size_t want = mpmd_type_bytes(&n->type);
-    if (bytes != want) {
+    size_t want = mpmd_type_bytes(&n->type), R = (size_t)st->replicas;
+    if (bytes != want && bytes != want * R) {
         char tb[160];
-        snprintf(st->err, sizeof st->err, "mpmd_step_set_input: input \"%s\" is %s (%zu bytes), given %zu bytes",
-                 n->name, mpmd_type_str(&n->type, tb, sizeof tb), want, bytes);
+        if (R > 1)
+            snprintf(st->err, sizeof st->err,
+                     "mpmd_step_set_input: input \"%s\" is %s (%zu bytes) per replica, %zu bytes for all %zu "
+                     "replicas; given %zu bytes",
+                     n->name, mpmd_type_str(&n->type, tb, sizeof tb), want, want * R, R, bytes);
+        else
+            snprintf(st->err, sizeof st->err, "mpmd_step_set_input: input \"%s\" is %s (%zu bytes), given %zu bytes",
+                     n->name, mpmd_type_str(&n->type, tb, sizeof tb), want, bytes);
         return MPMD_ERR_SHAPE;
     }
-    memcpy(st->inputs[input.id], data, bytes);
+    char *dst = st->inputs[input.id];
+    for (size_t d = 0; d < R; d++) {
+        if (st->runtime == MPMD_RUNTIME_MPI && (int)d != st->mpi_replica) continue;
+        /* the same data for every replica, or replica d's share */
+        memcpy(dst + d * want, (const char *)data + (bytes == want ? 0 : d * want), want);
+    }
     st->input_set[input.id] = 1;
     return MPMD_OK;
 }
@@ -216,13 +259,22 @@ mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes)
                  mpmd_type_bytes(&n->type), bytes);
         return MPMD_ERR_SHAPE;
     }
-    int r;
-    if (mpmd_step_where(st, v, &r, 1) < 1 || !mpmd_runtime_value(st, r, v.id)) {
-        snprintf(st->err, sizeof st->err, "mpmd_step_read: %%%d is held by no rank", (int)v.id);
-        return MPMD_ERR_INVALID;
+    int ranks[64];
+    int nr = mpmd_step_where(st, v, ranks, 64);
+    for (int k = 0; k < nr && k < 64; k++) {
+        const void *src = mpmd_runtime_value(st, ranks[k], v.id);
+        if (src) {
+            memcpy(dst, src, bytes);
+            return MPMD_OK;
+        }
     }
-    memcpy(dst, mpmd_runtime_value(st, r, v.id), bytes);
-    return MPMD_OK;
+    if (st->runtime == MPMD_RUNTIME_MPI && nr > 0)
+        snprintf(st->err, sizeof st->err,
+                 "mpmd_step_read: %%%d is held by rank %d, not by this process (rank %d); use mpmd_step_gather",
+                 (int)v.id, ranks[0], st->mpi_rank);
+    else
+        snprintf(st->err, sizeof st->err, "mpmd_step_read: %%%d is held by no rank", (int)v.id);
+    return MPMD_ERR_INVALID;
 }
 
 static int by_name(const void *a, const void *b) {
@@ -230,27 +282,64 @@ static int by_name(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-void mpmd_step_params_sha256(mpmd_step *st, char hex[65]) {
+/* A value of (rank, replica) into dst on this process: a local copy, or
+ * under MPI a broadcast from the process that runs that rank and replica
+ * (every process must make the same calls in the same order). */
+static mpmd_status fetch(mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
+    if (st->runtime == MPMD_RUNTIME_MPI) return mpmd_mpi_fetch(st, rank, replica, node, dst, bytes);
+    const void *src = mpmd_runtime_replica_value(st, rank, replica, node);
+    if (!src) return MPMD_ERR_INVALID;
+    memcpy(dst, src, bytes);
+    return MPMD_OK;
+}
+
+void mpmd_step_replica_params_sha256(mpmd_step *st, int replica, char hex[65]) {
     const mpmd_graph *g = st->g;
     int np = mpmd_graph_params(g, NULL, 0);
     const mpmd_node **ps = malloc((size_t)(np ? np : 1) * sizeof *ps);
+    size_t maxb = 0;
     mpmd_sha256_ctx c;
     mpmd_sha256_init(&c);
     if (ps) {
         int k = 0;
         for (int i = 0; i < g->n_nodes; i++)
-            if (g->nodes[i].flags & MPMD_NODE_TRAINABLE) ps[k++] = &g->nodes[i];
+            if (g->nodes[i].flags & MPMD_NODE_TRAINABLE) {
+                ps[k++] = &g->nodes[i];
+                if (mpmd_type_bytes(&g->nodes[i].type) > maxb) maxb = mpmd_type_bytes(&g->nodes[i].type);
+            }
         qsort(ps, (size_t)np, sizeof *ps, by_name);
-        for (int i = 0; i < np; i++) {
+        void *buf = malloc(maxb ? maxb : 1);
+        for (int i = 0; i < np && buf; i++) {
             int r;
             if (mpmd_step_where(st, (mpmd_value){ps[i]->id}, &r, 1) < 1) continue;
-            mpmd_sha256_update(&c, mpmd_runtime_value(st, r, ps[i]->id), mpmd_type_bytes(&ps[i]->type));
+            size_t b = mpmd_type_bytes(&ps[i]->type);
+            if (fetch(st, r, replica, ps[i]->id, buf, b) == MPMD_OK) mpmd_sha256_update(&c, buf, b);
         }
+        free(buf);
         free(ps);
     }
     uint8_t d[32];
     mpmd_sha256_final(&c, d);
     for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+}
+
+void mpmd_step_params_sha256(mpmd_step *st, char hex[65]) { mpmd_step_replica_params_sha256(st, 0, hex); }
+
+mpmd_status mpmd_step_gather(mpmd_step *st, mpmd_value v, void *dst, size_t bytes) {
+    if (st->runtime != MPMD_RUNTIME_MPI) return mpmd_step_read(st, v, dst, bytes);
+    const mpmd_node *n = mpmd_node_of(st->g, v);
+    int r;
+    if (!n || (!mpmd_node_is_storage(n) && !(n->flags & MPMD_NODE_KEEP)) || mpmd_step_where(st, v, &r, 1) < 1) {
+        snprintf(st->err, sizeof st->err, "mpmd_step_gather: %%%d is not a kept value, parameter or variable",
+                 (int)v.id);
+        return MPMD_ERR_INVALID;
+    }
+    if (bytes != mpmd_type_bytes(&n->type)) {
+        snprintf(st->err, sizeof st->err, "mpmd_step_gather: %%%d has %zu bytes, asked for %zu", (int)v.id,
+                 mpmd_type_bytes(&n->type), bytes);
+        return MPMD_ERR_SHAPE;
+    }
+    return fetch(st, r, 0, v.id, dst, bytes);
 }
 
 /* ---- printing ------------------------------------------------------------- */

@@ -163,7 +163,12 @@ mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
         }
         free(have);
         have = NULL;
-        /* loop results: send where needed, receive what this rank needs */
+        /* loop results: combined across the data-parallel replicas, then
+         * sent where needed; receive what this rank needs */
+        for (int i = 0; i < nn && st->replicas > 1; i++)
+            if (g->nodes[i].op == &mpmd_op_loop_reduce && st->live[i] && st->home[i] == r &&
+                g->nodes[i].ia[0] != MPMD_REDUCE_CONCAT)
+                mpmd_program_push(&raw, mk(MPMD_I_ALLREDUCE, i, -1, -1), &oom);
         for (int i = 0; i < nn; i++) {
             if (g->nodes[i].op != &mpmd_op_loop_reduce || !st->live[i] || st->home[i] != r) continue;
             for (int dst = 0; dst < D; dst++)

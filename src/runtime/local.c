@@ -12,7 +12,7 @@
  * stop at their next instruction or wait, and the step returns the first
  * failure's message.
  */
-#include "compiler/compiler.h"
+#include "runtime/runtime.h"
 #include "util/init.h"
 
 #include <stdlib.h>
@@ -20,50 +20,15 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void) {
+double rt_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-typedef struct msg {
-    struct msg *next;
-    int32_t src, node, mb;
-    void *buf;
-} msg;
-
-typedef struct {
-    size_t bytes;
-    void *p;
-} pooled;
-
-#define POOL_MAX 512
-
-struct mpmd_rank_state {
-    int rank;
-    mpmd_event *ev;          /* recorded instructions of the last run */
-    int nev, capev;
-    double wait;             /* seconds blocked in the current receive */
-    int64_t live_bytes, peak_bytes; /* body values held, measured */
-    int nthreads;
-    void **val;              /* [nn * n] body values by (node, microbatch) */
-    void **glob;             /* [nn] values outside the body, storage, loop results */
-    unsigned char *owned;    /* [nn] glob[i] came from the pool this step */
-    pooled pool[POOL_MAX];
-    int npool;
-    void *scratch;
-    size_t scratch_bytes;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    msg *inbox;
-    struct mpmd_step *st;
-    mpmd_status status;
-    char err[MPMD_ERROR_MSG_MAX];
-};
-
 /* ---- buffers ---------------------------------------------------------- */
 
-static void *pool_get(mpmd_rank_state *rs, size_t bytes) {
+void *rt_pool_get(mpmd_rank_state *rs, size_t bytes) {
     for (int i = rs->npool - 1; i >= 0; i--)
         if (rs->pool[i].bytes == bytes) {
             void *p = rs->pool[i].p;
@@ -76,7 +41,7 @@ static void *pool_get(mpmd_rank_state *rs, size_t bytes) {
     return p;
 }
 
-static void pool_put(mpmd_rank_state *rs, void *p, size_t bytes) {
+void rt_pool_put(mpmd_rank_state *rs, void *p, size_t bytes) {
     if (!p) return;
     if (rs->npool == POOL_MAX) {
         free(p);
@@ -85,13 +50,13 @@ static void pool_put(mpmd_rank_state *rs, void *p, size_t bytes) {
     rs->pool[rs->npool++] = (pooled){bytes, p};
 }
 
-static size_t bytes_of(const mpmd_graph *g, int node) { return mpmd_type_bytes(&g->nodes[node].type); }
+size_t rt_bytes(const mpmd_graph *g, int node) { return mpmd_type_bytes(&g->nodes[node].type); }
 
 /* ---- aborting ---------------------------------------------------------- */
 
-static int aborted(struct mpmd_step *st) { return __atomic_load_n(&st->abort_flag, __ATOMIC_ACQUIRE); }
+int rt_aborted(struct mpmd_step *st) { return __atomic_load_n(&st->abort_flag, __ATOMIC_ACQUIRE); }
 
-static void fail_rank(mpmd_rank_state *rs, mpmd_status code, const char *fmt, ...) {
+void rt_fail(mpmd_rank_state *rs, mpmd_status code, const char *fmt, ...) {
     struct mpmd_step *st = rs->st;
     va_list ap;
     va_start(ap, fmt);
@@ -100,15 +65,24 @@ static void fail_rank(mpmd_rank_state *rs, mpmd_status code, const char *fmt, ..
     rs->status = code;
     pthread_mutex_lock(&st->abort_mu);
     if (!st->abort_flag) {
-        snprintf(st->err, sizeof st->err, "rank %d: %.900s", rs->rank, rs->err);
+        if (st->replicas > 1)
+            snprintf(st->err, sizeof st->err, "rank %d (replica %d): %.900s", rs->rank, rs->replica, rs->err);
+        else
+            snprintf(st->err, sizeof st->err, "rank %d: %.900s", rs->rank, rs->err);
         __atomic_store_n(&st->abort_flag, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&st->abort_mu);
-    for (int r = 0; r < st->num_ranks; r++) {
+    for (int r = 0; r < st->num_local; r++) {
         pthread_mutex_lock(&st->rs[r].mu);
         pthread_cond_broadcast(&st->rs[r].cv);
         pthread_mutex_unlock(&st->rs[r].mu);
     }
+    if (st->groups)
+        for (int r = 0; r < st->num_ranks; r++) {
+            pthread_mutex_lock(&st->groups[r].mu);
+            pthread_cond_broadcast(&st->groups[r].cv);
+            pthread_mutex_unlock(&st->groups[r].mu);
+        }
 }
 
 /* ---- values ------------------------------------------------------------- */
@@ -117,7 +91,7 @@ static void *ptr_of(mpmd_rank_state *rs, int v, int mb) {
     struct mpmd_step *st = rs->st;
     const mpmd_node *n = &st->g->nodes[v];
     if (n->region != MPMD_REGION_BODY || n->op == &mpmd_op_constant) return rs->glob[v];
-    if (n->op == &mpmd_op_microbatch) return (char *)ptr_of(rs, n->in[0], mb) + (size_t)mb * bytes_of(st->g, v);
+    if (n->op == &mpmd_op_microbatch) return (char *)ptr_of(rs, n->in[0], mb) + (size_t)mb * rt_bytes(st->g, v);
     return rs->val[(size_t)v * st->num_micro + mb];
 }
 
@@ -127,7 +101,7 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
     const mpmd_node *n = &g->nodes[i];
     if (n->op == &mpmd_op_assign) {
         void *dst = ptr_of(rs, n->in[0], mb), *src = ptr_of(rs, n->in[1], mb);
-        if (dst != src) memmove(dst, src, bytes_of(g, n->in[0]));
+        if (dst != src) memmove(dst, src, rt_bytes(g, n->in[0]));
         return 0;
     }
     void *in_small[8];
@@ -137,7 +111,7 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
     if (!in || !ty) {
         if (in != in_small) free(in);
         if (ty != ty_small) free((void *)ty);
-        fail_rank(rs, MPMD_ERR_NOMEM, "out of memory running %%%d = %s", i, n->op->name);
+        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory running %%%d = %s", i, n->op->name);
         return 1;
     }
     for (int j = 0; j < n->n_in; j++) {
@@ -149,7 +123,7 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
     int rc = st->kern[i]->fn(&a);
     if (in != in_small) free(in);
     if (ty != ty_small) free((void *)ty);
-    if (rc) fail_rank(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", i, n->op->name, where, kerr[0] ? kerr : "kernel failed");
+    if (rc) rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", i, n->op->name, where, kerr[0] ? kerr : "kernel failed");
     return rc;
 }
 
@@ -160,12 +134,12 @@ static int accumulate(mpmd_rank_state *rs, int i, int mb) {
     const mpmd_graph *g = st->g;
     for (int r = st->reduce_head[i]; r >= 0; r = st->reduce_next[r]) {
         const mpmd_node *rn = &g->nodes[r];
-        size_t bytes = bytes_of(g, i);
+        size_t bytes = rt_bytes(g, i);
         const char *x = ptr_of(rs, i, mb);
         if (mb == 0) {
-            rs->glob[r] = pool_get(rs, bytes_of(g, r));
+            rs->glob[r] = rt_pool_get(rs, rt_bytes(g, r));
             if (!rs->glob[r]) {
-                fail_rank(rs, MPMD_ERR_NOMEM, "out of memory for the loop result %%%d", r);
+                rt_fail(rs, MPMD_ERR_NOMEM, "out of memory for the loop result %%%d", r);
                 return 1;
             }
             rs->owned[r] = 1;
@@ -197,17 +171,17 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
     static const char *pre[] = {"fwd", "bwd", "bwdA", "bwdW"};
     snprintf(where, sizeof where, " in %s_%d__%d", pre[in->kind], in->stage, mb);
     for (int c = 0; c < st->cl.count[k]; c++) {
-        if (aborted(st)) return 1;
+        if (rt_aborted(st)) return 1;
         int i = nodes[c];
         const mpmd_node *nd = &g->nodes[i];
         if (!(nd->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL))) {
             void *out = NULL;
-            if (nd->type.dtype != MPMD_TOKEN && !(out = pool_get(rs, bytes_of(g, i)))) {
-                fail_rank(rs, MPMD_ERR_NOMEM, "out of memory for %%%d%s", i, where);
+            if (nd->type.dtype != MPMD_TOKEN && !(out = rt_pool_get(rs, rt_bytes(g, i)))) {
+                rt_fail(rs, MPMD_ERR_NOMEM, "out of memory for %%%d%s", i, where);
                 return 1;
             }
             rs->val[(size_t)i * n + mb] = out;
-            rs->live_bytes += (int64_t)bytes_of(g, i);
+            rs->live_bytes += (int64_t)rt_bytes(g, i);
             if (rs->live_bytes > rs->peak_bytes) rs->peak_bytes = rs->live_bytes;
             if (run_kernel(rs, i, mb, out, where)) return 1;
         }
@@ -215,12 +189,39 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
         /* values used only inside this task die at their last use here */
         for (int f = st->free_head[k][c]; f >= 0; f = st->free_next[f]) {
             size_t key = (size_t)f * n + mb;
-            pool_put(rs, rs->val[key], bytes_of(g, f));
+            rt_pool_put(rs, rs->val[key], rt_bytes(g, f));
             rs->val[key] = NULL;
-            rs->live_bytes -= (int64_t)bytes_of(g, f);
+            rs->live_bytes -= (int64_t)rt_bytes(g, f);
         }
     }
     return 0;
+}
+
+void rt_store_received(mpmd_rank_state *rs, const mpmd_instr *in, void *buf) {
+    struct mpmd_step *st = rs->st;
+    if (in->mb >= 0) {
+        rs->val[(size_t)in->node * st->num_micro + in->mb] = buf;
+        rs->live_bytes += (int64_t)rt_bytes(st->g, in->node);
+        if (rs->live_bytes > rs->peak_bytes) rs->peak_bytes = rs->live_bytes;
+    } else {
+        rs->glob[in->node] = buf;
+        rs->owned[in->node] = 1;
+    }
+}
+
+void *rt_send_buffer(mpmd_rank_state *rs, const mpmd_instr *in) {
+    struct mpmd_step *st = rs->st;
+    size_t bytes = rt_bytes(st->g, in->node);
+    void **slot = in->mb >= 0 ? &rs->val[(size_t)in->node * st->num_micro + in->mb] : &rs->glob[in->node];
+    if (in->kind == 1) { /* moved: the receiver owns it now */
+        void *buf = *slot;
+        *slot = NULL;
+        rs->live_bytes -= (int64_t)bytes;
+        return buf;
+    }
+    void *buf = rt_pool_get(rs, bytes);
+    if (buf) memcpy(buf, *slot, bytes);
+    return buf;
 }
 
 static int recv_value(mpmd_rank_state *rs, const mpmd_instr *in) {
@@ -233,45 +234,32 @@ static int recv_value(mpmd_rank_state *rs, const mpmd_instr *in) {
             msg *m = *pp;
             *pp = m->next;
             pthread_mutex_unlock(&rs->mu);
-            if (in->mb >= 0) {
-                rs->val[(size_t)in->node * st->num_micro + in->mb] = m->buf;
-                rs->live_bytes += (int64_t)bytes_of(st->g, in->node);
-                if (rs->live_bytes > rs->peak_bytes) rs->peak_bytes = rs->live_bytes;
-            }
-            else
-                rs->glob[in->node] = m->buf, rs->owned[in->node] = 1;
+            rt_store_received(rs, in, m->buf);
             free(m);
             return 0;
         }
-        if (aborted(st)) {
+        if (rt_aborted(st)) {
             pthread_mutex_unlock(&rs->mu);
             return 1;
         }
-        double t0 = st->record ? now_s() : 0;
+        double t0 = st->record ? rt_now() : 0;
         pthread_cond_wait(&rs->cv, &rs->mu);
-        if (st->record) rs->wait += now_s() - t0;
+        if (st->record) rs->wait += rt_now() - t0;
     }
 }
 
 static int send_value(mpmd_rank_state *rs, const mpmd_instr *in) {
     struct mpmd_step *st = rs->st;
-    size_t bytes = bytes_of(st->g, in->node);
-    void **slot = in->mb >= 0 ? &rs->val[(size_t)in->node * st->num_micro + in->mb] : &rs->glob[in->node];
     msg *m = malloc(sizeof *m);
-    void *buf = in->kind == 1 ? *slot : pool_get(rs, bytes);
+    void *buf = m ? rt_send_buffer(rs, in) : NULL;
     if (!m || !buf) {
         free(m);
-        fail_rank(rs, MPMD_ERR_NOMEM, "out of memory sending %%%d", in->node);
+        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory sending %%%d", in->node);
         return 1;
     }
-    if (in->kind == 1) {
-        *slot = NULL; /* moved: the receiver owns it now */
-        rs->live_bytes -= (int64_t)bytes;
-    }
-    else
-        memcpy(buf, *slot, bytes);
     m->src = rs->rank, m->node = in->node, m->mb = in->mb, m->buf = buf;
-    mpmd_rank_state *dst = &st->rs[in->peer];
+    /* the same pipeline rank of the same replica */
+    mpmd_rank_state *dst = &st->rs[rs->replica * st->num_ranks + in->peer];
     pthread_mutex_lock(&dst->mu);
     m->next = NULL;
     msg **pp = &dst->inbox;
@@ -279,6 +267,62 @@ static int send_value(mpmd_rank_state *rs, const mpmd_instr *in) {
     *pp = m;
     pthread_cond_broadcast(&dst->cv);
     pthread_mutex_unlock(&dst->mu);
+    return 0;
+}
+
+void rt_combine_replicas(const mpmd_graph *g, int node, void *const *bufs, int replicas, float *out) {
+    const mpmd_node *n = &g->nodes[node];
+    int64_t cnt = mpmd_type_numel(&n->type);
+    const float *b0 = bufs[0];
+    for (int64_t k = 0; k < cnt; k++) out[k] = b0[k];
+    for (int d = 1; d < replicas; d++) {
+        const float *b = bufs[d];
+        if (n->ia[0] == MPMD_REDUCE_ADD)
+            for (int64_t k = 0; k < cnt; k++) out[k] += b[k];
+        else
+            for (int64_t k = 0; k < cnt; k++) out[k] = b[k] > out[k] ? b[k] : out[k];
+    }
+    if (n->ia[0] == MPMD_REDUCE_ADD) {
+        const float inv = 1.0f / (float)replicas;
+        for (int64_t k = 0; k < cnt; k++) out[k] *= inv;
+    }
+}
+
+/* Wait until every replica of this pipeline rank has reached the barrier
+ * (or a rank failed: returns 1). */
+static int group_barrier(mpmd_rank_state *rs) {
+    struct mpmd_step *st = rs->st;
+    mpmd_group *gr = &st->groups[rs->rank];
+    pthread_mutex_lock(&gr->mu);
+    unsigned gen = gr->generation;
+    if (++gr->arrived == st->replicas) {
+        gr->arrived = 0;
+        gr->generation++;
+        pthread_cond_broadcast(&gr->cv);
+    } else {
+        while (gen == gr->generation && !rt_aborted(st)) pthread_cond_wait(&gr->cv, &gr->mu);
+    }
+    pthread_mutex_unlock(&gr->mu);
+    return rt_aborted(st);
+}
+
+/* The replicas of one pipeline rank combine a loop result: every replica
+ * computes the same sum, in replica order, so all copies have equal bits. */
+static int allreduce_value(mpmd_rank_state *rs, int node) {
+    struct mpmd_step *st = rs->st;
+    mpmd_group *gr = &st->groups[rs->rank];
+    size_t bytes = rt_bytes(st->g, node);
+    float *out = rt_pool_get(rs, bytes);
+    if (!out) {
+        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory combining %%%d across replicas", node);
+        return 1;
+    }
+    gr->bufs[rs->replica] = rs->glob[node];
+    if (group_barrier(rs)) return rt_pool_put(rs, out, bytes), 1;
+    rt_combine_replicas(st->g, node, gr->bufs, st->replicas, out);
+    if (group_barrier(rs)) return rt_pool_put(rs, out, bytes), 1; /* all have read every buffer */
+    rt_pool_put(rs, rs->glob[node], bytes);
+    rs->glob[node] = out;
     return 0;
 }
 
@@ -290,9 +334,10 @@ static void *rank_main(void *arg) {
     rs->nev = 0;
     rs->wait = 0;
     rs->live_bytes = rs->peak_bytes = 0;
-    for (int x = 0; x < p->n && !aborted(st); x++) {
+    for (int x = 0; x < p->n && !rt_aborted(st); x++) {
         const mpmd_instr *in = &p->ins[x];
-        double t0 = st->record ? now_s() : 0;
+        if (rs->mpi) mpmd_mpi_prepare(rs, x); /* post the receives the next tasks need */
+        double t0 = st->record ? rt_now() : 0;
         switch (in->op) {
         case MPMD_I_RUN_PRE:
         case MPMD_I_RUN_POST: {
@@ -300,8 +345,8 @@ static void *rank_main(void *arg) {
             const mpmd_node *nd = &g->nodes[i];
             void *out = NULL;
             if (nd->type.dtype != MPMD_TOKEN) {
-                if (!(out = pool_get(rs, bytes_of(g, i)))) {
-                    fail_rank(rs, MPMD_ERR_NOMEM, "out of memory for %%%d", i);
+                if (!(out = rt_pool_get(rs, rt_bytes(g, i)))) {
+                    rt_fail(rs, MPMD_ERR_NOMEM, "out of memory for %%%d", i);
                     break;
                 }
                 rs->glob[i] = out;
@@ -311,23 +356,39 @@ static void *rank_main(void *arg) {
             break;
         }
         case MPMD_I_TASK: run_task(rs, in); break;
-        case MPMD_I_SEND: send_value(rs, in); break;
-        case MPMD_I_RECV: recv_value(rs, in); break;
+        case MPMD_I_SEND:
+            if (rs->mpi)
+                mpmd_mpi_send(rs, in);
+            else
+                send_value(rs, in);
+            break;
+        case MPMD_I_RECV:
+            if (rs->mpi)
+                mpmd_mpi_recv(rs, in, x);
+            else
+                recv_value(rs, in);
+            break;
+        case MPMD_I_ALLREDUCE:
+            if (rs->mpi)
+                mpmd_mpi_allreduce(rs, in->node);
+            else
+                allreduce_value(rs, in->node);
+            break;
         case MPMD_I_FREE: {
             size_t key = (size_t)in->node * st->num_micro + in->mb;
-            pool_put(rs, rs->val[key], bytes_of(g, in->node));
+            rt_pool_put(rs, rs->val[key], rt_bytes(g, in->node));
             rs->val[key] = NULL;
-            rs->live_bytes -= (int64_t)bytes_of(g, in->node);
+            rs->live_bytes -= (int64_t)rt_bytes(g, in->node);
             break;
         }
         }
         if (st->record) {
-            double t1 = now_s();
+            double t1 = rt_now();
             if (rs->nev == rs->capev) {
                 int cap = rs->capev ? 2 * rs->capev : 1024;
                 mpmd_event *ne = realloc(rs->ev, (size_t)cap * sizeof *ne);
                 if (!ne) {
-                    fail_rank(rs, MPMD_ERR_NOMEM, "out of memory recording the timeline");
+                    rt_fail(rs, MPMD_ERR_NOMEM, "out of memory recording the timeline");
                     break;
                 }
                 rs->ev = ne, rs->capev = cap;
@@ -343,8 +404,10 @@ static void *rank_main(void *arg) {
 
 mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
     const mpmd_graph *g = st->g;
-    const int nn = g->n_nodes, D = st->num_ranks, n = st->num_micro;
-    st->rs = calloc((size_t)D, sizeof *st->rs);
+    const int nn = g->n_nodes, D = st->num_ranks, n = st->num_micro, R = st->replicas;
+    int mpi = st->runtime == MPMD_RUNTIME_MPI;
+    st->num_local = mpi ? 1 : D * R;
+    st->rs = calloc((size_t)st->num_local, sizeof *st->rs);
     st->inputs = calloc((size_t)nn + 1, sizeof *st->inputs);
     st->input_set = calloc((size_t)nn + 1, 1);
     st->reduce_head = malloc((size_t)(nn + 1) * sizeof *st->reduce_head);
@@ -405,15 +468,33 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         }
         free(lastpos);
     }
+    /* inputs: one share per replica, replica d at d * size */
     for (int i = 0; i < nn; i++)
         if (g->nodes[i].op == &mpmd_op_input) {
-            if (!(st->inputs[i] = calloc(1, bytes_of(g, i) + 1))) goto nomem;
+            if (!(st->inputs[i] = calloc((size_t)R, rt_bytes(g, i) + 1))) goto nomem;
         }
+    if (!mpi && R > 1) {
+        st->groups = calloc((size_t)D, sizeof *st->groups);
+        if (!st->groups) goto nomem;
+        for (int r = 0; r < D; r++) {
+            pthread_mutex_init(&st->groups[r].mu, NULL);
+            pthread_cond_init(&st->groups[r].cv, NULL);
+            if (!(st->groups[r].bufs = calloc((size_t)R, sizeof(void *)))) goto nomem;
+        }
+    }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int tpr = st->threads_per_rank > 0 ? st->threads_per_rank : (int)(cores / D > 0 ? cores / D : 1);
-    for (int r = 0; r < D; r++) {
-        mpmd_rank_state *rs = &st->rs[r];
-        rs->rank = r;
+    int tpr = st->threads_per_rank > 0 ? st->threads_per_rank
+                                       : (int)(cores / st->num_local > 0 ? cores / st->num_local : 1);
+    for (int li = 0; li < st->num_local; li++) {
+        mpmd_rank_state *rs = &st->rs[li];
+        if (mpi) {
+            rs->rank = st->mpi_rank;
+            rs->replica = st->mpi_replica;
+        } else {
+            rs->rank = li % D;
+            rs->replica = li / D;
+        }
+        int r = rs->rank;
         rs->st = st;
         rs->nthreads = tpr;
         pthread_mutex_init(&rs->mu, NULL);
@@ -427,7 +508,7 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
             const mpmd_node *nd = &g->nodes[i];
             if (!st->live[i] || !mpmd_runs_on(st, i, r)) continue;
             if (mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant) {
-                size_t b = bytes_of(g, i);
+                size_t b = rt_bytes(g, i);
                 void *p = NULL;
                 if (posix_memalign(&p, 64, (b + 64) / 64 * 64)) goto nomem;
                 rs->glob[i] = p;
@@ -440,7 +521,7 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
                     mpmd_init_fill(p, &nd->type, nd->name, nd->init, st->seed);
                 }
             } else if (nd->op == &mpmd_op_input) {
-                rs->glob[i] = st->inputs[i];
+                rs->glob[i] = (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i);
             }
             if (st->kern[i] && st->kern[i]->scratch) {
                 size_t sb = st->kern[i]->scratch(g, nd);
@@ -452,6 +533,7 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
             rs->scratch_bytes = scratch;
         }
     }
+    if (mpi) return mpmd_mpi_setup(st, err);
     return MPMD_OK;
 nomem:
     return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory setting up the ranks");
@@ -464,12 +546,12 @@ static void end_of_step(mpmd_rank_state *rs) {
     const int nn = g->n_nodes, n = st->num_micro;
     for (size_t k = 0; k < (size_t)nn * n; k++)
         if (rs->val[k]) {
-            pool_put(rs, rs->val[k], bytes_of(g, (int)(k / (size_t)n)));
+            rt_pool_put(rs, rs->val[k], rt_bytes(g, (int)(k / (size_t)n)));
             rs->val[k] = NULL;
         }
     for (int i = 0; i < nn; i++)
         if (rs->owned[i] && !(g->nodes[i].flags & MPMD_NODE_KEEP)) {
-            pool_put(rs, rs->glob[i], bytes_of(g, i));
+            rt_pool_put(rs, rs->glob[i], rt_bytes(g, i));
             rs->glob[i] = NULL;
             rs->owned[i] = 0;
         }
@@ -484,38 +566,45 @@ static void end_of_step(mpmd_rank_state *rs) {
 }
 
 mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
-    const int D = st->num_ranks;
+    const int L = st->num_local;
     const mpmd_graph *g = st->g;
     /* kept values of the previous step go back before this one */
-    for (int r = 0; r < D; r++)
+    for (int r = 0; r < L; r++)
         for (int i = 0; i < g->n_nodes; i++)
             if (st->rs[r].owned[i]) {
-                pool_put(&st->rs[r], st->rs[r].glob[i], bytes_of(g, i));
+                rt_pool_put(&st->rs[r], st->rs[r].glob[i], rt_bytes(g, i));
                 st->rs[r].glob[i] = NULL;
                 st->rs[r].owned[i] = 0;
             }
     st->abort_flag = 0;
     st->err[0] = '\0';
-    pthread_t *th = malloc((size_t)D * sizeof *th);
-    if (!th) {
-        snprintf(st->err, sizeof st->err, "out of memory starting %d rank threads", D);
-        return MPMD_ERR_NOMEM;
-    }
-    int started = 0;
     mpmd_status rc = MPMD_OK;
-    st->t_start = now_s();
-    for (int r = 0; r < D; r++) {
-        st->rs[r].status = MPMD_OK;
-        if (pthread_create(&th[r], NULL, rank_main, &st->rs[r]) != 0) {
-            fail_rank(&st->rs[r], MPMD_ERR_RUNTIME, "could not start the thread of rank %d", r);
-            break;
+    st->t_start = rt_now();
+    if (st->runtime == MPMD_RUNTIME_MPI) {
+        /* this process is one rank: run its program here */
+        st->rs[0].status = MPMD_OK;
+        rank_main(&st->rs[0]);
+        mpmd_mpi_end_step(&st->rs[0]);
+    } else {
+        pthread_t *th = malloc((size_t)L * sizeof *th);
+        if (!th) {
+            snprintf(st->err, sizeof st->err, "out of memory starting %d rank threads", L);
+            return MPMD_ERR_NOMEM;
         }
-        started++;
+        int started = 0;
+        for (int r = 0; r < L; r++) {
+            st->rs[r].status = MPMD_OK;
+            if (pthread_create(&th[r], NULL, rank_main, &st->rs[r]) != 0) {
+                rt_fail(&st->rs[r], MPMD_ERR_RUNTIME, "could not start the thread of rank %d", st->rs[r].rank);
+                break;
+            }
+            started++;
+        }
+        for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
+        free(th);
     }
-    for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
-    st->t_end = now_s();
-    free(th);
-    for (int r = 0; r < D; r++) {
+    st->t_end = rt_now();
+    for (int r = 0; r < L; r++) {
         if (st->rs[r].status != MPMD_OK && rc == MPMD_OK) rc = st->rs[r].status;
         end_of_step(&st->rs[r]);
     }
@@ -526,7 +615,8 @@ mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
 void mpmd_runtime_free(struct mpmd_step *st) {
     if (!st->rs) return;
     const mpmd_graph *g = st->g;
-    for (int r = 0; r < st->num_ranks; r++) {
+    if (st->runtime == MPMD_RUNTIME_MPI) mpmd_mpi_teardown(st);
+    for (int r = 0; r < st->num_local; r++) {
         mpmd_rank_state *rs = &st->rs[r];
         if (rs->glob) {
             for (int i = 0; i < g->n_nodes; i++) {
@@ -551,12 +641,42 @@ void mpmd_runtime_free(struct mpmd_step *st) {
     }
     free(st->rs);
     st->rs = NULL;
+    if (st->groups) {
+        for (int r = 0; r < st->num_ranks; r++) {
+            pthread_mutex_destroy(&st->groups[r].mu);
+            pthread_cond_destroy(&st->groups[r].cv);
+            free(st->groups[r].bufs);
+        }
+        free(st->groups);
+        st->groups = NULL;
+    }
 }
 
-void *mpmd_runtime_value(struct mpmd_step *st, int rank, int node) { return st->rs[rank].glob[node]; }
+/* The state of pipeline rank `rank`, replica 0 (in-process), or this
+ * process's state if it runs that rank (MPI); NULL otherwise. */
+static mpmd_rank_state *state_of(const struct mpmd_step *st, int rank) {
+    if (!st->rs || rank < 0 || rank >= st->num_ranks) return NULL;
+    if (st->runtime == MPMD_RUNTIME_MPI) return st->rs[0].rank == rank ? &st->rs[0] : NULL;
+    return &st->rs[rank];
+}
+
+void *mpmd_runtime_value(struct mpmd_step *st, int rank, int node) {
+    mpmd_rank_state *rs = state_of(st, rank);
+    return rs ? rs->glob[node] : NULL;
+}
+
+void *mpmd_runtime_replica_value(struct mpmd_step *st, int rank, int replica, int node) {
+    if (st->runtime == MPMD_RUNTIME_MPI) {
+        mpmd_rank_state *rs = &st->rs[0];
+        return rs->rank == rank && rs->replica == replica ? rs->glob[node] : NULL;
+    }
+    if (rank < 0 || rank >= st->num_ranks || replica < 0 || replica >= st->replicas) return NULL;
+    return st->rs[replica * st->num_ranks + rank].glob[node];
+}
 
 const mpmd_event *mpmd_runtime_events(const struct mpmd_step *st, int rank, int *n, int64_t *peak_bytes) {
-    *n = st->rs[rank].nev;
-    if (peak_bytes) *peak_bytes = st->rs[rank].peak_bytes;
-    return st->rs[rank].ev;
+    mpmd_rank_state *rs = state_of(st, rank);
+    *n = rs ? rs->nev : 0;
+    if (peak_bytes) *peak_bytes = rs ? rs->peak_bytes : 0;
+    return rs ? rs->ev : NULL;
 }

@@ -1,0 +1,278 @@
+/* The MPI runtime: one process per (rank, replica), started by mpirun.
+ *
+ * Every process compiles the same plan and runs the program of its rank.
+ * A transfer is a non-blocking point-to-point message on the communicator
+ * of its replica's pipeline; its tag is (value, microbatch), so nothing can
+ * be confused. Receives are posted ahead: before an instruction runs, every
+ * receive up to the second task after it is posted, so data arrives while
+ * the rank computes; a send completes in the background and its buffer goes
+ * back to the pool when MPI is done with it. Loop results are combined
+ * across replicas on the communicator of a rank's replicas: an allgather,
+ * then the same sum in replica order on every replica, so replicas stay
+ * bitwise identical.
+ *
+ * Built only when CMake finds MPI (MPMD_HAVE_MPI); otherwise the functions
+ * say that this build has no MPI.
+ */
+#include "runtime/runtime.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef MPMD_HAVE_MPI
+#include <mpi.h>
+
+typedef struct {
+    MPI_Request req;
+    void *buf;
+    size_t bytes;
+} pending_send;
+
+typedef struct {
+    MPI_Comm pipe; /* the ranks of this replica, rank r = pipeline rank r */
+    MPI_Comm data; /* the replicas of this pipeline rank, in replica order */
+    MPI_Request *rreq; /* [program length]: posted receives */
+    void **rbuf;
+    int posted;        /* instructions up to here have their receives posted */
+    pending_send *ps;
+    int nps, cps;
+    int tag_ub;
+} mpi_state;
+
+int mpmd_mpi_available(void) { return 1; }
+
+mpmd_status mpmd_mpi_init(int *argc, char ***argv, mpmd_error *err) {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (inited) return MPMD_OK;
+    int provided;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return mpmd_error_set(err, MPMD_ERR_RUNTIME, "mpmd_mpi_init: MPI_Init_thread failed");
+    return MPMD_OK;
+}
+
+void mpmd_mpi_finalize(void) {
+    int inited = 0, fin = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&fin);
+    if (inited && !fin) MPI_Finalize();
+}
+
+int mpmd_mpi_world_rank(void) {
+    int inited = 0, r = 0;
+    MPI_Initialized(&inited);
+    if (inited) MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+int mpmd_mpi_world_size(void) {
+    int inited = 0, n = 1;
+    MPI_Initialized(&inited);
+    if (inited) MPI_Comm_size(MPI_COMM_WORLD, &n);
+    return n;
+}
+
+void mpmd_mpi_abort(int code) {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (inited) MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
+
+static int tag_of(const struct mpmd_step *st, int node, int mb) { return node * (st->num_micro + 1) + (mb + 1); }
+
+mpmd_status mpmd_mpi_setup(struct mpmd_step *st, mpmd_error *err) {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_jit_with_loop: the MPI runtime needs mpmd_mpi_init first (and the program "
+                              "started by mpirun)");
+    mpi_state *m = calloc(1, sizeof *m);
+    if (!m) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+    st->mpi = m;
+    st->rs[0].mpi = m;
+    const mpmd_program *p = &st->prog[st->mpi_rank];
+    m->rreq = malloc((size_t)(p->n + 1) * sizeof *m->rreq);
+    m->rbuf = calloc((size_t)p->n + 1, sizeof *m->rbuf);
+    if (!m->rreq || !m->rbuf) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+    for (int x = 0; x < p->n; x++) m->rreq[x] = MPI_REQUEST_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, st->mpi_replica, st->mpi_rank, &m->pipe);
+    MPI_Comm_split(MPI_COMM_WORLD, st->mpi_rank, st->mpi_replica, &m->data);
+    int *ub = NULL, flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    m->tag_ub = flag && ub ? *ub : 32767;
+    int64_t need = (int64_t)st->g->n_nodes * (st->num_micro + 1);
+    if (need > m->tag_ub)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_jit_with_loop: %lld message tags needed (values x microbatches) but this MPI "
+                              "allows tags up to %d",
+                              (long long)need, m->tag_ub);
+    return MPMD_OK;
+}
+
+void mpmd_mpi_teardown(struct mpmd_step *st) {
+    mpi_state *m = st->mpi;
+    if (!m) return;
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) {
+        if (m->pipe != MPI_COMM_NULL && m->pipe) MPI_Comm_free(&m->pipe);
+        if (m->data != MPI_COMM_NULL && m->data) MPI_Comm_free(&m->data);
+    }
+    if (m->rbuf) {
+        const mpmd_program *p = &st->prog[st->mpi_rank];
+        for (int x = 0; x < p->n; x++) free(m->rbuf[x]);
+    }
+    free(m->rreq), free(m->rbuf), free(m->ps), free(m);
+    st->mpi = NULL;
+}
+
+/* Recycle the buffers of sends MPI has finished with. */
+static void reap_sends(mpmd_rank_state *rs, int wait) {
+    mpi_state *m = rs->mpi;
+    int k = 0;
+    for (int i = 0; i < m->nps; i++) {
+        int done = 0;
+        if (wait)
+            MPI_Wait(&m->ps[i].req, MPI_STATUS_IGNORE), done = 1;
+        else
+            MPI_Test(&m->ps[i].req, &done, MPI_STATUS_IGNORE);
+        if (done)
+            rt_pool_put(rs, m->ps[i].buf, m->ps[i].bytes);
+        else
+            m->ps[k++] = m->ps[i];
+    }
+    m->nps = k;
+}
+
+void mpmd_mpi_prepare(mpmd_rank_state *rs, int x) {
+    struct mpmd_step *st = rs->st;
+    mpi_state *m = rs->mpi;
+    const mpmd_program *p = &st->prog[rs->rank];
+    if (x == 0) m->posted = 0;
+    /* post every receive up to the second task from here */
+    int tasks = 0, limit = x;
+    while (limit < p->n && tasks < 2) tasks += p->ins[limit++].op == MPMD_I_TASK;
+    for (; m->posted < limit; m->posted++) {
+        const mpmd_instr *in = &p->ins[m->posted];
+        if (in->op != MPMD_I_RECV) continue;
+        size_t b = rt_bytes(st->g, in->node);
+        void *buf = rt_pool_get(rs, b);
+        if (!buf) {
+            rt_fail(rs, MPMD_ERR_NOMEM, "out of memory receiving %%%d", in->node);
+            return;
+        }
+        m->rbuf[m->posted] = buf;
+        MPI_Irecv(buf, (int)b, MPI_BYTE, in->peer, tag_of(st, in->node, in->mb), m->pipe, &m->rreq[m->posted]);
+    }
+    if (m->nps) reap_sends(rs, 0);
+}
+
+int mpmd_mpi_recv(mpmd_rank_state *rs, const mpmd_instr *in, int x) {
+    mpi_state *m = rs->mpi;
+    double t0 = rs->st->record ? rt_now() : 0;
+    MPI_Wait(&m->rreq[x], MPI_STATUS_IGNORE);
+    if (rs->st->record) rs->wait += rt_now() - t0;
+    rt_store_received(rs, in, m->rbuf[x]);
+    m->rbuf[x] = NULL;
+    return 0;
+}
+
+int mpmd_mpi_send(mpmd_rank_state *rs, const mpmd_instr *in) {
+    struct mpmd_step *st = rs->st;
+    mpi_state *m = rs->mpi;
+    size_t b = rt_bytes(st->g, in->node);
+    void *buf = rt_send_buffer(rs, in);
+    if (!buf || (m->nps == m->cps && !(m->ps = realloc(m->ps, (size_t)(m->cps = m->cps ? 2 * m->cps : 64) *
+                                                                        sizeof *m->ps)))) {
+        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory sending %%%d", in->node);
+        return 1;
+    }
+    pending_send *p = &m->ps[m->nps++];
+    p->buf = buf;
+    p->bytes = b;
+    MPI_Isend(buf, (int)b, MPI_BYTE, in->peer, tag_of(st, in->node, in->mb), m->pipe, &p->req);
+    return 0;
+}
+
+int mpmd_mpi_allreduce(mpmd_rank_state *rs, int node) {
+    struct mpmd_step *st = rs->st;
+    mpi_state *m = rs->mpi;
+    const int R = st->replicas;
+    size_t b = rt_bytes(st->g, node);
+    char *all = malloc((size_t)R * b);
+    void **bufs = malloc((size_t)R * sizeof *bufs);
+    float *out = rt_pool_get(rs, b);
+    if (!all || !bufs || !out) {
+        free(all), free(bufs);
+        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory combining %%%d across replicas", node);
+        return 1;
+    }
+    double t0 = st->record ? rt_now() : 0;
+    MPI_Allgather(rs->glob[node], (int)b, MPI_BYTE, all, (int)b, MPI_BYTE, m->data);
+    if (st->record) rs->wait += rt_now() - t0;
+    for (int d = 0; d < R; d++) bufs[d] = all + (size_t)d * b;
+    rt_combine_replicas(st->g, node, bufs, R, out);
+    rt_pool_put(rs, rs->glob[node], b);
+    rs->glob[node] = out;
+    free(all), free(bufs);
+    return 0;
+}
+
+void mpmd_mpi_end_step(mpmd_rank_state *rs) {
+    mpi_state *m = rs->mpi;
+    reap_sends(rs, 1);
+    /* receives posted but not consumed (a failed step): cancel them */
+    const mpmd_program *p = &rs->st->prog[rs->rank];
+    for (int x = 0; x < p->n; x++)
+        if (m->rreq[x] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&m->rreq[x]);
+            MPI_Wait(&m->rreq[x], MPI_STATUS_IGNORE);
+            rt_pool_put(rs, m->rbuf[x], rt_bytes(rs->st->g, p->ins[x].node));
+            m->rbuf[x] = NULL;
+        }
+}
+
+mpmd_status mpmd_mpi_fetch(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
+    int root = replica * st->num_ranks + rank;
+    if (st->mpi_rank == rank && st->mpi_replica == replica) {
+        const void *src = st->rs[0].glob[node];
+        if (src)
+            memcpy(dst, src, bytes);
+        else
+            memset(dst, 0, bytes);
+    }
+    MPI_Bcast(dst, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD);
+    return MPMD_OK;
+}
+
+#else /* no MPI in this build */
+
+int mpmd_mpi_available(void) { return 0; }
+mpmd_status mpmd_mpi_init(int *argc, char ***argv, mpmd_error *err) {
+    (void)argc, (void)argv;
+    return mpmd_error_set(err, MPMD_ERR_INVALID,
+                          "this build of mpmd has no MPI runtime (install libopenmpi-dev and openmpi-bin, then "
+                          "rebuild)");
+}
+void mpmd_mpi_finalize(void) {}
+int mpmd_mpi_world_rank(void) { return 0; }
+int mpmd_mpi_world_size(void) { return 1; }
+void mpmd_mpi_abort(int code) { exit(code); }
+mpmd_status mpmd_mpi_setup(struct mpmd_step *st, mpmd_error *err) {
+    (void)st;
+    return mpmd_error_set(err, MPMD_ERR_INVALID, "this build of mpmd has no MPI runtime");
+}
+void mpmd_mpi_teardown(struct mpmd_step *st) { (void)st; }
+void mpmd_mpi_prepare(mpmd_rank_state *rs, int x) { (void)rs, (void)x; }
+int mpmd_mpi_send(mpmd_rank_state *rs, const mpmd_instr *in) { return (void)rs, (void)in, 1; }
+int mpmd_mpi_recv(mpmd_rank_state *rs, const mpmd_instr *in, int x) { return (void)rs, (void)in, (void)x, 1; }
+int mpmd_mpi_allreduce(mpmd_rank_state *rs, int node) { return (void)rs, (void)node, 1; }
+void mpmd_mpi_end_step(mpmd_rank_state *rs) { (void)rs; }
+mpmd_status mpmd_mpi_fetch(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
+    (void)st, (void)rank, (void)replica, (void)node, (void)dst, (void)bytes;
+    return MPMD_ERR_INVALID;
+}
+
+#endif
