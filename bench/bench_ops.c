@@ -10,7 +10,8 @@
  * One JSON object per kernel on stdout, one per line:
  *   {"bench":"ops","kernel":..,"op":..,"shape":..,"threads":..,"ms":..,
  *    "gflops":..}  for products (2 M N K / time), "gbs":.. for the others
- *   (bytes of the inputs and the output / time).
+ *   (bytes of the inputs and the output / time; for the embedding gather,
+ *   the rows it reads instead of the whole table).
  * The first line is the single-thread sgemm yardstick (1024^3).
  *
  * Options: --threads N (default 1), --filter S (only kernels whose name
@@ -19,6 +20,7 @@
 #include "backend/cpu/cpu.h"
 #include "graph/graph.h"
 #include "mpmd.h"
+#include "ops/nn.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,12 +89,14 @@ static void bench_node(const mpmd_graph *g, mpmd_value v, const char *label, dou
         ty[i] = mpmd_type_of(g, mpmd_in(n, i));
         in[i] = xmalloc(mpmd_type_bytes(ty[i]));
         fill(in[i], ty[i], (uint64_t)i + 1);
-        bytes += (double)mpmd_type_bytes(ty[i]);
+        /* a gather reads only the rows it copies, not the whole table */
+        if (!(n->op == &mpmd_op_embedding && i == 0)) bytes += (double)mpmd_type_bytes(ty[i]);
         char tb[160];
         if (k < sizeof shape)
             k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%s", i ? " " : "",
                                   mpmd_type_str(ty[i], tb, sizeof tb));
     }
+    if (n->op == &mpmd_op_embedding) bytes += (double)mpmd_type_bytes(&n->type);
     void *out = xmalloc(mpmd_type_bytes(&n->type));
     size_t sb = e->scratch ? e->scratch(g, n) : 0;
     void *scratch = sb ? xmalloc(sb) : NULL;
