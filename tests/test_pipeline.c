@@ -9,22 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-typedef struct {
-    int ranks, stages, micro;
-    mpmd_schedule_kind kind;
-    int fuse;
-} pcase;
-
-static const pcase cases[] = {
-    {1, 1, 4, MPMD_SCHED_STD1F1B, 0},         {2, 2, 4, MPMD_SCHED_STD1F1B, 0},
-    {3, 3, 5, MPMD_SCHED_EAGER1F1B, 0},       {4, 4, 8, MPMD_SCHED_GPIPE, 0},
-    {1, 1, 1, MPMD_SCHED_INTERLEAVED1F1B, 0}, {4, 8, 1, MPMD_SCHED_INTERLEAVED1F1B, 0},
-    {4, 8, 1, MPMD_SCHED_KIMIK2, 1},          {2, 4, 12, MPMD_SCHED_INTERLEAVED1F1B, 0},
-    {4, 4, 4, MPMD_SCHED_ZEROBUBBLE, 0},      {4, 4, 8, MPMD_SCHED_ZEROBUBBLE, 0},
-    {3, 6, 6, MPMD_SCHED_DUALPIPEV, 0},       {3, 6, 10, MPMD_SCHED_DUALPIPEV, 0},
-};
-
-static mpmd_schedule *make_sched(const pcase *c) {
+static mpmd_schedule *make_sched(const tu_pcase *c) {
     mpmd_schedule *s = NULL;
     mpmd_error err;
     if (mpmd_schedule_new(c->kind, c->stages, c->ranks, c->micro, c->fuse, &s, &err) != MPMD_OK) {
@@ -32,47 +17,6 @@ static mpmd_schedule *make_sched(const pcase *c) {
         abort();
     }
     return s;
-}
-
-/* An MLP of `layers` dense layers (tanh between), a marker after each, MSE
- * loss divided by the microbatch count, SGD. */
-typedef struct {
-    mpmd_graph *g;
-    mpmd_value x, y, loss;
-} mlp;
-
-static mlp build_mlp(int layers, int micro, int rows_per_mb, int width) {
-    mlp m;
-    m.g = mpmd_graph_new();
-    mpmd_graph *g = m.g;
-    int64_t B = (int64_t)micro * rows_per_mb;
-    m.x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(B, width));
-    m.y = mpmd_input(g, "y", MPMD_F32, MPMD_SHAPE(B, width));
-    mpmd_loop_begin(g, micro);
-    mpmd_value h = mpmd_microbatch(g, m.x), yb = mpmd_microbatch(g, m.y);
-    for (int l = 0; l < layers; l++) {
-        char name[32];
-        snprintf(name, sizeof name, "dense_%d", l);
-        h = mpmd_dense(g, name, h, width, 1);
-        if (l + 1 < layers) {
-            h = mpmd_tanh(g, h);
-            h = mpmd_enter_stage(g, h);
-        }
-    }
-    mpmd_value d = mpmd_sub(g, h, yb);
-    mpmd_value loss = mpmd_mul_scalar(g, mpmd_mean(g, mpmd_square(g, d), 0, NULL, 0), 1.0f / (float)micro);
-    loss = mpmd_enter_stage(g, loss);
-    int np = mpmd_graph_params(g, NULL, 0);
-    mpmd_value *ps = malloc((size_t)np * sizeof *ps), *gs = malloc((size_t)np * sizeof *gs);
-    mpmd_graph_params(g, ps, np);
-    mpmd_grad(g, loss, np, ps, gs);
-    m.loss = mpmd_loop_reduce(g, loss, MPMD_REDUCE_ADD);
-    for (int i = 0; i < np; i++) gs[i] = mpmd_loop_reduce(g, gs[i], MPMD_REDUCE_ADD);
-    mpmd_loop_end(g);
-    mpmd_sgd(g, np, ps, gs, mpmd_scalar(g, 0.05f));
-    mpmd_keep(g, m.loss);
-    free(ps), free(gs);
-    return m;
 }
 
 /* Reference: one rank, the plain loop; then the pipeline; compare loss and
@@ -120,9 +64,9 @@ static void compare(const char *what, mpmd_graph *g, const mpmd_value *inputs, v
 }
 
 static void test_mlp_equivalence(void) {
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const pcase *pc = &cases[c];
-        mlp m = build_mlp(pc->stages, pc->micro, 3, 8);
+    for (int c = 0; c < tu_num_pcases; c++) {
+        const tu_pcase *pc = &tu_pcases[c];
+        tu_mlp m = tu_build_mlp(pc->stages, pc->micro, 3, 8);
         CHECK(mpmd_graph_status(m.g) == MPMD_OK, "mlp graph: %s", mpmd_graph_error(m.g));
         int64_t B = (int64_t)pc->micro * 3;
         float *x = malloc((size_t)B * 8 * sizeof *x), *y = malloc((size_t)B * 8 * sizeof *y);
@@ -141,8 +85,8 @@ static void test_mlp_equivalence(void) {
 }
 
 static void test_gpt_equivalence(void) {
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const pcase *pc = &cases[c];
+    for (int c = 0; c < tu_num_pcases; c++) {
+        const tu_pcase *pc = &tu_pcases[c];
         if (tu_quick() && c % 3 != 0) continue;
         gpt_config cfg = gpt_config_default();
         cfg.vocab = 64;
@@ -188,7 +132,7 @@ static void test_gpt_equivalence(void) {
 }
 
 static void test_errors(void) {
-    mlp m = build_mlp(3, 4, 2, 4);
+    tu_mlp m = tu_build_mlp(3, 4, 2, 4);
     mpmd_schedule *s = NULL;
     mpmd_error err;
     mpmd_schedule_std1f1b(2, 4, &s, &err);
@@ -203,7 +147,7 @@ static void test_errors(void) {
     /* a user schedule that takes a stage's microbatches out of order */
     const char *txt = "fwd_0__1 fwd_0__0 bwd_0__0 bwd_0__1\n";
     mpmd_graph_free(m.g);
-    m = build_mlp(1, 2, 2, 4);
+    m = tu_build_mlp(1, 2, 2, 4);
     if (mpmd_schedule_parse(txt, strlen(txt), "test", &s, &err) == MPMD_OK) {
         mpmd_step *st = mpmd_jit_with_loop(m.g, s, NULL, &err);
         CHECK(st == NULL && strstr(err.msg, "microbatches in order"), "%s", st ? "accepted" : err.msg);
@@ -213,7 +157,7 @@ static void test_errors(void) {
     /* a schedule whose dependencies cannot be met */
     const char *bad = "fwd_0__0 bwd_0__0\nbwd_1__0 fwd_1__0\n";
     mpmd_graph_free(m.g);
-    m = build_mlp(2, 1, 2, 4);
+    m = tu_build_mlp(2, 1, 2, 4);
     if (mpmd_schedule_parse(bad, strlen(bad), "bad", &s, &err) == MPMD_OK) {
         mpmd_step *st = mpmd_jit_with_loop(m.g, s, NULL, &err);
         CHECK(st == NULL && err.code == MPMD_ERR_SCHEDULE, "deadlocking schedule: %s", st ? "accepted" : err.msg);
@@ -276,8 +220,8 @@ static void test_failure_stops_all(void) {
  * are bitwise identical. */
 static void test_data_parallel(void) {
     const int R = 2, S = 2, n = 4, rows = 3, width = 8;
-    mlp dp = build_mlp(S, n, rows, width);           /* one replica's share */
-    mlp ref = build_mlp(S, n, rows * R, width);      /* the whole batch */
+    tu_mlp dp = tu_build_mlp(S, n, rows, width);           /* one replica's share */
+    tu_mlp ref = tu_build_mlp(S, n, rows * R, width);      /* the whole batch */
     int64_t B = (int64_t)R * n * rows;
     float *x = malloc((size_t)B * width * sizeof *x), *y = malloc((size_t)B * width * sizeof *y);
     tu_fill(x, B * width, 5);

@@ -50,6 +50,27 @@ typedef mpmd_value (*tu_build_fn)(mpmd_graph *g, const mpmd_value *params, void 
 int tu_gradcheck(const char *label, int n_in, const mpmd_type *in_shapes, tu_build_fn build, void *ctx,
                  double h, double tol);
 
+/* The MLP the pipeline tests share: inputs "x" and "y" f32[micro * rows,
+ * width]; `layers` dense layers with tanh between and a stage marker after
+ * each (the last closing the last stage); MSE loss divided by the
+ * microbatch count; gradients of every parameter loop-reduced; SGD (lr
+ * 0.05) after the loop; the summed loss kept. */
+typedef struct tu_mlp {
+    mpmd_graph *g;
+    mpmd_value x, y, loss;
+} tu_mlp;
+tu_mlp tu_build_mlp(int layers, int micro, int rows_per_mb, int width);
+
+/* The compiler issue's equivalence list: (ranks, stages, microbatches,
+ * schedule, fuse_steady_state). */
+typedef struct tu_pcase {
+    int ranks, stages, micro;
+    mpmd_schedule_kind kind;
+    int fuse;
+} tu_pcase;
+extern const tu_pcase tu_pcases[];
+extern const int tu_num_pcases;
+
 /* Convenience: an f32 type from dims. */
 mpmd_type tu_f32(int ndim, const int64_t *dims);
 

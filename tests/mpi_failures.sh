@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# A failing or killed rank must end the whole MPI job, every process, within
+# 30 seconds, with a message that names the rank and the cause.
+#   mpi_failures.sh PATH/TO/mpi_check
+set -uo pipefail
+prog=$1
+here=$(cd "$(dirname "$0")" && pwd)
+out=$(mktemp)
+trap 'rm -f "$out"; pkill -9 -f "$prog --forever" 2>/dev/null || true' EXIT
+fail=0
+
+# 1. A task fails on rank 1 (a label outside the vocabulary).
+start=$(date +%s)
+timeout 60 "$here/mpirun.sh" shm 2 "$prog" --fail >"$out" 2>&1
+rc=$?
+took=$(( $(date +%s) - start ))
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$took" -gt 30 ]; then
+  echo "FAIL: a failing rank: exit $rc after ${took}s"; fail=1
+elif ! grep -q "rank 1" "$out" || ! grep -q "4242" "$out"; then
+  echo "FAIL: a failing rank: the message does not name rank 1 and the bad label:"; cat "$out"; fail=1
+else
+  echo "ok: a failing rank ended the job in ${took}s (exit $rc): $(grep -m1 'rank 1' "$out")"
+fi
+
+# 2. A rank is killed mid-run.
+"$here/mpirun.sh" shm 2 "$prog" --forever >"$out" 2>&1 &
+job=$!
+for _ in $(seq 100); do grep -q "^step 0" "$out" 2>/dev/null && break; sleep 0.1; done
+victim=$(pgrep -f "$prog --forever" | tail -n 1)
+if [ -z "$victim" ]; then
+  echo "FAIL: the training job did not start:"; cat "$out"; exit 1
+fi
+kill -9 "$victim"
+start=$(date +%s)
+for _ in $(seq 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$job" 2>/dev/null; then
+  echo "FAIL: the job still runs 30 s after a rank was killed"; kill -9 "$job"; fail=1
+else
+  wait "$job"; rc=$?
+  took=$(( $(date +%s) - start ))
+  left=$(pgrep -f "$prog --forever" | wc -l)
+  if [ "$rc" -eq 0 ] || [ "$left" -ne 0 ]; then
+    echo "FAIL: after a kill: exit $rc, $left processes left"; fail=1
+  elif ! grep -Eqi "signal 9|killed" "$out"; then
+    echo "FAIL: after a kill, no message names the cause:"; cat "$out"; fail=1
+  else
+    echo "ok: a killed rank ended the job in ${took}s (exit $rc): $(grep -Ei -m1 'signal 9|killed' "$out")"
+  fi
+fi
+[ "$fail" -eq 0 ] && echo "mpi_failures: 2 passed, 0 failed" || echo "mpi_failures: failed"
+exit "$fail"
