@@ -50,7 +50,8 @@ int main(int argc, char **argv) {
         val[i] = t2 - t1;
         tot[i] = t2 - t0;
         tasks = 0;
-        for (int r = 0; r < s->num_ranks; r++) tasks += s->ranks[r].num_tasks;
+        for (int r = 0; r < s->num_ranks; r++)
+            tasks += s->ranks[r].num_tasks;
         /* The timed simulation with the dispatch order, fewer runs. */
         sim[i] = 0;
         if (i < 3) {
@@ -66,10 +67,11 @@ int main(int argc, char **argv) {
         mpmd_schedule_free(s);
     }
     int nsim = runs < 3 ? runs : 3;
-    printf("{\"bench\": \"schedule\", \"schedule\": \"Interleaved1F1B\", \"stages\": %d, \"ranks\": %d, "
-           "\"microbatches\": %d, \"tasks\": %lld, \"runs\": %d, \"generate_ms\": %.1f, \"validate_ms\": %.1f, "
-           "\"generate_and_validate_ms\": %.1f, \"simulate_ms\": %.1f}\n",
-           S, D, N, tasks, runs, 1e3 * median(gen, runs), 1e3 * median(val, runs), 1e3 * median(tot, runs),
-           1e3 * median(sim, nsim));
+    printf(
+        "{\"bench\": \"schedule\", \"schedule\": \"Interleaved1F1B\", \"stages\": %d, \"ranks\": %d, "
+        "\"microbatches\": %d, \"tasks\": %lld, \"runs\": %d, \"generate_ms\": %.1f, \"validate_ms\": %.1f, "
+        "\"generate_and_validate_ms\": %.1f, \"simulate_ms\": %.1f}\n",
+        S, D, N, tasks, runs, 1e3 * median(gen, runs), 1e3 * median(val, runs), 1e3 * median(tot, runs),
+        1e3 * median(sim, nsim));
     return 0;
 }

@@ -96,12 +96,12 @@ typedef struct mpmd_schedule {
     /* "Std1F1B(S=4, D=4, n=8)"; for a user schedule its source, e.g.
      * "file:my.sched (S=4, D=2, n=4)". Used in every message about it. */
     char name[256];
-    int32_t num_stages;       /* S */
-    int32_t num_ranks;        /* D */
-    int32_t num_microbatches; /* n */
-    int split_backward;       /* 1: backwards are A and W tasks, 0: B tasks */
-    int fuse_steady_state;    /* Interleaved1F1B / KimiK2 option as built */
-    int32_t *stage_rank;      /* [S]: the rank that runs each stage (-1: none, user schedules only) */
+    int32_t num_stages;        /* S */
+    int32_t num_ranks;         /* D */
+    int32_t num_microbatches;  /* n */
+    int split_backward;        /* 1: backwards are A and W tasks, 0: B tasks */
+    int fuse_steady_state;     /* Interleaved1F1B / KimiK2 option as built */
+    int32_t *stage_rank;       /* [S]: the rank that runs each stage (-1: none, user schedules only) */
     mpmd_schedule_rank *ranks; /* [D] */
 } mpmd_schedule;
 
@@ -120,16 +120,18 @@ static inline const mpmd_task *mpmd_schedule_entry(const mpmd_schedule *s, int r
 /* S == D, stage s on rank s. */
 mpmd_status mpmd_schedule_gpipe(int num_stages, int num_microbatches, mpmd_schedule **out, mpmd_error *err);
 mpmd_status mpmd_schedule_std1f1b(int num_stages, int num_microbatches, mpmd_schedule **out, mpmd_error *err);
-mpmd_status mpmd_schedule_eager1f1b(int num_stages, int num_microbatches, mpmd_schedule **out, mpmd_error *err);
+mpmd_status mpmd_schedule_eager1f1b(int num_stages, int num_microbatches, mpmd_schedule **out,
+                                    mpmd_error *err);
 /* ZB-H1; needs n >= S. */
-mpmd_status mpmd_schedule_zerobubble(int num_stages, int num_microbatches, mpmd_schedule **out, mpmd_error *err);
+mpmd_status mpmd_schedule_zerobubble(int num_stages, int num_microbatches, mpmd_schedule **out,
+                                     mpmd_error *err);
 /* S a multiple of D, stage s on rank s % D. */
-mpmd_status mpmd_schedule_interleaved1f1b(int num_stages, int num_ranks, int num_microbatches, int fuse_steady_state,
-                                          mpmd_schedule **out, mpmd_error *err);
+mpmd_status mpmd_schedule_interleaved1f1b(int num_stages, int num_ranks, int num_microbatches,
+                                          int fuse_steady_state, mpmd_schedule **out, mpmd_error *err);
 mpmd_status mpmd_schedule_kimik2(int num_stages, int num_ranks, int num_microbatches, int fuse_steady_state,
                                  mpmd_schedule **out, mpmd_error *err);
-mpmd_status mpmd_schedule_interleaved_gpipe(int num_stages, int num_ranks, int num_microbatches, mpmd_schedule **out,
-                                            mpmd_error *err);
+mpmd_status mpmd_schedule_interleaved_gpipe(int num_stages, int num_ranks, int num_microbatches,
+                                            mpmd_schedule **out, mpmd_error *err);
 /* S == 2D, rank r runs stages r and 2D-1-r; needs n >= S. */
 mpmd_status mpmd_schedule_dualpipev(int num_stages, int num_ranks, int num_microbatches, mpmd_schedule **out,
                                     mpmd_error *err);
@@ -264,7 +266,8 @@ void mpmd_sim_free(mpmd_sim *sim);
  * p = ranks, m = microbatches, v = stages per rank. cost NULL: defaults.
  * At equal stage costs and free transfers the simulation gives exactly
  * these values (tests/test_schedule_sim.c). */
-double mpmd_schedule_analytic_bubble(const mpmd_schedule *s, const mpmd_cost_model *cost, char *buf, size_t len);
+double mpmd_schedule_analytic_bubble(const mpmd_schedule *s, const mpmd_cost_model *cost, char *buf,
+                                     size_t len);
 
 /* ------------------------------------------------------------------------ */
 /* Timelines: what ran where and when, drawn as SVG or a Chrome trace         */
@@ -286,10 +289,10 @@ typedef struct mpmd_timeline {
     char unit[16];
     double unit_us;
     int32_t num_ranks;
-    int32_t *num_events;            /* [num_ranks] */
-    int32_t *cap_events;            /* [num_ranks]: allocated room */
-    mpmd_timeline_event **events;   /* [num_ranks][num_events[r]] */
-    int32_t *rank_stages;           /* [num_ranks]: stages the rank runs (drawing hint), 0 unknown */
+    int32_t *num_events;          /* [num_ranks] */
+    int32_t *cap_events;          /* [num_ranks]: allocated room */
+    mpmd_timeline_event **events; /* [num_ranks][num_events[r]] */
+    int32_t *rank_stages;         /* [num_ranks]: stages the rank runs (drawing hint), 0 unknown */
 } mpmd_timeline;
 
 /* An empty timeline of num_ranks rows: unit "step", unit_us 1000 (one

@@ -41,40 +41,45 @@ static void test_worked_examples(void) {
     if (s) {
         expect_rank(s, 2, "fwd_2__0 fwd_2__1 fwd_2__2 bwd_2__0 fwd_2__3 bwd_2__1 bwd_2__2 bwd_2__3",
                     "Interleaved1F1B(4,4) n=4");
-        expect_rank(s, 3,
-                    "FusedTask(fwd_3__0, bwd_3__0) FusedTask(fwd_3__1, bwd_3__1) FusedTask(fwd_3__2, bwd_3__2) "
-                    "FusedTask(fwd_3__3, bwd_3__3)",
-                    "Interleaved1F1B(4,4) n=4");
+        expect_rank(
+            s, 3,
+            "FusedTask(fwd_3__0, bwd_3__0) FusedTask(fwd_3__1, bwd_3__1) FusedTask(fwd_3__2, bwd_3__2) "
+            "FusedTask(fwd_3__3, bwd_3__3)",
+            "Interleaved1F1B(4,4) n=4");
         mpmd_schedule_free(s);
     }
     s = make(MPMD_SCHED_INTERLEAVED1F1B, 8, 4, 4, 0);
     if (s) {
-        expect_rank(s, 0,
-                    "fwd_0__0 fwd_0__1 fwd_0__2 fwd_0__3 fwd_4__0 fwd_4__1 fwd_4__2 fwd_4__3 bwd_4__0 bwd_4__1 "
-                    "bwd_4__2 bwd_4__3 bwd_0__0 bwd_0__1 bwd_0__2 bwd_0__3",
-                    "Interleaved1F1B(8,4) n=4");
+        expect_rank(
+            s, 0,
+            "fwd_0__0 fwd_0__1 fwd_0__2 fwd_0__3 fwd_4__0 fwd_4__1 fwd_4__2 fwd_4__3 bwd_4__0 bwd_4__1 "
+            "bwd_4__2 bwd_4__3 bwd_0__0 bwd_0__1 bwd_0__2 bwd_0__3",
+            "Interleaved1F1B(8,4) n=4");
         /* The tutorial notebook's rank 3: the last stage fuses F and B. */
-        expect_rank(s, 3,
-                    "fwd_3__0 fwd_3__1 fwd_3__2 fwd_3__3 FusedTask(fwd_7__0, bwd_7__0) FusedTask(fwd_7__1, bwd_7__1) "
-                    "FusedTask(fwd_7__2, bwd_7__2) FusedTask(fwd_7__3, bwd_7__3) bwd_3__0 bwd_3__1 bwd_3__2 bwd_3__3",
-                    "Interleaved1F1B(8,4) n=4");
+        expect_rank(
+            s, 3,
+            "fwd_3__0 fwd_3__1 fwd_3__2 fwd_3__3 FusedTask(fwd_7__0, bwd_7__0) FusedTask(fwd_7__1, bwd_7__1) "
+            "FusedTask(fwd_7__2, bwd_7__2) FusedTask(fwd_7__3, bwd_7__3) bwd_3__0 bwd_3__1 bwd_3__2 bwd_3__3",
+            "Interleaved1F1B(8,4) n=4");
         mpmd_schedule_free(s);
     }
     s = make(MPMD_SCHED_STD1F1B, 4, 4, 8, 0);
     if (s) {
-        expect_rank(s, 1,
-                    "fwd_1__0 fwd_1__1 fwd_1__2 bwd_1__0 fwd_1__3 bwd_1__1 fwd_1__4 bwd_1__2 fwd_1__5 bwd_1__3 "
-                    "fwd_1__6 bwd_1__4 fwd_1__7 bwd_1__5 bwd_1__6 bwd_1__7",
-                    "Std1F1B(4) n=8");
+        expect_rank(
+            s, 1,
+            "fwd_1__0 fwd_1__1 fwd_1__2 bwd_1__0 fwd_1__3 bwd_1__1 fwd_1__4 bwd_1__2 fwd_1__5 bwd_1__3 "
+            "fwd_1__6 bwd_1__4 fwd_1__7 bwd_1__5 bwd_1__6 bwd_1__7",
+            "Std1F1B(4) n=8");
         mpmd_schedule_free(s);
     }
     s = make(MPMD_SCHED_ZEROBUBBLE, 4, 4, 8, 0);
     if (s) {
-        expect_rank(s, 1,
-                    "fwd_1__0 fwd_1__1 fwd_1__2 bwdA_1__0 fwd_1__3 bwdA_1__1 bwdW_1__0 fwd_1__4 bwdA_1__2 bwdW_1__1 "
-                    "fwd_1__5 bwdA_1__3 bwdW_1__2 fwd_1__6 bwdA_1__4 bwdW_1__3 fwd_1__7 bwdA_1__5 bwdW_1__4 "
-                    "bwdA_1__6 bwdW_1__5 bwdA_1__7 bwdW_1__6 bwdW_1__7",
-                    "ZeroBubble(4) n=8");
+        expect_rank(
+            s, 1,
+            "fwd_1__0 fwd_1__1 fwd_1__2 bwdA_1__0 fwd_1__3 bwdA_1__1 bwdW_1__0 fwd_1__4 bwdA_1__2 bwdW_1__1 "
+            "fwd_1__5 bwdA_1__3 bwdW_1__2 fwd_1__6 bwdA_1__4 bwdW_1__3 fwd_1__7 bwdA_1__5 bwdW_1__4 "
+            "bwdA_1__6 bwdW_1__5 bwdA_1__7 bwdW_1__6 bwdW_1__7",
+            "ZeroBubble(4) n=8");
         CHECK(s->split_backward == 1, "ZeroBubble splits the backward");
         mpmd_schedule_free(s);
     }
@@ -90,9 +95,12 @@ static void test_hand_derived(void) {
     }
     s = make(MPMD_SCHED_EAGER1F1B, 3, 0, 4, 0);
     if (s) {
-        expect_rank(s, 0, "fwd_0__0 fwd_0__1 fwd_0__2 fwd_0__3 bwd_0__0 bwd_0__1 bwd_0__2 bwd_0__3", "Eager1F1B(3)");
-        expect_rank(s, 1, "fwd_1__0 fwd_1__1 fwd_1__2 bwd_1__0 fwd_1__3 bwd_1__1 bwd_1__2 bwd_1__3", "Eager1F1B(3)");
-        expect_rank(s, 2, "fwd_2__0 bwd_2__0 fwd_2__1 bwd_2__1 fwd_2__2 bwd_2__2 fwd_2__3 bwd_2__3", "Eager1F1B(3)");
+        expect_rank(s, 0, "fwd_0__0 fwd_0__1 fwd_0__2 fwd_0__3 bwd_0__0 bwd_0__1 bwd_0__2 bwd_0__3",
+                    "Eager1F1B(3)");
+        expect_rank(s, 1, "fwd_1__0 fwd_1__1 fwd_1__2 bwd_1__0 fwd_1__3 bwd_1__1 bwd_1__2 bwd_1__3",
+                    "Eager1F1B(3)");
+        expect_rank(s, 2, "fwd_2__0 bwd_2__0 fwd_2__1 bwd_2__1 fwd_2__2 bwd_2__2 fwd_2__3 bwd_2__3",
+                    "Eager1F1B(3)");
         mpmd_schedule_free(s);
     }
     /* ZeroBubble with one stage: JaxPP crashes, ours gives F A W F A W ... */
@@ -106,50 +114,56 @@ static void test_hand_derived(void) {
     /* KimiK2(4, 2), n=4: v=2, rounds R=2 of k=2; w = 5 on rank 0, 3 on rank 1. */
     s = make(MPMD_SCHED_KIMIK2, 4, 2, 4, 0);
     if (s) {
-        expect_rank(s, 0,
-                    "fwd_0__0 fwd_0__1 fwd_2__0 fwd_2__1 fwd_0__2 fwd_0__3 bwd_2__0 fwd_2__2 bwd_2__1 fwd_2__3 "
-                    "bwd_0__0 bwd_0__1 bwd_2__2 bwd_2__3 bwd_0__2 bwd_0__3",
-                    "KimiK2(4,2) n=4");
-        expect_rank(s, 1,
-                    "fwd_1__0 fwd_1__1 fwd_3__0 FusedTask(fwd_3__1, bwd_3__0) fwd_1__2 bwd_3__1 fwd_1__3 bwd_1__0 "
-                    "FusedTask(fwd_3__2, bwd_1__1) FusedTask(fwd_3__3, bwd_3__2) bwd_3__3 bwd_1__2 bwd_1__3",
-                    "KimiK2(4,2) n=4");
+        expect_rank(
+            s, 0,
+            "fwd_0__0 fwd_0__1 fwd_2__0 fwd_2__1 fwd_0__2 fwd_0__3 bwd_2__0 fwd_2__2 bwd_2__1 fwd_2__3 "
+            "bwd_0__0 bwd_0__1 bwd_2__2 bwd_2__3 bwd_0__2 bwd_0__3",
+            "KimiK2(4,2) n=4");
+        expect_rank(
+            s, 1,
+            "fwd_1__0 fwd_1__1 fwd_3__0 FusedTask(fwd_3__1, bwd_3__0) fwd_1__2 bwd_3__1 fwd_1__3 bwd_1__0 "
+            "FusedTask(fwd_3__2, bwd_1__1) FusedTask(fwd_3__3, bwd_3__2) bwd_3__3 bwd_1__2 bwd_1__3",
+            "KimiK2(4,2) n=4");
         mpmd_schedule_free(s);
     }
     /* fuse_steady_state fuses every steady-state pair. */
     s = make(MPMD_SCHED_INTERLEAVED1F1B, 4, 4, 4, 1);
     if (s) {
-        expect_rank(s, 2,
-                    "fwd_2__0 fwd_2__1 FusedTask(fwd_2__2, bwd_2__0) FusedTask(fwd_2__3, bwd_2__1) bwd_2__2 bwd_2__3",
-                    "Interleaved1F1B(4,4,fuse) n=4");
+        expect_rank(
+            s, 2,
+            "fwd_2__0 fwd_2__1 FusedTask(fwd_2__2, bwd_2__0) FusedTask(fwd_2__3, bwd_2__1) bwd_2__2 bwd_2__3",
+            "Interleaved1F1B(4,4,fuse) n=4");
         mpmd_schedule_free(s);
     }
     /* DualPipeV(4, 2), n=4: rank 0 runs stages 0 and 3, rank 1 stages 1 and 2. */
     s = make(MPMD_SCHED_DUALPIPEV, 4, 2, 4, 0);
     if (s) {
-        expect_rank(s, 0,
-                    "fwd_0__0 fwd_0__1 fwd_0__2 fwd_3__0 bwdA_3__0 bwdW_3__0 fwd_3__1 "
-                    "FusedTask(fwd_0__3, bwdA_3__1, bwdW_3__1) FusedTask(fwd_3__2, bwdA_0__0, bwdW_0__0) "
-                    "FusedTask(bwdA_3__2, bwdW_3__2) FusedTask(fwd_3__3, bwdA_0__1, bwdW_0__1) "
-                    "FusedTask(bwdA_3__3, bwdW_3__3) FusedTask(bwdA_0__2, bwdW_0__2) FusedTask(bwdA_0__3, bwdW_0__3)",
-                    "DualPipeV(4,2) n=4");
+        expect_rank(
+            s, 0,
+            "fwd_0__0 fwd_0__1 fwd_0__2 fwd_3__0 bwdA_3__0 bwdW_3__0 fwd_3__1 "
+            "FusedTask(fwd_0__3, bwdA_3__1, bwdW_3__1) FusedTask(fwd_3__2, bwdA_0__0, bwdW_0__0) "
+            "FusedTask(bwdA_3__2, bwdW_3__2) FusedTask(fwd_3__3, bwdA_0__1, bwdW_0__1) "
+            "FusedTask(bwdA_3__3, bwdW_3__3) FusedTask(bwdA_0__2, bwdW_0__2) FusedTask(bwdA_0__3, bwdW_0__3)",
+            "DualPipeV(4,2) n=4");
         expect_rank(s, 1,
                     "fwd_1__0 fwd_2__0 fwd_1__1 fwd_2__1 fwd_1__2 FusedTask(bwdA_2__0, bwdW_2__0) "
                     "FusedTask(fwd_2__2, bwdA_1__0, bwdW_1__0) FusedTask(fwd_1__3, bwdA_2__1, bwdW_2__1) "
                     "FusedTask(fwd_2__3, bwdA_1__1, bwdW_1__1) FusedTask(bwdA_2__2, bwdW_2__2) "
                     "FusedTask(bwdA_1__2, bwdW_1__2) bwdA_2__3 FusedTask(bwdA_1__3, bwdW_1__3) bwdW_2__3",
                     "DualPipeV(4,2) n=4");
-        CHECK(s->stage_rank[0] == 0 && s->stage_rank[1] == 1 && s->stage_rank[2] == 1 && s->stage_rank[3] == 0,
+        CHECK(s->stage_rank[0] == 0 && s->stage_rank[1] == 1 && s->stage_rank[2] == 1 &&
+                  s->stage_rank[3] == 0,
               "DualPipeV places stages in a V");
         mpmd_schedule_free(s);
     }
     /* InterleavedGPipe(4, 2), n=3: rounds of D=2 microbatches, {0,1} then {2}. */
     s = make(MPMD_SCHED_INTERLEAVED_GPIPE, 4, 2, 3, 0);
     if (s) {
-        expect_rank(s, 0,
-                    "fwd_0__0 fwd_0__1 fwd_2__0 fwd_2__1 fwd_0__2 fwd_2__2 bwd_2__0 bwd_2__1 bwd_0__0 bwd_0__1 "
-                    "bwd_2__2 bwd_0__2",
-                    "InterleavedGPipe(4,2) n=3");
+        expect_rank(
+            s, 0,
+            "fwd_0__0 fwd_0__1 fwd_2__0 fwd_2__1 fwd_0__2 fwd_2__2 bwd_2__0 bwd_2__1 bwd_0__0 bwd_0__1 "
+            "bwd_2__2 bwd_0__2",
+            "InterleavedGPipe(4,2) n=3");
         mpmd_schedule_free(s);
     }
 }
@@ -173,7 +187,7 @@ static int check_invariants(const mpmd_schedule *s, const char *label) {
     int *done = calloc((size_t)4 * S * n, sizeof *done);
     int *pos = calloc((size_t)D, sizeof *pos);
     int ok = 1;
-#define AT(arr, k, st, m) arr[((size_t)(k) * S + (size_t)(st)) * n + (size_t)(m)]
+#define AT(arr, k, st, m) arr[((size_t)(k)*S + (size_t)(st)) * n + (size_t)(m)]
     for (int r = 0; r < D && ok; r++) {
         for (int e = 0; e < s->ranks[r].num_entries && ok; e++) {
             int nt;
@@ -192,12 +206,14 @@ static int check_invariants(const mpmd_schedule *s, const char *label) {
                     CHECK(0, "%s: rank %d runs a task of stage %d", label, r, t[i].stage);
                     ok = 0;
                 }
-                if (split ? t[i].kind == MPMD_TASK_B : (t[i].kind == MPMD_TASK_A || t[i].kind == MPMD_TASK_W)) {
+                if (split ? t[i].kind == MPMD_TASK_B
+                          : (t[i].kind == MPMD_TASK_A || t[i].kind == MPMD_TASK_W)) {
                     CHECK(0, "%s: kind %d in a schedule with split=%d", label, t[i].kind, split);
                     ok = 0;
                 }
                 if (AT(seen, t[i].kind, t[i].stage, t[i].microbatch)++) {
-                    CHECK(0, "%s: task kind %d stage %d mb %d twice", label, t[i].kind, t[i].stage, t[i].microbatch);
+                    CHECK(0, "%s: task kind %d stage %d mb %d twice", label, t[i].kind, t[i].stage,
+                          t[i].microbatch);
                     ok = 0;
                 }
                 /* stage 0: A immediately followed by W of the same microbatch */
@@ -246,12 +262,14 @@ static int check_invariants(const mpmd_schedule *s, const char *label) {
                     case MPMD_TASK_W: ready = AT(done, MPMD_TASK_A, st, m); break;
                     default:
                         ready = AT(done, MPMD_TASK_F, st, m) &&
-                                (st == S - 1 || AT(done, MPMD_TASK_B, st + 1, m) || AT(done, MPMD_TASK_A, st + 1, m));
+                                (st == S - 1 || AT(done, MPMD_TASK_B, st + 1, m) ||
+                                 AT(done, MPMD_TASK_A, st + 1, m));
                     }
                     if (ready) AT(done, t[i].kind, st, m) = 1;
                 }
                 if (!ready) {
-                    for (int i = 0; i < nt; i++) AT(done, t[i].kind, t[i].stage, t[i].microbatch) = 0;
+                    for (int i = 0; i < nt; i++)
+                        AT(done, t[i].kind, t[i].stage, t[i].microbatch) = 0;
                     break;
                 }
                 pos[r]++;
@@ -261,7 +279,8 @@ static int check_invariants(const mpmd_schedule *s, const char *label) {
     }
     for (int r = 0; r < D && ok; r++)
         if (pos[r] != s->ranks[r].num_entries) {
-            CHECK(0, "%s: deadlock: rank %d stops at entry %d of %d", label, r, pos[r], s->ranks[r].num_entries);
+            CHECK(0, "%s: deadlock: rank %d stops at entry %d of %d", label, r, pos[r],
+                  s->ranks[r].num_entries);
             ok = 0;
         }
 #undef AT
@@ -301,26 +320,28 @@ static void test_invariants_grid(void) {
                 if (single && D != S) continue;
                 if (kind == MPMD_SCHED_DUALPIPEV && D != S / 2 && D != S) continue;
                 for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
-                    for (int fuse = 0; fuse <= (kind == MPMD_SCHED_INTERLEAVED1F1B || kind == MPMD_SCHED_KIMIK2);
-                         fuse++) {
+                    for (int fuse = 0;
+                         fuse <= (kind == MPMD_SCHED_INTERLEAVED1F1B || kind == MPMD_SCHED_KIMIK2); fuse++) {
                         int n = ns[j];
                         char label[128];
                         snprintf(label, sizeof label, "%s(S=%d, D=%d, n=%d%s)",
-                                 mpmd_schedule_kind_name((mpmd_schedule_kind)kind), S, D, n, fuse ? ", fuse" : "");
+                                 mpmd_schedule_kind_name((mpmd_schedule_kind)kind), S, D, n,
+                                 fuse ? ", fuse" : "");
                         mpmd_schedule *s = NULL;
                         mpmd_error err;
                         mpmd_status st = mpmd_schedule_new((mpmd_schedule_kind)kind, S, D, n, fuse, &s, &err);
                         const char *why = expected_refusal((mpmd_schedule_kind)kind, S, D, n);
                         if (why) {
-                            CHECK(st == MPMD_ERR_INVALID && s == NULL, "%s should be refused (%s)", label, why);
+                            CHECK(st == MPMD_ERR_INVALID && s == NULL, "%s should be refused (%s)", label,
+                                  why);
                             refused++;
                             continue;
                         }
                         CHECK(st == MPMD_OK, "%s: %s", label, err.msg);
                         if (st) continue;
                         built++;
-                        CHECK(s->num_stages == S && s->num_ranks == D && s->num_microbatches == n, "%s: counts",
-                              label);
+                        CHECK(s->num_stages == S && s->num_ranks == D && s->num_microbatches == n,
+                              "%s: counts", label);
                         if (check_invariants(s, label)) {
                             char *report = NULL;
                             st = mpmd_schedule_validate(s, &err, &report);
@@ -337,10 +358,12 @@ static void test_invariants_grid(void) {
 }
 
 /* Every parameter error, with the numbers in its message. */
-static void expect_error(mpmd_status st, const mpmd_error *err, const char *const *needles, const char *label) {
+static void expect_error(mpmd_status st, const mpmd_error *err, const char *const *needles,
+                         const char *label) {
     CHECK(st == MPMD_ERR_INVALID, "%s: status %d", label, (int)st);
     for (int i = 0; needles[i]; i++)
-        CHECK(strstr(err->msg, needles[i]) != NULL, "%s: message lacks '%s': %s", label, needles[i], err->msg);
+        CHECK(strstr(err->msg, needles[i]) != NULL, "%s: message lacks '%s': %s", label, needles[i],
+              err->msg);
 }
 
 static void test_errors(void) {
@@ -353,7 +376,8 @@ static void test_errors(void) {
                  (const char *[]){"KimiK2(S=4, D=2, n=5)", "max(1, n / D) = 2 rounds", "leave 1 over", NULL},
                  "KimiK2 n not a multiple of the rounds");
     /* n = 6 on 4 ranks is one round of 6 microbatches: accepted. */
-    CHECK(mpmd_schedule_interleaved1f1b(8, 4, 6, 0, &s, &err) == MPMD_OK, "Interleaved1F1B(8,4,6): %s", err.msg);
+    CHECK(mpmd_schedule_interleaved1f1b(8, 4, 6, 0, &s, &err) == MPMD_OK, "Interleaved1F1B(8,4,6): %s",
+          err.msg);
     mpmd_schedule_free(s);
     s = NULL;
     expect_error(mpmd_schedule_interleaved1f1b(8, 4, 9, 0, &s, &err), &err,
@@ -397,10 +421,12 @@ static void test_names(void) {
     mpmd_task f[3] = {{MPMD_TASK_F, 1, 2}, {MPMD_TASK_A, 0, 0}, {MPMD_TASK_W, 0, 0}};
     char e[MPMD_ENTRY_STR_MAX];
     int len = mpmd_entry_str(f, 3, e, sizeof e);
-    CHECK(strcmp(e, "FusedTask(fwd_1__2, bwdA_0__0, bwdW_0__0)") == 0 && len == (int)strlen(e), "fused text %s", e);
+    CHECK(strcmp(e, "FusedTask(fwd_1__2, bwdA_0__0, bwdW_0__0)") == 0 && len == (int)strlen(e),
+          "fused text %s", e);
     char small[10];
     len = mpmd_entry_str(f, 3, small, sizeof small);
-    CHECK(len == (int)strlen(e) && strcmp(small, "FusedTask") == 0, "truncated text keeps full length: %s", small);
+    CHECK(len == (int)strlen(e) && strcmp(small, "FusedTask") == 0, "truncated text keeps full length: %s",
+          small);
     mpmd_schedule *s = make(MPMD_SCHED_INTERLEAVED1F1B, 8, 4, 4, 1);
     if (s) {
         CHECK(strcmp(s->name, "Interleaved1F1B(S=8, D=4, n=4, fuse_steady_state)") == 0, "name %s", s->name);

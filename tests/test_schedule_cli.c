@@ -28,7 +28,8 @@ typedef struct jp {
 } jp;
 
 static void ws(jp *j) {
-    while (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r') j->p++;
+    while (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')
+        j->p++;
 }
 
 static int value(jp *j);
@@ -67,19 +68,22 @@ static int number(jp *j) {
     if (*j->p == '0')
         j->p++;
     else if (*j->p >= '1' && *j->p <= '9')
-        while (*j->p >= '0' && *j->p <= '9') j->p++;
+        while (*j->p >= '0' && *j->p <= '9')
+            j->p++;
     else
         return 0;
     if (*j->p == '.') {
         j->p++;
         if (!(*j->p >= '0' && *j->p <= '9')) return 0;
-        while (*j->p >= '0' && *j->p <= '9') j->p++;
+        while (*j->p >= '0' && *j->p <= '9')
+            j->p++;
     }
     if (*j->p == 'e' || *j->p == 'E') {
         j->p++;
         if (*j->p == '+' || *j->p == '-') j->p++;
         if (!(*j->p >= '0' && *j->p <= '9')) return 0;
-        while (*j->p >= '0' && *j->p <= '9') j->p++;
+        while (*j->p >= '0' && *j->p <= '9')
+            j->p++;
     }
     return j->p > s;
 }
@@ -178,7 +182,8 @@ static int json_one(const char *text, char *first, jp *j) {
 }
 
 static void jp_free(jp *j) {
-    for (int i = 0; i < j->n; i++) free(j->strs[i]);
+    for (int i = 0; i < j->n; i++)
+        free(j->strs[i]);
     free(j->strs);
     free(j->row);
 }
@@ -234,15 +239,35 @@ static void test_help(void) {
     expect_usage_error("frobnicate", "unknown command 'frobnicate'");
     rc = run("schedule --help");
     CHECK(rc == 0, "schedule --help exit %d", rc);
-    static const char *const sched_words[] = {
-        "gpipe",   "std1f1b", "eager1f1b",  "interleaved1f1b", "kimik2", "zerobubble", "dualpipev",
-        "interleavedgpipe", "file:PATH", "--stages", "--ranks", "--microbatches", "--fuse-steady-state",
-        "--format", "text", "json", "svg", "trace", "--output", "FusedTask(", "bwdA_S__M", "exit status", NULL};
+    static const char *const sched_words[] = {"gpipe",
+                                              "std1f1b",
+                                              "eager1f1b",
+                                              "interleaved1f1b",
+                                              "kimik2",
+                                              "zerobubble",
+                                              "dualpipev",
+                                              "interleavedgpipe",
+                                              "file:PATH",
+                                              "--stages",
+                                              "--ranks",
+                                              "--microbatches",
+                                              "--fuse-steady-state",
+                                              "--format",
+                                              "text",
+                                              "json",
+                                              "svg",
+                                              "trace",
+                                              "--output",
+                                              "FusedTask(",
+                                              "bwdA_S__M",
+                                              "exit status",
+                                              NULL};
     for (int i = 0; sched_words[i]; i++)
         CHECK(strstr(out_text, sched_words[i]) != NULL, "schedule --help lacks '%s'", sched_words[i]);
     rc = run("simulate --help");
-    static const char *const sim_words[] = {"--cost-f", "--cost-b", "--cost-a", "--cost-w", "--transfer",
-                                            "--stage-scale", "makespan", "bubble", "peak", "--format", NULL};
+    static const char *const sim_words[] = {"--cost-f",   "--cost-b",      "--cost-a", "--cost-w",
+                                            "--transfer", "--stage-scale", "makespan", "bubble",
+                                            "peak",       "--format",      NULL};
     CHECK(rc == 0, "simulate --help exit %d", rc);
     for (int i = 0; sim_words[i]; i++)
         CHECK(strstr(out_text, sim_words[i]) != NULL, "simulate --help lacks '%s'", sim_words[i]);
@@ -258,7 +283,8 @@ static void check_json_lists(const char *args, mpmd_schedule_kind kind, int S, i
     j.row = malloc(sizeof *j.row);
     j.cap = 1;
     char first = 0;
-    CHECK(json_one(out_text, &first, &j) && first == '[', "mpmd %s: stdout is not exactly one JSON array", args);
+    CHECK(json_one(out_text, &first, &j) && first == '[', "mpmd %s: stdout is not exactly one JSON array",
+          args);
     mpmd_schedule *s = NULL;
     mpmd_error err;
     if (mpmd_schedule_new(kind, S, D, n, fuse, &s, &err) == MPMD_OK) {
@@ -271,25 +297,29 @@ static void check_json_lists(const char *args, mpmd_schedule_kind kind, int S, i
                 mpmd_entry_str(t, nt, want, sizeof want);
                 if (k >= j.n || j.row[k] != r || strcmp(j.strs[k], want) != 0) same = 0;
             }
-        CHECK(same && k == j.n, "mpmd %s: the JSON lists differ from the library's (%d vs %d strings)", args, j.n, k);
+        CHECK(same && k == j.n, "mpmd %s: the JSON lists differ from the library's (%d vs %d strings)", args,
+              j.n, k);
         mpmd_schedule_free(s);
     }
     jp_free(&j);
 }
 
 static void test_outputs(void) {
-    check_json_lists("schedule std1f1b --stages 4 --microbatches 8 --format json", MPMD_SCHED_STD1F1B, 4, 4, 8, 0);
+    check_json_lists("schedule std1f1b --stages 4 --microbatches 8 --format json", MPMD_SCHED_STD1F1B, 4, 4,
+                     8, 0);
     check_json_lists("schedule interleaved1f1b --stages 8 --ranks 4 --microbatches 4 --format=json",
                      MPMD_SCHED_INTERLEAVED1F1B, 8, 4, 4, 0);
     CHECK(strstr(out_text, "\"FusedTask(fwd_7__0, bwd_7__0)\"") != NULL, "a FusedTask is one string");
-    check_json_lists("schedule kimik2 -S 8 -D 4 -n 8 --fuse-steady-state -f json", MPMD_SCHED_KIMIK2, 8, 4, 8, 1);
+    check_json_lists("schedule kimik2 -S 8 -D 4 -n 8 --fuse-steady-state -f json", MPMD_SCHED_KIMIK2, 8, 4, 8,
+                     1);
     check_json_lists("schedule dualpipev -S 8 -n 10 -f json", MPMD_SCHED_DUALPIPEV, 8, 4, 10, 0);
     check_json_lists("schedule zerobubble -S 1 -n 3 -f json", MPMD_SCHED_ZEROBUBBLE, 1, 1, 3, 0);
     /* --ranks defaults to --stages */
     check_json_lists("schedule interleaved1f1b -S 4 -n 4 -f json", MPMD_SCHED_INTERLEAVED1F1B, 4, 4, 4, 0);
 
     int rc = run("schedule std1f1b -S 4 -n 8");
-    CHECK(rc == 0 && strncmp(out_text, "rank 0: fwd_0__0 fwd_0__1 fwd_0__2 fwd_0__3 bwd_0__0 fwd_0__4", 60) == 0 &&
+    CHECK(rc == 0 &&
+              strncmp(out_text, "rank 0: fwd_0__0 fwd_0__1 fwd_0__2 fwd_0__3 bwd_0__0 fwd_0__4", 60) == 0 &&
               strstr(out_text, "\nrank 3: fwd_3__0 bwd_3__0 fwd_3__1") != NULL,
           "text format:\n%s", out_text);
 
@@ -313,7 +343,8 @@ static void test_outputs(void) {
     snprintf(args, sizeof args, "schedule dualpipev -S 8 -n 8 --format svg -o %s", svg);
     rc = run(args);
     char *pic = slurp(svg);
-    CHECK(rc == 0 && out_text[0] == 0 && strncmp(pic, "<svg", 4) == 0 && strstr(pic, "</svg>"), "svg to a file");
+    CHECK(rc == 0 && out_text[0] == 0 && strncmp(pic, "<svg", 4) == 0 && strstr(pic, "</svg>"),
+          "svg to a file");
     free(pic);
     remove(svg);
     rc = run("schedule std1f1b -S 2 -n 2 --format svg");
@@ -324,7 +355,8 @@ static void test_outputs(void) {
     char first = 0;
     CHECK(rc == 0 && json_one(out_text, &first, &j) && first == '{' && strstr(out_text, "\"traceEvents\":["),
           "trace is one JSON object with traceEvents");
-    CHECK(strstr(out_text, "\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":3,\"args\":{\"name\":\"rank 3\"}"),
+    CHECK(strstr(out_text,
+                 "\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":3,\"args\":{\"name\":\"rank 3\"}"),
           "a named track per rank");
 
     /* simulate reports */
@@ -332,9 +364,11 @@ static void test_outputs(void) {
     CHECK(rc == 0 && strstr(out_text, "makespan     33\n") && strstr(out_text, "27.27% simulated") &&
               strstr(out_text, "27.27% analytic, (p-1)/(m+p-1) with p=4, m=8"),
           "simulate text:\n%s", out_text);
-    rc = run("simulate zerobubble -S 4 -n 8 --cost-f 1 --cost-a 1.5 --cost-w 0.5 --stage-scale 1,1,1,2 -f json");
+    rc = run(
+        "simulate zerobubble -S 4 -n 8 --cost-f 1 --cost-a 1.5 --cost-w 0.5 --stage-scale 1,1,1,2 -f json");
     memset(&j, 0, sizeof j);
-    CHECK(rc == 0 && json_one(out_text, &first, &j) && first == '{', "simulate json is one object:\n%s", out_text);
+    CHECK(rc == 0 && json_one(out_text, &first, &j) && first == '{', "simulate json is one object:\n%s",
+          out_text);
     CHECK(strstr(out_text, "\"stage_scale\": [1, 1, 1, 2]") && strstr(out_text, "\"A\": 1.5") &&
               strstr(out_text, "\"per_rank\": ["),
           "simulate json fields:\n%s", out_text);
@@ -352,11 +386,13 @@ static void test_errors(void) {
     expect_usage_error("schedule std1f1b gpipe -S 4 -n 4", "one schedule NAME only");
     expect_usage_error("schedule onef1b -S 4 -n 4", "unknown schedule 'onef1b'");
     expect_usage_error("schedule std1f1b -S 4 -n 4 --frobnicate", "unknown option '--frobnicate'");
-    expect_usage_error("schedule std1f1b -S 4 -n 4 --format png", "--format: expected text, json, svg or trace");
+    expect_usage_error("schedule std1f1b -S 4 -n 4 --format png",
+                       "--format: expected text, json, svg or trace");
     expect_usage_error("schedule std1f1b -S 4 -n", "-n needs a value");
     expect_usage_error("schedule std1f1b -S 4 -n 4 --fuse-steady-state", "--fuse-steady-state applies to");
     expect_usage_error("schedule std1f1b -S 4 -D 2 -n 4", "4 stages and 2 ranks");
-    expect_usage_error("schedule interleaved1f1b -S 6 -D 4 -n 4", "Interleaved1F1B(S=6, D=4, n=4): the number");
+    expect_usage_error("schedule interleaved1f1b -S 6 -D 4 -n 4",
+                       "Interleaved1F1B(S=6, D=4, n=4): the number");
     expect_usage_error("schedule dualpipev -S 8 -n 4", "n >= S");
     expect_usage_error("schedule zerobubble -S 4 -n 2", "ZeroBubble(S=4, n=2)");
     expect_usage_error("simulate std1f1b -S 4 -n 4 --cost-b -1", "--cost-b: expected a finite number >= 0");
@@ -396,9 +432,11 @@ static void test_errors(void) {
 
 /* The parser above rejects what is not exactly one JSON value. */
 static void test_json_parser(void) {
-    static const char *const good[] = {"[]", " [[\"a\", \"b\"], []]\n", "{\"a\": [1, -2.5e-3, true, null]}", "\"x\\u00e9\"", NULL};
-    static const char *const bad[] = {"", "[] []", "[1,]", "[\"a\"", "{\"a\" 1}", "[01]", "[\"tab\tin string\"]",
-                                      "[1.]", "nul", "[\"a\"] x", NULL};
+    static const char *const good[] = {"[]", " [[\"a\", \"b\"], []]\n", "{\"a\": [1, -2.5e-3, true, null]}",
+                                       "\"x\\u00e9\"", NULL};
+    static const char *const bad[] = {
+        "",     "[] []", "[1,]",      "[\"a\"", "{\"a\" 1}", "[01]", "[\"tab\tin string\"]",
+        "[1.]", "nul",   "[\"a\"] x", NULL};
     for (int i = 0; good[i]; i++) {
         jp j;
         memset(&j, 0, sizeof j);

@@ -29,10 +29,14 @@ static void test_round_trip(void) {
     static const struct {
         mpmd_schedule_kind kind;
         int S, D, n, fuse;
-    } cases[] = {{MPMD_SCHED_GPIPE, 3, 3, 4, 0},           {MPMD_SCHED_STD1F1B, 4, 4, 8, 0},
-                 {MPMD_SCHED_EAGER1F1B, 4, 4, 3, 0},       {MPMD_SCHED_INTERLEAVED1F1B, 8, 4, 8, 0},
-                 {MPMD_SCHED_INTERLEAVED1F1B, 8, 4, 8, 1}, {MPMD_SCHED_KIMIK2, 6, 3, 6, 0},
-                 {MPMD_SCHED_ZEROBUBBLE, 4, 4, 8, 0},      {MPMD_SCHED_DUALPIPEV, 8, 4, 10, 0},
+    } cases[] = {{MPMD_SCHED_GPIPE, 3, 3, 4, 0},
+                 {MPMD_SCHED_STD1F1B, 4, 4, 8, 0},
+                 {MPMD_SCHED_EAGER1F1B, 4, 4, 3, 0},
+                 {MPMD_SCHED_INTERLEAVED1F1B, 8, 4, 8, 0},
+                 {MPMD_SCHED_INTERLEAVED1F1B, 8, 4, 8, 1},
+                 {MPMD_SCHED_KIMIK2, 6, 3, 6, 0},
+                 {MPMD_SCHED_ZEROBUBBLE, 4, 4, 8, 0},
+                 {MPMD_SCHED_DUALPIPEV, 8, 4, 10, 0},
                  {MPMD_SCHED_INTERLEAVED_GPIPE, 6, 2, 5, 0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mpmd_schedule *s = NULL, *p = NULL;
@@ -48,11 +52,13 @@ static void test_round_trip(void) {
             char *t2 = text_of(p);
             CHECK(strcmp(t1, t2) == 0, "%s: text differs after the round trip", s->name);
             free(t2);
-            CHECK(p->kind == MPMD_SCHED_USER && p->num_stages == s->num_stages && p->num_ranks == s->num_ranks &&
-                      p->num_microbatches == s->num_microbatches && p->split_backward == s->split_backward,
+            CHECK(p->kind == MPMD_SCHED_USER && p->num_stages == s->num_stages &&
+                      p->num_ranks == s->num_ranks && p->num_microbatches == s->num_microbatches &&
+                      p->split_backward == s->split_backward,
                   "%s: counts after the round trip", s->name);
             int same = 1;
-            for (int st2 = 0; st2 < s->num_stages; st2++) same &= p->stage_rank[st2] == s->stage_rank[st2];
+            for (int st2 = 0; st2 < s->num_stages; st2++)
+                same &= p->stage_rank[st2] == s->stage_rank[st2];
             for (int r = 0; r < s->num_ranks; r++) {
                 same &= p->ranks[r].num_entries == s->ranks[r].num_entries &&
                         p->ranks[r].num_tasks == s->ranks[r].num_tasks;
@@ -83,8 +89,8 @@ static void test_grammar(void) {
     mpmd_schedule *s = parse(text, &err);
     CHECK(s != NULL, "lenient text: %s", err.msg);
     if (s) {
-        CHECK(s->num_ranks == 3 && s->num_stages == 2 && s->num_microbatches == 2, "counts %d %d %d", s->num_ranks,
-              s->num_stages, s->num_microbatches);
+        CHECK(s->num_ranks == 3 && s->num_stages == 2 && s->num_microbatches == 2, "counts %d %d %d",
+              s->num_ranks, s->num_stages, s->num_microbatches);
         CHECK(s->ranks[0].num_entries == 4 && s->ranks[1].num_entries == 2 && s->ranks[2].num_entries == 0,
               "entries");
         CHECK(s->stage_rank[0] == 0 && s->stage_rank[1] == 1, "placement from the lines");
@@ -111,7 +117,8 @@ static void expect_parse_error(const char *text, const char *where, const char *
     mpmd_status st = mpmd_schedule_parse(text, strlen(text), "f.sched", &s, &err);
     CHECK(st == MPMD_ERR_FORMAT && s == NULL, "'%s' should not parse (status %d)", text, (int)st);
     if (st != MPMD_ERR_FORMAT) return;
-    CHECK(strstr(err.msg, where) == err.msg, "'%s': message should start with '%s': %s", text, where, err.msg);
+    CHECK(strstr(err.msg, where) == err.msg, "'%s': message should start with '%s': %s", text, where,
+          err.msg);
     CHECK(strstr(err.msg, what) != NULL, "'%s': message lacks '%s': %s", text, what, err.msg);
 }
 
@@ -131,8 +138,8 @@ static void test_parse_errors(void) {
     expect_parse_error("rank 1: fwd_0__0\n", "f.sched:1:1:", "says rank 1, but it is the line of rank 0");
     expect_parse_error("rank 0 fwd_0__0\n", "f.sched:1:8:", "':' after 'rank R'");
     expect_parse_error("rank x: fwd_0__0\n", "f.sched:1:6:", "a rank number");
-    expect_parse_error("fwd_0__0 bwd_0__0\n# comment\nfwd_1__0 fwd_0__1\n", "f.sched:3:10:",
-                       "stage 0 is already on rank 0 (line 1)");
+    expect_parse_error("fwd_0__0 bwd_0__0\n# comment\nfwd_1__0 fwd_0__1\n",
+                       "f.sched:3:10:", "stage 0 is already on rank 0 (line 1)");
     expect_parse_error("fwd_0__0 \x01\n", "f.sched:1:10:", "\\x01");
     expect_parse_error("", "f.sched:", "no ranks");
     expect_parse_error("# only a comment\n\n", "f.sched:", "no ranks");
@@ -141,7 +148,8 @@ static void test_parse_errors(void) {
     mpmd_schedule *s = NULL;
     mpmd_error err;
     CHECK(mpmd_schedule_load("/nonexistent/x.sched", &s, &err) == MPMD_ERR_IO && s == NULL, "missing file");
-    CHECK(strstr(err.msg, "file:/nonexistent/x.sched: cannot open") != NULL, "missing file message: %s", err.msg);
+    CHECK(strstr(err.msg, "file:/nonexistent/x.sched: cannot open") != NULL, "missing file message: %s",
+          err.msg);
 }
 
 /* Validation of parsed schedules: each rule with its message. */
@@ -160,45 +168,51 @@ static void expect_invalid(const char *text, const char *const *needles, const c
     }
     /* simulate refuses it the same way */
     mpmd_sim *sim = NULL;
-    CHECK(mpmd_schedule_simulate(s, NULL, &sim, NULL, NULL) == MPMD_ERR_SCHEDULE && sim == NULL, "%s: simulate",
-          label);
+    CHECK(mpmd_schedule_simulate(s, NULL, &sim, NULL, NULL) == MPMD_ERR_SCHEDULE && sim == NULL,
+          "%s: simulate", label);
     free(report);
     mpmd_schedule_free(s);
 }
 
 static void test_validation_errors(void) {
     expect_invalid("fwd_0__0 fwd_0__0 bwd_0__0\n",
-                   (const char *[]){"fwd_0__0 appears twice: rank 0 entry 0 and rank 0 entry 1", NULL}, "duplicate");
-    expect_invalid("fwd_0__0 fwd_0__1 bwd_0__0\n",
-                   (const char *[]){"1 task is missing, the first is bwd_0__1 (stage 0 runs on rank 0)", NULL},
-                   "missing");
+                   (const char *[]){"fwd_0__0 appears twice: rank 0 entry 0 and rank 0 entry 1", NULL},
+                   "duplicate");
+    expect_invalid(
+        "fwd_0__0 fwd_0__1 bwd_0__0\n",
+        (const char *[]){"1 task is missing, the first is bwd_0__1 (stage 0 runs on rank 0)", NULL},
+        "missing");
     expect_invalid("fwd_0__0 fwd_0__1 bwd_0__0 bwd_0__1\nfwd_2__0 fwd_2__1 bwd_2__0 bwd_2__1\n",
                    (const char *[]){"stage 1 runs on no rank", NULL}, "a stage nowhere");
-    expect_invalid("fwd_0__0 bwd_0__0\nfwd_1__0 bwdA_1__0 bwdW_1__0\n",
-                   (const char *[]){"split into bwdA_ and bwdW_ tasks, yet the schedule also has bwd_0__0", NULL},
-                   "mixed backward");
+    expect_invalid(
+        "fwd_0__0 bwd_0__0\nfwd_1__0 bwdA_1__0 bwdW_1__0\n",
+        (const char *[]){"split into bwdA_ and bwdW_ tasks, yet the schedule also has bwd_0__0", NULL},
+        "mixed backward");
     expect_invalid("fwd_0__0 bwdA_0__0 fwd_0__1 bwdW_0__0 bwdA_0__1 bwdW_0__1\n",
                    (const char *[]){"rank 0 entry 1: bwdA_0__0 must be immediately followed by bwdW_0__0",
                                     "found fwd_0__1", NULL},
                    "stage 0 A without W");
-    expect_invalid("fwd_0__0 FusedTask(bwdA_0__0, fwd_0__1) bwdW_0__0 bwdA_0__1 bwdW_0__1\n",
-                   (const char *[]){"bwdA_0__0 must be immediately followed by bwdW_0__0", "found fwd_0__1", NULL},
-                   "stage 0 A without W in a FusedTask");
-    expect_invalid("fwd_0__0 bwdA_0__0 bwdW_0__1 fwd_0__1 bwdA_0__1 bwdW_0__0\n",
-                   (const char *[]){"bwdA_0__0 must be immediately followed by bwdW_0__0", "found bwdW_0__1", NULL},
-                   "stage 0 A followed by another microbatch's W");
+    expect_invalid(
+        "fwd_0__0 FusedTask(bwdA_0__0, fwd_0__1) bwdW_0__0 bwdA_0__1 bwdW_0__1\n",
+        (const char *[]){"bwdA_0__0 must be immediately followed by bwdW_0__0", "found fwd_0__1", NULL},
+        "stage 0 A without W in a FusedTask");
+    expect_invalid(
+        "fwd_0__0 bwdA_0__0 bwdW_0__1 fwd_0__1 bwdA_0__1 bwdW_0__0\n",
+        (const char *[]){"bwdA_0__0 must be immediately followed by bwdW_0__0", "found bwdW_0__1", NULL},
+        "stage 0 A followed by another microbatch's W");
     /* A deadlock: each rank's next task, what it waits for, and the grid. */
     const char *bad = "# rank 0 runs B(0,0) before F(0,1); rank 1 wants F(0,1) before B(1,0)\n"
                       "rank 0: fwd_0__0 bwd_0__0 fwd_0__1 bwd_0__1\n"
                       "rank 1: fwd_1__0 fwd_1__1 bwd_1__1 bwd_1__0\n"
                       "rank 2: fwd_2__0 fwd_2__1 bwd_2__0 bwd_2__1\n";
-    expect_invalid(bad,
-                   (const char *[]){"does not honour its data dependencies: 3 of 12 programs ran",
-                                    "rank 0: next bwd_0__0 (entry 1) waits for bwd_1__0, rank 1's entry 3; rank 1 is "
-                                    "stuck at entry 1 (fwd_1__1)",
-                                    "rank 1: next fwd_1__1 (entry 1) waits for fwd_0__1, rank 0's entry 2",
-                                    "rank 2: next fwd_2__1 (entry 1) waits for fwd_1__1, rank 1's entry 1", NULL},
-                   "deadlock");
+    expect_invalid(
+        bad,
+        (const char *[]){"does not honour its data dependencies: 3 of 12 programs ran",
+                         "rank 0: next bwd_0__0 (entry 1) waits for bwd_1__0, rank 1's entry 3; rank 1 is "
+                         "stuck at entry 1 (fwd_1__1)",
+                         "rank 1: next fwd_1__1 (entry 1) waits for fwd_0__1, rank 0's entry 2",
+                         "rank 2: next fwd_2__1 (entry 1) waits for fwd_1__1, rank 1's entry 1", NULL},
+        "deadlock");
     mpmd_error err;
     mpmd_schedule *s = parse(bad, &err);
     char *report = NULL;
@@ -213,11 +227,12 @@ static void test_validation_errors(void) {
     free(report);
     mpmd_schedule_free(s);
     /* A FusedTask whose members are out of order waits for itself. */
-    expect_invalid("fwd_0__0 bwd_0__0\nFusedTask(bwd_1__0, fwd_1__0)\n",
-                   (const char *[]){"rank 1: next FusedTask(bwd_1__0, fwd_1__0) (entry 0) waits for fwd_1__0, "
-                                    "which comes later in the same FusedTask",
-                                    NULL},
-                   "fused out of order");
+    expect_invalid(
+        "fwd_0__0 bwd_0__0\nFusedTask(bwd_1__0, fwd_1__0)\n",
+        (const char *[]){"rank 1: next FusedTask(bwd_1__0, fwd_1__0) (entry 0) waits for fwd_1__0, "
+                         "which comes later in the same FusedTask",
+                         NULL},
+        "fused out of order");
     /* A rank that runs its own stage's backward before the forward. */
     expect_invalid("bwd_0__0 fwd_0__0\n",
                    (const char *[]){"waits for fwd_0__0, which comes later in its own list (entry 1)", NULL},

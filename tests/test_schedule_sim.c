@@ -50,10 +50,10 @@ static void test_analytic_bubbles(void) {
                                   "%s: no analytic value when D does not divide n (%s)", s->name,
                                   sim->analytic_formula);
                         } else {
-                            CHECK(fabs(sim->analytic_bubble - want) < 1e-12, "%s: analytic %g, want %g", s->name,
-                                  sim->analytic_bubble, want);
-                            CHECK(fabs(sim->bubble - want) < 1e-12, "%s: simulated bubble %.6f, analytic %.6f",
-                                  s->name, sim->bubble, want);
+                            CHECK(fabs(sim->analytic_bubble - want) < 1e-12, "%s: analytic %g, want %g",
+                                  s->name, sim->analytic_bubble, want);
+                            CHECK(fabs(sim->bubble - want) < 1e-12,
+                                  "%s: simulated bubble %.6f, analytic %.6f", s->name, sim->bubble, want);
                             cases++;
                         }
                         mpmd_sim_free(sim);
@@ -69,8 +69,8 @@ static void test_analytic_bubbles(void) {
             mpmd_sim *a = zb ? simulate(zb, NULL) : NULL, *b = ob ? simulate(ob, NULL) : NULL;
             if (a && b) {
                 double idle_zb = a->makespan * S * a->bubble, idle_1f1b = b->makespan * S * b->bubble;
-                CHECK(fabs(idle_zb / idle_1f1b - 1.0 / 3.0) < 1e-9, "ZeroBubble(%d) n=%d idles %g, 1F1B %g", S, n,
-                      idle_zb, idle_1f1b);
+                CHECK(fabs(idle_zb / idle_1f1b - 1.0 / 3.0) < 1e-9, "ZeroBubble(%d) n=%d idles %g, 1F1B %g",
+                      S, n, idle_zb, idle_1f1b);
                 CHECK(a->bubble < b->bubble / 2, "ZB bubble %g vs 1F1B %g", a->bubble, b->bubble);
             }
             mpmd_sim_free(a);
@@ -81,7 +81,8 @@ static void test_analytic_bubbles(void) {
     /* No textbook value for DualPipeV. */
     mpmd_schedule *s = make(MPMD_SCHED_DUALPIPEV, 8, 4, 8);
     mpmd_sim *sim = s ? simulate(s, NULL) : NULL;
-    CHECK(sim && isnan(sim->analytic_bubble) && strstr(sim->analytic_formula, "DualPipeV"), "DualPipeV: none");
+    CHECK(sim && isnan(sim->analytic_bubble) && strstr(sim->analytic_formula, "DualPipeV"),
+          "DualPipeV: none");
     mpmd_sim_free(sim);
     mpmd_schedule_free(s);
 }
@@ -99,14 +100,16 @@ static void check_ops(const mpmd_schedule *s, const mpmd_sim *sim, const char *l
     double *fend = malloc(sizeof(double) * (size_t)S * n), *bend = malloc(sizeof(double) * (size_t)S * n);
     int *next = calloc((size_t)D, sizeof *next);
     double *free_at = calloc((size_t)D, sizeof *free_at), *busy = calloc((size_t)D, sizeof *busy);
-    for (int i = 0; i < S * n; i++) fend[i] = bend[i] = NAN;
+    for (int i = 0; i < S * n; i++)
+        fend[i] = bend[i] = NAN;
     int bad = 0;
     int64_t entries = 0;
     for (int64_t k = 0; k < sim->num_ops && !bad; k++) {
         const mpmd_sim_op *op = &sim->ops[k];
         int r = op->rank;
         if (op->entry != next[r]) {
-            CHECK(0, "%s: op %lld is rank %d entry %d, expected entry %d", label, (long long)k, r, op->entry, next[r]);
+            CHECK(0, "%s: op %lld is rank %d entry %d, expected entry %d", label, (long long)k, r, op->entry,
+                  next[r]);
             bad = 1;
             break;
         }
@@ -170,12 +173,13 @@ static void check_ops(const mpmd_schedule *s, const mpmd_sim *sim, const char *l
         }
         CHECK(fabs(op->start - ready) < 1e-9, "%s: op %lld (rank %d entry %d) starts %g, expected %g", label,
               (long long)k, r, op->entry, op->start, ready);
-        CHECK(fabs(op->end - (op->start + cost)) < 1e-9, "%s: op %lld ends %g, expected %g", label, (long long)k,
-              op->end, op->start + cost);
+        CHECK(fabs(op->end - (op->start + cost)) < 1e-9, "%s: op %lld ends %g, expected %g", label,
+              (long long)k, op->end, op->start + cost);
         for (int i = b; i < e; i++) {
             const mpmd_task *t = &rk->tasks[i];
             if (t->kind == MPMD_TASK_F) fend[t->stage * n + t->microbatch] = op->end;
-            if (t->kind == MPMD_TASK_B || t->kind == MPMD_TASK_A) bend[t->stage * n + t->microbatch] = op->end;
+            if (t->kind == MPMD_TASK_B || t->kind == MPMD_TASK_A)
+                bend[t->stage * n + t->microbatch] = op->end;
         }
         free_at[r] = op->end;
         busy[r] += cost;
@@ -185,11 +189,13 @@ static void check_ops(const mpmd_schedule *s, const mpmd_sim *sim, const char *l
     double makespan = 0;
     for (int r = 0; r < D; r++) {
         if (free_at[r] > makespan) makespan = free_at[r];
-        CHECK(bad || next[r] == s->ranks[r].num_entries, "%s: rank %d ran %d of its entries", label, r, next[r]);
+        CHECK(bad || next[r] == s->ranks[r].num_entries, "%s: rank %d ran %d of its entries", label, r,
+              next[r]);
         CHECK(fabs(busy[r] - sim->busy[r]) < 1e-9, "%s: rank %d busy %g, expected %g", label, r, sim->busy[r],
               busy[r]);
     }
-    CHECK(fabs(makespan - sim->makespan) < 1e-9, "%s: makespan %g, expected %g", label, sim->makespan, makespan);
+    CHECK(fabs(makespan - sim->makespan) < 1e-9, "%s: makespan %g, expected %g", label, sim->makespan,
+          makespan);
     free(fend);
     free(bend);
     free(next);
@@ -234,7 +240,8 @@ static void test_cost_model(void) {
     c.transfer = 0.5;
     /* F0 [0,1], F1 [1.5,2.5], B1 [2.5,4.5], B0 [5,7] */
     mpmd_sim *sim = simulate(s, &c);
-    CHECK(sim && fabs(sim->makespan - 7.0) < 1e-12, "GPipe(2) n=1 with transfer 0.5: makespan %g", sim->makespan);
+    CHECK(sim && fabs(sim->makespan - 7.0) < 1e-12, "GPipe(2) n=1 with transfer 0.5: makespan %g",
+          sim->makespan);
     CHECK(sim && fabs(sim->bubble - (1 - 6.0 / 14.0)) < 1e-12, "bubble %g", sim->bubble);
     mpmd_sim_free(sim);
     double scale[2] = {1, 3};
@@ -244,18 +251,20 @@ static void test_cost_model(void) {
     sim = simulate(s, &c);
     CHECK(sim && fabs(sim->makespan - 12.0) < 1e-12 && fabs(sim->busy[1] - 9.0) < 1e-12,
           "GPipe(2) n=1 with stage 1 x3: makespan %g", sim ? sim->makespan : -1);
-    CHECK(sim && sim->cost.stage_scale != scale && sim->cost.stage_scale[1] == 3.0, "the sim keeps its own copy");
+    CHECK(sim && sim->cost.stage_scale != scale && sim->cost.stage_scale[1] == 3.0,
+          "the sim keeps its own copy");
     mpmd_sim_free(sim);
     /* Bad cost models. */
     mpmd_error err;
     mpmd_cost_model bad = MPMD_COST_DEFAULTS;
     bad.latency[MPMD_TASK_B] = -1;
-    CHECK(mpmd_schedule_simulate(s, &bad, &sim, &err, NULL) == MPMD_ERR_INVALID && strstr(err.msg, "cost of B") &&
-              sim == NULL,
+    CHECK(mpmd_schedule_simulate(s, &bad, &sim, &err, NULL) == MPMD_ERR_INVALID &&
+              strstr(err.msg, "cost of B") && sim == NULL,
           "negative cost: %s", err.msg);
     bad = (mpmd_cost_model)MPMD_COST_DEFAULTS;
     bad.transfer = NAN;
-    CHECK(mpmd_schedule_simulate(s, &bad, &sim, &err, NULL) == MPMD_ERR_INVALID && strstr(err.msg, "transfer"),
+    CHECK(mpmd_schedule_simulate(s, &bad, &sim, &err, NULL) == MPMD_ERR_INVALID &&
+              strstr(err.msg, "transfer"),
           "NaN transfer: %s", err.msg);
     double neg[2] = {1, -2};
     bad = (mpmd_cost_model)MPMD_COST_DEFAULTS;
@@ -294,7 +303,8 @@ static void test_peak_in_flight(void) {
                 int want = S - r < n ? S - r : n;
                 CHECK(sa->peak_in_flight[r] == want, "Std1F1B(%d) n=%d rank %d: peak %d, want %d", S, n, r,
                       sa->peak_in_flight[r], want);
-                CHECK(sg->peak_in_flight[r] == n, "GPipe(%d) n=%d rank %d: peak %d", S, n, r, sg->peak_in_flight[r]);
+                CHECK(sg->peak_in_flight[r] == n, "GPipe(%d) n=%d rank %d: peak %d", S, n, r,
+                      sg->peak_in_flight[r]);
             }
             mpmd_sim_free(sa);
             mpmd_sim_free(sg);
@@ -305,7 +315,8 @@ static void test_peak_in_flight(void) {
 
 static int count(const char *hay, const char *needle) {
     int k = 0;
-    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) k++;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+        k++;
     return k;
 }
 
@@ -335,7 +346,8 @@ static void test_timeline(void) {
         const mpmd_timeline_event *e = &tl->events[3][i];
         if (e->group >= 0 && e->task.kind == MPMD_TASK_F) {
             const mpmd_timeline_event *b = &tl->events[3][i + 1];
-            CHECK(fabs(e->end - e->start - 1) < 1e-12 && fabs(b->end - b->start - 2) < 1e-12 && b->group == e->group,
+            CHECK(fabs(e->end - e->start - 1) < 1e-12 && fabs(b->end - b->start - 2) < 1e-12 &&
+                      b->group == e->group,
                   "fused members split by cost");
             break;
         }
@@ -350,7 +362,8 @@ static void test_timeline(void) {
     CHECK(strncmp(buf, "<svg xmlns=\"http://www.w3.org/2000/svg\"", 39) == 0, "svg header");
     CHECK(strcmp(buf + len - 7, "</svg>\n") == 0, "svg end");
     CHECK(count(buf, "<title>") == tasks, "a hover title per task: %d", count(buf, "<title>"));
-    CHECK(count(buf, "stroke=\"#111\" stroke-width=\"2\"/>") == 4 + 1, "a frame per FusedTask, plus the legend's");
+    CHECK(count(buf, "stroke=\"#111\" stroke-width=\"2\"/>") == 4 + 1,
+          "a frame per FusedTask, plus the legend's");
     CHECK(strstr(buf, ">rank 3</text>") && strstr(buf, "F forward") && strstr(buf, "B backward") &&
               !strstr(buf, "bwdA)") && strstr(buf, "time (step)") && strstr(buf, "url(#idle)"),
           "labels, legend of the present kinds, axis, idle pattern");

@@ -193,7 +193,8 @@ static int parse_cost(const options *o, const char *opt, const char *s, double *
 
 static int parse_scale_list(options *o, const char *s) {
     int n = 1;
-    for (const char *p = s; *p; p++) n += *p == ',';
+    for (const char *p = s; *p; p++)
+        n += *p == ',';
     o->stage_scale = malloc((size_t)n * sizeof *o->stage_scale);
     if (!o->stage_scale) return 1;
     char item[64];
@@ -227,7 +228,7 @@ static int parse_args(int argc, char **argv, options *o) {
             eq = NULL;
         }
 #define VALUE() (eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL))
-#define NEED(v)                                                                                                    \
+#define NEED(v)                                                                                              \
     if (!(v)) return usage_error(o, "%s needs a value", opt)
         if (!strcmp(opt, "-h") || !strcmp(opt, "--help")) {
             fputs(simulate ? simulate_usage : schedule_usage, stdout);
@@ -265,8 +266,8 @@ static int parse_args(int argc, char **argv, options *o) {
             const char *v = VALUE();
             NEED(v);
             o->output = v;
-        } else if (simulate && (!strcmp(opt, "--cost-f") || !strcmp(opt, "--cost-b") || !strcmp(opt, "--cost-a") ||
-                                !strcmp(opt, "--cost-w"))) {
+        } else if (simulate && (!strcmp(opt, "--cost-f") || !strcmp(opt, "--cost-b") ||
+                                !strcmp(opt, "--cost-a") || !strcmp(opt, "--cost-w"))) {
             const char *v = VALUE();
             NEED(v);
             static const char kinds[] = "fbaw"; /* --cost-f etc.: MPMD_TASK_F, _B, _A, _W */
@@ -303,7 +304,8 @@ static int make_schedule(const options *o, mpmd_schedule **out) {
     if (!strncmp(o->name, "file:", 5)) {
         if (!o->name[5]) return usage_error(o, "file: needs a path, e.g. file:my.sched");
         if (o->fuse)
-            return usage_error(o, "--fuse-steady-state applies to interleaved1f1b and kimik2, not to %s", o->name);
+            return usage_error(o, "--fuse-steady-state applies to interleaved1f1b and kimik2, not to %s",
+                               o->name);
         mpmd_status st = mpmd_schedule_load(o->name + 5, out, &err);
         if (st) {
             fprintf(stderr, "mpmd %s: %s\n", o->cmd, err.msg);
@@ -320,20 +322,24 @@ static int make_schedule(const options *o, mpmd_schedule **out) {
             if (chk[i].given && chk[i].given != chk[i].has) {
                 fprintf(stderr, "mpmd %s: %s %d disagrees with %s, which has %d\n", o->cmd, chk[i].opt,
                         chk[i].given, s->name, chk[i].has);
+                mpmd_schedule_free(*out);
+                *out = NULL;
                 return EXIT_USAGE;
             }
         return 0;
     }
     int kind = mpmd_schedule_kind_from_name(o->name);
     if (kind < 0 || kind == MPMD_SCHED_USER)
-        return usage_error(o,
-                           "unknown schedule '%s'; expected gpipe, std1f1b, eager1f1b, interleaved1f1b, kimik2, "
-                           "zerobubble, dualpipev, interleavedgpipe or file:PATH",
-                           o->name);
+        return usage_error(
+            o,
+            "unknown schedule '%s'; expected gpipe, std1f1b, eager1f1b, interleaved1f1b, kimik2, "
+            "zerobubble, dualpipev, interleavedgpipe or file:PATH",
+            o->name);
     if (!o->stages) return usage_error(o, "%s needs --stages S", o->name);
     if (!o->microbatches) return usage_error(o, "%s needs --microbatches N", o->name);
     if (o->fuse && kind != MPMD_SCHED_INTERLEAVED1F1B && kind != MPMD_SCHED_KIMIK2)
-        return usage_error(o, "--fuse-steady-state applies to interleaved1f1b and kimik2, not to %s", o->name);
+        return usage_error(o, "--fuse-steady-state applies to interleaved1f1b and kimik2, not to %s",
+                           o->name);
     mpmd_status st =
         mpmd_schedule_new((mpmd_schedule_kind)kind, o->stages, o->ranks, o->microbatches, o->fuse, out, &err);
     if (st) {
@@ -381,10 +387,12 @@ static void stages_of(const mpmd_schedule *s, int r, char *buf, size_t len) {
 static void write_report_text(FILE *f, const mpmd_schedule *s, const mpmd_sim *sim) {
     const mpmd_cost_model *c = &sim->cost;
     int64_t tasks = 0;
-    for (int r = 0; r < s->num_ranks; r++) tasks += s->ranks[r].num_tasks;
+    for (int r = 0; r < s->num_ranks; r++)
+        tasks += s->ranks[r].num_tasks;
     fprintf(f, "schedule     %s\n", s->name);
-    fprintf(f, "cost model   F=%g B=%g A=%g W=%g, transfer %g, %s\n", c->latency[0], c->latency[1], c->latency[2],
-            c->latency[3], c->transfer, c->stage_scale ? "per-stage multipliers" : "equal stages");
+    fprintf(f, "cost model   F=%g B=%g A=%g W=%g, transfer %g, %s\n", c->latency[0], c->latency[1],
+            c->latency[2], c->latency[3], c->transfer,
+            c->stage_scale ? "per-stage multipliers" : "equal stages");
     fprintf(f, "tasks        %lld in %lld programs\n", (long long)tasks, (long long)sim->num_ops);
     fprintf(f, "makespan     %g\n", sim->makespan);
     fprintf(f, "bubble       %.2f%% simulated\n", 100.0 * sim->bubble);
@@ -392,7 +400,8 @@ static void write_report_text(FILE *f, const mpmd_schedule *s, const mpmd_sim *s
         fprintf(f, "             %.2f%% analytic, %s\n", 100.0 * sim->analytic_bubble, sim->analytic_formula);
     else
         fprintf(f, "             (no analytic value: %s)\n", sim->analytic_formula);
-    fprintf(f, "\n%4s  %-10s %10s %10s %8s  %s\n", "rank", "stages", "busy", "idle", "bubble", "peak in flight");
+    fprintf(f, "\n%4s  %-10s %10s %10s %8s  %s\n", "rank", "stages", "busy", "idle", "bubble",
+            "peak in flight");
     char st[64];
     for (int r = 0; r < s->num_ranks; r++) {
         stages_of(s, r, st, sizeof st);
@@ -408,11 +417,14 @@ static void write_report_json(FILE *f, const mpmd_schedule *s, const mpmd_sim *s
     json_str(f, s->name);
     fprintf(f, ", \"stages\": %d, \"ranks\": %d, \"microbatches\": %d,\n", s->num_stages, s->num_ranks,
             s->num_microbatches);
-    fprintf(f, " \"cost\": {\"F\": %.10g, \"B\": %.10g, \"A\": %.10g, \"W\": %.10g, \"transfer\": %.10g, \"stage_scale\": ",
+    fprintf(f,
+            " \"cost\": {\"F\": %.10g, \"B\": %.10g, \"A\": %.10g, \"W\": %.10g, \"transfer\": %.10g, "
+            "\"stage_scale\": ",
             c->latency[0], c->latency[1], c->latency[2], c->latency[3], c->transfer);
     if (c->stage_scale) {
         fputc('[', f);
-        for (int i = 0; i < s->num_stages; i++) fprintf(f, "%s%.10g", i ? ", " : "", c->stage_scale[i]);
+        for (int i = 0; i < s->num_stages; i++)
+            fprintf(f, "%s%.10g", i ? ", " : "", c->stage_scale[i]);
         fputc(']', f);
     } else {
         fputs("null", f);
@@ -457,8 +469,8 @@ static int run(options *o) {
     if (rc) return rc;
     int simulate = strcmp(o->cmd, "simulate") == 0;
     if (o->stage_scale && o->n_stage_scale != s->num_stages) {
-        fprintf(stderr, "mpmd %s: --stage-scale: %s has %d stages, the list has %d numbers\n", o->cmd, s->name,
-                s->num_stages, o->n_stage_scale);
+        fprintf(stderr, "mpmd %s: --stage-scale: %s has %d stages, the list has %d numbers\n", o->cmd,
+                s->name, s->num_stages, o->n_stage_scale);
         mpmd_schedule_free(s);
         return EXIT_USAGE;
     }
@@ -519,8 +531,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(cmd, "schedule") && strcmp(cmd, "simulate")) {
-        fprintf(stderr, "mpmd: unknown command '%s'; expected schedule, simulate or help (see `mpmd --help`)\n",
-                cmd);
+        fprintf(stderr,
+                "mpmd: unknown command '%s'; expected schedule, simulate or help (see `mpmd --help`)\n", cmd);
         return EXIT_USAGE;
     }
     options o;

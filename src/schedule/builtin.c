@@ -13,7 +13,9 @@
 #define A MPMD_TASK_A
 #define W MPMD_TASK_W
 
-static int imin(int a, int b) { return a < b ? a : b; }
+static int imin(int a, int b) {
+    return a < b ? a : b;
+}
 
 /* Counts every schedule needs: S, D, n >= 1 and not absurdly large. */
 static mpmd_status check_counts(const char *what, int S, int D, int n, mpmd_error *err) {
@@ -73,8 +75,10 @@ mpmd_status mpmd_schedule_gpipe(int S, int n, mpmd_schedule **out, mpmd_error *e
     if (!st) st = start(MPMD_SCHED_GPIPE, S, S, n, 0, 0, &b, err);
     if (st) return st;
     for (int s = 0; s < S; s++) {
-        for (int m = 0; m < n; m++) sb_one(&b, s, F, s);
-        for (int m = 0; m < n; m++) sb_one(&b, s, B, s);
+        for (int m = 0; m < n; m++)
+            sb_one(&b, s, F, s);
+        for (int m = 0; m < n; m++)
+            sb_one(&b, s, B, s);
     }
     return finish(&b, out, err);
 }
@@ -82,7 +86,8 @@ mpmd_status mpmd_schedule_gpipe(int S, int n, mpmd_schedule **out, mpmd_error *e
 /* 1F1B: a warm-up of w forwards, then B, F, B, F, ... starting with B,
  * leaving out F once all n forwards were emitted, until n backwards. */
 static void one_f_one_b(sched_builder *b, int s, int w, int n) {
-    for (int i = 0; i < w; i++) sb_one(b, s, F, s);
+    for (int i = 0; i < w; i++)
+        sb_one(b, s, F, s);
     int nf = w;
     for (int nb = 0; nb < n; nb++) {
         sb_one(b, s, B, s);
@@ -99,7 +104,8 @@ mpmd_status mpmd_schedule_std1f1b(int S, int n, mpmd_schedule **out, mpmd_error 
     mpmd_status st = check_single(MPMD_SCHED_STD1F1B, S, n, err);
     if (!st) st = start(MPMD_SCHED_STD1F1B, S, S, n, 0, 0, &b, err);
     if (st) return st;
-    for (int s = 0; s < S; s++) one_f_one_b(&b, s, imin(S - s, n), n);
+    for (int s = 0; s < S; s++)
+        one_f_one_b(&b, s, imin(S - s, n), n);
     return finish(&b, out, err);
 }
 
@@ -109,7 +115,8 @@ mpmd_status mpmd_schedule_eager1f1b(int S, int n, mpmd_schedule **out, mpmd_erro
     mpmd_status st = check_single(MPMD_SCHED_EAGER1F1B, S, n, err);
     if (!st) st = start(MPMD_SCHED_EAGER1F1B, S, S, n, 0, 0, &b, err);
     if (st) return st;
-    for (int s = 0; s < S; s++) one_f_one_b(&b, s, imin(2 * (S - s) - 1, n), n);
+    for (int s = 0; s < S; s++)
+        one_f_one_b(&b, s, imin(2 * (S - s) - 1, n), n);
     return finish(&b, out, err);
 }
 
@@ -130,7 +137,8 @@ mpmd_status mpmd_schedule_zerobubble(int S, int n, mpmd_schedule **out, mpmd_err
     static const int rotation[3] = {A, W, F};
     for (int s = 0; s < S; s++) {
         int done[MPMD_TASK_KINDS] = {0};
-        for (int i = 0; i < S - s; i++) sb_one(&b, s, F, s);
+        for (int i = 0; i < S - s; i++)
+            sb_one(&b, s, F, s);
         done[F] = S - s;
         for (int i = 0; i < s; i++) {
             sb_one(&b, s, A, s);
@@ -182,7 +190,8 @@ static mpmd_status interleaved(mpmd_schedule_kind kind, int S, int D, int n, int
         return mpmd_error_set(err, MPMD_ERR_INVALID,
                               "%s(S=%d, D=%d, n=%d): the microbatches run in max(1, n / D) = %d rounds, so n "
                               "must be a multiple of %d; %d microbatches leave %d over (use e.g. %d or %d)",
-                              mpmd_schedule_kind_name(kind), S, D, n, R, R, n, n % R, n - n % R, n - n % R + R);
+                              mpmd_schedule_kind_name(kind), S, D, n, R, R, n, n % R, n - n % R,
+                              n - n % R + R);
     sched_builder b;
     if ((st = start(kind, S, D, n, 0, fuse, &b, err))) return st;
     int v = S / D, k = n / R;
@@ -227,7 +236,8 @@ mpmd_status mpmd_schedule_interleaved1f1b(int S, int D, int n, int fuse_steady_s
     return interleaved(MPMD_SCHED_INTERLEAVED1F1B, S, D, n, fuse_steady_state != 0, 0, out, err);
 }
 
-mpmd_status mpmd_schedule_kimik2(int S, int D, int n, int fuse_steady_state, mpmd_schedule **out, mpmd_error *err) {
+mpmd_status mpmd_schedule_kimik2(int S, int D, int n, int fuse_steady_state, mpmd_schedule **out,
+                                 mpmd_error *err) {
     return interleaved(MPMD_SCHED_KIMIK2, S, D, n, fuse_steady_state != 0, 1, out, err);
 }
 
@@ -250,7 +260,8 @@ mpmd_status mpmd_schedule_interleaved_gpipe(int S, int D, int n, mpmd_schedule *
                 int len = imin(k, n - m0);
                 for (int j = 0; j < v; j++) {
                     int local = kind == F ? j : v - 1 - j;
-                    for (int i = 0; i < len; i++) sb_one(&b, r, kind, local * D + r);
+                    for (int i = 0; i < len; i++)
+                        sb_one(&b, r, kind, local * D + r);
                 }
             }
         }
@@ -291,7 +302,8 @@ mpmd_status mpmd_schedule_dualpipev(int S, int D, int n, mpmd_schedule **out, mp
     for (int r = 0; r < D; r++) {
         int s0 = r, s1 = 2 * D - 1 - r;
         /* 1. 2(D-r-1) times F(s0). */
-        for (int i = 0; i < 2 * (D - r - 1); i++) sb_one(bp, r, F, s0);
+        for (int i = 0; i < 2 * (D - r - 1); i++)
+            sb_one(bp, r, F, s0);
         /* 2. r+1 times F(s0), F(s1). */
         for (int i = 0; i < r + 1; i++) {
             sb_one(bp, r, F, s0);
@@ -366,7 +378,8 @@ mpmd_status mpmd_schedule_new(mpmd_schedule_kind kind, int S, int D, int n, int 
     case MPMD_SCHED_STD1F1B: return mpmd_schedule_std1f1b(S, n, out, err);
     case MPMD_SCHED_EAGER1F1B: return mpmd_schedule_eager1f1b(S, n, out, err);
     case MPMD_SCHED_ZEROBUBBLE: return mpmd_schedule_zerobubble(S, n, out, err);
-    case MPMD_SCHED_INTERLEAVED1F1B: return mpmd_schedule_interleaved1f1b(S, D, n, fuse_steady_state, out, err);
+    case MPMD_SCHED_INTERLEAVED1F1B:
+        return mpmd_schedule_interleaved1f1b(S, D, n, fuse_steady_state, out, err);
     case MPMD_SCHED_KIMIK2: return mpmd_schedule_kimik2(S, D, n, fuse_steady_state, out, err);
     case MPMD_SCHED_INTERLEAVED_GPIPE: return mpmd_schedule_interleaved_gpipe(S, D, n, out, err);
     case MPMD_SCHED_DUALPIPEV: return mpmd_schedule_dualpipev(S, D, n, out, err);

@@ -34,7 +34,8 @@ static void *alloc(size_t bytes, int zero) {
     int mapped = 0;
 #if defined(MAP_POPULATE) && defined(MAP_ANONYMOUS)
     if (total >= MAP_AT_LEAST) {
-        void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+        void *p =
+            mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
         if (p != MAP_FAILED) {
             h = p; /* anonymous pages are zero already */
             mapped = 1;
@@ -50,9 +51,13 @@ static void *alloc(size_t bytes, int zero) {
     return h + 1;
 }
 
-void *sched_mem_alloc(size_t bytes) { return alloc(bytes, 0); }
+void *sched_mem_alloc(size_t bytes) {
+    return alloc(bytes, 0);
+}
 
-void *sched_mem_calloc(size_t bytes) { return alloc(bytes, 1); }
+void *sched_mem_calloc(size_t bytes) {
+    return alloc(bytes, 1);
+}
 
 void sched_mem_free(void *p) {
     if (!p) return;

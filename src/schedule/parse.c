@@ -29,14 +29,21 @@ typedef struct parser {
     int max_stage, max_mb, any_split;
 } parser;
 
-static int col(const parser *ps, const char *at) { return (int)(at - ps->line_start) + 1; }
+static int col(const parser *ps, const char *at) {
+    return (int)(at - ps->line_start) + 1;
+}
 
-static int at_eol(const parser *ps) { return ps->p >= ps->end || *ps->p == '\n'; }
+static int at_eol(const parser *ps) {
+    return ps->p >= ps->end || *ps->p == '\n';
+}
 
-static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
+static int is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
+}
 
 static void skip_space(parser *ps) {
-    while (ps->p < ps->end && is_space(*ps->p)) ps->p++;
+    while (ps->p < ps->end && is_space(*ps->p))
+        ps->p++;
 }
 
 /* "found 'xyz'" text for messages: the token at `at` (up to 24 bytes, up
@@ -74,9 +81,9 @@ static mpmd_status number(parser *ps, const char *what, int32_t *out) {
     }
     if (v >= SCHED_MAX_COUNT) {
         int nd = (int)(ps->p - at);
-        return mpmd_error_set(ps->err, MPMD_ERR_FORMAT, "%s:%d:%d: the number %.*s%s is too large (at most %d)",
-                              ps->src, ps->line, col(ps, at), nd > 20 ? 20 : nd, at, nd > 20 ? "..." : "",
-                              SCHED_MAX_COUNT - 1);
+        return mpmd_error_set(ps->err, MPMD_ERR_FORMAT,
+                              "%s:%d:%d: the number %.*s%s is too large (at most %d)", ps->src, ps->line,
+                              col(ps, at), nd > 20 ? 20 : nd, at, nd > 20 ? "..." : "", SCHED_MAX_COUNT - 1);
     }
     *out = (int32_t)v;
     return MPMD_OK;
@@ -91,7 +98,8 @@ static int starts_with(const parser *ps, const char *lit) {
 static int grow(void **arr, int32_t *cap, int64_t need, size_t elem) {
     if (need <= *cap) return 1;
     int64_t c = *cap ? *cap : 16;
-    while (c < need) c *= 2;
+    while (c < need)
+        c *= 2;
     if (c > SCHED_MAX_RANK_TASKS + 1) c = SCHED_MAX_RANK_TASKS + 1;
     if (c < need) return 0;
     void *p = sched_mem_realloc(*arr, (size_t)c * elem);
@@ -106,13 +114,15 @@ static mpmd_status own_stage(parser *ps, int32_t stage, const char *at) {
     int rank = ps->nranks - 1;
     if (stage >= ps->cap_stages) {
         int32_t c = ps->cap_stages ? ps->cap_stages : 64;
-        while (c <= stage) c *= 2;
+        while (c <= stage)
+            c *= 2;
         int32_t *a = realloc(ps->stage_rank, (size_t)c * sizeof *a);
         if (a) ps->stage_rank = a;
         int32_t *l = a ? realloc(ps->stage_line, (size_t)c * sizeof *l) : NULL;
         if (!a || !l) return mpmd_error_set(ps->err, MPMD_ERR_NOMEM, "%s: out of memory", ps->src);
         ps->stage_line = l;
-        for (int32_t i = ps->cap_stages; i < c; i++) ps->stage_rank[i] = -1;
+        for (int32_t i = ps->cap_stages; i < c; i++)
+            ps->stage_rank[i] = -1;
         ps->cap_stages = c;
     }
     if (ps->stage_rank[stage] < 0) {
@@ -122,8 +132,8 @@ static mpmd_status own_stage(parser *ps, int32_t stage, const char *at) {
         return mpmd_error_set(ps->err, MPMD_ERR_FORMAT,
                               "%s:%d:%d: stage %d is already on rank %d (line %d); a stage runs on one rank, "
                               "and this line is rank %d",
-                              ps->src, ps->line, col(ps, at), stage, ps->stage_rank[stage], ps->stage_line[stage],
-                              rank);
+                              ps->src, ps->line, col(ps, at), stage, ps->stage_rank[stage],
+                              ps->stage_line[stage], rank);
     }
     return MPMD_OK;
 }
@@ -133,7 +143,8 @@ static mpmd_status task(parser *ps, mpmd_task *t) {
     static const struct {
         const char *lit;
         int kind;
-    } prefixes[] = {{"fwd_", MPMD_TASK_F}, {"bwdA_", MPMD_TASK_A}, {"bwdW_", MPMD_TASK_W}, {"bwd_", MPMD_TASK_B}};
+    } prefixes[] = {
+        {"fwd_", MPMD_TASK_F}, {"bwdA_", MPMD_TASK_A}, {"bwdW_", MPMD_TASK_W}, {"bwd_", MPMD_TASK_B}};
     const char *at = ps->p;
     int kind = -1;
     for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
@@ -171,8 +182,8 @@ static mpmd_status entry(parser *ps, rank_buf *rb) {
             skip_space(ps);
             if (nt == MPMD_FUSED_MAX)
                 return mpmd_error_set(ps->err, MPMD_ERR_FORMAT,
-                                      "%s:%d:%d: a FusedTask holds at most %d tasks; this one has more", ps->src,
-                                      ps->line, col(ps, at), MPMD_FUSED_MAX);
+                                      "%s:%d:%d: a FusedTask holds at most %d tasks; this one has more",
+                                      ps->src, ps->line, col(ps, at), MPMD_FUSED_MAX);
             if ((st = task(ps, &t[nt++]))) return st;
             skip_space(ps);
             if (ps->p < ps->end && *ps->p == ',') {
@@ -196,9 +207,11 @@ static mpmd_status entry(parser *ps, rank_buf *rb) {
         if ((st = task(ps, &t[nt++]))) return st;
     }
     if (!grow((void **)&rb->tasks, &rb->cap_tasks, (int64_t)rb->ntasks + nt, sizeof *rb->tasks) ||
-        !grow((void **)&rb->entry_start, &rb->cap_entries, (int64_t)rb->nentries + 2, sizeof *rb->entry_start))
-        return mpmd_error_set(ps->err, MPMD_ERR_NOMEM, "%s:%d: out of memory (or more than %lld tasks on a rank)",
-                              ps->src, ps->line, (long long)SCHED_MAX_RANK_TASKS);
+        !grow((void **)&rb->entry_start, &rb->cap_entries, (int64_t)rb->nentries + 2,
+              sizeof *rb->entry_start))
+        return mpmd_error_set(ps->err, MPMD_ERR_NOMEM,
+                              "%s:%d: out of memory (or more than %lld tasks on a rank)", ps->src, ps->line,
+                              (long long)SCHED_MAX_RANK_TASKS);
     if (rb->nentries == 0) rb->entry_start[0] = 0;
     memcpy(rb->tasks + rb->ntasks, t, (size_t)nt * sizeof *t);
     rb->ntasks += nt;
@@ -219,10 +232,11 @@ static mpmd_status rank_prefix(parser *ps) {
     if (ps->p >= ps->end || *ps->p != ':') return fail(ps, ps->p, "':' after 'rank R'");
     ps->p++;
     if (r != ps->nranks - 1)
-        return mpmd_error_set(ps->err, MPMD_ERR_FORMAT,
-                              "%s:%d:%d: this line says rank %d, but it is the line of rank %d (ranks come one "
-                              "line each, in order, from rank 0; blank and comment lines do not count)",
-                              ps->src, ps->line, col(ps, at), r, ps->nranks - 1);
+        return mpmd_error_set(
+            ps->err, MPMD_ERR_FORMAT,
+            "%s:%d:%d: this line says rank %d, but it is the line of rank %d (ranks come one "
+            "line each, in order, from rank 0; blank and comment lines do not count)",
+            ps->src, ps->line, col(ps, at), r, ps->nranks - 1);
     return MPMD_OK;
 }
 
@@ -271,7 +285,8 @@ mpmd_status mpmd_schedule_parse(const char *text, size_t len, const char *source
         ps.line_start = ps.p;
         if ((st = parse_line(&ps))) goto done;
         /* Skip the rest of the line (a comment). */
-        while (ps.p < ps.end && *ps.p != '\n') ps.p++;
+        while (ps.p < ps.end && *ps.p != '\n')
+            ps.p++;
         if (ps.p < ps.end) ps.p++;
     }
     if (ps.nranks == 0) {

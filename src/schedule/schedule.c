@@ -9,11 +9,11 @@
 
 /* JaxPP's class names, and the command-line names, by kind. */
 static const char *const kind_names[MPMD_SCHED_NUM_KINDS] = {
-    "GPipe", "Std1F1B", "Eager1F1B", "Interleaved1F1B", "KimiK2", "ZeroBubble", "DualPipeV", "InterleavedGPipe",
-    "User"};
+    "GPipe",     "Std1F1B",          "Eager1F1B", "Interleaved1F1B", "KimiK2", "ZeroBubble",
+    "DualPipeV", "InterleavedGPipe", "User"};
 static const char *const cli_names[MPMD_SCHED_NUM_KINDS] = {
-    "gpipe", "std1f1b", "eager1f1b", "interleaved1f1b", "kimik2", "zerobubble", "dualpipev", "interleavedgpipe",
-    NULL};
+    "gpipe",     "std1f1b",          "eager1f1b", "interleaved1f1b", "kimik2", "zerobubble",
+    "dualpipev", "interleavedgpipe", NULL};
 
 /* Text prefixes of the task kinds, JaxPP's mk_task_name. */
 static const char *const task_prefix[MPMD_TASK_KINDS] = {"fwd_", "bwd_", "bwdA_", "bwdW_"};
@@ -46,14 +46,16 @@ mpmd_schedule *sched_alloc(mpmd_schedule_kind kind, int S, int D, int n, int spl
         mpmd_schedule_free(s);
         return NULL;
     }
-    for (int i = 0; i < S; i++) s->stage_rank[i] = -1;
+    for (int i = 0; i < S; i++)
+        s->stage_rank[i] = -1;
     return s;
 }
 
 void sched_set_name(mpmd_schedule *s) {
     int interleaved = s->kind == MPMD_SCHED_INTERLEAVED1F1B || s->kind == MPMD_SCHED_KIMIK2;
-    snprintf(s->name, sizeof s->name, "%s(S=%d, D=%d, n=%d%s)", mpmd_schedule_kind_name(s->kind), s->num_stages,
-             s->num_ranks, s->num_microbatches, interleaved && s->fuse_steady_state ? ", fuse_steady_state" : "");
+    snprintf(s->name, sizeof s->name, "%s(S=%d, D=%d, n=%d%s)", mpmd_schedule_kind_name(s->kind),
+             s->num_stages, s->num_ranks, s->num_microbatches,
+             interleaved && s->fuse_steady_state ? ", fuse_steady_state" : "");
 }
 
 void mpmd_schedule_free(mpmd_schedule *s) {
@@ -80,7 +82,8 @@ mpmd_status sb_init(sched_builder *b, mpmd_schedule *s, mpmd_error *err) {
      * (B, or A and W). */
     int64_t *stages = calloc((size_t)D, sizeof *stages);
     if (!stages) goto nomem;
-    for (int st = 0; st < S; st++) stages[s->stage_rank[st]]++;
+    for (int st = 0; st < S; st++)
+        stages[s->stage_rank[st]]++;
     int per = s->split_backward ? 3 : 2;
     for (int r = 0; r < D; r++) {
         int64_t cap = stages[r] * s->num_microbatches * per;
@@ -89,8 +92,8 @@ mpmd_status sb_init(sched_builder *b, mpmd_schedule *s, mpmd_error *err) {
             free(b->next_mb);
             free(b->cap);
             return mpmd_error_set(err, MPMD_ERR_INVALID,
-                                  "%s: rank %d would run %lld tasks, more than the %lld a rank may hold", s->name, r,
-                                  (long long)cap, (long long)SCHED_MAX_RANK_TASKS);
+                                  "%s: rank %d would run %lld tasks, more than the %lld a rank may hold",
+                                  s->name, r, (long long)cap, (long long)SCHED_MAX_RANK_TASKS);
         }
         b->cap[r] = (int32_t)cap;
         s->ranks[r].tasks = sched_mem_alloc((size_t)(cap > 0 ? cap : 1) * sizeof(mpmd_task));
@@ -151,7 +154,8 @@ char *sched_cell_str(const mpmd_task *t, int nt, char *buf, size_t len) {
     buf[0] = 0;
     for (int i = 0; i < nt && n < len; i++) {
         char c = (unsigned)t[i].kind < MPMD_TASK_KINDS ? task_letter[t[i].kind] : '?';
-        n += (size_t)snprintf(buf + n, len - n, "%s%c%d.%d", i ? "+" : "", c, (int)t[i].stage, (int)t[i].microbatch);
+        n += (size_t)snprintf(buf + n, len - n, "%s%c%d.%d", i ? "+" : "", c, (int)t[i].stage,
+                              (int)t[i].microbatch);
     }
     return buf;
 }
@@ -177,7 +181,8 @@ void ss_printf(sched_str *s, const char *fmt, ...) {
             return;
         }
         size_t cap = s->cap ? s->cap * 2 : 256;
-        while (cap - s->len <= (size_t)n) cap *= 2;
+        while (cap - s->len <= (size_t)n)
+            cap *= 2;
         char *p = realloc(s->p, cap);
         if (!p) {
             s->failed = 1;

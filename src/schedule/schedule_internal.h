@@ -31,9 +31,9 @@ void sched_set_name(mpmd_schedule *s);
  * counter handing out microbatches 0, 1, 2, ... in order. */
 typedef struct sched_builder {
     mpmd_schedule *s;
-    int32_t *next_mb;  /* [4 * S] */
-    int32_t *cap;      /* [D]: tasks room per rank */
-    int overflow;      /* set if a rule emitted more than it should (a bug) */
+    int32_t *next_mb; /* [4 * S] */
+    int32_t *cap;     /* [D]: tasks room per rank */
+    int overflow;     /* set if a rule emitted more than it should (a bug) */
 } sched_builder;
 
 /* Allocate the rank arrays of s (stage_rank must be filled) and the

@@ -41,7 +41,7 @@ typedef struct heap_item {
 typedef struct sim_ctx {
     const mpmd_schedule *s;
     int32_t S, n, D;
-    uint8_t *flags;     /* [S * n] */
+    uint8_t *flags;      /* [S * n] */
     double *fend, *bend; /* [S * n]: when F, and B-or-A, outputs exist (valid once DONE_*) */
     double lat[MPMD_TASK_KINDS], transfer;
     const double *scale; /* NULL or [S] */
@@ -49,14 +49,16 @@ typedef struct sim_ctx {
     double *clock;       /* [D] */
     uint8_t *queued;     /* [D]: in the heap */
     int32_t *inflight;   /* [D] */
-    heap_item *heap; /* timed: ready ranks by (start, rank) */
-    int32_t *work;   /* untimed: ranks to look at */
-    int32_t hn;      /* items in heap or work */
+    heap_item *heap;     /* timed: ready ranks by (start, rank) */
+    int32_t *work;       /* untimed: ranks to look at */
+    int32_t hn;          /* items in heap or work */
     int64_t units_done;
     mpmd_sim *out; /* busy / peak / ops written here when not NULL */
 } sim_ctx;
 
-static inline size_t idx(const sim_ctx *c, int32_t stage, int32_t mb) { return (size_t)stage * (size_t)c->n + (size_t)mb; }
+static inline size_t idx(const sim_ctx *c, int32_t stage, int32_t mb) {
+    return (size_t)stage * (size_t)c->n + (size_t)mb;
+}
 
 /* ------------------------------------------------------------------------ */
 /* Static checks                                                             */
@@ -89,21 +91,24 @@ static mpmd_status check_shape(const mpmd_schedule *s, mpmd_error *err) {
     const char *nm = s->name;
     int S = s->num_stages, D = s->num_ranks, n = s->num_microbatches;
     if (S < 1 || D < 1 || n < 1 || !s->ranks || !s->stage_rank)
-        return mpmd_error_set(err, MPMD_ERR_SCHEDULE, "%s: needs at least 1 stage, rank and microbatch (S=%d, D=%d, n=%d)",
-                              nm, S, D, n);
+        return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                              "%s: needs at least 1 stage, rank and microbatch (S=%d, D=%d, n=%d)", nm, S, D,
+                              n);
     for (int st = 0; st < S; st++)
         if (s->stage_rank[st] < 0 || s->stage_rank[st] >= D)
             return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
-                                  s->stage_rank[st] < 0 ? "%s: stage %d runs on no rank (no rank's list names it)"
-                                                        : "%s: stage %d is placed on rank %d, but there are %d ranks",
+                                  s->stage_rank[st] < 0
+                                      ? "%s: stage %d runs on no rank (no rank's list names it)"
+                                      : "%s: stage %d is placed on rank %d, but there are %d ranks",
                                   nm, st, s->stage_rank[st], D);
     for (int r = 0; r < D; r++) {
         const mpmd_schedule_rank *rk = &s->ranks[r];
-        if (rk->num_entries < 0 || rk->num_tasks < 0 || !rk->entry_start || (rk->num_tasks > 0 && !rk->tasks) ||
-            rk->entry_start[0] != 0 || rk->entry_start[rk->num_entries] != rk->num_tasks)
-            return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
-                                  "%s: rank %d's list is malformed (entry_start must run from 0 to num_tasks)", nm,
-                                  r);
+        if (rk->num_entries < 0 || rk->num_tasks < 0 || !rk->entry_start ||
+            (rk->num_tasks > 0 && !rk->tasks) || rk->entry_start[0] != 0 ||
+            rk->entry_start[rk->num_entries] != rk->num_tasks)
+            return mpmd_error_set(
+                err, MPMD_ERR_SCHEDULE,
+                "%s: rank %d's list is malformed (entry_start must run from 0 to num_tasks)", nm, r);
     }
     return MPMD_OK;
 }
@@ -113,18 +118,21 @@ static mpmd_status bad_task(const mpmd_schedule *s, int r, int e, const mpmd_tas
     const char *nm = s->name;
     char buf[MPMD_TASK_STR_MAX];
     if ((unsigned)t->kind >= MPMD_TASK_KINDS)
-        return mpmd_error_set(err, MPMD_ERR_SCHEDULE, "%s: rank %d entry %d: task kind %d is not F, B, A or W", nm, r,
-                              e, (int)t->kind);
+        return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                              "%s: rank %d entry %d: task kind %d is not F, B, A or W", nm, r, e,
+                              (int)t->kind);
     if (t->stage < 0 || t->stage >= s->num_stages)
         return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
-                              "%s: rank %d entry %d: %s names stage %d, but the schedule has stages 0..%d", nm, r, e,
-                              task_text(t, buf, sizeof buf), (int)t->stage, s->num_stages - 1);
+                              "%s: rank %d entry %d: %s names stage %d, but the schedule has stages 0..%d",
+                              nm, r, e, task_text(t, buf, sizeof buf), (int)t->stage, s->num_stages - 1);
     if (t->microbatch < 0 || t->microbatch >= s->num_microbatches)
-        return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
-                              "%s: rank %d entry %d: %s names microbatch %d, but the schedule has microbatches 0..%d",
-                              nm, r, e, task_text(t, buf, sizeof buf), (int)t->microbatch, s->num_microbatches - 1);
-    return mpmd_error_set(err, MPMD_ERR_SCHEDULE, "%s: rank %d entry %d: %s belongs on rank %d, which runs stage %d",
-                          nm, r, e, task_text(t, buf, sizeof buf), s->stage_rank[t->stage], (int)t->stage);
+        return mpmd_error_set(
+            err, MPMD_ERR_SCHEDULE,
+            "%s: rank %d entry %d: %s names microbatch %d, but the schedule has microbatches 0..%d", nm, r, e,
+            task_text(t, buf, sizeof buf), (int)t->microbatch, s->num_microbatches - 1);
+    return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                          "%s: rank %d entry %d: %s belongs on rank %d, which runs stage %d", nm, r, e,
+                          task_text(t, buf, sizeof buf), s->stage_rank[t->stage], (int)t->stage);
 }
 
 /* Stage 0's backward is never split: an A(0, m) must be immediately
@@ -145,15 +153,17 @@ static mpmd_status check_stage0(const mpmd_schedule *s, int r, int e, int *two, 
             mpmd_task_str(next, found, sizeof found);
         } else if (nt == 1 && e + 1 < rk->num_entries) {
             sched_entry_text(s, r, e + 1, found, sizeof found);
-            if (rk->entry_start[e + 2] - rk->entry_start[e + 1] == 1) next = &rk->tasks[rk->entry_start[e + 1]];
+            if (rk->entry_start[e + 2] - rk->entry_start[e + 1] == 1)
+                next = &rk->tasks[rk->entry_start[e + 1]];
         } else if (nt > 1) {
             snprintf(found, sizeof found, "the end of the FusedTask");
         }
         if (!next || next->kind != MPMD_TASK_W || next->stage != 0 || next->microbatch != t->microbatch)
-            return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
-                                  "%s: rank %d entry %d: bwdA_0__%d must be immediately followed by bwdW_0__%d "
-                                  "(stage 0's backward is never split: its A and W run as one task), found %s",
-                                  s->name, r, e, (int)t->microbatch, (int)t->microbatch, found);
+            return mpmd_error_set(
+                err, MPMD_ERR_SCHEDULE,
+                "%s: rank %d entry %d: bwdA_0__%d must be immediately followed by bwdW_0__%d "
+                "(stage 0's backward is never split: its A and W run as one task), found %s",
+                s->name, r, e, (int)t->microbatch, (int)t->microbatch, found);
         if (nt == 1) *two = 1;
     }
     return MPMD_OK;
@@ -178,21 +188,22 @@ static mpmd_status check_tasks(sim_ctx *c, int64_t *units, mpmd_error *err) {
             int nt = es[e + 1] - es[e];
             if (nt < 1 || nt > MPMD_FUSED_MAX)
                 return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
-                                      "%s: rank %d entry %d has %d tasks; an entry holds 1 to %d", s->name, r, e, nt,
-                                      MPMD_FUSED_MAX);
+                                      "%s: rank %d entry %d has %d tasks; an entry holds 1 to %d", s->name, r,
+                                      e, nt, MPMD_FUSED_MAX);
             for (int i = es[e]; i < es[e + 1]; i++) {
                 const mpmd_task *t = &rk->tasks[i];
-                if ((uint32_t)t->kind >= MPMD_TASK_KINDS || (uint32_t)t->stage >= S || (uint32_t)t->microbatch >= n ||
-                    stage_rank[t->stage] != r)
+                if ((uint32_t)t->kind >= MPMD_TASK_KINDS || (uint32_t)t->stage >= S ||
+                    (uint32_t)t->microbatch >= n || stage_rank[t->stage] != r)
                     return bad_task(s, r, e, t, err);
                 uint8_t *f = &c->flags[idx(c, t->stage, t->microbatch)];
                 if (*f & SEEN(t->kind)) {
                     int r0, e0;
                     find_task(s, t, &r0, &e0);
-                    return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
-                                          "%s: %s appears twice: rank %d entry %d and rank %d entry %d; every task "
-                                          "runs exactly once",
-                                          s->name, task_text(t, b1, sizeof b1), r0, e0, r, e);
+                    return mpmd_error_set(
+                        err, MPMD_ERR_SCHEDULE,
+                        "%s: %s appears twice: rank %d entry %d and rank %d entry %d; every task "
+                        "runs exactly once",
+                        s->name, task_text(t, b1, sizeof b1), r0, e0, r, e);
                 }
                 *f |= SEEN(t->kind);
                 if (t->kind == MPMD_TASK_A && t->stage == 0) {
@@ -206,7 +217,8 @@ static mpmd_status check_tasks(sim_ctx *c, int64_t *units, mpmd_error *err) {
     }
     *units -= merged;
     const int split = s->split_backward;
-    const uint8_t want = SEEN(MPMD_TASK_F) | (split ? SEEN(MPMD_TASK_A) | SEEN(MPMD_TASK_W) : SEEN(MPMD_TASK_B));
+    const uint8_t want =
+        SEEN(MPMD_TASK_F) | (split ? SEEN(MPMD_TASK_A) | SEEN(MPMD_TASK_W) : SEEN(MPMD_TASK_B));
     const uint8_t wrong = split ? SEEN(MPMD_TASK_B) : SEEN(MPMD_TASK_A) | SEEN(MPMD_TASK_W);
     int64_t missing = 0;
     mpmd_task first = {0, 0, 0};
@@ -214,13 +226,15 @@ static mpmd_status check_tasks(sim_ctx *c, int64_t *units, mpmd_error *err) {
         const uint8_t *f = &c->flags[idx(c, st, 0)];
         for (int32_t m = 0; m < c->n; m++) {
             if (f[m] & wrong) {
-                mpmd_task t = {split ? MPMD_TASK_B : (f[m] & SEEN(MPMD_TASK_A) ? MPMD_TASK_A : MPMD_TASK_W), st, m};
-                return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
-                                      split ? "%s: the backward is split into bwdA_ and bwdW_ tasks, yet the schedule "
-                                              "also has %s; use bwdA_ and bwdW_ everywhere or bwd_ everywhere"
-                                            : "%s: the backward is full (bwd_ tasks), yet the schedule has %s; use "
-                                              "bwd_ everywhere or bwdA_ and bwdW_ everywhere",
-                                      s->name, task_text(&t, b1, sizeof b1));
+                mpmd_task t = {split ? MPMD_TASK_B : (f[m] & SEEN(MPMD_TASK_A) ? MPMD_TASK_A : MPMD_TASK_W),
+                               st, m};
+                return mpmd_error_set(
+                    err, MPMD_ERR_SCHEDULE,
+                    split ? "%s: the backward is split into bwdA_ and bwdW_ tasks, yet the schedule "
+                            "also has %s; use bwdA_ and bwdW_ everywhere or bwd_ everywhere"
+                          : "%s: the backward is full (bwd_ tasks), yet the schedule has %s; use "
+                            "bwd_ everywhere or bwdA_ and bwdW_ everywhere",
+                    s->name, task_text(&t, b1, sizeof b1));
             }
             uint8_t lack = (uint8_t)(want & ~f[m]);
             if (lack) {
@@ -233,12 +247,12 @@ static mpmd_status check_tasks(sim_ctx *c, int64_t *units, mpmd_error *err) {
         }
     }
     if (missing)
-        return mpmd_error_set(err, MPMD_ERR_SCHEDULE,
-                              "%s: %lld task%s missing, the first is %s (stage %d runs on rank %d); every stage "
-                              "needs, for every microbatch, a fwd_ and %s",
-                              s->name, (long long)missing, missing == 1 ? " is" : "s are",
-                              task_text(&first, b1, sizeof b1), (int)first.stage, s->stage_rank[first.stage],
-                              split ? "a bwdA_ and a bwdW_" : "a bwd_");
+        return mpmd_error_set(
+            err, MPMD_ERR_SCHEDULE,
+            "%s: %lld task%s missing, the first is %s (stage %d runs on rank %d); every stage "
+            "needs, for every microbatch, a fwd_ and %s",
+            s->name, (long long)missing, missing == 1 ? " is" : "s are", task_text(&first, b1, sizeof b1),
+            (int)first.stage, s->stage_rank[first.stage], split ? "a bwdA_ and a bwdW_" : "a bwd_");
     return MPMD_OK;
 }
 
@@ -250,7 +264,8 @@ static mpmd_status check_tasks(sim_ctx *c, int64_t *units, mpmd_error *err) {
  * (check_stage0 made sure a lone W(0) follows), else 1. */
 static inline int unit_entries(const mpmd_schedule_rank *rk, int e) {
     int b = rk->entry_start[e];
-    if (rk->entry_start[e + 1] - b == 1 && rk->tasks[b].kind == MPMD_TASK_A && rk->tasks[b].stage == 0) return 2;
+    if (rk->entry_start[e + 1] - b == 1 && rk->tasks[b].kind == MPMD_TASK_A && rk->tasks[b].stage == 0)
+        return 2;
     return 1;
 }
 
@@ -273,7 +288,8 @@ static inline int deps_of(const mpmd_task *t, int32_t S, dep d[2]) {
 static inline int made_earlier(const mpmd_task *u, int i, const dep *d) {
     for (int j = 0; j < i; j++) {
         if (u[j].stage != d->stage || u[j].microbatch != d->mb) continue;
-        if (d->bwd ? (u[j].kind == MPMD_TASK_B || u[j].kind == MPMD_TASK_A) : u[j].kind == MPMD_TASK_F) return 1;
+        if (d->bwd ? (u[j].kind == MPMD_TASK_B || u[j].kind == MPMD_TASK_A) : u[j].kind == MPMD_TASK_F)
+            return 1;
     }
     return 0;
 }
@@ -381,7 +397,8 @@ static void dispatch(sim_ctx *c, int r, double start) {
         return;
     }
     double cost = 0;
-    for (int i = 0; i < nt; i++) cost += task_cost(c, &u[i]);
+    for (int i = 0; i < nt; i++)
+        cost += task_cost(c, &u[i]);
     double end = start + cost;
     int32_t infl = c->inflight[r];
     int32_t peak = c->out ? c->out->peak_in_flight[r] : 0;
@@ -417,7 +434,8 @@ static void dispatch(sim_ctx *c, int r, double start) {
         int32_t st = u[i].stage;
         if (u[i].kind == MPMD_TASK_F && st + 1 < c->S && c->s->stage_rank[st + 1] != r)
             wake(c, c->s->stage_rank[st + 1]);
-        else if ((u[i].kind == MPMD_TASK_B || u[i].kind == MPMD_TASK_A) && st > 0 && c->s->stage_rank[st - 1] != r)
+        else if ((u[i].kind == MPMD_TASK_B || u[i].kind == MPMD_TASK_A) && st > 0 &&
+                 c->s->stage_rank[st - 1] != r)
             wake(c, c->s->stage_rank[st - 1]);
     }
 }
@@ -428,11 +446,13 @@ static void dispatch(sim_ctx *c, int r, double start) {
  * where each rank stops does not depend on the order the ranks are
  * visited: this stops exactly where the timed run would. */
 static void run_untimed(sim_ctx *c) {
-    for (int r = c->D - 1; r >= 0; r--) wake(c, r);
+    for (int r = c->D - 1; r >= 0; r--)
+        wake(c, r);
     while (c->hn > 0) {
         int r = c->work[--c->hn];
         c->queued[r] = 0;
-        while (c->pos[r] < c->s->ranks[r].num_entries && unit_ready(c, r, NULL, NULL)) dispatch(c, r, 0.0);
+        while (c->pos[r] < c->s->ranks[r].num_entries && unit_ready(c, r, NULL, NULL))
+            dispatch(c, r, 0.0);
     }
 }
 
@@ -441,7 +461,8 @@ static void run(sim_ctx *c) {
         run_untimed(c);
         return;
     }
-    for (int r = 0; r < c->D; r++) wake(c, r);
+    for (int r = 0; r < c->D; r++)
+        wake(c, r);
     while (c->hn > 0) {
         heap_item it = heap_pop(c);
         int r = it.rank;
@@ -497,15 +518,18 @@ static void wait_lines(const sim_ctx *c, sched_str *o) {
         double start;
         dep d;
         if (unit_ready(c, r, &start, &d)) { /* cannot happen after a deadlock; say so plainly */
-            ss_printf(o, "  rank %d: next %s (entry %d) is ready\n", r, sched_entry_text(s, r, e, b1, sizeof b1), e);
+            ss_printf(o, "  rank %d: next %s (entry %d) is ready\n", r,
+                      sched_entry_text(s, r, e, b1, sizeof b1), e);
             continue;
         }
         mpmd_task t = {d.bwd ? MPMD_TASK_B : MPMD_TASK_F, d.stage, d.mb};
         int q = s->stage_rank[d.stage];
         int at = find_dep(s, &d, q == r ? e : c->pos[q], &t);
         mpmd_task_str(&t, b2, sizeof b2);
-        if (d.bwd && at < 0) snprintf(b2, sizeof b2, "the backward of stage %d, microbatch %d", d.stage, d.mb);
-        ss_printf(o, "  rank %d: next %s (entry %d) waits for %s, ", r, sched_entry_text(s, r, e, b1, sizeof b1), e, b2);
+        if (d.bwd && at < 0)
+            snprintf(b2, sizeof b2, "the backward of stage %d, microbatch %d", d.stage, d.mb);
+        ss_printf(o, "  rank %d: next %s (entry %d) waits for %s, ", r,
+                  sched_entry_text(s, r, e, b1, sizeof b1), e, b2);
         if (q == r && at == e)
             ss_printf(o, "which comes later in the same FusedTask\n");
         else if (q == r)
@@ -537,9 +561,10 @@ static void grid(const sim_ctx *c, sched_str *o) {
             int w = (int)strlen(sched_cell_str(t, nt, tmp, sizeof tmp)) + (e == c->pos[r] ? 2 : 0);
             if (w > width) width = w;
         }
-    ss_printf(o, "\nEach rank's list up to where it stuck; [x] is the entry a rank cannot start.\n"
-                 "Cells: F2.0 is fwd_2__0 (kind, stage.microbatch; B bwd_, A bwdA_, W bwdW_), a FusedTask joins "
-                 "its tasks with '+'.\n");
+    ss_printf(o,
+              "\nEach rank's list up to where it stuck; [x] is the entry a rank cannot start.\n"
+              "Cells: F2.0 is fwd_2__0 (kind, stage.microbatch; B bwd_, A bwdA_, W bwdW_), a FusedTask joins "
+              "its tasks with '+'.\n");
     if (first > 0) ss_printf(o, "(entries 0..%d not shown)\n", first - 1);
     if (cols < c->D) ss_printf(o, "(ranks %d..%d not shown)\n", cols, c->D - 1);
     ss_printf(o, "entry |");
@@ -549,7 +574,8 @@ static void grid(const sim_ctx *c, sched_str *o) {
     }
     ss_printf(o, "\n------+");
     for (int r = 0; r < cols; r++)
-        for (int i = 0; i <= width; i++) ss_printf(o, "-");
+        for (int i = 0; i <= width; i++)
+            ss_printf(o, "-");
     ss_printf(o, "\n");
     for (int e = first; e <= last; e++) {
         ss_printf(o, "%5d |", e);
@@ -564,7 +590,8 @@ static void grid(const sim_ctx *c, sched_str *o) {
             ss_printf(o, " %-*s", width, cell);
         }
         /* trim the trailing blanks of the row */
-        while (o->len > 0 && o->p[o->len - 1] == ' ') o->p[--o->len] = 0;
+        while (o->len > 0 && o->p[o->len - 1] == ' ')
+            o->p[--o->len] = 0;
         ss_printf(o, "\n");
     }
 }
@@ -582,7 +609,8 @@ static mpmd_status deadlock(const sim_ctx *c, int64_t units, mpmd_error *err, ch
     n = (size_t)snprintf(msg, sizeof msg, "%s", head.p ? head.p : "");
     const char *p = lines.p ? lines.p : "";
     int shown = 0, total = 0;
-    for (const char *q = p; *q; q++) total += *q == '\n';
+    for (const char *q = p; *q; q++)
+        total += *q == '\n';
     while (*p) {
         const char *nl = strchr(p, '\n');
         size_t ln = nl ? (size_t)(nl - p) + 1 : strlen(p);
@@ -593,7 +621,8 @@ static mpmd_status deadlock(const sim_ctx *c, int64_t units, mpmd_error *err, ch
         p += ln;
         shown++;
     }
-    if (shown < total) snprintf(msg + n, sizeof msg - n, "  ... and %d more ranks (see the full report)\n", total - shown);
+    if (shown < total)
+        snprintf(msg + n, sizeof msg - n, "  ... and %d more ranks (see the full report)\n", total - shown);
     size_t ml = strlen(msg);
     if (ml && msg[ml - 1] == '\n') msg[ml - 1] = 0;
     mpmd_error_set(err, MPMD_ERR_SCHEDULE, "%s", msg);
@@ -617,17 +646,18 @@ static mpmd_status check_cost(const mpmd_schedule *s, const mpmd_cost_model *cos
     static const char *const names[MPMD_TASK_KINDS] = {"F", "B", "A", "W"};
     for (int k = 0; k < MPMD_TASK_KINDS; k++)
         if (!isfinite(cost->latency[k]) || cost->latency[k] < 0)
-            return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: the cost of %s must be finite and >= 0, got %g", s->name,
-                                  names[k], cost->latency[k]);
+            return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: the cost of %s must be finite and >= 0, got %g",
+                                  s->name, names[k], cost->latency[k]);
     if (!isfinite(cost->transfer) || cost->transfer < 0)
-        return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: the transfer latency must be finite and >= 0, got %g",
-                              s->name, cost->transfer);
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "%s: the transfer latency must be finite and >= 0, got %g", s->name,
+                              cost->transfer);
     if (cost->stage_scale)
         for (int i = 0; i < s->num_stages; i++)
             if (!isfinite(cost->stage_scale[i]) || cost->stage_scale[i] < 0)
                 return mpmd_error_set(err, MPMD_ERR_INVALID,
-                                      "%s: the cost multiplier of stage %d must be finite and >= 0, got %g", s->name,
-                                      i, cost->stage_scale[i]);
+                                      "%s: the cost multiplier of stage %d must be finite and >= 0, got %g",
+                                      s->name, i, cost->stage_scale[i]);
     return MPMD_OK;
 }
 
@@ -645,8 +675,8 @@ static void free_ctx(sim_ctx *c) {
 
 /* Validate s and, unless a check fails, simulate it into `out` (which may
  * be NULL: validation only). */
-static mpmd_status check_and_run(const mpmd_schedule *s, const mpmd_cost_model *cost, mpmd_sim *out, int record,
-                                 mpmd_error *err, char **report) {
+static mpmd_status check_and_run(const mpmd_schedule *s, const mpmd_cost_model *cost, mpmd_sim *out,
+                                 int record, mpmd_error *err, char **report) {
     if (report) *report = NULL;
     mpmd_error local;
     if (!err) err = &local;
@@ -662,12 +692,14 @@ static mpmd_status check_and_run(const mpmd_schedule *s, const mpmd_cost_model *
      * the 2 S n tasks every schedule needs is incomplete; say so before
      * allocating S n flags for it. */
     int64_t tasks = 0;
-    for (int r = 0; r < c.D; r++) tasks += s->ranks[r].num_tasks;
+    for (int r = 0; r < c.D; r++)
+        tasks += s->ranks[r].num_tasks;
     int64_t need = (int64_t)c.S * c.n * (s->split_backward ? 3 : 2);
     if (tasks < need && (int64_t)c.S * c.n > ((int64_t)1 << 26)) {
-        st = mpmd_error_set(err, MPMD_ERR_SCHEDULE,
-                            "%s: incomplete: %d stages and %d microbatches need %lld tasks, the lists hold %lld",
-                            s->name, c.S, c.n, (long long)need, (long long)tasks);
+        st = mpmd_error_set(
+            err, MPMD_ERR_SCHEDULE,
+            "%s: incomplete: %d stages and %d microbatches need %lld tasks, the lists hold %lld", s->name,
+            c.S, c.n, (long long)need, (long long)tasks);
         goto fail_plain;
     }
     /* Validation needs only which outputs exist; the timed run also
@@ -699,7 +731,8 @@ static mpmd_status check_and_run(const mpmd_schedule *s, const mpmd_cost_model *
         free_ctx(&c);
         goto fail_plain;
     }
-    for (int k = 0; k < MPMD_TASK_KINDS; k++) c.lat[k] = cost->latency[k];
+    for (int k = 0; k < MPMD_TASK_KINDS; k++)
+        c.lat[k] = cost->latency[k];
     c.transfer = cost->transfer;
     c.scale = cost->stage_scale;
     c.out = out;
@@ -776,7 +809,8 @@ mpmd_status mpmd_schedule_simulate(const mpmd_schedule *s, const mpmd_cost_model
     if (sim) {
         sim->num_ranks = s->num_ranks;
         sim->busy = calloc((size_t)(s->num_ranks > 0 ? s->num_ranks : 1), sizeof *sim->busy);
-        sim->peak_in_flight = calloc((size_t)(s->num_ranks > 0 ? s->num_ranks : 1), sizeof *sim->peak_in_flight);
+        sim->peak_in_flight =
+            calloc((size_t)(s->num_ranks > 0 ? s->num_ranks : 1), sizeof *sim->peak_in_flight);
         sim->cost = *cost;
         sim->cost.stage_scale = NULL;
         if (cost->stage_scale) {
@@ -793,12 +827,14 @@ mpmd_status mpmd_schedule_simulate(const mpmd_schedule *s, const mpmd_cost_model
         mpmd_sim_free(sim);
         return st;
     }
-    sim->analytic_bubble = mpmd_schedule_analytic_bubble(s, cost, sim->analytic_formula, sizeof sim->analytic_formula);
+    sim->analytic_bubble =
+        mpmd_schedule_analytic_bubble(s, cost, sim->analytic_formula, sizeof sim->analytic_formula);
     *out = sim;
     return MPMD_OK;
 }
 
-double mpmd_schedule_analytic_bubble(const mpmd_schedule *s, const mpmd_cost_model *cost, char *buf, size_t len) {
+double mpmd_schedule_analytic_bubble(const mpmd_schedule *s, const mpmd_cost_model *cost, char *buf,
+                                     size_t len) {
     mpmd_cost_model defaults = MPMD_COST_DEFAULTS;
     if (!cost) cost = &defaults;
     double p = s->num_ranks, m = s->num_microbatches;
@@ -820,8 +856,8 @@ double mpmd_schedule_analytic_bubble(const mpmd_schedule *s, const mpmd_cost_mod
             return NAN;
         }
         if (buf)
-            snprintf(buf, len, "(p-1)/(v*m+p-1) with p=%d, v=%d, m=%d", s->num_ranks, s->num_stages / s->num_ranks,
-                     s->num_microbatches);
+            snprintf(buf, len, "(p-1)/(v*m+p-1) with p=%d, v=%d, m=%d", s->num_ranks,
+                     s->num_stages / s->num_ranks, s->num_microbatches);
         return (p - 1) / (v * m + p - 1);
     }
     case MPMD_SCHED_ZEROBUBBLE: {

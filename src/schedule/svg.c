@@ -10,15 +10,24 @@
 #include <string.h>
 
 /* Layout, in px. */
-enum { LEFT = 70, RIGHT = 24, TOP_TITLE = 26, TOP_LEGEND = 50, ROWS_Y = 70, ROW_H = 28, ROW_GAP = 6, AXIS_H = 44 };
+enum {
+    LEFT = 70,
+    RIGHT = 24,
+    TOP_TITLE = 26,
+    TOP_LEGEND = 50,
+    ROWS_Y = 70,
+    ROW_H = 28,
+    ROW_GAP = 6,
+    AXIS_H = 44
+};
 
 /* Colours per kind: a darker base for a rank's first stage, a lighter one
  * for the others; text colour on each. */
 static const char *const base_fill[MPMD_TASK_KINDS] = {"#3b6fb6", "#e07b12", "#c8453f", "#3d8f3a"};
 static const char *const light_fill[MPMD_TASK_KINDS] = {"#86aee0", "#f5b870", "#ea8f8a", "#8cc784"};
 static const char *const text_fill[2] = {"#ffffff", "#1a1a1a"};
-static const char *const kind_label[MPMD_TASK_KINDS] = {"F forward", "B backward", "A backward, activations (bwdA)",
-                                                        "W backward, weights (bwdW)"};
+static const char *const kind_label[MPMD_TASK_KINDS] = {
+    "F forward", "B backward", "A backward, activations (bwdA)", "W backward, weights (bwdW)"};
 
 static void xml_text(FILE *f, const char *s) {
     for (; *s; s++) {
@@ -65,7 +74,8 @@ mpmd_status mpmd_timeline_write_svg(const mpmd_timeline *tl, FILE *f) {
      * for two digits) while that keeps the picture under ~2000 px; at
      * most 40 px per unit; and keep pictures of huge runs bounded. */
     double scale = makespan > 0 ? 1100.0 / makespan : 40;
-    if (makespan > 0 && scale < 22 && 2000.0 / makespan > scale) scale = 2000.0 / makespan < 22 ? 2000.0 / makespan : 22;
+    if (makespan > 0 && scale < 22 && 2000.0 / makespan > scale)
+        scale = 2000.0 / makespan < 22 ? 2000.0 / makespan : 22;
     if (scale > 40) scale = 40;
     if (scale < 0.01) scale = 0.01;
     double plot_w = makespan * scale;
@@ -74,13 +84,15 @@ mpmd_status mpmd_timeline_write_svg(const mpmd_timeline *tl, FILE *f) {
     double rows_h = (double)tl->num_ranks * (ROW_H + ROW_GAP);
     double height = ROWS_Y + rows_h + AXIS_H;
 
-    fprintf(f,
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
-            "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
-            width, height, width, height);
+    fprintf(
+        f,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+        "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
+        width, height, width, height);
     fputs("<defs><pattern id=\"idle\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
           "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#f2f2f2\"/>"
-          "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#d6d6d6\" stroke-width=\"2.5\"/></pattern></defs>\n",
+          "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#d6d6d6\" "
+          "stroke-width=\"2.5\"/></pattern></defs>\n",
           f);
     fprintf(f, "<rect width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", width, height);
     fputs("<text x=\"12\" y=\"19\" font-size=\"15\" font-weight=\"bold\" fill=\"#222\">", f);
@@ -98,13 +110,14 @@ mpmd_status mpmd_timeline_write_svg(const mpmd_timeline *tl, FILE *f) {
         lx += 19 + 7.0 * (double)strlen(kind_label[k]) + 18;
     }
     if (any_fused) {
-        fprintf(f,
-                "<rect x=\"%.0f\" y=\"%d\" width=\"10\" height=\"14\" fill=\"%s\"/>"
-                "<rect x=\"%.0f\" y=\"%d\" width=\"10\" height=\"14\" fill=\"%s\"/>"
-                "<rect x=\"%.0f\" y=\"%d\" width=\"20\" height=\"14\" rx=\"2\" fill=\"none\" stroke=\"#111\" "
-                "stroke-width=\"2\"/><text x=\"%.0f\" y=\"%d\" font-size=\"12\" fill=\"#222\">FusedTask</text>\n",
-                lx, TOP_LEGEND - 12, base_fill[0], lx + 10, TOP_LEGEND - 12, base_fill[1], lx, TOP_LEGEND - 12,
-                lx + 25, TOP_LEGEND);
+        fprintf(
+            f,
+            "<rect x=\"%.0f\" y=\"%d\" width=\"10\" height=\"14\" fill=\"%s\"/>"
+            "<rect x=\"%.0f\" y=\"%d\" width=\"10\" height=\"14\" fill=\"%s\"/>"
+            "<rect x=\"%.0f\" y=\"%d\" width=\"20\" height=\"14\" rx=\"2\" fill=\"none\" stroke=\"#111\" "
+            "stroke-width=\"2\"/><text x=\"%.0f\" y=\"%d\" font-size=\"12\" fill=\"#222\">FusedTask</text>\n",
+            lx, TOP_LEGEND - 12, base_fill[0], lx + 10, TOP_LEGEND - 12, base_fill[1], lx, TOP_LEGEND - 12,
+            lx + 25, TOP_LEGEND);
         lx += 25 + 7.0 * 9 + 18;
     }
     fprintf(f,
@@ -113,26 +126,30 @@ mpmd_status mpmd_timeline_write_svg(const mpmd_timeline *tl, FILE *f) {
             lx, TOP_LEGEND - 12, lx + 25, TOP_LEGEND);
     lx += 25 + 7.0 * 4 + 18;
     int any_stages = 0;
-    for (int r = 0; r < tl->num_ranks; r++) any_stages |= tl->rank_stages[r] > 1;
+    for (int r = 0; r < tl->num_ranks; r++)
+        any_stages |= tl->rank_stages[r] > 1;
     for (int r = 0; r < tl->num_ranks && !any_stages; r++)
         for (int i = 1; i < tl->num_events[r] && !any_stages; i++)
             any_stages = tl->events[r][i].task.stage != tl->events[r][0].task.stage;
-    fprintf(f, "<text x=\"%.0f\" y=\"%d\" font-size=\"11\" fill=\"#555\">number in a box: microbatch%s</text>\n", lx,
-            TOP_LEGEND, any_stages ? "; sK: stage K (lighter: the rank's later stages)" : "");
+    fprintf(f,
+            "<text x=\"%.0f\" y=\"%d\" font-size=\"11\" fill=\"#555\">number in a box: microbatch%s</text>\n",
+            lx, TOP_LEGEND, any_stages ? "; sK: stage K (lighter: the rank's later stages)" : "");
 
     /* Grid lines and axis. */
     double step = tick_step(makespan);
     double axis_y = ROWS_Y + rows_h + 4;
     for (double t = 0; t <= makespan + step * 1e-9; t += step) {
         double x = LEFT + t * scale;
-        fprintf(f,
-                "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#c8c8c8\" stroke-width=\"0.6\"/>"
-                "<text x=\"%.2f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\" fill=\"#333\">%g</text>\n",
-                x, ROWS_Y - 4, x, axis_y, x, axis_y + 14, t);
+        fprintf(
+            f,
+            "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#c8c8c8\" stroke-width=\"0.6\"/>"
+            "<text x=\"%.2f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\" fill=\"#333\">%g</text>\n",
+            x, ROWS_Y - 4, x, axis_y, x, axis_y + 14, t);
     }
     fprintf(f,
             "<line x1=\"%d\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#555\" stroke-width=\"1\"/>"
-            "<text x=\"%.2f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\" fill=\"#333\">time (%s)</text>\n",
+            "<text x=\"%.2f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\" fill=\"#333\">time "
+            "(%s)</text>\n",
             LEFT, axis_y, LEFT + plot_w, axis_y, LEFT + plot_w / 2, axis_y + 32, tl->unit);
 
     int32_t *stages = NULL;
@@ -146,7 +163,8 @@ mpmd_status mpmd_timeline_write_svg(const mpmd_timeline *tl, FILE *f) {
         int nst = 0;
         for (int i = 0; i < n; i++) {
             int seen = 0;
-            for (int j = 0; j < nst && !seen; j++) seen = stages[j] == ev[i].task.stage;
+            for (int j = 0; j < nst && !seen; j++)
+                seen = stages[j] == ev[i].task.stage;
             if (seen) continue;
             if (nst == cap_st) {
                 int c = cap_st ? cap_st * 2 : 8;
@@ -158,10 +176,11 @@ mpmd_status mpmd_timeline_write_svg(const mpmd_timeline *tl, FILE *f) {
             stages[nst++] = ev[i].task.stage;
         }
         int show_stage = nst > 1 || tl->rank_stages[r] > 1;
-        fprintf(f,
-                "<text x=\"%d\" y=\"%.1f\" font-size=\"12\" text-anchor=\"end\" fill=\"#222\">rank %d</text>\n"
-                "<rect x=\"%d\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" fill=\"url(#idle)\"/>\n",
-                LEFT - 8, y + ROW_H / 2.0 + 4, r, LEFT, y, plot_w, ROW_H);
+        fprintf(
+            f,
+            "<text x=\"%d\" y=\"%.1f\" font-size=\"12\" text-anchor=\"end\" fill=\"#222\">rank %d</text>\n"
+            "<rect x=\"%d\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" fill=\"url(#idle)\"/>\n",
+            LEFT - 8, y + ROW_H / 2.0 + 4, r, LEFT, y, plot_w, ROW_H);
         for (int i = 0; i < n; i++) {
             const mpmd_timeline_event *e = &ev[i];
             int k = (unsigned)e->task.kind < MPMD_TASK_KINDS ? e->task.kind : 0;
@@ -185,7 +204,8 @@ mpmd_status mpmd_timeline_write_svg(const mpmd_timeline *tl, FILE *f) {
                     fprintf(f,
                             "<text x=\"%.2f\" y=\"%.1f\" font-size=\"12\" font-weight=\"bold\" "
                             "text-anchor=\"middle\" fill=\"%s\">%s</text>"
-                            "<text x=\"%.2f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"middle\" fill=\"%s\">%s</text>\n",
+                            "<text x=\"%.2f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"middle\" "
+                            "fill=\"%s\">%s</text>\n",
                             x + w / 2, y + 13, tc, mb, x + w / 2, y + 24, tc, st);
                 else
                     fprintf(f,
@@ -196,7 +216,8 @@ mpmd_status mpmd_timeline_write_svg(const mpmd_timeline *tl, FILE *f) {
             /* After a group's last member, frame the whole group. */
             if (e->group >= 0 && (i + 1 == n || ev[i + 1].group != e->group)) {
                 int j = i;
-                while (j > 0 && ev[j - 1].group == e->group) j--;
+                while (j > 0 && ev[j - 1].group == e->group)
+                    j--;
                 double gx = LEFT + ev[j].start * scale, gw = (e->end - ev[j].start) * scale;
                 fprintf(f,
                         "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" rx=\"3\" fill=\"none\" "

@@ -27,7 +27,8 @@ mpmd_timeline *mpmd_timeline_new(int num_ranks, const char *title) {
 void mpmd_timeline_free(mpmd_timeline *tl) {
     if (!tl) return;
     if (tl->events)
-        for (int r = 0; r < tl->num_ranks; r++) sched_mem_free(tl->events[r]);
+        for (int r = 0; r < tl->num_ranks; r++)
+            sched_mem_free(tl->events[r]);
     free(tl->events);
     free(tl->num_events);
     free(tl->cap_events);
@@ -40,7 +41,8 @@ static mpmd_status reserve(mpmd_timeline *tl, int r, int64_t more) {
     int64_t need = (int64_t)tl->num_events[r] + more;
     if (need <= tl->cap_events[r]) return MPMD_OK;
     int64_t cap = tl->cap_events[r] ? tl->cap_events[r] : 16;
-    while (cap < need) cap *= 2;
+    while (cap < need)
+        cap *= 2;
     if (cap > INT32_MAX) return MPMD_ERR_NOMEM;
     mpmd_timeline_event *p = sched_mem_realloc(tl->events[r], (size_t)cap * sizeof *p);
     if (!p) return MPMD_ERR_NOMEM;
@@ -60,10 +62,12 @@ mpmd_status mpmd_timeline_from_sim(const mpmd_schedule *s, const mpmd_sim *sim, 
                                    mpmd_error *err) {
     *out = NULL;
     if (!sim || sim->num_ranks != s->num_ranks)
-        return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_timeline_from_sim: the simulation is not of %s", s->name);
+        return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_timeline_from_sim: the simulation is not of %s",
+                              s->name);
     char title[256];
     if (sim->makespan > 0)
-        snprintf(title, sizeof title, "%.200s: makespan %g, bubble %.1f%%", s->name, sim->makespan, 100.0 * sim->bubble);
+        snprintf(title, sizeof title, "%.200s: makespan %g, bubble %.1f%%", s->name, sim->makespan,
+                 100.0 * sim->bubble);
     else
         snprintf(title, sizeof title, "%s", s->name);
     mpmd_timeline *tl = mpmd_timeline_new(s->num_ranks, title);
@@ -85,11 +89,13 @@ mpmd_status mpmd_timeline_from_sim(const mpmd_schedule *s, const mpmd_sim *sim, 
         /* Members split the unit's time in proportion to their costs. */
         double total = 0;
         for (int i = b; i < e; i++)
-            total += c->latency[rk->tasks[i].kind] * (c->stage_scale ? c->stage_scale[rk->tasks[i].stage] : 1.0);
+            total +=
+                c->latency[rk->tasks[i].kind] * (c->stage_scale ? c->stage_scale[rk->tasks[i].stage] : 1.0);
         double t = op->start, span = op->end - op->start;
         int32_t g = e - b > 1 ? group++ : -1;
         for (int i = b; i < e; i++) {
-            double w = c->latency[rk->tasks[i].kind] * (c->stage_scale ? c->stage_scale[rk->tasks[i].stage] : 1.0);
+            double w =
+                c->latency[rk->tasks[i].kind] * (c->stage_scale ? c->stage_scale[rk->tasks[i].stage] : 1.0);
             double len = total > 0 ? span * w / total : span / (e - b);
             double end = i + 1 == e ? op->end : t + len;
             tl->events[op->rank][tl->num_events[op->rank]++] = (mpmd_timeline_event){t, end, rk->tasks[i], g};

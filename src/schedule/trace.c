@@ -33,10 +33,12 @@ mpmd_status mpmd_timeline_write_trace(const mpmd_timeline *tl, FILE *f) {
     fputs("}}", f);
     char name[MPMD_ENTRY_STR_MAX];
     for (int r = 0; r < tl->num_ranks; r++) {
-        fprintf(f,
-                ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d\"}}"
-                ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
-                r, r, r, r);
+        fprintf(
+            f,
+            ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d\"}}"
+            ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"sort_index\":%"
+            "d}}",
+            r, r, r, r);
         const mpmd_timeline_event *ev = tl->events[r];
         int n = tl->num_events[r];
         for (int i = 0; i < n; i++) {
@@ -58,10 +60,11 @@ mpmd_status mpmd_timeline_write_trace(const mpmd_timeline *tl, FILE *f) {
             const mpmd_task *t = &ev[i].task;
             mpmd_task_str(t, name, sizeof name);
             fprintf(f,
-                    ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+                    ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,"
+                    "\"dur\":%.3f,"
                     "\"args\":{\"stage\":%d,\"microbatch\":%d}}",
-                    name, (unsigned)t->kind < MPMD_TASK_KINDS ? kind_cat[t->kind] : "task", r, ev[i].start * us,
-                    (ev[i].end - ev[i].start) * us, (int)t->stage, (int)t->microbatch);
+                    name, (unsigned)t->kind < MPMD_TASK_KINDS ? kind_cat[t->kind] : "task", r,
+                    ev[i].start * us, (ev[i].end - ev[i].start) * us, (int)t->stage, (int)t->microbatch);
         }
     }
     fputs("\n]}\n", f);
