@@ -47,6 +47,8 @@ demo: build
 
 bench: build
 	@for b in $(BUILD)/bench/bench_*; do [ -x "$$b" ] && echo "== $$b" && "$$b" || exit 1; done
+	@if [ -x $(BUILD)/bench/mpi_bench ]; then echo "== $(BUILD)/bench/mpi_bench (2 MPI processes)"; \
+	  tests/mpirun.sh shm 2 $(BUILD)/bench/mpi_bench; fi
 
 clean:
 	rm -rf $(BUILD) $(SAN_BUILD)
