@@ -9,7 +9,7 @@
  * Split work over output elements (rows, columns, blocks) so each output is
  * computed by one thread, and keep every reduction's order fixed (use
  * mpmd_sum_f32 / mpmd_dot_f32, whose order does not depend on threads).
- * Every matrix product goes through mpmd_sgemm (OpenBLAS).
+ * Every matrix product goes through mpmd_sgemm (OpenBLAS), one thread per call.
  */
 #ifndef MPMD_CPU_H
 #define MPMD_CPU_H
@@ -72,7 +72,9 @@ static inline int mpmd_threads_for(int nthreads, int64_t work) {
 }
 
 /* C = alpha op(A) op(B) + beta C, row-major, through OpenBLAS with
- * `nthreads` threads for this call only. */
+ * `nthreads` threads for this call only. OpenBLAS's result depends on its
+ * thread count: deterministic kernels pass 1 and split the product into a
+ * fixed tile grid themselves (as the matmul kernel does). */
 void mpmd_sgemm(int nthreads, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 

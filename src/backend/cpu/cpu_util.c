@@ -9,10 +9,11 @@ void mpmd_sgemm(int nthreads, int trans_a, int trans_b, int64_t M, int64_t N, in
                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     if (M == 0 || N == 0) return;
     /* The OpenMP build of OpenBLAS sizes its team from the calling thread's
-     * omp_get_max_threads(), a per-thread setting: each executor (and later
-     * each rank's thread) chooses its own count. OpenBLAS splits a product
-     * over rows and columns only, so the thread count does not change the
-     * bits of the result. */
+     * omp_get_max_threads(), a per-thread setting. But OpenBLAS 0.3.21 gives
+     * different bits for different thread counts (measured on a
+     * [256,768]x[768,3072] product), so the matmul kernel calls this with
+     * nthreads = 1 only, and parallelises over a fixed grid of tiles whose
+     * shape depends on M, N and K alone (src/backend/cpu/nn.c). */
     if (omp_get_max_threads() != nthreads) omp_set_num_threads(nthreads > 0 ? nthreads : 1);
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 (blasint)M, (blasint)N, (blasint)K, alpha, A, (blasint)lda, B, (blasint)ldb, beta, C,
