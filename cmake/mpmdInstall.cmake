@@ -21,6 +21,11 @@ install(FILES ${PROJECT_BINARY_DIR}/mpmdConfig.cmake ${PROJECT_BINARY_DIR}/mpmdC
 # so it is written then: configure-time values now, @MPMD_PC_PREFIX@ kept
 # for the install step.
 get_filename_component(MPMD_OPENBLAS_DIR ${MPMD_OPENBLAS} DIRECTORY)
+# with the MPI runtime, a static link needs MPI's libraries too
+set(MPMD_PC_MPI "")
+if(MPMD_HAVE_MPI)
+  string(JOIN " " MPMD_PC_MPI ${MPI_C_LIBRARIES})
+endif()
 set(MPMD_PC_PREFIX "@MPMD_PC_PREFIX@")
 configure_file(${CMAKE_CURRENT_LIST_DIR}/mpmd.pc.in ${PROJECT_BINARY_DIR}/mpmd.pc.in @ONLY)
 install(CODE "

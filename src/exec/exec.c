@@ -251,40 +251,28 @@ static void *ptr_of(mpmd_exec *ex, int v, int m) {
     return NULL;
 }
 
+typedef struct {
+    mpmd_exec *ex;
+    int m;
+} at_mb;
+
+static void *ptr_at(void *ctx, int v) {
+    at_mb *a = ctx;
+    return ptr_of(a->ex, v, a->m);
+}
+
 static mpmd_status run_node(mpmd_exec *ex, int i, int m) {
     const mpmd_graph *g = ex->g;
     const mpmd_node *n = &g->nodes[i];
     if (!ex->live[i] || (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL))) return MPMD_OK;
-    if (n->op == &mpmd_op_assign) {
-        void *dst = ptr_of(ex, n->in[0], m), *src = ptr_of(ex, n->in[1], m);
-        if (dst != src) memmove(dst, src, mpmd_type_bytes(&g->nodes[n->in[0]].type));
-        return MPMD_OK;
-    }
-    void *in_small[8];
-    const mpmd_type *ty_small[8];
-    void **in = n->n_in <= 8 ? in_small : malloc((size_t)n->n_in * sizeof *in);
-    const mpmd_type **ty = n->n_in <= 8 ? ty_small : malloc((size_t)n->n_in * sizeof *ty);
-    if (!in || !ty) {
-        if (in != in_small) free(in);
-        if (ty != ty_small) free((void *)ty);
-        snprintf(ex->err, sizeof ex->err, "out of memory running %%%d = %s", i, n->op->name);
-        return MPMD_ERR_NOMEM;
-    }
-    for (int j = 0; j < n->n_in; j++) {
-        in[j] = ptr_of(ex, n->in[j], m);
-        ty[j] = &g->nodes[n->in[j]].type;
-    }
-    char kerr[512] = "";
-    mpmd_kargs a = {g, n, ptr_of(ex, i, m), in, ty, ex->nthreads, ex->scratch, m, kerr, sizeof kerr};
-    int rc = ex->kern[i]->fn(&a);
-    if (in != in_small) free(in);
-    if (ty != ty_small) free((void *)ty);
-    if (rc) {
+    char kerr[512];
+    at_mb ctx = {ex, m};
+    if (mpmd_cpu_run(g, i, ex->kern[i], ptr_of(ex, i, m), ptr_at, &ctx, ex->nthreads, ex->scratch, m, kerr,
+                     sizeof kerr)) {
         if (n->region == MPMD_REGION_BODY)
-            snprintf(ex->err, sizeof ex->err, "%%%d = %s, microbatch %d: %s", i, n->op->name, m,
-                     kerr[0] ? kerr : "kernel failed");
+            snprintf(ex->err, sizeof ex->err, "%%%d = %s, microbatch %d: %s", i, n->op->name, m, kerr);
         else
-            snprintf(ex->err, sizeof ex->err, "%%%d = %s: %s", i, n->op->name, kerr[0] ? kerr : "kernel failed");
+            snprintf(ex->err, sizeof ex->err, "%%%d = %s: %s", i, n->op->name, kerr);
         return MPMD_ERR_RUNTIME;
     }
     return MPMD_OK;

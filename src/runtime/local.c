@@ -95,35 +95,22 @@ static void *ptr_of(mpmd_rank_state *rs, int v, int mb) {
     return rs->val[(size_t)v * st->num_micro + mb];
 }
 
+typedef struct {
+    mpmd_rank_state *rs;
+    int mb;
+} at_mb;
+
+static void *ptr_at(void *ctx, int v) {
+    at_mb *a = ctx;
+    return ptr_of(a->rs, v, a->mb);
+}
+
 static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char *where) {
     struct mpmd_step *st = rs->st;
-    const mpmd_graph *g = st->g;
-    const mpmd_node *n = &g->nodes[i];
-    if (n->op == &mpmd_op_assign) {
-        void *dst = ptr_of(rs, n->in[0], mb), *src = ptr_of(rs, n->in[1], mb);
-        if (dst != src) memmove(dst, src, rt_bytes(g, n->in[0]));
-        return 0;
-    }
-    void *in_small[8];
-    const mpmd_type *ty_small[8];
-    void **in = n->n_in <= 8 ? in_small : malloc((size_t)n->n_in * sizeof *in);
-    const mpmd_type **ty = n->n_in <= 8 ? ty_small : malloc((size_t)n->n_in * sizeof *ty);
-    if (!in || !ty) {
-        if (in != in_small) free(in);
-        if (ty != ty_small) free((void *)ty);
-        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory running %%%d = %s", i, n->op->name);
-        return 1;
-    }
-    for (int j = 0; j < n->n_in; j++) {
-        in[j] = ptr_of(rs, n->in[j], mb);
-        ty[j] = &g->nodes[n->in[j]].type;
-    }
-    char kerr[512] = "";
-    mpmd_kargs a = {g, n, out, in, ty, rs->nthreads, rs->scratch, mb < 0 ? 0 : mb, kerr, sizeof kerr};
-    int rc = st->kern[i]->fn(&a);
-    if (in != in_small) free(in);
-    if (ty != ty_small) free((void *)ty);
-    if (rc) rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", i, n->op->name, where, kerr[0] ? kerr : "kernel failed");
+    char kerr[512];
+    at_mb ctx = {rs, mb};
+    int rc = mpmd_cpu_run(st->g, i, st->kern[i], out, ptr_at, &ctx, rs->nthreads, rs->scratch, mb, kerr, sizeof kerr);
+    if (rc) rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", i, st->g->nodes[i].op->name, where, kerr);
     return rc;
 }
 

@@ -55,6 +55,13 @@ extern const mpmd_cpu_entry mpmd_cpu_optim_kernels[];
 /* The entry for an op, or NULL if the CPU backend has no kernel for it. */
 const mpmd_cpu_entry *mpmd_cpu_find(const mpmd_op_desc *op);
 
+/* Run the kernel of value `node` (or an assign) on buffers: ptr(ctx, v)
+ * gives the buffer of input value v, out the output's. Returns 0, or
+ * non-zero with a message in err. Both executors go through here. */
+typedef void *(*mpmd_ptr_fn)(void *ctx, int value);
+int mpmd_cpu_run(const mpmd_graph *g, int node, const mpmd_cpu_entry *k, void *out, mpmd_ptr_fn ptr, void *ctx,
+                 int nthreads, void *scratch, int mb, char *err, size_t errlen);
+
 /* ---- threading ---------------------------------------------------------- */
 
 /* Rows [lo, hi) of n for thread t of nt: contiguous, balanced blocks. */
