@@ -46,7 +46,7 @@
  *     bench_pipeline [--only efficiency|overhead|compile] [--schedule NAME] [--steps N]
  *
  * --schedule limits (a) to one schedule (its command-line name, e.g.
- * std1f1b); --steps is the number of timed steps of (a) (default 3; (b)
+ * std1f1b); --steps is the number of timed steps of (a) (default 5; (b)
  * takes ten times as many).
  */
 #include "gpt_model.h"
@@ -626,7 +626,7 @@ done:
 }
 
 int main(int argc, char **argv) {
-    int steps = 3, only = 0; /* 0 all, 1 efficiency, 2 overhead, 3 compile */
+    int steps = 5, only = 0; /* 0 all, 1 efficiency, 2 overhead, 3 compile */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             const char *v = argv[++i];
