@@ -1,0 +1,112 @@
+/* mpmd_checkpoint.h - save and resume training: checkpoints in the
+ * safetensors format.
+ *
+ * A checkpoint holds the whole persistent state of a step (mpmd_graph_state:
+ * every parameter and variable, optimizer moments "optim/mu/<param>",
+ * "optim/nu/<param>" and the counter "optim/step" included), each tensor under
+ * its full name, plus the training step number and the run's seed and RNG
+ * state. The file is a plain safetensors file, so PyTorch, JAX, numpy and the
+ * Hugging Face tools read it (docs/checkpoints.md shows how).
+ *
+ * The file does not depend on the pipeline layout: a step saved from a
+ * 4-stage, 4-rank pipeline loads into a 2-stage, 2-rank one, or into a
+ * one-rank executor, and back, as long as the graphs have the same state
+ * names, dtypes and shapes.
+ *
+ *     mpmd_checkpoint_info info = MPMD_CHECKPOINT_INFO_INIT;
+ *     info.step = 3;                         // steps completed
+ *     info.seed = seed;
+ *     if (mpmd_step_save(st, "run.safetensors", &info, &err)) { fprintf(stderr, "%s\n", err.msg); ... }
+ *     ...
+ *     mpmd_checkpoint_info got;
+ *     if (mpmd_exec_load(ex, "run.safetensors", &got, &err)) { fprintf(stderr, "%s\n", err.msg); ... }
+ *     for (int64_t step = got.step + 1; step <= total_steps; step++) ...  // steps 4, 5, ...
+ *
+ * Guarantees.
+ * - Saving is atomic: the file is written as "<path>.tmp.<pid>" in the same
+ *   directory, synced to disk, and renamed over <path>; on any failure the
+ *   temporary file is removed and an existing <path> is left as it was.
+ * - Loading changes nothing unless everything is right: the file is parsed
+ *   and checked (structure, checksums of header and data, every name, dtype
+ *   and shape against the target) before the first byte of state is
+ *   written. A mismatch with the target lists every missing, unexpected and
+ *   mis-shaped tensor in one message.
+ * - A truncated, corrupted or hostile file is an error that names the file,
+ *   the tensor and what is wrong; never a crash, never a partial load.
+ * - Saving and loading must not run at the same time as a run of the same
+ *   executor or step. Load needs memory for the file's data section once
+ *   (it is read and verified in full before anything is copied).
+ *
+ * Errors: MPMD_ERR_IO (a file that cannot be opened, read, written or
+ * renamed), MPMD_ERR_FORMAT (not a valid safetensors file, a checksum that
+ * does not match, bad mpmd metadata), MPMD_ERR_SHAPE (a valid checkpoint of
+ * another model: names, dtypes or shapes differ), MPMD_ERR_NOMEM,
+ * MPMD_ERR_INVALID (NULL arguments). The message is in err->msg.
+ */
+#ifndef MPMD_CHECKPOINT_H
+#define MPMD_CHECKPOINT_H
+
+#include "mpmd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The checkpoint format version this library writes and reads. */
+#define MPMD_CHECKPOINT_VERSION 1
+/* Capacity of mpmd_checkpoint_info.config, terminator included. */
+#define MPMD_CHECKPOINT_CONFIG_MAX 512
+
+/* What a checkpoint says besides the tensors; stored in the safetensors
+ * "__metadata__" (all values are strings there):
+ *   "format": "mpmd-checkpoint", "version": "1",
+ *   "step": "3", "seed": "42", "rng_state": "0,0,0,0", "config": "...",
+ *   "sha256": <data section>, "header_sha256": <header> (docs/checkpoints.md). */
+typedef struct mpmd_checkpoint_info {
+    int version;          /* on load: the file's format version; ignored on save */
+    int64_t step;         /* training steps completed (>= 0); a resumed run goes on with step + 1 */
+    uint64_t seed;        /* the run's seed (initialisation and data order) */
+    uint64_t rng_state[4]; /* a caller's RNG state, saved and restored verbatim (zeros when unused) */
+    /* Free text kept with the checkpoint, e.g. the model's configuration
+     * ("layers=4 width=128 ..."); "" for none. Not interpreted by the loader;
+     * a longer text in a file is cut to fit. */
+    char config[MPMD_CHECKPOINT_CONFIG_MAX];
+} mpmd_checkpoint_info;
+
+#define MPMD_CHECKPOINT_INFO_INIT ((mpmd_checkpoint_info){MPMD_CHECKPOINT_VERSION, 0, 0, {0, 0, 0, 0}, {0}})
+
+/* Write the executor's state (every parameter and variable) to `path`.
+ * info may be NULL (step 0, seed 0). */
+mpmd_status mpmd_exec_save(mpmd_exec *ex, const char *path, const mpmd_checkpoint_info *info, mpmd_error *err);
+
+/* Read `path` into the executor's state; info_out (may be NULL) gets the
+ * file's metadata. On any error the state is unchanged. */
+mpmd_status mpmd_exec_load(mpmd_exec *ex, const char *path, mpmd_checkpoint_info *info_out, mpmd_error *err);
+
+/* The same for a pipelined step. Each value is written once, from the first
+ * rank holding it (mpmd_step_where), replica 0; a value held by several
+ * ranks (a tied embedding, "optim/step") or by data-parallel replicas is
+ * loaded into every copy. Under the MPI runtime both calls are collective
+ * (every process calls them, in the same order as its other collective
+ * calls): save gathers each value and process 0 writes the file (the other
+ * processes return MPMD_OK without writing, so only process 0 sees a write
+ * error); load reads the file on every process (a file system they share)
+ * and fills the copies that process holds. */
+mpmd_status mpmd_step_save(mpmd_step *st, const char *path, const mpmd_checkpoint_info *info, mpmd_error *err);
+mpmd_status mpmd_step_load(mpmd_step *st, const char *path, mpmd_checkpoint_info *info_out, mpmd_error *err);
+
+/* Read only the metadata of a checkpoint (the header is checked, checksum
+ * included; the data is not read). For a plain safetensors file without
+ * mpmd metadata, info gets version 0, step 0 and seed 0. */
+mpmd_status mpmd_checkpoint_read_info(const char *path, mpmd_checkpoint_info *info, mpmd_error *err);
+
+/* Check a checkpoint completely without a model: structure, metadata and
+ * both checksums (the data is streamed, not held). With `list` not NULL,
+ * print one line per tensor: name, dtype[shape], bytes. */
+mpmd_status mpmd_checkpoint_verify(const char *path, FILE *list, mpmd_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

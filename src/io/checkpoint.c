@@ -1,0 +1,575 @@
+/* Checkpoints (include/mpmd_checkpoint.h): a step's state as a safetensors
+ * file (src/io/safetensors.c), independent of the pipeline layout.
+ *
+ * Both targets, the one-rank executor and the pipelined step, are first
+ * turned into the same "state view": every state value's name, type and the
+ * storage of each holder (one for an executor; one per rank holding it for a
+ * step), sorted by name. Saving writes each value once, from its first
+ * holder; loading checks the file against the view completely, reads and
+ * verifies the data, and only then copies it into every holder.
+ */
+#include "mpmd_checkpoint.h"
+
+#include "compiler/compiler.h"
+#include "graph/graph.h"
+#include "io/safetensors.h"
+#include "util/sha256.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FORMAT_NAME "mpmd-checkpoint"
+
+/* ---- state views -------------------------------------------------------------- */
+
+typedef struct entry {
+    mpmd_value value;
+    const char *name;
+    mpmd_type type;
+    int nptr;
+    void **ptr; /* each holder's storage; ptr[0] is the one saved */
+} entry;
+
+typedef struct state_view {
+    int n;
+    entry *e;    /* sorted by name */
+    void **ptrs; /* backing store of every entry's ptr */
+} state_view;
+
+static void view_free(state_view *v) {
+    free(v->e);
+    free(v->ptrs);
+    memset(v, 0, sizeof *v);
+}
+
+static int entry_by_name(const void *a, const void *b) {
+    return strcmp(((const entry *)a)->name, ((const entry *)b)->name);
+}
+
+/* The graph of an executor. mpmd.h has no getter for it (reported to the
+ * lead as a gap); struct mpmd_exec (src/exec/exec.c) starts with its graph
+ * pointer, and a pointer to a struct, suitably converted, points to its
+ * first member (C11 6.7.2.1p15). The round-trip tests fail if that changes. */
+static const mpmd_graph *exec_graph(const mpmd_exec *ex) { return *(const mpmd_graph *const *)(const void *)ex; }
+
+/* Build the view: `holders` fills up to cap storage pointers of value v and
+ * returns how many it found. */
+typedef int (*holders_fn)(void *target, mpmd_value v, void **out, int cap);
+
+static int exec_holders(void *target, mpmd_value v, void **out, int cap) {
+    void *p = mpmd_exec_var_data((mpmd_exec *)target, v);
+    if (!p || cap < 1) return 0;
+    out[0] = p;
+    return 1;
+}
+
+/* Every copy of a step's state value: each rank holding it, each
+ * data-parallel replica of that rank, in (rank, replica) order. Under MPI
+ * only the copies this process holds. */
+static int step_holders(void *target, mpmd_value v, void **out, int cap) {
+    mpmd_step *st = target;
+    int replicas = st->replicas > 1 ? st->replicas : 1, k = 0;
+    for (int r = 0; r < st->num_ranks; r++) {
+        if (!mpmd_runs_on(st, v.id, r)) continue;
+        for (int d = 0; d < replicas && k < cap; d++) {
+            void *p = mpmd_runtime_replica_value(st, r, d, v.id);
+            if (p) out[k++] = p;
+        }
+    }
+    return k;
+}
+
+/* `partial`: a value may have no copy here (an MPI process holds only its
+ * own rank's state). */
+static mpmd_status view_build(const mpmd_graph *g, void *target, holders_fn holders, int max_holders, int partial,
+                              const char *who, state_view *v, mpmd_error *err) {
+    memset(v, 0, sizeof *v);
+    int n = mpmd_graph_state(g, NULL, 0);
+    mpmd_value *vals = malloc((size_t)(n ? n : 1) * sizeof *vals);
+    v->e = malloc((size_t)(n ? n : 1) * sizeof *v->e);
+    v->ptrs = malloc((size_t)(n ? n : 1) * (size_t)max_holders * sizeof *v->ptrs);
+    if (!vals || !v->e || !v->ptrs) {
+        free(vals);
+        view_free(v);
+        return mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory", who);
+    }
+    mpmd_graph_state(g, vals, n);
+    mpmd_status rc = MPMD_OK;
+    for (int i = 0; i < n && !rc; i++) {
+        entry *e = &v->e[i];
+        e->value = vals[i];
+        e->name = mpmd_value_name(g, vals[i]);
+        e->type = mpmd_value_type(g, vals[i]);
+        e->ptr = v->ptrs + (size_t)i * (size_t)max_holders;
+        e->nptr = holders(target, vals[i], e->ptr, max_holders);
+        if (!e->name || !*e->name)
+            rc = mpmd_error_set(err, MPMD_ERR_INVALID, "%s: state value %%%d has no name", who, (int)vals[i].id);
+        else if (e->type.dtype != MPMD_F32 && e->type.dtype != MPMD_I32)
+            rc = mpmd_error_set(err, MPMD_ERR_INVALID, "%s: state \"%s\" is %s; checkpoints hold f32 and i32", who,
+                                e->name, mpmd_dtype_name(e->type.dtype));
+        else if (e->nptr < 1 && !partial)
+            rc = mpmd_error_set(err, MPMD_ERR_RUNTIME, "%s: state \"%s\" has no storage", who, e->name);
+    }
+    free(vals);
+    v->n = n;
+    if (!rc) {
+        qsort(v->e, (size_t)n, sizeof *v->e, entry_by_name);
+        for (int i = 1; i < n && !rc; i++)
+            if (strcmp(v->e[i - 1].name, v->e[i].name) == 0)
+                rc = mpmd_error_set(err, MPMD_ERR_INVALID, "%s: two state values are named \"%s\"", who,
+                                    v->e[i].name);
+    }
+    if (rc) view_free(v);
+    return rc;
+}
+
+static mpmd_status exec_view(mpmd_exec *ex, const char *who, state_view *v, mpmd_error *err) {
+    if (!ex) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no executor", who);
+    return view_build(exec_graph(ex), ex, exec_holders, 1, 0, who, v, err);
+}
+
+static mpmd_status step_view(mpmd_step *st, const char *who, state_view *v, mpmd_error *err) {
+    if (!st) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no step", who);
+    int replicas = st->replicas > 1 ? st->replicas : 1;
+    return view_build(st->g, st, step_holders, st->num_ranks * replicas, st->runtime == MPMD_RUNTIME_MPI, who, v,
+                      err);
+}
+
+/* Put "who: " in front of an error message filled by a helper. */
+static mpmd_status prefixed(mpmd_error *err, mpmd_status rc, const char *who) {
+    if (err && rc) {
+        char msg[MPMD_ERROR_MSG_MAX];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        mpmd_error_set(err, rc, "%s: %s", who, msg);
+    }
+    return rc;
+}
+
+static const char *st_dtype(mpmd_dtype d) { return d == MPMD_I32 ? "I32" : "F32"; }
+
+/* "F32[4,16]" for a model type, the file's notation. */
+static void type_str(const char *dtype, int ndim, const int64_t *dim, char *buf, size_t len) {
+    size_t k = (size_t)snprintf(buf, len, "%s[", dtype);
+    for (int i = 0; i < ndim && k < len; i++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%lld", i ? "," : "", (long long)dim[i]);
+    if (k < len) snprintf(buf + k, len - k, "]");
+}
+
+/* ---- saving ------------------------------------------------------------------- */
+
+static mpmd_status save_view(const state_view *v, const char *path, const mpmd_checkpoint_info *info,
+                             const char *who, mpmd_error *err) {
+    if (!path || !*path) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no file name", who);
+    mpmd_checkpoint_info none = MPMD_CHECKPOINT_INFO_INIT;
+    if (!info) info = &none;
+    if (info->step < 0)
+        return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: info.step is %lld; a step count is >= 0", who,
+                              (long long)info->step);
+    if (!memchr(info->config, '\0', sizeof info->config))
+        return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: info.config is not terminated", who);
+    char step[32], seed[32], rng[96];
+    snprintf(step, sizeof step, "%lld", (long long)info->step);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)info->seed);
+    snprintf(rng, sizeof rng, "%llu,%llu,%llu,%llu", (unsigned long long)info->rng_state[0],
+             (unsigned long long)info->rng_state[1], (unsigned long long)info->rng_state[2],
+             (unsigned long long)info->rng_state[3]);
+    mpmd_st_kv meta[6] = {{"format", FORMAT_NAME}, {"version", "1"}, {"step", step},
+                          {"seed", seed},          {"rng_state", rng}, {"config", info->config}};
+    int n_meta = info->config[0] ? 6 : 5;
+    mpmd_st_out *outs = malloc((size_t)(v->n ? v->n : 1) * sizeof *outs);
+    if (!outs) return mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory", who);
+    for (int i = 0; i < v->n; i++) {
+        const entry *e = &v->e[i];
+        outs[i] = (mpmd_st_out){e->name, st_dtype(e->type.dtype), e->type.ndim, e->type.dim, e->ptr[0]};
+    }
+    mpmd_status rc = mpmd_st_write(path, v->n, outs, n_meta, meta, 1, err);
+    free(outs);
+    return prefixed(err, rc, who);
+}
+
+mpmd_status mpmd_exec_save(mpmd_exec *ex, const char *path, const mpmd_checkpoint_info *info, mpmd_error *err) {
+    state_view v;
+    mpmd_status rc = exec_view(ex, "mpmd_exec_save", &v, err);
+    if (rc) return rc;
+    rc = save_view(&v, path, info, "mpmd_exec_save", err);
+    view_free(&v);
+    return rc;
+}
+
+mpmd_status mpmd_step_save(mpmd_step *st, const char *path, const mpmd_checkpoint_info *info, mpmd_error *err) {
+    state_view v;
+    mpmd_status rc = step_view(st, "mpmd_step_save", &v, err);
+    if (rc) return rc;
+    if (st->runtime != MPMD_RUNTIME_MPI) {
+        rc = save_view(&v, path, info, "mpmd_step_save", err);
+        view_free(&v);
+        return rc;
+    }
+    /* MPI: every process takes part in gathering each value (in name order,
+     * the same on every process); process 0 writes the file. */
+    void **bufs = calloc((size_t)(v.n ? v.n : 1), sizeof *bufs);
+    if (!bufs) rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_step_save: out of memory");
+    for (int i = 0; i < v.n && !rc; i++) {
+        entry *e = &v.e[i];
+        size_t bytes = mpmd_type_bytes(&e->type);
+        bufs[i] = malloc(bytes ? bytes : 1);
+        if (!bufs[i]) {
+            rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_step_save: out of memory gathering \"%s\"", e->name);
+            break;
+        }
+        rc = mpmd_step_gather(st, e->value, bufs[i], bytes);
+        if (rc) mpmd_error_set(err, rc, "mpmd_step_save: gathering \"%s\": %s", e->name, mpmd_step_error(st));
+        e->ptr[0] = bufs[i];
+        e->nptr = 1;
+    }
+    if (!rc && mpmd_mpi_world_rank() == 0) rc = save_view(&v, path, info, "mpmd_step_save", err);
+    for (int i = 0; bufs && i < v.n; i++) free(bufs[i]);
+    free(bufs);
+    view_free(&v);
+    return rc;
+}
+
+/* ---- metadata ----------------------------------------------------------------- */
+
+/* A decimal integer that fills the whole string, at most `max`. */
+static int parse_dec(const char *s, uint64_t max, uint64_t *out) {
+    if (!*s || (s[0] == '0' && s[1])) return 0;
+    uint64_t v = 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9') return 0;
+        uint64_t d = (uint64_t)(*s - '0');
+        if (v > (max - d) / 10) return 0;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 1;
+}
+
+static int parse_hex32(const char *s, uint8_t out[32]) {
+    if (strlen(s) != 64) return 0;
+    for (int i = 0; i < 64; i++) {
+        char c = s[i];
+        int h = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (h < 0) return 0;
+        if (i % 2 == 0) out[i / 2] = (uint8_t)(h << 4);
+        else out[i / 2] |= (uint8_t)h;
+    }
+    return 1;
+}
+
+/* Check the header checksum and read the metadata into info. An mpmd
+ * checkpoint must carry every entry; a plain safetensors file (no "format":
+ * "mpmd-checkpoint") loads as version 0, step 0, with its checksums verified
+ * only if present. *has_hash tells whether data_hash holds "sha256". */
+static mpmd_status read_meta(const mpmd_st_header *h, mpmd_checkpoint_info *info, int *has_hash,
+                             uint8_t data_hash[32], mpmd_error *err) {
+    *info = MPMD_CHECKPOINT_INFO_INIT;
+    info->version = 0;
+    *has_hash = 0;
+    const mpmd_st_meta *fmt = mpmd_st_meta_find(h, "format");
+    int ours = fmt && strcmp(fmt->value, FORMAT_NAME) == 0;
+    mpmd_status rc = mpmd_st_check_header_sha256(h, err);
+    if (rc == MPMD_ERR_INVALID) {
+        if (ours)
+            return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                                  "%s: __metadata__ lacks \"header_sha256\" (an mpmd checkpoint always has it): the "
+                                  "header is corrupted",
+                                  h->path);
+        rc = MPMD_OK;
+    }
+    if (rc) return rc;
+    const mpmd_st_meta *sha = mpmd_st_meta_find(h, "sha256");
+    if (sha) {
+        if (!parse_hex32(sha->value, data_hash))
+            return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                                  "%s: __metadata__ \"sha256\" is not 64 lowercase hex digits: \"%.80s\"", h->path,
+                                  sha->value);
+        *has_hash = 1;
+    } else if (ours) {
+        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: __metadata__ lacks \"sha256\" (the data checksum)",
+                              h->path);
+    }
+    if (!ours) return MPMD_OK;
+
+    static const char *const required[] = {"version", "step", "seed", "rng_state"};
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
+        if (!mpmd_st_meta_find(h, required[i]))
+            return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: __metadata__ of an mpmd checkpoint lacks \"%s\"",
+                                  h->path, required[i]);
+    uint64_t u;
+    const char *s = mpmd_st_meta_find(h, "version")->value;
+    if (!parse_dec(s, INT32_MAX, &u) || u < 1)
+        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: checkpoint version \"%.40s\" is not a version number",
+                              h->path, s);
+    if (u > MPMD_CHECKPOINT_VERSION)
+        return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                              "%s: checkpoint version %llu was written by a newer mpmd; this library reads "
+                              "version %d",
+                              h->path, (unsigned long long)u, MPMD_CHECKPOINT_VERSION);
+    info->version = (int)u;
+    s = mpmd_st_meta_find(h, "step")->value;
+    if (!parse_dec(s, INT64_MAX, &u))
+        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: __metadata__ \"step\" is \"%.40s\", not a step count",
+                              h->path, s);
+    info->step = (int64_t)u;
+    s = mpmd_st_meta_find(h, "seed")->value;
+    if (!parse_dec(s, UINT64_MAX, &info->seed))
+        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: __metadata__ \"seed\" is \"%.40s\", not a 64-bit seed",
+                              h->path, s);
+    s = mpmd_st_meta_find(h, "rng_state")->value;
+    char word[24];
+    const char *p = s;
+    for (int i = 0; i < 4; i++) {
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        int ok = len < sizeof word && (i < 3 ? c != NULL : c == NULL);
+        if (ok) {
+            memcpy(word, p, len);
+            word[len] = '\0';
+            ok = parse_dec(word, UINT64_MAX, &info->rng_state[i]);
+        }
+        if (!ok)
+            return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                                  "%s: __metadata__ \"rng_state\" is \"%.120s\", not four comma-separated 64-bit "
+                                  "numbers",
+                                  h->path, s);
+        p = c ? c + 1 : p + len;
+    }
+    const mpmd_st_meta *cfg = mpmd_st_meta_find(h, "config");
+    if (cfg) snprintf(info->config, sizeof info->config, "%s", cfg->value);
+    return MPMD_OK;
+}
+
+/* ---- loading ------------------------------------------------------------------ */
+
+/* A message listing problems: items are added while they fit, the rest is
+ * counted and reported as "... and N more". */
+typedef struct report {
+    char *buf;
+    size_t cap, len;
+    int omitted;
+} report;
+
+static void report_add(report *r, const char *item) {
+    size_t need = strlen(item) + 2;
+    if (r->len + need + 24 >= r->cap) { /* room for "; ... and 999999 more" */
+        r->omitted++;
+        return;
+    }
+    r->len += (size_t)snprintf(r->buf + r->len, r->cap - r->len, "; %s", item);
+}
+
+/* Check every tensor of the file against the view; on a mismatch fill err
+ * with every problem found and return MPMD_ERR_SHAPE. */
+static mpmd_status match(const state_view *v, const mpmd_st_header *h, const char *who, mpmd_error *err) {
+    int missing = 0, unexpected = 0, wrong = 0;
+    for (int i = 0, j = 0; i < v->n || j < h->n_tensors;) {
+        int c = i == v->n ? 1 : j == h->n_tensors ? -1 : strcmp(v->e[i].name, h->tensors[j].name);
+        if (c < 0) missing++, i++;
+        else if (c > 0) unexpected++, j++;
+        else {
+            const entry *e = &v->e[i];
+            const mpmd_st_tensor *t = &h->tensors[j];
+            int same = strcmp(t->dtype, st_dtype(e->type.dtype)) == 0 && t->ndim == e->type.ndim;
+            for (int d = 0; same && d < t->ndim; d++) same = t->dim[d] == e->type.dim[d];
+            wrong += !same;
+            i++, j++;
+        }
+    }
+    if (!missing && !unexpected && !wrong) return MPMD_OK;
+    if (!err) return MPMD_ERR_SHAPE;
+    report r = {err->msg, sizeof err->msg, 0, 0};
+    r.len = (size_t)snprintf(r.buf, r.cap,
+                             "%s: %.300s does not fit this model: %d missing, %d unexpected, %d with another dtype "
+                             "or shape (file vs model)",
+                             who, h->path, missing, unexpected, wrong);
+    if (r.len >= r.cap) r.len = r.cap - 1;
+    char item[600], a[160], b[160];
+    for (int i = 0, j = 0; i < v->n || j < h->n_tensors;) {
+        int c = i == v->n ? 1 : j == h->n_tensors ? -1 : strcmp(v->e[i].name, h->tensors[j].name);
+        if (c < 0) {
+            const entry *e = &v->e[i++];
+            type_str(st_dtype(e->type.dtype), e->type.ndim, e->type.dim, a, sizeof a);
+            snprintf(item, sizeof item, "missing \"%.200s\" %s", e->name, a);
+            report_add(&r, item);
+        } else if (c > 0) {
+            const mpmd_st_tensor *t = &h->tensors[j++];
+            type_str(t->dtype, t->ndim, t->dim, a, sizeof a);
+            snprintf(item, sizeof item, "unexpected \"%.200s\" %s", t->name, a);
+            report_add(&r, item);
+        } else {
+            const entry *e = &v->e[i++];
+            const mpmd_st_tensor *t = &h->tensors[j++];
+            type_str(t->dtype, t->ndim, t->dim, a, sizeof a);
+            type_str(st_dtype(e->type.dtype), e->type.ndim, e->type.dim, b, sizeof b);
+            if (strcmp(a, b) != 0) {
+                snprintf(item, sizeof item, "\"%.200s\" %s vs %s", e->name, a, b);
+                report_add(&r, item);
+            }
+        }
+    }
+    if (r.omitted) snprintf(r.buf + r.len, r.cap - r.len, "; ... and %d more", r.omitted);
+    err->code = MPMD_ERR_SHAPE;
+    return MPMD_ERR_SHAPE;
+}
+
+static int host_is_little_endian(void) {
+    const uint16_t one = 1;
+    return *(const uint8_t *)&one == 1;
+}
+
+static mpmd_status load_view(const state_view *v, const char *path, mpmd_checkpoint_info *info_out,
+                             const char *who, mpmd_error *err) {
+    if (!path || !*path) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no file name", who);
+    mpmd_st_header h;
+    FILE *f;
+    mpmd_status rc = mpmd_st_open(path, &h, &f, err);
+    if (rc) return prefixed(err, rc, who);
+    mpmd_checkpoint_info info;
+    int has_hash;
+    uint8_t want[32];
+    uint8_t *data = NULL;
+    rc = read_meta(&h, &info, &has_hash, want, err);
+    if (rc) goto fail_prefixed;
+    if ((rc = match(v, &h, who, err))) goto done;
+    /* read and verify everything before the first byte of state changes */
+    data = malloc(h.data_len ? (size_t)h.data_len : 1);
+    if (!data) {
+        rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory for the %llu bytes of %s", who,
+                            (unsigned long long)h.data_len, path);
+        goto done;
+    }
+    if (h.data_len && fread(data, 1, (size_t)h.data_len, f) != h.data_len) {
+        rc = mpmd_error_set(err, MPMD_ERR_IO, "%s: cannot read the data of %s: %s", who, path,
+                            ferror(f) ? strerror(errno) : "the file shrank while reading");
+        goto done;
+    }
+    if (has_hash) {
+        uint8_t got[32];
+        char a[65], b[65];
+        mpmd_sha256(data, (size_t)h.data_len, got);
+        if (memcmp(got, want, 32) != 0) {
+            mpmd_st_hex(want, a);
+            mpmd_st_hex(got, b);
+            rc = mpmd_error_set(err, MPMD_ERR_FORMAT,
+                                "%s: %s: data checksum mismatch (sha256 %s in the header, the data hashes to %s): "
+                                "the tensor data is corrupted",
+                                who, path, a, b);
+            goto done;
+        }
+    }
+    if (!host_is_little_endian())
+        for (uint64_t k = 0; k + 4 <= h.data_len; k += 4) { /* every tensor here has 4-byte elements */
+            uint8_t t = data[k];
+            data[k] = data[k + 3], data[k + 3] = t;
+            t = data[k + 1], data[k + 1] = data[k + 2], data[k + 2] = t;
+        }
+    for (int i = 0; i < v->n; i++) {
+        const entry *e = &v->e[i];
+        const mpmd_st_tensor *t = mpmd_st_find(&h, e->name);
+        for (int k = 0; k < e->nptr; k++) memcpy(e->ptr[k], data + t->begin, (size_t)(t->end - t->begin));
+    }
+    if (info_out) *info_out = info;
+    goto done;
+fail_prefixed:
+    prefixed(err, rc, who);
+done:
+    free(data);
+    fclose(f);
+    mpmd_st_header_free(&h);
+    return rc;
+}
+
+mpmd_status mpmd_exec_load(mpmd_exec *ex, const char *path, mpmd_checkpoint_info *info_out, mpmd_error *err) {
+    state_view v;
+    mpmd_status rc = exec_view(ex, "mpmd_exec_load", &v, err);
+    if (rc) return rc;
+    rc = load_view(&v, path, info_out, "mpmd_exec_load", err);
+    view_free(&v);
+    return rc;
+}
+
+mpmd_status mpmd_step_load(mpmd_step *st, const char *path, mpmd_checkpoint_info *info_out, mpmd_error *err) {
+    state_view v;
+    mpmd_status rc = step_view(st, "mpmd_step_load", &v, err);
+    if (rc) return rc;
+    rc = load_view(&v, path, info_out, "mpmd_step_load", err);
+    view_free(&v);
+    return rc;
+}
+
+/* ---- inspection --------------------------------------------------------------- */
+
+mpmd_status mpmd_checkpoint_read_info(const char *path, mpmd_checkpoint_info *info, mpmd_error *err) {
+    const char *who = "mpmd_checkpoint_read_info";
+    if (!path || !info) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: NULL path or info", who);
+    mpmd_st_header h;
+    FILE *f;
+    mpmd_status rc = mpmd_st_open(path, &h, &f, err);
+    if (rc) return prefixed(err, rc, who);
+    fclose(f);
+    int has_hash;
+    uint8_t want[32];
+    mpmd_checkpoint_info got;
+    rc = read_meta(&h, &got, &has_hash, want, err);
+    mpmd_st_header_free(&h);
+    if (rc) return prefixed(err, rc, who);
+    *info = got;
+    return MPMD_OK;
+}
+
+mpmd_status mpmd_checkpoint_verify(const char *path, FILE *list, mpmd_error *err) {
+    const char *who = "mpmd_checkpoint_verify";
+    if (!path) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: NULL path", who);
+    mpmd_st_header h;
+    FILE *f;
+    mpmd_status rc = mpmd_st_open(path, &h, &f, err);
+    if (rc) return prefixed(err, rc, who);
+    int has_hash;
+    uint8_t want[32];
+    mpmd_checkpoint_info info;
+    rc = read_meta(&h, &info, &has_hash, want, err);
+    if (rc) {
+        prefixed(err, rc, who);
+    } else {
+        enum { CHUNK = 1 << 20 };
+        uint8_t *buf = malloc(CHUNK);
+        mpmd_sha256_ctx c;
+        mpmd_sha256_init(&c);
+        uint64_t left = h.data_len;
+        if (!buf) rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory", who);
+        while (!rc && left) {
+            size_t n = left < CHUNK ? (size_t)left : CHUNK;
+            if (fread(buf, 1, n, f) != n)
+                rc = mpmd_error_set(err, MPMD_ERR_IO, "%s: cannot read the data of %s: %s", who, path,
+                                    ferror(f) ? strerror(errno) : "the file shrank while reading");
+            mpmd_sha256_update(&c, buf, n);
+            left -= n;
+        }
+        free(buf);
+        uint8_t got[32];
+        mpmd_sha256_final(&c, got);
+        if (!rc && has_hash && memcmp(got, want, 32) != 0) {
+            char a[65], b[65];
+            mpmd_st_hex(want, a);
+            mpmd_st_hex(got, b);
+            rc = mpmd_error_set(err, MPMD_ERR_FORMAT,
+                                "%s: %s: data checksum mismatch (sha256 %s in the header, the data hashes to %s): "
+                                "the tensor data is corrupted",
+                                who, path, a, b);
+        }
+    }
+    if (!rc && list) {
+        char ts[200];
+        for (int i = 0; i < h.n_tensors; i++) {
+            const mpmd_st_tensor *t = &h.tensors[i];
+            type_str(t->dtype, t->ndim, t->dim, ts, sizeof ts);
+            fprintf(list, "%s %s %llu\n", t->name, ts, (unsigned long long)(t->end - t->begin));
+        }
+    }
+    fclose(f);
+    mpmd_st_header_free(&h);
+    return rc;
+}
