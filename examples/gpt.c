@@ -1,21 +1,30 @@
-/* gpt - train a byte-level GPT-2-style model on one rank.
+/* gpt - train a byte-level GPT-2-style model, on one rank or pipelined.
  *
  * The training step (examples/models/gpt_model.h) is one mpmd graph: the
- * microbatch loop over the forward and backward pass, then AdamW. The data is
- * a corpus this program generates deterministically, or a text file given
- * with --data; batches are a pure function of (seed, step), so two runs with
- * the same options print the same final line:
+ * microbatch loop over the forward and backward pass, then AdamW. With
+ * --schedule loop (the default) it runs as the plain microbatch loop on one
+ * rank; with a schedule name it is compiled by mpmd_jit_with_loop into one
+ * program per rank and runs on in-process ranks (threads) or, with
+ * --runtime mpi under mpirun, one process per rank. Data: a corpus this
+ * program generates deterministically, or a text file (--data); batches are
+ * a pure function of (seed, step). So runs with the same model options
+ * print the same final line whatever the schedule, ranks or runtime:
  *
  *     final_loss=<loss of the last step> params_sha256=<hash of the parameters>
+ *
+ * (With --data-parallel R the replicas' sums run in another order: equal to
+ * float tolerance, not bits.)
  *
  * Exit status: 0 on success, 2 for bad options, 1 for a failure while
  * building or training (including a NaN/Inf loss, unless --no-nan-check).
  */
 #include "gpt_model.h"
 #include "mpmd.h"
+#include "mpmd_checkpoint.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,40 +32,65 @@
 
 static const char *usage =
     "usage: gpt [options]\n"
-    "Train a byte-level GPT on a generated corpus (or --data FILE) with AdamW.\n"
+    "Train a byte-level GPT on a generated corpus (or --data FILE) with AdamW,\n"
+    "on one rank or as a pipeline.\n"
     "\n"
-    "  --layers N          transformer blocks (default 4)\n"
-    "  --width N           model width (default 128)\n"
-    "  --heads N           attention heads, dividing the width (default 4)\n"
-    "  --seq N             sequence length (default 64)\n"
-    "  --batch N           sequences per step (default 8)\n"
-    "  --microbatches N    microbatches per step, dividing the batch (default 4)\n"
-    "  --stages N          pipeline stage markers, dividing the layers (default 1)\n"
-    "  --steps N           training steps (default 60)\n"
-    "  --seed N            seed of the initial parameters and of the batches (default 0)\n"
-    "  --threads N         kernel threads, 0 for all cores (default 0)\n"
-    "  --lr F              AdamW learning rate (default 0.003)\n"
-    "  --weight-decay F    AdamW weight decay (default 0)\n"
-    "  --tie-embeddings    the LM head shares the token embedding\n"
-    "  --data FILE         train on the bytes of FILE instead of the generated corpus\n"
-    "  --log-every K       one progress line every K steps (default 5)\n"
-    "  --no-nan-check      keep going when the loss is NaN or Inf\n"
-    "  --help              this text\n"
+    "Model and data:\n"
+    "  --layers N            transformer blocks (default 4)\n"
+    "  --width N             model width (default 128)\n"
+    "  --heads N             attention heads, dividing the width (default 4)\n"
+    "  --seq N               sequence length (default 64)\n"
+    "  --batch N             sequences per step, all replicas together (default 8)\n"
+    "  --microbatches N      microbatches per step and replica (default 4)\n"
+    "  --tie-embeddings      the LM head shares the token embedding\n"
+    "  --lr F                AdamW learning rate (default 0.003)\n"
+    "  --weight-decay F      AdamW weight decay (default 0)\n"
+    "  --data FILE           train on the bytes of FILE instead of the generated corpus\n"
+    "  --steps N             train up to step N, counted from the start of training (default 60)\n"
+    "  --seed N              seed of the initial parameters and of the batches (default 0)\n"
+    "\n"
+    "Pipeline:\n"
+    "  --schedule NAME       loop (one rank, the default), gpipe, std1f1b, eager1f1b,\n"
+    "                        interleaved1f1b, kimik2, zerobubble, dualpipev, interleavedgpipe,\n"
+    "                        or file:PATH (a schedule in the text form of `mpmd schedule`)\n"
+    "  --stages S            pipeline stages: a stage marker after every layers/S blocks (default 1)\n"
+    "  --ranks D             pipeline ranks (default: S, or S/2 for dualpipev)\n"
+    "  --fuse-steady-state   Interleaved1F1B/KimiK2: fuse the steady state's F and B\n"
+    "  --runtime local|mpi   ranks as threads of this process (default), or MPI processes\n"
+    "                        (start with mpirun -np D*R)\n"
+    "  --data-parallel R     replicas of every rank, each on batch/R sequences (default 1)\n"
+    "  --threads N           kernel threads: of the one rank (loop), else of each rank;\n"
+    "                        0 for all cores (loop) or the cores divided among ranks (default 0)\n"
+    "\n"
+    "Watching and resuming:\n"
+    "  --log-every K         one progress line every K steps (default 5)\n"
+    "  --quiet               no progress lines, only the final line\n"
+    "  --json                progress as JSON lines (one object per log interval) and a final object\n"
+    "  --trace FILE          write the last step as a Chrome trace (open in Perfetto); pipelines only\n"
+    "  --timeline FILE       draw the last step as an SVG timeline; pipelines only\n"
+    "  --save PATH           write a checkpoint (safetensors) after the last step\n"
+    "  --save-every K        also every K steps (needs --save)\n"
+    "  --resume PATH         continue from a checkpoint (any pipeline layout)\n"
+    "  --no-nan-check        keep going when the loss is NaN or Inf\n"
+    "  --help                this text\n"
     "\n"
     "After the last step it prints: final_loss=<%.9g> params_sha256=<hex>\n";
 
 typedef struct options {
     gpt_config cfg;
-    long long steps, log_every, threads;
+    long long steps, log_every, threads, ranks, replicas, save_every;
     unsigned long long seed;
-    const char *data;
-    int nan_check;
+    const char *data, *schedule, *trace, *timeline, *save, *resume;
+    int nan_check, fuse, mpi, quiet, json;
 } options;
 
-static int bad_option(const char *fmt, const char *a, const char *b) {
+static int bad_option(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
     fprintf(stderr, "gpt: ");
-    fprintf(stderr, fmt, a, b);
+    vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n(run gpt --help for the options)\n");
+    va_end(ap);
     return 2;
 }
 
@@ -66,11 +100,7 @@ static int parse_int(const char *opt, const char *s, long long lo, long long hi,
     errno = 0;
     long long v = strtoll(s, &end, 10);
     if (errno || end == s || *end) return bad_option("%s expects an integer, got \"%s\"", opt, s);
-    if (v < lo || v > hi) {
-        fprintf(stderr, "gpt: %s must be between %lld and %lld, got %lld\n(run gpt --help for the options)\n",
-                opt, lo, hi, v);
-        return 2;
-    }
+    if (v < lo || v > hi) return bad_option("%s must be between %lld and %lld, got %lld", opt, lo, hi, v);
     *out = v;
     return 0;
 }
@@ -85,49 +115,58 @@ static int parse_float(const char *opt, const char *s, float *out) {
     return 0;
 }
 
+static const char *const flags[] = {"--tie-embeddings", "--no-nan-check", "--fuse-steady-state", "--quiet",
+                                    "--json"};
+static const char *const valued[] = {"--layers",   "--width",   "--heads",         "--seq",     "--batch",
+                                     "--microbatches", "--stages", "--steps",      "--log-every", "--threads",
+                                     "--seed",     "--lr",      "--weight-decay",  "--data",    "--schedule",
+                                     "--ranks",    "--runtime", "--data-parallel", "--trace",   "--timeline",
+                                     "--save",     "--save-every", "--resume"};
+
+static int is_one_of(const char *name, const char *const *list, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        if (!strcmp(name, list[k])) return 1;
+    return 0;
+}
+
 /* Returns 0 to go on, 2 for a bad option, -1 after --help. */
 static int parse_args(int argc, char **argv, options *o) {
+    memset(o, 0, sizeof *o);
     o->cfg = gpt_config_default();
     o->steps = 60;
     o->log_every = 5;
-    o->threads = 0;
-    o->seed = 0;
-    o->data = NULL;
+    o->replicas = 1;
     o->nan_check = 1;
+    o->schedule = "loop";
     for (int i = 1; i < argc; i++) {
         char name[64];
         const char *arg = argv[i], *val = NULL;
         const char *eq = strchr(arg, '=');
-        if (strncmp(arg, "--", 2) != 0) return bad_option("unexpected argument \"%s\"%s", arg, "");
+        if (strncmp(arg, "--", 2) != 0) return bad_option("unexpected argument \"%s\"", arg);
         size_t nl = eq ? (size_t)(eq - arg) : strlen(arg);
-        if (nl >= sizeof name) return bad_option("unknown option \"%s\"%s", arg, "");
+        if (nl >= sizeof name) return bad_option("unknown option \"%s\"", arg);
         memcpy(name, arg, nl);
         name[nl] = '\0';
         if (!strcmp(name, "--help")) {
             fputs(usage, stdout);
             return -1;
         }
-        if (!strcmp(name, "--tie-embeddings") || !strcmp(name, "--no-nan-check")) {
-            if (eq) return bad_option("%s takes no value%s", name, "");
-            if (!strcmp(name, "--tie-embeddings"))
-                o->cfg.tie_embeddings = 1;
-            else
-                o->nan_check = 0;
+        if (is_one_of(name, flags, sizeof flags / sizeof flags[0])) {
+            if (eq) return bad_option("%s takes no value", name);
+            if (!strcmp(name, "--tie-embeddings")) o->cfg.tie_embeddings = 1;
+            if (!strcmp(name, "--no-nan-check")) o->nan_check = 0;
+            if (!strcmp(name, "--fuse-steady-state")) o->fuse = 1;
+            if (!strcmp(name, "--quiet")) o->quiet = 1;
+            if (!strcmp(name, "--json")) o->json = 1;
             continue;
         }
-        static const char *const valued[] = {
-            "--layers", "--width",     "--heads",   "--seq",  "--batch", "--microbatches", "--stages",
-            "--steps",  "--log-every", "--threads", "--seed", "--lr",    "--weight-decay", "--data"};
-        int known = 0;
-        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
-            known |= !strcmp(name, valued[k]);
-        if (!known) return bad_option("unknown option \"%s\"%s", name, "");
+        if (!is_one_of(name, valued, sizeof valued / sizeof valued[0])) return bad_option("unknown option \"%s\"", name);
         if (eq)
             val = eq + 1;
         else if (i + 1 < argc)
             val = argv[++i];
         else
-            return bad_option("%s needs a value%s", name, "");
+            return bad_option("%s needs a value", name);
         long long v;
         int rc = 0;
         if (!strcmp(name, "--layers")) {
@@ -148,25 +187,57 @@ static int parse_args(int argc, char **argv, options *o) {
             rc = parse_int(name, val, 1, 1LL << 31, &o->steps);
         } else if (!strcmp(name, "--log-every")) {
             rc = parse_int(name, val, 1, 1LL << 31, &o->log_every);
+        } else if (!strcmp(name, "--save-every")) {
+            rc = parse_int(name, val, 1, 1LL << 31, &o->save_every);
         } else if (!strcmp(name, "--threads")) {
             rc = parse_int(name, val, 0, 1024, &o->threads);
+        } else if (!strcmp(name, "--ranks")) {
+            rc = parse_int(name, val, 1, 4096, &o->ranks);
+        } else if (!strcmp(name, "--data-parallel")) {
+            rc = parse_int(name, val, 1, 4096, &o->replicas);
         } else if (!strcmp(name, "--seed")) {
             if (!(rc = parse_int(name, val, 0, INT64_MAX, &v))) o->seed = (unsigned long long)v;
         } else if (!strcmp(name, "--lr")) {
             rc = parse_float(name, val, &o->cfg.lr);
         } else if (!strcmp(name, "--weight-decay")) {
             rc = parse_float(name, val, &o->cfg.adam.weight_decay);
-        } else { /* --data */
-            if (!*val) return bad_option("%s needs a file name%s", name, "");
-            o->data = val;
+        } else if (!strcmp(name, "--runtime")) {
+            if (!strcmp(val, "mpi"))
+                o->mpi = 1;
+            else if (strcmp(val, "local") != 0)
+                return bad_option("--runtime is local or mpi, got \"%s\"", val);
+        } else {
+            if (!*val) return bad_option("%s needs a value", name);
+            if (!strcmp(name, "--data")) o->data = val;
+            if (!strcmp(name, "--schedule")) o->schedule = val;
+            if (!strcmp(name, "--trace")) o->trace = val;
+            if (!strcmp(name, "--timeline")) o->timeline = val;
+            if (!strcmp(name, "--save")) o->save = val;
+            if (!strcmp(name, "--resume")) o->resume = val;
         }
         if (rc) return rc;
     }
+    int loop = !strcmp(o->schedule, "loop");
+    if (!loop && strncmp(o->schedule, "file:", 5) != 0 && mpmd_schedule_kind_from_name(o->schedule) < 0)
+        return bad_option("unknown schedule \"%s\"; use loop, gpipe, std1f1b, eager1f1b, interleaved1f1b, kimik2, "
+                          "zerobubble, dualpipev, interleavedgpipe or file:PATH",
+                          o->schedule);
+    if (loop && (o->ranks || o->mpi || o->replicas > 1 || o->fuse))
+        return bad_option("--ranks, --runtime mpi, --data-parallel and --fuse-steady-state need a pipeline "
+                          "schedule (--schedule NAME)");
+    if (loop && (o->trace || o->timeline))
+        return bad_option("--trace and --timeline draw a pipeline's ranks; give a --schedule");
+    if (o->mpi && (o->trace || o->timeline))
+        return bad_option("--trace and --timeline need --runtime local (each MPI process sees only its rank)");
+    if (o->save_every && !o->save) return bad_option("--save-every needs --save PATH");
+    if (o->cfg.batch % o->replicas)
+        return bad_option("--batch %lld is not divisible by --data-parallel %lld", (long long)o->cfg.batch,
+                          o->replicas);
+    o->cfg.batch /= o->replicas; /* the graph is one replica's step */
+    if (!mpmd_mpi_available() && o->mpi)
+        return bad_option("--runtime mpi: this build of mpmd has no MPI (install libopenmpi-dev and rebuild)");
     mpmd_error err;
-    if (gpt_config_check(&o->cfg, &err)) {
-        fprintf(stderr, "%s\n(run gpt --help for the options)\n", err.msg);
-        return 2;
-    }
+    if (gpt_config_check(&o->cfg, &err)) return bad_option("%s", err.msg);
     return 0;
 }
 
@@ -176,91 +247,207 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The one-rank executor or the compiled pipeline, behind one face. */
+typedef struct trainer {
+    mpmd_exec *ex;
+    mpmd_step *st;
+    mpmd_schedule *sched;
+    int mpi, root;
+} trainer;
+
+static mpmd_status set_inputs(trainer *t, const gpt_model *m, const int32_t *tok, const int32_t *tgt, size_t bytes) {
+    if (t->ex)
+        return mpmd_exec_set_input(t->ex, m->tokens, tok, bytes) ? 1 : mpmd_exec_set_input(t->ex, m->targets, tgt, bytes);
+    return mpmd_step_set_input(t->st, m->tokens, tok, bytes) ? 1 : mpmd_step_set_input(t->st, m->targets, tgt, bytes);
+}
+
+static const char *trainer_error(const trainer *t) { return t->ex ? mpmd_exec_error(t->ex) : mpmd_step_error(t->st); }
+
+/* One message to stderr from every process that fails; under MPI the whole
+ * job ends (no process waits for a dead peer). */
+static int fail(const trainer *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (t && t->mpi) fprintf(stderr, "gpt (process %d): ", mpmd_mpi_world_rank());
+    else fprintf(stderr, "gpt: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    if (t && t->mpi) mpmd_mpi_abort(1);
+    return 1;
+}
+
+static mpmd_status make_schedule(const options *o, mpmd_schedule **out, mpmd_error *err) {
+    if (!strncmp(o->schedule, "file:", 5)) return mpmd_schedule_load(o->schedule + 5, out, err);
+    return mpmd_schedule_new((mpmd_schedule_kind)mpmd_schedule_kind_from_name(o->schedule), o->cfg.stages,
+                             (int)o->ranks, o->cfg.microbatches, o->fuse, out, err);
+}
+
 int main(int argc, char **argv) {
     options o;
     int rc = parse_args(argc, argv, &o);
     if (rc < 0) return 0;
     if (rc) return rc;
     const gpt_config *c = &o.cfg;
-
     mpmd_error err;
-    gpt_corpus corpus;
-    if (o.data) {
-        if (gpt_corpus_load(&corpus, o.data, c->seq + 1, &err)) {
-            fprintf(stderr, "gpt: %s\n", err.msg);
+    trainer t = {0};
+    t.mpi = o.mpi;
+    t.root = 1;
+    if (o.mpi) {
+        if (mpmd_mpi_init(&argc, &argv, &err)) return fail(NULL, "%s", err.msg);
+        t.root = mpmd_mpi_world_rank() == 0;
+    }
+
+    gpt_corpus corpus = {0};
+    if (o.data ? gpt_corpus_load(&corpus, o.data, c->seq + 1, &err) : gpt_corpus_generate(&corpus, 1 << 20, 1234, &err))
+        return fail(&t, "%s", err.msg);
+    gpt_model m;
+    if (gpt_build(c, 1, &m, &err)) return fail(&t, "%s", err.msg);
+
+    int loop = !strcmp(o.schedule, "loop");
+    if (loop) {
+        mpmd_exec_opts eo = MPMD_EXEC_DEFAULTS;
+        eo.threads = (int)o.threads;
+        eo.seed = o.seed;
+        if (!(t.ex = mpmd_exec_new(m.g, &eo, &err))) return fail(&t, "%s", err.msg);
+    } else {
+        if (make_schedule(&o, &t.sched, &err)) return fail(&t, "%s", err.msg);
+        mpmd_step_opts so = MPMD_STEP_DEFAULTS;
+        so.threads_per_rank = (int)o.threads;
+        so.seed = o.seed;
+        so.runtime = o.mpi ? MPMD_RUNTIME_MPI : MPMD_RUNTIME_LOCAL;
+        so.data_parallel = (int)o.replicas;
+        if (!(t.st = mpmd_jit_with_loop(m.g, t.sched, &so, &err))) return fail(&t, "%s", err.msg);
+        mpmd_step_set_recording(t.st, 1); /* for the bubble and the pictures: two clock reads per instruction */
+    }
+    long long first = 1;
+    if (o.resume) {
+        mpmd_checkpoint_info info;
+        mpmd_status st = t.ex ? mpmd_exec_load(t.ex, o.resume, &info, &err) : mpmd_step_load(t.st, o.resume, &info, &err);
+        if (st) return fail(&t, "%s", err.msg);
+        if (info.seed != o.seed)
+            return fail(&t, "%s was trained with --seed %llu (its batches follow that seed); resume with it",
+                        o.resume, (unsigned long long)info.seed);
+        first = info.step + 1;
+        if (first > o.steps)
+            return fail(&t, "%s holds %lld steps already; --steps %lld counts from the start of training", o.resume,
+                        (long long)info.step, o.steps);
+    }
+
+    if (t.root && !o.quiet && !o.json) {
+        printf("gpt: %d layers, width %lld, %d heads, seq %lld, batch %lld in %d microbatches, %lld parameters%s\n",
+               c->layers, (long long)c->width, c->heads, (long long)c->seq, (long long)(c->batch * o.replicas),
+               c->microbatches, (long long)gpt_param_count(c), c->tie_embeddings ? " (tied embeddings)" : "");
+        if (t.sched)
+            printf("pipeline: %s on %s%s\n", t.sched->name, o.mpi ? "MPI processes" : "in-process ranks",
+                   o.replicas > 1 ? ", data-parallel replicas" : "");
+        else
+            printf("pipeline: none (the one-rank microbatch loop)\n");
+        printf("data: %s, %lld bytes; the loss starts near ln(256) = %.3f\n", o.data ? o.data : "generated corpus",
+               (long long)corpus.len, log(256.0));
+        if (first > 1) printf("resumed from %s after step %lld\n", o.resume, first - 1);
+        fflush(stdout);
+    }
+
+    /* the global batch: every replica takes its share */
+    int64_t gb = c->batch * o.replicas;
+    size_t nb = (size_t)(gb * c->seq);
+    int32_t *tok = malloc(nb * sizeof *tok), *tgt = malloc(nb * sizeof *tgt);
+    if (!tok || !tgt) return fail(&t, "out of memory for the batch");
+    float loss = NAN;
+    double t_log = now_s(), t_start = t_log, busy_bubble = 0;
+    long long since = 0, bubble_n = 0;
+    for (long long step = first; step <= o.steps; step++) {
+        gpt_sample_batch(&corpus, gb, c->seq, o.seed, (uint64_t)step, tok, tgt);
+        if (set_inputs(&t, &m, tok, tgt, nb * sizeof *tok)) return fail(&t, "step %lld: %s", step, trainer_error(&t));
+        if (t.ex ? mpmd_exec_run(t.ex) : mpmd_step_run(t.st)) return fail(&t, "step %lld: %s", step, trainer_error(&t));
+        mpmd_status ls = t.ex ? mpmd_exec_read(t.ex, m.loss, &loss, sizeof loss)
+                              : mpmd_step_gather(t.st, m.loss, &loss, sizeof loss);
+        if (ls) return fail(&t, "step %lld: %s", step, trainer_error(&t));
+        if (o.nan_check && !isfinite(loss)) {
+            if (t.root) fprintf(stderr, "step %lld: loss is %s (use --no-nan-check to go on)\n", step, isnan(loss) ? "nan" : "inf");
+            if (t.mpi) mpmd_mpi_abort(1);
             return 1;
         }
-    } else if (gpt_corpus_generate(&corpus, 1 << 20, 1234, &err)) {
-        fprintf(stderr, "gpt: %s\n", err.msg);
-        return 1;
-    }
-
-    gpt_model m;
-    if (gpt_build(c, 1, &m, &err)) {
-        fprintf(stderr, "gpt: %s\n", err.msg);
-        gpt_corpus_free(&corpus);
-        return 1;
-    }
-    mpmd_exec_opts eo = MPMD_EXEC_DEFAULTS;
-    eo.threads = (int)o.threads;
-    eo.seed = o.seed;
-    mpmd_exec *ex = mpmd_exec_new(m.g, &eo, &err);
-    if (!ex) {
-        fprintf(stderr, "gpt: %s\n", err.msg);
-        gpt_model_free(&m);
-        gpt_corpus_free(&corpus);
-        return 1;
-    }
-    printf(
-        "gpt: %d layers, width %lld, %d heads, seq %lld, batch %lld in %d microbatches, %lld parameters%s\n",
-        c->layers, (long long)c->width, c->heads, (long long)c->seq, (long long)c->batch, c->microbatches,
-        (long long)gpt_param_count(c), c->tie_embeddings ? " (tied embeddings)" : "");
-    printf("data: %s, %lld bytes; the loss starts near ln(256) = %.3f\n",
-           o.data ? o.data : "generated corpus", (long long)corpus.len, log(256.0));
-    fflush(stdout);
-
-    size_t nb = (size_t)(c->batch * c->seq);
-    int32_t *tok = malloc(nb * sizeof *tok), *tgt = malloc(nb * sizeof *tgt);
-    if (!tok || !tgt) {
-        fprintf(stderr, "gpt: out of memory\n");
-        rc = 1;
-        goto done;
-    }
-    float loss = NAN;
-    double t_log = now_s();
-    long long since = 0;
-    for (long long step = 1; step <= o.steps; step++) {
-        gpt_sample_batch(&corpus, c->batch, c->seq, o.seed, (uint64_t)step, tok, tgt);
-        if (mpmd_exec_set_input(ex, m.tokens, tok, nb * sizeof *tok) ||
-            mpmd_exec_set_input(ex, m.targets, tgt, nb * sizeof *tgt) || mpmd_exec_run(ex) ||
-            mpmd_exec_read(ex, m.loss, &loss, sizeof loss)) {
-            fprintf(stderr, "gpt: step %lld: %s\n", step, mpmd_exec_error(ex));
-            rc = 1;
-            goto done;
+        if (t.st) {
+            mpmd_step_stats s;
+            if (mpmd_step_summary(t.st, &s, &err) == MPMD_OK) {
+                /* under MPI a process sees its own rank: its idle share */
+                busy_bubble += t.mpi ? s.ranks[mpmd_mpi_world_rank() % s.num_ranks].bubble : s.bubble;
+                bubble_n++;
+                mpmd_step_stats_free(&s);
+            }
         }
-        if (o.nan_check && !isfinite(loss)) {
-            fprintf(stderr, "step %lld: loss is %s\n", step, isnan(loss) ? "nan" : "inf");
-            rc = 1;
-            goto done;
+        if (o.save && o.save_every && step % o.save_every == 0 && step < o.steps) {
+            mpmd_checkpoint_info info = MPMD_CHECKPOINT_INFO_INIT;
+            info.step = step;
+            info.seed = o.seed;
+            if (t.ex ? mpmd_exec_save(t.ex, o.save, &info, &err) : mpmd_step_save(t.st, o.save, &info, &err))
+                return fail(&t, "step %lld: %s", step, err.msg);
         }
         since++;
-        if (step % o.log_every == 0 || step == o.steps) {
-            double t = now_s(), dt = t - t_log;
-            printf("step %lld/%lld  loss %.4f  tokens/s %.0f  ms/step %.1f\n", step, o.steps, loss,
-                   (double)since * (double)nb / dt, 1e3 * dt / (double)since);
+        if ((step % o.log_every == 0 || step == o.steps) && t.root && !o.quiet) {
+            double tn = now_s(), dt = tn - t_log;
+            double ms = 1e3 * dt / (double)since, tps = (double)since * (double)nb / dt;
+            double eta = (tn - t_start) / (double)(step - first + 1) * (double)(o.steps - step);
+            double bubble = bubble_n ? 100 * busy_bubble / (double)bubble_n : 0;
+            if (o.json)
+                printf("{\"step\": %lld, \"steps\": %lld, \"loss\": %.6f, \"tokens_per_s\": %.0f, \"ms_per_step\": %.2f, "
+                       "\"bubble_pct\": %.1f, \"eta_s\": %.1f}\n",
+                       step, o.steps, loss, tps, ms, bubble, eta);
+            else
+                printf("step %lld/%lld  loss %.4f  tokens/s %.0f  ms/step %.1f  bubble %.1f%%  eta %dm%02ds\n", step,
+                       o.steps, loss, tps, ms, bubble, (int)(eta / 60), (int)fmod(eta, 60));
             fflush(stdout);
-            t_log = t;
+            t_log = tn;
             since = 0;
+            busy_bubble = 0;
+            bubble_n = 0;
         }
     }
+    if (o.save) {
+        mpmd_checkpoint_info info = MPMD_CHECKPOINT_INFO_INIT;
+        info.step = o.steps;
+        info.seed = o.seed;
+        if (t.ex ? mpmd_exec_save(t.ex, o.save, &info, &err) : mpmd_step_save(t.st, o.save, &info, &err))
+            return fail(&t, "%s", err.msg);
+    }
+    if (t.st && !t.mpi && (o.trace || o.timeline)) {
+        if (o.trace) {
+            FILE *f = fopen(o.trace, "w");
+            if (!f) return fail(&t, "cannot write %s: %s", o.trace, strerror(errno));
+            mpmd_status ws = mpmd_step_write_trace(t.st, f, &err);
+            if (fclose(f) || ws) return fail(&t, "writing %s failed", o.trace);
+        }
+        if (o.timeline) {
+            mpmd_timeline *tl;
+            if (mpmd_step_timeline(t.st, &tl, &err)) return fail(&t, "%s", err.msg);
+            FILE *f = fopen(o.timeline, "w");
+            if (!f) return fail(&t, "cannot write %s: %s", o.timeline, strerror(errno));
+            mpmd_status ws = mpmd_timeline_write_svg(tl, f);
+            mpmd_timeline_free(tl);
+            if (fclose(f) || ws) return fail(&t, "writing %s failed", o.timeline);
+        }
+    }
+    if (t.st && !t.mpi && !o.quiet && !o.json) mpmd_step_print_summary(t.st, stdout, &err);
     char hex[65];
-    mpmd_exec_params_sha256(ex, hex);
-    printf("final_loss=%.9g params_sha256=%s\n", loss, hex);
-done:
+    if (t.ex)
+        mpmd_exec_params_sha256(t.ex, hex);
+    else
+        mpmd_step_params_sha256(t.st, hex); /* collective under MPI */
+    if (t.root) {
+        if (o.json)
+            printf("{\"final_loss\": %.9g, \"params_sha256\": \"%s\"}\n", loss, hex);
+        else
+            printf("final_loss=%.9g params_sha256=%s\n", loss, hex);
+    }
     free(tok);
     free(tgt);
-    mpmd_exec_free(ex);
+    mpmd_exec_free(t.ex);
+    mpmd_step_free(t.st);
+    mpmd_schedule_free(t.sched);
     gpt_model_free(&m);
     gpt_corpus_free(&corpus);
-    return rc;
+    if (t.mpi) mpmd_mpi_finalize();
+    return 0;
 }
