@@ -1,5 +1,6 @@
 # mpmd - the two commands a new user needs:
-#   make demo   install what is missing, build, train the GPT example
+#   make demo   install what is missing, build, train the GPT example pipelined
+#               over 4 in-process ranks (about a minute)
 #   make test   install what is missing, build, run every test
 # Also: make (build into build/), make bench, make test-sanitize, make clean.
 
@@ -46,7 +47,10 @@ test-sanitize: deps
 	cd $(SAN_BUILD) && MPMD_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -E '^install_'
 
 demo: build
-	./$(BUILD)/examples/gpt --layers 4 --width 128 --heads 4 --seq 64 --batch 8 --microbatches 4 --steps 60 --threads $(JOBS)
+	./$(BUILD)/examples/gpt --layers 8 --width 256 --heads 8 --seq 64 --batch 16 --microbatches 8 --steps 80 \
+	  --schedule std1f1b --stages 4 --ranks 4 --log-every 10 \
+	  --trace $(BUILD)/demo-trace.json --timeline $(BUILD)/demo-timeline.svg
+	@echo "the last step's trace: $(BUILD)/demo-trace.json (open in ui.perfetto.dev), timeline: $(BUILD)/demo-timeline.svg"
 
 bench: build
 	@for b in $(BUILD)/bench/bench_*; do [ -x "$$b" ] && echo "== $$b" && "$$b" || exit 1; done
