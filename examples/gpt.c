@@ -237,7 +237,10 @@ static int parse_args(int argc, char **argv, options *o) {
     if (!mpmd_mpi_available() && o->mpi)
         return bad_option("--runtime mpi: this build of mpmd has no MPI (install libopenmpi-dev and rebuild)");
     mpmd_error err;
-    if (gpt_config_check(&o->cfg, &err)) return bad_option("%s", err.msg);
+    if (gpt_config_check(&o->cfg, &err)) {
+        fprintf(stderr, "%s\n(run gpt --help for the options)\n", err.msg); /* the message names the program */
+        return 2;
+    }
     return 0;
 }
 

@@ -5,7 +5,7 @@
  *   place.c    before/after-loop ops -> the ranks that run them
  *   lower.c    per-rank instruction lists: run task, send, receive, free,
  *              the loop reductions; validated by simulation
- *   print.c    the per-rank programs and task lists as text
+ *   jit.c      the entry point, the step's accessors and its printouts
  *   ../runtime/local.c  runs the programs, one thread per rank
  */
 #ifndef MPMD_COMPILER_H

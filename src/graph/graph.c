@@ -75,6 +75,8 @@ void mpmd_graph_free(mpmd_graph *g) {
         free(g->nodes[i].name);
     }
     free(g->nodes);
+    for (int i = 0; i < g->n_old; i++) free(g->old_nodes[i]);
+    free(g->old_nodes);
     free(g);
 }
 
@@ -151,9 +153,21 @@ mpmd_value mpmd_emit(mpmd_graph *g, const mpmd_op_desc *op, int n_in, const mpmd
                          (int)in[i].id, g->region == MPMD_REGION_BODY ? "inside the loop body" : "before the loop");
     }
     if (g->n_nodes == g->cap_nodes) {
+        /* Grow into a new array and keep the old one until the graph is
+         * freed: a constructor that read a type through a pointer into the
+         * array before emitting can still read it after (the nodes it saw
+         * never change). Twice the final size at most. */
         int cap = g->cap_nodes ? g->cap_nodes * 2 : 256;
-        mpmd_node *nn = realloc(g->nodes, (size_t)cap * sizeof *nn);
-        if (!nn) return mpmd_fail(g, MPMD_ERR_NOMEM, "%s: out of memory growing the graph", op->name);
+        mpmd_node *nn = malloc((size_t)cap * sizeof *nn);
+        void **olds = realloc(g->old_nodes, (size_t)(g->n_old + 1) * sizeof *olds);
+        if (!nn || !olds) {
+            free(nn);
+            if (olds) g->old_nodes = olds;
+            return mpmd_fail(g, MPMD_ERR_NOMEM, "%s: out of memory growing the graph", op->name);
+        }
+        if (g->n_nodes) memcpy(nn, g->nodes, (size_t)g->n_nodes * sizeof *nn);
+        g->old_nodes = olds;
+        g->old_nodes[g->n_old++] = g->nodes;
         g->nodes = nn;
         g->cap_nodes = cap;
     }

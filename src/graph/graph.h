@@ -79,6 +79,8 @@ struct mpmd_node {
 struct mpmd_graph {
     mpmd_node *nodes;
     int n_nodes, cap_nodes;
+    void **old_nodes; /* earlier node arrays, freed with the graph (see mpmd_emit) */
+    int n_old;
     mpmd_status status;
     char err[MPMD_ERROR_MSG_MAX];
     /* scopes: "a/b/c" and the lengths to pop back to */

@@ -109,10 +109,11 @@ static mpmd_value permute_build(mpmd_graph *g, const char *fname, mpmd_value a, 
         seen |= 1 << perm[i];
         dims[i] = at->dim[perm[i]];
     }
-    mpmd_value y = mpmd_emit(g, &mpmd_op_permute, 1, &a, mpmd_make_type(at->dtype, at->ndim, dims));
+    const int nd = at->ndim; /* `at` points into the node array, which the emit may move */
+    mpmd_value y = mpmd_emit(g, &mpmd_op_permute, 1, &a, mpmd_make_type(at->dtype, nd, dims));
     mpmd_node *n = mpmd_node_of(g, y);
     if (n)
-        for (int i = 0; i < at->ndim; i++) n->ia[i] = perm[i];
+        for (int i = 0; i < nd; i++) n->ia[i] = perm[i];
     return y;
 }
 

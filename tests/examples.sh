@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The examples as a user runs them: the GPT's final line is the same for the
+# one-rank loop and every schedule (and under mpirun), a resumed run equals
+# an uninterrupted one, and bad input ends with a message and the right exit
+# status.
+#   examples.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+build=$1 src=$2
+gpt="$build/examples/gpt"
+model=(--layers 4 --width 32 --heads 2 --seq 16 --batch 8 --microbatches 4 --steps 3 --tie-embeddings --quiet)
+pass=0 fail=0
+ok() { echo "ok: $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+
+ref=$("$gpt" "${model[@]}" | tail -n 1)
+case "$ref" in final_loss=*" params_sha256="*) ok "loop: $ref" ;; *) bad "loop printed: $ref" ;; esac
+while read -r name stages ranks extra; do
+  line=$("$gpt" "${model[@]}" --schedule "$name" --stages "$stages" --ranks "$ranks" $extra 2>&1 | tail -n 1)
+  [ "$line" = "$ref" ] && ok "$name S=$stages D=$ranks $extra" || bad "$name S=$stages D=$ranks $extra: $line"
+done <<'LIST'
+gpipe 4 4
+std1f1b 2 2
+eager1f1b 4 4
+interleaved1f1b 4 2
+kimik2 4 2 --fuse-steady-state
+zerobubble 4 4
+dualpipev 4 2
+interleavedgpipe 4 2
+LIST
+
+if [ -x "$(command -v mpirun)" ] && "$gpt" --help | grep -q -- "--runtime" && \
+   "$gpt" "${model[@]}" --schedule std1f1b --stages 2 --runtime mpi 2>&1 | grep -vq "no MPI"; then
+  line=$("$src/tests/mpirun.sh" shm 2 "$gpt" "${model[@]}" --schedule std1f1b --stages 2 --runtime mpi 2>&1 | tail -n 1)
+  [ "$line" = "$ref" ] && ok "mpirun -np 2: $line" || bad "mpirun -np 2: $line"
+fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+six=$("$gpt" "${model[@]}" --steps 6 --schedule std1f1b --stages 2 | tail -n 1)
+"$gpt" "${model[@]}" --steps 3 --schedule gpipe --stages 4 --save "$tmp/ck.safetensors" >/dev/null
+resumed=$("$gpt" "${model[@]}" --steps 6 --resume "$tmp/ck.safetensors" | tail -n 1)
+[ "$six" = "$resumed" ] && ok "resume: 3 steps on 4 ranks + 3 on one rank = 6 straight" || bad "resume: $resumed vs $six"
+
+expect() { # expect STATUS PATTERN ARGS...
+  local want=$1 pat=$2; shift 2
+  out=$("$gpt" "$@" 2>&1); rc=$?
+  if [ "$rc" -eq "$want" ] && grep -q -- "$pat" <<<"$out"; then ok "exit $rc: $pat"; else bad "gpt $*: exit $rc, output: $out"; fi
+}
+expect 2 "unknown option" --nope
+expect 2 "--layers must be between" --layers 0
+expect 2 "unknown schedule" --schedule fast
+expect 2 "not divisible by 4 microbatches" --batch 7
+expect 2 "need a pipeline schedule" --ranks 2
+expect 1 "needs as many ranks as stages" --schedule std1f1b --stages 1 --ranks 2 --steps 1
+expect 1 "cannot open" --data /nonexistent/file --steps 1
+expect 1 "loss is nan" --layers 2 --width 32 --heads 2 --seq 16 --lr 1e6 --steps 10 --quiet
+expect 1 "holds 3 steps already" "${model[@]}" --steps 2 --resume "$tmp/ck.safetensors"
+echo "examples: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
