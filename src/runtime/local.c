@@ -92,7 +92,7 @@ static void *ptr_of(mpmd_rank_state *rs, int v, int mb) {
     const mpmd_node *n = &st->g->nodes[v];
     if (n->region != MPMD_REGION_BODY || n->op == &mpmd_op_constant) return rs->glob[v];
     if (n->op == &mpmd_op_microbatch) return (char *)ptr_of(rs, n->in[0], mb) + (size_t)mb * rt_bytes(st->g, v);
-    return rs->val[(size_t)v * st->num_micro + mb];
+    return rs->val[(size_t)rs->slot[v] * st->num_micro + mb];
 }
 
 typedef struct {
@@ -167,7 +167,7 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
                 rt_fail(rs, MPMD_ERR_NOMEM, "out of memory for %%%d%s", i, where);
                 return 1;
             }
-            rs->val[(size_t)i * n + mb] = out;
+            rs->val[(size_t)rs->slot[i] * n + mb] = out;
             rs->live_bytes += (int64_t)rt_bytes(g, i);
             if (rs->live_bytes > rs->peak_bytes) rs->peak_bytes = rs->live_bytes;
             if (run_kernel(rs, i, mb, out, where)) return 1;
@@ -175,7 +175,7 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
         if (st->reduce_head[i] >= 0 && accumulate(rs, i, mb)) return 1;
         /* values used only inside this task die at their last use here */
         for (int f = st->free_head[k][c]; f >= 0; f = st->free_next[f]) {
-            size_t key = (size_t)f * n + mb;
+            size_t key = (size_t)rs->slot[f] * n + mb;
             rt_pool_put(rs, rs->val[key], rt_bytes(g, f));
             rs->val[key] = NULL;
             rs->live_bytes -= (int64_t)rt_bytes(g, f);
@@ -187,7 +187,7 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
 void rt_store_received(mpmd_rank_state *rs, const mpmd_instr *in, void *buf) {
     struct mpmd_step *st = rs->st;
     if (in->mb >= 0) {
-        rs->val[(size_t)in->node * st->num_micro + in->mb] = buf;
+        rs->val[(size_t)rs->slot[in->node] * st->num_micro + in->mb] = buf;
         rs->live_bytes += (int64_t)rt_bytes(st->g, in->node);
         if (rs->live_bytes > rs->peak_bytes) rs->peak_bytes = rs->live_bytes;
     } else {
@@ -199,7 +199,7 @@ void rt_store_received(mpmd_rank_state *rs, const mpmd_instr *in, void *buf) {
 void *rt_send_buffer(mpmd_rank_state *rs, const mpmd_instr *in) {
     struct mpmd_step *st = rs->st;
     size_t bytes = rt_bytes(st->g, in->node);
-    void **slot = in->mb >= 0 ? &rs->val[(size_t)in->node * st->num_micro + in->mb] : &rs->glob[in->node];
+    void **slot = in->mb >= 0 ? &rs->val[(size_t)rs->slot[in->node] * st->num_micro + in->mb] : &rs->glob[in->node];
     if (in->kind == 1) { /* moved: the receiver owns it now */
         void *buf = *slot;
         *slot = NULL;
@@ -362,7 +362,7 @@ static void *rank_main(void *arg) {
                 allreduce_value(rs, in->node);
             break;
         case MPMD_I_FREE: {
-            size_t key = (size_t)in->node * st->num_micro + in->mb;
+            size_t key = (size_t)rs->slot[in->node] * st->num_micro + in->mb;
             rt_pool_put(rs, rs->val[key], rt_bytes(g, in->node));
             rs->val[key] = NULL;
             rs->live_bytes -= (int64_t)rt_bytes(g, in->node);
@@ -486,7 +486,26 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         rs->nthreads = tpr;
         pthread_mutex_init(&rs->mu, NULL);
         pthread_cond_init(&rs->cv, NULL);
-        rs->val = calloc((size_t)nn * (n > 0 ? n : 1) + 1, sizeof *rs->val);
+        /* the body values this rank makes or receives get a slot each: the
+         * table of (value, microbatch) buffers grows with the rank's share */
+        rs->slot = malloc((size_t)(nn + 1) * sizeof *rs->slot);
+        rs->slot_node = malloc((size_t)(nn + 1) * sizeof *rs->slot_node);
+        if (!rs->slot || !rs->slot_node) goto nomem;
+        for (int i = 0; i < nn; i++) rs->slot[i] = -1;
+        const mpmd_program *prog = &st->prog[r];
+        for (int x = 0; x < prog->n; x++) {
+            const mpmd_instr *in = &prog->ins[x];
+            if (in->op == MPMD_I_TASK) {
+                int k = in->stage * MPMD_TASK_KINDS + in->kind;
+                for (int c = 0; c < st->cl.count[k]; c++) {
+                    int v = st->cl.nodes[k][c];
+                    if (rs->slot[v] < 0) rs->slot_node[rs->nslots] = v, rs->slot[v] = rs->nslots++;
+                }
+            } else if (in->op == MPMD_I_RECV && in->mb >= 0 && rs->slot[in->node] < 0) {
+                rs->slot_node[rs->nslots] = in->node, rs->slot[in->node] = rs->nslots++;
+            }
+        }
+        rs->val = calloc((size_t)rs->nslots * (n > 0 ? n : 1) + 1, sizeof *rs->val);
         rs->glob = calloc((size_t)nn + 1, sizeof *rs->glob);
         rs->owned = calloc((size_t)nn + 1, 1);
         if (!rs->val || !rs->glob || !rs->owned) goto nomem;
@@ -531,9 +550,9 @@ static void end_of_step(mpmd_rank_state *rs) {
     struct mpmd_step *st = rs->st;
     const mpmd_graph *g = st->g;
     const int nn = g->n_nodes, n = st->num_micro;
-    for (size_t k = 0; k < (size_t)nn * n; k++)
+    for (size_t k = 0; k < (size_t)rs->nslots * n; k++)
         if (rs->val[k]) {
-            rt_pool_put(rs, rs->val[k], rt_bytes(g, (int)(k / (size_t)n)));
+            rt_pool_put(rs, rs->val[k], rt_bytes(g, rs->slot_node[k / (size_t)n]));
             rs->val[k] = NULL;
         }
     for (int i = 0; i < nn; i++)
@@ -612,7 +631,7 @@ void mpmd_runtime_free(struct mpmd_step *st) {
             }
         }
         if (rs->val)
-            for (size_t k = 0; k < (size_t)g->n_nodes * st->num_micro; k++) free(rs->val[k]);
+            for (size_t k = 0; k < (size_t)rs->nslots * st->num_micro; k++) free(rs->val[k]);
         for (int p = 0; p < rs->npool; p++) free(rs->pool[p].p);
         while (rs->inbox) {
             msg *m = rs->inbox;
@@ -620,7 +639,8 @@ void mpmd_runtime_free(struct mpmd_step *st) {
             free(m->buf);
             free(m);
         }
-        free(rs->val), free(rs->glob), free(rs->owned), free(rs->scratch), free(rs->ev);
+        free(rs->val), free(rs->glob), free(rs->owned), free(rs->scratch), free(rs->ev), free(rs->slot),
+            free(rs->slot_node);
         if (rs->st) {
             pthread_mutex_destroy(&rs->mu);
             pthread_cond_destroy(&rs->cv);

@@ -38,7 +38,10 @@ struct mpmd_rank_state {
     double wait;             /* seconds blocked in the current receive */
     int64_t live_bytes, peak_bytes; /* body values held, measured */
     int nthreads;
-    void **val;              /* [nn * n] body values by (node, microbatch) */
+    int32_t *slot;           /* [nn] a body value's slot on this rank, -1 if it has none */
+    int32_t *slot_node;      /* [nslots] the value of each slot */
+    int nslots;
+    void **val;              /* [nslots * n] body values by (slot, microbatch) */
     void **glob;             /* [nn] values outside the body, storage, loop results */
     unsigned char *owned;    /* [nn] glob[i] came from the pool this step */
     pooled pool[POOL_MAX];
