@@ -8,7 +8,9 @@
  * previous file intact and no temporary file behind.
  *
  * `test_checkpoint --write-sample PATH` writes the sample checkpoint that
- * tests/checkpoint_check.py decodes with Python's json module.
+ * tests/checkpoint_check.py decodes with Python's json module; the modes
+ * --mpi-save, --mpi-resume, --local-save and --straight serve
+ * tests/checkpoint_mpi.sh (saving and resuming under mpirun).
  */
 #include "gpt_model.h"
 #include "mpmd_checkpoint.h"
@@ -559,6 +561,11 @@ static gpt_config tiny_cfg(int stages) {
 
 /* A training run: a one-rank executor (ranks 0) or a Std1F1B pipeline with
  * one rank per stage. */
+/* How runner_new compiles pipelines: in-process ranks or MPI processes,
+ * and data-parallel replicas. */
+static mpmd_runtime_kind g_runtime = MPMD_RUNTIME_LOCAL;
+static int g_replicas = 1;
+
 typedef struct runner {
     gpt_model m;
     mpmd_exec *ex;
@@ -582,6 +589,8 @@ static int runner_new(runner *r, const gpt_config *cfg, int ranks, uint64_t seed
         mpmd_step_opts so = MPMD_STEP_DEFAULTS;
         so.threads_per_rank = 1;
         so.seed = seed;
+        so.runtime = g_runtime;
+        so.data_parallel = g_replicas;
         r->st = s ? mpmd_jit_with_loop(r->m.g, s, &so, &err) : NULL;
         CHECK(r->st != NULL, "jit: %s", err.msg);
         mpmd_schedule_free(s);
@@ -621,7 +630,7 @@ static float runner_step(runner *r, int64_t step) {
         mpmd_step_set_input(r->st, r->m.tokens, r->tok, r->nb);
         mpmd_step_set_input(r->st, r->m.targets, r->tgt, r->nb);
         CHECK(mpmd_step_run(r->st) == MPMD_OK, "%s", mpmd_step_error(r->st));
-        mpmd_step_read(r->st, r->m.loss, &loss, sizeof loss);
+        mpmd_step_gather(r->st, r->m.loss, &loss, sizeof loss); /* collective under MPI */
     }
     return loss;
 }
@@ -734,6 +743,32 @@ static void test_layouts(void) {
             CHECK(strcmp(d, ref_digest) == 0, "%s: final state (optimizer included) differs", what);
             runner_free(&r);
         }
+}
+
+/* Loading into data-parallel replicas fills every replica's copy. With the
+ * same batch on both replicas, the mean of two equal gradients is that
+ * gradient, so the step is the uninterrupted run's step. */
+static void test_data_parallel_load(void) {
+    char path[400];
+    path_in(path, sizeof path, "from-4.safetensors");
+    gpt_config c = tiny_cfg(2);
+    runner r;
+    g_replicas = 2;
+    int ok = runner_new(&r, &c, 2, 99);
+    g_replicas = 1;
+    if (!ok) return;
+    mpmd_error err;
+    mpmd_checkpoint_info info;
+    CHECK(mpmd_step_load(r.st, path, &info, &err) == MPMD_OK, "%s", err.msg);
+    char h0[65], h1[65];
+    mpmd_step_replica_params_sha256(r.st, 0, h0);
+    mpmd_step_replica_params_sha256(r.st, 1, h1);
+    CHECK(strcmp(h0, ref_hash[SPLIT]) == 0 && strcmp(h1, ref_hash[SPLIT]) == 0,
+          "replicas after the load: %.12s %.12s, saved %.12s", h0, h1, ref_hash[SPLIT]);
+    compare_step(&r, SPLIT + 1, "2 ranks x 2 replicas, same batch on both");
+    mpmd_step_replica_params_sha256(r.st, 1, h1);
+    CHECK(strcmp(h1, ref_hash[SPLIT + 1]) == 0, "replica 1 after a step differs");
+    runner_free(&r);
 }
 
 /* Stop after SPLIT steps, throw every object away, build everything again
@@ -925,6 +960,48 @@ static void test_atomic(void) {
     sample_free(&s);
 }
 
+/* ---- under mpirun (tests/checkpoint_mpi.sh) ----------------------------------------- */
+
+/* The GPT on 2 ranks (MPI processes or in-process threads), steps first..last,
+ * optionally loading before and saving after; prints the final line. */
+static int mpi_run(const char *load, const char *save, int64_t first, int64_t last) {
+    gpt_config c = tiny_cfg(2);
+    runner r;
+    if (!runner_new(&r, &c, 2, 7)) return 1;
+    mpmd_error err;
+    if (load) {
+        mpmd_checkpoint_info info;
+        CHECK(mpmd_step_load(r.st, load, &info, &err) == MPMD_OK && info.step == first - 1, "load: %s", err.msg);
+    }
+    float loss = NAN;
+    for (int64_t s = first; s <= last; s++) loss = runner_step(&r, s);
+    if (save) CHECK(runner_save(&r, save, last, &err) == MPMD_OK, "save: %s", err.msg);
+    char h[65];
+    mpmd_step_params_sha256(r.st, h); /* collective under MPI */
+    if (mpmd_mpi_world_rank() == 0) printf("final_loss=%.9g params_sha256=%s\n", loss, h);
+    runner_free(&r);
+    return tu_failures ? 1 : 0;
+}
+
+/* Modes for tests/checkpoint_mpi.sh; -1 when argv is none of them. */
+static int mpi_modes(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "--mpi-available")) return mpmd_mpi_available() ? 0 : 77;
+    if (argc == 2 && !strcmp(argv[1], "--straight")) return mpi_run(NULL, NULL, 1, TOTAL_STEPS);
+    if (argc == 3 && !strcmp(argv[1], "--local-save")) return mpi_run(NULL, argv[2], 1, SPLIT);
+    int save = argc == 3 && !strcmp(argv[1], "--mpi-save"), resume = argc == 3 && !strcmp(argv[1], "--mpi-resume");
+    if (!save && !resume) return -1;
+    mpmd_error err;
+    if (mpmd_mpi_init(&argc, &argv, &err) != MPMD_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    g_runtime = MPMD_RUNTIME_MPI;
+    int rc = save ? mpi_run(NULL, argv[2], 1, SPLIT) : mpi_run(argv[2], NULL, SPLIT + 1, TOTAL_STEPS);
+    if (rc) fprintf(stderr, "process %d: %d checks failed\n", mpmd_mpi_world_rank(), tu_failures);
+    mpmd_mpi_finalize();
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--write-sample") == 0) {
         sample s = sample_new(0.0f);
@@ -935,6 +1012,8 @@ int main(int argc, char **argv) {
         sample_free(&s);
         return rc ? 1 : 0;
     }
+    int mode = mpi_modes(argc, argv);
+    if (mode >= 0) return mode;
     const char *base = getenv("TMPDIR");
     snprintf(tmpdir, sizeof tmpdir, "%s/mpmd_ckpt_XXXXXX", base && *base ? base : "/tmp");
     if (!mkdtemp(tmpdir)) {
@@ -947,6 +1026,7 @@ int main(int argc, char **argv) {
     test_atomic();
     test_other_model();
     test_layouts();
+    test_data_parallel_load();
     test_resume_fresh();
     rm_tree(tmpdir);
     return tu_report("test_checkpoint");
