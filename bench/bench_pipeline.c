@@ -301,11 +301,13 @@ static int64_t total_tasks(const mpmd_schedule *s) {
  * (qkv 6 C^2, out 2 C^2, MLP 16 C^2) plus 4 T C of attention, and 2 C V for
  * the LM head on the last stage. Backward costs twice the forward on every
  * stage alike, so the forward's proportions are the stage's. */
-static void stage_flops(int layers, int64_t width, int64_t seq, int64_t vocab, int stages, double *scale) {
+static void stage_flops(int layers, int64_t width, int64_t seq, int64_t vocab, int stages, const int *blocks,
+                        double *scale) {
     double block = 24.0 * (double)width * (double)width + 4.0 * (double)seq * (double)width;
     double sum = 0;
     for (int s = 0; s < stages; s++) {
-        scale[s] = block * (layers / stages) + (s == stages - 1 ? 2.0 * (double)width * (double)vocab : 0);
+        int nb = blocks ? blocks[s] : layers / stages;
+        scale[s] = block * nb + (s == stages - 1 ? 2.0 * (double)width * (double)vocab : 0);
         sum += scale[s];
     }
     for (int s = 0; s < stages; s++) scale[s] *= stages / sum; /* mean 1 */
@@ -463,9 +465,33 @@ static int bench_efficiency(int steps) {
         size_t bytes[2] = {nb, nb};
         feed f = {2, in, data, bytes};
         double scale[4];
-        stage_flops(c.layers, c.width, c.seq, c.vocab, stages, scale);
+        stage_flops(c.layers, c.width, c.seq, c.vocab, stages, NULL, scale);
         rc = efficiency_on("gpt-small-8l", m.g, &f, m.loss, stages, micro, scale, stages == 2 ? two : four, 4, steps);
         gpt_model_free(&m);
+    }
+    /* the same GPT with its 2 stages balanced by cost (gpt_stage_blocks:
+     * the LM head's stage gets fewer blocks) */
+    if (!rc) {
+        c.stages = 2;
+        c.balance_stages = 1;
+        gpt_model m;
+        mpmd_error err;
+        if (gpt_build(&c, 1, &m, &err)) {
+            fprintf(stderr, "bench_pipeline: gpt: %s\n", err.msg);
+            rc = 1;
+        } else {
+            mpmd_value in[2] = {m.tokens, m.targets};
+            void *data[2] = {tok, tgt};
+            size_t bytes[2] = {nb, nb};
+            feed f = {2, in, data, bytes};
+            int blocks[2];
+            double scale[2];
+            gpt_stage_blocks(&c, blocks);
+            stage_flops(c.layers, c.width, c.seq, c.vocab, 2, blocks, scale);
+            rc = efficiency_on("gpt-small-8l-balanced", m.g, &f, m.loss, 2, micro, scale, two, 4, steps);
+            gpt_model_free(&m);
+        }
+        c.balance_stages = 0;
     }
     free(tok), free(tgt);
     if (rc || (only_schedule && strcmp(only_schedule, equal[0]))) return rc;
@@ -483,7 +509,7 @@ static int bench_efficiency(int steps) {
         size_t bytes[2] = {(size_t)numel * sizeof(float), (size_t)numel * sizeof(float)};
         feed f = {2, in, data, bytes};
         double scale[2];
-        stage_flops(c.layers, c.width, c.seq, 0, 2, scale);
+        stage_flops(c.layers, c.width, c.seq, 0, 2, NULL, scale);
         rc = efficiency_on("blocks-8l", g, &f, loss, 2, micro, scale, equal, 1, steps);
     }
     mpmd_graph_free(g);

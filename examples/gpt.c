@@ -54,6 +54,8 @@ static const char *usage =
     "                        interleaved1f1b, kimik2, zerobubble, dualpipev, interleavedgpipe,\n"
     "                        or file:PATH (a schedule in the text form of `mpmd schedule`)\n"
     "  --stages S            pipeline stages: a stage marker after every layers/S blocks (default 1)\n"
+    "  --balance-stages      place the markers by estimated cost instead (the LM head weighs on the\n"
+    "                        last stage); the layers need not divide evenly\n"
     "  --ranks D             pipeline ranks (default: S, or S/2 for dualpipev)\n"
     "  --fuse-steady-state   Interleaved1F1B/KimiK2: fuse the steady state's F and B\n"
     "  --runtime local|mpi   ranks as threads of this process (default), or MPI processes\n"
@@ -116,7 +118,7 @@ static int parse_float(const char *opt, const char *s, float *out) {
 }
 
 static const char *const flags[] = {"--tie-embeddings", "--no-nan-check", "--fuse-steady-state", "--quiet",
-                                    "--json"};
+                                    "--json", "--balance-stages"};
 static const char *const valued[] = {"--layers",   "--width",   "--heads",         "--seq",     "--batch",
                                      "--microbatches", "--stages", "--steps",      "--log-every", "--threads",
                                      "--seed",     "--lr",      "--weight-decay",  "--data",    "--schedule",
@@ -158,6 +160,7 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!strcmp(name, "--fuse-steady-state")) o->fuse = 1;
             if (!strcmp(name, "--quiet")) o->quiet = 1;
             if (!strcmp(name, "--json")) o->json = 1;
+            if (!strcmp(name, "--balance-stages")) o->cfg.balance_stages = 1;
             continue;
         }
         if (!is_one_of(name, valued, sizeof valued / sizeof valued[0])) return bad_option("unknown option \"%s\"", name);

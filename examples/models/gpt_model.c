@@ -49,9 +49,14 @@ mpmd_status gpt_config_check(const gpt_config *c, mpmd_error *err) {
         return mpmd_error_set(err, bad, "gpt: a batch of %lld sequences is not divisible by %d microbatches",
                               (long long)c->batch, c->microbatches);
     if (c->stages < 1) return mpmd_error_set(err, bad, "gpt: stages is %d; it must be at least 1", c->stages);
-    if (c->layers % c->stages != 0)
-        return mpmd_error_set(err, bad, "gpt: %d layers cannot be split evenly into %d stages", c->layers,
-                              c->stages);
+    if (!c->balance_stages && c->layers % c->stages != 0)
+        return mpmd_error_set(err, bad,
+                              "gpt: %d layers cannot be split evenly into %d stages (balance_stages splits them "
+                              "by cost instead)",
+                              c->layers, c->stages);
+    if (c->stages > c->layers)
+        return mpmd_error_set(err, bad, "gpt: %d stages for %d layers; every stage needs a layer", c->stages,
+                              c->layers);
     if (!isfinite(c->lr) || c->lr < 0.0f)
         return mpmd_error_set(err, bad, "gpt: learning rate %g; a finite value >= 0 is expected", c->lr);
     if (!(c->adam.b1 >= 0.0f && c->adam.b1 < 1.0f) || !(c->adam.b2 >= 0.0f && c->adam.b2 < 1.0f))
@@ -91,18 +96,48 @@ void gpt_model_free(gpt_model *m) {
     memset(m, 0, sizeof *m);
 }
 
+void gpt_stage_blocks(const gpt_config *c, int *blocks) {
+    int L = c->layers, S = c->stages;
+    if (!c->balance_stages) {
+        for (int s = 0; s < S; s++) blocks[s] = L / S;
+        return;
+    }
+    /* Each cut is the first whose prefix reaches (s+1)/S of the forward
+     * FLOPs per token, or the one before it when that is nearer, leaving a
+     * block for every later stage. A block costs 24 C^2 + 4 T C; the LM head
+     * (2 C V) sits on the last stage. */
+    double C = (double)c->width, block = 24 * C * C + 4 * (double)c->seq * C, head = 2 * C * (double)c->vocab;
+    double total = L * block + head;
+    int start = 0;
+    for (int s = 0; s + 1 < S; s++) {
+        double want = total * (s + 1) / S;
+        int k = start + 1;
+        while (k < L - (S - 1 - s) && k * block < want) k++;
+        if (k - 1 > start && want - (k - 1) * block < k * block - want) k--;
+        blocks[s] = k - start;
+        start = k;
+    }
+    blocks[S - 1] = L - start;
+}
+
 /* The forward pass of one microbatch: tokens [b, T] -> mean loss. */
 static mpmd_value forward(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mpmd_value tok,
                           mpmd_value tgt) {
     mpmd_value x = mpmd_embed(g, "wte", tok, c->vocab, c->width); /* [b, T, C] */
     x = mpmd_add(g, x, wpe);                                      /* [T, C] broadcast over the batch */
-    int per_stage = c->layers / c->stages;
-    for (int i = 0; i < c->layers; i++) {
+    int *blocks = malloc((size_t)c->stages * sizeof *blocks);
+    if (!blocks) return MPMD_NONE;
+    gpt_stage_blocks(c, blocks);
+    for (int i = 0, s = 0, left = blocks[0]; i < c->layers; i++) {
         char name[32];
         snprintf(name, sizeof name, "block_%d", i);
         x = mpmd_gpt_block(g, name, x, c->heads);
-        if ((i + 1) % per_stage == 0 && i + 1 < c->layers) x = mpmd_enter_stage(g, x);
+        if (--left == 0 && s + 1 < c->stages) { /* this stage's last block */
+            x = mpmd_enter_stage(g, x);
+            left = blocks[++s];
+        }
     }
+    free(blocks);
     x = mpmd_layer_norm_layer(g, "ln_f", x, 1e-5f);
     mpmd_value logits; /* [b, T, V] */
     if (c->tie_embeddings)

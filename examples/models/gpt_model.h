@@ -40,7 +40,9 @@ typedef struct gpt_config {
     int layers;         /* GPT-2 blocks */
     int64_t batch;      /* sequences per step */
     int microbatches;   /* must divide batch */
-    int stages;         /* pipeline stages; must divide layers */
+    int stages;         /* pipeline stages; must divide layers unless balance_stages */
+    int balance_stages; /* place the markers by estimated cost (the LM head weighs on the last
+                           stage) instead of every layers/stages blocks */
     int tie_embeddings; /* LM head = x @ wte^T instead of its own kernel */
     float lr;           /* AdamW learning rate */
     mpmd_adam_opts adam;
@@ -54,6 +56,11 @@ gpt_config gpt_config_default(void);
 /* Check a configuration; on a bad one fill err with what is wrong and what is
  * expected and return MPMD_ERR_INVALID. */
 mpmd_status gpt_config_check(const gpt_config *c, mpmd_error *err);
+
+/* Blocks of each pipeline stage ([stages]): layers/stages each, or with
+ * balance_stages a split by estimated forward FLOPs (24 C^2 + 4 T C a block,
+ * 2 C V for the LM head on the last stage), at least one block a stage. */
+void gpt_stage_blocks(const gpt_config *c, int *blocks);
 
 /* Number of trainable parameters of a configuration. */
 int64_t gpt_param_count(const gpt_config *c);
