@@ -6,7 +6,8 @@
  *              tied embeddings
  * One step is the whole training step (forward, backward, AdamW) on random
  * tokens, one microbatch. It also measures, in the same run, the machine's
- * single-thread cblas_sgemm rate on a 1024^3 product, the yardstick:
+ * single-thread cblas_sgemm rate on a 1024^3 product (median of products
+ * timed before and between the configurations), the yardstick:
  *
  *   model_gflops = 6 x params x tokens_per_s / 1e9
  *   ratio        = model_gflops / sgemm_gflops   (target >= 0.6 for 124M, 1 thread)
@@ -43,34 +44,59 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Single-thread sgemm rate on C[1024,1024] = A[1024,1024] B[1024,1024]:
- * the median of 7 products after one warm-up, in GFLOP/s. */
-static double sgemm_gflops(void) {
-    const int n = 1024;
-    float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n),
-          *c = malloc(sizeof(float) * n * n);
-    if (!a || !b || !c) {
-        free(a);
-        free(b);
-        free(c);
-        return 0;
-    }
+/* The yardstick: single-thread C[1024,1024] = A[1024,1024] B[1024,1024].
+ * Samples are taken before the first configuration and after each one, so
+ * that a machine shared with other work weighs on the yardstick as it does
+ * on the steps; the rate is the median over all samples. */
+enum { SGEMM_N = 1024, SGEMM_MAX_SAMPLES = 64 };
+typedef struct sgemm_bench {
+    float *a, *b, *c;
+    double t[SGEMM_MAX_SAMPLES];
+    int n;
+} sgemm_bench;
+
+static int sgemm_init(sgemm_bench *s) {
+    const int n = SGEMM_N;
+    memset(s, 0, sizeof *s);
+    s->a = malloc(sizeof(float) * n * n);
+    s->b = malloc(sizeof(float) * n * n);
+    s->c = malloc(sizeof(float) * n * n);
+    if (!s->a || !s->b || !s->c) return 1;
     for (int i = 0; i < n * n; i++) {
-        a[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
-        b[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
+        s->a[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
+        s->b[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
     }
+    return 0;
+}
+
+/* Time `count` products (after one untimed warm-up product). */
+static void sgemm_sample(sgemm_bench *s, int count) {
+    const int n = SGEMM_N;
     omp_set_num_threads(1); /* the OpenMP build of OpenBLAS follows the calling thread's setting */
-    double t[7];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-    for (int r = 0; r < 7; r++) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, s->a, n, s->b, n, 0.0f, s->c, n);
+    for (int r = 0; r < count && s->n < SGEMM_MAX_SAMPLES; r++) {
         double t0 = now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        t[r] = now_s() - t0;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, s->a, n, s->b, n, 0.0f, s->c,
+                    n);
+        s->t[s->n++] = now_s() - t0;
     }
-    free(a);
-    free(b);
-    free(c);
-    return 2.0 * n * (double)n * n / median(t, 7) / 1e9;
+}
+
+/* GFLOP/s of the median sample; also the fastest and slowest. */
+static double sgemm_gflops(sgemm_bench *s, double *lo, double *hi) {
+    double flop = 2.0 * SGEMM_N * (double)SGEMM_N * SGEMM_N;
+    double t[SGEMM_MAX_SAMPLES];
+    memcpy(t, s->t, sizeof(double) * (size_t)s->n);
+    double med = median(t, s->n); /* sorts t */
+    *lo = flop / t[s->n - 1] / 1e9;
+    *hi = flop / t[0] / 1e9;
+    return flop / med / 1e9;
+}
+
+static void sgemm_free(sgemm_bench *s) {
+    free(s->a);
+    free(s->b);
+    free(s->c);
 }
 
 typedef struct bench_model {
@@ -195,17 +221,29 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    double sg = sgemm_gflops();
-    fprintf(stderr, "single-thread cblas_sgemm 1024^3: %.1f GFLOP/s\n", sg);
+    sgemm_bench sb;
+    if (sgemm_init(&sb)) {
+        fprintf(stderr, "bench_train: out of memory\n");
+        return 1;
+    }
+    sgemm_sample(&sb, 7);
     result res[4];
     int nres = 0;
     for (int k = 0; k < 2; k++) {
         if (!use[k]) continue;
         for (int j = 0; j < nthr; j++) {
-            if (run_one(&models[k], thr[j], steps, &res[nres])) return 1;
+            if (run_one(&models[k], thr[j], steps, &res[nres])) {
+                sgemm_free(&sb);
+                return 1;
+            }
             nres++;
+            sgemm_sample(&sb, 5);
         }
     }
+    double lo, hi, sg = sgemm_gflops(&sb, &lo, &hi);
+    sgemm_free(&sb);
+    fprintf(stderr, "single-thread cblas_sgemm 1024^3: median %.1f GFLOP/s over %d products (%.1f to %.1f)\n",
+            sg, sb.n, lo, hi);
     for (int i = 0; i < nres; i++)
         printf("{\"model\": \"%s\", \"threads\": %d, \"params\": %lld, \"ms_per_step\": %.2f, "
                "\"tokens_per_s\": %.1f, "
