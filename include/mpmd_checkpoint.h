@@ -63,9 +63,9 @@ extern "C" {
  *   "step": "3", "seed": "42", "rng_state": "0,0,0,0", "config": "...",
  *   "sha256": <data section>, "header_sha256": <header> (docs/checkpoints.md). */
 typedef struct mpmd_checkpoint_info {
-    int version;          /* on load: the file's format version; ignored on save */
-    int64_t step;         /* training steps completed (>= 0); a resumed run goes on with step + 1 */
-    uint64_t seed;        /* the run's seed (initialisation and data order) */
+    int version;           /* on load: the file's format version; ignored on save */
+    int64_t step;          /* training steps completed (>= 0); a resumed run goes on with step + 1 */
+    uint64_t seed;         /* the run's seed (initialisation and data order) */
     uint64_t rng_state[4]; /* a caller's RNG state, saved and restored verbatim (zeros when unused) */
     /* Free text kept with the checkpoint, e.g. the model's configuration
      * ("layers=4 width=128 ..."); "" for none. Not interpreted by the loader;
@@ -77,7 +77,8 @@ typedef struct mpmd_checkpoint_info {
 
 /* Write the executor's state (every parameter and variable) to `path`.
  * info may be NULL (step 0, seed 0). */
-mpmd_status mpmd_exec_save(mpmd_exec *ex, const char *path, const mpmd_checkpoint_info *info, mpmd_error *err);
+mpmd_status mpmd_exec_save(mpmd_exec *ex, const char *path, const mpmd_checkpoint_info *info,
+                           mpmd_error *err);
 
 /* Read `path` into the executor's state; info_out (may be NULL) gets the
  * file's metadata. On any error the state is unchanged. */
@@ -92,7 +93,8 @@ mpmd_status mpmd_exec_load(mpmd_exec *ex, const char *path, mpmd_checkpoint_info
  * processes return MPMD_OK without writing, so only process 0 sees a write
  * error); load reads the file on every process (a file system they share)
  * and fills the copies that process holds. */
-mpmd_status mpmd_step_save(mpmd_step *st, const char *path, const mpmd_checkpoint_info *info, mpmd_error *err);
+mpmd_status mpmd_step_save(mpmd_step *st, const char *path, const mpmd_checkpoint_info *info,
+                           mpmd_error *err);
 mpmd_status mpmd_step_load(mpmd_step *st, const char *path, mpmd_checkpoint_info *info_out, mpmd_error *err);
 
 /* Read only the metadata of a checkpoint (the header is checked, checksum

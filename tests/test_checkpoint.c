@@ -26,7 +26,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
+static int has(const char *s, const char *sub) {
+    return strstr(s, sub) != NULL;
+}
 
 /* The first occurrence of needle in hay (memmem is not in C11/POSIX). */
 static void *find_bytes(void *hay, size_t len, const char *needle, size_t nl) {
@@ -39,7 +41,9 @@ static void *find_bytes(void *hay, size_t len, const char *needle, size_t nl) {
 
 static char tmpdir[256];
 
-static void path_in(char *buf, size_t len, const char *name) { snprintf(buf, len, "%s/%s", tmpdir, name); }
+static void path_in(char *buf, size_t len, const char *name) {
+    snprintf(buf, len, "%s/%s", tmpdir, name);
+}
 
 static uint8_t *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -72,7 +76,8 @@ static int count_tmp(const char *dir) {
     if (!d) return 0;
     int n = 0;
     struct dirent *e;
-    while ((e = readdir(d))) n += has(e->d_name, ".tmp.");
+    while ((e = readdir(d)))
+        n += has(e->d_name, ".tmp.");
     closedir(d);
     return n;
 }
@@ -104,7 +109,9 @@ typedef struct {
     mpmd_value v;
 } named;
 
-static int named_cmp(const void *a, const void *b) { return strcmp(((const named *)a)->name, ((const named *)b)->name); }
+static int named_cmp(const void *a, const void *b) {
+    return strcmp(((const named *)a)->name, ((const named *)b)->name);
+}
 
 /* SHA-256 over (name, bytes) of every state value in name order, read from
  * the executor or from the first holder of the step; for a step also checks
@@ -114,7 +121,8 @@ static void state_digest(const mpmd_graph *g, mpmd_exec *ex, mpmd_step *st, char
     mpmd_value *vs = malloc((size_t)n * sizeof *vs);
     named *ns = malloc((size_t)n * sizeof *ns);
     mpmd_graph_state(g, vs, n);
-    for (int i = 0; i < n; i++) ns[i] = (named){mpmd_value_name(g, vs[i]), vs[i]};
+    for (int i = 0; i < n; i++)
+        ns[i] = (named){mpmd_value_name(g, vs[i]), vs[i]};
     qsort(ns, (size_t)n, sizeof *ns, named_cmp);
     size_t total = 0;
     for (int i = 0; i < n; i++) {
@@ -136,18 +144,21 @@ static void state_digest(const mpmd_graph *g, mpmd_exec *ex, mpmd_step *st, char
             src = nr > 0 ? mpmd_step_var_data(st, ranks[0], ns[i].v) : NULL;
             for (int k = 1; k < nr && src; k++) {
                 const void *o = mpmd_step_var_data(st, ranks[k], ns[i].v);
-                CHECK(o && memcmp(o, src, bytes) == 0, "\"%s\": rank %d's copy differs from rank %d's", ns[i].name,
-                      ranks[k], ranks[0]);
+                CHECK(o && memcmp(o, src, bytes) == 0, "\"%s\": rank %d's copy differs from rank %d's",
+                      ns[i].name, ranks[k], ranks[0]);
             }
         }
         CHECK(src != NULL, "no storage for \"%s\"", ns[i].name);
-        if (src) memcpy(p, src, bytes);
-        else memset(p, 0, bytes);
+        if (src)
+            memcpy(p, src, bytes);
+        else
+            memset(p, 0, bytes);
         p += bytes;
     }
     uint8_t d[32];
     mpmd_sha256(buf, total, d);
-    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
     free(buf), free(ns), free(vs);
 }
 
@@ -174,8 +185,10 @@ static sample sample_new(float base) {
     float *b = mpmd_exec_var_data(s.ex, mpmd_lookup(s.g, "enc/b"));
     int32_t *c = mpmd_exec_var_data(s.ex, mpmd_lookup(s.g, "count"));
     float *q = mpmd_exec_var_data(s.ex, mpmd_lookup(s.g, ODD_NAME));
-    for (int i = 0; i < 6; i++) w[i] = base + 0.5f * (float)i - 1.0f;
-    for (int i = 0; i < 3; i++) b[i] = base + 100.0f + (float)i;
+    for (int i = 0; i < 6; i++)
+        w[i] = base + 0.5f * (float)i - 1.0f;
+    for (int i = 0; i < 3; i++)
+        b[i] = base + 100.0f + (float)i;
     *c = -7 - (int32_t)base;
     q[0] = 1.5f + base, q[1] = -2.25f;
     return s;
@@ -205,7 +218,8 @@ static int hex_after(const char *hdr, const char *key, char out[65]) {
 }
 
 static void hex_of(const uint8_t d[32], char hex[65]) {
-    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
 }
 
 /* The file read by hand, as a tool that knows only the format would. */
@@ -221,7 +235,8 @@ static void test_sample_format(void) {
     CHECK(f && len >= 8, "cannot read back %s", path);
     if (!f) return;
     uint64_t n = 0;
-    for (int i = 7; i >= 0; i--) n = n << 8 | f[i];
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | f[i];
     CHECK(n % 8 == 0 && n + 8 + 48 == len, "header length %llu, file %zu bytes (data is 48 bytes)",
           (unsigned long long)n, len);
     char *hdr = malloc(n + 1);
@@ -229,7 +244,8 @@ static void test_sample_format(void) {
     hdr[n] = '\0';
     CHECK(hdr[0] == '{', "header starts with %c", hdr[0]);
     size_t end = strlen(hdr);
-    while (end && hdr[end - 1] == ' ') end--;
+    while (end && hdr[end - 1] == ' ')
+        end--;
     CHECK(end && hdr[end - 1] == '}' && n - end < 8, "header ends with '}' and fewer than 8 spaces");
     /* tensors in name order, data contiguous in that order */
     const char *want[] = {
@@ -332,7 +348,8 @@ static void test_truncation_and_flips(void) {
     uint8_t *f = read_file(path, &len);
     if (!f) return;
     uint64_t n = 0;
-    for (int i = 7; i >= 0; i--) n = n << 8 | f[i];
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | f[i];
     int fails = tu_failures;
     for (size_t k = 0; k < len && tu_failures == fails; k++) {
         write_file(bad, f, k);
@@ -355,7 +372,8 @@ static void test_truncation_and_flips(void) {
             mpmd_checkpoint_info ri;
             mpmd_status rc = mpmd_checkpoint_verify(bad, NULL, &err);
             CHECK(rc == MPMD_ERR_FORMAT, "%s: verify gives %d: %s", label, rc, err.msg);
-            if (k < 8 + n) CHECK(mpmd_checkpoint_read_info(bad, &ri, &err) == MPMD_ERR_FORMAT, "%s: read_info", label);
+            if (k < 8 + n)
+                CHECK(mpmd_checkpoint_read_info(bad, &ri, &err) == MPMD_ERR_FORMAT, "%s: read_info", label);
         }
     /* a flip inside a metadata value is caught by the header checksum */
     char *step = (char *)find_bytes(f, len, "\"step\":\"12\"", 11);
@@ -381,10 +399,12 @@ static void craft(const char *path, const char *json, size_t pad, size_t data_le
     size_t total = 8 + n + data_len;
     uint8_t *b = malloc(total);
     uint64_t N = claimed_n ? claimed_n : n;
-    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(N >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(N >> (8 * i));
     memcpy(b + 8, json, jl);
     memset(b + 8 + jl, ' ', pad);
-    for (size_t i = 0; i < data_len; i++) b[8 + n + i] = (uint8_t)(i * 7 + 1);
+    for (size_t i = 0; i < data_len; i++)
+        b[8 + n + i] = (uint8_t)(i * 7 + 1);
     write_file(path, b, total);
     free(b);
 }
@@ -395,7 +415,8 @@ static void seal(const char *path) {
     size_t len;
     uint8_t *f = read_file(path, &len);
     uint64_t n = 0;
-    for (int i = 7; i >= 0; i--) n = n << 8 | f[i];
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | f[i];
     uint8_t d[32];
     char hex[65];
     char *hs = (char *)find_bytes(f, 8 + n, "\"sha256\":\"", 10);
@@ -424,8 +445,8 @@ typedef struct {
 #define A_OK "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}"
 #define B_OK "\"b\":{\"dtype\":\"I32\",\"shape\":[],\"data_offsets\":[8,12]}"
 #define Z64 "0000000000000000000000000000000000000000000000000000000000000000"
-#define MPMD_META(version, step)                                                                                 \
-    "\"__metadata__\":{\"format\":\"mpmd-checkpoint\",\"version\":\"" version "\",\"step\":\"" step                \
+#define MPMD_META(version, step)                                                                             \
+    "\"__metadata__\":{\"format\":\"mpmd-checkpoint\",\"version\":\"" version "\",\"step\":\"" step          \
     "\",\"seed\":\"1\",\"rng_state\":\"0,0,0,0\",\"sha256\":\"" Z64 "\",\"header_sha256\":\"" Z64 "\"}"
 
 static void test_malformed(void) {
@@ -446,12 +467,16 @@ static void test_malformed(void) {
     const uint8_t *ab = (const uint8_t *)a;
     CHECK(ab[0] == 1 && ab[7] == 50, "plain file's bytes: %d %d", ab[0], ab[7]);
     craft(path,
-          "{\n  \"__metadata__\": {\"format\": \"pt\"},\n  \"\\u0061\" : {\"shape\": [ 2 ], \"dtype\": \"F32\", "
-          "\"data_offsets\": [0, 8]},\n  \"b\": {\"data_offsets\": [8, 12], \"dtype\": \"I32\", \"shape\": []}\n}",
+          "{\n  \"__metadata__\": {\"format\": \"pt\"},\n  \"\\u0061\" : {\"shape\": [ 2 ], \"dtype\": "
+          "\"F32\", "
+          "\"data_offsets\": [0, 8]},\n  \"b\": {\"data_offsets\": [8, 12], \"dtype\": \"I32\", \"shape\": "
+          "[]}\n}",
           0, 12, 0);
     CHECK(mpmd_exec_load(t.ex, path, NULL, &err) == MPMD_OK, "whitespace and escapes: %s", err.msg);
-    craft(path, "{\"b\":{\"dtype\":\"I32\",\"shape\":[],\"data_offsets\":[0,4]},"
-                "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 5, 12, 0);
+    craft(path,
+          "{\"b\":{\"dtype\":\"I32\",\"shape\":[],\"data_offsets\":[0,4]},"
+          "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+          5, 12, 0);
     CHECK(mpmd_exec_load(t.ex, path, NULL, &err) == MPMD_OK, "data in another order: %s", err.msg);
     const int32_t *bv = mpmd_exec_var_data(t.ex, mpmd_lookup(g, "b"));
     CHECK(((const uint8_t *)bv)[0] == 1 && ab[0] == 29, "tensors read from their own offsets");
@@ -473,7 +498,8 @@ static void test_malformed(void) {
         {"hello", 0, "must begin with '{'"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}," B_OK "}", 12, "fraction"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[-1,8]}," B_OK "}", 12, "negative"},
-        {"{\"a\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}," B_OK "}", 12, "unknown dtype \"F33\""},
+        {"{\"a\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}," B_OK "}", 12,
+         "unknown dtype \"F33\""},
         {"{\"__metadata__\":{\"step\":3}," A_OK "," B_OK "}", 12, "not a string"},
         {"{" A_OK "," B_OK "}x", 12, "unexpected bytes after"},
         {"{" A_OK "," B_OK "}}", 12, "unexpected bytes after"},
@@ -481,17 +507,19 @@ static void test_malformed(void) {
          "unknown field \"x\""},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}," B_OK "}", 12, "lacks its \"data_offsets\" field"},
         {"{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "twice"},
-        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[[2]],\"data_offsets\":[0,8]}}", 8, "expected a non-negative integer"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[[2]],\"data_offsets\":[0,8]}}", 8,
+         "expected a non-negative integer"},
         {"{\"a\":{\"dtype\":\"F32", 0, "unterminated string"},
         {"{\"a\\q\":{}}", 0, "unknown escape"},
         {"{\"a\\u0000\":{}}", 0, "NUL"},
         {"{\"a\\ud800\":{}}", 0, "surrogate"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[02],\"data_offsets\":[0,8]}}", 8, "leading zero"},
-        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],\"data_offsets\":[0,8]}}", 8, "too large"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],\"data_offsets\":[0,8]}}", 8,
+         "too large"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],\"data_offsets\":[0,8]}}", 8,
          "too large for any file"},
-        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4,
-         "too many entries"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}",
+         4, "too many entries"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8,8]}}", 8, "too many entries"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, "end before they begin"},
         {"{\"__metadata__\":{},\"__metadata__\":{}}", 0, "\"__metadata__\" appears twice"},
@@ -501,7 +529,8 @@ static void test_malformed(void) {
         {"{" A_OK " " B_OK "}", 12, "expected '}'"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},}", 8, "expected a string"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}," B_OK, 12, "expected '}'"},
-        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"I32\",\"shape\":[],"
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"I32\",\"shape\":"
+         "[],"
          "\"data_offsets\":[8,12]},\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[12,16]}}",
          16, "1 unexpected"},
         {"{\"a\":{\"dtype\":\"I32\",\"shape\":[2],\"data_offsets\":[0,8]}," B_OK "}", 12,
@@ -530,7 +559,8 @@ static void test_malformed(void) {
     expect_fail(&t, path, "data checksum mismatch", "sealed, data changed");
     /* header lengths that cannot be right */
     craft(path, "{" A_OK "," B_OK "}", 0, 12, 100000);
-    expect_fail(&t, path, "header length is 100000 bytes but the file has only", "header longer than the file");
+    expect_fail(&t, path, "header length is 100000 bytes but the file has only",
+                "header longer than the file");
     craft(path, "{" A_OK "," B_OK "}", 0, 12, (uint64_t)1 << 40);
     expect_fail(&t, path, "beyond the format's limit", "absurd header length");
     craft(path, "", 0, 0, 0);
@@ -636,11 +666,15 @@ static float runner_step(runner *r, int64_t step) {
 }
 
 static void runner_hash(runner *r, char hex[65]) {
-    if (r->ex) mpmd_exec_params_sha256(r->ex, hex);
-    else mpmd_step_params_sha256(r->st, hex);
+    if (r->ex)
+        mpmd_exec_params_sha256(r->ex, hex);
+    else
+        mpmd_step_params_sha256(r->st, hex);
 }
 
-static void runner_digest(runner *r, char hex[65]) { state_digest(r->m.g, r->ex, r->st, hex); }
+static void runner_digest(runner *r, char hex[65]) {
+    state_digest(r->m.g, r->ex, r->st, hex);
+}
 
 static mpmd_status runner_save(runner *r, const char *path, int64_t step, mpmd_error *err) {
     mpmd_checkpoint_info info = MPMD_CHECKPOINT_INFO_INIT;
@@ -692,7 +726,8 @@ static void test_layouts(void) {
         if (!runner_new(&r, cfgs[i], layouts[i], 7)) return;
         char what[64];
         snprintf(what, sizeof what, "%s before the save", layout_name(layouts[i]));
-        for (int64_t s = 1; s <= SPLIT; s++) compare_step(&r, s, what);
+        for (int64_t s = 1; s <= SPLIT; s++)
+            compare_step(&r, s, what);
         snprintf(what, sizeof what, "from-%d.safetensors", layouts[i]);
         path_in(files[i], sizeof files[i], what);
         mpmd_error err;
@@ -709,12 +744,14 @@ static void test_layouts(void) {
           "info of the 4-rank file: step %lld config \"%s\"", (long long)i0.step, i0.config);
     CHECK(f0 && f1 && f2 && l0 == l1 && l1 == l2, "checkpoint sizes %zu %zu %zu", l0, l1, l2);
     /* the data sections are equal; the headers differ only in "config" */
-    CHECK(strcmp(digest[0], digest[1]) == 0 && strcmp(digest[1], digest[2]) == 0, "state after %d steps differs",
-          SPLIT);
+    CHECK(strcmp(digest[0], digest[1]) == 0 && strcmp(digest[1], digest[2]) == 0,
+          "state after %d steps differs", SPLIT);
     if (f0 && f1 && f2 && l0 == l1 && l1 == l2) {
         uint64_t n = 0;
-        for (int i = 7; i >= 0; i--) n = n << 8 | f0[i];
-        CHECK(memcmp(f0 + 8 + n, f1 + 8 + n, l0 - 8 - n) == 0 && memcmp(f0 + 8 + n, f2 + 8 + n, l0 - 8 - n) == 0,
+        for (int i = 7; i >= 0; i--)
+            n = n << 8 | f0[i];
+        CHECK(memcmp(f0 + 8 + n, f1 + 8 + n, l0 - 8 - n) == 0 &&
+                  memcmp(f0 + 8 + n, f2 + 8 + n, l0 - 8 - n) == 0,
               "data sections differ between layouts");
     }
     free(f0), free(f1), free(f2);
@@ -738,7 +775,8 @@ static void test_layouts(void) {
             char what[96];
             snprintf(what, sizeof what, "saved on %s, resumed on %s", layout_name(layouts[from]),
                      layout_name(layouts[to]));
-            for (int64_t s = info.step + 1; s <= TOTAL_STEPS; s++) compare_step(&r, s, what);
+            for (int64_t s = info.step + 1; s <= TOTAL_STEPS; s++)
+                compare_step(&r, s, what);
             runner_digest(&r, d);
             CHECK(strcmp(d, ref_digest) == 0, "%s: final state (optimizer included) differs", what);
             runner_free(&r);
@@ -783,12 +821,14 @@ static void test_resume_fresh(void) {
         char straight[65], resumed[65];
         runner r;
         if (!runner_new(&r, &c, ranks, 7)) return;
-        for (int64_t s = 1; s <= TOTAL_STEPS; s++) curve[s] = runner_step(&r, s);
+        for (int64_t s = 1; s <= TOTAL_STEPS; s++)
+            curve[s] = runner_step(&r, s);
         runner_digest(&r, straight);
         runner_free(&r);
 
         if (!runner_new(&r, &c, ranks, 7)) return;
-        for (int64_t s = 1; s <= SPLIT; s++) runner_step(&r, s);
+        for (int64_t s = 1; s <= SPLIT; s++)
+            runner_step(&r, s);
         mpmd_error err;
         CHECK(runner_save(&r, path, SPLIT, &err) == MPMD_OK, "%s", err.msg);
         runner_free(&r);
@@ -843,8 +883,10 @@ static void expect_mismatch(const char *path, gpt_config c, int with_opt, int ra
     CHECK(rc == MPMD_ERR_SHAPE, "%s: load gave %d: %s", label, rc, rc ? err.msg : "ok");
     if (rc) {
         CHECK(has(err.msg, path) && has(err.msg, "does not fit this model"), "%s: %s", label, err.msg);
-        for (int i = 0; i < nwant; i++) CHECK(has(err.msg, want[i]), "%s: expected \"%s\" in: %s", label, want[i], err.msg);
-        CHECK(strlen(err.msg) < sizeof err.msg - 1 || has(err.msg, "more"), "%s: message cut without a count", label);
+        for (int i = 0; i < nwant; i++)
+            CHECK(has(err.msg, want[i]), "%s: expected \"%s\" in: %s", label, want[i], err.msg);
+        CHECK(strlen(err.msg) < sizeof err.msg - 1 || has(err.msg, "more"), "%s: message cut without a count",
+              label);
     }
     CHECK(strcmp(before, after) == 0, "%s: a failed load changed the state", label);
     mpmd_exec_free(r.ex);
@@ -864,11 +906,13 @@ static void test_other_model(void) {
 
     gpt_config wide = tiny_cfg(1);
     wide.width = 32;
-    const char *w1[] = {"0 missing, 0 unexpected", "\"block_0/attn/out/bias\" F32[16] vs F32[32]", "... and "};
+    const char *w1[] = {"0 missing, 0 unexpected", "\"block_0/attn/out/bias\" F32[16] vs F32[32]",
+                        "... and "};
     expect_mismatch(path, wide, 1, 0, w1, 3, "width 32");
     gpt_config shallow = tiny_cfg(2);
     shallow.layers = 2;
-    const char *w2[] = {"0 missing, 72 unexpected, 0 with another", "unexpected \"block_2/attn/out/bias\" F32[16]"};
+    const char *w2[] = {"0 missing, 72 unexpected, 0 with another",
+                        "unexpected \"block_2/attn/out/bias\" F32[16]"};
     expect_mismatch(path, shallow, 1, 2, w2, 2, "2 layers on 2 ranks");
     gpt_config untied = tiny_cfg(4);
     untied.tie_embeddings = 0;
@@ -903,7 +947,8 @@ static void test_atomic(void) {
 
     snprintf(sub, sizeof sub, "%s/missing/ck.safetensors", dir);
     mpmd_status rc = mpmd_exec_save(s.ex, sub, &info, &err);
-    CHECK(rc == MPMD_ERR_IO && has(err.msg, "cannot write") && has(err.msg, sub), "missing directory: %s", err.msg);
+    CHECK(rc == MPMD_ERR_IO && has(err.msg, "cannot write") && has(err.msg, sub), "missing directory: %s",
+          err.msg);
 
     snprintf(adir, sizeof adir, "%s/adir", dir);
     mkdir(adir, 0755);
@@ -942,10 +987,12 @@ static void test_atomic(void) {
         CHECK(b && la == lb && memcmp(a, b, la) == 0, "read-only directory: the previous checkpoint changed");
         free(b);
     } else {
-        printf("test_checkpoint: running as root, the read-only directory case is covered by the size limit\n");
+        printf(
+            "test_checkpoint: running as root, the read-only directory case is covered by the size limit\n");
     }
     info.step = -1;
-    CHECK(mpmd_exec_save(s.ex, path, &info, &err) == MPMD_ERR_INVALID && has(err.msg, "info.step"), "%s", err.msg);
+    CHECK(mpmd_exec_save(s.ex, path, &info, &err) == MPMD_ERR_INVALID && has(err.msg, "info.step"), "%s",
+          err.msg);
     info.step = 13;
     CHECK(mpmd_exec_save(s.ex, path, &info, &err) == MPMD_OK, "%s", err.msg);
     b = read_file(path, &lb);
@@ -971,10 +1018,12 @@ static int mpi_run(const char *load, const char *save, int64_t first, int64_t la
     mpmd_error err;
     if (load) {
         mpmd_checkpoint_info info;
-        CHECK(mpmd_step_load(r.st, load, &info, &err) == MPMD_OK && info.step == first - 1, "load: %s", err.msg);
+        CHECK(mpmd_step_load(r.st, load, &info, &err) == MPMD_OK && info.step == first - 1, "load: %s",
+              err.msg);
     }
     float loss = NAN;
-    for (int64_t s = first; s <= last; s++) loss = runner_step(&r, s);
+    for (int64_t s = first; s <= last; s++)
+        loss = runner_step(&r, s);
     if (save) CHECK(runner_save(&r, save, last, &err) == MPMD_OK, "save: %s", err.msg);
     char h[65];
     mpmd_step_params_sha256(r.st, h); /* collective under MPI */
@@ -988,7 +1037,8 @@ static int mpi_modes(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "--mpi-available")) return mpmd_mpi_available() ? 0 : 77;
     if (argc == 2 && !strcmp(argv[1], "--straight")) return mpi_run(NULL, NULL, 1, TOTAL_STEPS);
     if (argc == 3 && !strcmp(argv[1], "--local-save")) return mpi_run(NULL, argv[2], 1, SPLIT);
-    int save = argc == 3 && !strcmp(argv[1], "--mpi-save"), resume = argc == 3 && !strcmp(argv[1], "--mpi-resume");
+    int save = argc == 3 && !strcmp(argv[1], "--mpi-save"),
+        resume = argc == 3 && !strcmp(argv[1], "--mpi-resume");
     if (!save && !resume) return -1;
     mpmd_error err;
     if (mpmd_mpi_init(&argc, &argv, &err) != MPMD_OK) {

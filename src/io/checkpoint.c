@@ -52,7 +52,9 @@ static int entry_by_name(const void *a, const void *b) {
  * lead as a gap); struct mpmd_exec (src/exec/exec.c) starts with its graph
  * pointer, and a pointer to a struct, suitably converted, points to its
  * first member (C11 6.7.2.1p15). The round-trip tests fail if that changes. */
-static const mpmd_graph *exec_graph(const mpmd_exec *ex) { return *(const mpmd_graph *const *)(const void *)ex; }
+static const mpmd_graph *exec_graph(const mpmd_exec *ex) {
+    return *(const mpmd_graph *const *)(const void *)ex;
+}
 
 /* Build the view: `holders` fills up to cap storage pointers of value v and
  * returns how many it found. */
@@ -83,8 +85,8 @@ static int step_holders(void *target, mpmd_value v, void **out, int cap) {
 
 /* `partial`: a value may have no copy here (an MPI process holds only its
  * own rank's state). */
-static mpmd_status view_build(const mpmd_graph *g, void *target, holders_fn holders, int max_holders, int partial,
-                              const char *who, state_view *v, mpmd_error *err) {
+static mpmd_status view_build(const mpmd_graph *g, void *target, holders_fn holders, int max_holders,
+                              int partial, const char *who, state_view *v, mpmd_error *err) {
     memset(v, 0, sizeof *v);
     int n = mpmd_graph_state(g, NULL, 0);
     mpmd_value *vals = malloc((size_t)(n ? n : 1) * sizeof *vals);
@@ -105,10 +107,11 @@ static mpmd_status view_build(const mpmd_graph *g, void *target, holders_fn hold
         e->ptr = v->ptrs + (size_t)i * (size_t)max_holders;
         e->nptr = holders(target, vals[i], e->ptr, max_holders);
         if (!e->name || !*e->name)
-            rc = mpmd_error_set(err, MPMD_ERR_INVALID, "%s: state value %%%d has no name", who, (int)vals[i].id);
+            rc = mpmd_error_set(err, MPMD_ERR_INVALID, "%s: state value %%%d has no name", who,
+                                (int)vals[i].id);
         else if (e->type.dtype != MPMD_F32 && e->type.dtype != MPMD_I32)
-            rc = mpmd_error_set(err, MPMD_ERR_INVALID, "%s: state \"%s\" is %s; checkpoints hold f32 and i32", who,
-                                e->name, mpmd_dtype_name(e->type.dtype));
+            rc = mpmd_error_set(err, MPMD_ERR_INVALID, "%s: state \"%s\" is %s; checkpoints hold f32 and i32",
+                                who, e->name, mpmd_dtype_name(e->type.dtype));
         else if (e->nptr < 1 && !partial)
             rc = mpmd_error_set(err, MPMD_ERR_RUNTIME, "%s: state \"%s\" has no storage", who, e->name);
     }
@@ -133,8 +136,8 @@ static mpmd_status exec_view(mpmd_exec *ex, const char *who, state_view *v, mpmd
 static mpmd_status step_view(mpmd_step *st, const char *who, state_view *v, mpmd_error *err) {
     if (!st) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no step", who);
     int replicas = st->replicas > 1 ? st->replicas : 1;
-    return view_build(st->g, st, step_holders, st->num_ranks * replicas, st->runtime == MPMD_RUNTIME_MPI, who, v,
-                      err);
+    return view_build(st->g, st, step_holders, st->num_ranks * replicas, st->runtime == MPMD_RUNTIME_MPI, who,
+                      v, err);
 }
 
 /* Put "who: " in front of an error message filled by a helper. */
@@ -147,7 +150,9 @@ static mpmd_status prefixed(mpmd_error *err, mpmd_status rc, const char *who) {
     return rc;
 }
 
-static const char *st_dtype(mpmd_dtype d) { return d == MPMD_I32 ? "I32" : "F32"; }
+static const char *st_dtype(mpmd_dtype d) {
+    return d == MPMD_I32 ? "I32" : "F32";
+}
 
 /* "F32[4,16]" for a model type, the file's notation. */
 static void type_str(const char *dtype, int ndim, const int64_t *dim, char *buf, size_t len) {
@@ -175,7 +180,7 @@ static mpmd_status save_view(const state_view *v, const char *path, const mpmd_c
     snprintf(rng, sizeof rng, "%llu,%llu,%llu,%llu", (unsigned long long)info->rng_state[0],
              (unsigned long long)info->rng_state[1], (unsigned long long)info->rng_state[2],
              (unsigned long long)info->rng_state[3]);
-    mpmd_st_kv meta[6] = {{"format", FORMAT_NAME}, {"version", "1"}, {"step", step},
+    mpmd_st_kv meta[6] = {{"format", FORMAT_NAME}, {"version", "1"},   {"step", step},
                           {"seed", seed},          {"rng_state", rng}, {"config", info->config}};
     int n_meta = info->config[0] ? 6 : 5;
     mpmd_st_out *outs = malloc((size_t)(v->n ? v->n : 1) * sizeof *outs);
@@ -189,7 +194,8 @@ static mpmd_status save_view(const state_view *v, const char *path, const mpmd_c
     return prefixed(err, rc, who);
 }
 
-mpmd_status mpmd_exec_save(mpmd_exec *ex, const char *path, const mpmd_checkpoint_info *info, mpmd_error *err) {
+mpmd_status mpmd_exec_save(mpmd_exec *ex, const char *path, const mpmd_checkpoint_info *info,
+                           mpmd_error *err) {
     state_view v;
     mpmd_status rc = exec_view(ex, "mpmd_exec_save", &v, err);
     if (rc) return rc;
@@ -198,7 +204,8 @@ mpmd_status mpmd_exec_save(mpmd_exec *ex, const char *path, const mpmd_checkpoin
     return rc;
 }
 
-mpmd_status mpmd_step_save(mpmd_step *st, const char *path, const mpmd_checkpoint_info *info, mpmd_error *err) {
+mpmd_status mpmd_step_save(mpmd_step *st, const char *path, const mpmd_checkpoint_info *info,
+                           mpmd_error *err) {
     state_view v;
     mpmd_status rc = step_view(st, "mpmd_step_save", &v, err);
     if (rc) return rc;
@@ -216,7 +223,8 @@ mpmd_status mpmd_step_save(mpmd_step *st, const char *path, const mpmd_checkpoin
         size_t bytes = mpmd_type_bytes(&e->type);
         bufs[i] = malloc(bytes ? bytes : 1);
         if (!bufs[i]) {
-            rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_step_save: out of memory gathering \"%s\"", e->name);
+            rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_step_save: out of memory gathering \"%s\"",
+                                e->name);
             break;
         }
         rc = mpmd_step_gather(st, e->value, bufs[i], bytes);
@@ -225,7 +233,8 @@ mpmd_status mpmd_step_save(mpmd_step *st, const char *path, const mpmd_checkpoin
         e->nptr = 1;
     }
     if (!rc && mpmd_mpi_world_rank() == 0) rc = save_view(&v, path, info, "mpmd_step_save", err);
-    for (int i = 0; bufs && i < v.n; i++) free(bufs[i]);
+    for (int i = 0; bufs && i < v.n; i++)
+        free(bufs[i]);
     free(bufs);
     view_free(&v);
     return rc;
@@ -253,8 +262,10 @@ static int parse_hex32(const char *s, uint8_t out[32]) {
         char c = s[i];
         int h = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
         if (h < 0) return 0;
-        if (i % 2 == 0) out[i / 2] = (uint8_t)(h << 4);
-        else out[i / 2] |= (uint8_t)h;
+        if (i % 2 == 0)
+            out[i / 2] = (uint8_t)(h << 4);
+        else
+            out[i / 2] |= (uint8_t)h;
     }
     return 1;
 }
@@ -273,10 +284,11 @@ static mpmd_status read_meta(const mpmd_st_header *h, mpmd_checkpoint_info *info
     mpmd_status rc = mpmd_st_check_header_sha256(h, err);
     if (rc == MPMD_ERR_INVALID) {
         if (ours)
-            return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                                  "%s: __metadata__ lacks \"header_sha256\" (an mpmd checkpoint always has it): the "
-                                  "header is corrupted",
-                                  h->path);
+            return mpmd_error_set(
+                err, MPMD_ERR_FORMAT,
+                "%s: __metadata__ lacks \"header_sha256\" (an mpmd checkpoint always has it): the "
+                "header is corrupted",
+                h->path);
         rc = MPMD_OK;
     }
     if (rc) return rc;
@@ -284,8 +296,8 @@ static mpmd_status read_meta(const mpmd_st_header *h, mpmd_checkpoint_info *info
     if (sha) {
         if (!parse_hex32(sha->value, data_hash))
             return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                                  "%s: __metadata__ \"sha256\" is not 64 lowercase hex digits: \"%.80s\"", h->path,
-                                  sha->value);
+                                  "%s: __metadata__ \"sha256\" is not 64 lowercase hex digits: \"%.80s\"",
+                                  h->path, sha->value);
         *has_hash = 1;
     } else if (ours) {
         return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: __metadata__ lacks \"sha256\" (the data checksum)",
@@ -301,8 +313,8 @@ static mpmd_status read_meta(const mpmd_st_header *h, mpmd_checkpoint_info *info
     uint64_t u;
     const char *s = mpmd_st_meta_find(h, "version")->value;
     if (!parse_dec(s, INT32_MAX, &u) || u < 1)
-        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: checkpoint version \"%.40s\" is not a version number",
-                              h->path, s);
+        return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                              "%s: checkpoint version \"%.40s\" is not a version number", h->path, s);
     if (u > MPMD_CHECKPOINT_VERSION)
         return mpmd_error_set(err, MPMD_ERR_FORMAT,
                               "%s: checkpoint version %llu was written by a newer mpmd; this library reads "
@@ -311,13 +323,13 @@ static mpmd_status read_meta(const mpmd_st_header *h, mpmd_checkpoint_info *info
     info->version = (int)u;
     s = mpmd_st_meta_find(h, "step")->value;
     if (!parse_dec(s, INT64_MAX, &u))
-        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: __metadata__ \"step\" is \"%.40s\", not a step count",
-                              h->path, s);
+        return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                              "%s: __metadata__ \"step\" is \"%.40s\", not a step count", h->path, s);
     info->step = (int64_t)u;
     s = mpmd_st_meta_find(h, "seed")->value;
     if (!parse_dec(s, UINT64_MAX, &info->seed))
-        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: __metadata__ \"seed\" is \"%.40s\", not a 64-bit seed",
-                              h->path, s);
+        return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                              "%s: __metadata__ \"seed\" is \"%.40s\", not a 64-bit seed", h->path, s);
     s = mpmd_st_meta_find(h, "rng_state")->value;
     char word[24];
     const char *p = s;
@@ -331,10 +343,11 @@ static mpmd_status read_meta(const mpmd_st_header *h, mpmd_checkpoint_info *info
             ok = parse_dec(word, UINT64_MAX, &info->rng_state[i]);
         }
         if (!ok)
-            return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                                  "%s: __metadata__ \"rng_state\" is \"%.120s\", not four comma-separated 64-bit "
-                                  "numbers",
-                                  h->path, s);
+            return mpmd_error_set(
+                err, MPMD_ERR_FORMAT,
+                "%s: __metadata__ \"rng_state\" is \"%.120s\", not four comma-separated 64-bit "
+                "numbers",
+                h->path, s);
         p = c ? c + 1 : p + len;
     }
     const mpmd_st_meta *cfg = mpmd_st_meta_find(h, "config");
@@ -367,13 +380,16 @@ static mpmd_status match(const state_view *v, const mpmd_st_header *h, const cha
     int missing = 0, unexpected = 0, wrong = 0;
     for (int i = 0, j = 0; i < v->n || j < h->n_tensors;) {
         int c = i == v->n ? 1 : j == h->n_tensors ? -1 : strcmp(v->e[i].name, h->tensors[j].name);
-        if (c < 0) missing++, i++;
-        else if (c > 0) unexpected++, j++;
+        if (c < 0)
+            missing++, i++;
+        else if (c > 0)
+            unexpected++, j++;
         else {
             const entry *e = &v->e[i];
             const mpmd_st_tensor *t = &h->tensors[j];
             int same = strcmp(t->dtype, st_dtype(e->type.dtype)) == 0 && t->ndim == e->type.ndim;
-            for (int d = 0; same && d < t->ndim; d++) same = t->dim[d] == e->type.dim[d];
+            for (int d = 0; same && d < t->ndim; d++)
+                same = t->dim[d] == e->type.dim[d];
             wrong += !same;
             i++, j++;
         }
@@ -381,10 +397,11 @@ static mpmd_status match(const state_view *v, const mpmd_st_header *h, const cha
     if (!missing && !unexpected && !wrong) return MPMD_OK;
     if (!err) return MPMD_ERR_SHAPE;
     report r = {err->msg, sizeof err->msg, 0, 0};
-    r.len = (size_t)snprintf(r.buf, r.cap,
-                             "%s: %.300s does not fit this model: %d missing, %d unexpected, %d with another dtype "
-                             "or shape (file vs model)",
-                             who, h->path, missing, unexpected, wrong);
+    r.len = (size_t)snprintf(
+        r.buf, r.cap,
+        "%s: %.300s does not fit this model: %d missing, %d unexpected, %d with another dtype "
+        "or shape (file vs model)",
+        who, h->path, missing, unexpected, wrong);
     if (r.len >= r.cap) r.len = r.cap - 1;
     char item[600], a[160], b[160];
     for (int i = 0, j = 0; i < v->n || j < h->n_tensors;) {
@@ -453,10 +470,11 @@ static mpmd_status load_view(const state_view *v, const char *path, mpmd_checkpo
         if (memcmp(got, want, 32) != 0) {
             mpmd_st_hex(want, a);
             mpmd_st_hex(got, b);
-            rc = mpmd_error_set(err, MPMD_ERR_FORMAT,
-                                "%s: %s: data checksum mismatch (sha256 %s in the header, the data hashes to %s): "
-                                "the tensor data is corrupted",
-                                who, path, a, b);
+            rc = mpmd_error_set(
+                err, MPMD_ERR_FORMAT,
+                "%s: %s: data checksum mismatch (sha256 %s in the header, the data hashes to %s): "
+                "the tensor data is corrupted",
+                who, path, a, b);
             goto done;
         }
     }
@@ -469,7 +487,8 @@ static mpmd_status load_view(const state_view *v, const char *path, mpmd_checkpo
     for (int i = 0; i < v->n; i++) {
         const entry *e = &v->e[i];
         const mpmd_st_tensor *t = mpmd_st_find(&h, e->name);
-        for (int k = 0; k < e->nptr; k++) memcpy(e->ptr[k], data + t->begin, (size_t)(t->end - t->begin));
+        for (int k = 0; k < e->nptr; k++)
+            memcpy(e->ptr[k], data + t->begin, (size_t)(t->end - t->begin));
     }
     if (info_out) *info_out = info;
     goto done;
@@ -555,10 +574,11 @@ mpmd_status mpmd_checkpoint_verify(const char *path, FILE *list, mpmd_error *err
             char a[65], b[65];
             mpmd_st_hex(want, a);
             mpmd_st_hex(got, b);
-            rc = mpmd_error_set(err, MPMD_ERR_FORMAT,
-                                "%s: %s: data checksum mismatch (sha256 %s in the header, the data hashes to %s): "
-                                "the tensor data is corrupted",
-                                who, path, a, b);
+            rc = mpmd_error_set(
+                err, MPMD_ERR_FORMAT,
+                "%s: %s: data checksum mismatch (sha256 %s in the header, the data hashes to %s): "
+                "the tensor data is corrupted",
+                who, path, a, b);
         }
     }
     if (!rc && list) {

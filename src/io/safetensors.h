@@ -39,12 +39,12 @@
 
 /* One tensor of a parsed header. */
 typedef struct mpmd_st_tensor {
-    char *name;                     /* decoded, UTF-8, owned by the file */
-    char dtype[12];                 /* the format's dtype name: "F32", "I32", "BF16", ... */
-    int elem_size;                  /* bytes per element of that dtype */
+    char *name;     /* decoded, UTF-8, owned by the file */
+    char dtype[12]; /* the format's dtype name: "F32", "I32", "BF16", ... */
+    int elem_size;  /* bytes per element of that dtype */
     int ndim;
     int64_t dim[MPMD_ST_MAX_DIMS];
-    uint64_t begin, end;            /* data_offsets, relative to the data section */
+    uint64_t begin, end; /* data_offsets, relative to the data section */
 } mpmd_st_tensor;
 
 /* A metadata entry: key and value decoded; the raw span of the value (the
@@ -113,8 +113,8 @@ typedef struct mpmd_st_kv {
  *   "header_sha256"  SHA-256 of the 8-byte prefix and the N header bytes in
  *                    which this entry's own 64 digits read as '0's.
  * Names must be unique and non-empty; keys must not repeat. */
-mpmd_status mpmd_st_write(const char *path, int n, const mpmd_st_out *tensors, int n_meta, const mpmd_st_kv *meta,
-                          int checksums, mpmd_error *err);
+mpmd_status mpmd_st_write(const char *path, int n, const mpmd_st_out *tensors, int n_meta,
+                          const mpmd_st_kv *meta, int checksums, mpmd_error *err);
 
 /* ---- checksums ----------------------------------------------------------- */
 

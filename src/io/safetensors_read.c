@@ -59,8 +59,8 @@ typedef struct parser {
 /* Report a problem at the current position (bytes counted from the start of
  * the JSON header, as a hex dump of the file shows them minus 8). */
 static mpmd_status perr(parser *p, const char *what) {
-    return mpmd_error_set(p->err, MPMD_ERR_FORMAT, "%s: safetensors header: %s at byte %zu of the header", p->path,
-                          what, p->pos >= 8 ? p->pos - 8 : 0);
+    return mpmd_error_set(p->err, MPMD_ERR_FORMAT, "%s: safetensors header: %s at byte %zu of the header",
+                          p->path, what, p->pos >= 8 ? p->pos - 8 : 0);
 }
 
 /* Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing past
@@ -75,10 +75,14 @@ static size_t utf8_check(const uint8_t *s, size_t len) {
         }
         int n;
         uint32_t cp, min;
-        if ((c & 0xE0) == 0xC0) n = 1, cp = c & 0x1F, min = 0x80;
-        else if ((c & 0xF0) == 0xE0) n = 2, cp = c & 0x0F, min = 0x800;
-        else if ((c & 0xF8) == 0xF0) n = 3, cp = c & 0x07, min = 0x10000;
-        else return i;
+        if ((c & 0xE0) == 0xC0)
+            n = 1, cp = c & 0x1F, min = 0x80;
+        else if ((c & 0xF0) == 0xE0)
+            n = 2, cp = c & 0x0F, min = 0x800;
+        else if ((c & 0xF8) == 0xF0)
+            n = 3, cp = c & 0x07, min = 0x10000;
+        else
+            return i;
         if (len - i <= (size_t)n) return i;
         for (int k = 1; k <= n; k++) {
             if ((s[i + k] & 0xC0) != 0x80) return i;
@@ -90,10 +94,13 @@ static size_t utf8_check(const uint8_t *s, size_t len) {
     return len;
 }
 
-static int is_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+static int is_ws(uint8_t c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 
 static void skip_ws(parser *p) {
-    while (p->pos < p->len && is_ws(p->s[p->pos])) p->pos++;
+    while (p->pos < p->len && is_ws(p->s[p->pos]))
+        p->pos++;
 }
 
 /* What is at the current position, for messages, into b[24]. */
@@ -141,7 +148,8 @@ static int read_u16(parser *p, uint32_t *out) {
 /* A JSON string at the current position (after whitespace), decoded into a
  * new NUL-terminated UTF-8 string. raw_begin/raw_end get the span between
  * the quotes. The input is already known to be valid UTF-8. */
-static mpmd_status parse_string(parser *p, const char *context, char **out, size_t *raw_begin, size_t *raw_end) {
+static mpmd_status parse_string(parser *p, const char *context, char **out, size_t *raw_begin,
+                                size_t *raw_end) {
     skip_ws(p);
     if (p->pos >= p->len || p->s[p->pos] != '"') {
         char what[256], found[24];
@@ -150,7 +158,8 @@ static mpmd_status parse_string(parser *p, const char *context, char **out, size
     }
     p->pos++;
     size_t start = p->pos, end = start;
-    while (end < p->len && p->s[end] != '"') end += p->s[end] == '\\' && end + 1 < p->len ? 2 : 1;
+    while (end < p->len && p->s[end] != '"')
+        end += p->s[end] == '\\' && end + 1 < p->len ? 2 : 1;
     if (end >= p->len) return perr(p, "unterminated string");
     /* decoding never grows a string: an escape of k bytes yields <= k bytes */
     char *d = malloc(end - start + 1);
@@ -245,7 +254,8 @@ static mpmd_status parse_uint(parser *p, const char *context, uint64_t *out) {
         return perr(p, what);
     }
     if (p->pos >= p->len || p->s[p->pos] < '0' || p->s[p->pos] > '9') {
-        snprintf(what, sizeof what, "expected a non-negative integer in %s, found %s", context, describe(p, found));
+        snprintf(what, sizeof what, "expected a non-negative integer in %s, found %s", context,
+                 describe(p, found));
         return perr(p, what);
     }
     size_t start = p->pos;
@@ -352,7 +362,8 @@ static mpmd_status parse_tensor(parser *p, mpmd_st_tensor *t) {
                     free(key);
                     return rc;
                 }
-                for (int i = 0; i < t->ndim; i++) t->dim[i] = (int64_t)dims[i];
+                for (int i = 0; i < t->ndim; i++)
+                    t->dim[i] = (int64_t)dims[i];
             }
         } else if (strcmp(key, "data_offsets") == 0) {
             dup = have_off++;
@@ -365,8 +376,8 @@ static mpmd_status parse_tensor(parser *p, mpmd_st_tensor *t) {
                     return rc;
                 }
                 if (n != 2) {
-                    snprintf(what, sizeof what, "data_offsets of tensor \"%.120s\" has %d entries, expected 2",
-                             t->name, n);
+                    snprintf(what, sizeof what,
+                             "data_offsets of tensor \"%.120s\" has %d entries, expected 2", t->name, n);
                     free(key);
                     return perr(p, what);
                 }
@@ -396,7 +407,9 @@ static mpmd_status parse_tensor(parser *p, mpmd_st_tensor *t) {
     if (!have_dtype || !have_shape || !have_off) {
         char what[300];
         snprintf(what, sizeof what, "tensor \"%.120s\" lacks its \"%s\" field", t->name,
-                 !have_dtype ? "dtype" : !have_shape ? "shape" : "data_offsets");
+                 !have_dtype   ? "dtype"
+                 : !have_shape ? "shape"
+                               : "data_offsets");
         return perr(p, what);
     }
     return MPMD_OK;
@@ -415,7 +428,9 @@ static mpmd_status parse_metadata(parser *p) {
         if (h->n_meta == p->meta_cap) {
             int cap = p->meta_cap ? 2 * p->meta_cap : 8;
             mpmd_st_meta *m = realloc(h->meta, (size_t)cap * sizeof *m);
-            if (!m) return mpmd_error_set(p->err, MPMD_ERR_NOMEM, "%s: out of memory reading the header", p->path);
+            if (!m)
+                return mpmd_error_set(p->err, MPMD_ERR_NOMEM, "%s: out of memory reading the header",
+                                      p->path);
             h->meta = m;
             p->meta_cap = cap;
         }
@@ -429,7 +444,8 @@ static mpmd_status parse_metadata(parser *p) {
         skip_ws(p);
         if (p->pos < p->len && p->s[p->pos] != '"') {
             char what[300];
-            snprintf(what, sizeof what, "__metadata__ value of \"%.120s\" is not a string (the format allows strings only)",
+            snprintf(what, sizeof what,
+                     "__metadata__ value of \"%.120s\" is not a string (the format allows strings only)",
                      m->key);
             return perr(p, what);
         }
@@ -473,18 +489,20 @@ static mpmd_status check_table(mpmd_st_header *h, const char *path, mpmd_error *
     if (h->n_tensors > 1) qsort(h->tensors, (size_t)h->n_tensors, sizeof *h->tensors, tensor_by_name);
     for (int i = 1; i < h->n_tensors; i++)
         if (strcmp(h->tensors[i - 1].name, h->tensors[i].name) == 0)
-            return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: safetensors header: tensor \"%.200s\" appears twice", path,
+            return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                                  "%s: safetensors header: tensor \"%.200s\" appears twice", path,
                                   h->tensors[i].name);
     if (h->n_meta > 1) {
         const mpmd_st_meta **m = malloc((size_t)h->n_meta * sizeof *m);
         if (!m) return mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory reading the header", path);
-        for (int i = 0; i < h->n_meta; i++) m[i] = &h->meta[i];
+        for (int i = 0; i < h->n_meta; i++)
+            m[i] = &h->meta[i];
         qsort(m, (size_t)h->n_meta, sizeof *m, meta_by_key);
         for (int i = 1; i < h->n_meta; i++)
             if (strcmp(m[i - 1]->key, m[i]->key) == 0) {
-                mpmd_status rc = mpmd_error_set(err, MPMD_ERR_FORMAT,
-                                                "%s: safetensors header: __metadata__ key \"%.200s\" appears twice",
-                                                path, m[i]->key);
+                mpmd_status rc = mpmd_error_set(
+                    err, MPMD_ERR_FORMAT, "%s: safetensors header: __metadata__ key \"%.200s\" appears twice",
+                    path, m[i]->key);
                 free(m);
                 return rc;
             }
@@ -497,26 +515,31 @@ static mpmd_status check_table(mpmd_st_header *h, const char *path, mpmd_error *
         int overflow = 0;
         for (int d = 0; d < t->ndim; d++) {
             uint64_t dim = (uint64_t)t->dim[d];
-            if (dim && bytes > (uint64_t)INT64_MAX / dim) overflow = 1;
-            else bytes *= dim;
+            if (dim && bytes > (uint64_t)INT64_MAX / dim)
+                overflow = 1;
+            else
+                bytes *= dim;
         }
         if (overflow)
-            return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: tensor \"%.200s\": shape %s is too large for any file",
-                                  path, t->name, sh);
+            return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                                  "%s: tensor \"%.200s\": shape %s is too large for any file", path, t->name,
+                                  sh);
         if (t->end < t->begin)
             return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                                  "%s: tensor \"%.200s\": data_offsets [%llu, %llu] end before they begin", path,
-                                  t->name, (unsigned long long)t->begin, (unsigned long long)t->end);
+                                  "%s: tensor \"%.200s\": data_offsets [%llu, %llu] end before they begin",
+                                  path, t->name, (unsigned long long)t->begin, (unsigned long long)t->end);
         if (t->end - t->begin != bytes)
-            return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                                  "%s: tensor \"%.200s\": data_offsets [%llu, %llu] hold %llu bytes but %s needs %llu",
-                                  path, t->name, (unsigned long long)t->begin, (unsigned long long)t->end,
-                                  (unsigned long long)(t->end - t->begin), sh, (unsigned long long)bytes);
+            return mpmd_error_set(
+                err, MPMD_ERR_FORMAT,
+                "%s: tensor \"%.200s\": data_offsets [%llu, %llu] hold %llu bytes but %s needs %llu", path,
+                t->name, (unsigned long long)t->begin, (unsigned long long)t->end,
+                (unsigned long long)(t->end - t->begin), sh, (unsigned long long)bytes);
     }
     /* tile [0, data_len): sorted by offset, each begins where the last ended */
     const mpmd_st_tensor **order = malloc((size_t)(h->n_tensors ? h->n_tensors : 1) * sizeof *order);
     if (!order) return mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory reading the header", path);
-    for (int i = 0; i < h->n_tensors; i++) order[i] = &h->tensors[i];
+    for (int i = 0; i < h->n_tensors; i++)
+        order[i] = &h->tensors[i];
     qsort(order, (size_t)h->n_tensors, sizeof *order, tensor_by_offset);
     uint64_t at = 0;
     const mpmd_st_tensor *prev = NULL;
@@ -524,40 +547,45 @@ static mpmd_status check_table(mpmd_st_header *h, const char *path, mpmd_error *
     for (int i = 0; i < h->n_tensors && !rc; i++) {
         const mpmd_st_tensor *t = order[i];
         if (t->begin < at)
-            rc = mpmd_error_set(err, MPMD_ERR_FORMAT,
-                                "%s: tensor \"%.200s\" (data_offsets [%llu, %llu]) overlaps tensor \"%.200s\" "
-                                "(which ends at %llu)",
-                                path, t->name, (unsigned long long)t->begin, (unsigned long long)t->end,
-                                prev->name, (unsigned long long)at);
+            rc =
+                mpmd_error_set(err, MPMD_ERR_FORMAT,
+                               "%s: tensor \"%.200s\" (data_offsets [%llu, %llu]) overlaps tensor \"%.200s\" "
+                               "(which ends at %llu)",
+                               path, t->name, (unsigned long long)t->begin, (unsigned long long)t->end,
+                               prev->name, (unsigned long long)at);
         else if (t->begin > at)
-            rc = mpmd_error_set(err, MPMD_ERR_FORMAT,
-                                "%s: %llu unused bytes in the data section before tensor \"%.200s\" (data_offsets "
-                                "[%llu, %llu]); the format has no gaps",
-                                path, (unsigned long long)(t->begin - at), t->name, (unsigned long long)t->begin,
-                                (unsigned long long)t->end);
+            rc = mpmd_error_set(
+                err, MPMD_ERR_FORMAT,
+                "%s: %llu unused bytes in the data section before tensor \"%.200s\" (data_offsets "
+                "[%llu, %llu]); the format has no gaps",
+                path, (unsigned long long)(t->begin - at), t->name, (unsigned long long)t->begin,
+                (unsigned long long)t->end);
         at = t->end;
         prev = t;
     }
     free(order);
     if (rc) return rc;
     if (at > h->data_len)
-        return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                              "%s: truncated: the header describes %llu bytes of tensor data but only %llu follow "
-                              "it (tensor \"%.200s\" ends at %llu)",
-                              path, (unsigned long long)at, (unsigned long long)h->data_len,
-                              prev ? prev->name : "", (unsigned long long)at);
+        return mpmd_error_set(
+            err, MPMD_ERR_FORMAT,
+            "%s: truncated: the header describes %llu bytes of tensor data but only %llu follow "
+            "it (tensor \"%.200s\" ends at %llu)",
+            path, (unsigned long long)at, (unsigned long long)h->data_len, prev ? prev->name : "",
+            (unsigned long long)at);
     if (at < h->data_len)
-        return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                              "%s: %llu bytes follow the last tensor's data (the header describes %llu bytes of "
-                              "data, the file holds %llu)",
-                              path, (unsigned long long)(h->data_len - at), (unsigned long long)at,
-                              (unsigned long long)h->data_len);
+        return mpmd_error_set(
+            err, MPMD_ERR_FORMAT,
+            "%s: %llu bytes follow the last tensor's data (the header describes %llu bytes of "
+            "data, the file holds %llu)",
+            path, (unsigned long long)(h->data_len - at), (unsigned long long)at,
+            (unsigned long long)h->data_len);
     return MPMD_OK;
 }
 
 void mpmd_st_header_free(mpmd_st_header *h) {
     if (!h) return;
-    for (int i = 0; i < h->n_tensors; i++) free(h->tensors[i].name);
+    for (int i = 0; i < h->n_tensors; i++)
+        free(h->tensors[i].name);
     for (int i = 0; i < h->n_meta; i++) {
         free(h->meta[i].key);
         free(h->meta[i].value);
@@ -622,7 +650,8 @@ static mpmd_status parse_top(parser *p) {
         }
     }
     skip_ws(p);
-    if (p->pos != p->len) return perr(p, "unexpected bytes after the header's closing '}' (only space padding may follow)");
+    if (p->pos != p->len)
+        return perr(p, "unexpected bytes after the header's closing '}' (only space padding may follow)");
     return MPMD_OK;
 }
 
@@ -634,14 +663,16 @@ mpmd_status mpmd_st_parse(const uint8_t *raw, uint64_t raw_len, uint64_t data_le
                               "%s: safetensors header of %llu bytes is too short to be a JSON object", path,
                               (unsigned long long)(raw_len < 8 ? 0 : raw_len - 8));
     if (raw_len - 8 > MPMD_ST_MAX_HEADER)
-        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: safetensors header of %llu bytes is beyond the format's limit",
-                              path, (unsigned long long)(raw_len - 8));
+        return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                              "%s: safetensors header of %llu bytes is beyond the format's limit", path,
+                              (unsigned long long)(raw_len - 8));
     size_t bad = utf8_check(raw + 8, (size_t)raw_len - 8);
     if (bad != raw_len - 8)
-        return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                              "%s: safetensors header is not valid UTF-8 (byte 0x%02x at byte %zu of the header): "
-                              "not a safetensors file, or a corrupted one",
-                              path, raw[8 + bad], bad);
+        return mpmd_error_set(
+            err, MPMD_ERR_FORMAT,
+            "%s: safetensors header is not valid UTF-8 (byte 0x%02x at byte %zu of the header): "
+            "not a safetensors file, or a corrupted one",
+            path, raw[8 + bad], bad);
     out->path = malloc(strlen(path) + 1);
     out->raw = malloc((size_t)raw_len);
     if (!out->path || !out->raw) {
@@ -673,26 +704,30 @@ mpmd_status mpmd_st_open(const char *path, mpmd_st_header *out, FILE **fp, mpmd_
     uint8_t pre[8];
     if (size < 8 || fread(pre, 1, 8, f) != 8) {
         fclose(f);
-        return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                              "%s: %llu bytes, too short for a safetensors file (it starts with an 8-byte header "
-                              "length)",
-                              path, (unsigned long long)size);
+        return mpmd_error_set(
+            err, MPMD_ERR_FORMAT,
+            "%s: %llu bytes, too short for a safetensors file (it starts with an 8-byte header "
+            "length)",
+            path, (unsigned long long)size);
     }
     uint64_t n = 0;
-    for (int i = 7; i >= 0; i--) n = n << 8 | pre[i];
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | pre[i];
     if (n > MPMD_ST_MAX_HEADER) {
         fclose(f);
-        return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                              "%s: header length %llu is beyond the format's limit of %llu bytes: not a safetensors "
-                              "file, or a corrupted one",
-                              path, (unsigned long long)n, (unsigned long long)MPMD_ST_MAX_HEADER);
+        return mpmd_error_set(
+            err, MPMD_ERR_FORMAT,
+            "%s: header length %llu is beyond the format's limit of %llu bytes: not a safetensors "
+            "file, or a corrupted one",
+            path, (unsigned long long)n, (unsigned long long)MPMD_ST_MAX_HEADER);
     }
     if (n > size - 8) {
         fclose(f);
-        return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                              "%s: truncated: the header length is %llu bytes but the file has only %llu bytes "
-                              "after it",
-                              path, (unsigned long long)n, (unsigned long long)(size - 8));
+        return mpmd_error_set(
+            err, MPMD_ERR_FORMAT,
+            "%s: truncated: the header length is %llu bytes but the file has only %llu bytes "
+            "after it",
+            path, (unsigned long long)n, (unsigned long long)(size - 8));
     }
     uint8_t *raw = malloc((size_t)n + 8);
     if (!raw) {
@@ -725,8 +760,10 @@ const mpmd_st_tensor *mpmd_st_find(const mpmd_st_header *h, const char *name) {
         int mid = lo + (hi - lo) / 2;
         int c = strcmp(h->tensors[mid].name, name);
         if (c == 0) return &h->tensors[mid];
-        if (c < 0) lo = mid + 1;
-        else hi = mid - 1;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
     }
     return NULL;
 }
@@ -742,7 +779,8 @@ void mpmd_st_header_hash(const uint8_t *raw, size_t len, size_t b, size_t e, uin
     mpmd_sha256_ctx c;
     mpmd_sha256_init(&c);
     mpmd_sha256_update(&c, raw, b);
-    for (size_t k = b; k < e; k += 64) mpmd_sha256_update(&c, zeros, e - k < 64 ? e - k : 64);
+    for (size_t k = b; k < e; k += 64)
+        mpmd_sha256_update(&c, zeros, e - k < 64 ? e - k : 64);
     mpmd_sha256_update(&c, raw + e, len - e);
     mpmd_sha256_final(&c, out);
 }
@@ -754,18 +792,20 @@ mpmd_status mpmd_st_check_header_sha256(const mpmd_st_header *h, mpmd_error *err
     for (size_t i = m->raw_begin; ok && i < m->raw_end; i++)
         ok = (h->raw[i] >= '0' && h->raw[i] <= '9') || (h->raw[i] >= 'a' && h->raw[i] <= 'f');
     if (!ok)
-        return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                              "%s: __metadata__ \"header_sha256\" is not 64 lowercase hex digits: the header is "
-                              "corrupted",
-                              h->path);
+        return mpmd_error_set(
+            err, MPMD_ERR_FORMAT,
+            "%s: __metadata__ \"header_sha256\" is not 64 lowercase hex digits: the header is "
+            "corrupted",
+            h->path);
     uint8_t d[32];
     char hex[65];
     mpmd_st_header_hash(h->raw, (size_t)h->n + 8, m->raw_begin, m->raw_end, d);
     mpmd_st_hex(d, hex);
     if (memcmp(hex, h->raw + m->raw_begin, 64) != 0)
-        return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                              "%s: header checksum mismatch (header_sha256 %.64s, the header hashes to %s): the "
-                              "header was changed or corrupted after it was written",
-                              h->path, m->value, hex);
+        return mpmd_error_set(
+            err, MPMD_ERR_FORMAT,
+            "%s: header checksum mismatch (header_sha256 %.64s, the header hashes to %s): the "
+            "header was changed or corrupted after it was written",
+            h->path, m->value, hex);
     return MPMD_OK;
 }

@@ -29,7 +29,8 @@ static void sb_put(strbuf *b, const char *s, size_t n) {
     if (b->oom) return;
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 1024;
-        while (cap < b->len + n + 1) cap *= 2;
+        while (cap < b->len + n + 1)
+            cap *= 2;
         char *t = realloc(b->s, cap);
         if (!t) {
             b->oom = 1;
@@ -43,7 +44,9 @@ static void sb_put(strbuf *b, const char *s, size_t n) {
     b->s[b->len] = '\0';
 }
 
-static void sb_str(strbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+static void sb_str(strbuf *b, const char *s) {
+    sb_put(b, s, strlen(s));
+}
 
 static void sb_u64(strbuf *b, uint64_t v) {
     char t[24];
@@ -101,7 +104,8 @@ static int write_tensor(int fd, const void *data, uint64_t bytes, int elem, mpmd
         size_t n = bytes < sizeof buf ? (size_t)bytes : sizeof buf;
         n -= n % (size_t)elem;
         for (size_t i = 0; i < n; i += (size_t)elem)
-            for (int k = 0; k < elem; k++) buf[i + (size_t)k] = p[i + (size_t)(elem - 1 - k)];
+            for (int k = 0; k < elem; k++)
+                buf[i + (size_t)k] = p[i + (size_t)(elem - 1 - k)];
         mpmd_sha256_update(c, buf, n);
         if (write_all(fd, buf, n)) return -1;
         p += n;
@@ -146,11 +150,12 @@ static int sync_dir(const char *path) {
     return rc;
 }
 
-mpmd_status mpmd_st_write(const char *path, int n, const mpmd_st_out *tensors, int n_meta, const mpmd_st_kv *meta,
-                          int checksums, mpmd_error *err) {
+mpmd_status mpmd_st_write(const char *path, int n, const mpmd_st_out *tensors, int n_meta,
+                          const mpmd_st_kv *meta, int checksums, mpmd_error *err) {
     if (!path || !*path) return mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write: no file name");
     if (n < 0 || n_meta < 0 || (n && !tensors) || (n_meta && !meta))
-        return mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: bad tensor or metadata count", path);
+        return mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: bad tensor or metadata count",
+                              path);
     out_slot *slots = malloc((size_t)(n ? n : 1) * sizeof *slots);
     if (!slots) return mpmd_error_set(err, MPMD_ERR_NOMEM, "safetensors write %s: out of memory", path);
     mpmd_status rc = MPMD_OK;
@@ -159,13 +164,15 @@ mpmd_status mpmd_st_write(const char *path, int n, const mpmd_st_out *tensors, i
         slots[i].t = t;
         slots[i].elem = t->dtype ? mpmd_st_dtype_size(t->dtype) : 0;
         if (!t->name || !*t->name)
-            rc = mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: tensor %d has no name", path, i);
+            rc =
+                mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: tensor %d has no name", path, i);
         else if (!slots[i].elem)
-            rc = mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: tensor \"%s\" has unknown dtype %s",
-                                path, t->name, t->dtype ? t->dtype : "(null)");
+            rc = mpmd_error_set(err, MPMD_ERR_INVALID,
+                                "safetensors write %s: tensor \"%s\" has unknown dtype %s", path, t->name,
+                                t->dtype ? t->dtype : "(null)");
         else if (t->ndim < 0 || t->ndim > MPMD_ST_MAX_DIMS || (t->ndim && !t->dim))
-            rc = mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: tensor \"%s\" has %d dims", path,
-                                t->name, t->ndim);
+            rc = mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: tensor \"%s\" has %d dims",
+                                path, t->name, t->ndim);
         uint64_t bytes = (uint64_t)slots[i].elem;
         for (int d = 0; !rc && d < t->ndim; d++) {
             if (t->dim[d] < 0)
@@ -174,8 +181,8 @@ mpmd_status mpmd_st_write(const char *path, int n, const mpmd_st_out *tensors, i
             bytes *= (uint64_t)t->dim[d];
         }
         if (!rc && bytes && !t->data)
-            rc = mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: tensor \"%s\" has no data", path,
-                                t->name);
+            rc = mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: tensor \"%s\" has no data",
+                                path, t->name);
         slots[i].bytes = bytes;
     }
     if (rc) {
@@ -186,8 +193,8 @@ mpmd_status mpmd_st_write(const char *path, int n, const mpmd_st_out *tensors, i
     uint64_t at = 0;
     for (int i = 0; i < n; i++) {
         if (i && strcmp(slots[i - 1].t->name, slots[i].t->name) == 0) {
-            rc = mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: two tensors are named \"%s\"", path,
-                                slots[i].t->name);
+            rc = mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: two tensors are named \"%s\"",
+                                path, slots[i].t->name);
             free(slots);
             return rc;
         }
@@ -197,12 +204,14 @@ mpmd_status mpmd_st_write(const char *path, int n, const mpmd_st_out *tensors, i
     for (int i = 0; i < n_meta; i++) {
         int clash = !meta[i].key || !meta[i].value ||
                     (checksums && (!strcmp(meta[i].key, "sha256") || !strcmp(meta[i].key, "header_sha256")));
-        for (int j = 0; j < i && !clash; j++) clash = !strcmp(meta[i].key, meta[j].key);
+        for (int j = 0; j < i && !clash; j++)
+            clash = !strcmp(meta[i].key, meta[j].key);
         if (clash) {
             free(slots);
-            return mpmd_error_set(err, MPMD_ERR_INVALID,
-                                  "safetensors write %s: metadata key \"%s\" is missing, repeated or reserved", path,
-                                  meta[i].key ? meta[i].key : "(null)");
+            return mpmd_error_set(
+                err, MPMD_ERR_INVALID,
+                "safetensors write %s: metadata key \"%s\" is missing, repeated or reserved", path,
+                meta[i].key ? meta[i].key : "(null)");
         }
     }
 
@@ -249,14 +258,16 @@ mpmd_status mpmd_st_write(const char *path, int n, const mpmd_st_out *tensors, i
         sb_str(&b, "]}");
     }
     sb_str(&b, "}");
-    while (b.len % 8) sb_str(&b, " "); /* the data section starts 8-aligned */
+    while (b.len % 8)
+        sb_str(&b, " "); /* the data section starts 8-aligned */
     if (b.oom) {
         free(b.s);
         free(slots);
         return mpmd_error_set(err, MPMD_ERR_NOMEM, "safetensors write %s: out of memory", path);
     }
     uint64_t hn = b.len - 8;
-    for (int i = 0; i < 8; i++) b.s[i] = (char)(hn >> (8 * i) & 0xFF);
+    for (int i = 0; i < 8; i++)
+        b.s[i] = (char)(hn >> (8 * i) & 0xFF);
 
     /* write: the header, then the data (hashed on the way), then the header
      * again with the checksums filled in */
@@ -315,19 +326,22 @@ mpmd_status mpmd_st_write(const char *path, int n, const mpmd_st_out *tensors, i
     }
     if (!fail && rename(tmp, path) != 0) {
         int e = errno;
-        rc = mpmd_error_set(err, MPMD_ERR_IO, "cannot write %s: renaming %s over it: %s (%s was left as it was)",
-                            path, tmp, strerror(e), path);
+        rc = mpmd_error_set(err, MPMD_ERR_IO,
+                            "cannot write %s: renaming %s over it: %s (%s was left as it was)", path, tmp,
+                            strerror(e), path);
         unlink(tmp);
     } else if (fail) {
         int e = errno;
-        rc = mpmd_error_set(err, MPMD_ERR_IO, "cannot write %s: %s the temporary file %s: %s (%s was left as it was)",
-                            path, step, tmp, strerror(e), path);
+        rc = mpmd_error_set(err, MPMD_ERR_IO,
+                            "cannot write %s: %s the temporary file %s: %s (%s was left as it was)", path,
+                            step, tmp, strerror(e), path);
         if (fd >= 0) unlink(tmp);
     } else if (sync_dir(path) != 0) {
-        rc = mpmd_error_set(err, MPMD_ERR_IO,
-                            "%s was written, but syncing its directory failed: %s (the new file may not survive a "
-                            "crash)",
-                            path, strerror(errno));
+        rc = mpmd_error_set(
+            err, MPMD_ERR_IO,
+            "%s was written, but syncing its directory failed: %s (the new file may not survive a "
+            "crash)",
+            path, strerror(errno));
     }
     free(tmp);
     free(b.s);
