@@ -395,6 +395,8 @@ mpmd_status mpmd_exec_read(mpmd_exec *ex, mpmd_value v, void *dst, size_t bytes)
 void *mpmd_exec_var_data(mpmd_exec *ex, mpmd_value v);
 /* The last error's message. */
 const char *mpmd_exec_error(const mpmd_exec *ex);
+/* The graph the executor runs. */
+const mpmd_graph *mpmd_exec_graph(const mpmd_exec *ex);
 /* Bytes of the planned activation arena (for inspection) and a printout of
  * the memory plan: every planned value with its offset and lifetime. */
 size_t mpmd_exec_arena_bytes(const mpmd_exec *ex);

@@ -382,6 +382,7 @@ void *mpmd_exec_var_data(mpmd_exec *ex, mpmd_value v) {
 }
 
 const char *mpmd_exec_error(const mpmd_exec *ex) { return ex->err; }
+const mpmd_graph *mpmd_exec_graph(const mpmd_exec *ex) { return ex->g; }
 size_t mpmd_exec_arena_bytes(const mpmd_exec *ex) { return ex->arena_bytes; }
 
 void mpmd_exec_print_plan(const mpmd_exec *ex, FILE *f) {

@@ -48,14 +48,6 @@ static int entry_by_name(const void *a, const void *b) {
     return strcmp(((const entry *)a)->name, ((const entry *)b)->name);
 }
 
-/* The graph of an executor. mpmd.h has no getter for it (reported to the
- * lead as a gap); struct mpmd_exec (src/exec/exec.c) starts with its graph
- * pointer, and a pointer to a struct, suitably converted, points to its
- * first member (C11 6.7.2.1p15). The round-trip tests fail if that changes. */
-static const mpmd_graph *exec_graph(const mpmd_exec *ex) {
-    return *(const mpmd_graph *const *)(const void *)ex;
-}
-
 /* Build the view: `holders` fills up to cap storage pointers of value v and
  * returns how many it found. */
 typedef int (*holders_fn)(void *target, mpmd_value v, void **out, int cap);
@@ -130,7 +122,7 @@ static mpmd_status view_build(const mpmd_graph *g, void *target, holders_fn hold
 
 static mpmd_status exec_view(mpmd_exec *ex, const char *who, state_view *v, mpmd_error *err) {
     if (!ex) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no executor", who);
-    return view_build(exec_graph(ex), ex, exec_holders, 1, 0, who, v, err);
+    return view_build(mpmd_exec_graph(ex), ex, exec_holders, 1, 0, who, v, err);
 }
 
 static mpmd_status step_view(mpmd_step *st, const char *who, state_view *v, mpmd_error *err) {
