@@ -82,12 +82,9 @@ static mpmd_value named_leaf(mpmd_graph *g, const mpmd_op_desc *op, const char *
         return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": dtype must be f32 or i32", fn, full);
     if (mpmd_is_value(mpmd_lookup(g, full)))
         return mpmd_fail(g, MPMD_ERR_INVALID, "%s: the name \"%s\" is already used in this graph", fn, full);
-    if (op != &mpmd_op_input && g->region == MPMD_REGION_BODY)
-        return mpmd_fail(g, MPMD_ERR_INVALID,
-                         "%s \"%s\": parameters and variables must be created outside the loop body "
-                         "(they live across microbatches and steps)",
-                         fn, full);
-    /* Leaves always belong before the loop: they are defined once per step. */
+    /* Leaves always belong before the loop, wherever they are created (a
+     * layer called in the body makes its parameters there): they are
+     * defined once per step and live across microbatches and steps. */
     int saved = g->region;
     g->region = MPMD_REGION_PRE;
     mpmd_value v = mpmd_emit(g, op, 0, NULL, mpmd_make_type(dt, ndim, dims));
