@@ -449,7 +449,8 @@ int mpmd_step_num_ranks(const mpmd_step *st);
  * input's size, every replica this process runs gets the same data; with
  * bytes = replicas x size (the global batch), replica d gets the d-th
  * share along axis 0. Under MPI a process passes its own share (or the
- * global batch, of which it keeps its share). */
+ * global batch, of which it keeps its share); a process whose rank does not
+ * read the input keeps nothing (JaxPP's partially addressable arrays). */
 mpmd_status mpmd_step_set_input(mpmd_step *st, mpmd_value input, const void *data, size_t bytes);
 /* Run one step on one thread per rank. */
 mpmd_status mpmd_step_run(mpmd_step *st);

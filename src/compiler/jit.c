@@ -196,6 +196,7 @@ mpmd_status mpmd_step_set_input(mpmd_step *st, mpmd_value input, const void *dat
         return MPMD_ERR_SHAPE;
     }
     char *dst = st->inputs[input.id];
+    if (!dst) return MPMD_OK; /* MPI: this process's rank does not read this input */
     for (size_t d = 0; d < R; d++) {
         if (st->runtime == MPMD_RUNTIME_MPI && (int)d != st->mpi_replica) continue;
         /* the same data for every replica, or replica d's share */
@@ -208,7 +209,7 @@ mpmd_status mpmd_step_set_input(mpmd_step *st, mpmd_value input, const void *dat
 mpmd_status mpmd_step_run(mpmd_step *st) {
     const mpmd_graph *g = st->g;
     for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i].op == &mpmd_op_input && st->live[i] && !st->input_set[i]) {
+        if (g->nodes[i].op == &mpmd_op_input && st->live[i] && st->inputs[i] && !st->input_set[i]) {
             snprintf(st->err, sizeof st->err, "input \"%s\" was not set (mpmd_step_set_input) before the run",
                      g->nodes[i].name);
             return MPMD_ERR_INVALID;

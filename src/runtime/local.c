@@ -458,6 +458,8 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
     /* inputs: one share per replica, replica d at d * size */
     for (int i = 0; i < nn; i++)
         if (g->nodes[i].op == &mpmd_op_input) {
+            /* under MPI only a process whose rank reads the input holds it */
+            if (mpi && !mpmd_runs_on(st, i, st->mpi_rank)) continue;
             if (!(st->inputs[i] = calloc((size_t)R, rt_bytes(g, i) + 1))) goto nomem;
         }
     if (!mpi && R > 1) {
