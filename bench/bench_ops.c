@@ -18,6 +18,7 @@
  * contains S).
  */
 #include "backend/cpu/cpu.h"
+#include "bench_util.h"
 #include "graph/graph.h"
 #include "mpmd.h"
 #include "ops/nn.h"
@@ -25,23 +26,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 enum { TOKENS = 256, WIDTH = 768, HEADS = 12, SEQ = 64, MLP = 3072, VOCAB = 50257 };
 
 static int g_threads = 1;
 static const char *g_filter = NULL;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static void *xmalloc(size_t bytes) {
     void *p = NULL;
@@ -108,14 +97,13 @@ static void bench_node(const mpmd_graph *g, mpmd_value v, const char *label, dou
         fprintf(stderr, "bench_ops: %s: %s\n", label, err);
         exit(1);
     }
-    double start = now_s();
-    while (reps < 64 && (reps < 5 || now_s() - start < 0.3)) {
-        double t0 = now_s();
+    double start = bench_now();
+    while (reps < 64 && (reps < 5 || bench_now() - start < 0.3)) {
+        double t0 = bench_now();
         e->fn(&a);
-        t[reps++] = now_s() - t0;
+        t[reps++] = bench_now() - t0;
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
-    double med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+    double med = bench_median(t, reps);
     if (flops > 0)
         printf(
             "{\"bench\":\"ops\",\"kernel\":\"%s\",\"op\":\"%s\",\"shape\":\"%s\",\"threads\":%d,\"ms\":%.4f,"
@@ -284,14 +272,14 @@ static void bench_sgemm(void) {
     double ts[7];
     mpmd_sgemm(1, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
     for (int r = 0; r < 7; r++) {
-        double t0 = now_s();
+        double t0 = bench_now();
         mpmd_sgemm(1, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        ts[r] = now_s() - t0;
+        ts[r] = bench_now() - t0;
     }
-    qsort(ts, 7, sizeof *ts, cmp_double);
+    double med = bench_median(ts, 7);
     printf("{\"bench\":\"ops\",\"kernel\":\"sgemm_1024\",\"op\":\"cblas_sgemm\",\"shape\":\"f32[1024,1024] "
            "f32[1024,1024]\",\"threads\":1,\"ms\":%.4f,\"gflops\":%.2f}\n",
-           ts[3] * 1e3, 2.0 * n * n * n / ts[3] / 1e9);
+           med * 1e3, 2.0 * n * n * n / med / 1e9);
     free(a), free(b), free(c);
 }
 

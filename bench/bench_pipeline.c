@@ -49,6 +49,7 @@
  * std1f1b); --steps is the number of timed steps of (a) (default 5; (b)
  * takes ten times as many).
  */
+#include "bench_util.h"
 #include "gpt_model.h"
 #include "mpmd.h"
 
@@ -59,27 +60,11 @@
 
 /* ---- timing ------------------------------------------------------------------ */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* CPU time of every thread of the process. */
 static double cpu_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* The 1-minute load average, to judge how noisy the numbers are. */
@@ -150,12 +135,12 @@ static int time_steps(const char *what, runner *r, const feed *f, mpmd_value los
     }
     for (int s = 0; s <= steps; s++) {
         float l;
-        double w0 = now_s(), c0 = cpu_s();
+        double w0 = bench_now(), c0 = cpu_s();
         if (run_step(r, f, loss_v, &l)) {
             fprintf(stderr, "bench_pipeline: %s: %s\n", what, runner_error(r));
             goto done;
         }
-        double w = now_s() - w0, c = cpu_s() - c0;
+        double w = bench_now() - w0, c = cpu_s() - c0;
         if (s == 0) {
             t->loss = l;
             runner_sha(r, t->sha);
@@ -163,8 +148,8 @@ static int time_steps(const char *what, runner *r, const feed *f, mpmd_value los
             wall[s - 1] = w, cpu[s - 1] = c;
         }
     }
-    t->wall_ms = steps ? 1e3 * median(wall, steps) : 0;
-    t->cpu_ms = steps ? 1e3 * median(cpu, steps) : 0;
+    t->wall_ms = steps ? 1e3 * bench_median(wall, steps) : 0;
+    t->cpu_ms = steps ? 1e3 * bench_median(cpu, steps) : 0;
     rc = 0;
 done:
     free(wall), free(cpu);
@@ -200,22 +185,22 @@ static int time_paired(const char *what, runner *loop, runner *pipe, const feed 
     }
     for (int s = 0; s < steps; s++) {
         float l;
-        double t0 = now_s();
+        double t0 = bench_now();
         if (run_step(loop, f, loss_v, &l)) {
             fprintf(stderr, "bench_pipeline: %s: one-rank loop: %s\n", what, runner_error(loop));
             goto done;
         }
-        double t1 = now_s();
+        double t1 = bench_now();
         if (run_step(pipe, f, loss_v, &l)) {
             fprintf(stderr, "bench_pipeline: %s: %s\n", what, runner_error(pipe));
             goto done;
         }
-        double t2 = now_s();
+        double t2 = bench_now();
         lt[s] = t1 - t0, pt[s] = t2 - t1, ratio[s] = lt[s] / pt[s];
     }
-    out->loop_ms = 1e3 * median(lt, steps); /* sorts lt: lt[0] is the fastest */
-    out->pipe_ms = 1e3 * median(pt, steps);
-    out->speedup = median(ratio, steps);
+    out->loop_ms = 1e3 * bench_median(lt, steps); /* sorts lt: lt[0] is the fastest */
+    out->pipe_ms = 1e3 * bench_median(pt, steps);
+    out->speedup = bench_median(ratio, steps);
     out->best_speedup = lt[0] / pt[0];
     rc = 0;
 done:
@@ -582,12 +567,12 @@ static int bench_compile(void) {
     const int layers = 96, micro = 256, rows = 1, width = 4;
     static const mpmd_schedule_kind kinds[] = {MPMD_SCHED_STD1F1B, MPMD_SCHED_GPIPE};
     mlp m;
-    double t0 = now_s();
+    double t0 = bench_now();
     if (build_mlp(layers, micro, rows, width, &m)) {
         mpmd_graph_free(m.g);
         return 1;
     }
-    double build_ms = 1e3 * (now_s() - t0);
+    double build_ms = 1e3 * (bench_now() - t0);
     const int64_t n = (int64_t)micro * rows * width;
     float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
     int rc = 1;
@@ -614,9 +599,9 @@ static int bench_compile(void) {
         double t[3], run_ms = 0;
         int ok = 1;
         for (int rep = 0; rep < 3 && ok; rep++) {
-            double c0 = now_s();
+            double c0 = bench_now();
             mpmd_step *st = mpmd_jit_with_loop(m.g, s, NULL, &err);
-            t[rep] = now_s() - c0;
+            t[rep] = bench_now() - c0;
             if (!st) {
                 fprintf(stderr, "bench_pipeline: compile: %s: %s\n", s->name, err.msg);
                 ok = 0;
@@ -625,14 +610,14 @@ static int bench_compile(void) {
             if (rep == 0) { /* validate the plan by running it */
                 runner r = {NULL, st};
                 timing pipe;
-                double r0 = now_s();
+                double r0 = bench_now();
                 ok = !time_steps(s->name, &r, &f, m.loss, 0, &pipe) && same_bits(s->name, &loop, &pipe);
-                run_ms = 1e3 * (now_s() - r0);
+                run_ms = 1e3 * (bench_now() - r0);
             }
             mpmd_step_free(st);
         }
         if (ok) {
-            double ms = 1e3 * median(t, 3);
+            double ms = 1e3 * bench_median(t, 3);
             fprintf(stderr, "  compile %s: %.1f ms (a step runs in %.0f ms)\n", s->name, ms, run_ms);
             fprintf(json,
                     "{\"bench\": \"compile_time\", \"model\": \"mlp-w4-96l\", \"schedule\": \"%s\", \"stages\": %d, "

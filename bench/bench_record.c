@@ -7,22 +7,11 @@
  * alternate, so both see the same machine. Prints one JSON line: median
  * step times and the overhead (target: under 2% of the step time).
  */
+#include "bench_util.h"
 #include "gpt_model.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 #define PAIRS 15
 
@@ -32,18 +21,16 @@ static int measure(const char *model, mpmd_step *st, int64_t tasks) {
     for (int k = -1; k < PAIRS; k++) {
         for (int rec = 0; rec < 2; rec++) {
             mpmd_step_set_recording(st, rec);
-            double t0 = now();
+            double t0 = bench_now();
             if (mpmd_step_run(st)) {
                 fprintf(stderr, "bench_record: %s\n", mpmd_step_error(st));
                 return 1;
             }
-            double t = 1e3 * (now() - t0);
+            double t = 1e3 * (bench_now() - t0);
             if (k >= 0) (rec ? on : off)[k] = t;
         }
     }
-    qsort(off, PAIRS, sizeof *off, cmp);
-    qsort(on, PAIRS, sizeof *on, cmp);
-    double mo = off[PAIRS / 2], mn = on[PAIRS / 2];
+    double mo = bench_median(off, PAIRS), mn = bench_median(on, PAIRS);
     printf("{\"bench\": \"recording_overhead\", \"model\": \"%s\", \"tasks_per_step\": %lld, \"off_ms\": %.3f, "
            "\"on_ms\": %.3f, \"overhead_pct\": %.2f, \"target_pct\": 2}\n",
            model, (long long)tasks, mo, mn, 100.0 * (mn - mo) / mo);

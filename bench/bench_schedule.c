@@ -5,26 +5,10 @@
  *
  *   build/bench/bench_schedule [runs]       (default 5) */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "bench_util.h"
 #include "mpmd.h"
 
 #include <stdlib.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *x, int n) {
-    qsort(x, (size_t)n, sizeof *x, cmp);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
 
 int main(int argc, char **argv) {
     enum { S = 1024, D = 512, N = 4096, MAX_RUNS = 64 };
@@ -35,17 +19,17 @@ int main(int argc, char **argv) {
     mpmd_error err;
     for (int i = 0; i < runs; i++) {
         mpmd_schedule *s;
-        double t0 = now();
+        double t0 = bench_now();
         if (mpmd_schedule_interleaved1f1b(S, D, N, 0, &s, &err)) {
             fprintf(stderr, "bench_schedule: %s\n", err.msg);
             return 1;
         }
-        double t1 = now();
+        double t1 = bench_now();
         if (mpmd_schedule_validate(s, &err, NULL)) {
             fprintf(stderr, "bench_schedule: %s\n", err.msg);
             return 1;
         }
-        double t2 = now();
+        double t2 = bench_now();
         gen[i] = t1 - t0;
         val[i] = t2 - t1;
         tot[i] = t2 - t0;
@@ -56,12 +40,12 @@ int main(int argc, char **argv) {
         sim[i] = 0;
         if (i < 3) {
             mpmd_sim *sm;
-            double t3 = now();
+            double t3 = bench_now();
             if (mpmd_schedule_simulate(s, NULL, &sm, &err, NULL)) {
                 fprintf(stderr, "bench_schedule: %s\n", err.msg);
                 return 1;
             }
-            sim[i] = now() - t3;
+            sim[i] = bench_now() - t3;
             mpmd_sim_free(sm);
         }
         mpmd_schedule_free(s);
@@ -71,7 +55,7 @@ int main(int argc, char **argv) {
         "{\"bench\": \"schedule\", \"schedule\": \"Interleaved1F1B\", \"stages\": %d, \"ranks\": %d, "
         "\"microbatches\": %d, \"tasks\": %lld, \"runs\": %d, \"generate_ms\": %.1f, \"validate_ms\": %.1f, "
         "\"generate_and_validate_ms\": %.1f, \"simulate_ms\": %.1f}\n",
-        S, D, N, tasks, runs, 1e3 * median(gen, runs), 1e3 * median(val, runs), 1e3 * median(tot, runs),
-        1e3 * median(sim, nsim));
+        S, D, N, tasks, runs, 1e3 * bench_median(gen, runs), 1e3 * bench_median(val, runs),
+        1e3 * bench_median(tot, runs), 1e3 * bench_median(sim, nsim));
     return 0;
 }

@@ -18,6 +18,7 @@
  * Options: --model small|124m (default both), --threads N (default 1 and 2),
  * --steps N timed steps (default 5; the median is reported).
  */
+#include "bench_util.h"
 #include "gpt_model.h"
 #include "mpmd.h"
 
@@ -26,23 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* The yardstick: single-thread C[1024,1024] = A[1024,1024] B[1024,1024].
  * Samples are taken before the first configuration and after each one, so
@@ -75,10 +59,10 @@ static void sgemm_sample(sgemm_bench *s, int count) {
     omp_set_num_threads(1); /* the OpenMP build of OpenBLAS follows the calling thread's setting */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, s->a, n, s->b, n, 0.0f, s->c, n);
     for (int r = 0; r < count && s->n < SGEMM_MAX_SAMPLES; r++) {
-        double t0 = now_s();
+        double t0 = bench_now();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, s->a, n, s->b, n, 0.0f, s->c,
                     n);
-        s->t[s->n++] = now_s() - t0;
+        s->t[s->n++] = bench_now() - t0;
     }
 }
 
@@ -87,7 +71,7 @@ static double sgemm_gflops(sgemm_bench *s, double *lo, double *hi) {
     double flop = 2.0 * SGEMM_N * (double)SGEMM_N * SGEMM_N;
     double t[SGEMM_MAX_SAMPLES];
     memcpy(t, s->t, sizeof(double) * (size_t)s->n);
-    double med = median(t, s->n); /* sorts t */
+    double med = bench_median(t, s->n); /* sorts t */
     *lo = flop / t[s->n - 1] / 1e9;
     *hi = flop / t[0] / 1e9;
     return flop / med / 1e9;
@@ -147,19 +131,19 @@ static int run_one(const bench_model *bm, int threads, int steps, result *r) {
         gpt_random_batch(c->vocab, c->batch, c->seq, 7, (uint64_t)s, tok, tgt);
         mpmd_exec_set_input(ex, m.tokens, tok, nb * 4);
         mpmd_exec_set_input(ex, m.targets, tgt, nb * 4);
-        double t0 = now_s();
+        double t0 = bench_now();
         if (mpmd_exec_run(ex) || mpmd_exec_read(ex, m.loss, &loss, sizeof loss)) {
             fprintf(stderr, "bench_train: %s: %s\n", bm->name, mpmd_exec_error(ex));
             rc = 1;
             break;
         }
-        double dt = now_s() - t0;
+        double dt = bench_now() - t0;
         if (s > 0) t[s - 1] = dt;
         fprintf(stderr, "  %s threads=%d step %d: %.1f ms, loss %.4f\n", bm->name, threads, s, 1e3 * dt,
                 loss);
     }
     if (!rc) {
-        double ms = 1e3 * median(t, steps);
+        double ms = 1e3 * bench_median(t, steps);
         r->model = bm->name;
         r->threads = threads;
         r->params = params;

@@ -11,23 +11,12 @@
  * ratio (target: MPI within 10% of in-process), and each rank's time
  * waiting on communication per step.
  */
+#include "bench_util.h"
 #include "gpt_model.h"
 
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 #define STEPS 7
 
@@ -67,9 +56,9 @@ int main(int argc, char **argv) {
         for (int k = 0; k < STEPS + 1; k++) {
             mpmd_step_set_input(st, m.tokens, tok, nb);
             mpmd_step_set_input(st, m.targets, tgt, nb);
-            double t0 = now();
+            double t0 = bench_now();
             if (mpmd_step_run(st)) die("run (local)", mpmd_step_error(st));
-            if (k > 0) local[k - 1] = now() - t0;
+            if (k > 0) local[k - 1] = bench_now() - t0;
             if (k == 0) mpmd_step_read(st, m.loss, &local_loss, sizeof local_loss);
         }
         mpmd_step_free(st);
@@ -98,9 +87,9 @@ int main(int argc, char **argv) {
         mpmd_step_set_input(st, m.tokens, tok, nb);
         mpmd_step_set_input(st, m.targets, tgt, nb);
         MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = now();
+        double t0 = bench_now();
         if (mpmd_step_run(st)) die("run (mpi)", mpmd_step_error(st));
-        double t = now() - t0, tmax;
+        double t = bench_now() - t0, tmax;
         MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         if (k == 0) mpmd_step_gather(st, m.loss, &mpi_loss, sizeof mpi_loss);
         if (k > 0) {
@@ -113,8 +102,7 @@ int main(int argc, char **argv) {
             }
         }
     }
-    qsort(wait, STEPS, sizeof *wait, cmp);
-    double my_wait = wait[STEPS / 2], waits[2];
+    double my_wait = bench_median(wait, STEPS), waits[2];
     MPI_Gather(&my_wait, 1, MPI_DOUBLE, waits, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (w == 0) {
         if (memcmp(&local_loss, &mpi_loss, sizeof mpi_loss) != 0) {
@@ -122,9 +110,7 @@ int main(int argc, char **argv) {
                     local_loss);
             mpmd_mpi_abort(1);
         }
-        qsort(local, STEPS, sizeof *local, cmp);
-        qsort(dist, STEPS, sizeof *dist, cmp);
-        double lm = 1e3 * local[STEPS / 2], dm = 1e3 * dist[STEPS / 2];
+        double lm = 1e3 * bench_median(local, STEPS), dm = 1e3 * bench_median(dist, STEPS);
         printf("{\"bench\": \"mpi_vs_local\", \"model\": \"gpt_small_4l\", \"schedule\": \"%s\", \"ranks\": 2, "
                "\"threads_per_rank\": 1, \"local_ms_per_step\": %.2f, \"mpi_ms_per_step\": %.2f, "
                "\"mpi_over_local\": %.3f, \"mpi_wait_ms_per_step\": [%.2f, %.2f], \"target_max\": 1.10}\n",
