@@ -51,6 +51,7 @@
  */
 #include "bench_util.h"
 #include "gpt_model.h"
+#include "mlp_model.h"
 #include "mpmd.h"
 
 #include <stdio.h>
@@ -208,51 +209,14 @@ done:
     return rc;
 }
 
-/* ---- an MLP with a marker per layer ------------------------------------------------ */
+/* ---- an MLP with a marker per layer (mlp_model.h) ------------------------------- */
 
-typedef struct mlp {
-    mpmd_graph *g;
-    mpmd_value x, y, loss;
-} mlp;
-
-/* `layers` dense layers of `width` with tanh between, a stage marker after
- * each (the last after the MSE loss), SGD: one stage per layer. */
-static int build_mlp(int layers, int micro, int rows_per_mb, int width, mlp *m) {
-    mpmd_graph *g = m->g = mpmd_graph_new();
-    if (!g) return 1;
-    int64_t B = (int64_t)micro * rows_per_mb;
-    m->x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(B, width));
-    m->y = mpmd_input(g, "y", MPMD_F32, MPMD_SHAPE(B, width));
-    mpmd_loop_begin(g, micro);
-    mpmd_value h = mpmd_microbatch(g, m->x), yb = mpmd_microbatch(g, m->y);
-    for (int l = 0; l < layers; l++) {
-        char name[32];
-        snprintf(name, sizeof name, "dense_%d", l);
-        h = mpmd_dense(g, name, h, width, 1);
-        if (l + 1 < layers) h = mpmd_enter_stage(g, mpmd_tanh(g, h));
-    }
-    mpmd_value d = mpmd_sub(g, h, yb);
-    mpmd_value loss = mpmd_mul_scalar(g, mpmd_mean(g, mpmd_square(g, d), 0, NULL, 0), 1.0f / (float)micro);
-    loss = mpmd_enter_stage(g, loss);
-    int np = mpmd_graph_params(g, NULL, 0);
-    mpmd_value *ps = malloc((size_t)np * sizeof *ps), *gs = malloc((size_t)np * sizeof *gs);
-    if (!ps || !gs) {
-        free(ps), free(gs);
-        return 1;
-    }
-    mpmd_graph_params(g, ps, np);
-    mpmd_grad(g, loss, np, ps, gs);
-    m->loss = mpmd_loop_reduce(g, loss, MPMD_REDUCE_ADD);
-    for (int i = 0; i < np; i++) gs[i] = mpmd_loop_reduce(g, gs[i], MPMD_REDUCE_ADD);
-    mpmd_loop_end(g);
-    mpmd_sgd(g, np, ps, gs, mpmd_scalar(g, 0.05f));
-    mpmd_keep(g, m->loss);
-    free(ps), free(gs);
-    if (mpmd_graph_status(g) != MPMD_OK) {
-        fprintf(stderr, "bench_pipeline: mlp: %s\n", mpmd_graph_error(g));
-        return 1;
-    }
-    return 0;
+/* mlp_build, saying why when it fails; the caller frees m->g either way. */
+static int build_mlp(int layers, int micro, int rows_per_mb, int width, mlp_model *m) {
+    mpmd_status st = mlp_build(layers, micro, rows_per_mb, width, m);
+    if (st == MPMD_ERR_NOMEM) fprintf(stderr, "bench_pipeline: mlp: out of memory\n");
+    else if (st) fprintf(stderr, "bench_pipeline: mlp: %s\n", mpmd_graph_error(m->g));
+    return st != MPMD_OK;
 }
 
 /* Deterministic data in [-1, 1). */
@@ -507,7 +471,7 @@ static int bench_efficiency(int steps) {
 static int bench_overhead(int steps) {
     const int layers = 8, D = 4, micro = 64, rows = 1, width = 4;
     steps *= 10; /* steps take milliseconds here */
-    mlp m;
+    mlp_model m;
     if (build_mlp(layers, micro, rows, width, &m)) {
         mpmd_graph_free(m.g);
         return 1;
@@ -566,7 +530,7 @@ done:
 static int bench_compile(void) {
     const int layers = 96, micro = 256, rows = 1, width = 4;
     static const mpmd_schedule_kind kinds[] = {MPMD_SCHED_STD1F1B, MPMD_SCHED_GPIPE};
-    mlp m;
+    mlp_model m;
     double t0 = bench_now();
     if (build_mlp(layers, micro, rows, width, &m)) {
         mpmd_graph_free(m.g);

@@ -10,44 +10,6 @@
 
 #include <string.h>
 
-typedef struct {
-    mpmd_graph *g;
-    mpmd_value x, y, loss;
-} mlp;
-
-/* `layers` dense layers of `width` (tanh and a stage marker between them),
- * MSE loss divided by the microbatch count and closed by a final marker,
- * SGD after the loop: one stage per layer. */
-static mlp build_mlp(int layers, int micro, int rows_per_mb, int width) {
-    mlp m;
-    mpmd_graph *g = m.g = mpmd_graph_new();
-    int64_t B = (int64_t)micro * rows_per_mb;
-    m.x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(B, width));
-    m.y = mpmd_input(g, "y", MPMD_F32, MPMD_SHAPE(B, width));
-    mpmd_loop_begin(g, micro);
-    mpmd_value h = mpmd_microbatch(g, m.x), yb = mpmd_microbatch(g, m.y);
-    for (int l = 0; l < layers; l++) {
-        char name[32];
-        snprintf(name, sizeof name, "dense_%d", l);
-        h = mpmd_dense(g, name, h, width, 1);
-        if (l + 1 < layers) h = mpmd_enter_stage(g, mpmd_tanh(g, h));
-    }
-    mpmd_value d = mpmd_sub(g, h, yb);
-    mpmd_value loss = mpmd_mul_scalar(g, mpmd_mean(g, mpmd_square(g, d), 0, NULL, 0), 1.0f / (float)micro);
-    loss = mpmd_enter_stage(g, loss);
-    int np = mpmd_graph_params(g, NULL, 0);
-    mpmd_value *ps = malloc((size_t)np * sizeof *ps), *gs = malloc((size_t)np * sizeof *gs);
-    mpmd_graph_params(g, ps, np);
-    mpmd_grad(g, loss, np, ps, gs);
-    m.loss = mpmd_loop_reduce(g, loss, MPMD_REDUCE_ADD);
-    for (int i = 0; i < np; i++) gs[i] = mpmd_loop_reduce(g, gs[i], MPMD_REDUCE_ADD);
-    mpmd_loop_end(g);
-    mpmd_sgd(g, np, ps, gs, mpmd_scalar(g, 0.05f));
-    mpmd_keep(g, m.loss);
-    free(ps), free(gs);
-    return m;
-}
-
 /* The text a FILE* callback wrote, through open_memstream. */
 typedef struct {
     char *buf;
@@ -155,7 +117,7 @@ static void check_program_text(const char *txt, const mpmd_schedule *s) {
 static void test_large_plan(void) {
     const int quick = tu_quick();
     const int S = quick ? 24 : 48, D = quick ? 4 : 8, n = quick ? 16 : 64, rows = 2, width = 4;
-    mlp m = build_mlp(S, n, rows, width);
+    tu_mlp m = tu_build_mlp(S, n, rows, width);
     CHECK(mpmd_graph_status(m.g) == MPMD_OK, "graph: %s", mpmd_graph_error(m.g));
     if (mpmd_graph_status(m.g) != MPMD_OK) return;
     mpmd_schedule *s = NULL;

@@ -134,35 +134,10 @@ int tu_gradcheck(const char *label, int n_in, const mpmd_type *in_shapes, tu_bui
 
 tu_mlp tu_build_mlp(int layers, int micro, int rows_per_mb, int width) {
     tu_mlp m;
-    m.g = mpmd_graph_new();
-    mpmd_graph *g = m.g;
-    int64_t B = (int64_t)micro * rows_per_mb;
-    m.x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(B, width));
-    m.y = mpmd_input(g, "y", MPMD_F32, MPMD_SHAPE(B, width));
-    mpmd_loop_begin(g, micro);
-    mpmd_value h = mpmd_microbatch(g, m.x), yb = mpmd_microbatch(g, m.y);
-    for (int l = 0; l < layers; l++) {
-        char name[32];
-        snprintf(name, sizeof name, "dense_%d", l);
-        h = mpmd_dense(g, name, h, width, 1);
-        if (l + 1 < layers) {
-            h = mpmd_tanh(g, h);
-            h = mpmd_enter_stage(g, h);
-        }
+    if (mlp_build(layers, micro, rows_per_mb, width, &m) == MPMD_ERR_NOMEM) {
+        fprintf(stderr, "tu_build_mlp: out of memory\n");
+        abort();
     }
-    mpmd_value d = mpmd_sub(g, h, yb);
-    mpmd_value loss = mpmd_mul_scalar(g, mpmd_mean(g, mpmd_square(g, d), 0, NULL, 0), 1.0f / (float)micro);
-    loss = mpmd_enter_stage(g, loss);
-    int np = mpmd_graph_params(g, NULL, 0);
-    mpmd_value *ps = malloc((size_t)np * sizeof *ps), *gs = malloc((size_t)np * sizeof *gs);
-    mpmd_graph_params(g, ps, np);
-    mpmd_grad(g, loss, np, ps, gs);
-    m.loss = mpmd_loop_reduce(g, loss, MPMD_REDUCE_ADD);
-    for (int i = 0; i < np; i++) gs[i] = mpmd_loop_reduce(g, gs[i], MPMD_REDUCE_ADD);
-    mpmd_loop_end(g);
-    mpmd_sgd(g, np, ps, gs, mpmd_scalar(g, 0.05f));
-    mpmd_keep(g, m.loss);
-    free(ps), free(gs);
     return m;
 }
 

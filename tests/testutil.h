@@ -3,6 +3,7 @@
 #ifndef MPMD_TESTUTIL_H
 #define MPMD_TESTUTIL_H
 
+#include "mlp_model.h"
 #include "mpmd.h"
 
 #include <stdio.h>
@@ -50,15 +51,14 @@ typedef mpmd_value (*tu_build_fn)(mpmd_graph *g, const mpmd_value *params, void 
 int tu_gradcheck(const char *label, int n_in, const mpmd_type *in_shapes, tu_build_fn build, void *ctx,
                  double h, double tol);
 
-/* The MLP the pipeline tests share: inputs "x" and "y" f32[micro * rows,
- * width]; `layers` dense layers with tanh between and a stage marker after
- * each (the last closing the last stage); MSE loss divided by the
- * microbatch count; gradients of every parameter loop-reduced; SGD (lr
- * 0.05) after the loop; the summed loss kept. */
-typedef struct tu_mlp {
-    mpmd_graph *g;
-    mpmd_value x, y, loss;
-} tu_mlp;
+/* The MLP the pipeline tests share (mlp_build in examples/models/mlp_model.h):
+ * inputs "x" and "y" f32[micro * rows, width]; `layers` dense layers with
+ * tanh between and a stage marker after each (the last closing the last
+ * stage); MSE loss divided by the microbatch count; gradients of every
+ * parameter loop-reduced; SGD (lr 0.05) after the loop; the summed loss
+ * kept. A graph error stays on m.g for the test to check; running out of
+ * memory aborts the test. */
+typedef mlp_model tu_mlp;
 tu_mlp tu_build_mlp(int layers, int micro, int rows_per_mb, int width);
 
 /* The compiler issue's equivalence list: (ranks, stages, microbatches,
