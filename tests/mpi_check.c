@@ -86,17 +86,9 @@ static void equivalence(void) {
             fprintf(stderr, "%s\n", err.msg);
             mpmd_mpi_abort(1);
         }
-        tu_mlp m = tu_build_mlp(pc->stages, pc->micro, 3, 8);
-        int64_t B = (int64_t)pc->micro * 3;
-        float *x = malloc((size_t)B * 8 * sizeof *x), *y = malloc((size_t)B * 8 * sizeof *y);
-        tu_fill(x, B * 8, 11 + c);
-        tu_fill(y, B * 8, 99 + c);
-        mpmd_value in[2] = {m.x, m.y};
-        void *data[2] = {x, y};
-        size_t bytes[2] = {(size_t)B * 8 * sizeof(float), (size_t)B * 8 * sizeof(float)};
-        compare("mlp", m.g, in, data, bytes, m.loss, s);
-        free(x), free(y);
-        mpmd_graph_free(m.g);
+        tu_mlp_case mc = tu_mlp_case_new(c);
+        compare("mlp", mc.m.g, mc.in, mc.data, mc.bytes, mc.m.loss, s);
+        tu_mlp_case_free(&mc);
 
         gpt_config cfg = gpt_config_default();
         cfg.vocab = 64, cfg.seq = 8, cfg.width = 16, cfg.heads = 2;

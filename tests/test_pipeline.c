@@ -66,21 +66,14 @@ static void compare(const char *what, mpmd_graph *g, const mpmd_value *inputs, v
 static void test_mlp_equivalence(void) {
     for (int c = 0; c < tu_num_pcases; c++) {
         const tu_pcase *pc = &tu_pcases[c];
-        tu_mlp m = tu_build_mlp(pc->stages, pc->micro, 3, 8);
+        tu_mlp_case mc = tu_mlp_case_new(c);
+        tu_mlp m = mc.m;
         CHECK(mpmd_graph_status(m.g) == MPMD_OK, "mlp graph: %s", mpmd_graph_error(m.g));
-        int64_t B = (int64_t)pc->micro * 3;
-        float *x = malloc((size_t)B * 8 * sizeof *x), *y = malloc((size_t)B * 8 * sizeof *y);
-        tu_fill(x, B * 8, 11 + c);
-        tu_fill(y, B * 8, 99 + c);
-        mpmd_value in[2] = {m.x, m.y};
-        void *data[2] = {x, y};
-        size_t bytes[2] = {(size_t)B * 8 * sizeof(float), (size_t)B * 8 * sizeof(float)};
         mpmd_schedule *s = make_sched(pc);
-        compare("mlp", m.g, in, data, bytes, 2, m.loss, s, 1);
-        if (!tu_quick()) compare("mlp", m.g, in, data, bytes, 2, m.loss, s, 2);
+        compare("mlp", m.g, mc.in, mc.data, mc.bytes, 2, m.loss, s, 1);
+        if (!tu_quick()) compare("mlp", m.g, mc.in, mc.data, mc.bytes, 2, m.loss, s, 2);
         mpmd_schedule_free(s);
-        free(x), free(y);
-        mpmd_graph_free(m.g);
+        tu_mlp_case_free(&mc);
     }
 }
 

@@ -150,3 +150,22 @@ const tu_pcase tu_pcases[] = {
     {3, 6, 6, MPMD_SCHED_DUALPIPEV, 0},       {3, 6, 10, MPMD_SCHED_DUALPIPEV, 0},
 };
 const int tu_num_pcases = (int)(sizeof tu_pcases / sizeof tu_pcases[0]);
+
+tu_mlp_case tu_mlp_case_new(int c) {
+    const tu_pcase *pc = &tu_pcases[c];
+    tu_mlp_case mc;
+    mc.m = tu_build_mlp(pc->stages, pc->micro, 3, 8);
+    int64_t B = (int64_t)pc->micro * 3;
+    mc.x = malloc((size_t)B * 8 * sizeof *mc.x), mc.y = malloc((size_t)B * 8 * sizeof *mc.y);
+    tu_fill(mc.x, B * 8, 11 + c);
+    tu_fill(mc.y, B * 8, 99 + c);
+    mc.in[0] = mc.m.x, mc.in[1] = mc.m.y;
+    mc.data[0] = mc.x, mc.data[1] = mc.y;
+    mc.bytes[0] = mc.bytes[1] = (size_t)B * 8 * sizeof(float);
+    return mc;
+}
+
+void tu_mlp_case_free(tu_mlp_case *mc) {
+    free(mc->x), free(mc->y);
+    mpmd_graph_free(mc->m.g);
+}

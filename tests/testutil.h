@@ -71,6 +71,21 @@ typedef struct tu_pcase {
 extern const tu_pcase tu_pcases[];
 extern const int tu_num_pcases;
 
+/* The MLP of equivalence case c and its data, the same in-process
+ * (test_pipeline) and under MPI (mpi_check): tu_build_mlp(stages, micro,
+ * 3, 8) and inputs x, y f32[micro * 3, 8] from tu_fill with seeds 11 + c
+ * and 99 + c, laid out as the compare loops take them (in, data, bytes).
+ * Free with tu_mlp_case_free. */
+typedef struct tu_mlp_case {
+    tu_mlp m;
+    float *x, *y;
+    mpmd_value in[2];
+    void *data[2];
+    size_t bytes[2];
+} tu_mlp_case;
+tu_mlp_case tu_mlp_case_new(int c);
+void tu_mlp_case_free(tu_mlp_case *mc);
+
 /* Convenience: an f32 type from dims. */
 mpmd_type tu_f32(int ndim, const int64_t *dims);
 
