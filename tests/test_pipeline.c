@@ -158,6 +158,28 @@ static void test_errors(void) {
         mpmd_schedule_free(s);
     }
     mpmd_graph_free(m.g);
+    /* an op that no task can run: a forward op reading a gradient */
+    {
+        mpmd_graph *gg = mpmd_graph_new();
+        mpmd_value x = mpmd_input(gg, "x", MPMD_F32, MPMD_SHAPE(4, 2));
+        mpmd_value w = mpmd_param(gg, "w", MPMD_SHAPE(2), MPMD_ONES);
+        mpmd_loop_begin(gg, 2);
+        mpmd_value h = mpmd_enter_stage(gg, mpmd_mul(gg, mpmd_microbatch(gg, x), w));
+        mpmd_value l = mpmd_enter_stage(gg, mpmd_sum(gg, mpmd_square(gg, h), 0, NULL, 0));
+        mpmd_value gw;
+        mpmd_grad(gg, l, 1, &w, &gw);
+        mpmd_value pen = mpmd_sum(gg, mpmd_mul(gg, gw, gw), 0, NULL, 0); /* a gradient penalty */
+        mpmd_value tot = mpmd_loop_reduce(gg, pen, MPMD_REDUCE_ADD);
+        mpmd_loop_end(gg);
+        mpmd_keep(gg, tot);
+        mpmd_schedule_std1f1b(2, 2, &s, &err);
+        mpmd_step *st = mpmd_jit_with_loop(gg, s, NULL, &err);
+        CHECK(st == NULL && strstr(err.msg, "cannot place") && strstr(err.msg, "backward pass"), "%s",
+              st ? "accepted" : err.msg);
+        mpmd_step_free(st);
+        mpmd_schedule_free(s);
+        mpmd_graph_free(gg);
+    }
     /* a graph without a loop */
     mpmd_graph *g = mpmd_graph_new();
     mpmd_param(g, "w", MPMD_SHAPE(2), MPMD_ZEROS);

@@ -53,6 +53,25 @@ mpmd_status mpmd_cluster(const mpmd_graph *g, const unsigned char *live, int S, 
     /* Forward ops first (backward ops take their stage from them): by
      * inputs in creation order, then, for those still without a stage, by
      * uses in reverse order (every use of a value comes after it). */
+    /* A forward op cannot read a backward value: a forward task would wait
+     * for a backward task of its own microbatch, which waits for it. */
+    for (int i = 0; i < nn; i++) {
+        if (!BODY_LIVE(i) || g->nodes[i].is_bwd) continue;
+        const mpmd_node *n = &g->nodes[i];
+        for (int j = 0; j < n->n_in; j++) {
+            const mpmd_node *u = &g->nodes[n->in[j]];
+            if (u->region != MPMD_REGION_BODY || !u->is_bwd) continue;
+            char tb[160];
+            mpmd_error_set(err, MPMD_ERR_INVALID,
+                           "mpmd_jit_with_loop: cannot place %%%d = %s (%s): it is a forward op but reads %%%d = %s, a "
+                           "value of the backward pass; no pipeline task can run it (compute it after the loop, "
+                           "from the loop's reductions)",
+                           i, n->op->name, mpmd_type_str(&n->type, tb, sizeof tb), (int)u->id, u->op->name);
+            free(cand), free(cross), free(in_a);
+            mpmd_clusters_free(c);
+            return MPMD_ERR_INVALID;
+        }
+    }
     for (int pass = 0; pass < 2; pass++) {
         const int bwd = pass;
         for (int i = 0; i < nn; i++) {
