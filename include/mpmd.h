@@ -4,7 +4,8 @@
  * and runs it: on one rank with a microbatch loop, or (with a schedule) as
  * one program per pipeline rank. This header is the whole public API.
  *
- * A step in brief: a two-layer MLP trained with SGD, 4 microbatches.
+ * A step in brief: a two-layer MLP trained with SGD, 4 microbatches, as a
+ * two-stage pipeline.
  *
  *     mpmd_graph *g = mpmd_graph_new();
  *     mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(64, 16));
@@ -33,12 +34,17 @@
  *     mpmd_keep(g, total);
  *     if (mpmd_graph_status(g)) { fprintf(stderr, "%s\n", mpmd_graph_error(g)); ... }
  *
+ *     mpmd_schedule *sched;                           // 2 stages on 2 ranks
  *     mpmd_error err;
- *     mpmd_exec *ex = mpmd_exec_new(g, NULL, &err);   // one rank, all cores
- *     mpmd_exec_set_input(ex, x, xdata, sizeof xdata);
- *     mpmd_exec_set_input(ex, y, ydata, sizeof ydata);
- *     mpmd_exec_run(ex);                              // one training step
- *     float l; mpmd_exec_read(ex, total, &l, sizeof l);
+ *     mpmd_schedule_std1f1b(2, 4, &sched, &err);
+ *     mpmd_step *st = mpmd_jit_with_loop(g, sched, NULL, &err);  // a program per rank
+ *     mpmd_step_set_input(st, x, xdata, sizeof xdata);
+ *     mpmd_step_set_input(st, y, ydata, sizeof ydata);
+ *     mpmd_step_run(st);                              // one step, one thread per rank
+ *     float l; mpmd_step_read(st, total, &l, sizeof l);
+ *
+ * The same graph runs unpipelined, the reference the pipeline matches bit
+ * for bit: mpmd_exec_new(g, NULL, &err), mpmd_exec_set_input, mpmd_exec_run.
  *
  * Conventions.
  * - Values are SSA: every op returns a new value; nothing runs until an
