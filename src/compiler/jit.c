@@ -278,11 +278,6 @@ mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes)
     return MPMD_ERR_INVALID;
 }
 
-static int by_name(const void *a, const void *b) {
-    const mpmd_node *x = *(const mpmd_node *const *)a, *y = *(const mpmd_node *const *)b;
-    return strcmp(x->name, y->name);
-}
-
 /* A value of (rank, replica) into dst on this process: a local copy, or
  * under MPI a broadcast from the process that runs that rank and replica
  * (every process must make the same calls in the same order). */
@@ -295,33 +290,23 @@ static mpmd_status fetch(mpmd_step *st, int rank, int replica, int node, void *d
 }
 
 void mpmd_step_replica_params_sha256(mpmd_step *st, int replica, char hex[65]) {
-    const mpmd_graph *g = st->g;
-    int np = mpmd_graph_params(g, NULL, 0);
-    const mpmd_node **ps = malloc((size_t)(np ? np : 1) * sizeof *ps);
-    size_t maxb = 0;
+    int np;
+    const mpmd_node **ps = mpmd_params_by_name(st->g, &np);
+    size_t maxb = 1;
+    for (int i = 0; ps && i < np; i++)
+        if (mpmd_type_bytes(&ps[i]->type) > maxb) maxb = mpmd_type_bytes(&ps[i]->type);
+    void *buf = malloc(maxb);
     mpmd_sha256_ctx c;
     mpmd_sha256_init(&c);
-    if (ps) {
-        int k = 0;
-        for (int i = 0; i < g->n_nodes; i++)
-            if (g->nodes[i].flags & MPMD_NODE_TRAINABLE) {
-                ps[k++] = &g->nodes[i];
-                if (mpmd_type_bytes(&g->nodes[i].type) > maxb) maxb = mpmd_type_bytes(&g->nodes[i].type);
-            }
-        qsort(ps, (size_t)np, sizeof *ps, by_name);
-        void *buf = malloc(maxb ? maxb : 1);
-        for (int i = 0; i < np && buf; i++) {
-            int r;
-            if (mpmd_step_where(st, (mpmd_value){ps[i]->id}, &r, 1) < 1) continue;
-            size_t b = mpmd_type_bytes(&ps[i]->type);
-            if (fetch(st, r, replica, ps[i]->id, buf, b) == MPMD_OK) mpmd_sha256_update(&c, buf, b);
-        }
-        free(buf);
-        free(ps);
+    for (int i = 0; ps && buf && i < np; i++) {
+        int r;
+        if (mpmd_step_where(st, (mpmd_value){ps[i]->id}, &r, 1) < 1) continue;
+        size_t b = mpmd_type_bytes(&ps[i]->type);
+        if (fetch(st, r, replica, ps[i]->id, buf, b) == MPMD_OK) mpmd_sha256_update(&c, buf, b);
     }
-    uint8_t d[32];
-    mpmd_sha256_final(&c, d);
-    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    free(buf);
+    free(ps);
+    mpmd_sha256_final_hex(&c, hex);
 }
 
 void mpmd_step_params_sha256(mpmd_step *st, char hex[65]) { mpmd_step_replica_params_sha256(st, 0, hex); }

@@ -398,27 +398,12 @@ void mpmd_exec_print_plan(const mpmd_exec *ex, FILE *f) {
     }
 }
 
-static int by_name(const void *a, const void *b) {
-    const mpmd_node *x = *(const mpmd_node *const *)a, *y = *(const mpmd_node *const *)b;
-    return strcmp(x->name, y->name);
-}
-
 void mpmd_exec_params_sha256(mpmd_exec *ex, char hex[65]) {
-    const mpmd_graph *g = ex->g;
-    int np = mpmd_graph_params(g, NULL, 0);
-    const mpmd_node **ps = malloc((size_t)(np ? np : 1) * sizeof *ps);
+    int np;
+    const mpmd_node **ps = mpmd_params_by_name(ex->g, &np);
     mpmd_sha256_ctx c;
     mpmd_sha256_init(&c);
-    if (ps) {
-        int k = 0;
-        for (int i = 0; i < g->n_nodes; i++)
-            if (g->nodes[i].flags & MPMD_NODE_TRAINABLE) ps[k++] = &g->nodes[i];
-        qsort(ps, (size_t)np, sizeof *ps, by_name);
-        for (int i = 0; i < np; i++)
-            mpmd_sha256_update(&c, ex->slots[ps[i]->id].ptr, mpmd_type_bytes(&ps[i]->type));
-        free(ps);
-    }
-    uint8_t d[32];
-    mpmd_sha256_final(&c, d);
-    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    for (int i = 0; ps && i < np; i++) mpmd_sha256_update(&c, ex->slots[ps[i]->id].ptr, mpmd_type_bytes(&ps[i]->type));
+    free(ps);
+    mpmd_sha256_final_hex(&c, hex);
 }

@@ -255,6 +255,22 @@ int mpmd_graph_params(const mpmd_graph *g, mpmd_value *out, int cap) {
     return k;
 }
 
+static int node_by_name(const void *a, const void *b) {
+    const mpmd_node *x = *(const mpmd_node *const *)a, *y = *(const mpmd_node *const *)b;
+    return strcmp(x->name, y->name);
+}
+
+const mpmd_node **mpmd_params_by_name(const mpmd_graph *g, int *n) {
+    int np = mpmd_graph_params(g, NULL, 0);
+    const mpmd_node **ps = malloc((size_t)(np ? np : 1) * sizeof *ps);
+    *n = 0;
+    if (!ps) return NULL;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].flags & MPMD_NODE_TRAINABLE) ps[(*n)++] = &g->nodes[i];
+    qsort(ps, (size_t)np, sizeof *ps, node_by_name);
+    return ps;
+}
+
 int mpmd_graph_state(const mpmd_graph *g, mpmd_value *out, int cap) {
     int k = 0;
     for (int i = 0; i < g->n_nodes; i++) {

@@ -140,6 +140,11 @@ int mpmd_norm_axis(int axis, int ndim);
  * (say a gradient nobody reduces) need not run. NULL when out of memory. */
 unsigned char *mpmd_live_nodes(const mpmd_graph *g);
 
+/* The trainable parameters sorted by full name (the order params_sha256
+ * hashes them in): a malloc'ed array of *n nodes, NULL when out of memory.
+ * Valid until the graph grows. */
+const mpmd_node **mpmd_params_by_name(const mpmd_graph *g, int *n);
+
 /* Sum of two gradient contributions (used by mpmd_grad and VJP rules). */
 mpmd_value mpmd_grad_add(mpmd_graph *g, mpmd_value a, mpmd_value b);
 

@@ -460,8 +460,8 @@ static mpmd_status load_view(const state_view *v, const char *path, mpmd_checkpo
         char a[65], b[65];
         mpmd_sha256(data, (size_t)h.data_len, got);
         if (memcmp(got, want, 32) != 0) {
-            mpmd_st_hex(want, a);
-            mpmd_st_hex(got, b);
+            mpmd_sha256_hex(want, a);
+            mpmd_sha256_hex(got, b);
             rc = mpmd_error_set(
                 err, MPMD_ERR_FORMAT,
                 "%s: %s: data checksum mismatch (sha256 %s in the header, the data hashes to %s): "
@@ -564,8 +564,8 @@ mpmd_status mpmd_checkpoint_verify(const char *path, FILE *list, mpmd_error *err
         mpmd_sha256_final(&c, got);
         if (!rc && has_hash && memcmp(got, want, 32) != 0) {
             char a[65], b[65];
-            mpmd_st_hex(want, a);
-            mpmd_st_hex(got, b);
+            mpmd_sha256_hex(want, a);
+            mpmd_sha256_hex(got, b);
             rc = mpmd_error_set(
                 err, MPMD_ERR_FORMAT,
                 "%s: %s: data checksum mismatch (sha256 %s in the header, the data hashes to %s): "

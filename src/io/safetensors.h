@@ -127,7 +127,4 @@ mpmd_status mpmd_st_check_header_sha256(const mpmd_st_header *h, mpmd_error *err
  * with the span [b, e) read as '0's. */
 void mpmd_st_header_hash(const uint8_t *raw, size_t len, size_t b, size_t e, uint8_t out[32]);
 
-/* 32 bytes as 64 lowercase hex digits and a terminator. */
-void mpmd_st_hex(const uint8_t d[32], char hex[65]);
-
 #endif

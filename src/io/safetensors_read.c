@@ -36,14 +36,6 @@ int mpmd_st_dtype_size(const char *dtype) {
     return 0;
 }
 
-void mpmd_st_hex(const uint8_t d[32], char hex[65]) {
-    static const char digits[] = "0123456789abcdef";
-    for (int i = 0; i < 32; i++) {
-        hex[2 * i] = digits[d[i] >> 4];
-        hex[2 * i + 1] = digits[d[i] & 15];
-    }
-    hex[64] = '\0';
-}
 
 /* ---- the header parser ------------------------------------------------------ */
 
@@ -800,7 +792,7 @@ mpmd_status mpmd_st_check_header_sha256(const mpmd_st_header *h, mpmd_error *err
     uint8_t d[32];
     char hex[65];
     mpmd_st_header_hash(h->raw, (size_t)h->n + 8, m->raw_begin, m->raw_end, d);
-    mpmd_st_hex(d, hex);
+    mpmd_sha256_hex(d, hex);
     if (memcmp(hex, h->raw + m->raw_begin, 64) != 0)
         return mpmd_error_set(
             err, MPMD_ERR_FORMAT,

@@ -294,10 +294,10 @@ mpmd_status mpmd_st_write(const char *path, int n, const mpmd_st_out *tensors, i
         uint8_t d[32];
         char hex[65];
         mpmd_sha256_final(&c, d);
-        mpmd_st_hex(d, hex);
+        mpmd_sha256_hex(d, hex);
         memcpy(b.s + data_hash_at, hex, 64);
         mpmd_st_header_hash((const uint8_t *)b.s, b.len, header_hash_at, header_hash_at + 64, d);
-        mpmd_st_hex(d, hex);
+        mpmd_sha256_hex(d, hex);
         memcpy(b.s + header_hash_at, hex, 64);
         size_t done = 0;
         while (!fail && done < b.len) {

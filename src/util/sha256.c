@@ -72,6 +72,18 @@ void mpmd_sha256_final(mpmd_sha256_ctx *c, uint8_t out[32]) {
     }
 }
 
+void mpmd_sha256_hex(const uint8_t d[32], char hex[65]) {
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 0; i < 32; i++) hex[2 * i] = digits[d[i] >> 4], hex[2 * i + 1] = digits[d[i] & 15];
+    hex[64] = '\0';
+}
+
+void mpmd_sha256_final_hex(mpmd_sha256_ctx *c, char hex[65]) {
+    uint8_t d[32];
+    mpmd_sha256_final(c, d);
+    mpmd_sha256_hex(d, hex);
+}
+
 void mpmd_sha256(const void *data, size_t len, uint8_t out[32]) {
     mpmd_sha256_ctx c;
     mpmd_sha256_init(&c);
