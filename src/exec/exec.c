@@ -21,7 +21,6 @@
 #include "backend/cpu/cpu.h"
 #include "exec/plan.h"
 #include "graph/graph.h"
-#include "util/init.h"
 #include "util/sha256.h"
 
 #include <stdlib.h>
@@ -142,14 +141,7 @@ mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_e
         if (n->op == &mpmd_op_param || n->op == &mpmd_op_variable || n->op == &mpmd_op_constant) {
             s->kind = SLOT_STORAGE;
             if (!(s->ptr = xaligned(bytes))) goto oom;
-            if (n->op == &mpmd_op_constant) {
-                if (n->data)
-                    memcpy(s->ptr, n->data, bytes);
-                else
-                    for (int64_t k = 0; k < mpmd_type_numel(&n->type); k++) ((float *)s->ptr)[k] = n->fa[0];
-            } else {
-                mpmd_init_fill(s->ptr, &n->type, n->name, n->init, ex->seed);
-            }
+            mpmd_leaf_initial_value(n, s->ptr, ex->seed);
         } else if (n->op == &mpmd_op_input) {
             s->kind = SLOT_INPUT;
             if (!(s->ptr = xaligned(bytes))) goto oom;

@@ -3,6 +3,7 @@
  * markers and state assignment. Their kernels, where they have one, are in
  * src/backend/cpu/core.c; the executor treats the rest itself. */
 #include "graph.h"
+#include "util/init.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +150,16 @@ mpmd_value mpmd_constant(mpmd_graph *g, mpmd_dtype dtype, int ndim, const int64_
     }
     n->data = copy;
     return r;
+}
+
+void mpmd_leaf_initial_value(const mpmd_node *n, void *dst, uint64_t seed) {
+    if (n->op != &mpmd_op_constant) {
+        mpmd_init_fill(dst, &n->type, n->name, n->init, seed);
+    } else if (n->data) {
+        memcpy(dst, n->data, mpmd_type_bytes(&n->type));
+    } else {
+        for (int64_t k = 0; k < mpmd_type_numel(&n->type); k++) ((float *)dst)[k] = n->fa[0];
+    }
 }
 
 /* ---- the microbatch loop ---------------------------------------------------- */

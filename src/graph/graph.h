@@ -148,6 +148,11 @@ const mpmd_node **mpmd_params_by_name(const mpmd_graph *g, int *n);
 /* Sum of two gradient contributions (used by mpmd_grad and VJP rules). */
 mpmd_value mpmd_grad_add(mpmd_graph *g, mpmd_value a, mpmd_value b);
 
+/* The value a parameter, variable or constant starts with, written to dst
+ * (its type's size): constants their data or fill, the others their
+ * initialiser under `seed`. Both executors set up storage with it. */
+void mpmd_leaf_initial_value(const mpmd_node *n, void *dst, uint64_t seed);
+
 /* The structural ops, for the executor and the compiler to recognise. */
 extern const mpmd_op_desc mpmd_op_input, mpmd_op_param, mpmd_op_variable, mpmd_op_constant;
 extern const mpmd_op_desc mpmd_op_microbatch, mpmd_op_loop_reduce, mpmd_op_stage_marker, mpmd_op_assign;

@@ -13,7 +13,6 @@
  * failure's message.
  */
 #include "runtime/runtime.h"
-#include "util/init.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -520,14 +519,7 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
                 void *p = NULL;
                 if (posix_memalign(&p, 64, (b + 64) / 64 * 64)) goto nomem;
                 rs->glob[i] = p;
-                if (nd->op == &mpmd_op_constant) {
-                    if (nd->data)
-                        memcpy(p, nd->data, b);
-                    else
-                        for (int64_t q = 0; q < mpmd_type_numel(&nd->type); q++) ((float *)p)[q] = nd->fa[0];
-                } else {
-                    mpmd_init_fill(p, &nd->type, nd->name, nd->init, st->seed);
-                }
+                mpmd_leaf_initial_value(nd, p, st->seed);
             } else if (nd->op == &mpmd_op_input) {
                 rs->glob[i] = (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i);
             }
