@@ -275,25 +275,7 @@ static void reduce_step(mpmd_exec *ex, int m) {
     const mpmd_graph *g = ex->g;
     for (int i = 0; i < g->n_nodes; i++) {
         const mpmd_node *n = &g->nodes[i];
-        if (n->op != &mpmd_op_loop_reduce || !ex->live[i]) continue;
-        const mpmd_type *xt = &g->nodes[n->in[0]].type;
-        size_t bytes = mpmd_type_bytes(xt);
-        int64_t cnt = mpmd_type_numel(xt);
-        char *acc = ptr_of(ex, i, m);
-        const char *x = ptr_of(ex, n->in[0], m);
-        if (n->ia[0] == MPMD_REDUCE_CONCAT) {
-            memcpy(acc + (size_t)m * bytes, x, bytes);
-        } else if (m == 0) {
-            memcpy(acc, x, bytes);
-        } else if (n->ia[0] == MPMD_REDUCE_ADD) {
-            float *a = (float *)acc;
-            const float *b = (const float *)x;
-            for (int64_t k = 0; k < cnt; k++) a[k] += b[k];
-        } else {
-            float *a = (float *)acc;
-            const float *b = (const float *)x;
-            for (int64_t k = 0; k < cnt; k++) a[k] = b[k] > a[k] ? b[k] : a[k];
-        }
+        if (n->op == &mpmd_op_loop_reduce && ex->live[i]) mpmd_loop_fold(g, n, ptr_of(ex, i, m), ptr_of(ex, n->in[0], m), m);
     }
 }
 

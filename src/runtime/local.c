@@ -120,7 +120,6 @@ static int accumulate(mpmd_rank_state *rs, int i, int mb) {
     const mpmd_graph *g = st->g;
     for (int r = st->reduce_head[i]; r >= 0; r = st->reduce_next[r]) {
         const mpmd_node *rn = &g->nodes[r];
-        size_t bytes = rt_bytes(g, i);
         const char *x = ptr_of(rs, i, mb);
         if (mb == 0) {
             rs->glob[r] = rt_pool_get(rs, rt_bytes(g, r));
@@ -130,20 +129,7 @@ static int accumulate(mpmd_rank_state *rs, int i, int mb) {
             }
             rs->owned[r] = 1;
         }
-        char *acc = rs->glob[r];
-        if (rn->ia[0] == MPMD_REDUCE_CONCAT) {
-            memcpy(acc + (size_t)mb * bytes, x, bytes);
-        } else if (mb == 0) {
-            memcpy(acc, x, bytes);
-        } else {
-            float *a = (float *)acc;
-            const float *b = (const float *)x;
-            int64_t cnt = mpmd_type_numel(&g->nodes[i].type);
-            if (rn->ia[0] == MPMD_REDUCE_ADD)
-                for (int64_t k = 0; k < cnt; k++) a[k] += b[k];
-            else
-                for (int64_t k = 0; k < cnt; k++) a[k] = b[k] > a[k] ? b[k] : a[k];
-        }
+        mpmd_loop_fold(g, rn, rs->glob[r], x, mb);
     }
     return 0;
 }
