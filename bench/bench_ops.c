@@ -63,7 +63,7 @@ static void bench_node(const mpmd_graph *g, mpmd_value v, const char *label, dou
         fprintf(stderr, "bench_ops: %s: no such node\n", label);
         exit(1);
     }
-    const mpmd_cpu_entry *e = mpmd_cpu_find(n->op);
+    const mpmd_kernel *e = mpmd_cpu_find(n->op);
     if (!e) {
         fprintf(stderr, "bench_ops: %s: no CPU kernel for %s\n", label, n->op->name);
         exit(1);
@@ -90,7 +90,7 @@ static void bench_node(const mpmd_graph *g, mpmd_value v, const char *label, dou
     size_t sb = e->scratch ? e->scratch(g, n) : 0;
     void *scratch = sb ? xmalloc(sb) : NULL;
     char err[512] = "";
-    mpmd_kargs a = {g, n, out, in, ty, g_threads, scratch, 0, err, sizeof err};
+    mpmd_kargs a = {g, n, out, in, ty, g_threads, scratch, 0, err, sizeof err, NULL};
     double t[64];
     int reps = 0;
     if (e->fn(&a)) { /* warm-up; also checks the inputs */

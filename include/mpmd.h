@@ -381,8 +381,12 @@ mpmd_status mpmd_adamw(mpmd_graph *g, int n, const mpmd_value *params, const mpm
 typedef struct mpmd_exec_opts {
     int threads;   /* kernel threads of this executor; 0: all cores */
     uint64_t seed; /* initialiser seed for parameters and variables */
+    /* Where buffers live and kernels run: "cpu" (NULL or "" means "cpu")
+     * or "cuda" in a build with CUDA (MPMD_WITH_CUDA). An unknown name, or
+     * a backend that cannot run here (no GPU), is an error saying which. */
+    const char *backend;
 } mpmd_exec_opts;
-#define MPMD_EXEC_DEFAULTS ((mpmd_exec_opts){0, 0})
+#define MPMD_EXEC_DEFAULTS ((mpmd_exec_opts){0, 0, NULL})
 
 typedef struct mpmd_exec mpmd_exec;
 
@@ -397,8 +401,18 @@ mpmd_status mpmd_exec_set_input(mpmd_exec *ex, mpmd_value input, const void *dat
 mpmd_status mpmd_exec_run(mpmd_exec *ex);
 /* Copy out a kept value, a parameter or a variable after a run. */
 mpmd_status mpmd_exec_read(mpmd_exec *ex, mpmd_value v, void *dst, size_t bytes);
-/* Direct access to a parameter's or variable's storage (NULL if v is not one). */
+/* Copy new contents into a parameter or variable (bytes must equal its size). */
+mpmd_status mpmd_exec_write(mpmd_exec *ex, mpmd_value v, const void *src, size_t bytes);
+/* Direct access to a parameter's or variable's storage: NULL if v is not
+ * one, or if the backend's buffers are not host memory (CPU only; use
+ * mpmd_exec_read and mpmd_exec_write elsewhere). */
 void *mpmd_exec_var_data(mpmd_exec *ex, mpmd_value v);
+/* The name of the backend the executor runs on ("cpu", "cuda"). */
+const char *mpmd_exec_backend(const mpmd_exec *ex);
+/* The backends this build has, as "cpu, cuda"; and 0 if backend `name`
+ * can run here, else non-zero with the reason in why. */
+const char *mpmd_backends(void);
+int mpmd_backend_check(const char *name, char *why, size_t len);
 /* The last error's message. */
 const char *mpmd_exec_error(const mpmd_exec *ex);
 /* The graph the executor runs. */
@@ -434,8 +448,12 @@ typedef struct mpmd_step_opts {
      * order, so all replicas apply identical updates. The graph describes one
      * replica: its inputs are one replica's share. */
     int data_parallel;
+    /* The backend every rank runs on (as mpmd_exec_opts.backend). Each
+     * in-process rank opens its own instance: on "cuda", GPU rank % devices
+     * with a stream of its own. */
+    const char *backend;
 } mpmd_step_opts;
-#define MPMD_STEP_DEFAULTS ((mpmd_step_opts){0, 0, MPMD_RUNTIME_LOCAL, 1})
+#define MPMD_STEP_DEFAULTS ((mpmd_step_opts){0, 0, MPMD_RUNTIME_LOCAL, 1, NULL})
 
 /* JaxPP's mpmd_jit_with_loop(...).compile(): split the step's graph at its
  * stage markers into forward and backward tasks per stage (A and W where the
@@ -465,7 +483,8 @@ mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes)
 /* The ranks holding a value (JaxPP's MpmdArray.mpmd_idxs): writes up to cap
  * rank numbers to ranks and returns how many there are. */
 int mpmd_step_where(const mpmd_step *st, mpmd_value v, int *ranks, int cap);
-/* A rank's storage of a parameter or variable (NULL if it holds none). */
+/* A rank's storage of a parameter or variable (NULL if it holds none, or
+ * if the backend's buffers are not host memory: CPU only). */
 void *mpmd_step_var_data(mpmd_step *st, int rank, mpmd_value v);
 const char *mpmd_step_error(const mpmd_step *st);
 /* As mpmd_exec_params_sha256: equal hashes mean bitwise equal parameters.

@@ -579,7 +579,7 @@ static void test_errors(void) {
 /* Run the CPU kernel of value v with these buffers. */
 static int run_kernel(mpmd_graph *g, mpmd_value v, void *out, void **in, int nthreads) {
     const mpmd_node *n = mpmd_node_of(g, v);
-    const mpmd_cpu_entry *e = mpmd_cpu_find(n->op);
+    const mpmd_kernel *e = mpmd_cpu_find(n->op);
     if (!e) {
         CHECK(e != NULL, "no CPU kernel for %s", n->op->name);
         return -1;
@@ -587,7 +587,7 @@ static int run_kernel(mpmd_graph *g, mpmd_value v, void *out, void **in, int nth
     const mpmd_type *ty[2] = {NULL, NULL};
     for (int i = 0; i < n->n_in && i < 2; i++) ty[i] = mpmd_type_of(g, mpmd_in(n, i));
     char err[256] = "";
-    mpmd_kargs a = {g, n, out, in, ty, nthreads, NULL, 0, err, sizeof err};
+    mpmd_kargs a = {g, n, out, in, ty, nthreads, NULL, 0, err, sizeof err, NULL};
     return e->fn(&a);
 }
 

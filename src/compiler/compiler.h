@@ -11,7 +11,7 @@
 #ifndef MPMD_COMPILER_H
 #define MPMD_COMPILER_H
 
-#include "backend/cpu/cpu.h"
+#include "backend/backend.h"
 #include "graph/graph.h"
 
 #include <pthread.h>
@@ -92,7 +92,8 @@ struct mpmd_step {
     int32_t *home;                  /* [n_nodes] body: rank computing it; loop_reduce: rank accumulating */
     unsigned char *cross;           /* [n_nodes] body value read by another task (lives past its task) */
     mpmd_program *prog;             /* [D] */
-    const mpmd_cpu_entry **kern;    /* [n_nodes] */
+    const mpmd_kernel **kern;       /* [n_nodes] */
+    const mpmd_backend *be;         /* every rank's backend */
     int replicas;                   /* data-parallel replicas of every rank (mesh data axis) */
     int runtime;                    /* mpmd_runtime_kind */
     int num_local;                  /* rank states run by this process */
@@ -140,8 +141,22 @@ mpmd_status mpmd_mpi_fetch(struct mpmd_step *st, int rank, int replica, int node
 mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err);
 void mpmd_runtime_free(struct mpmd_step *st);
 mpmd_status mpmd_runtime_run(struct mpmd_step *st);
+/* A rank's buffer of a value outside the body (host backends only: NULL
+ * elsewhere). */
 void *mpmd_runtime_value(struct mpmd_step *st, int rank, int node);
+/* The same for (rank, replica): NULL when not held in this process or not
+ * host memory; and whether that rank and replica hold value node here. */
 void *mpmd_runtime_replica_value(struct mpmd_step *st, int rank, int replica, int node);
+int mpmd_runtime_holds(struct mpmd_step *st, int rank, int replica, int node);
+/* Copy a value outside the body held by (rank, replica) in this process to
+ * dst, or src into it (a parameter or variable). MPMD_ERR_INVALID when that
+ * rank and replica hold no such value here. */
+mpmd_status mpmd_runtime_read(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes);
+mpmd_status mpmd_runtime_write(struct mpmd_step *st, int rank, int replica, int node, const void *src,
+                               size_t bytes);
+/* Input `node` changed in its host staging buffer: copy it to every rank of
+ * this process that reads it (non-host backends). */
+mpmd_status mpmd_runtime_input_set(struct mpmd_step *st, int node);
 /* The recorded instructions of rank's last run, and its measured peak of
  * body-value bytes. */
 const mpmd_event *mpmd_runtime_events(const struct mpmd_step *st, int rank, int *n, int64_t *peak_bytes);

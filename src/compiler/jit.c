@@ -103,6 +103,25 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
         return NULL;
     }
     int replicas = o.data_parallel > 1 ? o.data_parallel : 1;
+    const mpmd_backend *be = mpmd_backend_get(o.backend);
+    if (!be) {
+        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: unknown backend \"%s\"; this build has: %s",
+                       o.backend, mpmd_backend_names());
+        return NULL;
+    }
+    char why[512];
+    if (be->available(why, sizeof why)) {
+        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: the %s backend cannot run here: %s", be->name,
+                       why);
+        return NULL;
+    }
+    if (o.runtime == MPMD_RUNTIME_MPI && !be->host_memory) {
+        mpmd_error_set(err, MPMD_ERR_INVALID,
+                       "mpmd_jit_with_loop: the MPI runtime moves host buffers and runs on the cpu backend only; "
+                       "run the %s backend with the in-process runtime",
+                       be->name);
+        return NULL;
+    }
     int mpi_rank = 0, mpi_replica = 0;
     if (o.runtime == MPMD_RUNTIME_MPI) {
         if (!mpmd_mpi_available()) {
@@ -128,6 +147,7 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
     mpmd_step *st = calloc(1, sizeof *st);
     if (!st) goto nomem;
     st->g = g;
+    st->be = be;
     st->replicas = replicas;
     st->runtime = o.runtime;
     st->mpi_rank = mpi_rank;
@@ -155,9 +175,9 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
         const mpmd_node *n = &g->nodes[i];
         if (!st->live[i] || (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) || n->op == &mpmd_op_assign)
             continue;
-        if (!(st->kern[i] = mpmd_cpu_find(n->op))) {
-            mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: the CPU backend has no kernel for %s (%%%d)",
-                           n->op->name, i);
+        if (!(st->kern[i] = be->find(n->op))) {
+            mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: the %s backend has no kernel for %s (%%%d)",
+                           be->name, n->op->name, i);
             goto fail;
         }
     }
@@ -202,6 +222,8 @@ mpmd_status mpmd_step_set_input(mpmd_step *st, mpmd_value input, const void *dat
         /* the same data for every replica, or replica d's share */
         memcpy(dst + d * want, (const char *)data + (bytes == want ? 0 : d * want), want);
     }
+    mpmd_status rc = mpmd_runtime_input_set(st, input.id);
+    if (rc) return rc;
     st->input_set[input.id] = 1;
     return MPMD_OK;
 }
@@ -263,11 +285,9 @@ mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes)
     int ranks[64];
     int nr = mpmd_step_where(st, v, ranks, 64);
     for (int k = 0; k < nr && k < 64; k++) {
-        const void *src = mpmd_runtime_value(st, ranks[k], v.id);
-        if (src) {
-            memcpy(dst, src, bytes);
-            return MPMD_OK;
-        }
+        int replica = st->runtime == MPMD_RUNTIME_MPI ? st->mpi_replica : 0;
+        mpmd_status rc = mpmd_runtime_read(st, ranks[k], replica, v.id, dst, bytes);
+        if (rc != MPMD_ERR_INVALID) return rc;
     }
     if (st->runtime == MPMD_RUNTIME_MPI && nr > 0)
         snprintf(st->err, sizeof st->err,
@@ -283,10 +303,7 @@ mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes)
  * (every process must make the same calls in the same order). */
 static mpmd_status fetch(mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
     if (st->runtime == MPMD_RUNTIME_MPI) return mpmd_mpi_fetch(st, rank, replica, node, dst, bytes);
-    const void *src = mpmd_runtime_replica_value(st, rank, replica, node);
-    if (!src) return MPMD_ERR_INVALID;
-    memcpy(dst, src, bytes);
-    return MPMD_OK;
+    return mpmd_runtime_read(st, rank, replica, node, dst, bytes);
 }
 
 void mpmd_step_replica_params_sha256(mpmd_step *st, int replica, char hex[65]) {

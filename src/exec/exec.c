@@ -14,11 +14,15 @@
  * - everything else: an offset in one arena, planned from lifetimes
  *   (src/exec/plan.c); in-place ops reuse a dying input's block.
  *
+ * Every buffer comes from the executor's backend (exec opts' backend name;
+ * the CPU by default), every kernel runs through it, and data enters and
+ * leaves through its upload and download.
+ *
  * Loop reductions (mpmd_loop_reduce) accumulate in a fixed order:
  * acc = x_0, then acc = acc + x_m (or max) for m = 1..n-1, elementwise;
  * concat writes x_m at rows m*b .. (m+1)*b-1.
  */
-#include "backend/cpu/cpu.h"
+#include "backend/backend.h"
 #include "exec/plan.h"
 #include "graph/graph.h"
 #include "util/sha256.h"
@@ -38,10 +42,12 @@ typedef struct {
 
 struct mpmd_exec {
     const mpmd_graph *g;
+    const mpmd_backend *be;
+    void *dev;     /* the backend instance */
     int nthreads;
     uint64_t seed;
     slot *slots;
-    const mpmd_cpu_entry **kern;
+    const mpmd_kernel **kern;
     unsigned char *input_set;
     char *arena;
     size_t arena_bytes;
@@ -60,22 +66,27 @@ static int num_cores(void) {
     return n > 0 ? (int)n : 1;
 }
 
-static void *xaligned(size_t bytes) {
-    void *p = NULL;
-    if (posix_memalign(&p, MPMD_PLAN_ALIGN, bytes ? (bytes + 63) / 64 * 64 : 64)) return NULL;
-    return p;
+static void *xaligned(mpmd_exec *ex, size_t bytes) { return ex->be->alloc(ex->dev, bytes ? bytes : 64); }
+
+static void xfree(mpmd_exec *ex, void *p) {
+    if (p) ex->be->free(ex->dev, p);
 }
 
 void mpmd_exec_free(mpmd_exec *ex) {
     if (!ex) return;
-    if (ex->slots)
-        for (int i = 0; i < ex->g->n_nodes; i++)
-            if (ex->slots[i].kind == SLOT_STORAGE || ex->slots[i].kind == SLOT_INPUT) free(ex->slots[i].ptr);
+    if (ex->dev) {
+        char e[256];
+        ex->be->sync(ex->dev, e, sizeof e); /* nothing may still be using the buffers */
+        if (ex->slots)
+            for (int i = 0; i < ex->g->n_nodes; i++)
+                if (ex->slots[i].kind == SLOT_STORAGE || ex->slots[i].kind == SLOT_INPUT) xfree(ex, ex->slots[i].ptr);
+        xfree(ex, ex->arena);
+        xfree(ex, ex->scratch);
+        ex->be->close(ex->dev);
+    }
     free(ex->slots);
     free(ex->kern);
     free(ex->input_set);
-    free(ex->arena);
-    free(ex->scratch);
     free(ex->pos);
     free(ex->live);
     free(ex);
@@ -102,13 +113,31 @@ mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_e
                        o.threads);
         return NULL;
     }
+    const mpmd_backend *be = mpmd_backend_get(o.backend);
+    if (!be) {
+        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_new: unknown backend \"%s\"; this build has: %s", o.backend,
+                       mpmd_backend_names());
+        return NULL;
+    }
+    char why[512];
+    if (be->available(why, sizeof why)) {
+        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_new: the %s backend cannot run here: %s", be->name, why);
+        return NULL;
+    }
     const int nn = g->n_nodes;
     mpmd_exec *ex = calloc(1, sizeof *ex);
     mpmd_plan_item *items = NULL;
     size_t *offs = NULL;
+    void *host = NULL;
     if (!ex) goto oom;
     ex->g = g;
+    ex->be = be;
     ex->nthreads = o.threads ? o.threads : num_cores();
+    if (!(ex->dev = be->open(0, ex->nthreads, why, sizeof why))) {
+        mpmd_error_set(err, MPMD_ERR_RUNTIME, "mpmd_exec_new: %s", why);
+        goto fail;
+    }
+    be->enter(ex->dev);
     ex->seed = o.seed;
     ex->slots = calloc((size_t)nn + 1, sizeof *ex->slots);
     ex->kern = calloc((size_t)nn + 1, sizeof *ex->kern);
@@ -140,12 +169,25 @@ mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_e
         s->def = s->last = ex->pos[i];
         if (n->op == &mpmd_op_param || n->op == &mpmd_op_variable || n->op == &mpmd_op_constant) {
             s->kind = SLOT_STORAGE;
-            if (!(s->ptr = xaligned(bytes))) goto oom;
-            mpmd_leaf_initial_value(n, s->ptr, ex->seed);
+            if (!(s->ptr = xaligned(ex, bytes))) goto oom;
+            if (be->host_memory) {
+                mpmd_leaf_initial_value(n, s->ptr, ex->seed);
+            } else {
+                free(host);
+                if (!(host = malloc(bytes ? bytes : 1))) goto oom;
+                mpmd_leaf_initial_value(n, host, ex->seed);
+                if (be->upload(ex->dev, s->ptr, host, bytes)) goto devfail;
+            }
         } else if (n->op == &mpmd_op_input) {
             s->kind = SLOT_INPUT;
-            if (!(s->ptr = xaligned(bytes))) goto oom;
-            memset(s->ptr, 0, bytes);
+            if (!(s->ptr = xaligned(ex, bytes))) goto oom;
+            if (be->host_memory) {
+                memset(s->ptr, 0, bytes);
+            } else {
+                free(host);
+                if (!(host = calloc(1, bytes ? bytes : 1))) goto oom;
+                if (be->upload(ex->dev, s->ptr, host, bytes)) goto devfail;
+            }
         } else if (is_view(n)) {
             s->kind = SLOT_VIEW;
         } else if (n->type.dtype == MPMD_TOKEN || !ex->live[i]) {
@@ -155,10 +197,10 @@ mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_e
         }
         if (n->op == &mpmd_op_loop_reduce) s->def = first_body; /* written during the loop */
         if (ex->live[i] && !(n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) && n->op != &mpmd_op_assign) {
-            ex->kern[i] = mpmd_cpu_find(n->op);
+            ex->kern[i] = be->find(n->op);
             if (!ex->kern[i]) {
-                mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_new: the CPU backend has no kernel for %s (%%%d)",
-                               n->op->name, i);
+                mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_new: the %s backend has no kernel for %s (%%%d)",
+                               be->name, n->op->name, i);
                 goto fail;
             }
             if (ex->kern[i]->scratch) {
@@ -213,17 +255,25 @@ mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_e
     size_t arena = mpmd_plan_memory(nn, items, ex->npos, offs);
     if (arena == (size_t)-1) goto oom;
     ex->arena_bytes = arena;
-    if (!(ex->arena = xaligned(arena))) goto oom;
+    if (!(ex->arena = xaligned(ex, arena))) goto oom;
     for (int i = 0; i < nn; i++) ex->slots[i].off = offs[i];
-    if (ex->scratch_bytes && !(ex->scratch = xaligned(ex->scratch_bytes))) goto oom;
+    if (ex->scratch_bytes && !(ex->scratch = xaligned(ex, ex->scratch_bytes))) goto oom;
+    if (be->sync(ex->dev, why, sizeof why)) goto devfail;
     free(items);
     free(offs);
+    free(host);
     return ex;
+devfail:
+    mpmd_error_set(err, MPMD_ERR_RUNTIME, "mpmd_exec_new: the %s backend failed setting up storage: %s", be->name,
+                   why);
+    goto fail;
 oom:
-    mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_exec_new: out of memory planning the graph's buffers");
+    mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_exec_new: out of memory planning the graph's buffers (%s backend)",
+                   be->name);
 fail:
     free(items);
     free(offs);
+    free(host);
     mpmd_exec_free(ex);
     return NULL;
 }
@@ -259,8 +309,8 @@ static mpmd_status run_node(mpmd_exec *ex, int i, int m) {
     if (!ex->live[i] || (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL))) return MPMD_OK;
     char kerr[512];
     at_mb ctx = {ex, m};
-    if (mpmd_cpu_run(g, i, ex->kern[i], ptr_of(ex, i, m), ptr_at, &ctx, ex->nthreads, ex->scratch, m, kerr,
-                     sizeof kerr)) {
+    if (mpmd_backend_run(ex->be, ex->dev, g, i, ex->kern[i], ptr_of(ex, i, m), ptr_at, &ctx, ex->nthreads,
+                         ex->scratch, m, kerr, sizeof kerr)) {
         if (n->region == MPMD_REGION_BODY)
             snprintf(ex->err, sizeof ex->err, "%%%d = %s, microbatch %d: %s", i, n->op->name, m, kerr);
         else
@@ -271,12 +321,17 @@ static mpmd_status run_node(mpmd_exec *ex, int i, int m) {
 }
 
 /* End of body run m: fold x_m into every loop reduction. */
-static void reduce_step(mpmd_exec *ex, int m) {
+static mpmd_status reduce_step(mpmd_exec *ex, int m) {
     const mpmd_graph *g = ex->g;
     for (int i = 0; i < g->n_nodes; i++) {
         const mpmd_node *n = &g->nodes[i];
-        if (n->op == &mpmd_op_loop_reduce && ex->live[i]) mpmd_loop_fold(g, n, ptr_of(ex, i, m), ptr_of(ex, n->in[0], m), m);
+        if (n->op == &mpmd_op_loop_reduce && ex->live[i] &&
+            ex->be->fold(ex->dev, g, n, ptr_of(ex, i, m), ptr_of(ex, n->in[0], m), m)) {
+            snprintf(ex->err, sizeof ex->err, "%%%d = loop_reduce, microbatch %d: the fold failed", i, m);
+            return MPMD_ERR_RUNTIME;
+        }
     }
+    return MPMD_OK;
 }
 
 mpmd_status mpmd_exec_run(mpmd_exec *ex) {
@@ -289,16 +344,25 @@ mpmd_status mpmd_exec_run(mpmd_exec *ex) {
             return MPMD_ERR_INVALID;
         }
     }
-    mpmd_status st;
+    mpmd_status st = MPMD_OK;
+    ex->be->enter(ex->dev);
     for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i].region == MPMD_REGION_PRE && (st = run_node(ex, i, 0))) return st;
+        if (g->nodes[i].region == MPMD_REGION_PRE && (st = run_node(ex, i, 0))) goto out;
     for (int m = 0; m < g->n_micro; m++) {
         for (int i = 0; i < g->n_nodes; i++)
-            if (g->nodes[i].region == MPMD_REGION_BODY && (st = run_node(ex, i, m))) return st;
-        reduce_step(ex, m);
+            if (g->nodes[i].region == MPMD_REGION_BODY && (st = run_node(ex, i, m))) goto out;
+        if ((st = reduce_step(ex, m))) goto out;
     }
     for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i].region == MPMD_REGION_POST && (st = run_node(ex, i, 0))) return st;
+        if (g->nodes[i].region == MPMD_REGION_POST && (st = run_node(ex, i, 0))) goto out;
+out:;
+    /* queued work finishes (or reports the failure it met) before the run returns */
+    char e[512];
+    if (ex->be->sync(ex->dev, e, sizeof e)) {
+        if (!ex->err[0]) snprintf(ex->err, sizeof ex->err, "%s", e);
+        return MPMD_ERR_RUNTIME;
+    }
+    if (st) return st;
     ex->ran = 1;
     return MPMD_OK;
 }
@@ -316,7 +380,12 @@ mpmd_status mpmd_exec_set_input(mpmd_exec *ex, mpmd_value input, const void *dat
                  n->name, mpmd_type_str(&n->type, tb, sizeof tb), want, bytes);
         return MPMD_ERR_SHAPE;
     }
-    memcpy(ex->slots[input.id].ptr, data, bytes);
+    ex->be->enter(ex->dev);
+    if (ex->be->upload(ex->dev, ex->slots[input.id].ptr, data, bytes)) {
+        snprintf(ex->err, sizeof ex->err, "mpmd_exec_set_input: copying input \"%s\" to the %s backend failed",
+                 n->name, ex->be->name);
+        return MPMD_ERR_RUNTIME;
+    }
     ex->input_set[input.id] = 1;
     return MPMD_OK;
 }
@@ -345,15 +414,47 @@ mpmd_status mpmd_exec_read(mpmd_exec *ex, mpmd_value v, void *dst, size_t bytes)
                  bytes);
         return MPMD_ERR_SHAPE;
     }
-    memcpy(dst, ptr_of(ex, v.id, 0), bytes);
+    ex->be->enter(ex->dev);
+    char e[512];
+    if (ex->be->download(ex->dev, dst, ptr_of(ex, v.id, 0), bytes)) {
+        snprintf(ex->err, sizeof ex->err, "mpmd_exec_read: copying %%%d from the %s backend failed", (int)v.id,
+                 ex->be->name);
+        return MPMD_ERR_RUNTIME;
+    }
+    if (ex->be->sync(ex->dev, e, sizeof e)) {
+        snprintf(ex->err, sizeof ex->err, "mpmd_exec_read: %s", e);
+        return MPMD_ERR_RUNTIME;
+    }
+    return MPMD_OK;
+}
+
+mpmd_status mpmd_exec_write(mpmd_exec *ex, mpmd_value v, const void *src, size_t bytes) {
+    const mpmd_node *n = mpmd_node_of(ex->g, v);
+    if (!n || !mpmd_node_is_storage(n)) {
+        snprintf(ex->err, sizeof ex->err, "mpmd_exec_write: %d is not a parameter or variable", (int)v.id);
+        return MPMD_ERR_INVALID;
+    }
+    size_t want = mpmd_type_bytes(&n->type);
+    if (bytes != want) {
+        snprintf(ex->err, sizeof ex->err, "mpmd_exec_write: \"%s\" has %zu bytes, given %zu", n->name, want, bytes);
+        return MPMD_ERR_SHAPE;
+    }
+    ex->be->enter(ex->dev);
+    if (ex->be->upload(ex->dev, ex->slots[v.id].ptr, src, bytes)) {
+        snprintf(ex->err, sizeof ex->err, "mpmd_exec_write: copying \"%s\" to the %s backend failed", n->name,
+                 ex->be->name);
+        return MPMD_ERR_RUNTIME;
+    }
     return MPMD_OK;
 }
 
 void *mpmd_exec_var_data(mpmd_exec *ex, mpmd_value v) {
     const mpmd_node *n = mpmd_node_of(ex->g, v);
-    if (!n || !mpmd_node_is_storage(n)) return NULL;
+    if (!n || !mpmd_node_is_storage(n) || !ex->be->host_memory) return NULL;
     return ex->slots[v.id].ptr;
 }
+
+const char *mpmd_exec_backend(const mpmd_exec *ex) { return ex->be->name; }
 
 const char *mpmd_exec_error(const mpmd_exec *ex) { return ex->err; }
 const mpmd_graph *mpmd_exec_graph(const mpmd_exec *ex) { return ex->g; }
@@ -362,7 +463,8 @@ size_t mpmd_exec_arena_bytes(const mpmd_exec *ex) { return ex->arena_bytes; }
 void mpmd_exec_print_plan(const mpmd_exec *ex, FILE *f) {
     const mpmd_graph *g = ex->g;
     char tb[160];
-    fprintf(f, "memory plan: arena %zu bytes, %d threads\n", ex->arena_bytes, ex->nthreads);
+    fprintf(f, "memory plan: arena %zu bytes, %s backend, %d threads\n", ex->arena_bytes, ex->be->name,
+            ex->nthreads);
     for (int i = 0; i < g->n_nodes; i++) {
         const slot *s = &ex->slots[i];
         const mpmd_node *n = &g->nodes[i];
@@ -377,7 +479,24 @@ void mpmd_exec_params_sha256(mpmd_exec *ex, char hex[65]) {
     const mpmd_node **ps = mpmd_params_by_name(ex->g, &np);
     mpmd_sha256_ctx c;
     mpmd_sha256_init(&c);
-    for (int i = 0; ps && i < np; i++) mpmd_sha256_update(&c, ex->slots[ps[i]->id].ptr, mpmd_type_bytes(&ps[i]->type));
+    void *host = NULL;
+    size_t cap = 0;
+    ex->be->enter(ex->dev);
+    for (int i = 0; ps && i < np; i++) {
+        size_t b = mpmd_type_bytes(&ps[i]->type);
+        const void *p = ex->slots[ps[i]->id].ptr;
+        if (!ex->be->host_memory) {
+            if (b > cap) {
+                void *nh = realloc(host, b);
+                if (!nh) break; /* the digest of what could be read; never of garbage */
+                host = nh, cap = b;
+            }
+            if (ex->be->download(ex->dev, host, p, b)) break;
+            p = host;
+        }
+        mpmd_sha256_update(&c, p, b);
+    }
+    free(host);
     free(ps);
     mpmd_sha256_final_hex(&c, hex);
 }

@@ -249,24 +249,6 @@ mpmd_value mpmd_loop_reduce(mpmd_graph *g, mpmd_value x, mpmd_reduce_op op) {
     return r;
 }
 
-void mpmd_loop_fold(const mpmd_graph *g, const mpmd_node *reduce, void *acc, const void *x, int mb) {
-    const mpmd_type *xt = &g->nodes[reduce->in[0]].type;
-    size_t bytes = mpmd_type_bytes(xt);
-    int64_t cnt = mpmd_type_numel(xt);
-    if (reduce->ia[0] == MPMD_REDUCE_CONCAT) {
-        memcpy((char *)acc + (size_t)mb * bytes, x, bytes);
-    } else if (mb == 0) {
-        memcpy(acc, x, bytes);
-    } else {
-        float *a = acc;
-        const float *b = x;
-        if (reduce->ia[0] == MPMD_REDUCE_ADD)
-            for (int64_t k = 0; k < cnt; k++) a[k] += b[k];
-        else
-            for (int64_t k = 0; k < cnt; k++) a[k] = b[k] > a[k] ? b[k] : a[k];
-    }
-}
-
 /* ---- stage markers ---------------------------------------------------------- */
 
 static mpmd_value marker(mpmd_graph *g, mpmd_value x, int stage, int backward) {

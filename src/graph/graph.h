@@ -153,11 +153,6 @@ mpmd_value mpmd_grad_add(mpmd_graph *g, mpmd_value a, mpmd_value b);
  * initialiser under `seed`. Both executors set up storage with it. */
 void mpmd_leaf_initial_value(const mpmd_node *n, void *dst, uint64_t seed);
 
-/* Fold microbatch mb's value x of a loop reduction into its accumulator:
- * acc = x_0, then acc = acc + x_m (ADD) or max (MAX), elementwise; CONCAT
- * puts x_m at rows m*b.. . The one order every executor uses. */
-void mpmd_loop_fold(const mpmd_graph *g, const mpmd_node *reduce, void *acc, const void *x, int mb);
-
 /* The structural ops, for the executor and the compiler to recognise. */
 extern const mpmd_op_desc mpmd_op_input, mpmd_op_param, mpmd_op_variable, mpmd_op_constant;
 extern const mpmd_op_desc mpmd_op_microbatch, mpmd_op_loop_reduce, mpmd_op_stage_marker, mpmd_op_assign;

@@ -7,6 +7,10 @@
  * step), sorted by name. Saving writes each value once, from its first
  * holder; loading checks the file against the view completely, reads and
  * verifies the data, and only then copies it into every holder.
+ *
+ * A holder on a backend whose buffers are not host memory (a GPU) is seen
+ * through a host copy: read from the device when the view is built, and
+ * written back to it when a load commits.
  */
 #include "mpmd_checkpoint.h"
 
@@ -32,16 +36,63 @@ typedef struct entry {
     void **ptr; /* each holder's storage; ptr[0] is the one saved */
 } entry;
 
+/* A host copy standing for a device holder: (rank, replica) of a step, or
+ * the executor (rank -1). */
+typedef struct staged {
+    int node, rank, replica;
+    size_t bytes;
+    void *host;
+} staged;
+
 typedef struct state_view {
     int n;
     entry *e;    /* sorted by name */
     void **ptrs; /* backing store of every entry's ptr */
+    void *target;
+    staged *stg; /* host copies of device holders */
+    int nstg, capstg;
+    int failed;  /* a device copy failed while building */
 } state_view;
 
 static void view_free(state_view *v) {
     free(v->e);
     free(v->ptrs);
+    for (int i = 0; i < v->nstg; i++) free(v->stg[i].host);
+    free(v->stg);
     memset(v, 0, sizeof *v);
+}
+
+/* A host copy of a device holder's value, filled from the device; NULL on
+ * failure (v->failed set). */
+static void *stage(state_view *v, int node, int rank, int replica, size_t bytes) {
+    if (v->nstg == v->capstg) {
+        int cap = v->capstg ? 2 * v->capstg : 64;
+        staged *ns = realloc(v->stg, (size_t)cap * sizeof *ns);
+        if (!ns) return v->failed = 1, NULL;
+        v->stg = ns, v->capstg = cap;
+    }
+    void *host = malloc(bytes ? bytes : 1);
+    if (!host) return v->failed = 1, NULL;
+    mpmd_status rc = rank < 0 ? mpmd_exec_read((mpmd_exec *)v->target, (mpmd_value){node}, host, bytes)
+                              : mpmd_runtime_read((mpmd_step *)v->target, rank, replica, node, host, bytes);
+    if (rc) {
+        free(host);
+        return v->failed = 1, NULL;
+    }
+    v->stg[v->nstg++] = (staged){node, rank, replica, bytes, host};
+    return host;
+}
+
+/* Write every host copy back to its device holder. */
+static mpmd_status view_commit(const state_view *v, const char *who, mpmd_error *err) {
+    for (int i = 0; i < v->nstg; i++) {
+        const staged *s = &v->stg[i];
+        mpmd_status rc = s->rank < 0 ? mpmd_exec_write((mpmd_exec *)v->target, (mpmd_value){s->node}, s->host, s->bytes)
+                                     : mpmd_runtime_write((mpmd_step *)v->target, s->rank, s->replica, s->node,
+                                                          s->host, s->bytes);
+        if (rc) return mpmd_error_set(err, rc, "%s: copying state %%%d to its device failed", who, s->node);
+    }
+    return MPMD_OK;
 }
 
 static int entry_by_name(const void *a, const void *b) {
@@ -50,11 +101,15 @@ static int entry_by_name(const void *a, const void *b) {
 
 /* Build the view: `holders` fills up to cap storage pointers of value v and
  * returns how many it found. */
-typedef int (*holders_fn)(void *target, mpmd_value v, void **out, int cap);
+typedef int (*holders_fn)(state_view *view, mpmd_value v, void **out, int cap);
 
-static int exec_holders(void *target, mpmd_value v, void **out, int cap) {
-    void *p = mpmd_exec_var_data((mpmd_exec *)target, v);
-    if (!p || cap < 1) return 0;
+static int exec_holders(state_view *view, mpmd_value v, void **out, int cap) {
+    mpmd_exec *ex = view->target;
+    if (cap < 1) return 0;
+    void *p = mpmd_exec_var_data(ex, v);
+    if (!p && mpmd_node_is_storage(&mpmd_exec_graph(ex)->nodes[v.id]))
+        p = stage(view, v.id, -1, 0, mpmd_type_bytes(&mpmd_exec_graph(ex)->nodes[v.id].type));
+    if (!p) return 0;
     out[0] = p;
     return 1;
 }
@@ -62,13 +117,15 @@ static int exec_holders(void *target, mpmd_value v, void **out, int cap) {
 /* Every copy of a step's state value: each rank holding it, each
  * data-parallel replica of that rank, in (rank, replica) order. Under MPI
  * only the copies this process holds. */
-static int step_holders(void *target, mpmd_value v, void **out, int cap) {
-    mpmd_step *st = target;
+static int step_holders(state_view *view, mpmd_value v, void **out, int cap) {
+    mpmd_step *st = view->target;
     int replicas = st->replicas > 1 ? st->replicas : 1, k = 0;
     for (int r = 0; r < st->num_ranks; r++) {
         if (!mpmd_runs_on(st, v.id, r)) continue;
         for (int d = 0; d < replicas && k < cap; d++) {
             void *p = mpmd_runtime_replica_value(st, r, d, v.id);
+            if (!p && !st->be->host_memory && mpmd_runtime_holds(st, r, d, v.id))
+                p = stage(view, v.id, r, d, mpmd_type_bytes(&st->g->nodes[v.id].type));
             if (p) out[k++] = p;
         }
     }
@@ -80,6 +137,7 @@ static int step_holders(void *target, mpmd_value v, void **out, int cap) {
 static mpmd_status view_build(const mpmd_graph *g, void *target, holders_fn holders, int max_holders,
                               int partial, const char *who, state_view *v, mpmd_error *err) {
     memset(v, 0, sizeof *v);
+    v->target = target;
     int n = mpmd_graph_state(g, NULL, 0);
     mpmd_value *vals = malloc((size_t)(n ? n : 1) * sizeof *vals);
     v->e = malloc((size_t)(n ? n : 1) * sizeof *v->e);
@@ -97,8 +155,11 @@ static mpmd_status view_build(const mpmd_graph *g, void *target, holders_fn hold
         e->name = mpmd_value_name(g, vals[i]);
         e->type = mpmd_value_type(g, vals[i]);
         e->ptr = v->ptrs + (size_t)i * (size_t)max_holders;
-        e->nptr = holders(target, vals[i], e->ptr, max_holders);
-        if (!e->name || !*e->name)
+        e->nptr = holders(v, vals[i], e->ptr, max_holders);
+        if (v->failed)
+            rc = mpmd_error_set(err, MPMD_ERR_RUNTIME, "%s: copying state \"%s\" from its device failed", who,
+                                e->name ? e->name : "?");
+        else if (!e->name || !*e->name)
             rc = mpmd_error_set(err, MPMD_ERR_INVALID, "%s: state value %%%d has no name", who,
                                 (int)vals[i].id);
         else if (e->type.dtype != MPMD_F32 && e->type.dtype != MPMD_I32)
@@ -482,6 +543,7 @@ static mpmd_status load_view(const state_view *v, const char *path, mpmd_checkpo
         for (int k = 0; k < e->nptr; k++)
             memcpy(e->ptr[k], data + t->begin, (size_t)(t->end - t->begin));
     }
+    if ((rc = view_commit(v, who, err))) goto done;
     if (info_out) *info_out = info;
     goto done;
 fail_prefixed:

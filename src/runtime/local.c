@@ -8,6 +8,11 @@
  * that is needed; what a mailbox holds is bounded by the schedule's
  * in-flight microbatches.
  *
+ * Buffers, kernels and copies come from the step's backend, one instance
+ * per rank. A message carries the backend event after which its buffer is
+ * complete; the receiver's queue waits for it before using the buffer, so
+ * an asynchronous device (CUDA) needs no host synchronisation per send.
+ *
  * A rank that fails records its message and wakes every rank; the others
  * stop at their next instruction or wait, and the step returns the first
  * failure's message.
@@ -34,16 +39,13 @@ void *rt_pool_get(mpmd_rank_state *rs, size_t bytes) {
             rs->pool[i] = rs->pool[--rs->npool];
             return p;
         }
-    void *p = NULL;
-    size_t cap = bytes ? bytes : 64;
-    if (posix_memalign(&p, 64, (cap + 63) / 64 * 64)) return NULL;
-    return p;
+    return rs->st->be->alloc(rs->dev, bytes ? bytes : 64);
 }
 
 void rt_pool_put(mpmd_rank_state *rs, void *p, size_t bytes) {
     if (!p) return;
     if (rs->npool == POOL_MAX) {
-        free(p);
+        rs->st->be->free(rs->dev, p);
         return;
     }
     rs->pool[rs->npool++] = (pooled){bytes, p};
@@ -108,7 +110,8 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
     struct mpmd_step *st = rs->st;
     char kerr[512];
     at_mb ctx = {rs, mb};
-    int rc = mpmd_cpu_run(st->g, i, st->kern[i], out, ptr_at, &ctx, rs->nthreads, rs->scratch, mb, kerr, sizeof kerr);
+    int rc = mpmd_backend_run(st->be, rs->dev, st->g, i, st->kern[i], out, ptr_at, &ctx, rs->nthreads, rs->scratch,
+                              mb, kerr, sizeof kerr);
     if (rc) rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", i, st->g->nodes[i].op->name, where, kerr);
     return rc;
 }
@@ -129,7 +132,10 @@ static int accumulate(mpmd_rank_state *rs, int i, int mb) {
             }
             rs->owned[r] = 1;
         }
-        mpmd_loop_fold(g, rn, rs->glob[r], x, mb);
+        if (st->be->fold(rs->dev, g, rn, rs->glob[r], x, mb)) {
+            rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = loop_reduce, microbatch %d: the fold failed", r, mb);
+            return 1;
+        }
     }
     return 0;
 }
@@ -192,7 +198,10 @@ void *rt_send_buffer(mpmd_rank_state *rs, const mpmd_instr *in) {
         return buf;
     }
     void *buf = rt_pool_get(rs, bytes);
-    if (buf) memcpy(buf, *slot, bytes);
+    if (buf && st->be->copy(rs->dev, buf, *slot, bytes)) {
+        rt_pool_put(rs, buf, bytes);
+        return NULL;
+    }
     return buf;
 }
 
@@ -207,8 +216,15 @@ static int recv_value(mpmd_rank_state *rs, const mpmd_instr *in) {
             *pp = m->next;
             pthread_mutex_unlock(&rs->mu);
             rt_store_received(rs, in, m->buf);
+            int bad = 0;
+            if (m->ev) {
+                bad = st->be->event_wait(rs->dev, m->ev);
+                st->be->event_free(rs->dev, m->ev);
+            }
             free(m);
-            return 0;
+            if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "waiting for %%%d of microbatch %d from rank %d failed", in->node,
+                             in->mb, in->peer);
+            return bad;
         }
         if (rt_aborted(st)) {
             pthread_mutex_unlock(&rs->mu);
@@ -230,6 +246,7 @@ static int send_value(mpmd_rank_state *rs, const mpmd_instr *in) {
         return 1;
     }
     m->src = rs->rank, m->node = in->node, m->mb = in->mb, m->buf = buf;
+    m->ev = st->be->event_record(rs->dev); /* the receiver waits for the kernels that wrote buf */
     /* the same pipeline rank of the same replica */
     mpmd_rank_state *dst = &st->rs[rs->replica * st->num_ranks + in->peer];
     pthread_mutex_lock(&dst->mu);
@@ -240,24 +257,6 @@ static int send_value(mpmd_rank_state *rs, const mpmd_instr *in) {
     pthread_cond_broadcast(&dst->cv);
     pthread_mutex_unlock(&dst->mu);
     return 0;
-}
-
-void rt_combine_replicas(const mpmd_graph *g, int node, void *const *bufs, int replicas, float *out) {
-    const mpmd_node *n = &g->nodes[node];
-    int64_t cnt = mpmd_type_numel(&n->type);
-    const float *b0 = bufs[0];
-    for (int64_t k = 0; k < cnt; k++) out[k] = b0[k];
-    for (int d = 1; d < replicas; d++) {
-        const float *b = bufs[d];
-        if (n->ia[0] == MPMD_REDUCE_ADD)
-            for (int64_t k = 0; k < cnt; k++) out[k] += b[k];
-        else
-            for (int64_t k = 0; k < cnt; k++) out[k] = b[k] > out[k] ? b[k] : out[k];
-    }
-    if (n->ia[0] == MPMD_REDUCE_ADD) {
-        const float inv = 1.0f / (float)replicas;
-        for (int64_t k = 0; k < cnt; k++) out[k] *= inv;
-    }
 }
 
 /* Wait until every replica of this pipeline rank has reached the barrier
@@ -284,14 +283,25 @@ static int allreduce_value(mpmd_rank_state *rs, int node) {
     struct mpmd_step *st = rs->st;
     mpmd_group *gr = &st->groups[rs->rank];
     size_t bytes = rt_bytes(st->g, node);
-    float *out = rt_pool_get(rs, bytes);
+    void *out = rt_pool_get(rs, bytes);
+    char e[512];
     if (!out) {
         rt_fail(rs, MPMD_ERR_NOMEM, "out of memory combining %%%d across replicas", node);
         return 1;
     }
     gr->bufs[rs->replica] = rs->glob[node];
+    /* every replica's buffer is complete before any replica reads it */
+    if (st->be->sync(rs->dev, e, sizeof e)) {
+        rt_fail(rs, MPMD_ERR_RUNTIME, "%s", e);
+        return rt_pool_put(rs, out, bytes), 1;
+    }
     if (group_barrier(rs)) return rt_pool_put(rs, out, bytes), 1;
-    rt_combine_replicas(st->g, node, gr->bufs, st->replicas, out);
+    if (st->be->combine(rs->dev, st->g, &st->g->nodes[node], gr->bufs, st->replicas, out) ||
+        st->be->sync(rs->dev, e, sizeof e)) {
+        rt_fail(rs, MPMD_ERR_RUNTIME, "combining %%%d across replicas failed", node);
+        group_barrier(rs);
+        return rt_pool_put(rs, out, bytes), 1;
+    }
     if (group_barrier(rs)) return rt_pool_put(rs, out, bytes), 1; /* all have read every buffer */
     rt_pool_put(rs, rs->glob[node], bytes);
     rs->glob[node] = out;
@@ -306,6 +316,10 @@ static void *rank_main(void *arg) {
     rs->nev = 0;
     rs->wait = 0;
     rs->live_bytes = rs->peak_bytes = 0;
+    st->be->enter(rs->dev);
+    /* timing an asynchronous device needs each instruction finished */
+    const int timed_sync = st->record && !st->be->host_memory;
+    char serr[512];
     for (int x = 0; x < p->n && !rt_aborted(st); x++) {
         const mpmd_instr *in = &p->ins[x];
         if (rs->mpi) mpmd_mpi_prepare(rs, x); /* post the receives the next tasks need */
@@ -354,6 +368,10 @@ static void *rank_main(void *arg) {
             break;
         }
         }
+        if (timed_sync && st->be->sync(rs->dev, serr, sizeof serr)) {
+            rt_fail(rs, MPMD_ERR_RUNTIME, "%s", serr);
+            break;
+        }
         if (st->record) {
             double t1 = rt_now();
             if (rs->nev == rs->capev) {
@@ -369,6 +387,9 @@ static void *rank_main(void *arg) {
             rs->wait = 0;
         }
     }
+    /* the step ends when the queued work has finished; a kernel that failed
+     * on the device is reported here, naming the rank */
+    if (st->be->sync(rs->dev, serr, sizeof serr)) rt_fail(rs, MPMD_ERR_RUNTIME, "%s", serr);
     return NULL;
 }
 
@@ -440,7 +461,8 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         }
         free(lastpos);
     }
-    /* inputs: one share per replica, replica d at d * size */
+    /* inputs: one host share per replica, replica d at d * size; a host
+     * backend's ranks read it in place, others get a copy each */
     for (int i = 0; i < nn; i++)
         if (g->nodes[i].op == &mpmd_op_input) {
             /* under MPI only a process whose rank reads the input holds it */
@@ -471,6 +493,13 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         int r = rs->rank;
         rs->st = st;
         rs->nthreads = tpr;
+        char why[512];
+        if (!(rs->dev = st->be->open(r, tpr, why, sizeof why))) {
+            pthread_mutex_init(&rs->mu, NULL);
+            pthread_cond_init(&rs->cv, NULL);
+            return mpmd_error_set(err, MPMD_ERR_RUNTIME, "mpmd_jit_with_loop: rank %d: %s", r, why);
+        }
+        st->be->enter(rs->dev);
         pthread_mutex_init(&rs->mu, NULL);
         pthread_cond_init(&rs->cv, NULL);
         /* the body values this rank makes or receives get a slot each: the
@@ -502,12 +531,28 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
             if (!st->live[i] || !mpmd_runs_on(st, i, r)) continue;
             if (mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant) {
                 size_t b = rt_bytes(g, i);
-                void *p = NULL;
-                if (posix_memalign(&p, 64, (b + 64) / 64 * 64)) goto nomem;
+                void *p = st->be->alloc(rs->dev, b + 64);
+                if (!p) goto nomem;
                 rs->glob[i] = p;
-                mpmd_leaf_initial_value(nd, p, st->seed);
+                if (st->be->host_memory) {
+                    mpmd_leaf_initial_value(nd, p, st->seed);
+                } else {
+                    void *host = malloc(b ? b : 1);
+                    if (!host) goto nomem;
+                    mpmd_leaf_initial_value(nd, host, st->seed);
+                    int bad = st->be->upload(rs->dev, p, host, b);
+                    free(host);
+                    if (bad) goto devfail;
+                }
             } else if (nd->op == &mpmd_op_input) {
-                rs->glob[i] = (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i);
+                if (st->be->host_memory) {
+                    rs->glob[i] = (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i);
+                } else {
+                    if (!(rs->glob[i] = st->be->alloc(rs->dev, rt_bytes(g, i) + 64))) goto nomem;
+                    if (st->be->upload(rs->dev, rs->glob[i],
+                                       (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i), rt_bytes(g, i)))
+                        goto devfail;
+                }
             }
             if (st->kern[i] && st->kern[i]->scratch) {
                 size_t sb = st->kern[i]->scratch(g, nd);
@@ -515,14 +560,36 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
             }
         }
         if (scratch) {
-            if (posix_memalign(&rs->scratch, 64, (scratch + 63) / 64 * 64)) goto nomem;
+            if (!(rs->scratch = st->be->alloc(rs->dev, scratch))) goto nomem;
             rs->scratch_bytes = scratch;
         }
+        char e[512];
+        if (st->be->sync(rs->dev, e, sizeof e)) goto devfail;
     }
     if (mpi) return mpmd_mpi_setup(st, err);
     return MPMD_OK;
 nomem:
-    return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory setting up the ranks");
+    return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory setting up the ranks (%s backend)",
+                          st->be->name);
+devfail:
+    return mpmd_error_set(err, MPMD_ERR_RUNTIME, "mpmd_jit_with_loop: the %s backend failed setting up the ranks",
+                          st->be->name);
+}
+
+mpmd_status mpmd_runtime_input_set(struct mpmd_step *st, int node) {
+    if (st->be->host_memory) return MPMD_OK;
+    size_t b = rt_bytes(st->g, node);
+    for (int li = 0; li < st->num_local; li++) {
+        mpmd_rank_state *rs = &st->rs[li];
+        if (!rs->glob || !rs->glob[node]) continue;
+        st->be->enter(rs->dev);
+        if (st->be->upload(rs->dev, rs->glob[node], (char *)st->inputs[node] + (size_t)rs->replica * b, b)) {
+            snprintf(st->err, sizeof st->err, "copying input \"%s\" to rank %d on the %s backend failed",
+                     st->g->nodes[node].name, rs->rank, st->be->name);
+            return MPMD_ERR_RUNTIME;
+        }
+    }
+    return MPMD_OK;
 }
 
 /* Return every buffer of the step to the pools (storage and kept values stay). */
@@ -545,7 +612,8 @@ static void end_of_step(mpmd_rank_state *rs) {
     while (rs->inbox) {
         msg *m = rs->inbox;
         rs->inbox = m->next;
-        free(m->buf);
+        if (m->ev) st->be->event_free(rs->dev, m->ev);
+        st->be->free(rs->dev, m->buf);
         free(m);
     }
     pthread_mutex_unlock(&rs->mu);
@@ -602,25 +670,44 @@ void mpmd_runtime_free(struct mpmd_step *st) {
     if (!st->rs) return;
     const mpmd_graph *g = st->g;
     if (st->runtime == MPMD_RUNTIME_MPI) mpmd_mpi_teardown(st);
+    const mpmd_backend *be = st->be;
     for (int r = 0; r < st->num_local; r++) {
         mpmd_rank_state *rs = &st->rs[r];
+        if (!rs->dev) {
+            free(rs->val), free(rs->glob), free(rs->owned), free(rs->ev), free(rs->slot), free(rs->slot_node);
+            if (rs->st) {
+                pthread_mutex_destroy(&rs->mu);
+                pthread_cond_destroy(&rs->cv);
+            }
+            continue;
+        }
+        char e[256];
+        be->enter(rs->dev);
+        be->sync(rs->dev, e, sizeof e); /* nothing queued may still use a buffer */
         if (rs->glob) {
             for (int i = 0; i < g->n_nodes; i++) {
                 const mpmd_node *nd = &g->nodes[i];
-                if (rs->owned[i] || mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant) free(rs->glob[i]);
+                int own_input = nd->op == &mpmd_op_input && !be->host_memory;
+                if ((rs->owned[i] || mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant || own_input) &&
+                    rs->glob[i])
+                    be->free(rs->dev, rs->glob[i]);
             }
         }
         if (rs->val)
-            for (size_t k = 0; k < (size_t)rs->nslots * st->num_micro; k++) free(rs->val[k]);
-        for (int p = 0; p < rs->npool; p++) free(rs->pool[p].p);
+            for (size_t k = 0; k < (size_t)rs->nslots * st->num_micro; k++)
+                if (rs->val[k]) be->free(rs->dev, rs->val[k]);
+        for (int p = 0; p < rs->npool; p++) be->free(rs->dev, rs->pool[p].p);
         while (rs->inbox) {
             msg *m = rs->inbox;
             rs->inbox = m->next;
-            free(m->buf);
+            if (m->ev) be->event_free(rs->dev, m->ev);
+            be->free(rs->dev, m->buf);
             free(m);
         }
-        free(rs->val), free(rs->glob), free(rs->owned), free(rs->scratch), free(rs->ev), free(rs->slot),
-            free(rs->slot_node);
+        if (rs->scratch) be->free(rs->dev, rs->scratch);
+        be->close(rs->dev);
+        rs->dev = NULL;
+        free(rs->val), free(rs->glob), free(rs->owned), free(rs->ev), free(rs->slot), free(rs->slot_node);
         if (rs->st) {
             pthread_mutex_destroy(&rs->mu);
             pthread_cond_destroy(&rs->cv);
@@ -649,16 +736,53 @@ static mpmd_rank_state *state_of(const struct mpmd_step *st, int rank) {
 
 void *mpmd_runtime_value(struct mpmd_step *st, int rank, int node) {
     mpmd_rank_state *rs = state_of(st, rank);
-    return rs ? rs->glob[node] : NULL;
+    return rs && st->be->host_memory ? rs->glob[node] : NULL;
+}
+
+static mpmd_rank_state *replica_state(struct mpmd_step *st, int rank, int replica) {
+    if (!st->rs) return NULL;
+    if (st->runtime == MPMD_RUNTIME_MPI) {
+        mpmd_rank_state *rs = &st->rs[0];
+        return rs->rank == rank && rs->replica == replica ? rs : NULL;
+    }
+    if (rank < 0 || rank >= st->num_ranks || replica < 0 || replica >= st->replicas) return NULL;
+    return &st->rs[replica * st->num_ranks + rank];
 }
 
 void *mpmd_runtime_replica_value(struct mpmd_step *st, int rank, int replica, int node) {
-    if (st->runtime == MPMD_RUNTIME_MPI) {
-        mpmd_rank_state *rs = &st->rs[0];
-        return rs->rank == rank && rs->replica == replica ? rs->glob[node] : NULL;
+    mpmd_rank_state *rs = replica_state(st, rank, replica);
+    return rs && st->be->host_memory ? rs->glob[node] : NULL;
+}
+
+int mpmd_runtime_holds(struct mpmd_step *st, int rank, int replica, int node) {
+    mpmd_rank_state *rs = replica_state(st, rank, replica);
+    return rs && rs->glob && rs->glob[node];
+}
+
+mpmd_status mpmd_runtime_read(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
+    mpmd_rank_state *rs = replica_state(st, rank, replica);
+    if (!rs || !rs->glob[node]) return MPMD_ERR_INVALID;
+    char e[512];
+    st->be->enter(rs->dev);
+    if (st->be->download(rs->dev, dst, rs->glob[node], bytes) || st->be->sync(rs->dev, e, sizeof e)) {
+        snprintf(st->err, sizeof st->err, "copying %%%d from rank %d on the %s backend failed", node, rank,
+                 st->be->name);
+        return MPMD_ERR_RUNTIME;
     }
-    if (rank < 0 || rank >= st->num_ranks || replica < 0 || replica >= st->replicas) return NULL;
-    return st->rs[replica * st->num_ranks + rank].glob[node];
+    return MPMD_OK;
+}
+
+mpmd_status mpmd_runtime_write(struct mpmd_step *st, int rank, int replica, int node, const void *src,
+                               size_t bytes) {
+    mpmd_rank_state *rs = replica_state(st, rank, replica);
+    if (!rs || !rs->glob[node]) return MPMD_ERR_INVALID;
+    st->be->enter(rs->dev);
+    if (st->be->upload(rs->dev, rs->glob[node], src, bytes)) {
+        snprintf(st->err, sizeof st->err, "copying %%%d to rank %d on the %s backend failed", node, rank,
+                 st->be->name);
+        return MPMD_ERR_RUNTIME;
+    }
+    return MPMD_OK;
 }
 
 const mpmd_event *mpmd_runtime_events(const struct mpmd_step *st, int rank, int *n, int64_t *peak_bytes) {

@@ -213,7 +213,7 @@ int mpmd_mpi_allreduce(mpmd_rank_state *rs, int node) {
     MPI_Allgather(rs->glob[node], (int)b, MPI_BYTE, all, (int)b, MPI_BYTE, m->data);
     if (st->record) rs->wait += rt_now() - t0;
     for (int d = 0; d < R; d++) bufs[d] = all + (size_t)d * b;
-    rt_combine_replicas(st->g, node, bufs, R, out);
+    st->be->combine(rs->dev, st->g, &st->g->nodes[node], bufs, R, out);
     rt_pool_put(rs, rs->glob[node], b);
     rs->glob[node] = out;
     free(all), free(bufs);
@@ -239,7 +239,7 @@ mpmd_status mpmd_mpi_fetch(struct mpmd_step *st, int rank, int replica, int node
     if (st->mpi_rank == rank && st->mpi_replica == replica) {
         const void *src = st->rs[0].glob[node];
         if (src)
-            memcpy(dst, src, bytes);
+            st->be->download(st->rs[0].dev, dst, src, bytes);
         else
             memset(dst, 0, bytes);
     }

@@ -10,6 +10,7 @@ typedef struct msg {
     struct msg *next;
     int32_t src, node, mb;
     void *buf;
+    void *ev; /* the backend event after which buf is complete, or NULL */
 } msg;
 
 typedef struct {
@@ -33,6 +34,7 @@ struct mpmd_rank_state {
     int rank;                /* pipeline rank: the program it runs */
     int replica;             /* data-parallel replica */
     void *mpi;               /* the MPI transport's state, or NULL */
+    void *dev;               /* this rank's backend instance (st->be) */
     mpmd_event *ev;          /* recorded instructions of the last run */
     int nev, capev;
     double wait;             /* seconds blocked in the current receive */
@@ -72,9 +74,6 @@ void rt_store_received(mpmd_rank_state *rs, const mpmd_instr *in, void *buf);
 /* The buffer a send hands over: the value itself when the send moves it
  * (its last use here), else a copy from the pool; NULL when out of memory. */
 void *rt_send_buffer(mpmd_rank_state *rs, const mpmd_instr *in);
-/* Replace loop result `node` by the combination over replicas of the
- * buffers in order: the mean for ADD, the max for MAX. */
-void rt_combine_replicas(const mpmd_graph *g, int node, void *const *bufs, int replicas, float *out);
 
 /* ---- the MPI transport (mpi.c; only with MPMD_HAVE_MPI) ---- */
 mpmd_status mpmd_mpi_setup(struct mpmd_step *st, mpmd_error *err);

@@ -9,7 +9,7 @@ static int k_identity(const mpmd_kargs *a) {
     return 0;
 }
 
-const mpmd_cpu_entry mpmd_cpu_core_kernels[] = {
+const mpmd_kernel mpmd_cpu_core_kernels[] = {
     {&mpmd_op_stage_marker, k_identity, NULL},
     {0},
 };

@@ -1,9 +1,11 @@
-/* cpu.h - the CPU backend: kernel signature, kernel tables, threading and
- * the deterministic numeric helpers every CPU kernel uses.
+/* cpu.h - the CPU backend's kernel tables, threading and the deterministic
+ * numeric helpers every CPU kernel uses (included only by src/backend/cpu/
+ * and by tests and benchmarks of the CPU kernels themselves).
  *
- * A kernel computes one node's output from its inputs' buffers. Each family
- * of ops (src/backend/cpu/<family>.c) exports a table of entries keyed by the
- * op descriptor's address; cpu_backend.c lists the tables.
+ * A kernel (backend.h) computes one node's output from its inputs' buffers.
+ * Each family of ops (src/backend/cpu/<family>.c) exports a table of entries
+ * keyed by the op descriptor's address; cpu_backend.c lists the tables and
+ * fills the backend interface.
  *
  * Determinism rule: a kernel must give the same bits for any thread count.
  * Split work over output elements (rows, columns, blocks) so each output is
@@ -14,53 +16,23 @@
 #ifndef MPMD_CPU_H
 #define MPMD_CPU_H
 
-#include "../../graph/graph.h"
+#include "backend/backend.h"
 
 #include <stdint.h>
 
-typedef struct mpmd_kargs {
-    const mpmd_graph *g;
-    const mpmd_node *node;
-    void *out;                      /* output buffer (may alias in[node->op->inplace]) */
-    void *const *in;                /* input buffers */
-    const mpmd_type *const *in_type; /* input types */
-    int nthreads;                   /* threads this kernel may use */
-    void *scratch;                  /* scratch of the size the entry asked for, or NULL */
-    int mb;                         /* microbatch index inside the loop body, else 0 */
-    char *err;                      /* message buffer for run-time errors */
-    size_t err_len;
-} mpmd_kargs;
-
-/* Returns 0, or non-zero after writing a message to a->err (e.g. an
- * embedding id out of range: "embedding: id 9000 at position 17 is outside
- * [0, 8192)"). */
-typedef int (*mpmd_cpu_kernel)(const mpmd_kargs *a);
-
-/* Scratch bytes a kernel needs for this node, or NULL for none. */
-typedef size_t (*mpmd_cpu_scratch_fn)(const mpmd_graph *g, const mpmd_node *n);
-
-typedef struct mpmd_cpu_entry {
-    const mpmd_op_desc *op;
-    mpmd_cpu_kernel fn;
-    mpmd_cpu_scratch_fn scratch;
-} mpmd_cpu_entry;
-
 /* Kernel tables, each ended by an entry with op == NULL. */
-extern const mpmd_cpu_entry mpmd_cpu_core_kernels[];
-extern const mpmd_cpu_entry mpmd_cpu_elementwise_kernels[];
-extern const mpmd_cpu_entry mpmd_cpu_reduce_kernels[];
-extern const mpmd_cpu_entry mpmd_cpu_nn_kernels[];
-extern const mpmd_cpu_entry mpmd_cpu_optim_kernels[];
+extern const mpmd_kernel mpmd_cpu_core_kernels[];
+extern const mpmd_kernel mpmd_cpu_elementwise_kernels[];
+extern const mpmd_kernel mpmd_cpu_reduce_kernels[];
+extern const mpmd_kernel mpmd_cpu_nn_kernels[];
+extern const mpmd_kernel mpmd_cpu_optim_kernels[];
 
 /* The entry for an op, or NULL if the CPU backend has no kernel for it. */
-const mpmd_cpu_entry *mpmd_cpu_find(const mpmd_op_desc *op);
+const mpmd_kernel *mpmd_cpu_find(const mpmd_op_desc *op);
 
-/* Run the kernel of value `node` (or an assign) on buffers: ptr(ctx, v)
- * gives the buffer of input value v, out the output's. Returns 0, or
- * non-zero with a message in err. Both executors go through here. */
-typedef void *(*mpmd_ptr_fn)(void *ctx, int value);
-int mpmd_cpu_run(const mpmd_graph *g, int node, const mpmd_cpu_entry *k, void *out, mpmd_ptr_fn ptr, void *ctx,
-                 int nthreads, void *scratch, int mb, char *err, size_t errlen);
+/* The CPU's loop fold and replica combine (host memory, f32). */
+void mpmd_cpu_fold(const mpmd_graph *g, const mpmd_node *reduce, void *acc, const void *x, int mb);
+void mpmd_cpu_combine(const mpmd_graph *g, const mpmd_node *n, void *const *bufs, int replicas, float *out);
 
 /* ---- threading ---------------------------------------------------------- */
 

@@ -514,7 +514,7 @@ static int k_sum_to(const mpmd_kargs *a) {
 
 /* ---- the table ------------------------------------------------------------------------------ */
 
-const mpmd_cpu_entry mpmd_cpu_elementwise_kernels[] = {
+const mpmd_kernel mpmd_cpu_elementwise_kernels[] = {
     {&mpmd_op_add, k_add, NULL},
     {&mpmd_op_sub, k_sub, NULL},
     {&mpmd_op_mul, k_mul, NULL},

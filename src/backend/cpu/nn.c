@@ -546,7 +546,7 @@ static int k_cross_entropy_grad(const mpmd_kargs *a) {
 
 /* ---- the table ------------------------------------------------------------------------------ */
 
-const mpmd_cpu_entry mpmd_cpu_nn_kernels[] = {
+const mpmd_kernel mpmd_cpu_nn_kernels[] = {
     {&mpmd_op_matmul, k_matmul, NULL},
     {&mpmd_op_softmax, k_softmax, NULL},
     {&mpmd_op_softmax_causal, k_softmax_causal, NULL},

@@ -142,7 +142,7 @@ static int k_adamw(const mpmd_kargs *a) {
     return 0;
 }
 
-const mpmd_cpu_entry mpmd_cpu_optim_kernels[] = {
+const mpmd_kernel mpmd_cpu_optim_kernels[] = {
     {&mpmd_op_optim_step, k_optim_step, NULL},
     {&mpmd_op_sgd, k_sgd, NULL},
     {&mpmd_op_adamw, k_adamw, NULL},

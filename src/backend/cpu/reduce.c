@@ -571,7 +571,7 @@ static int k_permute(const mpmd_kargs *a) {
     return 0;
 }
 
-const mpmd_cpu_entry mpmd_cpu_reduce_kernels[] = {
+const mpmd_kernel mpmd_cpu_reduce_kernels[] = {
     {&mpmd_op_sum, k_reduce, NULL},
     {&mpmd_op_mean, k_reduce, NULL},
     {&mpmd_op_max, k_reduce, NULL},

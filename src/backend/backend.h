@@ -1,0 +1,121 @@
+/* backend.h - what the executors need of a device: buffers, copies,
+ * kernels, the loop fold, the replica combine, and a queue to wait on.
+ *
+ * A backend is a table of functions registered by name ("cpu", "cuda").
+ * Each rank opens its own instance (an mpmd_device: the CPU's thread count,
+ * or a GPU, a stream and a cuBLAS handle) and every byte of a step lives in
+ * buffers that instance allocated. Work is queued in order on the instance:
+ * a kernel launch, a copy or a fold may return before it has run (CUDA) or
+ * after (CPU); `sync` waits for everything queued, and events order one
+ * instance's queue after a point in another's (a receive after its send).
+ * Callers never touch a buffer's bytes: data enters with `upload`, leaves
+ * with `download`, and moves with `copy`.
+ *
+ * Kernels are looked up by op descriptor; each backend keeps one table per
+ * op family (src/backend/<name>/<family>.c or .cu). A kernel gets the node,
+ * its input and output buffers and the instance, and returns 0 or writes a
+ * message. A new backend fills an mpmd_backend and adds itself to the list
+ * in backend.c.
+ */
+#ifndef MPMD_BACKEND_H
+#define MPMD_BACKEND_H
+
+#include "graph/graph.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mpmd_kargs {
+    const mpmd_graph *g;
+    const mpmd_node *node;
+    void *out;                       /* output buffer (may alias in[node->op->inplace]) */
+    void *const *in;                 /* input buffers */
+    const mpmd_type *const *in_type; /* input types */
+    int nthreads;                    /* CPU threads this kernel may use */
+    void *scratch;                   /* scratch of the size the entry asked for, or NULL */
+    int mb;                          /* microbatch index inside the loop body, else 0 */
+    char *err;                       /* message buffer for errors found at launch */
+    size_t err_len;
+    void *dev;                       /* the backend's per-rank instance */
+} mpmd_kargs;
+
+/* Returns 0, or non-zero after writing a message to a->err. */
+typedef int (*mpmd_kernel_fn)(const mpmd_kargs *a);
+/* Scratch bytes a kernel needs for this node (0: none). */
+typedef size_t (*mpmd_scratch_fn)(const mpmd_graph *g, const mpmd_node *n);
+
+typedef struct mpmd_kernel {
+    const mpmd_op_desc *op;
+    mpmd_kernel_fn fn;
+    mpmd_scratch_fn scratch;
+} mpmd_kernel;
+
+typedef struct mpmd_backend {
+    const char *name;
+    /* Buffers are ordinary host memory (the CPU): inputs may be shared
+     * between ranks and storage read in place. */
+    int host_memory;
+    /* 0 when this backend can run here; else non-zero with the reason
+     * ("built without CUDA", "no CUDA device: ..."). */
+    int (*available)(char *why, size_t len);
+    /* One instance for pipeline rank `rank` (of `ranks` in this process)
+     * with `nthreads` CPU threads; NULL with a message on failure. */
+    void *(*open)(int rank, int nthreads, char *err, size_t len);
+    void (*close)(void *dev);
+    /* Make the calling thread use this instance (a GPU: its device). */
+    void (*enter)(void *dev);
+    /* A buffer of `bytes` (aligned for every dtype), NULL when out of memory. */
+    void *(*alloc)(void *dev, size_t bytes);
+    void (*free)(void *dev, void *p);
+    /* host -> buffer; `src` may be reused when the call returns. */
+    int (*upload)(void *dev, void *dst, const void *src, size_t bytes);
+    /* buffer -> host, after everything queued on dev; the bytes are there
+     * when the call returns. */
+    int (*download)(void *dev, void *dst, const void *src, size_t bytes);
+    /* buffer -> buffer, queued on dev. */
+    int (*copy)(void *dev, void *dst, const void *src, size_t bytes);
+    /* The kernel for an op, or NULL. */
+    const mpmd_kernel *(*find)(const mpmd_op_desc *op);
+    /* Fold microbatch mb's x into a loop reduction's accumulator acc (the
+     * order of mpmd_loop_fold), queued on dev. */
+    int (*fold)(void *dev, const mpmd_graph *g, const mpmd_node *reduce, void *acc, const void *x, int mb);
+    /* out = the combination of loop result `n` over replicas (the mean for
+     * ADD, the max for MAX), summed in replica order, queued on dev. bufs
+     * must be complete (their writers synced). */
+    int (*combine)(void *dev, const mpmd_graph *g, const mpmd_node *n, void *const *bufs, int replicas, void *out);
+    /* Wait for everything queued on dev; non-zero with a message when
+     * queued work failed (a kernel fault, an id out of range). */
+    int (*sync)(void *dev, char *err, size_t len);
+    /* A point in dev's queue (NULL where work runs when queued, as on the
+     * CPU); another instance's later work waits for it with event_wait. */
+    void *(*event_record)(void *dev);
+    int (*event_wait)(void *dev, void *ev);
+    void (*event_free)(void *dev, void *ev);
+} mpmd_backend;
+
+/* The backend of this name, or NULL. NULL or "" is "cpu". */
+const mpmd_backend *mpmd_backend_get(const char *name);
+/* "cpu, cuda": the backends this build has, for messages. */
+const char *mpmd_backend_names(void);
+/* The backends compiled in. */
+extern const mpmd_backend mpmd_backend_cpu;
+#ifdef MPMD_HAVE_CUDA
+extern const mpmd_backend mpmd_backend_cuda;
+#endif
+
+/* Run the kernel of value `node` (or an assign) with inputs from ptr(ctx,
+ * v) and output `out`. Returns 0, or non-zero with a message in err. */
+typedef void *(*mpmd_ptr_fn)(void *ctx, int value);
+int mpmd_backend_run(const mpmd_backend *be, void *dev, const mpmd_graph *g, int node, const mpmd_kernel *k,
+                     void *out, mpmd_ptr_fn ptr, void *ctx, int nthreads, void *scratch, int mb, char *err,
+                     size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,79 @@
+/* cuda.h - the CUDA backend's shared declarations (CUDA C++ files only).
+ *
+ * A rank's instance owns a device, a stream, a cuBLAS handle with a fixed
+ * workspace, and one int on the device where kernels record the first
+ * run-time error (an id out of range); sync reads it back.
+ *
+ * Every kernel is queued on the instance's stream and returns at once. The
+ * determinism rule of the CPU backend holds here: each output element is
+ * computed by one thread (or one block, reducing in a fixed tree order),
+ * never summed with atomics, so a result depends only on the inputs and
+ * the launch shape, which depends only on the tensor shapes.
+ */
+#ifndef MPMD_CUDA_H
+#define MPMD_CUDA_H
+
+#include "backend/backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+typedef struct mpmd_cuda_dev {
+    int device;
+    int rank;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *workspace; /* cuBLAS workspace, fixed per handle (determinism) */
+    size_t workspace_bytes;
+    int *flag;       /* device: 0, or the first MPMD_CUDA_FLAG_* a kernel met */
+    int *flag_info;  /* device: [3] details of that error (value, position, bound) */
+    int tf32;        /* f32 products may use TF32 tensor cores (MPMD_CUDA_TF32=1) */
+} mpmd_cuda_dev;
+
+/* Run-time errors kernels record on the device (first one wins). */
+enum {
+    MPMD_CUDA_FLAG_NONE = 0,
+    MPMD_CUDA_FLAG_EMBEDDING_ID = 1,  /* embedding: id outside [0, vocab) */
+    MPMD_CUDA_FLAG_LABEL = 2          /* cross_entropy: label outside [0, classes) */
+};
+
+/* Record error `code` with details (a, b, c) unless one is recorded. */
+__device__ static inline void mpmd_cuda_raise(int *flag, int *info, int code, int a, int b, int c) {
+    if (atomicCAS(flag, 0, code) == 0) {
+        info[0] = a;
+        info[1] = b;
+        info[2] = c;
+    }
+}
+
+static inline mpmd_cuda_dev *mpmd_cuda_of(const mpmd_kargs *a) { return (mpmd_cuda_dev *)a->dev; }
+
+/* After a launch: 0, or 1 with "<what>: <CUDA error>" in a->err. */
+static inline int mpmd_cuda_launched(const mpmd_kargs *a, const char *what) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) return 0;
+    snprintf(a->err, a->err_len, "%s: CUDA kernel launch failed: %s", what, cudaGetErrorString(e));
+    return 1;
+}
+
+/* Blocks for n elements at `threads` per block (at least 1). */
+static inline unsigned mpmd_cuda_blocks(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : b);
+}
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Kernel tables, each ended by an entry with op == NULL. */
+extern const mpmd_kernel mpmd_cuda_core_kernels[];
+extern const mpmd_kernel mpmd_cuda_elementwise_kernels[];
+extern const mpmd_kernel mpmd_cuda_reduce_kernels[];
+extern const mpmd_kernel mpmd_cuda_nn_kernels[];
+extern const mpmd_kernel mpmd_cuda_optim_kernels[];
+#ifdef __cplusplus
+}
+#endif
+
+#endif
