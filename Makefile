@@ -2,7 +2,8 @@
 #   make demo   install what is missing, build, train the GPT example pipelined
 #               over 4 in-process ranks (about a minute)
 #   make test   install what is missing, build, run every test
-# Also: make (build into build/), make bench, make test-sanitize, make clean.
+# Also: make (build into build/), make bench, make test-sanitize, make clean;
+# on a machine with an NVIDIA GPU: make test-gpu, make bench-gpu.
 
 BUILD ?= build
 SAN_BUILD ?= build-sanitize
@@ -10,7 +11,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # Debian packages the build needs.
 PACKAGES = cmake make gcc libc6-dev pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin
 
-.PHONY: all deps build test test-sanitize demo bench clean
+.PHONY: all deps build test test-sanitize test-gpu demo bench bench-gpu clean
 
 all: build
 
@@ -37,12 +38,18 @@ build: deps $(BUILD)/CMakeCache.txt
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# The tests that need a GPU (CTest label gpu; they skip where there is none).
+# A build with CUDA needs nvcc (/usr/local/cuda/bin or on PATH).
+test-gpu: build
+	cd $(BUILD) && ctest --output-on-failure -L gpu
+
 # The test suite under AddressSanitizer + UndefinedBehaviorSanitizer. This
 # build leaves MPI out (its libraries are not built for the sanitizers), which
 # also checks that mpmd builds and passes its tests without MPI; the
 # install test runs in the plain build only.
 test-sanitize: deps
-	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DMPMD_SANITIZE=ON -DMPMD_BUILD_BENCH=OFF -DMPMD_WITH_MPI=OFF
+	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DMPMD_SANITIZE=ON -DMPMD_BUILD_BENCH=OFF -DMPMD_WITH_MPI=OFF \
+	  -DMPMD_WITH_CUDA=OFF
 	cmake --build $(SAN_BUILD) -j $(JOBS)
 	cd $(SAN_BUILD) && MPMD_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -E '^install_'
 
@@ -56,6 +63,17 @@ bench: build
 	@for b in $(BUILD)/bench/bench_*; do [ -x "$$b" ] && echo "== $$b" && "$$b" || exit 1; done
 	@if [ -x $(BUILD)/bench/mpi_bench ]; then echo "== $(BUILD)/bench/mpi_bench (2 MPI processes)"; \
 	  tests/mpirun.sh shm 2 $(BUILD)/bench/mpi_bench; fi
+
+# GPT-2 124M (batch 16 x 1024) on one GPU: mpmd on one rank and as a 4-stage
+# pipeline of 4 ranks sharing the GPU, then, in the same run, the PyTorch
+# reference (TORCH_ANCHOR, eager and compiled) when python3 has torch.
+TORCH_ANCHOR ?= ../shared/anchors/torch_gpt2.py
+bench-gpu: build
+	./$(BUILD)/bench/gpu_bench --profile
+	@if [ -f "$(TORCH_ANCHOR)" ] && python3 -c "import torch" 2>/dev/null; then \
+	  echo "== PyTorch eager ($(TORCH_ANCHOR) --compile 0)"; python3 "$(TORCH_ANCHOR)" --compile 0; \
+	  echo "== PyTorch compiled ($(TORCH_ANCHOR) --compile 1)"; python3 "$(TORCH_ANCHOR)" --compile 1; \
+	else echo "bench-gpu: no PyTorch reference run (needs $(TORCH_ANCHOR) and python3 with torch)"; fi
 
 clean:
 	rm -rf $(BUILD) $(SAN_BUILD)

@@ -65,6 +65,7 @@ static void make_data(float *x, float *y) {
 
 int main(int argc, char **argv) {
     int threads = 0;
+    const char *backend = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             char *end;
@@ -74,8 +75,10 @@ int main(int argc, char **argv) {
                 return 2;
             }
             threads = (int)v;
+        } else if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
+            backend = argv[++i];
         } else {
-            fprintf(stderr, "usage: basic [--threads N]\n");
+            fprintf(stderr, "usage: basic [--threads N] [--backend cpu|cuda]\n");
             return 2;
         }
     }
@@ -119,6 +122,7 @@ int main(int argc, char **argv) {
     mpmd_error err;
     mpmd_exec_opts eo = MPMD_EXEC_DEFAULTS;
     eo.threads = threads;
+    eo.backend = backend;
     mpmd_exec *ex = mpmd_exec_new(g, &eo, &err);
     if (!ex) {
         fprintf(stderr, "basic: %s\n", err.msg);

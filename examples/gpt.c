@@ -63,6 +63,8 @@ static const char *usage =
     "  --data-parallel R     replicas of every rank, each on batch/R sequences (default 1)\n"
     "  --threads N           kernel threads: of the one rank (loop), else of each rank;\n"
     "                        0 for all cores (loop) or the cores divided among ranks (default 0)\n"
+    "  --backend NAME        where the ranks compute: cpu (default) or cuda (a build with CUDA;\n"
+    "                        rank r on GPU r %% devices)\n"
     "\n"
     "Watching and resuming:\n"
     "  --log-every K         one progress line every K steps (default 5)\n"
@@ -82,7 +84,7 @@ typedef struct options {
     gpt_config cfg;
     long long steps, log_every, threads, ranks, replicas, save_every;
     unsigned long long seed;
-    const char *data, *schedule, *trace, *timeline, *save, *resume;
+    const char *data, *schedule, *trace, *timeline, *save, *resume, *backend;
     int nan_check, fuse, mpi, quiet, json;
 } options;
 
@@ -123,7 +125,7 @@ static const char *const valued[] = {"--layers",   "--width",   "--heads",      
                                      "--microbatches", "--stages", "--steps",      "--log-every", "--threads",
                                      "--seed",     "--lr",      "--weight-decay",  "--data",    "--schedule",
                                      "--ranks",    "--runtime", "--data-parallel", "--trace",   "--timeline",
-                                     "--save",     "--save-every", "--resume"};
+                                     "--save",     "--save-every", "--resume",  "--backend"};
 
 static int is_one_of(const char *name, const char *const *list, size_t n) {
     for (size_t k = 0; k < n; k++)
@@ -213,6 +215,7 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!*val) return bad_option("%s needs a value", name);
             if (!strcmp(name, "--data")) o->data = val;
             if (!strcmp(name, "--schedule")) o->schedule = val;
+            if (!strcmp(name, "--backend")) o->backend = val;
             if (!strcmp(name, "--trace")) o->trace = val;
             if (!strcmp(name, "--timeline")) o->timeline = val;
             if (!strcmp(name, "--save")) o->save = val;
@@ -315,6 +318,7 @@ int main(int argc, char **argv) {
         mpmd_exec_opts eo = MPMD_EXEC_DEFAULTS;
         eo.threads = (int)o.threads;
         eo.seed = o.seed;
+        eo.backend = o.backend;
         if (!(t.ex = mpmd_exec_new(m.g, &eo, &err))) return fail(&t, "%s", err.msg);
     } else {
         if (make_schedule(&o, &t.sched, &err)) return fail(&t, "%s", err.msg);
@@ -323,6 +327,7 @@ int main(int argc, char **argv) {
         so.seed = o.seed;
         so.runtime = o.mpi ? MPMD_RUNTIME_MPI : MPMD_RUNTIME_LOCAL;
         so.data_parallel = (int)o.replicas;
+        so.backend = o.backend;
         if (!(t.st = mpmd_jit_with_loop(m.g, t.sched, &so, &err))) return fail(&t, "%s", err.msg);
         mpmd_step_set_recording(t.st, 1); /* for the bubble and the pictures: two clock reads per instruction */
     }

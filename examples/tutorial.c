@@ -59,12 +59,14 @@ static const char *usage =
     "  --seq N            sequence length (default 32)\n"
     "  --threads N        kernel threads of the one-rank loop, 0 for all cores\n"
     "                     (default 0; each pipelined rank gets cores / 4)\n"
+    "  --backend NAME     cpu (default) or cuda, for every run\n"
     "  --print-program    also print each pipelined step's per-rank programs\n"
     "  --help             this text\n";
 
 typedef struct options {
     long long steps, d_model, seq, threads;
     int print_program;
+    const char *backend;
 } options;
 
 static int bad_option(const char *msg, const char *arg) {
@@ -98,6 +100,7 @@ static int parse_args(int argc, char **argv, options *o) {
     o->seq = 32;
     o->threads = 0;
     o->print_program = 0;
+    o->backend = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help")) {
@@ -106,6 +109,11 @@ static int parse_args(int argc, char **argv, options *o) {
         }
         if (!strcmp(a, "--print-program")) {
             o->print_program = 1;
+            continue;
+        }
+        if (!strcmp(a, "--backend")) {
+            if (i + 1 >= argc || !argv[i + 1][0]) return bad_option("a value is needed after", a);
+            o->backend = argv[++i];
             continue;
         }
         long long *dst = NULL, lo = 1, hi = 4096;
@@ -301,6 +309,8 @@ static int pipelined(const options *o, int num_stages, const float *x, const flo
     mpmd_error err;
     mpmd_schedule *s = NULL;
     mpmd_step *st = NULL;
+    mpmd_step_opts so = MPMD_STEP_DEFAULTS;
+    so.backend = o->backend;
     run_result res = {NULL, "", 0};
     int rc = 1;
     printf("\n== pipelined: Interleaved1F1B(num_stages=%d, mpmd_dim=%d), a marker after every %d Block%s ==\n",
@@ -311,7 +321,7 @@ static int pipelined(const options *o, int num_stages, const float *x, const flo
         return 1;
     }
     if (mpmd_schedule_interleaved1f1b(num_stages, NUM_RANKS, NUM_MB, 0, &s, &err) ||
-        !(st = mpmd_jit_with_loop(m.g, s, NULL, &err))) {
+        !(st = mpmd_jit_with_loop(m.g, s, &so, &err))) {
         fprintf(stderr, "tutorial: %s\n", err.msg);
         goto done;
     }
@@ -380,6 +390,7 @@ int main(int argc, char **argv) {
     }
     mpmd_exec_opts eo = MPMD_EXEC_DEFAULTS;
     eo.threads = (int)o.threads;
+    eo.backend = o.backend;
     if (!(ex = mpmd_exec_new(m.g, &eo, &err))) {
         fprintf(stderr, "tutorial: %s\n", err.msg);
         goto done;

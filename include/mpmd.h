@@ -426,6 +426,13 @@ void mpmd_exec_print_plan(const mpmd_exec *ex, FILE *f);
  * lowercase hex digits plus a terminator. */
 void mpmd_exec_params_sha256(mpmd_exec *ex, char hex[65]);
 
+/* Time every op of the following runs (each op then waits for the device,
+ * so profiled runs are slower); 0 turns it off and forgets the times. */
+mpmd_status mpmd_exec_set_profiling(mpmd_exec *ex, int on);
+/* The profiled runs' op times summed by op name, largest first: calls, ms
+ * per run and share of the total. */
+void mpmd_exec_print_profile(const mpmd_exec *ex, FILE *f);
+
 /* ------------------------------------------------------------------------ */
 /* Pipelined steps: mpmd_jit_with_loop and the in-process runtime            */
 /* ------------------------------------------------------------------------ */

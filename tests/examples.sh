@@ -55,5 +55,12 @@ expect 1 "needs as many ranks as stages" --schedule std1f1b --stages 1 --ranks 2
 expect 1 "cannot open" --data /nonexistent/file --steps 1
 expect 1 "loss is nan" --layers 2 --width 32 --heads 2 --seq 16 --lr 1e6 --steps 10 --quiet
 expect 1 "holds 3 steps already" "${model[@]}" --steps 2 --resume "$tmp/ck.safetensors"
+expect 1 'unknown backend "tpu"; this build has: cpu' --backend tpu --steps 1
+# where CUDA cannot run (not built in, or no GPU) asking for it says which
+out=$("$gpt" --layers 1 --width 8 --heads 1 --seq 4 --batch 1 --microbatches 1 --steps 1 --quiet --backend cuda 2>&1)
+rc=$?
+if [ "$rc" -eq 0 ]; then ok "the cuda backend runs here"
+elif [ "$rc" -eq 1 ] && grep -Eq 'unknown backend "cuda"|the cuda backend cannot run here: no' <<<"$out"; then ok "exit 1: $out"
+else bad "--backend cuda: exit $rc, output: $out"; fi
 echo "examples: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -26,12 +26,14 @@ static void compare(const char *what, mpmd_graph *g, const mpmd_value *inputs, v
     mpmd_exec_opts eo = MPMD_EXEC_DEFAULTS;
     eo.threads = 1;
     eo.seed = 7;
+    eo.backend = tu_backend();
     mpmd_error err;
     mpmd_exec *ex = mpmd_exec_new(g, &eo, &err);
     CHECK(ex != NULL, "%s: exec: %s", what, err.msg);
     mpmd_step_opts so = MPMD_STEP_DEFAULTS;
     so.threads_per_rank = tpr;
     so.seed = 7;
+    so.backend = tu_backend();
     mpmd_step *st = mpmd_jit_with_loop(g, s, &so, &err);
     CHECK(st != NULL, "%s: %s: jit: %s", what, s->name, err.msg);
     if (!ex || !st) {
@@ -208,7 +210,9 @@ static void test_failure_stops_all(void) {
     }
     mpmd_schedule *s;
     mpmd_schedule_std1f1b(2, 2, &s, &err);
-    mpmd_step *st = mpmd_jit_with_loop(m.g, s, NULL, &err);
+    mpmd_step_opts so = MPMD_STEP_DEFAULTS;
+    so.backend = tu_backend();
+    mpmd_step *st = mpmd_jit_with_loop(m.g, s, &so, &err);
     CHECK(st != NULL, "%s", err.msg);
     if (st) {
         int32_t tok[16], tgt[16];
@@ -249,11 +253,13 @@ static void test_data_parallel(void) {
     o.seed = 3;
     o.data_parallel = R;
     o.threads_per_rank = 1;
+    o.backend = tu_backend();
     mpmd_step *st = mpmd_jit_with_loop(dp.g, s, &o, &err);
     CHECK(st != NULL, "data parallel jit: %s", err.msg);
     mpmd_exec_opts eo = MPMD_EXEC_DEFAULTS;
     eo.seed = 3;
     eo.threads = 1;
+    eo.backend = tu_backend();
     mpmd_exec *ex = mpmd_exec_new(ref.g, &eo, &err);
     if (st && ex) {
         CHECK(mpmd_step_set_input(st, dp.x, x, 10) == MPMD_ERR_SHAPE && strstr(mpmd_step_error(st), "per replica"),
@@ -292,6 +298,7 @@ static void test_data_parallel(void) {
 }
 
 int main(void) {
+    tu_backend_or_skip("test_pipeline");
     test_data_parallel();
     test_errors();
     test_mlp_equivalence();

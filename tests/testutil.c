@@ -169,3 +169,17 @@ void tu_mlp_case_free(tu_mlp_case *mc) {
     free(mc->x), free(mc->y);
     mpmd_graph_free(mc->m.g);
 }
+
+const char *tu_backend(void) {
+    const char *b = getenv("MPMD_TEST_BACKEND");
+    return b && *b ? b : "cpu";
+}
+
+void tu_backend_or_skip(const char *test) {
+    char why[512];
+    if (mpmd_backend_check(tu_backend(), why, sizeof why)) {
+        printf("%s: skipped: backend %s: %s\n", test, tu_backend(), why);
+        fflush(stdout);
+        exit(77);
+    }
+}

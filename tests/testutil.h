@@ -27,6 +27,11 @@ extern int tu_checks;
 /* Print "<name>: N passed, M failed" and return the exit status. */
 int tu_report(const char *name);
 
+/* The backend the pipeline tests run on: MPMD_TEST_BACKEND ("cpu" when
+ * unset). tu_backend_or_skip exits 77 (CTest's skip) with the reason when
+ * that backend cannot run here, say "cuda" on a machine without a GPU. */
+const char *tu_backend(void);
+void tu_backend_or_skip(const char *test);
 /* 1 when MPMD_TEST_QUICK is set (sanitizer runs): tests shrink their sizes. */
 int tu_quick(void);
 

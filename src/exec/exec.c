@@ -29,6 +29,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { SLOT_NONE = 0, SLOT_STORAGE, SLOT_INPUT, SLOT_ARENA, SLOT_VIEW };
@@ -58,8 +59,16 @@ struct mpmd_exec {
     int npos;
     int ran;       /* a step has completed */
     unsigned char *live; /* nodes that need to run (mpmd_live_nodes) */
+    double *prof;  /* [n_nodes] seconds spent in each node over the profiled runs, or NULL */
+    int prof_runs;
     char err[MPMD_ERROR_MSG_MAX];
 };
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static int num_cores(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -89,6 +98,7 @@ void mpmd_exec_free(mpmd_exec *ex) {
     free(ex->input_set);
     free(ex->pos);
     free(ex->live);
+    free(ex->prof);
     free(ex);
 }
 
@@ -309,14 +319,17 @@ static mpmd_status run_node(mpmd_exec *ex, int i, int m) {
     if (!ex->live[i] || (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL))) return MPMD_OK;
     char kerr[512];
     at_mb ctx = {ex, m};
+    double t0 = ex->prof ? now_s() : 0;
     if (mpmd_backend_run(ex->be, ex->dev, g, i, ex->kern[i], ptr_of(ex, i, m), ptr_at, &ctx, ex->nthreads,
-                         ex->scratch, m, kerr, sizeof kerr)) {
+                         ex->scratch, m, kerr, sizeof kerr) ||
+        (ex->prof && ex->be->sync(ex->dev, kerr, sizeof kerr))) {
         if (n->region == MPMD_REGION_BODY)
             snprintf(ex->err, sizeof ex->err, "%%%d = %s, microbatch %d: %s", i, n->op->name, m, kerr);
         else
             snprintf(ex->err, sizeof ex->err, "%%%d = %s: %s", i, n->op->name, kerr);
         return MPMD_ERR_RUNTIME;
     }
+    if (ex->prof) ex->prof[i] += now_s() - t0;
     return MPMD_OK;
 }
 
@@ -364,6 +377,7 @@ out:;
     }
     if (st) return st;
     ex->ran = 1;
+    if (ex->prof) ex->prof_runs++;
     return MPMD_OK;
 }
 
@@ -499,4 +513,57 @@ void mpmd_exec_params_sha256(mpmd_exec *ex, char hex[65]) {
     free(host);
     free(ps);
     mpmd_sha256_final_hex(&c, hex);
+}
+
+mpmd_status mpmd_exec_set_profiling(mpmd_exec *ex, int on) {
+    free(ex->prof);
+    ex->prof = NULL;
+    ex->prof_runs = 0;
+    if (on && !(ex->prof = calloc((size_t)ex->g->n_nodes + 1, sizeof *ex->prof))) {
+        snprintf(ex->err, sizeof ex->err, "mpmd_exec_set_profiling: out of memory");
+        return MPMD_ERR_NOMEM;
+    }
+    return MPMD_OK;
+}
+
+typedef struct prof_row {
+    const char *name;
+    double s;
+    int calls;
+} prof_row;
+
+static int by_time(const void *a, const void *b) {
+    double x = ((const prof_row *)a)->s, y = ((const prof_row *)b)->s;
+    return (x < y) - (x > y);
+}
+
+void mpmd_exec_print_profile(const mpmd_exec *ex, FILE *f) {
+    const mpmd_graph *g = ex->g;
+    if (!ex->prof || !ex->prof_runs) {
+        fprintf(f, "no profiled run (mpmd_exec_set_profiling, then mpmd_exec_run)\n");
+        return;
+    }
+    prof_row *rows = calloc((size_t)g->n_nodes + 1, sizeof *rows);
+    if (!rows) return;
+    int nr = 0;
+    double total = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (ex->prof[i] <= 0) continue;
+        const char *name = g->nodes[i].op->name;
+        int k = 0;
+        while (k < nr && strcmp(rows[k].name, name) != 0) k++;
+        if (k == nr) rows[nr++] = (prof_row){name, 0, 0};
+        rows[k].s += ex->prof[i];
+        rows[k].calls += g->nodes[i].region == MPMD_REGION_BODY ? g->n_micro : 1;
+        total += ex->prof[i];
+    }
+    qsort(rows, (size_t)nr, sizeof *rows, by_time);
+    fprintf(f, "time by op over %d run%s (%s backend; each op waited for), per run:\n", ex->prof_runs,
+            ex->prof_runs == 1 ? "" : "s", ex->be->name);
+    fprintf(f, "  %-22s %7s %11s %7s\n", "op", "calls", "ms", "share");
+    for (int k = 0; k < nr; k++)
+        fprintf(f, "  %-22s %7d %11.3f %6.1f%%\n", rows[k].name, rows[k].calls, 1e3 * rows[k].s / ex->prof_runs,
+                100.0 * rows[k].s / (total > 0 ? total : 1));
+    fprintf(f, "  %-22s %7s %11.3f\n", "total", "", 1e3 * total / ex->prof_runs);
+    free(rows);
 }

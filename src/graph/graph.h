@@ -18,6 +18,10 @@
 
 #include <stdarg.h>
 
+#ifdef __cplusplus
+extern "C" { /* the CUDA backend's files are CUDA C++ */
+#endif
+
 typedef struct mpmd_node mpmd_node;
 
 /* Regions of a step. A graph without a loop has only MPMD_REGION_PRE. */
@@ -164,5 +168,9 @@ static inline mpmd_value mpmd_in(const mpmd_node *n, int i) { return (mpmd_value
 static inline int mpmd_node_is_storage(const mpmd_node *n) {
     return n->op == &mpmd_op_param || n->op == &mpmd_op_variable;
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

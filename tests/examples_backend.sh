@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The GPT example on another backend (make test-gpu runs it with cuda): the
+# final line of every schedule of the equivalence list, and of two
+# data-parallel replicas, equals the one-rank loop's on that backend; the
+# loss after a few steps is close to the CPU's (different kernels, so not
+# the same bits); and a bad input still ends with a message.
+#   examples_backend.sh BUILD_DIR BACKEND
+# Exit 77 (skip) when BACKEND cannot run here.
+set -uo pipefail
+build=$1 backend=$2
+gpt="$build/examples/gpt"
+model=(--layers 4 --width 32 --heads 2 --seq 16 --batch 8 --microbatches 4 --steps 3 --tie-embeddings --quiet)
+pass=0 fail=0
+ok() { echo "ok: $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+
+probe=$("$gpt" --layers 1 --width 8 --heads 1 --seq 4 --batch 1 --microbatches 1 --steps 1 --quiet \
+  --backend "$backend" 2>&1)
+if [ $? -ne 0 ]; then
+  echo "examples_backend: skipped: $probe"
+  exit 77
+fi
+
+ref=$("$gpt" "${model[@]}" --backend "$backend" | tail -n 1)
+case "$ref" in final_loss=*" params_sha256="*) ok "$backend loop: $ref" ;; *) bad "$backend loop printed: $ref" ;; esac
+while read -r name stages ranks extra; do
+  line=$("$gpt" "${model[@]}" --backend "$backend" --schedule "$name" --stages "$stages" --ranks "$ranks" $extra 2>&1 |
+    tail -n 1)
+  [ "$line" = "$ref" ] && ok "$backend $name S=$stages D=$ranks $extra" ||
+    bad "$backend $name S=$stages D=$ranks $extra: $line (loop: $ref)"
+done <<'LIST'
+gpipe 4 4
+std1f1b 2 2
+eager1f1b 4 4
+interleaved1f1b 4 2
+kimik2 4 2 --fuse-steady-state
+zerobubble 4 4
+dualpipev 4 2
+interleavedgpipe 4 2
+LIST
+
+# two replicas of a 2-stage pipeline, each on half the batch, against the
+# same data-parallel run on the CPU: both must train, and their losses agree
+dp=$("$gpt" "${model[@]}" --backend "$backend" --schedule std1f1b --stages 2 --data-parallel 2 2>&1 | tail -n 1)
+dpc=$("$gpt" "${model[@]}" --schedule std1f1b --stages 2 --data-parallel 2 2>&1 | tail -n 1)
+close() { # close LINE_A LINE_B REL: the final losses agree to REL
+  python3 - "$1" "$2" "$3" <<'PY'
+import sys
+a, b, rel = sys.argv[1], sys.argv[2], float(sys.argv[3])
+la = float(a.split()[0].split("=")[1]); lb = float(b.split()[0].split("=")[1])
+sys.exit(0 if abs(la - lb) <= rel * abs(lb) else 1)
+PY
+}
+close "$dp" "$dpc" 1e-3 && ok "$backend data-parallel 2: $dp (cpu: $dpc)" || bad "$backend data-parallel: $dp vs cpu $dpc"
+
+# 20 steps of a slightly larger model: the loss tracks the CPU's
+big=(--layers 2 --width 64 --heads 4 --seq 32 --batch 8 --microbatches 2 --steps 20 --quiet)
+lb=$("$gpt" "${big[@]}" --backend "$backend" | tail -n 1)
+lc=$("$gpt" "${big[@]}" | tail -n 1)
+close "$lb" "$lc" 1e-3 && ok "$backend vs cpu after 20 steps: $lb / $lc" || bad "$backend vs cpu: $lb / $lc"
+
+out=$("$gpt" "${model[@]}" --backend "$backend" --schedule std1f1b --stages 2 --data /nonexistent 2>&1); rc=$?
+[ "$rc" -eq 1 ] && grep -q "cannot open" <<<"$out" && ok "exit 1: cannot open" || bad "bad data file: $rc $out"
+echo "examples_backend: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
