@@ -1,0 +1,115 @@
+/* CUDA kernels of the structural ops that compute something, and the matrix
+ * product.
+ *
+ * A stage marker is the identity: a device-to-device copy on the stream
+ * unless the planner made it in place.
+ *
+ * matmul goes through cuBLAS on the instance's handle (bound by the backend
+ * to the stream and a fixed workspace, so the same shapes run the same
+ * algorithm and give the same bits). cuBLAS is column-major and our tensors
+ * are row-major: a row-major [M, N] C is the column-major [N, M] C^T, so the
+ * kernel asks for C^T = op(B)^T op(A)^T, i.e. it passes B first and swaps M
+ * and N; the transpose flags carry over unchanged. As on the CPU, a 2-D b
+ * with an untransposed a is one product with the batch folded into M;
+ * otherwise one strided-batched product (b's stride 0 when it is shared).
+ * f32 with f32 accumulation, or TF32 tensor cores when the instance allows
+ * them (MPMD_CUDA_TF32=1).
+ */
+#include "cuda.h"
+
+extern "C" {
+#include "ops/nn.h"
+}
+
+#include <limits.h>
+#include <stdint.h>
+
+/* ---- stage marker ---------------------------------------------------------------- */
+
+static int k_identity(const mpmd_kargs *a) {
+    if (a->out == a->in[0]) return 0;
+    size_t bytes = mpmd_type_bytes(&a->node->type);
+    if (bytes == 0) return 0;
+    cudaError_t e = cudaMemcpyAsync(a->out, a->in[0], bytes, cudaMemcpyDeviceToDevice, mpmd_cuda_of(a)->stream);
+    if (e != cudaSuccess) {
+        snprintf(a->err, a->err_len, "%s: device copy of %zu bytes failed: %s", a->node->op->name, bytes,
+                 cudaGetErrorString(e));
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- matmul ---------------------------------------------------------------------- */
+
+static int fits_int(int64_t x) { return x >= 0 && x <= INT_MAX; }
+
+static int blas_failed(const mpmd_kargs *a, cublasStatus_t s, int64_t m, int64_t n, int64_t k, int64_t batch) {
+    snprintf(a->err, a->err_len, "matmul: cuBLAS failed on [%lld x %lld] x [%lld x %lld] (batch %lld): %s (%s)",
+             (long long)m, (long long)k, (long long)k, (long long)n, (long long)batch, cublasGetStatusName(s),
+             cublasGetStatusString(s));
+    return 1;
+}
+
+/* C [..., M, N] = op(A) op(B) (see mpmd_matmul in src/ops/nn.c). */
+static int k_matmul(const mpmd_kargs *a) {
+    mpmd_cuda_dev *d = mpmd_cuda_of(a);
+    const mpmd_type *ta = a->in_type[0], *tb = a->in_type[1];
+    int tra = (a->node->ia[0] & MPMD_TRANS_A) != 0, trb = (a->node->ia[0] & MPMD_TRANS_B) != 0;
+    int nd = ta->ndim;
+    int64_t m = ta->dim[nd - 2 + tra], k = ta->dim[nd - 1 - tra];
+    int64_t n = tb->dim[tb->ndim - 1 - trb];
+    int64_t batch = 1;
+    for (int i = 0; i < nd - 2; i++)
+        batch *= ta->dim[i];
+    int shared_b = tb->ndim == 2;
+    if (shared_b && !tra) { /* fold the batch into M */
+        m *= batch;
+        batch = 1;
+    }
+    if (m == 0 || n == 0 || batch == 0) return 0;
+    const float *A = (const float *)a->in[0], *B = (const float *)a->in[1];
+    float *C = (float *)a->out;
+    if (k == 0) { /* an empty sum: C = 0 (cuBLAS would reject the zero leading dimensions) */
+        cudaError_t e = cudaMemsetAsync(C, 0, (size_t)(batch * m * n) * sizeof(float), d->stream);
+        if (e != cudaSuccess) {
+            snprintf(a->err, a->err_len, "matmul: clearing the output failed: %s", cudaGetErrorString(e));
+            return 1;
+        }
+        return 0;
+    }
+    /* Row-major leading dimensions, as on the CPU; they are the column-major
+     * leading dimensions of the transposed views cuBLAS sees. */
+    int64_t lda = tra ? m : k, ldb = trb ? k : n, ldc = n;
+    long long sa = (long long)(m * k), sb = shared_b ? 0 : (long long)(k * n), sc = (long long)(m * n);
+    cublasOperation_t opa = tra ? CUBLAS_OP_T : CUBLAS_OP_N, opb = trb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasComputeType_t ct = d->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const float one = 1.0f, zero = 0.0f;
+    int small = fits_int(m) && fits_int(n) && fits_int(k) && fits_int(lda) && fits_int(ldb) && fits_int(batch);
+    cublasStatus_t s;
+    /* Column-major: C^T [N, M] = op(B)^T [N, K] op(A)^T [K, M]. */
+    if (batch == 1) {
+        if (small)
+            s = cublasGemmEx(d->blas, opb, opa, (int)n, (int)m, (int)k, &one, B, CUDA_R_32F, (int)ldb, A,
+                             CUDA_R_32F, (int)lda, &zero, C, CUDA_R_32F, (int)ldc, ct, CUBLAS_GEMM_DEFAULT);
+        else
+            s = cublasGemmEx_64(d->blas, opb, opa, n, m, k, &one, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &zero,
+                                C, CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT);
+    } else {
+        if (small)
+            s = cublasGemmStridedBatchedEx(d->blas, opb, opa, (int)n, (int)m, (int)k, &one, B, CUDA_R_32F,
+                                           (int)ldb, sb, A, CUDA_R_32F, (int)lda, sa, &zero, C, CUDA_R_32F,
+                                           (int)ldc, sc, (int)batch, ct, CUBLAS_GEMM_DEFAULT);
+        else
+            s = cublasGemmStridedBatchedEx_64(d->blas, opb, opa, n, m, k, &one, B, CUDA_R_32F, ldb, sb, A,
+                                              CUDA_R_32F, lda, sa, &zero, C, CUDA_R_32F, ldc, sc, batch, ct,
+                                              CUBLAS_GEMM_DEFAULT);
+    }
+    if (s != CUBLAS_STATUS_SUCCESS) return blas_failed(a, s, m, n, k, batch);
+    return mpmd_cuda_launched(a, "matmul");
+}
+
+extern "C" const mpmd_kernel mpmd_cuda_core_kernels[] = {
+    {&mpmd_op_stage_marker, k_identity, NULL},
+    {&mpmd_op_matmul, k_matmul, NULL},
+    {NULL, NULL, NULL},
+};

@@ -1,0 +1,280 @@
+/* The CUDA backend: one GPU, stream and cuBLAS handle per rank.
+ *
+ * Rank r uses device r % devices (MPMD_CUDA_DEVICE=k puts every rank on
+ * device k). Buffers are cudaMalloc'ed (the executors allocate them at set
+ * up and keep them, so a step allocates nothing once it has run); copies and
+ * kernels are queued on the rank's stream; an event recorded there lets
+ * another rank's stream wait for a value without the host waiting.
+ *
+ * Failures: a launch error is reported by the kernel that met it; a fault
+ * while the queue runs, and the run-time errors kernels record in the
+ * instance's device flag (an id out of range), surface at the next sync,
+ * which every step ends with, and name the rank.
+ *
+ * Determinism: cuBLAS gets a fixed workspace per handle and the default
+ * (non-atomic) reduction modes; every kernel here reduces in a fixed order.
+ */
+#include "cuda.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int g_devices = -1; /* device count, once */
+
+static int device_count(char *why, size_t len) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        if (why) snprintf(why, len, "no usable CUDA device (%s)", cudaGetErrorString(e));
+        return 0;
+    }
+    if (n == 0 && why) snprintf(why, len, "no CUDA device");
+    return n;
+}
+
+static int cuda_available(char *why, size_t len) {
+    if (g_devices < 0) g_devices = device_count(NULL, 0);
+    if (g_devices > 0) return 0;
+    device_count(why, len);
+    return 1;
+}
+
+static const char *blas_status(cublasStatus_t s) { return cublasGetStatusString(s); }
+
+#define WORKSPACE_BYTES ((size_t)32 << 20)
+
+static void cuda_close(void *p) {
+    mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
+    if (!d) return;
+    cudaSetDevice(d->device);
+    if (d->stream) cudaStreamSynchronize(d->stream);
+    if (d->blas) cublasDestroy(d->blas);
+    if (d->workspace) cudaFree(d->workspace);
+    if (d->flag) cudaFree(d->flag);
+    if (d->stream) cudaStreamDestroy(d->stream);
+    free(d);
+}
+
+static void *cuda_open(int rank, int nthreads, char *err, size_t len) {
+    char why[256];
+    int n = device_count(why, sizeof why);
+    if (n == 0) {
+        snprintf(err, len, "%s", why);
+        return NULL;
+    }
+    mpmd_cuda_dev *d = (mpmd_cuda_dev *)calloc(1, sizeof *d);
+    if (!d) {
+        snprintf(err, len, "out of memory opening the cuda backend");
+        return NULL;
+    }
+    d->rank = rank;
+    d->device = rank % n;
+    const char *pick = getenv("MPMD_CUDA_DEVICE");
+    if (pick && *pick) {
+        char *end;
+        long k = strtol(pick, &end, 10);
+        if (*end || k < 0 || k >= n) {
+            snprintf(err, len, "MPMD_CUDA_DEVICE=%s: expected a device number in [0, %d)", pick, n);
+            free(d);
+            return NULL;
+        }
+        d->device = (int)k;
+    }
+    const char *tf = getenv("MPMD_CUDA_TF32");
+    d->tf32 = tf && tf[0] == '1';
+    cudaError_t e;
+    cublasStatus_t b;
+    if ((e = cudaSetDevice(d->device)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaMalloc((void **)&d->flag, 4 * sizeof(int))) != cudaSuccess ||
+        (e = cudaMemsetAsync(d->flag, 0, 4 * sizeof(int), d->stream)) != cudaSuccess ||
+        (e = cudaMalloc(&d->workspace, WORKSPACE_BYTES)) != cudaSuccess) {
+        snprintf(err, len, "rank %d, GPU %d: %s", rank, d->device, cudaGetErrorString(e));
+        cuda_close(d);
+        return NULL;
+    }
+    d->flag_info = d->flag + 1;
+    d->workspace_bytes = WORKSPACE_BYTES;
+    if ((b = cublasCreate(&d->blas)) != CUBLAS_STATUS_SUCCESS ||
+        (b = cublasSetStream(d->blas, d->stream)) != CUBLAS_STATUS_SUCCESS ||
+        (b = cublasSetWorkspace(d->blas, d->workspace, d->workspace_bytes)) != CUBLAS_STATUS_SUCCESS ||
+        (b = cublasSetMathMode(d->blas, d->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH)) !=
+            CUBLAS_STATUS_SUCCESS ||
+        (b = cublasSetAtomicsMode(d->blas, CUBLAS_ATOMICS_NOT_ALLOWED)) != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, len, "rank %d, GPU %d: cuBLAS set-up failed: %s", rank, d->device, blas_status(b));
+        cuda_close(d);
+        return NULL;
+    }
+    return d;
+}
+
+static void cuda_enter(void *p) { cudaSetDevice(((mpmd_cuda_dev *)p)->device); }
+
+static void *cuda_alloc(void *p, size_t bytes) {
+    void *ptr = NULL;
+    /* round up to 256 bytes so that vectorised kernels may read whole words */
+    if (cudaMalloc(&ptr, (bytes + 255) / 256 * 256) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky-free error state of a failed allocation */
+        return NULL;
+    }
+    return ptr;
+}
+
+static void cuda_free(void *p, void *ptr) {
+    if (ptr) cudaFree(ptr);
+}
+
+static int cuda_upload(void *p, void *dst, const void *src, size_t bytes) {
+    mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
+    if (!bytes) return 0;
+    /* pageable host memory: the call returns once src has been read */
+    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, d->stream) != cudaSuccess ||
+           cudaStreamSynchronize(d->stream) != cudaSuccess;
+}
+
+static int cuda_download(void *p, void *dst, const void *src, size_t bytes) {
+    mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
+    if (!bytes) return 0;
+    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, d->stream) != cudaSuccess ||
+           cudaStreamSynchronize(d->stream) != cudaSuccess;
+}
+
+static int cuda_copy(void *p, void *dst, const void *src, size_t bytes) {
+    mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
+    if (!bytes || dst == src) return 0;
+    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, d->stream) != cudaSuccess;
+}
+
+static const mpmd_kernel *const tables[] = {
+    mpmd_cuda_core_kernels, mpmd_cuda_elementwise_kernels, mpmd_cuda_reduce_kernels,
+    mpmd_cuda_nn_kernels,   mpmd_cuda_optim_kernels,
+};
+
+static const mpmd_kernel *cuda_find(const mpmd_op_desc *op) {
+    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
+        for (const mpmd_kernel *e = tables[t]; e->op; e++)
+            if (e->op == op) return e;
+    return NULL;
+}
+
+/* ---- loop fold and replica combine ----------------------------------------- */
+
+__global__ void fold_add(float *acc, const float *x, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        acc[i] = acc[i] + x[i];
+}
+
+__global__ void fold_max(float *acc, const float *x, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        acc[i] = x[i] > acc[i] ? x[i] : acc[i];
+}
+
+static unsigned grid_for(int64_t n) {
+    unsigned b = mpmd_cuda_blocks(n, 256);
+    return b > 65535u * 8 ? 65535u * 8 : b;
+}
+
+/* The CPU's order: acc = x_0, then acc = acc + x_m (or max) elementwise. */
+static int cuda_fold(void *p, const mpmd_graph *g, const mpmd_node *reduce, void *acc, const void *x, int mb) {
+    mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
+    const mpmd_type *xt = &g->nodes[reduce->in[0]].type;
+    size_t bytes = mpmd_type_bytes(xt);
+    int64_t cnt = mpmd_type_numel(xt);
+    if (reduce->ia[0] == MPMD_REDUCE_CONCAT)
+        return cuda_copy(d, (char *)acc + (size_t)mb * bytes, x, bytes);
+    if (mb == 0) return cuda_copy(d, acc, x, bytes);
+    if (cnt == 0) return 0;
+    if (reduce->ia[0] == MPMD_REDUCE_ADD)
+        fold_add<<<grid_for(cnt), 256, 0, d->stream>>>((float *)acc, (const float *)x, cnt);
+    else
+        fold_max<<<grid_for(cnt), 256, 0, d->stream>>>((float *)acc, (const float *)x, cnt);
+    return cudaGetLastError() != cudaSuccess;
+}
+
+/* out = b_0, then out += b_d (or max) for d = 1.., then (ADD) out *= 1/R:
+ * the CPU's order, one thread per element. */
+__global__ void combine_kernel(float *out, const float *const *bufs, int replicas, int add, float inv, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = bufs[0][i];
+        for (int r = 1; r < replicas; r++) {
+            float b = bufs[r][i];
+            v = add ? v + b : (b > v ? b : v);
+        }
+        out[i] = add ? v * inv : v;
+    }
+}
+
+static int cuda_combine(void *p, const mpmd_graph *g, const mpmd_node *n, void *const *bufs, int replicas,
+                        void *out) {
+    mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
+    int64_t cnt = mpmd_type_numel(&n->type);
+    if (cnt == 0) return 0;
+    /* the buffer list travels as a kernel argument array on the device */
+    const float **dbufs = NULL;
+    if (cudaMalloc((void **)&dbufs, (size_t)replicas * sizeof *dbufs) != cudaSuccess) return 1;
+    int bad = cudaMemcpyAsync(dbufs, bufs, (size_t)replicas * sizeof *dbufs, cudaMemcpyHostToDevice, d->stream) !=
+              cudaSuccess;
+    if (!bad) {
+        int add = n->ia[0] == MPMD_REDUCE_ADD;
+        combine_kernel<<<grid_for(cnt), 256, 0, d->stream>>>((float *)out, dbufs, replicas, add,
+                                                           1.0f / (float)replicas, cnt);
+        bad = cudaGetLastError() != cudaSuccess || cudaStreamSynchronize(d->stream) != cudaSuccess;
+    }
+    cudaFree(dbufs);
+    return bad;
+}
+
+/* ---- sync and events -------------------------------------------------------- */
+
+static int cuda_sync(void *p, char *err, size_t len) {
+    mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
+    cudaError_t e = cudaStreamSynchronize(d->stream);
+    if (e != cudaSuccess) {
+        snprintf(err, len, "GPU %d: a kernel failed: %s (%s)", d->device, cudaGetErrorString(e),
+                 cudaGetErrorName(e));
+        return 1;
+    }
+    int flag[4];
+    if ((e = cudaMemcpy(flag, d->flag, sizeof flag, cudaMemcpyDeviceToHost)) != cudaSuccess) {
+        snprintf(err, len, "GPU %d: reading the error flag failed: %s", d->device, cudaGetErrorString(e));
+        return 1;
+    }
+    if (flag[0] == MPMD_CUDA_FLAG_NONE) return 0;
+    cudaMemset(d->flag, 0, 4 * sizeof(int));
+    if (flag[0] == MPMD_CUDA_FLAG_EMBEDDING_ID)
+        snprintf(err, len, "embedding: id %d at position %d is outside [0, %d)", flag[1], flag[2], flag[3]);
+    else if (flag[0] == MPMD_CUDA_FLAG_LABEL)
+        snprintf(err, len, "cross_entropy: label %d at row %d is outside [0, %d)", flag[1], flag[2], flag[3]);
+    else
+        snprintf(err, len, "a kernel reported error %d", flag[0]);
+    return 1;
+}
+
+static void *cuda_event_record(void *p) {
+    mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
+    cudaEvent_t ev;
+    if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess) {
+        if (cudaEventRecord(ev, d->stream) == cudaSuccess) return (void *)ev;
+        cudaEventDestroy(ev);
+    }
+    /* no event: finish the queue, so that NULL ("complete") is true */
+    cudaStreamSynchronize(d->stream);
+    return NULL;
+}
+
+static int cuda_event_wait(void *p, void *ev) {
+    mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
+    return cudaStreamWaitEvent(d->stream, (cudaEvent_t)ev, 0) != cudaSuccess;
+}
+
+static void cuda_event_free(void *p, void *ev) {
+    if (ev) cudaEventDestroy((cudaEvent_t)ev);
+}
+
+extern "C" const mpmd_backend mpmd_backend_cuda = {
+    "cuda",          /* name */
+    0,               /* host_memory */
+    cuda_available,  cuda_open, cuda_close, cuda_enter, cuda_alloc, cuda_free, cuda_upload, cuda_download,
+    cuda_copy,       cuda_find, cuda_fold,  cuda_combine, cuda_sync, cuda_event_record, cuda_event_wait,
+    cuda_event_free,
+};

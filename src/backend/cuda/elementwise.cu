@@ -1,0 +1,742 @@
+/* CUDA kernels of the elementwise family (ops in src/ops/elementwise.c; the
+ * CPU kernels in src/backend/cpu/elementwise.c are the specification).
+ *
+ * Unary ops, scalar ops and the fused *_grad ops are flat maps: a grid-stride
+ * loop over float4 vectors (when the buffers are 16-byte aligned) and then
+ * the remaining tail elements, one thread per element.
+ *
+ * Binary ops and broadcast_to coalesce the output shape against the operands
+ * exactly as the CPU does (groups with a stride 0 or 1 per operand in the
+ * last group, a general stride in the outer ones). One group is a flat map
+ * (an operand of stride 0 is a single element); more groups run a kernel
+ * where each thread takes 4 consecutive outputs of one row (1 when the last
+ * group's size is not a multiple of 4), finds its row by division and the
+ * operands' offsets by decomposing the row over the outer groups. Index
+ * arithmetic is 32-bit when it cannot overflow (n plus one grid stride below
+ * 2^31), else 64-bit. Every
+ * output is computed by one thread from its own inputs, reading before
+ * writing, so out == in[0] (in place) is correct.
+ *
+ * sum_to coalesces as the CPU does and sums each output in an order fixed by
+ * the shapes alone (no atomics):
+ *  - last group kept (a bias gradient [N, C] -> [C]): the reduced positions
+ *    are cut into S chunks; a block of 8 warps takes 32 column lanes (of 4
+ *    columns, float4, when C % 4 == 0 and the buffers are aligned; else 1)
+ *    of one chunk, warp w adds rows w, w + 8, ... of the chunk in order, and
+ *    the 8 warp sums are added in warp order. With S > 1 the chunk sums go
+ *    to scratch [S][outputs] and a second kernel adds them in chunk order
+ *    per output. The order per column does not depend on the lane width.
+ *  - last group reduced ([N, C] -> [N, 1], everything -> [1]): one warp per
+ *    (output, chunk); lane l adds positions l, l + 32, ... of the chunk in
+ *    order, then a fixed shuffle tree; with S > 1 a second kernel adds the
+ *    chunk sums of each output with one warp the same way.
+ *  - nothing reduced: a device copy.
+ * S depends only on the shapes (the scratch function computes the same).
+ *
+ * The maths functions are CUDA's expf/logf/tanhf/sqrtf and IEEE division
+ * (as built without fast-math); gelu is the tanh form computed as the CPU
+ * does, x / (1 + e^(-2u)).
+ */
+#include "cuda.h"
+
+#include <stdint.h>
+#include <string.h>
+
+extern "C" {
+extern const mpmd_op_desc mpmd_op_add, mpmd_op_sub, mpmd_op_mul, mpmd_op_div;
+extern const mpmd_op_desc mpmd_op_add_scalar, mpmd_op_mul_scalar, mpmd_op_neg, mpmd_op_exp, mpmd_op_log;
+extern const mpmd_op_desc mpmd_op_tanh, mpmd_op_sqrt, mpmd_op_rsqrt, mpmd_op_square, mpmd_op_relu, mpmd_op_gelu;
+extern const mpmd_op_desc mpmd_op_broadcast_to, mpmd_op_sum_to;
+extern const mpmd_op_desc mpmd_op_tanh_grad, mpmd_op_sqrt_grad, mpmd_op_rsqrt_grad, mpmd_op_square_grad;
+extern const mpmd_op_desc mpmd_op_relu_grad, mpmd_op_gelu_grad;
+}
+
+#define THREADS 256
+#define MAX_GRID (1 << 20)
+#define MAX_OUTER (MPMD_MAX_DIMS - 1) /* outer groups besides the last one */
+
+/* ---- host helpers --------------------------------------------------------------------- */
+
+static int64_t numel_of(const mpmd_type *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->dim[d];
+    return n;
+}
+
+/* Blocks for `work` items at THREADS per block, capped (kernels grid-stride). */
+static unsigned grid_for(int64_t work) {
+    unsigned b = mpmd_cuda_blocks(work, THREADS);
+    return b > MAX_GRID ? MAX_GRID : b;
+}
+
+static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static int check_f32(const mpmd_kargs *a, int n_in) {
+    int ok = a->node->type.dtype == MPMD_F32;
+    for (int i = 0; i < n_in; i++) ok = ok && a->in_type[i]->dtype == MPMD_F32;
+    if (!ok) snprintf(a->err, a->err_len, "%s: the CUDA kernel takes f32 tensors only", a->node->op->name);
+    return ok;
+}
+
+/* Dimension d of type t aligned to rank n (1 where t has no such axis). */
+static int64_t aligned_dim(const mpmd_type *t, int n, int d) {
+    int k = d - (n - t->ndim);
+    return k >= 0 ? t->dim[k] : 1;
+}
+
+/* ---- device helpers -------------------------------------------------------------------- */
+
+/* Offset of position r of a row-major index space over n groups (sizes,
+ * strides; outermost first): the innermost group varies fastest. The
+ * outermost group needs no division (r is below its size). */
+template <typename I>
+__device__ __forceinline__ I decompose(I r, int n, const int64_t *size, const int64_t *stride) {
+    I off = 0;
+#pragma unroll
+    for (int q = MAX_OUTER - 1; q >= 0; q--) {
+        if (q < n) {
+            I idx;
+            if (q == 0) {
+                idx = r;
+            } else {
+                I sz = (I)size[q], t = r / sz;
+                idx = r - t * sz;
+                r = t;
+            }
+            off += idx * (I)stride[q];
+        }
+    }
+    return off;
+}
+
+__device__ __forceinline__ int64_t gtid() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ int64_t gstride() { return (int64_t)gridDim.x * blockDim.x; }
+
+/* ---- functors --------------------------------------------------------------------------- */
+
+#define GELU_K 0.7978845608028654f
+#define GELU_C 0.044715f
+
+/* gelu(x) = 0.5 x (1 + tanh(u)) = x / (1 + e^(-2u)), u = k (x + c x^3) */
+__device__ __forceinline__ float gelu1(float x) {
+    float u = GELU_K * (x + GELU_C * x * x * x);
+    return x / (1.0f + expf(-2.0f * u));
+}
+
+/* gelu'(x) = s + 2 x s (1 - s) u', s = 1 / (1 + e^(-2u)), u' = k (1 + 3 c x^2) */
+__device__ __forceinline__ float gelu_grad1(float x) {
+    float u = GELU_K * (x + GELU_C * x * x * x);
+    float s = 1.0f / (1.0f + expf(-2.0f * u));
+    return s + 2.0f * x * s * (1.0f - s) * GELU_K * (1.0f + 3.0f * GELU_C * x * x);
+}
+
+/* binary: f(x, y) */
+struct FAdd { __device__ float operator()(float x, float y) const { return x + y; } };
+struct FSub { __device__ float operator()(float x, float y) const { return x - y; } };
+struct FMul { __device__ float operator()(float x, float y) const { return x * y; } };
+struct FDiv { __device__ float operator()(float x, float y) const { return x / y; } };
+struct FCopy { __device__ float operator()(float x, float y) const { return (void)y, x; } };
+
+/* unary: f(x) */
+struct FAddS { float s; __device__ float operator()(float x) const { return x + s; } };
+struct FMulS { float s; __device__ float operator()(float x) const { return x * s; } };
+struct FNeg { __device__ float operator()(float x) const { return -x; } };
+struct FExp { __device__ float operator()(float x) const { return expf(x); } };
+struct FLog { __device__ float operator()(float x) const { return logf(x); } };
+struct FTanh { __device__ float operator()(float x) const { return tanhf(x); } };
+struct FSqrt { __device__ float operator()(float x) const { return sqrtf(x); } };
+struct FRsqrt { __device__ float operator()(float x) const { return 1.0f / sqrtf(x); } };
+struct FSquare { __device__ float operator()(float x) const { return x * x; } };
+/* max(x, 0), NaN passes through */
+struct FRelu { __device__ float operator()(float x) const { return x < 0.0f ? 0.0f : x; } };
+struct FGelu { __device__ float operator()(float x) const { return gelu1(x); } };
+
+/* fused backward: f(gy, v) */
+struct GTanh { __device__ float operator()(float g, float y) const { return g * (1.0f - y * y); } };        /* v = tanh(x) */
+struct GSqrt { __device__ float operator()(float g, float y) const { return g * 0.5f / y; } };              /* v = sqrt(x) */
+struct GRsqrt { __device__ float operator()(float g, float y) const { return -0.5f * g * (y * y * y); } };  /* v = x^-1/2 */
+struct GSquare { __device__ float operator()(float g, float x) const { return 2.0f * x * g; } };          /* v = x */
+struct GRelu { __device__ float operator()(float g, float y) const { return y > 0.0f ? g : 0.0f; } };      /* v = relu(x) */
+struct GGelu { __device__ float operator()(float g, float x) const { return g * gelu_grad1(x); } };       /* v = x */
+
+/* ---- flat maps ---------------------------------------------------------------------------- */
+
+/* o[i] = f(x[i]); float4 body when vec, then the tail. */
+template <class F>
+__global__ void map1_kernel(float *o, const float *x, int64_t n, int vec, F f) {
+    int64_t t = gtid(), st = gstride(), n4 = vec ? n >> 2 : 0;
+    for (int64_t v = t; v < n4; v += st) {
+        float4 a = reinterpret_cast<const float4 *>(x)[v];
+        a.x = f(a.x);
+        a.y = f(a.y);
+        a.z = f(a.z);
+        a.w = f(a.w);
+        reinterpret_cast<float4 *>(o)[v] = a;
+    }
+    for (int64_t i = n4 * 4 + t; i < n; i += st) o[i] = f(x[i]);
+}
+
+/* o[i] = f(a[i sa], b[i sb]), sa and sb 0 or 1 (0: a single element). */
+template <class F>
+__global__ void map2_kernel(float *o, const float *a, int sa, const float *b, int sb, int64_t n, int vec, F f) {
+    int64_t t = gtid(), st = gstride(), n4 = vec ? n >> 2 : 0;
+    for (int64_t v = t; v < n4; v += st) {
+        float4 x, y, r;
+        if (sa) x = reinterpret_cast<const float4 *>(a)[v];
+        else x.x = x.y = x.z = x.w = a[0];
+        if (sb) y = reinterpret_cast<const float4 *>(b)[v];
+        else y.x = y.y = y.z = y.w = b[0];
+        r.x = f(x.x, y.x);
+        r.y = f(x.y, y.y);
+        r.z = f(x.z, y.z);
+        r.w = f(x.w, y.w);
+        reinterpret_cast<float4 *>(o)[v] = r;
+    }
+    for (int64_t i = n4 * 4 + t; i < n; i += st) o[i] = f(a[sa ? i : 0], b[sb ? i : 0]);
+}
+
+template <class F>
+static int run_map1(const mpmd_kargs *a, F f) {
+    if (!check_f32(a, 1)) return 1;
+    int64_t n = numel_of(&a->node->type);
+    float *o = (float *)a->out;
+    const float *x = (const float *)a->in[0];
+    int vec = aligned16(o) && aligned16(x);
+    int64_t n4 = vec ? n / 4 : 0, work = n4 > n - 4 * n4 ? n4 : n - 4 * n4;
+    map1_kernel<F><<<grid_for(work), THREADS, 0, mpmd_cuda_of(a)->stream>>>(o, x, n, vec, f);
+    return mpmd_cuda_launched(a, a->node->op->name);
+}
+
+static int launch_map2(const mpmd_kargs *a, int kind, float *o, const float *x, int sa, const float *y, int sb,
+                       int64_t n);
+
+/* ---- binary ops and broadcast_to ---------------------------------------------------------- */
+
+enum { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_COPY, GR_TANH, GR_SQRT, GR_RSQRT, GR_SQUARE, GR_RELU, GR_GELU };
+
+/* The coalesced output (as the CPU's plan_broadcast): groups outermost first,
+ * element strides of a and b per group, 0 where broadcast. */
+typedef struct bcast_plan {
+    int ng;
+    int64_t size[MPMD_MAX_DIMS], sa[MPMD_MAX_DIMS], sb[MPMD_MAX_DIMS];
+} bcast_plan;
+
+static void plan_broadcast(bcast_plan *p, const mpmd_type *out, const mpmd_type *ta, const mpmd_type *tb) {
+    int fa[MPMD_MAX_DIMS], fb[MPMD_MAX_DIMS];
+    int n = out->ndim, ng = 0;
+    for (int d = 0; d < n; d++) {
+        int64_t od = out->dim[d];
+        if (od == 1) continue;
+        int full_a = aligned_dim(ta, n, d) == od;
+        int full_b = tb ? aligned_dim(tb, n, d) == od : full_a;
+        if (ng > 0 && fa[ng - 1] == full_a && fb[ng - 1] == full_b) {
+            p->size[ng - 1] *= od;
+        } else {
+            fa[ng] = full_a;
+            fb[ng] = full_b;
+            p->size[ng++] = od;
+        }
+    }
+    if (ng == 0) {
+        fa[0] = fb[0] = 1;
+        p->size[ng++] = 1;
+    }
+    p->ng = ng;
+    int64_t stride_a = 1, stride_b = 1;
+    for (int k = ng - 1; k >= 0; k--) {
+        p->sa[k] = fa[k] ? stride_a : 0;
+        p->sb[k] = fb[k] ? stride_b : 0;
+        if (fa[k]) stride_a *= p->size[k];
+        if (fb[k]) stride_b *= p->size[k];
+    }
+}
+
+/* Kernel arguments for two or more groups: the outer groups and the last. */
+struct bcast_args {
+    int nouter;
+    int64_t osize[MAX_OUTER], osa[MAX_OUTER], osb[MAX_OUTER];
+    int64_t cols; /* size of the last group */
+    int sa, sb;   /* the last group's strides, 0 or 1 */
+    int64_t n;    /* outputs */
+};
+
+/* V consecutive outputs per thread, all in one row (cols % V == 0). When an
+ * operand has stride 1 in the last group its outer strides are multiples of
+ * cols, so its vector loads are aligned like its base pointer. */
+template <class F, typename I, int V>
+__global__ void bcast_kernel(float *o, const float *a, const float *b, bcast_args p, F f) {
+    I nv = (I)(p.n / V), cols = (I)p.cols;
+    I t = (I)(blockIdx.x * blockDim.x + threadIdx.x), st = (I)(gridDim.x * blockDim.x);
+    for (I v = t; v < nv; v += st) {
+        I i = v * V, row = i / cols, col = i - row * cols;
+        I offa = p.sa ? col : 0, offb = p.sb ? col : 0;
+#pragma unroll
+        for (int q = MAX_OUTER - 1; q >= 0; q--) {
+            if (q < p.nouter) {
+                I idx;
+                if (q == 0) {
+                    idx = row;
+                } else {
+                    I sz = (I)p.osize[q], r = row / sz;
+                    idx = row - r * sz;
+                    row = r;
+                }
+                offa += idx * (I)p.osa[q];
+                offb += idx * (I)p.osb[q];
+            }
+        }
+        if (V == 4) {
+            float4 x, y, r;
+            if (p.sa) x = *reinterpret_cast<const float4 *>(a + offa);
+            else x.x = x.y = x.z = x.w = a[offa];
+            if (p.sb) y = *reinterpret_cast<const float4 *>(b + offb);
+            else y.x = y.y = y.z = y.w = b[offb];
+            r.x = f(x.x, y.x);
+            r.y = f(x.y, y.y);
+            r.z = f(x.z, y.z);
+            r.w = f(x.w, y.w);
+            *reinterpret_cast<float4 *>(o + i) = r;
+        } else {
+            o[i] = f(a[offa], b[offb]);
+        }
+    }
+}
+
+template <class F>
+static void launch_bcast(cudaStream_t s, float *o, const float *a, const float *b, const bcast_args &p, int vec, F f) {
+    int64_t work = vec ? p.n / 4 : p.n;
+    /* 32-bit indices when every index and offset (< n, + one grid stride) fits */
+    int small = p.n + (int64_t)MAX_GRID * THREADS < ((int64_t)1 << 31);
+    unsigned g = grid_for(work);
+    if (small && vec) bcast_kernel<F, uint32_t, 4><<<g, THREADS, 0, s>>>(o, a, b, p, f);
+    else if (small) bcast_kernel<F, uint32_t, 1><<<g, THREADS, 0, s>>>(o, a, b, p, f);
+    else if (vec) bcast_kernel<F, int64_t, 4><<<g, THREADS, 0, s>>>(o, a, b, p, f);
+    else bcast_kernel<F, int64_t, 1><<<g, THREADS, 0, s>>>(o, a, b, p, f);
+}
+
+template <class F>
+static void launch_map2_f(cudaStream_t s, float *o, const float *x, int sa, const float *y, int sb, int64_t n, F f) {
+    int vec = aligned16(o) && (!sa || aligned16(x)) && (!sb || aligned16(y));
+    int64_t n4 = vec ? n / 4 : 0, work = n4 > n - 4 * n4 ? n4 : n - 4 * n4;
+    map2_kernel<F><<<grid_for(work), THREADS, 0, s>>>(o, x, sa, y, sb, n, vec, f);
+}
+
+static int launch_map2(const mpmd_kargs *a, int kind, float *o, const float *x, int sa, const float *y, int sb,
+                       int64_t n) {
+    cudaStream_t s = mpmd_cuda_of(a)->stream;
+    switch (kind) {
+    case BIN_ADD: launch_map2_f(s, o, x, sa, y, sb, n, FAdd()); break;
+    case BIN_SUB: launch_map2_f(s, o, x, sa, y, sb, n, FSub()); break;
+    case BIN_MUL: launch_map2_f(s, o, x, sa, y, sb, n, FMul()); break;
+    case BIN_DIV: launch_map2_f(s, o, x, sa, y, sb, n, FDiv()); break;
+    case BIN_COPY: launch_map2_f(s, o, x, sa, y, sb, n, FCopy()); break;
+    case GR_TANH: launch_map2_f(s, o, x, sa, y, sb, n, GTanh()); break;
+    case GR_SQRT: launch_map2_f(s, o, x, sa, y, sb, n, GSqrt()); break;
+    case GR_RSQRT: launch_map2_f(s, o, x, sa, y, sb, n, GRsqrt()); break;
+    case GR_SQUARE: launch_map2_f(s, o, x, sa, y, sb, n, GSquare()); break;
+    case GR_RELU: launch_map2_f(s, o, x, sa, y, sb, n, GRelu()); break;
+    case GR_GELU: launch_map2_f(s, o, x, sa, y, sb, n, GGelu()); break;
+    }
+    return mpmd_cuda_launched(a, a->node->op->name);
+}
+
+static int run_binary(const mpmd_kargs *a, int kind) {
+    int copy = kind == BIN_COPY;
+    if (!check_f32(a, copy ? 1 : 2)) return 1;
+    const mpmd_type *out = &a->node->type;
+    bcast_plan p;
+    plan_broadcast(&p, out, a->in_type[0], copy ? NULL : a->in_type[1]);
+    float *o = (float *)a->out;
+    const float *x = (const float *)a->in[0], *y = (const float *)(copy ? a->in[0] : a->in[1]);
+    int64_t n = numel_of(out);
+    if (p.ng == 1) return launch_map2(a, kind, o, x, (int)p.sa[0], y, (int)p.sb[0], n);
+
+    bcast_args ba;
+    memset(&ba, 0, sizeof ba);
+    int last = p.ng - 1;
+    ba.nouter = last;
+    for (int k = 0; k < last; k++) {
+        ba.osize[k] = p.size[k];
+        ba.osa[k] = p.sa[k];
+        ba.osb[k] = p.sb[k];
+    }
+    ba.cols = p.size[last];
+    ba.sa = (int)p.sa[last];
+    ba.sb = (int)p.sb[last];
+    ba.n = n;
+    int vec = ba.cols % 4 == 0 && aligned16(o) && (!ba.sa || aligned16(x)) && (!ba.sb || aligned16(y));
+    cudaStream_t s = mpmd_cuda_of(a)->stream;
+    switch (kind) {
+    case BIN_ADD: launch_bcast(s, o, x, y, ba, vec, FAdd()); break;
+    case BIN_SUB: launch_bcast(s, o, x, y, ba, vec, FSub()); break;
+    case BIN_MUL: launch_bcast(s, o, x, y, ba, vec, FMul()); break;
+    case BIN_DIV: launch_bcast(s, o, x, y, ba, vec, FDiv()); break;
+    default: launch_bcast(s, o, x, y, ba, vec, FCopy()); break;
+    }
+    return mpmd_cuda_launched(a, a->node->op->name);
+}
+
+static int k_add(const mpmd_kargs *a) { return run_binary(a, BIN_ADD); }
+static int k_sub(const mpmd_kargs *a) { return run_binary(a, BIN_SUB); }
+static int k_mul(const mpmd_kargs *a) { return run_binary(a, BIN_MUL); }
+static int k_div(const mpmd_kargs *a) { return run_binary(a, BIN_DIV); }
+/* broadcast_to: out[i] = a[broadcast index of i] */
+static int k_broadcast_to(const mpmd_kargs *a) { return run_binary(a, BIN_COPY); }
+
+/* ---- unary ops ------------------------------------------------------------------------------ */
+
+static int k_add_scalar(const mpmd_kargs *a) { return run_map1(a, FAddS{a->node->fa[0]}); }
+static int k_mul_scalar(const mpmd_kargs *a) { return run_map1(a, FMulS{a->node->fa[0]}); }
+static int k_neg(const mpmd_kargs *a) { return run_map1(a, FNeg()); }
+static int k_exp(const mpmd_kargs *a) { return run_map1(a, FExp()); }
+static int k_log(const mpmd_kargs *a) { return run_map1(a, FLog()); }
+static int k_tanh(const mpmd_kargs *a) { return run_map1(a, FTanh()); }
+static int k_sqrt(const mpmd_kargs *a) { return run_map1(a, FSqrt()); }
+static int k_rsqrt(const mpmd_kargs *a) { return run_map1(a, FRsqrt()); }
+static int k_square(const mpmd_kargs *a) { return run_map1(a, FSquare()); }
+static int k_relu(const mpmd_kargs *a) { return run_map1(a, FRelu()); }
+static int k_gelu(const mpmd_kargs *a) { return run_map1(a, FGelu()); }
+
+/* ---- fused backward ops: out = f(gy, v), same shape ------------------------------------------- */
+
+static int run_grad(const mpmd_kargs *a, int kind) {
+    if (!check_f32(a, 2)) return 1;
+    return launch_map2(a, kind, (float *)a->out, (const float *)a->in[0], 1, (const float *)a->in[1], 1,
+                       numel_of(&a->node->type));
+}
+
+static int k_tanh_grad(const mpmd_kargs *a) { return run_grad(a, GR_TANH); }
+static int k_sqrt_grad(const mpmd_kargs *a) { return run_grad(a, GR_SQRT); }
+static int k_rsqrt_grad(const mpmd_kargs *a) { return run_grad(a, GR_RSQRT); }
+static int k_square_grad(const mpmd_kargs *a) { return run_grad(a, GR_SQUARE); }
+static int k_relu_grad(const mpmd_kargs *a) { return run_grad(a, GR_RELU); }
+static int k_gelu_grad(const mpmd_kargs *a) { return run_grad(a, GR_GELU); }
+
+/* ---- sum_to ------------------------------------------------------------------------------------- */
+
+enum { SUM_COPY, SUM_KEEP, SUM_RED };
+
+#define KEEP_LANES 32     /* column lanes per block (one warp), each 1 or 4 columns */
+#define KEEP_WARPS 8      /* warps per block, each a row lane */
+#define KEEP_MIN_ROWS 64  /* fewest reduced rows worth a chunk of their own (x the vector width) */
+#define KEEP_BLOCKS 1024  /* blocks to aim for when splitting into chunks */
+#define RED_MIN_CHUNK 2048 /* fewest elements per warp worth a chunk of their own */
+#define RED_WARPS 4096    /* warps to aim for when splitting into chunks */
+#define RED_MAX_S 1024
+
+/* The schedule of one sum_to, from the shapes alone. */
+struct sum_args {
+    int mode;
+    int S;             /* chunks per output (1: no scratch) */
+    int64_t chunk;     /* reduced positions (KEEP: rows, RED: elements) per chunk */
+    int64_t inner;     /* size of the last group: columns (KEEP) or run length (RED) */
+    int64_t R;         /* KEEP: reduced rows per output; RED: elements summed per output */
+    int64_t out_rows;  /* KEEP: outputs / columns */
+    int vec;           /* KEEP: columns in 4s planned (inner % 4 == 0) */
+    int64_t nout, nin;
+    int nk, nr;        /* kept and reduced outer groups, outermost first */
+    int64_t ksize[MAX_OUTER], kstride[MAX_OUTER], rsize[MAX_OUTER], rstride[MAX_OUTER];
+};
+
+/* Coalesce the input's axes (aligned with the target) into kept / reduced
+ * groups as the CPU's plan_sum does, then choose the chunks. */
+static void plan_sum(sum_args *p, const mpmd_type *in, const mpmd_type *out) {
+    int64_t size[MPMD_MAX_DIMS], sx[MPMD_MAX_DIMS];
+    int red[MPMD_MAX_DIMS];
+    int n = in->ndim, ng = 0, any_red = 0;
+    memset(p, 0, sizeof *p);
+    for (int d = 0; d < n; d++) {
+        int64_t id = in->dim[d];
+        if (id == 1) continue;
+        int r = aligned_dim(out, n, d) != id;
+        if (ng > 0 && red[ng - 1] == r) {
+            size[ng - 1] *= id;
+        } else {
+            red[ng] = r;
+            size[ng++] = id;
+        }
+        any_red |= r;
+    }
+    int64_t s = 1;
+    for (int k = ng - 1; k >= 0; k--) {
+        sx[k] = s;
+        s *= size[k];
+    }
+    p->nin = numel_of(in);
+    p->nout = numel_of(out);
+    p->S = 1;
+    if (!any_red) {
+        p->mode = SUM_COPY;
+        return;
+    }
+    int last = ng - 1;
+    for (int k = 0; k < last; k++) {
+        if (red[k]) {
+            p->rsize[p->nr] = size[k];
+            p->rstride[p->nr++] = sx[k];
+        } else {
+            p->ksize[p->nk] = size[k];
+            p->kstride[p->nk++] = sx[k];
+        }
+    }
+    p->inner = size[last];
+    if (!red[last]) {
+        p->mode = SUM_KEEP;
+        p->out_rows = p->nout / p->inner;
+        p->R = p->nin / p->nout;
+        p->vec = p->inner % 4 == 0;
+        int width = p->vec ? 4 : 1;
+        int64_t blocks = ceil_div(p->inner, KEEP_LANES * width) * p->out_rows, S = 1;
+        if (p->R > KEEP_MIN_ROWS * width && blocks < KEEP_BLOCKS) {
+            S = ceil_div(p->R, KEEP_MIN_ROWS * width);
+            int64_t want = ceil_div(KEEP_BLOCKS, blocks);
+            if (S > want) S = want;
+        }
+        p->chunk = ceil_div(p->R, S);
+        p->S = (int)ceil_div(p->R, p->chunk);
+    } else {
+        p->mode = SUM_RED;
+        p->R = p->nin / p->nout;
+        int64_t S = 1;
+        if (p->nout < RED_WARPS && p->R > RED_MIN_CHUNK) {
+            S = ceil_div(p->R, RED_MIN_CHUNK);
+            int64_t want = ceil_div(RED_WARPS, p->nout);
+            if (S > want) S = want;
+            if (S > RED_MAX_S) S = RED_MAX_S;
+        }
+        p->chunk = ceil_div(p->R, S);
+        p->S = (int)ceil_div(p->R, p->chunk);
+    }
+}
+
+static size_t scratch_sum_to(const mpmd_graph *g, const mpmd_node *n) {
+    sum_args p;
+    plan_sum(&p, &g->nodes[n->in[0]].type, &n->type);
+    return p.S > 1 ? (size_t)p.S * (size_t)p.nout * sizeof(float) : 0;
+}
+
+/* V floats at p (V = 1, or 4 from a 16-byte aligned p). */
+template <int V> struct vecf {
+    float v[V];
+    __device__ __forceinline__ void load(const float *p) {
+        if (V == 4) {
+            float4 t = *reinterpret_cast<const float4 *>(p);
+            v[0] = t.x;
+            v[1] = t.y;
+            v[2] = t.z;
+            v[3] = t.w;
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; k++) v[k] = p[k];
+        }
+    }
+};
+
+/* Last group kept, columns in tiles of 32 V (lane l: columns l V .. l V + V-1
+ * of the tile). Block b: tile b % tiles, chunk (b / tiles) % S, output row
+ * b / (tiles S). Warp w adds rows w, w + 8, ... of the chunk in order; the
+ * warps' sums are added in warp order. Writes out (S == 1) or
+ * part[chunk][output]. Each column's order is the same for V = 1 and 4. */
+template <int V>
+__global__ void __launch_bounds__(KEEP_LANES *KEEP_WARPS) sum_keep_kernel(float *dst, const float *x, sum_args p,
+                                                                          int64_t tiles) {
+    __shared__ float sh[KEEP_WARPS][KEEP_LANES * V];
+    int lane = threadIdx.x % KEEP_LANES, w = threadIdx.x / KEEP_LANES;
+    int64_t b = blockIdx.x, tile = b % tiles, rest = b / tiles;
+    int64_t s = rest % p.S, orow = rest / p.S;
+    int64_t c = (tile * KEEP_LANES + lane) * V; /* V divides inner: all V columns or none */
+    int64_t r0 = s * p.chunk, r1 = r0 + p.chunk;
+    if (r1 > p.R) r1 = p.R;
+    float acc[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) acc[k] = 0.0f;
+    if (c < p.inner) {
+        const float *xc = x + decompose<int64_t>(orow, p.nk, p.ksize, p.kstride) + c;
+        int64_t r = r0 + w;
+        if (p.nr == 1) {
+            const int U = 8 / V; /* rows loaded before they are added */
+            int64_t st = p.rstride[0] * KEEP_WARPS;
+            const float *q = xc + r * p.rstride[0];
+            for (; r + (U - 1) * KEEP_WARPS < r1; r += U * KEEP_WARPS, q += U * st) {
+                vecf<V> v[U];
+#pragma unroll
+                for (int u = 0; u < U; u++) v[u].load(q + u * st);
+#pragma unroll
+                for (int u = 0; u < U; u++)
+#pragma unroll
+                    for (int k = 0; k < V; k++) acc[k] += v[u].v[k];
+            }
+            for (; r < r1; r += KEEP_WARPS, q += st) {
+                vecf<V> v;
+                v.load(q);
+#pragma unroll
+                for (int k = 0; k < V; k++) acc[k] += v.v[k];
+            }
+        } else {
+            for (; r < r1; r += KEEP_WARPS) {
+                vecf<V> v;
+                v.load(xc + decompose<int64_t>(r, p.nr, p.rsize, p.rstride));
+#pragma unroll
+                for (int k = 0; k < V; k++) acc[k] += v.v[k];
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < V; k++) sh[w][lane * V + k] = acc[k];
+    __syncthreads();
+    /* warp 0 adds the warps' sums of the block's 32 V columns, coalesced */
+    if (w == 0) {
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            int j = k * KEEP_LANES + lane; /* column of the tile */
+            int64_t cj = tile * KEEP_LANES * V + j;
+            if (cj < p.inner) {
+                float t = sh[0][j];
+#pragma unroll
+                for (int m = 1; m < KEEP_WARPS; m++) t += sh[m][j];
+                dst[s * p.nout + orow * p.inner + cj] = t;
+            }
+        }
+    }
+}
+
+/* Sum of n floats at p, p[stride], ... in order: loads in batches of 8. */
+__device__ __forceinline__ float sum_strided(const float *p, int64_t stride, int n) {
+    float t = 0.0f;
+    int s = 0;
+    for (; s + 8 <= n; s += 8) {
+        float v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) v[u] = p[(s + u) * stride];
+#pragma unroll
+        for (int u = 0; u < 8; u++) t += v[u];
+    }
+    for (; s < n; s++) t += p[s * stride];
+    return t;
+}
+
+/* out[e] = part[0][e] + part[1][e] + ... + part[S-1][e] */
+__global__ void sum_chunks_kernel(float *o, const float *part, int64_t nout, int S) {
+    for (int64_t e = gtid(); e < nout; e += gstride()) o[e] = sum_strided(part + e, nout, S);
+}
+
+/* Fixed shuffle tree over a warp; lane 0 gets the sum. */
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) v += __shfl_down_sync(0xffffffffu, v, d);
+    return v;
+}
+
+/* Last group reduced. Warp (output e, chunk s), e = wid / S: lane l adds the
+ * elements t = l, l + 32, ... of the chunk (t runs over the reduced outer
+ * positions times the run, row-major) in order, then warp_sum. Writes out
+ * (S == 1) or part[e][chunk]. */
+__global__ void sum_red_kernel(float *dst, const float *x, sum_args p) {
+    int lane = threadIdx.x & 31;
+    int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (wid >= p.nout * p.S) return; /* whole warps */
+    int64_t e = wid / p.S, s = wid % p.S;
+    int64_t t0 = s * p.chunk, t1 = t0 + p.chunk;
+    if (t1 > p.R) t1 = p.R;
+    const float *xe = x + decompose<int64_t>(e, p.nk, p.ksize, p.kstride);
+    float acc = 0.0f;
+    if (p.nr == 0) {
+        for (int64_t t = t0 + lane; t < t1; t += 32) acc += xe[t];
+    } else {
+        for (int64_t t = t0 + lane; t < t1; t += 32) {
+            int64_t r = t / p.inner, j = t - r * p.inner;
+            acc += xe[decompose<int64_t>(r, p.nr, p.rsize, p.rstride) + j];
+        }
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) dst[wid] = acc;
+}
+
+/* out[e] = sum of part[e][0..S): lane l adds s = l, l + 32, ... in order, then warp_sum. */
+__global__ void sum_red_chunks_kernel(float *o, const float *part, int64_t nout, int S) {
+    int lane = threadIdx.x & 31;
+    int64_t e = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (e >= nout) return;
+    float t = lane < S ? sum_strided(part + e * S + lane, 32, (S - lane + 31) / 32) : 0.0f;
+    t = warp_sum(t);
+    if (lane == 0) o[e] = t;
+}
+
+static int k_sum_to(const mpmd_kargs *a) {
+    if (!check_f32(a, 1)) return 1;
+    sum_args p;
+    plan_sum(&p, a->in_type[0], &a->node->type);
+    cudaStream_t st = mpmd_cuda_of(a)->stream;
+    float *o = (float *)a->out;
+    const float *x = (const float *)a->in[0];
+    if (p.mode == SUM_COPY) { /* same elements in the same order: [1,3] -> [3] */
+        size_t bytes = (size_t)p.nout * sizeof(float);
+        cudaError_t e = cudaMemcpyAsync(o, x, bytes, cudaMemcpyDeviceToDevice, st);
+        if (e != cudaSuccess) {
+            snprintf(a->err, a->err_len, "sum_to: device copy of %zu bytes failed: %s", bytes, cudaGetErrorString(e));
+            return 1;
+        }
+        return 0;
+    }
+    float *part = (float *)a->scratch;
+    if (p.S > 1 && !part) {
+        snprintf(a->err, a->err_len, "sum_to: the executor gave no scratch buffer (%zu bytes needed)",
+                 (size_t)p.S * (size_t)p.nout * sizeof(float));
+        return 1;
+    }
+    float *dst = p.S > 1 ? part : o;
+    if (p.mode == SUM_KEEP) {
+        /* columns in 4s when planned and aligned; the sums are the same either way */
+        int vec = p.vec && aligned16(x) && aligned16(dst);
+        int64_t tiles = ceil_div(p.inner, KEEP_LANES * (vec ? 4 : 1)), blocks = tiles * p.S * p.out_rows;
+        if (blocks > 0x7fffffff) {
+            snprintf(a->err, a->err_len, "sum_to: too many column tiles (%lld)", (long long)blocks);
+            return 1;
+        }
+        if (vec) sum_keep_kernel<4><<<(unsigned)blocks, KEEP_LANES * KEEP_WARPS, 0, st>>>(dst, x, p, tiles);
+        else sum_keep_kernel<1><<<(unsigned)blocks, KEEP_LANES * KEEP_WARPS, 0, st>>>(dst, x, p, tiles);
+        if (p.S > 1) sum_chunks_kernel<<<grid_for(p.nout), THREADS, 0, st>>>(o, part, p.nout, p.S);
+    } else {
+        int64_t warps = p.nout * p.S, blocks = ceil_div(warps, THREADS / 32);
+        if (blocks > 0x7fffffff) {
+            snprintf(a->err, a->err_len, "sum_to: too many outputs (%lld)", (long long)p.nout);
+            return 1;
+        }
+        sum_red_kernel<<<(unsigned)blocks, THREADS, 0, st>>>(dst, x, p);
+        if (p.S > 1)
+            sum_red_chunks_kernel<<<(unsigned)ceil_div(p.nout, THREADS / 32), THREADS, 0, st>>>(o, part, p.nout,
+                                                                                               p.S);
+    }
+    return mpmd_cuda_launched(a, "sum_to");
+}
+
+/* ---- the table ----------------------------------------------------------------------------------- */
+
+extern "C" const mpmd_kernel mpmd_cuda_elementwise_kernels[] = {
+    {&mpmd_op_add, k_add, NULL},
+    {&mpmd_op_sub, k_sub, NULL},
+    {&mpmd_op_mul, k_mul, NULL},
+    {&mpmd_op_div, k_div, NULL},
+    {&mpmd_op_add_scalar, k_add_scalar, NULL},
+    {&mpmd_op_mul_scalar, k_mul_scalar, NULL},
+    {&mpmd_op_neg, k_neg, NULL},
+    {&mpmd_op_exp, k_exp, NULL},
+    {&mpmd_op_log, k_log, NULL},
+    {&mpmd_op_tanh, k_tanh, NULL},
+    {&mpmd_op_sqrt, k_sqrt, NULL},
+    {&mpmd_op_rsqrt, k_rsqrt, NULL},
+    {&mpmd_op_square, k_square, NULL},
+    {&mpmd_op_relu, k_relu, NULL},
+    {&mpmd_op_gelu, k_gelu, NULL},
+    {&mpmd_op_broadcast_to, k_broadcast_to, NULL},
+    {&mpmd_op_sum_to, k_sum_to, scratch_sum_to},
+    {&mpmd_op_tanh_grad, k_tanh_grad, NULL},
+    {&mpmd_op_sqrt_grad, k_sqrt_grad, NULL},
+    {&mpmd_op_rsqrt_grad, k_rsqrt_grad, NULL},
+    {&mpmd_op_square_grad, k_square_grad, NULL},
+    {&mpmd_op_relu_grad, k_relu_grad, NULL},
+    {&mpmd_op_gelu_grad, k_gelu_grad, NULL},
+    {0, 0, 0},
+};

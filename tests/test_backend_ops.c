@@ -1,0 +1,1255 @@
+/* test_backend_ops - every op's kernel on every backend against the CPU's
+ * (in the spirit of ggml's test-backend-ops).
+ *
+ * Usage: test_backend_ops          every backend this build has and that can
+ *                                  run here (the CPU against itself always;
+ *                                  others print "skipped: <why>" if unavailable)
+ *        test_backend_ops <name>   that backend only; exit 77 (CTest's skip
+ *                                  code) if it cannot run here, 1 if this build
+ *                                  does not have it
+ *
+ * Cases are small graphs built with the public constructors, without a
+ * microbatch loop (every node before the loop), with random inputs in a range
+ * that suits their ops and parameters from mpmd_leaf_initial_value under a
+ * fixed seed. Most end in a scalar loss (a sum of each output times a fixed
+ * random tensor, so that cotangents are O(1) and distinct) and call
+ * mpmd_grad, so the backward ops run too; two end in SGD and AdamW updates.
+ *
+ * A mini executor drives a backend through its interface only (open, alloc,
+ * upload, mpmd_backend_run, sync, download, copy; no memory planning: one
+ * buffer per live value). For each (backend B, case):
+ *   ref  the CPU runs the graph, values chained from node to node;
+ *   iso  B runs every node on the CPU's values of its inputs (uploaded into
+ *        the input buffers just before), so each node's error is its kernel's
+ *        alone and is held to that op's tolerance (table below). Ops with an
+ *        in-place input (op->inplace) run a second time with the output
+ *        buffer being (a copy of) that input's buffer, which must give the
+ *        same bits as the out-of-place run and match the CPU;
+ *   iso2 the same again on 2 threads: every value must be bitwise equal to
+ *        iso's (determinism, also across the thread count);
+ *   e2e  B runs the graph chained, as an executor would; errors compound, so
+ *        values are held to max(op tolerance, the case's end-to-end one).
+ * Nodes B has no kernel for are fed the CPU's result in iso (and the e2e run
+ * is skipped). The CPU against itself must match bit for bit everywhere.
+ * Leaves are compared after the run too: parameters and optimizer state
+ * after the updates, variables after assign.
+ *
+ * Coverage: every op of the table below that a backend has a kernel for must
+ * have run at least once on it; every op in the CPU's kernel tables must be in
+ * the table (so a new op cannot go untested silently).
+ */
+#include "testutil.h"
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu.h"
+#include "graph/graph.h"
+#include "ops/nn.h"
+#include "ops/optim.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Descriptors the op families do not declare in a header. */
+extern const mpmd_op_desc mpmd_op_add, mpmd_op_sub, mpmd_op_mul, mpmd_op_div;
+extern const mpmd_op_desc mpmd_op_add_scalar, mpmd_op_mul_scalar, mpmd_op_neg, mpmd_op_exp, mpmd_op_log;
+extern const mpmd_op_desc mpmd_op_tanh, mpmd_op_sqrt, mpmd_op_rsqrt, mpmd_op_square, mpmd_op_relu,
+    mpmd_op_gelu;
+extern const mpmd_op_desc mpmd_op_broadcast_to, mpmd_op_sum_to;
+extern const mpmd_op_desc mpmd_op_tanh_grad, mpmd_op_sqrt_grad, mpmd_op_rsqrt_grad, mpmd_op_square_grad;
+extern const mpmd_op_desc mpmd_op_relu_grad, mpmd_op_gelu_grad;
+extern const mpmd_op_desc mpmd_op_sum, mpmd_op_mean, mpmd_op_max, mpmd_op_max_grad;
+extern const mpmd_op_desc mpmd_op_reshape, mpmd_op_permute, mpmd_op_slice, mpmd_op_slice_grad, mpmd_op_concat;
+
+/* ---- tolerances ------------------------------------------------------------
+ * An f32 element passes when |a - b| <= atol + rtol |b| (b: the CPU's value);
+ * i32 elements must be equal. The inputs are O(1) (uniform in [-4, 4] at
+ * most), so atol is an absolute error on O(1) data. These hold a kernel run
+ * on the CPU's inputs (iso); the chained run adds the case's own tolerance. */
+enum { T_EXACT, T_ELEM, T_SUM, T_MATMUL, T_SOFTMAX, T_XENT, T_NORM, T_OPTIM, T_NFAM };
+static const struct {
+    const char *name;
+    double rtol, atol;
+} fam[T_NFAM] = {
+    /* Data movement and selection (copies, permutes, slices, concat,
+     * broadcasts, gathers, neg, relu, max): nothing is rounded, so any
+     * backend must give the CPU's values exactly. */
+    [T_EXACT] = {"exact", 0.0, 0.0},
+    /* One elementwise formula per element in f32: the sides differ only in
+     * the last bits of exp/log/tanh/sqrt (CUDA's are within 2 ulp) and in
+     * fused multiply-adds; the default tolerance. */
+    [T_ELEM] = {"elementwise", 1e-4, 1e-5},
+    /* Sums over an axis (sum, mean, sum_to, embedding_grad,
+     * layer_norm_grad_gamma, the sums of cotangents): backends add in
+     * different orders (the CPU in 8 interleaved partial sums, a GPU in
+     * trees). The error grows like eps * sum |x| (up to ~1000 terms here),
+     * not like |sum|, so a sum that cancels needs the larger atol. */
+    [T_SUM] = {"sum", 1e-4, 1e-4},
+    /* sgemm with K up to 144 (and R = batch x rows for folded weight
+     * gradients): blocking and summation order differ between BLAS
+     * libraries; dot products of O(1) terms cancel like sums do. */
+    [T_MATMUL] = {"matmul", 1e-4, 1e-4},
+    /* softmax (plain, causal) and its gradient: a row max, exps and a sum
+     * of positive terms (no cancellation) then a division; the gradient
+     * y (gy - sum(gy y)) cancels in the sum. */
+    [T_SOFTMAX] = {"softmax", 1e-4, 2e-5},
+    /* log_softmax and cross-entropy: exp/log chains over rows of up to 1000
+     * classes; the result is x - logsumexp(x) with |logsumexp| ~ 10, so its
+     * absolute error scales with that (eps * 10 * a few ulps of log/exp),
+     * and the gradients are softmax(x) - onehot: small probabilities keep
+     * the relative error of exp. */
+    [T_XENT] = {"xent", 2e-4, 5e-5},
+    /* Layer norm: a mean and a variance per row in different orders, rstd
+     * by rsqrt; the gradient dx = rstd (g - mean(g) - xhat mean(g xhat))
+     * cancels twice. */
+    [T_NORM] = {"norm", 1e-4, 5e-5},
+    /* Optimizer updates, and the parameters and state they write: a few
+     * correctly rounded operations per element (Adam's sqrt and divisions);
+     * the update lr u is ~1e-2 of p, so atol still sees a 0.1% error in it. */
+    [T_OPTIM] = {"optim", 1e-4, 1e-5},
+};
+
+typedef struct op_entry {
+    const mpmd_op_desc *op;
+    int fam;
+} op_entry;
+
+/* Every op descriptor of src/graph/graph.h and src/ops/<family>.c. */
+static const op_entry op_table[] = {
+    /* leaves and structural ops: no kernels; parameters and variables are
+     * compared after the run with the optimizer's tolerance, since only the
+     * optimizer ops and assign write them */
+    {&mpmd_op_input, T_EXACT},
+    {&mpmd_op_param, T_OPTIM},
+    {&mpmd_op_variable, T_OPTIM},
+    {&mpmd_op_constant, T_EXACT},
+    {&mpmd_op_microbatch, T_EXACT},
+    {&mpmd_op_loop_reduce, T_SUM},
+    {&mpmd_op_stage_marker, T_EXACT},
+    {&mpmd_op_assign, T_EXACT},
+    /* elementwise */
+    {&mpmd_op_add, T_ELEM},
+    {&mpmd_op_sub, T_ELEM},
+    {&mpmd_op_mul, T_ELEM},
+    {&mpmd_op_div, T_ELEM},
+    {&mpmd_op_add_scalar, T_ELEM},
+    {&mpmd_op_mul_scalar, T_ELEM},
+    {&mpmd_op_neg, T_EXACT},
+    {&mpmd_op_exp, T_ELEM},
+    {&mpmd_op_log, T_ELEM},
+    {&mpmd_op_tanh, T_ELEM},
+    {&mpmd_op_sqrt, T_ELEM},
+    {&mpmd_op_rsqrt, T_ELEM},
+    {&mpmd_op_square, T_ELEM},
+    {&mpmd_op_relu, T_EXACT},
+    {&mpmd_op_gelu, T_ELEM},
+    {&mpmd_op_broadcast_to, T_EXACT},
+    {&mpmd_op_sum_to, T_SUM},
+    {&mpmd_op_tanh_grad, T_ELEM},
+    {&mpmd_op_sqrt_grad, T_ELEM},
+    {&mpmd_op_rsqrt_grad, T_ELEM},
+    {&mpmd_op_square_grad, T_ELEM},
+    {&mpmd_op_relu_grad, T_EXACT},
+    {&mpmd_op_gelu_grad, T_ELEM},
+    /* reductions and shapes */
+    {&mpmd_op_sum, T_SUM},
+    {&mpmd_op_mean, T_SUM},
+    {&mpmd_op_max, T_EXACT},
+    {&mpmd_op_max_grad, T_ELEM}, /* gy / (number of ties) */
+    {&mpmd_op_reshape, T_EXACT},
+    {&mpmd_op_permute, T_EXACT},
+    {&mpmd_op_slice, T_EXACT},
+    {&mpmd_op_slice_grad, T_EXACT},
+    {&mpmd_op_concat, T_EXACT},
+    /* neural-network ops */
+    {&mpmd_op_matmul, T_MATMUL},
+    {&mpmd_op_softmax, T_SOFTMAX},
+    {&mpmd_op_softmax_causal, T_SOFTMAX},
+    {&mpmd_op_softmax_grad, T_SOFTMAX},
+    {&mpmd_op_softmax_causal_grad, T_SOFTMAX},
+    {&mpmd_op_log_softmax, T_XENT},
+    {&mpmd_op_log_softmax_grad, T_XENT},
+    {&mpmd_op_layer_norm, T_NORM},
+    {&mpmd_op_layer_norm_grad_x, T_NORM},
+    {&mpmd_op_layer_norm_grad_gamma, T_SUM},
+    {&mpmd_op_embedding, T_EXACT},
+    {&mpmd_op_embedding_grad, T_SUM},
+    {&mpmd_op_cross_entropy, T_XENT},
+    {&mpmd_op_cross_entropy_grad, T_XENT},
+    /* optimizers */
+    {&mpmd_op_optim_step, T_EXACT},
+    {&mpmd_op_sgd, T_OPTIM},
+    {&mpmd_op_adamw, T_OPTIM},
+};
+#define N_OPS ((int)(sizeof op_table / sizeof op_table[0]))
+
+static int op_index(const mpmd_op_desc *op) {
+    for (int i = 0; i < N_OPS; i++)
+        if (op_table[i].op == op) return i;
+    return -1;
+}
+
+/* ---- random data -------------------------------------------------------------- */
+
+static uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* uniform in [0, 1) */
+static double unif(uint64_t *s) {
+    *s = mix64(*s);
+    return (double)(*s >> 11) * (1.0 / 9007199254740992.0);
+}
+
+#define PARAM_SEED 20240607u
+
+/* ---- building cases ----------------------------------------------------------- */
+
+#define MAX_SPECS 32
+#define MAX_WRT 64
+
+/* How an input is filled: f32 uniform in [lo, hi) (rounded to multiples of
+ * `step` when step > 0, to make ties), or i32 uniform in [0, classes). */
+typedef struct spec {
+    int id;
+    float lo, hi, step;
+    int32_t classes;
+} spec;
+
+typedef struct cb {
+    mpmd_graph *g;
+    int n_spec;
+    spec sp[MAX_SPECS];
+    uint64_t seed; /* for random constants */
+    mpmd_value loss;
+} cb;
+
+static mpmd_value add_input(cb *c, const char *name, mpmd_dtype dt, int ndim, const int64_t *dims, float lo,
+                            float hi, float step, int32_t classes) {
+    mpmd_value v = mpmd_input(c->g, name, dt, ndim, dims);
+    if (mpmd_is_value(v) && c->n_spec < MAX_SPECS) c->sp[c->n_spec++] = (spec){v.id, lo, hi, step, classes};
+    return v;
+}
+
+static mpmd_value in_f32(cb *c, const char *name, float lo, float hi, int ndim, const int64_t *dims) {
+    return add_input(c, name, MPMD_F32, ndim, dims, lo, hi, 0.0f, 0);
+}
+
+/* f32 in [lo, hi] on a grid of `step`: many equal values (ties for max). */
+static mpmd_value in_f32q(cb *c, const char *name, float lo, float hi, float step, int ndim,
+                          const int64_t *dims) {
+    return add_input(c, name, MPMD_F32, ndim, dims, lo, hi, step, 0);
+}
+
+static mpmd_value in_i32(cb *c, const char *name, int32_t classes, int ndim, const int64_t *dims) {
+    return add_input(c, name, MPMD_I32, ndim, dims, 0, 0, 0, classes);
+}
+
+/* A constant of y's type, uniform in [-1, 1). */
+static mpmd_value rconst(cb *c, mpmd_value y) {
+    mpmd_type t = mpmd_value_type(c->g, y);
+    int64_t n = mpmd_type_numel(&t);
+    float *d = malloc((size_t)(n > 0 ? n : 1) * sizeof *d);
+    if (!d) {
+        fprintf(stderr, "test_backend_ops: out of memory\n");
+        exit(1);
+    }
+    uint64_t s = mix64(++c->seed * 7919u);
+    for (int64_t i = 0; i < n; i++)
+        d[i] = (float)(unif(&s) * 2.0 - 1.0);
+    mpmd_value r = mpmd_constant(c->g, MPMD_F32, t.ndim, t.dim, d);
+    free(d);
+    return r;
+}
+
+/* loss += sum(y * r) with a fixed random r of y's shape. */
+static void acc(cb *c, mpmd_value y) {
+    if (mpmd_graph_status(c->g) != MPMD_OK) return;
+    mpmd_value l = mpmd_sum(c->g, mpmd_mul(c->g, y, rconst(c, y)), 0, NULL, 0);
+    c->loss = mpmd_is_value(c->loss) ? mpmd_add(c->g, c->loss, l) : l;
+}
+
+/* loss += l for a scalar l */
+static void acc_scalar(cb *c, mpmd_value l) {
+    c->loss = mpmd_is_value(c->loss) ? mpmd_add(c->g, c->loss, l) : l;
+}
+
+/* d loss / d (every parameter, and every f32 input when with_inputs);
+ * keeps the loss and the gradients. Writes the parameters and their
+ * gradients to params/pgrads (when not NULL); returns how many. */
+static int grads(cb *c, int with_inputs, mpmd_value *params, mpmd_value *pgrads) {
+    mpmd_graph *g = c->g;
+    if (mpmd_graph_status(g) != MPMD_OK) return 0;
+    mpmd_value wrt[MAX_WRT], gr[MAX_WRT];
+    int np = mpmd_graph_params(g, NULL, 0), n = 0;
+    if (np > MAX_WRT) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "test: too many parameters (%d)", np);
+        return 0;
+    }
+    mpmd_graph_params(g, wrt, np);
+    n = np;
+    for (int i = 0; with_inputs && i < c->n_spec && n < MAX_WRT; i++)
+        if (c->sp[i].classes == 0) wrt[n++] = (mpmd_value){c->sp[i].id};
+    if (mpmd_grad(g, c->loss, n, wrt, gr) != MPMD_OK) return 0;
+    mpmd_keep(g, c->loss);
+    for (int i = 0; i < n; i++)
+        mpmd_keep(g, gr[i]);
+    for (int i = 0; i < np; i++) {
+        if (params) params[i] = wrt[i];
+        if (pgrads) pgrads[i] = gr[i];
+    }
+    return np;
+}
+
+/* A stage marker before the loop (mpmd_enter_stage only works in a loop
+ * body): the same node the constructor makes, for its kernel to be tested. */
+static mpmd_value marker(mpmd_graph *g, mpmd_value x) {
+    if (mpmd_graph_status(g) != MPMD_OK) return MPMD_NONE;
+    mpmd_value r = mpmd_emit(g, &mpmd_op_stage_marker, 1, &x, mpmd_value_type(g, x));
+    mpmd_node *n = mpmd_node_of(g, r);
+    if (n) n->ia[0] = 0, n->ia[1] = 0;
+    return r;
+}
+
+#define D(...) MPMD_SHAPE(__VA_ARGS__)
+
+/* ---- the cases ---------------------------------------------------------------- */
+
+/* Every unary op on its own, with in-place reruns on the input. */
+static void case_unary(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value u = in_f32(c, "u", -2.0f, 2.0f, D(7, 33));
+    mpmd_value p = in_f32(c, "p", 0.25f, 3.0f, D(7, 33)); /* positive: log, sqrt, rsqrt */
+    acc(c, mpmd_exp(g, u));
+    acc(c, mpmd_log(g, p));
+    acc(c, mpmd_sqrt(g, p));
+    acc(c, mpmd_rsqrt(g, p));
+    acc(c, mpmd_tanh(g, u));
+    acc(c, mpmd_square(g, u));
+    acc(c, mpmd_relu(g, u));
+    acc(c, mpmd_gelu(g, u));
+    acc(c, mpmd_neg(g, u));
+    acc(c, mpmd_add_scalar(g, u, 0.75f));
+    acc(c, mpmd_mul_scalar(g, u, -1.5f));
+    grads(c, 1, NULL, NULL);
+}
+
+/* Chains of exp/log and friends on a long row (130). */
+static void case_unary_chain(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value u = in_f32(c, "u", -3.0f, 3.0f, D(5, 130));
+    /* softplus = log(1 + exp(u)) */
+    acc(c, mpmd_log(g, mpmd_add_scalar(g, mpmd_exp(g, u), 1.0f)));
+    /* 1 / sqrt(u^2 + 1) and sqrt(u^2 + 0.5) */
+    acc(c, mpmd_rsqrt(g, mpmd_add_scalar(g, mpmd_square(g, u), 1.0f)));
+    acc(c, mpmd_sqrt(g, mpmd_add_scalar(g, mpmd_square(g, u), 0.5f)));
+    /* tanh(gelu(u)) * relu(u) */
+    acc(c, mpmd_mul(g, mpmd_tanh(g, mpmd_gelu(g, u)), mpmd_relu(g, mpmd_neg(g, u))));
+    grads(c, 1, NULL, NULL);
+}
+
+/* Binary ops under numpy broadcasting: leading, middle and last axes, a
+ * scalar on either side, the smaller operand first, an operand used twice. */
+static void case_binary(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value a = in_f32(c, "a", -1.0f, 1.0f, D(4, 7, 33));
+    mpmd_value b = in_f32(c, "b", -1.0f, 1.0f, D(7, 33));    /* leading axis */
+    mpmd_value m = in_f32(c, "m", -1.0f, 1.0f, D(4, 1, 33)); /* middle axis */
+    mpmd_value l = in_f32(c, "l", -1.0f, 1.0f, D(4, 7, 1));  /* last axis */
+    mpmd_value e = in_f32(c, "e", 0.5f, 2.0f, D(1, 7, 1));   /* positive divisor */
+    mpmd_value q = in_f32(c, "q", 0.5f, 2.0f, D(4, 7, 33));  /* positive divisor */
+    mpmd_value s = in_f32(c, "s", 0.5f, 1.5f, 0, NULL);      /* a scalar */
+    mpmd_value r = in_f32(c, "r", -1.0f, 1.0f, D(33));       /* a row */
+    acc(c, mpmd_add(g, a, b));
+    acc(c, mpmd_sub(g, a, m));
+    acc(c, mpmd_mul(g, a, l));
+    acc(c, mpmd_div(g, a, e));
+    acc(c, mpmd_div(g, a, q));
+    acc(c, mpmd_add(g, a, s));
+    acc(c, mpmd_mul(g, s, a)); /* operand 0 broadcast: no in-place */
+    acc(c, mpmd_sub(g, b, a));
+    acc(c, mpmd_div(g, s, q));
+    acc(c, mpmd_mul(g, a, a)); /* the same value twice */
+    acc(c, mpmd_add(g, m, l)); /* both broadcast: [4,7,33] */
+    acc(c, mpmd_mul(g, r, l)); /* [33] x [4,7,1] */
+    acc(c, mpmd_sub(g, s, s)); /* scalar - scalar */
+    grads(c, 1, NULL, NULL);
+}
+
+/* broadcast_to and sum_to on their own. */
+static void case_broadcast_sum_to(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value x = in_f32(c, "x", -1.0f, 1.0f, D(7, 1));
+    mpmd_value y = in_f32(c, "y", -1.0f, 1.0f, D(33));
+    mpmd_value s = in_f32(c, "s", -1.0f, 1.0f, 0, NULL);
+    mpmd_value z = in_f32(c, "z", -1.0f, 1.0f, D(3, 7, 33));
+    acc(c, mpmd_broadcast_to(g, x, D(3, 7, 5)));
+    acc(c, mpmd_broadcast_to(g, y, D(2, 7, 33)));
+    acc(c, mpmd_broadcast_to(g, s, D(4, 5)));
+    acc(c, mpmd_sum_to(g, z, D(7, 1)));
+    acc(c, mpmd_sum_to(g, z, D(33)));
+    acc(c, mpmd_sum_to(g, z, D(3, 1, 33)));
+    acc(c, mpmd_sum_to(g, z, 0, NULL));
+    grads(c, 1, NULL, NULL);
+}
+
+/* sum, mean, max over various axes, with and without keepdims. */
+static void case_reduce(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value x = in_f32(c, "x", -1.0f, 1.0f, D(5, 7, 33));
+    mpmd_value w = in_f32(c, "w", -1.0f, 1.0f, D(6, 130));
+    acc(c, mpmd_sum(g, x, MPMD_AXES(0), 0));
+    acc(c, mpmd_sum(g, x, MPMD_AXES(1), 1));
+    acc(c, mpmd_sum(g, x, MPMD_AXES(-1), 0));
+    acc(c, mpmd_sum(g, x, MPMD_AXES(0, 2), 1));
+    acc(c, mpmd_sum(g, x, 0, NULL, 0));
+    acc(c, mpmd_mean(g, x, MPMD_AXES(1), 0));
+    acc(c, mpmd_mean(g, x, MPMD_AXES(0, 1), 1));
+    acc(c, mpmd_mean(g, x, MPMD_AXES(2), 1));
+    acc(c, mpmd_mean(g, x, 0, NULL, 1));
+    acc(c, mpmd_max(g, x, MPMD_AXES(2), 1));
+    acc(c, mpmd_max(g, x, MPMD_AXES(0), 0));
+    acc(c, mpmd_max(g, x, MPMD_AXES(1, 2), 0));
+    acc(c, mpmd_max(g, x, MPMD_AXES(0, 2), 1));
+    acc(c, mpmd_max(g, x, 0, NULL, 0));
+    acc(c, mpmd_sum(g, w, MPMD_AXES(1), 0));
+    acc(c, mpmd_mean(g, w, MPMD_AXES(0), 1));
+    acc(c, mpmd_max(g, w, MPMD_AXES(1), 1));
+    grads(c, 1, NULL, NULL);
+}
+
+/* max with ties (values on a grid of 0.5): the gradient splits between them. */
+static void case_max_ties(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value x = in_f32q(c, "x", -1.0f, 1.0f, 0.5f, D(6, 9, 10));
+    acc(c, mpmd_max(g, x, MPMD_AXES(2), 0));
+    acc(c, mpmd_max(g, x, MPMD_AXES(0), 1));
+    acc(c, mpmd_max(g, x, MPMD_AXES(0, 1), 0));
+    acc(c, mpmd_max(g, x, 0, NULL, 1));
+    grads(c, 1, NULL, NULL);
+}
+
+/* Data movement: permutes (the attention one), transpose, reshape, slices,
+ * concat; on f32 (with gradients) and on i32. */
+static void case_shape(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value x = in_f32(c, "x", -1.0f, 1.0f, D(2, 7, 5, 33));
+    mpmd_value y = in_f32(c, "y", -1.0f, 1.0f, D(2, 7, 5, 3));
+    acc(c, mpmd_permute(g, x, (const int[]){0, 2, 1, 3})); /* [B,T,H,D] -> [B,H,T,D] */
+    acc(c, mpmd_permute(g, x, (const int[]){3, 1, 0, 2}));
+    acc(c, mpmd_transpose(g, x));
+    acc(c, mpmd_reshape(g, mpmd_reshape(g, x, D(14, 165)), D(2, -1, 33)));
+    acc(c, mpmd_slice(g, x, 1, 2, 6));
+    acc(c, mpmd_slice(g, x, -1, 3, 30));
+    acc(c, mpmd_slice(g, x, 0, 1, 2));
+    mpmd_value parts[3] = {mpmd_slice(g, x, 2, 0, 2), x, mpmd_slice(g, x, 2, 4, 5)};
+    acc(c, mpmd_concat(g, 3, parts, 2));
+    mpmd_value twice[2] = {x, x};
+    acc(c, mpmd_concat(g, 2, twice, 0));
+    mpmd_value wide[2] = {y, x};
+    acc(c, mpmd_concat(g, 2, wide, -1));
+    grads(c, 1, NULL, NULL);
+
+    /* i32: compared exactly */
+    mpmd_value ids = in_i32(c, "ids", 1000, D(3, 7, 5));
+    mpmd_keep(g, mpmd_permute(g, ids, (const int[]){2, 0, 1}));
+    mpmd_keep(g, mpmd_slice(g, ids, 1, 3, 7));
+    mpmd_keep(g, mpmd_reshape(g, ids, D(21, 5)));
+    mpmd_value ip[2] = {ids, mpmd_slice(g, ids, 2, 1, 3)};
+    mpmd_keep(g, mpmd_concat(g, 2, ip, 2));
+}
+
+/* Every transpose flag, 2-D, batched, and a 2-D b shared by a batched a
+ * (whose gradient is one folded sgemm). */
+static void case_matmul(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value a = in_f32(c, "a", -1.0f, 1.0f, D(7, 33));
+    mpmd_value at = in_f32(c, "at", -1.0f, 1.0f, D(33, 7));
+    mpmd_value b = in_f32(c, "b", -1.0f, 1.0f, D(33, 130));
+    mpmd_value bt = in_f32(c, "bt", -1.0f, 1.0f, D(130, 33));
+    acc(c, mpmd_matmul(g, a, b, 0));
+    acc(c, mpmd_matmul(g, at, b, MPMD_TRANS_A));
+    acc(c, mpmd_matmul(g, a, bt, MPMD_TRANS_B));
+    acc(c, mpmd_matmul(g, at, bt, MPMD_TRANS_A | MPMD_TRANS_B));
+    mpmd_value a3 = in_f32(c, "a3", -1.0f, 1.0f, D(3, 7, 33));
+    mpmd_value a3t = in_f32(c, "a3t", -1.0f, 1.0f, D(3, 33, 7));
+    mpmd_value w = in_f32(c, "w", -1.0f, 1.0f, D(33, 9));
+    mpmd_value wt = in_f32(c, "wt", -1.0f, 1.0f, D(9, 33));
+    mpmd_value b3 = in_f32(c, "b3", -1.0f, 1.0f, D(3, 33, 9));
+    mpmd_value b3t = in_f32(c, "b3t", -1.0f, 1.0f, D(3, 9, 33));
+    acc(c, mpmd_matmul(g, a3, w, 0));             /* shared b */
+    acc(c, mpmd_matmul(g, a3t, w, MPMD_TRANS_A)); /* shared b, gradient through a transpose */
+    acc(c, mpmd_matmul(g, a3, wt, MPMD_TRANS_B));
+    acc(c, mpmd_matmul(g, a3, b3, 0));
+    acc(c, mpmd_matmul(g, a3, b3t, MPMD_TRANS_B));
+    acc(c, mpmd_matmul(g, a3t, b3, MPMD_TRANS_A));
+    mpmd_value a4 = in_f32(c, "a4", -1.0f, 1.0f, D(2, 3, 7, 5));
+    mpmd_value b4 = in_f32(c, "b4", -1.0f, 1.0f, D(2, 3, 5, 7));
+    acc(c, mpmd_matmul(g, a4, b4, 0));
+    grads(c, 1, NULL, NULL);
+}
+
+/* softmax, log_softmax, causal softmax and their gradients. */
+static void case_softmax(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value x = in_f32(c, "x", -3.0f, 3.0f, D(3, 7, 33));
+    mpmd_value v = in_f32(c, "v", -3.0f, 3.0f, D(130));
+    mpmd_value s = in_f32(c, "s", -3.0f, 3.0f, D(2, 3, 17, 17));
+    mpmd_value s1 = in_f32(c, "s1", -3.0f, 3.0f, D(33, 33));
+    acc(c, mpmd_softmax(g, x));
+    acc(c, mpmd_log_softmax(g, x));
+    acc(c, mpmd_softmax(g, v));
+    acc(c, mpmd_log_softmax(g, v));
+    acc(c, mpmd_softmax_causal(g, s));
+    acc(c, mpmd_softmax_causal(g, s1));
+    grads(c, 1, NULL, NULL);
+}
+
+/* Row reductions over 1000 classes: cross-entropy, log_softmax, softmax. */
+static void case_xent_1000(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value logits = in_f32(c, "logits", -4.0f, 4.0f, D(8, 1000));
+    mpmd_value labels = in_i32(c, "labels", 1000, D(8));
+    acc_scalar(c, mpmd_mean(g, mpmd_cross_entropy(g, logits, labels), 0, NULL, 0));
+    acc(c, mpmd_log_softmax(g, logits));
+    acc(c, mpmd_softmax(g, logits));
+    grads(c, 1, NULL, NULL);
+}
+
+/* Cross-entropy over a few classes with leading axes, and its gradient with
+ * a non-uniform cotangent. */
+static void case_xent(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value logits = in_f32(c, "logits", -3.0f, 3.0f, D(3, 7, 33));
+    mpmd_value labels = in_i32(c, "labels", 33, D(3, 7));
+    acc(c, mpmd_cross_entropy(g, logits, labels));
+    mpmd_value l2 = in_f32(c, "l2", -3.0f, 3.0f, D(5, 7));
+    mpmd_value y2 = in_i32(c, "y2", 7, D(5));
+    acc(c, mpmd_cross_entropy(g, l2, y2));
+    grads(c, 1, NULL, NULL);
+}
+
+/* Layer norm with non-trivial scale and bias. */
+static void case_layer_norm(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value x = in_f32(c, "x", -1.0f, 3.0f, D(6, 130));
+    mpmd_value gamma = mpmd_param(g, "gamma", D(130), (mpmd_init){MPMD_INIT_UNIFORM, 0.5f, 1.5f});
+    mpmd_value beta = mpmd_param(g, "beta", D(130), MPMD_NORMAL(0.5f));
+    acc(c, mpmd_layer_norm(g, x, gamma, beta, 1e-5f));
+    mpmd_value x2 = in_f32(c, "x2", -2.0f, 2.0f, D(2, 3, 33));
+    mpmd_value g2 = mpmd_param(g, "gamma2", D(33), (mpmd_init){MPMD_INIT_UNIFORM, -1.0f, 1.0f});
+    mpmd_value b2 = mpmd_param(g, "beta2", D(33), MPMD_NORMAL(1.0f));
+    acc(c, mpmd_layer_norm(g, x2, g2, b2, 1e-3f));
+    grads(c, 1, NULL, NULL);
+}
+
+/* Embedding lookups with repeated ids; the gradient is a scatter-add. */
+static void case_embedding(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value table = mpmd_param(g, "table", D(50, 33), MPMD_NORMAL(1.0f));
+    mpmd_value ids = in_i32(c, "ids", 50, D(4, 7));
+    acc(c, mpmd_embedding(g, table, ids));
+    mpmd_value t2 = mpmd_param(g, "table2", D(7, 130), MPMD_NORMAL(1.0f));
+    mpmd_value ids2 = in_i32(c, "ids2", 7, D(33));
+    acc(c, mpmd_embedding(g, t2, ids2));
+    grads(c, 1, NULL, NULL);
+}
+
+/* Multi-head attention, causal and not. */
+static void case_attention(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value q = in_f32(c, "q", -1.5f, 1.5f, D(2, 7, 3, 5));
+    mpmd_value k = in_f32(c, "k", -1.5f, 1.5f, D(2, 7, 3, 5));
+    mpmd_value v = in_f32(c, "v", -1.0f, 1.0f, D(2, 7, 3, 5));
+    acc(c, mpmd_attention(g, q, k, v, 1));
+    acc(c, mpmd_attention(g, q, k, v, 0));
+    grads(c, 1, NULL, NULL);
+}
+
+/* A GPT-2 block: layer norms, attention, MLP with gelu, residuals. */
+static void case_gpt_block(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value x = in_f32(c, "x", -1.0f, 1.0f, D(2, 9, 36));
+    acc(c, mpmd_gpt_block(g, "block", x, 4));
+    grads(c, 1, NULL, NULL);
+}
+
+/* An MLP trained one SGD step: compare the updated parameters. */
+static void case_sgd(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value x = in_f32(c, "x", -1.0f, 1.0f, D(7, 33));
+    mpmd_value y = in_f32(c, "y", -1.0f, 1.0f, D(7, 5));
+    mpmd_value h = mpmd_tanh(g, mpmd_dense(g, "dense_0", x, 17, 1));
+    mpmd_value p = mpmd_dense(g, "dense_1", h, 5, 1);
+    acc_scalar(c, mpmd_mean(g, mpmd_square(g, mpmd_sub(g, p, y)), 0, NULL, 0));
+    mpmd_value ps[MAX_WRT], gs[MAX_WRT];
+    int n = grads(c, 0, ps, gs);
+    if (n > 0) mpmd_sgd(g, n, ps, gs, mpmd_scalar(g, 0.1f));
+}
+
+/* An MLP with a layer norm and a cross-entropy loss trained one AdamW step:
+ * compare parameters, moments and the step counter. */
+static void case_adamw(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value x = in_f32(c, "x", -1.0f, 1.0f, D(9, 33));
+    mpmd_value labels = in_i32(c, "labels", 7, D(9));
+    mpmd_value h = mpmd_gelu(g, mpmd_layer_norm_layer(g, "ln", mpmd_dense(g, "dense_0", x, 130, 1), 1e-5f));
+    mpmd_value logits = mpmd_dense(g, "dense_1", h, 7, 1);
+    acc_scalar(c, mpmd_mean(g, mpmd_cross_entropy(g, logits, labels), 0, NULL, 0));
+    mpmd_value ps[MAX_WRT], gs[MAX_WRT];
+    int n = grads(c, 0, ps, gs);
+    if (n > 0) mpmd_adamw(g, n, ps, gs, mpmd_scalar(g, 0.01f), (mpmd_adam_opts){0.9f, 0.999f, 1e-8f, 0.01f});
+}
+
+/* A stage marker (forward and backward) and assign to f32 and i32 variables. */
+static void case_marker_assign(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value x = in_f32(c, "x", -1.0f, 1.0f, D(7, 33));
+    acc(c, mpmd_exp(g, marker(g, mpmd_mul_scalar(g, x, 0.5f))));
+    grads(c, 1, NULL, NULL);
+    mpmd_value v = mpmd_variable(g, "state", MPMD_F32, D(7, 33), MPMD_ZEROS);
+    mpmd_assign(g, v, mpmd_add_scalar(g, x, 1.0f));
+    mpmd_value ids = in_i32(c, "ids", 100, D(5));
+    mpmd_value iv = mpmd_variable(g, "istate", MPMD_I32, D(5), MPMD_ZEROS);
+    mpmd_assign(g, iv, ids);
+}
+
+typedef struct tcase {
+    const char *name;
+    void (*build)(cb *c);
+    /* end-to-end (chained) tolerance, on top of each op's */
+    double rtol, atol;
+} tcase;
+
+/* The end-to-end tolerances: a chained run passes every kernel's error on
+ * to the next node; deep chains (the GPT block's forward and backward
+ * through two layer norms, attention and an MLP) compound more. */
+static const tcase cases[] = {
+    {"unary", case_unary, 1e-4, 1e-5},
+    {"unary_chain", case_unary_chain, 1e-3, 1e-4},
+    {"binary_broadcast", case_binary, 1e-4, 1e-4},
+    {"broadcast_sum_to", case_broadcast_sum_to, 1e-4, 1e-4},
+    {"reduce", case_reduce, 1e-4, 1e-4},
+    {"max_ties", case_max_ties, 1e-4, 1e-4},
+    {"shape", case_shape, 1e-4, 1e-4},
+    {"matmul", case_matmul, 1e-3, 1e-4},
+    {"softmax", case_softmax, 1e-3, 1e-4},
+    {"xent_1000", case_xent_1000, 1e-3, 1e-4},
+    {"xent", case_xent, 1e-3, 1e-4},
+    {"layer_norm", case_layer_norm, 1e-3, 1e-4},
+    {"embedding", case_embedding, 1e-4, 1e-4},
+    {"attention", case_attention, 1e-3, 1e-4},
+    {"gpt_block", case_gpt_block, 1e-2, 1e-3},
+    {"mlp_sgd", case_sgd, 1e-3, 1e-4},
+    {"mlp_adamw", case_adamw, 1e-3, 1e-4},
+    {"marker_assign", case_marker_assign, 1e-4, 1e-5},
+};
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+/* ---- the mini executor -------------------------------------------------------- */
+
+/* A built case, shared by every backend. */
+typedef struct cdata {
+    const tcase *tc;
+    mpmd_graph *g;
+    unsigned char *live;
+    void **leaf; /* per node: the initial bytes of a live leaf, else NULL */
+} cdata;
+
+/* The values of one run, downloaded: per node, NULL where the node has no
+ * data (tokens, dead nodes) or did not run on the backend. */
+typedef struct run {
+    void **val;
+    void **inpl; /* in-place reruns */
+    int ok;
+    int n_inplace;
+    int n_fed; /* nodes without a kernel on the backend, fed from the reference */
+    char unsupported[256];
+    char err[1024];
+} run;
+
+static void run_free(run *r, int nn) {
+    for (int i = 0; i < nn; i++) {
+        if (r->val) free(r->val[i]);
+        if (r->inpl) free(r->inpl[i]);
+    }
+    free(r->val);
+    free(r->inpl);
+    memset(r, 0, sizeof *r);
+}
+
+static int has_data(const cdata *cd, int i) {
+    const mpmd_node *n = &cd->g->nodes[i];
+    return cd->live[i] && n->type.dtype != MPMD_TOKEN;
+}
+
+static int is_leaf(const mpmd_node *n) {
+    return (n->op->flags & MPMD_OPF_LEAF) != 0;
+}
+
+typedef struct pctx {
+    void **buf;
+    int over; /* value whose buffer is replaced, or -1 */
+    void *over_p;
+} pctx;
+
+static void *ptr_of(void *ctx, int v) {
+    pctx *p = ctx;
+    return v == p->over ? p->over_p : p->buf[v];
+}
+
+/* Run cd's graph on be with `nthreads`. feed NULL: chained, every value
+ * computed from the backend's own inputs, all downloaded at the end. feed
+ * given (the reference run): each node runs on the reference's values of
+ * its inputs, its output is downloaded, then replaced by the reference's;
+ * with `inplace`, in-place capable nodes also run with the output in their
+ * in-place input's buffer. count[op index] is bumped per kernel run. */
+static void run_graph(const mpmd_backend *be, const cdata *cd, int nthreads, const run *feed, int inplace,
+                      int *count, run *out) {
+    const mpmd_graph *g = cd->g;
+    const int nn = g->n_nodes;
+    memset(out, 0, sizeof *out);
+    out->val = calloc((size_t)nn, sizeof *out->val);
+    out->inpl = calloc((size_t)nn, sizeof *out->inpl);
+    void **buf = calloc((size_t)nn, sizeof *buf);
+    void *dev = NULL, *scratch = NULL;
+    char e[512];
+    if (!out->val || !out->inpl || !buf) {
+        snprintf(out->err, sizeof out->err, "out of memory");
+        goto done;
+    }
+    if (!(dev = be->open(0, nthreads, e, sizeof e))) {
+        snprintf(out->err, sizeof out->err, "open failed: %s", e);
+        goto done;
+    }
+    be->enter(dev);
+    size_t scratch_bytes = 0;
+    for (int i = 0; i < nn; i++) {
+        const mpmd_node *n = &g->nodes[i];
+        if (!has_data(cd, i)) continue;
+        size_t bytes = mpmd_type_bytes(&n->type);
+        if (!(buf[i] = be->alloc(dev, bytes)) || !(out->val[i] = malloc(bytes))) {
+            snprintf(out->err, sizeof out->err, "out of memory allocating %%%d (%zu bytes)", i, bytes);
+            goto done;
+        }
+        if (is_leaf(n) && be->upload(dev, buf[i], cd->leaf[i], bytes)) {
+            snprintf(out->err, sizeof out->err, "upload of %%%d failed", i);
+            goto done;
+        }
+    }
+    for (int i = 0; i < nn; i++) {
+        const mpmd_node *n = &g->nodes[i];
+        if (!cd->live[i] || (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) ||
+            n->op == &mpmd_op_assign)
+            continue;
+        const mpmd_kernel *k = be->find(n->op);
+        if (k && k->scratch) {
+            size_t sb = k->scratch(g, n);
+            if (sb > scratch_bytes) scratch_bytes = sb;
+        }
+    }
+    if (scratch_bytes && !(scratch = be->alloc(dev, scratch_bytes))) {
+        snprintf(out->err, sizeof out->err, "out of memory allocating %zu bytes of scratch", scratch_bytes);
+        goto done;
+    }
+
+    pctx pc = {buf, -1, NULL};
+    for (int i = 0; i < nn; i++) {
+        const mpmd_node *n = &g->nodes[i];
+        if (!cd->live[i] || (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL))) continue;
+        size_t bytes = mpmd_type_bytes(&n->type);
+        const mpmd_kernel *k = NULL;
+        if (n->op != &mpmd_op_assign && !(k = be->find(n->op))) {
+            if (!feed) {
+                snprintf(out->err, sizeof out->err, "no %s kernel for %s (%%%d)", be->name, n->op->name, i);
+                goto done;
+            }
+            /* not on this backend: its consumers get the reference's value */
+            if (!strstr(out->unsupported, n->op->name) &&
+                strlen(out->unsupported) + strlen(n->op->name) + 3 < sizeof out->unsupported)
+                snprintf(out->unsupported + strlen(out->unsupported),
+                         sizeof out->unsupported - strlen(out->unsupported), "%s%s",
+                         out->unsupported[0] ? ", " : "", n->op->name);
+            out->n_fed++;
+            free(out->val[i]);
+            out->val[i] = NULL;
+            if (buf[i] && be->upload(dev, buf[i], feed->val[i], bytes)) {
+                snprintf(out->err, sizeof out->err, "upload of %%%d failed", i);
+                goto done;
+            }
+            continue;
+        }
+        pc.over = -1;
+        if (mpmd_backend_run(be, dev, g, i, k, buf[i], ptr_of, &pc, nthreads, scratch, 0, e, sizeof e)) {
+            snprintf(out->err, sizeof out->err, "%%%d = %s: %s", i, n->op->name, e);
+            goto done;
+        }
+        if (count) count[op_index(n->op)]++;
+        if (!feed) continue;
+        if (be->sync(dev, e, sizeof e)) {
+            snprintf(out->err, sizeof out->err, "%%%d = %s: %s", i, n->op->name, e);
+            goto done;
+        }
+        if (buf[i] &&
+            (be->download(dev, out->val[i], buf[i], bytes) || be->upload(dev, buf[i], feed->val[i], bytes))) {
+            snprintf(out->err, sizeof out->err, "download of %%%d failed", i);
+            goto done;
+        }
+        /* in place: out = (a copy of) input k's buffer */
+        int kin = n->op->inplace;
+        if (!inplace || !buf[i] || kin < 0 || kin >= n->n_in) continue;
+        int v = n->in[kin];
+        const mpmd_type *vt = &g->nodes[v].type;
+        if (!buf[v] || vt->dtype != n->type.dtype || mpmd_type_bytes(vt) != bytes) continue;
+        void *tmp = be->alloc(dev, bytes);
+        if (!tmp || !(out->inpl[i] = malloc(bytes))) {
+            if (tmp) be->free(dev, tmp);
+            snprintf(out->err, sizeof out->err, "out of memory");
+            goto done;
+        }
+        pc.over = v;
+        pc.over_p = tmp;
+        int rc = be->copy(dev, tmp, buf[v], bytes) ||
+                 mpmd_backend_run(be, dev, g, i, k, tmp, ptr_of, &pc, nthreads, scratch, 0, e, sizeof e) ||
+                 be->sync(dev, e, sizeof e) || be->download(dev, out->inpl[i], tmp, bytes);
+        pc.over = -1;
+        be->free(dev, tmp);
+        if (rc) {
+            snprintf(out->err, sizeof out->err, "%%%d = %s in place: %s", i, n->op->name, e);
+            goto done;
+        }
+        out->n_inplace++;
+    }
+    if (be->sync(dev, e, sizeof e)) {
+        snprintf(out->err, sizeof out->err, "sync: %s", e);
+        goto done;
+    }
+    for (int i = 0; i < nn; i++) {
+        /* fed runs downloaded each value as it was made; leaves change (the
+         * optimizer, assign) and are read now */
+        if (!buf[i] || !out->val[i] || (feed && !is_leaf(&g->nodes[i]))) continue;
+        if (be->download(dev, out->val[i], buf[i], mpmd_type_bytes(&g->nodes[i].type))) {
+            snprintf(out->err, sizeof out->err, "download of %%%d failed", i);
+            goto done;
+        }
+    }
+    out->ok = 1;
+done:
+    if (dev) {
+        be->sync(dev, e, sizeof e);
+        for (int i = 0; i < nn; i++)
+            if (buf && buf[i]) be->free(dev, buf[i]);
+        if (scratch) be->free(dev, scratch);
+        be->close(dev);
+    }
+    free(buf);
+}
+
+/* ---- building a case's data ----------------------------------------------------- */
+
+static void cdata_free(cdata *cd) {
+    if (cd->g && cd->leaf)
+        for (int i = 0; i < cd->g->n_nodes; i++)
+            free(cd->leaf[i]);
+    free(cd->leaf);
+    free(cd->live);
+    mpmd_graph_free(cd->g);
+    memset(cd, 0, sizeof *cd);
+}
+
+/* Build case ci; on failure a message in err and 0. */
+static int cdata_build(int ci, cdata *cd, char *err, size_t len) {
+    memset(cd, 0, sizeof *cd);
+    cd->tc = &cases[ci];
+    cb c;
+    memset(&c, 0, sizeof c);
+    c.g = cd->g = mpmd_graph_new();
+    c.loss = MPMD_NONE;
+    c.seed = (uint64_t)ci * 1000;
+    if (!c.g) {
+        snprintf(err, len, "out of memory");
+        return 0;
+    }
+    cd->tc->build(&c);
+    mpmd_graph *g = c.g;
+    if (mpmd_graph_status(g) != MPMD_OK) {
+        snprintf(err, len, "building the graph failed: %s", mpmd_graph_error(g));
+        return 0;
+    }
+    const int nn = g->n_nodes;
+    for (int i = 0; i < nn; i++) {
+        const mpmd_node *n = &g->nodes[i];
+        if (n->region != MPMD_REGION_PRE) {
+            snprintf(err, len, "%%%d = %s is not before the loop", i, n->op->name);
+            return 0;
+        }
+        if (op_index(n->op) < 0) {
+            snprintf(err, len, "%%%d = %s: op missing from op_table (give it a tolerance)", i, n->op->name);
+            return 0;
+        }
+    }
+    cd->live = mpmd_live_nodes(g);
+    cd->leaf = calloc((size_t)nn + 1, sizeof *cd->leaf);
+    if (!cd->live || !cd->leaf) {
+        snprintf(err, len, "out of memory");
+        return 0;
+    }
+    for (int i = 0; i < nn; i++) {
+        const mpmd_node *n = &g->nodes[i];
+        if (!has_data(cd, i) || !is_leaf(n)) continue;
+        size_t bytes = mpmd_type_bytes(&n->type);
+        if (!(cd->leaf[i] = malloc(bytes))) {
+            snprintf(err, len, "out of memory");
+            return 0;
+        }
+        if (n->op != &mpmd_op_input) {
+            mpmd_leaf_initial_value(n, cd->leaf[i], PARAM_SEED);
+            continue;
+        }
+        const spec *sp = NULL;
+        for (int k = 0; k < c.n_spec; k++)
+            if (c.sp[k].id == i) sp = &c.sp[k];
+        if (!sp) {
+            snprintf(err, len, "input \"%s\" has no fill", n->name);
+            return 0;
+        }
+        int64_t cnt = mpmd_type_numel(&n->type);
+        uint64_t s = mix64(((uint64_t)ci << 32) ^ (uint64_t)i);
+        for (int64_t k = 0; k < cnt; k++) {
+            double u = unif(&s);
+            if (n->type.dtype == MPMD_I32) {
+                ((int32_t *)cd->leaf[i])[k] = (int32_t)(u * sp->classes);
+            } else if (sp->step > 0) {
+                int steps = (int)((sp->hi - sp->lo) / sp->step + 0.5);
+                ((float *)cd->leaf[i])[k] = sp->lo + sp->step * (float)(int)(u * (steps + 1));
+            } else {
+                ((float *)cd->leaf[i])[k] = (float)(sp->lo + (sp->hi - sp->lo) * u);
+            }
+        }
+    }
+    return 1;
+}
+
+/* ---- comparing ------------------------------------------------------------------ */
+
+static void index_str(const mpmd_type *t, int64_t flat, char *buf, size_t len) {
+    int64_t idx[MPMD_MAX_DIMS];
+    int64_t r = flat;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        idx[d] = r % t->dim[d];
+        r /= t->dim[d];
+    }
+    size_t k = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < t->ndim && k < len; d++)
+        k += (size_t)snprintf(buf + k, len - k, d ? ",%lld" : "%lld", (long long)idx[d]);
+    if (k < len) snprintf(buf + k, len - k, "]");
+}
+
+static void node_str(const mpmd_graph *g, int i, char *buf, size_t len) {
+    const mpmd_node *n = &g->nodes[i];
+    char tb[160];
+    mpmd_type_str(&n->type, tb, sizeof tb);
+    if (n->name)
+        snprintf(buf, len, "%%%d = %s \"%s\" %s", i, n->op->name, n->name, tb);
+    else
+        snprintf(buf, len, "%%%d = %s %s", i, n->op->name, tb);
+}
+
+/* Mismatching nodes printed per (backend, case, kind of comparison): one
+ * wrong kernel makes every value after it wrong in a chained run. */
+#define MAX_REPORTS 4
+
+typedef struct errstat {
+    double max_rel;
+    int fails;
+} errstat;
+
+/* Compare node i's values a (backend `an`) and b (`bn`): bitwise when
+ * `bitwise`, else within rtol/atol (i32 exactly). Prints the first
+ * mismatching element; returns 1 when they match. */
+static int compare(const char *be_name, const cdata *cd, const char *what, int i, const void *a,
+                   const char *an, const void *b, const char *bn, int bitwise, double rtol, double atol,
+                   errstat *st) {
+    const mpmd_node *n = &cd->g->nodes[i];
+    int64_t cnt = mpmd_type_numel(&n->type);
+    /* relative error against max(|b|, atol / rtol): where the tolerance
+     * turns from absolute to relative */
+    double scale = rtol > 0 ? atol / rtol : 1e-6;
+    if (scale < 1e-30) scale = 1e-30;
+    for (int64_t k = 0; k < cnt; k++) {
+        int bad;
+        double x = 0, y = 0, diff = 0;
+        if (n->type.dtype == MPMD_I32) {
+            x = ((const int32_t *)a)[k];
+            y = ((const int32_t *)b)[k];
+            bad = x != y;
+        } else if (bitwise) {
+            bad = memcmp((const float *)a + k, (const float *)b + k, sizeof(float)) != 0;
+            x = ((const float *)a)[k];
+            y = ((const float *)b)[k];
+            if (!bad || (!isnan(x) && !isnan(y))) {
+                double rel = fabs(x - y) / fmax(fabs(y), scale);
+                if (rel > st->max_rel) st->max_rel = rel;
+            }
+        } else {
+            x = ((const float *)a)[k];
+            y = ((const float *)b)[k];
+            if (isnan(x) || isnan(y) || isinf(x) || isinf(y)) {
+                bad = !(x == y || (isnan(x) && isnan(y)));
+            } else {
+                diff = fabs(x - y);
+                bad = diff > atol + rtol * fabs(y);
+                double rel = diff / fmax(fabs(y), scale);
+                if (rel > st->max_rel) st->max_rel = rel;
+            }
+        }
+        if (bad) {
+            if (st->fails++ >= MAX_REPORTS) return 0; /* counted, not printed */
+            char ns[256], is[96];
+            node_str(cd->g, i, ns, sizeof ns);
+            index_str(&n->type, k, is, sizeof is);
+            if (bitwise || n->type.dtype == MPMD_I32) {
+                uint32_t xb, yb;
+                memcpy(&xb, (const char *)a + 4 * k, 4);
+                memcpy(&yb, (const char *)b + 4 * k, 4);
+                printf("FAIL %s: case %s: %s (%s): element %s: %s %.9g (0x%08x), %s %.9g (0x%08x): not "
+                       "bitwise equal\n",
+                       be_name, cd->tc->name, ns, what, is, an, x, (unsigned)xb, bn, y, (unsigned)yb);
+            } else {
+                printf(
+                    "FAIL %s: case %s: %s (%s): element %s: %s %.9g, %s %.9g, |diff| %.3g > %.3g (rtol %g, "
+                    "atol %g)\n",
+                    be_name, cd->tc->name, ns, what, is, an, x, bn, y, diff, atol + rtol * fabs(y), rtol,
+                    atol);
+            }
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* ---- one backend on one case -------------------------------------------------------- */
+
+/* Returns 1 when the case passes on be. */
+static int test_case(const mpmd_backend *be, const cdata *cd, const run *ref, int *count) {
+    const mpmd_graph *g = cd->g;
+    const int nn = g->n_nodes;
+    const int is_cpu = strcmp(be->name, "cpu") == 0;
+    const char *tag = is_cpu ? "cpu'" : be->name; /* the CPU against itself */
+    run iso, iso2, e2e;
+    run_graph(be, cd, 1, ref, 1, count, &iso);
+    run_graph(be, cd, 2, ref, 0, NULL, &iso2);
+    run_graph(be, cd, 1, NULL, 0, NULL, &e2e);
+    errstat st = {0, 0}, st_e2e = {0, 0}, st_det = {0, 0};
+    int e2e_skipped = 0;
+    if (!iso.ok || !iso2.ok) {
+        printf("FAIL %s: case %s: %s\n", be->name, cd->tc->name, !iso.ok ? iso.err : iso2.err);
+        st.fails++;
+    } else {
+        for (int i = 0; i < nn; i++) {
+            if (!iso.val[i] || !ref->val[i]) continue;
+            const mpmd_node *n = &g->nodes[i];
+            int f = op_table[op_index(n->op)].fam;
+            compare(be->name, cd, "iso", i, iso.val[i], tag, ref->val[i], "cpu", is_cpu, fam[f].rtol,
+                    fam[f].atol, &st);
+            if (iso.inpl[i]) {
+                compare(be->name, cd, "in place vs cpu", i, iso.inpl[i], tag, ref->val[i], "cpu", is_cpu,
+                        fam[f].rtol, fam[f].atol, &st);
+                compare(be->name, cd, "in place vs out of place", i, iso.inpl[i], "in place", iso.val[i],
+                        "out of place", 1, 0, 0, &st);
+            }
+            if (iso2.val[i])
+                compare(be->name, cd, "determinism: 2 threads vs 1", i, iso2.val[i], "run 2", iso.val[i],
+                        "run 1", 1, 0, 0, &st_det);
+        }
+    }
+    if (!e2e.ok) {
+        if (iso.ok && iso.n_fed) {
+            e2e_skipped = 1; /* a node has no kernel here */
+        } else {
+            printf("FAIL %s: case %s: chained run: %s\n", be->name, cd->tc->name, e2e.err);
+            st_e2e.fails++;
+        }
+    } else {
+        for (int i = 0; i < nn; i++) {
+            if (!e2e.val[i] || !ref->val[i]) continue;
+            const mpmd_node *n = &g->nodes[i];
+            int f = op_table[op_index(n->op)].fam;
+            double rtol = fmax(fam[f].rtol, cd->tc->rtol), atol = fmax(fam[f].atol, cd->tc->atol);
+            compare(be->name, cd, "chained", i, e2e.val[i], tag, ref->val[i], "cpu", is_cpu, rtol, atol,
+                    &st_e2e);
+        }
+    }
+    const errstat *sts[3] = {&st, &st_det, &st_e2e};
+    static const char *kinds[3] = {"against the cpu", "between runs", "in the chained run"};
+    for (int k = 0; k < 3; k++)
+        if (sts[k]->fails > MAX_REPORTS)
+            printf("FAIL %s: case %s: %d more nodes differ %s\n", be->name, cd->tc->name,
+                   sts[k]->fails - MAX_REPORTS, kinds[k]);
+    int fails = st.fails + st_e2e.fails + st_det.fails;
+    int live = 0;
+    for (int i = 0; i < nn; i++)
+        live += cd->live[i];
+    printf("  %-5s %-17s %4d nodes %3d in place  max rel err %.2e  chained %s%.2e  %s", be->name,
+           cd->tc->name, live, iso.n_inplace, st.max_rel, e2e_skipped ? "(skipped) " : "", st_e2e.max_rel,
+           fails ? "FAILED" : "ok");
+    if (iso.n_fed) printf("  (no kernel for %s: fed from the cpu)", iso.unsupported);
+    printf("\n");
+    fflush(stdout);
+    run_free(&iso, nn);
+    run_free(&iso2, nn);
+    run_free(&e2e, nn);
+    return fails == 0;
+}
+
+/* ---- coverage ------------------------------------------------------------------------ */
+
+/* Every op of a CPU kernel table must be in op_table. */
+static int check_cpu_tables(void) {
+    const mpmd_kernel *const t[] = {mpmd_cpu_core_kernels, mpmd_cpu_elementwise_kernels,
+                                    mpmd_cpu_reduce_kernels, mpmd_cpu_nn_kernels, mpmd_cpu_optim_kernels};
+    int ok = 1;
+    for (size_t j = 0; j < sizeof t / sizeof t[0]; j++)
+        for (const mpmd_kernel *e = t[j]; e->op; e++)
+            if (op_index(e->op) < 0) {
+                printf(
+                    "FAIL coverage: the cpu has a kernel for \"%s\", which is not in op_table: add it with a "
+                    "tolerance and a case\n",
+                    e->op->name);
+                ok = 0;
+            }
+    return ok;
+}
+
+/* Every op be has a kernel for ran at least once. */
+static int check_coverage(const mpmd_backend *be, const int *count) {
+    int ok = 1;
+    char missing[1024] = "";
+    for (int i = 0; i < N_OPS; i++) {
+        const mpmd_op_desc *op = op_table[i].op;
+        if (op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL) || op == &mpmd_op_assign) continue;
+        if (!be->find(op)) {
+            if (strlen(missing) + strlen(op->name) + 3 < sizeof missing)
+                snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%s",
+                         missing[0] ? ", " : "", op->name);
+            continue;
+        }
+        if (count[i] == 0) {
+            printf("FAIL %s: coverage: op \"%s\" has a kernel but no case ran it\n", be->name, op->name);
+            ok = 0;
+        }
+    }
+    if (missing[0]) printf("  %s: no kernel (not tested): %s\n", be->name, missing);
+    return ok;
+}
+
+/* ---- main ---------------------------------------------------------------------------- */
+
+int main(int argc, char **argv) {
+    if (argc > 2) {
+        fprintf(stderr, "usage: test_backend_ops [backend]   (this build has: %s)\n", mpmd_backend_names());
+        return 1;
+    }
+#ifdef MPMD_HAVE_CUDA
+    if (!mpmd_backend_get("cuda")) {
+        printf("FAIL: built with MPMD_HAVE_CUDA but no \"cuda\" backend is registered\n");
+        return 1;
+    }
+#endif
+    const mpmd_backend *bes[8];
+    int nb = 0;
+    char why[512];
+    if (argc == 2) {
+        const mpmd_backend *be = argv[1][0] ? mpmd_backend_get(argv[1]) : NULL;
+        if (!be) {
+            printf("test_backend_ops: unknown backend \"%s\"; this build has: %s\n", argv[1],
+                   mpmd_backend_names());
+            return 1;
+        }
+        why[0] = '\0';
+        if (be->available(why, sizeof why)) {
+            printf("test_backend_ops: %s: skipped: %s\n", be->name, why);
+            return 77;
+        }
+        bes[nb++] = be;
+    } else {
+        /* "cpu, cuda" */
+        const char *names = mpmd_backend_names();
+        while (*names && nb < 8) {
+            size_t l = strcspn(names, ", ");
+            char name[64];
+            snprintf(name, sizeof name, "%.*s", (int)(l < sizeof name ? l : sizeof name - 1), names);
+            names += l;
+            names += strspn(names, ", ");
+            const mpmd_backend *be = mpmd_backend_get(name);
+            if (!be) {
+                printf("FAIL: mpmd_backend_names lists \"%s\" but mpmd_backend_get does not find it\n", name);
+                return 1;
+            }
+            why[0] = '\0';
+            if (be->available(why, sizeof why)) {
+                printf("test_backend_ops: %s: skipped: %s\n", be->name, why);
+                continue;
+            }
+            bes[nb++] = be;
+        }
+    }
+
+    int passed = 0, failed = 0;
+    if (check_cpu_tables())
+        passed++;
+    else
+        failed++;
+
+    /* Every case: built once, run on the CPU once (the reference). */
+    cdata cd[N_CASES];
+    run ref[N_CASES];
+    memset(cd, 0, sizeof cd);
+    memset(ref, 0, sizeof ref);
+    int built[N_CASES];
+    for (int ci = 0; ci < N_CASES; ci++) {
+        char err[512];
+        built[ci] = cdata_build(ci, &cd[ci], err, sizeof err);
+        if (built[ci]) {
+            run_graph(&mpmd_backend_cpu, &cd[ci], 1, NULL, 0, NULL, &ref[ci]);
+            if (!ref[ci].ok) {
+                snprintf(err, sizeof err, "the cpu reference run failed: %.400s", ref[ci].err);
+                built[ci] = 0;
+            }
+        }
+        if (!built[ci]) {
+            printf("FAIL case %s: %s\n", cases[ci].name, err);
+            failed++;
+        }
+    }
+
+    for (int b = 0; b < nb; b++) {
+        const mpmd_backend *be = bes[b];
+        printf("test_backend_ops: %s against cpu, %d cases\n", be->name, N_CASES);
+        int count[N_OPS];
+        memset(count, 0, sizeof count);
+        for (int ci = 0; ci < N_CASES; ci++) {
+            if (!built[ci]) continue;
+            if (test_case(be, &cd[ci], &ref[ci], count))
+                passed++;
+            else
+                failed++;
+        }
+        if (check_coverage(be, count))
+            passed++;
+        else
+            failed++;
+    }
+
+    for (int ci = 0; ci < N_CASES; ci++) {
+        if (cd[ci].g) run_free(&ref[ci], cd[ci].g->n_nodes);
+        cdata_free(&cd[ci]);
+    }
+    printf("test_backend_ops: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
