@@ -65,6 +65,8 @@ static const char *usage =
     "                        0 for all cores (loop) or the cores divided among ranks (default 0)\n"
     "  --backend NAME        where the ranks compute: cpu (default) or cuda (a build with CUDA;\n"
     "                        rank r on GPU r %% devices)\n"
+    "  --precision P         compute dtype: f32, bf16 or f16; parameters and AdamW state stay f32\n"
+    "                        (default: f32 on the cpu backend, bf16 on cuda)\n"
     "\n"
     "Watching and resuming:\n"
     "  --log-every K         one progress line every K steps (default 5)\n"
@@ -84,7 +86,7 @@ typedef struct options {
     gpt_config cfg;
     long long steps, log_every, threads, ranks, replicas, save_every;
     unsigned long long seed;
-    const char *data, *schedule, *trace, *timeline, *save, *resume, *backend;
+    const char *data, *schedule, *trace, *timeline, *save, *resume, *backend, *precision;
     int nan_check, fuse, mpi, quiet, json;
 } options;
 
@@ -125,7 +127,7 @@ static const char *const valued[] = {"--layers",   "--width",   "--heads",      
                                      "--microbatches", "--stages", "--steps",      "--log-every", "--threads",
                                      "--seed",     "--lr",      "--weight-decay",  "--data",    "--schedule",
                                      "--ranks",    "--runtime", "--data-parallel", "--trace",   "--timeline",
-                                     "--save",     "--save-every", "--resume",  "--backend"};
+                                     "--save",     "--save-every", "--resume",  "--backend", "--precision"};
 
 static int is_one_of(const char *name, const char *const *list, size_t n) {
     for (size_t k = 0; k < n; k++)
@@ -216,6 +218,7 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!strcmp(name, "--data")) o->data = val;
             if (!strcmp(name, "--schedule")) o->schedule = val;
             if (!strcmp(name, "--backend")) o->backend = val;
+            if (!strcmp(name, "--precision")) o->precision = val;
             if (!strcmp(name, "--trace")) o->trace = val;
             if (!strcmp(name, "--timeline")) o->timeline = val;
             if (!strcmp(name, "--save")) o->save = val;
@@ -236,6 +239,16 @@ static int parse_args(int argc, char **argv, options *o) {
     if (o->mpi && (o->trace || o->timeline))
         return bad_option("--trace and --timeline need --runtime local (each MPI process sees only its rank)");
     if (o->save_every && !o->save) return bad_option("--save-every needs --save PATH");
+    if (!o->precision)
+        o->cfg.compute = o->backend && !strcmp(o->backend, "cuda") ? MPMD_BF16 : MPMD_F32;
+    else if (!strcmp(o->precision, "f32"))
+        o->cfg.compute = MPMD_F32;
+    else if (!strcmp(o->precision, "bf16"))
+        o->cfg.compute = MPMD_BF16;
+    else if (!strcmp(o->precision, "f16"))
+        o->cfg.compute = MPMD_F16;
+    else
+        return bad_option("--precision is f32, bf16 or f16, got \"%s\"", o->precision);
     if (o->cfg.batch % o->replicas)
         return bad_option("--batch %lld is not divisible by --data-parallel %lld", (long long)o->cfg.batch,
                           o->replicas);

@@ -80,7 +80,9 @@ extern "C" {
 typedef enum mpmd_dtype {
     MPMD_F32 = 0,
     MPMD_I32 = 1,
-    MPMD_TOKEN = 2 /* no data: the result of an op run for its effect */
+    MPMD_TOKEN = 2, /* no data: the result of an op run for its effect */
+    MPMD_BF16 = 3,  /* bfloat16: f32's exponent, 8 significant bits, 2 bytes */
+    MPMD_F16 = 4    /* IEEE binary16, 2 bytes */
 } mpmd_dtype;
 
 #define MPMD_MAX_DIMS 6
@@ -111,6 +113,9 @@ static inline int mpmd_is_value(mpmd_value v) { return v.id >= 0; }
 /* Number of elements, and of bytes, of a type. */
 int64_t mpmd_type_numel(const mpmd_type *t);
 size_t mpmd_type_bytes(const mpmd_type *t);
+/* Bytes of one element (4, 4, 0, 2, 2), and whether a dtype is a float. */
+size_t mpmd_dtype_size(mpmd_dtype d);
+int mpmd_dtype_is_float(mpmd_dtype d);
 /* "f32[4,16]" into buf (always terminated); returns buf. */
 char *mpmd_type_str(const mpmd_type *t, char *buf, size_t len);
 const char *mpmd_dtype_name(mpmd_dtype d);
@@ -228,6 +233,29 @@ mpmd_value mpmd_gelu(mpmd_graph *g, mpmd_value a);
  * broadcast dimensions down to a shape. */
 mpmd_value mpmd_broadcast_to(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *dims);
 mpmd_value mpmd_sum_to(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *dims);
+
+/* ------------------------------------------------------------------------ */
+/* Precision                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Convert x to dtype (f32, bf16, f16; to a 16-bit float rounding to nearest,
+ * ties to even). Its gradient is the cotangent cast back to x's dtype, so a
+ * bf16 computation on a cast of an f32 parameter yields an f32 gradient.
+ * x itself when it already has that dtype. */
+mpmd_value mpmd_cast(mpmd_graph *g, mpmd_value x, mpmd_dtype dtype);
+
+/* Mixed precision, the policy of JAX's jmp and PyTorch's autocast made
+ * explicit. Float ops compute in their operands' dtype (both operands of a
+ * binary op, and a matmul's, must agree; cast to convert). The layers below
+ * (mpmd_dense, mpmd_layer_norm_layer, mpmd_mlp, attention, blocks) keep
+ * their parameters in f32 (the master weights the optimizer updates) and
+ * use a cast of each in their input's dtype; mpmd_embed's output is in the
+ * graph's compute dtype. Layer norm, softmax and cross-entropy keep their
+ * statistics in f32 whatever the storage dtype, cross-entropy's loss is
+ * f32, and a loop-reduced gradient of an f32 parameter is summed in f32.
+ * The compute dtype is f32 unless set (before the layers are built). */
+mpmd_status mpmd_set_compute_dtype(mpmd_graph *g, mpmd_dtype dtype);
+mpmd_dtype mpmd_compute_dtype(const mpmd_graph *g);
 
 /* ------------------------------------------------------------------------ */
 /* Reductions and shape ops                                                  */

@@ -12,21 +12,25 @@ pass=0 fail=0
 ok() { echo "ok: $*"; pass=$((pass + 1)); }
 bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
 
-ref=$("$gpt" "${model[@]}" | tail -n 1)
-case "$ref" in final_loss=*" params_sha256="*) ok "loop: $ref" ;; *) bad "loop printed: $ref" ;; esac
-while read -r name stages ranks extra; do
-  line=$("$gpt" "${model[@]}" --schedule "$name" --stages "$stages" --ranks "$ranks" $extra 2>&1 | tail -n 1)
-  [ "$line" = "$ref" ] && ok "$name S=$stages D=$ranks $extra" || bad "$name S=$stages D=$ranks $extra: $line"
-done <<'LIST'
-gpipe 4 4
+schedules='gpipe 4 4
 std1f1b 2 2
 eager1f1b 4 4
 interleaved1f1b 4 2
 kimik2 4 2 --fuse-steady-state
 zerobubble 4 4
 dualpipev 4 2
-interleavedgpipe 4 2
-LIST
+interleavedgpipe 4 2'
+for precision in f32 bf16; do
+  ref=$("$gpt" "${model[@]}" --precision $precision | tail -n 1)
+  case "$ref" in final_loss=*" params_sha256="*) ok "$precision loop: $ref" ;; *) bad "$precision loop printed: $ref" ;; esac
+  while read -r name stages ranks extra; do
+    line=$("$gpt" "${model[@]}" --precision $precision --schedule "$name" --stages "$stages" --ranks "$ranks" $extra 2>&1 |
+      tail -n 1)
+    [ "$line" = "$ref" ] && ok "$precision $name S=$stages D=$ranks $extra" ||
+      bad "$precision $name S=$stages D=$ranks $extra: $line"
+  done <<<"$schedules"
+done
+ref=$("$gpt" "${model[@]}" | tail -n 1)
 
 if [ -x "$(command -v mpirun)" ] && "$gpt" --help | grep -q -- "--runtime" && \
    "$gpt" "${model[@]}" --schedule std1f1b --stages 2 --runtime mpi 2>&1 | grep -vq "no MPI"; then
@@ -49,6 +53,7 @@ expect() { # expect STATUS PATTERN ARGS...
 expect 2 "unknown option" --nope
 expect 2 "--layers must be between" --layers 0
 expect 2 "unknown schedule" --schedule fast
+expect 2 "--precision is f32, bf16 or f16" --precision fp8
 expect 2 "not divisible by 4 microbatches" --batch 7
 expect 2 "need a pipeline schedule" --ranks 2
 expect 1 "needs as many ranks as stages" --schedule std1f1b --stages 1 --ranks 2 --steps 1

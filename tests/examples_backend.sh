@@ -21,27 +21,30 @@ if [ $? -ne 0 ]; then
   exit 77
 fi
 
-ref=$("$gpt" "${model[@]}" --backend "$backend" | tail -n 1)
-case "$ref" in final_loss=*" params_sha256="*) ok "$backend loop: $ref" ;; *) bad "$backend loop printed: $ref" ;; esac
-while read -r name stages ranks extra; do
-  line=$("$gpt" "${model[@]}" --backend "$backend" --schedule "$name" --stages "$stages" --ranks "$ranks" $extra 2>&1 |
-    tail -n 1)
-  [ "$line" = "$ref" ] && ok "$backend $name S=$stages D=$ranks $extra" ||
-    bad "$backend $name S=$stages D=$ranks $extra: $line (loop: $ref)"
-done <<'LIST'
-gpipe 4 4
+schedules='gpipe 4 4
 std1f1b 2 2
 eager1f1b 4 4
 interleaved1f1b 4 2
 kimik2 4 2 --fuse-steady-state
 zerobubble 4 4
 dualpipev 4 2
-interleavedgpipe 4 2
-LIST
+interleavedgpipe 4 2'
+for precision in f32 bf16; do
+  ref=$("$gpt" "${model[@]}" --backend "$backend" --precision $precision | tail -n 1)
+  case "$ref" in final_loss=*" params_sha256="*) ok "$backend $precision loop: $ref" ;;
+  *) bad "$backend $precision loop printed: $ref" ;; esac
+  while read -r name stages ranks extra; do
+    line=$("$gpt" "${model[@]}" --backend "$backend" --precision $precision --schedule "$name" --stages "$stages" \
+      --ranks "$ranks" $extra 2>&1 | tail -n 1)
+    [ "$line" = "$ref" ] && ok "$backend $precision $name S=$stages D=$ranks $extra" ||
+      bad "$backend $precision $name S=$stages D=$ranks $extra: $line (loop: $ref)"
+  done <<<"$schedules"
+done
 
 # two replicas of a 2-stage pipeline, each on half the batch, against the
 # same data-parallel run on the CPU: both must train, and their losses agree
-dp=$("$gpt" "${model[@]}" --backend "$backend" --schedule std1f1b --stages 2 --data-parallel 2 2>&1 | tail -n 1)
+dp=$("$gpt" "${model[@]}" --backend "$backend" --precision f32 --schedule std1f1b --stages 2 --data-parallel 2 2>&1 |
+  tail -n 1)
 dpc=$("$gpt" "${model[@]}" --schedule std1f1b --stages 2 --data-parallel 2 2>&1 | tail -n 1)
 close() { # close LINE_A LINE_B REL: the final losses agree to REL
   python3 - "$1" "$2" "$3" <<'PY'
@@ -53,11 +56,15 @@ PY
 }
 close "$dp" "$dpc" 1e-3 && ok "$backend data-parallel 2: $dp (cpu: $dpc)" || bad "$backend data-parallel: $dp vs cpu $dpc"
 
-# 20 steps of a slightly larger model: the loss tracks the CPU's
-big=(--layers 2 --width 64 --heads 4 --seq 32 --batch 8 --microbatches 2 --steps 20 --quiet)
-lb=$("$gpt" "${big[@]}" --backend "$backend" | tail -n 1)
-lc=$("$gpt" "${big[@]}" | tail -n 1)
-close "$lb" "$lc" 1e-3 && ok "$backend vs cpu after 20 steps: $lb / $lc" || bad "$backend vs cpu: $lb / $lc"
+# 20 steps (f32), then 50 steps (bf16) of a slightly larger model: the
+# loss tracks the CPU's, to f32 rounding, then to bf16's
+big=(--layers 2 --width 64 --heads 4 --seq 32 --batch 8 --microbatches 2 --quiet)
+lb=$("$gpt" "${big[@]}" --steps 20 --backend "$backend" --precision f32 | tail -n 1)
+lc=$("$gpt" "${big[@]}" --steps 20 --precision f32 | tail -n 1)
+close "$lb" "$lc" 1e-3 && ok "$backend vs cpu, f32, 20 steps: $lb / $lc" || bad "$backend vs cpu f32: $lb / $lc"
+lb=$("$gpt" "${big[@]}" --steps 50 --backend "$backend" --precision bf16 | tail -n 1)
+lc=$("$gpt" "${big[@]}" --steps 50 --precision bf16 | tail -n 1)
+close "$lb" "$lc" 2e-2 && ok "$backend vs cpu, bf16, 50 steps: $lb / $lc" || bad "$backend vs cpu bf16: $lb / $lc"
 
 out=$("$gpt" "${model[@]}" --backend "$backend" --schedule std1f1b --stages 2 --data /nonexistent 2>&1); rc=$?
 [ "$rc" -eq 1 ] && grep -q "cannot open" <<<"$out" && ok "exit 1: cannot open" || bad "bad data file: $rc $out"

@@ -79,7 +79,9 @@ static void test_mlp_equivalence(void) {
     }
 }
 
-static void test_gpt_equivalence(void) {
+/* The GPT of every equivalence case, in f32 and (mixed precision: bf16
+ * compute, f32 master weights) in bf16. */
+static void test_gpt_equivalence(mpmd_dtype compute) {
     for (int c = 0; c < tu_num_pcases; c++) {
         const tu_pcase *pc = &tu_pcases[c];
         if (tu_quick() && c % 3 != 0) continue;
@@ -94,6 +96,7 @@ static void test_gpt_equivalence(void) {
         cfg.batch = pc->micro * 2;
         cfg.tie_embeddings = 1;
         cfg.adam.weight_decay = 0.01f;
+        cfg.compute = compute;
         gpt_model m;
         mpmd_error err;
         if (gpt_build(&cfg, 1, &m, &err) != MPMD_OK) {
@@ -107,8 +110,9 @@ static void test_gpt_equivalence(void) {
         void *data[2] = {tok, tgt};
         size_t bytes[2] = {nb, nb};
         mpmd_schedule *s = make_sched(pc);
-        compare("gpt", m.g, in, data, bytes, 2, m.loss, s, 1);
-        if (!tu_quick() && c % 2 == 0) compare("gpt", m.g, in, data, bytes, 2, m.loss, s, 2);
+        const char *what = compute == MPMD_F32 ? "gpt" : "gpt bf16";
+        compare(what, m.g, in, data, bytes, 2, m.loss, s, 1);
+        if (!tu_quick() && c % 2 == 0) compare(what, m.g, in, data, bytes, 2, m.loss, s, 2);
         /* tied embedding: the token embedding lives with the first and last stages */
         mpmd_value wte = mpmd_lookup(m.g, "wte/embedding");
         mpmd_step *st = mpmd_jit_with_loop(m.g, s, NULL, &err);
@@ -302,7 +306,8 @@ int main(void) {
     test_data_parallel();
     test_errors();
     test_mlp_equivalence();
-    test_gpt_equivalence();
+    test_gpt_equivalence(MPMD_F32);
+    test_gpt_equivalence(MPMD_BF16);
     test_failure_stops_all();
     return tu_report("test_pipeline");
 }

@@ -23,6 +23,7 @@ gpt_config gpt_config_default(void) {
     c.tie_embeddings = 0;
     c.lr = 3e-3f;
     c.adam = (mpmd_adam_opts){0.9f, 0.95f, 1e-8f, 0.0f};
+    c.compute = MPMD_F32;
     return c;
 }
 
@@ -73,6 +74,9 @@ mpmd_status gpt_config_check(const gpt_config *c, mpmd_error *err) {
         return mpmd_error_set(
             err, bad, "gpt: the model is too large (vocab %lld, width %lld, batch %lld, seq %lld)",
             (long long)c->vocab, (long long)c->width, (long long)c->batch, (long long)c->seq);
+    if (!mpmd_dtype_is_float(c->compute))
+        return mpmd_error_set(err, bad, "gpt: the compute dtype is %s; it must be f32, bf16 or f16",
+                              mpmd_dtype_name(c->compute));
     return MPMD_OK;
 }
 
@@ -123,8 +127,8 @@ void gpt_stage_blocks(const gpt_config *c, int *blocks) {
 /* The forward pass of one microbatch: tokens [b, T] -> mean loss. */
 static mpmd_value forward(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mpmd_value tok,
                           mpmd_value tgt) {
-    mpmd_value x = mpmd_embed(g, "wte", tok, c->vocab, c->width); /* [b, T, C] */
-    x = mpmd_add(g, x, wpe);                                      /* [T, C] broadcast over the batch */
+    mpmd_value x = mpmd_embed(g, "wte", tok, c->vocab, c->width); /* [b, T, C], compute dtype */
+    x = mpmd_add(g, x, mpmd_cast(g, wpe, c->compute));            /* [T, C] broadcast over the batch */
     int *blocks = malloc((size_t)c->stages * sizeof *blocks);
     if (!blocks) return MPMD_NONE;
     gpt_stage_blocks(c, blocks);
@@ -141,7 +145,7 @@ static mpmd_value forward(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mp
     x = mpmd_layer_norm_layer(g, "ln_f", x, 1e-5f);
     mpmd_value logits; /* [b, T, V] */
     if (c->tie_embeddings)
-        logits = mpmd_matmul(g, x, mpmd_lookup(g, "wte/embedding"), MPMD_TRANS_B);
+        logits = mpmd_matmul(g, x, mpmd_cast(g, mpmd_lookup(g, "wte/embedding"), c->compute), MPMD_TRANS_B);
     else
         logits = mpmd_dense(g, "lm_head", x, c->vocab, 0);
     mpmd_value loss = mpmd_mean(g, mpmd_cross_entropy(g, logits, tgt), 0, NULL, 0);
@@ -157,6 +161,7 @@ mpmd_status gpt_build(const gpt_config *c, int with_optimizer, gpt_model *m, mpm
     m->cfg = *c;
     mpmd_graph *g = m->g = mpmd_graph_new();
     if (!g) return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory for the graph");
+    mpmd_set_compute_dtype(g, c->compute); /* the layers cast their f32 parameters to it */
 
     m->tokens = mpmd_input(g, "tokens", MPMD_I32, MPMD_SHAPE(c->batch, c->seq));
     m->targets = mpmd_input(g, "targets", MPMD_I32, MPMD_SHAPE(c->batch, c->seq));

@@ -46,6 +46,7 @@ typedef struct gpt_config {
     int tie_embeddings; /* LM head = x @ wte^T instead of its own kernel */
     float lr;           /* AdamW learning rate */
     mpmd_adam_opts adam;
+    mpmd_dtype compute; /* compute dtype (f32, bf16, f16): parameters and optimizer state stay f32 */
 } gpt_config;
 
 /* A small byte-level default: vocab 256, seq 64, width 128, 4 heads, 4

@@ -56,8 +56,8 @@ mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *w
         return g->status;
     }
     for (int k = 0; k < n; k++) {
-        if (mpmd_node_of(g, wrt[k])->type.dtype != MPMD_F32) {
-            mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_grad: wrt[%d] (%%%d) is %s; gradients exist only for f32 values", k,
+        if (!mpmd_dtype_is_float(mpmd_node_of(g, wrt[k])->type.dtype)) {
+            mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_grad: wrt[%d] (%%%d) is %s; gradients exist only for float values", k,
                       (int)wrt[k].id, mpmd_tstr(g, wrt[k]));
             return g->status;
         }
@@ -78,20 +78,20 @@ mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *w
     for (int i = 0; i < nn; i++) s.cot[i] = MPMD_NONE;
 
     /* need: the loss depends on the node. from-wrt (in rel): the node
-     * depends on a wrt value. Both are f32 paths. */
+     * depends on a wrt value. Both are float paths. */
     need[lid] = 1;
     for (int i = lid; i >= 0; i--) {
         if (!need[i]) continue;
         const mpmd_node *nd = &g->nodes[i];
         for (int j = 0; j < nd->n_in; j++)
-            if (g->nodes[nd->in[j]].type.dtype == MPMD_F32) need[nd->in[j]] = 1;
+            if (mpmd_dtype_is_float(g->nodes[nd->in[j]].type.dtype)) need[nd->in[j]] = 1;
     }
     for (int k = 0; k < n; k++) s.iswrt[wrt[k].id] = 1;
     for (int i = 0; i <= lid; i++) {
         const mpmd_node *nd = &g->nodes[i];
         int from = s.iswrt[i];
         for (int j = 0; j < nd->n_in && !from; j++) from = s.rel[nd->in[j]];
-        s.rel[i] = (unsigned char)(from && need[i] && nd->type.dtype == MPMD_F32);
+        s.rel[i] = (unsigned char)(from && need[i] && mpmd_dtype_is_float(nd->type.dtype));
     }
     free(need);
 

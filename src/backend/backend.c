@@ -55,12 +55,25 @@ int mpmd_backend_run(const mpmd_backend *be, void *dev, const mpmd_graph *g, int
         }
         mpmd_kargs a = {g, n, out, in, ty, nthreads, scratch, mb < 0 ? 0 : mb, err, errlen, dev};
         err[0] = '\0';
-        rc = k->fn(&a);
+        rc = be->launch(dev, k, &a);
         if (rc && !err[0]) snprintf(err, errlen, "kernel failed");
     }
     if (in != in_small) free(in);
     if (ty != ty_small) free((void *)ty);
     return rc;
+}
+
+static int takes(const mpmd_kernel *k, mpmd_dtype d) {
+    if (d == MPMD_BF16) return (k->dtypes & MPMD_KERNEL_BF16) != 0;
+    if (d == MPMD_F16) return (k->dtypes & MPMD_KERNEL_F16) != 0;
+    return 1;
+}
+
+int mpmd_kernel_native(const mpmd_kernel *k, const mpmd_graph *g, const mpmd_node *n) {
+    if (!takes(k, n->type.dtype)) return 0;
+    for (int j = 0; j < n->n_in; j++)
+        if (!takes(k, g->nodes[n->in[j]].type.dtype)) return 0;
+    return 1;
 }
 
 const char *mpmd_backends(void) { return mpmd_backend_names(); }

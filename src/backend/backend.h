@@ -48,11 +48,23 @@ typedef int (*mpmd_kernel_fn)(const mpmd_kargs *a);
 /* Scratch bytes a kernel needs for this node (0: none). */
 typedef size_t (*mpmd_scratch_fn)(const mpmd_graph *g, const mpmd_node *n);
 
+/* What a kernel reads and writes itself besides f32 and i32. A float value
+ * in a dtype the kernel does not take (bf16, f16) is widened to f32 by the
+ * backend before the kernel runs and its output rounded back after (see
+ * `launch`): the same numbers as a native kernel that computes in f32 and
+ * rounds once on store, the rule every 16-bit kernel follows. */
+enum { MPMD_KERNEL_BF16 = 1u << 0, MPMD_KERNEL_F16 = 1u << 1 };
+
 typedef struct mpmd_kernel {
     const mpmd_op_desc *op;
     mpmd_kernel_fn fn;
     mpmd_scratch_fn scratch;
+    unsigned dtypes; /* MPMD_KERNEL_*: 16-bit floats the kernel takes natively */
 } mpmd_kernel;
+
+/* 1 when kernel k takes every dtype of node n's operands and output itself
+ * (f32 and i32 always; bf16, f16 as its flags say). */
+int mpmd_kernel_native(const mpmd_kernel *k, const mpmd_graph *g, const mpmd_node *n);
 
 typedef struct mpmd_backend {
     const char *name;
@@ -95,6 +107,9 @@ typedef struct mpmd_backend {
     void *(*event_record)(void *dev);
     int (*event_wait)(void *dev, void *ev);
     void (*event_free)(void *dev, void *ev);
+    /* Run kernel k: widen the 16-bit operands k does not take natively to
+     * f32, run it, round its output back (mpmd_kernel_native). */
+    int (*launch)(void *dev, const mpmd_kernel *k, const mpmd_kargs *a);
 } mpmd_backend;
 
 /* The backend of this name, or NULL. NULL or "" is "cpu". */

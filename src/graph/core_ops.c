@@ -79,8 +79,8 @@ static mpmd_value named_leaf(mpmd_graph *g, const mpmd_op_desc *op, const char *
     else
         snprintf(full, sizeof full, "%s", name);
     if (!check_dims(g, fn, full, ndim, dims)) return MPMD_NONE;
-    if (dt != MPMD_F32 && dt != MPMD_I32)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": dtype must be f32 or i32", fn, full);
+    if (dt != MPMD_I32 && !mpmd_dtype_is_float(dt))
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": dtype must be f32, bf16, f16 or i32", fn, full);
     if (mpmd_is_value(mpmd_lookup(g, full)))
         return mpmd_fail(g, MPMD_ERR_INVALID, "%s: the name \"%s\" is already used in this graph", fn, full);
     /* Leaves always belong before the loop, wherever they are created (a
@@ -134,8 +134,8 @@ mpmd_value mpmd_scalar(mpmd_graph *g, float v) { return mpmd_full(g, v, 0, NULL)
 mpmd_value mpmd_constant(mpmd_graph *g, mpmd_dtype dtype, int ndim, const int64_t *dims, const void *data) {
     if (g->status != MPMD_OK) return MPMD_NONE;
     if (!check_dims(g, "mpmd_constant", "constant", ndim, dims)) return MPMD_NONE;
-    if (dtype != MPMD_F32 && dtype != MPMD_I32)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_constant: dtype must be f32 or i32");
+    if (dtype != MPMD_I32 && !mpmd_dtype_is_float(dtype))
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_constant: dtype must be f32, bf16, f16 or i32");
     if (!data) return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_constant: data is NULL");
     mpmd_type t = mpmd_make_type(dtype, ndim, dims);
     size_t bytes = mpmd_type_bytes(&t);
@@ -216,8 +216,8 @@ mpmd_value mpmd_loop_reduce(mpmd_graph *g, mpmd_value x, mpmd_reduce_op op) {
                          mpmd_tstr(g, x));
     if (op != MPMD_REDUCE_ADD && op != MPMD_REDUCE_MAX && op != MPMD_REDUCE_CONCAT)
         return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_loop_reduce: unknown reduction %d", (int)op);
-    if (xn->type.dtype != MPMD_F32 && op != MPMD_REDUCE_CONCAT)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_loop_reduce: add and max need f32 values, got %s",
+    if (!mpmd_dtype_is_float(xn->type.dtype) && op != MPMD_REDUCE_CONCAT)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_loop_reduce: add and max need float values, got %s",
                          mpmd_tstr(g, x));
     if (op == MPMD_REDUCE_CONCAT && xn->type.ndim < 1)
         return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_loop_reduce: concat needs at least one axis, got %s",

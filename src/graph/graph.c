@@ -14,16 +14,24 @@ int64_t mpmd_type_numel(const mpmd_type *t) {
     return n;
 }
 
-size_t mpmd_type_bytes(const mpmd_type *t) { return (size_t)mpmd_type_numel(t) * 4u; }
+/* The dtype table: name and element size. */
+static const struct {
+    const char *name;
+    size_t size;
+    int is_float;
+} dtypes[] = {
+    [MPMD_F32] = {"f32", 4, 1}, [MPMD_I32] = {"i32", 4, 0},  [MPMD_TOKEN] = {"token", 0, 0},
+    [MPMD_BF16] = {"bf16", 2, 1}, [MPMD_F16] = {"f16", 2, 1},
+};
 
-const char *mpmd_dtype_name(mpmd_dtype d) {
-    switch (d) {
-    case MPMD_F32: return "f32";
-    case MPMD_I32: return "i32";
-    case MPMD_TOKEN: return "token";
-    }
-    return "?";
-}
+static int known_dtype(mpmd_dtype d) { return (unsigned)d < sizeof dtypes / sizeof dtypes[0]; }
+
+size_t mpmd_dtype_size(mpmd_dtype d) { return known_dtype(d) ? dtypes[d].size : 0; }
+int mpmd_dtype_is_float(mpmd_dtype d) { return known_dtype(d) && dtypes[d].is_float; }
+
+size_t mpmd_type_bytes(const mpmd_type *t) { return (size_t)mpmd_type_numel(t) * mpmd_dtype_size(t->dtype); }
+
+const char *mpmd_dtype_name(mpmd_dtype d) { return known_dtype(d) ? dtypes[d].name : "?"; }
 
 char *mpmd_type_str(const mpmd_type *t, char *buf, size_t len) {
     size_t k = (size_t)snprintf(buf, len, "%s", mpmd_dtype_name(t->dtype));
@@ -79,6 +87,18 @@ void mpmd_graph_free(mpmd_graph *g) {
     free(g->old_nodes);
     free(g);
 }
+
+mpmd_status mpmd_set_compute_dtype(mpmd_graph *g, mpmd_dtype dtype) {
+    if (!mpmd_dtype_is_float(dtype)) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_set_compute_dtype: %s is not a float dtype (f32, bf16, f16)",
+                  mpmd_dtype_name(dtype));
+        return MPMD_ERR_INVALID;
+    }
+    g->compute_dtype = dtype;
+    return MPMD_OK;
+}
+
+mpmd_dtype mpmd_compute_dtype(const mpmd_graph *g) { return g->compute_dtype; }
 
 mpmd_status mpmd_graph_status(const mpmd_graph *g) { return g->status; }
 const char *mpmd_graph_error(const mpmd_graph *g) { return g->err; }

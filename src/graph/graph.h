@@ -96,6 +96,7 @@ struct mpmd_graph {
     int n_micro;      /* microbatches (0: no loop) */
     int cur_stage;    /* markers seen so far in the body */
     int n_markers;    /* markers in the body (forward) */
+    mpmd_dtype compute_dtype; /* what mpmd_embed emits (mpmd_set_compute_dtype) */
     /* tagging of nodes emitted by a VJP rule */
     int emit_bwd, emit_stage, emit_fwd;
     char tbuf[4][160]; /* rotating buffers for mpmd_tstr */
@@ -160,6 +161,8 @@ void mpmd_leaf_initial_value(const mpmd_node *n, void *dst, uint64_t seed);
 /* The structural ops, for the executor and the compiler to recognise. */
 extern const mpmd_op_desc mpmd_op_input, mpmd_op_param, mpmd_op_variable, mpmd_op_constant;
 extern const mpmd_op_desc mpmd_op_microbatch, mpmd_op_loop_reduce, mpmd_op_stage_marker, mpmd_op_assign;
+/* The dtype conversion (src/ops/elementwise.c), which every backend runs itself. */
+extern const mpmd_op_desc mpmd_op_cast;
 
 /* The value a node defines, and the value of its i-th input. */
 static inline mpmd_value mpmd_out(const mpmd_node *n) { return (mpmd_value){n->id}; }

@@ -29,14 +29,20 @@ static int layer_input_ok(mpmd_graph *g, const char *fn, const char *name, mpmd_
     return 1;
 }
 
+/* A layer's f32 parameter as its input's dtype (mixed precision: the f32
+ * master stays the parameter; the cast's gradient comes back in f32). */
+static mpmd_value like(mpmd_graph *g, mpmd_value p, mpmd_dtype dt) {
+    return mpmd_is_value(p) ? mpmd_cast(g, p, dt) : p;
+}
+
 /* y = x @ kernel (+ bias): x [..., in], kernel [in, out], bias [out]. */
 mpmd_value mpmd_dense(mpmd_graph *g, const char *name, mpmd_value x, int64_t out, int use_bias) {
     const char *fn = "mpmd_dense";
     if (!layer_input_ok(g, fn, name, x)) return MPMD_NONE;
     mpmd_type xt = *mpmd_type_of(g, x);
-    if (xt.dtype != MPMD_F32 || xt.ndim < 1)
+    if (!mpmd_dtype_is_float(xt.dtype) || xt.ndim < 1)
         return mpmd_fail(g, MPMD_ERR_SHAPE,
-                         "%s \"%s\": input is %s; an f32 tensor [..., features] is expected", fn, name,
+                         "%s \"%s\": input is %s; a float tensor [..., features] is expected", fn, name,
                          mpmd_tstr(g, x));
     if (out < 1)
         return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": %lld output features; at least 1 is required", fn,
@@ -46,6 +52,8 @@ mpmd_value mpmd_dense(mpmd_graph *g, const char *name, mpmd_value x, int64_t out
     mpmd_value k = layer_param(g, "kernel", MPMD_SHAPE(in, out), MPMD_LECUN);
     mpmd_value b = use_bias ? layer_param(g, "bias", MPMD_SHAPE(out), MPMD_ZEROS) : MPMD_NONE;
     mpmd_scope_pop(g);
+    k = like(g, k, xt.dtype);
+    b = like(g, b, xt.dtype);
     /* A vector is a one-row matrix for the product. */
     mpmd_value x2 = xt.ndim == 1 ? mpmd_reshape(g, x, MPMD_SHAPE(1, in)) : x;
     mpmd_value y = mpmd_matmul(g, x2, k, 0);
@@ -59,16 +67,16 @@ mpmd_value mpmd_layer_norm_layer(mpmd_graph *g, const char *name, mpmd_value x, 
     const char *fn = "mpmd_layer_norm_layer";
     if (!layer_input_ok(g, fn, name, x)) return MPMD_NONE;
     mpmd_type xt = *mpmd_type_of(g, x);
-    if (xt.dtype != MPMD_F32 || xt.ndim < 1)
+    if (!mpmd_dtype_is_float(xt.dtype) || xt.ndim < 1)
         return mpmd_fail(g, MPMD_ERR_SHAPE,
-                         "%s \"%s\": input is %s; an f32 tensor [..., features] is expected", fn, name,
+                         "%s \"%s\": input is %s; a float tensor [..., features] is expected", fn, name,
                          mpmd_tstr(g, x));
     int64_t c = xt.dim[xt.ndim - 1];
     mpmd_scope_push(g, name);
     mpmd_value scale = layer_param(g, "scale", MPMD_SHAPE(c), MPMD_ONES);
     mpmd_value bias = layer_param(g, "bias", MPMD_SHAPE(c), MPMD_ZEROS);
     mpmd_scope_pop(g);
-    return mpmd_layer_norm(g, x, scale, bias, eps);
+    return mpmd_layer_norm(g, x, like(g, scale, xt.dtype), like(g, bias, xt.dtype), eps);
 }
 
 /* Rows of embedding [vocab, width] picked by the i32 ids. */
@@ -84,7 +92,8 @@ mpmd_value mpmd_embed(mpmd_graph *g, const char *name, mpmd_value ids, int64_t v
     mpmd_scope_push(g, name);
     mpmd_value table = layer_param(g, "embedding", MPMD_SHAPE(vocab, width), MPMD_NORMAL(0.02f));
     mpmd_scope_pop(g);
-    return mpmd_embedding(g, table, ids);
+    /* rows gathered from the f32 table, then converted: the compute dtype */
+    return mpmd_cast(g, mpmd_embedding(g, table, ids), mpmd_compute_dtype(g));
 }
 
 /* dense_0 (hidden) -> gelu -> dense_1 (out). */
@@ -104,9 +113,9 @@ mpmd_value mpmd_self_attention(mpmd_graph *g, const char *name, mpmd_value x, in
     const char *fn = "mpmd_self_attention";
     if (!layer_input_ok(g, fn, name, x)) return MPMD_NONE;
     mpmd_type xt = *mpmd_type_of(g, x);
-    if (xt.dtype != MPMD_F32 || xt.ndim != 3)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": input is %s; f32 [batch, seq, width] is expected", fn,
-                         name, mpmd_tstr(g, x));
+    if (!mpmd_dtype_is_float(xt.dtype) || xt.ndim != 3)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": input is %s; float [batch, seq, width] is expected",
+                         fn, name, mpmd_tstr(g, x));
     int64_t b = xt.dim[0], t = xt.dim[1], c = xt.dim[2];
     if (heads < 1 || c % heads != 0)
         return mpmd_fail(g, MPMD_ERR_SHAPE,
@@ -131,8 +140,8 @@ mpmd_value mpmd_self_attention(mpmd_graph *g, const char *name, mpmd_value x, in
 static int block_input_ok(mpmd_graph *g, const char *fn, const char *name, mpmd_value x) {
     if (!layer_input_ok(g, fn, name, x)) return 0;
     const mpmd_type *xt = mpmd_type_of(g, x);
-    if (xt->dtype != MPMD_F32 || xt->ndim != 3) {
-        mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": input is %s; f32 [batch, seq, width] is expected", fn, name,
+    if (!mpmd_dtype_is_float(xt->dtype) || xt->ndim != 3) {
+        mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": input is %s; float [batch, seq, width] is expected", fn, name,
                   mpmd_tstr(g, x));
         return 0;
     }

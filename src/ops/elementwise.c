@@ -15,8 +15,11 @@
  * single pass over memory instead of a chain of small nodes. These backward
  * ops have no gradient rule of their own (no second derivatives).
  *
- * Every op here is f32 only: an i32 or token operand is a shape error that
- * names the op and the dtype.
+ * Every op here takes float tensors (f32, bf16, f16) and computes in the
+ * operands' dtype; the two operands of a binary op have the same dtype. An
+ * i32 or token operand, or mixed float dtypes, is a shape error that names
+ * the op and the dtypes. mpmd_cast converts between dtypes; its gradient
+ * casts back.
  */
 #include "../graph/graph.h"
 
@@ -39,6 +42,7 @@ static void vjp_relu(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_valu
 static void vjp_gelu(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 static void vjp_broadcast_to(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 static void vjp_sum_to(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_cast(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 
 static void attrs_scalar(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
     (void)g;
@@ -64,6 +68,9 @@ const mpmd_op_desc mpmd_op_relu = {"relu", 1, 0, 0, NULL, vjp_relu};
 const mpmd_op_desc mpmd_op_gelu = {"gelu", 1, 0, 0, NULL, vjp_gelu};
 const mpmd_op_desc mpmd_op_broadcast_to = {"broadcast_to", 1, -1, 0, NULL, vjp_broadcast_to};
 const mpmd_op_desc mpmd_op_sum_to = {"sum_to", 1, -1, 0, NULL, vjp_sum_to};
+/* cast: each element converted to the output's dtype (to a 16-bit float:
+ * rounded to nearest, ties to even). Never in place: the sizes differ. */
+const mpmd_op_desc mpmd_op_cast = {"cast", 1, -1, 0, NULL, vjp_cast};
 
 /* Fused backward ops, inputs (gy, v), output of gy's shape; the kernel file
  * states each formula. */
@@ -78,9 +85,17 @@ const mpmd_op_desc mpmd_op_gelu_grad = {"gelu_grad", 2, 0, 0, NULL, NULL};
 
 static int check_f32(mpmd_graph *g, const char *fn, const char *which, mpmd_value v) {
     const mpmd_type *t = mpmd_type_of(g, v);
-    if (t->dtype == MPMD_F32) return 1;
-    mpmd_fail(g, MPMD_ERR_SHAPE, "%s: operand %s is %s, but elementwise ops take f32 tensors only (not %s)", fn,
-              which, mpmd_tstr(g, v), mpmd_dtype_name(t->dtype));
+    if (mpmd_dtype_is_float(t->dtype)) return 1;
+    mpmd_fail(g, MPMD_ERR_SHAPE, "%s: operand %s is %s, but elementwise ops take float tensors (f32, bf16, f16), not %s",
+              fn, which, mpmd_tstr(g, v), mpmd_dtype_name(t->dtype));
+    return 0;
+}
+
+/* Both operands of a binary op in one dtype. */
+static int check_same_dtype(mpmd_graph *g, const char *fn, mpmd_value a, mpmd_value b) {
+    if (mpmd_type_of(g, a)->dtype == mpmd_type_of(g, b)->dtype) return 1;
+    mpmd_fail(g, MPMD_ERR_SHAPE, "%s: operands %s and %s have different dtypes; convert one with mpmd_cast", fn,
+              mpmd_tstr(g, a), mpmd_tstr(g, b));
     return 0;
 }
 
@@ -125,10 +140,11 @@ static int broadcast_shape(const mpmd_type *a, const mpmd_type *b, mpmd_type *ou
 static mpmd_value binary(mpmd_graph *g, const mpmd_op_desc *op, const char *fn, mpmd_value a, mpmd_value b) {
     mpmd_value in[2] = {a, b};
     if (!mpmd_check_operands(g, fn, 2, in)) return MPMD_NONE;
-    if (!check_f32(g, fn, "a", a) || !check_f32(g, fn, "b", b)) return MPMD_NONE;
+    if (!check_f32(g, fn, "a", a) || !check_f32(g, fn, "b", b) || !check_same_dtype(g, fn, a, b)) return MPMD_NONE;
     const mpmd_type *ta = mpmd_type_of(g, a), *tb = mpmd_type_of(g, b);
     mpmd_type out;
     int k = broadcast_shape(ta, tb, &out);
+    out.dtype = ta->dtype;
     if (k >= 0)
         return mpmd_fail(g, MPMD_ERR_SHAPE,
                          "%s: shapes %s and %s do not broadcast: axis -%d is %lld vs %lld (numpy rules: aligned "
@@ -191,7 +207,7 @@ mpmd_value mpmd_broadcast_to(mpmd_graph *g, mpmd_value a, int ndim, const int64_
     const char *fn = "mpmd_broadcast_to";
     if (!mpmd_check_operands(g, fn, 1, &a)) return MPMD_NONE;
     if (!check_f32(g, fn, "a", a) || !check_target(g, fn, ndim, dims)) return MPMD_NONE;
-    mpmd_type ta = *mpmd_type_of(g, a), t = mpmd_make_type(MPMD_F32, ndim, dims);
+    mpmd_type ta = *mpmd_type_of(g, a), t = mpmd_make_type(ta.dtype, ndim, dims);
     if (ta.ndim > ndim)
         return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: %s has more axes than the target %s", fn, mpmd_tstr(g, a),
                          mpmd_tstr_type(g, &t));
@@ -210,7 +226,7 @@ mpmd_value mpmd_sum_to(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *dim
     const char *fn = "mpmd_sum_to";
     if (!mpmd_check_operands(g, fn, 1, &a)) return MPMD_NONE;
     if (!check_f32(g, fn, "a", a) || !check_target(g, fn, ndim, dims)) return MPMD_NONE;
-    mpmd_type ta = *mpmd_type_of(g, a), t = mpmd_make_type(MPMD_F32, ndim, dims);
+    mpmd_type ta = *mpmd_type_of(g, a), t = mpmd_make_type(ta.dtype, ndim, dims);
     if (ndim > ta.ndim)
         return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the target %s has more axes than %s", fn, mpmd_tstr_type(g, &t),
                          mpmd_tstr(g, a));
@@ -345,4 +361,23 @@ static void vjp_broadcast_to(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, m
 static void vjp_sum_to(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
     mpmd_type ta = *mpmd_type_of(g, mpmd_in(n, 0));
     gin[0] = mpmd_broadcast_to(g, gy, ta.ndim, ta.dim);
+}
+
+/* ---- cast ------------------------------------------------------------------------ */
+
+mpmd_value mpmd_cast(mpmd_graph *g, mpmd_value x, mpmd_dtype dtype) {
+    const char *fn = "mpmd_cast";
+    if (!mpmd_check_operands(g, fn, 1, &x)) return MPMD_NONE;
+    if (!mpmd_dtype_is_float(dtype))
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the target dtype must be f32, bf16 or f16, got %s (%d)", fn,
+                         mpmd_dtype_name(dtype), (int)dtype);
+    if (!check_f32(g, fn, "x", x)) return MPMD_NONE;
+    mpmd_type t = *mpmd_type_of(g, x);
+    if (t.dtype == dtype) return x; /* nothing to convert */
+    t.dtype = dtype;
+    return mpmd_emit(g, &mpmd_op_cast, 1, &x, t);
+}
+
+static void vjp_cast(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    gin[0] = mpmd_cast(g, gy, g->nodes[n->in[0]].type.dtype);
 }

@@ -74,8 +74,10 @@ mpmd_value mpmd_matmul(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags) {
         return mpmd_fail(g, MPMD_ERR_INVALID,
                          "mpmd_matmul: unknown flags 0x%x; expected MPMD_TRANS_A | MPMD_TRANS_B",
                          (unsigned)flags);
-    if (ta.dtype != MPMD_F32 || tb.dtype != MPMD_F32)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_matmul: operands must be f32; a is %s, b is %s",
+    if (!mpmd_dtype_is_float(ta.dtype) || ta.dtype != tb.dtype)
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "mpmd_matmul: operands must be float tensors of one dtype (f32, bf16, f16; mpmd_cast "
+                         "converts); a is %s, b is %s",
                          mpmd_tstr(g, a), mpmd_tstr(g, b));
     if (ta.ndim < 2 || tb.ndim < 2)
         return mpmd_fail(g, MPMD_ERR_SHAPE,
@@ -156,8 +158,9 @@ static mpmd_value softmax_like(mpmd_graph *g, const mpmd_op_desc *op, const char
                                int causal) {
     if (!mpmd_check_operands(g, fn, 1, &x)) return MPMD_NONE;
     const mpmd_type t = *mpmd_type_of(g, x);
-    if (t.dtype != MPMD_F32)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the operand must be f32, got %s", fn, mpmd_tstr(g, x));
+    if (!mpmd_dtype_is_float(t.dtype))
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the operand must be a float tensor (f32, bf16, f16), got %s", fn,
+                         mpmd_tstr(g, x));
     if (t.ndim < (causal ? 2 : 1))
         return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the operand needs at least %d dimension%s, got %s", fn,
                          causal ? 2 : 1, causal ? "s ([..., T, T])" : "", mpmd_tstr(g, x));
@@ -201,17 +204,18 @@ mpmd_value mpmd_layer_norm(mpmd_graph *g, mpmd_value x, mpmd_value gamma, mpmd_v
     mpmd_value in[3] = {x, gamma, beta};
     if (!mpmd_check_operands(g, "mpmd_layer_norm", 3, in)) return MPMD_NONE;
     const mpmd_type tx = *mpmd_type_of(g, x), tg = *mpmd_type_of(g, gamma), tbe = *mpmd_type_of(g, beta);
-    if (tx.dtype != MPMD_F32 || tx.ndim < 1)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_layer_norm: x must be f32 with at least one axis, got %s",
+    if (!mpmd_dtype_is_float(tx.dtype) || tx.ndim < 1)
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "mpmd_layer_norm: x must be a float tensor with at least one axis, got %s",
                          mpmd_tstr(g, x));
     int64_t c = tx.dim[tx.ndim - 1];
-    if (tg.dtype != MPMD_F32 || tg.ndim != 1 || tg.dim[0] != c || tbe.dtype != MPMD_F32 || tbe.ndim != 1 ||
+    if (tg.dtype != tx.dtype || tg.ndim != 1 || tg.dim[0] != c || tbe.dtype != tx.dtype || tbe.ndim != 1 ||
         tbe.dim[0] != c)
         return mpmd_fail(
             g, MPMD_ERR_SHAPE,
-            "mpmd_layer_norm: x is %s, gamma is %s, beta is %s; gamma and beta must be f32[%lld] "
-            "(the last axis of x)",
-            mpmd_tstr(g, x), mpmd_tstr(g, gamma), mpmd_tstr(g, beta), (long long)c);
+            "mpmd_layer_norm: x is %s, gamma is %s, beta is %s; gamma and beta must be %s[%lld] "
+            "(x's dtype and last axis)",
+            mpmd_tstr(g, x), mpmd_tstr(g, gamma), mpmd_tstr(g, beta), mpmd_dtype_name(tx.dtype), (long long)c);
     if (!(eps >= 0.0f) || isinf(eps))
         return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_layer_norm: eps is %g; it must be finite and >= 0",
                          (double)eps);
@@ -234,7 +238,7 @@ static void vjp_layer_norm(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpm
     int64_t c = n->type.dim[n->type.ndim - 1];
     gin[2] = mpmd_sum_to(g, gy, 1, &c);
     mpmd_value ing[2] = {x, gy};
-    gin[1] = emit_internal(g, &mpmd_op_layer_norm_grad_gamma, 2, ing, mpmd_make_type(MPMD_F32, 1, &c));
+    gin[1] = emit_internal(g, &mpmd_op_layer_norm_grad_gamma, 2, ing, *mpmd_type_of(g, gamma));
     mpmd_node *ng = mpmd_node_of(g, gin[1]);
     if (ng) ng->fa[0] = eps;
     mpmd_value inx[3] = {x, gamma, gy};
@@ -249,8 +253,9 @@ mpmd_value mpmd_embedding(mpmd_graph *g, mpmd_value table, mpmd_value ids) {
     mpmd_value in[2] = {table, ids};
     if (!mpmd_check_operands(g, "mpmd_embedding", 2, in)) return MPMD_NONE;
     const mpmd_type tt = *mpmd_type_of(g, table), ti = *mpmd_type_of(g, ids);
-    if (tt.dtype != MPMD_F32 || tt.ndim != 2)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_embedding: table must be f32[V, C], got %s (ids are %s)",
+    if (!mpmd_dtype_is_float(tt.dtype) || tt.ndim != 2)
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "mpmd_embedding: table must be a float [V, C] (f32, bf16, f16), got %s (ids are %s)",
                          mpmd_tstr(g, table), mpmd_tstr(g, ids));
     if (ti.dtype != MPMD_I32)
         return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_embedding: ids must be i32, got %s (table is %s)",
@@ -259,7 +264,7 @@ mpmd_value mpmd_embedding(mpmd_graph *g, mpmd_value table, mpmd_value ids) {
         return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_embedding: ids %s have too many axes for a [..., C] result",
                          mpmd_tstr(g, ids));
     mpmd_type out = ti;
-    out.dtype = MPMD_F32;
+    out.dtype = tt.dtype;
     out.dim[out.ndim++] = tt.dim[1];
     return mpmd_emit(g, &mpmd_op_embedding, 2, in, out);
 }
@@ -282,9 +287,10 @@ mpmd_value mpmd_cross_entropy(mpmd_graph *g, mpmd_value logits, mpmd_value label
     mpmd_value in[2] = {logits, labels};
     if (!mpmd_check_operands(g, "mpmd_cross_entropy", 2, in)) return MPMD_NONE;
     const mpmd_type tl = *mpmd_type_of(g, logits), tb = *mpmd_type_of(g, labels);
-    if (tl.dtype != MPMD_F32 || tl.ndim < 1)
+    if (!mpmd_dtype_is_float(tl.dtype) || tl.ndim < 1)
         return mpmd_fail(g, MPMD_ERR_SHAPE,
-                         "mpmd_cross_entropy: logits must be f32[..., V], got %s (labels are %s)",
+                         "mpmd_cross_entropy: logits must be a float [..., V] (f32, bf16, f16), got %s (labels "
+                         "are %s)",
                          mpmd_tstr(g, logits), mpmd_tstr(g, labels));
     int ok = tb.dtype == MPMD_I32 && tb.ndim == tl.ndim - 1;
     for (int i = 0; ok && i < tb.ndim; i++)
@@ -320,10 +326,10 @@ mpmd_value mpmd_attention(mpmd_graph *g, mpmd_value q, mpmd_value k, mpmd_value 
     mpmd_value in[3] = {q, k, v};
     if (!mpmd_check_operands(g, "mpmd_attention", 3, in)) return MPMD_NONE;
     const mpmd_type tq = *mpmd_type_of(g, q), tk = *mpmd_type_of(g, k), tv = *mpmd_type_of(g, v);
-    if (tq.dtype != MPMD_F32 || tq.ndim != 4 || !mpmd_type_equal(&tq, &tk) || !mpmd_type_equal(&tq, &tv))
+    if (!mpmd_dtype_is_float(tq.dtype) || tq.ndim != 4 || !mpmd_type_equal(&tq, &tk) || !mpmd_type_equal(&tq, &tv))
         return mpmd_fail(
             g, MPMD_ERR_SHAPE,
-            "mpmd_attention: q is %s, k is %s, v is %s; expected three f32[B, T, H, Dh] of one shape",
+            "mpmd_attention: q is %s, k is %s, v is %s; expected three float [B, T, H, Dh] of one type",
             mpmd_tstr(g, q), mpmd_tstr(g, k), mpmd_tstr(g, v));
     static const int perm[4] = {0, 2, 1, 3}; /* [B, T, H, Dh] <-> [B, H, T, Dh] */
     mpmd_value qh = mpmd_permute(g, q, perm);

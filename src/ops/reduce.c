@@ -43,8 +43,9 @@ static mpmd_value reduce_build(mpmd_graph *g, const mpmd_op_desc *op, const char
                                int naxes, const int *axes, int keepdims) {
     if (!mpmd_check_operands(g, fname, 1, &a)) return MPMD_NONE;
     const mpmd_type *at = mpmd_type_of(g, a);
-    if (at->dtype != MPMD_F32)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: a is %s, expected an f32 tensor", fname, mpmd_tstr(g, a));
+    if (!mpmd_dtype_is_float(at->dtype))
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: a is %s, expected a float tensor (f32, bf16, f16)", fname,
+                         mpmd_tstr(g, a));
     if (naxes < 0 || naxes > at->ndim || (naxes > 0 && !axes))
         return mpmd_fail(g, MPMD_ERR_INVALID, "%s: %d axes given for %s (ndim %d); expected 0..%d axes", fname,
                          naxes, mpmd_tstr(g, a), at->ndim, at->ndim);
@@ -75,7 +76,7 @@ static mpmd_value reduce_build(mpmd_graph *g, const mpmd_op_desc *op, const char
     }
     if (count == 0 && op != &mpmd_op_sum)
         return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the reduced axes of %s hold no elements", fname, mpmd_tstr(g, a));
-    mpmd_value y = mpmd_emit(g, op, 1, &a, mpmd_make_type(MPMD_F32, nd, dims));
+    mpmd_value y = mpmd_emit(g, op, 1, &a, mpmd_make_type(at->dtype, nd, dims));
     mpmd_node *n = mpmd_node_of(g, y);
     if (n) {
         n->ia[0] = mask;

@@ -29,7 +29,7 @@ static const char *dims_str(char *buf, size_t len, int ndim, const int64_t *dims
     return buf;
 }
 
-static int is_data_dtype(mpmd_dtype d) { return d == MPMD_F32 || d == MPMD_I32; }
+static int is_data_dtype(mpmd_dtype d) { return d == MPMD_I32 || mpmd_dtype_is_float(d); }
 
 /* ---- reshape ---------------------------------------------------------------- */
 
@@ -74,7 +74,7 @@ mpmd_value mpmd_reshape(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *di
 /* y = reshape(x): dx = reshape(dy, shape of x). */
 static void reshape_vjp(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
     mpmd_type xt = *mpmd_type_of(g, mpmd_in(n, 0));
-    if (xt.dtype != MPMD_F32) return;
+    if (!mpmd_dtype_is_float(xt.dtype)) return;
     gin[0] = mpmd_reshape(g, gy, xt.ndim, xt.dim);
 }
 
@@ -137,7 +137,7 @@ mpmd_value mpmd_transpose(mpmd_graph *g, mpmd_value a) {
 /* y = permute(x, p), y[i...] = x[...] with out axis k = in axis p[k]:
  * dx = permute(dy, q) with q the inverse, q[p[k]] = k. */
 static void permute_vjp(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
-    if (n->type.dtype != MPMD_F32) return;
+    if (!mpmd_dtype_is_float(n->type.dtype)) return;
     int inv[MPMD_MAX_DIMS];
     for (int k = 0; k < n->type.ndim; k++) inv[n->ia[k]] = k;
     gin[0] = mpmd_permute(g, gy, inv);
@@ -182,7 +182,7 @@ mpmd_value mpmd_slice(mpmd_graph *g, mpmd_value a, int axis, int64_t start, int6
  * shape at [start:stop] (one op, slice_grad). */
 static void slice_vjp(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
     mpmd_type xt = *mpmd_type_of(g, mpmd_in(n, 0));
-    if (xt.dtype != MPMD_F32) return;
+    if (!mpmd_dtype_is_float(xt.dtype)) return;
     int64_t ax = n->ia[0], start = n->ia[1], stop = n->ia[2];
     mpmd_value gx = mpmd_emit(g, &mpmd_op_slice_grad, 1, &gy, xt);
     mpmd_node *m = mpmd_node_of(g, gx);
@@ -239,7 +239,7 @@ mpmd_value mpmd_concat(mpmd_graph *g, int n, const mpmd_value *xs, int axis) {
 /* y = [x_0, x_1, ...] along the axis: dx_i = dy[o_i : o_i + d_i], o_i the
  * sum of the earlier operands' sizes on that axis. */
 static void concat_vjp(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
-    if (n->type.dtype != MPMD_F32) return;
+    if (!mpmd_dtype_is_float(n->type.dtype)) return;
     int ax = (int)n->ia[0];
     int64_t off = 0;
     for (int i = 0; i < n->n_in; i++) {

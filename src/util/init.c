@@ -3,6 +3,7 @@
  * value depends only on the seed, its full name and its shape: not on the
  * creation order, the thread count, or which rank creates it. */
 #include "init.h"
+#include "half.h"
 
 #include <math.h>
 #include <string.h>
@@ -33,6 +34,8 @@ void mpmd_init_fill(void *dst, const mpmd_type *t, const char *name, mpmd_init i
         return;
     }
     float *d = dst;
+    uint16_t *h = NULL; /* a 16-bit float: each value computed in f32, then rounded */
+    if (t->dtype == MPMD_BF16 || t->dtype == MPMD_F16) h = dst, d = NULL;
     uint64_t key = stream_key(seed, name);
     double std = init.b;
     if (init.kind == MPMD_INIT_LECUN) {
@@ -41,18 +44,23 @@ void mpmd_init_fill(void *dst, const mpmd_type *t, const char *name, mpmd_init i
         std = 1.0 / sqrt(fan_in);
     }
     for (int64_t i = 0; i < n; i++) {
+        float v = 0.0f;
         switch (init.kind) {
-        case MPMD_INIT_ZEROS: d[i] = 0.0f; break;
-        case MPMD_INIT_CONST: d[i] = init.a; break;
-        case MPMD_INIT_UNIFORM: d[i] = (float)(init.a + (init.b - init.a) * unit(key, (uint64_t)i)); break;
+        case MPMD_INIT_ZEROS: v = 0.0f; break;
+        case MPMD_INIT_CONST: v = init.a; break;
+        case MPMD_INIT_UNIFORM: v = (float)(init.a + (init.b - init.a) * unit(key, (uint64_t)i)); break;
         case MPMD_INIT_NORMAL:
         case MPMD_INIT_LECUN: {
             /* Box-Muller on two independent uniforms of element i. */
             double u1 = unit(key, 2 * (uint64_t)i), u2 = unit(key, 2 * (uint64_t)i + 1);
             double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-            d[i] = (float)((init.kind == MPMD_INIT_NORMAL ? init.a : 0.0) + std * z);
+            v = (float)((init.kind == MPMD_INIT_NORMAL ? init.a : 0.0) + std * z);
             break;
         }
         }
+        if (d)
+            d[i] = v;
+        else
+            h[i] = t->dtype == MPMD_BF16 ? mpmd_f32_to_bf16(v) : mpmd_f32_to_f16(v);
     }
 }

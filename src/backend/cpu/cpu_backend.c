@@ -1,7 +1,13 @@
 /* The CPU backend: host buffers, memcpy copies, kernels looked up in one
  * table per op family, and work that is done when its call returns (so
- * sync and events have nothing to wait for). */
+ * sync and events have nothing to wait for).
+ *
+ * 16-bit floats (bf16, f16) are storage here: a kernel that does not take
+ * them natively gets its 16-bit operands widened to f32 (exact) and its
+ * output rounded back to nearest even, so every op computes in f32 and
+ * rounds once on store. */
 #include "cpu.h"
+#include "util/half.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,8 +25,20 @@ const mpmd_kernel *mpmd_cpu_find(const mpmd_op_desc *op) {
     return NULL;
 }
 
+static int is16(mpmd_dtype d) { return d == MPMD_BF16 || d == MPMD_F16; }
+
+static float load16(mpmd_dtype d, const void *p, int64_t k) {
+    uint16_t h = ((const uint16_t *)p)[k];
+    return d == MPMD_BF16 ? mpmd_bf16_to_f32(h) : mpmd_f16_to_f32(h);
+}
+
+static void store16(mpmd_dtype d, void *p, int64_t k, float v) {
+    ((uint16_t *)p)[k] = d == MPMD_BF16 ? mpmd_f32_to_bf16(v) : mpmd_f32_to_f16(v);
+}
+
 /* acc = x_0, then acc = acc + x_m (ADD) or max (MAX), elementwise, in
- * microbatch order; CONCAT puts x_m at rows m*b.. . */
+ * microbatch order (16-bit: computed in f32, rounded on store); CONCAT puts
+ * x_m at rows m*b.. . */
 void mpmd_cpu_fold(const mpmd_graph *g, const mpmd_node *reduce, void *acc, const void *x, int mb) {
     const mpmd_type *xt = &g->nodes[reduce->in[0]].type;
     size_t bytes = mpmd_type_bytes(xt);
@@ -29,6 +47,12 @@ void mpmd_cpu_fold(const mpmd_graph *g, const mpmd_node *reduce, void *acc, cons
         memcpy((char *)acc + (size_t)mb * bytes, x, bytes);
     } else if (mb == 0) {
         memcpy(acc, x, bytes);
+    } else if (is16(xt->dtype)) {
+        int add = reduce->ia[0] == MPMD_REDUCE_ADD;
+        for (int64_t k = 0; k < cnt; k++) {
+            float a = load16(xt->dtype, acc, k), b = load16(xt->dtype, x, k);
+            store16(xt->dtype, acc, k, add ? a + b : (b > a ? b : a));
+        }
     } else {
         float *a = acc;
         const float *b = x;
@@ -39,9 +63,24 @@ void mpmd_cpu_fold(const mpmd_graph *g, const mpmd_node *reduce, void *acc, cons
     }
 }
 
-/* out = b_0, then out += b_d (or max) for d = 1.., then (ADD) out *= 1/replicas. */
+/* out = b_0, then out += b_d (or max) for d = 1.., then (ADD) out *= 1/replicas
+ * (16-bit: in f32, rounded once at the end). */
 void mpmd_cpu_combine(const mpmd_graph *g, const mpmd_node *n, void *const *bufs, int replicas, float *out) {
     int64_t cnt = mpmd_type_numel(&n->type);
+    mpmd_dtype dt = n->type.dtype;
+    if (is16(dt)) {
+        int add = n->ia[0] == MPMD_REDUCE_ADD;
+        const float inv = 1.0f / (float)replicas;
+        for (int64_t k = 0; k < cnt; k++) {
+            float v = load16(dt, bufs[0], k);
+            for (int d = 1; d < replicas; d++) {
+                float b = load16(dt, bufs[d], k);
+                v = add ? v + b : (b > v ? b : v);
+            }
+            store16(dt, out, k, add ? v * inv : v);
+        }
+        return;
+    }
     const float *b0 = bufs[0];
     for (int64_t k = 0; k < cnt; k++) out[k] = b0[k];
     for (int d = 1; d < replicas; d++) {
@@ -59,7 +98,85 @@ void mpmd_cpu_combine(const mpmd_graph *g, const mpmd_node *n, void *const *bufs
 
 typedef struct cpu_dev {
     int nthreads;
+    float *wide; /* f32 copies of 16-bit operands (cpu_launch) */
+    size_t wide_cap;
 } cpu_dev;
+
+static void widen(mpmd_dtype d, const void *src, float *dst, int64_t n, int nthreads) {
+    int nt = mpmd_threads_for(nthreads, n);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t k = 0; k < n; k++) dst[k] = load16(d, src, k);
+}
+
+static void narrow(mpmd_dtype d, const float *src, void *dst, int64_t n, int nthreads) {
+    int nt = mpmd_threads_for(nthreads, n);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t k = 0; k < n; k++) store16(d, dst, k, src[k]);
+}
+
+enum { MAX_WIDE_IN = 8 };
+
+static int cpu_launch(void *dev, const mpmd_kernel *k, const mpmd_kargs *a) {
+    const mpmd_node *n = a->node;
+    if (mpmd_kernel_native(k, a->g, n)) return k->fn(a);
+    cpu_dev *d = dev;
+    if (n->n_in > MAX_WIDE_IN) {
+        snprintf(a->err, a->err_len, "%d operands; 16-bit operands are widened for at most %d", n->n_in,
+                 MAX_WIDE_IN);
+        return 1;
+    }
+    /* one f32 block per 16-bit operand, and one for a 16-bit output that
+     * does not overwrite a 16-bit operand */
+    int64_t off[MAX_WIDE_IN + 1], total = 0;
+    int out_alias = -1;
+    for (int j = 0; j < n->n_in; j++) {
+        off[j] = -1;
+        if (!is16(a->in_type[j]->dtype)) continue;
+        off[j] = total;
+        total += mpmd_type_numel(a->in_type[j]);
+        if (a->in[j] == a->out && is16(n->type.dtype)) out_alias = j;
+    }
+    off[n->n_in] = -1;
+    if (is16(n->type.dtype) && out_alias < 0) {
+        off[n->n_in] = total;
+        total += mpmd_type_numel(&n->type);
+    }
+    size_t need = (size_t)total * sizeof(float);
+    if (need > d->wide_cap) {
+        float *w = realloc(d->wide, need);
+        if (!w) {
+            snprintf(a->err, a->err_len, "out of memory widening 16-bit operands to f32 (%zu bytes)", need);
+            return 1;
+        }
+        d->wide = w, d->wide_cap = need;
+    }
+    void *in[MAX_WIDE_IN];
+    mpmd_type ty[MAX_WIDE_IN];
+    const mpmd_type *typ[MAX_WIDE_IN];
+    for (int j = 0; j < n->n_in; j++) {
+        ty[j] = *a->in_type[j];
+        typ[j] = &ty[j];
+        in[j] = a->in[j];
+        if (off[j] < 0) continue;
+        ty[j].dtype = MPMD_F32;
+        in[j] = d->wide + off[j];
+        widen(a->in_type[j]->dtype, a->in[j], in[j], mpmd_type_numel(a->in_type[j]), a->nthreads);
+    }
+    mpmd_node nc = *n; /* the node as the kernel sees it: f32 where its operands are widened */
+    void *out = a->out;
+    if (is16(n->type.dtype)) {
+        nc.type.dtype = MPMD_F32;
+        out = out_alias >= 0 ? in[out_alias] : (void *)(d->wide + off[n->n_in]);
+    }
+    mpmd_kargs b = *a;
+    b.node = &nc;
+    b.in = in;
+    b.in_type = typ;
+    b.out = out;
+    int rc = k->fn(&b);
+    if (!rc && is16(n->type.dtype)) narrow(n->type.dtype, out, a->out, mpmd_type_numel(&n->type), a->nthreads);
+    return rc;
+}
 
 static int cpu_available(char *why, size_t len) {
     (void)why, (void)len;
@@ -76,7 +193,11 @@ static void *cpu_open(int rank, int nthreads, char *err, size_t len) {
     return d;
 }
 
-static void cpu_close(void *dev) { free(dev); }
+static void cpu_close(void *dev) {
+    cpu_dev *d = dev;
+    if (d) free(d->wide);
+    free(d);
+}
 static void cpu_enter(void *dev) { (void)dev; }
 
 static void *cpu_alloc(void *dev, size_t bytes) {
@@ -127,4 +248,5 @@ const mpmd_backend mpmd_backend_cpu = {
     .event_record = cpu_event_record,
     .event_wait = cpu_event_wait,
     .event_free = cpu_event_free,
+    .launch = cpu_launch,
 };

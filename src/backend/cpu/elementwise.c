@@ -22,6 +22,7 @@
  * libm's expf/logf/tanhf/sqrtf are used as they are (no -ffast-math).
  */
 #include "cpu.h"
+#include "util/half.h"
 
 #include <math.h>
 #include <omp.h>
@@ -514,29 +515,55 @@ static int k_sum_to(const mpmd_kargs *a) {
 
 /* ---- the table ------------------------------------------------------------------------------ */
 
+/* ---- cast ------------------------------------------------------------------------------ */
+
+/* Element k converted through f32 (exact from any 16-bit float), then
+ * rounded to the output dtype, nearest even. */
+static int k_cast(const mpmd_kargs *a) {
+    mpmd_dtype from = a->in_type[0]->dtype, to = a->node->type.dtype;
+    int64_t n = mpmd_type_numel(&a->node->type);
+    const void *x = a->in[0];
+    void *y = a->out;
+    int nt = mpmd_threads_for(a->nthreads, n);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t k = 0; k < n; k++) {
+        float v = from == MPMD_F32    ? ((const float *)x)[k]
+                  : from == MPMD_BF16 ? mpmd_bf16_to_f32(((const uint16_t *)x)[k])
+                                      : mpmd_f16_to_f32(((const uint16_t *)x)[k]);
+        if (to == MPMD_F32)
+            ((float *)y)[k] = v;
+        else if (to == MPMD_BF16)
+            ((uint16_t *)y)[k] = mpmd_f32_to_bf16(v);
+        else
+            ((uint16_t *)y)[k] = mpmd_f32_to_f16(v);
+    }
+    return 0;
+}
+
 const mpmd_kernel mpmd_cpu_elementwise_kernels[] = {
-    {&mpmd_op_add, k_add, NULL},
-    {&mpmd_op_sub, k_sub, NULL},
-    {&mpmd_op_mul, k_mul, NULL},
-    {&mpmd_op_div, k_div, NULL},
-    {&mpmd_op_add_scalar, k_add_scalar, NULL},
-    {&mpmd_op_mul_scalar, k_mul_scalar, NULL},
-    {&mpmd_op_neg, k_neg, NULL},
-    {&mpmd_op_exp, k_exp, NULL},
-    {&mpmd_op_log, k_log, NULL},
-    {&mpmd_op_tanh, k_tanh, NULL},
-    {&mpmd_op_sqrt, k_sqrt, NULL},
-    {&mpmd_op_rsqrt, k_rsqrt, NULL},
-    {&mpmd_op_square, k_square, NULL},
-    {&mpmd_op_relu, k_relu, NULL},
-    {&mpmd_op_gelu, k_gelu, NULL},
-    {&mpmd_op_broadcast_to, k_broadcast_to, NULL},
-    {&mpmd_op_sum_to, k_sum_to, NULL},
-    {&mpmd_op_tanh_grad, k_tanh_grad, NULL},
-    {&mpmd_op_sqrt_grad, k_sqrt_grad, NULL},
-    {&mpmd_op_rsqrt_grad, k_rsqrt_grad, NULL},
-    {&mpmd_op_square_grad, k_square_grad, NULL},
-    {&mpmd_op_relu_grad, k_relu_grad, NULL},
-    {&mpmd_op_gelu_grad, k_gelu_grad, NULL},
+    {&mpmd_op_add, k_add, NULL, 0},
+    {&mpmd_op_sub, k_sub, NULL, 0},
+    {&mpmd_op_mul, k_mul, NULL, 0},
+    {&mpmd_op_div, k_div, NULL, 0},
+    {&mpmd_op_add_scalar, k_add_scalar, NULL, 0},
+    {&mpmd_op_mul_scalar, k_mul_scalar, NULL, 0},
+    {&mpmd_op_neg, k_neg, NULL, 0},
+    {&mpmd_op_exp, k_exp, NULL, 0},
+    {&mpmd_op_log, k_log, NULL, 0},
+    {&mpmd_op_tanh, k_tanh, NULL, 0},
+    {&mpmd_op_sqrt, k_sqrt, NULL, 0},
+    {&mpmd_op_rsqrt, k_rsqrt, NULL, 0},
+    {&mpmd_op_square, k_square, NULL, 0},
+    {&mpmd_op_relu, k_relu, NULL, 0},
+    {&mpmd_op_gelu, k_gelu, NULL, 0},
+    {&mpmd_op_broadcast_to, k_broadcast_to, NULL, 0},
+    {&mpmd_op_sum_to, k_sum_to, NULL, 0},
+    {&mpmd_op_tanh_grad, k_tanh_grad, NULL, 0},
+    {&mpmd_op_sqrt_grad, k_sqrt_grad, NULL, 0},
+    {&mpmd_op_rsqrt_grad, k_rsqrt_grad, NULL, 0},
+    {&mpmd_op_square_grad, k_square_grad, NULL, 0},
+    {&mpmd_op_relu_grad, k_relu_grad, NULL, 0},
+    {&mpmd_op_gelu_grad, k_gelu_grad, NULL, 0},
+    {&mpmd_op_cast, k_cast, NULL, MPMD_KERNEL_BF16 | MPMD_KERNEL_F16},
     {0},
 };

@@ -143,8 +143,8 @@ static int k_adamw(const mpmd_kargs *a) {
 }
 
 const mpmd_kernel mpmd_cpu_optim_kernels[] = {
-    {&mpmd_op_optim_step, k_optim_step, NULL},
-    {&mpmd_op_sgd, k_sgd, NULL},
-    {&mpmd_op_adamw, k_adamw, NULL},
+    {&mpmd_op_optim_step, k_optim_step, NULL, 0},
+    {&mpmd_op_sgd, k_sgd, NULL, 0},
+    {&mpmd_op_adamw, k_adamw, NULL, 0},
     {0},
 };

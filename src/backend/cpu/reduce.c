@@ -572,14 +572,14 @@ static int k_permute(const mpmd_kargs *a) {
 }
 
 const mpmd_kernel mpmd_cpu_reduce_kernels[] = {
-    {&mpmd_op_sum, k_reduce, NULL},
-    {&mpmd_op_mean, k_reduce, NULL},
-    {&mpmd_op_max, k_reduce, NULL},
-    {&mpmd_op_max_grad, k_max_grad, s_max_grad},
-    {&mpmd_op_reshape, k_reshape, NULL},
-    {&mpmd_op_permute, k_permute, NULL},
-    {&mpmd_op_slice, k_slice, NULL},
-    {&mpmd_op_slice_grad, k_slice_grad, NULL},
-    {&mpmd_op_concat, k_concat, NULL},
+    {&mpmd_op_sum, k_reduce, NULL, 0},
+    {&mpmd_op_mean, k_reduce, NULL, 0},
+    {&mpmd_op_max, k_reduce, NULL, 0},
+    {&mpmd_op_max_grad, k_max_grad, s_max_grad, 0},
+    {&mpmd_op_reshape, k_reshape, NULL, 0},
+    {&mpmd_op_permute, k_permute, NULL, 0},
+    {&mpmd_op_slice, k_slice, NULL, 0},
+    {&mpmd_op_slice_grad, k_slice_grad, NULL, 0},
+    {&mpmd_op_concat, k_concat, NULL, 0},
     {0},
 };

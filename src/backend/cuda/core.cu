@@ -13,7 +13,10 @@
  * with an untransposed a is one product with the batch folded into M;
  * otherwise one strided-batched product (b's stride 0 when it is shared).
  * f32 with f32 accumulation, or TF32 tensor cores when the instance allows
- * them (MPMD_CUDA_TF32=1).
+ * them (MPMD_CUDA_TF32=1); bf16 and f16 operands on tensor cores with f32
+ * accumulation, the result rounded once to the operands' dtype.
+ *
+ * cast converts between float dtypes through f32 (mpmd_cuda_convert).
  */
 #include "cuda.h"
 
@@ -67,10 +70,12 @@ static int k_matmul(const mpmd_kargs *a) {
         batch = 1;
     }
     if (m == 0 || n == 0 || batch == 0) return 0;
-    const float *A = (const float *)a->in[0], *B = (const float *)a->in[1];
-    float *C = (float *)a->out;
+    const void *A = a->in[0], *B = a->in[1];
+    void *C = a->out;
+    mpmd_dtype dtype = a->node->type.dtype;
+    cudaDataType_t dt = dtype == MPMD_BF16 ? CUDA_R_16BF : dtype == MPMD_F16 ? CUDA_R_16F : CUDA_R_32F;
     if (k == 0) { /* an empty sum: C = 0 (cuBLAS would reject the zero leading dimensions) */
-        cudaError_t e = cudaMemsetAsync(C, 0, (size_t)(batch * m * n) * sizeof(float), d->stream);
+        cudaError_t e = cudaMemsetAsync(C, 0, (size_t)(batch * m * n) * mpmd_dtype_size(dtype), d->stream);
         if (e != cudaSuccess) {
             snprintf(a->err, a->err_len, "matmul: clearing the output failed: %s", cudaGetErrorString(e));
             return 1;
@@ -82,34 +87,49 @@ static int k_matmul(const mpmd_kargs *a) {
     int64_t lda = tra ? m : k, ldb = trb ? k : n, ldc = n;
     long long sa = (long long)(m * k), sb = shared_b ? 0 : (long long)(k * n), sc = (long long)(m * n);
     cublasOperation_t opa = tra ? CUBLAS_OP_T : CUBLAS_OP_N, opb = trb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasComputeType_t ct = d->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasComputeType_t ct = d->tf32 && dt == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     const float one = 1.0f, zero = 0.0f;
     int small = fits_int(m) && fits_int(n) && fits_int(k) && fits_int(lda) && fits_int(ldb) && fits_int(batch);
     cublasStatus_t s;
     /* Column-major: C^T [N, M] = op(B)^T [N, K] op(A)^T [K, M]. */
     if (batch == 1) {
         if (small)
-            s = cublasGemmEx(d->blas, opb, opa, (int)n, (int)m, (int)k, &one, B, CUDA_R_32F, (int)ldb, A,
-                             CUDA_R_32F, (int)lda, &zero, C, CUDA_R_32F, (int)ldc, ct, CUBLAS_GEMM_DEFAULT);
+            s = cublasGemmEx(d->blas, opb, opa, (int)n, (int)m, (int)k, &one, B, dt, (int)ldb, A,
+                             dt, (int)lda, &zero, C, dt, (int)ldc, ct, CUBLAS_GEMM_DEFAULT);
         else
-            s = cublasGemmEx_64(d->blas, opb, opa, n, m, k, &one, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &zero,
-                                C, CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT);
+            s = cublasGemmEx_64(d->blas, opb, opa, n, m, k, &one, B, dt, ldb, A, dt, lda, &zero,
+                                C, dt, ldc, ct, CUBLAS_GEMM_DEFAULT);
     } else {
         if (small)
-            s = cublasGemmStridedBatchedEx(d->blas, opb, opa, (int)n, (int)m, (int)k, &one, B, CUDA_R_32F,
-                                           (int)ldb, sb, A, CUDA_R_32F, (int)lda, sa, &zero, C, CUDA_R_32F,
+            s = cublasGemmStridedBatchedEx(d->blas, opb, opa, (int)n, (int)m, (int)k, &one, B, dt,
+                                           (int)ldb, sb, A, dt, (int)lda, sa, &zero, C, dt,
                                            (int)ldc, sc, (int)batch, ct, CUBLAS_GEMM_DEFAULT);
         else
-            s = cublasGemmStridedBatchedEx_64(d->blas, opb, opa, n, m, k, &one, B, CUDA_R_32F, ldb, sb, A,
-                                              CUDA_R_32F, lda, sa, &zero, C, CUDA_R_32F, ldc, sc, batch, ct,
+            s = cublasGemmStridedBatchedEx_64(d->blas, opb, opa, n, m, k, &one, B, dt, ldb, sb, A,
+                                              dt, lda, sa, &zero, C, dt, ldc, sc, batch, ct,
                                               CUBLAS_GEMM_DEFAULT);
     }
     if (s != CUBLAS_STATUS_SUCCESS) return blas_failed(a, s, m, n, k, batch);
     return mpmd_cuda_launched(a, "matmul");
 }
 
+/* ---- cast ------------------------------------------------------------------------ */
+
+static int k_cast(const mpmd_kargs *a) {
+    if (mpmd_cuda_convert(mpmd_cuda_of(a), a->out, a->node->type.dtype, a->in[0], a->in_type[0]->dtype,
+                          mpmd_type_numel(&a->node->type))) {
+        snprintf(a->err, a->err_len, "cast: no conversion from %s to %s", mpmd_dtype_name(a->in_type[0]->dtype),
+                 mpmd_dtype_name(a->node->type.dtype));
+        return 1;
+    }
+    return mpmd_cuda_launched(a, "cast");
+}
+
+#define F16S (MPMD_KERNEL_BF16 | MPMD_KERNEL_F16)
+
 extern "C" const mpmd_kernel mpmd_cuda_core_kernels[] = {
-    {&mpmd_op_stage_marker, k_identity, NULL},
-    {&mpmd_op_matmul, k_matmul, NULL},
-    {NULL, NULL, NULL},
+    {&mpmd_op_stage_marker, k_identity, NULL, F16S},
+    {&mpmd_op_matmul, k_matmul, NULL, F16S},
+    {&mpmd_op_cast, k_cast, NULL, F16S},
+    {NULL, NULL, NULL, 0},
 };

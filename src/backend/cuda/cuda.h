@@ -57,6 +57,14 @@ static inline int mpmd_cuda_launched(const mpmd_kargs *a, const char *what) {
     return 1;
 }
 
+/* dst[k] = src[k] converted from dtype `from` to `to` (f32, bf16, f16;
+ * rounding to nearest even), n elements, queued on d's stream. Non-zero for
+ * a dtype it does not convert. */
+#ifdef __cplusplus
+extern "C"
+#endif
+int mpmd_cuda_convert(mpmd_cuda_dev *d, void *dst, mpmd_dtype to, const void *src, mpmd_dtype from, int64_t n);
+
 /* Blocks for n elements at `threads` per block (at least 1). */
 static inline unsigned mpmd_cuda_blocks(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;

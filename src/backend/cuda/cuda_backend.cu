@@ -13,8 +13,16 @@
  *
  * Determinism: cuBLAS gets a fixed workspace per handle and the default
  * (non-atomic) reduction modes; every kernel here reduces in a fixed order.
+ *
+ * 16-bit floats: a kernel that does not take bf16 or f16 natively (its
+ * table entry says which it takes) gets its 16-bit operands widened to f32
+ * in stream-ordered temporaries and its output rounded back, the CPU's rule
+ * (compute in f32, round once on store).
  */
 #include "cuda.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +165,104 @@ static const mpmd_kernel *cuda_find(const mpmd_op_desc *op) {
     return NULL;
 }
 
+/* ---- 16-bit floats ------------------------------------------------------------ */
+
+__device__ static inline float ld(const void *p, int dt, int64_t i) {
+    if (dt == MPMD_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (dt == MPMD_F16) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+__device__ static inline void st(void *p, int dt, int64_t i, float v) {
+    if (dt == MPMD_BF16)
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else if (dt == MPMD_F16)
+        ((__half *)p)[i] = __float2half_rn(v);
+    else
+        ((float *)p)[i] = v;
+}
+
+__global__ void convert_kernel(void *dst, int to, const void *src, int from, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        st(dst, to, i, ld(src, from, i));
+}
+
+static unsigned grid_for(int64_t n);
+
+static int is16(mpmd_dtype d) { return d == MPMD_BF16 || d == MPMD_F16; }
+
+extern "C" int mpmd_cuda_convert(mpmd_cuda_dev *d, void *dst, mpmd_dtype to, const void *src, mpmd_dtype from,
+                                 int64_t n) {
+    if (!mpmd_dtype_is_float(to) || !mpmd_dtype_is_float(from)) return 1;
+    if (n == 0) return 0;
+    if (to == from) return cudaMemcpyAsync(dst, src, (size_t)n * mpmd_dtype_size(to), cudaMemcpyDeviceToDevice,
+                                           d->stream) != cudaSuccess;
+    convert_kernel<<<grid_for(n), 256, 0, d->stream>>>(dst, (int)to, src, (int)from, n);
+    return 0;
+}
+
+enum { MAX_WIDE_IN = 8 };
+
+/* k on f32 copies of the 16-bit operands it does not take (see the top). */
+static int cuda_launch(void *p, const mpmd_kernel *k, const mpmd_kargs *a) {
+    const mpmd_node *n = a->node;
+    if (mpmd_kernel_native(k, a->g, n)) return k->fn(a);
+    mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
+    if (n->n_in > MAX_WIDE_IN) {
+        snprintf(a->err, a->err_len, "%d operands; 16-bit operands are widened for at most %d", n->n_in,
+                 MAX_WIDE_IN);
+        return 1;
+    }
+    void *in[MAX_WIDE_IN], *tmp[MAX_WIDE_IN + 1] = {0};
+    mpmd_type ty[MAX_WIDE_IN];
+    const mpmd_type *typ[MAX_WIDE_IN];
+    int out_alias = -1, rc = 0;
+    for (int j = 0; j < n->n_in && !rc; j++) {
+        ty[j] = *a->in_type[j];
+        typ[j] = &ty[j];
+        in[j] = a->in[j];
+        if (!is16(ty[j].dtype)) continue;
+        int64_t cnt = mpmd_type_numel(&ty[j]);
+        if (cudaMallocAsync(&tmp[j], (size_t)(cnt ? cnt : 1) * sizeof(float), d->stream) != cudaSuccess) {
+            snprintf(a->err, a->err_len, "out of device memory widening operand %d to f32", j);
+            rc = 1;
+            break;
+        }
+        mpmd_cuda_convert(d, tmp[j], MPMD_F32, a->in[j], ty[j].dtype, cnt);
+        ty[j].dtype = MPMD_F32;
+        in[j] = tmp[j];
+        if (a->in[j] == a->out && is16(n->type.dtype)) out_alias = j;
+    }
+    mpmd_node nc = *n; /* the node as the kernel sees it: f32 where widened */
+    void *out = a->out;
+    int64_t ocnt = mpmd_type_numel(&n->type);
+    if (!rc && is16(n->type.dtype)) {
+        nc.type.dtype = MPMD_F32;
+        if (out_alias >= 0) {
+            out = in[out_alias];
+        } else if (cudaMallocAsync(&tmp[n->n_in], (size_t)(ocnt ? ocnt : 1) * sizeof(float), d->stream) !=
+                   cudaSuccess) {
+            snprintf(a->err, a->err_len, "out of device memory for the f32 result");
+            rc = 1;
+        } else {
+            out = tmp[n->n_in];
+        }
+    }
+    if (!rc) {
+        mpmd_kargs b = *a;
+        b.node = &nc;
+        b.in = in;
+        b.in_type = typ;
+        b.out = out;
+        rc = k->fn(&b);
+        if (!rc && is16(n->type.dtype)) mpmd_cuda_convert(d, a->out, n->type.dtype, out, MPMD_F32, ocnt);
+    }
+    for (int j = 0; j <= n->n_in; j++)
+        if (tmp[j]) cudaFreeAsync(tmp[j], d->stream);
+    if (!rc) rc = mpmd_cuda_launched(a, n->op->name);
+    return rc;
+}
+
 /* ---- loop fold and replica combine ----------------------------------------- */
 
 __global__ void fold_add(float *acc, const float *x, int64_t n) {
@@ -167,6 +273,14 @@ __global__ void fold_add(float *acc, const float *x, int64_t n) {
 __global__ void fold_max(float *acc, const float *x, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         acc[i] = x[i] > acc[i] ? x[i] : acc[i];
+}
+
+/* 16-bit: in f32, rounded on store. */
+__global__ void fold16(void *acc, const void *x, int dt, int add, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float a = ld(acc, dt, i), b = ld(x, dt, i);
+        st(acc, dt, i, add ? a + b : (b > a ? b : a));
+    }
 }
 
 static unsigned grid_for(int64_t n) {
@@ -184,7 +298,9 @@ static int cuda_fold(void *p, const mpmd_graph *g, const mpmd_node *reduce, void
         return cuda_copy(d, (char *)acc + (size_t)mb * bytes, x, bytes);
     if (mb == 0) return cuda_copy(d, acc, x, bytes);
     if (cnt == 0) return 0;
-    if (reduce->ia[0] == MPMD_REDUCE_ADD)
+    if (is16(xt->dtype))
+        fold16<<<grid_for(cnt), 256, 0, d->stream>>>(acc, x, (int)xt->dtype, reduce->ia[0] == MPMD_REDUCE_ADD, cnt);
+    else if (reduce->ia[0] == MPMD_REDUCE_ADD)
         fold_add<<<grid_for(cnt), 256, 0, d->stream>>>((float *)acc, (const float *)x, cnt);
     else
         fold_max<<<grid_for(cnt), 256, 0, d->stream>>>((float *)acc, (const float *)x, cnt);
@@ -193,14 +309,15 @@ static int cuda_fold(void *p, const mpmd_graph *g, const mpmd_node *reduce, void
 
 /* out = b_0, then out += b_d (or max) for d = 1.., then (ADD) out *= 1/R:
  * the CPU's order, one thread per element. */
-__global__ void combine_kernel(float *out, const float *const *bufs, int replicas, int add, float inv, int64_t n) {
+__global__ void combine_kernel(void *out, const void *const *bufs, int dt, int replicas, int add, float inv,
+                               int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float v = bufs[0][i];
+        float v = ld(bufs[0], dt, i);
         for (int r = 1; r < replicas; r++) {
-            float b = bufs[r][i];
+            float b = ld(bufs[r], dt, i);
             v = add ? v + b : (b > v ? b : v);
         }
-        out[i] = add ? v * inv : v;
+        st(out, dt, i, add ? v * inv : v);
     }
 }
 
@@ -210,13 +327,13 @@ static int cuda_combine(void *p, const mpmd_graph *g, const mpmd_node *n, void *
     int64_t cnt = mpmd_type_numel(&n->type);
     if (cnt == 0) return 0;
     /* the buffer list travels as a kernel argument array on the device */
-    const float **dbufs = NULL;
+    const void **dbufs = NULL;
     if (cudaMalloc((void **)&dbufs, (size_t)replicas * sizeof *dbufs) != cudaSuccess) return 1;
     int bad = cudaMemcpyAsync(dbufs, bufs, (size_t)replicas * sizeof *dbufs, cudaMemcpyHostToDevice, d->stream) !=
               cudaSuccess;
     if (!bad) {
         int add = n->ia[0] == MPMD_REDUCE_ADD;
-        combine_kernel<<<grid_for(cnt), 256, 0, d->stream>>>((float *)out, dbufs, replicas, add,
+        combine_kernel<<<grid_for(cnt), 256, 0, d->stream>>>(out, dbufs, (int)n->type.dtype, replicas, add,
                                                            1.0f / (float)replicas, cnt);
         bad = cudaGetLastError() != cudaSuccess || cudaStreamSynchronize(d->stream) != cudaSuccess;
     }
@@ -276,5 +393,5 @@ extern "C" const mpmd_backend mpmd_backend_cuda = {
     0,               /* host_memory */
     cuda_available,  cuda_open, cuda_close, cuda_enter, cuda_alloc, cuda_free, cuda_upload, cuda_download,
     cuda_copy,       cuda_find, cuda_fold,  cuda_combine, cuda_sync, cuda_event_record, cuda_event_wait,
-    cuda_event_free,
+    cuda_event_free, cuda_launch,
 };
