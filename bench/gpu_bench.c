@@ -24,6 +24,7 @@
 
 typedef struct opts {
     const char *backend;
+    mpmd_dtype compute;
     int steps, stages, micro, profile, layers;
     long long batch, seq;
 } opts;
@@ -43,6 +44,7 @@ static double run(const opts *o, int stages, int micro, int64_t *params_out) {
     c.tie_embeddings = 1;
     c.lr = 1e-4f;
     c.adam.weight_decay = 0.1f;
+    c.compute = o->compute;
     gpt_model m;
     mpmd_error err;
     if (gpt_build(&c, 1, &m, &err)) {
@@ -113,7 +115,7 @@ static int arg_int(const char *s, long long lo, long long hi, long long *out) {
 }
 
 int main(int argc, char **argv) {
-    opts o = {"cuda", 10, 4, 4, 0, 12, 16, 1024};
+    opts o = {"cuda", MPMD_BF16, 10, 4, 4, 0, 12, 16, 1024};
     for (int i = 1; i < argc; i++) {
         long long v = 0;
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -124,6 +126,8 @@ int main(int argc, char **argv) {
         }
         if (!val) bad = 1;
         else if (!strcmp(a, "--backend")) o.backend = val;
+        else if (!strcmp(a, "--precision"))
+            bad = !strcmp(val, "f32") ? (o.compute = MPMD_F32, 0) : !strcmp(val, "bf16") ? (o.compute = MPMD_BF16, 0) : 1;
         else if (!strcmp(a, "--steps")) bad = arg_int(val, 1, 1000, &v), o.steps = (int)v;
         else if (!strcmp(a, "--stages")) bad = arg_int(val, 0, 12, &v), o.stages = (int)v;
         else if (!strcmp(a, "--microbatches")) bad = arg_int(val, 1, 1024, &v), o.micro = (int)v;
@@ -132,8 +136,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--seq")) bad = arg_int(val, 1, 1 << 16, &o.seq);
         else bad = 1;
         if (bad) {
-            fprintf(stderr, "usage: gpu_bench [--backend NAME] [--steps N] [--stages S (0: none)] [--microbatches M]\n"
-                            "                 [--layers L] [--batch B] [--seq T] [--profile]\n");
+            fprintf(stderr, "usage: gpu_bench [--backend NAME] [--precision f32|bf16] [--steps N] [--stages S (0: none)]\n"
+                            "                 [--microbatches M] [--layers L] [--batch B] [--seq T] [--profile]\n");
             return 2;
         }
         i++;
@@ -147,19 +151,21 @@ int main(int argc, char **argv) {
     double one = run(&o, 0, 1, &params);
     if (one < 0) return 1;
     double tps = (double)(o.batch * o.seq) / (one / 1e3);
-    printf("{\"bench\": \"gpu_train\", \"backend\": \"%s\", \"model\": \"gpt2-124m\", \"layers\": %d, \"params\": %lld, "
+    printf("{\"bench\": \"gpu_train\", \"backend\": \"%s\", \"precision\": \"%s\", \"model\": \"gpt2-124m\", \"layers\": %d, \"params\": %lld, "
            "\"batch\": %lld, \"seq\": %lld, \"ranks\": 1, \"ms_per_step\": %.2f, \"tokens_per_s\": %.0f, "
            "\"model_tflops\": %.1f}\n",
-           o.backend, o.layers, (long long)params, o.batch, o.seq, one, tps, 6.0 * (double)params * tps / 1e12);
+           o.backend, mpmd_dtype_name(o.compute), o.layers, (long long)params, o.batch, o.seq, one, tps,
+           6.0 * (double)params * tps / 1e12);
     fflush(stdout);
     if (o.stages > 0) {
         double pp = run(&o, o.stages, o.micro, &params);
         if (pp < 0) return 1;
         double ptps = (double)(o.batch * o.seq) / (pp / 1e3);
-        printf("{\"bench\": \"gpu_train\", \"backend\": \"%s\", \"model\": \"gpt2-124m\", \"schedule\": \"std1f1b\", "
+        printf("{\"bench\": \"gpu_train\", \"backend\": \"%s\", \"precision\": \"%s\", \"model\": \"gpt2-124m\", \"schedule\": \"std1f1b\", "
                "\"stages\": %d, \"ranks\": %d, \"microbatches\": %d, \"ms_per_step\": %.2f, \"tokens_per_s\": %.0f, "
                "\"model_tflops\": %.1f, \"speed_vs_one_rank\": %.3f}\n",
-               o.backend, o.stages, o.stages, o.micro, pp, ptps, 6.0 * (double)params * ptps / 1e12, one / pp);
+               o.backend, mpmd_dtype_name(o.compute), o.stages, o.stages, o.micro, pp, ptps,
+               6.0 * (double)params * ptps / 1e12, one / pp);
     }
     return 0;
 }

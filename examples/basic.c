@@ -66,6 +66,7 @@ static void make_data(float *x, float *y) {
 int main(int argc, char **argv) {
     int threads = 0;
     const char *backend = NULL;
+    mpmd_dtype precision = MPMD_F32;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             char *end;
@@ -77,8 +78,15 @@ int main(int argc, char **argv) {
             threads = (int)v;
         } else if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
             backend = argv[++i];
+        } else if (!strcmp(argv[i], "--precision") && i + 1 < argc) {
+            const char *p = argv[++i];
+            if (strcmp(p, "f32") && strcmp(p, "bf16")) {
+                fprintf(stderr, "basic: --precision is f32 or bf16, got \"%s\"\n", p);
+                return 2;
+            }
+            precision = strcmp(p, "bf16") ? MPMD_F32 : MPMD_BF16;
         } else {
-            fprintf(stderr, "usage: basic [--threads N] [--backend cpu|cuda]\n");
+            fprintf(stderr, "usage: basic [--threads N] [--backend cpu|cuda] [--precision f32|bf16]\n");
             return 2;
         }
     }
@@ -89,7 +97,7 @@ int main(int argc, char **argv) {
     mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(BATCH, SEQ, WIDTH));
     mpmd_value y = mpmd_input(g, "y", MPMD_F32, MPMD_SHAPE(BATCH, SEQ, WIDTH));
     mpmd_loop_begin(g, MICROBATCHES);
-    mpmd_value h = mpmd_microbatch(g, x);
+    mpmd_value h = mpmd_cast(g, mpmd_microbatch(g, x), precision); /* the Blocks compute in it */
     for (int i = 0; i < BLOCKS; i++) {
         char name[32];
         snprintf(name, sizeof name, "block_%d", i);
@@ -97,7 +105,7 @@ int main(int argc, char **argv) {
         h = mpmd_enter_stage(g, h); /* one stage per Block; the last marker closes the loss's stage */
     }
     /* MSE over this microbatch, scaled so the loop's sum is the batch mean */
-    mpmd_value d = mpmd_sub(g, h, mpmd_microbatch(g, y));
+    mpmd_value d = mpmd_sub(g, mpmd_cast(g, h, MPMD_F32), mpmd_microbatch(g, y));
     mpmd_value loss = mpmd_mul_scalar(g, mpmd_mean(g, mpmd_square(g, d), 0, NULL, 0), 1.0f / MICROBATCHES);
     int np = mpmd_graph_params(g, NULL, 0);
     mpmd_value *params = malloc(sizeof(mpmd_value) * (size_t)(np + 1));

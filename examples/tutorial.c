@@ -60,6 +60,7 @@ static const char *usage =
     "  --threads N        kernel threads of the one-rank loop, 0 for all cores\n"
     "                     (default 0; each pipelined rank gets cores / 4)\n"
     "  --backend NAME     cpu (default) or cuda, for every run\n"
+    "  --precision P      compute dtype of the Blocks: f32 (default) or bf16\n"
     "  --print-program    also print each pipelined step's per-rank programs\n"
     "  --help             this text\n";
 
@@ -67,6 +68,7 @@ typedef struct options {
     long long steps, d_model, seq, threads;
     int print_program;
     const char *backend;
+    mpmd_dtype precision;
 } options;
 
 static int bad_option(const char *msg, const char *arg) {
@@ -101,6 +103,7 @@ static int parse_args(int argc, char **argv, options *o) {
     o->threads = 0;
     o->print_program = 0;
     o->backend = NULL;
+    o->precision = MPMD_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help")) {
@@ -109,6 +112,17 @@ static int parse_args(int argc, char **argv, options *o) {
         }
         if (!strcmp(a, "--print-program")) {
             o->print_program = 1;
+            continue;
+        }
+        if (!strcmp(a, "--precision")) {
+            if (i + 1 >= argc) return bad_option("a value is needed after", a);
+            const char *p = argv[++i];
+            if (!strcmp(p, "f32"))
+                o->precision = MPMD_F32;
+            else if (!strcmp(p, "bf16"))
+                o->precision = MPMD_BF16;
+            else
+                return bad_option("--precision is f32 or bf16, got", p);
             continue;
         }
         if (!strcmp(a, "--backend")) {
@@ -186,6 +200,7 @@ static mpmd_status build(const options *o, int num_stages, model *m, mpmd_error 
 
     mpmd_loop_begin(g, NUM_MB); /* jaxpp.api.treduce over the microbatches */
     mpmd_value x = mpmd_microbatch(g, m->x), t = mpmd_microbatch(g, m->targets);
+    x = mpmd_cast(g, x, o->precision); /* the Blocks compute in it; their parameters stay f32 */
     for (int i = 0; i < NUM_LAYERS; i++) {
         char name[32];
         snprintf(name, sizeof name, "block_%d", i);
@@ -194,7 +209,7 @@ static mpmd_status build(const options *o, int num_stages, model *m, mpmd_error 
             x = mpmd_enter_stage(g, x); /* pipeline_yield */
     }
     /* loss_fn: mean((predictions - targets) ** 2) */
-    mpmd_value loss = mpmd_mean(g, mpmd_square(g, mpmd_sub(g, x, t)), 0, NULL, 0);
+    mpmd_value loss = mpmd_mean(g, mpmd_square(g, mpmd_sub(g, mpmd_cast(g, x, MPMD_F32), t)), 0, NULL, 0);
     if (num_stages > 0) loss = mpmd_enter_stage(g, loss); /* closes the last stage */
 
     int np = mpmd_graph_params(g, NULL, 0);

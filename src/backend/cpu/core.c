@@ -10,6 +10,6 @@ static int k_identity(const mpmd_kargs *a) {
 }
 
 const mpmd_kernel mpmd_cpu_core_kernels[] = {
-    {&mpmd_op_stage_marker, k_identity, NULL, 0},
+    {&mpmd_op_stage_marker, k_identity, NULL, MPMD_KERNEL_BF16 | MPMD_KERNEL_F16},
     {0},
 };

@@ -365,10 +365,14 @@ static void copy_runs(int nthreads, uint32_t *dst, int64_t ds, const uint32_t *s
     }
 }
 
-/* reshape: the same bytes; copy only when not given the input's buffer. */
+/* reshape: the same bytes; copy only when not given the input's buffer
+ * (16-bit elements: one memcpy, no conversion). */
 static int k_reshape(const mpmd_kargs *a) {
-    if (a->out != a->in[0])
+    if (a->out == a->in[0]) return 0;
+    if (mpmd_dtype_size(a->node->type.dtype) == 4)
         copy_runs(a->nthreads, a->out, 0, a->in[0], 0, 1, mpmd_type_numel(&a->node->type));
+    else
+        memcpy(a->out, a->in[0], mpmd_type_bytes(&a->node->type));
     return 0;
 }
 
@@ -576,7 +580,7 @@ const mpmd_kernel mpmd_cpu_reduce_kernels[] = {
     {&mpmd_op_mean, k_reduce, NULL, 0},
     {&mpmd_op_max, k_reduce, NULL, 0},
     {&mpmd_op_max_grad, k_max_grad, s_max_grad, 0},
-    {&mpmd_op_reshape, k_reshape, NULL, 0},
+    {&mpmd_op_reshape, k_reshape, NULL, MPMD_KERNEL_BF16 | MPMD_KERNEL_F16},
     {&mpmd_op_permute, k_permute, NULL, 0},
     {&mpmd_op_slice, k_slice, NULL, 0},
     {&mpmd_op_slice_grad, k_slice_grad, NULL, 0},
