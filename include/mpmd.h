@@ -577,6 +577,7 @@ typedef struct mpmd_rank_stats {
     double bubble;              /* 1 - busy / step time */
     int64_t peak_bytes;         /* most bytes of body values held at once, measured */
     int64_t planned_peak_bytes; /* the same, predicted from the program */
+    int64_t sent_bytes;         /* bytes this rank sent to other pipeline ranks (each value in its dtype) */
 } mpmd_rank_stats;
 
 typedef struct mpmd_step_stats {

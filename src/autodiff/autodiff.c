@@ -130,8 +130,12 @@ mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *w
             break;
         }
         for (int j = 0; j < copy.n_in; j++) gin[j] = MPMD_NONE;
+        /* A value made before the loop but used in it (a parameter's cast)
+         * gets its gradient in the stage that made its cotangent. */
+        int stage = copy.stage;
+        if (stage < 0 && copy.region != g->nodes[s.cot[i].id].region) stage = g->nodes[s.cot[i].id].stage;
         g->emit_bwd = 1;
-        g->emit_stage = copy.stage;
+        g->emit_stage = stage;
         g->emit_fwd = i;
         copy.op->vjp(g, &copy, s.cot[i], gin);
         g->emit_bwd = 0;
@@ -150,7 +154,7 @@ mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *w
             /* Tag the accumulation like the rule's ops: it belongs to the
              * backward of the same forward op. */
             g->emit_bwd = 1;
-            g->emit_stage = copy.stage;
+            g->emit_stage = stage;
             g->emit_fwd = i;
             accumulate(g, &s, in, gin[j]);
             g->emit_bwd = 0;

@@ -80,9 +80,16 @@ mpmd_status mpmd_cluster(const mpmd_graph *g, const unsigned char *live, int S, 
             int st = -1;
             if (n->op == &mpmd_op_stage_marker) {
                 st = (int)n->ia[0];
-            } else if (bwd) {
-                st = n->fwd >= 0 ? c->stage[n->fwd] : -1;
-            } else {
+            } else if (bwd && n->fwd >= 0 && g->nodes[n->fwd].region == MPMD_REGION_BODY) {
+                st = c->stage[n->fwd];
+            } else if (bwd && n->fwd >= 0) {
+                /* the gradient of a value made before the loop (a
+                 * parameter's cast): where its cotangent is */
+                for (int j = 0; j < n->n_in; j++) {
+                    int u = n->in[j];
+                    if (g->nodes[u].region == MPMD_REGION_BODY && c->stage[u] > st) st = c->stage[u];
+                }
+            } else if (!bwd) {
                 for (int j = 0; j < n->n_in; j++) {
                     int u = n->in[j];
                     if (g->nodes[u].region != MPMD_REGION_BODY) continue;

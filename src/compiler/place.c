@@ -10,7 +10,8 @@
  *   A sum of per-use gradients held on different ranks thus runs on each of
  *   those ranks, on the same operands in the same order: a cross-rank
  *   all-reduce whose every copy has the same bits.
- * - Before-loop ops run on every rank that needs their result.
+ * - Before-loop ops run on every rank that needs their result (a parameter
+ *   cast before the loop puts the parameter, and its update, there too).
  * Demand flows backwards, so one pass in reverse creation order suffices.
  */
 #include "compiler/compiler.h"
@@ -55,6 +56,15 @@ mpmd_status mpmd_place(mpmd_step *st, mpmd_error *err) {
                 if (g->nodes[u].n_in) mpmd_set_runs(st, g->nodes[u].in[0], r);
             }
         }
+    }
+    /* Before-loop values read by before-loop ops (a parameter's cast) live
+     * where those run; settled before the updates below are placed, so that
+     * a parameter's update runs on every rank holding a copy. */
+    for (int i = nn - 1; i >= 0; i--) {
+        const mpmd_node *n = &g->nodes[i];
+        if (n->region != MPMD_REGION_PRE || !st->live[i]) continue;
+        for (int j = 0; j < n->n_in; j++)
+            if (g->nodes[n->in[j]].region == MPMD_REGION_PRE) or_ranks(st, n->in[j], i);
     }
     /* everything else, by demand */
     for (int i = nn - 1; i >= 0; i--) {

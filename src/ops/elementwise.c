@@ -375,7 +375,16 @@ mpmd_value mpmd_cast(mpmd_graph *g, mpmd_value x, mpmd_dtype dtype) {
     mpmd_type t = *mpmd_type_of(g, x);
     if (t.dtype == dtype) return x; /* nothing to convert */
     t.dtype = dtype;
-    return mpmd_emit(g, &mpmd_op_cast, 1, &x, t);
+    /* A cast of a value made before the loop (a parameter) is the same for
+     * every microbatch: it is made once, before the loop, and lives through
+     * it, instead of once per microbatch in flight. Its gradient is still
+     * taken per microbatch, in the stage of the cotangent (mpmd_grad). */
+    int saved = g->region;
+    if (g->region == MPMD_REGION_BODY && mpmd_node_of(g, x)->region == MPMD_REGION_PRE && !g->emit_bwd)
+        g->region = MPMD_REGION_PRE;
+    mpmd_value y = mpmd_emit(g, &mpmd_op_cast, 1, &x, t);
+    g->region = saved;
+    return y;
 }
 
 static void vjp_cast(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {

@@ -142,6 +142,8 @@ mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_er
                 rs->busy_ms += d;
             } else if (in->op == MPMD_I_RECV) {
                 rs->wait_ms += 1e3 * ev[k].wait;
+            } else if (in->op == MPMD_I_SEND) {
+                rs->sent_bytes += (int64_t)mpmd_type_bytes(&st->g->nodes[in->node].type);
             }
         }
         rs->peak_bytes = peak;

@@ -24,20 +24,34 @@
  * in the same layout writing dy / count where x equals the max, 0 elsewhere
  * (ties split the gradient equally, as on the CPU).
  *
- * Shape ops move 4-byte elements (f32 or i32): reshape is a cudaMemcpyAsync
- * (nothing when given its input's buffer); slice and concat copy runs (one
- * thread per element, or per 16-byte vector when sizes and pointers allow);
- * slice_grad writes rows [zeros | dy | zeros]; permute simplifies the
- * permutation as the CPU does and is a plain index map (coalesced reads and
- * writes of whole rows, vectorised) when the last axis stays last, as in the
- * attention transposes [B,T,H,D] <-> [B,H,T,D], and otherwise a 32x32 tiled
- * transpose through shared memory (a plain map when one side is under 8).
+ * 16-bit floats (bf16, f16): the reductions load each element, widen it to
+ * f32 exactly and run the very same f32 code (same fold order, f32 partials
+ * in scratch, f32 statistics), rounding to the output dtype (nearest even)
+ * once, on the final store; so a bf16 / f16 result is bit for bit the f32
+ * kernel's result on the widened input, rounded. Kernels are templated on
+ * each operand's storage type (float, __nv_bfloat16, __half); the f32
+ * instantiations compute exactly as the f32-only kernels did. max_grad takes
+ * x and dy in any two float dtypes (dx has x's).
+ *
+ * Shape ops move elements of 2 or 4 bytes (f32, i32, bf16, f16) without
+ * converting them: reshape is a cudaMemcpyAsync (nothing when given its
+ * input's buffer); slice and concat copy runs (one thread per element, or
+ * per 16-, 8- or 4-byte vector when sizes and pointers allow); slice_grad
+ * writes rows [zeros | dy | zeros]; permute simplifies the permutation as
+ * the CPU does and is a plain index map (coalesced reads and writes of whole
+ * rows, vectorised) when the last axis stays last, as in the attention
+ * transposes [B,T,H,D] <-> [B,H,T,D], and otherwise a 32x32 tiled transpose
+ * through shared memory (a plain map when one side is under 8).
  * Index arithmetic is 32-bit where the values fit.
  */
 #include "cuda.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 #include <string.h>
+
+#include <type_traits>
 
 extern "C" {
 extern const mpmd_op_desc mpmd_op_sum, mpmd_op_mean, mpmd_op_max, mpmd_op_max_grad;
@@ -129,7 +143,32 @@ static unsigned grid_for(i64 n, i64 per) {
     return (unsigned)b;
 }
 
-static int al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+/* p is aligned to u bytes (a power of two). */
+static int aligned(const void *p, i64 u) { return ((uintptr_t)p & (uintptr_t)(u - 1)) == 0; }
+
+/* ---- storage types -------------------------------------------------------------- */
+
+/* A float operand is stored as float, __nv_bfloat16 or __half: widened to
+ * f32 exactly on load, rounded to nearest even once on store. */
+__device__ __forceinline__ float rd_f32(float v) { return v; }
+__device__ __forceinline__ float rd_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float rd_f32(__half v) { return __half2float(v); }
+
+template <class T> __device__ __forceinline__ T wr_f32(float v);
+template <> __device__ __forceinline__ float wr_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 wr_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half wr_f32<__half>(float v) { return __float2half_rn(v); }
+
+/* f((T *)0) with T the storage type of float dtype d; 1 when d is no float. */
+template <class F>
+static int with_float_type(mpmd_dtype d, F &&f) {
+    switch (d) {
+    case MPMD_F32: f((float *)NULL); return 0;
+    case MPMD_BF16: f((__nv_bfloat16 *)NULL); return 0;
+    case MPMD_F16: f((__half *)NULL); return 0;
+    default: return 1;
+    }
+}
 
 /* ---- reduction plan ----------------------------------------------------------- */
 
@@ -209,33 +248,39 @@ static int rplan_ident(const RPlan *P) { return !P->inner && P->nr == 1; }
 
 /* ---- reduction operators --------------------------------------------------------- */
 
-/* Where a reduction's results go: y (sum, mean, max) or stats (max_grad). */
+/* Where a reduction's results go: y (sum, mean, max) or stats (max_grad).
+ * The Op knows the storage types of y and dy. */
 struct Sink {
-    float *y;
-    float scale;     /* sum's factor: 1, or mean's 1/count */
-    float2 *stats;   /* max_grad: (max, dy / count) per output */
-    const float *dy; /* max_grad */
+    void *y;
+    float scale;      /* sum's factor: 1, or mean's 1/count */
+    float2 *stats;    /* max_grad: (max, dy / count) per output */
+    const void *dy;   /* max_grad */
 };
 
+/* TY: y's storage type (f32 results rounded to it once). */
+template <class TY>
 struct OpSum {
     typedef float T;
     static __device__ __forceinline__ T id() { return 0.0f; }
     static __device__ __forceinline__ T one(float v) { return v; }
     static __device__ __forceinline__ T comb(T a, T b) { return a + b; }
     static __device__ __forceinline__ T down(T a, int d) { return __shfl_down_sync(0xffffffffu, a, d); }
-    static __device__ __forceinline__ void finish(const Sink &k, i64 o, T v) { k.y[o] = v * k.scale; }
+    static __device__ __forceinline__ void finish(const Sink &k, i64 o, T v) {
+        ((TY *)k.y)[o] = wr_f32<TY>(v * k.scale);
+    }
 };
 
 /* b wins when larger or NaN (a is the earlier value): NaN propagates. */
 __device__ __forceinline__ float max_nan(float a, float b) { return (b > a || b != b) ? b : a; }
 
+template <class TY>
 struct OpMax {
     typedef float T;
     static __device__ __forceinline__ T id() { return __int_as_float((int)0xff800000u); }
     static __device__ __forceinline__ T one(float v) { return v; }
     static __device__ __forceinline__ T comb(T a, T b) { return max_nan(a, b); }
     static __device__ __forceinline__ T down(T a, int d) { return __shfl_down_sync(0xffffffffu, a, d); }
-    static __device__ __forceinline__ void finish(const Sink &k, i64 o, T v) { k.y[o] = v; }
+    static __device__ __forceinline__ void finish(const Sink &k, i64 o, T v) { ((TY *)k.y)[o] = wr_f32<TY>(v); }
 };
 
 /* The max and how many elements equal it. */
@@ -244,6 +289,8 @@ struct MaxCnt {
     unsigned c;
 };
 
+/* TD: dy's storage type. */
+template <class TD>
 struct OpMaxCnt {
     typedef MaxCnt T;
     static __device__ __forceinline__ T id() {
@@ -271,7 +318,7 @@ struct OpMaxCnt {
     }
     /* A NaN max equals no element: the whole group gets 0. */
     static __device__ __forceinline__ void finish(const Sink &k, i64 o, T v) {
-        float g = (v.m == v.m && v.c) ? k.dy[o] / (float)v.c : 0.0f;
+        float g = (v.m == v.m && v.c) ? rd_f32(((const TD *)k.dy)[o]) / (float)v.c : 0.0f;
         k.stats[o] = make_float2(v.m, g);
     }
 };
@@ -346,10 +393,10 @@ __device__ __forceinline__ void outer_visit(const RPlan &P, i64 col, i64 s, int 
 /* ---- reduction kernels ------------------------------------------------------------ */
 
 /* Inner layout: group (output o, segment s) per G threads; 256 threads a
- * block for G <= 32. */
-template <class Op, int G>
+ * block for G <= 32. TX: x's storage type. */
+template <class Op, int G, class TX>
 __global__ void __launch_bounds__(G <= 32 ? 256 : G)
-    k_inner_reduce(const float *__restrict__ x, const RPlan P, const Sink sink, typename Op::T *__restrict__ part) {
+    k_inner_reduce(const TX *__restrict__ x, const RPlan P, const Sink sink, typename Op::T *__restrict__ part) {
     typedef typename Op::T T;
     __shared__ T sm[32];
     constexpr int PER = G <= 32 ? 256 / G : 1;
@@ -358,7 +405,7 @@ __global__ void __launch_bounds__(G <= 32 ? 256 : G)
     for (i64 g = (i64)blockIdx.x * PER + threadIdx.x / G; g < nG; g += (i64)gridDim.x * PER) {
         const i64 o = g / P.S, s = g - o * P.S;
         T acc = Op::id();
-        auto f = [&](i64 off) { acc = Op::comb(acc, Op::one(x[off])); };
+        auto f = [&](i64 off) { acc = Op::comb(acc, Op::one(rd_f32(x[off]))); };
         inner_visit<G>(P, axes_off(P.kept, o), s, lane, f);
         acc = group_reduce<Op, G>(acc, sm);
         if (lane == 0) {
@@ -373,9 +420,9 @@ __global__ void __launch_bounds__(G <= 32 ? 256 : G)
 
 /* Outer layout: block (column block b, tile of CW columns, segment s);
  * thread (tx, ty) = threadIdx.x % CW, / CW. */
-template <class Op>
+template <class Op, class TX>
 __global__ void __launch_bounds__(OBLK)
-    k_outer_reduce(const float *__restrict__ x, const RPlan P, const Sink sink, typename Op::T *__restrict__ part) {
+    k_outer_reduce(const TX *__restrict__ x, const RPlan P, const Sink sink, typename Op::T *__restrict__ part) {
     typedef typename Op::T T;
     __shared__ T sm[OBLK];
     const int cw = P.G, ry = OBLK / cw;
@@ -386,7 +433,7 @@ __global__ void __launch_bounds__(OBLK)
         const i64 b = t / P.tiles, c = (t - b * P.tiles) * cw + tx;
         T acc = Op::id();
         if (c < P.L) {
-            auto f = [&](i64 off) { acc = Op::comb(acc, Op::one(x[off])); };
+            auto f = [&](i64 off) { acc = Op::comb(acc, Op::one(rd_f32(x[off]))); };
             outer_visit(P, axes_off(P.kept, b) + c, s, ty, ry, f);
         }
         sm[threadIdx.x] = acc;
@@ -432,30 +479,31 @@ __global__ void __launch_bounds__(EBLK)
 }
 
 /* Nothing reduced: y[i] = finish(x[i]). */
-template <class Op>
-__global__ void __launch_bounds__(EBLK) k_ident(const float *__restrict__ x, i64 n, const Sink sink) {
-    for (i64 i = (i64)blockIdx.x * EBLK + threadIdx.x; i < n; i += (i64)gridDim.x * EBLK) Op::finish(sink, i, Op::one(x[i]));
+template <class Op, class TX>
+__global__ void __launch_bounds__(EBLK) k_ident(const TX *__restrict__ x, i64 n, const Sink sink) {
+    for (i64 i = (i64)blockIdx.x * EBLK + threadIdx.x; i < n; i += (i64)gridDim.x * EBLK)
+        Op::finish(sink, i, Op::one(rd_f32(x[i])));
 }
 
 /* Queue the reduction of x by plan P into sink (part: scratch for S > 1). */
-template <class Op>
-static void launch_reduce(const RPlan &P, const float *x, const Sink &sink, void *scratch, cudaStream_t st) {
+template <class Op, class TX>
+static void launch_reduce(const RPlan &P, const TX *x, const Sink &sink, void *scratch, cudaStream_t st) {
     typedef typename Op::T T;
     T *part = P.S > 1 ? (T *)scratch : NULL;
     if (rplan_ident(&P)) {
-        k_ident<Op><<<grid_for(P.n_out, EBLK), EBLK, 0, st>>>(x, P.n_out, sink);
+        k_ident<Op, TX><<<grid_for(P.n_out, EBLK), EBLK, 0, st>>>(x, P.n_out, sink);
         return;
     }
     if (P.inner) {
         const i64 nG = P.n_out * P.S;
         if (P.G == 1)
-            k_inner_reduce<Op, 1><<<grid_for(nG, 256), 256, 0, st>>>(x, P, sink, part);
+            k_inner_reduce<Op, 1, TX><<<grid_for(nG, 256), 256, 0, st>>>(x, P, sink, part);
         else if (P.G == 32)
-            k_inner_reduce<Op, 32><<<grid_for(nG, 8), 256, 0, st>>>(x, P, sink, part);
+            k_inner_reduce<Op, 32, TX><<<grid_for(nG, 8), 256, 0, st>>>(x, P, sink, part);
         else
-            k_inner_reduce<Op, RBLK><<<grid_for(nG, 1), RBLK, 0, st>>>(x, P, sink, part);
+            k_inner_reduce<Op, RBLK, TX><<<grid_for(nG, 1), RBLK, 0, st>>>(x, P, sink, part);
     } else {
-        k_outer_reduce<Op><<<grid_for(P.nk * P.tiles * P.S, 1), OBLK, 0, st>>>(x, P, sink, part);
+        k_outer_reduce<Op, TX><<<grid_for(P.nk * P.tiles * P.S, 1), OBLK, 0, st>>>(x, P, sink, part);
     }
     if (P.S > 1) {
         if (P.S > 64)
@@ -469,23 +517,25 @@ static void launch_reduce(const RPlan &P, const float *x, const Sink &sink, void
 
 /* dx = dy / count where x == max, else 0, over the same groups as the
  * reduction (stats[o] = (max, dy / count)). */
-template <int G>
-__global__ void __launch_bounds__(G <= 32 ? 256 : G) k_inner_scatter(const float *__restrict__ x, const RPlan P,
+template <int G, class TX>
+__global__ void __launch_bounds__(G <= 32 ? 256 : G) k_inner_scatter(const TX *__restrict__ x, const RPlan P,
                                                                         const float2 *__restrict__ stats,
-                                                                        float *__restrict__ dx) {
+                                                                        TX *__restrict__ dx) {
     constexpr int PER = G <= 32 ? 256 / G : 1;
     const int lane = (int)(threadIdx.x % G);
     const i64 nG = P.n_out * P.S;
     for (i64 g = (i64)blockIdx.x * PER + threadIdx.x / G; g < nG; g += (i64)gridDim.x * PER) {
         const i64 o = g / P.S, s = g - o * P.S;
         const float2 mv = stats[o];
-        auto f = [&](i64 off) { dx[off] = x[off] == mv.x ? mv.y : 0.0f; };
+        const TX gv = wr_f32<TX>(mv.y), zero = wr_f32<TX>(0.0f);
+        auto f = [&](i64 off) { dx[off] = rd_f32(x[off]) == mv.x ? gv : zero; };
         inner_visit<G>(P, axes_off(P.kept, o), s, lane, f);
     }
 }
 
-__global__ void __launch_bounds__(OBLK) k_outer_scatter(const float *__restrict__ x, const RPlan P,
-                                                        const float2 *__restrict__ stats, float *__restrict__ dx) {
+template <class TX>
+__global__ void __launch_bounds__(OBLK) k_outer_scatter(const TX *__restrict__ x, const RPlan P,
+                                                        const float2 *__restrict__ stats, TX *__restrict__ dx) {
     const int cw = P.G, ry = OBLK / cw;
     const int tx = (int)threadIdx.x % cw, ty = (int)threadIdx.x / cw;
     const i64 nB = P.nk * P.tiles * P.S;
@@ -494,21 +544,27 @@ __global__ void __launch_bounds__(OBLK) k_outer_scatter(const float *__restrict_
         const i64 b = t / P.tiles, c = (t - b * P.tiles) * cw + tx;
         if (c < P.L) {
             const float2 mv = stats[b * P.L + c];
-            auto f = [&](i64 off) { dx[off] = x[off] == mv.x ? mv.y : 0.0f; };
+            const TX gv = wr_f32<TX>(mv.y), zero = wr_f32<TX>(0.0f);
+            auto f = [&](i64 off) { dx[off] = rd_f32(x[off]) == mv.x ? gv : zero; };
             outer_visit(P, axes_off(P.kept, b) + c, s, ty, ry, f);
         }
     }
 }
 
 /* Nothing reduced: each element is its own max, with count 1. */
-__global__ void __launch_bounds__(EBLK) k_max_grad_ident(const float *__restrict__ x, const float *__restrict__ dy,
-                                                         float *__restrict__ dx, i64 n) {
-    for (i64 i = (i64)blockIdx.x * EBLK + threadIdx.x; i < n; i += (i64)gridDim.x * EBLK)
-        dx[i] = x[i] == x[i] ? dy[i] : 0.0f;
+template <class TX, class TD>
+__global__ void __launch_bounds__(EBLK) k_max_grad_ident(const TX *__restrict__ x, const TD *__restrict__ dy,
+                                                         TX *__restrict__ dx, i64 n) {
+    for (i64 i = (i64)blockIdx.x * EBLK + threadIdx.x; i < n; i += (i64)gridDim.x * EBLK) {
+        const float v = rd_f32(x[i]);
+        dx[i] = wr_f32<TX>(v == v ? rd_f32(dy[i]) : 0.0f);
+    }
 }
 
 /* ---- sum, mean, max, max_grad ------------------------------------------------------- */
 
+/* Scratch: the segment partials, f32 whatever x's dtype: sized by element
+ * count (S partials per output), never by x's bytes. */
 static size_t s_reduce(const mpmd_graph *g, const mpmd_node *n) {
     const mpmd_type *xt = mpmd_type_of(g, mpmd_in(n, 0));
     if (!xt || mpmd_type_numel(xt) == 0) return 0;
@@ -517,19 +573,20 @@ static size_t s_reduce(const mpmd_graph *g, const mpmd_node *n) {
     return P.S > 1 ? (size_t)(P.S * P.n_out) * sizeof(float) : 0;
 }
 
-/* sum, mean (times fa[0]) and max over the axes in ia[0]. */
+/* sum, mean (times fa[0]) and max over the axes in ia[0]; x and y in one
+ * float dtype (y has x's, src/ops/reduce.c). */
 static int k_reduce(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
-    if (a->in_type[0]->dtype != MPMD_F32) {
-        snprintf(a->err, a->err_len, "%s: the input is not f32", n->op->name);
+    const mpmd_dtype dt = a->in_type[0]->dtype;
+    if (!mpmd_dtype_is_float(dt) || n->type.dtype != dt) {
+        snprintf(a->err, a->err_len, "%s: input %s, output %s; expected one float dtype (f32, bf16, f16)",
+                 n->op->name, mpmd_dtype_name(dt), mpmd_dtype_name(n->type.dtype));
         return 1;
     }
-    const float *x = (const float *)a->in[0];
-    float *y = (float *)a->out;
     cudaStream_t st = mpmd_cuda_of(a)->stream;
     const i64 numel = mpmd_type_numel(a->in_type[0]), n_out = mpmd_type_numel(&n->type);
-    if (numel == 0) { /* sum over nothing: zeros */
-        if (n_out > 0) cudaMemsetAsync(y, 0, (size_t)n_out * sizeof(float), st);
+    if (numel == 0) { /* sum over nothing: zeros (+0 in every float dtype) */
+        if (n_out > 0) cudaMemsetAsync(a->out, 0, (size_t)n_out * mpmd_dtype_size(dt), st);
         return mpmd_cuda_launched(a, n->op->name);
     }
     RPlan P;
@@ -540,18 +597,24 @@ static int k_reduce(const mpmd_kargs *a) {
         return 1;
     }
     Sink sink;
-    sink.y = y;
+    sink.y = a->out;
     sink.scale = n->op == &mpmd_op_mean ? n->fa[0] : 1.0f;
     sink.stats = NULL;
     sink.dy = NULL;
-    if (n->op == &mpmd_op_max)
-        launch_reduce<OpMax>(P, x, sink, a->scratch, st);
-    else
-        launch_reduce<OpSum>(P, x, sink, a->scratch, st);
+    const int is_max = n->op == &mpmd_op_max;
+    with_float_type(dt, [&](auto tag) {
+        typedef std::remove_pointer_t<decltype(tag)> TX;
+        const TX *x = (const TX *)a->in[0];
+        if (is_max)
+            launch_reduce<OpMax<TX>>(P, x, sink, a->scratch, st);
+        else
+            launch_reduce<OpSum<TX>>(P, x, sink, a->scratch, st);
+    });
     return mpmd_cuda_launched(a, n->op->name);
 }
 
-/* Scratch: (max, dy / count) per output, then the segment partials. */
+/* Scratch: (max, dy / count) per output, then the segment partials, f32
+ * whatever the dtypes: sized by element count, never by x's bytes. */
 static size_t s_max_grad(const mpmd_graph *g, const mpmd_node *n) {
     const mpmd_type *xt = mpmd_type_of(g, mpmd_in(n, 0));
     if (!xt || mpmd_type_numel(xt) == 0) return 0;
@@ -561,28 +624,20 @@ static size_t s_max_grad(const mpmd_graph *g, const mpmd_node *n) {
     return (size_t)P.n_out * sizeof(float2) + (P.S > 1 ? (size_t)(P.S * P.n_out) * sizeof(MaxCnt) : 0);
 }
 
-/* max_grad(x, dy) = dx: per output o with m = max of its group and c = the
- * number of elements equal to m, dx = dy[o] / c where x == m, else 0. */
-static int k_max_grad(const mpmd_kargs *a) {
-    const mpmd_node *n = a->node;
-    if (a->in_type[0]->dtype != MPMD_F32 || a->in_type[1]->dtype != MPMD_F32) {
-        snprintf(a->err, a->err_len, "max_grad: the inputs are not f32");
-        return 1;
-    }
-    const float *x = (const float *)a->in[0], *dy = (const float *)a->in[1];
-    float *dx = (float *)a->out;
+/* max_grad with x and dx stored as TX, dy as TD. */
+template <class TX, class TD>
+static int max_grad_as(const mpmd_kargs *a, const RPlan &P, i64 numel) {
+    const TX *x = (const TX *)a->in[0];
+    const TD *dy = (const TD *)a->in[1];
+    TX *dx = (TX *)a->out;
     cudaStream_t st = mpmd_cuda_of(a)->stream;
-    const i64 numel = mpmd_type_numel(a->in_type[0]);
-    if (numel == 0) return 0;
-    RPlan P;
-    rplan_make(a->in_type[0], n->ia[0], &P);
     if (rplan_ident(&P)) {
-        k_max_grad_ident<<<grid_for(numel, EBLK), EBLK, 0, st>>>(x, dy, dx, numel);
+        k_max_grad_ident<TX, TD><<<grid_for(numel, EBLK), EBLK, 0, st>>>(x, dy, dx, numel);
         return mpmd_cuda_launched(a, "max_grad");
     }
     if (!a->scratch) {
         snprintf(a->err, a->err_len, "max_grad: the executor gave no scratch buffer (%lld bytes needed)",
-                 (long long)s_max_grad(a->g, n));
+                 (long long)s_max_grad(a->g, a->node));
         return 1;
     }
     float2 *stats = (float2 *)a->scratch;
@@ -591,19 +646,44 @@ static int k_max_grad(const mpmd_kargs *a) {
     sink.scale = 1.0f;
     sink.stats = stats;
     sink.dy = dy;
-    launch_reduce<OpMaxCnt>(P, x, sink, stats + P.n_out, st);
+    launch_reduce<OpMaxCnt<TD>>(P, x, sink, stats + P.n_out, st);
     if (P.inner) {
         const i64 nG = P.n_out * P.S;
         if (P.G == 1)
-            k_inner_scatter<1><<<grid_for(nG, 256), 256, 0, st>>>(x, P, stats, dx);
+            k_inner_scatter<1, TX><<<grid_for(nG, 256), 256, 0, st>>>(x, P, stats, dx);
         else if (P.G == 32)
-            k_inner_scatter<32><<<grid_for(nG, 8), 256, 0, st>>>(x, P, stats, dx);
+            k_inner_scatter<32, TX><<<grid_for(nG, 8), 256, 0, st>>>(x, P, stats, dx);
         else
-            k_inner_scatter<RBLK><<<grid_for(nG, 1), RBLK, 0, st>>>(x, P, stats, dx);
+            k_inner_scatter<RBLK, TX><<<grid_for(nG, 1), RBLK, 0, st>>>(x, P, stats, dx);
     } else {
-        k_outer_scatter<<<grid_for(P.nk * P.tiles * P.S, 1), OBLK, 0, st>>>(x, P, stats, dx);
+        k_outer_scatter<TX><<<grid_for(P.nk * P.tiles * P.S, 1), OBLK, 0, st>>>(x, P, stats, dx);
     }
     return mpmd_cuda_launched(a, "max_grad");
+}
+
+/* max_grad(x, dy) = dx: per output o with m = max of its group and c = the
+ * number of elements equal to m, dx = dy[o] / c where x == m, else 0. x and
+ * dy in any float dtypes (each widened to f32), dx in x's. */
+static int k_max_grad(const mpmd_kargs *a) {
+    const mpmd_node *n = a->node;
+    const mpmd_dtype xd = a->in_type[0]->dtype, dd = a->in_type[1]->dtype;
+    if (!mpmd_dtype_is_float(xd) || !mpmd_dtype_is_float(dd) || n->type.dtype != xd) {
+        snprintf(a->err, a->err_len, "max_grad: x %s, dy %s, dx %s; expected float dtypes with dx in x's",
+                 mpmd_dtype_name(xd), mpmd_dtype_name(dd), mpmd_dtype_name(n->type.dtype));
+        return 1;
+    }
+    const i64 numel = mpmd_type_numel(a->in_type[0]);
+    if (numel == 0) return 0;
+    RPlan P;
+    rplan_make(a->in_type[0], n->ia[0], &P);
+    int rc = 0;
+    with_float_type(xd, [&](auto xtag) {
+        with_float_type(dd, [&](auto dtag) {
+            rc = max_grad_as<std::remove_pointer_t<decltype(xtag)>, std::remove_pointer_t<decltype(dtag)>>(a, P,
+                                                                                                          numel);
+        });
+    });
+    return rc;
 }
 
 /* ---- copies ---------------------------------------------------------------------------- */
@@ -632,24 +712,59 @@ static void copy_runs_as(cudaStream_t st, void *dst, i64 ds, const void *src, i6
             (unsigned long long)total);
 }
 
-/* Copy n_runs runs of `run` 4-byte elements, run i from src + i*ss to
+/* The unit elements move in: the widest of 16, 8 and 4 bytes that divides
+ * every byte count in v[] and aligns both pointers, else es, the element
+ * size (2 or 4). */
+static i64 unit_for(i64 es, const void *p, const void *q, const i64 *v, int nv) {
+    for (i64 u = 16; u > es; u >>= 1) {
+        int ok = aligned(p, u) && aligned(q, u);
+        for (int k = 0; ok && k < nv; k++) ok = v[k] % u == 0;
+        if (ok) return u;
+    }
+    return es;
+}
+
+/* f((E *)0) with E the unsigned type of u bytes (unit_for's). */
+template <class F>
+static void with_unit(i64 u, F &&f) {
+    switch (u) {
+    case 16: f((uint4 *)NULL); break;
+    case 8: f((uint2 *)NULL); break;
+    case 4: f((uint32_t *)NULL); break;
+    default: f((uint16_t *)NULL); break;
+    }
+}
+
+/* The element size of a data dtype the shape ops move (f32, i32: 4; bf16,
+ * f16: 2), or 0 with a message. */
+static i64 elem_size(const mpmd_kargs *a, mpmd_dtype d) {
+    const i64 es = (i64)mpmd_dtype_size(d);
+    if (es == 2 || es == 4) return es;
+    snprintf(a->err, a->err_len, "%s: cannot move %s elements", a->node->op->name, mpmd_dtype_name(d));
+    return 0;
+}
+
+/* Copy n_runs runs of `run` elements of es bytes, run i from src + i*ss to
  * dst + i*ds (strides in elements). */
-static void copy_runs(cudaStream_t st, void *dst, i64 ds, const void *src, i64 ss, i64 n_runs, i64 run) {
+static void copy_runs(cudaStream_t st, void *dst, i64 ds, const void *src, i64 ss, i64 n_runs, i64 run, i64 es) {
     if (n_runs <= 0 || run <= 0) return;
     if (n_runs == 1 || (ds == run && ss == run)) {
-        cudaMemcpyAsync(dst, src, (size_t)(n_runs * run) * 4, cudaMemcpyDeviceToDevice, st);
-    } else if (run % 4 == 0 && ds % 4 == 0 && ss % 4 == 0 && al16(dst) && al16(src)) {
-        copy_runs_as<uint4>(st, dst, ds / 4, src, ss / 4, n_runs, run / 4);
-    } else {
-        copy_runs_as<uint32_t>(st, dst, ds, src, ss, n_runs, run);
+        cudaMemcpyAsync(dst, src, (size_t)(n_runs * run * es), cudaMemcpyDeviceToDevice, st);
+        return;
     }
+    const i64 v[3] = {run * es, ds * es, ss * es};
+    const i64 k = unit_for(es, dst, src, v, 3) / es; /* elements per unit */
+    with_unit(k * es, [&](auto tag) {
+        copy_runs_as<std::remove_pointer_t<decltype(tag)>>(st, dst, ds / k, src, ss / k, n_runs, run / k);
+    });
 }
 
 /* reshape: the same bytes; copy only when not given the input's buffer. */
 static int k_reshape(const mpmd_kargs *a) {
     const i64 numel = mpmd_type_numel(&a->node->type);
+    const i64 es = (i64)mpmd_dtype_size(a->node->type.dtype);
     if (a->out != a->in[0] && numel > 0)
-        cudaMemcpyAsync(a->out, a->in[0], (size_t)numel * 4, cudaMemcpyDeviceToDevice, mpmd_cuda_of(a)->stream);
+        cudaMemcpyAsync(a->out, a->in[0], (size_t)(numel * es), cudaMemcpyDeviceToDevice, mpmd_cuda_of(a)->stream);
     return mpmd_cuda_launched(a, "reshape");
 }
 
@@ -667,9 +782,11 @@ static int k_slice(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
     i64 outer, d, inner;
     const i64 start = n->ia[1], w = n->ia[2] - n->ia[1];
+    const i64 es = elem_size(a, a->in_type[0]->dtype);
+    if (!es) return 1;
     axis_split(a->in_type[0], (int)n->ia[0], &outer, &d, &inner);
-    copy_runs(mpmd_cuda_of(a)->stream, a->out, w * inner, (const uint32_t *)a->in[0] + start * inner, d * inner,
-              outer, w * inner);
+    copy_runs(mpmd_cuda_of(a)->stream, a->out, w * inner, (const char *)a->in[0] + start * inner * es, d * inner,
+              outer, w * inner, es);
     return mpmd_cuda_launched(a, "slice");
 }
 
@@ -701,12 +818,16 @@ static int k_slice_grad(const mpmd_kargs *a) {
     i64 outer, d, inner;
     axis_split(&n->type, (int)n->ia[0], &outer, &d, &inner);
     const i64 row = d * inner, s0 = n->ia[1] * inner, s1 = n->ia[2] * inner, total = outer * row;
+    const i64 es = elem_size(a, n->type.dtype);
+    if (!es) return 1;
     if (total == 0) return 0;
     cudaStream_t st = mpmd_cuda_of(a)->stream;
-    if (row % 4 == 0 && s0 % 4 == 0 && s1 % 4 == 0 && al16(a->out) && al16(a->in[0]))
-        slice_grad_as<uint4>(st, a->out, a->in[0], total / 4, row / 4, s0 / 4, s1 / 4);
-    else
-        slice_grad_as<uint32_t>(st, a->out, a->in[0], total, row, s0, s1);
+    const i64 v[3] = {row * es, s0 * es, s1 * es};
+    const i64 k = unit_for(es, a->out, a->in[0], v, 3) / es; /* elements per unit */
+    with_unit(k * es, [&](auto tag) {
+        slice_grad_as<std::remove_pointer_t<decltype(tag)>>(st, a->out, a->in[0], total / k, row / k, s0 / k,
+                                                            s1 / k);
+    });
     return mpmd_cuda_launched(a, "slice_grad");
 }
 
@@ -715,11 +836,13 @@ static int k_concat(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
     const int ax = (int)n->ia[0];
     i64 outer, dt, inner, off = 0;
+    const i64 es = elem_size(a, n->type.dtype);
+    if (!es) return 1;
     axis_split(&n->type, ax, &outer, &dt, &inner);
     cudaStream_t st = mpmd_cuda_of(a)->stream;
     for (int k = 0; k < n->n_in; k++) {
         const i64 dk = a->in_type[k]->dim[ax];
-        copy_runs(st, (uint32_t *)a->out + off * inner, dt * inner, a->in[k], dk * inner, outer, dk * inner);
+        copy_runs(st, (char *)a->out + off * inner * es, dt * inner, a->in[k], dk * inner, outer, dk * inner, es);
         off += dk;
     }
     return mpmd_cuda_launched(a, "concat");
@@ -791,11 +914,14 @@ static void permute_rows_as(cudaStream_t st, void *y, const void *x, i64 total, 
 /* Tiled transpose of input axis a (stride sa in x, 1 in y) and the input's
  * last axis b (stride 1 in x, tb in y), for every index of `rest` (sa:
  * input offset, sb: output offset). Block = (rest index, a tile, b tile),
- * b tiles fastest; reads run along b, writes along a. */
+ * b tiles fastest; reads run along b, writes along a. E: the element (4 or
+ * 2 bytes); a tile row is padded to an odd number of 4-byte words, so the
+ * column reads hit 32 different banks. */
+template <class E>
 __global__ void __launch_bounds__(256)
-    k_transpose(uint32_t *__restrict__ y, const uint32_t *__restrict__ x, i64 na, i64 nb, i64 sa, i64 tb,
+    k_transpose(E *__restrict__ y, const E *__restrict__ x, i64 na, i64 nb, i64 sa, i64 tb,
                 i64 ta_tiles, i64 tb_tiles, i64 nblk, const Axes rest) {
-    __shared__ uint32_t tile[32][33];
+    __shared__ E tile[32][32 + 4 / sizeof(E)];
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     for (i64 blk = blockIdx.x; blk < nblk; blk += gridDim.x) {
         const i64 t = blk / tb_tiles, tbi = blk - t * tb_tiles;
@@ -888,19 +1014,26 @@ static int k_permute(const mpmd_kargs *a) {
     cudaStream_t st = mpmd_cuda_of(a)->stream;
     PermPlan Q;
     perm_plan(a->in_type[0], a->node->ia, &Q);
+    const i64 es = elem_size(a, a->node->type.dtype);
+    if (!es) return 1;
     if (Q.mode == PERM_COPY) {
-        cudaMemcpyAsync(a->out, a->in[0], (size_t)numel * 4, cudaMemcpyDeviceToDevice, st);
+        cudaMemcpyAsync(a->out, a->in[0], (size_t)(numel * es), cudaMemcpyDeviceToDevice, st);
     } else if (Q.mode == PERM_ROWS) {
-        if (Q.len % 4 == 0 && al16(a->out) && al16(a->in[0])) {
-            for (int k = 0; k < Q.A.n; k++) Q.A.sa[k] /= 4;
-            permute_rows_as<uint4>(st, a->out, a->in[0], numel / 4, Q.len / 4, Q.A);
-        } else {
-            permute_rows_as<uint32_t>(st, a->out, a->in[0], numel, Q.len, Q.A);
-        }
+        /* k elements a unit: k divides len, hence every input row offset */
+        const i64 v[1] = {Q.len * es};
+        const i64 k = unit_for(es, a->out, a->in[0], v, 1) / es;
+        for (int j = 0; j < Q.A.n; j++) Q.A.sa[j] /= k;
+        with_unit(k * es, [&](auto tag) {
+            permute_rows_as<std::remove_pointer_t<decltype(tag)>>(st, a->out, a->in[0], numel / k, Q.len / k, Q.A);
+        });
     } else {
         const i64 ta = cdiv(Q.na, 32), tbt = cdiv(Q.nb, 32), nblk = axes_count(&Q.A) * ta * tbt;
-        k_transpose<<<grid_for(nblk, 1), 256, 0, st>>>((uint32_t *)a->out, (const uint32_t *)a->in[0], Q.na, Q.nb,
-                                                       Q.sa, Q.tb, ta, tbt, nblk, Q.A);
+        if (es == 4)
+            k_transpose<uint32_t><<<grid_for(nblk, 1), 256, 0, st>>>(
+                (uint32_t *)a->out, (const uint32_t *)a->in[0], Q.na, Q.nb, Q.sa, Q.tb, ta, tbt, nblk, Q.A);
+        else
+            k_transpose<uint16_t><<<grid_for(nblk, 1), 256, 0, st>>>(
+                (uint16_t *)a->out, (const uint16_t *)a->in[0], Q.na, Q.nb, Q.sa, Q.tb, ta, tbt, nblk, Q.A);
     }
     return mpmd_cuda_launched(a, "permute");
 }
@@ -908,14 +1041,14 @@ static int k_permute(const mpmd_kargs *a) {
 } /* namespace */
 
 extern "C" const mpmd_kernel mpmd_cuda_reduce_kernels[] = {
-    {&mpmd_op_sum, k_reduce, s_reduce},
-    {&mpmd_op_mean, k_reduce, s_reduce},
-    {&mpmd_op_max, k_reduce, s_reduce},
-    {&mpmd_op_max_grad, k_max_grad, s_max_grad},
-    {&mpmd_op_reshape, k_reshape, NULL},
-    {&mpmd_op_permute, k_permute, NULL},
-    {&mpmd_op_slice, k_slice, NULL},
-    {&mpmd_op_slice_grad, k_slice_grad, NULL},
-    {&mpmd_op_concat, k_concat, NULL},
-    {NULL, NULL, NULL},
+    {&mpmd_op_sum, k_reduce, s_reduce, MPMD_KERNEL_BF16 | MPMD_KERNEL_F16},
+    {&mpmd_op_mean, k_reduce, s_reduce, MPMD_KERNEL_BF16 | MPMD_KERNEL_F16},
+    {&mpmd_op_max, k_reduce, s_reduce, MPMD_KERNEL_BF16 | MPMD_KERNEL_F16},
+    {&mpmd_op_max_grad, k_max_grad, s_max_grad, MPMD_KERNEL_BF16 | MPMD_KERNEL_F16},
+    {&mpmd_op_reshape, k_reshape, NULL, MPMD_KERNEL_BF16 | MPMD_KERNEL_F16},
+    {&mpmd_op_permute, k_permute, NULL, MPMD_KERNEL_BF16 | MPMD_KERNEL_F16},
+    {&mpmd_op_slice, k_slice, NULL, MPMD_KERNEL_BF16 | MPMD_KERNEL_F16},
+    {&mpmd_op_slice_grad, k_slice_grad, NULL, MPMD_KERNEL_BF16 | MPMD_KERNEL_F16},
+    {&mpmd_op_concat, k_concat, NULL, MPMD_KERNEL_BF16 | MPMD_KERNEL_F16},
+    {NULL, NULL, NULL, 0},
 };
