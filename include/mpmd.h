@@ -287,6 +287,9 @@ mpmd_value mpmd_concat(mpmd_graph *g, int n, const mpmd_value *xs, int axis);
  * MPMD_TRANS_A), b is [K, N] ([N, K] with MPMD_TRANS_B) or batched with the
  * same leading dims as a. Result [..., M, N]. Every product is an sgemm. */
 mpmd_value mpmd_matmul(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags);
+/* alpha op(a) op(b), the scale applied inside the product (one pass, as in
+ * attention's scores); its gradients are scaled the same way. */
+mpmd_value mpmd_matmul_scaled(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags, float alpha);
 
 /* Softmax and log-softmax over the last axis. The causal variant takes
  * [..., T, T] scores and masks j > i (row i attends to columns 0..i). */

@@ -523,7 +523,7 @@ static void test_errors(void) {
         switch (which) {
         case 0:
             r = mpmd_mul(g, a, ids);
-            expect = (needles){{"mpmd_mul", "i32[4,3]", "f32 tensors only", "operand b"}};
+            expect = (needles){{"mpmd_mul", "i32[4,3]", "float tensors (f32, bf16, f16)", "operand b"}};
             break;
         case 1:
             r = mpmd_gelu(g, ids);

@@ -16,8 +16,10 @@
 
 static void attrs_matmul(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
     (void)g;
-    snprintf(buf, len, "%s%s", (n->ia[0] & MPMD_TRANS_A) ? " trans_a" : "",
-             (n->ia[0] & MPMD_TRANS_B) ? " trans_b" : "");
+    int k = snprintf(buf, len, "%s%s", (n->ia[0] & MPMD_TRANS_A) ? " trans_a" : "",
+                     (n->ia[0] & MPMD_TRANS_B) ? " trans_b" : "");
+    if ((n->ia[1] & 1) && k >= 0 && (size_t)k < len)
+        snprintf(buf + k, len - (size_t)k, " alpha=%.9g", (double)n->fa[0]);
 }
 
 static void attrs_eps(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
@@ -114,6 +116,18 @@ mpmd_value mpmd_matmul(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags) {
     return r;
 }
 
+mpmd_value mpmd_matmul_scaled(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags, float alpha) {
+    if (!isfinite(alpha))
+        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_matmul_scaled: alpha is %g; it must be finite", (double)alpha);
+    mpmd_value r = mpmd_matmul(g, a, b, flags);
+    mpmd_node *node = mpmd_node_of(g, r);
+    if (node && alpha != 1.0f) {
+        node->ia[1] = 1;
+        node->fa[0] = alpha;
+    }
+    return r;
+}
+
 /* C = A' B' with A' = op(A) [M, K] and B' = op(B) [K, N] (op transposes when
  * the flag is set). Then dA' = dC B'^T and dB' = A'^T dC, and
  *   dA = dA'             or, with TRANS_A, dA'^T = B' dC^T
@@ -122,7 +136,11 @@ mpmd_value mpmd_matmul(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags) {
  * batched a, dB sums over the batch: the batch is folded into the summed
  * dimension (a as [R, K], dC as [R, N] with R = batch x M) so that the
  * weight gradient is one large sgemm. */
+/* A scaled product (alpha) scales both gradients by alpha, inside their
+ * matmuls. */
+#define mpmd_matmul(g, x, y, f) mpmd_matmul_scaled(g, x, y, f, alpha)
 static void vjp_matmul(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    const float alpha = mpmd_matmul_alpha(n);
     mpmd_value a = mpmd_in(n, 0), b = mpmd_in(n, 1);
     const mpmd_type ta = *mpmd_type_of(g, a), tb = *mpmd_type_of(g, b);
     int tra = (n->ia[0] & MPMD_TRANS_A) != 0, trb = (n->ia[0] & MPMD_TRANS_B) != 0;
@@ -151,6 +169,7 @@ static void vjp_matmul(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_va
                      : mpmd_matmul(g, a2, g2, MPMD_TRANS_A); /* dB [K, N] = A'^T dC */
     }
 }
+#undef mpmd_matmul
 
 /* ---- softmax family ------------------------------------------------------------------ */
 
@@ -335,8 +354,8 @@ mpmd_value mpmd_attention(mpmd_graph *g, mpmd_value q, mpmd_value k, mpmd_value 
     mpmd_value qh = mpmd_permute(g, q, perm);
     mpmd_value kh = mpmd_permute(g, k, perm);
     mpmd_value vh = mpmd_permute(g, v, perm);
-    mpmd_value s = mpmd_matmul(g, qh, kh, MPMD_TRANS_B); /* [B, H, T, T] */
-    s = mpmd_mul_scalar(g, s, (float)(1.0 / sqrt((double)tq.dim[3])));
+    /* [B, H, T, T], scaled inside the product */
+    mpmd_value s = mpmd_matmul_scaled(g, qh, kh, MPMD_TRANS_B, (float)(1.0 / sqrt((double)tq.dim[3])));
     mpmd_value p = causal ? mpmd_softmax_causal(g, s) : mpmd_softmax(g, s);
     mpmd_value o = mpmd_matmul(g, p, vh, 0); /* [B, H, T, Dh] */
     return mpmd_permute(g, o, perm);

@@ -2,7 +2,8 @@
  * constructors (src/ops/nn.c) and the CPU kernels (src/backend/cpu/nn.c).
  *
  * Public ops (constructors in mpmd.h):
- *   matmul          ia[0] = flags (MPMD_TRANS_A | MPMD_TRANS_B)
+ *   matmul          ia[0] = flags (MPMD_TRANS_A | MPMD_TRANS_B); ia[1] = 1: the
+ *                   product is scaled by fa[0] (mpmd_matmul_scaled)
  *   softmax, log_softmax, softmax_causal   (last axis)
  *   layer_norm      inputs x, gamma, beta; fa[0] = eps
  *   embedding       inputs table [V, C], ids i32 [...]
@@ -26,5 +27,8 @@ extern const mpmd_op_desc mpmd_op_softmax_grad, mpmd_op_softmax_causal_grad, mpm
 extern const mpmd_op_desc mpmd_op_layer_norm, mpmd_op_layer_norm_grad_x, mpmd_op_layer_norm_grad_gamma;
 extern const mpmd_op_desc mpmd_op_embedding, mpmd_op_embedding_grad;
 extern const mpmd_op_desc mpmd_op_cross_entropy, mpmd_op_cross_entropy_grad;
+
+/* The scale of a matmul node: alpha in C = alpha op(A) op(B). */
+static inline float mpmd_matmul_alpha(const mpmd_node *n) { return (n->ia[1] & 1) ? n->fa[0] : 1.0f; }
 
 #endif

@@ -139,6 +139,7 @@ static mm_grid matmul_grid(int64_t m, int64_t n, int64_t k) {
 static int k_matmul(const mpmd_kargs *a) {
     const mpmd_type *ta = a->in_type[0], *tb = a->in_type[1];
     int tra = (a->node->ia[0] & MPMD_TRANS_A) != 0, trb = (a->node->ia[0] & MPMD_TRANS_B) != 0;
+    const float alpha = mpmd_matmul_alpha(a->node);
     int nd = ta->ndim;
     int64_t m = ta->dim[nd - 2 + tra], k = ta->dim[nd - 1 - tra];
     int64_t n = tb->dim[tb->ndim - 1 - trb];
@@ -167,7 +168,7 @@ static int k_matmul(const mpmd_kargs *a) {
             int64_t mm = m - m0 < gr.mb ? m - m0 : gr.mb, nn = n - n0 < gr.nb ? n - n0 : gr.nb;
             const float *Ai = A + item * sa + (tra ? m0 : m0 * lda);
             const float *Bi = B + item * sb + (trb ? n0 * ldb : n0);
-            mpmd_sgemm(1, tra, trb, mm, nn, k, 1.0f, Ai, lda, Bi, ldb, 0.0f, C + item * sc + m0 * n + n0, n);
+            mpmd_sgemm(1, tra, trb, mm, nn, k, alpha, Ai, lda, Bi, ldb, 0.0f, C + item * sc + m0 * n + n0, n);
         }
     }
     return 0;

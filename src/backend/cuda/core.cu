@@ -88,7 +88,7 @@ static int k_matmul(const mpmd_kargs *a) {
     long long sa = (long long)(m * k), sb = shared_b ? 0 : (long long)(k * n), sc = (long long)(m * n);
     cublasOperation_t opa = tra ? CUBLAS_OP_T : CUBLAS_OP_N, opb = trb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasComputeType_t ct = d->tf32 && dt == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    const float one = 1.0f, zero = 0.0f;
+    const float one = mpmd_matmul_alpha(a->node), zero = 0.0f; /* C = alpha op(A) op(B) */
     int small = fits_int(m) && fits_int(n) && fits_int(k) && fits_int(lda) && fits_int(ldb) && fits_int(batch);
     cublasStatus_t s;
     /* Column-major: C^T [N, M] = op(B)^T [N, K] op(A)^T [K, M]. */
