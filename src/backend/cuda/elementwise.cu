@@ -1,37 +1,50 @@
 /* CUDA kernels of the elementwise family (ops in src/ops/elementwise.c; the
  * CPU kernels in src/backend/cpu/elementwise.c are the specification).
  *
+ * Every kernel takes f32, bf16 and f16 natively: the operands and the output
+ * of a node share one dtype (the graph's rule), the kernels are templated on
+ * its storage type T (float, __nv_bfloat16, __half), load each element and
+ * convert it to f32 exactly, compute in f32 exactly as the f32 kernel does,
+ * and round to T (nearest even) once, on store. On f32 the conversions are
+ * the identity and the code is the f32 kernel's.
+ *
  * Unary ops, scalar ops and the fused *_grad ops are flat maps: a grid-stride
- * loop over float4 vectors (when the buffers are 16-byte aligned) and then
- * the remaining tail elements, one thread per element.
+ * loop over 16-byte vectors (4 f32 or 8 16-bit elements, when the buffers are
+ * 16-byte aligned) and then the remaining tail elements, one thread per
+ * element.
  *
  * Binary ops and broadcast_to coalesce the output shape against the operands
  * exactly as the CPU does (groups with a stride 0 or 1 per operand in the
  * last group, a general stride in the outer ones). One group is a flat map
  * (an operand of stride 0 is a single element); more groups run a kernel
- * where each thread takes 4 consecutive outputs of one row (1 when the last
- * group's size is not a multiple of 4), finds its row by division and the
- * operands' offsets by decomposing the row over the outer groups. Index
- * arithmetic is 32-bit when it cannot overflow (n plus one grid stride below
- * 2^31), else 64-bit. Every
- * output is computed by one thread from its own inputs, reading before
- * writing, so out == in[0] (in place) is correct.
+ * where each thread takes V consecutive outputs of one row (f32: 4 when the
+ * last group's size is a multiple of 4 and the buffers 16-byte aligned;
+ * 16-bit: 8 or 4 likewise, as 16- or 8-byte vectors; else 1), finds its row
+ * by division and the operands' offsets by decomposing the row over the outer
+ * groups. Index arithmetic is 32-bit when it cannot overflow (n plus one grid
+ * stride below 2^31), else 64-bit. Every output is computed by one thread
+ * from its own inputs, reading before writing, so out == in[0] (in place) is
+ * correct.
  *
- * sum_to coalesces as the CPU does and sums each output in an order fixed by
- * the shapes alone (no atomics):
+ * sum_to coalesces as the CPU does and sums each output in f32 in an order
+ * fixed by the shapes alone (no atomics), rounding to the output's dtype once
+ * per output:
  *  - last group kept (a bias gradient [N, C] -> [C]): the reduced positions
  *    are cut into S chunks; a block of 8 warps takes 32 column lanes (of 4
- *    columns, float4, when C % 4 == 0 and the buffers are aligned; else 1)
- *    of one chunk, warp w adds rows w, w + 8, ... of the chunk in order, and
- *    the 8 warp sums are added in warp order. With S > 1 the chunk sums go
- *    to scratch [S][outputs] and a second kernel adds them in chunk order
- *    per output. The order per column does not depend on the lane width.
+ *    columns, one 16-byte f32 or 8-byte 16-bit vector, when C % 4 == 0 and
+ *    the input is aligned; else 1) of one chunk, warp w adds rows w, w + 8,
+ *    ... of the chunk in order, and the 8 warp sums are added in warp order.
+ *    With S > 1 the chunk sums go to f32 scratch [S][outputs] and a second
+ *    kernel adds them in chunk order per output. The order per column does
+ *    not depend on the lane width.
  *  - last group reduced ([N, C] -> [N, 1], everything -> [1]): one warp per
  *    (output, chunk); lane l adds positions l, l + 32, ... of the chunk in
  *    order, then a fixed shuffle tree; with S > 1 a second kernel adds the
  *    chunk sums of each output with one warp the same way.
  *  - nothing reduced: a device copy.
- * S depends only on the shapes (the scratch function computes the same).
+ * S depends only on the shapes, not the dtype (the scratch function computes
+ * the same), so a 16-bit sum is the f32 kernel's sum of the widened input,
+ * rounded once.
  *
  * The maths functions are CUDA's expf/logf/tanhf/sqrtf and IEEE division
  * (as built without fast-math); gelu is the tanh form computed as the CPU
@@ -39,8 +52,12 @@
  */
 #include "cuda.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 #include <string.h>
+
+#include <type_traits>
 
 extern "C" {
 extern const mpmd_op_desc mpmd_op_add, mpmd_op_sub, mpmd_op_mul, mpmd_op_div;
@@ -54,6 +71,46 @@ extern const mpmd_op_desc mpmd_op_relu_grad, mpmd_op_gelu_grad;
 #define THREADS 256
 #define MAX_GRID (1 << 20)
 #define MAX_OUTER (MPMD_MAX_DIMS - 1) /* outer groups besides the last one */
+
+/* ---- storage types ------------------------------------------------------------------------ */
+
+/* Elements per 16-byte vector of T, as a shift: 4 f32 (2), 8 bf16 or f16 (3). */
+template <typename T> struct vec16 {
+    static constexpr int lg = sizeof(T) == 4 ? 2 : 3;
+    static constexpr int n = 1 << lg;
+};
+
+/* V elements of T, aligned to their size (one vector load or store). */
+template <typename T, int V> struct alignas(sizeof(T) * V) pack {
+    T v[V];
+};
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+
+/* f32 -> T, rounding to nearest even */
+template <typename T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+
+/* The V elements at p (aligned to V elements), raw. Kernels move vectors as
+ * whole packs, converting element by element (not through f32 arrays, which
+ * keep the compiler from unrolling the grid-stride loops). The f32 vector
+ * code of map2 and bcast stays the float4 code: with packs the compiler
+ * would no longer unswitch their loops on the operands' strides. */
+template <int V, typename T> __device__ __forceinline__ pack<T, V> load_pack(const T *p) {
+    return *reinterpret_cast<const pack<T, V> *>(p);
+}
+
+/* A pack of V copies of x */
+template <int V, typename T> __device__ __forceinline__ pack<T, V> splat(T x) {
+    pack<T, V> r;
+#pragma unroll
+    for (int k = 0; k < V; k++) r.v[k] = x;
+    return r;
+}
 
 /* ---- host helpers --------------------------------------------------------------------- */
 
@@ -69,15 +126,37 @@ static unsigned grid_for(int64_t work) {
     return b > MAX_GRID ? MAX_GRID : b;
 }
 
-static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+static int aligned_to(const void *p, size_t bytes) { return ((uintptr_t)p & (bytes - 1)) == 0; }
+static int aligned16(const void *p) { return aligned_to(p, 16); }
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-static int check_f32(const mpmd_kargs *a, int n_in) {
-    int ok = a->node->type.dtype == MPMD_F32;
-    for (int i = 0; i < n_in; i++) ok = ok && a->in_type[i]->dtype == MPMD_F32;
-    if (!ok) snprintf(a->err, a->err_len, "%s: the CUDA kernel takes f32 tensors only", a->node->op->name);
-    return ok;
+/* The dtype of the output when it is f32, bf16 or f16 and the first n_in
+ * operands have it too; else -1 with a message. */
+static int common_dtype(const mpmd_kargs *a, int n_in) {
+    mpmd_dtype d = a->node->type.dtype;
+    int ok = d == MPMD_F32 || d == MPMD_BF16 || d == MPMD_F16;
+    for (int i = 0; i < n_in; i++) ok = ok && a->in_type[i]->dtype == d;
+    if (ok) return (int)d;
+    snprintf(a->err, a->err_len,
+             "%s: the CUDA kernel takes operands of the output's dtype, one of f32, bf16, f16 (output %s, "
+             "operands %s%s%s)",
+             a->node->op->name, mpmd_dtype_name(d), mpmd_dtype_name(a->in_type[0]->dtype), n_in > 1 ? ", " : "",
+             n_in > 1 ? mpmd_dtype_name(a->in_type[1]->dtype) : "");
+    return -1;
+}
+
+template <typename T> struct type_tag {
+    typedef T type;
+};
+
+/* g(type_tag<T>()) for the storage type T of dtype d (f32, bf16, f16). */
+template <class G> static int by_dtype(int d, G g) {
+    switch (d) {
+    case MPMD_BF16: return g(type_tag<__nv_bfloat16>());
+    case MPMD_F16: return g(type_tag<__half>());
+    default: return g(type_tag<float>());
+    }
 }
 
 /* Dimension d of type t aligned to rank n (1 where t has no such axis). */
@@ -114,7 +193,7 @@ __device__ __forceinline__ I decompose(I r, int n, const int64_t *size, const in
 __device__ __forceinline__ int64_t gtid() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ int64_t gstride() { return (int64_t)gridDim.x * blockDim.x; }
 
-/* ---- functors --------------------------------------------------------------------------- */
+/* ---- functors (f32 in, f32 out) ----------------------------------------------------------- */
 
 #define GELU_K 0.7978845608028654f
 #define GELU_C 0.044715f
@@ -163,54 +242,73 @@ struct GGelu { __device__ float operator()(float g, float x) const { return g * 
 
 /* ---- flat maps ---------------------------------------------------------------------------- */
 
-/* o[i] = f(x[i]); float4 body when vec, then the tail. */
-template <class F>
-__global__ void map1_kernel(float *o, const float *x, int64_t n, int vec, F f) {
-    int64_t t = gtid(), st = gstride(), n4 = vec ? n >> 2 : 0;
-    for (int64_t v = t; v < n4; v += st) {
-        float4 a = reinterpret_cast<const float4 *>(x)[v];
-        a.x = f(a.x);
-        a.y = f(a.y);
-        a.z = f(a.z);
-        a.w = f(a.w);
-        reinterpret_cast<float4 *>(o)[v] = a;
+/* o[i] = f(x[i]); a body of 16-byte vectors when vec, then the tail. */
+template <typename T, class F>
+__global__ void map1_kernel(T *o, const T *x, int64_t n, int vec, F f) {
+    constexpr int V = vec16<T>::n;
+    typedef pack<T, V> P;
+    int64_t t = gtid(), st = gstride(), nv = vec ? n >> vec16<T>::lg : 0;
+    for (int64_t v = t; v < nv; v += st) {
+        P a = reinterpret_cast<const P *>(x)[v], r;
+#pragma unroll
+        for (int k = 0; k < V; k++) r.v[k] = from_f32<T>(f(to_f32(a.v[k])));
+        reinterpret_cast<P *>(o)[v] = r;
     }
-    for (int64_t i = n4 * 4 + t; i < n; i += st) o[i] = f(x[i]);
+    for (int64_t i = nv * V + t; i < n; i += st) o[i] = from_f32<T>(f(to_f32(x[i])));
 }
 
 /* o[i] = f(a[i sa], b[i sb]), sa and sb 0 or 1 (0: a single element). */
-template <class F>
-__global__ void map2_kernel(float *o, const float *a, int sa, const float *b, int sb, int64_t n, int vec, F f) {
-    int64_t t = gtid(), st = gstride(), n4 = vec ? n >> 2 : 0;
-    for (int64_t v = t; v < n4; v += st) {
-        float4 x, y, r;
-        if (sa) x = reinterpret_cast<const float4 *>(a)[v];
-        else x.x = x.y = x.z = x.w = a[0];
-        if (sb) y = reinterpret_cast<const float4 *>(b)[v];
-        else y.x = y.y = y.z = y.w = b[0];
-        r.x = f(x.x, y.x);
-        r.y = f(x.y, y.y);
-        r.z = f(x.z, y.z);
-        r.w = f(x.w, y.w);
-        reinterpret_cast<float4 *>(o)[v] = r;
+template <typename T, class F>
+__global__ void map2_kernel(T *o, const T *a, int sa, const T *b, int sb, int64_t n, int vec, F f) {
+    constexpr int V = vec16<T>::n;
+    typedef pack<T, V> P;
+    int64_t t = gtid(), st = gstride(), nv = vec ? n >> vec16<T>::lg : 0;
+    for (int64_t v = t; v < nv; v += st) {
+        if constexpr (std::is_same<T, float>::value) { /* the f32 code as it was (see load_pack) */
+            float4 x, y, r;
+            if (sa) x = reinterpret_cast<const float4 *>(a)[v];
+            else x.x = x.y = x.z = x.w = a[0];
+            if (sb) y = reinterpret_cast<const float4 *>(b)[v];
+            else y.x = y.y = y.z = y.w = b[0];
+            r.x = f(x.x, y.x);
+            r.y = f(x.y, y.y);
+            r.z = f(x.z, y.z);
+            r.w = f(x.w, y.w);
+            reinterpret_cast<float4 *>(o)[v] = r;
+        } else {
+            P x, y, r;
+            if (sa) x = reinterpret_cast<const P *>(a)[v];
+            else x = splat<V>(a[0]);
+            if (sb) y = reinterpret_cast<const P *>(b)[v];
+            else y = splat<V>(b[0]);
+#pragma unroll
+            for (int k = 0; k < V; k++) r.v[k] = from_f32<T>(f(to_f32(x.v[k]), to_f32(y.v[k])));
+            reinterpret_cast<P *>(o)[v] = r;
+        }
     }
-    for (int64_t i = n4 * 4 + t; i < n; i += st) o[i] = f(a[sa ? i : 0], b[sb ? i : 0]);
+    for (int64_t i = nv * V + t; i < n; i += st) o[i] = from_f32<T>(f(to_f32(a[sa ? i : 0]), to_f32(b[sb ? i : 0])));
+}
+
+/* Vectors and tail elements of a flat map: the threads it wants. */
+template <typename T> static int64_t map_work(int64_t n, int vec) {
+    int64_t nv = vec ? n >> vec16<T>::lg : 0, tail = n - nv * vec16<T>::n;
+    return nv > tail ? nv : tail;
 }
 
 template <class F>
 static int run_map1(const mpmd_kargs *a, F f) {
-    if (!check_f32(a, 1)) return 1;
-    int64_t n = numel_of(&a->node->type);
-    float *o = (float *)a->out;
-    const float *x = (const float *)a->in[0];
-    int vec = aligned16(o) && aligned16(x);
-    int64_t n4 = vec ? n / 4 : 0, work = n4 > n - 4 * n4 ? n4 : n - 4 * n4;
-    map1_kernel<F><<<grid_for(work), THREADS, 0, mpmd_cuda_of(a)->stream>>>(o, x, n, vec, f);
-    return mpmd_cuda_launched(a, a->node->op->name);
+    int d = common_dtype(a, 1);
+    if (d < 0) return 1;
+    return by_dtype(d, [&](auto tag) {
+        typedef typename decltype(tag)::type T;
+        int64_t n = numel_of(&a->node->type);
+        T *o = (T *)a->out;
+        const T *x = (const T *)a->in[0];
+        int vec = aligned16(o) && aligned16(x);
+        map1_kernel<T, F><<<grid_for(map_work<T>(n, vec)), THREADS, 0, mpmd_cuda_of(a)->stream>>>(o, x, n, vec, f);
+        return mpmd_cuda_launched(a, a->node->op->name);
+    });
 }
-
-static int launch_map2(const mpmd_kargs *a, int kind, float *o, const float *x, int sa, const float *y, int sb,
-                       int64_t n);
 
 /* ---- binary ops and broadcast_to ---------------------------------------------------------- */
 
@@ -265,8 +363,8 @@ struct bcast_args {
 /* V consecutive outputs per thread, all in one row (cols % V == 0). When an
  * operand has stride 1 in the last group its outer strides are multiples of
  * cols, so its vector loads are aligned like its base pointer. */
-template <class F, typename I, int V>
-__global__ void bcast_kernel(float *o, const float *a, const float *b, bcast_args p, F f) {
+template <class F, typename T, typename I, int V>
+__global__ void bcast_kernel(T *o, const T *a, const T *b, bcast_args p, F f) {
     I nv = (I)(p.n / V), cols = (I)p.cols;
     I t = (I)(blockIdx.x * blockDim.x + threadIdx.x), st = (I)(gridDim.x * blockDim.x);
     for (I v = t; v < nv; v += st) {
@@ -287,7 +385,7 @@ __global__ void bcast_kernel(float *o, const float *a, const float *b, bcast_arg
                 offb += idx * (I)p.osb[q];
             }
         }
-        if (V == 4) {
+        if constexpr (V > 1 && std::is_same<T, float>::value) { /* the f32 code as it was (see load_pack) */
             float4 x, y, r;
             if (p.sa) x = *reinterpret_cast<const float4 *>(a + offa);
             else x.x = x.y = x.z = x.w = a[offa];
@@ -298,33 +396,61 @@ __global__ void bcast_kernel(float *o, const float *a, const float *b, bcast_arg
             r.z = f(x.z, y.z);
             r.w = f(x.w, y.w);
             *reinterpret_cast<float4 *>(o + i) = r;
+        } else if constexpr (V > 1) {
+            pack<T, V> x, y, r;
+            if (p.sa) x = load_pack<V>(a + offa);
+            else x = splat<V>(a[offa]);
+            if (p.sb) y = load_pack<V>(b + offb);
+            else y = splat<V>(b[offb]);
+#pragma unroll
+            for (int k = 0; k < V; k++) r.v[k] = from_f32<T>(f(to_f32(x.v[k]), to_f32(y.v[k])));
+            *reinterpret_cast<pack<T, V> *>(o + i) = r;
         } else {
-            o[i] = f(a[offa], b[offb]);
+            o[i] = from_f32<T>(f(to_f32(a[offa]), to_f32(b[offb])));
         }
     }
 }
 
-template <class F>
-static void launch_bcast(cudaStream_t s, float *o, const float *a, const float *b, const bcast_args &p, int vec, F f) {
-    int64_t work = vec ? p.n / 4 : p.n;
+template <typename T, int V, class F>
+static void launch_bcast_v(cudaStream_t s, T *o, const T *a, const T *b, const bcast_args &p, F f) {
     /* 32-bit indices when every index and offset (< n, + one grid stride) fits */
     int small = p.n + (int64_t)MAX_GRID * THREADS < ((int64_t)1 << 31);
-    unsigned g = grid_for(work);
-    if (small && vec) bcast_kernel<F, uint32_t, 4><<<g, THREADS, 0, s>>>(o, a, b, p, f);
-    else if (small) bcast_kernel<F, uint32_t, 1><<<g, THREADS, 0, s>>>(o, a, b, p, f);
-    else if (vec) bcast_kernel<F, int64_t, 4><<<g, THREADS, 0, s>>>(o, a, b, p, f);
-    else bcast_kernel<F, int64_t, 1><<<g, THREADS, 0, s>>>(o, a, b, p, f);
+    unsigned g = grid_for(p.n / V);
+    if (small) bcast_kernel<F, T, uint32_t, V><<<g, THREADS, 0, s>>>(o, a, b, p, f);
+    else bcast_kernel<F, T, int64_t, V><<<g, THREADS, 0, s>>>(o, a, b, p, f);
 }
 
-template <class F>
-static void launch_map2_f(cudaStream_t s, float *o, const float *x, int sa, const float *y, int sb, int64_t n, F f) {
+/* width: outputs per thread, 1, 4, or (16-bit) 8 */
+template <typename T, class F>
+static void launch_bcast(cudaStream_t s, T *o, const T *a, const T *b, const bcast_args &p, int width, F f) {
+    if constexpr (sizeof(T) == 2) {
+        if (width == 8) return launch_bcast_v<T, 8>(s, o, a, b, p, f);
+    }
+    if (width == 4) launch_bcast_v<T, 4>(s, o, a, b, p, f);
+    else launch_bcast_v<T, 1>(s, o, a, b, p, f);
+}
+
+/* The widest vector of a 16-byte (f32: 4, 16-bit: 8) or 8-byte (16-bit: 4)
+ * one that divides the last group and to which every buffer read or written
+ * in vectors is aligned; 1 when none. */
+template <typename T> static int bcast_width(const bcast_args &p, const void *o, const void *x, const void *y) {
+    for (int w = vec16<T>::n; w >= 4; w /= 2) {
+        size_t bytes = (size_t)w * sizeof(T);
+        if (p.cols % w == 0 && aligned_to(o, bytes) && (!p.sa || aligned_to(x, bytes)) &&
+            (!p.sb || aligned_to(y, bytes)))
+            return w;
+    }
+    return 1;
+}
+
+template <typename T, class F>
+static void launch_map2_f(cudaStream_t s, T *o, const T *x, int sa, const T *y, int sb, int64_t n, F f) {
     int vec = aligned16(o) && (!sa || aligned16(x)) && (!sb || aligned16(y));
-    int64_t n4 = vec ? n / 4 : 0, work = n4 > n - 4 * n4 ? n4 : n - 4 * n4;
-    map2_kernel<F><<<grid_for(work), THREADS, 0, s>>>(o, x, sa, y, sb, n, vec, f);
+    map2_kernel<T, F><<<grid_for(map_work<T>(n, vec)), THREADS, 0, s>>>(o, x, sa, y, sb, n, vec, f);
 }
 
-static int launch_map2(const mpmd_kargs *a, int kind, float *o, const float *x, int sa, const float *y, int sb,
-                       int64_t n) {
+template <typename T>
+static int launch_map2(const mpmd_kargs *a, int kind, T *o, const T *x, int sa, const T *y, int sb, int64_t n) {
     cudaStream_t s = mpmd_cuda_of(a)->stream;
     switch (kind) {
     case BIN_ADD: launch_map2_f(s, o, x, sa, y, sb, n, FAdd()); break;
@@ -342,16 +468,15 @@ static int launch_map2(const mpmd_kargs *a, int kind, float *o, const float *x, 
     return mpmd_cuda_launched(a, a->node->op->name);
 }
 
-static int run_binary(const mpmd_kargs *a, int kind) {
+template <typename T> static int run_binary_t(const mpmd_kargs *a, int kind) {
     int copy = kind == BIN_COPY;
-    if (!check_f32(a, copy ? 1 : 2)) return 1;
     const mpmd_type *out = &a->node->type;
     bcast_plan p;
     plan_broadcast(&p, out, a->in_type[0], copy ? NULL : a->in_type[1]);
-    float *o = (float *)a->out;
-    const float *x = (const float *)a->in[0], *y = (const float *)(copy ? a->in[0] : a->in[1]);
+    T *o = (T *)a->out;
+    const T *x = (const T *)a->in[0], *y = (const T *)(copy ? a->in[0] : a->in[1]);
     int64_t n = numel_of(out);
-    if (p.ng == 1) return launch_map2(a, kind, o, x, (int)p.sa[0], y, (int)p.sb[0], n);
+    if (p.ng == 1) return launch_map2<T>(a, kind, o, x, (int)p.sa[0], y, (int)p.sb[0], n);
 
     bcast_args ba;
     memset(&ba, 0, sizeof ba);
@@ -366,16 +491,22 @@ static int run_binary(const mpmd_kargs *a, int kind) {
     ba.sa = (int)p.sa[last];
     ba.sb = (int)p.sb[last];
     ba.n = n;
-    int vec = ba.cols % 4 == 0 && aligned16(o) && (!ba.sa || aligned16(x)) && (!ba.sb || aligned16(y));
+    int width = bcast_width<T>(ba, o, x, y);
     cudaStream_t s = mpmd_cuda_of(a)->stream;
     switch (kind) {
-    case BIN_ADD: launch_bcast(s, o, x, y, ba, vec, FAdd()); break;
-    case BIN_SUB: launch_bcast(s, o, x, y, ba, vec, FSub()); break;
-    case BIN_MUL: launch_bcast(s, o, x, y, ba, vec, FMul()); break;
-    case BIN_DIV: launch_bcast(s, o, x, y, ba, vec, FDiv()); break;
-    default: launch_bcast(s, o, x, y, ba, vec, FCopy()); break;
+    case BIN_ADD: launch_bcast(s, o, x, y, ba, width, FAdd()); break;
+    case BIN_SUB: launch_bcast(s, o, x, y, ba, width, FSub()); break;
+    case BIN_MUL: launch_bcast(s, o, x, y, ba, width, FMul()); break;
+    case BIN_DIV: launch_bcast(s, o, x, y, ba, width, FDiv()); break;
+    default: launch_bcast(s, o, x, y, ba, width, FCopy()); break;
     }
     return mpmd_cuda_launched(a, a->node->op->name);
+}
+
+static int run_binary(const mpmd_kargs *a, int kind) {
+    int d = common_dtype(a, kind == BIN_COPY ? 1 : 2);
+    if (d < 0) return 1;
+    return by_dtype(d, [&](auto tag) { return run_binary_t<typename decltype(tag)::type>(a, kind); });
 }
 
 static int k_add(const mpmd_kargs *a) { return run_binary(a, BIN_ADD); }
@@ -399,12 +530,16 @@ static int k_square(const mpmd_kargs *a) { return run_map1(a, FSquare()); }
 static int k_relu(const mpmd_kargs *a) { return run_map1(a, FRelu()); }
 static int k_gelu(const mpmd_kargs *a) { return run_map1(a, FGelu()); }
 
-/* ---- fused backward ops: out = f(gy, v), same shape ------------------------------------------- */
+/* ---- fused backward ops: out = f(gy, v), same shape and dtype ---------------------------------- */
 
 static int run_grad(const mpmd_kargs *a, int kind) {
-    if (!check_f32(a, 2)) return 1;
-    return launch_map2(a, kind, (float *)a->out, (const float *)a->in[0], 1, (const float *)a->in[1], 1,
-                       numel_of(&a->node->type));
+    int d = common_dtype(a, 2);
+    if (d < 0) return 1;
+    return by_dtype(d, [&](auto tag) {
+        typedef typename decltype(tag)::type T;
+        return launch_map2<T>(a, kind, (T *)a->out, (const T *)a->in[0], 1, (const T *)a->in[1], 1,
+                              numel_of(&a->node->type));
+    });
 }
 
 static int k_tanh_grad(const mpmd_kargs *a) { return run_grad(a, GR_TANH); }
@@ -426,7 +561,7 @@ enum { SUM_COPY, SUM_KEEP, SUM_RED };
 #define RED_WARPS 4096    /* warps to aim for when splitting into chunks */
 #define RED_MAX_S 1024
 
-/* The schedule of one sum_to, from the shapes alone. */
+/* The schedule of one sum_to, from the shapes alone (not the dtype). */
 struct sum_args {
     int mode;
     int S;             /* chunks per output (1: no scratch) */
@@ -511,36 +646,21 @@ static void plan_sum(sum_args *p, const mpmd_type *in, const mpmd_type *out) {
     }
 }
 
+/* f32 chunk sums whatever the dtype */
 static size_t scratch_sum_to(const mpmd_graph *g, const mpmd_node *n) {
     sum_args p;
     plan_sum(&p, &g->nodes[n->in[0]].type, &n->type);
     return p.S > 1 ? (size_t)p.S * (size_t)p.nout * sizeof(float) : 0;
 }
 
-/* V floats at p (V = 1, or 4 from a 16-byte aligned p). */
-template <int V> struct vecf {
-    float v[V];
-    __device__ __forceinline__ void load(const float *p) {
-        if (V == 4) {
-            float4 t = *reinterpret_cast<const float4 *>(p);
-            v[0] = t.x;
-            v[1] = t.y;
-            v[2] = t.z;
-            v[3] = t.w;
-        } else {
-#pragma unroll
-            for (int k = 0; k < V; k++) v[k] = p[k];
-        }
-    }
-};
-
 /* Last group kept, columns in tiles of 32 V (lane l: columns l V .. l V + V-1
  * of the tile). Block b: tile b % tiles, chunk (b / tiles) % S, output row
  * b / (tiles S). Warp w adds rows w, w + 8, ... of the chunk in order; the
- * warps' sums are added in warp order. Writes out (S == 1) or
- * part[chunk][output]. Each column's order is the same for V = 1 and 4. */
-template <int V>
-__global__ void __launch_bounds__(KEEP_LANES *KEEP_WARPS) sum_keep_kernel(float *dst, const float *x, sum_args p,
+ * warps' sums are added in warp order. Writes out (S == 1, D = T: rounded)
+ * or part[chunk][output] (D = float). Each column's order is the same for
+ * V = 1 and 4. */
+template <typename T, typename D, int V>
+__global__ void __launch_bounds__(KEEP_LANES *KEEP_WARPS) sum_keep_kernel(D *dst, const T *x, sum_args p,
                                                                           int64_t tiles) {
     __shared__ float sh[KEEP_WARPS][KEEP_LANES * V];
     int lane = threadIdx.x % KEEP_LANES, w = threadIdx.x / KEEP_LANES;
@@ -553,33 +673,31 @@ __global__ void __launch_bounds__(KEEP_LANES *KEEP_WARPS) sum_keep_kernel(float 
 #pragma unroll
     for (int k = 0; k < V; k++) acc[k] = 0.0f;
     if (c < p.inner) {
-        const float *xc = x + decompose<int64_t>(orow, p.nk, p.ksize, p.kstride) + c;
+        const T *xc = x + decompose<int64_t>(orow, p.nk, p.ksize, p.kstride) + c;
         int64_t r = r0 + w;
         if (p.nr == 1) {
-            const int U = 8 / V; /* rows loaded before they are added */
+            const int U = 32 / (V * (int)sizeof(T)); /* rows loaded before they are added: 32 bytes */
             int64_t st = p.rstride[0] * KEEP_WARPS;
-            const float *q = xc + r * p.rstride[0];
+            const T *q = xc + r * p.rstride[0];
             for (; r + (U - 1) * KEEP_WARPS < r1; r += U * KEEP_WARPS, q += U * st) {
-                vecf<V> v[U];
+                pack<T, V> v[U];
 #pragma unroll
-                for (int u = 0; u < U; u++) v[u].load(q + u * st);
+                for (int u = 0; u < U; u++) v[u] = load_pack<V>(q + u * st);
 #pragma unroll
                 for (int u = 0; u < U; u++)
 #pragma unroll
-                    for (int k = 0; k < V; k++) acc[k] += v[u].v[k];
+                    for (int k = 0; k < V; k++) acc[k] += to_f32(v[u].v[k]);
             }
             for (; r < r1; r += KEEP_WARPS, q += st) {
-                vecf<V> v;
-                v.load(q);
+                pack<T, V> v = load_pack<V>(q);
 #pragma unroll
-                for (int k = 0; k < V; k++) acc[k] += v.v[k];
+                for (int k = 0; k < V; k++) acc[k] += to_f32(v.v[k]);
             }
         } else {
             for (; r < r1; r += KEEP_WARPS) {
-                vecf<V> v;
-                v.load(xc + decompose<int64_t>(r, p.nr, p.rsize, p.rstride));
+                pack<T, V> v = load_pack<V>(xc + decompose<int64_t>(r, p.nr, p.rsize, p.rstride));
 #pragma unroll
-                for (int k = 0; k < V; k++) acc[k] += v.v[k];
+                for (int k = 0; k < V; k++) acc[k] += to_f32(v.v[k]);
             }
         }
     }
@@ -596,7 +714,7 @@ __global__ void __launch_bounds__(KEEP_LANES *KEEP_WARPS) sum_keep_kernel(float 
                 float t = sh[0][j];
 #pragma unroll
                 for (int m = 1; m < KEEP_WARPS; m++) t += sh[m][j];
-                dst[s * p.nout + orow * p.inner + cj] = t;
+                dst[s * p.nout + orow * p.inner + cj] = from_f32<D>(t);
             }
         }
     }
@@ -617,9 +735,9 @@ __device__ __forceinline__ float sum_strided(const float *p, int64_t stride, int
     return t;
 }
 
-/* out[e] = part[0][e] + part[1][e] + ... + part[S-1][e] */
-__global__ void sum_chunks_kernel(float *o, const float *part, int64_t nout, int S) {
-    for (int64_t e = gtid(); e < nout; e += gstride()) o[e] = sum_strided(part + e, nout, S);
+/* out[e] = part[0][e] + part[1][e] + ... + part[S-1][e], rounded to T */
+template <typename T> __global__ void sum_chunks_kernel(T *o, const float *part, int64_t nout, int S) {
+    for (int64_t e = gtid(); e < nout; e += gstride()) o[e] = from_f32<T>(sum_strided(part + e, nout, S));
 }
 
 /* Fixed shuffle tree over a warp; lane 0 gets the sum. */
@@ -632,47 +750,47 @@ __device__ __forceinline__ float warp_sum(float v) {
 /* Last group reduced. Warp (output e, chunk s), e = wid / S: lane l adds the
  * elements t = l, l + 32, ... of the chunk (t runs over the reduced outer
  * positions times the run, row-major) in order, then warp_sum. Writes out
- * (S == 1) or part[e][chunk]. */
-__global__ void sum_red_kernel(float *dst, const float *x, sum_args p) {
+ * (S == 1, D = T: rounded) or part[e][chunk] (D = float). */
+template <typename T, typename D> __global__ void sum_red_kernel(D *dst, const T *x, sum_args p) {
     int lane = threadIdx.x & 31;
     int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (wid >= p.nout * p.S) return; /* whole warps */
     int64_t e = wid / p.S, s = wid % p.S;
     int64_t t0 = s * p.chunk, t1 = t0 + p.chunk;
     if (t1 > p.R) t1 = p.R;
-    const float *xe = x + decompose<int64_t>(e, p.nk, p.ksize, p.kstride);
+    const T *xe = x + decompose<int64_t>(e, p.nk, p.ksize, p.kstride);
     float acc = 0.0f;
     if (p.nr == 0) {
-        for (int64_t t = t0 + lane; t < t1; t += 32) acc += xe[t];
+        for (int64_t t = t0 + lane; t < t1; t += 32) acc += to_f32(xe[t]);
     } else {
         for (int64_t t = t0 + lane; t < t1; t += 32) {
             int64_t r = t / p.inner, j = t - r * p.inner;
-            acc += xe[decompose<int64_t>(r, p.nr, p.rsize, p.rstride) + j];
+            acc += to_f32(xe[decompose<int64_t>(r, p.nr, p.rsize, p.rstride) + j]);
         }
     }
     acc = warp_sum(acc);
-    if (lane == 0) dst[wid] = acc;
+    if (lane == 0) dst[wid] = from_f32<D>(acc);
 }
 
-/* out[e] = sum of part[e][0..S): lane l adds s = l, l + 32, ... in order, then warp_sum. */
-__global__ void sum_red_chunks_kernel(float *o, const float *part, int64_t nout, int S) {
+/* out[e] = sum of part[e][0..S) rounded to T: lane l adds s = l, l + 32, ...
+ * in order, then warp_sum. */
+template <typename T> __global__ void sum_red_chunks_kernel(T *o, const float *part, int64_t nout, int S) {
     int lane = threadIdx.x & 31;
     int64_t e = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (e >= nout) return;
     float t = lane < S ? sum_strided(part + e * S + lane, 32, (S - lane + 31) / 32) : 0.0f;
     t = warp_sum(t);
-    if (lane == 0) o[e] = t;
+    if (lane == 0) o[e] = from_f32<T>(t);
 }
 
-static int k_sum_to(const mpmd_kargs *a) {
-    if (!check_f32(a, 1)) return 1;
+template <typename T> static int sum_to_t(const mpmd_kargs *a) {
     sum_args p;
     plan_sum(&p, a->in_type[0], &a->node->type);
     cudaStream_t st = mpmd_cuda_of(a)->stream;
-    float *o = (float *)a->out;
-    const float *x = (const float *)a->in[0];
+    T *o = (T *)a->out;
+    const T *x = (const T *)a->in[0];
     if (p.mode == SUM_COPY) { /* same elements in the same order: [1,3] -> [3] */
-        size_t bytes = (size_t)p.nout * sizeof(float);
+        size_t bytes = (size_t)p.nout * sizeof(T);
         cudaError_t e = cudaMemcpyAsync(o, x, bytes, cudaMemcpyDeviceToDevice, st);
         if (e != cudaSuccess) {
             snprintf(a->err, a->err_len, "sum_to: device copy of %zu bytes failed: %s", bytes, cudaGetErrorString(e));
@@ -686,57 +804,73 @@ static int k_sum_to(const mpmd_kargs *a) {
                  (size_t)p.S * (size_t)p.nout * sizeof(float));
         return 1;
     }
-    float *dst = p.S > 1 ? part : o;
     if (p.mode == SUM_KEEP) {
-        /* columns in 4s when planned and aligned; the sums are the same either way */
-        int vec = p.vec && aligned16(x) && aligned16(dst);
+        /* columns in 4s when planned and the input aligned for them; the sums are the same either way */
+        int vec = p.vec && aligned_to(x, 4 * sizeof(T));
         int64_t tiles = ceil_div(p.inner, KEEP_LANES * (vec ? 4 : 1)), blocks = tiles * p.S * p.out_rows;
         if (blocks > 0x7fffffff) {
             snprintf(a->err, a->err_len, "sum_to: too many column tiles (%lld)", (long long)blocks);
             return 1;
         }
-        if (vec) sum_keep_kernel<4><<<(unsigned)blocks, KEEP_LANES * KEEP_WARPS, 0, st>>>(dst, x, p, tiles);
-        else sum_keep_kernel<1><<<(unsigned)blocks, KEEP_LANES * KEEP_WARPS, 0, st>>>(dst, x, p, tiles);
-        if (p.S > 1) sum_chunks_kernel<<<grid_for(p.nout), THREADS, 0, st>>>(o, part, p.nout, p.S);
+        unsigned nb = (unsigned)blocks, nt = KEEP_LANES * KEEP_WARPS;
+        if (p.S > 1) {
+            if (vec) sum_keep_kernel<T, float, 4><<<nb, nt, 0, st>>>(part, x, p, tiles);
+            else sum_keep_kernel<T, float, 1><<<nb, nt, 0, st>>>(part, x, p, tiles);
+            sum_chunks_kernel<T><<<grid_for(p.nout), THREADS, 0, st>>>(o, part, p.nout, p.S);
+        } else {
+            if (vec) sum_keep_kernel<T, T, 4><<<nb, nt, 0, st>>>(o, x, p, tiles);
+            else sum_keep_kernel<T, T, 1><<<nb, nt, 0, st>>>(o, x, p, tiles);
+        }
     } else {
         int64_t warps = p.nout * p.S, blocks = ceil_div(warps, THREADS / 32);
         if (blocks > 0x7fffffff) {
             snprintf(a->err, a->err_len, "sum_to: too many outputs (%lld)", (long long)p.nout);
             return 1;
         }
-        sum_red_kernel<<<(unsigned)blocks, THREADS, 0, st>>>(dst, x, p);
-        if (p.S > 1)
-            sum_red_chunks_kernel<<<(unsigned)ceil_div(p.nout, THREADS / 32), THREADS, 0, st>>>(o, part, p.nout,
-                                                                                               p.S);
+        if (p.S > 1) {
+            sum_red_kernel<T, float><<<(unsigned)blocks, THREADS, 0, st>>>(part, x, p);
+            sum_red_chunks_kernel<T><<<(unsigned)ceil_div(p.nout, THREADS / 32), THREADS, 0, st>>>(o, part, p.nout,
+                                                                                                  p.S);
+        } else {
+            sum_red_kernel<T, T><<<(unsigned)blocks, THREADS, 0, st>>>(o, x, p);
+        }
     }
     return mpmd_cuda_launched(a, "sum_to");
 }
 
+static int k_sum_to(const mpmd_kargs *a) {
+    int d = common_dtype(a, 1);
+    if (d < 0) return 1;
+    return by_dtype(d, [&](auto tag) { return sum_to_t<typename decltype(tag)::type>(a); });
+}
+
 /* ---- the table ----------------------------------------------------------------------------------- */
 
+#define F16S (MPMD_KERNEL_BF16 | MPMD_KERNEL_F16)
+
 extern "C" const mpmd_kernel mpmd_cuda_elementwise_kernels[] = {
-    {&mpmd_op_add, k_add, NULL},
-    {&mpmd_op_sub, k_sub, NULL},
-    {&mpmd_op_mul, k_mul, NULL},
-    {&mpmd_op_div, k_div, NULL},
-    {&mpmd_op_add_scalar, k_add_scalar, NULL},
-    {&mpmd_op_mul_scalar, k_mul_scalar, NULL},
-    {&mpmd_op_neg, k_neg, NULL},
-    {&mpmd_op_exp, k_exp, NULL},
-    {&mpmd_op_log, k_log, NULL},
-    {&mpmd_op_tanh, k_tanh, NULL},
-    {&mpmd_op_sqrt, k_sqrt, NULL},
-    {&mpmd_op_rsqrt, k_rsqrt, NULL},
-    {&mpmd_op_square, k_square, NULL},
-    {&mpmd_op_relu, k_relu, NULL},
-    {&mpmd_op_gelu, k_gelu, NULL},
-    {&mpmd_op_broadcast_to, k_broadcast_to, NULL},
-    {&mpmd_op_sum_to, k_sum_to, scratch_sum_to},
-    {&mpmd_op_tanh_grad, k_tanh_grad, NULL},
-    {&mpmd_op_sqrt_grad, k_sqrt_grad, NULL},
-    {&mpmd_op_rsqrt_grad, k_rsqrt_grad, NULL},
-    {&mpmd_op_square_grad, k_square_grad, NULL},
-    {&mpmd_op_relu_grad, k_relu_grad, NULL},
-    {&mpmd_op_gelu_grad, k_gelu_grad, NULL},
-    {0, 0, 0},
+    {&mpmd_op_add, k_add, NULL, F16S},
+    {&mpmd_op_sub, k_sub, NULL, F16S},
+    {&mpmd_op_mul, k_mul, NULL, F16S},
+    {&mpmd_op_div, k_div, NULL, F16S},
+    {&mpmd_op_add_scalar, k_add_scalar, NULL, F16S},
+    {&mpmd_op_mul_scalar, k_mul_scalar, NULL, F16S},
+    {&mpmd_op_neg, k_neg, NULL, F16S},
+    {&mpmd_op_exp, k_exp, NULL, F16S},
+    {&mpmd_op_log, k_log, NULL, F16S},
+    {&mpmd_op_tanh, k_tanh, NULL, F16S},
+    {&mpmd_op_sqrt, k_sqrt, NULL, F16S},
+    {&mpmd_op_rsqrt, k_rsqrt, NULL, F16S},
+    {&mpmd_op_square, k_square, NULL, F16S},
+    {&mpmd_op_relu, k_relu, NULL, F16S},
+    {&mpmd_op_gelu, k_gelu, NULL, F16S},
+    {&mpmd_op_broadcast_to, k_broadcast_to, NULL, F16S},
+    {&mpmd_op_sum_to, k_sum_to, scratch_sum_to, F16S},
+    {&mpmd_op_tanh_grad, k_tanh_grad, NULL, F16S},
+    {&mpmd_op_sqrt_grad, k_sqrt_grad, NULL, F16S},
+    {&mpmd_op_rsqrt_grad, k_rsqrt_grad, NULL, F16S},
+    {&mpmd_op_square_grad, k_square_grad, NULL, F16S},
+    {&mpmd_op_relu_grad, k_relu_grad, NULL, F16S},
+    {&mpmd_op_gelu_grad, k_gelu_grad, NULL, F16S},
+    {0, 0, 0, 0},
 };
