@@ -13,6 +13,21 @@
  * one pass, as (max, sum of exp(x - max)) pairs merged with a rescale.
  * Layer norm in warp mode keeps the row in registers.
  *
+ * 16-bit floats (bf16, f16): every kernel takes them natively. Each element
+ * is converted to f32 exactly on load, everything (statistics, sums, max,
+ * exp) is computed in f32, and the output is rounded to nearest even once,
+ * on store; the f32 kernels are the same templates with f32 storage, so
+ * their arithmetic is unchanged. Operands whose dtypes differ from the
+ * usual pattern (e.g. a bf16 y with an f16 gy) run a scalar instantiation
+ * that reads each operand's dtype at run time ("dyn"). Row ops on 16-bit
+ * data work in chunks of V consecutive elements (V = 8 when the row length
+ * divides by 8, else 1; a function of the shape only): thread t of a group
+ * takes chunks t, t + S, ... and loads a chunk with one 16-byte access when
+ * every row is aligned for it (else element by element, in the same order,
+ * so alignment never changes a result). In warp mode the 16-bit
+ * softmax kernels and their gradients hold the row in registers: one read
+ * of memory, max then exp-sum in f32, one store.
+ *
  * Sums over all rows never use atomics:
  *   layer_norm_grad_gamma: row statistics into scratch, then per-column
  *     partial sums over fixed runs of rows, then the partials added in order;
@@ -22,11 +37,13 @@
  *     positions, column) adds those rows of gy in position order, and one
  *     thread per (id, column) adds the id's chunk sums in order (an id seen
  *     at most 64 times gets the CPU's order exactly); unused ids get 0.
- * Launch shapes depend only on the tensor shapes (and, for the float4 paths
- * of the copies, on pointer alignment, which never changes a result). An id
- * or label out of range is recorded with mpmd_cuda_raise and its row is
- * written as zeros (embedding, cross_entropy_grad), 0 (cross_entropy), or
- * left out of the sums (embedding_grad).
+ *   Both keep their partial sums in f32 scratch whatever the dtype.
+ * Launch shapes depend only on the tensor shapes (and, for the vector paths
+ * of the copies and the per-column sums, on pointer alignment, which never
+ * changes a result). An id or label out of range is recorded with
+ * mpmd_cuda_raise and its row is written as zeros (embedding,
+ * cross_entropy_grad), 0 (cross_entropy), or left out of the sums
+ * (embedding_grad).
  */
 #include "cuda.h"
 
@@ -34,12 +51,260 @@ extern "C" {
 #include "ops/nn.h"
 }
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <initializer_list>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <type_traits>
 
 #define FULL_MASK 0xffffffffu
 #define MAX_GRID (1u << 30)
+
+/* ---- storage types ------------------------------------------------------------------------- */
+
+/* A kernel is instantiated for the storage type S of its float operands:
+ * float, bf16, f16, or dyn (each operand's dtype read at run time). rd<S>
+ * reads elements as f32 (exactly), wr<S> writes f32 values rounded to S. */
+typedef __nv_bfloat16 bf16;
+typedef __half f16;
+struct dyn {};
+
+template <typename S> struct is16 : std::false_type {};
+template <> struct is16<bf16> : std::true_type {};
+template <> struct is16<f16> : std::true_type {};
+
+/* The storage of an operand that is f32 in the usual pattern (a loss, its
+ * cotangent): float, or dyn in the dyn instantiation. */
+template <typename S> using f32_or_dyn = typename std::conditional<std::is_same<S, dyn>::value, dyn, float>::type;
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(bf16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32(f16 v) { return __half2float(v); }
+
+template <typename T> __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ bf16 from_f32<bf16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ f16 from_f32<f16>(float v) { return __float2half_rn(v); }
+
+/* The low 16 bits of b as a value of 16-bit type T, in f32 (exact). */
+template <typename T> __device__ __forceinline__ float bits_f32(unsigned b);
+template <> __device__ __forceinline__ float bits_f32<bf16>(unsigned b) { return __uint_as_float(b << 16); }
+template <> __device__ __forceinline__ float bits_f32<f16>(unsigned b) {
+    return __half2float(__ushort_as_half((unsigned short)(b & 0xffffu)));
+}
+
+/* (a, b) rounded to T (nearest even), a in the low half of the word. */
+template <typename T> __device__ __forceinline__ unsigned pack2(float a, float b);
+template <> __device__ __forceinline__ unsigned pack2<bf16>(float a, float b) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return (unsigned)__bfloat16_as_ushort(h.x) | (unsigned)__bfloat16_as_ushort(h.y) << 16;
+}
+template <> __device__ __forceinline__ unsigned pack2<f16>(float a, float b) {
+    __half2 h = __floats2half2_rn(a, b);
+    return (unsigned)__half_as_ushort(h.x) | (unsigned)__half_as_ushort(h.y) << 16;
+}
+
+/* load<V>(i, f, al) reads elements i .. i + V - 1 (i a multiple of V): with
+ * one access of V elements when al (the caller checked the alignment), else
+ * one by one; the values are the same either way. */
+template <typename S> struct rd {
+    const S *p;
+    __host__ __device__ __forceinline__ rd at(int64_t o) const { return rd{p + o}; }
+    __device__ __forceinline__ float operator[](int64_t i) const { return to_f32(p[i]); }
+    template <int V> __device__ __forceinline__ void load(int64_t i, float (&f)[V], bool al) const {
+        if constexpr (V == 1) {
+            f[0] = to_f32(p[i]);
+        } else if constexpr (std::is_same<S, float>::value) {
+            static_assert(V % 4 == 0, "f32 vectors are float4");
+            if (al) {
+#pragma unroll
+                for (int q = 0; q < V / 4; q++) {
+                    float4 u = ((const float4 *)(p + i))[q];
+                    f[4 * q] = u.x;
+                    f[4 * q + 1] = u.y;
+                    f[4 * q + 2] = u.z;
+                    f[4 * q + 3] = u.w;
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    f[j] = p[i + j];
+            }
+        } else {
+            static_assert(V == 2 || V == 4 || V == 8, "16-bit vectors are 4, 8 or 16 bytes");
+            if (al) {
+                unsigned w[V / 2];
+                if constexpr (V == 8) {
+                    uint4 u = *(const uint4 *)(p + i);
+                    w[0] = u.x, w[1] = u.y, w[2] = u.z, w[3] = u.w;
+                } else if constexpr (V == 4) {
+                    uint2 u = *(const uint2 *)(p + i);
+                    w[0] = u.x, w[1] = u.y;
+                } else {
+                    w[0] = *(const unsigned *)(p + i);
+                }
+#pragma unroll
+                for (int k = 0; k < V / 2; k++) {
+                    f[2 * k] = bits_f32<S>(w[k] & 0xffffu);
+                    f[2 * k + 1] = bits_f32<S>(w[k] >> 16);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    f[j] = to_f32(p[i + j]);
+            }
+        }
+    }
+};
+
+template <> struct rd<dyn> {
+    const void *p;
+    int dt; /* mpmd_dtype */
+    __host__ __device__ __forceinline__ rd at(int64_t o) const {
+        return rd{(const char *)p + o * (dt == MPMD_BF16 || dt == MPMD_F16 ? 2 : 4), dt};
+    }
+    __device__ __forceinline__ float operator[](int64_t i) const {
+        if (dt == MPMD_BF16) return __bfloat162float(((const bf16 *)p)[i]);
+        if (dt == MPMD_F16) return __half2float(((const f16 *)p)[i]);
+        return ((const float *)p)[i];
+    }
+    template <int V> __device__ __forceinline__ void load(int64_t i, float (&f)[V], bool al) const {
+        static_assert(V == 1, "dyn operands are read one element at a time");
+        f[0] = (*this)[i];
+    }
+};
+
+template <typename S> struct wr {
+    S *p;
+    __host__ __device__ __forceinline__ wr at(int64_t o) const { return wr{p + o}; }
+    __device__ __forceinline__ void put(int64_t i, float v) const { p[i] = from_f32<S>(v); }
+    template <int V> __device__ __forceinline__ void store(int64_t i, const float (&f)[V], bool al) const {
+        if constexpr (V == 1) {
+            p[i] = from_f32<S>(f[0]);
+        } else if constexpr (std::is_same<S, float>::value) {
+            static_assert(V % 4 == 0, "f32 vectors are float4");
+            if (al) {
+#pragma unroll
+                for (int q = 0; q < V / 4; q++)
+                    ((float4 *)(p + i))[q] = make_float4(f[4 * q], f[4 * q + 1], f[4 * q + 2], f[4 * q + 3]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    p[i + j] = f[j];
+            }
+        } else {
+            static_assert(V == 2 || V == 4 || V == 8, "16-bit vectors are 4, 8 or 16 bytes");
+            if (al) {
+                unsigned w[V / 2];
+#pragma unroll
+                for (int k = 0; k < V / 2; k++)
+                    w[k] = pack2<S>(f[2 * k], f[2 * k + 1]);
+                if constexpr (V == 8)
+                    *(uint4 *)(p + i) = make_uint4(w[0], w[1], w[2], w[3]);
+                else if constexpr (V == 4)
+                    *(uint2 *)(p + i) = make_uint2(w[0], w[1]);
+                else
+                    *(unsigned *)(p + i) = w[0];
+            } else {
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    p[i + j] = from_f32<S>(f[j]);
+            }
+        }
+    }
+};
+
+template <> struct wr<dyn> {
+    void *p;
+    int dt;
+    __host__ __device__ __forceinline__ wr at(int64_t o) const {
+        return wr{(char *)p + o * (dt == MPMD_BF16 || dt == MPMD_F16 ? 2 : 4), dt};
+    }
+    __device__ __forceinline__ void put(int64_t i, float v) const {
+        if (dt == MPMD_BF16)
+            ((bf16 *)p)[i] = __float2bfloat16_rn(v);
+        else if (dt == MPMD_F16)
+            ((f16 *)p)[i] = __float2half_rn(v);
+        else
+            ((float *)p)[i] = v;
+    }
+    template <int V> __device__ __forceinline__ void store(int64_t i, const float (&f)[V], bool al) const {
+        static_assert(V == 1, "dyn operands are written one element at a time");
+        put(i, f[0]);
+    }
+};
+
+/* Host side: accessors over a buffer of dtype d, and the dispatch. */
+template <typename S> static rd<S> rd_of(const void *p, mpmd_dtype d) {
+    if constexpr (std::is_same<S, dyn>::value) {
+        return rd<dyn>{p, (int)d};
+    } else {
+        (void)d;
+        return rd<S>{(const S *)p};
+    }
+}
+
+template <typename S> static wr<S> wr_of(void *p, mpmd_dtype d) {
+    if constexpr (std::is_same<S, dyn>::value) {
+        return wr<dyn>{p, (int)d};
+    } else {
+        (void)d;
+        return wr<S>{(S *)p};
+    }
+}
+
+enum { ST_F32, ST_BF16, ST_F16, ST_DYN };
+
+/* The storage for operands of these dtypes: their common dtype, or dyn. */
+static int storage_of(std::initializer_list<mpmd_dtype> ds) {
+    mpmd_dtype d0 = *ds.begin();
+    for (mpmd_dtype d : ds)
+        if (d != d0) return ST_DYN;
+    return d0 == MPMD_BF16 ? ST_BF16 : d0 == MPMD_F16 ? ST_F16 : d0 == MPMD_F32 ? ST_F32 : ST_DYN;
+}
+
+template <typename T> struct type_tag { typedef T type; };
+
+/* f(type_tag<S>()) for the storage st. */
+template <typename F> static void by_storage(int st, F f) {
+    switch (st) {
+    case ST_BF16: f(type_tag<bf16>()); break;
+    case ST_F16: f(type_tag<f16>()); break;
+    case ST_DYN: f(type_tag<dyn>()); break;
+    default: f(type_tag<float>()); break;
+    }
+}
+
+/* The chunk length of a row op: 8 for 16-bit rows whose length it divides,
+ * else 1 (f32 and dyn: always 1). A function of the shape only. */
+template <typename S> static int row_vec(int64_t n) {
+    if constexpr (is16<S>::value) return n % 8 == 0 ? 8 : 1;
+    return 1;
+}
+
+static bool ptrs_aligned(size_t bytes, std::initializer_list<const void *> ps) {
+    for (const void *p : ps)
+        if ((uintptr_t)p % bytes) return false;
+    return true;
+}
+
+/* Whether rows of chunks of v elements of S at these base pointers can be
+ * loaded a chunk at a time (every row then starts aligned: v divides n). */
+template <typename S> static bool chunks_aligned(int v, std::initializer_list<const void *> ps) {
+    if constexpr (is16<S>::value) return v == 1 || ptrs_aligned((size_t)v * 2, ps);
+    return true;
+}
+
+/* f(integral_constant<int, V>()) for v in {8, 1} (16-bit S), else V = 1. */
+template <typename S, typename F> static void with_vec(int v, F f) {
+    if constexpr (is16<S>::value) {
+        if (v == 8) return f(std::integral_constant<int, 8>());
+    }
+    f(std::integral_constant<int, 1>());
+}
 
 /* ---- row scheduling ------------------------------------------------------------------ */
 
@@ -71,20 +336,20 @@ static row_shape row_shape_for(int64_t rows, int64_t n) {
     return s;
 }
 
-/* This thread's place: first row, row step, index t in its group of S. */
+/* This thread's place: first row, row step, index t in its group of G. */
 template <bool W> struct row_iter {
-    int t, S;
+    int t, G;
     int64_t r0, rstep;
     __device__ __forceinline__ row_iter() {
         if constexpr (W) {
             int per = (int)(blockDim.x >> 5);
             t = (int)(threadIdx.x & 31);
-            S = 32;
+            G = 32;
             r0 = (int64_t)blockIdx.x * per + (threadIdx.x >> 5);
             rstep = (int64_t)gridDim.x * per;
         } else {
             t = (int)threadIdx.x;
-            S = (int)blockDim.x;
+            G = (int)blockDim.x;
             r0 = blockIdx.x;
             rstep = gridDim.x;
         }
@@ -110,6 +375,14 @@ __device__ __forceinline__ void warp_sum2(float &a, float &b) {
     }
     a = __shfl_sync(FULL_MASK, a, 0);
     b = __shfl_sync(FULL_MASK, b, 0);
+}
+
+/* Max over the warp (NaN ignored unless every value is NaN), same tree. */
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_down_sync(FULL_MASK, v, o));
+    return __shfl_sync(FULL_MASK, v, 0);
 }
 
 /* Sum over the row's group (W: the warp; else the block: warp sums, then
@@ -190,22 +463,36 @@ template <bool W> __device__ __forceinline__ void row_ms(float &m, float &s, flo
     }
 }
 
-/* This thread's (m, s) over xr[t], xr[t + S], ... below len, in order,
- * four loads in flight. */
-__device__ __forceinline__ void ms_local(const float *xr, int64_t len, int t, int S, float &m, float &s) {
+/* This thread's (m, s) over the elements below len of its chunks t, t + G,
+ * ... (chunks of V), in order; V = 1 keeps four loads in flight. */
+template <typename S, int V>
+__device__ __forceinline__ void ms_local(const rd<S> &xr, int64_t len, int t, int G, bool al, float &m, float &s) {
     m = -INFINITY;
     s = 0.0f;
-    int64_t i = t, s1 = S, s2 = 2 * (int64_t)S, s3 = 3 * (int64_t)S, s4 = 4 * (int64_t)S;
-    for (; i + s3 < len; i += s4) {
-        float a0 = xr[i], a1 = xr[i + s1], a2 = xr[i + s2], a3 = xr[i + s3];
-        ms_push(m, s, a0);
-        ms_push(m, s, a1);
-        ms_push(m, s, a2);
-        ms_push(m, s, a3);
+    if constexpr (V == 1) {
+        int64_t i = t, s1 = G, s2 = 2 * (int64_t)G, s3 = 3 * (int64_t)G, s4 = 4 * (int64_t)G;
+        for (; i + s3 < len; i += s4) {
+            float a0 = xr[i], a1 = xr[i + s1], a2 = xr[i + s2], a3 = xr[i + s3];
+            ms_push(m, s, a0);
+            ms_push(m, s, a1);
+            ms_push(m, s, a2);
+            ms_push(m, s, a3);
+        }
+        for (; i < len; i += G)
+            ms_push(m, s, xr[i]);
+    } else {
+#pragma unroll 2
+        for (int64_t c = t; c * V < len; c += G) {
+            float f[V];
+            xr.template load<V>(c * V, f, al);
+#pragma unroll
+            for (int j = 0; j < V; j++)
+                if (c * V + j < len) ms_push(m, s, f[j]);
+        }
     }
-    for (; i < len; i += S)
-        ms_push(m, s, xr[i]);
 }
+
+static int64_t last_dim(const mpmd_type *t) { return t->ndim ? t->dim[t->ndim - 1] : 1; }
 
 /* ---- softmax family ---------------------------------------------------------------------- */
 
@@ -215,27 +502,47 @@ enum { SM_SOFTMAX, SM_CAUSAL, SM_LOG, SM_GRAD, SM_CAUSAL_GRAD, SM_LOG_GRAD };
  *              entries (len = n, or r % n + 1 in the causal one), 0 after;
  * log_softmax: y = (x - max) - log(sum(exp(x - max))).
  * y may alias x: each thread reads the elements it later writes. */
-template <bool W, int K>
-__global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024) softmax_fwd(const float *x, float *y, int64_t rows, int64_t n) {
+template <typename S, int V, bool W, int K>
+__global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
+    softmax_fwd(rd<S> x, wr<S> y, int64_t rows, int64_t n, bool al) {
     __shared__ float sh[64];
     row_iter<W> it;
+    int64_t nc = n / V;
     for (int64_t r = it.r0; r < rows; r += it.rstep) {
-        const float *xr = x + r * n;
-        float *yr = y + r * n;
+        rd<S> xr = x.at(r * n);
+        wr<S> yr = y.at(r * n);
         int64_t len = K == SM_CAUSAL ? r % n + 1 : n;
         float m, s;
-        ms_local(xr, len, it.t, it.S, m, s);
+        ms_local<S, V>(xr, len, it.t, it.G, al, m, s);
         row_ms<W>(m, s, sh);
         if constexpr (K == SM_LOG) {
             float ls = logf(s);
 #pragma unroll 4
-            for (int64_t i = it.t; i < n; i += it.S)
-                yr[i] = (xr[i] - m) - ls;
+            for (int64_t c = it.t; c < nc; c += it.G) {
+                float f[V];
+                xr.template load<V>(c * V, f, al);
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    f[j] = (f[j] - m) - ls;
+                yr.template store<V>(c * V, f, al);
+            }
         } else {
             float inv = 1.0f / s;
 #pragma unroll 4
-            for (int64_t i = it.t; i < n; i += it.S)
-                yr[i] = i < len ? expf(xr[i] - m) * inv : 0.0f;
+            for (int64_t c = it.t; c < nc; c += it.G) {
+                float f[V];
+                if (c * V < len) {
+                    xr.template load<V>(c * V, f, al);
+#pragma unroll
+                    for (int j = 0; j < V; j++)
+                        f[j] = c * V + j < len ? expf(f[j] - m) * inv : 0.0f;
+                } else {
+#pragma unroll
+                    for (int j = 0; j < V; j++)
+                        f[j] = 0.0f;
+                }
+                yr.template store<V>(c * V, f, al);
+            }
         }
     }
 }
@@ -244,38 +551,199 @@ __global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024) softmax_fwd(const f
  *                        entries, 0 after;
  * log_softmax_grad:      gx = gy - exp(y) * sum(gy).
  * gx may alias gy (read before written, by the same thread). */
-template <bool W, int K>
+template <typename S, int V, bool W, int K>
 __global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
-    softmax_bwd(const float *y, const float *gy, float *gx, int64_t rows, int64_t n) {
+    softmax_bwd(rd<S> y, rd<S> gy, wr<S> gx, int64_t rows, int64_t n, bool al) {
     __shared__ float sh[64];
     row_iter<W> it;
+    int64_t nc = n / V;
     for (int64_t r = it.r0; r < rows; r += it.rstep) {
-        const float *yr = y + r * n, *gr = gy + r * n;
-        float *xr = gx + r * n;
+        rd<S> yr = y.at(r * n), gr = gy.at(r * n);
+        wr<S> xr = gx.at(r * n);
         if constexpr (K == SM_LOG_GRAD) {
             float acc = 0.0f;
 #pragma unroll 4
-            for (int64_t i = it.t; i < n; i += it.S)
-                acc += gr[i];
+            for (int64_t c = it.t; c < nc; c += it.G) {
+                float g[V];
+                gr.template load<V>(c * V, g, al);
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    acc += g[j];
+            }
             float sg = row_sum<W>(acc, sh);
 #pragma unroll 4
-            for (int64_t i = it.t; i < n; i += it.S)
-                xr[i] = gr[i] - expf(yr[i]) * sg;
+            for (int64_t c = it.t; c < nc; c += it.G) {
+                float g[V], yv[V];
+                gr.template load<V>(c * V, g, al);
+                yr.template load<V>(c * V, yv, al);
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    g[j] = g[j] - expf(yv[j]) * sg;
+                xr.template store<V>(c * V, g, al);
+            }
         } else {
             int64_t len = K == SM_CAUSAL_GRAD ? r % n + 1 : n;
             float acc = 0.0f;
 #pragma unroll 4
-            for (int64_t i = it.t; i < len; i += it.S)
-                acc += gr[i] * yr[i];
+            for (int64_t c = it.t; c * V < len; c += it.G) {
+                float g[V], yv[V];
+                gr.template load<V>(c * V, g, al);
+                yr.template load<V>(c * V, yv, al);
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    if (c * V + j < len) acc += g[j] * yv[j];
+            }
             float d = row_sum<W>(acc, sh);
 #pragma unroll 4
-            for (int64_t i = it.t; i < n; i += it.S)
-                xr[i] = i < len ? yr[i] * (gr[i] - d) : 0.0f;
+            for (int64_t c = it.t; c < nc; c += it.G) {
+                float g[V];
+                if (c * V < len) {
+                    float yv[V];
+                    gr.template load<V>(c * V, g, al);
+                    yr.template load<V>(c * V, yv, al);
+#pragma unroll
+                    for (int j = 0; j < V; j++)
+                        g[j] = c * V + j < len ? yv[j] * (g[j] - d) : 0.0f;
+                } else {
+#pragma unroll
+                    for (int j = 0; j < V; j++)
+                        g[j] = 0.0f;
+                }
+                xr.template store<V>(c * V, g, al);
+            }
         }
     }
 }
 
-static int64_t last_dim(const mpmd_type *t) { return t->ndim ? t->dim[t->ndim - 1] : 1; }
+/* 16-bit rows of up to ROW_WARP_MAX, a warp per row, held in registers:
+ * lane t keeps chunks t + 32k (k < RC), read once (the causal variants skip
+ * the chunks wholly past len); the row's max, then the sum of exp(x - max)
+ * in f32 (lane partials in element order, then the warp tree); one store of
+ * each chunk. y may alias x. */
+template <int V> struct regs_of { enum { RC = ROW_WARP_MAX / (32 * V) }; };
+
+template <typename S, int V, int K>
+__global__ void __launch_bounds__(ROW_WARP_BLOCK) softmax_fwd_regs(rd<S> x, wr<S> y, int64_t rows, int64_t n, bool al) {
+    constexpr int C = regs_of<V>::RC;
+    row_iter<true> it;
+    int64_t nc = n / V;
+    for (int64_t r = it.r0; r < rows; r += it.rstep) {
+        rd<S> xr = x.at(r * n);
+        wr<S> yr = y.at(r * n);
+        int64_t len = K == SM_CAUSAL ? r % n + 1 : n;
+        float v[C][V];
+        float m = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < C; k++) {
+            int64_t c = it.t + 32 * k;
+            if (c < nc && c * V < len) {
+                xr.template load<V>(c * V, v[k], al);
+            } else {
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    v[k][j] = -INFINITY;
+            }
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                if (c * V + j >= len) v[k][j] = -INFINITY;
+                m = fmaxf(m, v[k][j]);
+            }
+        }
+        m = warp_max(m);
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < C; k++) {
+            int64_t c = it.t + 32 * k;
+#pragma unroll
+            for (int j = 0; j < V; j++)
+                if (c * V + j < len) {
+                    float e = expf(v[k][j] - m);
+                    s += e;
+                    if constexpr (K != SM_LOG) v[k][j] = e;
+                }
+        }
+        s = warp_sum(s);
+        if constexpr (K == SM_LOG) {
+            float ls = logf(s);
+#pragma unroll
+            for (int k = 0; k < C; k++) {
+                int64_t c = it.t + 32 * k;
+                if (c < nc) {
+                    float o[V];
+#pragma unroll
+                    for (int j = 0; j < V; j++)
+                        o[j] = (v[k][j] - m) - ls;
+                    yr.template store<V>(c * V, o, al);
+                }
+            }
+        } else {
+            float inv = 1.0f / s;
+#pragma unroll
+            for (int k = 0; k < C; k++) {
+                int64_t c = it.t + 32 * k;
+                if (c < nc) {
+                    float o[V];
+#pragma unroll
+                    for (int j = 0; j < V; j++)
+                        o[j] = c * V + j < len ? v[k][j] * inv : 0.0f;
+                    yr.template store<V>(c * V, o, al);
+                }
+            }
+        }
+    }
+}
+
+/* The gradients the same way (y and gy in registers); gx may alias gy. */
+template <typename S, int V, int K>
+__global__ void __launch_bounds__(ROW_WARP_BLOCK)
+    softmax_bwd_regs(rd<S> y, rd<S> gy, wr<S> gx, int64_t rows, int64_t n, bool al) {
+    constexpr int C = regs_of<V>::RC;
+    row_iter<true> it;
+    int64_t nc = n / V;
+    for (int64_t r = it.r0; r < rows; r += it.rstep) {
+        rd<S> yr = y.at(r * n), gr = gy.at(r * n);
+        wr<S> xr = gx.at(r * n);
+        int64_t len = K == SM_CAUSAL_GRAD ? r % n + 1 : n;
+        float yv[C][V], g[C][V];
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < C; k++) {
+            int64_t c = it.t + 32 * k;
+            if (c < nc && c * V < len) {
+                yr.template load<V>(c * V, yv[k], al);
+                gr.template load<V>(c * V, g[k], al);
+            } else {
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    yv[k][j] = g[k][j] = 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < V; j++)
+                if (c * V + j < len) {
+                    if constexpr (K == SM_LOG_GRAD)
+                        acc += g[k][j];
+                    else
+                        acc += g[k][j] * yv[k][j];
+                }
+        }
+        float d = warp_sum(acc);
+#pragma unroll
+        for (int k = 0; k < C; k++) {
+            int64_t c = it.t + 32 * k;
+            if (c < nc) {
+                float o[V];
+#pragma unroll
+                for (int j = 0; j < V; j++) {
+                    if constexpr (K == SM_LOG_GRAD)
+                        o[j] = g[k][j] - expf(yv[k][j]) * d;
+                    else
+                        o[j] = c * V + j < len ? yv[k][j] * (g[k][j] - d) : 0.0f;
+                }
+                xr.template store<V>(c * V, o, al);
+            }
+        }
+    }
+}
 
 template <int K> static int softmax_family(const mpmd_kargs *a) {
     const mpmd_type *t = a->in_type[0];
@@ -283,20 +751,34 @@ template <int K> static int softmax_family(const mpmd_kargs *a) {
     if (rows == 0) return 0;
     cudaStream_t st = mpmd_cuda_of(a)->stream;
     row_shape rs = row_shape_for(rows, n);
-    const float *x = (const float *)a->in[0];
-    float *y = (float *)a->out;
-    if constexpr (K < SM_GRAD) {
-        if (rs.warp)
-            softmax_fwd<true, K><<<rs.blocks, rs.threads, 0, st>>>(x, y, rows, n);
-        else
-            softmax_fwd<false, K><<<rs.blocks, rs.threads, 0, st>>>(x, y, rows, n);
-    } else {
-        const float *gy = (const float *)a->in[1];
-        if (rs.warp)
-            softmax_bwd<true, K><<<rs.blocks, rs.threads, 0, st>>>(x, gy, y, rows, n);
-        else
-            softmax_bwd<false, K><<<rs.blocks, rs.threads, 0, st>>>(x, gy, y, rows, n);
-    }
+    const bool grad = K >= SM_GRAD;
+    mpmd_dtype dx = t->dtype, dg = grad ? a->in_type[1]->dtype : dx, dy = a->node->type.dtype;
+    const void *gp = grad ? a->in[1] : a->in[0];
+    by_storage(storage_of({dx, dg, dy}), [&](auto tag) {
+        typedef typename decltype(tag)::type S;
+        rd<S> x = rd_of<S>(a->in[0], dx), g = rd_of<S>(gp, dg);
+        wr<S> y = wr_of<S>(a->out, dy);
+        int v = row_vec<S>(n);
+        bool al = chunks_aligned<S>(v, {a->in[0], gp, a->out});
+        with_vec<S>(v, [&](auto vc) {
+            constexpr int V = decltype(vc)::value;
+            if constexpr (K < SM_GRAD) {
+                if (!rs.warp)
+                    softmax_fwd<S, V, false, K><<<rs.blocks, rs.threads, 0, st>>>(x, y, rows, n, al);
+                else if constexpr (is16<S>::value)
+                    softmax_fwd_regs<S, V, K><<<rs.blocks, rs.threads, 0, st>>>(x, y, rows, n, al);
+                else
+                    softmax_fwd<S, V, true, K><<<rs.blocks, rs.threads, 0, st>>>(x, y, rows, n, al);
+            } else {
+                if (!rs.warp)
+                    softmax_bwd<S, V, false, K><<<rs.blocks, rs.threads, 0, st>>>(x, g, y, rows, n, al);
+                else if constexpr (is16<S>::value)
+                    softmax_bwd_regs<S, V, K><<<rs.blocks, rs.threads, 0, st>>>(x, g, y, rows, n, al);
+                else
+                    softmax_bwd<S, V, true, K><<<rs.blocks, rs.threads, 0, st>>>(x, g, y, rows, n, al);
+            }
+        });
+    });
     return mpmd_cuda_launched(a, a->node->op->name);
 }
 
@@ -310,50 +792,74 @@ static int k_log_softmax_grad(const mpmd_kargs *a) { return softmax_family<SM_LO
 /* ---- layer norm ------------------------------------------------------------------------------ */
 
 /* Rows of up to 1024 (warp mode) are held in registers: lane t keeps
- * elements t + 32k, k < LN_VPL, so the row is read from memory once and
- * every load of a pass is in flight at the same time. Longer rows (block
- * mode) are read again for each pass. The statistics are the CPU's:
- * mean = sum(x) / n, var = sum((x - mean)^2) / n (two passes),
- * rstd = 1 / sqrt(var + eps); every thread of the group gets both. */
+ * chunks t + 32k (k < LN_VPL / V; chunks of V elements, V = 1 for f32), so
+ * the row is read from memory once and every load of a pass is in flight at
+ * the same time. Longer rows (block mode) are read again for each pass. The
+ * statistics are the CPU's: mean = sum(x) / n, var = sum((x - mean)^2) / n
+ * (two passes), rstd = 1 / sqrt(var + eps), all in f32; every thread of the
+ * group gets both. */
 #define LN_VPL (ROW_WARP_MAX / 32)
 
-__device__ __forceinline__ void load_row(const float *r, int64_t n, int t, float (&v)[LN_VPL]) {
+template <typename S, int V>
+__device__ __forceinline__ void load_row(const rd<S> &r, int64_t nc, int t, bool al, float (&v)[LN_VPL / V][V]) {
 #pragma unroll
-    for (int k = 0; k < LN_VPL; k++) {
-        int64_t i = t + 32 * k;
-        v[k] = i < n ? r[i] : 0.0f;
+    for (int k = 0; k < LN_VPL / V; k++) {
+        int64_t c = t + 32 * k;
+        if (c < nc) {
+            r.template load<V>(c * V, v[k], al);
+        } else {
+#pragma unroll
+            for (int j = 0; j < V; j++)
+                v[k][j] = 0.0f;
+        }
     }
 }
 
-__device__ __forceinline__ void ln_stats_regs(const float (&v)[LN_VPL], int64_t n, int t, float eps, float &mu,
-                                              float &rs) {
+template <int V>
+__device__ __forceinline__ void ln_stats_regs(const float (&v)[LN_VPL / V][V], int64_t n, int64_t nc, int t, float eps,
+                                              float &mu, float &rs) {
     float acc = 0.0f;
 #pragma unroll
-    for (int k = 0; k < LN_VPL; k++)
-        acc += v[k]; /* the padding is 0 */
+    for (int k = 0; k < LN_VPL / V; k++)
+#pragma unroll
+        for (int j = 0; j < V; j++)
+            acc += v[k][j]; /* the padding is 0 */
     mu = warp_sum(acc) / (float)n;
     acc = 0.0f;
 #pragma unroll
-    for (int k = 0; k < LN_VPL; k++) {
-        float d = v[k] - mu;
-        if (t + 32 * k < n) acc += d * d;
-    }
+    for (int k = 0; k < LN_VPL / V; k++)
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            float d = v[k][j] - mu;
+            if (t + 32 * k < nc) acc += d * d;
+        }
     rs = 1.0f / sqrtf(warp_sum(acc) / (float)n + eps);
 }
 
-template <bool W>
-__device__ __forceinline__ void ln_stats(const float *xr, int64_t n, int t, int S, float eps, float *sh, float &mu,
-                                         float &rs) {
+template <typename S, int V, bool W>
+__device__ __forceinline__ void ln_stats(const rd<S> &xr, int64_t n, int t, int G, bool al, float eps, float *sh,
+                                         float &mu, float &rs) {
+    int64_t nc = n / V;
     float acc = 0.0f;
 #pragma unroll 4
-    for (int64_t i = t; i < n; i += S)
-        acc += xr[i];
+    for (int64_t c = t; c < nc; c += G) {
+        float f[V];
+        xr.template load<V>(c * V, f, al);
+#pragma unroll
+        for (int j = 0; j < V; j++)
+            acc += f[j];
+    }
     mu = row_sum<W>(acc, sh) / (float)n;
     acc = 0.0f;
 #pragma unroll 4
-    for (int64_t i = t; i < n; i += S) {
-        float d = xr[i] - mu;
-        acc += d * d;
+    for (int64_t c = t; c < nc; c += G) {
+        float f[V];
+        xr.template load<V>(c * V, f, al);
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            float d = f[j] - mu;
+            acc += d * d;
+        }
     }
     float v = row_sum<W>(acc, sh);
     rs = 1.0f / sqrtf(v / (float)n + eps);
@@ -361,29 +867,46 @@ __device__ __forceinline__ void ln_stats(const float *xr, int64_t n, int t, int 
 
 /* y = (x - mean) * rstd * gamma + beta; y may alias x (each element is read
  * before written, by the same thread). */
-template <bool W>
-__global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024) layer_norm_fwd(const float *x, const float *gamma, const float *beta, float *y,
-                                                       int64_t rows, int64_t n, float eps) {
+template <typename S, int V, bool W>
+__global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
+    layer_norm_fwd(rd<S> x, rd<S> gamma, rd<S> beta, wr<S> y, int64_t rows, int64_t n, float eps, bool al) {
     __shared__ float sh[64];
     row_iter<W> it;
+    int64_t nc = n / V;
     for (int64_t r = it.r0; r < rows; r += it.rstep) {
-        const float *xr = x + r * n;
-        float *yr = y + r * n;
+        rd<S> xr = x.at(r * n);
+        wr<S> yr = y.at(r * n);
         float mu, rs;
         if constexpr (W) {
-            float v[LN_VPL];
-            load_row(xr, n, it.t, v);
-            ln_stats_regs(v, n, it.t, eps, mu, rs);
+            float v[LN_VPL / V][V];
+            load_row<S, V>(xr, nc, it.t, al, v);
+            ln_stats_regs<V>(v, n, nc, it.t, eps, mu, rs);
 #pragma unroll
-            for (int k = 0; k < LN_VPL; k++) {
-                int64_t i = it.t + 32 * k;
-                if (i < n) yr[i] = ((v[k] - mu) * rs) * gamma[i] + beta[i];
+            for (int k = 0; k < LN_VPL / V; k++) {
+                int64_t c = it.t + 32 * k;
+                if (c < nc) {
+                    float gm[V], bt[V], o[V];
+                    gamma.template load<V>(c * V, gm, al);
+                    beta.template load<V>(c * V, bt, al);
+#pragma unroll
+                    for (int j = 0; j < V; j++)
+                        o[j] = ((v[k][j] - mu) * rs) * gm[j] + bt[j];
+                    yr.template store<V>(c * V, o, al);
+                }
             }
         } else {
-            ln_stats<W>(xr, n, it.t, it.S, eps, sh, mu, rs);
+            ln_stats<S, V, W>(xr, n, it.t, it.G, al, eps, sh, mu, rs);
 #pragma unroll 4
-            for (int64_t i = it.t; i < n; i += it.S)
-                yr[i] = ((xr[i] - mu) * rs) * gamma[i] + beta[i];
+            for (int64_t c = it.t; c < nc; c += it.G) {
+                float f[V], gm[V], bt[V];
+                xr.template load<V>(c * V, f, al);
+                gamma.template load<V>(c * V, gm, al);
+                beta.template load<V>(c * V, bt, al);
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    f[j] = ((f[j] - mu) * rs) * gm[j] + bt[j];
+                yr.template store<V>(c * V, f, al);
+            }
         }
     }
 }
@@ -392,71 +915,107 @@ __global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024) layer_norm_fwd(cons
  * once (__fmul_rn: the sums and the output see the same g, so a row of one
  * element gives exactly 0, as on the CPU); dx may alias gy (each element is
  * read before written, by the same thread). */
-template <bool W>
-__global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024) layer_norm_grad_x(const float *x, const float *gamma, const float *gy,
-                                                          float *dx, int64_t rows, int64_t n, float eps) {
+template <typename S, int V, bool W>
+__global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
+    layer_norm_grad_x(rd<S> x, rd<S> gamma, rd<S> gy, wr<S> dx, int64_t rows, int64_t n, float eps, bool al) {
     __shared__ float sh[64];
     row_iter<W> it;
+    int64_t nc = n / V;
     for (int64_t r = it.r0; r < rows; r += it.rstep) {
-        const float *xr = x + r * n, *gr = gy + r * n;
-        float *dr = dx + r * n;
+        rd<S> xr = x.at(r * n), gr = gy.at(r * n);
+        wr<S> dr = dx.at(r * n);
         float mu, rs;
         if constexpr (W) {
-            float v[LN_VPL], g[LN_VPL];
-            load_row(xr, n, it.t, v);
-            load_row(gr, n, it.t, g);
-            ln_stats_regs(v, n, it.t, eps, mu, rs);
+            float v[LN_VPL / V][V], g[LN_VPL / V][V];
+            load_row<S, V>(xr, nc, it.t, al, v);
+            load_row<S, V>(gr, nc, it.t, al, g);
+            ln_stats_regs<V>(v, n, nc, it.t, eps, mu, rs);
             float sg = 0.0f, sgx = 0.0f;
 #pragma unroll
-            for (int k = 0; k < LN_VPL; k++) {
-                int64_t i = it.t + 32 * k;
-                g[k] = i < n ? __fmul_rn(g[k], gamma[i]) : 0.0f;
-                v[k] = (v[k] - mu) * rs; /* xhat */
-                sg += g[k];
-                sgx += g[k] * v[k];
+            for (int k = 0; k < LN_VPL / V; k++) {
+                int64_t c = it.t + 32 * k;
+                if (c < nc) {
+                    float gm[V];
+                    gamma.template load<V>(c * V, gm, al);
+#pragma unroll
+                    for (int j = 0; j < V; j++)
+                        g[k][j] = __fmul_rn(g[k][j], gm[j]);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < V; j++)
+                        g[k][j] = 0.0f;
+                }
+#pragma unroll
+                for (int j = 0; j < V; j++) {
+                    v[k][j] = (v[k][j] - mu) * rs; /* xhat */
+                    sg += g[k][j];
+                    sgx += g[k][j] * v[k][j];
+                }
             }
             warp_sum2(sg, sgx);
             float mg = sg / (float)n, mgx = sgx / (float)n;
 #pragma unroll
-            for (int k = 0; k < LN_VPL; k++) {
-                int64_t i = it.t + 32 * k;
-                if (i < n) dr[i] = rs * ((g[k] - mg) - v[k] * mgx);
+            for (int k = 0; k < LN_VPL / V; k++) {
+                int64_t c = it.t + 32 * k;
+                if (c < nc) {
+                    float o[V];
+#pragma unroll
+                    for (int j = 0; j < V; j++)
+                        o[j] = rs * ((g[k][j] - mg) - v[k][j] * mgx);
+                    dr.template store<V>(c * V, o, al);
+                }
             }
         } else {
-            ln_stats<W>(xr, n, it.t, it.S, eps, sh, mu, rs);
+            ln_stats<S, V, W>(xr, n, it.t, it.G, al, eps, sh, mu, rs);
             float sg = 0.0f, sgx = 0.0f;
 #pragma unroll 4
-            for (int64_t i = it.t; i < n; i += it.S) {
-                float gg = __fmul_rn(gr[i], gamma[i]);
-                sg += gg;
-                sgx += gg * ((xr[i] - mu) * rs);
+            for (int64_t c = it.t; c < nc; c += it.G) {
+                float g[V], gm[V], f[V];
+                gr.template load<V>(c * V, g, al);
+                gamma.template load<V>(c * V, gm, al);
+                xr.template load<V>(c * V, f, al);
+#pragma unroll
+                for (int j = 0; j < V; j++) {
+                    float gg = __fmul_rn(g[j], gm[j]);
+                    sg += gg;
+                    sgx += gg * ((f[j] - mu) * rs);
+                }
             }
             row_sum2<W>(sg, sgx, sh);
             float mg = sg / (float)n, mgx = sgx / (float)n;
 #pragma unroll 4
-            for (int64_t i = it.t; i < n; i += it.S) {
-                float gg = __fmul_rn(gr[i], gamma[i]);
-                float xh = (xr[i] - mu) * rs;
-                dr[i] = rs * ((gg - mg) - xh * mgx);
+            for (int64_t c = it.t; c < nc; c += it.G) {
+                float g[V], gm[V], f[V];
+                gr.template load<V>(c * V, g, al);
+                gamma.template load<V>(c * V, gm, al);
+                xr.template load<V>(c * V, f, al);
+#pragma unroll
+                for (int j = 0; j < V; j++) {
+                    float gg = __fmul_rn(g[j], gm[j]);
+                    float xh = (f[j] - mu) * rs;
+                    g[j] = rs * ((gg - mg) - xh * mgx);
+                }
+                dr.template store<V>(c * V, g, al);
             }
         }
     }
 }
 
 /* (mean, rstd) of every row into stats[2r], stats[2r + 1]. */
-template <bool W>
-__global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024) layer_norm_stats(const float *x, float *stats, int64_t rows, int64_t n,
-                                                         float eps) {
+template <typename S, int V, bool W>
+__global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
+    layer_norm_stats(rd<S> x, float *stats, int64_t rows, int64_t n, float eps, bool al) {
     __shared__ float sh[64];
     row_iter<W> it;
+    int64_t nc = n / V;
     for (int64_t r = it.r0; r < rows; r += it.rstep) {
         float mu, rs;
         if constexpr (W) {
-            float v[LN_VPL];
-            load_row(x + r * n, n, it.t, v);
-            ln_stats_regs(v, n, it.t, eps, mu, rs);
+            float v[LN_VPL / V][V];
+            load_row<S, V>(x.at(r * n), nc, it.t, al, v);
+            ln_stats_regs<V>(v, n, nc, it.t, eps, mu, rs);
         } else {
-            ln_stats<W>(x + r * n, n, it.t, it.S, eps, sh, mu, rs);
+            ln_stats<S, V, W>(x.at(r * n), n, it.t, it.G, al, eps, sh, mu, rs);
         }
         if (it.t == 0) {
             stats[2 * r] = mu;
@@ -472,13 +1031,22 @@ static int k_layer_norm(const mpmd_kargs *a) {
     int64_t rows = numel / n;
     cudaStream_t st = mpmd_cuda_of(a)->stream;
     row_shape rs = row_shape_for(rows, n);
-    const float *x = (const float *)a->in[0], *gamma = (const float *)a->in[1], *beta = (const float *)a->in[2];
-    float *y = (float *)a->out;
+    mpmd_dtype dx = t->dtype, dgm = a->in_type[1]->dtype, dbt = a->in_type[2]->dtype, dy = a->node->type.dtype;
     float eps = a->node->fa[0];
-    if (rs.warp)
-        layer_norm_fwd<true><<<rs.blocks, rs.threads, 0, st>>>(x, gamma, beta, y, rows, n, eps);
-    else
-        layer_norm_fwd<false><<<rs.blocks, rs.threads, 0, st>>>(x, gamma, beta, y, rows, n, eps);
+    by_storage(storage_of({dx, dgm, dbt, dy}), [&](auto tag) {
+        typedef typename decltype(tag)::type S;
+        rd<S> x = rd_of<S>(a->in[0], dx), gamma = rd_of<S>(a->in[1], dgm), beta = rd_of<S>(a->in[2], dbt);
+        wr<S> y = wr_of<S>(a->out, dy);
+        int v = row_vec<S>(n);
+        bool al = chunks_aligned<S>(v, {a->in[0], a->in[1], a->in[2], a->out});
+        with_vec<S>(v, [&](auto vc) {
+            constexpr int V = decltype(vc)::value;
+            if (rs.warp)
+                layer_norm_fwd<S, V, true><<<rs.blocks, rs.threads, 0, st>>>(x, gamma, beta, y, rows, n, eps, al);
+            else
+                layer_norm_fwd<S, V, false><<<rs.blocks, rs.threads, 0, st>>>(x, gamma, beta, y, rows, n, eps, al);
+        });
+    });
     return mpmd_cuda_launched(a, "layer_norm");
 }
 
@@ -489,13 +1057,22 @@ static int k_layer_norm_grad_x(const mpmd_kargs *a) {
     int64_t rows = numel / n;
     cudaStream_t st = mpmd_cuda_of(a)->stream;
     row_shape rs = row_shape_for(rows, n);
-    const float *x = (const float *)a->in[0], *gamma = (const float *)a->in[1], *gy = (const float *)a->in[2];
-    float *dx = (float *)a->out;
+    mpmd_dtype dx = t->dtype, dgm = a->in_type[1]->dtype, dg = a->in_type[2]->dtype, dd = a->node->type.dtype;
     float eps = a->node->fa[0];
-    if (rs.warp)
-        layer_norm_grad_x<true><<<rs.blocks, rs.threads, 0, st>>>(x, gamma, gy, dx, rows, n, eps);
-    else
-        layer_norm_grad_x<false><<<rs.blocks, rs.threads, 0, st>>>(x, gamma, gy, dx, rows, n, eps);
+    by_storage(storage_of({dx, dgm, dg, dd}), [&](auto tag) {
+        typedef typename decltype(tag)::type S;
+        rd<S> x = rd_of<S>(a->in[0], dx), gamma = rd_of<S>(a->in[1], dgm), gy = rd_of<S>(a->in[2], dg);
+        wr<S> d = wr_of<S>(a->out, dd);
+        int v = row_vec<S>(n);
+        bool al = chunks_aligned<S>(v, {a->in[0], a->in[1], a->in[2], a->out});
+        with_vec<S>(v, [&](auto vc) {
+            constexpr int V = decltype(vc)::value;
+            if (rs.warp)
+                layer_norm_grad_x<S, V, true><<<rs.blocks, rs.threads, 0, st>>>(x, gamma, gy, d, rows, n, eps, al);
+            else
+                layer_norm_grad_x<S, V, false><<<rs.blocks, rs.threads, 0, st>>>(x, gamma, gy, d, rows, n, eps, al);
+        });
+    });
     return mpmd_cuda_launched(a, "layer_norm_grad_x");
 }
 
@@ -504,8 +1081,11 @@ static int k_layer_norm_grad_x(const mpmd_kargs *a) {
  * function of the row count only); pass 1 puts each row's statistics in
  * scratch, pass 2 gives each (chunk, column) one thread that sums its rows
  * in order into partial[chunk, c], pass 3 adds each column's partials: 8
- * threads take every 8th chunk in order, then a fixed tree adds the 8.
- * Scratch: 2 floats per row, then chunks x C floats. */
+ * threads take every 8th chunk in order, then a fixed tree adds the 8 and
+ * the total is rounded to gamma's dtype. 16-bit: a thread of pass 2 takes
+ * two adjacent columns (one 4-byte load) when aligned; each column's sum is
+ * the same either way. Scratch (f32 whatever the dtype): 2 per row, then
+ * chunks x C. */
 #define LNG_CHUNK_MIN 16
 #define LNG_CHUNKS_MAX 1024
 #define LNG_THREADS 256
@@ -524,22 +1104,33 @@ static size_t scratch_ln_grad_gamma(const mpmd_graph *g, const mpmd_node *n) {
     return (size_t)(2 * rows + chunks * c) * sizeof(float);
 }
 
-__global__ void lng_partial(const float *x, const float *gy, const float *stats, float *partial, int64_t rows,
-                            int64_t n, int64_t rpc) {
-    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+template <typename S, int V>
+__global__ void lng_partial(rd<S> x, rd<S> gy, const float *stats, float *partial, int64_t rows, int64_t n,
+                            int64_t rpc) {
+    int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (c >= n) return;
     int64_t r0 = (int64_t)blockIdx.y * rpc, r1 = r0 + rpc < rows ? r0 + rpc : rows;
-    float acc = 0.0f;
+    float acc[V];
+#pragma unroll
+    for (int j = 0; j < V; j++)
+        acc[j] = 0.0f;
 #pragma unroll 8
     for (int64_t r = r0; r < r1; r++) {
         float mu = stats[2 * r], rs = stats[2 * r + 1];
-        acc += gy[r * n + c] * ((x[r * n + c] - mu) * rs);
+        float g[V], f[V];
+        gy.template load<V>(r * n + c, g, true);
+        x.template load<V>(r * n + c, f, true);
+#pragma unroll
+        for (int j = 0; j < V; j++)
+            acc[j] += g[j] * ((f[j] - mu) * rs);
     }
-    partial[(int64_t)blockIdx.y * n + c] = acc;
+#pragma unroll
+    for (int j = 0; j < V; j++)
+        partial[(int64_t)blockIdx.y * n + c + j] = acc[j];
 }
 
 /* Block (32, LNG_LANES): 32 columns, LNG_LANES threads down each. */
-__global__ void lng_combine(const float *partial, float *dg, int64_t n, int64_t chunks) {
+template <typename S> __global__ void lng_combine(const float *partial, wr<S> dg, int64_t n, int64_t chunks) {
     __shared__ float sh[LNG_LANES][32];
     int x = (int)threadIdx.x, y = (int)threadIdx.y;
     int64_t c = (int64_t)blockIdx.x * 32 + x;
@@ -553,17 +1144,17 @@ __global__ void lng_combine(const float *partial, float *dg, int64_t n, int64_t 
         __syncthreads();
         if (y < s) sh[y][x] += sh[y + s][x];
     }
-    if (y == 0 && c < n) dg[c] = sh[0][x];
+    if (y == 0 && c < n) dg.put(c, sh[0][x]);
 }
 
 static int k_layer_norm_grad_gamma(const mpmd_kargs *a) {
     const mpmd_type *t = a->in_type[0];
     int64_t n = last_dim(t), numel = mpmd_type_numel(t);
     cudaStream_t st = mpmd_cuda_of(a)->stream;
-    float *dg = (float *)a->out;
+    mpmd_dtype dx = t->dtype, dg = a->in_type[1]->dtype, dd = a->node->type.dtype;
     if (n == 0) return 0;
-    if (numel == 0) { /* no rows: the sums are 0 */
-        cudaError_t e = cudaMemsetAsync(dg, 0, (size_t)n * sizeof(float), st);
+    if (numel == 0) { /* no rows: the sums are 0 (+0 in every float dtype) */
+        cudaError_t e = cudaMemsetAsync(a->out, 0, (size_t)n * mpmd_dtype_size(dd), st);
         if (e != cudaSuccess) {
             snprintf(a->err, a->err_len, "layer_norm_grad_gamma: device memset failed: %s", cudaGetErrorString(e));
             return 1;
@@ -571,17 +1162,35 @@ static int k_layer_norm_grad_gamma(const mpmd_kargs *a) {
         return 0;
     }
     int64_t rows = numel / n, rpc = lng_rows_per_chunk(rows), chunks = (rows + rpc - 1) / rpc;
-    const float *x = (const float *)a->in[0], *gy = (const float *)a->in[1];
     float *stats = (float *)a->scratch, *partial = stats + 2 * rows;
     float eps = a->node->fa[0];
     row_shape rs = row_shape_for(rows, n);
-    if (rs.warp)
-        layer_norm_stats<true><<<rs.blocks, rs.threads, 0, st>>>(x, stats, rows, n, eps);
-    else
-        layer_norm_stats<false><<<rs.blocks, rs.threads, 0, st>>>(x, stats, rows, n, eps);
-    dim3 grid(mpmd_cuda_blocks(n, LNG_THREADS), (unsigned)chunks);
-    lng_partial<<<grid, LNG_THREADS, 0, st>>>(x, gy, stats, partial, rows, n, rpc);
-    lng_combine<<<mpmd_cuda_blocks(n, 32), dim3(32, LNG_LANES), 0, st>>>(partial, dg, n, chunks);
+    by_storage(storage_of({dx, dg, dd}), [&](auto tag) {
+        typedef typename decltype(tag)::type S;
+        rd<S> x = rd_of<S>(a->in[0], dx), gy = rd_of<S>(a->in[1], dg);
+        wr<S> out = wr_of<S>(a->out, dd);
+        int v = row_vec<S>(n);
+        bool al = chunks_aligned<S>(v, {a->in[0]});
+        with_vec<S>(v, [&](auto vc) {
+            constexpr int V = decltype(vc)::value;
+            if (rs.warp)
+                layer_norm_stats<S, V, true><<<rs.blocks, rs.threads, 0, st>>>(x, stats, rows, n, eps, al);
+            else
+                layer_norm_stats<S, V, false><<<rs.blocks, rs.threads, 0, st>>>(x, stats, rows, n, eps, al);
+        });
+        bool pair = false;
+        if constexpr (is16<S>::value) pair = n % 2 == 0 && ptrs_aligned(4, {a->in[0], a->in[1]});
+        if (pair) {
+            if constexpr (is16<S>::value) {
+                dim3 grid(mpmd_cuda_blocks(n / 2, LNG_THREADS), (unsigned)chunks);
+                lng_partial<S, 2><<<grid, LNG_THREADS, 0, st>>>(x, gy, stats, partial, rows, n, rpc);
+            }
+        } else {
+            dim3 grid(mpmd_cuda_blocks(n, LNG_THREADS), (unsigned)chunks);
+            lng_partial<S, 1><<<grid, LNG_THREADS, 0, st>>>(x, gy, stats, partial, rows, n, rpc);
+        }
+        lng_combine<S><<<mpmd_cuda_blocks(n, 32), dim3(32, LNG_LANES), 0, st>>>(partial, out, n, chunks);
+    });
     return mpmd_cuda_launched(a, "layer_norm_grad_gamma");
 }
 
@@ -595,27 +1204,36 @@ static int copy_threads(int64_t cols) { /* a warp multiple, 32 to 256 */
 static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 /* y[p, :] = table[ids[p], :]: a block per position (grid-stride), threads
- * over the row in float4 (VEC 4) or float groups. A bad id: zeros. */
-template <int VEC>
-__global__ void embedding_fwd(const float *table, const int32_t *ids, float *y, int64_t npos, int64_t c, int64_t v,
+ * over the row in groups VT of elements E (float4 or float for f32; for a
+ * 16-bit table the bits are copied as they are, 8, 4 or 1 to a group: the
+ * same values as a round trip through f32). A bad id: zeros. */
+template <typename E, typename VT>
+__global__ void embedding_fwd(const E *table, const int32_t *ids, E *y, int64_t npos, int64_t c, int64_t v,
                               int *flag, int *info) {
-    int64_t cv = c / VEC;
+    int64_t cv = c / (int64_t)(sizeof(VT) / sizeof(E));
     for (int64_t p = blockIdx.x; p < npos; p += gridDim.x) {
         int32_t id = ids[p];
         bool ok = id >= 0 && (int64_t)id < v;
         if (!ok && threadIdx.x == 0)
             mpmd_cuda_raise(flag, info, MPMD_CUDA_FLAG_EMBEDDING_ID, (int)id, (int)p, (int)v);
-        const float *src = table + (ok ? (int64_t)id : 0) * c;
-        float *dst = y + p * c;
-        if constexpr (VEC == 4) {
-            const float4 *s4 = (const float4 *)src;
-            float4 *d4 = (float4 *)dst;
-            for (int64_t j = threadIdx.x; j < cv; j += blockDim.x)
-                d4[j] = ok ? s4[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        } else {
-            for (int64_t j = threadIdx.x; j < cv; j += blockDim.x)
-                dst[j] = ok ? src[j] : 0.0f;
-        }
+        const VT *src = (const VT *)(table + (ok ? (int64_t)id : 0) * c);
+        VT *dst = (VT *)(y + p * c);
+        for (int64_t j = threadIdx.x; j < cv; j += blockDim.x)
+            dst[j] = ok ? src[j] : VT{};
+    }
+}
+
+/* The table and the output in different dtypes (dyn): element by element. */
+__global__ void embedding_fwd_dyn(rd<dyn> table, const int32_t *ids, wr<dyn> y, int64_t npos, int64_t c, int64_t v,
+                                  int *flag, int *info) {
+    for (int64_t p = blockIdx.x; p < npos; p += gridDim.x) {
+        int32_t id = ids[p];
+        bool ok = id >= 0 && (int64_t)id < v;
+        if (!ok && threadIdx.x == 0)
+            mpmd_cuda_raise(flag, info, MPMD_CUDA_FLAG_EMBEDDING_ID, (int)id, (int)p, (int)v);
+        rd<dyn> src = table.at((ok ? (int64_t)id : 0) * c);
+        for (int64_t j = threadIdx.x; j < c; j += blockDim.x)
+            y.put(p * c + j, ok ? src[j] : 0.0f);
     }
 }
 
@@ -624,15 +1242,36 @@ static int k_embedding(const mpmd_kargs *a) {
     const mpmd_type *tt = a->in_type[0], *ti = a->in_type[1];
     int64_t v = tt->dim[0], c = tt->dim[1], n = mpmd_type_numel(ti);
     if (n == 0 || c == 0) return 0;
-    const float *table = (const float *)a->in[0];
     const int32_t *ids = (const int32_t *)a->in[1];
-    float *y = (float *)a->out;
-    if (c % 4 == 0 && aligned16(table) && aligned16(y))
-        embedding_fwd<4><<<cap_grid(n), copy_threads(c / 4), 0, d->stream>>>(table, ids, y, n, c, v, d->flag,
-                                                                             d->flag_info);
-    else
-        embedding_fwd<1><<<cap_grid(n), copy_threads(c), 0, d->stream>>>(table, ids, y, n, c, v, d->flag,
+    mpmd_dtype dt = tt->dtype, dy = a->node->type.dtype;
+    unsigned grid = cap_grid(n);
+    if (dt != dy) {
+        embedding_fwd_dyn<<<grid, copy_threads(c), 0, d->stream>>>(rd_of<dyn>(a->in[0], dt), ids,
+                                                                   wr_of<dyn>(a->out, dy), n, c, v, d->flag,
+                                                                   d->flag_info);
+    } else if (dt == MPMD_BF16 || dt == MPMD_F16) {
+        typedef unsigned short E;
+        const E *table = (const E *)a->in[0];
+        E *y = (E *)a->out;
+        if (c % 8 == 0 && aligned16(table) && aligned16(y))
+            embedding_fwd<E, uint4><<<grid, copy_threads(c / 8), 0, d->stream>>>(table, ids, y, n, c, v, d->flag,
+                                                                                d->flag_info);
+        else if (c % 4 == 0 && ptrs_aligned(8, {table, y}))
+            embedding_fwd<E, uint2><<<grid, copy_threads(c / 4), 0, d->stream>>>(table, ids, y, n, c, v, d->flag,
+                                                                                d->flag_info);
+        else
+            embedding_fwd<E, E><<<grid, copy_threads(c), 0, d->stream>>>(table, ids, y, n, c, v, d->flag,
                                                                          d->flag_info);
+    } else {
+        const float *table = (const float *)a->in[0];
+        float *y = (float *)a->out;
+        if (c % 4 == 0 && aligned16(table) && aligned16(y))
+            embedding_fwd<float, float4><<<grid, copy_threads(c / 4), 0, d->stream>>>(table, ids, y, n, c, v,
+                                                                                     d->flag, d->flag_info);
+        else
+            embedding_fwd<float, float><<<grid, copy_threads(c), 0, d->stream>>>(table, ids, y, n, c, v, d->flag,
+                                                                                d->flag_info);
+    }
     return mpmd_cuda_launched(a, "embedding");
 }
 
@@ -648,7 +1287,7 @@ static int k_embedding(const mpmd_kargs *a) {
  * 3. bounds[v] = the first key >= v << 32 (v = 0..V): id v owns sorted
  *    entries [bounds[v], bounds[v + 1]).
  * 4. Each id's entries are cut into chunks of EMB_CHUNK from its first; a
- *    block per chunk, a thread per column (or float4 group), sums the
+ *    block per chunk, a thread per column (or group of 4 or 8), sums the
  *    chunk's rows of gy in position order: straight into dtable when the
  *    id has one chunk, else into partial[first entry of the chunk, :].
  * 5. A block per vocabulary row writes the rows step 4 did not: 0 for an
@@ -767,70 +1406,89 @@ __global__ void emb_bounds(const unsigned long long *keys, int64_t nkeys, int *b
     }
 }
 
-__device__ __forceinline__ void set_zero(float &acc) { acc = 0.0f; }
-__device__ __forceinline__ void set_zero(float4 &acc) { acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
-__device__ __forceinline__ void add_to(float &acc, float x) { acc += x; }
-__device__ __forceinline__ void add_to(float4 &acc, float4 x) {
-    acc.x += x.x;
-    acc.y += x.y;
-    acc.z += x.z;
-    acc.w += x.w;
-}
-
-template <int VEC> struct vec_of { typedef float type; };
-template <> struct vec_of<4> { typedef float4 type; };
-
 /* Step 4: a block per sorted entry k (grid-stride); only the first entry
- * of a chunk does anything. */
-template <int VEC>
-__global__ void emb_grad_chunks(const unsigned long long *keys, const int *bounds, const float *gy, float *dt,
+ * of a chunk does anything. A thread takes VEC adjacent columns (VEC from
+ * the row length and the alignment: each column's sum is the same for any
+ * VEC), sums in f32, and rounds once when it writes dtable itself. */
+template <typename S, int VEC>
+__global__ void emb_grad_chunks(const unsigned long long *keys, const int *bounds, rd<S> gy, wr<S> dt,
                                 float *partial, int64_t npos, int64_t v, int64_t c) {
-    typedef typename vec_of<VEC>::type vt;
     int64_t cv = c / VEC;
-    const vt *g = (const vt *)gy;
+    wr<float> part{partial};
     for (int64_t k = blockIdx.x; k < npos; k += gridDim.x) {
         int64_t id = (int64_t)(keys[k] >> 32);
         if (id >= v) continue; /* a bad id: left out */
         int lo = bounds[id], hi = bounds[id + 1];
         if ((k - lo) % EMB_CHUNK) continue;
         int end = k + EMB_CHUNK < hi ? (int)k + EMB_CHUNK : hi;
-        vt *dst = (vt *)(hi - lo <= EMB_CHUNK ? dt + id * c : partial + k * c);
+        bool direct = hi - lo <= EMB_CHUNK;
+        float *dst = nullptr; /* f32: one destination pointer */
+        if constexpr (std::is_same<S, float>::value) dst = direct ? dt.p + id * c : partial + k * c;
         for (int64_t j = threadIdx.x; j < cv; j += blockDim.x) {
-            vt acc;
-            set_zero(acc);
+            float acc[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                acc[e] = 0.0f;
             int q = (int)k;
             for (; q + 4 <= end; q += 4) { /* four loads in flight, added in order */
                 int64_t p0 = (int64_t)(uint32_t)keys[q], p1 = (int64_t)(uint32_t)keys[q + 1];
                 int64_t p2 = (int64_t)(uint32_t)keys[q + 2], p3 = (int64_t)(uint32_t)keys[q + 3];
-                vt g0 = g[p0 * cv + j], g1 = g[p1 * cv + j], g2 = g[p2 * cv + j], g3 = g[p3 * cv + j];
-                add_to(acc, g0);
-                add_to(acc, g1);
-                add_to(acc, g2);
-                add_to(acc, g3);
+                float g0[VEC], g1[VEC], g2[VEC], g3[VEC];
+                gy.template load<VEC>(p0 * c + j * VEC, g0, true);
+                gy.template load<VEC>(p1 * c + j * VEC, g1, true);
+                gy.template load<VEC>(p2 * c + j * VEC, g2, true);
+                gy.template load<VEC>(p3 * c + j * VEC, g3, true);
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    acc[e] += g0[e];
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    acc[e] += g1[e];
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    acc[e] += g2[e];
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    acc[e] += g3[e];
             }
-            for (; q < end; q++)
-                add_to(acc, g[(int64_t)(uint32_t)keys[q] * cv + j]);
-            dst[j] = acc;
+            for (; q < end; q++) {
+                float g0[VEC];
+                gy.template load<VEC>((int64_t)(uint32_t)keys[q] * c + j * VEC, g0, true);
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    acc[e] += g0[e];
+            }
+            if constexpr (std::is_same<S, float>::value)
+                wr<float>{dst}.template store<VEC>(j * VEC, acc, true);
+            else if (direct)
+                dt.template store<VEC>(id * c + j * VEC, acc, true);
+            else
+                part.template store<VEC>(k * c + j * VEC, acc, true);
         }
     }
 }
 
 /* Step 5: a block per vocabulary row (grid-stride). */
-template <int VEC>
-__global__ void emb_grad_rows(const int *bounds, const float *partial, float *dt, int64_t v, int64_t c) {
-    typedef typename vec_of<VEC>::type vt;
+template <typename S, int VEC>
+__global__ void emb_grad_rows(const int *bounds, const float *partial, wr<S> dt, int64_t v, int64_t c) {
     int64_t cv = c / VEC;
-    const vt *part = (const vt *)partial;
-    vt *out = (vt *)dt;
+    rd<float> part{partial};
     for (int64_t row = blockIdx.x; row < v; row += gridDim.x) {
         int lo = bounds[row], hi = bounds[row + 1];
         if (hi - lo > 0 && hi - lo <= EMB_CHUNK) continue; /* written by step 4 */
         for (int64_t j = threadIdx.x; j < cv; j += blockDim.x) {
-            vt acc;
-            set_zero(acc);
-            for (int q = lo; q < hi; q += EMB_CHUNK)
-                add_to(acc, part[(int64_t)q * cv + j]);
-            out[row * cv + j] = acc;
+            float acc[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                acc[e] = 0.0f;
+            for (int q = lo; q < hi; q += EMB_CHUNK) {
+                float p[VEC];
+                part.template load<VEC>((int64_t)q * c + j * VEC, p, true);
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    acc[e] += p[e];
+            }
+            dt.template store<VEC>(row * c + j * VEC, acc, true);
         }
     }
 }
@@ -840,11 +1498,10 @@ static int k_embedding_grad(const mpmd_kargs *a) {
     const mpmd_type *ti = a->in_type[0];
     int64_t v = a->node->type.dim[0], c = a->node->type.dim[1], npos = mpmd_type_numel(ti);
     const int32_t *ids = (const int32_t *)a->in[0];
-    const float *gy = (const float *)a->in[1];
-    float *dt = (float *)a->out;
+    mpmd_dtype dg = a->in_type[1]->dtype, dd = a->node->type.dtype;
     if (v == 0 || c == 0) return 0;
-    if (npos == 0) {
-        cudaError_t e = cudaMemsetAsync(dt, 0, (size_t)(v * c) * sizeof(float), d->stream);
+    if (npos == 0) { /* +0 in every float dtype */
+        cudaError_t e = cudaMemsetAsync(a->out, 0, (size_t)(v * c) * mpmd_dtype_size(dd), d->stream);
         if (e != cudaSuccess) {
             snprintf(a->err, a->err_len, "embedding_grad: device memset failed: %s", cudaGetErrorString(e));
             return 1;
@@ -870,25 +1527,47 @@ static int k_embedding_grad(const mpmd_kargs *a) {
         emb_sort_merge<<<tiles, (unsigned)(T / 2), 0, d->stream>>>(keys, size);
     }
     emb_bounds<<<mpmd_cuda_blocks(v + 1, 256), 256, 0, d->stream>>>(keys, N, bounds, v);
-    if (c % 4 == 0 && aligned16(gy) && aligned16(dt) && aligned16(partial)) {
-        emb_grad_chunks<4><<<cap_grid(npos), copy_threads(c / 4), 0, d->stream>>>(keys, bounds, gy, dt, partial, npos,
-                                                                                  v, c);
-        emb_grad_rows<4><<<cap_grid(v), copy_threads(c / 4), 0, d->stream>>>(bounds, partial, dt, v, c);
-    } else {
-        emb_grad_chunks<1><<<cap_grid(npos), copy_threads(c), 0, d->stream>>>(keys, bounds, gy, dt, partial, npos, v,
-                                                                              c);
-        emb_grad_rows<1><<<cap_grid(v), copy_threads(c), 0, d->stream>>>(bounds, partial, dt, v, c);
-    }
+    const void *gp = a->in[1];
+    void *op = a->out;
+    by_storage(storage_of({dg, dd}), [&](auto tag) {
+        typedef typename decltype(tag)::type S;
+        rd<S> gy = rd_of<S>(gp, dg);
+        wr<S> dt = wr_of<S>(op, dd);
+        int vec = 1;
+        if constexpr (std::is_same<S, float>::value) {
+            if (c % 4 == 0 && aligned16(gp) && aligned16(op) && aligned16(partial)) vec = 4;
+        } else if constexpr (is16<S>::value) {
+            if (c % 8 == 0 && aligned16(gp) && aligned16(op) && aligned16(partial))
+                vec = 8;
+            else if (c % 4 == 0 && ptrs_aligned(8, {gp, op}) && aligned16(partial))
+                vec = 4;
+        }
+        auto launch = [&](auto vc) {
+            constexpr int VEC = decltype(vc)::value;
+            emb_grad_chunks<S, VEC><<<cap_grid(npos), copy_threads(c / VEC), 0, d->stream>>>(keys, bounds, gy, dt,
+                                                                                           partial, npos, v, c);
+            emb_grad_rows<S, VEC><<<cap_grid(v), copy_threads(c / VEC), 0, d->stream>>>(bounds, partial, dt, v, c);
+        };
+        if constexpr (std::is_same<S, float>::value) {
+            if (vec == 4) return launch(std::integral_constant<int, 4>());
+        } else if constexpr (is16<S>::value) {
+            if (vec == 8) return launch(std::integral_constant<int, 8>());
+            if (vec == 4) return launch(std::integral_constant<int, 4>());
+        }
+        launch(std::integral_constant<int, 1>());
+    });
     return mpmd_cuda_launched(a, "embedding_grad");
 }
 
 /* ---- cross-entropy ------------------------------------------------------------------------- */
 
-/* y[r] = (max + log(sum(exp(x - max)))) - x[label], one pass over the row.
- * A bad label: y[r] = 0. */
-template <bool W>
-__global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024) cross_entropy_fwd(const float *x, const int32_t *labels, float *y,
-                                                          int64_t rows, int64_t v, int *flag, int *info) {
+/* y[r] = (max + log(sum(exp(x - max)))) - x[label], one pass over the row
+ * (logits of storage S, in chunks of V; the loss in f32). A bad label:
+ * y[r] = 0. */
+template <typename S, int V, bool W>
+__global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
+    cross_entropy_fwd(rd<S> x, const int32_t *labels, wr<f32_or_dyn<S>> y, int64_t rows, int64_t v, int *flag,
+                      int *info, bool al) {
     __shared__ float sh[64];
     row_iter<W> it;
     for (int64_t r = it.r0; r < rows; r += it.rstep) {
@@ -896,34 +1575,40 @@ __global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024) cross_entropy_fwd(c
         if (lab < 0 || (int64_t)lab >= v) { /* uniform over the group */
             if (it.t == 0) {
                 mpmd_cuda_raise(flag, info, MPMD_CUDA_FLAG_LABEL, (int)lab, (int)r, (int)v);
-                y[r] = 0.0f;
+                y.put(r, 0.0f);
             }
             continue;
         }
-        const float *xr = x + r * v;
+        rd<S> xr = x.at(r * v);
         float m, s;
-        ms_local(xr, v, it.t, it.S, m, s);
+        ms_local<S, V>(xr, v, it.t, it.G, al, m, s);
         row_ms<W>(m, s, sh);
-        if (it.t == 0) y[r] = (m + logf(s)) - xr[lab];
+        if (it.t == 0) y.put(r, (m + logf(s)) - xr[lab]);
     }
 }
 
-/* dx = exp(x - lse) * gy[r] - onehot(label) * gy[r], lse = y[r] + x[label].
- * dx may alias x: the group reads x[label] and syncs before any write. A bad
- * label: a row of zeros. */
-template <bool W>
+/* dx = exp(x - lse) * gy[r] - onehot(label) * gy[r], lse = y[r] + x[label]
+ * (y and gy f32), rounded to the logits' dtype. dx may alias x: the group
+ * reads x[label] and syncs before any write. A bad label: a row of zeros. */
+template <typename S, int V, bool W>
 __global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
-    cross_entropy_bwd(const float *x, const int32_t *labels, const float *yl, const float *gy, float *dx,
-                      int64_t rows, int64_t v, int *flag, int *info) {
+    cross_entropy_bwd(rd<S> x, const int32_t *labels, rd<f32_or_dyn<S>> yl, rd<f32_or_dyn<S>> gy, wr<S> dx,
+                      int64_t rows, int64_t v, int *flag, int *info, bool al) {
     row_iter<W> it;
+    int64_t nc = v / V;
     for (int64_t r = it.r0; r < rows; r += it.rstep) {
-        const float *xr = x + r * v;
-        float *dr = dx + r * v;
+        rd<S> xr = x.at(r * v);
+        wr<S> dr = dx.at(r * v);
         int32_t lab = labels[r];
         if (lab < 0 || (int64_t)lab >= v) {
             if (it.t == 0) mpmd_cuda_raise(flag, info, MPMD_CUDA_FLAG_LABEL, (int)lab, (int)r, (int)v);
-            for (int64_t i = it.t; i < v; i += it.S)
-                dr[i] = 0.0f;
+            for (int64_t c = it.t; c < nc; c += it.G) {
+                float z[V];
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    z[j] = 0.0f;
+                dr.template store<V>(c * V, z, al);
+            }
             continue;
         }
         float gr = gy[r];
@@ -933,9 +1618,15 @@ __global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
         else
             __syncthreads();
 #pragma unroll 4
-        for (int64_t i = it.t; i < v; i += it.S) {
-            float e = expf(xr[i] - lse) * gr;
-            dr[i] = i == lab ? e - gr : e;
+        for (int64_t c = it.t; c < nc; c += it.G) {
+            float f[V];
+            xr.template load<V>(c * V, f, al);
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                float e = expf(f[j] - lse) * gr;
+                f[j] = c * V + j == lab ? e - gr : e;
+            }
+            dr.template store<V>(c * V, f, al);
         }
     }
 }
@@ -947,14 +1638,25 @@ static int k_cross_entropy(const mpmd_kargs *a) {
     if (v == 0 || numel == 0) return 0;
     int64_t rows = numel / v;
     row_shape rs = row_shape_for(rows, v);
-    const float *x = (const float *)a->in[0];
     const int32_t *labels = (const int32_t *)a->in[1];
-    float *y = (float *)a->out;
-    if (rs.warp)
-        cross_entropy_fwd<true><<<rs.blocks, rs.threads, 0, d->stream>>>(x, labels, y, rows, v, d->flag, d->flag_info);
-    else
-        cross_entropy_fwd<false>
-            <<<rs.blocks, rs.threads, 0, d->stream>>>(x, labels, y, rows, v, d->flag, d->flag_info);
+    mpmd_dtype dx = tl->dtype, dy = a->node->type.dtype;
+    int st = dy == MPMD_F32 ? storage_of({dx}) : ST_DYN;
+    by_storage(st, [&](auto tag) {
+        typedef typename decltype(tag)::type S;
+        rd<S> x = rd_of<S>(a->in[0], dx);
+        wr<f32_or_dyn<S>> y = wr_of<f32_or_dyn<S>>(a->out, dy);
+        int vv = row_vec<S>(v);
+        bool al = chunks_aligned<S>(vv, {a->in[0]});
+        with_vec<S>(vv, [&](auto vc) {
+            constexpr int V = decltype(vc)::value;
+            if (rs.warp)
+                cross_entropy_fwd<S, V, true><<<rs.blocks, rs.threads, 0, d->stream>>>(x, labels, y, rows, v, d->flag,
+                                                                                      d->flag_info, al);
+            else
+                cross_entropy_fwd<S, V, false><<<rs.blocks, rs.threads, 0, d->stream>>>(
+                    x, labels, y, rows, v, d->flag, d->flag_info, al);
+        });
+    });
     return mpmd_cuda_launched(a, "cross_entropy");
 }
 
@@ -965,33 +1667,47 @@ static int k_cross_entropy_grad(const mpmd_kargs *a) {
     if (v == 0 || numel == 0) return 0;
     int64_t rows = numel / v;
     row_shape rs = row_shape_for(rows, v);
-    const float *x = (const float *)a->in[0], *yl = (const float *)a->in[2], *gy = (const float *)a->in[3];
     const int32_t *labels = (const int32_t *)a->in[1];
-    float *dx = (float *)a->out;
-    if (rs.warp)
-        cross_entropy_bwd<true>
-            <<<rs.blocks, rs.threads, 0, d->stream>>>(x, labels, yl, gy, dx, rows, v, d->flag, d->flag_info);
-    else
-        cross_entropy_bwd<false>
-            <<<rs.blocks, rs.threads, 0, d->stream>>>(x, labels, yl, gy, dx, rows, v, d->flag, d->flag_info);
+    mpmd_dtype dx = tl->dtype, dyl = a->in_type[2]->dtype, dgy = a->in_type[3]->dtype, dd = a->node->type.dtype;
+    int st = dyl == MPMD_F32 && dgy == MPMD_F32 ? storage_of({dx, dd}) : ST_DYN;
+    by_storage(st, [&](auto tag) {
+        typedef typename decltype(tag)::type S;
+        typedef f32_or_dyn<S> F;
+        rd<S> x = rd_of<S>(a->in[0], dx);
+        rd<F> yl = rd_of<F>(a->in[2], dyl), gy = rd_of<F>(a->in[3], dgy);
+        wr<S> dxo = wr_of<S>(a->out, dd);
+        int vv = row_vec<S>(v);
+        bool al = chunks_aligned<S>(vv, {a->in[0], a->out});
+        with_vec<S>(vv, [&](auto vc) {
+            constexpr int V = decltype(vc)::value;
+            if (rs.warp)
+                cross_entropy_bwd<S, V, true><<<rs.blocks, rs.threads, 0, d->stream>>>(
+                    x, labels, yl, gy, dxo, rows, v, d->flag, d->flag_info, al);
+            else
+                cross_entropy_bwd<S, V, false><<<rs.blocks, rs.threads, 0, d->stream>>>(
+                    x, labels, yl, gy, dxo, rows, v, d->flag, d->flag_info, al);
+        });
+    });
     return mpmd_cuda_launched(a, "cross_entropy_grad");
 }
 
 /* ---- the table ---------------------------------------------------------------------------------- */
 
+#define NN_16BIT (MPMD_KERNEL_BF16 | MPMD_KERNEL_F16)
+
 extern "C" const mpmd_kernel mpmd_cuda_nn_kernels[] = {
-    {&mpmd_op_softmax, k_softmax, NULL},
-    {&mpmd_op_softmax_causal, k_softmax_causal, NULL},
-    {&mpmd_op_log_softmax, k_log_softmax, NULL},
-    {&mpmd_op_softmax_grad, k_softmax_grad, NULL},
-    {&mpmd_op_softmax_causal_grad, k_softmax_causal_grad, NULL},
-    {&mpmd_op_log_softmax_grad, k_log_softmax_grad, NULL},
-    {&mpmd_op_layer_norm, k_layer_norm, NULL},
-    {&mpmd_op_layer_norm_grad_x, k_layer_norm_grad_x, NULL},
-    {&mpmd_op_layer_norm_grad_gamma, k_layer_norm_grad_gamma, scratch_ln_grad_gamma},
-    {&mpmd_op_embedding, k_embedding, NULL},
-    {&mpmd_op_embedding_grad, k_embedding_grad, scratch_embedding_grad},
-    {&mpmd_op_cross_entropy, k_cross_entropy, NULL},
-    {&mpmd_op_cross_entropy_grad, k_cross_entropy_grad, NULL},
-    {NULL, NULL, NULL},
+    {&mpmd_op_softmax, k_softmax, NULL, NN_16BIT},
+    {&mpmd_op_softmax_causal, k_softmax_causal, NULL, NN_16BIT},
+    {&mpmd_op_log_softmax, k_log_softmax, NULL, NN_16BIT},
+    {&mpmd_op_softmax_grad, k_softmax_grad, NULL, NN_16BIT},
+    {&mpmd_op_softmax_causal_grad, k_softmax_causal_grad, NULL, NN_16BIT},
+    {&mpmd_op_log_softmax_grad, k_log_softmax_grad, NULL, NN_16BIT},
+    {&mpmd_op_layer_norm, k_layer_norm, NULL, NN_16BIT},
+    {&mpmd_op_layer_norm_grad_x, k_layer_norm_grad_x, NULL, NN_16BIT},
+    {&mpmd_op_layer_norm_grad_gamma, k_layer_norm_grad_gamma, scratch_ln_grad_gamma, NN_16BIT},
+    {&mpmd_op_embedding, k_embedding, NULL, NN_16BIT},
+    {&mpmd_op_embedding_grad, k_embedding_grad, scratch_embedding_grad, NN_16BIT},
+    {&mpmd_op_cross_entropy, k_cross_entropy, NULL, NN_16BIT},
+    {&mpmd_op_cross_entropy_grad, k_cross_entropy_grad, NULL, NN_16BIT},
+    {NULL, NULL, NULL, 0},
 };
