@@ -76,7 +76,10 @@ static const char *usage =
     "  --timeline FILE       draw the last step as an SVG timeline; pipelines only\n"
     "  --save PATH           write a checkpoint (safetensors) after the last step\n"
     "  --save-every K        also every K steps (needs --save)\n"
-    "  --resume PATH         continue from a checkpoint (any pipeline layout)\n"
+    "  --resume PATH         continue from a checkpoint (any pipeline layout); a weights file\n"
+    "                        (--export-weights) starts at step 1 from its weights, optimizer fresh\n"
+    "  --export-weights PATH write the parameters alone (no optimizer state) after the last step\n"
+    "  --dtype D             dtype of --export-weights: f32, bf16 (default) or f16\n"
     "  --no-nan-check        keep going when the loss is NaN or Inf\n"
     "  --help                this text\n"
     "\n"
@@ -87,6 +90,8 @@ typedef struct options {
     long long steps, log_every, threads, ranks, replicas, save_every;
     unsigned long long seed;
     const char *data, *schedule, *trace, *timeline, *save, *resume, *backend, *precision;
+    const char *export_weights, *export_dtype_name;
+    mpmd_dtype export_dtype;
     int nan_check, fuse, mpi, quiet, json;
 } options;
 
@@ -127,7 +132,8 @@ static const char *const valued[] = {"--layers",   "--width",   "--heads",      
                                      "--microbatches", "--stages", "--steps",      "--log-every", "--threads",
                                      "--seed",     "--lr",      "--weight-decay",  "--data",    "--schedule",
                                      "--ranks",    "--runtime", "--data-parallel", "--trace",   "--timeline",
-                                     "--save",     "--save-every", "--resume",  "--backend", "--precision"};
+                                     "--save",     "--save-every", "--resume",  "--backend", "--precision",
+                                     "--export-weights", "--dtype"};
 
 static int is_one_of(const char *name, const char *const *list, size_t n) {
     for (size_t k = 0; k < n; k++)
@@ -223,6 +229,8 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!strcmp(name, "--timeline")) o->timeline = val;
             if (!strcmp(name, "--save")) o->save = val;
             if (!strcmp(name, "--resume")) o->resume = val;
+            if (!strcmp(name, "--export-weights")) o->export_weights = val;
+            if (!strcmp(name, "--dtype")) o->export_dtype_name = val;
         }
         if (rc) return rc;
     }
@@ -239,6 +247,16 @@ static int parse_args(int argc, char **argv, options *o) {
     if (o->mpi && (o->trace || o->timeline))
         return bad_option("--trace and --timeline need --runtime local (each MPI process sees only its rank)");
     if (o->save_every && !o->save) return bad_option("--save-every needs --save PATH");
+    if (o->export_dtype_name && !o->export_weights) return bad_option("--dtype needs --export-weights PATH");
+    const char *xd = o->export_dtype_name ? o->export_dtype_name : "bf16";
+    if (!strcmp(xd, "f32"))
+        o->export_dtype = MPMD_F32;
+    else if (!strcmp(xd, "bf16"))
+        o->export_dtype = MPMD_BF16;
+    else if (!strcmp(xd, "f16"))
+        o->export_dtype = MPMD_F16;
+    else
+        return bad_option("--dtype is f32, bf16 or f16, got \"%s\"", xd);
     if (!o->precision)
         o->cfg.compute = o->backend && !strcmp(o->backend, "cuda") ? MPMD_BF16 : MPMD_F32;
     else if (!strcmp(o->precision, "f32"))
@@ -349,7 +367,9 @@ int main(int argc, char **argv) {
         mpmd_checkpoint_info info;
         mpmd_status st = t.ex ? mpmd_exec_load(t.ex, o.resume, &info, &err) : mpmd_step_load(t.st, o.resume, &info, &err);
         if (st) return fail(&t, "%s", err.msg);
-        if (info.seed != o.seed)
+        /* a weights export (info.weights_only) gives the parameters alone:
+         * fresh optimizer state, step 0, no seed to keep */
+        if (!info.weights_only && info.seed != o.seed)
             return fail(&t, "%s was trained with --seed %llu (its batches follow that seed); resume with it",
                         o.resume, (unsigned long long)info.seed);
         first = info.step + 1;
@@ -370,6 +390,7 @@ int main(int argc, char **argv) {
         printf("data: %s, %lld bytes; the loss starts near ln(256) = %.3f\n", o.data ? o.data : "generated corpus",
                (long long)corpus.len, log(256.0));
         if (first > 1) printf("resumed from %s after step %lld\n", o.resume, first - 1);
+        else if (o.resume) printf("started from the weights in %s (fresh optimizer state)\n", o.resume);
         fflush(stdout);
     }
 
@@ -436,6 +457,9 @@ int main(int argc, char **argv) {
         if (t.ex ? mpmd_exec_save(t.ex, o.save, &info, &err) : mpmd_step_save(t.st, o.save, &info, &err))
             return fail(&t, "%s", err.msg);
     }
+    if (o.export_weights && (t.ex ? mpmd_exec_export_weights(t.ex, o.export_weights, o.export_dtype, &err)
+                                  : mpmd_step_export_weights(t.st, o.export_weights, o.export_dtype, &err)))
+        return fail(&t, "%s", err.msg);
     if (t.st && !t.mpi && (o.trace || o.timeline)) {
         if (o.trace) {
             FILE *f = fopen(o.trace, "w");

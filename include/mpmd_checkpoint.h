@@ -37,11 +37,29 @@
  *   executor or step. Load needs memory for the file's data section once
  *   (it is read and verified in full before anything is copied).
  *
+ * Weights exports. mpmd_exec_export_weights / mpmd_step_export_weights
+ * write only the trainable parameters (mpmd_graph_params; no optimizer
+ * state, no other variables) in F32, BF16 or F16, for inference or for
+ * starting another run. The load functions read such a file too: they load
+ * the parameters and leave every other state value (optimizer moments,
+ * "optim/step", other variables) as it is.
+ *
+ *     if (mpmd_step_export_weights(st, "model.bf16.safetensors", MPMD_BF16, &err)) ...
+ *     ...
+ *     if (mpmd_exec_load(ex2, "model.bf16.safetensors", &got, &err)) ...  // got.weights_only == 1
+ *
+ * Dtypes on load: an f32 value accepts an F32 tensor (copied bit for bit)
+ * and a BF16 or F16 one (widened, which is exact); an i32 value accepts
+ * I32. A tensor of any other dtype (F64, I8, F8_E4M3, ...) is an
+ * MPMD_ERR_FORMAT error naming the tensor and its dtype; a dtype the
+ * safetensors format does not define ("FP8") is one as well.
+ *
  * Errors: MPMD_ERR_IO (a file that cannot be opened, read, written or
  * renamed), MPMD_ERR_FORMAT (not a valid safetensors file, a checksum that
- * does not match, bad mpmd metadata), MPMD_ERR_SHAPE (a valid checkpoint of
- * another model: names, dtypes or shapes differ), MPMD_ERR_NOMEM,
- * MPMD_ERR_INVALID (NULL arguments). The message is in err->msg.
+ * does not match, bad mpmd metadata, a dtype mpmd cannot load),
+ * MPMD_ERR_SHAPE (a valid checkpoint of another model: names, dtypes or
+ * shapes differ), MPMD_ERR_NOMEM, MPMD_ERR_INVALID (NULL arguments, an
+ * export dtype other than f32, bf16 and f16). The message is in err->msg.
  */
 #ifndef MPMD_CHECKPOINT_H
 #define MPMD_CHECKPOINT_H
@@ -54,6 +72,8 @@ extern "C" {
 
 /* The checkpoint format version this library writes and reads. */
 #define MPMD_CHECKPOINT_VERSION 1
+/* The weights-export format version this library writes and reads. */
+#define MPMD_WEIGHTS_VERSION 1
 /* Capacity of mpmd_checkpoint_info.config, terminator included. */
 #define MPMD_CHECKPOINT_CONFIG_MAX 512
 
@@ -71,9 +91,15 @@ typedef struct mpmd_checkpoint_info {
      * ("layers=4 width=128 ..."); "" for none. Not interpreted by the loader;
      * a longer text in a file is cut to fit. */
     char config[MPMD_CHECKPOINT_CONFIG_MAX];
+    /* On load: 1 when the file was a weights export ("format":
+     * "mpmd-weights"): only the parameters were loaded, the optimizer state
+     * was left as it was, and version is the export's format version with
+     * step, seed, rng_state and config zero/empty. Ignored on save. */
+    int weights_only;
 } mpmd_checkpoint_info;
 
-#define MPMD_CHECKPOINT_INFO_INIT ((mpmd_checkpoint_info){MPMD_CHECKPOINT_VERSION, 0, 0, {0, 0, 0, 0}, {0}})
+#define MPMD_CHECKPOINT_INFO_INIT                                                                            \
+    ((mpmd_checkpoint_info){MPMD_CHECKPOINT_VERSION, 0, 0, {0, 0, 0, 0}, {0}, 0})
 
 /* Write the executor's state (every parameter and variable) to `path`.
  * info may be NULL (step 0, seed 0). */
@@ -81,7 +107,11 @@ mpmd_status mpmd_exec_save(mpmd_exec *ex, const char *path, const mpmd_checkpoin
                            mpmd_error *err);
 
 /* Read `path` into the executor's state; info_out (may be NULL) gets the
- * file's metadata. On any error the state is unchanged. */
+ * file's metadata. On any error the state is unchanged. `path` may be a
+ * checkpoint (every state value is loaded), a weights export (only the
+ * parameters are loaded: optimizer state and other variables are left
+ * untouched, info_out->weights_only is 1) or a plain safetensors file
+ * (loaded as a checkpoint at step 0). */
 mpmd_status mpmd_exec_load(mpmd_exec *ex, const char *path, mpmd_checkpoint_info *info_out, mpmd_error *err);
 
 /* The same for a pipelined step. Each value is written once, from the first
@@ -97,9 +127,25 @@ mpmd_status mpmd_step_save(mpmd_step *st, const char *path, const mpmd_checkpoin
                            mpmd_error *err);
 mpmd_status mpmd_step_load(mpmd_step *st, const char *path, mpmd_checkpoint_info *info_out, mpmd_error *err);
 
-/* Read only the metadata of a checkpoint (the header is checked, checksum
- * included; the data is not read). For a plain safetensors file without
- * mpmd metadata, info gets version 0, step 0 and seed 0. */
+/* Write the trainable parameters (mpmd_graph_params, by their full names;
+ * no optimizer state, no other variables) to `path` as a safetensors file
+ * of `dtype`: MPMD_F32 (bit for bit), MPMD_BF16 or MPMD_F16 (rounded to
+ * nearest, ties to even; in F16 a magnitude of 65520 or more becomes
+ * infinity).
+ * The metadata is {"format": "mpmd-weights", "version": "1", "dtype":
+ * "F32" | "BF16" | "F16"} plus the two checksums of a checkpoint. Written
+ * atomically like a checkpoint; the load functions read it back (see
+ * above). */
+mpmd_status mpmd_exec_export_weights(mpmd_exec *ex, const char *path, mpmd_dtype dtype, mpmd_error *err);
+/* The same for a pipelined step, as mpmd_step_save: each parameter from its
+ * first holder, replica 0; under the MPI runtime collective (every process
+ * calls it), gathered, and written by process 0 only. */
+mpmd_status mpmd_step_export_weights(mpmd_step *st, const char *path, mpmd_dtype dtype, mpmd_error *err);
+
+/* Read only the metadata of a checkpoint or weights export (the header is
+ * checked, checksum included; the data is not read). For a plain
+ * safetensors file without mpmd metadata, info gets version 0, step 0 and
+ * seed 0. */
 mpmd_status mpmd_checkpoint_read_info(const char *path, mpmd_checkpoint_info *info, mpmd_error *err);
 
 /* Check a checkpoint completely without a model: structure, metadata and

@@ -15,6 +15,7 @@
 #include "gpt_model.h"
 #include "mpmd_checkpoint.h"
 #include "testutil.h"
+#include "util/half.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -448,6 +449,9 @@ typedef struct {
 #define MPMD_META(version, step)                                                                             \
     "\"__metadata__\":{\"format\":\"mpmd-checkpoint\",\"version\":\"" version "\",\"step\":\"" step          \
     "\",\"seed\":\"1\",\"rng_state\":\"0,0,0,0\",\"sha256\":\"" Z64 "\",\"header_sha256\":\"" Z64 "\"}"
+#define WEIGHTS_META(version, dtype)                                                                         \
+    "\"__metadata__\":{\"format\":\"mpmd-weights\",\"version\":\"" version "\",\"dtype\":\"" dtype           \
+    "\",\"sha256\":\"" Z64 "\",\"header_sha256\":\"" Z64 "\"}"
 
 static void test_malformed(void) {
     mpmd_graph *g = mpmd_graph_new();
@@ -484,6 +488,36 @@ static void test_malformed(void) {
     seal(path);
     CHECK(mpmd_exec_load(t.ex, path, &info, &err) == MPMD_OK && info.version == 1 && info.step == 5,
           "sealed by the documented recipe: %s", err.msg);
+
+    /* 16-bit floats (2-byte elements) load into an f32 value, widened */
+    craft(path,
+          "{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+          "\"b\":{\"dtype\":\"I32\",\"shape\":[],\"data_offsets\":[4,8]}}",
+          1, 8, 0);
+    CHECK(mpmd_exec_load(t.ex, path, &info, &err) == MPMD_OK && !info.weights_only, "plain BF16: %s",
+          err.msg);
+    uint32_t au[2];
+    memcpy(au, a, 8);
+    CHECK(au[0] == 0x08010000u && au[1] == 0x160f0000u && ((const uint8_t *)bv)[0] == 29,
+          "BF16 0x0801 0x160f widened to 0x%08x 0x%08x", au[0], au[1]);
+    craft(path,
+          "{\"a\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+          "\"b\":{\"dtype\":\"I32\",\"shape\":[],\"data_offsets\":[4,8]}}",
+          2, 8, 0);
+    CHECK(mpmd_exec_load(t.ex, path, NULL, &err) == MPMD_OK, "plain F16: %s", err.msg);
+    /* f16 0x0801 = 2^-13 (1 + 1/1024), 0x160f = 2^-10 (1 + 0x20f/1024) */
+    CHECK(a[0] == ldexpf(1.0f + 1.0f / 1024, -13) && a[1] == ldexpf(1.0f + 527.0f / 1024, -10),
+          "F16 widened to %.9g %.9g", a[0], a[1]);
+    /* a weights file: the parameter alone, the variable stays */
+    craft(path,
+          "{" WEIGHTS_META("1", "BF16") ",\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]}}",
+          0, 4, 0);
+    seal(path);
+    int32_t b_before = *bv;
+    CHECK(mpmd_exec_load(t.ex, path, &info, &err) == MPMD_OK && info.weights_only == 1 && info.version == 1,
+          "crafted weights file: %s", err.msg);
+    memcpy(au, a, 8);
+    CHECK(au[0] == 0x08010000u && au[1] == 0x160f0000u && *bv == b_before, "crafted weights file's values");
 
     static const crafted cases[] = {
         {"{" A_OK "," A_OK "," B_OK "}", 12, "tensor \"a\" appears twice"},
@@ -540,6 +574,42 @@ static void test_malformed(void) {
         {"{" MPMD_META("x", "1") "," A_OK "," B_OK "}", 12, "not a version number"},
         {"{\"__metadata__\":{\"format\":\"mpmd-checkpoint\",\"version\":\"1\"}," A_OK "," B_OK "}", 12,
          "lacks \"header_sha256\""},
+        /* dtypes: known to the format but not loadable, unknown, mis-sized */
+        {"{\"a\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]},"
+         "\"b\":{\"dtype\":\"I32\",\"shape\":[],\"data_offsets\":[16,20]}}",
+         20, "tensor \"a\" has dtype F64, which mpmd cannot load"},
+        {"{\"a\":{\"dtype\":\"I8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+         "\"b\":{\"dtype\":\"I32\",\"shape\":[],\"data_offsets\":[2,6]}}",
+         6, "tensor \"a\" has dtype I8, which mpmd cannot load"},
+        {"{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,2]},"
+         "\"b\":{\"dtype\":\"I32\",\"shape\":[],\"data_offsets\":[2,6]}}",
+         6, "tensor \"a\" has dtype F8_E4M3, which mpmd cannot load"},
+        {"{\"a\":{\"dtype\":\"FP8\",\"shape\":[2],\"data_offsets\":[0,2]}," B_OK "}", 6,
+         "tensor \"a\" has unknown dtype \"FP8\""},
+        {"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,8]}," B_OK "}", 12,
+         "hold 8 bytes but BF16[2] needs 4"},
+        {"{\"a\":{\"dtype\":\"F16\",\"shape\":[3],\"data_offsets\":[0,4]},"
+         "\"b\":{\"dtype\":\"I32\",\"shape\":[],\"data_offsets\":[4,8]}}",
+         8, "hold 4 bytes but F16[3] needs 6"},
+        {"{" A_OK ",\"b\":{\"dtype\":\"F16\",\"shape\":[],\"data_offsets\":[8,10]}}", 10,
+         "1 with another dtype or shape (file vs model); \"b\" F16[] vs I32[]"},
+        {"{\"a\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,6]},"
+         "\"b\":{\"dtype\":\"I32\",\"shape\":[],\"data_offsets\":[6,10]}}",
+         10, "\"a\" BF16[3] vs F32[2]"},
+        /* weights files */
+        {"{" WEIGHTS_META("1", "BF16") ",\"a\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]}}",
+         16, "tensor \"a\" has dtype F64"},
+        {"{" WEIGHTS_META("2", "BF16") ",\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4,
+         "weights file version 2 was written by a newer mpmd"},
+        {"{" WEIGHTS_META("1", "F64") ",\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4,
+         "not F32, BF16 or F16"},
+        {"{" WEIGHTS_META("1", "BF16") ",\"c\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4,
+         "1 missing, 1 unexpected"},
+        {"{\"__metadata__\":{\"format\":\"mpmd-weights\",\"version\":\"1\",\"sha256\":\"" Z64
+         "\",\"header_sha256\":\"" Z64 "\"}," A_OK "}",
+         8, "weights file lacks \"dtype\""},
+        {"{\"__metadata__\":{\"format\":\"mpmd-weights\",\"version\":\"1\",\"dtype\":\"F32\"}," A_OK "}", 8,
+         "lacks \"header_sha256\" (an mpmd weights file always has it)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         craft(path, cases[i].json, i % 3, cases[i].data_len, 0);
@@ -1007,6 +1077,369 @@ static void test_atomic(void) {
     sample_free(&s);
 }
 
+/* ---- weights exports ----------------------------------------------------------------- */
+
+/* The sample's parameters set to values whose rounding matters (by their
+ * f32 bits): ties to even in bf16 both ways, a subnormal, values that
+ * overflow f16, a negative zero. */
+static const uint32_t W_BITS[6] = {0x3eaaaaab, 0x3f808000, 0x3f818000, 0xc02df84d, 0x000116c2, 0x7f61b1e6};
+static const uint32_t B_BITS[3] = {0x80000000, 0x42c83333, 0x477fe000};
+/* ... their round-to-nearest-even bf16 and f16 bits, worked out by hand
+ * (and by Python's struct 'e' format for f16), not by src/util/half.h */
+static const uint16_t W_BF16[6] = {0x3eab, 0x3f80, 0x3f82, 0xc02e, 0x0001, 0x7f62};
+static const uint16_t B_BF16[3] = {0x8000, 0x42c8, 0x4780};
+static const uint16_t W_F16[6] = {0x3555, 0x3c04, 0x3c0c, 0xc170, 0x0000, 0x7c00};
+static const uint16_t B_F16[3] = {0x8000, 0x5642, 0x7bff};
+
+static void set_weights_values(sample *s) {
+    float *w = mpmd_exec_var_data(s->ex, mpmd_lookup(s->g, "w"));
+    float *b = mpmd_exec_var_data(s->ex, mpmd_lookup(s->g, "enc/b"));
+    memcpy(w, W_BITS, sizeof W_BITS);
+    memcpy(b, B_BITS, sizeof B_BITS);
+}
+
+static uint64_t header_len(const uint8_t *f) {
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | f[i];
+    return n;
+}
+
+static uint16_t le16(const uint8_t *p) {
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+/* Export the sample as `dtype` and check the file by hand: header entries,
+ * sizes, metadata, checksums and every 16-bit pattern. */
+static void check_sample_export(const sample *s, mpmd_dtype dtype, const char *name) {
+    char path[400];
+    path_in(path, sizeof path, name);
+    mpmd_error err;
+    CHECK(mpmd_exec_export_weights(s->ex, path, dtype, &err) == MPMD_OK, "%s", err.msg);
+    size_t len;
+    uint8_t *f = read_file(path, &len);
+    CHECK(f && len >= 8, "cannot read back %s", path);
+    if (!f) return;
+    uint64_t n = header_len(f);
+    int es = dtype == MPMD_F32 ? 4 : 2;
+    const char *dn = dtype == MPMD_F32 ? "F32" : dtype == MPMD_BF16 ? "BF16" : "F16";
+    CHECK(n % 8 == 0 && 8 + n + 9 * (size_t)es == len,
+          "%s: header %llu, file %zu bytes, expected 9 x %d data", dn, (unsigned long long)n, len, es);
+    char *hdr = malloc(n + 1);
+    memcpy(hdr, f + 8, n);
+    hdr[n] = '\0';
+    char want[3][160];
+    snprintf(want[0], sizeof want[0], "\"enc/b\":{\"dtype\":\"%s\",\"shape\":[3],\"data_offsets\":[0,%d]}",
+             dn, 3 * es);
+    snprintf(want[1], sizeof want[1], "\"w\":{\"dtype\":\"%s\",\"shape\":[2,3],\"data_offsets\":[%d,%d]}", dn,
+             3 * es, 9 * es);
+    snprintf(want[2], sizeof want[2],
+             "\"__metadata__\":{\"format\":\"mpmd-weights\",\"version\":\"1\",\"dtype\":\"%s\",\"sha256\":\"",
+             dn);
+    for (int i = 0; i < 3; i++)
+        CHECK(has(hdr, want[i]), "%s export lacks %s:\n%s", dn, want[i], hdr);
+    CHECK(!has(hdr, "count") && !has(hdr, "quote") && !has(hdr, "\"step\""),
+          "%s export holds more than the parameters:\n%s", dn, hdr);
+    char got[65], mine[65];
+    uint8_t d[32];
+    const uint8_t *data = f + 8 + n;
+    CHECK(hex_after(hdr, "\"sha256\":\"", got), "no sha256");
+    mpmd_sha256(data, len - 8 - n, d);
+    hex_of(d, mine);
+    CHECK(strcmp(got, mine) == 0, "%s export: sha256 %s, data hashes to %s", dn, got, mine);
+    if (len == 8 + n + 9 * (size_t)es) {
+        if (dtype == MPMD_F32) {
+            CHECK(memcmp(data, B_BITS, 12) == 0 && memcmp(data + 12, W_BITS, 24) == 0,
+                  "F32 export: bytes are not the f32 values");
+        } else {
+            const uint16_t *wb = dtype == MPMD_BF16 ? W_BF16 : W_F16,
+                           *bb = dtype == MPMD_BF16 ? B_BF16 : B_F16;
+            for (int i = 0; i < 3; i++)
+                CHECK(le16(data + 2 * i) == bb[i], "%s enc/b[%d]: 0x%04x, expected 0x%04x", dn, i,
+                      le16(data + 2 * i), bb[i]);
+            for (int i = 0; i < 6; i++)
+                CHECK(le16(data + 6 + 2 * i) == wb[i], "%s w[%d] (f32 0x%08x): 0x%04x, expected 0x%04x", dn,
+                      i, W_BITS[i], le16(data + 6 + 2 * i), wb[i]);
+        }
+    }
+    mpmd_checkpoint_info ri;
+    memset(&ri, 0x55, sizeof ri);
+    CHECK(mpmd_checkpoint_read_info(path, &ri, &err) == MPMD_OK && ri.weights_only == 1 && ri.version == 1 &&
+              ri.step == 0 && ri.seed == 0 && ri.config[0] == '\0',
+          "%s read_info: weights_only %d version %d step %lld: %s", dn, ri.weights_only, ri.version,
+          (long long)ri.step, err.msg);
+    char *listing = NULL;
+    size_t ll = 0;
+    FILE *mf = open_memstream(&listing, &ll);
+    CHECK(mpmd_checkpoint_verify(path, mf, &err) == MPMD_OK, "verify: %s", err.msg);
+    fclose(mf);
+    char line[64];
+    snprintf(line, sizeof line, "w %s[2,3] %d\n", dn, 6 * es);
+    CHECK(listing && has(listing, line), "listing lacks %s:\n%s", line, listing ? listing : "");
+    free(listing);
+    free(hdr);
+    free(f);
+}
+
+/* Load an export of `dtype` into a fresh sample: the parameters become the
+ * widened 16-bit values (or the f32 bits), the variables stay. */
+static void check_sample_load(mpmd_dtype dtype, const char *name) {
+    char path[400];
+    path_in(path, sizeof path, name);
+    sample t = sample_new(50.0f);
+    const int32_t *c = mpmd_exec_var_data(t.ex, mpmd_lookup(t.g, "count"));
+    const float *q = mpmd_exec_var_data(t.ex, mpmd_lookup(t.g, ODD_NAME));
+    int32_t c0 = *c;
+    float q0[2] = {q[0], q[1]};
+    mpmd_checkpoint_info info;
+    memset(&info, 0x55, sizeof info);
+    mpmd_error err;
+    CHECK(mpmd_exec_load(t.ex, path, &info, &err) == MPMD_OK, "%s", err.msg);
+    CHECK(info.weights_only == 1 && info.version == 1 && info.step == 0 && info.seed == 0,
+          "info after loading weights: weights_only %d version %d step %lld", info.weights_only, info.version,
+          (long long)info.step);
+    const float *w = mpmd_exec_var_data(t.ex, mpmd_lookup(t.g, "w"));
+    const float *b = mpmd_exec_var_data(t.ex, mpmd_lookup(t.g, "enc/b"));
+    for (int i = 0; i < 9; i++) {
+        uint32_t src = i < 3 ? B_BITS[i] : W_BITS[i - 3], got;
+        memcpy(&got, i < 3 ? &b[i] : &w[i - 3], 4);
+        uint32_t want = src;
+        if (dtype == MPMD_BF16) want = (uint32_t)(i < 3 ? B_BF16[i] : W_BF16[i - 3]) << 16;
+        if (dtype == MPMD_F16) {
+            float x = mpmd_f16_to_f32(i < 3 ? B_F16[i] : W_F16[i - 3]);
+            memcpy(&want, &x, 4);
+        }
+        CHECK(got == want, "%s load, value %d: f32 0x%08x, expected 0x%08x (from 0x%08x)",
+              mpmd_dtype_name(dtype), i, got, want, src);
+    }
+    CHECK(*c == c0 && memcmp(q, q0, sizeof q0) == 0, "loading weights changed a variable");
+    sample_free(&t);
+}
+
+/* The state values that are not parameters, copied from the executor in
+ * state order. */
+static uint8_t *non_params(const mpmd_graph *g, mpmd_exec *ex, size_t *len) {
+    int n = mpmd_graph_state(g, NULL, 0), np = mpmd_graph_params(g, NULL, 0);
+    mpmd_value *vs = malloc((size_t)n * sizeof *vs), *ps = malloc((size_t)np * sizeof *ps);
+    mpmd_graph_state(g, vs, n);
+    mpmd_graph_params(g, ps, np);
+    size_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        uint8_t *buf = pass ? malloc(total + 1) : NULL;
+        size_t at = 0;
+        for (int i = 0; i < n; i++) {
+            int param = 0;
+            for (int k = 0; k < np && !param; k++)
+                param = ps[k].id == vs[i].id;
+            if (param) continue;
+            mpmd_type t = mpmd_value_type(g, vs[i]);
+            size_t bytes = mpmd_type_bytes(&t);
+            if (buf) memcpy(buf + at, mpmd_exec_var_data(ex, vs[i]), bytes);
+            at += bytes;
+        }
+        total = at;
+        if (pass) {
+            free(vs), free(ps);
+            *len = total;
+            return buf;
+        }
+    }
+    return NULL;
+}
+
+/* Every parameter of a runner equals widen(bf16(the source's value)), on
+ * every holder of a step. src holds the source's parameters in
+ * mpmd_graph_params order. */
+static void check_params_bf16(runner *r, float *const *src, const char *label) {
+    const mpmd_graph *g = r->m.g;
+    int np = mpmd_graph_params(g, NULL, 0);
+    mpmd_value *ps = malloc((size_t)np * sizeof *ps);
+    mpmd_graph_params(g, ps, np);
+    int bad = 0, holders = 0;
+    for (int i = 0; i < np; i++) {
+        mpmd_type t = mpmd_value_type(g, ps[i]);
+        int64_t numel = mpmd_type_numel(&t);
+        const float *copies[16];
+        int nc = 0;
+        if (r->ex) {
+            copies[nc++] = mpmd_exec_var_data(r->ex, ps[i]);
+        } else {
+            int ranks[16];
+            int nr = mpmd_step_where(r->st, ps[i], ranks, 16);
+            for (int k = 0; k < nr; k++)
+                copies[nc++] = mpmd_step_var_data(r->st, ranks[k], ps[i]);
+        }
+        holders += nc;
+        for (int k = 0; k < nc; k++)
+            for (int64_t j = 0; j < numel && copies[k]; j++) {
+                float want = mpmd_bf16_to_f32(mpmd_f32_to_bf16(src[i][j]));
+                if (memcmp(&copies[k][j], &want, 4) != 0 && bad++ < 3)
+                    CHECK(0, "%s: \"%s\"[%lld] is %.9g, expected %.9g (bf16 of %.9g)", label,
+                          mpmd_value_name(g, ps[i]), (long long)j, copies[k][j], want, src[i][j]);
+            }
+    }
+    CHECK(bad == 0 && holders >= np, "%s: %d values differ (%d holders of %d parameters)", label, bad,
+          holders, np);
+    free(ps);
+}
+
+static void test_weights_export(void) {
+    /* the sample in every dtype, by hand */
+    sample s = sample_new(0.0f);
+    set_weights_values(&s);
+    check_sample_export(&s, MPMD_F32, "w-f32.safetensors");
+    check_sample_export(&s, MPMD_BF16, "w-bf16.safetensors");
+    check_sample_export(&s, MPMD_F16, "w-f16.safetensors");
+    check_sample_load(MPMD_F32, "w-f32.safetensors");
+    check_sample_load(MPMD_BF16, "w-bf16.safetensors");
+    check_sample_load(MPMD_F16, "w-f16.safetensors");
+    size_t l32, l16;
+    char p32[400], p16[400], path[400];
+    path_in(p32, sizeof p32, "w-f32.safetensors");
+    path_in(p16, sizeof p16, "w-bf16.safetensors");
+    uint8_t *a = read_file(p32, &l32), *b = read_file(p16, &l16);
+    CHECK(a && b && l32 - 8 - header_len(a) == 36 && l16 - 8 - header_len(b) == 18,
+          "data sections: f32 %zu, bf16 %zu bytes", a ? l32 - 8 - (size_t)header_len(a) : 0,
+          b ? l16 - 8 - (size_t)header_len(b) : 0);
+    free(a);
+
+    /* bad arguments: no file appears */
+    mpmd_error err;
+    path_in(path, sizeof path, "w-i32.safetensors");
+    CHECK(mpmd_exec_export_weights(s.ex, path, MPMD_I32, &err) == MPMD_ERR_INVALID && has(err.msg, "i32") &&
+              has(err.msg, "f32, bf16 and f16"),
+          "export as i32: %s", err.msg);
+    struct stat sb;
+    CHECK(stat(path, &sb) != 0, "a refused export wrote a file");
+    CHECK(mpmd_exec_export_weights(NULL, path, MPMD_BF16, &err) == MPMD_ERR_INVALID,
+          "NULL executor accepted");
+    CHECK(mpmd_exec_export_weights(s.ex, NULL, MPMD_BF16, &err) == MPMD_ERR_INVALID, "NULL path accepted");
+    char missing[500];
+    snprintf(missing, sizeof missing, "%s/no-dir/w.safetensors", tmpdir);
+    CHECK(mpmd_exec_export_weights(s.ex, missing, MPMD_BF16, &err) == MPMD_ERR_IO &&
+              has(err.msg, "cannot write"),
+          "export into a missing directory: %s", err.msg);
+    CHECK(count_tmp(tmpdir) == 0, "temporary file left behind");
+
+    /* every truncation of the bf16 export is an error that changes nothing */
+    sample t = sample_new(9.0f);
+    char bad[400];
+    path_in(bad, sizeof bad, "w-bad.safetensors");
+    int fails = tu_failures;
+    for (size_t k = 0; b && k < l16 && tu_failures == fails; k++) {
+        write_file(bad, b, k);
+        char label[64];
+        snprintf(label, sizeof label, "bf16 export truncated to %zu of %zu bytes", k, l16);
+        expect_fail(&t, bad, k < 8 ? "too short" : "truncated", label);
+    }
+    /* a flipped data byte fails the checksum */
+    if (b) {
+        b[l16 - 1] ^= 1;
+        write_file(bad, b, l16);
+        b[l16 - 1] ^= 1;
+        expect_fail(&t, bad, "data checksum mismatch", "bf16 export, last byte flipped");
+        /* the metadata dtype is covered by the header checksum */
+        char *dt = (char *)find_bytes(b, l16, "\"dtype\":\"BF16\"", 14);
+        CHECK(dt != NULL, "no dtype in the metadata");
+        if (dt) {
+            dt[10] = 'C';
+            write_file(bad, b, l16);
+            dt[10] = 'B';
+            expect_fail(&t, bad, "header checksum mismatch", "metadata dtype changed");
+        }
+    }
+    free(b);
+
+    /* a weights file of another model: missing parameters and shapes */
+    mpmd_graph *g2 = mpmd_graph_new();
+    mpmd_param(g2, "w", MPMD_SHAPE(3, 2), MPMD_ZEROS);
+    mpmd_param(g2, "extra", MPMD_SHAPE(4), MPMD_ZEROS);
+    sample u = {g2, tu_exec(g2, 1)};
+    char before[65], after[65];
+    state_digest(u.g, u.ex, NULL, before);
+    mpmd_status rc = mpmd_exec_load(u.ex, p16, NULL, &err);
+    state_digest(u.g, u.ex, NULL, after);
+    CHECK(rc == MPMD_ERR_SHAPE && has(err.msg, "1 missing, 1 unexpected, 1 with another dtype or shape") &&
+              has(err.msg, "missing \"extra\" F32[4]") && has(err.msg, "unexpected \"enc/b\" BF16[3]") &&
+              has(err.msg, "\"w\" BF16[2,3] vs F32[3,2]"),
+          "weights of another model: %d %s", rc, err.msg);
+    CHECK(strcmp(before, after) == 0, "a failed weights load changed the state");
+    sample_free(&u);
+    sample_free(&t);
+    sample_free(&s);
+}
+
+/* The GPT: export from a trained executor and from a 2-rank step (the same
+ * bytes), load into an executor that has trained on (its optimizer state is
+ * kept) and into a 4-rank step (every copy of the tied embedding). */
+static void test_weights_gpt(void) {
+    char from_ex[400], from_st[400];
+    path_in(from_ex, sizeof from_ex, "gpt-ex.bf16.safetensors");
+    path_in(from_st, sizeof from_st, "gpt-st.bf16.safetensors");
+    gpt_config c1 = tiny_cfg(1), c2 = tiny_cfg(2), c4 = tiny_cfg(4);
+    runner r;
+    mpmd_error err;
+    if (!runner_new(&r, &c1, 0, 7)) return;
+    runner_step(&r, 1), runner_step(&r, 2);
+    CHECK(mpmd_exec_export_weights(r.ex, from_ex, MPMD_BF16, &err) == MPMD_OK, "%s", err.msg);
+    int np = mpmd_graph_params(r.m.g, NULL, 0);
+    mpmd_value *ps = malloc((size_t)np * sizeof *ps);
+    float **src = calloc((size_t)np, sizeof *src);
+    mpmd_graph_params(r.m.g, ps, np);
+    for (int i = 0; i < np; i++) {
+        mpmd_type t = mpmd_value_type(r.m.g, ps[i]);
+        src[i] = malloc(mpmd_type_bytes(&t));
+        memcpy(src[i], mpmd_exec_var_data(r.ex, ps[i]), mpmd_type_bytes(&t));
+    }
+    runner_free(&r);
+
+    if (runner_new(&r, &c2, 2, 7)) {
+        runner_step(&r, 1), runner_step(&r, 2);
+        CHECK(mpmd_step_export_weights(r.st, from_st, MPMD_BF16, &err) == MPMD_OK, "%s", err.msg);
+        runner_free(&r);
+        size_t la, lb;
+        uint8_t *a = read_file(from_ex, &la), *b = read_file(from_st, &lb);
+        CHECK(a && b && la == lb && memcmp(a, b, la) == 0,
+              "the 2-rank step's export differs from the executor's");
+        if (a) {
+            uint64_t n = header_len(a);
+            CHECK(!find_bytes(a, 8 + n, "optim/", 6), "the export holds optimizer state");
+            CHECK(la - 8 - n == 2 * (size_t)gpt_param_count(&c1), "export data %zu bytes for %lld parameters",
+                  la - 8 - (size_t)n, (long long)gpt_param_count(&c1));
+        }
+        free(a), free(b);
+    }
+
+    /* into an executor that trained on: the parameters change, the
+     * optimizer state (moments, step counter) does not */
+    if (runner_new(&r, &c1, 0, 99)) {
+        runner_step(&r, 1);
+        size_t l0, l1;
+        uint8_t *s0 = non_params(r.m.g, r.ex, &l0);
+        mpmd_checkpoint_info info;
+        CHECK(mpmd_exec_load(r.ex, from_ex, &info, &err) == MPMD_OK && info.weights_only == 1, "%s", err.msg);
+        uint8_t *s1 = non_params(r.m.g, r.ex, &l1);
+        CHECK(l0 == l1 && l0 > 0 && memcmp(s0, s1, l0) == 0, "loading weights changed the optimizer state");
+        const int32_t *step = mpmd_exec_var_data(r.ex, mpmd_lookup(r.m.g, "optim/step"));
+        CHECK(step && *step == 1, "optim/step is %d after loading weights, expected 1", step ? *step : -1);
+        check_params_bf16(&r, src, "executor");
+        float loss = runner_step(&r, 3);
+        CHECK(isfinite(loss), "a step after loading weights: loss %g", loss);
+        free(s0), free(s1);
+        runner_free(&r);
+    }
+    if (runner_new(&r, &c4, 4, 99)) {
+        CHECK(mpmd_step_load(r.st, from_st, NULL, &err) == MPMD_OK, "%s", err.msg);
+        check_params_bf16(&r, src, "4-rank step");
+        runner_free(&r);
+    }
+    /* a checkpoint still holds the whole state: a weights file does not
+     * replace it the other way round */
+    for (int i = 0; i < np; i++)
+        free(src[i]);
+    free(src), free(ps);
+}
+
 /* ---- under mpirun (tests/checkpoint_mpi.sh) ----------------------------------------- */
 
 /* The GPT on 2 ranks (MPI processes or in-process threads), steps first..last,
@@ -1024,7 +1457,31 @@ static int mpi_run(const char *load, const char *save, int64_t first, int64_t la
     float loss = NAN;
     for (int64_t s = first; s <= last; s++)
         loss = runner_step(&r, s);
-    if (save) CHECK(runner_save(&r, save, last, &err) == MPMD_OK, "save: %s", err.msg);
+    if (save) {
+        CHECK(runner_save(&r, save, last, &err) == MPMD_OK, "save: %s", err.msg);
+        /* the weights export, collective like the save; process 0 checks it
+         * against an in-process export of the saved state */
+        char wpath[600], ref[600];
+        snprintf(wpath, sizeof wpath, "%s.bf16", save);
+        snprintf(ref, sizeof ref, "%s.ref.bf16", save);
+        CHECK(mpmd_step_export_weights(r.st, wpath, MPMD_BF16, &err) == MPMD_OK, "export: %s", err.msg);
+        if (mpmd_mpi_world_rank() == 0) {
+            gpt_config c1 = tiny_cfg(1);
+            runner one;
+            if (runner_new(&one, &c1, 0, 1)) {
+                CHECK(mpmd_exec_load(one.ex, save, NULL, &err) == MPMD_OK, "reload: %s", err.msg);
+                CHECK(mpmd_exec_export_weights(one.ex, ref, MPMD_BF16, &err) == MPMD_OK, "export: %s",
+                      err.msg);
+                size_t la, lb;
+                uint8_t *a = read_file(wpath, &la), *b = read_file(ref, &lb);
+                CHECK(a && b && la == lb && memcmp(a, b, la) == 0,
+                      "the 2-rank step's weights export differs from the one-rank executor's");
+                free(a), free(b);
+                runner_free(&one);
+            }
+            unlink(wpath), unlink(ref);
+        }
+    }
     char h[65];
     mpmd_step_params_sha256(r.st, h); /* collective under MPI */
     if (mpmd_mpi_world_rank() == 0) printf("final_loss=%.9g params_sha256=%s\n", loss, h);
@@ -1062,6 +1519,15 @@ int main(int argc, char **argv) {
         sample_free(&s);
         return rc ? 1 : 0;
     }
+    if (argc == 3 && strcmp(argv[1], "--write-weights-sample") == 0) {
+        sample s = sample_new(0.0f);
+        set_weights_values(&s);
+        mpmd_error err;
+        mpmd_status rc = mpmd_exec_export_weights(s.ex, argv[2], MPMD_BF16, &err);
+        if (rc) fprintf(stderr, "%s\n", err.msg);
+        sample_free(&s);
+        return rc ? 1 : 0;
+    }
     int mode = mpi_modes(argc, argv);
     if (mode >= 0) return mode;
     const char *base = getenv("TMPDIR");
@@ -1078,6 +1544,8 @@ int main(int argc, char **argv) {
     test_layouts();
     test_data_parallel_load();
     test_resume_fresh();
+    test_weights_export();
+    test_weights_gpt();
     rm_tree(tmpdir);
     return tu_report("test_checkpoint");
 }

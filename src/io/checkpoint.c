@@ -1,12 +1,16 @@
 /* Checkpoints (include/mpmd_checkpoint.h): a step's state as a safetensors
- * file (src/io/safetensors.c), independent of the pipeline layout.
+ * file (src/io/safetensors.c), independent of the pipeline layout; and
+ * weights exports, the parameters alone in F32, BF16 or F16.
  *
  * Both targets, the one-rank executor and the pipelined step, are first
  * turned into the same "state view": every state value's name, type and the
  * storage of each holder (one for an executor; one per rank holding it for a
  * step), sorted by name. Saving writes each value once, from its first
  * holder; loading checks the file against the view completely, reads and
- * verifies the data, and only then copies it into every holder.
+ * verifies the data, and only then copies it into every holder. A weights
+ * export is the same with a view of the parameters alone (mpmd_graph_params
+ * instead of mpmd_graph_state), converted to the export's dtype when
+ * written and widened back to f32 when loaded.
  *
  * A holder on a backend whose buffers are not host memory (a GPU) is seen
  * through a host copy: read from the device when the view is built, and
@@ -17,6 +21,7 @@
 #include "compiler/compiler.h"
 #include "graph/graph.h"
 #include "io/safetensors.h"
+#include "util/half.h"
 #include "util/sha256.h"
 
 #include <errno.h>
@@ -25,6 +30,7 @@
 #include <string.h>
 
 #define FORMAT_NAME "mpmd-checkpoint"
+#define WEIGHTS_FORMAT "mpmd-weights"
 
 /* ---- state views -------------------------------------------------------------- */
 
@@ -133,12 +139,14 @@ static int step_holders(state_view *view, mpmd_value v, void **out, int cap) {
 }
 
 /* `partial`: a value may have no copy here (an MPI process holds only its
- * own rank's state). */
+ * own rank's state). `params_only`: the trainable parameters alone (a
+ * weights export) instead of the whole state. */
 static mpmd_status view_build(const mpmd_graph *g, void *target, holders_fn holders, int max_holders,
-                              int partial, const char *who, state_view *v, mpmd_error *err) {
+                              int partial, int params_only, const char *who, state_view *v, mpmd_error *err) {
     memset(v, 0, sizeof *v);
     v->target = target;
-    int n = mpmd_graph_state(g, NULL, 0);
+    int (*list)(const mpmd_graph *, mpmd_value *, int) = params_only ? mpmd_graph_params : mpmd_graph_state;
+    int n = list(g, NULL, 0);
     mpmd_value *vals = malloc((size_t)(n ? n : 1) * sizeof *vals);
     v->e = malloc((size_t)(n ? n : 1) * sizeof *v->e);
     v->ptrs = malloc((size_t)(n ? n : 1) * (size_t)max_holders * sizeof *v->ptrs);
@@ -147,7 +155,7 @@ static mpmd_status view_build(const mpmd_graph *g, void *target, holders_fn hold
         view_free(v);
         return mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory", who);
     }
-    mpmd_graph_state(g, vals, n);
+    list(g, vals, n);
     mpmd_status rc = MPMD_OK;
     for (int i = 0; i < n && !rc; i++) {
         entry *e = &v->e[i];
@@ -181,16 +189,18 @@ static mpmd_status view_build(const mpmd_graph *g, void *target, holders_fn hold
     return rc;
 }
 
-static mpmd_status exec_view(mpmd_exec *ex, const char *who, state_view *v, mpmd_error *err) {
+static mpmd_status exec_view(mpmd_exec *ex, const char *who, int params_only, state_view *v,
+                             mpmd_error *err) {
     if (!ex) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no executor", who);
-    return view_build(mpmd_exec_graph(ex), ex, exec_holders, 1, 0, who, v, err);
+    return view_build(mpmd_exec_graph(ex), ex, exec_holders, 1, 0, params_only, who, v, err);
 }
 
-static mpmd_status step_view(mpmd_step *st, const char *who, state_view *v, mpmd_error *err) {
+static mpmd_status step_view(mpmd_step *st, const char *who, int params_only, state_view *v,
+                             mpmd_error *err) {
     if (!st) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no step", who);
     int replicas = st->replicas > 1 ? st->replicas : 1;
-    return view_build(st->g, st, step_holders, st->num_ranks * replicas, st->runtime == MPMD_RUNTIME_MPI, who,
-                      v, err);
+    return view_build(st->g, st, step_holders, st->num_ranks * replicas, st->runtime == MPMD_RUNTIME_MPI,
+                      params_only, who, v, err);
 }
 
 /* Put "who: " in front of an error message filled by a helper. */
@@ -205,6 +215,24 @@ static mpmd_status prefixed(mpmd_error *err, mpmd_status rc, const char *who) {
 
 static const char *st_dtype(mpmd_dtype d) {
     return d == MPMD_I32 ? "I32" : "F32";
+}
+
+/* The file's name of an export dtype, NULL for one that cannot be exported. */
+static const char *export_dtype(mpmd_dtype d) {
+    return d == MPMD_F32 ? "F32" : d == MPMD_BF16 ? "BF16" : d == MPMD_F16 ? "F16" : NULL;
+}
+
+/* Whether a tensor of the file's dtype loads into a value of dtype d: f32
+ * takes F32 (bit for bit) and BF16 or F16 (widened, exactly); i32 takes
+ * I32. */
+static int loads_into(const char *file_dtype, mpmd_dtype d) {
+    if (d == MPMD_I32) return strcmp(file_dtype, "I32") == 0;
+    return !strcmp(file_dtype, "F32") || !strcmp(file_dtype, "BF16") || !strcmp(file_dtype, "F16");
+}
+
+/* The dtypes the loader knows at all. */
+static int loadable_dtype(const char *file_dtype) {
+    return loads_into(file_dtype, MPMD_F32) || loads_into(file_dtype, MPMD_I32);
 }
 
 /* "F32[4,16]" for a model type, the file's notation. */
@@ -247,50 +275,135 @@ static mpmd_status save_view(const state_view *v, const char *path, const mpmd_c
     return prefixed(err, rc, who);
 }
 
-mpmd_status mpmd_exec_save(mpmd_exec *ex, const char *path, const mpmd_checkpoint_info *info,
-                           mpmd_error *err) {
+/* A weights export of a parameter view: each f32 value converted to dtype
+ * (rounded to nearest even), i32 values as they are. */
+static mpmd_status export_view(const state_view *v, const char *path, mpmd_dtype dtype, const char *who,
+                               mpmd_error *err) {
+    if (!path || !*path) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no file name", who);
+    const char *dn = export_dtype(dtype);
+    mpmd_st_kv meta[3] = {{"format", WEIGHTS_FORMAT}, {"version", "1"}, {"dtype", dn}};
+    mpmd_st_out *outs = malloc((size_t)(v->n ? v->n : 1) * sizeof *outs);
+    void **conv = calloc((size_t)(v->n ? v->n : 1), sizeof *conv);
+    mpmd_status rc = MPMD_OK;
+    if (!outs || !conv) rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory", who);
+    for (int i = 0; i < v->n && !rc; i++) {
+        const entry *e = &v->e[i];
+        outs[i] = (mpmd_st_out){e->name, st_dtype(e->type.dtype), e->type.ndim, e->type.dim, e->ptr[0]};
+        if (e->type.dtype != MPMD_F32 || dtype == MPMD_F32) continue;
+        size_t numel = (size_t)mpmd_type_numel(&e->type);
+        uint16_t *h = malloc(numel ? numel * sizeof *h : 1);
+        if (!h) {
+            rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory converting \"%s\"", who, e->name);
+            break;
+        }
+        const float *src = e->ptr[0];
+        if (dtype == MPMD_BF16)
+            for (size_t k = 0; k < numel; k++)
+                h[k] = mpmd_f32_to_bf16(src[k]);
+        else
+            for (size_t k = 0; k < numel; k++)
+                h[k] = mpmd_f32_to_f16(src[k]);
+        conv[i] = h;
+        outs[i].dtype = dn;
+        outs[i].data = h;
+    }
+    if (!rc) rc = prefixed(err, mpmd_st_write(path, v->n, outs, 3, meta, 1, err), who);
+    for (int i = 0; conv && i < v->n; i++)
+        free(conv[i]);
+    free(conv);
+    free(outs);
+    return rc;
+}
+
+/* What a write produces: a checkpoint (the whole state, with info) or a
+ * weights export (the parameters, in dtype). */
+typedef struct write_spec {
+    int weights;
+    mpmd_dtype dtype;
+    const mpmd_checkpoint_info *info;
+} write_spec;
+
+static mpmd_status write_view(const state_view *v, const char *path, const write_spec *w, const char *who,
+                              mpmd_error *err) {
+    return w->weights ? export_view(v, path, w->dtype, who, err) : save_view(v, path, w->info, who, err);
+}
+
+static mpmd_status check_export_dtype(mpmd_dtype dtype, const char *who, mpmd_error *err) {
+    if (export_dtype(dtype)) return MPMD_OK;
+    return mpmd_error_set(err, MPMD_ERR_INVALID,
+                          "%s: cannot export weights as %s; the dtypes are f32, bf16 and f16", who,
+                          mpmd_dtype_name(dtype));
+}
+
+static mpmd_status exec_write(mpmd_exec *ex, const char *path, const write_spec *w, const char *who,
+                              mpmd_error *err) {
     state_view v;
-    mpmd_status rc = exec_view(ex, "mpmd_exec_save", &v, err);
+    mpmd_status rc = exec_view(ex, who, w->weights, &v, err);
     if (rc) return rc;
-    rc = save_view(&v, path, info, "mpmd_exec_save", err);
+    rc = write_view(&v, path, w, who, err);
     view_free(&v);
     return rc;
 }
 
-mpmd_status mpmd_step_save(mpmd_step *st, const char *path, const mpmd_checkpoint_info *info,
+mpmd_status mpmd_exec_save(mpmd_exec *ex, const char *path, const mpmd_checkpoint_info *info,
                            mpmd_error *err) {
+    write_spec w = {0, MPMD_F32, info};
+    return exec_write(ex, path, &w, "mpmd_exec_save", err);
+}
+
+mpmd_status mpmd_exec_export_weights(mpmd_exec *ex, const char *path, mpmd_dtype dtype, mpmd_error *err) {
+    const char *who = "mpmd_exec_export_weights";
+    if (check_export_dtype(dtype, who, err)) return MPMD_ERR_INVALID;
+    write_spec w = {1, dtype, NULL};
+    return exec_write(ex, path, &w, who, err);
+}
+
+static mpmd_status step_write(mpmd_step *st, const char *path, const write_spec *w, const char *who,
+                              mpmd_error *err) {
     state_view v;
-    mpmd_status rc = step_view(st, "mpmd_step_save", &v, err);
+    mpmd_status rc = step_view(st, who, w->weights, &v, err);
     if (rc) return rc;
     if (st->runtime != MPMD_RUNTIME_MPI) {
-        rc = save_view(&v, path, info, "mpmd_step_save", err);
+        rc = write_view(&v, path, w, who, err);
         view_free(&v);
         return rc;
     }
     /* MPI: every process takes part in gathering each value (in name order,
      * the same on every process); process 0 writes the file. */
     void **bufs = calloc((size_t)(v.n ? v.n : 1), sizeof *bufs);
-    if (!bufs) rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_step_save: out of memory");
+    if (!bufs) rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory", who);
     for (int i = 0; i < v.n && !rc; i++) {
         entry *e = &v.e[i];
         size_t bytes = mpmd_type_bytes(&e->type);
         bufs[i] = malloc(bytes ? bytes : 1);
         if (!bufs[i]) {
-            rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_step_save: out of memory gathering \"%s\"",
-                                e->name);
+            rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory gathering \"%s\"", who, e->name);
             break;
         }
         rc = mpmd_step_gather(st, e->value, bufs[i], bytes);
-        if (rc) mpmd_error_set(err, rc, "mpmd_step_save: gathering \"%s\": %s", e->name, mpmd_step_error(st));
+        if (rc) mpmd_error_set(err, rc, "%s: gathering \"%s\": %s", who, e->name, mpmd_step_error(st));
         e->ptr[0] = bufs[i];
         e->nptr = 1;
     }
-    if (!rc && mpmd_mpi_world_rank() == 0) rc = save_view(&v, path, info, "mpmd_step_save", err);
+    if (!rc && mpmd_mpi_world_rank() == 0) rc = write_view(&v, path, w, who, err);
     for (int i = 0; bufs && i < v.n; i++)
         free(bufs[i]);
     free(bufs);
     view_free(&v);
     return rc;
+}
+
+mpmd_status mpmd_step_save(mpmd_step *st, const char *path, const mpmd_checkpoint_info *info,
+                           mpmd_error *err) {
+    write_spec w = {0, MPMD_F32, info};
+    return step_write(st, path, &w, "mpmd_step_save", err);
+}
+
+mpmd_status mpmd_step_export_weights(mpmd_step *st, const char *path, mpmd_dtype dtype, mpmd_error *err) {
+    const char *who = "mpmd_step_export_weights";
+    if (check_export_dtype(dtype, who, err)) return MPMD_ERR_INVALID;
+    write_spec w = {1, dtype, NULL};
+    return step_write(st, path, &w, who, err);
 }
 
 /* ---- metadata ----------------------------------------------------------------- */
@@ -323,25 +436,55 @@ static int parse_hex32(const char *s, uint8_t out[32]) {
     return 1;
 }
 
+/* A weights export's metadata (both checksums are checked by the caller):
+ * "version" and "dtype". */
+static mpmd_status read_weights_meta(const mpmd_st_header *h, mpmd_checkpoint_info *info, mpmd_error *err) {
+    static const char *const required[] = {"version", "dtype"};
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
+        if (!mpmd_st_meta_find(h, required[i]))
+            return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                                  "%s: __metadata__ of an mpmd weights file lacks \"%s\"", h->path,
+                                  required[i]);
+    uint64_t u;
+    const char *s = mpmd_st_meta_find(h, "version")->value;
+    if (!parse_dec(s, INT32_MAX, &u) || u < 1)
+        return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                              "%s: weights file version \"%.40s\" is not a version number", h->path, s);
+    if (u > MPMD_WEIGHTS_VERSION)
+        return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                              "%s: weights file version %llu was written by a newer mpmd; this library reads "
+                              "version %d",
+                              h->path, (unsigned long long)u, MPMD_WEIGHTS_VERSION);
+    s = mpmd_st_meta_find(h, "dtype")->value;
+    if (strcmp(s, "F32") && strcmp(s, "BF16") && strcmp(s, "F16"))
+        return mpmd_error_set(
+            err, MPMD_ERR_FORMAT,
+            "%s: __metadata__ \"dtype\" of a weights file is \"%.40s\", not F32, BF16 or F16", h->path, s);
+    info->version = (int)u;
+    info->weights_only = 1;
+    return MPMD_OK;
+}
+
 /* Check the header checksum and read the metadata into info. An mpmd
- * checkpoint must carry every entry; a plain safetensors file (no "format":
- * "mpmd-checkpoint") loads as version 0, step 0, with its checksums verified
- * only if present. *has_hash tells whether data_hash holds "sha256". */
+ * checkpoint or weights export must carry every entry; a plain safetensors
+ * file (no "format": "mpmd-checkpoint" or "mpmd-weights") loads as version
+ * 0, step 0, with its checksums verified only if present. *has_hash tells
+ * whether data_hash holds "sha256". */
 static mpmd_status read_meta(const mpmd_st_header *h, mpmd_checkpoint_info *info, int *has_hash,
                              uint8_t data_hash[32], mpmd_error *err) {
     *info = MPMD_CHECKPOINT_INFO_INIT;
     info->version = 0;
     *has_hash = 0;
     const mpmd_st_meta *fmt = mpmd_st_meta_find(h, "format");
-    int ours = fmt && strcmp(fmt->value, FORMAT_NAME) == 0;
+    int weights = fmt && strcmp(fmt->value, WEIGHTS_FORMAT) == 0;
+    int ours = weights || (fmt && strcmp(fmt->value, FORMAT_NAME) == 0);
     mpmd_status rc = mpmd_st_check_header_sha256(h, err);
     if (rc == MPMD_ERR_INVALID) {
         if (ours)
-            return mpmd_error_set(
-                err, MPMD_ERR_FORMAT,
-                "%s: __metadata__ lacks \"header_sha256\" (an mpmd checkpoint always has it): the "
-                "header is corrupted",
-                h->path);
+            return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                                  "%s: __metadata__ lacks \"header_sha256\" (an mpmd %s always has it): the "
+                                  "header is corrupted",
+                                  h->path, weights ? "weights file" : "checkpoint");
         rc = MPMD_OK;
     }
     if (rc) return rc;
@@ -357,6 +500,7 @@ static mpmd_status read_meta(const mpmd_st_header *h, mpmd_checkpoint_info *info
                               h->path);
     }
     if (!ours) return MPMD_OK;
+    if (weights) return read_weights_meta(h, info, err);
 
     static const char *const required[] = {"version", "step", "seed", "rng_state"};
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
@@ -427,6 +571,15 @@ static void report_add(report *r, const char *item) {
     r->len += (size_t)snprintf(r->buf + r->len, r->cap - r->len, "; %s", item);
 }
 
+/* Whether the file's tensor t loads into entry e: the same shape and a
+ * dtype that loads into e's (loads_into). */
+static int fits(const entry *e, const mpmd_st_tensor *t) {
+    int same = loads_into(t->dtype, e->type.dtype) && t->ndim == e->type.ndim;
+    for (int d = 0; same && d < t->ndim; d++)
+        same = t->dim[d] == e->type.dim[d];
+    return same;
+}
+
 /* Check every tensor of the file against the view; on a mismatch fill err
  * with every problem found and return MPMD_ERR_SHAPE. */
 static mpmd_status match(const state_view *v, const mpmd_st_header *h, const char *who, mpmd_error *err) {
@@ -438,12 +591,7 @@ static mpmd_status match(const state_view *v, const mpmd_st_header *h, const cha
         else if (c > 0)
             unexpected++, j++;
         else {
-            const entry *e = &v->e[i];
-            const mpmd_st_tensor *t = &h->tensors[j];
-            int same = strcmp(t->dtype, st_dtype(e->type.dtype)) == 0 && t->ndim == e->type.ndim;
-            for (int d = 0; same && d < t->ndim; d++)
-                same = t->dim[d] == e->type.dim[d];
-            wrong += !same;
+            wrong += !fits(&v->e[i], &h->tensors[j]);
             i++, j++;
         }
     }
@@ -474,7 +622,7 @@ static mpmd_status match(const state_view *v, const mpmd_st_header *h, const cha
             const mpmd_st_tensor *t = &h->tensors[j++];
             type_str(t->dtype, t->ndim, t->dim, a, sizeof a);
             type_str(st_dtype(e->type.dtype), e->type.ndim, e->type.dim, b, sizeof b);
-            if (strcmp(a, b) != 0) {
+            if (!fits(e, t)) {
                 snprintf(item, sizeof item, "\"%.200s\" %s vs %s", e->name, a, b);
                 report_add(&r, item);
             }
@@ -490,38 +638,80 @@ static int host_is_little_endian(void) {
     return *(const uint8_t *)&one == 1;
 }
 
-static mpmd_status load_view(const state_view *v, const char *path, mpmd_checkpoint_info *info_out,
-                             const char *who, mpmd_error *err) {
-    if (!path || !*path) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no file name", who);
+/* A file being loaded: its header and metadata, read before the target's
+ * view is built (a weights export is loaded into a view of the parameters
+ * alone). */
+typedef struct loading {
+    const char *path;
     mpmd_st_header h;
     FILE *f;
-    mpmd_status rc = mpmd_st_open(path, &h, &f, err);
-    if (rc) return prefixed(err, rc, who);
     mpmd_checkpoint_info info;
     int has_hash;
     uint8_t want[32];
-    uint8_t *data = NULL;
-    rc = read_meta(&h, &info, &has_hash, want, err);
-    if (rc) goto fail_prefixed;
-    if ((rc = match(v, &h, who, err))) goto done;
+} loading;
+
+static mpmd_status load_open(const char *path, loading *L, const char *who, mpmd_error *err) {
+    memset(L, 0, sizeof *L);
+    if (!path || !*path) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no file name", who);
+    L->path = path;
+    mpmd_status rc = mpmd_st_open(path, &L->h, &L->f, err);
+    if (rc) return prefixed(err, rc, who);
+    rc = read_meta(&L->h, &L->info, &L->has_hash, L->want, err);
+    if (rc) {
+        fclose(L->f);
+        mpmd_st_header_free(&L->h);
+        L->f = NULL;
+        return prefixed(err, rc, who);
+    }
+    return MPMD_OK;
+}
+
+static void load_close(loading *L) {
+    if (L->f) fclose(L->f);
+    mpmd_st_header_free(&L->h);
+    L->f = NULL;
+}
+
+/* Widen n 16-bit floats (little-endian bytes) to f32. */
+static void widen(const uint8_t *src, size_t n, int bf16, float *dst) {
+    for (size_t k = 0; k < n; k++) {
+        uint16_t x = (uint16_t)(src[2 * k] | src[2 * k + 1] << 8);
+        float f = bf16 ? mpmd_bf16_to_f32(x) : mpmd_f16_to_f32(x);
+        memcpy(dst + k, &f, sizeof f);
+    }
+}
+
+/* Check the file against the view, read and verify its data, then copy it
+ * into every holder (nothing is written before every check passed). */
+static mpmd_status load_into(const state_view *v, loading *L, mpmd_checkpoint_info *info_out, const char *who,
+                             mpmd_error *err) {
+    const mpmd_st_header *h = &L->h;
+    const char *path = L->path;
+    for (int j = 0; j < h->n_tensors; j++)
+        if (!loadable_dtype(h->tensors[j].dtype))
+            return mpmd_error_set(
+                err, MPMD_ERR_FORMAT,
+                "%s: %s: tensor \"%.200s\" has dtype %s, which mpmd cannot load (it loads F32, "
+                "BF16 and F16 into f32 values and I32 into i32 values)",
+                who, path, h->tensors[j].name, h->tensors[j].dtype);
+    mpmd_status rc = match(v, h, who, err);
+    if (rc) return rc;
     /* read and verify everything before the first byte of state changes */
-    data = malloc(h.data_len ? (size_t)h.data_len : 1);
-    if (!data) {
-        rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory for the %llu bytes of %s", who,
-                            (unsigned long long)h.data_len, path);
-        goto done;
-    }
-    if (h.data_len && fread(data, 1, (size_t)h.data_len, f) != h.data_len) {
+    uint8_t *data = malloc(h->data_len ? (size_t)h->data_len : 1);
+    if (!data)
+        return mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory for the %llu bytes of %s", who,
+                              (unsigned long long)h->data_len, path);
+    if (h->data_len && fread(data, 1, (size_t)h->data_len, L->f) != h->data_len) {
         rc = mpmd_error_set(err, MPMD_ERR_IO, "%s: cannot read the data of %s: %s", who, path,
-                            ferror(f) ? strerror(errno) : "the file shrank while reading");
+                            ferror(L->f) ? strerror(errno) : "the file shrank while reading");
         goto done;
     }
-    if (has_hash) {
+    if (L->has_hash) {
         uint8_t got[32];
         char a[65], b[65];
-        mpmd_sha256(data, (size_t)h.data_len, got);
-        if (memcmp(got, want, 32) != 0) {
-            mpmd_sha256_hex(want, a);
+        mpmd_sha256(data, (size_t)h->data_len, got);
+        if (memcmp(got, L->want, 32) != 0) {
+            mpmd_sha256_hex(L->want, a);
             mpmd_sha256_hex(got, b);
             rc = mpmd_error_set(
                 err, MPMD_ERR_FORMAT,
@@ -531,45 +721,63 @@ static mpmd_status load_view(const state_view *v, const char *path, mpmd_checkpo
             goto done;
         }
     }
-    if (!host_is_little_endian())
-        for (uint64_t k = 0; k + 4 <= h.data_len; k += 4) { /* every tensor here has 4-byte elements */
-            uint8_t t = data[k];
-            data[k] = data[k + 3], data[k + 3] = t;
-            t = data[k + 1], data[k + 1] = data[k + 2], data[k + 2] = t;
-        }
     for (int i = 0; i < v->n; i++) {
         const entry *e = &v->e[i];
-        const mpmd_st_tensor *t = mpmd_st_find(&h, e->name);
+        const mpmd_st_tensor *t = mpmd_st_find(h, e->name);
+        uint8_t *src = data + t->begin;
+        size_t bytes = (size_t)(t->end - t->begin);
+        if (t->elem_size == 2) { /* BF16 or F16 into f32 (match checked it) */
+            if (e->nptr < 1) continue;
+            widen(src, bytes / 2, strcmp(t->dtype, "BF16") == 0, e->ptr[0]);
+            for (int k = 1; k < e->nptr; k++)
+                memcpy(e->ptr[k], e->ptr[0], bytes * 2);
+            continue;
+        }
+        if (!host_is_little_endian()) /* F32 or I32: 4-byte elements */
+            for (size_t k = 0; k + 4 <= bytes; k += 4) {
+                uint8_t x = src[k];
+                src[k] = src[k + 3], src[k + 3] = x;
+                x = src[k + 1], src[k + 1] = src[k + 2], src[k + 2] = x;
+            }
         for (int k = 0; k < e->nptr; k++)
-            memcpy(e->ptr[k], data + t->begin, (size_t)(t->end - t->begin));
+            memcpy(e->ptr[k], src, bytes);
     }
     if ((rc = view_commit(v, who, err))) goto done;
-    if (info_out) *info_out = info;
-    goto done;
-fail_prefixed:
-    prefixed(err, rc, who);
+    if (info_out) *info_out = L->info;
 done:
     free(data);
-    fclose(f);
-    mpmd_st_header_free(&h);
     return rc;
 }
 
 mpmd_status mpmd_exec_load(mpmd_exec *ex, const char *path, mpmd_checkpoint_info *info_out, mpmd_error *err) {
-    state_view v;
-    mpmd_status rc = exec_view(ex, "mpmd_exec_load", &v, err);
+    const char *who = "mpmd_exec_load";
+    if (!ex) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no executor", who);
+    loading L;
+    mpmd_status rc = load_open(path, &L, who, err);
     if (rc) return rc;
-    rc = load_view(&v, path, info_out, "mpmd_exec_load", err);
-    view_free(&v);
+    state_view v;
+    rc = exec_view(ex, who, L.info.weights_only, &v, err);
+    if (!rc) {
+        rc = load_into(&v, &L, info_out, who, err);
+        view_free(&v);
+    }
+    load_close(&L);
     return rc;
 }
 
 mpmd_status mpmd_step_load(mpmd_step *st, const char *path, mpmd_checkpoint_info *info_out, mpmd_error *err) {
-    state_view v;
-    mpmd_status rc = step_view(st, "mpmd_step_load", &v, err);
+    const char *who = "mpmd_step_load";
+    if (!st) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no step", who);
+    loading L;
+    mpmd_status rc = load_open(path, &L, who, err);
     if (rc) return rc;
-    rc = load_view(&v, path, info_out, "mpmd_step_load", err);
-    view_free(&v);
+    state_view v;
+    rc = step_view(st, who, L.info.weights_only, &v, err);
+    if (!rc) {
+        rc = load_into(&v, &L, info_out, who, err);
+        view_free(&v);
+    }
+    load_close(&L);
     return rc;
 }
 

@@ -93,7 +93,7 @@ const mpmd_st_meta *mpmd_st_meta_find(const mpmd_st_header *h, const char *key);
 /* ---- writing ------------------------------------------------------------- */
 
 /* A tensor to write: `data` holds numel * elem_size bytes in host order
- * (4-byte elements are written little-endian on any host). */
+ * (2-, 4- and 8-byte elements are written little-endian on any host). */
 typedef struct mpmd_st_out {
     const char *name;
     const char *dtype; /* a dtype name of the format */
