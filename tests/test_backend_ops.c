@@ -34,9 +34,24 @@
  * Leaves are compared after the run too: parameters and optimizer state
  * after the updates, variables after assign.
  *
+ * Precision: every case runs in f32, and again with 16-bit operands: the
+ * same graph built with its float inputs in bf16 (every case) or f16 (a
+ * few), parameters cast to that dtype where an op takes them directly
+ * (layer norm, embedding; the layers cast their own), so that every float op
+ * runs on 16-bit operands, and the loss summed in f32 from a cast of each
+ * output (mpmd_grad's cotangents then enter the 16-bit ops through casts
+ * back). 16-bit inputs are random f32 values rounded to the dtype. A
+ * 16-bit result is held to its own tolerance (the table's bf16 and f16
+ * columns), a 16-bit case's chained run to its own end-to-end one. A case of
+ * casts covers every direction between f32, bf16 and f16 and the values a
+ * conversion must get right (ties, overflow, subnormals, inf, NaN).
+ *
  * Coverage: every op of the table below that a backend has a kernel for must
- * have run at least once on it; every op in the CPU's kernel tables must be in
- * the table (so a new op cannot go untested silently).
+ * have run at least once on it, and at least once with a bf16 operand or
+ * result (but the optimizers, which only ever see f32 master parameters),
+ * and cast in each of the six directions between f32, bf16 and f16; every op
+ * in the CPU's kernel tables must be in the table (so a new op cannot go
+ * untested silently).
  */
 #include "testutil.h"
 
@@ -45,6 +60,7 @@
 #include "graph/graph.h"
 #include "ops/nn.h"
 #include "ops/optim.h"
+#include "util/half.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -64,52 +80,84 @@ extern const mpmd_op_desc mpmd_op_sum, mpmd_op_mean, mpmd_op_max, mpmd_op_max_gr
 extern const mpmd_op_desc mpmd_op_reshape, mpmd_op_permute, mpmd_op_slice, mpmd_op_slice_grad, mpmd_op_concat;
 
 /* ---- tolerances ------------------------------------------------------------
- * An f32 element passes when |a - b| <= atol + rtol |b| (b: the CPU's value);
+ * A float element passes when |a - b| <= atol + rtol |b| (b: the CPU's value);
  * i32 elements must be equal. The inputs are O(1) (uniform in [-4, 4] at
  * most), so atol is an absolute error on O(1) data. These hold a kernel run
- * on the CPU's inputs (iso); the chained run adds the case's own tolerance. */
+ * on the CPU's inputs (iso); the chained run adds the case's own tolerance.
+ *
+ * Each family has three columns, by the dtype of the result: f32, bf16, f16.
+ * 16-bit results: every kernel computes in f32 and rounds once on store, to
+ * nearest even (backend.h), so a 16-bit result is its f32 result rounded.
+ * Two backends whose f32 results differ in the last bits (the f32 column)
+ * round them to the same 16-bit value, or, when a rounding boundary lies
+ * between them, to neighbours: one ulp of the result apart, and one ulp is
+ * at most 2^-7 |b| in bf16 (8 significant bits) and 2^-10 |b| in f16 (11).
+ * So a formula per element (T_ELEM) gets one ulp. Where the f32 results
+ * differ by reordering (sums, matmul, softmax, xent, norm), a result that
+ * cancels to near zero has an f32 difference that is a good part of its
+ * (small) ulp: two ulps. atol stays the f32 one, the bound on that absolute
+ * difference near zero (f16's subnormal spacing, 6e-8, is far below it). */
+#define ULP_BF16 (1.0 / 128.0)  /* 2^-7 = 7.8e-3 */
+#define ULP_F16 (1.0 / 1024.0)  /* 2^-10 = 9.8e-4 */
 enum { T_EXACT, T_ELEM, T_SUM, T_MATMUL, T_SOFTMAX, T_XENT, T_NORM, T_OPTIM, T_NFAM };
+/* The columns of a tolerance: the dtype of the result. */
+enum { P_F32, P_BF16, P_F16, P_N };
+static const char *const p_name[P_N] = {"f32", "bf16", "f16"};
+typedef struct tol {
+    double rtol, atol;
+} tol;
 static const struct {
     const char *name;
-    double rtol, atol;
+    tol t[P_N]; /* f32, bf16, f16 results */
 } fam[T_NFAM] = {
     /* Data movement and selection (copies, permutes, slices, concat,
-     * broadcasts, gathers, neg, relu, max): nothing is rounded, so any
-     * backend must give the CPU's values exactly. */
-    [T_EXACT] = {"exact", 0.0, 0.0},
+     * broadcasts, gathers, neg, relu, max) and conversions (cast, correctly
+     * rounded: one right answer): any backend must give the CPU's values
+     * exactly, in every dtype. */
+    [T_EXACT] = {"exact", {{0.0, 0.0}, {0.0, 0.0}, {0.0, 0.0}}},
     /* One elementwise formula per element in f32: the sides differ only in
      * the last bits of exp/log/tanh/sqrt (CUDA's are within 2 ulp) and in
-     * fused multiply-adds; the default tolerance. */
-    [T_ELEM] = {"elementwise", 1e-4, 1e-5},
+     * fused multiply-adds; the default tolerance. 16-bit: one ulp. */
+    [T_ELEM] = {"elementwise", {{1e-4, 1e-5}, {ULP_BF16, 1e-5}, {ULP_F16, 1e-5}}},
     /* Sums over an axis (sum, mean, sum_to, embedding_grad,
      * layer_norm_grad_gamma, the sums of cotangents): backends add in
      * different orders (the CPU in 8 interleaved partial sums, a GPU in
      * trees). The error grows like eps * sum |x| (up to ~1000 terms here),
-     * not like |sum|, so a sum that cancels needs the larger atol. */
-    [T_SUM] = {"sum", 1e-4, 1e-4},
+     * not like |sum|, so a sum that cancels needs the larger atol. 16-bit:
+     * two ulps (reordered). */
+    [T_SUM] = {"sum", {{1e-4, 1e-4}, {2 * ULP_BF16, 1e-4}, {2 * ULP_F16, 1e-4}}},
     /* sgemm with K up to 144 (and R = batch x rows for folded weight
      * gradients): blocking and summation order differ between BLAS
-     * libraries; dot products of O(1) terms cancel like sums do. */
-    [T_MATMUL] = {"matmul", 1e-4, 1e-4},
+     * libraries; dot products of O(1) terms cancel like sums do. 16-bit:
+     * two ulps (cuBLAS multiplies bf16/f16 on tensor cores, exactly, and
+     * accumulates in f32 in its own order). */
+    [T_MATMUL] = {"matmul", {{1e-4, 1e-4}, {2 * ULP_BF16, 1e-4}, {2 * ULP_F16, 1e-4}}},
     /* softmax (plain, causal) and its gradient: a row max, exps and a sum
      * of positive terms (no cancellation) then a division; the gradient
-     * y (gy - sum(gy y)) cancels in the sum. */
-    [T_SOFTMAX] = {"softmax", 1e-4, 2e-5},
+     * y (gy - sum(gy y)) cancels in the sum. 16-bit: two ulps. */
+    [T_SOFTMAX] = {"softmax", {{1e-4, 2e-5}, {2 * ULP_BF16, 2e-5}, {2 * ULP_F16, 2e-5}}},
     /* log_softmax and cross-entropy: exp/log chains over rows of up to 1000
      * classes; the result is x - logsumexp(x) with |logsumexp| ~ 10, so its
      * absolute error scales with that (eps * 10 * a few ulps of log/exp),
      * and the gradients are softmax(x) - onehot: small probabilities keep
-     * the relative error of exp. */
-    [T_XENT] = {"xent", 2e-4, 5e-5},
+     * the relative error of exp. 16-bit: two ulps (the loss itself is f32). */
+    [T_XENT] = {"xent", {{2e-4, 5e-5}, {2 * ULP_BF16, 5e-5}, {2 * ULP_F16, 5e-5}}},
     /* Layer norm: a mean and a variance per row in different orders, rstd
      * by rsqrt; the gradient dx = rstd (g - mean(g) - xhat mean(g xhat))
-     * cancels twice. */
-    [T_NORM] = {"norm", 1e-4, 5e-5},
+     * cancels twice. 16-bit: two ulps (the statistics stay f32). */
+    [T_NORM] = {"norm", {{1e-4, 5e-5}, {2 * ULP_BF16, 5e-5}, {2 * ULP_F16, 5e-5}}},
     /* Optimizer updates, and the parameters and state they write: a few
      * correctly rounded operations per element (Adam's sqrt and divisions);
-     * the update lr u is ~1e-2 of p, so atol still sees a 0.1% error in it. */
-    [T_OPTIM] = {"optim", 1e-4, 1e-5},
+     * the update lr u is ~1e-2 of p, so atol still sees a 0.1% error in it.
+     * Parameters and optimizer state are always f32 (the master weights);
+     * the 16-bit columns are for completeness. */
+    [T_OPTIM] = {"optim", {{1e-4, 1e-5}, {2 * ULP_BF16, 1e-5}, {2 * ULP_F16, 1e-5}}},
 };
+
+/* The tolerance column of a dtype (i32 and tokens: f32's, unused). */
+static int prec_of(mpmd_dtype dt) {
+    return dt == MPMD_BF16 ? P_BF16 : dt == MPMD_F16 ? P_F16 : P_F32;
+}
 
 typedef struct op_entry {
     const mpmd_op_desc *op;
@@ -153,6 +201,7 @@ static const op_entry op_table[] = {
     {&mpmd_op_square_grad, T_ELEM},
     {&mpmd_op_relu_grad, T_EXACT},
     {&mpmd_op_gelu_grad, T_ELEM},
+    {&mpmd_op_cast, T_EXACT}, /* correctly rounded: one right answer */
     /* reductions and shapes */
     {&mpmd_op_sum, T_SUM},
     {&mpmd_op_mean, T_SUM},
@@ -191,6 +240,23 @@ static int op_index(const mpmd_op_desc *op) {
     return -1;
 }
 
+/* What ran on a backend, for the coverage check: kernel runs per op, those
+ * with a bf16 operand or result, and casts by [from][to] column. */
+typedef struct cover {
+    int count[N_OPS];
+    int count_bf16[N_OPS];
+    int cast[P_N][P_N];
+} cover;
+
+static void cover_add(cover *cv, const mpmd_graph *g, const mpmd_node *n) {
+    int i = op_index(n->op), bf = n->type.dtype == MPMD_BF16;
+    for (int j = 0; j < n->n_in; j++)
+        bf |= g->nodes[n->in[j]].type.dtype == MPMD_BF16;
+    cv->count[i]++;
+    cv->count_bf16[i] += bf;
+    if (n->op == &mpmd_op_cast) cv->cast[prec_of(g->nodes[n->in[0]].type.dtype)][prec_of(n->type.dtype)]++;
+}
+
 /* ---- random data -------------------------------------------------------------- */
 
 static uint64_t mix64(uint64_t x) {
@@ -213,8 +279,9 @@ static double unif(uint64_t *s) {
 #define MAX_SPECS 32
 #define MAX_WRT 64
 
-/* How an input is filled: f32 uniform in [lo, hi) (rounded to multiples of
- * `step` when step > 0, to make ties), or i32 uniform in [0, classes). */
+/* How an input is filled: a float uniform in [lo, hi) (rounded to multiples
+ * of `step` when step > 0, to make ties; a 16-bit input is that f32 value
+ * rounded to its dtype), or i32 uniform in [0, classes). */
 typedef struct spec {
     int id;
     float lo, hi, step;
@@ -223,6 +290,7 @@ typedef struct spec {
 
 typedef struct cb {
     mpmd_graph *g;
+    mpmd_dtype dt; /* the case's float dtype: of its float inputs, and what parameters are cast to */
     int n_spec;
     spec sp[MAX_SPECS];
     uint64_t seed; /* for random constants */
@@ -236,21 +304,29 @@ static mpmd_value add_input(cb *c, const char *name, mpmd_dtype dt, int ndim, co
     return v;
 }
 
-static mpmd_value in_f32(cb *c, const char *name, float lo, float hi, int ndim, const int64_t *dims) {
-    return add_input(c, name, MPMD_F32, ndim, dims, lo, hi, 0.0f, 0);
+/* A float input in the case's dtype (f32, bf16 or f16), uniform in [lo, hi). */
+static mpmd_value in_flt(cb *c, const char *name, float lo, float hi, int ndim, const int64_t *dims) {
+    return add_input(c, name, c->dt, ndim, dims, lo, hi, 0.0f, 0);
 }
 
-/* f32 in [lo, hi] on a grid of `step`: many equal values (ties for max). */
-static mpmd_value in_f32q(cb *c, const char *name, float lo, float hi, float step, int ndim,
+/* The same in [lo, hi] on a grid of `step`: many equal values (ties for max). */
+static mpmd_value in_fltq(cb *c, const char *name, float lo, float hi, float step, int ndim,
                           const int64_t *dims) {
-    return add_input(c, name, MPMD_F32, ndim, dims, lo, hi, step, 0);
+    return add_input(c, name, c->dt, ndim, dims, lo, hi, step, 0);
 }
 
 static mpmd_value in_i32(cb *c, const char *name, int32_t classes, int ndim, const int64_t *dims) {
     return add_input(c, name, MPMD_I32, ndim, dims, 0, 0, 0, classes);
 }
 
-/* A constant of y's type, uniform in [-1, 1). */
+/* An f32 parameter as the case's dtype, for ops that take parameters
+ * directly (layer norm, embedding): the parameter stays f32 and gets the
+ * cast's gradient back in f32, as in the layers. Itself in an f32 case. */
+static mpmd_value lp(cb *c, mpmd_value p) {
+    return mpmd_cast(c->g, p, c->dt);
+}
+
+/* A constant of y's shape in f32, uniform in [-1, 1). */
 static mpmd_value rconst(cb *c, mpmd_value y) {
     mpmd_type t = mpmd_value_type(c->g, y);
     int64_t n = mpmd_type_numel(&t);
@@ -267,19 +343,24 @@ static mpmd_value rconst(cb *c, mpmd_value y) {
     return r;
 }
 
-/* loss += sum(y * r) with a fixed random r of y's shape. */
+/* loss += sum(f32(y) * r) with a fixed random r of y's shape. A 16-bit y is
+ * cast to f32 first: the loss is an f32 scalar (as mpmd_grad wants), summed
+ * without rounding to 16 bits, and y's cotangent r reaches y's op through
+ * the cast's gradient, a cast back to y's dtype. */
 static void acc(cb *c, mpmd_value y) {
     if (mpmd_graph_status(c->g) != MPMD_OK) return;
+    y = mpmd_cast(c->g, y, MPMD_F32);
     mpmd_value l = mpmd_sum(c->g, mpmd_mul(c->g, y, rconst(c, y)), 0, NULL, 0);
     c->loss = mpmd_is_value(c->loss) ? mpmd_add(c->g, c->loss, l) : l;
 }
 
-/* loss += l for a scalar l */
+/* loss += l for a scalar l (cast to f32) */
 static void acc_scalar(cb *c, mpmd_value l) {
+    l = mpmd_cast(c->g, l, MPMD_F32);
     c->loss = mpmd_is_value(c->loss) ? mpmd_add(c->g, c->loss, l) : l;
 }
 
-/* d loss / d (every parameter, and every f32 input when with_inputs);
+/* d loss / d (every parameter, and every float input when with_inputs);
  * keeps the loss and the gradients. Writes the parameters and their
  * gradients to params/pgrads (when not NULL); returns how many. */
 static int grads(cb *c, int with_inputs, mpmd_value *params, mpmd_value *pgrads) {
@@ -323,8 +404,8 @@ static mpmd_value marker(mpmd_graph *g, mpmd_value x) {
 /* Every unary op on its own, with in-place reruns on the input. */
 static void case_unary(cb *c) {
     mpmd_graph *g = c->g;
-    mpmd_value u = in_f32(c, "u", -2.0f, 2.0f, D(7, 33));
-    mpmd_value p = in_f32(c, "p", 0.25f, 3.0f, D(7, 33)); /* positive: log, sqrt, rsqrt */
+    mpmd_value u = in_flt(c, "u", -2.0f, 2.0f, D(7, 33));
+    mpmd_value p = in_flt(c, "p", 0.25f, 3.0f, D(7, 33)); /* positive: log, sqrt, rsqrt */
     acc(c, mpmd_exp(g, u));
     acc(c, mpmd_log(g, p));
     acc(c, mpmd_sqrt(g, p));
@@ -342,7 +423,7 @@ static void case_unary(cb *c) {
 /* Chains of exp/log and friends on a long row (130). */
 static void case_unary_chain(cb *c) {
     mpmd_graph *g = c->g;
-    mpmd_value u = in_f32(c, "u", -3.0f, 3.0f, D(5, 130));
+    mpmd_value u = in_flt(c, "u", -3.0f, 3.0f, D(5, 130));
     /* softplus = log(1 + exp(u)) */
     acc(c, mpmd_log(g, mpmd_add_scalar(g, mpmd_exp(g, u), 1.0f)));
     /* 1 / sqrt(u^2 + 1) and sqrt(u^2 + 0.5) */
@@ -357,14 +438,14 @@ static void case_unary_chain(cb *c) {
  * scalar on either side, the smaller operand first, an operand used twice. */
 static void case_binary(cb *c) {
     mpmd_graph *g = c->g;
-    mpmd_value a = in_f32(c, "a", -1.0f, 1.0f, D(4, 7, 33));
-    mpmd_value b = in_f32(c, "b", -1.0f, 1.0f, D(7, 33));    /* leading axis */
-    mpmd_value m = in_f32(c, "m", -1.0f, 1.0f, D(4, 1, 33)); /* middle axis */
-    mpmd_value l = in_f32(c, "l", -1.0f, 1.0f, D(4, 7, 1));  /* last axis */
-    mpmd_value e = in_f32(c, "e", 0.5f, 2.0f, D(1, 7, 1));   /* positive divisor */
-    mpmd_value q = in_f32(c, "q", 0.5f, 2.0f, D(4, 7, 33));  /* positive divisor */
-    mpmd_value s = in_f32(c, "s", 0.5f, 1.5f, 0, NULL);      /* a scalar */
-    mpmd_value r = in_f32(c, "r", -1.0f, 1.0f, D(33));       /* a row */
+    mpmd_value a = in_flt(c, "a", -1.0f, 1.0f, D(4, 7, 33));
+    mpmd_value b = in_flt(c, "b", -1.0f, 1.0f, D(7, 33));    /* leading axis */
+    mpmd_value m = in_flt(c, "m", -1.0f, 1.0f, D(4, 1, 33)); /* middle axis */
+    mpmd_value l = in_flt(c, "l", -1.0f, 1.0f, D(4, 7, 1));  /* last axis */
+    mpmd_value e = in_flt(c, "e", 0.5f, 2.0f, D(1, 7, 1));   /* positive divisor */
+    mpmd_value q = in_flt(c, "q", 0.5f, 2.0f, D(4, 7, 33));  /* positive divisor */
+    mpmd_value s = in_flt(c, "s", 0.5f, 1.5f, 0, NULL);      /* a scalar */
+    mpmd_value r = in_flt(c, "r", -1.0f, 1.0f, D(33));       /* a row */
     acc(c, mpmd_add(g, a, b));
     acc(c, mpmd_sub(g, a, m));
     acc(c, mpmd_mul(g, a, l));
@@ -384,10 +465,10 @@ static void case_binary(cb *c) {
 /* broadcast_to and sum_to on their own. */
 static void case_broadcast_sum_to(cb *c) {
     mpmd_graph *g = c->g;
-    mpmd_value x = in_f32(c, "x", -1.0f, 1.0f, D(7, 1));
-    mpmd_value y = in_f32(c, "y", -1.0f, 1.0f, D(33));
-    mpmd_value s = in_f32(c, "s", -1.0f, 1.0f, 0, NULL);
-    mpmd_value z = in_f32(c, "z", -1.0f, 1.0f, D(3, 7, 33));
+    mpmd_value x = in_flt(c, "x", -1.0f, 1.0f, D(7, 1));
+    mpmd_value y = in_flt(c, "y", -1.0f, 1.0f, D(33));
+    mpmd_value s = in_flt(c, "s", -1.0f, 1.0f, 0, NULL);
+    mpmd_value z = in_flt(c, "z", -1.0f, 1.0f, D(3, 7, 33));
     acc(c, mpmd_broadcast_to(g, x, D(3, 7, 5)));
     acc(c, mpmd_broadcast_to(g, y, D(2, 7, 33)));
     acc(c, mpmd_broadcast_to(g, s, D(4, 5)));
@@ -401,8 +482,8 @@ static void case_broadcast_sum_to(cb *c) {
 /* sum, mean, max over various axes, with and without keepdims. */
 static void case_reduce(cb *c) {
     mpmd_graph *g = c->g;
-    mpmd_value x = in_f32(c, "x", -1.0f, 1.0f, D(5, 7, 33));
-    mpmd_value w = in_f32(c, "w", -1.0f, 1.0f, D(6, 130));
+    mpmd_value x = in_flt(c, "x", -1.0f, 1.0f, D(5, 7, 33));
+    mpmd_value w = in_flt(c, "w", -1.0f, 1.0f, D(6, 130));
     acc(c, mpmd_sum(g, x, MPMD_AXES(0), 0));
     acc(c, mpmd_sum(g, x, MPMD_AXES(1), 1));
     acc(c, mpmd_sum(g, x, MPMD_AXES(-1), 0));
@@ -426,7 +507,7 @@ static void case_reduce(cb *c) {
 /* max with ties (values on a grid of 0.5): the gradient splits between them. */
 static void case_max_ties(cb *c) {
     mpmd_graph *g = c->g;
-    mpmd_value x = in_f32q(c, "x", -1.0f, 1.0f, 0.5f, D(6, 9, 10));
+    mpmd_value x = in_fltq(c, "x", -1.0f, 1.0f, 0.5f, D(6, 9, 10));
     acc(c, mpmd_max(g, x, MPMD_AXES(2), 0));
     acc(c, mpmd_max(g, x, MPMD_AXES(0), 1));
     acc(c, mpmd_max(g, x, MPMD_AXES(0, 1), 0));
@@ -435,11 +516,11 @@ static void case_max_ties(cb *c) {
 }
 
 /* Data movement: permutes (the attention one), transpose, reshape, slices,
- * concat; on f32 (with gradients) and on i32. */
+ * concat; on floats of the case's dtype (with gradients) and on i32. */
 static void case_shape(cb *c) {
     mpmd_graph *g = c->g;
-    mpmd_value x = in_f32(c, "x", -1.0f, 1.0f, D(2, 7, 5, 33));
-    mpmd_value y = in_f32(c, "y", -1.0f, 1.0f, D(2, 7, 5, 3));
+    mpmd_value x = in_flt(c, "x", -1.0f, 1.0f, D(2, 7, 5, 33));
+    mpmd_value y = in_flt(c, "y", -1.0f, 1.0f, D(2, 7, 5, 3));
     acc(c, mpmd_permute(g, x, (const int[]){0, 2, 1, 3})); /* [B,T,H,D] -> [B,H,T,D] */
     acc(c, mpmd_permute(g, x, (const int[]){3, 1, 0, 2}));
     acc(c, mpmd_transpose(g, x));
@@ -465,42 +546,45 @@ static void case_shape(cb *c) {
 }
 
 /* Every transpose flag, 2-D, batched, and a 2-D b shared by a batched a
- * (whose gradient is one folded sgemm). */
+ * (whose gradient is one folded sgemm); scaled products. */
 static void case_matmul(cb *c) {
     mpmd_graph *g = c->g;
-    mpmd_value a = in_f32(c, "a", -1.0f, 1.0f, D(7, 33));
-    mpmd_value at = in_f32(c, "at", -1.0f, 1.0f, D(33, 7));
-    mpmd_value b = in_f32(c, "b", -1.0f, 1.0f, D(33, 130));
-    mpmd_value bt = in_f32(c, "bt", -1.0f, 1.0f, D(130, 33));
+    mpmd_value a = in_flt(c, "a", -1.0f, 1.0f, D(7, 33));
+    mpmd_value at = in_flt(c, "at", -1.0f, 1.0f, D(33, 7));
+    mpmd_value b = in_flt(c, "b", -1.0f, 1.0f, D(33, 130));
+    mpmd_value bt = in_flt(c, "bt", -1.0f, 1.0f, D(130, 33));
     acc(c, mpmd_matmul(g, a, b, 0));
     acc(c, mpmd_matmul(g, at, b, MPMD_TRANS_A));
     acc(c, mpmd_matmul(g, a, bt, MPMD_TRANS_B));
     acc(c, mpmd_matmul(g, at, bt, MPMD_TRANS_A | MPMD_TRANS_B));
-    mpmd_value a3 = in_f32(c, "a3", -1.0f, 1.0f, D(3, 7, 33));
-    mpmd_value a3t = in_f32(c, "a3t", -1.0f, 1.0f, D(3, 33, 7));
-    mpmd_value w = in_f32(c, "w", -1.0f, 1.0f, D(33, 9));
-    mpmd_value wt = in_f32(c, "wt", -1.0f, 1.0f, D(9, 33));
-    mpmd_value b3 = in_f32(c, "b3", -1.0f, 1.0f, D(3, 33, 9));
-    mpmd_value b3t = in_f32(c, "b3t", -1.0f, 1.0f, D(3, 9, 33));
+    mpmd_value a3 = in_flt(c, "a3", -1.0f, 1.0f, D(3, 7, 33));
+    mpmd_value a3t = in_flt(c, "a3t", -1.0f, 1.0f, D(3, 33, 7));
+    mpmd_value w = in_flt(c, "w", -1.0f, 1.0f, D(33, 9));
+    mpmd_value wt = in_flt(c, "wt", -1.0f, 1.0f, D(9, 33));
+    mpmd_value b3 = in_flt(c, "b3", -1.0f, 1.0f, D(3, 33, 9));
+    mpmd_value b3t = in_flt(c, "b3t", -1.0f, 1.0f, D(3, 9, 33));
     acc(c, mpmd_matmul(g, a3, w, 0));             /* shared b */
     acc(c, mpmd_matmul(g, a3t, w, MPMD_TRANS_A)); /* shared b, gradient through a transpose */
     acc(c, mpmd_matmul(g, a3, wt, MPMD_TRANS_B));
     acc(c, mpmd_matmul(g, a3, b3, 0));
     acc(c, mpmd_matmul(g, a3, b3t, MPMD_TRANS_B));
     acc(c, mpmd_matmul(g, a3t, b3, MPMD_TRANS_A));
-    mpmd_value a4 = in_f32(c, "a4", -1.0f, 1.0f, D(2, 3, 7, 5));
-    mpmd_value b4 = in_f32(c, "b4", -1.0f, 1.0f, D(2, 3, 5, 7));
+    mpmd_value a4 = in_flt(c, "a4", -1.0f, 1.0f, D(2, 3, 7, 5));
+    mpmd_value b4 = in_flt(c, "b4", -1.0f, 1.0f, D(2, 3, 5, 7));
     acc(c, mpmd_matmul(g, a4, b4, 0));
+    /* scaled inside the product (attention's scores), and so its gradients */
+    acc(c, mpmd_matmul_scaled(g, at, bt, MPMD_TRANS_A | MPMD_TRANS_B, 0.37f));
+    acc(c, mpmd_matmul_scaled(g, a3, b3t, MPMD_TRANS_B, -1.25f));
     grads(c, 1, NULL, NULL);
 }
 
 /* softmax, log_softmax, causal softmax and their gradients. */
 static void case_softmax(cb *c) {
     mpmd_graph *g = c->g;
-    mpmd_value x = in_f32(c, "x", -3.0f, 3.0f, D(3, 7, 33));
-    mpmd_value v = in_f32(c, "v", -3.0f, 3.0f, D(130));
-    mpmd_value s = in_f32(c, "s", -3.0f, 3.0f, D(2, 3, 17, 17));
-    mpmd_value s1 = in_f32(c, "s1", -3.0f, 3.0f, D(33, 33));
+    mpmd_value x = in_flt(c, "x", -3.0f, 3.0f, D(3, 7, 33));
+    mpmd_value v = in_flt(c, "v", -3.0f, 3.0f, D(130));
+    mpmd_value s = in_flt(c, "s", -3.0f, 3.0f, D(2, 3, 17, 17));
+    mpmd_value s1 = in_flt(c, "s1", -3.0f, 3.0f, D(33, 33));
     acc(c, mpmd_softmax(g, x));
     acc(c, mpmd_log_softmax(g, x));
     acc(c, mpmd_softmax(g, v));
@@ -513,7 +597,7 @@ static void case_softmax(cb *c) {
 /* Row reductions over 1000 classes: cross-entropy, log_softmax, softmax. */
 static void case_xent_1000(cb *c) {
     mpmd_graph *g = c->g;
-    mpmd_value logits = in_f32(c, "logits", -4.0f, 4.0f, D(8, 1000));
+    mpmd_value logits = in_flt(c, "logits", -4.0f, 4.0f, D(8, 1000));
     mpmd_value labels = in_i32(c, "labels", 1000, D(8));
     acc_scalar(c, mpmd_mean(g, mpmd_cross_entropy(g, logits, labels), 0, NULL, 0));
     acc(c, mpmd_log_softmax(g, logits));
@@ -525,47 +609,49 @@ static void case_xent_1000(cb *c) {
  * a non-uniform cotangent. */
 static void case_xent(cb *c) {
     mpmd_graph *g = c->g;
-    mpmd_value logits = in_f32(c, "logits", -3.0f, 3.0f, D(3, 7, 33));
+    mpmd_value logits = in_flt(c, "logits", -3.0f, 3.0f, D(3, 7, 33));
     mpmd_value labels = in_i32(c, "labels", 33, D(3, 7));
     acc(c, mpmd_cross_entropy(g, logits, labels));
-    mpmd_value l2 = in_f32(c, "l2", -3.0f, 3.0f, D(5, 7));
+    mpmd_value l2 = in_flt(c, "l2", -3.0f, 3.0f, D(5, 7));
     mpmd_value y2 = in_i32(c, "y2", 7, D(5));
     acc(c, mpmd_cross_entropy(g, l2, y2));
     grads(c, 1, NULL, NULL);
 }
 
-/* Layer norm with non-trivial scale and bias. */
+/* Layer norm with non-trivial scale and bias (x, gamma and beta all in the
+ * case's dtype). */
 static void case_layer_norm(cb *c) {
     mpmd_graph *g = c->g;
-    mpmd_value x = in_f32(c, "x", -1.0f, 3.0f, D(6, 130));
+    mpmd_value x = in_flt(c, "x", -1.0f, 3.0f, D(6, 130));
     mpmd_value gamma = mpmd_param(g, "gamma", D(130), (mpmd_init){MPMD_INIT_UNIFORM, 0.5f, 1.5f});
     mpmd_value beta = mpmd_param(g, "beta", D(130), MPMD_NORMAL(0.5f));
-    acc(c, mpmd_layer_norm(g, x, gamma, beta, 1e-5f));
-    mpmd_value x2 = in_f32(c, "x2", -2.0f, 2.0f, D(2, 3, 33));
+    acc(c, mpmd_layer_norm(g, x, lp(c, gamma), lp(c, beta), 1e-5f));
+    mpmd_value x2 = in_flt(c, "x2", -2.0f, 2.0f, D(2, 3, 33));
     mpmd_value g2 = mpmd_param(g, "gamma2", D(33), (mpmd_init){MPMD_INIT_UNIFORM, -1.0f, 1.0f});
     mpmd_value b2 = mpmd_param(g, "beta2", D(33), MPMD_NORMAL(1.0f));
-    acc(c, mpmd_layer_norm(g, x2, g2, b2, 1e-3f));
+    acc(c, mpmd_layer_norm(g, x2, lp(c, g2), lp(c, b2), 1e-3f));
     grads(c, 1, NULL, NULL);
 }
 
-/* Embedding lookups with repeated ids; the gradient is a scatter-add. */
+/* Embedding lookups with repeated ids (tables in the case's dtype); the
+ * gradient is a scatter-add. */
 static void case_embedding(cb *c) {
     mpmd_graph *g = c->g;
     mpmd_value table = mpmd_param(g, "table", D(50, 33), MPMD_NORMAL(1.0f));
     mpmd_value ids = in_i32(c, "ids", 50, D(4, 7));
-    acc(c, mpmd_embedding(g, table, ids));
+    acc(c, mpmd_embedding(g, lp(c, table), ids));
     mpmd_value t2 = mpmd_param(g, "table2", D(7, 130), MPMD_NORMAL(1.0f));
     mpmd_value ids2 = in_i32(c, "ids2", 7, D(33));
-    acc(c, mpmd_embedding(g, t2, ids2));
+    acc(c, mpmd_embedding(g, lp(c, t2), ids2));
     grads(c, 1, NULL, NULL);
 }
 
 /* Multi-head attention, causal and not. */
 static void case_attention(cb *c) {
     mpmd_graph *g = c->g;
-    mpmd_value q = in_f32(c, "q", -1.5f, 1.5f, D(2, 7, 3, 5));
-    mpmd_value k = in_f32(c, "k", -1.5f, 1.5f, D(2, 7, 3, 5));
-    mpmd_value v = in_f32(c, "v", -1.0f, 1.0f, D(2, 7, 3, 5));
+    mpmd_value q = in_flt(c, "q", -1.5f, 1.5f, D(2, 7, 3, 5));
+    mpmd_value k = in_flt(c, "k", -1.5f, 1.5f, D(2, 7, 3, 5));
+    mpmd_value v = in_flt(c, "v", -1.0f, 1.0f, D(2, 7, 3, 5));
     acc(c, mpmd_attention(g, q, k, v, 1));
     acc(c, mpmd_attention(g, q, k, v, 0));
     grads(c, 1, NULL, NULL);
@@ -574,7 +660,7 @@ static void case_attention(cb *c) {
 /* A GPT-2 block: layer norms, attention, MLP with gelu, residuals. */
 static void case_gpt_block(cb *c) {
     mpmd_graph *g = c->g;
-    mpmd_value x = in_f32(c, "x", -1.0f, 1.0f, D(2, 9, 36));
+    mpmd_value x = in_flt(c, "x", -1.0f, 1.0f, D(2, 9, 36));
     acc(c, mpmd_gpt_block(g, "block", x, 4));
     grads(c, 1, NULL, NULL);
 }
@@ -582,8 +668,8 @@ static void case_gpt_block(cb *c) {
 /* An MLP trained one SGD step: compare the updated parameters. */
 static void case_sgd(cb *c) {
     mpmd_graph *g = c->g;
-    mpmd_value x = in_f32(c, "x", -1.0f, 1.0f, D(7, 33));
-    mpmd_value y = in_f32(c, "y", -1.0f, 1.0f, D(7, 5));
+    mpmd_value x = in_flt(c, "x", -1.0f, 1.0f, D(7, 33));
+    mpmd_value y = in_flt(c, "y", -1.0f, 1.0f, D(7, 5));
     mpmd_value h = mpmd_tanh(g, mpmd_dense(g, "dense_0", x, 17, 1));
     mpmd_value p = mpmd_dense(g, "dense_1", h, 5, 1);
     acc_scalar(c, mpmd_mean(g, mpmd_square(g, mpmd_sub(g, p, y)), 0, NULL, 0));
@@ -596,7 +682,7 @@ static void case_sgd(cb *c) {
  * compare parameters, moments and the step counter. */
 static void case_adamw(cb *c) {
     mpmd_graph *g = c->g;
-    mpmd_value x = in_f32(c, "x", -1.0f, 1.0f, D(9, 33));
+    mpmd_value x = in_flt(c, "x", -1.0f, 1.0f, D(9, 33));
     mpmd_value labels = in_i32(c, "labels", 7, D(9));
     mpmd_value h = mpmd_gelu(g, mpmd_layer_norm_layer(g, "ln", mpmd_dense(g, "dense_0", x, 130, 1), 1e-5f));
     mpmd_value logits = mpmd_dense(g, "dense_1", h, 7, 1);
@@ -606,48 +692,147 @@ static void case_adamw(cb *c) {
     if (n > 0) mpmd_adamw(g, n, ps, gs, mpmd_scalar(g, 0.01f), (mpmd_adam_opts){0.9f, 0.999f, 1e-8f, 0.01f});
 }
 
-/* A stage marker (forward and backward) and assign to f32 and i32 variables. */
+/* A stage marker (forward and backward) and assign to a variable of the
+ * case's dtype and to an i32 one. */
 static void case_marker_assign(cb *c) {
     mpmd_graph *g = c->g;
-    mpmd_value x = in_f32(c, "x", -1.0f, 1.0f, D(7, 33));
+    mpmd_value x = in_flt(c, "x", -1.0f, 1.0f, D(7, 33));
     acc(c, mpmd_exp(g, marker(g, mpmd_mul_scalar(g, x, 0.5f))));
     grads(c, 1, NULL, NULL);
-    mpmd_value v = mpmd_variable(g, "state", MPMD_F32, D(7, 33), MPMD_ZEROS);
+    mpmd_value v = mpmd_variable(g, "state", c->dt, D(7, 33), MPMD_ZEROS);
     mpmd_assign(g, v, mpmd_add_scalar(g, x, 1.0f));
     mpmd_value ids = in_i32(c, "ids", 100, D(5));
     mpmd_value iv = mpmd_variable(g, "istate", MPMD_I32, D(5), MPMD_ZEROS);
     mpmd_assign(g, iv, ids);
 }
 
+/* Conversions in all six directions between f32, bf16 and f16 (the case
+ * mixes dtypes itself): on random values, on values on a fine grid (many
+ * exact ties of bf16 and f16 rounding), through gradients (a cast's
+ * gradient is the cast back), and on the values a conversion must get
+ * right, kept: ties to even, f16 overflow to inf (65520 is a tie that
+ * rounds up to it), f16 subnormals and underflow to 0, f32 subnormals, the
+ * largest f32 (inf in bf16), inf, NaN, -0. A conversion is correctly
+ * rounded (T_EXACT): every backend must give the CPU's values exactly. */
+static void case_cast(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value x = add_input(c, "x", MPMD_F32, D(5, 33), -4.0f, 4.0f, 0.0f, 0);
+    mpmd_value xq = add_input(c, "xq", MPMD_F32, D(3, 130), -2.0f, 2.0f, 1.0f / 4096.0f, 0);
+    mpmd_value xb = add_input(c, "xb", MPMD_BF16, D(5, 33), -4.0f, 4.0f, 0.0f, 0);
+    mpmd_value xh = add_input(c, "xh", MPMD_F16, D(5, 33), -4.0f, 4.0f, 0.0f, 0);
+    /* f32 -> bf16 -> f16 (-> f32 in acc); the gradient goes f32 -> f16 -> bf16 -> f32 */
+    acc(c, mpmd_cast(g, mpmd_cast(g, x, MPMD_BF16), MPMD_F16));
+    /* f32 -> f16 -> bf16 (-> f32); the gradient f32 -> bf16 -> f16 -> f32 */
+    acc(c, mpmd_cast(g, mpmd_cast(g, x, MPMD_F16), MPMD_BF16));
+    acc(c, mpmd_cast(g, xq, MPMD_BF16));
+    acc(c, mpmd_cast(g, xq, MPMD_F16));
+    acc(c, mpmd_cast(g, xb, MPMD_F16));
+    acc(c, mpmd_cast(g, xh, MPMD_BF16));
+    acc(c, mpmd_mul(g, xb, mpmd_cast(g, xh, MPMD_BF16)));
+    grads(c, 1, NULL, NULL);
+
+    static const float sp[] = {
+        1.0f + 0x1p-8f,      1.0f + 3 * 0x1p-8f,     -(1.0f + 3 * 0x1p-8f),   1.0f + 0x1p-11f,
+        1.0f + 3 * 0x1p-11f, 65504.0f,               65519.0f,                65520.0f,
+        1e5f,                -1e5f,                  0x1p-24f,                0x1p-25f,
+        3 * 0x1p-25f,        0x1p-14f - 0x1p-25f,    1e-40f,                  0x1.fffffep127f,
+        3.0e38f,             INFINITY,               -INFINITY,               NAN,
+        -0.0f,               0.0f,
+    };
+    /* bf16: inf, -inf, NaN, 1e10 and 65536 (inf in f16), 2^-30 and the
+     * smallest subnormal (0 in f16), 1 + 2^-7, 65280 (exact in f16) */
+    static const uint16_t spb[] = {0x7f80, 0xff80, 0x7fc0, 0x5015, 0x4780, 0x3080, 0x0001, 0x3f81, 0x477f};
+    /* f16: inf, -inf, NaN, 1 + 2^-8 and 1 + 3 2^-8 (bf16 ties), 2^-24, the
+     * largest subnormal, 65504 (65536 in bf16), -0 */
+    static const uint16_t sph[] = {0x7c00, 0xfc00, 0x7e00, 0x3c04, 0x3c0c, 0x0001, 0x03ff, 0x7bff, 0x8000};
+    int64_t nsp = (int64_t)(sizeof sp / sizeof sp[0]), nb = 9, nh = 9;
+    mpmd_value s = mpmd_constant(g, MPMD_F32, 1, &nsp, sp);
+    mpmd_value sb = mpmd_constant(g, MPMD_BF16, 1, &nb, spb);
+    mpmd_value sh = mpmd_constant(g, MPMD_F16, 1, &nh, sph);
+    mpmd_keep(g, mpmd_cast(g, s, MPMD_BF16));
+    mpmd_keep(g, mpmd_cast(g, s, MPMD_F16));
+    mpmd_keep(g, mpmd_cast(g, sb, MPMD_F32));
+    mpmd_keep(g, mpmd_cast(g, sb, MPMD_F16));
+    mpmd_keep(g, mpmd_cast(g, sh, MPMD_F32));
+    mpmd_keep(g, mpmd_cast(g, sh, MPMD_BF16));
+}
+
 typedef struct tcase {
     const char *name;
     void (*build)(cb *c);
+    mpmd_dtype dt; /* the dtype of the float inputs (and of the parameters' casts) */
     /* end-to-end (chained) tolerance, on top of each op's */
     double rtol, atol;
 } tcase;
 
 /* The end-to-end tolerances: a chained run passes every kernel's error on
  * to the next node; deep chains (the GPT block's forward and backward
- * through two layer norms, attention and an MLP) compound more. */
+ * through two layer norms, attention and an MLP) compound more.
+ *
+ * 16-bit cases: an element whose f32 results straddle a rounding boundary
+ * comes out one ulp apart (2^-8 relative in bf16, 2^-11 in f16, give or
+ * take a factor 2), far more than f32's last bits, and the next ops receive
+ * that. Relative errors stay at a few ulps: bf16 rtol 3e-2, f16 4e-3. The
+ * absolute ones are set by sums: the cotangent of an input that several ops
+ * use is accumulated in its own dtype, each add rounding, so a gradient that
+ * cancels carries ulps of its largest partial sums, not of itself; and the
+ * f32 loss sums thousands of 16-bit terms. atol is a few ulps of the terms
+ * (O(1), up to ~10 for the inputs used most: binary_broadcast, shape,
+ * matmul, and the GPT block's residual stream). Calibrated with a stand-in
+ * backend, the CPU's kernels with their f32 results perturbed by up to
+ * 3e-6 or 1e-5 relative before rounding (far more than the last bits of a
+ * real backend), 36 runs: the worst absolute error beyond rtol was 2.0e-2
+ * (bf16 unary), 1.8e-2 (bf16 mlp_adamw), 3.1e-2 (bf16 binary_broadcast),
+ * 3.8e-2 (bf16 shape), 3.5e-2 (bf16 gpt_block), 5.3e-3 (f16 unary); these
+ * atols are 2.5 times that or more. The cast case mixes dtypes: bf16's. */
 static const tcase cases[] = {
-    {"unary", case_unary, 1e-4, 1e-5},
-    {"unary_chain", case_unary_chain, 1e-3, 1e-4},
-    {"binary_broadcast", case_binary, 1e-4, 1e-4},
-    {"broadcast_sum_to", case_broadcast_sum_to, 1e-4, 1e-4},
-    {"reduce", case_reduce, 1e-4, 1e-4},
-    {"max_ties", case_max_ties, 1e-4, 1e-4},
-    {"shape", case_shape, 1e-4, 1e-4},
-    {"matmul", case_matmul, 1e-3, 1e-4},
-    {"softmax", case_softmax, 1e-3, 1e-4},
-    {"xent_1000", case_xent_1000, 1e-3, 1e-4},
-    {"xent", case_xent, 1e-3, 1e-4},
-    {"layer_norm", case_layer_norm, 1e-3, 1e-4},
-    {"embedding", case_embedding, 1e-4, 1e-4},
-    {"attention", case_attention, 1e-3, 1e-4},
-    {"gpt_block", case_gpt_block, 1e-2, 1e-3},
-    {"mlp_sgd", case_sgd, 1e-3, 1e-4},
-    {"mlp_adamw", case_adamw, 1e-3, 1e-4},
-    {"marker_assign", case_marker_assign, 1e-4, 1e-5},
+    {"unary", case_unary, MPMD_F32, 1e-4, 1e-5},
+    {"unary_chain", case_unary_chain, MPMD_F32, 1e-3, 1e-4},
+    {"binary_broadcast", case_binary, MPMD_F32, 1e-4, 1e-4},
+    {"broadcast_sum_to", case_broadcast_sum_to, MPMD_F32, 1e-4, 1e-4},
+    {"reduce", case_reduce, MPMD_F32, 1e-4, 1e-4},
+    {"max_ties", case_max_ties, MPMD_F32, 1e-4, 1e-4},
+    {"shape", case_shape, MPMD_F32, 1e-4, 1e-4},
+    {"matmul", case_matmul, MPMD_F32, 1e-3, 1e-4},
+    {"softmax", case_softmax, MPMD_F32, 1e-3, 1e-4},
+    {"xent_1000", case_xent_1000, MPMD_F32, 1e-3, 1e-4},
+    {"xent", case_xent, MPMD_F32, 1e-3, 1e-4},
+    {"layer_norm", case_layer_norm, MPMD_F32, 1e-3, 1e-4},
+    {"embedding", case_embedding, MPMD_F32, 1e-4, 1e-4},
+    {"attention", case_attention, MPMD_F32, 1e-3, 1e-4},
+    {"gpt_block", case_gpt_block, MPMD_F32, 1e-2, 1e-3},
+    {"mlp_sgd", case_sgd, MPMD_F32, 1e-3, 1e-4},
+    {"mlp_adamw", case_adamw, MPMD_F32, 1e-3, 1e-4},
+    {"marker_assign", case_marker_assign, MPMD_F32, 1e-4, 1e-5},
+    {"cast", case_cast, MPMD_F32, 3e-2, 5e-2},
+    /* every case again on bf16 operands */
+    {"unary/bf16", case_unary, MPMD_BF16, 3e-2, 5e-2},
+    {"unary_chain/bf16", case_unary_chain, MPMD_BF16, 3e-2, 5e-2},
+    {"binary_broadcast/bf16", case_binary, MPMD_BF16, 3e-2, 1e-1},
+    {"broadcast_sum_to/bf16", case_broadcast_sum_to, MPMD_BF16, 3e-2, 5e-2},
+    {"reduce/bf16", case_reduce, MPMD_BF16, 3e-2, 5e-2},
+    {"max_ties/bf16", case_max_ties, MPMD_BF16, 3e-2, 5e-2},
+    {"shape/bf16", case_shape, MPMD_BF16, 3e-2, 1e-1},
+    {"matmul/bf16", case_matmul, MPMD_BF16, 3e-2, 1e-1},
+    {"softmax/bf16", case_softmax, MPMD_BF16, 3e-2, 5e-2},
+    {"xent_1000/bf16", case_xent_1000, MPMD_BF16, 3e-2, 5e-2},
+    {"xent/bf16", case_xent, MPMD_BF16, 3e-2, 5e-2},
+    {"layer_norm/bf16", case_layer_norm, MPMD_BF16, 3e-2, 5e-2},
+    {"embedding/bf16", case_embedding, MPMD_BF16, 3e-2, 5e-2},
+    {"attention/bf16", case_attention, MPMD_BF16, 3e-2, 5e-2},
+    {"gpt_block/bf16", case_gpt_block, MPMD_BF16, 6e-2, 1e-1},
+    {"mlp_sgd/bf16", case_sgd, MPMD_BF16, 3e-2, 5e-2},
+    {"mlp_adamw/bf16", case_adamw, MPMD_BF16, 3e-2, 5e-2},
+    {"marker_assign/bf16", case_marker_assign, MPMD_BF16, 3e-2, 5e-2},
+    /* and a few on f16 */
+    {"unary/f16", case_unary, MPMD_F16, 4e-3, 1.5e-2},
+    {"binary_broadcast/f16", case_binary, MPMD_F16, 4e-3, 1.5e-2},
+    {"reduce/f16", case_reduce, MPMD_F16, 4e-3, 1.5e-2},
+    {"matmul/f16", case_matmul, MPMD_F16, 4e-3, 1.5e-2},
+    {"softmax/f16", case_softmax, MPMD_F16, 4e-3, 1.5e-2},
+    {"xent/f16", case_xent, MPMD_F16, 4e-3, 1.5e-2},
+    {"layer_norm/f16", case_layer_norm, MPMD_F16, 4e-3, 1.5e-2},
+    {"attention/f16", case_attention, MPMD_F16, 4e-3, 1.5e-2},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -708,9 +893,9 @@ static void *ptr_of(void *ctx, int v) {
  * given (the reference run): each node runs on the reference's values of
  * its inputs, its output is downloaded, then replaced by the reference's;
  * with `inplace`, in-place capable nodes also run with the output in their
- * in-place input's buffer. count[op index] is bumped per kernel run. */
+ * in-place input's buffer. Each kernel run is counted in cv (when not NULL). */
 static void run_graph(const mpmd_backend *be, const cdata *cd, int nthreads, const run *feed, int inplace,
-                      int *count, run *out) {
+                      cover *cv, run *out) {
     const mpmd_graph *g = cd->g;
     const int nn = g->n_nodes;
     memset(out, 0, sizeof *out);
@@ -789,7 +974,7 @@ static void run_graph(const mpmd_backend *be, const cdata *cd, int nthreads, con
             snprintf(out->err, sizeof out->err, "%%%d = %s: %s", i, n->op->name, e);
             goto done;
         }
-        if (count) count[op_index(n->op)]++;
+        if (cv) cover_add(cv, g, n);
         if (!feed) continue;
         if (be->sync(dev, e, sizeof e)) {
             snprintf(out->err, sizeof out->err, "%%%d = %s: %s", i, n->op->name, e);
@@ -869,6 +1054,7 @@ static int cdata_build(int ci, cdata *cd, char *err, size_t len) {
     cb c;
     memset(&c, 0, sizeof c);
     c.g = cd->g = mpmd_graph_new();
+    c.dt = cd->tc->dt;
     c.loss = MPMD_NONE;
     c.seed = (uint64_t)ci * 1000;
     if (!c.g) {
@@ -922,14 +1108,22 @@ static int cdata_build(int ci, cdata *cd, char *err, size_t len) {
         uint64_t s = mix64(((uint64_t)ci << 32) ^ (uint64_t)i);
         for (int64_t k = 0; k < cnt; k++) {
             double u = unif(&s);
+            float v;
             if (n->type.dtype == MPMD_I32) {
                 ((int32_t *)cd->leaf[i])[k] = (int32_t)(u * sp->classes);
+                continue;
             } else if (sp->step > 0) {
                 int steps = (int)((sp->hi - sp->lo) / sp->step + 0.5);
-                ((float *)cd->leaf[i])[k] = sp->lo + sp->step * (float)(int)(u * (steps + 1));
+                v = sp->lo + sp->step * (float)(int)(u * (steps + 1));
             } else {
-                ((float *)cd->leaf[i])[k] = (float)(sp->lo + (sp->hi - sp->lo) * u);
+                v = (float)(sp->lo + (sp->hi - sp->lo) * u);
             }
+            if (n->type.dtype == MPMD_BF16)
+                ((uint16_t *)cd->leaf[i])[k] = mpmd_f32_to_bf16(v); /* the f32 value rounded */
+            else if (n->type.dtype == MPMD_F16)
+                ((uint16_t *)cd->leaf[i])[k] = mpmd_f32_to_f16(v);
+            else
+                ((float *)cd->leaf[i])[k] = v;
         }
     }
     return 1;
@@ -969,13 +1163,35 @@ typedef struct errstat {
     int fails;
 } errstat;
 
+/* Element k of a buffer of dtype dt, as a double (16-bit floats widened:
+ * exact). */
+static double elem(mpmd_dtype dt, const void *p, int64_t k) {
+    switch (dt) {
+    case MPMD_I32: return ((const int32_t *)p)[k];
+    case MPMD_BF16: return mpmd_bf16_to_f32(((const uint16_t *)p)[k]);
+    case MPMD_F16: return mpmd_f16_to_f32(((const uint16_t *)p)[k]);
+    default: return ((const float *)p)[k];
+    }
+}
+
+/* The bits of element k (4 or 2 bytes). */
+static unsigned elem_bits(size_t es, const void *p, int64_t k) {
+    if (es == 2) return ((const uint16_t *)p)[k];
+    uint32_t u;
+    memcpy(&u, (const char *)p + 4 * k, 4);
+    return u;
+}
+
 /* Compare node i's values a (backend `an`) and b (`bn`): bitwise when
- * `bitwise`, else within rtol/atol (i32 exactly). Prints the first
- * mismatching element; returns 1 when they match. */
+ * `bitwise`, else within rtol/atol (i32 exactly; 16-bit floats compared as
+ * their exact f32 values). Prints the first mismatching element; returns 1
+ * when they match. */
 static int compare(const char *be_name, const cdata *cd, const char *what, int i, const void *a,
                    const char *an, const void *b, const char *bn, int bitwise, double rtol, double atol,
                    errstat *st) {
     const mpmd_node *n = &cd->g->nodes[i];
+    const mpmd_dtype dt = n->type.dtype;
+    const size_t es = mpmd_dtype_size(dt);
     int64_t cnt = mpmd_type_numel(&n->type);
     /* relative error against max(|b|, atol / rtol): where the tolerance
      * turns from absolute to relative */
@@ -983,22 +1199,16 @@ static int compare(const char *be_name, const cdata *cd, const char *what, int i
     if (scale < 1e-30) scale = 1e-30;
     for (int64_t k = 0; k < cnt; k++) {
         int bad;
-        double x = 0, y = 0, diff = 0;
-        if (n->type.dtype == MPMD_I32) {
-            x = ((const int32_t *)a)[k];
-            y = ((const int32_t *)b)[k];
+        double x = elem(dt, a, k), y = elem(dt, b, k), diff = 0;
+        if (dt == MPMD_I32) {
             bad = x != y;
         } else if (bitwise) {
-            bad = memcmp((const float *)a + k, (const float *)b + k, sizeof(float)) != 0;
-            x = ((const float *)a)[k];
-            y = ((const float *)b)[k];
+            bad = memcmp((const char *)a + es * k, (const char *)b + es * k, es) != 0;
             if (!bad || (!isnan(x) && !isnan(y))) {
                 double rel = fabs(x - y) / fmax(fabs(y), scale);
                 if (rel > st->max_rel) st->max_rel = rel;
             }
         } else {
-            x = ((const float *)a)[k];
-            y = ((const float *)b)[k];
             if (isnan(x) || isnan(y) || isinf(x) || isinf(y)) {
                 bad = !(x == y || (isnan(x) && isnan(y)));
             } else {
@@ -1013,13 +1223,12 @@ static int compare(const char *be_name, const cdata *cd, const char *what, int i
             char ns[256], is[96];
             node_str(cd->g, i, ns, sizeof ns);
             index_str(&n->type, k, is, sizeof is);
-            if (bitwise || n->type.dtype == MPMD_I32) {
-                uint32_t xb, yb;
-                memcpy(&xb, (const char *)a + 4 * k, 4);
-                memcpy(&yb, (const char *)b + 4 * k, 4);
-                printf("FAIL %s: case %s: %s (%s): element %s: %s %.9g (0x%08x), %s %.9g (0x%08x): not "
+            if (bitwise || dt == MPMD_I32) {
+                int w = (int)(2 * es);
+                printf("FAIL %s: case %s: %s (%s): element %s: %s %.9g (0x%0*x), %s %.9g (0x%0*x): not "
                        "bitwise equal\n",
-                       be_name, cd->tc->name, ns, what, is, an, x, (unsigned)xb, bn, y, (unsigned)yb);
+                       be_name, cd->tc->name, ns, what, is, an, x, w, elem_bits(es, a, k), bn, y, w,
+                       elem_bits(es, b, k));
             } else {
                 printf(
                     "FAIL %s: case %s: %s (%s): element %s: %s %.9g, %s %.9g, |diff| %.3g > %.3g (rtol %g, "
@@ -1033,20 +1242,45 @@ static int compare(const char *be_name, const cdata *cd, const char *what, int i
     return 1;
 }
 
+/* Elements of node i whose bits differ between a and b. */
+static int64_t count_differing(const cdata *cd, int i, const void *a, const void *b) {
+    const mpmd_type *t = &cd->g->nodes[i].type;
+    const size_t es = mpmd_dtype_size(t->dtype);
+    int64_t cnt = mpmd_type_numel(t), d = 0;
+    for (int64_t k = 0; k < cnt; k++)
+        d += memcmp((const char *)a + es * k, (const char *)b + es * k, es) != 0;
+    return d;
+}
+
+/* Rounding to nearest even: a 16-bit result computed, on the CPU's operands,
+ * in f32 and rounded once differs from the CPU's only where the two f32
+ * results straddle a rounding boundary. Sums and products of 16-bit values
+ * are often exact in f32, and often ties, which a correct f32 computation
+ * rounds the same way. The stand-in backend of the case tolerances (below)
+ * differed in at most 12% of a node's elements (sum, sum_to), and in 22%
+ * when it perturbed even exact sums and products (ties then fall either
+ * way). A backend that truncates, or rounds twice, stays within one ulp
+ * everywhere, which the tolerances allow, but differs in about half the
+ * elements: so no node of 64 elements or more may differ from the CPU in
+ * more than a quarter of them. */
+#define ROUND_DIFF_MAX 0.25
+#define ROUND_DIFF_MIN_ELEMS 64
+
 /* ---- one backend on one case -------------------------------------------------------- */
 
 /* Returns 1 when the case passes on be. */
-static int test_case(const mpmd_backend *be, const cdata *cd, const run *ref, int *count) {
+static int test_case(const mpmd_backend *be, const cdata *cd, const run *ref, cover *cv) {
     const mpmd_graph *g = cd->g;
     const int nn = g->n_nodes;
     const int is_cpu = strcmp(be->name, "cpu") == 0;
     const char *tag = is_cpu ? "cpu'" : be->name; /* the CPU against itself */
     run iso, iso2, e2e;
-    run_graph(be, cd, 1, ref, 1, count, &iso);
+    run_graph(be, cd, 1, ref, 1, cv, &iso);
     run_graph(be, cd, 2, ref, 0, NULL, &iso2);
     run_graph(be, cd, 1, NULL, 0, NULL, &e2e);
     errstat st = {0, 0}, st_e2e = {0, 0}, st_det = {0, 0};
     int e2e_skipped = 0;
+    double round_frac = 0; /* the largest share of a 16-bit node's elements not equal to the cpu's */
     if (!iso.ok || !iso2.ok) {
         printf("FAIL %s: case %s: %s\n", be->name, cd->tc->name, !iso.ok ? iso.err : iso2.err);
         st.fails++;
@@ -1054,12 +1288,24 @@ static int test_case(const mpmd_backend *be, const cdata *cd, const run *ref, in
         for (int i = 0; i < nn; i++) {
             if (!iso.val[i] || !ref->val[i]) continue;
             const mpmd_node *n = &g->nodes[i];
-            int f = op_table[op_index(n->op)].fam;
-            compare(be->name, cd, "iso", i, iso.val[i], tag, ref->val[i], "cpu", is_cpu, fam[f].rtol,
-                    fam[f].atol, &st);
+            const tol t = fam[op_table[op_index(n->op)].fam].t[prec_of(n->type.dtype)];
+            compare(be->name, cd, "iso", i, iso.val[i], tag, ref->val[i], "cpu", is_cpu, t.rtol, t.atol, &st);
+            int64_t cnt = mpmd_type_numel(&n->type);
+            if (prec_of(n->type.dtype) != P_F32 && op_table[op_index(n->op)].fam != T_EXACT &&
+                cnt >= ROUND_DIFF_MIN_ELEMS) {
+                int64_t d = count_differing(cd, i, iso.val[i], ref->val[i]);
+                if ((double)d / (double)cnt > round_frac) round_frac = (double)d / (double)cnt;
+                if ((double)d > ROUND_DIFF_MAX * (double)cnt && st.fails++ < MAX_REPORTS) {
+                    char ns[256];
+                    node_str(g, i, ns, sizeof ns);
+                    printf("FAIL %s: case %s: %s (iso): %lld of %lld elements differ from the cpu's (more than "
+                           "%g): not rounded to nearest even once?\n",
+                           be->name, cd->tc->name, ns, (long long)d, (long long)cnt, ROUND_DIFF_MAX);
+                }
+            }
             if (iso.inpl[i]) {
                 compare(be->name, cd, "in place vs cpu", i, iso.inpl[i], tag, ref->val[i], "cpu", is_cpu,
-                        fam[f].rtol, fam[f].atol, &st);
+                        t.rtol, t.atol, &st);
                 compare(be->name, cd, "in place vs out of place", i, iso.inpl[i], "in place", iso.val[i],
                         "out of place", 1, 0, 0, &st);
             }
@@ -1079,8 +1325,8 @@ static int test_case(const mpmd_backend *be, const cdata *cd, const run *ref, in
         for (int i = 0; i < nn; i++) {
             if (!e2e.val[i] || !ref->val[i]) continue;
             const mpmd_node *n = &g->nodes[i];
-            int f = op_table[op_index(n->op)].fam;
-            double rtol = fmax(fam[f].rtol, cd->tc->rtol), atol = fmax(fam[f].atol, cd->tc->atol);
+            const tol t = fam[op_table[op_index(n->op)].fam].t[prec_of(n->type.dtype)];
+            double rtol = fmax(t.rtol, cd->tc->rtol), atol = fmax(t.atol, cd->tc->atol);
             compare(be->name, cd, "chained", i, e2e.val[i], tag, ref->val[i], "cpu", is_cpu, rtol, atol,
                     &st_e2e);
         }
@@ -1095,9 +1341,10 @@ static int test_case(const mpmd_backend *be, const cdata *cd, const run *ref, in
     int live = 0;
     for (int i = 0; i < nn; i++)
         live += cd->live[i];
-    printf("  %-5s %-17s %4d nodes %3d in place  max rel err %.2e  chained %s%.2e  %s", be->name,
+    printf("  %-5s %-22s %4d nodes %3d in place  max rel err %.2e  chained %s%.2e  %s", be->name,
            cd->tc->name, live, iso.n_inplace, st.max_rel, e2e_skipped ? "(skipped) " : "", st_e2e.max_rel,
            fails ? "FAILED" : "ok");
+    if (round_frac > 0) printf("  (16-bit: up to %.1f%% of a node differs)", 100 * round_frac);
     if (iso.n_fed) printf("  (no kernel for %s: fed from the cpu)", iso.unsupported);
     printf("\n");
     fflush(stdout);
@@ -1126,8 +1373,17 @@ static int check_cpu_tables(void) {
     return ok;
 }
 
-/* Every op be has a kernel for ran at least once. */
-static int check_coverage(const mpmd_backend *be, const int *count) {
+/* Ops no graph can give a 16-bit operand: the optimizers update f32 master
+ * parameters (mpmd_param has no dtype) with f32 gradients and f32 state, and
+ * the step counter is i32. */
+static int f32_only(const mpmd_op_desc *op) {
+    return op == &mpmd_op_sgd || op == &mpmd_op_adamw || op == &mpmd_op_optim_step;
+}
+
+/* Every op be has a kernel for ran at least once, and (but f32_only ones)
+ * at least once with a bf16 operand or result; cast ran in all six
+ * directions between f32, bf16 and f16. */
+static int check_coverage(const mpmd_backend *be, const cover *cv) {
     int ok = 1;
     char missing[1024] = "";
     for (int i = 0; i < N_OPS; i++) {
@@ -1139,11 +1395,22 @@ static int check_coverage(const mpmd_backend *be, const int *count) {
                          missing[0] ? ", " : "", op->name);
             continue;
         }
-        if (count[i] == 0) {
+        if (cv->count[i] == 0) {
             printf("FAIL %s: coverage: op \"%s\" has a kernel but no case ran it\n", be->name, op->name);
+            ok = 0;
+        } else if (cv->count_bf16[i] == 0 && !f32_only(op)) {
+            printf("FAIL %s: coverage: op \"%s\" has a kernel but no case ran it on bf16 operands\n", be->name,
+                   op->name);
             ok = 0;
         }
     }
+    if (be->find(&mpmd_op_cast))
+        for (int from = 0; from < P_N; from++)
+            for (int to = 0; to < P_N; to++)
+                if (from != to && cv->cast[from][to] == 0) {
+                    printf("FAIL %s: coverage: no case cast %s to %s\n", be->name, p_name[from], p_name[to]);
+                    ok = 0;
+                }
     if (missing[0]) printf("  %s: no kernel (not tested): %s\n", be->name, missing);
     return ok;
 }
@@ -1231,16 +1498,16 @@ int main(int argc, char **argv) {
     for (int b = 0; b < nb; b++) {
         const mpmd_backend *be = bes[b];
         printf("test_backend_ops: %s against cpu, %d cases\n", be->name, N_CASES);
-        int count[N_OPS];
-        memset(count, 0, sizeof count);
+        cover cv;
+        memset(&cv, 0, sizeof cv);
         for (int ci = 0; ci < N_CASES; ci++) {
             if (!built[ci]) continue;
-            if (test_case(be, &cd[ci], &ref[ci], count))
+            if (test_case(be, &cd[ci], &ref[ci], &cv))
                 passed++;
             else
                 failed++;
         }
-        if (check_coverage(be, count))
+        if (check_coverage(be, &cv))
             passed++;
         else
             failed++;
