@@ -30,6 +30,11 @@ extern const mpmd_kernel mpmd_cpu_optim_kernels[];
 /* The entry for an op, or NULL if the CPU backend has no kernel for it. */
 const mpmd_kernel *mpmd_cpu_find(const mpmd_op_desc *op);
 
+/* n 16-bit floats (bf16, f16) to f32 and back (nearest even), on up to
+ * nthreads threads. */
+void mpmd_cpu_widen(mpmd_dtype d, const void *src, float *dst, int64_t n, int nthreads);
+void mpmd_cpu_narrow(mpmd_dtype d, const float *src, void *dst, int64_t n, int nthreads);
+
 /* The CPU's loop fold and replica combine (host memory, f32). */
 void mpmd_cpu_fold(const mpmd_graph *g, const mpmd_node *reduce, void *acc, const void *x, int mb);
 void mpmd_cpu_combine(const mpmd_graph *g, const mpmd_node *n, void *const *bufs, int replicas, float *out);

@@ -524,6 +524,8 @@ static int k_cast(const mpmd_kargs *a) {
     int64_t n = mpmd_type_numel(&a->node->type);
     const void *x = a->in[0];
     void *y = a->out;
+    if (from == MPMD_F32) return mpmd_cpu_narrow(to, x, y, n, a->nthreads), 0;
+    if (to == MPMD_F32) return mpmd_cpu_widen(from, x, y, n, a->nthreads), 0;
     int nt = mpmd_threads_for(a->nthreads, n);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t k = 0; k < n; k++) {
