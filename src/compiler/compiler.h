@@ -6,7 +6,17 @@
  *   lower.c    per-rank instruction lists: run task, send, receive, free,
  *              the loop reductions; validated by simulation
  *   jit.c      the entry point, the step's accessors and its printouts
- *   ../runtime/local.c  runs the programs, one thread per rank
+ *
+ * and at run time (src/runtime/):
+ *   run.c              the interpreter: sets up this process's ranks and
+ *                      runs their programs (mpmd_runtime_* below)
+ *   transport.h        what crosses ranks (send, receive, the cross-replica
+ *                      sum, end of step, fetch), the step's st->tr:
+ *   transport_local.c    in-process, one thread per rank, mailboxes
+ *   mpi.c                MPI, one process per rank (MPMD_HAVE_MPI)
+ *   runtime.h          a rank's state and the interpreter's services that
+ *                      the transports use
+ *   record.c           recorded runs: timelines, traces, summaries
  */
 #ifndef MPMD_COMPILER_H
 #define MPMD_COMPILER_H
@@ -69,7 +79,7 @@ typedef struct mpmd_program {
 /* ---- the compiled step ----------------------------------------------------- */
 
 typedef struct mpmd_rank_state mpmd_rank_state;
-typedef struct mpmd_group mpmd_group;
+struct mpmd_transport;
 
 /* One executed instruction of a recorded run: seconds since the step began,
  * and (receives) the part spent blocked waiting for the message. */
@@ -97,10 +107,10 @@ struct mpmd_step {
     int replicas;                   /* data-parallel replicas of every rank (mesh data axis) */
     int runtime;                    /* mpmd_runtime_kind */
     int num_local;                  /* rank states run by this process */
-    int mpi_rank, mpi_replica;      /* MPI: the rank and replica of this process */
-    void *mpi;                      /* MPI: communicators (runtime/mpi.c) */
+    int mpi_rank, mpi_replica;      /* MPI: the rank and replica of this process (else 0) */
+    const struct mpmd_transport *tr; /* what crosses ranks (runtime/transport.h), set by the jit */
+    void *tx;                       /* the transport's state */
     mpmd_rank_state *rs;            /* [num_local]: in-process, replica d rank r at d * D + r */
-    mpmd_group *groups;             /* [D] in-process replica groups (replicas > 1) */
     void **inputs;                  /* [n_nodes] shared input buffers */
     unsigned char *input_set;
     int32_t *reduce_head, *reduce_next; /* loop reductions reading each body value */
@@ -133,11 +143,7 @@ mpmd_status mpmd_lower(struct mpmd_step *st, mpmd_error *err);
 mpmd_status mpmd_program_check(struct mpmd_step *st, mpmd_error *err);
 void mpmd_program_push(mpmd_program *p, mpmd_instr in, int *oom);
 
-/* MPI (runtime/mpi.c): a value of (rank, replica) broadcast to every
- * process from the one that runs it; collective. */
-mpmd_status mpmd_mpi_fetch(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes);
-
-/* run time (runtime/local.c) */
+/* run time (runtime/run.c; st->tr must be set) */
 mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err);
 void mpmd_runtime_free(struct mpmd_step *st);
 mpmd_status mpmd_runtime_run(struct mpmd_step *st);

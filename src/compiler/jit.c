@@ -2,6 +2,7 @@
  * place, lower, check the programs and set up the ranks. Also the step's
  * accessors and its text printouts. */
 #include "compiler/compiler.h"
+#include "runtime/transport.h"
 #include "schedule/schedule_internal.h"
 #include "util/sha256.h"
 
@@ -150,6 +151,7 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
     st->be = be;
     st->replicas = replicas;
     st->runtime = o.runtime;
+    st->tr = mpmd_transport_for(o.runtime); /* there is one: checked above */
     st->mpi_rank = mpi_rank;
     st->mpi_replica = mpi_replica;
     st->num_ranks = s->num_ranks;
@@ -298,12 +300,11 @@ mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes)
     return MPMD_ERR_INVALID;
 }
 
-/* A value of (rank, replica) into dst on this process: a local copy, or
- * under MPI a broadcast from the process that runs that rank and replica
- * (every process must make the same calls in the same order). */
+/* A value of (rank, replica) into dst on this process, by the transport: a
+ * local copy, or under MPI a broadcast from the process that runs that rank
+ * and replica (every process must make the same calls in the same order). */
 static mpmd_status fetch(mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
-    if (st->runtime == MPMD_RUNTIME_MPI) return mpmd_mpi_fetch(st, rank, replica, node, dst, bytes);
-    return mpmd_runtime_read(st, rank, replica, node, dst, bytes);
+    return st->tr->fetch(st, rank, replica, node, dst, bytes);
 }
 
 void mpmd_step_replica_params_sha256(mpmd_step *st, int replica, char hex[65]) {

@@ -1,6 +1,9 @@
-/* The MPI runtime: one process per (rank, replica), started by mpirun.
+/* The MPI transport (transport.h): one process per (rank, replica),
+ * started by mpirun; and the public mpmd_mpi_* functions (include/mpmd.h).
  *
- * Every process compiles the same plan and runs the program of its rank.
+ * Every process compiles the same plan and runs the program of its rank,
+ * on the calling thread (MPI_THREAD_FUNNELED).
+ *
  * A transfer is a non-blocking point-to-point message on the communicator
  * of its replica's pipeline; its tag is (value, microbatch), so nothing can
  * be confused. Receives are posted ahead: before an instruction runs, every
@@ -11,10 +14,14 @@
  * then the same sum in replica order on every replica, so replicas stay
  * bitwise identical.
  *
- * Built only when CMake finds MPI (MPMD_HAVE_MPI); otherwise the functions
- * say that this build has no MPI.
+ * A value held by another process is fetched with a broadcast from the
+ * process that holds it.
+ *
+ * Built only when CMake finds MPI (MPMD_HAVE_MPI); otherwise there is no
+ * MPI transport (mpmd_transport_for says so) and the public functions say
+ * that this build has no MPI.
  */
-#include "runtime/runtime.h"
+#include "runtime/transport.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -81,7 +88,13 @@ void mpmd_mpi_abort(int code) {
 
 static int tag_of(const struct mpmd_step *st, int node, int mb) { return node * (st->num_micro + 1) + (mb + 1); }
 
-mpmd_status mpmd_mpi_setup(struct mpmd_step *st, mpmd_error *err) {
+/* This process runs one rank state: its world index. */
+static int mpi_layout(const struct mpmd_step *st, int *first) {
+    *first = st->mpi_replica * st->num_ranks + st->mpi_rank;
+    return 1;
+}
+
+static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited)
@@ -90,8 +103,8 @@ mpmd_status mpmd_mpi_setup(struct mpmd_step *st, mpmd_error *err) {
                               "started by mpirun)");
     mpi_state *m = calloc(1, sizeof *m);
     if (!m) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
-    st->mpi = m;
-    st->rs[0].mpi = m;
+    st->tx = m;
+    st->rs[0].tx = m;
     const mpmd_program *p = &st->prog[st->mpi_rank];
     m->rreq = malloc((size_t)(p->n + 1) * sizeof *m->rreq);
     m->rbuf = calloc((size_t)p->n + 1, sizeof *m->rbuf);
@@ -111,8 +124,8 @@ mpmd_status mpmd_mpi_setup(struct mpmd_step *st, mpmd_error *err) {
     return MPMD_OK;
 }
 
-void mpmd_mpi_teardown(struct mpmd_step *st) {
-    mpi_state *m = st->mpi;
+static void mpi_teardown(struct mpmd_step *st) {
+    mpi_state *m = st->tx;
     if (!m) return;
     int fin = 0;
     MPI_Finalized(&fin);
@@ -125,12 +138,20 @@ void mpmd_mpi_teardown(struct mpmd_step *st) {
         for (int x = 0; x < p->n; x++) free(m->rbuf[x]);
     }
     free(m->rreq), free(m->rbuf), free(m->ps), free(m);
-    st->mpi = NULL;
+    st->tx = NULL;
+    st->rs[0].tx = NULL;
+}
+
+/* The one rank state of this process runs on the calling thread. */
+static mpmd_status mpi_launch(struct mpmd_step *st, void *(*rank_main)(void *)) {
+    st->rs[0].status = MPMD_OK;
+    rank_main(&st->rs[0]);
+    return MPMD_OK;
 }
 
 /* Recycle the buffers of sends MPI has finished with. */
 static void reap_sends(mpmd_rank_state *rs, int wait) {
-    mpi_state *m = rs->mpi;
+    mpi_state *m = rs->tx;
     int k = 0;
     for (int i = 0; i < m->nps; i++) {
         int done = 0;
@@ -146,9 +167,9 @@ static void reap_sends(mpmd_rank_state *rs, int wait) {
     m->nps = k;
 }
 
-void mpmd_mpi_prepare(mpmd_rank_state *rs, int x) {
+static void mpi_prepare(mpmd_rank_state *rs, int x) {
     struct mpmd_step *st = rs->st;
-    mpi_state *m = rs->mpi;
+    mpi_state *m = rs->tx;
     const mpmd_program *p = &st->prog[rs->rank];
     if (x == 0) m->posted = 0;
     /* post every receive up to the second task from here */
@@ -169,8 +190,9 @@ void mpmd_mpi_prepare(mpmd_rank_state *rs, int x) {
     if (m->nps) reap_sends(rs, 0);
 }
 
-int mpmd_mpi_recv(mpmd_rank_state *rs, const mpmd_instr *in, int x) {
-    mpi_state *m = rs->mpi;
+static int mpi_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
+    mpi_state *m = rs->tx;
+    int x = (int)(in - rs->st->prog[rs->rank].ins); /* its receive was posted by mpi_prepare */
     double t0 = rs->st->record ? rt_now() : 0;
     MPI_Wait(&m->rreq[x], MPI_STATUS_IGNORE);
     if (rs->st->record) rs->wait += rt_now() - t0;
@@ -179,9 +201,9 @@ int mpmd_mpi_recv(mpmd_rank_state *rs, const mpmd_instr *in, int x) {
     return 0;
 }
 
-int mpmd_mpi_send(mpmd_rank_state *rs, const mpmd_instr *in) {
+static int mpi_send(mpmd_rank_state *rs, const mpmd_instr *in) {
     struct mpmd_step *st = rs->st;
-    mpi_state *m = rs->mpi;
+    mpi_state *m = rs->tx;
     size_t b = rt_bytes(st->g, in->node);
     void *buf = rt_send_buffer(rs, in);
     if (!buf || (m->nps == m->cps && !(m->ps = realloc(m->ps, (size_t)(m->cps = m->cps ? 2 * m->cps : 64) *
@@ -196,9 +218,9 @@ int mpmd_mpi_send(mpmd_rank_state *rs, const mpmd_instr *in) {
     return 0;
 }
 
-int mpmd_mpi_allreduce(mpmd_rank_state *rs, int node) {
+static int mpi_allreduce(mpmd_rank_state *rs, int node) {
     struct mpmd_step *st = rs->st;
-    mpi_state *m = rs->mpi;
+    mpi_state *m = rs->tx;
     const int R = st->replicas;
     size_t b = rt_bytes(st->g, node);
     char *all = malloc((size_t)R * b);
@@ -220,8 +242,8 @@ int mpmd_mpi_allreduce(mpmd_rank_state *rs, int node) {
     return 0;
 }
 
-void mpmd_mpi_end_step(mpmd_rank_state *rs) {
-    mpi_state *m = rs->mpi;
+static void mpi_end_step(mpmd_rank_state *rs) {
+    mpi_state *m = rs->tx;
     reap_sends(rs, 1);
     /* receives posted but not consumed (a failed step): cancel them */
     const mpmd_program *p = &rs->st->prog[rs->rank];
@@ -234,7 +256,7 @@ void mpmd_mpi_end_step(mpmd_rank_state *rs) {
         }
 }
 
-mpmd_status mpmd_mpi_fetch(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
+static mpmd_status mpi_fetch(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
     int root = replica * st->num_ranks + rank;
     if (st->mpi_rank == rank && st->mpi_replica == replica) {
         const void *src = st->rs[0].glob[node];
@@ -246,6 +268,21 @@ mpmd_status mpmd_mpi_fetch(struct mpmd_step *st, int rank, int replica, int node
     MPI_Bcast(dst, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD);
     return MPMD_OK;
 }
+
+const mpmd_transport mpmd_transport_mpi = {
+    .name = "mpi",
+    .layout = mpi_layout,
+    .setup = mpi_setup,
+    .teardown = mpi_teardown,
+    .launch = mpi_launch,
+    .prepare = mpi_prepare,
+    .send = mpi_send,
+    .recv = mpi_recv,
+    .allreduce = mpi_allreduce,
+    .wake = NULL, /* one rank per process: no other thread here waits on it */
+    .end_step = mpi_end_step,
+    .fetch = mpi_fetch,
+};
 
 #else /* no MPI in this build */
 
@@ -260,19 +297,5 @@ void mpmd_mpi_finalize(void) {}
 int mpmd_mpi_world_rank(void) { return 0; }
 int mpmd_mpi_world_size(void) { return 1; }
 void mpmd_mpi_abort(int code) { exit(code); }
-mpmd_status mpmd_mpi_setup(struct mpmd_step *st, mpmd_error *err) {
-    (void)st;
-    return mpmd_error_set(err, MPMD_ERR_INVALID, "this build of mpmd has no MPI runtime");
-}
-void mpmd_mpi_teardown(struct mpmd_step *st) { (void)st; }
-void mpmd_mpi_prepare(mpmd_rank_state *rs, int x) { (void)rs, (void)x; }
-int mpmd_mpi_send(mpmd_rank_state *rs, const mpmd_instr *in) { return (void)rs, (void)in, 1; }
-int mpmd_mpi_recv(mpmd_rank_state *rs, const mpmd_instr *in, int x) { return (void)rs, (void)in, (void)x, 1; }
-int mpmd_mpi_allreduce(mpmd_rank_state *rs, int node) { return (void)rs, (void)node, 1; }
-void mpmd_mpi_end_step(mpmd_rank_state *rs) { (void)rs; }
-mpmd_status mpmd_mpi_fetch(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
-    (void)st, (void)rank, (void)replica, (void)node, (void)dst, (void)bytes;
-    return MPMD_ERR_INVALID;
-}
 
 #endif

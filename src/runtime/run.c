@@ -1,23 +1,22 @@
-/* The in-process runtime: one thread per rank, each running its program.
+/* The interpreter: sets up the rank states of this process and runs their
+ * programs (tasks, before- and after-loop ops, frees), and the step's
+ * accessors of rank-held values.
  *
- * A transfer puts the buffer in the destination rank's mailbox (a list
- * under a mutex, with a condition variable for the receiver): when the
- * send is the value's last use on the sender the buffer itself moves, with
- * no copy; otherwise the sender copies it first. Sends never block, so the
- * programs' check (every receive has its send, nothing deadlocks) is all
- * that is needed; what a mailbox holds is bounded by the schedule's
- * in-flight microbatches.
+ * What crosses ranks (sends, receives, the cross-replica sum of loop
+ * results, fetching a value held elsewhere) and how the ranks of a run are
+ * started go through the step's transport, st->tr (transport.h): in-process
+ * threads with mailboxes (transport_local.c) or MPI processes (mpi.c). This
+ * file calls a transport only through that table; the transports use the
+ * services below (runtime.h).
  *
  * Buffers, kernels and copies come from the step's backend, one instance
- * per rank. A message carries the backend event after which its buffer is
- * complete; the receiver's queue waits for it before using the buffer, so
- * an asynchronous device (CUDA) needs no host synchronisation per send.
+ * per rank, each with a pool of buffers by size.
  *
- * A rank that fails records its message and wakes every rank; the others
- * stop at their next instruction or wait, and the step returns the first
- * failure's message.
+ * A rank that fails records its message and wakes every rank (through the
+ * transport); the others stop at their next instruction or wait, and the
+ * step returns the first failure's message.
  */
-#include "runtime/runtime.h"
+#include "runtime/transport.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -73,17 +72,7 @@ void rt_fail(mpmd_rank_state *rs, mpmd_status code, const char *fmt, ...) {
         __atomic_store_n(&st->abort_flag, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&st->abort_mu);
-    for (int r = 0; r < st->num_local; r++) {
-        pthread_mutex_lock(&st->rs[r].mu);
-        pthread_cond_broadcast(&st->rs[r].cv);
-        pthread_mutex_unlock(&st->rs[r].mu);
-    }
-    if (st->groups)
-        for (int r = 0; r < st->num_ranks; r++) {
-            pthread_mutex_lock(&st->groups[r].mu);
-            pthread_cond_broadcast(&st->groups[r].cv);
-            pthread_mutex_unlock(&st->groups[r].mu);
-        }
+    if (st->tr->wake) st->tr->wake(st);
 }
 
 /* ---- values ------------------------------------------------------------- */
@@ -205,114 +194,12 @@ void *rt_send_buffer(mpmd_rank_state *rs, const mpmd_instr *in) {
     return buf;
 }
 
-static int recv_value(mpmd_rank_state *rs, const mpmd_instr *in) {
-    struct mpmd_step *st = rs->st;
-    pthread_mutex_lock(&rs->mu);
-    for (;;) {
-        msg **pp = &rs->inbox;
-        while (*pp && !((*pp)->src == in->peer && (*pp)->node == in->node && (*pp)->mb == in->mb)) pp = &(*pp)->next;
-        if (*pp) {
-            msg *m = *pp;
-            *pp = m->next;
-            pthread_mutex_unlock(&rs->mu);
-            rt_store_received(rs, in, m->buf);
-            int bad = 0;
-            if (m->ev) {
-                bad = st->be->event_wait(rs->dev, m->ev);
-                st->be->event_free(rs->dev, m->ev);
-            }
-            free(m);
-            if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "waiting for %%%d of microbatch %d from rank %d failed", in->node,
-                             in->mb, in->peer);
-            return bad;
-        }
-        if (rt_aborted(st)) {
-            pthread_mutex_unlock(&rs->mu);
-            return 1;
-        }
-        double t0 = st->record ? rt_now() : 0;
-        pthread_cond_wait(&rs->cv, &rs->mu);
-        if (st->record) rs->wait += rt_now() - t0;
-    }
-}
-
-static int send_value(mpmd_rank_state *rs, const mpmd_instr *in) {
-    struct mpmd_step *st = rs->st;
-    msg *m = malloc(sizeof *m);
-    void *buf = m ? rt_send_buffer(rs, in) : NULL;
-    if (!m || !buf) {
-        free(m);
-        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory sending %%%d", in->node);
-        return 1;
-    }
-    m->src = rs->rank, m->node = in->node, m->mb = in->mb, m->buf = buf;
-    m->ev = st->be->event_record(rs->dev); /* the receiver waits for the kernels that wrote buf */
-    /* the same pipeline rank of the same replica */
-    mpmd_rank_state *dst = &st->rs[rs->replica * st->num_ranks + in->peer];
-    pthread_mutex_lock(&dst->mu);
-    m->next = NULL;
-    msg **pp = &dst->inbox;
-    while (*pp) pp = &(*pp)->next;
-    *pp = m;
-    pthread_cond_broadcast(&dst->cv);
-    pthread_mutex_unlock(&dst->mu);
-    return 0;
-}
-
-/* Wait until every replica of this pipeline rank has reached the barrier
- * (or a rank failed: returns 1). */
-static int group_barrier(mpmd_rank_state *rs) {
-    struct mpmd_step *st = rs->st;
-    mpmd_group *gr = &st->groups[rs->rank];
-    pthread_mutex_lock(&gr->mu);
-    unsigned gen = gr->generation;
-    if (++gr->arrived == st->replicas) {
-        gr->arrived = 0;
-        gr->generation++;
-        pthread_cond_broadcast(&gr->cv);
-    } else {
-        while (gen == gr->generation && !rt_aborted(st)) pthread_cond_wait(&gr->cv, &gr->mu);
-    }
-    pthread_mutex_unlock(&gr->mu);
-    return rt_aborted(st);
-}
-
-/* The replicas of one pipeline rank combine a loop result: every replica
- * computes the same sum, in replica order, so all copies have equal bits. */
-static int allreduce_value(mpmd_rank_state *rs, int node) {
-    struct mpmd_step *st = rs->st;
-    mpmd_group *gr = &st->groups[rs->rank];
-    size_t bytes = rt_bytes(st->g, node);
-    void *out = rt_pool_get(rs, bytes);
-    char e[512];
-    if (!out) {
-        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory combining %%%d across replicas", node);
-        return 1;
-    }
-    gr->bufs[rs->replica] = rs->glob[node];
-    /* every replica's buffer is complete before any replica reads it */
-    if (st->be->sync(rs->dev, e, sizeof e)) {
-        rt_fail(rs, MPMD_ERR_RUNTIME, "%s", e);
-        return rt_pool_put(rs, out, bytes), 1;
-    }
-    if (group_barrier(rs)) return rt_pool_put(rs, out, bytes), 1;
-    if (st->be->combine(rs->dev, st->g, &st->g->nodes[node], gr->bufs, st->replicas, out) ||
-        st->be->sync(rs->dev, e, sizeof e)) {
-        rt_fail(rs, MPMD_ERR_RUNTIME, "combining %%%d across replicas failed", node);
-        group_barrier(rs);
-        return rt_pool_put(rs, out, bytes), 1;
-    }
-    if (group_barrier(rs)) return rt_pool_put(rs, out, bytes), 1; /* all have read every buffer */
-    rt_pool_put(rs, rs->glob[node], bytes);
-    rs->glob[node] = out;
-    return 0;
-}
-
 static void *rank_main(void *arg) {
     mpmd_rank_state *rs = arg;
     struct mpmd_step *st = rs->st;
     const mpmd_graph *g = st->g;
     const mpmd_program *p = &st->prog[rs->rank];
+    const mpmd_transport *tr = st->tr;
     rs->nev = 0;
     rs->wait = 0;
     rs->live_bytes = rs->peak_bytes = 0;
@@ -322,7 +209,7 @@ static void *rank_main(void *arg) {
     char serr[512];
     for (int x = 0; x < p->n && !rt_aborted(st); x++) {
         const mpmd_instr *in = &p->ins[x];
-        if (rs->mpi) mpmd_mpi_prepare(rs, x); /* post the receives the next tasks need */
+        if (tr->prepare) tr->prepare(rs, x); /* MPI: post the receives the next tasks need */
         double t0 = st->record ? rt_now() : 0;
         switch (in->op) {
         case MPMD_I_RUN_PRE:
@@ -342,24 +229,9 @@ static void *rank_main(void *arg) {
             break;
         }
         case MPMD_I_TASK: run_task(rs, in); break;
-        case MPMD_I_SEND:
-            if (rs->mpi)
-                mpmd_mpi_send(rs, in);
-            else
-                send_value(rs, in);
-            break;
-        case MPMD_I_RECV:
-            if (rs->mpi)
-                mpmd_mpi_recv(rs, in, x);
-            else
-                recv_value(rs, in);
-            break;
-        case MPMD_I_ALLREDUCE:
-            if (rs->mpi)
-                mpmd_mpi_allreduce(rs, in->node);
-            else
-                allreduce_value(rs, in->node);
-            break;
+        case MPMD_I_SEND: tr->send(rs, in); break;
+        case MPMD_I_RECV: tr->recv(rs, in); break;
+        case MPMD_I_ALLREDUCE: tr->allreduce(rs, in->node); break;
         case MPMD_I_FREE: {
             size_t key = (size_t)rs->slot[in->node] * st->num_micro + in->mb;
             rt_pool_put(rs, rs->val[key], rt_bytes(g, in->node));
@@ -397,9 +269,10 @@ static void *rank_main(void *arg) {
 
 mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
     const mpmd_graph *g = st->g;
-    const int nn = g->n_nodes, D = st->num_ranks, n = st->num_micro, R = st->replicas;
-    int mpi = st->runtime == MPMD_RUNTIME_MPI;
-    st->num_local = mpi ? 1 : D * R;
+    const int nn = g->n_nodes, D = st->num_ranks, n = st->num_micro;
+    /* the rank states of this process: world indices first .. first + num_local - 1 */
+    int first = 0;
+    st->num_local = st->tr->layout(st, &first);
     st->rs = calloc((size_t)st->num_local, sizeof *st->rs);
     st->inputs = calloc((size_t)nn + 1, sizeof *st->inputs);
     st->input_set = calloc((size_t)nn + 1, 1);
@@ -462,46 +335,29 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         free(lastpos);
     }
     /* inputs: one host share per replica, replica d at d * size; a host
-     * backend's ranks read it in place, others get a copy each */
+     * backend's ranks read it in place, others get a copy each. Only a
+     * process with a rank that reads the input holds it. */
     for (int i = 0; i < nn; i++)
         if (g->nodes[i].op == &mpmd_op_input) {
-            /* under MPI only a process whose rank reads the input holds it */
-            if (mpi && !mpmd_runs_on(st, i, st->mpi_rank)) continue;
-            if (!(st->inputs[i] = calloc((size_t)R, rt_bytes(g, i) + 1))) goto nomem;
+            int here = 0;
+            for (int li = 0; li < st->num_local && !here; li++) here = mpmd_runs_on(st, i, (first + li) % D);
+            if (!here) continue;
+            if (!(st->inputs[i] = calloc((size_t)st->replicas, rt_bytes(g, i) + 1))) goto nomem;
         }
-    if (!mpi && R > 1) {
-        st->groups = calloc((size_t)D, sizeof *st->groups);
-        if (!st->groups) goto nomem;
-        for (int r = 0; r < D; r++) {
-            pthread_mutex_init(&st->groups[r].mu, NULL);
-            pthread_cond_init(&st->groups[r].cv, NULL);
-            if (!(st->groups[r].bufs = calloc((size_t)R, sizeof(void *)))) goto nomem;
-        }
-    }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int tpr = st->threads_per_rank > 0 ? st->threads_per_rank
                                        : (int)(cores / st->num_local > 0 ? cores / st->num_local : 1);
     for (int li = 0; li < st->num_local; li++) {
         mpmd_rank_state *rs = &st->rs[li];
-        if (mpi) {
-            rs->rank = st->mpi_rank;
-            rs->replica = st->mpi_replica;
-        } else {
-            rs->rank = li % D;
-            rs->replica = li / D;
-        }
+        rs->rank = (first + li) % D;
+        rs->replica = (first + li) / D;
         int r = rs->rank;
         rs->st = st;
         rs->nthreads = tpr;
         char why[512];
-        if (!(rs->dev = st->be->open(r, tpr, why, sizeof why))) {
-            pthread_mutex_init(&rs->mu, NULL);
-            pthread_cond_init(&rs->cv, NULL);
+        if (!(rs->dev = st->be->open(r, tpr, why, sizeof why)))
             return mpmd_error_set(err, MPMD_ERR_RUNTIME, "mpmd_jit_with_loop: rank %d: %s", r, why);
-        }
         st->be->enter(rs->dev);
-        pthread_mutex_init(&rs->mu, NULL);
-        pthread_cond_init(&rs->cv, NULL);
         /* the body values this rank makes or receives get a slot each: the
          * table of (value, microbatch) buffers grows with the rank's share */
         rs->slot = malloc((size_t)(nn + 1) * sizeof *rs->slot);
@@ -566,8 +422,7 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         char e[512];
         if (st->be->sync(rs->dev, e, sizeof e)) goto devfail;
     }
-    if (mpi) return mpmd_mpi_setup(st, err);
-    return MPMD_OK;
+    return st->tr->setup(st, err);
 nomem:
     return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory setting up the ranks (%s backend)",
                           st->be->name);
@@ -608,15 +463,6 @@ static void end_of_step(mpmd_rank_state *rs) {
             rs->glob[i] = NULL;
             rs->owned[i] = 0;
         }
-    pthread_mutex_lock(&rs->mu);
-    while (rs->inbox) {
-        msg *m = rs->inbox;
-        rs->inbox = m->next;
-        if (m->ev) st->be->event_free(rs->dev, m->ev);
-        st->be->free(rs->dev, m->buf);
-        free(m);
-    }
-    pthread_mutex_unlock(&rs->mu);
 }
 
 mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
@@ -632,31 +478,12 @@ mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
             }
     st->abort_flag = 0;
     st->err[0] = '\0';
-    mpmd_status rc = MPMD_OK;
     st->t_start = rt_now();
-    if (st->runtime == MPMD_RUNTIME_MPI) {
-        /* this process is one rank: run its program here */
-        st->rs[0].status = MPMD_OK;
-        rank_main(&st->rs[0]);
-        mpmd_mpi_end_step(&st->rs[0]);
-    } else {
-        pthread_t *th = malloc((size_t)L * sizeof *th);
-        if (!th) {
-            snprintf(st->err, sizeof st->err, "out of memory starting %d rank threads", L);
-            return MPMD_ERR_NOMEM;
-        }
-        int started = 0;
-        for (int r = 0; r < L; r++) {
-            st->rs[r].status = MPMD_OK;
-            if (pthread_create(&th[r], NULL, rank_main, &st->rs[r]) != 0) {
-                rt_fail(&st->rs[r], MPMD_ERR_RUNTIME, "could not start the thread of rank %d", st->rs[r].rank);
-                break;
-            }
-            started++;
-        }
-        for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
-        free(th);
-    }
+    /* every rank state of this process runs its program (the transport
+     * starts them), then what is left in flight is settled */
+    mpmd_status rc = st->tr->launch(st, rank_main);
+    if (rc) return rc;
+    for (int r = 0; r < L; r++) st->tr->end_step(&st->rs[r]);
     st->t_end = rt_now();
     for (int r = 0; r < L; r++) {
         if (st->rs[r].status != MPMD_OK && rc == MPMD_OK) rc = st->rs[r].status;
@@ -669,16 +496,12 @@ mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
 void mpmd_runtime_free(struct mpmd_step *st) {
     if (!st->rs) return;
     const mpmd_graph *g = st->g;
-    if (st->runtime == MPMD_RUNTIME_MPI) mpmd_mpi_teardown(st);
+    if (st->tr) st->tr->teardown(st);
     const mpmd_backend *be = st->be;
     for (int r = 0; r < st->num_local; r++) {
         mpmd_rank_state *rs = &st->rs[r];
         if (!rs->dev) {
             free(rs->val), free(rs->glob), free(rs->owned), free(rs->ev), free(rs->slot), free(rs->slot_node);
-            if (rs->st) {
-                pthread_mutex_destroy(&rs->mu);
-                pthread_cond_destroy(&rs->cv);
-            }
             continue;
         }
         char e[256];
@@ -697,56 +520,37 @@ void mpmd_runtime_free(struct mpmd_step *st) {
             for (size_t k = 0; k < (size_t)rs->nslots * st->num_micro; k++)
                 if (rs->val[k]) be->free(rs->dev, rs->val[k]);
         for (int p = 0; p < rs->npool; p++) be->free(rs->dev, rs->pool[p].p);
-        while (rs->inbox) {
-            msg *m = rs->inbox;
-            rs->inbox = m->next;
-            if (m->ev) be->event_free(rs->dev, m->ev);
-            be->free(rs->dev, m->buf);
-            free(m);
-        }
         if (rs->scratch) be->free(rs->dev, rs->scratch);
         be->close(rs->dev);
         rs->dev = NULL;
         free(rs->val), free(rs->glob), free(rs->owned), free(rs->ev), free(rs->slot), free(rs->slot_node);
-        if (rs->st) {
-            pthread_mutex_destroy(&rs->mu);
-            pthread_cond_destroy(&rs->cv);
-        }
     }
     free(st->rs);
     st->rs = NULL;
-    if (st->groups) {
-        for (int r = 0; r < st->num_ranks; r++) {
-            pthread_mutex_destroy(&st->groups[r].mu);
-            pthread_cond_destroy(&st->groups[r].cv);
-            free(st->groups[r].bufs);
-        }
-        free(st->groups);
-        st->groups = NULL;
-    }
 }
 
-/* The state of pipeline rank `rank`, replica 0 (in-process), or this
- * process's state if it runs that rank (MPI); NULL otherwise. */
+/* The state of (rank, replica) when this process runs it, else NULL. The
+ * rank states here are consecutive world indices (replica * D + rank),
+ * from rs[0]'s. */
+static mpmd_rank_state *replica_state(const struct mpmd_step *st, int rank, int replica) {
+    const int D = st->num_ranks;
+    if (!st->rs || rank < 0 || rank >= D || replica < 0 || replica >= st->replicas) return NULL;
+    int li = replica * D + rank - (st->rs[0].replica * D + st->rs[0].rank);
+    return li >= 0 && li < st->num_local ? &st->rs[li] : NULL;
+}
+
+/* The state of pipeline rank `rank` in this process, its lowest replica
+ * here (in-process: replica 0); NULL when this process runs no replica of
+ * it. */
 static mpmd_rank_state *state_of(const struct mpmd_step *st, int rank) {
     if (!st->rs || rank < 0 || rank >= st->num_ranks) return NULL;
-    if (st->runtime == MPMD_RUNTIME_MPI) return st->rs[0].rank == rank ? &st->rs[0] : NULL;
-    return &st->rs[rank];
+    const int D = st->num_ranks, first = st->rs[0].replica * D + st->rs[0].rank;
+    return replica_state(st, rank, first / D + (rank < first % D));
 }
 
 void *mpmd_runtime_value(struct mpmd_step *st, int rank, int node) {
     mpmd_rank_state *rs = state_of(st, rank);
     return rs && st->be->host_memory ? rs->glob[node] : NULL;
-}
-
-static mpmd_rank_state *replica_state(struct mpmd_step *st, int rank, int replica) {
-    if (!st->rs) return NULL;
-    if (st->runtime == MPMD_RUNTIME_MPI) {
-        mpmd_rank_state *rs = &st->rs[0];
-        return rs->rank == rank && rs->replica == replica ? rs : NULL;
-    }
-    if (rank < 0 || rank >= st->num_ranks || replica < 0 || replica >= st->replicas) return NULL;
-    return &st->rs[replica * st->num_ranks + rank];
 }
 
 void *mpmd_runtime_replica_value(struct mpmd_step *st, int rank, int replica, int node) {

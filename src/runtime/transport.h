@@ -1,0 +1,89 @@
+/* transport.h - what crosses ranks: set-up, starting the ranks of a run,
+ * send, receive, the cross-replica sum of a loop result, end of step, and
+ * the fetch of a value held elsewhere.
+ *
+ * mpmd_jit_with_loop picks the step's transport once (st->tr, from the
+ * runtime kind); the interpreter (run.c) calls it only through this table
+ * and never asks which one it has. Two implementations:
+ *
+ *   transport_local.c  in-process: one thread per (rank, replica); a
+ *                      transfer goes to the receiver's mailbox, replicas
+ *                      meet in a group to combine loop results
+ *   mpi.c              MPI: one process per (rank, replica), non-blocking
+ *                      point-to-point messages, an allgather to combine;
+ *                      only with MPMD_HAVE_MPI (without it there is no MPI
+ *                      transport, and mpmd_transport_for returns NULL)
+ *
+ * A transport uses the interpreter's services (runtime.h: pooled buffers,
+ * rt_fail, rt_store_received, rt_send_buffer) and the step's backend
+ * (st->be: copies, events, combine), never another transport.
+ *
+ * Functions that fail call rt_fail (so every rank stops) and return nonzero.
+ */
+#ifndef MPMD_TRANSPORT_H
+#define MPMD_TRANSPORT_H
+
+#include "runtime/runtime.h"
+
+typedef struct mpmd_transport {
+    const char *name;
+    /* The (rank, replica) states this process runs: returns their count and
+     * sets *first; they are world indices first .. first + count - 1, world
+     * index w being pipeline rank w % num_ranks of replica w / num_ranks.
+     * In-process: all of them from 0; MPI: this process's one. */
+    int (*layout)(const struct mpmd_step *st, int *first);
+    /* Once the rank states are set up (st->rs, every rs->dev open): the
+     * transport's state, st->tx and each rs->tx. */
+    mpmd_status (*setup)(struct mpmd_step *st, mpmd_error *err);
+    /* Release it, before the ranks' backends close; also after a failed or
+     * partial set-up. */
+    void (*teardown)(struct mpmd_step *st);
+    /* The start of a run: call rank_main(rs) for every rank state of this
+     * process (resetting rs->status first) and return when all have
+     * finished. In-process: one thread each; MPI: on the calling thread, as
+     * MPI_THREAD_FUNNELED wants. An error that started no rank: st->err. */
+    mpmd_status (*launch)(struct mpmd_step *st, void *(*rank_main)(void *));
+    /* Before instruction x of the rank's program runs; NULL when there is
+     * nothing to do. MPI: posts the receives of the next two tasks. */
+    void (*prepare)(mpmd_rank_state *rs, int x);
+    /* The value (in->node, in->mb) to rank in->peer of the same replica;
+     * never blocks. The buffer from rt_send_buffer; an asynchronous backend's
+     * writes are ordered with st->be->event_record / event_wait. */
+    int (*send)(mpmd_rank_state *rs, const mpmd_instr *in);
+    /* The value (in->node, in->mb) from rank in->peer, stored with
+     * rt_store_received; blocks until it is here (rs->wait counts the time
+     * when recording). `in` points into the rank's program. */
+    int (*recv)(mpmd_rank_state *rs, const mpmd_instr *in);
+    /* Combine loop result rs->glob[node] across the data-parallel replicas of
+     * this pipeline rank with st->be->combine, in replica order: every
+     * replica gets the same bits. */
+    int (*allreduce)(mpmd_rank_state *rs, int node);
+    /* A rank failed (rt_fail): wake every rank blocked in the transport;
+     * NULL when nothing can be woken. */
+    void (*wake)(struct mpmd_step *st);
+    /* After a run, for every rank state of this process: finish or drop what
+     * is still in flight (sends, messages never received). */
+    void (*end_step)(mpmd_rank_state *rs);
+    /* The value `node` held by (rank, replica) copied to dst on this
+     * process. In-process: a download through the backend; MPI: a
+     * broadcast from the process that holds it (collective: every process
+     * makes the same calls in the same order). */
+    mpmd_status (*fetch)(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes);
+} mpmd_transport;
+
+extern const mpmd_transport mpmd_transport_local; /* transport_local.c */
+#ifdef MPMD_HAVE_MPI
+extern const mpmd_transport mpmd_transport_mpi;   /* mpi.c */
+#endif
+
+/* The transport of a runtime kind (mpmd_runtime_kind); NULL when this build
+ * has none (MPI without MPMD_HAVE_MPI) or the kind is unknown. */
+static inline const mpmd_transport *mpmd_transport_for(int runtime) {
+    if (runtime == MPMD_RUNTIME_LOCAL) return &mpmd_transport_local;
+#ifdef MPMD_HAVE_MPI
+    if (runtime == MPMD_RUNTIME_MPI) return &mpmd_transport_mpi;
+#endif
+    return NULL;
+}
+
+#endif

@@ -1,0 +1,294 @@
+/* The in-process transport: every (rank, replica) is a thread of this
+ * process.
+ *
+ * A transfer puts the buffer in the destination rank's mailbox (a list
+ * under a mutex, with a condition variable for the receiver): when the
+ * send is the value's last use on the sender the buffer itself moves, with
+ * no copy; otherwise the sender copies it first (rt_send_buffer). Sends
+ * never block, so the programs' check (every receive has its send, nothing
+ * deadlocks) is all that is needed; what a mailbox holds is bounded by the
+ * schedule's in-flight microbatches.
+ *
+ * A message carries the backend event after which its buffer is complete;
+ * the receiver's queue waits for it before using the buffer, so an
+ * asynchronous device (CUDA) needs no host synchronisation per send.
+ *
+ * The replicas of one pipeline rank meet in a group (a barrier) to combine
+ * a loop result: each puts its buffer in the group, and every replica
+ * computes the same sum in replica order, so all copies have equal bits.
+ *
+ * A failing rank wakes every mailbox and group (wake), so that no rank
+ * stays blocked; the others stop at their next instruction or wait.
+ */
+#include "runtime/transport.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct msg {
+    struct msg *next;
+    int32_t src, node, mb;
+    void *buf;
+    void *ev; /* the backend event after which buf is complete, or NULL */
+} msg;
+
+/* One rank's mailbox, on cache lines of its own (the ranks' threads lock
+ * their mailboxes concurrently). */
+typedef struct {
+    _Alignas(128) pthread_mutex_t mu;
+    pthread_cond_t cv;
+    msg *inbox;
+} mailbox;
+
+/* The replicas of one pipeline rank meet here to combine loop results. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int arrived;
+    unsigned generation;
+    void **bufs; /* [replicas] */
+} group;
+
+typedef struct {
+    mailbox *box;  /* [num_local]: rank state li's, at rs[li].tx */
+    int nbox;
+    group *groups; /* [num_ranks] when replicas > 1, else NULL */
+    int ngroups;
+} local_state;
+
+static int local_layout(const struct mpmd_step *st, int *first) {
+    *first = 0;
+    return st->num_ranks * st->replicas;
+}
+
+static void local_teardown(struct mpmd_step *st) {
+    local_state *ls = st->tx;
+    if (!ls) return;
+    for (int li = 0; li < ls->nbox; li++) {
+        mailbox *b = &ls->box[li];
+        mpmd_rank_state *rs = &st->rs[li];
+        if (b->inbox) st->be->enter(rs->dev);
+        while (b->inbox) {
+            msg *m = b->inbox;
+            b->inbox = m->next;
+            if (m->ev) st->be->event_free(rs->dev, m->ev);
+            st->be->free(rs->dev, m->buf);
+            free(m);
+        }
+        pthread_mutex_destroy(&b->mu);
+        pthread_cond_destroy(&b->cv);
+        rs->tx = NULL;
+    }
+    for (int r = 0; r < ls->ngroups; r++) {
+        pthread_mutex_destroy(&ls->groups[r].mu);
+        pthread_cond_destroy(&ls->groups[r].cv);
+        free(ls->groups[r].bufs);
+    }
+    free(ls->box);
+    free(ls->groups);
+    free(ls);
+    st->tx = NULL;
+}
+
+static mpmd_status local_setup(struct mpmd_step *st, mpmd_error *err) {
+    const int L = st->num_local, D = st->num_ranks, R = st->replicas;
+    local_state *ls = calloc(1, sizeof *ls);
+    if (!ls) goto nomem;
+    st->tx = ls;
+    size_t bytes = (size_t)(L > 0 ? L : 1) * sizeof *ls->box; /* a multiple of the alignment */
+    if (!(ls->box = aligned_alloc(_Alignof(mailbox), bytes))) goto nomem;
+    memset(ls->box, 0, bytes);
+    for (int li = 0; li < L; li++) {
+        pthread_mutex_init(&ls->box[li].mu, NULL);
+        pthread_cond_init(&ls->box[li].cv, NULL);
+        st->rs[li].tx = &ls->box[li];
+        ls->nbox++;
+    }
+    if (R > 1) {
+        if (!(ls->groups = calloc((size_t)D, sizeof *ls->groups))) goto nomem;
+        for (int r = 0; r < D; r++) {
+            pthread_mutex_init(&ls->groups[r].mu, NULL);
+            pthread_cond_init(&ls->groups[r].cv, NULL);
+            ls->ngroups++;
+            if (!(ls->groups[r].bufs = calloc((size_t)R, sizeof(void *)))) goto nomem;
+        }
+    }
+    return MPMD_OK;
+nomem:
+    return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory setting up the ranks (%s backend)",
+                          st->be->name);
+}
+
+static mpmd_status local_launch(struct mpmd_step *st, void *(*rank_main)(void *)) {
+    const int L = st->num_local;
+    pthread_t *th = malloc((size_t)L * sizeof *th);
+    if (!th) {
+        snprintf(st->err, sizeof st->err, "out of memory starting %d rank threads", L);
+        return MPMD_ERR_NOMEM;
+    }
+    int started = 0;
+    for (int r = 0; r < L; r++) {
+        st->rs[r].status = MPMD_OK;
+        if (pthread_create(&th[r], NULL, rank_main, &st->rs[r]) != 0) {
+            rt_fail(&st->rs[r], MPMD_ERR_RUNTIME, "could not start the thread of rank %d", st->rs[r].rank);
+            break;
+        }
+        started++;
+    }
+    for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
+    free(th);
+    return MPMD_OK;
+}
+
+static void local_wake(struct mpmd_step *st) {
+    local_state *ls = st->tx;
+    if (!ls) return;
+    for (int li = 0; li < ls->nbox; li++) {
+        pthread_mutex_lock(&ls->box[li].mu);
+        pthread_cond_broadcast(&ls->box[li].cv);
+        pthread_mutex_unlock(&ls->box[li].mu);
+    }
+    for (int r = 0; r < ls->ngroups; r++) {
+        pthread_mutex_lock(&ls->groups[r].mu);
+        pthread_cond_broadcast(&ls->groups[r].cv);
+        pthread_mutex_unlock(&ls->groups[r].mu);
+    }
+}
+
+static int local_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
+    struct mpmd_step *st = rs->st;
+    mailbox *b = rs->tx;
+    pthread_mutex_lock(&b->mu);
+    for (;;) {
+        msg **pp = &b->inbox;
+        while (*pp && !((*pp)->src == in->peer && (*pp)->node == in->node && (*pp)->mb == in->mb)) pp = &(*pp)->next;
+        if (*pp) {
+            msg *m = *pp;
+            *pp = m->next;
+            pthread_mutex_unlock(&b->mu);
+            rt_store_received(rs, in, m->buf);
+            int bad = 0;
+            if (m->ev) {
+                bad = st->be->event_wait(rs->dev, m->ev);
+                st->be->event_free(rs->dev, m->ev);
+            }
+            free(m);
+            if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "waiting for %%%d of microbatch %d from rank %d failed", in->node,
+                             in->mb, in->peer);
+            return bad;
+        }
+        if (rt_aborted(st)) {
+            pthread_mutex_unlock(&b->mu);
+            return 1;
+        }
+        double t0 = st->record ? rt_now() : 0;
+        pthread_cond_wait(&b->cv, &b->mu);
+        if (st->record) rs->wait += rt_now() - t0;
+    }
+}
+
+static int local_send(mpmd_rank_state *rs, const mpmd_instr *in) {
+    struct mpmd_step *st = rs->st;
+    msg *m = malloc(sizeof *m);
+    void *buf = m ? rt_send_buffer(rs, in) : NULL;
+    if (!m || !buf) {
+        free(m);
+        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory sending %%%d", in->node);
+        return 1;
+    }
+    m->src = rs->rank, m->node = in->node, m->mb = in->mb, m->buf = buf;
+    m->ev = st->be->event_record(rs->dev); /* the receiver waits for the kernels that wrote buf */
+    /* the same pipeline rank of the same replica */
+    mailbox *dst = st->rs[rs->replica * st->num_ranks + in->peer].tx;
+    pthread_mutex_lock(&dst->mu);
+    m->next = NULL;
+    msg **pp = &dst->inbox;
+    while (*pp) pp = &(*pp)->next;
+    *pp = m;
+    pthread_cond_broadcast(&dst->cv);
+    pthread_mutex_unlock(&dst->mu);
+    return 0;
+}
+
+/* Wait until every replica of this pipeline rank has reached the barrier
+ * (or a rank failed: returns 1). */
+static int group_barrier(mpmd_rank_state *rs, group *gr) {
+    struct mpmd_step *st = rs->st;
+    pthread_mutex_lock(&gr->mu);
+    unsigned gen = gr->generation;
+    if (++gr->arrived == st->replicas) {
+        gr->arrived = 0;
+        gr->generation++;
+        pthread_cond_broadcast(&gr->cv);
+    } else {
+        while (gen == gr->generation && !rt_aborted(st)) pthread_cond_wait(&gr->cv, &gr->mu);
+    }
+    pthread_mutex_unlock(&gr->mu);
+    return rt_aborted(st);
+}
+
+/* The replicas of one pipeline rank combine a loop result: every replica
+ * computes the same sum, in replica order, so all copies have equal bits. */
+static int local_allreduce(mpmd_rank_state *rs, int node) {
+    struct mpmd_step *st = rs->st;
+    group *gr = &((local_state *)st->tx)->groups[rs->rank];
+    size_t bytes = rt_bytes(st->g, node);
+    void *out = rt_pool_get(rs, bytes);
+    char e[512];
+    if (!out) {
+        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory combining %%%d across replicas", node);
+        return 1;
+    }
+    gr->bufs[rs->replica] = rs->glob[node];
+    /* every replica's buffer is complete before any replica reads it */
+    if (st->be->sync(rs->dev, e, sizeof e)) {
+        rt_fail(rs, MPMD_ERR_RUNTIME, "%s", e);
+        return rt_pool_put(rs, out, bytes), 1;
+    }
+    if (group_barrier(rs, gr)) return rt_pool_put(rs, out, bytes), 1;
+    if (st->be->combine(rs->dev, st->g, &st->g->nodes[node], gr->bufs, st->replicas, out) ||
+        st->be->sync(rs->dev, e, sizeof e)) {
+        rt_fail(rs, MPMD_ERR_RUNTIME, "combining %%%d across replicas failed", node);
+        group_barrier(rs, gr);
+        return rt_pool_put(rs, out, bytes), 1;
+    }
+    if (group_barrier(rs, gr)) return rt_pool_put(rs, out, bytes), 1; /* all have read every buffer */
+    rt_pool_put(rs, rs->glob[node], bytes);
+    rs->glob[node] = out;
+    return 0;
+}
+
+/* Messages a failed step left in the mailbox are dropped. */
+static void local_end_step(mpmd_rank_state *rs) {
+    struct mpmd_step *st = rs->st;
+    mailbox *b = rs->tx;
+    pthread_mutex_lock(&b->mu);
+    while (b->inbox) {
+        msg *m = b->inbox;
+        b->inbox = m->next;
+        if (m->ev) st->be->event_free(rs->dev, m->ev);
+        st->be->free(rs->dev, m->buf);
+        free(m);
+    }
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* Every (rank, replica) is here: a download from that rank's backend. */
+static mpmd_status local_fetch(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
+    return mpmd_runtime_read(st, rank, replica, node, dst, bytes);
+}
+
+const mpmd_transport mpmd_transport_local = {
+    .name = "local",
+    .layout = local_layout,
+    .setup = local_setup,
+    .teardown = local_teardown,
+    .launch = local_launch,
+    .prepare = NULL,
+    .send = local_send,
+    .recv = local_recv,
+    .allreduce = local_allreduce,
+    .wake = local_wake,
+    .end_step = local_end_step,
+    .fetch = local_fetch,
+};
