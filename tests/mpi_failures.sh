@@ -25,8 +25,10 @@ fi
 # 2. A rank is killed mid-run.
 "$here/mpirun.sh" shm 2 "$prog" --forever >"$out" 2>&1 &
 job=$!
-for _ in $(seq 100); do grep -q "^step 0" "$out" 2>/dev/null && break; sleep 0.1; done
-victim=$(pgrep -f "$prog --forever" | tail -n 1)
+for _ in $(seq 300); do grep -q "^step 0" "$out" 2>/dev/null && break; sleep 0.1; done
+# a rank's own process: its command line starts with the program (mpirun's
+# and the wrapper's only contain it)
+victim=$(pgrep -f "^$prog --forever" | tail -n 1)
 if [ -z "$victim" ]; then
   echo "FAIL: the training job did not start:"; cat "$out"; exit 1
 fi
@@ -38,7 +40,7 @@ if kill -0 "$job" 2>/dev/null; then
 else
   wait "$job"; rc=$?
   took=$(( $(date +%s) - start ))
-  left=$(pgrep -f "$prog --forever" | wc -l)
+  left=$(pgrep -f "^$prog --forever" | wc -l)
   if [ "$rc" -eq 0 ] || [ "$left" -ne 0 ]; then
     echo "FAIL: after a kill: exit $rc, $left processes left"; fail=1
   elif ! grep -Eqi "signal 9|killed" "$out"; then
