@@ -11,9 +11,10 @@
  *   sent_bytes  bytes the ranks sent each other in one step
  *   ms          the median step time
  *
- * and the bf16 / f32 ratios: bytes near 0.5 (activations and transfers are
- * half the size; the bf16 copies of the weights, made once a step before
- * the loop, are the rest), time measured on
+ * and the bf16 / f32 ratios. sent_bytes is 0.5: activations cross ranks in
+ * their own dtype. peak_bytes falls toward 0.5 only where activations
+ * outweigh the bf16 copies of the weights (made once a step, before the
+ * loop), which these short sequences (64 tokens) do not; time is measured on
  * this CPU, which has no bf16 arithmetic (16-bit values are widened to f32
  * around kernels): the cost of the conversions. One JSON line per size.
  */

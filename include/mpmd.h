@@ -48,7 +48,8 @@
  *
  * Conventions.
  * - Values are SSA: every op returns a new value; nothing runs until an
- *   executor runs the graph. Tensors are dense, row-major, f32 or i32.
+ *   executor runs the graph. Tensors are dense, row-major, f32, bf16, f16
+ *   or i32 (see Precision for the mixed-precision policy).
  * - Errors while building are sticky: the first one is kept on the graph
  *   (mpmd_graph_status / mpmd_graph_error) and the failing constructor
  *   returns MPMD_NONE; constructors given MPMD_NONE return MPMD_NONE. Check
@@ -56,8 +57,13 @@
  * - Ownership: the graph owns its nodes and names; an executor owns its
  *   buffers; pointers returned by getters stay valid until the owner is
  *   freed (or, for node data, until the graph grows).
- * - Determinism: every kernel computes each output element on one thread in
- *   a fixed order, so results do not depend on the thread count.
+ * - Determinism: every kernel computes each output element on one thread (or
+ *   one GPU block) in a fixed order, so results do not depend on the thread
+ *   count, the rank or the stream that runs it.
+ * - Backends: executors allocate and run on a backend named in their
+ *   options ("cpu", or "cuda" in a build with CUDA); values go in and out
+ *   by copy (set_input, read, write), never by pointer, except through the
+ *   *_var_data accessors, which are CPU-only.
  */
 #ifndef MPMD_H
 #define MPMD_H
@@ -285,7 +291,9 @@ mpmd_value mpmd_concat(mpmd_graph *g, int n, const mpmd_value *xs, int axis);
 #define MPMD_TRANS_B 2
 /* Matrix product over the last two axes. a is [..., M, K] ([..., K, M] with
  * MPMD_TRANS_A), b is [K, N] ([N, K] with MPMD_TRANS_B) or batched with the
- * same leading dims as a. Result [..., M, N]. Every product is an sgemm. */
+ * same leading dims as a; a and b have one float dtype. Result [..., M, N].
+ * On the CPU every product is an OpenBLAS sgemm (16-bit operands widened);
+ * on CUDA a cuBLAS product (bf16/f16 on tensor cores, f32 accumulation). */
 mpmd_value mpmd_matmul(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags);
 /* alpha op(a) op(b), the scale applied inside the product (one pass, as in
  * attention's scores); its gradients are scaled the same way. */
@@ -354,7 +362,7 @@ void mpmd_enter_stage_n(mpmd_graph *g, int n, mpmd_value *xs);
 
 /* Reverse mode: append to the graph, in the region of `loss`, the ops that
  * compute d loss / d wrt[i] into grads[i]. loss must be an f32 scalar;
- * wrt are parameters (or any f32 values the loss depends on). A wrt value
+ * wrt are parameters (or any float values the loss depends on). A wrt value
  * the loss does not depend on gets a zero gradient. Each backward op takes
  * the stage of the forward op it differentiates. */
 mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *wrt, mpmd_value *grads);

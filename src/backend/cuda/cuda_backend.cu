@@ -102,6 +102,15 @@ static void *cuda_open(int rank, int nthreads, char *err, size_t len) {
         return NULL;
     }
     d->flag_info = d->flag + 1;
+    /* Ranks on different GPUs hand each other buffers (a moved send): let
+     * this device's kernels read the others' memory where the hardware can
+     * (an error here only means it is already on, or impossible). */
+    for (int j = 0; j < n; j++) {
+        int can = 0;
+        if (j != d->device && cudaDeviceCanAccessPeer(&can, d->device, j) == cudaSuccess && can)
+            cudaDeviceEnablePeerAccess(j, 0);
+    }
+    cudaGetLastError();
     d->workspace_bytes = WORKSPACE_BYTES;
     if ((b = cublasCreate(&d->blas)) != CUBLAS_STATUS_SUCCESS ||
         (b = cublasSetStream(d->blas, d->stream)) != CUBLAS_STATUS_SUCCESS ||
