@@ -5,7 +5,9 @@
  * 16-bit floats (bf16, f16) are storage here: a kernel that does not take
  * them natively gets its 16-bit operands widened to f32 (exact) and its
  * output rounded back to nearest even, so every op computes in f32 and
- * rounds once on store. */
+ * rounds once on store. Matrix products too: Debian's OpenBLAS (0.3.21)
+ * declares cblas_sbgemm in cblas.h but is built without it (the symbol is
+ * not in libopenblas), so bf16 operands are widened for sgemm. */
 #include "cpu.h"
 #include "util/half.h"
 
