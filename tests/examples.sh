@@ -32,10 +32,15 @@ for precision in f32 bf16; do
 done
 ref=$("$gpt" "${model[@]}" | tail -n 1)
 
-if [ -x "$(command -v mpirun)" ] && "$gpt" --help | grep -q -- "--runtime" && \
-   "$gpt" "${model[@]}" --schedule std1f1b --stages 2 --runtime mpi 2>&1 | grep -vq "no MPI"; then
+# under mpirun when this build has MPI (a build without it says "no MPI")
+probe=$("$gpt" "${model[@]}" --schedule std1f1b --stages 2 --runtime mpi 2>&1)
+if [ -x "$(command -v mpirun)" ] && ! grep -q "no MPI" <<<"$probe"; then
   line=$("$src/tests/mpirun.sh" shm 2 "$gpt" "${model[@]}" --schedule std1f1b --stages 2 --runtime mpi 2>&1 | tail -n 1)
   [ "$line" = "$ref" ] && ok "mpirun -np 2: $line" || bad "mpirun -np 2: $line"
+  ref16=$("$gpt" "${model[@]}" --precision bf16 | tail -n 1)
+  line=$("$src/tests/mpirun.sh" shm 2 "$gpt" "${model[@]}" --precision bf16 --schedule std1f1b --stages 2 \
+    --runtime mpi 2>&1 | tail -n 1)
+  [ "$line" = "$ref16" ] && ok "mpirun -np 2, bf16: $line" || bad "mpirun -np 2, bf16: $line vs $ref16"
 fi
 
 tmp=$(mktemp -d)
