@@ -26,6 +26,13 @@ set(MPMD_PC_MPI "")
 if(MPMD_HAVE_MPI)
   string(JOIN " " MPMD_PC_MPI ${MPI_C_LIBRARIES})
 endif()
+# with the CUDA backend: the CUDA runtime, cuBLAS (and a run path to them)
+# and the C++ runtime its objects need
+set(MPMD_PC_CUDA "")
+if(MPMD_HAVE_CUDA)
+  get_filename_component(_mpmd_cuda_dir ${CUDA_cudart_LIBRARY} DIRECTORY)
+  string(JOIN " " MPMD_PC_CUDA ${CUDA_cudart_LIBRARY} ${CUDA_cublas_LIBRARY} -Wl,-rpath,${_mpmd_cuda_dir} -lstdc++)
+endif()
 set(MPMD_PC_PREFIX "@MPMD_PC_PREFIX@")
 configure_file(${CMAKE_CURRENT_LIST_DIR}/mpmd.pc.in ${PROJECT_BINARY_DIR}/mpmd.pc.in @ONLY)
 install(CODE "

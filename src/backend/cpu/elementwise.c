@@ -1,9 +1,10 @@
 /* CPU kernels of the elementwise family (ops in src/ops/elementwise.c).
  *
  * Binary ops and broadcast_to: the output shape and the operands' shapes
- * (aligned at the last axis) are first "coalesced": output axes of size 1
- * are dropped and neighbouring axes that are broadcast the same way in both
- * operands are merged. What is left is a short list of groups, each with an
+ * (aligned at the last axis) are first "coalesced" (mpmd_bcast_plan_make,
+ * src/backend/shape_plan.c, shared with the CUDA kernels): output axes of
+ * size 1 are dropped and neighbouring axes that are broadcast the same way
+ * in both operands are merged. What is left is a short list of groups, each with an
  * element stride per operand (0 where the operand is broadcast). The common
  * cases become one or two groups:
  *   equal shapes            [n]         strides (1, 1)
@@ -22,18 +23,13 @@
  * libm's expf/logf/tanhf/sqrtf are used as they are (no -ffast-math).
  */
 #include "cpu.h"
+#include "backend/op_descs.h"
+#include "backend/shape_plan.h"
 #include "util/half.h"
 
 #include <math.h>
 #include <omp.h>
 #include <string.h>
-
-extern const mpmd_op_desc mpmd_op_add, mpmd_op_sub, mpmd_op_mul, mpmd_op_div;
-extern const mpmd_op_desc mpmd_op_add_scalar, mpmd_op_mul_scalar, mpmd_op_neg, mpmd_op_exp, mpmd_op_log;
-extern const mpmd_op_desc mpmd_op_tanh, mpmd_op_sqrt, mpmd_op_rsqrt, mpmd_op_square, mpmd_op_relu, mpmd_op_gelu;
-extern const mpmd_op_desc mpmd_op_broadcast_to, mpmd_op_sum_to;
-extern const mpmd_op_desc mpmd_op_tanh_grad, mpmd_op_sqrt_grad, mpmd_op_rsqrt_grad, mpmd_op_square_grad;
-extern const mpmd_op_desc mpmd_op_relu_grad, mpmd_op_gelu_grad;
 
 /* ---- threading ------------------------------------------------------------------ */
 
@@ -53,49 +49,6 @@ static void parallel(int nt, work_fn fn, void *ctx) {
 /* ---- binary ops and broadcast_to ---------------------------------------------------- */
 
 enum bin_kind { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_COPY };
-
-typedef struct bcast_plan {
-    int ng;                                           /* groups, outermost first; >= 1 */
-    int64_t size[MPMD_MAX_DIMS];                      /* elements per group */
-    int64_t sa[MPMD_MAX_DIMS], sb[MPMD_MAX_DIMS];     /* element strides of a and b, 0 if broadcast */
-} bcast_plan;
-
-/* Dimension d of type t aligned to an output of rank n (1 where t has no such axis). */
-static int64_t aligned_dim(const mpmd_type *t, int n, int d) {
-    int k = d - (n - t->ndim);
-    return k >= 0 ? t->dim[k] : 1;
-}
-
-/* Coalesce `out` against a and b (b may be NULL: a single operand). */
-static void plan_broadcast(bcast_plan *p, const mpmd_type *out, const mpmd_type *ta, const mpmd_type *tb) {
-    int fa[MPMD_MAX_DIMS], fb[MPMD_MAX_DIMS];
-    int n = out->ndim, ng = 0;
-    for (int d = 0; d < n; d++) {
-        int64_t od = out->dim[d];
-        if (od == 1) continue;
-        int full_a = aligned_dim(ta, n, d) == od;
-        int full_b = tb ? aligned_dim(tb, n, d) == od : full_a;
-        if (ng > 0 && fa[ng - 1] == full_a && fb[ng - 1] == full_b) {
-            p->size[ng - 1] *= od;
-        } else {
-            fa[ng] = full_a;
-            fb[ng] = full_b;
-            p->size[ng++] = od;
-        }
-    }
-    if (ng == 0) { /* a single element */
-        fa[0] = fb[0] = 1;
-        p->size[ng++] = 1;
-    }
-    p->ng = ng;
-    int64_t stride_a = 1, stride_b = 1;
-    for (int k = ng - 1; k >= 0; k--) {
-        p->sa[k] = fa[k] ? stride_a : 0;
-        p->sb[k] = fb[k] ? stride_b : 0;
-        if (fa[k]) stride_a *= p->size[k];
-        if (fb[k]) stride_b *= p->size[k];
-    }
-}
 
 /* One run of n outputs: x walks a with stride sa, y walks b with stride sb,
  * each stride 0 or 1. The four stride cases are separate loops so that each
@@ -136,7 +89,7 @@ static void row_op(int kind, float *o, const float *a, int64_t sa, const float *
 }
 
 typedef struct bin_ctx {
-    const bcast_plan *p;
+    const mpmd_bcast_plan *p;
     int kind;
     float *o;
     const float *a, *b;
@@ -147,7 +100,7 @@ typedef struct bin_ctx {
  * with an odometer over the outer groups. */
 static void bin_work(void *vctx, int t, int nt) {
     const bin_ctx *c = vctx;
-    const bcast_plan *p = c->p;
+    const mpmd_bcast_plan *p = c->p;
     int64_t lo, hi;
     mpmd_split(c->numel, t, nt, &lo, &hi);
     if (lo >= hi) return;
@@ -179,8 +132,8 @@ static void bin_work(void *vctx, int t, int nt) {
 
 static int run_binary(const mpmd_kargs *a, int kind) {
     const mpmd_type *out = &a->node->type;
-    bcast_plan p;
-    plan_broadcast(&p, out, a->in_type[0], kind == BIN_COPY ? NULL : a->in_type[1]);
+    mpmd_bcast_plan p;
+    mpmd_bcast_plan_make(&p, out, a->in_type[0], kind == BIN_COPY ? NULL : a->in_type[1]);
     bin_ctx c = {&p, kind, a->out, a->in[0], kind == BIN_COPY ? a->in[0] : a->in[1], mpmd_type_numel(out)};
     parallel(mpmd_threads_for(a->nthreads, c.numel), bin_work, &c);
     return 0;
@@ -365,7 +318,7 @@ static int k_gelu_grad(const mpmd_kargs *a) { return run_grad(a, GR_GELU, 16); }
  *
  * The input's axes (aligned with the target's) are coalesced into groups
  * that are either kept (target size = input size) or reduced (target size
- * 1); axes of size 1 are dropped. The summation order for each output
+ * 1); axes of size 1 are dropped (mpmd_sum_plan_make, shape_plan.c). The summation order for each output
  * element is fixed by the shapes alone:
  *  - last group kept (e.g. a bias gradient [N, C] -> [C]): the reduced
  *    positions are added one by one in row-major order, starting from 0:
@@ -377,42 +330,8 @@ static int k_gelu_grad(const mpmd_kargs *a) { return run_grad(a, GR_GELU, 16); }
  *    0. Threads split the output elements.
  *  - no reduced group: a copy.
  */
-typedef struct sum_plan {
-    int ng;
-    int64_t size[MPMD_MAX_DIMS];
-    int red[MPMD_MAX_DIMS];      /* 1 if the group is reduced */
-    int64_t sx[MPMD_MAX_DIMS];   /* stride in x */
-    int64_t so[MPMD_MAX_DIMS];   /* stride in out, 0 for reduced groups */
-    int64_t in_numel, out_numel;
-} sum_plan;
-
-static void plan_sum(sum_plan *p, const mpmd_type *in, const mpmd_type *out) {
-    int n = in->ndim, ng = 0;
-    for (int d = 0; d < n; d++) {
-        int64_t id = in->dim[d];
-        if (id == 1) continue;
-        int r = aligned_dim(out, n, d) != id;
-        if (ng > 0 && p->red[ng - 1] == r) {
-            p->size[ng - 1] *= id;
-        } else {
-            p->red[ng] = r;
-            p->size[ng++] = id;
-        }
-    }
-    p->ng = ng;
-    int64_t sx = 1, so = 1;
-    for (int k = ng - 1; k >= 0; k--) {
-        p->sx[k] = sx;
-        p->so[k] = p->red[k] ? 0 : so;
-        sx *= p->size[k];
-        if (!p->red[k]) so *= p->size[k];
-    }
-    p->in_numel = mpmd_type_numel(in);
-    p->out_numel = mpmd_type_numel(out);
-}
-
 typedef struct sum_ctx {
-    const sum_plan *p;
+    const mpmd_sum_plan *p;
     float *o;
     const float *x;
 } sum_ctx;
@@ -423,7 +342,7 @@ typedef struct sum_ctx {
  * split in blocks of 16 floats (a cache line) to keep threads apart. */
 static void sum_cols_work(void *vctx, int t, int nt) {
     const sum_ctx *c = vctx;
-    const sum_plan *p = c->p;
+    const mpmd_sum_plan *p = c->p;
     int last = p->ng - 1;
     int64_t C = p->size[last], lo, hi;
     mpmd_split((C + 15) / 16, t, nt, &lo, &hi);
@@ -455,7 +374,7 @@ static void sum_cols_work(void *vctx, int t, int nt) {
  * groups in row-major order. */
 static void sum_runs_work(void *vctx, int t, int nt) {
     const sum_ctx *c = vctx;
-    const sum_plan *p = c->p;
+    const mpmd_sum_plan *p = c->p;
     int last = p->ng - 1;
     int64_t L = p->size[last], lo, hi;
     mpmd_split(p->out_numel, t, nt, &lo, &hi);
@@ -492,12 +411,10 @@ static void sum_runs_work(void *vctx, int t, int nt) {
 }
 
 static int k_sum_to(const mpmd_kargs *a) {
-    sum_plan p;
-    plan_sum(&p, a->in_type[0], &a->node->type);
+    mpmd_sum_plan p;
+    mpmd_sum_plan_make(&p, a->in_type[0], &a->node->type);
     sum_ctx c = {&p, a->out, a->in[0]};
-    int any_red = 0;
-    for (int k = 0; k < p.ng; k++) any_red |= p.red[k];
-    if (!any_red) { /* same elements in the same order: [1,3] -> [3] */
+    if (!p.any_red) { /* same elements in the same order: [1,3] -> [3] */
         memcpy(a->out, a->in[0], (size_t)p.out_numel * sizeof(float));
         return 0;
     }

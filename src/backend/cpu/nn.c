@@ -8,6 +8,7 @@
  * and each region partitions by the team it actually got.
  */
 #include "cpu.h"
+#include "backend/shape_plan.h"
 
 #include "../../ops/nn.h"
 
@@ -134,27 +135,18 @@ static mm_grid matmul_grid(int64_t m, int64_t n, int64_t k) {
 
 /* C[..., M, N] = op(A) op(B) (see mpmd_matmul). A 2-D b with an untransposed
  * a is one product with the batch folded into M; otherwise one product per
- * batch item. Work units are (item, tile) pairs, split over the threads in
- * contiguous runs; each is one single-threaded sgemm. */
+ * batch item (the dimensions: mpmd_matmul_dims_make, shared with CUDA).
+ * Work units are (item, tile) pairs, split over the threads in contiguous
+ * runs; each is one single-threaded sgemm. */
 static int k_matmul(const mpmd_kargs *a) {
-    const mpmd_type *ta = a->in_type[0], *tb = a->in_type[1];
-    int tra = (a->node->ia[0] & MPMD_TRANS_A) != 0, trb = (a->node->ia[0] & MPMD_TRANS_B) != 0;
+    mpmd_matmul_dims md;
+    mpmd_matmul_dims_make(&md, a->in_type[0], a->in_type[1], a->node->ia[0]);
+    const int tra = md.tra, trb = md.trb;
     const float alpha = mpmd_matmul_alpha(a->node);
-    int nd = ta->ndim;
-    int64_t m = ta->dim[nd - 2 + tra], k = ta->dim[nd - 1 - tra];
-    int64_t n = tb->dim[tb->ndim - 1 - trb];
-    int64_t batch = 1;
-    for (int i = 0; i < nd - 2; i++)
-        batch *= ta->dim[i];
-    int shared_b = tb->ndim == 2;
-    if (shared_b && !tra) { /* fold the batch into M */
-        m *= batch;
-        batch = 1;
-    }
+    const int64_t m = md.m, n = md.n, k = md.k, batch = md.batch;
     const float *A = a->in[0], *B = a->in[1];
     float *C = a->out;
-    int64_t lda = tra ? m : k, ldb = trb ? k : n;
-    int64_t sa = m * k, sb = shared_b ? 0 : k * n, sc = m * n;
+    const int64_t lda = md.lda, ldb = md.ldb, sa = md.sa, sb = md.sb, sc = md.sc;
     mm_grid gr = matmul_grid(m, n, k);
     int64_t per_item = gr.tm * gr.tn, units = batch * per_item;
     int nt = a->nthreads < units ? a->nthreads : (int)units;

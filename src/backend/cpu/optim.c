@@ -12,6 +12,7 @@
  * sqrtf without -fno-math-errno, and at -O2 not loops with a remainder.)
  */
 #include "cpu.h"
+#include "backend/shape_plan.h"
 #include "../../ops/optim.h"
 
 #include <math.h>
@@ -63,12 +64,9 @@ static int k_sgd(const mpmd_kargs *a) {
     return 0;
 }
 
-/* The per-step constants of one Adam update. */
-typedef struct adam_k {
-    float b1, b2, c1, c2; /* decay rates and 1 - decay */
-    float bc1, bc2;       /* bias corrections 1 - b^t */
-    float eps, wd, lr;
-} adam_k;
+/* The per-step constants of one Adam update: mpmd_adam_consts
+ * (shape_plan.h, shared with CUDA). */
+typedef mpmd_adam_consts adam_k;
 
 /* One element, in optax's order of operations:
  *   mu = (1-b1) g + b1 mu;  nu = (1-b2) g^2 + b2 nu
@@ -117,15 +115,10 @@ static int k_adamw(const mpmd_kargs *a) {
         return 1;
     }
     adam_k k;
-    k.b1 = nd->fa[MPMD_ADAM_B1];
-    k.b2 = nd->fa[MPMD_ADAM_B2];
-    k.c1 = 1.0f - k.b1;
-    k.c2 = 1.0f - k.b2;
+    mpmd_adam_consts_make(&k, nd);
     /* Bias corrections with the already incremented step, as optax does. */
     k.bc1 = 1.0f - powf(k.b1, (float)t);
     k.bc2 = 1.0f - powf(k.b2, (float)t);
-    k.eps = nd->fa[MPMD_ADAM_EPS];
-    k.wd = nd->fa[MPMD_ADAM_WD];
     k.lr = *(const float *)a->in[5];
     int64_t n = mpmd_type_numel(a->in_type[0]);
     int nt = mpmd_threads_for(a->nthreads, 8 * n);

@@ -20,12 +20,11 @@
  * otherwise transposes two axes in 32x32 tiles through a small buffer.
  */
 #include "cpu.h"
+#include "backend/op_descs.h"
+#include "backend/shape_plan.h"
 
 #include <omp.h>
 #include <string.h>
-
-extern const mpmd_op_desc mpmd_op_sum, mpmd_op_mean, mpmd_op_max, mpmd_op_max_grad;
-extern const mpmd_op_desc mpmd_op_reshape, mpmd_op_permute, mpmd_op_slice, mpmd_op_slice_grad, mpmd_op_concat;
 
 /* ---- iteration helpers -------------------------------------------------------- */
 
@@ -74,46 +73,29 @@ static void odo_push(odo *o, int64_t size, int64_t sa, int64_t sb) {
 
 /* ---- reduction layout ---------------------------------------------------------- */
 
+/* The groups of mpmd_reduce_groups_make (src/backend/shape_plan.c, shared
+ * with the CUDA kernels), every group but the last on an odometer. */
 typedef struct rlayout {
-    int m;                          /* groups */
-    int64_t size[MPMD_MAX_DIMS];    /* elements per group */
-    int64_t stride[MPMD_MAX_DIMS];  /* input element stride of a group */
-    int red[MPMD_MAX_DIMS];         /* 1: reduced group */
-    int inner;                      /* 1: the last group is reduced */
-    int64_t len;                    /* size of the last group (1 when m == 0) */
+    int inner;   /* 1: the last group is reduced */
+    int64_t len; /* size of the last group (1 when there is no group) */
     odo kept; /* inner: all kept groups; outer: the kept groups but the last */
     odo redo; /* inner: the reduced groups but the last; outer: all reduced groups */
 } rlayout;
 
 static void rlayout_make(const mpmd_type *t, int64_t mask, rlayout *L) {
+    mpmd_reduce_groups G;
+    mpmd_reduce_groups_make(&G, t, mask);
     memset(L, 0, sizeof *L);
-    for (int i = 0; i < t->ndim; i++) {
-        int64_t d = t->dim[i];
-        int r = (mask >> i) & 1;
-        if (d == 1) continue;
-        if (L->m > 0 && L->red[L->m - 1] == r) {
-            L->size[L->m - 1] *= d;
-        } else {
-            L->size[L->m] = d;
-            L->red[L->m] = r;
-            L->m++;
-        }
-    }
-    int64_t s = 1;
-    for (int k = L->m - 1; k >= 0; k--) {
-        L->stride[k] = s;
-        s *= L->size[k];
-    }
-    L->inner = L->m > 0 && L->red[L->m - 1];
-    L->len = L->m > 0 ? L->size[L->m - 1] : 1;
+    L->inner = G.inner;
+    L->len = G.len;
     /* Every group but the last goes to an odometer (input strides). Inner
      * layout: `kept` walks single outputs, `redo` the runs. Outer layout:
      * `kept` walks the output blocks, `redo` the rows of reduced indices. */
-    for (int k = 0; k < L->m - 1; k++) {
-        if (L->red[k])
-            odo_push(&L->redo, L->size[k], L->stride[k], 0);
+    for (int k = 0; k < G.m - 1; k++) {
+        if (G.red[k])
+            odo_push(&L->redo, G.size[k], G.stride[k], 0);
         else
-            odo_push(&L->kept, L->size[k], L->stride[k], 0);
+            odo_push(&L->kept, G.size[k], G.stride[k], 0);
     }
 }
 
@@ -376,21 +358,12 @@ static int k_reshape(const mpmd_kargs *a) {
     return 0;
 }
 
-/* Elements before the axis (outer), along it (d), and after it (inner). */
-static void axis_split(const mpmd_type *t, int ax, int64_t *outer, int64_t *d, int64_t *inner) {
-    *outer = 1;
-    *inner = 1;
-    for (int i = 0; i < ax; i++) *outer *= t->dim[i];
-    for (int i = ax + 1; i < t->ndim; i++) *inner *= t->dim[i];
-    *d = t->dim[ax];
-}
-
 /* slice: y[o, j, i] = x[o, start + j, i] for j < stop - start (o: the axes
  * before, i: the axes after): one contiguous run per o. */
 static int k_slice(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
     int64_t outer, d, inner, start = n->ia[1], w = n->ia[2] - n->ia[1];
-    axis_split(a->in_type[0], (int)n->ia[0], &outer, &d, &inner);
+    mpmd_axis_split(a->in_type[0], (int)n->ia[0], &outer, &d, &inner);
     copy_runs(a->nthreads, a->out, w * inner, (const uint32_t *)a->in[0] + start * inner, d * inner, outer,
               w * inner);
     return 0;
@@ -401,7 +374,7 @@ static int k_slice(const mpmd_kargs *a) {
 static int k_slice_grad(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
     int64_t outer, d, inner, w = n->ia[2] - n->ia[1];
-    axis_split(&n->type, (int)n->ia[0], &outer, &d, &inner);
+    mpmd_axis_split(&n->type, (int)n->ia[0], &outer, &d, &inner);
     int64_t row = d * inner, s0 = n->ia[1] * inner, s1 = n->ia[2] * inner, total = outer * row;
     const float *dy = a->in[0];
     float *dx = a->out;
@@ -432,7 +405,7 @@ static int k_concat(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
     int ax = (int)n->ia[0];
     int64_t outer, dt, inner, off = 0;
-    axis_split(&n->type, ax, &outer, &dt, &inner);
+    mpmd_axis_split(&n->type, ax, &outer, &dt, &inner);
     for (int k = 0; k < n->n_in; k++) {
         int64_t dk = a->in_type[k]->dim[ax];
         copy_runs(a->nthreads, (uint32_t *)a->out + off * inner, dt * inner, a->in[k], dk * inner, outer,
@@ -444,46 +417,10 @@ static int k_concat(const mpmd_kargs *a) {
 
 /* ---- permute ----------------------------------------------------------------------- */
 
-/* The permutation simplified: size-1 axes dropped, and input axes that stay
- * adjacent and in order in the output merged. in_size[] are the merged input
- * axes, q[] the permutation over them (output axis i = merged input axis q[i]). */
-typedef struct pshape {
-    int m;
-    int64_t in_size[MPMD_MAX_DIMS];
-    int q[MPMD_MAX_DIMS];
-} pshape;
-
-static void pshape_make(const mpmd_type *t, const int64_t *perm, pshape *P) {
-    int keep[MPMD_MAX_DIMS], newax[MPMD_MAX_DIMS], nk = 0;
-    for (int i = 0; i < t->ndim; i++) newax[i] = t->dim[i] != 1 ? nk++ : -1;
-    /* the permutation over the axes kept, in output order */
-    int p[MPMD_MAX_DIMS], np = 0;
-    for (int i = 0; i < t->ndim; i++)
-        if (newax[perm[i]] >= 0) p[np++] = newax[perm[i]];
-    for (int i = 0; i < t->ndim; i++)
-        if (newax[i] >= 0) keep[newax[i]] = i;
-    /* output-order groups of consecutive input axes */
-    int gstart[MPMD_MAX_DIMS], glen[MPMD_MAX_DIMS], ng = 0;
-    for (int i = 0; i < np; i++) {
-        if (ng > 0 && p[i] == gstart[ng - 1] + glen[ng - 1]) {
-            glen[ng - 1]++;
-        } else {
-            gstart[ng] = p[i];
-            glen[ng] = 1;
-            ng++;
-        }
-    }
-    /* rank of each group in input order */
-    P->m = ng;
-    for (int j = 0; j < ng; j++) {
-        int rank = 0;
-        for (int k = 0; k < ng; k++) rank += gstart[k] < gstart[j];
-        P->q[j] = rank;
-        int64_t s = 1;
-        for (int l = 0; l < glen[j]; l++) s *= t->dim[keep[gstart[j] + l]];
-        P->in_size[rank] = s;
-    }
-}
+/* The permutation is simplified by mpmd_perm_plan_make (shape_plan.c, shared
+ * with the CUDA kernels): size-1 axes dropped, input axes that stay adjacent
+ * and in order in the output merged; in_size[] are the merged input axes,
+ * q[] the permutation over them (output axis i = merged input axis q[i]). */
 
 #define TILE 32
 
@@ -494,27 +431,16 @@ static int k_permute(const mpmd_kargs *a) {
     uint32_t *y = a->out;
     int64_t numel = mpmd_type_numel(&n->type);
     if (numel == 0) return 0;
-    pshape P;
-    pshape_make(a->in_type[0], n->ia, &P);
-    int m = P.m;
-    int identity = 1;
-    for (int k = 0; k < m; k++) identity &= P.q[k] == k;
-    if (identity) { /* nothing moves: one copy */
+    mpmd_perm_plan P;
+    mpmd_perm_plan_make(&P, a->in_type[0], n->ia);
+    if (P.identity) { /* nothing moves: one copy */
         copy_runs(a->nthreads, y, 0, x, 0, 1, numel);
         return 0;
     }
-    int64_t istr[MPMD_MAX_DIMS], ostr[MPMD_MAX_DIMS], s = 1;
-    for (int k = m - 1; k >= 0; k--) {
-        istr[k] = s;
-        s *= P.in_size[k];
-    }
-    s = 1;
-    for (int k = m - 1; k >= 0; k--) {
-        ostr[k] = s;
-        s *= P.in_size[P.q[k]];
-    }
+    int m = P.m;
+    const int64_t *istr = P.istr, *ostr = P.ostr;
     int nt = mpmd_threads_for(a->nthreads, numel);
-    if (P.q[m - 1] == m - 1) {
+    if (P.last_stays) {
         /* The last axis stays last (e.g. [B,T,H,D] <-> [B,H,T,D]): copy rows
          * of len elements; the odometer walks output rows, offset a = input. */
         int64_t len = P.in_size[m - 1];
@@ -540,9 +466,7 @@ static int k_permute(const mpmd_kargs *a) {
      * tile rows written to y, so no cache line is visited twice even when
      * the strides are powers of two (where a direct strided loop thrashes
      * the cache sets). Threads split (outer index, tile row) items. */
-    int ia = P.q[m - 1], p = 0;
-    for (int k = 0; k < m; k++)
-        if (P.q[k] == m - 1) p = k;
+    int ia = P.ia, p = P.p;
     int64_t na = P.in_size[ia], nb = P.in_size[m - 1], sa = istr[ia], tb = ostr[p];
     odo rest = {0};
     for (int k = 0; k < m - 1; k++)

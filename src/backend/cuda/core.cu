@@ -20,6 +20,8 @@
  */
 #include "cuda.h"
 
+#include "backend/shape_plan.h"
+
 extern "C" {
 #include "ops/nn.h"
 }
@@ -56,19 +58,10 @@ static int blas_failed(const mpmd_kargs *a, cublasStatus_t s, int64_t m, int64_t
 /* C [..., M, N] = op(A) op(B) (see mpmd_matmul in src/ops/nn.c). */
 static int k_matmul(const mpmd_kargs *a) {
     mpmd_cuda_dev *d = mpmd_cuda_of(a);
-    const mpmd_type *ta = a->in_type[0], *tb = a->in_type[1];
-    int tra = (a->node->ia[0] & MPMD_TRANS_A) != 0, trb = (a->node->ia[0] & MPMD_TRANS_B) != 0;
-    int nd = ta->ndim;
-    int64_t m = ta->dim[nd - 2 + tra], k = ta->dim[nd - 1 - tra];
-    int64_t n = tb->dim[tb->ndim - 1 - trb];
-    int64_t batch = 1;
-    for (int i = 0; i < nd - 2; i++)
-        batch *= ta->dim[i];
-    int shared_b = tb->ndim == 2;
-    if (shared_b && !tra) { /* fold the batch into M */
-        m *= batch;
-        batch = 1;
-    }
+    mpmd_matmul_dims md; /* the CPU's dimensions: batch folded into M for a 2-D b and an untransposed a */
+    mpmd_matmul_dims_make(&md, a->in_type[0], a->in_type[1], a->node->ia[0]);
+    const int tra = md.tra, trb = md.trb;
+    const int64_t m = md.m, n = md.n, k = md.k, batch = md.batch;
     if (m == 0 || n == 0 || batch == 0) return 0;
     const void *A = a->in[0], *B = a->in[1];
     void *C = a->out;
@@ -84,8 +77,8 @@ static int k_matmul(const mpmd_kargs *a) {
     }
     /* Row-major leading dimensions, as on the CPU; they are the column-major
      * leading dimensions of the transposed views cuBLAS sees. */
-    int64_t lda = tra ? m : k, ldb = trb ? k : n, ldc = n;
-    long long sa = (long long)(m * k), sb = shared_b ? 0 : (long long)(k * n), sc = (long long)(m * n);
+    const int64_t lda = md.lda, ldb = md.ldb, ldc = md.ldc;
+    const long long sa = (long long)md.sa, sb = (long long)md.sb, sc = (long long)md.sc;
     cublasOperation_t opa = tra ? CUBLAS_OP_T : CUBLAS_OP_N, opb = trb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasComputeType_t ct = d->tf32 && dt == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     const float one = mpmd_matmul_alpha(a->node), zero = 0.0f; /* C = alpha op(A) op(B) */

@@ -14,9 +14,10 @@
  * element.
  *
  * Binary ops and broadcast_to coalesce the output shape against the operands
- * exactly as the CPU does (groups with a stride 0 or 1 per operand in the
- * last group, a general stride in the outer ones). One group is a flat map
- * (an operand of stride 0 is a single element); more groups run a kernel
+ * with the CPU's plan (mpmd_bcast_plan_make, src/backend/shape_plan.c:
+ * groups with a stride 0 or 1 per operand in the last group, a general
+ * stride in the outer ones). One group is a flat map (an operand of stride
+ * 0 is a single element); more groups run a kernel
  * where each thread takes V consecutive outputs of one row (f32: 4 when the
  * last group's size is a multiple of 4 and the buffers 16-byte aligned;
  * 16-bit: 8 or 4 likewise, as 16- or 8-byte vectors; else 1), finds its row
@@ -26,9 +27,9 @@
  * from its own inputs, reading before writing, so out == in[0] (in place) is
  * correct.
  *
- * sum_to coalesces as the CPU does and sums each output in f32 in an order
- * fixed by the shapes alone (no atomics), rounding to the output's dtype once
- * per output:
+ * sum_to coalesces with the CPU's plan (mpmd_sum_plan_make) and sums each
+ * output in f32 in an order fixed by the shapes alone (no atomics), rounding
+ * to the output's dtype once per output:
  *  - last group kept (a bias gradient [N, C] -> [C]): the reduced positions
  *    are cut into S chunks; a block of 8 warps takes 32 column lanes (of 4
  *    columns, one 16-byte f32 or 8-byte 16-bit vector, when C % 4 == 0 and
@@ -52,21 +53,15 @@
  */
 #include "cuda.h"
 
+#include "backend/op_descs.h"
+#include "backend/shape_plan.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
 #include <string.h>
 
 #include <type_traits>
-
-extern "C" {
-extern const mpmd_op_desc mpmd_op_add, mpmd_op_sub, mpmd_op_mul, mpmd_op_div;
-extern const mpmd_op_desc mpmd_op_add_scalar, mpmd_op_mul_scalar, mpmd_op_neg, mpmd_op_exp, mpmd_op_log;
-extern const mpmd_op_desc mpmd_op_tanh, mpmd_op_sqrt, mpmd_op_rsqrt, mpmd_op_square, mpmd_op_relu, mpmd_op_gelu;
-extern const mpmd_op_desc mpmd_op_broadcast_to, mpmd_op_sum_to;
-extern const mpmd_op_desc mpmd_op_tanh_grad, mpmd_op_sqrt_grad, mpmd_op_rsqrt_grad, mpmd_op_square_grad;
-extern const mpmd_op_desc mpmd_op_relu_grad, mpmd_op_gelu_grad;
-}
 
 #define THREADS 256
 #define MAX_GRID (1 << 20)
@@ -157,12 +152,6 @@ template <class G> static int by_dtype(int d, G g) {
     case MPMD_F16: return g(type_tag<__half>());
     default: return g(type_tag<float>());
     }
-}
-
-/* Dimension d of type t aligned to rank n (1 where t has no such axis). */
-static int64_t aligned_dim(const mpmd_type *t, int n, int d) {
-    int k = d - (n - t->ndim);
-    return k >= 0 ? t->dim[k] : 1;
 }
 
 /* ---- device helpers -------------------------------------------------------------------- */
@@ -314,42 +303,9 @@ static int run_map1(const mpmd_kargs *a, F f) {
 
 enum { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_COPY, GR_TANH, GR_SQRT, GR_RSQRT, GR_SQUARE, GR_RELU, GR_GELU };
 
-/* The coalesced output (as the CPU's plan_broadcast): groups outermost first,
- * element strides of a and b per group, 0 where broadcast. */
-typedef struct bcast_plan {
-    int ng;
-    int64_t size[MPMD_MAX_DIMS], sa[MPMD_MAX_DIMS], sb[MPMD_MAX_DIMS];
-} bcast_plan;
-
-static void plan_broadcast(bcast_plan *p, const mpmd_type *out, const mpmd_type *ta, const mpmd_type *tb) {
-    int fa[MPMD_MAX_DIMS], fb[MPMD_MAX_DIMS];
-    int n = out->ndim, ng = 0;
-    for (int d = 0; d < n; d++) {
-        int64_t od = out->dim[d];
-        if (od == 1) continue;
-        int full_a = aligned_dim(ta, n, d) == od;
-        int full_b = tb ? aligned_dim(tb, n, d) == od : full_a;
-        if (ng > 0 && fa[ng - 1] == full_a && fb[ng - 1] == full_b) {
-            p->size[ng - 1] *= od;
-        } else {
-            fa[ng] = full_a;
-            fb[ng] = full_b;
-            p->size[ng++] = od;
-        }
-    }
-    if (ng == 0) {
-        fa[0] = fb[0] = 1;
-        p->size[ng++] = 1;
-    }
-    p->ng = ng;
-    int64_t stride_a = 1, stride_b = 1;
-    for (int k = ng - 1; k >= 0; k--) {
-        p->sa[k] = fa[k] ? stride_a : 0;
-        p->sb[k] = fb[k] ? stride_b : 0;
-        if (fa[k]) stride_a *= p->size[k];
-        if (fb[k]) stride_b *= p->size[k];
-    }
-}
+/* The coalesced output (mpmd_bcast_plan_make, src/backend/shape_plan.c, as
+ * on the CPU): groups outermost first, element strides of a and b per group,
+ * 0 where broadcast. */
 
 /* Kernel arguments for two or more groups: the outer groups and the last. */
 struct bcast_args {
@@ -471,8 +427,8 @@ static int launch_map2(const mpmd_kargs *a, int kind, T *o, const T *x, int sa, 
 template <typename T> static int run_binary_t(const mpmd_kargs *a, int kind) {
     int copy = kind == BIN_COPY;
     const mpmd_type *out = &a->node->type;
-    bcast_plan p;
-    plan_broadcast(&p, out, a->in_type[0], copy ? NULL : a->in_type[1]);
+    mpmd_bcast_plan p;
+    mpmd_bcast_plan_make(&p, out, a->in_type[0], copy ? NULL : a->in_type[1]);
     T *o = (T *)a->out;
     const T *x = (const T *)a->in[0], *y = (const T *)(copy ? a->in[0] : a->in[1]);
     int64_t n = numel_of(out);
@@ -576,37 +532,21 @@ struct sum_args {
 };
 
 /* Coalesce the input's axes (aligned with the target) into kept / reduced
- * groups as the CPU's plan_sum does, then choose the chunks. */
+ * groups (mpmd_sum_plan_make, as on the CPU), then choose the chunks. */
 static void plan_sum(sum_args *p, const mpmd_type *in, const mpmd_type *out) {
-    int64_t size[MPMD_MAX_DIMS], sx[MPMD_MAX_DIMS];
-    int red[MPMD_MAX_DIMS];
-    int n = in->ndim, ng = 0, any_red = 0;
+    mpmd_sum_plan g;
+    mpmd_sum_plan_make(&g, in, out);
+    const int64_t *size = g.size, *sx = g.sx;
+    const int *red = g.red;
     memset(p, 0, sizeof *p);
-    for (int d = 0; d < n; d++) {
-        int64_t id = in->dim[d];
-        if (id == 1) continue;
-        int r = aligned_dim(out, n, d) != id;
-        if (ng > 0 && red[ng - 1] == r) {
-            size[ng - 1] *= id;
-        } else {
-            red[ng] = r;
-            size[ng++] = id;
-        }
-        any_red |= r;
-    }
-    int64_t s = 1;
-    for (int k = ng - 1; k >= 0; k--) {
-        sx[k] = s;
-        s *= size[k];
-    }
-    p->nin = numel_of(in);
-    p->nout = numel_of(out);
+    p->nin = g.in_numel;
+    p->nout = g.out_numel;
     p->S = 1;
-    if (!any_red) {
+    if (!g.any_red) {
         p->mode = SUM_COPY;
         return;
     }
-    int last = ng - 1;
+    int last = g.ng - 1;
     for (int k = 0; k < last; k++) {
         if (red[k]) {
             p->rsize[p->nr] = size[k];

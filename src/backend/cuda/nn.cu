@@ -306,6 +306,15 @@ template <typename S, typename F> static void with_vec(int v, F f) {
     f(std::integral_constant<int, 1>());
 }
 
+/* f(integral_constant<bool, W>()) with W = warp: a kernel's warp (true) or
+ * block (false) instantiation for the launch shape's mode. */
+template <typename F> static void with_warp(bool warp, F f) {
+    if (warp)
+        f(std::true_type());
+    else
+        f(std::false_type());
+}
+
 /* ---- row scheduling ------------------------------------------------------------------ */
 
 #define ROW_WARP_MAX 1024  /* rows up to this long: a warp per row */
@@ -334,6 +343,25 @@ static row_shape row_shape_for(int64_t rows, int64_t n) {
         s.blocks = cap_grid(rows);
     }
     return s;
+}
+
+static int64_t last_dim(const mpmd_type *t) { return t->ndim ? t->dim[t->ndim - 1] : 1; }
+
+/* The rows of a row op over t (the last axis is the row) and their launch
+ * shape; false when there is no row (nothing to do). */
+typedef struct row_plan {
+    int64_t n;    /* row length */
+    int64_t rows;
+    row_shape rs;
+} row_plan;
+
+static bool row_plan_of(const mpmd_type *t, row_plan *p) {
+    int64_t n = last_dim(t), numel = mpmd_type_numel(t);
+    if (n == 0 || numel == 0) return false;
+    p->n = n;
+    p->rows = numel / n;
+    p->rs = row_shape_for(p->rows, n);
+    return true;
 }
 
 /* This thread's place: first row, row step, index t in its group of G. */
@@ -400,8 +428,13 @@ template <bool W> __device__ __forceinline__ float row_sum(float v, float *sh) {
     return v;
 }
 
-template <bool W> __device__ __forceinline__ void row_sum2(float &a, float &b, float *sh) {
-    warp_sum2(a, b);
+/* A pair (a, b) over the row's group: warp(a, b) merges it over the warp
+ * (into every lane); in block mode the per-warp pairs then meet through
+ * shared memory in warp order, lanes past the warps holding (a0, 0). Every
+ * thread of the group must call it; sh holds 64 floats. */
+template <bool W, void (*warp)(float &, float &)>
+__device__ __forceinline__ void row_pair(float &a, float &b, float *sh, float a0) {
+    warp(a, b);
     if constexpr (!W) {
         int lane = (int)(threadIdx.x & 31), w = (int)(threadIdx.x >> 5), nw = (int)(blockDim.x >> 5);
         if (lane == 0) {
@@ -409,11 +442,15 @@ template <bool W> __device__ __forceinline__ void row_sum2(float &a, float &b, f
             sh[32 + w] = b;
         }
         __syncthreads();
-        a = lane < nw ? sh[lane] : 0.0f;
+        a = lane < nw ? sh[lane] : a0;
         b = lane < nw ? sh[32 + lane] : 0.0f;
-        warp_sum2(a, b);
+        warp(a, b);
         __syncthreads();
     }
+}
+
+template <bool W> __device__ __forceinline__ void row_sum2(float &a, float &b, float *sh) {
+    row_pair<W, warp_sum2>(a, b, sh, 0.0f);
 }
 
 /* (m, s): the running max of the elements seen and the sum of exp(x - m)
@@ -448,19 +485,7 @@ __device__ __forceinline__ void warp_ms(float &m, float &s) {
 }
 
 template <bool W> __device__ __forceinline__ void row_ms(float &m, float &s, float *sh) {
-    warp_ms(m, s);
-    if constexpr (!W) {
-        int lane = (int)(threadIdx.x & 31), w = (int)(threadIdx.x >> 5), nw = (int)(blockDim.x >> 5);
-        if (lane == 0) {
-            sh[w] = m;
-            sh[32 + w] = s;
-        }
-        __syncthreads();
-        m = lane < nw ? sh[lane] : -INFINITY;
-        s = lane < nw ? sh[32 + lane] : 0.0f;
-        warp_ms(m, s);
-        __syncthreads();
-    }
+    row_pair<W, warp_ms>(m, s, sh, -INFINITY);
 }
 
 /* This thread's (m, s) over the elements below len of its chunks t, t + G,
@@ -491,8 +516,6 @@ __device__ __forceinline__ void ms_local(const rd<S> &xr, int64_t len, int t, in
         }
     }
 }
-
-static int64_t last_dim(const mpmd_type *t) { return t->ndim ? t->dim[t->ndim - 1] : 1; }
 
 /* ---- softmax family ---------------------------------------------------------------------- */
 
@@ -747,10 +770,11 @@ __global__ void __launch_bounds__(ROW_WARP_BLOCK)
 
 template <int K> static int softmax_family(const mpmd_kargs *a) {
     const mpmd_type *t = a->in_type[0];
-    int64_t n = last_dim(t), rows = n ? mpmd_type_numel(t) / n : 0;
-    if (rows == 0) return 0;
+    row_plan rp;
+    if (!row_plan_of(t, &rp)) return 0;
+    const int64_t n = rp.n, rows = rp.rows;
+    const row_shape rs = rp.rs;
     cudaStream_t st = mpmd_cuda_of(a)->stream;
-    row_shape rs = row_shape_for(rows, n);
     const bool grad = K >= SM_GRAD;
     mpmd_dtype dx = t->dtype, dg = grad ? a->in_type[1]->dtype : dx, dy = a->node->type.dtype;
     const void *gp = grad ? a->in[1] : a->in[0];
@@ -1024,57 +1048,41 @@ __global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
     }
 }
 
-static int k_layer_norm(const mpmd_kargs *a) {
+/* layer_norm (x, gamma, beta) and layer_norm_grad_x (x, gamma, gy) (G):
+ * the same rows, operands and launch shape, one kernel each. */
+template <bool G> static int layer_norm_rows(const mpmd_kargs *a) {
     const mpmd_type *t = a->in_type[0];
-    int64_t n = last_dim(t), numel = mpmd_type_numel(t);
-    if (n == 0 || numel == 0) return 0;
-    int64_t rows = numel / n;
+    row_plan rp;
+    if (!row_plan_of(t, &rp)) return 0;
+    const int64_t n = rp.n, rows = rp.rows;
+    const row_shape rs = rp.rs;
     cudaStream_t st = mpmd_cuda_of(a)->stream;
-    row_shape rs = row_shape_for(rows, n);
-    mpmd_dtype dx = t->dtype, dgm = a->in_type[1]->dtype, dbt = a->in_type[2]->dtype, dy = a->node->type.dtype;
+    mpmd_dtype dx = t->dtype, dgm = a->in_type[1]->dtype, d3 = a->in_type[2]->dtype, dy = a->node->type.dtype;
     float eps = a->node->fa[0];
-    by_storage(storage_of({dx, dgm, dbt, dy}), [&](auto tag) {
+    by_storage(storage_of({dx, dgm, d3, dy}), [&](auto tag) {
         typedef typename decltype(tag)::type S;
-        rd<S> x = rd_of<S>(a->in[0], dx), gamma = rd_of<S>(a->in[1], dgm), beta = rd_of<S>(a->in[2], dbt);
+        rd<S> x = rd_of<S>(a->in[0], dx), gamma = rd_of<S>(a->in[1], dgm);
+        rd<S> z = rd_of<S>(a->in[2], d3); /* beta or gy */
         wr<S> y = wr_of<S>(a->out, dy);
         int v = row_vec<S>(n);
         bool al = chunks_aligned<S>(v, {a->in[0], a->in[1], a->in[2], a->out});
         with_vec<S>(v, [&](auto vc) {
             constexpr int V = decltype(vc)::value;
-            if (rs.warp)
-                layer_norm_fwd<S, V, true><<<rs.blocks, rs.threads, 0, st>>>(x, gamma, beta, y, rows, n, eps, al);
-            else
-                layer_norm_fwd<S, V, false><<<rs.blocks, rs.threads, 0, st>>>(x, gamma, beta, y, rows, n, eps, al);
+            with_warp(rs.warp, [&](auto wc) {
+                constexpr bool W = decltype(wc)::value;
+                if constexpr (G)
+                    layer_norm_grad_x<S, V, W>
+                        <<<rs.blocks, rs.threads, 0, st>>>(x, gamma, z, y, rows, n, eps, al);
+                else
+                    layer_norm_fwd<S, V, W><<<rs.blocks, rs.threads, 0, st>>>(x, gamma, z, y, rows, n, eps, al);
+            });
         });
     });
-    return mpmd_cuda_launched(a, "layer_norm");
+    return mpmd_cuda_launched(a, G ? "layer_norm_grad_x" : "layer_norm");
 }
 
-static int k_layer_norm_grad_x(const mpmd_kargs *a) {
-    const mpmd_type *t = a->in_type[0];
-    int64_t n = last_dim(t), numel = mpmd_type_numel(t);
-    if (n == 0 || numel == 0) return 0;
-    int64_t rows = numel / n;
-    cudaStream_t st = mpmd_cuda_of(a)->stream;
-    row_shape rs = row_shape_for(rows, n);
-    mpmd_dtype dx = t->dtype, dgm = a->in_type[1]->dtype, dg = a->in_type[2]->dtype, dd = a->node->type.dtype;
-    float eps = a->node->fa[0];
-    by_storage(storage_of({dx, dgm, dg, dd}), [&](auto tag) {
-        typedef typename decltype(tag)::type S;
-        rd<S> x = rd_of<S>(a->in[0], dx), gamma = rd_of<S>(a->in[1], dgm), gy = rd_of<S>(a->in[2], dg);
-        wr<S> d = wr_of<S>(a->out, dd);
-        int v = row_vec<S>(n);
-        bool al = chunks_aligned<S>(v, {a->in[0], a->in[1], a->in[2], a->out});
-        with_vec<S>(v, [&](auto vc) {
-            constexpr int V = decltype(vc)::value;
-            if (rs.warp)
-                layer_norm_grad_x<S, V, true><<<rs.blocks, rs.threads, 0, st>>>(x, gamma, gy, d, rows, n, eps, al);
-            else
-                layer_norm_grad_x<S, V, false><<<rs.blocks, rs.threads, 0, st>>>(x, gamma, gy, d, rows, n, eps, al);
-        });
-    });
-    return mpmd_cuda_launched(a, "layer_norm_grad_x");
-}
+static int k_layer_norm(const mpmd_kargs *a) { return layer_norm_rows<false>(a); }
+static int k_layer_norm_grad_x(const mpmd_kargs *a) { return layer_norm_rows<true>(a); }
 
 /* dgamma[c] = sum over rows of gy[r, c] * xhat[r, c]. The rows are cut into
  * chunks of LNG_CHUNK_MIN rows or more (at most LNG_CHUNKS_MAX chunks, a
@@ -1173,10 +1181,10 @@ static int k_layer_norm_grad_gamma(const mpmd_kargs *a) {
         bool al = chunks_aligned<S>(v, {a->in[0]});
         with_vec<S>(v, [&](auto vc) {
             constexpr int V = decltype(vc)::value;
-            if (rs.warp)
-                layer_norm_stats<S, V, true><<<rs.blocks, rs.threads, 0, st>>>(x, stats, rows, n, eps, al);
-            else
-                layer_norm_stats<S, V, false><<<rs.blocks, rs.threads, 0, st>>>(x, stats, rows, n, eps, al);
+            with_warp(rs.warp, [&](auto wc) {
+                constexpr bool W = decltype(wc)::value;
+                layer_norm_stats<S, V, W><<<rs.blocks, rs.threads, 0, st>>>(x, stats, rows, n, eps, al);
+            });
         });
         bool pair = false;
         if constexpr (is16<S>::value) pair = n % 2 == 0 && ptrs_aligned(4, {a->in[0], a->in[1]});
@@ -1634,10 +1642,10 @@ __global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
 static int k_cross_entropy(const mpmd_kargs *a) {
     mpmd_cuda_dev *d = mpmd_cuda_of(a);
     const mpmd_type *tl = a->in_type[0];
-    int64_t v = last_dim(tl), numel = mpmd_type_numel(tl);
-    if (v == 0 || numel == 0) return 0;
-    int64_t rows = numel / v;
-    row_shape rs = row_shape_for(rows, v);
+    row_plan rp;
+    if (!row_plan_of(tl, &rp)) return 0;
+    const int64_t v = rp.n, rows = rp.rows;
+    const row_shape rs = rp.rs;
     const int32_t *labels = (const int32_t *)a->in[1];
     mpmd_dtype dx = tl->dtype, dy = a->node->type.dtype;
     int st = dy == MPMD_F32 ? storage_of({dx}) : ST_DYN;
@@ -1649,12 +1657,11 @@ static int k_cross_entropy(const mpmd_kargs *a) {
         bool al = chunks_aligned<S>(vv, {a->in[0]});
         with_vec<S>(vv, [&](auto vc) {
             constexpr int V = decltype(vc)::value;
-            if (rs.warp)
-                cross_entropy_fwd<S, V, true><<<rs.blocks, rs.threads, 0, d->stream>>>(x, labels, y, rows, v, d->flag,
-                                                                                      d->flag_info, al);
-            else
-                cross_entropy_fwd<S, V, false><<<rs.blocks, rs.threads, 0, d->stream>>>(
-                    x, labels, y, rows, v, d->flag, d->flag_info, al);
+            with_warp(rs.warp, [&](auto wc) {
+                constexpr bool W = decltype(wc)::value;
+                cross_entropy_fwd<S, V, W>
+                    <<<rs.blocks, rs.threads, 0, d->stream>>>(x, labels, y, rows, v, d->flag, d->flag_info, al);
+            });
         });
     });
     return mpmd_cuda_launched(a, "cross_entropy");
@@ -1663,10 +1670,10 @@ static int k_cross_entropy(const mpmd_kargs *a) {
 static int k_cross_entropy_grad(const mpmd_kargs *a) {
     mpmd_cuda_dev *d = mpmd_cuda_of(a);
     const mpmd_type *tl = a->in_type[0];
-    int64_t v = last_dim(tl), numel = mpmd_type_numel(tl);
-    if (v == 0 || numel == 0) return 0;
-    int64_t rows = numel / v;
-    row_shape rs = row_shape_for(rows, v);
+    row_plan rp;
+    if (!row_plan_of(tl, &rp)) return 0;
+    const int64_t v = rp.n, rows = rp.rows;
+    const row_shape rs = rp.rs;
     const int32_t *labels = (const int32_t *)a->in[1];
     mpmd_dtype dx = tl->dtype, dyl = a->in_type[2]->dtype, dgy = a->in_type[3]->dtype, dd = a->node->type.dtype;
     int st = dyl == MPMD_F32 && dgy == MPMD_F32 ? storage_of({dx, dd}) : ST_DYN;
@@ -1680,12 +1687,11 @@ static int k_cross_entropy_grad(const mpmd_kargs *a) {
         bool al = chunks_aligned<S>(vv, {a->in[0], a->out});
         with_vec<S>(vv, [&](auto vc) {
             constexpr int V = decltype(vc)::value;
-            if (rs.warp)
-                cross_entropy_bwd<S, V, true><<<rs.blocks, rs.threads, 0, d->stream>>>(
+            with_warp(rs.warp, [&](auto wc) {
+                constexpr bool W = decltype(wc)::value;
+                cross_entropy_bwd<S, V, W><<<rs.blocks, rs.threads, 0, d->stream>>>(
                     x, labels, yl, gy, dxo, rows, v, d->flag, d->flag_info, al);
-            else
-                cross_entropy_bwd<S, V, false><<<rs.blocks, rs.threads, 0, d->stream>>>(
-                    x, labels, yl, gy, dxo, rows, v, d->flag, d->flag_info, al);
+            });
         });
     });
     return mpmd_cuda_launched(a, "cross_entropy_grad");

@@ -17,6 +17,8 @@
  */
 #include "cuda.h"
 
+#include "backend/shape_plan.h"
+
 extern "C" {
 #include "ops/optim.h"
 }
@@ -89,12 +91,10 @@ static int k_sgd(const mpmd_kargs *a) {
 
 /* ---- adamw -------------------------------------------------------------------------- */
 
-/* The per-step constants of one Adam update (the CPU's adam_k). */
-struct adam_consts {
-    float b1, b2, c1, c2; /* decay rates and 1 - decay (computed on the host, as on the CPU) */
-    float bc1, bc2;       /* bias corrections 1 - b^t, computed on the device from the step */
-    float eps, wd, lr;
-};
+/* The per-step constants of one Adam update: the CPU's (mpmd_adam_consts,
+ * src/backend/shape_plan.h). b1, b2, c1, c2, eps and wd are computed on the
+ * host as on the CPU; the bias corrections bc1, bc2 and lr on the device. */
+typedef mpmd_adam_consts adam_consts;
 
 /* One element, in optax's order of operations (the CPU's adam_elem):
  *   mu = (1-b1) g + b1 mu;  nu = (1-b2) g^2 + b2 nu
@@ -149,7 +149,6 @@ static __global__ void adamw_kernel(float *__restrict__ p, const float *__restri
 }
 
 static int k_adamw(const mpmd_kargs *a) {
-    const mpmd_node *nd = a->node;
     float *p = (float *)a->in[0];
     const float *gr = (const float *)a->in[1];
     float *mu = (float *)a->in[2];
@@ -157,14 +156,7 @@ static int k_adamw(const mpmd_kargs *a) {
     const int32_t *step = (const int32_t *)a->in[4];
     const float *lr = (const float *)a->in[5];
     adam_consts k;
-    k.b1 = nd->fa[MPMD_ADAM_B1];
-    k.b2 = nd->fa[MPMD_ADAM_B2];
-    k.c1 = 1.0f - k.b1;
-    k.c2 = 1.0f - k.b2;
-    k.bc1 = k.bc2 = 1.0f; /* set on the device from the step */
-    k.eps = nd->fa[MPMD_ADAM_EPS];
-    k.wd = nd->fa[MPMD_ADAM_WD];
-    k.lr = 0.0f; /* read on the device */
+    mpmd_adam_consts_make(&k, a->node); /* bc1, bc2 and lr: set on the device from the step and lr */
     int64_t n = mpmd_type_numel(a->in_type[0]);
     if (n <= 0) return 0;
     int64_t nv = vec_groups(n, p, gr, mu, nu);

@@ -46,17 +46,15 @@
  */
 #include "cuda.h"
 
+#include "backend/op_descs.h"
+#include "backend/shape_plan.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
 #include <string.h>
 
 #include <type_traits>
-
-extern "C" {
-extern const mpmd_op_desc mpmd_op_sum, mpmd_op_mean, mpmd_op_max, mpmd_op_max_grad;
-extern const mpmd_op_desc mpmd_op_reshape, mpmd_op_permute, mpmd_op_slice, mpmd_op_slice_grad, mpmd_op_concat;
-}
 
 namespace {
 
@@ -187,30 +185,15 @@ struct RPlan {
     i64 seg;   /* elements (inner) or rows (outer) per segment */
 };
 
+/* The groups of mpmd_reduce_groups_make (src/backend/shape_plan.c, as on the
+ * CPU), then the launch shape. */
 static void rplan_make(const mpmd_type *t, i64 mask, RPlan *P) {
     memset(P, 0, sizeof *P);
-    i64 size[MPMD_MAX_DIMS], stride[MPMD_MAX_DIMS];
-    int red[MPMD_MAX_DIMS], m = 0;
-    for (int i = 0; i < t->ndim; i++) {
-        i64 d = t->dim[i];
-        int r = (int)((mask >> i) & 1);
-        if (d == 1) continue;
-        if (m > 0 && red[m - 1] == r) {
-            size[m - 1] *= d;
-        } else {
-            size[m] = d;
-            red[m] = r;
-            m++;
-        }
-    }
-    i64 s = 1;
-    for (int k = m - 1; k >= 0; k--) {
-        stride[k] = s;
-        s *= size[k];
-    }
-    P->inner = m > 0 && red[m - 1];
-    P->L = m > 0 ? size[m - 1] : 1;
-    for (int k = 0; k < m - 1; k++) axes_push(red[k] ? &P->red : &P->kept, size[k], stride[k], 0);
+    mpmd_reduce_groups g;
+    mpmd_reduce_groups_make(&g, t, (int64_t)mask);
+    P->inner = g.inner;
+    P->L = g.len;
+    for (int k = 0; k < g.m - 1; k++) axes_push(g.red[k] ? &P->red : &P->kept, g.size[k], g.stride[k], 0);
     P->nk = axes_count(&P->kept);
     P->nr = axes_count(&P->red);
     P->n_out = P->inner ? P->nk : P->nk * P->L;
@@ -768,23 +751,14 @@ static int k_reshape(const mpmd_kargs *a) {
     return mpmd_cuda_launched(a, "reshape");
 }
 
-/* Elements before the axis (outer), along it (d), and after it (inner). */
-static void axis_split(const mpmd_type *t, int ax, i64 *outer, i64 *d, i64 *inner) {
-    *outer = 1;
-    *inner = 1;
-    for (int i = 0; i < ax; i++) *outer *= t->dim[i];
-    for (int i = ax + 1; i < t->ndim; i++) *inner *= t->dim[i];
-    *d = t->dim[ax];
-}
-
 /* slice: y[o, j, i] = x[o, start + j, i] for j < stop - start: one run per o. */
 static int k_slice(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
-    i64 outer, d, inner;
+    int64_t outer, d, inner;
     const i64 start = n->ia[1], w = n->ia[2] - n->ia[1];
     const i64 es = elem_size(a, a->in_type[0]->dtype);
     if (!es) return 1;
-    axis_split(a->in_type[0], (int)n->ia[0], &outer, &d, &inner);
+    mpmd_axis_split(a->in_type[0], (int)n->ia[0], &outer, &d, &inner);
     copy_runs(mpmd_cuda_of(a)->stream, a->out, w * inner, (const char *)a->in[0] + start * inner * es, d * inner,
               outer, w * inner, es);
     return mpmd_cuda_launched(a, "slice");
@@ -815,8 +789,8 @@ static void slice_grad_as(cudaStream_t st, void *dx, const void *dy, i64 total, 
 /* slice_grad: dx[o, j, i] = dy[o, j - start, i] for start <= j < stop, else 0. */
 static int k_slice_grad(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
-    i64 outer, d, inner;
-    axis_split(&n->type, (int)n->ia[0], &outer, &d, &inner);
+    int64_t outer, d, inner;
+    mpmd_axis_split(&n->type, (int)n->ia[0], &outer, &d, &inner);
     const i64 row = d * inner, s0 = n->ia[1] * inner, s1 = n->ia[2] * inner, total = outer * row;
     const i64 es = elem_size(a, n->type.dtype);
     if (!es) return 1;
@@ -835,10 +809,11 @@ static int k_slice_grad(const mpmd_kargs *a) {
 static int k_concat(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
     const int ax = (int)n->ia[0];
-    i64 outer, dt, inner, off = 0;
+    int64_t outer, dt, inner;
+    i64 off = 0;
     const i64 es = elem_size(a, n->type.dtype);
     if (!es) return 1;
-    axis_split(&n->type, ax, &outer, &dt, &inner);
+    mpmd_axis_split(&n->type, ax, &outer, &dt, &inner);
     cudaStream_t st = mpmd_cuda_of(a)->stream;
     for (int k = 0; k < n->n_in; k++) {
         const i64 dk = a->in_type[k]->dim[ax];
@@ -849,46 +824,6 @@ static int k_concat(const mpmd_kargs *a) {
 }
 
 /* ---- permute ----------------------------------------------------------------------------- */
-
-/* The permutation simplified: size-1 axes dropped and input axes that stay
- * adjacent and in order merged. in_size[] are the merged input axes, q[]
- * the permutation over them (output axis i = merged input axis q[i]). */
-struct PShape {
-    int m;
-    i64 in_size[MPMD_MAX_DIMS];
-    int q[MPMD_MAX_DIMS];
-};
-
-static void pshape_make(const mpmd_type *t, const int64_t *perm, PShape *P) {
-    int pos[MPMD_MAX_DIMS]; /* input axis -> index among the axes of size > 1, or -1 */
-    int orig[MPMD_MAX_DIMS], nk = 0;
-    for (int i = 0; i < t->ndim; i++) {
-        pos[i] = t->dim[i] != 1 ? nk : -1;
-        if (t->dim[i] != 1) orig[nk++] = i;
-    }
-    /* runs of consecutive input axes in output order */
-    int first[MPMD_MAX_DIMS], len[MPMD_MAX_DIMS], ng = 0;
-    for (int i = 0; i < t->ndim; i++) {
-        const int p = pos[perm[i]];
-        if (p < 0) continue;
-        if (ng > 0 && p == first[ng - 1] + len[ng - 1]) {
-            len[ng - 1]++;
-        } else {
-            first[ng] = p;
-            len[ng] = 1;
-            ng++;
-        }
-    }
-    P->m = ng;
-    for (int j = 0; j < ng; j++) {
-        int rank = 0;
-        for (int k = 0; k < ng; k++) rank += first[k] < first[j];
-        i64 s = 1;
-        for (int l = 0; l < len[j]; l++) s *= t->dim[orig[first[j] + l]];
-        P->q[j] = rank;
-        P->in_size[rank] = s;
-    }
-}
 
 /* y[e] = x[off(row) + c], row = e / len, c = e % len (len = 1: a plain
  * map over every output axis). */
@@ -957,28 +892,20 @@ struct PermPlan {
     i64 sa, tb;      /* tiles: input stride of a, output stride of b */
 };
 
+/* The permutation simplified by mpmd_perm_plan_make (src/backend/shape_plan.c,
+ * as on the CPU: size-1 axes dropped, input axes that stay adjacent and in
+ * order merged; output axis i = merged input axis q[i]), then the mode. */
 static void perm_plan(const mpmd_type *t, const int64_t *perm, PermPlan *Q) {
     memset(Q, 0, sizeof *Q);
-    PShape P;
-    pshape_make(t, perm, &P);
-    const int m = P.m;
-    int identity = 1;
-    for (int k = 0; k < m; k++) identity &= P.q[k] == k;
-    if (identity) {
+    mpmd_perm_plan P;
+    mpmd_perm_plan_make(&P, t, perm);
+    if (P.identity) {
         Q->mode = PERM_COPY;
         return;
     }
-    i64 istr[MPMD_MAX_DIMS], ostr[MPMD_MAX_DIMS], s = 1;
-    for (int k = m - 1; k >= 0; k--) {
-        istr[k] = s;
-        s *= P.in_size[k];
-    }
-    s = 1;
-    for (int k = m - 1; k >= 0; k--) {
-        ostr[k] = s;
-        s *= P.in_size[P.q[k]];
-    }
-    if (P.q[m - 1] == m - 1) {
+    const int m = P.m;
+    const int64_t *istr = P.istr, *ostr = P.ostr;
+    if (P.last_stays) {
         /* The last axis stays last: rows of len elements, walked over the
          * other output axes (their input strides: multiples of len). */
         Q->mode = PERM_ROWS;
@@ -988,10 +915,7 @@ static void perm_plan(const mpmd_type *t, const int64_t *perm, PermPlan *Q) {
     }
     /* The last axis moves: input axis ia becomes the output's last, and the
      * input's last axis lands at output axis p. */
-    const int ia = P.q[m - 1];
-    int p = 0;
-    for (int k = 0; k < m; k++)
-        if (P.q[k] == m - 1) p = k;
+    const int ia = P.ia, p = P.p;
     Q->na = P.in_size[ia];
     Q->nb = P.in_size[m - 1];
     if (Q->na < 8 || Q->nb < 8) { /* thin tiles: a plain map over every output axis */
