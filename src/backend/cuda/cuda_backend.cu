@@ -115,7 +115,10 @@ static void *cuda_open(int rank, int nthreads, char *err, size_t len) {
     if ((b = cublasCreate(&d->blas)) != CUBLAS_STATUS_SUCCESS ||
         (b = cublasSetStream(d->blas, d->stream)) != CUBLAS_STATUS_SUCCESS ||
         (b = cublasSetWorkspace(d->blas, d->workspace, d->workspace_bytes)) != CUBLAS_STATUS_SUCCESS ||
-        (b = cublasSetMathMode(d->blas, d->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH)) !=
+        /* f32 products stay f32 unless TF32 is asked for; 16-bit products
+         * accumulate in f32, split-K reductions included */
+        (b = cublasSetMathMode(d->blas, (cublasMath_t)((d->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
+                                                       CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION))) !=
             CUBLAS_STATUS_SUCCESS ||
         (b = cublasSetAtomicsMode(d->blas, CUBLAS_ATOMICS_NOT_ALLOWED)) != CUBLAS_STATUS_SUCCESS) {
         snprintf(err, len, "rank %d, GPU %d: cuBLAS set-up failed: %s", rank, d->device, blas_status(b));
