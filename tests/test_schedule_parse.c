@@ -175,6 +175,12 @@ static void expect_invalid(const char *text, const char *const *needles, const c
 }
 
 static void test_validation_errors(void) {
+    /* microbatches out of order on a stage: the validator refuses what
+     * mpmd_jit_with_loop could not run with the loop's numbers (one rule) */
+    expect_invalid("fwd_0__1 fwd_0__0 bwd_0__0 bwd_0__1\n",
+                   (const char *[]){"rank 0 runs fwd_0__1 where microbatch 0 of F(0) comes next",
+                                    "microbatches in order", NULL},
+                   "microbatches out of order");
     expect_invalid("fwd_0__0 fwd_0__0 bwd_0__0\n",
                    (const char *[]){"fwd_0__0 appears twice: rank 0 entry 0 and rank 0 entry 1", NULL},
                    "duplicate");

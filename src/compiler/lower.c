@@ -47,7 +47,6 @@ typedef struct {
     int n_ext_in;
 } cluster_io;
 
-static char task_letter(int kind) { return "FBAW"[kind]; }
 
 mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
     const mpmd_graph *g = st->g;
@@ -63,9 +62,8 @@ mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
     unsigned char *cross = st->cross = calloc((size_t)nn + 1, 1); /* read by another task */
     int32_t *last = malloc(((size_t)nn * n + 1) * sizeof *last);
     int32_t *touched = NULL;
-    int32_t *next_mb = malloc((size_t)S * MPMD_TASK_KINDS * sizeof *next_mb);
     st->prog = calloc((size_t)D, sizeof *st->prog);
-    if (!sendto || !k_of || !io || !mark || !cross || !last || !next_mb || !st->prog) goto nomem;
+    if (!sendto || !k_of || !io || !mark || !cross || !last || !st->prog) goto nomem;
 
     for (int i = 0; i < nn; i++) k_of[i] = -1, mark[i] = -1;
     for (int k = 0; k < S * MPMD_TASK_KINDS; k++)
@@ -110,7 +108,6 @@ mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
         p->rank = r;
         have = calloc((size_t)nn * n + 1, 1);
         if (!have) goto nomem;
-        for (int k = 0; k < S * MPMD_TASK_KINDS; k++) next_mb[k] = 0;
         for (int i = 0; i < nn; i++)
             if (g->nodes[i].region == MPMD_REGION_PRE && st->live[i] && mpmd_runs_on(st, i, r) &&
                 !(g->nodes[i].op->flags & MPMD_OPF_LEAF))
@@ -121,17 +118,6 @@ mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
             const mpmd_task *t = mpmd_schedule_entry(s, r, e, &nt);
             for (int q = 0; q < nt; q++) {
                 int k = t[q].stage * MPMD_TASK_KINDS + t[q].kind, mb = t[q].microbatch;
-                if (mb != next_mb[k]) {
-                    char tb[MPMD_TASK_STR_MAX];
-                    mpmd_task_str(&t[q], tb, sizeof tb);
-                    rc = mpmd_error_set(err, MPMD_ERR_SCHEDULE,
-                                        "mpmd_jit_with_loop: %s: rank %d runs %s where microbatch %d of %c(%d) "
-                                        "comes next; each stage's tasks must take microbatches in order, so that "
-                                        "sums over microbatches keep the one-rank loop's order",
-                                        s->name, r, tb, next_mb[k], task_letter(t[q].kind), t[q].stage);
-                    break;
-                }
-                next_mb[k]++;
                 for (int c = 0; c < io[k].n_ext_in; c++) {
                     int u = io[k].ext_in[c];
                     if (have[(size_t)u * n + mb]) continue;
@@ -273,7 +259,7 @@ nomem:
 done:
     if (io)
         for (int k = 0; k < S * MPMD_TASK_KINDS; k++) free(io[k].ext_in);
-    free(io), free(sendto), free(k_of), free(mark), free(last), free(touched), free(next_mb);
+    free(io), free(sendto), free(k_of), free(mark), free(last), free(touched);
     return rc;
 }
 

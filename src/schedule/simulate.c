@@ -675,6 +675,39 @@ static void free_ctx(sim_ctx *c) {
 
 /* Validate s and, unless a check fails, simulate it into `out` (which may
  * be NULL: validation only). */
+/* Each stage's tasks of one kind take microbatches 0, 1, 2, ... in that
+ * order: a pipeline sums over microbatches as the one-rank loop does
+ * (acc = x_0; acc += x_m), so a task list out of order cannot be run with
+ * the loop's numbers. The one place this rule lives; mpmd_jit_with_loop
+ * gets it through mpmd_schedule_validate. */
+static mpmd_status check_order(const mpmd_schedule *s, mpmd_error *err) {
+    int slots = s->num_stages * MPMD_TASK_KINDS;
+    int *next = calloc((size_t)(slots > 0 ? slots : 1), sizeof *next);
+    if (!next) return mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory", s->name);
+    static const char letter[MPMD_TASK_KINDS] = {'F', 'B', 'A', 'W'};
+    mpmd_status st = MPMD_OK;
+    for (int r = 0; r < s->num_ranks && !st; r++)
+        for (int e = 0; e < s->ranks[r].num_entries && !st; e++) {
+            int nt;
+            const mpmd_task *t = mpmd_schedule_entry(s, r, e, &nt);
+            for (int q = 0; q < nt && !st; q++) {
+                int k = t[q].stage * MPMD_TASK_KINDS + t[q].kind;
+                if (t[q].microbatch != next[k]) {
+                    char tb[MPMD_TASK_STR_MAX];
+                    mpmd_task_str(&t[q], tb, sizeof tb);
+                    st = mpmd_error_set(err, MPMD_ERR_SCHEDULE,
+                                        "%s: rank %d runs %s where microbatch %d of %c(%d) comes next; each "
+                                        "stage's tasks must take microbatches in order, so that sums over "
+                                        "microbatches keep the one-rank loop's order",
+                                        s->name, r, tb, next[k], letter[t[q].kind], t[q].stage);
+                }
+                next[k]++;
+            }
+        }
+    free(next);
+    return st;
+}
+
 static mpmd_status check_and_run(const mpmd_schedule *s, const mpmd_cost_model *cost, mpmd_sim *out,
                                  int record, mpmd_error *err, char **report) {
     if (report) *report = NULL;
@@ -761,6 +794,8 @@ static mpmd_status check_and_run(const mpmd_schedule *s, const mpmd_cost_model *
         out->bubble = makespan > 0 ? 1.0 - busy / ((double)c.D * makespan) : 0.0;
     }
     free_ctx(&c);
+    /* complete and free of deadlocks: last, the order of microbatches */
+    if ((st = check_order(s, err))) goto fail_plain;
     return MPMD_OK;
 fail_plain:
     if (report) {
