@@ -60,7 +60,8 @@ enum {
 typedef struct mpmd_instr {
     int8_t op;
     int8_t kind;  /* TASK: task kind */
-    int16_t pad;
+    int8_t moved; /* SEND: the value's last use here: its buffer itself goes */
+    int8_t pad;
     int32_t node; /* RUN_*, SEND, RECV, FREE: the value */
     int32_t stage;
     int32_t mb;   /* microbatch; -1 for values outside the body */

@@ -385,7 +385,7 @@ void mpmd_step_print(const mpmd_step *st, FILE *f) {
                 break;
             case MPMD_I_SEND:
                 fprintf(f, "  send  %%%d:%s mb %d -> rank %d%s\n", in->node, mpmd_type_str(&n->type, tb, sizeof tb),
-                        in->mb, in->peer, in->kind == 1 ? " (moved)" : "");
+                        in->mb, in->peer, in->moved ? " (moved)" : "");
                 break;
             case MPMD_I_RECV:
                 fprintf(f, "  recv  %%%d:%s mb %d <- rank %d\n", in->node, mpmd_type_str(&n->type, tb, sizeof tb),

@@ -224,7 +224,7 @@ mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
             mpmd_instr in = raw.ins[x];
             int moved = 0;
             if (in.op == MPMD_I_SEND && in.mb >= 0 && last[(size_t)in.node * n + in.mb] == x) {
-                in.kind = 1; /* the last use: hand the buffer over */
+                in.moved = 1; /* the last use: hand the buffer over */
                 moved = 1;
             }
             if (in.op == MPMD_I_RECV && in.mb >= 0) live_bytes += (int64_t)mpmd_type_bytes(&g->nodes[in.node].type);

@@ -180,7 +180,7 @@ void *rt_send_buffer(mpmd_rank_state *rs, const mpmd_instr *in) {
     struct mpmd_step *st = rs->st;
     size_t bytes = rt_bytes(st->g, in->node);
     void **slot = in->mb >= 0 ? &rs->val[(size_t)rs->slot[in->node] * st->num_micro + in->mb] : &rs->glob[in->node];
-    if (in->kind == 1) { /* moved: the receiver owns it now */
+    if (in->moved) { /* the receiver owns it now */
         void *buf = *slot;
         *slot = NULL;
         rs->live_bytes -= (int64_t)bytes;
