@@ -2,7 +2,7 @@
 #   make demo   install what is missing, build, train the GPT example pipelined
 #               over 4 in-process ranks (about a minute)
 #   make test   install what is missing, build, run every test
-# Also: make (build into build/), make bench, make test-sanitize, make clean;
+# Also: make (build into build/), make bench, make test-sanitize, make format, make clean;
 # on a machine with an NVIDIA GPU: make test-gpu, make bench-gpu.
 
 BUILD ?= build
@@ -11,7 +11,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # Debian packages the build needs.
 PACKAGES = cmake make gcc libc6-dev pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin
 
-.PHONY: all deps build test test-sanitize test-gpu demo bench bench-gpu clean
+.PHONY: all deps build test test-sanitize test-gpu demo bench bench-gpu format clean
 
 all: build
 
@@ -74,6 +74,11 @@ bench-gpu: build
 	  echo "== PyTorch eager ($(TORCH_ANCHOR) --compile 0)"; python3 "$(TORCH_ANCHOR)" --compile 0; \
 	  echo "== PyTorch compiled ($(TORCH_ANCHOR) --compile 1)"; python3 "$(TORCH_ANCHOR)" --compile 1; \
 	else echo "bench-gpu: no PyTorch reference run (needs $(TORCH_ANCHOR) and python3 with torch)"; fi
+
+# The C, header and CUDA sources formatted by the checked-in .clang-format.
+format:
+	@command -v clang-format >/dev/null || { echo "make format needs clang-format (apt-get install clang-format)"; exit 1; }
+	git ls-files '*.c' '*.h' '*.cu' | xargs clang-format -i
 
 clean:
 	rm -rf $(BUILD) $(SAN_BUILD)

@@ -98,7 +98,9 @@ typedef struct runner {
     mpmd_step *st;
 } runner;
 
-static const char *runner_error(const runner *r) { return r->ex ? mpmd_exec_error(r->ex) : mpmd_step_error(r->st); }
+static const char *runner_error(const runner *r) {
+    return r->ex ? mpmd_exec_error(r->ex) : mpmd_step_error(r->st);
+}
 
 /* One step; its loss into *loss. */
 static mpmd_status run_step(runner *r, const feed *f, mpmd_value loss_v, float *loss) {
@@ -109,7 +111,8 @@ static mpmd_status run_step(runner *r, const feed *f, mpmd_value loss_v, float *
         if (rc) return rc;
     }
     if ((rc = r->ex ? mpmd_exec_run(r->ex) : mpmd_step_run(r->st))) return rc;
-    return r->ex ? mpmd_exec_read(r->ex, loss_v, loss, sizeof *loss) : mpmd_step_read(r->st, loss_v, loss, sizeof *loss);
+    return r->ex ? mpmd_exec_read(r->ex, loss_v, loss, sizeof *loss)
+                 : mpmd_step_read(r->st, loss_v, loss, sizeof *loss);
 }
 
 static void runner_sha(runner *r, char hex[65]) {
@@ -128,7 +131,8 @@ typedef struct timing {
 } timing;
 
 static int time_steps(const char *what, runner *r, const feed *f, mpmd_value loss_v, int steps, timing *t) {
-    double *wall = malloc((size_t)(steps + 1) * sizeof *wall), *cpu = malloc((size_t)(steps + 1) * sizeof *cpu);
+    double *wall = malloc((size_t)(steps + 1) * sizeof *wall),
+           *cpu = malloc((size_t)(steps + 1) * sizeof *cpu);
     int rc = 1;
     if (!wall || !cpu) {
         fprintf(stderr, "bench_pipeline: out of memory\n");
@@ -160,10 +164,11 @@ done:
 /* The pipeline's first step against the loop's, bit for bit. */
 static int same_bits(const char *what, const timing *loop, const timing *pipe) {
     if (!memcmp(&loop->loss, &pipe->loss, sizeof loop->loss) && !strcmp(loop->sha, pipe->sha)) return 1;
-    fprintf(stderr,
-            "bench_pipeline: %s: NOT bitwise equal to the one-rank loop: loss %.9g vs %.9g, params_sha256 %s vs "
-            "%s\n",
-            what, pipe->loss, loop->loss, pipe->sha, loop->sha);
+    fprintf(
+        stderr,
+        "bench_pipeline: %s: NOT bitwise equal to the one-rank loop: loss %.9g vs %.9g, params_sha256 %s vs "
+        "%s\n",
+        what, pipe->loss, loop->loss, pipe->sha, loop->sha);
     return 0;
 }
 
@@ -175,8 +180,8 @@ typedef struct paired {
     double best_speedup; /* fastest loop step / fastest pipelined step: noise only adds time */
 } paired;
 
-static int time_paired(const char *what, runner *loop, runner *pipe, const feed *f, mpmd_value loss_v, int steps,
-                       paired *out) {
+static int time_paired(const char *what, runner *loop, runner *pipe, const feed *f, mpmd_value loss_v,
+                       int steps, paired *out) {
     double *lt = malloc((size_t)steps * sizeof *lt), *pt = malloc((size_t)steps * sizeof *pt),
            *ratio = malloc((size_t)steps * sizeof *ratio);
     int rc = 1;
@@ -214,8 +219,10 @@ done:
 /* mlp_build, saying why when it fails; the caller frees m->g either way. */
 static int build_mlp(int layers, int micro, int rows_per_mb, int width, mlp_model *m) {
     mpmd_status st = mlp_build(layers, micro, rows_per_mb, width, m);
-    if (st == MPMD_ERR_NOMEM) fprintf(stderr, "bench_pipeline: mlp: out of memory\n");
-    else if (st) fprintf(stderr, "bench_pipeline: mlp: %s\n", mpmd_graph_error(m->g));
+    if (st == MPMD_ERR_NOMEM)
+        fprintf(stderr, "bench_pipeline: mlp: out of memory\n");
+    else if (st)
+        fprintf(stderr, "bench_pipeline: mlp: %s\n", mpmd_graph_error(m->g));
     return st != MPMD_OK;
 }
 
@@ -240,7 +247,8 @@ static mpmd_schedule *new_schedule(mpmd_schedule_kind kind, int stages, int rank
 
 static int64_t total_tasks(const mpmd_schedule *s) {
     int64_t t = 0;
-    for (int r = 0; r < s->num_ranks; r++) t += s->ranks[r].num_tasks;
+    for (int r = 0; r < s->num_ranks; r++)
+        t += s->ranks[r].num_tasks;
     return t;
 }
 
@@ -259,7 +267,8 @@ static void stage_flops(int layers, int64_t width, int64_t seq, int64_t vocab, i
         scale[s] = block * nb + (s == stages - 1 ? 2.0 * (double)width * (double)vocab : 0);
         sum += scale[s];
     }
-    for (int s = 0; s < stages; s++) scale[s] *= stages / sum; /* mean 1 */
+    for (int s = 0; s < stages; s++)
+        scale[s] *= stages / sum; /* mean 1 */
 }
 
 /* NULL: every schedule; otherwise only the one of this command-line name */
@@ -303,7 +312,8 @@ static int efficiency_on(const char *model, const mpmd_graph *g, const feed *f, 
         runner pr = {NULL, NULL};
         timing first;
         paired p;
-        if (mpmd_schedule_simulate(s, NULL, &sim, &err, NULL) || mpmd_schedule_simulate(s, &wc, &wsim, &err, NULL) ||
+        if (mpmd_schedule_simulate(s, NULL, &sim, &err, NULL) ||
+            mpmd_schedule_simulate(s, &wc, &wsim, &err, NULL) ||
             !(pr.st = mpmd_jit_with_loop(g, s, &so, &err))) {
             fprintf(stderr, "bench_pipeline: %s: %s\n", s->name, err.msg);
             rc = 1;
@@ -312,7 +322,8 @@ static int efficiency_on(const char *model, const mpmd_graph *g, const feed *f, 
             rc = 1;
         } else {
             double analytic = D * (1.0 - sim->bubble), bound = D * (1.0 - wsim->bubble);
-            fprintf(stderr, "  %s, %s: loop %.1f ms, pipeline %.1f ms, speedup %.2f, analytic %.2f, ratio %.2f\n",
+            fprintf(stderr,
+                    "  %s, %s: loop %.1f ms, pipeline %.1f ms, speedup %.2f, analytic %.2f, ratio %.2f\n",
                     model, s->name, p.loop_ms, p.pipe_ms, p.speedup, analytic, p.speedup / analytic);
             fprintf(json,
                     "{\"bench\": \"pipeline_efficiency\", \"model\": \"%s\", \"schedule\": \"%s\", "
@@ -337,8 +348,8 @@ static int efficiency_on(const char *model, const mpmd_graph *g, const feed *f, 
  * with an MSE loss, a marker after every 8 / stages Blocks, AdamW. Without
  * an embedding or an LM head every stage does the same work, so this is
  * the runtime against 2 (1 - b) itself. */
-static int build_blocks(int layers, int64_t width, int heads, int64_t seq, int64_t batch, int micro, int stages,
-                        mpmd_graph **out, mpmd_value *x, mpmd_value *y, mpmd_value *loss_out) {
+static int build_blocks(int layers, int64_t width, int heads, int64_t seq, int64_t batch, int micro,
+                        int stages, mpmd_graph **out, mpmd_value *x, mpmd_value *y, mpmd_value *loss_out) {
     mpmd_graph *g = *out = mpmd_graph_new();
     if (!g) return 1;
     *x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(batch, seq, width));
@@ -351,8 +362,8 @@ static int build_blocks(int layers, int64_t width, int heads, int64_t seq, int64
         h = mpmd_transformer_block(g, name, h, heads, 0);
         if ((i + 1) % (layers / stages) == 0 && i + 1 < layers) h = mpmd_enter_stage(g, h);
     }
-    mpmd_value loss = mpmd_mul_scalar(g, mpmd_mean(g, mpmd_square(g, mpmd_sub(g, h, t)), 0, NULL, 0),
-                                      1.0f / (float)micro);
+    mpmd_value loss =
+        mpmd_mul_scalar(g, mpmd_mean(g, mpmd_square(g, mpmd_sub(g, h, t)), 0, NULL, 0), 1.0f / (float)micro);
     loss = mpmd_enter_stage(g, loss);
     int np = mpmd_graph_params(g, NULL, 0);
     mpmd_value *ps = malloc((size_t)np * sizeof *ps), *gs = malloc((size_t)np * sizeof *gs);
@@ -363,7 +374,8 @@ static int build_blocks(int layers, int64_t width, int heads, int64_t seq, int64
     mpmd_graph_params(g, ps, np);
     mpmd_grad(g, loss, np, ps, gs);
     *loss_out = mpmd_loop_reduce(g, loss, MPMD_REDUCE_ADD);
-    for (int i = 0; i < np; i++) gs[i] = mpmd_loop_reduce(g, gs[i], MPMD_REDUCE_ADD);
+    for (int i = 0; i < np; i++)
+        gs[i] = mpmd_loop_reduce(g, gs[i], MPMD_REDUCE_ADD);
     mpmd_loop_end(g);
     mpmd_adamw(g, np, ps, gs, mpmd_scalar(g, 1e-4f), MPMD_ADAM_DEFAULTS);
     mpmd_keep(g, *loss_out);
@@ -415,7 +427,8 @@ static int bench_efficiency(int steps) {
         feed f = {2, in, data, bytes};
         double scale[4];
         stage_flops(c.layers, c.width, c.seq, c.vocab, stages, NULL, scale);
-        rc = efficiency_on("gpt-small-8l", m.g, &f, m.loss, stages, micro, scale, stages == 2 ? two : four, 4, steps);
+        rc = efficiency_on("gpt-small-8l", m.g, &f, m.loss, stages, micro, scale, stages == 2 ? two : four, 4,
+                           steps);
         gpt_model_free(&m);
     }
     /* the same GPT with its 2 stages balanced by cost (gpt_stage_blocks:
@@ -494,7 +507,8 @@ static int bench_overhead(int steps) {
     mpmd_step_opts so = MPMD_STEP_DEFAULTS;
     so.threads_per_rank = 1;
     timing loop, pipe;
-    if (!(loop_r.ex = mpmd_exec_new(m.g, &eo, &err)) || !(pipe_r.st = mpmd_jit_with_loop(m.g, s, &so, &err))) {
+    if (!(loop_r.ex = mpmd_exec_new(m.g, &eo, &err)) ||
+        !(pipe_r.st = mpmd_jit_with_loop(m.g, s, &so, &err))) {
         fprintf(stderr, "bench_pipeline: overhead: %s\n", err.msg);
         goto done;
     }
@@ -508,13 +522,14 @@ static int bench_overhead(int steps) {
     double cpu_us = 1e3 * (pipe.cpu_ms - loop.cpu_ms) / (double)tasks;
     fprintf(stderr, "  overhead, %s: loop %.3f ms, pipeline %.3f ms, %lld tasks: %.2f us/task (cpu %.2f)\n",
             s->name, loop.wall_ms, pipe.wall_ms, (long long)tasks, wall_us, cpu_us);
-    fprintf(json,
-            "{\"bench\": \"runtime_overhead\", \"model\": \"mlp-w4-8l\", \"schedule\": \"%s\", \"tasks\": %lld, "
-            "\"loop_ms\": %.3f, \"pipeline_ms\": %.3f, \"us_per_task\": %.2f, \"upper_us_per_task\": %.2f, "
-            "\"cpu_us_per_task\": %.2f, \"busiest_rank_us_per_task\": %.2f, \"bitwise_equal\": true, "
-            "\"load_avg\": %.2f}\n",
-            s->name, (long long)tasks, loop.wall_ms, pipe.wall_ms, wall_us, 1e3 * pipe.wall_ms / (double)tasks,
-            cpu_us, 1e3 * pipe.wall_ms / (double)busiest, loadavg());
+    fprintf(
+        json,
+        "{\"bench\": \"runtime_overhead\", \"model\": \"mlp-w4-8l\", \"schedule\": \"%s\", \"tasks\": %lld, "
+        "\"loop_ms\": %.3f, \"pipeline_ms\": %.3f, \"us_per_task\": %.2f, \"upper_us_per_task\": %.2f, "
+        "\"cpu_us_per_task\": %.2f, \"busiest_rank_us_per_task\": %.2f, \"bitwise_equal\": true, "
+        "\"load_avg\": %.2f}\n",
+        s->name, (long long)tasks, loop.wall_ms, pipe.wall_ms, wall_us, 1e3 * pipe.wall_ms / (double)tasks,
+        cpu_us, 1e3 * pipe.wall_ms / (double)busiest, loadavg());
     rc = 0;
 done:
     mpmd_exec_free(loop_r.ex);
@@ -584,10 +599,13 @@ static int bench_compile(void) {
             double ms = 1e3 * bench_median(t, 3);
             fprintf(stderr, "  compile %s: %.1f ms (a step runs in %.0f ms)\n", s->name, ms, run_ms);
             fprintf(json,
-                    "{\"bench\": \"compile_time\", \"model\": \"mlp-w4-96l\", \"schedule\": \"%s\", \"stages\": %d, "
+                    "{\"bench\": \"compile_time\", \"model\": \"mlp-w4-96l\", \"schedule\": \"%s\", "
+                    "\"stages\": %d, "
                     "\"ranks\": %d, \"microbatches\": %d, \"tasks\": %lld, \"graph_build_ms\": %.2f, "
-                    "\"compile_ms\": %.2f, \"first_step_ms\": %.1f, \"bitwise_equal\": true, \"load_avg\": %.2f}\n",
-                    s->name, layers, s->num_ranks, micro, (long long)total_tasks(s), build_ms, ms, run_ms, loadavg());
+                    "\"compile_ms\": %.2f, \"first_step_ms\": %.1f, \"bitwise_equal\": true, \"load_avg\": "
+                    "%.2f}\n",
+                    s->name, layers, s->num_ranks, micro, (long long)total_tasks(s), build_ms, ms, run_ms,
+                    loadavg());
         }
         mpmd_schedule_free(s);
         if (!ok) goto done;
@@ -625,7 +643,9 @@ int main(int argc, char **argv) {
             }
             steps = (int)v;
         } else {
-            fprintf(stderr, "usage: bench_pipeline [--only efficiency|overhead|compile] [--schedule NAME] [--steps N]\n");
+            fprintf(
+                stderr,
+                "usage: bench_pipeline [--only efficiency|overhead|compile] [--schedule NAME] [--steps N]\n");
             return 2;
         }
     }

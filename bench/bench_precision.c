@@ -115,7 +115,8 @@ int main(int argc, char **argv) {
         if (run(c, MPMD_BF16, steps, &b)) return 1;
         printf("{\"bench\": \"precision\", \"model\": \"%s\", \"schedule\": \"std1f1b\", \"ranks\": 2, "
                "\"f32_ms\": %.1f, \"bf16_ms\": %.1f, \"time_ratio\": %.3f, \"f32_peak_bytes\": %lld, "
-               "\"bf16_peak_bytes\": %lld, \"peak_ratio\": %.3f, \"f32_sent_bytes\": %lld, \"bf16_sent_bytes\": %lld, "
+               "\"bf16_peak_bytes\": %lld, \"peak_ratio\": %.3f, \"f32_sent_bytes\": %lld, "
+               "\"bf16_sent_bytes\": %lld, "
                "\"sent_ratio\": %.3f}\n",
                sizes[i].name, f.ms, b.ms, b.ms / f.ms, (long long)f.peak, (long long)b.peak,
                (double)b.peak / (double)f.peak, (long long)f.sent, (long long)b.sent,

@@ -31,9 +31,10 @@ static int measure(const char *model, mpmd_step *st, int64_t tasks) {
         }
     }
     double mo = bench_median(off, PAIRS), mn = bench_median(on, PAIRS);
-    printf("{\"bench\": \"recording_overhead\", \"model\": \"%s\", \"tasks_per_step\": %lld, \"off_ms\": %.3f, "
-           "\"on_ms\": %.3f, \"overhead_pct\": %.2f, \"target_pct\": 2}\n",
-           model, (long long)tasks, mo, mn, 100.0 * (mn - mo) / mo);
+    printf(
+        "{\"bench\": \"recording_overhead\", \"model\": \"%s\", \"tasks_per_step\": %lld, \"off_ms\": %.3f, "
+        "\"on_ms\": %.3f, \"overhead_pct\": %.2f, \"target_pct\": 2}\n",
+        model, (long long)tasks, mo, mn, 100.0 * (mn - mo) / mo);
     return 0;
 }
 

@@ -82,16 +82,19 @@ static double run(const opts *o, int stages, int micro, int64_t *params_out) {
         float loss = 0;
         double t0 = bench_now();
         if (ex) {
-            ok = !mpmd_exec_set_input(ex, m.tokens, tok, nb) && !mpmd_exec_set_input(ex, m.targets, tgt, nb) &&
-                 !mpmd_exec_run(ex) && !mpmd_exec_read(ex, m.loss, &loss, sizeof loss);
+            ok = !mpmd_exec_set_input(ex, m.tokens, tok, nb) &&
+                 !mpmd_exec_set_input(ex, m.targets, tgt, nb) && !mpmd_exec_run(ex) &&
+                 !mpmd_exec_read(ex, m.loss, &loss, sizeof loss);
         } else {
-            ok = !mpmd_step_set_input(st, m.tokens, tok, nb) && !mpmd_step_set_input(st, m.targets, tgt, nb) &&
-                 !mpmd_step_run(st) && !mpmd_step_read(st, m.loss, &loss, sizeof loss);
+            ok = !mpmd_step_set_input(st, m.tokens, tok, nb) &&
+                 !mpmd_step_set_input(st, m.targets, tgt, nb) && !mpmd_step_run(st) &&
+                 !mpmd_step_read(st, m.loss, &loss, sizeof loss);
         }
         double dt = bench_now() - t0;
         if (!ok) fprintf(stderr, "gpu_bench: %s\n", ex ? mpmd_exec_error(ex) : mpmd_step_error(st));
         if (k > 0) t[k - 1] = dt;
-        fprintf(stderr, "  %s step %d: %.1f ms, loss %.4f\n", ex ? "one rank" : "pipeline", k, 1e3 * dt, loss);
+        fprintf(stderr, "  %s step %d: %.1f ms, loss %.4f\n", ex ? "one rank" : "pipeline", k, 1e3 * dt,
+                loss);
     }
     if (ok) ms = 1e3 * bench_median(t, o->steps);
     if (ok && ex && o->profile) {
@@ -124,20 +127,33 @@ int main(int argc, char **argv) {
             o.profile = 1;
             continue;
         }
-        if (!val) bad = 1;
-        else if (!strcmp(a, "--backend")) o.backend = val;
+        if (!val)
+            bad = 1;
+        else if (!strcmp(a, "--backend"))
+            o.backend = val;
         else if (!strcmp(a, "--precision"))
-            bad = !strcmp(val, "f32") ? (o.compute = MPMD_F32, 0) : !strcmp(val, "bf16") ? (o.compute = MPMD_BF16, 0) : 1;
-        else if (!strcmp(a, "--steps")) bad = arg_int(val, 1, 1000, &v), o.steps = (int)v;
-        else if (!strcmp(a, "--stages")) bad = arg_int(val, 0, 12, &v), o.stages = (int)v;
-        else if (!strcmp(a, "--microbatches")) bad = arg_int(val, 1, 1024, &v), o.micro = (int)v;
-        else if (!strcmp(a, "--layers")) bad = arg_int(val, 1, 96, &v), o.layers = (int)v;
-        else if (!strcmp(a, "--batch")) bad = arg_int(val, 1, 4096, &o.batch);
-        else if (!strcmp(a, "--seq")) bad = arg_int(val, 1, 1 << 16, &o.seq);
-        else bad = 1;
+            bad = !strcmp(val, "f32")    ? (o.compute = MPMD_F32, 0)
+                  : !strcmp(val, "bf16") ? (o.compute = MPMD_BF16, 0)
+                                         : 1;
+        else if (!strcmp(a, "--steps"))
+            bad = arg_int(val, 1, 1000, &v), o.steps = (int)v;
+        else if (!strcmp(a, "--stages"))
+            bad = arg_int(val, 0, 12, &v), o.stages = (int)v;
+        else if (!strcmp(a, "--microbatches"))
+            bad = arg_int(val, 1, 1024, &v), o.micro = (int)v;
+        else if (!strcmp(a, "--layers"))
+            bad = arg_int(val, 1, 96, &v), o.layers = (int)v;
+        else if (!strcmp(a, "--batch"))
+            bad = arg_int(val, 1, 4096, &o.batch);
+        else if (!strcmp(a, "--seq"))
+            bad = arg_int(val, 1, 1 << 16, &o.seq);
+        else
+            bad = 1;
         if (bad) {
-            fprintf(stderr, "usage: gpu_bench [--backend NAME] [--precision f32|bf16] [--steps N] [--stages S (0: none)]\n"
-                            "                 [--microbatches M] [--layers L] [--batch B] [--seq T] [--profile]\n");
+            fprintf(stderr,
+                    "usage: gpu_bench [--backend NAME] [--precision f32|bf16] [--steps N] [--stages S (0: "
+                    "none)]\n"
+                    "                 [--microbatches M] [--layers L] [--batch B] [--seq T] [--profile]\n");
             return 2;
         }
         i++;
@@ -151,7 +167,8 @@ int main(int argc, char **argv) {
     double one = run(&o, 0, 1, &params);
     if (one < 0) return 1;
     double tps = (double)(o.batch * o.seq) / (one / 1e3);
-    printf("{\"bench\": \"gpu_train\", \"backend\": \"%s\", \"precision\": \"%s\", \"model\": \"gpt2-124m\", \"layers\": %d, \"params\": %lld, "
+    printf("{\"bench\": \"gpu_train\", \"backend\": \"%s\", \"precision\": \"%s\", \"model\": \"gpt2-124m\", "
+           "\"layers\": %d, \"params\": %lld, "
            "\"batch\": %lld, \"seq\": %lld, \"ranks\": 1, \"ms_per_step\": %.2f, \"tokens_per_s\": %.0f, "
            "\"model_tflops\": %.1f}\n",
            o.backend, mpmd_dtype_name(o.compute), o.layers, (long long)params, o.batch, o.seq, one, tps,
@@ -161,8 +178,10 @@ int main(int argc, char **argv) {
         double pp = run(&o, o.stages, o.micro, &params);
         if (pp < 0) return 1;
         double ptps = (double)(o.batch * o.seq) / (pp / 1e3);
-        printf("{\"bench\": \"gpu_train\", \"backend\": \"%s\", \"precision\": \"%s\", \"model\": \"gpt2-124m\", \"schedule\": \"std1f1b\", "
-               "\"stages\": %d, \"ranks\": %d, \"microbatches\": %d, \"ms_per_step\": %.2f, \"tokens_per_s\": %.0f, "
+        printf("{\"bench\": \"gpu_train\", \"backend\": \"%s\", \"precision\": \"%s\", \"model\": "
+               "\"gpt2-124m\", \"schedule\": \"std1f1b\", "
+               "\"stages\": %d, \"ranks\": %d, \"microbatches\": %d, \"ms_per_step\": %.2f, "
+               "\"tokens_per_s\": %.0f, "
                "\"model_tflops\": %.1f, \"speed_vs_one_rank\": %.3f}\n",
                o.backend, mpmd_dtype_name(o.compute), o.stages, o.stages, o.micro, pp, ptps,
                6.0 * (double)params * ptps / 1e12, one / pp);

@@ -106,15 +106,16 @@ int main(int argc, char **argv) {
     MPI_Gather(&my_wait, 1, MPI_DOUBLE, waits, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (w == 0) {
         if (memcmp(&local_loss, &mpi_loss, sizeof mpi_loss) != 0) {
-            fprintf(stderr, "mpi_bench: the MPI run's loss %.9g differs from the in-process run's %.9g\n", mpi_loss,
-                    local_loss);
+            fprintf(stderr, "mpi_bench: the MPI run's loss %.9g differs from the in-process run's %.9g\n",
+                    mpi_loss, local_loss);
             mpmd_mpi_abort(1);
         }
         double lm = 1e3 * bench_median(local, STEPS), dm = 1e3 * bench_median(dist, STEPS);
-        printf("{\"bench\": \"mpi_vs_local\", \"model\": \"gpt_small_4l\", \"schedule\": \"%s\", \"ranks\": 2, "
-               "\"threads_per_rank\": 1, \"local_ms_per_step\": %.2f, \"mpi_ms_per_step\": %.2f, "
-               "\"mpi_over_local\": %.3f, \"mpi_wait_ms_per_step\": [%.2f, %.2f], \"target_max\": 1.10}\n",
-               s->name, lm, dm, dm / lm, waits[0], waits[1]);
+        printf(
+            "{\"bench\": \"mpi_vs_local\", \"model\": \"gpt_small_4l\", \"schedule\": \"%s\", \"ranks\": 2, "
+            "\"threads_per_rank\": 1, \"local_ms_per_step\": %.2f, \"mpi_ms_per_step\": %.2f, "
+            "\"mpi_over_local\": %.3f, \"mpi_wait_ms_per_step\": [%.2f, %.2f], \"target_max\": 1.10}\n",
+            s->name, lm, dm, dm / lm, waits[0], waits[1]);
     }
     mpmd_step_free(st);
     mpmd_schedule_free(s);

@@ -126,14 +126,14 @@ static int parse_float(const char *opt, const char *s, float *out) {
     return 0;
 }
 
-static const char *const flags[] = {"--tie-embeddings", "--no-nan-check", "--fuse-steady-state", "--quiet",
-                                    "--json", "--balance-stages"};
-static const char *const valued[] = {"--layers",   "--width",   "--heads",         "--seq",     "--batch",
-                                     "--microbatches", "--stages", "--steps",      "--log-every", "--threads",
-                                     "--seed",     "--lr",      "--weight-decay",  "--data",    "--schedule",
-                                     "--ranks",    "--runtime", "--data-parallel", "--trace",   "--timeline",
-                                     "--save",     "--save-every", "--resume",  "--backend", "--precision",
-                                     "--export-weights", "--dtype"};
+static const char *const flags[] = {"--tie-embeddings", "--no-nan-check", "--fuse-steady-state",
+                                    "--quiet",          "--json",         "--balance-stages"};
+static const char *const valued[] = {
+    "--layers",       "--width",          "--heads",     "--seq",        "--batch",   "--microbatches",
+    "--stages",       "--steps",          "--log-every", "--threads",    "--seed",    "--lr",
+    "--weight-decay", "--data",           "--schedule",  "--ranks",      "--runtime", "--data-parallel",
+    "--trace",        "--timeline",       "--save",      "--save-every", "--resume",  "--backend",
+    "--precision",    "--export-weights", "--dtype"};
 
 static int is_one_of(const char *name, const char *const *list, size_t n) {
     for (size_t k = 0; k < n; k++)
@@ -173,7 +173,8 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!strcmp(name, "--balance-stages")) o->cfg.balance_stages = 1;
             continue;
         }
-        if (!is_one_of(name, valued, sizeof valued / sizeof valued[0])) return bad_option("unknown option \"%s\"", name);
+        if (!is_one_of(name, valued, sizeof valued / sizeof valued[0]))
+            return bad_option("unknown option \"%s\"", name);
         if (eq)
             val = eq + 1;
         else if (i + 1 < argc)
@@ -236,16 +237,18 @@ static int parse_args(int argc, char **argv, options *o) {
     }
     int loop = !strcmp(o->schedule, "loop");
     if (!loop && strncmp(o->schedule, "file:", 5) != 0 && mpmd_schedule_kind_from_name(o->schedule) < 0)
-        return bad_option("unknown schedule \"%s\"; use loop, gpipe, std1f1b, eager1f1b, interleaved1f1b, kimik2, "
-                          "zerobubble, dualpipev, interleavedgpipe or file:PATH",
-                          o->schedule);
+        return bad_option(
+            "unknown schedule \"%s\"; use loop, gpipe, std1f1b, eager1f1b, interleaved1f1b, kimik2, "
+            "zerobubble, dualpipev, interleavedgpipe or file:PATH",
+            o->schedule);
     if (loop && (o->ranks || o->mpi || o->replicas > 1 || o->fuse))
         return bad_option("--ranks, --runtime mpi, --data-parallel and --fuse-steady-state need a pipeline "
                           "schedule (--schedule NAME)");
     if (loop && (o->trace || o->timeline))
         return bad_option("--trace and --timeline draw a pipeline's ranks; give a --schedule");
     if (o->mpi && (o->trace || o->timeline))
-        return bad_option("--trace and --timeline need --runtime local (each MPI process sees only its rank)");
+        return bad_option(
+            "--trace and --timeline need --runtime local (each MPI process sees only its rank)");
     if (o->save_every && !o->save) return bad_option("--save-every needs --save PATH");
     if (o->export_dtype_name && !o->export_weights) return bad_option("--dtype needs --export-weights PATH");
     const char *xd = o->export_dtype_name ? o->export_dtype_name : "bf16";
@@ -272,10 +275,12 @@ static int parse_args(int argc, char **argv, options *o) {
                           o->replicas);
     o->cfg.batch /= o->replicas; /* the graph is one replica's step */
     if (!mpmd_mpi_available() && o->mpi)
-        return bad_option("--runtime mpi: this build of mpmd has no MPI (install libopenmpi-dev and rebuild)");
+        return bad_option(
+            "--runtime mpi: this build of mpmd has no MPI (install libopenmpi-dev and rebuild)");
     mpmd_error err;
     if (gpt_config_check(&o->cfg, &err)) {
-        fprintf(stderr, "%s\n(run gpt --help for the options)\n", err.msg); /* the message names the program */
+        fprintf(stderr, "%s\n(run gpt --help for the options)\n",
+                err.msg); /* the message names the program */
         return 2;
     }
     return 0;
@@ -295,21 +300,30 @@ typedef struct trainer {
     int mpi, root;
 } trainer;
 
-static mpmd_status set_inputs(trainer *t, const gpt_model *m, const int32_t *tok, const int32_t *tgt, size_t bytes) {
+static mpmd_status set_inputs(trainer *t, const gpt_model *m, const int32_t *tok, const int32_t *tgt,
+                              size_t bytes) {
     if (t->ex)
-        return mpmd_exec_set_input(t->ex, m->tokens, tok, bytes) ? 1 : mpmd_exec_set_input(t->ex, m->targets, tgt, bytes);
-    return mpmd_step_set_input(t->st, m->tokens, tok, bytes) ? 1 : mpmd_step_set_input(t->st, m->targets, tgt, bytes);
+        return mpmd_exec_set_input(t->ex, m->tokens, tok, bytes)
+                   ? 1
+                   : mpmd_exec_set_input(t->ex, m->targets, tgt, bytes);
+    return mpmd_step_set_input(t->st, m->tokens, tok, bytes)
+               ? 1
+               : mpmd_step_set_input(t->st, m->targets, tgt, bytes);
 }
 
-static const char *trainer_error(const trainer *t) { return t->ex ? mpmd_exec_error(t->ex) : mpmd_step_error(t->st); }
+static const char *trainer_error(const trainer *t) {
+    return t->ex ? mpmd_exec_error(t->ex) : mpmd_step_error(t->st);
+}
 
 /* One message to stderr from every process that fails; under MPI the whole
  * job ends (no process waits for a dead peer). */
 static int fail(const trainer *t, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    if (t && t->mpi) fprintf(stderr, "gpt (process %d): ", mpmd_mpi_world_rank());
-    else fprintf(stderr, "gpt: ");
+    if (t && t->mpi)
+        fprintf(stderr, "gpt (process %d): ", mpmd_mpi_world_rank());
+    else
+        fprintf(stderr, "gpt: ");
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -339,7 +353,8 @@ int main(int argc, char **argv) {
     }
 
     gpt_corpus corpus = {0};
-    if (o.data ? gpt_corpus_load(&corpus, o.data, c->seq + 1, &err) : gpt_corpus_generate(&corpus, 1 << 20, 1234, &err))
+    if (o.data ? gpt_corpus_load(&corpus, o.data, c->seq + 1, &err)
+               : gpt_corpus_generate(&corpus, 1 << 20, 1234, &err))
         return fail(&t, "%s", err.msg);
     gpt_model m;
     if (gpt_build(c, 1, &m, &err)) return fail(&t, "%s", err.msg);
@@ -360,12 +375,14 @@ int main(int argc, char **argv) {
         so.data_parallel = (int)o.replicas;
         so.backend = o.backend;
         if (!(t.st = mpmd_jit_with_loop(m.g, t.sched, &so, &err))) return fail(&t, "%s", err.msg);
-        mpmd_step_set_recording(t.st, 1); /* for the bubble and the pictures: two clock reads per instruction */
+        mpmd_step_set_recording(t.st,
+                                1); /* for the bubble and the pictures: two clock reads per instruction */
     }
     long long first = 1;
     if (o.resume) {
         mpmd_checkpoint_info info;
-        mpmd_status st = t.ex ? mpmd_exec_load(t.ex, o.resume, &info, &err) : mpmd_step_load(t.st, o.resume, &info, &err);
+        mpmd_status st =
+            t.ex ? mpmd_exec_load(t.ex, o.resume, &info, &err) : mpmd_step_load(t.st, o.resume, &info, &err);
         if (st) return fail(&t, "%s", err.msg);
         /* a weights export (info.weights_only) gives the parameters alone:
          * fresh optimizer state, step 0, no seed to keep */
@@ -374,23 +391,27 @@ int main(int argc, char **argv) {
                         o.resume, (unsigned long long)info.seed);
         first = info.step + 1;
         if (first > o.steps)
-            return fail(&t, "%s holds %lld steps already; --steps %lld counts from the start of training", o.resume,
-                        (long long)info.step, o.steps);
+            return fail(&t, "%s holds %lld steps already; --steps %lld counts from the start of training",
+                        o.resume, (long long)info.step, o.steps);
     }
 
     if (t.root && !o.quiet && !o.json) {
-        printf("gpt: %d layers, width %lld, %d heads, seq %lld, batch %lld in %d microbatches, %lld parameters%s\n",
-               c->layers, (long long)c->width, c->heads, (long long)c->seq, (long long)(c->batch * o.replicas),
-               c->microbatches, (long long)gpt_param_count(c), c->tie_embeddings ? " (tied embeddings)" : "");
+        printf("gpt: %d layers, width %lld, %d heads, seq %lld, batch %lld in %d microbatches, %lld "
+               "parameters%s\n",
+               c->layers, (long long)c->width, c->heads, (long long)c->seq,
+               (long long)(c->batch * o.replicas), c->microbatches, (long long)gpt_param_count(c),
+               c->tie_embeddings ? " (tied embeddings)" : "");
         if (t.sched)
             printf("pipeline: %s on %s%s\n", t.sched->name, o.mpi ? "MPI processes" : "in-process ranks",
                    o.replicas > 1 ? ", data-parallel replicas" : "");
         else
             printf("pipeline: none (the one-rank microbatch loop)\n");
-        printf("data: %s, %lld bytes; the loss starts near ln(256) = %.3f\n", o.data ? o.data : "generated corpus",
-               (long long)corpus.len, log(256.0));
-        if (first > 1) printf("resumed from %s after step %lld\n", o.resume, first - 1);
-        else if (o.resume) printf("started from the weights in %s (fresh optimizer state)\n", o.resume);
+        printf("data: %s, %lld bytes; the loss starts near ln(256) = %.3f\n",
+               o.data ? o.data : "generated corpus", (long long)corpus.len, log(256.0));
+        if (first > 1)
+            printf("resumed from %s after step %lld\n", o.resume, first - 1);
+        else if (o.resume)
+            printf("started from the weights in %s (fresh optimizer state)\n", o.resume);
         fflush(stdout);
     }
 
@@ -404,13 +425,17 @@ int main(int argc, char **argv) {
     long long since = 0, bubble_n = 0;
     for (long long step = first; step <= o.steps; step++) {
         gpt_sample_batch(&corpus, gb, c->seq, o.seed, (uint64_t)step, tok, tgt);
-        if (set_inputs(&t, &m, tok, tgt, nb * sizeof *tok)) return fail(&t, "step %lld: %s", step, trainer_error(&t));
-        if (t.ex ? mpmd_exec_run(t.ex) : mpmd_step_run(t.st)) return fail(&t, "step %lld: %s", step, trainer_error(&t));
+        if (set_inputs(&t, &m, tok, tgt, nb * sizeof *tok))
+            return fail(&t, "step %lld: %s", step, trainer_error(&t));
+        if (t.ex ? mpmd_exec_run(t.ex) : mpmd_step_run(t.st))
+            return fail(&t, "step %lld: %s", step, trainer_error(&t));
         mpmd_status ls = t.ex ? mpmd_exec_read(t.ex, m.loss, &loss, sizeof loss)
                               : mpmd_step_gather(t.st, m.loss, &loss, sizeof loss);
         if (ls) return fail(&t, "step %lld: %s", step, trainer_error(&t));
         if (o.nan_check && !isfinite(loss)) {
-            if (t.root) fprintf(stderr, "step %lld: loss is %s (use --no-nan-check to go on)\n", step, isnan(loss) ? "nan" : "inf");
+            if (t.root)
+                fprintf(stderr, "step %lld: loss is %s (use --no-nan-check to go on)\n", step,
+                        isnan(loss) ? "nan" : "inf");
             if (t.mpi) mpmd_mpi_abort(1);
             return 1;
         }
@@ -437,12 +462,14 @@ int main(int argc, char **argv) {
             double eta = (tn - t_start) / (double)(step - first + 1) * (double)(o.steps - step);
             double bubble = bubble_n ? 100 * busy_bubble / (double)bubble_n : 0;
             if (o.json)
-                printf("{\"step\": %lld, \"steps\": %lld, \"loss\": %.6f, \"tokens_per_s\": %.0f, \"ms_per_step\": %.2f, "
+                printf("{\"step\": %lld, \"steps\": %lld, \"loss\": %.6f, \"tokens_per_s\": %.0f, "
+                       "\"ms_per_step\": %.2f, "
                        "\"bubble_pct\": %.1f, \"eta_s\": %.1f}\n",
                        step, o.steps, loss, tps, ms, bubble, eta);
             else
-                printf("step %lld/%lld  loss %.4f  tokens/s %.0f  ms/step %.1f  bubble %.1f%%  eta %dm%02ds\n", step,
-                       o.steps, loss, tps, ms, bubble, (int)(eta / 60), (int)fmod(eta, 60));
+                printf(
+                    "step %lld/%lld  loss %.4f  tokens/s %.0f  ms/step %.1f  bubble %.1f%%  eta %dm%02ds\n",
+                    step, o.steps, loss, tps, ms, bubble, (int)(eta / 60), (int)fmod(eta, 60));
             fflush(stdout);
             t_log = tn;
             since = 0;

@@ -48,21 +48,20 @@ enum {
     NUM_RANKS = 4   /* pipeline ranks (the notebook's 4 GPUs) */
 };
 
-static const char *usage =
-    "usage: tutorial [options]\n"
-    "JaxPP's tutorial in C: an 8-Block transformer trained with the one-rank\n"
-    "microbatch loop, then pipelined with Interleaved1F1B on 4 in-process ranks\n"
-    "(4 and 8 stages); checks that all three give the same bits.\n"
-    "\n"
-    "  --steps N          training steps of each run, at least 2 (default 6)\n"
-    "  --d-model N        model width, a multiple of 8 heads (default 64)\n"
-    "  --seq N            sequence length (default 32)\n"
-    "  --threads N        kernel threads of the one-rank loop, 0 for all cores\n"
-    "                     (default 0; each pipelined rank gets cores / 4)\n"
-    "  --backend NAME     cpu (default) or cuda, for every run\n"
-    "  --precision P      compute dtype of the Blocks: f32 (default) or bf16\n"
-    "  --print-program    also print each pipelined step's per-rank programs\n"
-    "  --help             this text\n";
+static const char *usage = "usage: tutorial [options]\n"
+                           "JaxPP's tutorial in C: an 8-Block transformer trained with the one-rank\n"
+                           "microbatch loop, then pipelined with Interleaved1F1B on 4 in-process ranks\n"
+                           "(4 and 8 stages); checks that all three give the same bits.\n"
+                           "\n"
+                           "  --steps N          training steps of each run, at least 2 (default 6)\n"
+                           "  --d-model N        model width, a multiple of 8 heads (default 64)\n"
+                           "  --seq N            sequence length (default 32)\n"
+                           "  --threads N        kernel threads of the one-rank loop, 0 for all cores\n"
+                           "                     (default 0; each pipelined rank gets cores / 4)\n"
+                           "  --backend NAME     cpu (default) or cuda, for every run\n"
+                           "  --precision P      compute dtype of the Blocks: f32 (default) or bf16\n"
+                           "  --print-program    also print each pipelined step's per-rank programs\n"
+                           "  --help             this text\n";
 
 typedef struct options {
     long long steps, d_model, seq, threads;
@@ -82,13 +81,16 @@ static int parse_int(const char *opt, const char *s, long long lo, long long hi,
     errno = 0;
     long long v = strtoll(s, &end, 10);
     if (errno || end == s || *end) {
-        fprintf(stderr, "tutorial: %s expects an integer, got \"%s\"\n(run tutorial --help for the options)\n", opt,
+        fprintf(stderr,
+                "tutorial: %s expects an integer, got \"%s\"\n(run tutorial --help for the options)\n", opt,
                 s);
         return 2;
     }
     if (v < lo || v > hi) {
-        fprintf(stderr, "tutorial: %s must be between %lld and %lld, got %lld\n(run tutorial --help for the options)\n",
-                opt, lo, hi, v);
+        fprintf(
+            stderr,
+            "tutorial: %s must be between %lld and %lld, got %lld\n(run tutorial --help for the options)\n",
+            opt, lo, hi, v);
         return 2;
     }
     *out = v;
@@ -145,7 +147,8 @@ static int parse_args(int argc, char **argv, options *o) {
         if (rc) return rc;
     }
     if (o->d_model % HEADS) {
-        fprintf(stderr, "tutorial: --d-model %lld is not a multiple of the %d attention heads\n", o->d_model, HEADS);
+        fprintf(stderr, "tutorial: --d-model %lld is not a multiple of the %d attention heads\n", o->d_model,
+                HEADS);
         return 2;
     }
     return 0;
@@ -178,7 +181,8 @@ static uint64_t mix64(uint64_t x) {
 /* n floats uniform in [-1, 1) drawn from `seed` */
 static void fill(float *x, int64_t n, uint64_t seed) {
     for (int64_t i = 0; i < n; i++)
-        x[i] = (float)((double)(mix64(seed * 0x100000001b3ull + (uint64_t)i) >> 11) / 4503599627370496.0 - 1.0);
+        x[i] =
+            (float)((double)(mix64(seed * 0x100000001b3ull + (uint64_t)i) >> 11) / 4503599627370496.0 - 1.0);
 }
 
 /* The notebook's model and training step. */
@@ -222,7 +226,8 @@ static mpmd_status build(const options *o, int num_stages, model *m, mpmd_error 
     mpmd_graph_params(g, params, np);
     mpmd_grad(g, loss, np, params, grads); /* jax.value_and_grad */
     m->loss = mpmd_loop_reduce(g, loss, MPMD_REDUCE_ADD);
-    for (int i = 0; i < np; i++) grads[i] = mpmd_loop_reduce(g, grads[i], MPMD_REDUCE_ADD);
+    for (int i = 0; i < np; i++)
+        grads[i] = mpmd_loop_reduce(g, grads[i], MPMD_REDUCE_ADD);
     mpmd_loop_end(g);
 
     /* state.apply_gradients with optax.adamw(learning_rate=0.001), whose
@@ -254,21 +259,22 @@ static mpmd_status runner_step(runner *r, const model *m, const float *x, const 
                                float *loss) {
     if (r->ex) {
         mpmd_status rc;
-        if ((rc = mpmd_exec_set_input(r->ex, m->x, x, bytes)) || (rc = mpmd_exec_set_input(r->ex, m->targets, t, bytes)) ||
-            (rc = mpmd_exec_run(r->ex)))
+        if ((rc = mpmd_exec_set_input(r->ex, m->x, x, bytes)) ||
+            (rc = mpmd_exec_set_input(r->ex, m->targets, t, bytes)) || (rc = mpmd_exec_run(r->ex)))
             return rc;
         return mpmd_exec_read(r->ex, m->loss, loss, sizeof *loss);
     }
     mpmd_status rc;
-    if ((rc = mpmd_step_set_input(r->st, m->x, x, bytes)) || (rc = mpmd_step_set_input(r->st, m->targets, t, bytes)) ||
-        (rc = mpmd_step_run(r->st)))
+    if ((rc = mpmd_step_set_input(r->st, m->x, x, bytes)) ||
+        (rc = mpmd_step_set_input(r->st, m->targets, t, bytes)) || (rc = mpmd_step_run(r->st)))
         return rc;
     return mpmd_step_read(r->st, m->loss, loss, sizeof *loss);
 }
 
 /* train_with_progress: `steps` steps on the same batch; the first warms up
  * and is not timed. Prints each step's loss and the median step time. */
-static int train(runner *r, const model *m, const options *o, const float *x, const float *t, run_result *res) {
+static int train(runner *r, const model *m, const options *o, const float *x, const float *t,
+                 run_result *res) {
     const size_t bytes = (size_t)(BATCH * o->seq * o->d_model) * sizeof(float);
     double *times = malloc((size_t)o->steps * sizeof *times);
     if (!times) {
@@ -278,7 +284,8 @@ static int train(runner *r, const model *m, const options *o, const float *x, co
     for (long long s = 0; s < o->steps; s++) {
         double t0 = now_s();
         if (runner_step(r, m, x, t, bytes, &res->losses[s])) {
-            fprintf(stderr, "tutorial: step %lld: %s\n", s + 1, r->ex ? mpmd_exec_error(r->ex) : mpmd_step_error(r->st));
+            fprintf(stderr, "tutorial: step %lld: %s\n", s + 1,
+                    r->ex ? mpmd_exec_error(r->ex) : mpmd_step_error(r->st));
             free(times);
             return 1;
         }
@@ -312,14 +319,16 @@ static void print_where(const mpmd_step *st, const mpmd_graph *g) {
         int n = mpmd_step_where(st, v, ranks, NUM_RANKS);
         mpmd_type ty = mpmd_value_type(g, v);
         printf("    %-28s %-12s mpmd_idxs=(", name, mpmd_type_str(&ty, tb, sizeof tb));
-        for (int k = 0; k < n && k < NUM_RANKS; k++) printf("%s%d", k ? ", " : "", ranks[k]);
+        for (int k = 0; k < n && k < NUM_RANKS; k++)
+            printf("%s%d", k ? ", " : "", ranks[k]);
         printf("%s)\n", n == 1 ? "," : "");
     }
 }
 
 /* A pipelined run: Interleaved1F1B(num_stages, NUM_RANKS) on the model
  * built with num_stages markers. Returns 0 when it ran and matched `ref`. */
-static int pipelined(const options *o, int num_stages, const float *x, const float *t, const run_result *ref) {
+static int pipelined(const options *o, int num_stages, const float *x, const float *t,
+                     const run_result *ref) {
     model m;
     mpmd_error err;
     mpmd_schedule *s = NULL;
@@ -328,8 +337,9 @@ static int pipelined(const options *o, int num_stages, const float *x, const flo
     so.backend = o->backend;
     run_result res = {NULL, "", 0};
     int rc = 1;
-    printf("\n== pipelined: Interleaved1F1B(num_stages=%d, mpmd_dim=%d), a marker after every %d Block%s ==\n",
-           num_stages, NUM_RANKS, NUM_LAYERS / num_stages, NUM_LAYERS / num_stages > 1 ? "s" : "");
+    printf(
+        "\n== pipelined: Interleaved1F1B(num_stages=%d, mpmd_dim=%d), a marker after every %d Block%s ==\n",
+        num_stages, NUM_RANKS, NUM_LAYERS / num_stages, NUM_LAYERS / num_stages > 1 ? "s" : "");
     if (build(o, num_stages, &m, &err)) {
         fprintf(stderr, "tutorial: %s\n", err.msg);
         mpmd_graph_free(m.g);
@@ -354,14 +364,15 @@ static int pipelined(const options *o, int num_stages, const float *x, const flo
     }
     runner r = {NULL, st};
     if (train(&r, &m, o, x, t, &res)) goto done;
-    int same = !strcmp(res.sha, ref->sha) && !memcmp(res.losses, ref->losses, (size_t)o->steps * sizeof(float));
+    int same =
+        !strcmp(res.sha, ref->sha) && !memcmp(res.losses, ref->losses, (size_t)o->steps * sizeof(float));
     printf("  speedup over the one-rank loop: %.2fx\n", ref->median_ms / res.median_ms);
     printf("  bitwise equal to the one-rank loop: %s\n", same ? "yes" : "no");
     if (!same)
         for (long long k = 0; k < o->steps; k++)
             if (memcmp(&res.losses[k], &ref->losses[k], sizeof(float)))
-                fprintf(stderr, "tutorial: step %lld: loss %.9g, the one-rank loop's %.9g\n", k + 1, res.losses[k],
-                        ref->losses[k]);
+                fprintf(stderr, "tutorial: step %lld: loss %.9g, the one-rank loop's %.9g\n", k + 1,
+                        res.losses[k], ref->losses[k]);
     rc = same ? 0 : 1;
 done:
     free(res.losses);
@@ -376,8 +387,9 @@ int main(int argc, char **argv) {
     int rc = parse_args(argc, argv, &o);
     if (rc < 0) return 0;
     if (rc) return rc;
-    printf("tutorial: %d Blocks, d_model %lld, %d heads, seq %lld, batch %d in %d microbatches, AdamW lr 1e-3\n",
-           NUM_LAYERS, o.d_model, HEADS, o.seq, BATCH, NUM_MB);
+    printf(
+        "tutorial: %d Blocks, d_model %lld, %d heads, seq %lld, batch %d in %d microbatches, AdamW lr 1e-3\n",
+        NUM_LAYERS, o.d_model, HEADS, o.seq, BATCH, NUM_MB);
 
     const int64_t n = BATCH * o.seq * o.d_model;
     float *x = malloc((size_t)n * sizeof *x), *t = malloc((size_t)n * sizeof *t);

@@ -107,14 +107,21 @@ typedef struct mpmd_value {
 
 #define MPMD_NONE ((mpmd_value){-1})
 
-static inline int mpmd_is_value(mpmd_value v) { return v.id >= 0; }
+static inline int mpmd_is_value(mpmd_value v) {
+    return v.id >= 0;
+}
 
 /* Shape arguments: `MPMD_SHAPE(4, 16)` expands to `2, (int64_t[]){4, 16}`,
  * i.e. the (ndim, dims) pair every shape-taking function expects. */
-#define MPMD_SHAPE(...)                                                                  \
-    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]) { __VA_ARGS__ }
+#define MPMD_SHAPE(...)                                                                                      \
+    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]) {                           \
+        __VA_ARGS__                                                                                          \
+    }
 /* Axis lists: `MPMD_AXES(0, 1)` expands to `2, (int[]){0, 1}`. */
-#define MPMD_AXES(...) (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (const int[]) { __VA_ARGS__ }
+#define MPMD_AXES(...)                                                                                       \
+    (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (const int[]) {                                       \
+        __VA_ARGS__                                                                                          \
+    }
 
 /* Number of elements, and of bytes, of a type. */
 int64_t mpmd_type_numel(const mpmd_type *t);
@@ -593,13 +600,13 @@ typedef struct mpmd_rank_stats {
 
 typedef struct mpmd_step_stats {
     int num_ranks;
-    double step_ms;              /* wall time of the run */
-    double bubble;               /* 1 - sum(busy) / (ranks * step time) */
-    double simulated_bubble;     /* the schedule simulated with this run's mean task times */
-    double simulated_ms;         /* and its makespan, in ms */
-    double analytic_bubble;      /* the schedule's textbook bubble, NAN if none */
+    double step_ms;          /* wall time of the run */
+    double bubble;           /* 1 - sum(busy) / (ranks * step time) */
+    double simulated_bubble; /* the schedule simulated with this run's mean task times */
+    double simulated_ms;     /* and its makespan, in ms */
+    double analytic_bubble;  /* the schedule's textbook bubble, NAN if none */
     char analytic_formula[128];
-    mpmd_rank_stats *ranks;      /* [num_ranks], owned: mpmd_step_stats_free */
+    mpmd_rank_stats *ranks; /* [num_ranks], owned: mpmd_step_stats_free */
 } mpmd_step_stats;
 
 /* The summary of the last recorded run. */

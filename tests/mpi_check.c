@@ -46,8 +46,8 @@ static void run_or_abort(mpmd_step *st) {
 }
 
 /* Two steps of the loop and of the MPI pipeline; compare bit for bit. */
-static void compare(const char *what, mpmd_graph *g, const mpmd_value *in, void *const *data, const size_t *bytes,
-                    mpmd_value loss, const mpmd_schedule *s) {
+static void compare(const char *what, mpmd_graph *g, const mpmd_value *in, void *const *data,
+                    const size_t *bytes, mpmd_value loss, const mpmd_schedule *s) {
     mpmd_exec_opts eo = MPMD_EXEC_DEFAULTS;
     eo.threads = 1;
     eo.seed = 7;
@@ -67,9 +67,10 @@ static void compare(const char *what, mpmd_graph *g, const mpmd_value *in, void 
         char ha[65], hb[65];
         mpmd_exec_params_sha256(ex, ha);
         mpmd_step_params_sha256(st, hb);
-        CHECK(memcmp(&la, &lb, sizeof la) == 0, "%s %s step %d: loss %.9g vs one-rank %.9g", what, s->name, step, lb,
-              la);
-        CHECK(strcmp(ha, hb) == 0, "%s %s step %d: parameters differ from the one-rank loop", what, s->name, step);
+        CHECK(memcmp(&la, &lb, sizeof la) == 0, "%s %s step %d: loss %.9g vs one-rank %.9g", what, s->name,
+              step, lb, la);
+        CHECK(strcmp(ha, hb) == 0, "%s %s step %d: parameters differ from the one-rank loop", what, s->name,
+              step);
     }
     if (world == 0) printf("%s %s: final_loss and params_sha256 equal to the one-rank loop\n", what, s->name);
     mpmd_step_free(st);
@@ -138,13 +139,18 @@ static void data_parallel(int R) {
         float la, lb;
         mpmd_exec_read(ex, ref.loss, &la, sizeof la);
         mpmd_step_gather(st, dp.loss, &lb, sizeof lb);
-        CHECK(fabsf(la - lb) <= 1e-5f * fabsf(la) + 1e-6f, "data parallel step %d: loss %.9g vs whole batch %.9g",
-              step, lb, la);
+        CHECK(fabsf(la - lb) <= 1e-5f * fabsf(la) + 1e-6f,
+              "data parallel step %d: loss %.9g vs whole batch %.9g", step, lb, la);
     }
     char h[8][65];
-    for (int d = 0; d < R && d < 8; d++) mpmd_step_replica_params_sha256(st, d, h[d]);
-    for (int d = 1; d < R && d < 8; d++) CHECK(strcmp(h[0], h[d]) == 0, "replica %d differs from replica 0", d);
-    if (world == 0) printf("data parallel %d stages x %d replicas: loss matches the whole-batch loop, replicas identical\n", S, R);
+    for (int d = 0; d < R && d < 8; d++)
+        mpmd_step_replica_params_sha256(st, d, h[d]);
+    for (int d = 1; d < R && d < 8; d++)
+        CHECK(strcmp(h[0], h[d]) == 0, "replica %d differs from replica 0", d);
+    if (world == 0)
+        printf(
+            "data parallel %d stages x %d replicas: loss matches the whole-batch loop, replicas identical\n",
+            S, R);
     mpmd_step_free(st);
     mpmd_exec_free(ex);
     mpmd_schedule_free(s);

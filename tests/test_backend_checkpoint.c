@@ -147,8 +147,8 @@ static void test_device_error(void) {
         mpmd_exec_set_input(ex, m.tokens, tok, nb);
         mpmd_exec_set_input(ex, m.targets, tgt, nb);
         CHECK(mpmd_exec_run(ex) == MPMD_ERR_RUNTIME, "a label out of range ran on %s", be);
-        CHECK(strstr(mpmd_exec_error(ex), "977") && strstr(mpmd_exec_error(ex), "cross_entropy"), "message: %s",
-              mpmd_exec_error(ex));
+        CHECK(strstr(mpmd_exec_error(ex), "977") && strstr(mpmd_exec_error(ex), "cross_entropy"),
+              "message: %s", mpmd_exec_error(ex));
         tgt[5] = 1;
         mpmd_exec_set_input(ex, m.targets, tgt, nb);
         CHECK(mpmd_exec_run(ex) == MPMD_OK, "after the error: %s", mpmd_exec_error(ex));

@@ -97,8 +97,8 @@ extern const mpmd_op_desc mpmd_op_reshape, mpmd_op_permute, mpmd_op_slice, mpmd_
  * cancels to near zero has an f32 difference that is a good part of its
  * (small) ulp: two ulps. atol stays the f32 one, the bound on that absolute
  * difference near zero (f16's subnormal spacing, 6e-8, is far below it). */
-#define ULP_BF16 (1.0 / 128.0)  /* 2^-7 = 7.8e-3 */
-#define ULP_F16 (1.0 / 1024.0)  /* 2^-10 = 9.8e-4 */
+#define ULP_BF16 (1.0 / 128.0) /* 2^-7 = 7.8e-3 */
+#define ULP_F16 (1.0 / 1024.0) /* 2^-10 = 9.8e-4 */
 enum { T_EXACT, T_ELEM, T_SUM, T_MATMUL, T_SOFTMAX, T_XENT, T_NORM, T_OPTIM, T_NFAM };
 /* The columns of a tolerance: the dtype of the result. */
 enum { P_F32, P_BF16, P_F16, P_N };
@@ -732,12 +732,28 @@ static void case_cast(cb *c) {
     grads(c, 1, NULL, NULL);
 
     static const float sp[] = {
-        1.0f + 0x1p-8f,      1.0f + 3 * 0x1p-8f,     -(1.0f + 3 * 0x1p-8f),   1.0f + 0x1p-11f,
-        1.0f + 3 * 0x1p-11f, 65504.0f,               65519.0f,                65520.0f,
-        1e5f,                -1e5f,                  0x1p-24f,                0x1p-25f,
-        3 * 0x1p-25f,        0x1p-14f - 0x1p-25f,    1e-40f,                  0x1.fffffep127f,
-        3.0e38f,             INFINITY,               -INFINITY,               NAN,
-        -0.0f,               0.0f,
+        1.0f + 0x1p-8f,
+        1.0f + 3 * 0x1p-8f,
+        -(1.0f + 3 * 0x1p-8f),
+        1.0f + 0x1p-11f,
+        1.0f + 3 * 0x1p-11f,
+        65504.0f,
+        65519.0f,
+        65520.0f,
+        1e5f,
+        -1e5f,
+        0x1p-24f,
+        0x1p-25f,
+        3 * 0x1p-25f,
+        0x1p-14f - 0x1p-25f,
+        1e-40f,
+        0x1.fffffep127f,
+        3.0e38f,
+        INFINITY,
+        -INFINITY,
+        NAN,
+        -0.0f,
+        0.0f,
     };
     /* bf16: inf, -inf, NaN, 1e10 and 65536 (inf in f16), 2^-30 and the
      * smallest subnormal (0 in f16), 1 + 2^-7, 65280 (exact in f16) */
@@ -1298,9 +1314,10 @@ static int test_case(const mpmd_backend *be, const cdata *cd, const run *ref, co
                 if ((double)d > ROUND_DIFF_MAX * (double)cnt && st.fails++ < MAX_REPORTS) {
                     char ns[256];
                     node_str(g, i, ns, sizeof ns);
-                    printf("FAIL %s: case %s: %s (iso): %lld of %lld elements differ from the cpu's (more than "
-                           "%g): not rounded to nearest even once?\n",
-                           be->name, cd->tc->name, ns, (long long)d, (long long)cnt, ROUND_DIFF_MAX);
+                    printf(
+                        "FAIL %s: case %s: %s (iso): %lld of %lld elements differ from the cpu's (more than "
+                        "%g): not rounded to nearest even once?\n",
+                        be->name, cd->tc->name, ns, (long long)d, (long long)cnt, ROUND_DIFF_MAX);
                 }
             }
             if (iso.inpl[i]) {
@@ -1399,8 +1416,8 @@ static int check_coverage(const mpmd_backend *be, const cover *cv) {
             printf("FAIL %s: coverage: op \"%s\" has a kernel but no case ran it\n", be->name, op->name);
             ok = 0;
         } else if (cv->count_bf16[i] == 0 && !f32_only(op)) {
-            printf("FAIL %s: coverage: op \"%s\" has a kernel but no case ran it on bf16 operands\n", be->name,
-                   op->name);
+            printf("FAIL %s: coverage: op \"%s\" has a kernel but no case ran it on bf16 operands\n",
+                   be->name, op->name);
             ok = 0;
         }
     }

@@ -59,11 +59,17 @@ extern const mpmd_op_desc mpmd_op_reshape, mpmd_op_permute, mpmd_op_slice, mpmd_
 
 #define SEED 777u
 
-static int is16(mpmd_dtype d) { return d == MPMD_BF16 || d == MPMD_F16; }
+static int is16(mpmd_dtype d) {
+    return d == MPMD_BF16 || d == MPMD_F16;
+}
 
-static float widen1(mpmd_dtype d, uint16_t h) { return d == MPMD_BF16 ? mpmd_bf16_to_f32(h) : mpmd_f16_to_f32(h); }
+static float widen1(mpmd_dtype d, uint16_t h) {
+    return d == MPMD_BF16 ? mpmd_bf16_to_f32(h) : mpmd_f16_to_f32(h);
+}
 
-static uint16_t round1(mpmd_dtype d, float v) { return d == MPMD_BF16 ? mpmd_f32_to_bf16(v) : mpmd_f32_to_f16(v); }
+static uint16_t round1(mpmd_dtype d, float v) {
+    return d == MPMD_BF16 ? mpmd_f32_to_bf16(v) : mpmd_f32_to_f16(v);
+}
 
 static void *xmalloc(size_t n) {
     void *p = NULL;
@@ -94,30 +100,50 @@ typedef struct op_tol {
 } op_tol;
 
 static const op_tol op_tols[] = {
-    {&mpmd_op_add, 1},           {&mpmd_op_sub, 1},
-    {&mpmd_op_mul, 1},           {&mpmd_op_div, 1},
-    {&mpmd_op_add_scalar, 1},    {&mpmd_op_mul_scalar, 1},
-    {&mpmd_op_neg, 0},           {&mpmd_op_exp, 1},
-    {&mpmd_op_log, 1},           {&mpmd_op_tanh, 1},
-    {&mpmd_op_sqrt, 1},          {&mpmd_op_rsqrt, 1},
-    {&mpmd_op_square, 1},        {&mpmd_op_relu, 0},
-    {&mpmd_op_gelu, 1},          {&mpmd_op_broadcast_to, 0},
-    {&mpmd_op_sum_to, 2},        {&mpmd_op_tanh_grad, 1},
-    {&mpmd_op_sqrt_grad, 1},     {&mpmd_op_rsqrt_grad, 1},
-    {&mpmd_op_square_grad, 1},   {&mpmd_op_relu_grad, 0},
-    {&mpmd_op_gelu_grad, 1},     {&mpmd_op_sum, 2},
-    {&mpmd_op_mean, 2},          {&mpmd_op_max, 0},
+    {&mpmd_op_add, 1},
+    {&mpmd_op_sub, 1},
+    {&mpmd_op_mul, 1},
+    {&mpmd_op_div, 1},
+    {&mpmd_op_add_scalar, 1},
+    {&mpmd_op_mul_scalar, 1},
+    {&mpmd_op_neg, 0},
+    {&mpmd_op_exp, 1},
+    {&mpmd_op_log, 1},
+    {&mpmd_op_tanh, 1},
+    {&mpmd_op_sqrt, 1},
+    {&mpmd_op_rsqrt, 1},
+    {&mpmd_op_square, 1},
+    {&mpmd_op_relu, 0},
+    {&mpmd_op_gelu, 1},
+    {&mpmd_op_broadcast_to, 0},
+    {&mpmd_op_sum_to, 2},
+    {&mpmd_op_tanh_grad, 1},
+    {&mpmd_op_sqrt_grad, 1},
+    {&mpmd_op_rsqrt_grad, 1},
+    {&mpmd_op_square_grad, 1},
+    {&mpmd_op_relu_grad, 0},
+    {&mpmd_op_gelu_grad, 1},
+    {&mpmd_op_sum, 2},
+    {&mpmd_op_mean, 2},
+    {&mpmd_op_max, 0},
     {&mpmd_op_max_grad, 1}, /* gy / (number of ties) */
-    {&mpmd_op_reshape, 0},       {&mpmd_op_permute, 0},
-    {&mpmd_op_slice, 0},         {&mpmd_op_slice_grad, 0},
-    {&mpmd_op_concat, 0},        {&mpmd_op_matmul, 2},
-    {&mpmd_op_softmax, 2},       {&mpmd_op_softmax_causal, 2},
-    {&mpmd_op_log_softmax, 2},   {&mpmd_op_softmax_grad, 2},
+    {&mpmd_op_reshape, 0},
+    {&mpmd_op_permute, 0},
+    {&mpmd_op_slice, 0},
+    {&mpmd_op_slice_grad, 0},
+    {&mpmd_op_concat, 0},
+    {&mpmd_op_matmul, 2},
+    {&mpmd_op_softmax, 2},
+    {&mpmd_op_softmax_causal, 2},
+    {&mpmd_op_log_softmax, 2},
+    {&mpmd_op_softmax_grad, 2},
     {&mpmd_op_softmax_causal_grad, 2},
     {&mpmd_op_log_softmax_grad, 2},
-    {&mpmd_op_layer_norm, 2},    {&mpmd_op_layer_norm_grad_x, 2},
+    {&mpmd_op_layer_norm, 2},
+    {&mpmd_op_layer_norm_grad_x, 2},
     {&mpmd_op_layer_norm_grad_gamma, 2},
-    {&mpmd_op_embedding, 0},     {&mpmd_op_embedding_grad, 2},
+    {&mpmd_op_embedding, 0},
+    {&mpmd_op_embedding_grad, 2},
     {&mpmd_op_cross_entropy, 2}, /* an f32 loss from 16-bit logits: must equal the f32 kernel's */
     {&mpmd_op_cross_entropy_grad, 2},
     {&mpmd_op_stage_marker, 0},
@@ -176,8 +202,8 @@ static double unif(uint64_t *s) {
     return (double)(*s >> 11) * (1.0 / 9007199254740992.0);
 }
 
-static mpmd_value input(bb *b, const char *name, mpmd_dtype dt, float lo, float hi, float step, int32_t classes,
-                        int ndim, const int64_t *dims) {
+static mpmd_value input(bb *b, const char *name, mpmd_dtype dt, float lo, float hi, float step,
+                        int32_t classes, int ndim, const int64_t *dims) {
     mpmd_value v = mpmd_input(b->g, name, dt, ndim, dims);
     if (mpmd_is_value(v) && b->n_in < MAX_IN) {
         b->in[b->n_in].id = v.id;
@@ -208,7 +234,8 @@ static void acc(bb *b, mpmd_value y) {
     float *r = malloc((size_t)(n ? n : 1) * sizeof *r);
     if (!r) exit(1);
     uint64_t s = mix64(++b->seed * 7919u);
-    for (int64_t i = 0; i < n; i++) r[i] = (float)(unif(&s) * 2.0 - 1.0);
+    for (int64_t i = 0; i < n; i++)
+        r[i] = (float)(unif(&s) * 2.0 - 1.0);
     mpmd_value l = mpmd_sum(g, mpmd_mul(g, y, mpmd_constant(g, MPMD_F32, t.ndim, t.dim, r)), 0, NULL, 0);
     free(r);
     b->loss = mpmd_is_value(b->loss) ? mpmd_add(g, b->loss, l) : l;
@@ -355,8 +382,8 @@ typedef struct gcase {
 } gcase;
 
 static const gcase gcases[] = {
-    {"unary", g_unary},   {"binary", g_binary}, {"reduce", g_reduce}, {"shape", g_shape},
-    {"matmul", g_matmul}, {"softmax", g_softmax}, {"nn", g_nn},       {"blocks", g_blocks},
+    {"unary", g_unary},   {"binary", g_binary},   {"reduce", g_reduce}, {"shape", g_shape},
+    {"matmul", g_matmul}, {"softmax", g_softmax}, {"nn", g_nn},         {"blocks", g_blocks},
 };
 #define N_GCASES ((int)(sizeof gcases / sizeof gcases[0]))
 
@@ -376,7 +403,8 @@ static void finish(bb *b) {
         if (b->in[i].classes == 0) wrt[n++] = (mpmd_value){b->in[i].id};
     if (mpmd_grad(g, b->loss, n, wrt, gr) != MPMD_OK) return;
     mpmd_keep(g, b->loss);
-    for (int i = 0; i < n; i++) mpmd_keep(g, gr[i]);
+    for (int i = 0; i < n; i++)
+        mpmd_keep(g, gr[i]);
 }
 
 /* The starting bytes of leaf i: inputs from their fill, the others from
@@ -387,7 +415,8 @@ static void leaf_value(const bb *b, int ci, const mpmd_node *n, void *dst) {
         return;
     }
     int k = 0;
-    while (k < b->n_in && b->in[k].id != n->id) k++;
+    while (k < b->n_in && b->in[k].id != n->id)
+        k++;
     int64_t cnt = mpmd_type_numel(&n->type);
     uint64_t s = mix64(((uint64_t)ci << 32) ^ (uint64_t)n->id);
     for (int64_t e = 0; e < cnt; e++) {
@@ -410,15 +439,18 @@ static void leaf_value(const bb *b, int ci, const mpmd_node *n, void *dst) {
     }
 }
 
-static void *ptr_of(void *ctx, int v) { return ((void **)ctx)[v]; }
+static void *ptr_of(void *ctx, int v) {
+    return ((void **)ctx)[v];
+}
 
 /* Node i of g (just run into vals[i]) against its op's f32 kernel on the
  * same operands widened. */
-static void twin_check(const mpmd_graph *g, int i, const mpmd_kernel *k, void **vals, void *dev, void *scratch,
-                       const char *cname, opstat *os) {
+static void twin_check(const mpmd_graph *g, int i, const mpmd_kernel *k, void **vals, void *dev,
+                       void *scratch, const char *cname, opstat *os) {
     const mpmd_node *n = &g->nodes[i];
     int any16 = is16(n->type.dtype);
-    for (int j = 0; j < n->n_in; j++) any16 |= is16(g->nodes[n->in[j]].type.dtype);
+    for (int j = 0; j < n->n_in; j++)
+        any16 |= is16(g->nodes[n->in[j]].type.dtype);
     if (!any16 || n->op == &mpmd_op_cast) return;
     int ti = tol_index(n->op);
     if (ti < 0) {
@@ -431,7 +463,8 @@ static void twin_check(const mpmd_graph *g, int i, const mpmd_kernel *k, void **
     }
     /* which 16-bit dtype: the output's, else the first 16-bit operand's */
     mpmd_dtype dt16 = n->type.dtype;
-    for (int j = 0; !is16(dt16) && j < n->n_in; j++) dt16 = g->nodes[n->in[j]].type.dtype;
+    for (int j = 0; !is16(dt16) && j < n->n_in; j++)
+        dt16 = g->nodes[n->in[j]].type.dtype;
     const int di = dt16 == MPMD_BF16 ? 0 : 1;
     const double u = dt16 == MPMD_BF16 ? 0x1p-8 : 0x1p-11;
     const double tiny = dt16 == MPMD_BF16 ? 0x1p-126 : 0x1p-14; /* the smallest normal */
@@ -446,7 +479,8 @@ static void twin_check(const mpmd_graph *g, int i, const mpmd_kernel *k, void **
         if (!is16(ty[j].dtype)) continue;
         int64_t c = mpmd_type_numel(&ty[j]);
         float *w = xmalloc((size_t)c * sizeof(float));
-        for (int64_t e = 0; e < c; e++) w[e] = widen1(ty[j].dtype, ((const uint16_t *)in[j])[e]);
+        for (int64_t e = 0; e < c; e++)
+            w[e] = widen1(ty[j].dtype, ((const uint16_t *)in[j])[e]);
         in[j] = w;
         ty[j].dtype = MPMD_F32;
     }
@@ -482,11 +516,14 @@ static void twin_check(const mpmd_graph *g, int i, const mpmd_kernel *k, void **
         if (fabs(r) >= tiny && isfinite(r) && isfinite(v) && diff / (u * fabs(r)) > worst)
             worst = diff / (u * fabs(r));
     }
-    CHECK(bad_tol < 0, "%s/%s: %%%d = %s element %lld: %.9g, the f32 kernel's %.9g: |diff| %.3g > %d u |f32|%s",
-          cname, mpmd_dtype_name(dt16), i, n->op->name, (long long)bad_tol, tv, tr, fabs(tv - tr), ulps,
-          atol > 0 ? " + 2^-25" : "");
+    CHECK(bad_tol<0, "%s/%s: %%%d = %s element %lld: %.9g, the f32 kernel's %.9g: |diff| %.3g > %d u |f32|%s",
+                  cname, mpmd_dtype_name(dt16), i, n->op->name, (long long)bad_tol, tv, tr, fabs(tv - tr),
+                  ulps, atol> 0
+              ? " + 2^-25"
+              : "");
     CHECK(bad_bits < 0,
-          "%s/%s: %%%d = %s element %lld: %.9g is not the f32 kernel's %.9g rounded to nearest even (compute in "
+          "%s/%s: %%%d = %s element %lld: %.9g is not the f32 kernel's %.9g rounded to nearest even (compute "
+          "in "
           "f32, round once)",
           cname, mpmd_dtype_name(dt16), i, n->op->name, (long long)bad_bits, bv, br);
     os->nodes[ti][di]++;
@@ -590,7 +627,8 @@ static void run_gcase(int ci, mpmd_dtype dt, opstat *os) {
         mpmd_exec_free(ex);
     }
 
-    for (int i = 0; i < nn; i++) free(vals[i]);
+    for (int i = 0; i < nn; i++)
+        free(vals[i]);
     free(vals);
     free(scratch);
     free(live);
@@ -607,19 +645,22 @@ static void part_ops(void) {
     }
     /* coverage: every op of the CPU's tables checked in both dtypes */
     const mpmd_kernel *const tables[] = {mpmd_cpu_core_kernels, mpmd_cpu_elementwise_kernels,
-                                         mpmd_cpu_reduce_kernels, mpmd_cpu_nn_kernels, mpmd_cpu_optim_kernels};
+                                         mpmd_cpu_reduce_kernels, mpmd_cpu_nn_kernels,
+                                         mpmd_cpu_optim_kernels};
     for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
         for (const mpmd_kernel *e = tables[t]; e->op; e++) {
             if (not_checked_here(e->op)) continue;
             int ti = tol_index(e->op);
-            CHECK(ti >= 0, "coverage: the cpu has a kernel for %s, which has no tolerance in op_tols", e->op->name);
+            CHECK(ti >= 0, "coverage: the cpu has a kernel for %s, which has no tolerance in op_tols",
+                  e->op->name);
             if (ti < 0) continue;
             CHECK(os->nodes[ti][0] > 0, "coverage: %s never ran on bf16 operands", e->op->name);
             CHECK(os->nodes[ti][1] > 0, "coverage: %s never ran on f16 operands", e->op->name);
         }
     printf("16-bit kernels against f32 (nodes, elements, largest error of a normal result in units of u:\n"
            "2^-8 bf16, 2^-11 f16):\n");
-    printf("  %-22s %5s %7s %9s %5s %7s %9s  %s\n", "op", "bf16", "elems", "max", "f16", "elems", "max", "bound");
+    printf("  %-22s %5s %7s %9s %5s %7s %9s  %s\n", "op", "bf16", "elems", "max", "f16", "elems", "max",
+           "bound");
     for (int i = 0; i < N_TOLS; i++)
         printf("  %-22s %5d %7lld %8.3fu %5d %7lld %8.3fu  %du\n", op_tols[i].op->name, os->nodes[i][0],
                (long long)os->elems[i][0], os->max_u[i][0], os->nodes[i][1], (long long)os->elems[i][1],
@@ -631,7 +672,9 @@ static void part_ops(void) {
 /* 2. rounding, exactly                                                      */
 /* ======================================================================== */
 
-static float f32_of(uint32_t u) { return mpmd_bits_f32(u); }
+static float f32_of(uint32_t u) {
+    return mpmd_bits_f32(u);
+}
 
 typedef struct conv_case {
     uint32_t in;   /* the input's bits (f32: 32, bf16 and f16: 16) */
@@ -754,10 +797,8 @@ static void part_rounding(void) {
         {0x80000000, 0x8000, "-0"},
     };
     static const conv_case bf16_f32[] = {
-        {0x3f81, 0x3f810000, "1 + 2^-7"},
-        {0x0001, 0x00010000, "the smallest bf16 subnormal"},
-        {0x7f80, 0x7f800000, "inf"},
-        {0xff81, NAN_BITS, "NaN"},
+        {0x3f81, 0x3f810000, "1 + 2^-7"}, {0x0001, 0x00010000, "the smallest bf16 subnormal"},
+        {0x7f80, 0x7f800000, "inf"},      {0xff81, NAN_BITS, "NaN"},
         {0x8000, 0x80000000, "-0"},
     };
     static const conv_case f16_f32[] = {
@@ -935,7 +976,8 @@ static void gpt_like(gmodel *m, mpmd_dtype dt) {
     m->np = mpmd_graph_params(g, m->params, 64);
     if (m->np > 64) mpmd_fail(g, MPMD_ERR_INVALID, "test: %d parameters (at most 64)", m->np);
     if (mpmd_graph_status(g) == MPMD_OK) mpmd_grad(g, m->loss, m->np, m->params, m->grads);
-    for (int i = 0; i < m->np; i++) mpmd_keep(g, m->grads[i]);
+    for (int i = 0; i < m->np; i++)
+        mpmd_keep(g, m->grads[i]);
     mpmd_keep(g, m->loss);
     mpmd_adamw(g, m->np, m->params, m->grads, mpmd_scalar(g, 3e-3f), MPMD_ADAM_DEFAULTS);
 }
@@ -950,7 +992,8 @@ static void part_gpt(void) {
     CHECK(m[0].np == m[1].np && m[0].np > 0, "parameters: f32 %d, bf16 %d", m[0].np, m[1].np);
     mpmd_exec *ex[2];
     for (int v = 0; v < 2; v++) {
-        CHECK(mpmd_graph_status(m[v].g) == MPMD_OK, "gpt (%s): %s", v ? "bf16" : "f32", mpmd_graph_error(m[v].g));
+        CHECK(mpmd_graph_status(m[v].g) == MPMD_OK, "gpt (%s): %s", v ? "bf16" : "f32",
+              mpmd_graph_error(m[v].g));
         if (mpmd_graph_status(m[v].g) != MPMD_OK) exit(tu_report("test_bf16"));
         mpmd_exec_opts o = MPMD_EXEC_DEFAULTS;
         o.threads = 2;
@@ -990,8 +1033,8 @@ static void part_gpt(void) {
         }
         double rel = fabs(loss[1] - loss[0]) / fabs(loss[0]);
         if (rel > worst_loss) worst_loss = rel;
-        CHECK(isfinite(loss[1]) && rel <= 0.02, "gpt step %d: bf16 loss %.6f, f32 %.6f: %.2f%% apart (> 2%%)", step,
-              loss[1], loss[0], 100 * rel);
+        CHECK(isfinite(loss[1]) && rel <= 0.02, "gpt step %d: bf16 loss %.6f, f32 %.6f: %.2f%% apart (> 2%%)",
+              step, loss[1], loss[0], 100 * rel);
         /* the first step's gradients (f32, through the casts), taken at the
          * same parameters (later steps start from parameters that AdamW,
          * which normalises the update, has moved apart): relative L2 error,
@@ -1004,10 +1047,12 @@ static void part_gpt(void) {
             mpmd_exec_read(ex[0], m[0].grads[i], a, (size_t)cnt * sizeof *a);
             mpmd_exec_read(ex[1], m[1].grads[i], b, (size_t)cnt * sizeof *b);
             double pd = 0, pn = 0;
-            for (int64_t e = 0; e < cnt; e++) pd += (double)(b[e] - a[e]) * (b[e] - a[e]), pn += (double)a[e] * a[e];
+            for (int64_t e = 0; e < cnt; e++)
+                pd += (double)(b[e] - a[e]) * (b[e] - a[e]), pn += (double)a[e] * a[e];
             double prel = sqrt(pd / (pn > 0 ? pn : 1));
             if (prel > worst_grad) worst_grad = prel;
-            CHECK(pn > 0 && prel <= 0.05, "gpt: the gradient of %s in bf16 is %.2f%% from f32's (relative L2, > 5%%)",
+            CHECK(pn > 0 && prel <= 0.05,
+                  "gpt: the gradient of %s in bf16 is %.2f%% from f32's (relative L2, > 5%%)",
                   mpmd_value_name(m[0].g, m[0].params[i]), 100 * prel);
             d2 += pd, n2 += pn;
             free(a);
@@ -1015,14 +1060,18 @@ static void part_gpt(void) {
         }
     }
     double grel = sqrt(d2 / (n2 > 0 ? n2 : 1));
-    CHECK(grel <= 0.03, "gpt: the bf16 gradients are %.2f%% from f32's (relative L2 over all, > 3%%)", 100 * grel);
-    CHECK(last[0] < first[0] && last[1] < first[1], "gpt: the loss did not fall (f32 %.4f -> %.4f, bf16 %.4f -> %.4f)",
-          first[0], last[0], first[1], last[1]);
-    printf("gpt-like (%d blocks, width %d, vocab %d), %d AdamW steps: loss f32 %.4f -> %.4f, bf16 %.4f -> %.4f; "
-           "worst loss difference %.3f%% (bound 2%%); first-step gradients %.2f%% apart (relative L2, bound 3%%), "
-           "worst parameter %.2f%% (bound 5%%)\n",
-           G_L, G_C, G_V, G_STEPS, first[0], last[0], first[1], last[1], 100 * worst_loss,
-           100 * sqrt(d2 / (n2 > 0 ? n2 : 1)), 100 * worst_grad);
+    CHECK(grel <= 0.03, "gpt: the bf16 gradients are %.2f%% from f32's (relative L2 over all, > 3%%)",
+          100 * grel);
+    CHECK(last[0] < first[0] && last[1] < first[1],
+          "gpt: the loss did not fall (f32 %.4f -> %.4f, bf16 %.4f -> %.4f)", first[0], last[0], first[1],
+          last[1]);
+    printf(
+        "gpt-like (%d blocks, width %d, vocab %d), %d AdamW steps: loss f32 %.4f -> %.4f, bf16 %.4f -> %.4f; "
+        "worst loss difference %.3f%% (bound 2%%); first-step gradients %.2f%% apart (relative L2, bound "
+        "3%%), "
+        "worst parameter %.2f%% (bound 5%%)\n",
+        G_L, G_C, G_V, G_STEPS, first[0], last[0], first[1], last[1], 100 * worst_loss,
+        100 * sqrt(d2 / (n2 > 0 ? n2 : 1)), 100 * worst_grad);
     gpt_corpus_free(&corpus);
     for (int v = 0; v < 2; v++) {
         mpmd_exec_free(ex[v]);

@@ -9,7 +9,9 @@
 #include <math.h>
 #include <string.h>
 
-static int has(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
+static int has(const char *hay, const char *needle) {
+    return strstr(hay, needle) != NULL;
+}
 
 static void test_errors(void) {
     mpmd_graph *g = mpmd_graph_new();
@@ -113,7 +115,8 @@ static void test_loop_reduce(void) {
     tu_fill(xd, 24, 7);
     CHECK(mpmd_exec_run(ex) == MPMD_ERR_INVALID && has(mpmd_exec_error(ex), "input \"x\" was not set"), "%s",
           mpmd_exec_error(ex));
-    CHECK(mpmd_exec_set_input(ex, x, xd, 10) == MPMD_ERR_SHAPE && has(mpmd_exec_error(ex), "f32[8,3] (96 bytes)"),
+    CHECK(mpmd_exec_set_input(ex, x, xd, 10) == MPMD_ERR_SHAPE &&
+              has(mpmd_exec_error(ex), "f32[8,3] (96 bytes)"),
           "%s", mpmd_exec_error(ex));
     CHECK(mpmd_exec_set_input(ex, x, xd, sizeof xd) == MPMD_OK, "set");
     CHECK(mpmd_exec_run(ex) == MPMD_OK, "%s", mpmd_exec_error(ex));
@@ -131,7 +134,8 @@ static void test_loop_reduce(void) {
         CHECK(sd[k] == want, "add %d: %g vs %g", k, sd[k], want);
         CHECK(md[k] == mx, "max %d", k);
     }
-    for (int k = 0; k < 24; k++) CHECK(cd[k] == xd[k] * 2.0f, "concat %d", k);
+    for (int k = 0; k < 24; k++)
+        CHECK(cd[k] == xd[k] * 2.0f, "concat %d", k);
     /* a body value cannot be read; a kept one can */
     float tmp[6];
     CHECK(mpmd_exec_read(ex, sq, tmp, sizeof tmp) == MPMD_ERR_INVALID && has(mpmd_exec_error(ex), "not kept"),
@@ -187,7 +191,8 @@ static void test_shared_param_grad(void) {
     for (int k = 0; k < 3; k++) {
         /* loss = sum x w^2 -> d/dw = 2 w sum_rows x */
         double sx = 0;
-        for (int r = 0; r < 4; r++) sx += xd[r * 3 + k];
+        for (int r = 0; r < 4; r++)
+            sx += xd[r * 3 + k];
         double want = 2.0 * wd[k] * sx;
         CHECK(fabs(gd[k] - want) < 1e-5 * (1 + fabs(want)), "grad %d: %g vs %g", k, gd[k], want);
     }
@@ -226,10 +231,12 @@ static void test_memory_reuse(void) {
     mpmd_graph *g = mpmd_graph_new();
     mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(1024));
     mpmd_value y = mpmd_exp(g, x);
-    for (int i = 0; i < 16; i++) y = mpmd_add_scalar(g, mpmd_mul_scalar(g, y, 0.5f), 1.0f);
+    for (int i = 0; i < 16; i++)
+        y = mpmd_add_scalar(g, mpmd_mul_scalar(g, y, 0.5f), 1.0f);
     mpmd_keep(g, y);
     mpmd_exec *ex = tu_exec(g, 1);
-    CHECK(mpmd_exec_arena_bytes(ex) <= 3 * 4096, "arena %zu bytes for 33 values of 4096", mpmd_exec_arena_bytes(ex));
+    CHECK(mpmd_exec_arena_bytes(ex) <= 3 * 4096, "arena %zu bytes for 33 values of 4096",
+          mpmd_exec_arena_bytes(ex));
     float xd[1024], yd[1024];
     tu_fill(xd, 1024, 9);
     mpmd_exec_set_input(ex, x, xd, sizeof xd);
@@ -237,7 +244,8 @@ static void test_memory_reuse(void) {
     mpmd_exec_read(ex, y, yd, sizeof yd);
     for (int k = 0; k < 1024; k += 97) {
         float v = expf(xd[k]);
-        for (int i = 0; i < 16; i++) v = v * 0.5f + 1.0f;
+        for (int i = 0; i < 16; i++)
+            v = v * 0.5f + 1.0f;
         CHECK(v == yd[k], "chain value %d: %g vs %g", k, yd[k], v);
     }
     mpmd_exec_free(ex);
@@ -252,7 +260,8 @@ static void test_sha256_and_init(void) {
     char big[1000];
     memset(big, 'a', sizeof big);
     mpmd_sha256(big, sizeof big, d); /* 41edece4...b9737ea3 (sha256sum of 1000 "a") */
-    CHECK(d[0] == 0x41 && d[1] == 0xed && d[31] == 0xa3, "sha256 of 1000 bytes: %02x%02x..%02x", d[0], d[1], d[31]);
+    CHECK(d[0] == 0x41 && d[1] == 0xed && d[31] == 0xa3, "sha256 of 1000 bytes: %02x%02x..%02x", d[0], d[1],
+          d[31]);
 
     mpmd_type t = tu_f32(MPMD_SHAPE(100, 100));
     float *a = malloc(10000 * sizeof *a), *b = malloc(10000 * sizeof *b);
@@ -260,18 +269,22 @@ static void test_sha256_and_init(void) {
     mpmd_init_fill(b, &t, "layer/kernel", MPMD_NORMAL(0.02f), 5);
     CHECK(memcmp(a, b, 10000 * sizeof *a) == 0, "same seed and name, same values");
     double mean = 0, var = 0;
-    for (int i = 0; i < 10000; i++) mean += a[i];
+    for (int i = 0; i < 10000; i++)
+        mean += a[i];
     mean /= 10000;
-    for (int i = 0; i < 10000; i++) var += (a[i] - mean) * (a[i] - mean);
+    for (int i = 0; i < 10000; i++)
+        var += (a[i] - mean) * (a[i] - mean);
     var /= 10000;
-    CHECK(fabs(mean) < 0.001 && fabs(sqrt(var) - 0.02) < 0.001, "normal(0.02): mean %g std %g", mean, sqrt(var));
+    CHECK(fabs(mean) < 0.001 && fabs(sqrt(var) - 0.02) < 0.001, "normal(0.02): mean %g std %g", mean,
+          sqrt(var));
     mpmd_init_fill(b, &t, "layer/bias", MPMD_NORMAL(0.02f), 5);
     CHECK(memcmp(a, b, 10000 * sizeof *a) != 0, "another name, other values");
     mpmd_init_fill(b, &t, "layer/kernel", MPMD_NORMAL(0.02f), 6);
     CHECK(memcmp(a, b, 10000 * sizeof *a) != 0, "another seed, other values");
     mpmd_init_fill(a, &t, "u", (mpmd_init){MPMD_INIT_UNIFORM, -2.0f, 3.0f}, 1);
     float lo = 9, hi = -9;
-    for (int i = 0; i < 10000; i++) lo = a[i] < lo ? a[i] : lo, hi = a[i] > hi ? a[i] : hi;
+    for (int i = 0; i < 10000; i++)
+        lo = a[i] < lo ? a[i] : lo, hi = a[i] > hi ? a[i] : hi;
     CHECK(lo >= -2.0f && hi < 3.0f && lo < -1.9f && hi > 2.9f, "uniform range [%g, %g]", lo, hi);
     free(a), free(b);
 }

@@ -10,9 +10,13 @@
 #include <math.h>
 #include <string.h>
 
-static int has(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
+static int has(const char *hay, const char *needle) {
+    return strstr(hay, needle) != NULL;
+}
 
-static mpmd_type shape_of(int ndim, const int64_t *dims) { return tu_f32(ndim, dims); }
+static mpmd_type shape_of(int ndim, const int64_t *dims) {
+    return tu_f32(ndim, dims);
+}
 
 static float *alloc_f(int64_t n) {
     float *p = malloc((size_t)(n ? n : 1) * sizeof *p);
@@ -85,23 +89,23 @@ typedef struct shape_pair {
 } shape_pair;
 
 static const shape_pair pairs[] = {
-    {2, {4, 3}, 2, {4, 3}, 2, {4, 3}},                            /* equal shapes */
-    {2, {4, 3}, 1, {3}, 2, {4, 3}},                               /* row broadcast */
-    {1, {3}, 2, {4, 3}, 2, {4, 3}},                               /* row broadcast, a side */
-    {2, {4, 3}, 2, {4, 1}, 2, {4, 3}},                            /* column broadcast */
-    {2, {4, 1}, 2, {4, 3}, 2, {4, 3}},                            /* column broadcast, a side */
-    {2, {4, 1}, 2, {1, 5}, 2, {4, 5}},                            /* outer product */
-    {2, {1, 5}, 2, {4, 1}, 2, {4, 5}},                            /* outer product, swapped */
-    {2, {4, 3}, 0, {0}, 2, {4, 3}},                               /* scalar b */
-    {0, {0}, 2, {4, 3}, 2, {4, 3}},                               /* scalar a */
-    {2, {4, 3}, 1, {1}, 2, {4, 3}},                               /* [1] b */
-    {0, {0}, 0, {0}, 0, {0}},                                     /* scalar with scalar */
-    {2, {1, 1}, 1, {3}, 2, {1, 3}},                               /* size-1 axes only on a */
-    {3, {2, 3, 4}, 2, {3, 1}, 3, {2, 3, 4}},                      /* general: three groups */
-    {3, {5, 1, 4}, 3, {1, 3, 1}, 3, {5, 3, 4}},                   /* general: both sides broadcast */
-    {5, {2, 1, 3, 1, 2}, 3, {3, 4, 1}, 5, {2, 1, 3, 4, 2}},       /* general, five axes */
+    {2, {4, 3}, 2, {4, 3}, 2, {4, 3}},                               /* equal shapes */
+    {2, {4, 3}, 1, {3}, 2, {4, 3}},                                  /* row broadcast */
+    {1, {3}, 2, {4, 3}, 2, {4, 3}},                                  /* row broadcast, a side */
+    {2, {4, 3}, 2, {4, 1}, 2, {4, 3}},                               /* column broadcast */
+    {2, {4, 1}, 2, {4, 3}, 2, {4, 3}},                               /* column broadcast, a side */
+    {2, {4, 1}, 2, {1, 5}, 2, {4, 5}},                               /* outer product */
+    {2, {1, 5}, 2, {4, 1}, 2, {4, 5}},                               /* outer product, swapped */
+    {2, {4, 3}, 0, {0}, 2, {4, 3}},                                  /* scalar b */
+    {0, {0}, 2, {4, 3}, 2, {4, 3}},                                  /* scalar a */
+    {2, {4, 3}, 1, {1}, 2, {4, 3}},                                  /* [1] b */
+    {0, {0}, 0, {0}, 0, {0}},                                        /* scalar with scalar */
+    {2, {1, 1}, 1, {3}, 2, {1, 3}},                                  /* size-1 axes only on a */
+    {3, {2, 3, 4}, 2, {3, 1}, 3, {2, 3, 4}},                         /* general: three groups */
+    {3, {5, 1, 4}, 3, {1, 3, 1}, 3, {5, 3, 4}},                      /* general: both sides broadcast */
+    {5, {2, 1, 3, 1, 2}, 3, {3, 4, 1}, 5, {2, 1, 3, 4, 2}},          /* general, five axes */
     {6, {2, 1, 3, 2, 1, 2}, 4, {3, 1, 4, 2}, 6, {2, 1, 3, 2, 4, 2}}, /* six axes */
-    {3, {2, 37, 45}, 1, {45}, 3, {2, 37, 45}},                    /* rows longer than a vector */
+    {3, {2, 37, 45}, 1, {45}, 3, {2, 37, 45}},                       /* rows longer than a vector */
 };
 
 static void test_binary_forward(void) {
@@ -112,10 +116,12 @@ static void test_binary_forward(void) {
         float *a = alloc_f(na), *b = alloc_f(nb), *y = alloc_f(no);
         tu_fill(a, na, 11 + c);
         tu_fill(b, nb, 97 + c);
-        for (int64_t i = 0; i < nb; i++) b[i] += b[i] >= 0 ? 0.25f : -0.25f; /* no zero denominators */
+        for (int64_t i = 0; i < nb; i++)
+            b[i] += b[i] >= 0 ? 0.25f : -0.25f; /* no zero denominators */
         for (int op = 0; op < N_BIN; op++) {
             mpmd_graph *g = mpmd_graph_new();
-            mpmd_value in[2] = {mpmd_input(g, "a", MPMD_F32, p->na, p->a), mpmd_input(g, "b", MPMD_F32, p->nb, p->b)};
+            mpmd_value in[2] = {mpmd_input(g, "a", MPMD_F32, p->na, p->a),
+                                mpmd_input(g, "b", MPMD_F32, p->nb, p->b)};
             mpmd_value v = make_bin(g, op, in[0], in[1]);
             mpmd_type vt = mpmd_value_type(g, v);
             CHECK(mpmd_type_equal(&vt, &to), "case %zu %s: result type %s", c, bin_names[op],
@@ -181,14 +187,17 @@ static double ref_un(int op, double x) {
     }
 }
 
-static int positive_domain(int op) { return op == U_LOG || op == U_SQRT || op == U_RSQRT; }
+static int positive_domain(int op) {
+    return op == U_LOG || op == U_SQRT || op == U_RSQRT;
+}
 
 static void test_unary_forward(void) {
     const int64_t n = 7 * 13;
     float *x = alloc_f(n), *y = alloc_f(n);
     for (int op = 0; op < N_UN; op++) {
         tu_fill(x, n, 5 + op);
-        for (int64_t i = 0; i < n; i++) x[i] = positive_domain(op) ? 0.01f + 2.0f * fabsf(x[i]) : 3.0f * x[i];
+        for (int64_t i = 0; i < n; i++)
+            x[i] = positive_domain(op) ? 0.01f + 2.0f * fabsf(x[i]) : 3.0f * x[i];
         x[0] = positive_domain(op) ? 1.0f : 0.0f; /* relu(0) = 0, gelu(0) = 0 */
         mpmd_graph *g = mpmd_graph_new();
         mpmd_value in = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(7, 13));
@@ -246,7 +255,8 @@ static void test_grad_ops_forward(void) {
         int op = ops[k];
         tu_fill(x, n, 300 + k);
         tu_fill(gy, n, 400 + k);
-        for (int64_t i = 0; i < n; i++) x[i] = positive_domain(op) ? 0.05f + 2.0f * fabsf(x[i]) : 3.0f * x[i];
+        for (int64_t i = 0; i < n; i++)
+            x[i] = positive_domain(op) ? 0.05f + 2.0f * fabsf(x[i]) : 3.0f * x[i];
         if (op == U_RELU) x[3] = 0.0f; /* relu'(0) = 0 */
         mpmd_graph *g = mpmd_graph_new();
         mpmd_value in[2] = {mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(5, 10)),
@@ -294,8 +304,9 @@ typedef struct shape_to {
 
 static void test_broadcast_to(void) {
     static const shape_to cases[] = {
-        {1, {3}, 2, {4, 3}},          {2, {4, 1}, 2, {4, 5}},          {0, {0}, 2, {2, 3}},
-        {3, {2, 1, 3}, 4, {4, 2, 5, 3}}, {1, {1}, 3, {2, 2, 2}},       {2, {1, 40}, 3, {3, 2, 40}},
+        {1, {3}, 2, {4, 3}},    {2, {4, 1}, 2, {4, 5}},
+        {0, {0}, 2, {2, 3}},    {3, {2, 1, 3}, 4, {4, 2, 5, 3}},
+        {1, {1}, 3, {2, 2, 2}}, {2, {1, 40}, 3, {3, 2, 40}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const shape_to *s = &cases[c];
@@ -309,7 +320,8 @@ static void test_broadcast_to(void) {
         mpmd_keep(g, v);
         run_graph(g, 1, 1, &in, &x, v, y);
         int bad = 0;
-        for (int64_t i = 0; i < no; i++) bad += y[i] != x[bidx(&to, &ti, i)];
+        for (int64_t i = 0; i < no; i++)
+            bad += y[i] != x[bidx(&to, &ti, i)];
         CHECK(bad == 0, "broadcast_to case %zu: %d elements differ", c, bad);
         mpmd_graph_free(g);
         free(x), free(y);
@@ -317,7 +329,8 @@ static void test_broadcast_to(void) {
     /* equal shapes: no op at all */
     mpmd_graph *g = mpmd_graph_new();
     mpmd_value a = mpmd_input(g, "a", MPMD_F32, MPMD_SHAPE(2, 3));
-    CHECK(mpmd_broadcast_to(g, a, MPMD_SHAPE(2, 3)).id == a.id, "broadcast_to of the same shape emits nothing");
+    CHECK(mpmd_broadcast_to(g, a, MPMD_SHAPE(2, 3)).id == a.id,
+          "broadcast_to of the same shape emits nothing");
     CHECK(mpmd_sum_to(g, a, MPMD_SHAPE(2, 3)).id == a.id, "sum_to of the same shape emits nothing");
     mpmd_graph_free(g);
 }
@@ -343,7 +356,8 @@ static void test_sum_to(void) {
         float *x = alloc_f(ni), *y = alloc_f(no);
         double *ref = calloc((size_t)no, sizeof *ref);
         tu_fill(x, ni, 31 + c);
-        for (int64_t i = 0; i < ni; i++) ref[bidx(&ti, &to, i)] += x[i];
+        for (int64_t i = 0; i < ni; i++)
+            ref[bidx(&ti, &to, i)] += x[i];
         mpmd_graph *g = mpmd_graph_new();
         mpmd_value in = mpmd_input(g, "x", MPMD_F32, s->nin, s->in);
         mpmd_value v = mpmd_sum_to(g, in, s->nout, s->out);
@@ -352,7 +366,8 @@ static void test_sum_to(void) {
         mpmd_keep(g, v);
         run_graph(g, 1, 1, &in, &x, v, y);
         double worst = 0;
-        for (int64_t i = 0; i < no; i++) worst = fmax(worst, fabs(y[i] - ref[i]));
+        for (int64_t i = 0; i < no; i++)
+            worst = fmax(worst, fabs(y[i] - ref[i]));
         CHECK(worst < 1e-5 * (double)ni / (double)no, "sum_to case %zu: worst error %.3g", c, worst);
         mpmd_graph_free(g);
         free(x), free(y), free(ref);
@@ -363,7 +378,8 @@ static void test_sum_to(void) {
     const int64_t N = 37, C = 29;
     float *x = alloc_f(N * C), *y = alloc_f(N * C);
     tu_fill(x, N * C, 77);
-    for (int64_t i = 0; i < N * C; i++) x[i] *= (float)(1 + i % 7) * 100.0f; /* make the order visible */
+    for (int64_t i = 0; i < N * C; i++)
+        x[i] *= (float)(1 + i % 7) * 100.0f; /* make the order visible */
     mpmd_graph *g = mpmd_graph_new();
     mpmd_value in = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(N, C));
     mpmd_value cols = mpmd_sum_to(g, in, MPMD_SHAPE(C));
@@ -374,7 +390,8 @@ static void test_sum_to(void) {
     int bad = 0;
     for (int64_t c = 0; c < C; c++) {
         float acc = 0.0f;
-        for (int64_t r = 0; r < N; r++) acc += x[r * C + c];
+        for (int64_t r = 0; r < N; r++)
+            acc += x[r * C + c];
         bad += memcmp(&acc, &y[c], sizeof acc) != 0;
     }
     CHECK(bad == 0, "sum_to [N,C]->[C]: %d columns not summed in row order", bad);
@@ -392,7 +409,9 @@ static void test_sum_to(void) {
 /* ---- gradient checks ------------------------------------------------------------------------- */
 
 /* Keep x away from 0 (for denominators, log, sqrt, rsqrt): x^2 + 0.5. */
-static mpmd_value positive(mpmd_graph *g, mpmd_value x) { return mpmd_add_scalar(g, mpmd_square(g, x), 0.5f); }
+static mpmd_value positive(mpmd_graph *g, mpmd_value x) {
+    return mpmd_add_scalar(g, mpmd_square(g, x), 0.5f);
+}
 
 /* A binary op differentiated with respect to one operand (`wrt`), the
  * other a fixed random constant of type `other`. One operand at a time:
@@ -408,7 +427,8 @@ static mpmd_value gc_bin(mpmd_graph *g, const mpmd_value *p, void *ctx) {
     int64_t n = mpmd_type_numel(&c->other);
     float *d = alloc_f(n);
     tu_fill(d, n, 555);
-    for (int64_t i = 0; i < n; i++) d[i] += d[i] >= 0 ? 0.5f : -0.5f; /* a denominator away from 0 */
+    for (int64_t i = 0; i < n; i++)
+        d[i] += d[i] >= 0 ? 0.5f : -0.5f; /* a denominator away from 0 */
     mpmd_value k = mpmd_constant(g, MPMD_F32, c->other.ndim, c->other.dim, d);
     free(d);
     if (c->wrt == 0) return make_bin(g, c->op, p[0], k);
@@ -465,7 +485,10 @@ static void test_gradients(void) {
     tu_gradcheck("mul/div of a value with itself", 1, &t, gc_self, NULL, h, tol);
 
     static const shape_to sums[] = {
-        {2, {4, 3}, 1, {3}}, {3, {2, 3, 4}, 2, {3, 1}}, {2, {4, 3}, 0, {0}}, {3, {2, 3, 4}, 3, {2, 1, 4}},
+        {2, {4, 3}, 1, {3}},
+        {3, {2, 3, 4}, 2, {3, 1}},
+        {2, {4, 3}, 0, {0}},
+        {3, {2, 3, 4}, 3, {2, 1, 4}},
     };
     for (size_t c = 0; c < sizeof sums / sizeof sums[0]; c++) {
         to_ctx ctx = {1, sums[c].nout, {0}};
@@ -476,7 +499,10 @@ static void test_gradients(void) {
         tu_gradcheck(label, 1, &ti, gc_to, &ctx, h, tol);
     }
     static const shape_to bcs[] = {
-        {1, {3}, 2, {4, 3}}, {2, {4, 1}, 2, {4, 5}}, {0, {0}, 2, {2, 3}}, {3, {2, 1, 3}, 4, {2, 2, 4, 3}},
+        {1, {3}, 2, {4, 3}},
+        {2, {4, 1}, 2, {4, 5}},
+        {0, {0}, 2, {2, 3}},
+        {3, {2, 1, 3}, 4, {2, 2, 4, 3}},
     };
     for (size_t c = 0; c < sizeof bcs / sizeof bcs[0]; c++) {
         to_ctx ctx = {0, bcs[c].nout, {0}};
@@ -503,7 +529,8 @@ static void test_errors(void) {
     CHECK(!mpmd_is_value(bad), "mismatched shapes accepted");
     CHECK(mpmd_graph_status(g) == MPMD_ERR_SHAPE, "status %d", mpmd_graph_status(g));
     const char *e = mpmd_graph_error(g);
-    CHECK(has(e, "mpmd_add") && has(e, "f32[4,3]") && has(e, "f32[5]") && has(e, "do not broadcast"), "%s", e);
+    CHECK(has(e, "mpmd_add") && has(e, "f32[4,3]") && has(e, "f32[5]") && has(e, "do not broadcast"), "%s",
+          e);
     /* later ops propagate MPMD_NONE, the first message stays */
     mpmd_value c = mpmd_exp(g, bad);
     c = mpmd_mul(g, c, a);
@@ -552,7 +579,8 @@ static void test_errors(void) {
         case 7:
             mpmd_scope_push(g, "block_1");
             r = mpmd_div(g, a, mpmd_input(g, "c", MPMD_F32, MPMD_SHAPE(2, 4, 1, 2)));
-            expect = (needles){{"in block_1: mpmd_div", "f32[4,3] and f32[2,4,1,2]", "axis -1 is 3 vs 2", NULL}};
+            expect =
+                (needles){{"in block_1: mpmd_div", "f32[4,3] and f32[2,4,1,2]", "axis -1 is 3 vs 2", NULL}};
             break;
         case 8:
             r = mpmd_sub(g, a, (mpmd_value){12345});
@@ -585,7 +613,8 @@ static int run_kernel(mpmd_graph *g, mpmd_value v, void *out, void **in, int nth
         return -1;
     }
     const mpmd_type *ty[2] = {NULL, NULL};
-    for (int i = 0; i < n->n_in && i < 2; i++) ty[i] = mpmd_type_of(g, mpmd_in(n, i));
+    for (int i = 0; i < n->n_in && i < 2; i++)
+        ty[i] = mpmd_type_of(g, mpmd_in(n, i));
     char err[256] = "";
     mpmd_kargs a = {g, n, out, in, ty, nthreads, NULL, 0, err, sizeof err, NULL};
     return e->fn(&a);
@@ -609,7 +638,8 @@ static void kcase_input(kcase *k, int i, int ndim, const int64_t *dims, uint64_t
     k->in[i] = alloc_f(n);
     tu_fill(k->in[i], n, seed);
     for (int64_t j = 0; j < n; j++)
-        k->in[i][j] = positive_only ? 0.1f + fabsf(k->in[i][j]) : k->in[i][j] + (k->in[i][j] >= 0 ? 0.1f : -0.1f);
+        k->in[i][j] =
+            positive_only ? 0.1f + fabsf(k->in[i][j]) : k->in[i][j] + (k->in[i][j] >= 0 ? 0.1f : -0.1f);
     k->n_in = i + 1;
 }
 
@@ -618,7 +648,8 @@ static void kcase_input(kcase *k, int i, int ndim, const int64_t *dims, uint64_t
 static void check_kernel(kcase *k) {
     if (mpmd_graph_status(k->g) != MPMD_OK) {
         CHECK(0, "%s: %s", k->label, mpmd_graph_error(k->g));
-        for (int i = 0; i < k->n_in; i++) free(k->in[i]);
+        for (int i = 0; i < k->n_in; i++)
+            free(k->in[i]);
         mpmd_graph_free(k->g);
         return;
     }
@@ -639,7 +670,8 @@ static void check_kernel(kcase *k) {
         free(io);
     }
     free(o1), free(o2);
-    for (int i = 0; i < k->n_in; i++) free(k->in[i]);
+    for (int i = 0; i < k->n_in; i++)
+        free(k->in[i]);
     mpmd_graph_free(k->g);
 }
 
@@ -658,15 +690,25 @@ static void test_kernels(void) {
         for (int pat = 0; pat < 6; pat++) {
             k = (kcase){lab[pat][op], mpmd_graph_new(), MPMD_NONE, 0, {NULL, NULL}};
             switch (pat) {
-            case 0: kcase_input(&k, 0, MPMD_SHAPE(R, C), 1, 0), kcase_input(&k, 1, MPMD_SHAPE(R, C), 2, 0); break;
-            case 1: kcase_input(&k, 0, MPMD_SHAPE(R, C), 3, 0), kcase_input(&k, 1, MPMD_SHAPE(C), 4, 0); break;
-            case 2: kcase_input(&k, 0, MPMD_SHAPE(R, C), 5, 0), kcase_input(&k, 1, MPMD_SHAPE(R, 1), 6, 0); break;
-            case 3: kcase_input(&k, 0, MPMD_SHAPE(R, 1), 7, 0), kcase_input(&k, 1, MPMD_SHAPE(1, C), 8, 0); break;
+            case 0:
+                kcase_input(&k, 0, MPMD_SHAPE(R, C), 1, 0), kcase_input(&k, 1, MPMD_SHAPE(R, C), 2, 0);
+                break;
+            case 1:
+                kcase_input(&k, 0, MPMD_SHAPE(R, C), 3, 0), kcase_input(&k, 1, MPMD_SHAPE(C), 4, 0);
+                break;
+            case 2:
+                kcase_input(&k, 0, MPMD_SHAPE(R, C), 5, 0), kcase_input(&k, 1, MPMD_SHAPE(R, 1), 6, 0);
+                break;
+            case 3:
+                kcase_input(&k, 0, MPMD_SHAPE(R, 1), 7, 0), kcase_input(&k, 1, MPMD_SHAPE(1, C), 8, 0);
+                break;
             case 4:
                 kcase_input(&k, 0, MPMD_SHAPE(R / 10, 10, 1, 27), 9, 0);
                 kcase_input(&k, 1, MPMD_SHAPE(10, 13, 1), 10, 0);
                 break;
-            default: kcase_input(&k, 0, MPMD_SHAPE(R, C), 11, 0), kcase_input(&k, 1, MPMD_SHAPE(1), 12, 0); break;
+            default:
+                kcase_input(&k, 0, MPMD_SHAPE(R, C), 11, 0), kcase_input(&k, 1, MPMD_SHAPE(1), 12, 0);
+                break;
             }
             k.v = make_bin(k.g, op, mpmd_lookup(k.g, "in0"), mpmd_lookup(k.g, "in1"));
             check_kernel(&k);
@@ -680,7 +722,8 @@ static void test_kernels(void) {
         int64_t n = R * C;
         float *buf = alloc_f(n), *ref = alloc_f(n);
         tu_fill(buf, n, 99);
-        for (int64_t i = 0; i < n; i++) ref[i] = buf[i] * buf[i];
+        for (int64_t i = 0; i < n; i++)
+            ref[i] = buf[i] * buf[i];
         void *in[2] = {buf, buf};
         run_kernel(g, v, buf, in, 2);
         CHECK(memcmp(buf, ref, (size_t)n * sizeof *buf) == 0, "x * x in place");
@@ -694,10 +737,11 @@ static void test_kernels(void) {
         check_kernel(&k);
     }
     const int gops[] = {U_TANH, U_SQRT, U_RSQRT, U_SQUARE, U_RELU, U_GELU};
-    static const char *glab[] = {"tanh_grad", "sqrt_grad", "rsqrt_grad", "square_grad", "relu_grad", "gelu_grad"};
+    static const char *glab[] = {"tanh_grad",   "sqrt_grad", "rsqrt_grad",
+                                 "square_grad", "relu_grad", "gelu_grad"};
     for (int j = 0; j < 6; j++) {
         k = (kcase){glab[j], mpmd_graph_new(), MPMD_NONE, 0, {NULL, NULL}};
-        kcase_input(&k, 0, MPMD_SHAPE(R, C), 40 + j, 0);                         /* gy */
+        kcase_input(&k, 0, MPMD_SHAPE(R, C), 40 + j, 0);                        /* gy */
         kcase_input(&k, 1, MPMD_SHAPE(R, C), 50 + j, positive_domain(gops[j])); /* x, then y = f(x) */
         mpmd_value y = make_un(k.g, gops[j], mpmd_lookup(k.g, "in1"));
         k.v = vjp_of(k.g, y, mpmd_lookup(k.g, "in0"), 0);
@@ -775,7 +819,8 @@ static void test_exec_threads(void) {
     CHECK(memcmp(res[0][1], res[1][1], (size_t)C * sizeof(float)) == 0, "grad w differs across threads");
     CHECK(memcmp(res[0][2], res[1][2], (size_t)B * sizeof(float)) == 0, "grad s differs across threads");
     for (int t = 0; t < 2; t++)
-        for (int j = 0; j < 3; j++) free(res[t][j]);
+        for (int j = 0; j < 3; j++)
+            free(res[t][j]);
     free(xd);
     mpmd_graph_free(g);
 }

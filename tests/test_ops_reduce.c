@@ -8,7 +8,9 @@
 #include <math.h>
 #include <string.h>
 
-static int has(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
+static int has(const char *hay, const char *needle) {
+    return strstr(hay, needle) != NULL;
+}
 
 enum { K_SUM, K_MEAN, K_MAX };
 static const char *kind_name[] = {"sum", "mean", "max"};
@@ -20,8 +22,8 @@ static mpmd_value reduce_op(mpmd_graph *g, int kind, mpmd_value x, int naxes, co
 }
 
 /* Run y = reduce(x) on `threads` threads; y's data into out (capacity cap). */
-static mpmd_type run_reduce(int kind, const mpmd_type *xt, const float *xd, int naxes, const int *axes, int keep,
-                            int threads, float *out, int64_t cap) {
+static mpmd_type run_reduce(int kind, const mpmd_type *xt, const float *xd, int naxes, const int *axes,
+                            int keep, int threads, float *out, int64_t cap) {
     mpmd_graph *g = mpmd_graph_new();
     mpmd_value x = mpmd_input(g, "x", MPMD_F32, xt->ndim, xt->dim);
     mpmd_value y = reduce_op(g, kind, x, naxes, axes, keep);
@@ -60,7 +62,8 @@ static void ref_reduce(int kind, const mpmd_type *xt, int mask, const float *x, 
             n_out *= xt->dim[i];
     }
     int64_t stride[MPMD_MAX_DIMS], s = 1;
-    for (int i = nd - 1; i >= 0; i--) stride[i] = s, s *= xt->dim[i];
+    for (int i = nd - 1; i >= 0; i--)
+        stride[i] = s, s *= xt->dim[i];
     for (int64_t o = 0; o < n_out; o++) {
         /* the kept multi-index of o, then every reduced multi-index in order */
         int64_t base = 0, rem = o;
@@ -75,13 +78,16 @@ static void ref_reduce(int kind, const mpmd_type *xt, int mask, const float *x, 
         float acc;
         if (kind == K_MAX) {
             acc = buf[0];
-            for (int64_t r = 1; r < count; r++) acc = buf[r] > acc ? buf[r] : acc;
+            for (int64_t r = 1; r < count; r++)
+                acc = buf[r] > acc ? buf[r] : acc;
         } else if (inner) {
             acc = mpmd_sum_f32(buf, L);
-            for (int64_t r = L; r < count; r += L) acc += mpmd_sum_f32(buf + r, L);
+            for (int64_t r = L; r < count; r += L)
+                acc += mpmd_sum_f32(buf + r, L);
         } else {
             acc = buf[0];
-            for (int64_t r = 1; r < count; r++) acc += buf[r];
+            for (int64_t r = 1; r < count; r++)
+                acc += buf[r];
         }
         if (kind == K_MEAN) acc *= 1.0f / (float)count;
         y[o] = acc;
@@ -94,7 +100,8 @@ static void ref_reduce(int kind, const mpmd_type *xt, int mask, const float *x, 
 static void test_forward(void) {
     static const int64_t shapes[][5] = {
         /* ndim, dims */
-        {1, 37}, {2, 5, 7}, {2, 1, 9}, {3, 3, 4, 5}, {3, 4, 1, 6}, {4, 2, 3, 4, 5}, {4, 3, 1, 5, 1}, {4, 2, 5, 1, 33},
+        {1, 37},      {2, 5, 7},       {2, 1, 9},       {3, 3, 4, 5},
+        {3, 4, 1, 6}, {4, 2, 3, 4, 5}, {4, 3, 1, 5, 1}, {4, 2, 5, 1, 33},
     };
     float x[1024], y[1024], ref[1024], buf[1024];
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -118,7 +125,8 @@ static void test_forward(void) {
                         }
                     }
                     okt &= yt.ndim == k;
-                    CHECK(okt, "%s shape %zu mask %d keep %d: wrong output type", kind_name[kind], si, mask, keep);
+                    CHECK(okt, "%s shape %zu mask %d keep %d: wrong output type", kind_name[kind], si, mask,
+                          keep);
                     ref_reduce(kind, &xt, mask, x, ref, buf);
                     int64_t n = mpmd_type_numel(&yt);
                     CHECK(memcmp(y, ref, (size_t)n * sizeof(float)) == 0,
@@ -138,27 +146,32 @@ static void test_values(void) {
     float x[24], y[24];
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 3; j++)
-            for (int k = 0; k < 4; k++) x[i * 12 + j * 4 + k] = (float)(i * 100 + j * 10 + k);
+            for (int k = 0; k < 4; k++)
+                x[i * 12 + j * 4 + k] = (float)(i * 100 + j * 10 + k);
     /* sum over axis 1: [2,4] */
     run_reduce(K_SUM, &xt, x, MPMD_AXES(1), 0, 1, y, 24);
     int ok = 1;
     for (int i = 0; i < 2; i++)
-        for (int k = 0; k < 4; k++) ok &= y[i * 4 + k] == (float)(3 * (i * 100 + k) + 30);
+        for (int k = 0; k < 4; k++)
+            ok &= y[i * 4 + k] == (float)(3 * (i * 100 + k) + 30);
     CHECK(ok, "sum axis 1");
     /* mean over axes (0, 2), keepdims: [1,3,1] */
     mpmd_type yt = run_reduce(K_MEAN, &xt, x, MPMD_AXES(0, -1), 1, 1, y, 24);
     CHECK(yt.ndim == 3 && yt.dim[0] == 1 && yt.dim[1] == 3 && yt.dim[2] == 1, "mean keepdims type");
     ok = 1;
-    for (int j = 0; j < 3; j++) ok &= fabsf(y[j] - (float)(50 + j * 10 + 1.5)) < 1e-4f;
+    for (int j = 0; j < 3; j++)
+        ok &= fabsf(y[j] - (float)(50 + j * 10 + 1.5)) < 1e-4f;
     CHECK(ok, "mean axes 0,2: %g %g %g", y[0], y[1], y[2]);
     /* max over everything: a scalar */
     yt = run_reduce(K_MAX, &xt, x, 0, NULL, 0, 1, y, 24);
     CHECK(yt.ndim == 0 && y[0] == 123.0f, "max all: ndim %d value %g", yt.ndim, y[0]);
     /* max over axis 0 of a tensor with negative numbers */
-    for (int i = 0; i < 24; i++) x[i] = -(float)i;
+    for (int i = 0; i < 24; i++)
+        x[i] = -(float)i;
     run_reduce(K_MAX, &xt, x, MPMD_AXES(0), 0, 1, y, 24);
     ok = 1;
-    for (int r = 0; r < 12; r++) ok &= y[r] == -(float)r;
+    for (int r = 0; r < 12; r++)
+        ok &= y[r] == -(float)r;
     CHECK(ok, "max axis 0 of negatives");
 
     /* a large random sum against doubles: the fixed order is also accurate */
@@ -172,7 +185,8 @@ static void test_values(void) {
     for (int i = 0; i < 16; i++)
         for (int k = 0; k < 40; k++) {
             double s = 0;
-            for (int j = 0; j < 300; j++) s += bx[(i * 300 + j) * 40 + k];
+            for (int j = 0; j < 300; j++)
+                s += bx[(i * 300 + j) * 40 + k];
             worst = fmax(worst, fabs(s - by[i * 40 + k]));
         }
     CHECK(worst < 1e-4, "sum over 300 rows off by %g", worst);
@@ -193,29 +207,30 @@ static mpmd_value build_reduce(mpmd_graph *g, const mpmd_value *p, void *ctx) {
 
 static void test_gradients(void) {
     static const rcase cases[] = {
-        {K_SUM, 1, {1}, 0},      {K_SUM, 2, {0, 2}, 1},   {K_SUM, 1, {-1}, 0},     {K_SUM, 0, {0}, 0},
-        {K_SUM, 2, {-3, -2}, 1}, {K_SUM, 1, {0}, 1},      {K_MEAN, 1, {1}, 0},     {K_MEAN, 2, {0, 2}, 1},
-        {K_MEAN, 0, {0}, 0},     {K_MEAN, 1, {-1}, 1},    {K_MAX, 1, {1}, 0},      {K_MAX, 1, {-1}, 1},
-        {K_MAX, 2, {0, 2}, 0},   {K_MAX, 0, {0}, 0},      {K_MAX, 1, {0}, 1},
+        {K_SUM, 1, {1}, 0},      {K_SUM, 2, {0, 2}, 1}, {K_SUM, 1, {-1}, 0}, {K_SUM, 0, {0}, 0},
+        {K_SUM, 2, {-3, -2}, 1}, {K_SUM, 1, {0}, 1},    {K_MEAN, 1, {1}, 0}, {K_MEAN, 2, {0, 2}, 1},
+        {K_MEAN, 0, {0}, 0},     {K_MEAN, 1, {-1}, 1},  {K_MAX, 1, {1}, 0},  {K_MAX, 1, {-1}, 1},
+        {K_MAX, 2, {0, 2}, 0},   {K_MAX, 0, {0}, 0},    {K_MAX, 1, {0}, 1},
     };
     mpmd_type t3 = tu_f32(MPMD_SHAPE(3, 4, 5));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char label[96];
         const rcase *c = &cases[i];
-        snprintf(label, sizeof label, "%s naxes=%d axes[0]=%d keep=%d", kind_name[c->kind], c->naxes, c->axes[0],
-                 c->keep);
+        snprintf(label, sizeof label, "%s naxes=%d axes[0]=%d keep=%d", kind_name[c->kind], c->naxes,
+                 c->axes[0], c->keep);
         /* max is piecewise linear: a small step keeps the argmax in place */
         double h = c->kind == K_MAX ? 1e-3 : 1e-2;
         CHECK(tu_gradcheck(label, 1, &t3, build_reduce, (void *)c, h, 1e-2), "%s", label);
     }
     /* 4-D, outer and middle axes, and the same op used twice (a chain) */
     mpmd_type t4 = tu_f32(MPMD_SHAPE(2, 3, 4, 5));
-    rcase c4[] = {{K_SUM, 2, {0, 3}, 0}, {K_MEAN, 2, {1, 2}, 1}, {K_MAX, 2, {-4, -2}, 0}, {K_SUM, 3, {0, 1, 3}, 1}};
+    rcase c4[] = {
+        {K_SUM, 2, {0, 3}, 0}, {K_MEAN, 2, {1, 2}, 1}, {K_MAX, 2, {-4, -2}, 0}, {K_SUM, 3, {0, 1, 3}, 1}};
     for (size_t i = 0; i < sizeof c4 / sizeof c4[0]; i++) {
         char label[96];
         snprintf(label, sizeof label, "4-D %s case %zu", kind_name[c4[i].kind], i);
-        CHECK(tu_gradcheck(label, 1, &t4, build_reduce, &c4[i], c4[i].kind == K_MAX ? 1e-3 : 1e-2, 1e-2), "%s",
-              label);
+        CHECK(tu_gradcheck(label, 1, &t4, build_reduce, &c4[i], c4[i].kind == K_MAX ? 1e-3 : 1e-2, 1e-2),
+              "%s", label);
     }
 }
 
@@ -240,7 +255,8 @@ static void test_max_ties(void) {
         float want[3][4] = {{0, 3, 3, 0}, {1, 1, 1, 1}, {1, 0, 0, 0}};
         float *wd = mpmd_exec_var_data(ex, w);
         for (int i = 0; i < 3; i++)
-            for (int j = 0; j < 4; j++) wd[axis_last ? i * 4 + j : j * 3 + i] = rows[i][j];
+            for (int j = 0; j < 4; j++)
+                wd[axis_last ? i * 4 + j : j * 3 + i] = rows[i][j];
         CHECK(mpmd_exec_run(ex) == MPMD_OK, "%s", mpmd_exec_error(ex));
         float gd[12], md[3];
         mpmd_exec_read(ex, gw, gd, sizeof gd);
@@ -248,7 +264,8 @@ static void test_max_ties(void) {
         CHECK(md[0] == 3 && md[1] == 2 && md[2] == 5, "max values %g %g %g", md[0], md[1], md[2]);
         int ok = 1;
         for (int i = 0; i < 3; i++)
-            for (int j = 0; j < 4; j++) ok &= gd[axis_last ? i * 4 + j : j * 3 + i] == want[i][j];
+            for (int j = 0; j < 4; j++)
+                ok &= gd[axis_last ? i * 4 + j : j * 3 + i] == want[i][j];
         CHECK(ok, "tie gradients (layout %s): row 0 %g %g %g %g", axis_last ? "inner" : "outer",
               gd[axis_last ? 0 : 0], gd[axis_last ? 1 : 3], gd[axis_last ? 2 : 6], gd[axis_last ? 3 : 9]);
         mpmd_exec_free(ex);
@@ -270,7 +287,8 @@ static void test_errors(void) {
     g = mpmd_graph_new();
     x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(4, 5));
     CHECK(!mpmd_is_value(mpmd_max(g, x, MPMD_AXES(-3), 0)), "axis -3 accepted");
-    CHECK(has(mpmd_graph_error(g), "mpmd_max: axis -3 is out of range for f32[4,5]"), "%s", mpmd_graph_error(g));
+    CHECK(has(mpmd_graph_error(g), "mpmd_max: axis -3 is out of range for f32[4,5]"), "%s",
+          mpmd_graph_error(g));
     mpmd_graph_free(g);
 
     g = mpmd_graph_new();
@@ -283,7 +301,8 @@ static void test_errors(void) {
     g = mpmd_graph_new();
     x = mpmd_input(g, "ids", MPMD_I32, MPMD_SHAPE(4, 5));
     CHECK(!mpmd_is_value(mpmd_sum(g, x, 0, NULL, 0)), "i32 accepted");
-    CHECK(has(mpmd_graph_error(g), "mpmd_sum: a is i32[4,5], expected a float tensor (f32, bf16, f16)"), "%s", mpmd_graph_error(g));
+    CHECK(has(mpmd_graph_error(g), "mpmd_sum: a is i32[4,5], expected a float tensor (f32, bf16, f16)"), "%s",
+          mpmd_graph_error(g));
     mpmd_graph_free(g);
 
     g = mpmd_graph_new();
@@ -359,10 +378,12 @@ static void test_threads(void) {
             mpmd_exec_free(ex);
             mpmd_graph_free(g);
         }
-        CHECK(memcmp(g1, g2, (size_t)n * sizeof(float)) == 0, "max grad mask %d: 1 and 2 threads differ", masks[mi]);
+        CHECK(memcmp(g1, g2, (size_t)n * sizeof(float)) == 0, "max grad mask %d: 1 and 2 threads differ",
+              masks[mi]);
         /* d/dx sum(max^2) = 2 max at the argmax (no ties in random data) */
         int64_t nz = 0;
-        for (int64_t i = 0; i < n; i++) nz += g1[i] != 0.0f;
+        for (int64_t i = 0; i < n; i++)
+            nz += g1[i] != 0.0f;
         int64_t per = 1;
         for (int i = 0; i < 3; i++)
             if (masks[mi] & (1 << i)) per *= dims[i];

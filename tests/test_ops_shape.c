@@ -6,7 +6,9 @@
 
 #include <string.h>
 
-static int has(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
+static int has(const char *hay, const char *needle) {
+    return strstr(hay, needle) != NULL;
+}
 
 /* ---- a small runner: inputs of any dtype, one output ---------------------- */
 
@@ -14,8 +16,8 @@ typedef mpmd_value (*op_fn)(mpmd_graph *g, const mpmd_value *xs, void *ctx);
 
 /* Build y = f(inputs), run on `threads` threads, copy y into out (capacity
  * cap elements). Returns y's type. */
-static mpmd_type run_op(int n, const mpmd_type *types, void *const *data, op_fn f, void *ctx, int threads, void *out,
-                        int64_t cap) {
+static mpmd_type run_op(int n, const mpmd_type *types, void *const *data, op_fn f, void *ctx, int threads,
+                        void *out, int64_t cap) {
     mpmd_graph *g = mpmd_graph_new();
     mpmd_value xs[8];
     for (int i = 0; i < n; i++) {
@@ -45,7 +47,8 @@ static mpmd_type ty(mpmd_dtype dt, int ndim, const int64_t *dims) {
 }
 
 static void fill_i32(int32_t *x, int64_t n, int32_t base) {
-    for (int64_t i = 0; i < n; i++) x[i] = base + (int32_t)(i * 7919 % 100003);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = base + (int32_t)(i * 7919 % 100003);
 }
 
 /* ---- naive references ------------------------------------------------------ */
@@ -54,7 +57,8 @@ static void fill_i32(int32_t *x, int64_t n, int32_t base) {
 static void ref_permute(const mpmd_type *xt, const int *perm, const uint32_t *x, uint32_t *y) {
     int nd = xt->ndim;
     int64_t xs[MPMD_MAX_DIMS], s = 1, n = mpmd_type_numel(xt);
-    for (int i = nd - 1; i >= 0; i--) xs[i] = s, s *= xt->dim[i];
+    for (int i = nd - 1; i >= 0; i--)
+        xs[i] = s, s *= xt->dim[i];
     for (int64_t o = 0; o < n; o++) {
         int64_t rem = o, off = 0;
         for (int i = nd - 1; i >= 0; i--) {
@@ -97,7 +101,8 @@ static void test_reshape(void) {
     shape_arg s2 = {2, {10, 12}};
     run_op(1, &xt, xd, op_reshape_of_sum, &s2, 1, y, 120);
     int ok = 1;
-    for (int i = 0; i < 120; i++) ok &= y[i] == x[i] + x[i];
+    for (int i = 0; i < 120; i++)
+        ok &= y[i] == x[i] + x[i];
     CHECK(ok, "reshape of a computed value");
     /* to a scalar and back */
     mpmd_type st = tu_f32(MPMD_SHAPE(1, 1));
@@ -118,7 +123,9 @@ static void test_reshape(void) {
 
 /* ---- permute and transpose ------------------------------------------------------ */
 
-static mpmd_value op_permute(mpmd_graph *g, const mpmd_value *xs, void *ctx) { return mpmd_permute(g, xs[0], ctx); }
+static mpmd_value op_permute(mpmd_graph *g, const mpmd_value *xs, void *ctx) {
+    return mpmd_permute(g, xs[0], ctx);
+}
 static mpmd_value op_transpose(mpmd_graph *g, const mpmd_value *xs, void *ctx) {
     (void)ctx;
     return mpmd_transpose(g, xs[0]);
@@ -127,21 +134,25 @@ static mpmd_value op_transpose(mpmd_graph *g, const mpmd_value *xs, void *ctx) {
 /* Next permutation in lexicographic order; 0 after the last. */
 static int next_perm(int *p, int n) {
     int i = n - 2;
-    while (i >= 0 && p[i] >= p[i + 1]) i--;
+    while (i >= 0 && p[i] >= p[i + 1])
+        i--;
     if (i < 0) return 0;
     int j = n - 1;
-    while (p[j] <= p[i]) j--;
+    while (p[j] <= p[i])
+        j--;
     int t = p[i];
     p[i] = p[j], p[j] = t;
-    for (int a = i + 1, b = n - 1; a < b; a++, b--) t = p[a], p[a] = p[b], p[b] = t;
+    for (int a = i + 1, b = n - 1; a < b; a++, b--)
+        t = p[a], p[a] = p[b], p[b] = t;
     return 1;
 }
 
 static void test_permute(void) {
     /* every permutation of 3-D and 4-D shapes, some with size-1 axes and
      * sizes that are not multiples of the 32 tile */
-    static const int64_t shapes[][6] = {{3, 3, 4, 5}, {3, 33, 2, 40}, {4, 2, 3, 4, 5}, {4, 2, 1, 35, 3},
-                                        {4, 3, 34, 1, 33}, {2, 37, 45}, {5, 2, 3, 2, 3, 4}};
+    static const int64_t shapes[][6] = {{3, 3, 4, 5},      {3, 33, 2, 40},    {4, 2, 3, 4, 5},
+                                        {4, 2, 1, 35, 3},  {4, 3, 34, 1, 33}, {2, 37, 45},
+                                        {5, 2, 3, 2, 3, 4}};
     static float x[40000], y[40000], ref[40000];
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         int nd = (int)shapes[si][0];
@@ -150,16 +161,18 @@ static void test_permute(void) {
         tu_fill(x, n, 10 + si);
         void *xd[1] = {x};
         int perm[MPMD_MAX_DIMS];
-        for (int i = 0; i < nd; i++) perm[i] = i;
+        for (int i = 0; i < nd; i++)
+            perm[i] = i;
         int bad = 0, count = 0;
         do {
             mpmd_type yt = run_op(1, &xt, xd, op_permute, perm, 1, y, 40000);
-            for (int i = 0; i < nd; i++) bad += yt.dim[i] != xt.dim[perm[i]];
+            for (int i = 0; i < nd; i++)
+                bad += yt.dim[i] != xt.dim[perm[i]];
             ref_permute(&xt, perm, (const uint32_t *)x, (uint32_t *)ref);
             if (memcmp(y, ref, (size_t)n * 4) != 0) {
                 bad++;
-                fprintf(stderr, "permute shape %zu perm %d%d%d%d: wrong data\n", si, perm[0], perm[1], perm[2],
-                        nd > 3 ? perm[3] : 0);
+                fprintf(stderr, "permute shape %zu perm %d%d%d%d: wrong data\n", si, perm[0], perm[1],
+                        perm[2], nd > 3 ? perm[3] : 0);
             }
             count++;
         } while (next_perm(perm, nd));
@@ -172,7 +185,8 @@ static void test_permute(void) {
     mpmd_type yt = run_op(1, &t2, xd, op_transpose, NULL, 1, y, 40000);
     int ok = yt.dim[0] == 45 && yt.dim[1] == 37;
     for (int i = 0; i < 37; i++)
-        for (int j = 0; j < 45; j++) ok &= y[j * 37 + i] == x[i * 45 + j];
+        for (int j = 0; j < 45; j++)
+            ok &= y[j * 37 + i] == x[i * 45 + j];
     CHECK(ok, "2-D transpose");
     mpmd_type t3 = tu_f32(MPMD_SHAPE(3, 20, 70));
     tu_fill(x, 3 * 20 * 70, 4);
@@ -180,7 +194,8 @@ static void test_permute(void) {
     ok = 1;
     for (int b = 0; b < 3; b++)
         for (int i = 0; i < 20; i++)
-            for (int j = 0; j < 70; j++) ok &= y[(b * 70 + j) * 20 + i] == x[(b * 20 + i) * 70 + j];
+            for (int j = 0; j < 70; j++)
+                ok &= y[(b * 70 + j) * 20 + i] == x[(b * 20 + i) * 70 + j];
     CHECK(ok, "batched transpose");
     /* i32 permute */
     int32_t ix[120], iy[120], iref[120];
@@ -206,14 +221,18 @@ static mpmd_value op_slice(mpmd_graph *g, const mpmd_value *xs, void *ctx) {
 }
 
 /* naive slice of 4-byte elements on a tensor of type xt */
-static void ref_slice(const mpmd_type *xt, int ax, int64_t start, int64_t stop, const uint32_t *x, uint32_t *y) {
+static void ref_slice(const mpmd_type *xt, int ax, int64_t start, int64_t stop, const uint32_t *x,
+                      uint32_t *y) {
     int64_t outer = 1, inner = 1, d = xt->dim[ax];
-    for (int i = 0; i < ax; i++) outer *= xt->dim[i];
-    for (int i = ax + 1; i < xt->ndim; i++) inner *= xt->dim[i];
+    for (int i = 0; i < ax; i++)
+        outer *= xt->dim[i];
+    for (int i = ax + 1; i < xt->ndim; i++)
+        inner *= xt->dim[i];
     int64_t k = 0;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t j = start; j < stop; j++)
-            for (int64_t i = 0; i < inner; i++) y[k++] = x[(o * d + j) * inner + i];
+            for (int64_t i = 0; i < inner; i++)
+                y[k++] = x[(o * d + j) * inner + i];
 }
 
 static void test_slice(void) {
@@ -221,14 +240,15 @@ static void test_slice(void) {
     tu_fill(x, 360, 5);
     mpmd_type xt = tu_f32(MPMD_SHAPE(3, 4, 5, 6));
     void *xd[1] = {x};
-    static const slice_arg cases[] = {{0, 1, 3}, {1, 0, 2}, {2, 2, 5}, {3, 1, 4}, {-1, 0, 6}, {-4, 0, 1}, {-2, 4, 5}};
+    static const slice_arg cases[] = {{0, 1, 3},  {1, 0, 2},  {2, 2, 5}, {3, 1, 4},
+                                      {-1, 0, 6}, {-4, 0, 1}, {-2, 4, 5}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mpmd_type yt = run_op(1, &xt, xd, op_slice, (void *)&cases[i], 1, y, 360);
         int ax = cases[i].axis < 0 ? cases[i].axis + 4 : cases[i].axis;
         CHECK(yt.dim[ax] == cases[i].stop - cases[i].start, "slice %zu type", i);
         ref_slice(&xt, ax, cases[i].start, cases[i].stop, (const uint32_t *)x, (uint32_t *)ref);
-        CHECK(memcmp(y, ref, mpmd_type_bytes(&yt)) == 0, "slice case %zu (axis %d [%lld,%lld))", i, cases[i].axis,
-              (long long)cases[i].start, (long long)cases[i].stop);
+        CHECK(memcmp(y, ref, mpmd_type_bytes(&yt)) == 0, "slice case %zu (axis %d [%lld,%lld))", i,
+              cases[i].axis, (long long)cases[i].start, (long long)cases[i].stop);
     }
     int32_t ix[360], iy[360], iref[360];
     fill_i32(ix, 360, 1000);
@@ -250,8 +270,10 @@ static mpmd_value op_concat(mpmd_graph *g, const mpmd_value *xs, void *ctx) {
 /* naive concat of n tensors of types ts along ax */
 static void ref_concat(int n, const mpmd_type *ts, int ax, void *const *xs, uint32_t *y) {
     int64_t outer = 1, inner = 1;
-    for (int i = 0; i < ax; i++) outer *= ts[0].dim[i];
-    for (int i = ax + 1; i < ts[0].ndim; i++) inner *= ts[0].dim[i];
+    for (int i = 0; i < ax; i++)
+        outer *= ts[0].dim[i];
+    for (int i = ax + 1; i < ts[0].ndim; i++)
+        inner *= ts[0].dim[i];
     int64_t k = 0;
     for (int64_t o = 0; o < outer; o++)
         for (int t = 0; t < n; t++) {
@@ -305,7 +327,9 @@ static mpmd_value g_reshape(mpmd_graph *g, const mpmd_value *p, void *ctx) {
     mpmd_value y = mpmd_reshape(g, p[0], s->ndim, s->dims);
     return mpmd_mul(g, y, y);
 }
-static mpmd_value g_permute(mpmd_graph *g, const mpmd_value *p, void *ctx) { return mpmd_permute(g, p[0], ctx); }
+static mpmd_value g_permute(mpmd_graph *g, const mpmd_value *p, void *ctx) {
+    return mpmd_permute(g, p[0], ctx);
+}
 static mpmd_value g_transpose(mpmd_graph *g, const mpmd_value *p, void *ctx) {
     (void)ctx;
     return mpmd_transpose(g, p[0]);
@@ -388,7 +412,8 @@ static void test_errors(void) {
     g = mpmd_graph_new();
     x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(4, 6));
     CHECK(!mpmd_is_value(mpmd_reshape(g, x, MPMD_SHAPE(5, -1))), "reshape -1 that does not divide");
-    CHECK(has(mpmd_graph_error(g), "cannot reshape f32[4,6] (24 elements) to [5,-1]"), "%s", mpmd_graph_error(g));
+    CHECK(has(mpmd_graph_error(g), "cannot reshape f32[4,6] (24 elements) to [5,-1]"), "%s",
+          mpmd_graph_error(g));
     mpmd_graph_free(g);
 
     g = mpmd_graph_new();
@@ -400,8 +425,8 @@ static void test_errors(void) {
     g = mpmd_graph_new();
     x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(2, 3, 4));
     CHECK(!mpmd_is_value(mpmd_permute(g, x, (const int[]){0, 2, 2})), "duplicate in perm");
-    CHECK(has(mpmd_graph_error(g), "mpmd_permute: perm [0,2,2] is not a permutation of 0..2 for f32[2,3,4]"), "%s",
-          mpmd_graph_error(g));
+    CHECK(has(mpmd_graph_error(g), "mpmd_permute: perm [0,2,2] is not a permutation of 0..2 for f32[2,3,4]"),
+          "%s", mpmd_graph_error(g));
     mpmd_graph_free(g);
 
     g = mpmd_graph_new();
@@ -420,15 +445,16 @@ static void test_errors(void) {
     g = mpmd_graph_new();
     x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(4, 6));
     CHECK(!mpmd_is_value(mpmd_slice(g, x, 1, 2, 7)), "slice past the end");
-    CHECK(has(mpmd_graph_error(g),
-              "mpmd_slice: range [2, 7) on axis 1 of f32[4,6] is out of range; expected 0 <= start < stop <= 6"),
+    CHECK(has(mpmd_graph_error(g), "mpmd_slice: range [2, 7) on axis 1 of f32[4,6] is out of range; expected "
+                                   "0 <= start < stop <= 6"),
           "%s", mpmd_graph_error(g));
     mpmd_graph_free(g);
 
     g = mpmd_graph_new();
     x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(4, 6));
     CHECK(!mpmd_is_value(mpmd_slice(g, x, 0, 3, 3)), "empty slice");
-    CHECK(has(mpmd_graph_error(g), "range [3, 3) on axis 0 of f32[4,6] is out of range"), "%s", mpmd_graph_error(g));
+    CHECK(has(mpmd_graph_error(g), "range [3, 3) on axis 0 of f32[4,6] is out of range"), "%s",
+          mpmd_graph_error(g));
     mpmd_graph_free(g);
 
     g = mpmd_graph_new();
@@ -439,13 +465,14 @@ static void test_errors(void) {
     mpmd_graph_free(g);
 
     g = mpmd_graph_new();
-    mpmd_value xs[3] = {mpmd_input(g, "a", MPMD_F32, MPMD_SHAPE(2, 3)), mpmd_input(g, "b", MPMD_F32, MPMD_SHAPE(2, 4)),
+    mpmd_value xs[3] = {mpmd_input(g, "a", MPMD_F32, MPMD_SHAPE(2, 3)),
+                        mpmd_input(g, "b", MPMD_F32, MPMD_SHAPE(2, 4)),
                         mpmd_input(g, "c", MPMD_F32, MPMD_SHAPE(3, 3))};
     CHECK(mpmd_is_value(mpmd_concat(g, 2, xs, 1)), "concat on axis 1: %s", mpmd_graph_error(g));
     CHECK(!mpmd_is_value(mpmd_concat(g, 3, xs, 1)), "concat shape mismatch");
-    CHECK(has(mpmd_graph_error(g),
-              "mpmd_concat: operand 2 is f32[3,3] but operand 0 is f32[2,3]; expected the same dtype and the same "
-              "dims except axis 1"),
+    CHECK(has(mpmd_graph_error(g), "mpmd_concat: operand 2 is f32[3,3] but operand 0 is f32[2,3]; expected "
+                                   "the same dtype and the same "
+                                   "dims except axis 1"),
           "%s", mpmd_graph_error(g));
     mpmd_graph_free(g);
 
@@ -453,14 +480,15 @@ static void test_errors(void) {
     xs[0] = mpmd_input(g, "a", MPMD_F32, MPMD_SHAPE(2, 3));
     xs[1] = mpmd_input(g, "b", MPMD_I32, MPMD_SHAPE(2, 3));
     CHECK(!mpmd_is_value(mpmd_concat(g, 2, xs, 0)), "concat dtype mismatch");
-    CHECK(has(mpmd_graph_error(g), "operand 1 is i32[2,3] but operand 0 is f32[2,3]"), "%s", mpmd_graph_error(g));
+    CHECK(has(mpmd_graph_error(g), "operand 1 is i32[2,3] but operand 0 is f32[2,3]"), "%s",
+          mpmd_graph_error(g));
     mpmd_graph_free(g);
 
     g = mpmd_graph_new();
     xs[0] = mpmd_input(g, "a", MPMD_F32, MPMD_SHAPE(2, 3));
     CHECK(!mpmd_is_value(mpmd_concat(g, 1, xs, 2)), "concat axis");
-    CHECK(has(mpmd_graph_error(g), "mpmd_concat: axis 2 is out of range for operand 0 f32[2,3] (ndim 2)"), "%s",
-          mpmd_graph_error(g));
+    CHECK(has(mpmd_graph_error(g), "mpmd_concat: axis 2 is out of range for operand 0 f32[2,3] (ndim 2)"),
+          "%s", mpmd_graph_error(g));
     CHECK(!mpmd_is_value(mpmd_concat(g, 0, xs, 0)), "concat of nothing");
     mpmd_graph_free(g);
 }
@@ -523,13 +551,16 @@ static void test_threads(void) {
         run_op(1, &xt, xd, op_slice, (void *)&sl[i], 2, y2, n);
         ref_slice(&xt, sl[i].axis, sl[i].start, sl[i].stop, (const uint32_t *)x, (uint32_t *)ref);
         size_t bytes = mpmd_type_bytes(&yt);
-        CHECK(memcmp(y1, ref, bytes) == 0 && memcmp(y2, ref, bytes) == 0, "large slice %zu on 1 / 2 threads", i);
+        CHECK(memcmp(y1, ref, bytes) == 0 && memcmp(y2, ref, bytes) == 0, "large slice %zu on 1 / 2 threads",
+              i);
         /* its gradient: 2 x inside the slice, 0 outside */
         run_op(1, &xt, xd, op_slice_grad_big, (void *)&sl[i], 1, y1, n);
         run_op(1, &xt, xd, op_slice_grad_big, (void *)&sl[i], 2, y2, n);
         int64_t outer = 1, inner = 1, d = xt.dim[sl[i].axis];
-        for (int k = 0; k < sl[i].axis; k++) outer *= xt.dim[k];
-        for (int k = sl[i].axis + 1; k < 4; k++) inner *= xt.dim[k];
+        for (int k = 0; k < sl[i].axis; k++)
+            outer *= xt.dim[k];
+        for (int k = sl[i].axis + 1; k < 4; k++)
+            inner *= xt.dim[k];
         int ok = memcmp(y1, y2, (size_t)n * 4) == 0;
         for (int64_t e = 0; e < n && ok; e++) {
             int64_t j = (e / inner) % d;

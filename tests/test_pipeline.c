@@ -56,10 +56,11 @@ static void compare(const char *what, mpmd_graph *g, const mpmd_value *inputs, v
         char ha[65], hb[65];
         mpmd_exec_params_sha256(ex, ha);
         mpmd_step_params_sha256(st, hb);
-        CHECK(memcmp(&la, &lb, sizeof la) == 0, "%s: %s, %d threads/rank, step %d: loss %.9g vs one-rank %.9g",
-              what, s->name, tpr, step, lb, la);
-        CHECK(strcmp(ha, hb) == 0, "%s: %s, %d threads/rank, step %d: params differ from the one-rank loop", what,
-              s->name, tpr, step);
+        CHECK(memcmp(&la, &lb, sizeof la) == 0,
+              "%s: %s, %d threads/rank, step %d: loss %.9g vs one-rank %.9g", what, s->name, tpr, step, lb,
+              la);
+        CHECK(strcmp(ha, hb) == 0, "%s: %s, %d threads/rank, step %d: params differ from the one-rank loop",
+              what, s->name, tpr, step);
     }
     mpmd_exec_free(ex);
     mpmd_step_free(st);
@@ -159,7 +160,8 @@ static void test_errors(void) {
     m = tu_build_mlp(2, 1, 2, 4);
     if (mpmd_schedule_parse(bad, strlen(bad), "bad", &s, &err) == MPMD_OK) {
         mpmd_step *st = mpmd_jit_with_loop(m.g, s, NULL, &err);
-        CHECK(st == NULL && err.code == MPMD_ERR_SCHEDULE, "deadlocking schedule: %s", st ? "accepted" : err.msg);
+        CHECK(st == NULL && err.code == MPMD_ERR_SCHEDULE, "deadlocking schedule: %s",
+              st ? "accepted" : err.msg);
         mpmd_step_free(st);
         mpmd_schedule_free(s);
     }
@@ -190,7 +192,8 @@ static void test_errors(void) {
     mpmd_graph *g = mpmd_graph_new();
     mpmd_param(g, "w", MPMD_SHAPE(2), MPMD_ZEROS);
     mpmd_schedule_gpipe(1, 1, &s, &err);
-    CHECK(mpmd_jit_with_loop(g, s, NULL, &err) == NULL && strstr(err.msg, "no microbatch loop"), "%s", err.msg);
+    CHECK(mpmd_jit_with_loop(g, s, NULL, &err) == NULL && strstr(err.msg, "no microbatch loop"), "%s",
+          err.msg);
     mpmd_schedule_free(s);
     mpmd_graph_free(g);
 }
@@ -243,8 +246,8 @@ static void test_failure_stops_all(void) {
  * are bitwise identical. */
 static void test_data_parallel(void) {
     const int R = 2, S = 2, n = 4, rows = 3, width = 8;
-    tu_mlp dp = tu_build_mlp(S, n, rows, width);           /* one replica's share */
-    tu_mlp ref = tu_build_mlp(S, n, rows * R, width);      /* the whole batch */
+    tu_mlp dp = tu_build_mlp(S, n, rows, width);      /* one replica's share */
+    tu_mlp ref = tu_build_mlp(S, n, rows * R, width); /* the whole batch */
     int64_t B = (int64_t)R * n * rows;
     float *x = malloc((size_t)B * width * sizeof *x), *y = malloc((size_t)B * width * sizeof *y);
     tu_fill(x, B * width, 5);
@@ -266,7 +269,8 @@ static void test_data_parallel(void) {
     eo.backend = tu_backend();
     mpmd_exec *ex = mpmd_exec_new(ref.g, &eo, &err);
     if (st && ex) {
-        CHECK(mpmd_step_set_input(st, dp.x, x, 10) == MPMD_ERR_SHAPE && strstr(mpmd_step_error(st), "per replica"),
+        CHECK(mpmd_step_set_input(st, dp.x, x, 10) == MPMD_ERR_SHAPE &&
+                  strstr(mpmd_step_error(st), "per replica"),
               "%s", mpmd_step_error(st));
         for (int step = 0; step < 3; step++) {
             mpmd_step_set_input(st, dp.x, x, bytes); /* the global batch: each replica takes its share */
@@ -278,7 +282,8 @@ static void test_data_parallel(void) {
             float la, lb;
             mpmd_exec_read(ex, ref.loss, &la, sizeof la);
             mpmd_step_read(st, dp.loss, &lb, sizeof lb);
-            CHECK(fabsf(la - lb) <= 1e-5f * fabsf(la) + 1e-6f, "step %d: data-parallel loss %.9g vs %.9g", step, lb, la);
+            CHECK(fabsf(la - lb) <= 1e-5f * fabsf(la) + 1e-6f, "step %d: data-parallel loss %.9g vs %.9g",
+                  step, lb, la);
         }
         char h0[65], h1[65];
         mpmd_step_replica_params_sha256(st, 0, h0);
@@ -290,7 +295,8 @@ static void test_data_parallel(void) {
         mpmd_step_read(st, w, a, sizeof a);
         mpmd_exec_read(ex, wr, b, sizeof b);
         float worst = 0;
-        for (int k = 0; k < 64; k++) worst = fmaxf(worst, fabsf(a[k] - b[k]));
+        for (int k = 0; k < 64; k++)
+            worst = fmaxf(worst, fabsf(a[k] - b[k]));
         CHECK(worst < 1e-5f, "params differ from the whole-batch loop by %g", worst);
     }
     mpmd_step_free(st);

@@ -43,7 +43,8 @@ static int kind_of(const char *prefix) {
 static void check_program_text(const char *txt, const mpmd_schedule *s) {
     const int D = s->num_ranks;
     int64_t total = 0;
-    for (int r = 0; r < D; r++) total += s->ranks[r].num_tasks;
+    for (int r = 0; r < D; r++)
+        total += s->ranks[r].num_tasks;
     int64_t cap = 64;
     xfer *sends = malloc((size_t)cap * sizeof *sends), *recvs = malloc((size_t)cap * sizeof *recvs);
     int64_t ns = 0, nr = 0, runs = 0, mismatches = 0;
@@ -73,8 +74,8 @@ static void check_program_text(const char *txt, const mpmd_schedule *s) {
             if (pos[rank] >= rk->num_tasks || rk->tasks[pos[rank]].kind != k ||
                 rk->tasks[pos[rank]].stage != a || rk->tasks[pos[rank]].microbatch != b) {
                 if (!mismatches++)
-                    snprintf(first_mismatch, sizeof first_mismatch, "rank %d, task %d: printed \"%.100s\"", rank,
-                             pos[rank], l);
+                    snprintf(first_mismatch, sizeof first_mismatch, "rank %d, task %d: printed \"%.100s\"",
+                             rank, pos[rank], l);
             }
             pos[rank]++;
         } else if (sscanf(l, " %15s %%%d:%*s mb %d %*s rank %d", word, &a, &b, &c) == 4 &&
@@ -106,7 +107,8 @@ static void check_program_text(const char *txt, const mpmd_schedule *s) {
         qsort(sends, (size_t)ns, sizeof *sends, xfer_cmp);
         qsort(recvs, (size_t)nr, sizeof *recvs, xfer_cmp);
         int64_t bad = 0;
-        for (int64_t i = 0; i < ns; i++) bad += xfer_cmp(&sends[i], &recvs[i]) != 0;
+        for (int64_t i = 0; i < ns; i++)
+            bad += xfer_cmp(&sends[i], &recvs[i]) != 0;
         CHECK(bad == 0, "%lld sends without their receive", (long long)bad);
     }
     /* stages run on rank stage % D: rank 1 receives stage 0's output of microbatch 0 */
@@ -158,7 +160,8 @@ static void test_large_plan(void) {
         float la = 0, lb = 1;
         mpmd_exec_read(ex, m.loss, &la, sizeof la);
         CHECK(mpmd_step_read(st, m.loss, &lb, sizeof lb) == MPMD_OK, "%s", mpmd_step_error(st));
-        CHECK(memcmp(&la, &lb, sizeof la) == 0, "%s, step %d: loss %.9g vs one-rank %.9g", s->name, step, lb, la);
+        CHECK(memcmp(&la, &lb, sizeof la) == 0, "%s, step %d: loss %.9g vs one-rank %.9g", s->name, step, lb,
+              la);
         CHECK(la > 0, "loss %g", la);
         char ha[65], hb[65];
         mpmd_exec_params_sha256(ex, ha);
@@ -179,8 +182,8 @@ static void test_large_plan(void) {
             mpmd_value p = mpmd_lookup(m.g, name);
             int ranks[16] = {-1};
             int nr = mpmd_step_where(st, p, ranks, 16);
-            CHECK(nr == 1 && ranks[0] == want, "%s: %d ranks, first %d; expected rank %d only", name, nr, ranks[0],
-                  want);
+            CHECK(nr == 1 && ranks[0] == want, "%s: %d ranks, first %d; expected rank %d only", name, nr,
+                  ranks[0], want);
             /* the rank that holds it has its storage, the others none */
             for (int r = 0; r < D; r++) {
                 void *data = mpmd_step_var_data(st, r, p);
@@ -190,7 +193,8 @@ static void test_large_plan(void) {
             mpmd_type t = mpmd_value_type(m.g, p);
             size_t pb = mpmd_type_bytes(&t);
             CHECK(pb <= sizeof got, "%s is %zu bytes", name, pb);
-            if (pb <= sizeof got && mpmd_step_read(st, p, got, pb) == MPMD_OK && mpmd_exec_read(ex, p, ref, pb) == 0)
+            if (pb <= sizeof got && mpmd_step_read(st, p, got, pb) == MPMD_OK &&
+                mpmd_exec_read(ex, p, ref, pb) == 0)
                 CHECK(memcmp(got, ref, pb) == 0, "%s differs from the one-rank loop", name);
         }
     }
@@ -198,10 +202,12 @@ static void test_large_plan(void) {
     int lr[16];
     int nl = mpmd_step_where(st, m.loss, lr, 16);
     int on_last = 0;
-    for (int i = 0; i < nl && i < 16; i++) on_last |= lr[i] == s->stage_rank[S - 1];
+    for (int i = 0; i < nl && i < 16; i++)
+        on_last |= lr[i] == s->stage_rank[S - 1];
     CHECK(nl >= 1 && on_last, "the loss is on %d ranks, not on rank %d", nl, s->stage_rank[S - 1]);
     CHECK(mpmd_step_where(st, MPMD_NONE, lr, 16) == 0, "MPMD_NONE has a place");
-    for (int r = 0; r < D; r++) CHECK(mpmd_step_peak_bytes(st, r) > 0, "rank %d plans no activations", r);
+    for (int r = 0; r < D; r++)
+        CHECK(mpmd_step_peak_bytes(st, r) > 0, "rank %d plans no activations", r);
 
     /* the printed programs and task lists */
     text prog = {NULL, 0}, tasks = {NULL, 0}, ref = {NULL, 0};
@@ -217,7 +223,8 @@ static void test_large_plan(void) {
     CHECK(prog.len > 0 && strstr(prog.buf, s->name), "the program text does not name %s", s->name);
     char want[64];
     snprintf(want, sizeof want, "task fwd_%d (rank %d", S - 1, s->stage_rank[S - 1]);
-    CHECK(strstr(prog.buf, "task fwd_0 (rank 0") && strstr(prog.buf, want) && strstr(prog.buf, "task bwd_0 (rank 0"),
+    CHECK(strstr(prog.buf, "task fwd_0 (rank 0") && strstr(prog.buf, want) &&
+              strstr(prog.buf, "task bwd_0 (rank 0"),
           "task bodies missing from the program text");
     snprintf(want, sizeof want, "run   bwd_%d  microbatch %d", S - 1, n - 1);
     CHECK(strstr(prog.buf, "run   fwd_0  microbatch 0") && strstr(prog.buf, want), "run lines missing");

@@ -12,7 +12,8 @@
 static const char *jp;
 static int json_value(void);
 static void ws(void) {
-    while (*jp == ' ' || *jp == '\n' || *jp == '\t' || *jp == '\r') jp++;
+    while (*jp == ' ' || *jp == '\n' || *jp == '\t' || *jp == '\r')
+        jp++;
 }
 static int json_string(void) {
     if (*jp != '"') return 0;
@@ -31,17 +32,20 @@ static int json_number(void) {
     const char *s = jp;
     if (*jp == '-') jp++;
     if (!isdigit((unsigned char)*jp)) return 0;
-    while (isdigit((unsigned char)*jp)) jp++;
+    while (isdigit((unsigned char)*jp))
+        jp++;
     if (*jp == '.') {
         jp++;
         if (!isdigit((unsigned char)*jp)) return 0;
-        while (isdigit((unsigned char)*jp)) jp++;
+        while (isdigit((unsigned char)*jp))
+            jp++;
     }
     if (*jp == 'e' || *jp == 'E') {
         jp++;
         if (*jp == '+' || *jp == '-') jp++;
         if (!isdigit((unsigned char)*jp)) return 0;
-        while (isdigit((unsigned char)*jp)) jp++;
+        while (isdigit((unsigned char)*jp))
+            jp++;
     }
     return jp > s;
 }
@@ -58,7 +62,10 @@ static int json_value(void) {
             if (*jp++ != ':') return 0;
             if (!json_value()) return 0;
             ws();
-            if (*jp == ',') { jp++; continue; }
+            if (*jp == ',') {
+                jp++;
+                continue;
+            }
             if (*jp == '}') return jp++, 1;
             return 0;
         }
@@ -70,7 +77,10 @@ static int json_value(void) {
         for (;;) {
             if (!json_value()) return 0;
             ws();
-            if (*jp == ',') { jp++; continue; }
+            if (*jp == ',') {
+                jp++;
+                continue;
+            }
             if (*jp == ']') return jp++, 1;
             return 0;
         }
@@ -111,7 +121,8 @@ int main(void) {
     mpmd_step_set_input(st, m.tokens, tok, sizeof tok);
     mpmd_step_set_input(st, m.targets, tgt, sizeof tgt);
     mpmd_step_set_recording(st, 1);
-    for (int i = 0; i < 2; i++) CHECK(mpmd_step_run(st) == MPMD_OK, "%s", mpmd_step_error(st));
+    for (int i = 0; i < 2; i++)
+        CHECK(mpmd_step_run(st) == MPMD_OK, "%s", mpmd_step_error(st));
 
     /* the timeline: every task of each rank, in time order */
     CHECK(mpmd_step_timeline(st, &tl, &err) == MPMD_OK, "%s", err.msg);
@@ -122,13 +133,13 @@ int main(void) {
         double sum = 0;
         for (int k = 0; k < tl->num_events[r]; k++) {
             const mpmd_timeline_event *e = &tl->events[r][k];
-            CHECK(e->end >= e->start && (k == 0 || e->start >= tl->events[r][k - 1].end), "rank %d event %d order", r,
-                  k);
+            CHECK(e->end >= e->start && (k == 0 || e->start >= tl->events[r][k - 1].end),
+                  "rank %d event %d order", r, k);
             sum += e->end - e->start;
         }
         /* busy = tasks + the before/after-loop ops, so at least the tasks */
-        CHECK(stats.ranks[r].busy_ms >= sum - 1e-9 && stats.ranks[r].tasks == 16, "rank %d busy %.4f vs tasks %.4f",
-              r, stats.ranks[r].busy_ms, sum);
+        CHECK(stats.ranks[r].busy_ms >= sum - 1e-9 && stats.ranks[r].tasks == 16,
+              "rank %d busy %.4f vs tasks %.4f", r, stats.ranks[r].busy_ms, sum);
         CHECK(stats.ranks[r].busy_ms <= stats.step_ms * 1.0001, "rank %d busy beyond the step", r);
         CHECK(stats.ranks[r].peak_bytes > 0 && stats.ranks[r].planned_peak_bytes > 0, "peaks");
     }

@@ -30,7 +30,8 @@ mpmd_type tu_f32(int ndim, const int64_t *dims) {
     memset(&t, 0, sizeof t);
     t.dtype = MPMD_F32;
     t.ndim = ndim;
-    for (int i = 0; i < ndim; i++) t.dim[i] = dims[i];
+    for (int i = 0; i < ndim; i++)
+        t.dim[i] = dims[i];
     return t;
 }
 
@@ -83,7 +84,8 @@ int tu_gradcheck(const char *label, int n_in, const mpmd_type *in_shapes, tu_bui
     mpmd_value loss = mpmd_sum(g, mpmd_mul(g, y, rc), 0, NULL, 0);
     mpmd_grad(g, loss, n_in, params, grads);
     mpmd_keep(g, loss);
-    for (int i = 0; i < n_in; i++) mpmd_keep(g, grads[i]);
+    for (int i = 0; i < n_in; i++)
+        mpmd_keep(g, grads[i]);
     if (mpmd_graph_status(g) != MPMD_OK) {
         fprintf(stderr, "gradcheck %s: graph error: %s\n", label, mpmd_graph_error(g));
         mpmd_graph_free(g);
@@ -120,7 +122,9 @@ int tu_gradcheck(const char *label, int n_in, const mpmd_type *in_shapes, tu_bui
         }
         if (worst > tol) {
             ok = 0;
-            fprintf(stderr, "gradcheck %s: input %d element %lld: finite difference %.6g, autodiff %.6g (error %.3g > %.3g)\n",
+            fprintf(stderr,
+                    "gradcheck %s: input %d element %lld: finite difference %.6g, autodiff %.6g (error %.3g "
+                    "> %.3g)\n",
                     label, i, (long long)wk, wfd, wad, worst, tol);
         }
         free(ad);

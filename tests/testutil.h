@@ -13,15 +13,15 @@ extern int tu_failures;
 extern int tu_checks;
 
 /* Record a check; on failure print file:line and the message. */
-#define CHECK(cond, ...)                                                                     \
-    do {                                                                                     \
-        tu_checks++;                                                                         \
-        if (!(cond)) {                                                                       \
-            tu_failures++;                                                                   \
-            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);         \
-            fprintf(stderr, __VA_ARGS__);                                                    \
-            fprintf(stderr, "\n");                                                           \
-        }                                                                                    \
+#define CHECK(cond, ...)                                                                                     \
+    do {                                                                                                     \
+        tu_checks++;                                                                                         \
+        if (!(cond)) {                                                                                       \
+            tu_failures++;                                                                                   \
+            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                         \
+            fprintf(stderr, __VA_ARGS__);                                                                    \
+            fprintf(stderr, "\n");                                                                           \
+        }                                                                                                    \
     } while (0)
 
 /* Print "<name>: N passed, M failed" and return the exit status. */

@@ -51,10 +51,11 @@ mpmd_status gpt_config_check(const gpt_config *c, mpmd_error *err) {
                               (long long)c->batch, c->microbatches);
     if (c->stages < 1) return mpmd_error_set(err, bad, "gpt: stages is %d; it must be at least 1", c->stages);
     if (!c->balance_stages && c->layers % c->stages != 0)
-        return mpmd_error_set(err, bad,
-                              "gpt: %d layers cannot be split evenly into %d stages (balance_stages splits them "
-                              "by cost instead)",
-                              c->layers, c->stages);
+        return mpmd_error_set(
+            err, bad,
+            "gpt: %d layers cannot be split evenly into %d stages (balance_stages splits them "
+            "by cost instead)",
+            c->layers, c->stages);
     if (c->stages > c->layers)
         return mpmd_error_set(err, bad, "gpt: %d stages for %d layers; every stage needs a layer", c->stages,
                               c->layers);
@@ -103,7 +104,8 @@ void gpt_model_free(gpt_model *m) {
 void gpt_stage_blocks(const gpt_config *c, int *blocks) {
     int L = c->layers, S = c->stages;
     if (!c->balance_stages) {
-        for (int s = 0; s < S; s++) blocks[s] = L / S;
+        for (int s = 0; s < S; s++)
+            blocks[s] = L / S;
         return;
     }
     /* Each cut is the first whose prefix reaches (s+1)/S of the forward
@@ -116,7 +118,8 @@ void gpt_stage_blocks(const gpt_config *c, int *blocks) {
     for (int s = 0; s + 1 < S; s++) {
         double want = total * (s + 1) / S;
         int k = start + 1;
-        while (k < L - (S - 1 - s) && k * block < want) k++;
+        while (k < L - (S - 1 - s) && k * block < want)
+            k++;
         if (k - 1 > start && want - (k - 1) * block < k * block - want) k--;
         blocks[s] = k - start;
         start = k;

@@ -24,8 +24,8 @@ mpmd_value mpmd_grad_add(mpmd_graph *g, mpmd_value a, mpmd_value b) {
 }
 
 typedef struct {
-    mpmd_value *cot;     /* cotangent per original node, MPMD_NONE if none yet */
-    unsigned char *rel;  /* node lies on a path wrt -> loss */
+    mpmd_value *cot;    /* cotangent per original node, MPMD_NONE if none yet */
+    unsigned char *rel; /* node lies on a path wrt -> loss */
     unsigned char *iswrt;
 } ad_state;
 
@@ -41,7 +41,8 @@ static void accumulate(mpmd_graph *g, ad_state *s, int id, mpmd_value c) {
 }
 
 mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *wrt, mpmd_value *grads) {
-    for (int k = 0; k < n; k++) grads[k] = MPMD_NONE;
+    for (int k = 0; k < n; k++)
+        grads[k] = MPMD_NONE;
     if (g->status != MPMD_OK) return g->status;
     if (!mpmd_check_operands(g, "mpmd_grad (loss)", 1, &loss)) return g->status;
     if (n < 0 || (n > 0 && !wrt)) {
@@ -57,7 +58,8 @@ mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *w
     }
     for (int k = 0; k < n; k++) {
         if (!mpmd_dtype_is_float(mpmd_node_of(g, wrt[k])->type.dtype)) {
-            mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_grad: wrt[%d] (%%%d) is %s; gradients exist only for float values", k,
+            mpmd_fail(g, MPMD_ERR_SHAPE,
+                      "mpmd_grad: wrt[%d] (%%%d) is %s; gradients exist only for float values", k,
                       (int)wrt[k].id, mpmd_tstr(g, wrt[k]));
             return g->status;
         }
@@ -75,7 +77,8 @@ mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *w
         mpmd_fail(g, MPMD_ERR_NOMEM, "mpmd_grad: out of memory");
         return g->status;
     }
-    for (int i = 0; i < nn; i++) s.cot[i] = MPMD_NONE;
+    for (int i = 0; i < nn; i++)
+        s.cot[i] = MPMD_NONE;
 
     /* need: the loss depends on the node. from-wrt (in rel): the node
      * depends on a wrt value. Both are float paths. */
@@ -86,11 +89,13 @@ mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *w
         for (int j = 0; j < nd->n_in; j++)
             if (mpmd_dtype_is_float(g->nodes[nd->in[j]].type.dtype)) need[nd->in[j]] = 1;
     }
-    for (int k = 0; k < n; k++) s.iswrt[wrt[k].id] = 1;
+    for (int k = 0; k < n; k++)
+        s.iswrt[wrt[k].id] = 1;
     for (int i = 0; i <= lid; i++) {
         const mpmd_node *nd = &g->nodes[i];
         int from = s.iswrt[i];
-        for (int j = 0; j < nd->n_in && !from; j++) from = s.rel[nd->in[j]];
+        for (int j = 0; j < nd->n_in && !from; j++)
+            from = s.rel[nd->in[j]];
         s.rel[i] = (unsigned char)(from && need[i] && mpmd_dtype_is_float(nd->type.dtype));
     }
     free(need);
@@ -114,13 +119,15 @@ mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *w
         mpmd_node copy = g->nodes[i]; /* the node array may move while the rule emits */
         if (copy.n_in == 0) continue;
         int any = 0;
-        for (int j = 0; j < copy.n_in; j++) any |= s.rel[copy.in[j]];
+        for (int j = 0; j < copy.n_in; j++)
+            any |= s.rel[copy.in[j]];
         if (!any) continue;
         if (!copy.op->vjp) {
-            mpmd_fail(g, MPMD_ERR_INVALID,
-                      "mpmd_grad: the loss depends on %%%d = %s (%s) through a value to differentiate, but %s has "
-                      "no gradient rule",
-                      i, copy.op->name, mpmd_tstr(g, (mpmd_value){i}), copy.op->name);
+            mpmd_fail(
+                g, MPMD_ERR_INVALID,
+                "mpmd_grad: the loss depends on %%%d = %s (%s) through a value to differentiate, but %s has "
+                "no gradient rule",
+                i, copy.op->name, mpmd_tstr(g, (mpmd_value){i}), copy.op->name);
             break;
         }
         mpmd_value gin_small[4];
@@ -129,7 +136,8 @@ mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *w
             mpmd_fail(g, MPMD_ERR_NOMEM, "mpmd_grad: out of memory");
             break;
         }
-        for (int j = 0; j < copy.n_in; j++) gin[j] = MPMD_NONE;
+        for (int j = 0; j < copy.n_in; j++)
+            gin[j] = MPMD_NONE;
         /* A value made before the loop but used in it (a parameter's cast)
          * gets its gradient in the stage that made its cotangent. */
         int stage = copy.stage;
@@ -146,9 +154,10 @@ mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *w
             if (!s.rel[in] || !mpmd_is_value(gin[j])) continue;
             const mpmd_type *want = &g->nodes[in].type, *got = &g->nodes[gin[j].id].type;
             if (!mpmd_type_equal(want, got)) {
-                mpmd_fail(g, MPMD_ERR_SHAPE,
-                          "mpmd_grad: the gradient rule of %s (%%%d) gave input %d a cotangent of %s; expected %s",
-                          copy.op->name, i, j, mpmd_tstr_type(g, got), mpmd_tstr_type(g, want));
+                mpmd_fail(
+                    g, MPMD_ERR_SHAPE,
+                    "mpmd_grad: the gradient rule of %s (%%%d) gave input %d a cotangent of %s; expected %s",
+                    copy.op->name, i, j, mpmd_tstr_type(g, got), mpmd_tstr_type(g, want));
                 break;
             }
             /* Tag the accumulation like the rule's ops: it belongs to the
@@ -180,6 +189,7 @@ mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *w
     free(s.rel);
     free(s.iswrt);
     if (g->status != MPMD_OK)
-        for (int k = 0; k < n; k++) grads[k] = MPMD_NONE;
+        for (int k = 0; k < n; k++)
+            grads[k] = MPMD_NONE;
     return g->status;
 }

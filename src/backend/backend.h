@@ -40,7 +40,7 @@ typedef struct mpmd_kargs {
     int mb;                          /* microbatch index inside the loop body, else 0 */
     char *err;                       /* message buffer for errors found at launch */
     size_t err_len;
-    void *dev;                       /* the backend's per-rank instance */
+    void *dev; /* the backend's per-rank instance */
 } mpmd_kargs;
 
 /* Returns 0, or non-zero after writing a message to a->err. */
@@ -98,7 +98,8 @@ typedef struct mpmd_backend {
     /* out = the combination of loop result `n` over replicas (the mean for
      * ADD, the max for MAX), summed in replica order, queued on dev. bufs
      * must be complete (their writers synced). */
-    int (*combine)(void *dev, const mpmd_graph *g, const mpmd_node *n, void *const *bufs, int replicas, void *out);
+    int (*combine)(void *dev, const mpmd_graph *g, const mpmd_node *n, void *const *bufs, int replicas,
+                   void *out);
     /* Wait for everything queued on dev; non-zero with a message when
      * queued work failed (a kernel fault, an id out of range). */
     int (*sync)(void *dev, char *err, size_t len);

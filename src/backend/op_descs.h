@@ -18,7 +18,8 @@ extern "C" {
 /* elementwise */
 extern const mpmd_op_desc mpmd_op_add, mpmd_op_sub, mpmd_op_mul, mpmd_op_div;
 extern const mpmd_op_desc mpmd_op_add_scalar, mpmd_op_mul_scalar, mpmd_op_neg, mpmd_op_exp, mpmd_op_log;
-extern const mpmd_op_desc mpmd_op_tanh, mpmd_op_sqrt, mpmd_op_rsqrt, mpmd_op_square, mpmd_op_relu, mpmd_op_gelu;
+extern const mpmd_op_desc mpmd_op_tanh, mpmd_op_sqrt, mpmd_op_rsqrt, mpmd_op_square, mpmd_op_relu,
+    mpmd_op_gelu;
 extern const mpmd_op_desc mpmd_op_broadcast_to, mpmd_op_sum_to;
 extern const mpmd_op_desc mpmd_op_tanh_grad, mpmd_op_sqrt_grad, mpmd_op_rsqrt_grad, mpmd_op_square_grad;
 extern const mpmd_op_desc mpmd_op_relu_grad, mpmd_op_gelu_grad;

@@ -18,11 +18,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int is_fwd_marker(const mpmd_node *n) { return n->op == &mpmd_op_stage_marker && !n->ia[1]; }
+static int is_fwd_marker(const mpmd_node *n) {
+    return n->op == &mpmd_op_stage_marker && !n->ia[1];
+}
 
 void mpmd_clusters_free(mpmd_clusters *c) {
     if (c->nodes)
-        for (int i = 0; i < c->num_stages * MPMD_TASK_KINDS; i++) free(c->nodes[i]);
+        for (int i = 0; i < c->num_stages * MPMD_TASK_KINDS; i++)
+            free(c->nodes[i]);
     free(c->nodes);
     free(c->count);
     free(c->stage);
@@ -47,7 +50,8 @@ mpmd_status mpmd_cluster(const mpmd_graph *g, const unsigned char *live, int S, 
         mpmd_clusters_free(c);
         return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory clustering the graph");
     }
-    for (int i = 0; i < nn; i++) c->stage[i] = -1, cand[i] = INT32_MAX;
+    for (int i = 0; i < nn; i++)
+        c->stage[i] = -1, cand[i] = INT32_MAX;
 
 #define BODY_LIVE(i) (g->nodes[i].region == MPMD_REGION_BODY && live[i])
     /* Forward ops first (backward ops take their stage from them): by
@@ -62,11 +66,12 @@ mpmd_status mpmd_cluster(const mpmd_graph *g, const unsigned char *live, int S, 
             const mpmd_node *u = &g->nodes[n->in[j]];
             if (u->region != MPMD_REGION_BODY || !u->is_bwd) continue;
             char tb[160];
-            mpmd_error_set(err, MPMD_ERR_INVALID,
-                           "mpmd_jit_with_loop: cannot place %%%d = %s (%s): it is a forward op but reads %%%d = %s, a "
-                           "value of the backward pass; no pipeline task can run it (compute it after the loop, "
-                           "from the loop's reductions)",
-                           i, n->op->name, mpmd_type_str(&n->type, tb, sizeof tb), (int)u->id, u->op->name);
+            mpmd_error_set(
+                err, MPMD_ERR_INVALID,
+                "mpmd_jit_with_loop: cannot place %%%d = %s (%s): it is a forward op but reads %%%d = %s, a "
+                "value of the backward pass; no pipeline task can run it (compute it after the loop, "
+                "from the loop's reductions)",
+                i, n->op->name, mpmd_type_str(&n->type, tb, sizeof tb), (int)u->id, u->op->name);
             free(cand), free(cross), free(in_a);
             mpmd_clusters_free(c);
             return MPMD_ERR_INVALID;
@@ -154,7 +159,8 @@ mpmd_status mpmd_cluster(const mpmd_graph *g, const unsigned char *live, int S, 
         if (!c->nodes[k]) {
             free(cand), free(cross), free(in_a);
             mpmd_clusters_free(c);
-            return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory clustering the graph");
+            return mpmd_error_set(err, MPMD_ERR_NOMEM,
+                                  "mpmd_jit_with_loop: out of memory clustering the graph");
         }
         c->count[k] = 0;
     }

@@ -32,9 +32,9 @@
 
 typedef struct mpmd_clusters {
     int num_stages;
-    int split;            /* backward cut into A and W (stage > 0) */
-    int32_t *stage;       /* [n_nodes] stage of each live body node, -1 otherwise */
-    int8_t *kind;         /* [n_nodes] MPMD_TASK_F/B/A/W of each live body node */
+    int split;      /* backward cut into A and W (stage > 0) */
+    int32_t *stage; /* [n_nodes] stage of each live body node, -1 otherwise */
+    int8_t *kind;   /* [n_nodes] MPMD_TASK_F/B/A/W of each live body node */
     /* nodes of task kind k of stage s, in creation order:
      * nodes[(s * 4 + k)] of count[(s * 4 + k)] */
     int32_t **nodes;
@@ -64,8 +64,8 @@ typedef struct mpmd_instr {
     int8_t pad;
     int32_t node; /* RUN_*, SEND, RECV, FREE: the value */
     int32_t stage;
-    int32_t mb;   /* microbatch; -1 for values outside the body */
-    int32_t peer; /* SEND: destination, RECV: source */
+    int32_t mb;    /* microbatch; -1 for values outside the body */
+    int32_t peer;  /* SEND: destination, RECV: source */
     int32_t entry; /* TASK: entry index in the rank's schedule list */
 } mpmd_instr;
 
@@ -97,29 +97,29 @@ struct mpmd_step {
     uint64_t seed;
     unsigned char *live;
     mpmd_clusters cl;
-    int32_t *stage_rank;            /* [S] */
-    uint64_t *runs;                 /* [n_nodes * words] ranks that run/hold each value */
+    int32_t *stage_rank; /* [S] */
+    uint64_t *runs;      /* [n_nodes * words] ranks that run/hold each value */
     int words;
-    int32_t *home;                  /* [n_nodes] body: rank computing it; loop_reduce: rank accumulating */
-    unsigned char *cross;           /* [n_nodes] body value read by another task (lives past its task) */
-    mpmd_program *prog;             /* [D] */
-    const mpmd_kernel **kern;       /* [n_nodes] */
-    const mpmd_backend *be;         /* every rank's backend */
-    int replicas;                   /* data-parallel replicas of every rank (mesh data axis) */
-    int runtime;                    /* mpmd_runtime_kind */
-    int num_local;                  /* rank states run by this process */
-    int mpi_rank, mpi_replica;      /* MPI: the rank and replica of this process (else 0) */
+    int32_t *home;                   /* [n_nodes] body: rank computing it; loop_reduce: rank accumulating */
+    unsigned char *cross;            /* [n_nodes] body value read by another task (lives past its task) */
+    mpmd_program *prog;              /* [D] */
+    const mpmd_kernel **kern;        /* [n_nodes] */
+    const mpmd_backend *be;          /* every rank's backend */
+    int replicas;                    /* data-parallel replicas of every rank (mesh data axis) */
+    int runtime;                     /* mpmd_runtime_kind */
+    int num_local;                   /* rank states run by this process */
+    int mpi_rank, mpi_replica;       /* MPI: the rank and replica of this process (else 0) */
     const struct mpmd_transport *tr; /* what crosses ranks (runtime/transport.h), set by the jit */
-    void *tx;                       /* the transport's state */
-    mpmd_rank_state *rs;            /* [num_local]: in-process, replica d rank r at d * D + r */
-    void **inputs;                  /* [n_nodes] shared input buffers */
+    void *tx;                        /* the transport's state */
+    mpmd_rank_state *rs;             /* [num_local]: in-process, replica d rank r at d * D + r */
+    void **inputs;                   /* [n_nodes] shared input buffers */
     unsigned char *input_set;
     int32_t *reduce_head, *reduce_next; /* loop reductions reading each body value */
-    int32_t **free_head;            /* [S*4][position]: in-task values dying after that op */
+    int32_t **free_head;                /* [S*4][position]: in-task values dying after that op */
     int32_t *free_next;
-    int record;                     /* time every instruction (mpmd_step_record) */
-    double t_start, t_end;          /* wall clock of the last run */
-    int abort_flag;                 /* a rank failed: the others stop */
+    int record;            /* time every instruction (mpmd_step_record) */
+    double t_start, t_end; /* wall clock of the last run */
+    int abort_flag;        /* a rank failed: the others stop */
     pthread_mutex_t abort_mu;
     int mutex_ready;
     int ran;

@@ -12,7 +12,8 @@
 /* The step keeps its own copy of the schedule, made with the schedule
  * module's allocator so that mpmd_schedule_free releases it. */
 static mpmd_schedule *copy_schedule(const mpmd_schedule *s) {
-    mpmd_schedule *c = sched_alloc(s->kind, s->num_stages, s->num_ranks, s->num_microbatches, s->split_backward);
+    mpmd_schedule *c =
+        sched_alloc(s->kind, s->num_stages, s->num_ranks, s->num_microbatches, s->split_backward);
     if (!c) return NULL;
     memcpy(c->name, s->name, sizeof c->name);
     c->fuse_steady_state = s->fuse_steady_state;
@@ -38,14 +39,17 @@ void mpmd_step_free(mpmd_step *st) {
     if (!st) return;
     mpmd_runtime_free(st);
     if (st->prog)
-        for (int r = 0; r < st->num_ranks; r++) free(st->prog[r].ins);
+        for (int r = 0; r < st->num_ranks; r++)
+            free(st->prog[r].ins);
     free(st->prog);
     if (st->inputs)
-        for (int i = 0; i < st->g->n_nodes; i++) free(st->inputs[i]);
+        for (int i = 0; i < st->g->n_nodes; i++)
+            free(st->inputs[i]);
     free(st->inputs);
     free(st->input_set);
     if (st->free_head)
-        for (int k = 0; k < st->num_stages * MPMD_TASK_KINDS; k++) free(st->free_head[k]);
+        for (int k = 0; k < st->num_stages * MPMD_TASK_KINDS; k++)
+            free(st->free_head[k]);
     free(st->free_head);
     free(st->free_next), free(st->reduce_head), free(st->reduce_next);
     if (st->mutex_ready) pthread_mutex_destroy(&st->abort_mu);
@@ -66,19 +70,22 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
         return NULL;
     }
     if (g->n_micro < 1) {
-        mpmd_error_set(err, MPMD_ERR_INVALID,
-                       "mpmd_jit_with_loop: the graph has no microbatch loop (mpmd_loop_begin ... mpmd_loop_end)");
+        mpmd_error_set(
+            err, MPMD_ERR_INVALID,
+            "mpmd_jit_with_loop: the graph has no microbatch loop (mpmd_loop_begin ... mpmd_loop_end)");
         return NULL;
     }
     if (g->region == MPMD_REGION_BODY) {
-        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: the microbatch loop is still open (call mpmd_loop_end)");
+        mpmd_error_set(err, MPMD_ERR_INVALID,
+                       "mpmd_jit_with_loop: the microbatch loop is still open (call mpmd_loop_end)");
         return NULL;
     }
     if (g->n_markers != s->num_stages) {
-        mpmd_error_set(err, MPMD_ERR_INVALID,
-                       "mpmd_jit_with_loop: the loop body has %d stage markers (mpmd_enter_stage calls, the last "
-                       "stage closed by one too) but the schedule %s has %d stages",
-                       g->n_markers, s->name, s->num_stages);
+        mpmd_error_set(
+            err, MPMD_ERR_INVALID,
+            "mpmd_jit_with_loop: the loop body has %d stage markers (mpmd_enter_stage calls, the last "
+            "stage closed by one too) but the schedule %s has %d stages",
+            g->n_markers, s->name, s->num_stages);
         return NULL;
     }
     if (g->n_micro != s->num_microbatches) {
@@ -94,49 +101,56 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
     }
     mpmd_step_opts o = opts ? *opts : MPMD_STEP_DEFAULTS;
     if (o.threads_per_rank < 0) {
-        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: threads_per_rank = %d; use 0 or a positive count",
+        mpmd_error_set(err, MPMD_ERR_INVALID,
+                       "mpmd_jit_with_loop: threads_per_rank = %d; use 0 or a positive count",
                        o.threads_per_rank);
         return NULL;
     }
     if (o.data_parallel < 0) {
-        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: data_parallel = %d; use 1 (or 0) for none, or a "
-                       "replica count", o.data_parallel);
+        mpmd_error_set(err, MPMD_ERR_INVALID,
+                       "mpmd_jit_with_loop: data_parallel = %d; use 1 (or 0) for none, or a "
+                       "replica count",
+                       o.data_parallel);
         return NULL;
     }
     int replicas = o.data_parallel > 1 ? o.data_parallel : 1;
     const mpmd_backend *be = mpmd_backend_get(o.backend);
     if (!be) {
-        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: unknown backend \"%s\"; this build has: %s",
-                       o.backend, mpmd_backend_names());
+        mpmd_error_set(err, MPMD_ERR_INVALID,
+                       "mpmd_jit_with_loop: unknown backend \"%s\"; this build has: %s", o.backend,
+                       mpmd_backend_names());
         return NULL;
     }
     char why[512];
     if (be->available(why, sizeof why)) {
-        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: the %s backend cannot run here: %s", be->name,
-                       why);
+        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: the %s backend cannot run here: %s",
+                       be->name, why);
         return NULL;
     }
     if (o.runtime == MPMD_RUNTIME_MPI && !be->host_memory) {
-        mpmd_error_set(err, MPMD_ERR_INVALID,
-                       "mpmd_jit_with_loop: the MPI runtime moves host buffers and runs on the cpu backend only; "
-                       "run the %s backend with the in-process runtime",
-                       be->name);
+        mpmd_error_set(
+            err, MPMD_ERR_INVALID,
+            "mpmd_jit_with_loop: the MPI runtime moves host buffers and runs on the cpu backend only; "
+            "run the %s backend with the in-process runtime",
+            be->name);
         return NULL;
     }
     int mpi_rank = 0, mpi_replica = 0;
     if (o.runtime == MPMD_RUNTIME_MPI) {
         if (!mpmd_mpi_available()) {
-            mpmd_error_set(err, MPMD_ERR_INVALID,
-                           "mpmd_jit_with_loop: this build of mpmd has no MPI runtime (install libopenmpi-dev and "
-                           "openmpi-bin, then rebuild)");
+            mpmd_error_set(
+                err, MPMD_ERR_INVALID,
+                "mpmd_jit_with_loop: this build of mpmd has no MPI runtime (install libopenmpi-dev and "
+                "openmpi-bin, then rebuild)");
             return NULL;
         }
         int w = mpmd_mpi_world_rank(), ws = mpmd_mpi_world_size();
         if (ws != s->num_ranks * replicas) {
-            mpmd_error_set(err, MPMD_ERR_INVALID,
-                           "mpmd_jit_with_loop: the MPI job has %d processes but the mesh needs %d (%d ranks x %d "
-                           "replicas): run mpirun -np %d",
-                           ws, s->num_ranks * replicas, s->num_ranks, replicas, s->num_ranks * replicas);
+            mpmd_error_set(
+                err, MPMD_ERR_INVALID,
+                "mpmd_jit_with_loop: the MPI job has %d processes but the mesh needs %d (%d ranks x %d "
+                "replicas): run mpirun -np %d",
+                ws, s->num_ranks * replicas, s->num_ranks, replicas, s->num_ranks * replicas);
             return NULL;
         }
         mpi_rank = w % s->num_ranks;
@@ -165,7 +179,8 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
     if (mpmd_cluster(g, st->live, s->num_stages, s->split_backward, &st->cl, err)) goto fail;
     for (int k = 0; k < st->num_stages; k++)
         if (st->stage_rank[k] < 0) {
-            mpmd_error_set(err, MPMD_ERR_SCHEDULE, "mpmd_jit_with_loop: %s runs stage %d on no rank", s->name, k);
+            mpmd_error_set(err, MPMD_ERR_SCHEDULE, "mpmd_jit_with_loop: %s runs stage %d on no rank", s->name,
+                           k);
             goto fail;
         }
     if (mpmd_place(st, err)) goto fail;
@@ -175,11 +190,13 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
     if (!st->kern) goto nomem;
     for (int i = 0; i < g->n_nodes; i++) {
         const mpmd_node *n = &g->nodes[i];
-        if (!st->live[i] || (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) || n->op == &mpmd_op_assign)
+        if (!st->live[i] || (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) ||
+            n->op == &mpmd_op_assign)
             continue;
         if (!(st->kern[i] = be->find(n->op))) {
-            mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: the %s backend has no kernel for %s (%%%d)",
-                           be->name, n->op->name, i);
+            mpmd_error_set(err, MPMD_ERR_INVALID,
+                           "mpmd_jit_with_loop: the %s backend has no kernel for %s (%%%d)", be->name,
+                           n->op->name, i);
             goto fail;
         }
     }
@@ -192,8 +209,12 @@ fail:
     return NULL;
 }
 
-int mpmd_step_num_ranks(const mpmd_step *st) { return st->num_ranks; }
-const char *mpmd_step_error(const mpmd_step *st) { return st->err; }
+int mpmd_step_num_ranks(const mpmd_step *st) {
+    return st->num_ranks;
+}
+const char *mpmd_step_error(const mpmd_step *st) {
+    return st->err;
+}
 int64_t mpmd_step_peak_bytes(const mpmd_step *st, int rank) {
     return rank >= 0 && rank < st->num_ranks ? st->prog[rank].peak_bytes : -1;
 }
@@ -213,8 +234,9 @@ mpmd_status mpmd_step_set_input(mpmd_step *st, mpmd_value input, const void *dat
                      "replicas; given %zu bytes",
                      n->name, mpmd_type_str(&n->type, tb, sizeof tb), want, want * R, R, bytes);
         else
-            snprintf(st->err, sizeof st->err, "mpmd_step_set_input: input \"%s\" is %s (%zu bytes), given %zu bytes",
-                     n->name, mpmd_type_str(&n->type, tb, sizeof tb), want, bytes);
+            snprintf(st->err, sizeof st->err,
+                     "mpmd_step_set_input: input \"%s\" is %s (%zu bytes), given %zu bytes", n->name,
+                     mpmd_type_str(&n->type, tb, sizeof tb), want, bytes);
         return MPMD_ERR_SHAPE;
     }
     char *dst = st->inputs[input.id];
@@ -271,12 +293,13 @@ mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes)
     }
     int storage = mpmd_node_is_storage(n);
     if (!storage && !(n->flags & MPMD_NODE_KEEP)) {
-        snprintf(st->err, sizeof st->err, "mpmd_step_read: %%%d (%s) is not kept; call mpmd_keep on it", (int)v.id,
-                 n->op->name);
+        snprintf(st->err, sizeof st->err, "mpmd_step_read: %%%d (%s) is not kept; call mpmd_keep on it",
+                 (int)v.id, n->op->name);
         return MPMD_ERR_INVALID;
     }
     if (!storage && !st->ran) {
-        snprintf(st->err, sizeof st->err, "mpmd_step_read: %%%d has no value before the first run", (int)v.id);
+        snprintf(st->err, sizeof st->err, "mpmd_step_read: %%%d has no value before the first run",
+                 (int)v.id);
         return MPMD_ERR_INVALID;
     }
     if (bytes != mpmd_type_bytes(&n->type)) {
@@ -292,9 +315,10 @@ mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes)
         if (rc != MPMD_ERR_INVALID) return rc;
     }
     if (st->runtime == MPMD_RUNTIME_MPI && nr > 0)
-        snprintf(st->err, sizeof st->err,
-                 "mpmd_step_read: %%%d is held by rank %d, not by this process (rank %d); use mpmd_step_gather",
-                 (int)v.id, ranks[0], st->mpi_rank);
+        snprintf(
+            st->err, sizeof st->err,
+            "mpmd_step_read: %%%d is held by rank %d, not by this process (rank %d); use mpmd_step_gather",
+            (int)v.id, ranks[0], st->mpi_rank);
     else
         snprintf(st->err, sizeof st->err, "mpmd_step_read: %%%d is held by no rank", (int)v.id);
     return MPMD_ERR_INVALID;
@@ -327,13 +351,16 @@ void mpmd_step_replica_params_sha256(mpmd_step *st, int replica, char hex[65]) {
     mpmd_sha256_final_hex(&c, hex);
 }
 
-void mpmd_step_params_sha256(mpmd_step *st, char hex[65]) { mpmd_step_replica_params_sha256(st, 0, hex); }
+void mpmd_step_params_sha256(mpmd_step *st, char hex[65]) {
+    mpmd_step_replica_params_sha256(st, 0, hex);
+}
 
 mpmd_status mpmd_step_gather(mpmd_step *st, mpmd_value v, void *dst, size_t bytes) {
     if (st->runtime != MPMD_RUNTIME_MPI) return mpmd_step_read(st, v, dst, bytes);
     const mpmd_node *n = mpmd_node_of(st->g, v);
     int r;
-    if (!n || (!mpmd_node_is_storage(n) && !(n->flags & MPMD_NODE_KEEP)) || mpmd_step_where(st, v, &r, 1) < 1) {
+    if (!n || (!mpmd_node_is_storage(n) && !(n->flags & MPMD_NODE_KEEP)) ||
+        mpmd_step_where(st, v, &r, 1) < 1) {
         snprintf(st->err, sizeof st->err, "mpmd_step_gather: %%%d is not a kept value, parameter or variable",
                  (int)v.id);
         return MPMD_ERR_INVALID;
@@ -348,9 +375,13 @@ mpmd_status mpmd_step_gather(mpmd_step *st, mpmd_value v, void *dst, size_t byte
 
 /* ---- printing ------------------------------------------------------------- */
 
-void mpmd_step_print_tasks(const mpmd_step *st, FILE *f) { mpmd_schedule_write_text(st->sched, f); }
+void mpmd_step_print_tasks(const mpmd_step *st, FILE *f) {
+    mpmd_schedule_write_text(st->sched, f);
+}
 
-static const char *kind_prefix(int k) { return k == 0 ? "fwd" : k == 1 ? "bwd" : k == 2 ? "bwdA" : "bwdW"; }
+static const char *kind_prefix(int k) {
+    return k == 0 ? "fwd" : k == 1 ? "bwd" : k == 2 ? "bwdA" : "bwdW";
+}
 
 void mpmd_step_print(const mpmd_step *st, FILE *f) {
     const mpmd_graph *g = st->g;
@@ -362,11 +393,13 @@ void mpmd_step_print(const mpmd_step *st, FILE *f) {
         for (int k = 0; k < MPMD_TASK_KINDS; k++) {
             int c = s * MPMD_TASK_KINDS + k;
             if (!st->cl.count[c]) continue;
-            fprintf(f, "task %s_%d (rank %d, %d ops):\n", kind_prefix(k), s, st->stage_rank[s], st->cl.count[c]);
+            fprintf(f, "task %s_%d (rank %d, %d ops):\n", kind_prefix(k), s, st->stage_rank[s],
+                    st->cl.count[c]);
             for (int q = 0; q < st->cl.count[c]; q++) {
                 const mpmd_node *n = &g->nodes[st->cl.nodes[c][q]];
                 fprintf(f, "    %%%d:%s = %s", n->id, mpmd_type_str(&n->type, tb, sizeof tb), n->op->name);
-                for (int j = 0; j < n->n_in; j++) fprintf(f, "%s%%%d", j ? ", " : " ", (int)n->in[j]);
+                for (int j = 0; j < n->n_in; j++)
+                    fprintf(f, "%s%%%d", j ? ", " : " ", (int)n->in[j]);
                 fputc('\n', f);
             }
         }
@@ -384,12 +417,13 @@ void mpmd_step_print(const mpmd_step *st, FILE *f) {
                 fprintf(f, "  run   %s_%d  microbatch %d\n", kind_prefix(in->kind), in->stage, in->mb);
                 break;
             case MPMD_I_SEND:
-                fprintf(f, "  send  %%%d:%s mb %d -> rank %d%s\n", in->node, mpmd_type_str(&n->type, tb, sizeof tb),
-                        in->mb, in->peer, in->moved ? " (moved)" : "");
+                fprintf(f, "  send  %%%d:%s mb %d -> rank %d%s\n", in->node,
+                        mpmd_type_str(&n->type, tb, sizeof tb), in->mb, in->peer,
+                        in->moved ? " (moved)" : "");
                 break;
             case MPMD_I_RECV:
-                fprintf(f, "  recv  %%%d:%s mb %d <- rank %d\n", in->node, mpmd_type_str(&n->type, tb, sizeof tb),
-                        in->mb, in->peer);
+                fprintf(f, "  recv  %%%d:%s mb %d <- rank %d\n", in->node,
+                        mpmd_type_str(&n->type, tb, sizeof tb), in->mb, in->peer);
                 break;
             case MPMD_I_FREE: fprintf(f, "  free  %%%d mb %d\n", in->node, in->mb); break;
             }

@@ -47,7 +47,6 @@ typedef struct {
     int n_ext_in;
 } cluster_io;
 
-
 mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
     const mpmd_graph *g = st->g;
     const mpmd_schedule *s = st->sched;
@@ -65,9 +64,11 @@ mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
     st->prog = calloc((size_t)D, sizeof *st->prog);
     if (!sendto || !k_of || !io || !mark || !cross || !last || !st->prog) goto nomem;
 
-    for (int i = 0; i < nn; i++) k_of[i] = -1, mark[i] = -1;
+    for (int i = 0; i < nn; i++)
+        k_of[i] = -1, mark[i] = -1;
     for (int k = 0; k < S * MPMD_TASK_KINDS; k++)
-        for (int c = 0; c < st->cl.count[k]; c++) k_of[st->cl.nodes[k][c]] = k;
+        for (int c = 0; c < st->cl.count[k]; c++)
+            k_of[st->cl.nodes[k][c]] = k;
     /* who reads each body value on another rank */
     for (int i = 0; i < nn; i++) {
         if (k_of[i] < 0) continue;
@@ -81,7 +82,8 @@ mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
     /* each cluster's inputs from other tasks; which values other tasks read */
     for (int k = 0; k < S * MPMD_TASK_KINDS; k++) {
         int cnt = 0, bound = 1;
-        for (int c = 0; c < st->cl.count[k]; c++) bound += g->nodes[st->cl.nodes[k][c]].n_in;
+        for (int c = 0; c < st->cl.count[k]; c++)
+            bound += g->nodes[st->cl.nodes[k][c]].n_in;
         io[k].ext_in = malloc((size_t)bound * sizeof(int32_t));
         if (!io[k].ext_in) goto nomem;
         for (int c = 0; c < st->cl.count[k]; c++) {
@@ -124,10 +126,11 @@ mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
                     if (st->home[u] == r) {
                         char tb[MPMD_TASK_STR_MAX];
                         mpmd_task_str(&t[q], tb, sizeof tb);
-                        rc = mpmd_error_set(err, MPMD_ERR_SCHEDULE,
-                                            "mpmd_jit_with_loop: %s: rank %d runs %s before the task that computes "
-                                            "its input %%%d (%s of stage %d, microbatch %d)",
-                                            s->name, r, tb, u, g->nodes[u].op->name, st->cl.stage[u], mb);
+                        rc = mpmd_error_set(
+                            err, MPMD_ERR_SCHEDULE,
+                            "mpmd_jit_with_loop: %s: rank %d runs %s before the task that computes "
+                            "its input %%%d (%s of stage %d, microbatch %d)",
+                            s->name, r, tb, u, g->nodes[u].op->name, st->cl.stage[u], mb);
                         break;
                     }
                     mpmd_program_push(&raw, mk(MPMD_I_RECV, u, mb, st->home[u]), &oom);
@@ -158,10 +161,12 @@ mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
         for (int i = 0; i < nn; i++) {
             if (g->nodes[i].op != &mpmd_op_loop_reduce || !st->live[i] || st->home[i] != r) continue;
             for (int dst = 0; dst < D; dst++)
-                if (dst != r && mpmd_runs_on(st, i, dst)) mpmd_program_push(&raw, mk(MPMD_I_SEND, i, -1, dst), &oom);
+                if (dst != r && mpmd_runs_on(st, i, dst))
+                    mpmd_program_push(&raw, mk(MPMD_I_SEND, i, -1, dst), &oom);
         }
         for (int i = 0; i < nn; i++) {
-            if (g->nodes[i].op != &mpmd_op_loop_reduce || !st->live[i] || st->home[i] == r || !mpmd_runs_on(st, i, r))
+            if (g->nodes[i].op != &mpmd_op_loop_reduce || !st->live[i] || st->home[i] == r ||
+                !mpmd_runs_on(st, i, r))
                 continue;
             mpmd_program_push(&raw, mk(MPMD_I_RECV, i, -1, st->home[i]), &oom);
         }
@@ -179,27 +184,29 @@ mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
          * touches (value, microbatch). Values used only inside their task
          * are the runtime's business. */
         size_t nt_keys = 0;
-#define TOUCH(v, m, idx)                                                                                 \
-    do {                                                                                                 \
-        size_t key_ = (size_t)(v) * n + (size_t)(m);                                                     \
-        if (last[key_] < 0) {                                                                            \
-            if (nt_keys == touched_cap) {                                                                \
-                int32_t *nt_ = realloc(touched, 2 * touched_cap * sizeof *touched);                      \
-                if (!nt_) goto nomem;                                                                    \
-                touched = nt_, touched_cap *= 2;                                                         \
-            }                                                                                            \
-            touched[nt_keys++] = (int32_t)key_;                                                          \
-        }                                                                                                \
-        last[key_] = (idx);                                                                              \
+#define TOUCH(v, m, idx)                                                                                     \
+    do {                                                                                                     \
+        size_t key_ = (size_t)(v)*n + (size_t)(m);                                                           \
+        if (last[key_] < 0) {                                                                                \
+            if (nt_keys == touched_cap) {                                                                    \
+                int32_t *nt_ = realloc(touched, 2 * touched_cap * sizeof *touched);                          \
+                if (!nt_) goto nomem;                                                                        \
+                touched = nt_, touched_cap *= 2;                                                             \
+            }                                                                                                \
+            touched[nt_keys++] = (int32_t)key_;                                                              \
+        }                                                                                                    \
+        last[key_] = (idx);                                                                                  \
     } while (0)
-        for (size_t kk = 0; kk < (size_t)nn * n; kk++) last[kk] = -1;
+        for (size_t kk = 0; kk < (size_t)nn * n; kk++)
+            last[kk] = -1;
         for (int x = 0; x < raw.n; x++) {
             const mpmd_instr *in = &raw.ins[x];
             if (in->op == MPMD_I_RECV && in->mb >= 0) TOUCH(in->node, in->mb, x);
             if (in->op == MPMD_I_SEND && in->mb >= 0) TOUCH(in->node, in->mb, x);
             if (in->op == MPMD_I_TASK) {
                 int k = in->stage * MPMD_TASK_KINDS + in->kind;
-                for (int c = 0; c < io[k].n_ext_in; c++) TOUCH(io[k].ext_in[c], in->mb, x);
+                for (int c = 0; c < io[k].n_ext_in; c++)
+                    TOUCH(io[k].ext_in[c], in->mb, x);
                 for (int c = 0; c < st->cl.count[k]; c++) {
                     int i = st->cl.nodes[k][c];
                     int ext = cross[i]; /* read by other tasks, on this rank or another */
@@ -209,12 +216,14 @@ mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
         }
 #undef TOUCH
         /* bucket the frees by instruction */
-        int32_t *head = malloc((size_t)(raw.n + 1) * sizeof *head), *nxt = malloc((nt_keys + 1) * sizeof *nxt);
+        int32_t *head = malloc((size_t)(raw.n + 1) * sizeof *head),
+                *nxt = malloc((nt_keys + 1) * sizeof *nxt);
         if (!head || !nxt) {
             free(head), free(nxt), free(raw.ins);
             goto nomem;
         }
-        for (int x = 0; x < raw.n; x++) head[x] = -1;
+        for (int x = 0; x < raw.n; x++)
+            head[x] = -1;
         for (size_t t = 0; t < nt_keys; t++) {
             int x = last[touched[t]];
             nxt[t] = head[x], head[x] = (int32_t)t;
@@ -227,7 +236,8 @@ mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
                 in.moved = 1; /* the last use: hand the buffer over */
                 moved = 1;
             }
-            if (in.op == MPMD_I_RECV && in.mb >= 0) live_bytes += (int64_t)mpmd_type_bytes(&g->nodes[in.node].type);
+            if (in.op == MPMD_I_RECV && in.mb >= 0)
+                live_bytes += (int64_t)mpmd_type_bytes(&g->nodes[in.node].type);
             if (in.op == MPMD_I_TASK) {
                 int k = in.stage * MPMD_TASK_KINDS + in.kind;
                 for (int c = 0; c < st->cl.count[k]; c++)
@@ -255,10 +265,12 @@ mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
     }
     goto done;
 nomem:
-    rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory lowering the per-rank programs");
+    rc = mpmd_error_set(err, MPMD_ERR_NOMEM,
+                        "mpmd_jit_with_loop: out of memory lowering the per-rank programs");
 done:
     if (io)
-        for (int k = 0; k < S * MPMD_TASK_KINDS; k++) free(io[k].ext_in);
+        for (int k = 0; k < S * MPMD_TASK_KINDS; k++)
+            free(io[k].ext_in);
     free(io), free(sendto), free(k_of), free(mark), free(last), free(touched);
     return rc;
 }
@@ -275,7 +287,8 @@ static msg_slot *msg_find(msg_slot *t, size_t cap, int node, int mb, int dst) {
     uint64_t h = ((uint64_t)(uint32_t)node * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)(uint32_t)(mb + 1) << 20) ^
                  ((uint64_t)(uint32_t)dst * 0xc2b2ae3d27d4eb4full);
     size_t i = (size_t)(h ^ (h >> 29)) & (cap - 1);
-    while (t[i].node != -1 && !(t[i].node == node && t[i].mb == mb && t[i].dst == dst)) i = (i + 1) & (cap - 1);
+    while (t[i].node != -1 && !(t[i].node == node && t[i].mb == mb && t[i].dst == dst))
+        i = (i + 1) & (cap - 1);
     return &t[i];
 }
 
@@ -283,8 +296,10 @@ mpmd_status mpmd_program_check(mpmd_step *st, mpmd_error *err) {
     const int D = st->num_ranks;
     size_t sends = 0, cap = 64;
     for (int r = 0; r < D; r++)
-        for (int x = 0; x < st->prog[r].n; x++) sends += st->prog[r].ins[x].op == MPMD_I_SEND;
-    while (cap < 2 * sends + 2) cap *= 2;
+        for (int x = 0; x < st->prog[r].n; x++)
+            sends += st->prog[r].ins[x].op == MPMD_I_SEND;
+    while (cap < 2 * sends + 2)
+        cap *= 2;
     int32_t *pc = calloc((size_t)D + 1, sizeof *pc);
     msg_slot *t = malloc(cap * sizeof *t);
     mpmd_status rc = MPMD_OK;
@@ -292,7 +307,8 @@ mpmd_status mpmd_program_check(mpmd_step *st, mpmd_error *err) {
         rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory checking the programs");
         goto out;
     }
-    for (size_t i = 0; i < cap; i++) t[i].node = -1, t[i].count = 0;
+    for (size_t i = 0; i < cap; i++)
+        t[i].node = -1, t[i].count = 0;
     size_t outstanding = 0;
     for (;;) {
         int progressed = 0, done = 1;
@@ -310,10 +326,11 @@ mpmd_status mpmd_program_check(mpmd_step *st, mpmd_error *err) {
                     msg_slot *m = msg_find(t, cap, in->node, in->mb, r);
                     if (m->node == -1 || m->count == 0) break; /* blocked */
                     if (m->src != in->peer) {
-                        rc = mpmd_error_set(err, MPMD_ERR_SCHEDULE,
-                                            "mpmd_jit_with_loop: rank %d expects %%%d (microbatch %d) from rank %d, "
-                                            "but rank %d sent it",
-                                            r, in->node, in->mb, in->peer, m->src);
+                        rc = mpmd_error_set(
+                            err, MPMD_ERR_SCHEDULE,
+                            "mpmd_jit_with_loop: rank %d expects %%%d (microbatch %d) from rank %d, "
+                            "but rank %d sent it",
+                            r, in->node, in->mb, in->peer, m->src);
                         goto out;
                     }
                     m->count--;
@@ -327,13 +344,15 @@ mpmd_status mpmd_program_check(mpmd_step *st, mpmd_error *err) {
         if (done) break;
         if (!progressed) {
             char msg[MPMD_ERROR_MSG_MAX];
-            size_t k = (size_t)snprintf(msg, sizeof msg, "mpmd_jit_with_loop: the per-rank programs deadlock:");
+            size_t k =
+                (size_t)snprintf(msg, sizeof msg, "mpmd_jit_with_loop: the per-rank programs deadlock:");
             for (int r = 0; r < D && k < sizeof msg; r++) {
                 const mpmd_program *p = &st->prog[r];
                 if (pc[r] >= p->n) continue;
                 const mpmd_instr *in = &p->ins[pc[r]];
-                k += (size_t)snprintf(msg + k, sizeof msg - k, " rank %d waits for %%%d (microbatch %d) from rank %d;",
-                                      r, in->node, in->mb, in->peer);
+                k += (size_t)snprintf(msg + k, sizeof msg - k,
+                                      " rank %d waits for %%%d (microbatch %d) from rank %d;", r, in->node,
+                                      in->mb, in->peer);
             }
             rc = mpmd_error_set(err, MPMD_ERR_SCHEDULE, "%s", msg);
             goto out;
@@ -342,10 +361,11 @@ mpmd_status mpmd_program_check(mpmd_step *st, mpmd_error *err) {
     if (outstanding) {
         for (size_t i = 0; i < cap; i++)
             if (t[i].node != -1 && t[i].count > 0) {
-                rc = mpmd_error_set(err, MPMD_ERR_SCHEDULE,
-                                    "mpmd_jit_with_loop: rank %d sends %%%d (microbatch %d) to rank %d, which never "
-                                    "receives it",
-                                    t[i].src, t[i].node, t[i].mb, t[i].dst);
+                rc = mpmd_error_set(
+                    err, MPMD_ERR_SCHEDULE,
+                    "mpmd_jit_with_loop: rank %d sends %%%d (microbatch %d) to rank %d, which never "
+                    "receives it",
+                    t[i].src, t[i].node, t[i].mb, t[i].dst);
                 break;
             }
     }

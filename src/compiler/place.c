@@ -26,7 +26,8 @@ static int any_rank(const mpmd_step *st, int node) {
 }
 
 static void or_ranks(mpmd_step *st, int dst, int src) {
-    for (int w = 0; w < st->words; w++) st->runs[(size_t)dst * st->words + w] |= st->runs[(size_t)src * st->words + w];
+    for (int w = 0; w < st->words; w++)
+        st->runs[(size_t)dst * st->words + w] |= st->runs[(size_t)src * st->words + w];
 }
 
 mpmd_status mpmd_place(mpmd_step *st, mpmd_error *err) {
@@ -37,7 +38,8 @@ mpmd_status mpmd_place(mpmd_step *st, mpmd_error *err) {
     st->home = malloc((size_t)(nn + 1) * sizeof *st->home);
     if (!st->runs || !st->home)
         return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory placing the graph");
-    for (int i = 0; i < nn; i++) st->home[i] = -1;
+    for (int i = 0; i < nn; i++)
+        st->home[i] = -1;
 
     /* body ops and what they read from before the loop */
     for (int i = 0; i < nn; i++) {

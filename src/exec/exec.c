@@ -44,7 +44,7 @@ typedef struct {
 struct mpmd_exec {
     const mpmd_graph *g;
     const mpmd_backend *be;
-    void *dev;     /* the backend instance */
+    void *dev; /* the backend instance */
     int nthreads;
     uint64_t seed;
     slot *slots;
@@ -54,12 +54,12 @@ struct mpmd_exec {
     size_t arena_bytes;
     void *scratch;
     size_t scratch_bytes;
-    int *pos;      /* position of each node in the linear program */
-    int body_end;  /* position of the end-of-body reductions */
+    int *pos;     /* position of each node in the linear program */
+    int body_end; /* position of the end-of-body reductions */
     int npos;
-    int ran;       /* a step has completed */
+    int ran;             /* a step has completed */
     unsigned char *live; /* nodes that need to run (mpmd_live_nodes) */
-    double *prof;  /* [n_nodes] seconds spent in each node over the profiled runs, or NULL */
+    double *prof;        /* [n_nodes] seconds spent in each node over the profiled runs, or NULL */
     int prof_runs;
     char err[MPMD_ERROR_MSG_MAX];
 };
@@ -75,7 +75,9 @@ static int num_cores(void) {
     return n > 0 ? (int)n : 1;
 }
 
-static void *xaligned(mpmd_exec *ex, size_t bytes) { return ex->be->alloc(ex->dev, bytes ? bytes : 64); }
+static void *xaligned(mpmd_exec *ex, size_t bytes) {
+    return ex->be->alloc(ex->dev, bytes ? bytes : 64);
+}
 
 static void xfree(mpmd_exec *ex, void *p) {
     if (p) ex->be->free(ex->dev, p);
@@ -88,7 +90,8 @@ void mpmd_exec_free(mpmd_exec *ex) {
         ex->be->sync(ex->dev, e, sizeof e); /* nothing may still be using the buffers */
         if (ex->slots)
             for (int i = 0; i < ex->g->n_nodes; i++)
-                if (ex->slots[i].kind == SLOT_STORAGE || ex->slots[i].kind == SLOT_INPUT) xfree(ex, ex->slots[i].ptr);
+                if (ex->slots[i].kind == SLOT_STORAGE || ex->slots[i].kind == SLOT_INPUT)
+                    xfree(ex, ex->slots[i].ptr);
         xfree(ex, ex->arena);
         xfree(ex, ex->scratch);
         ex->be->close(ex->dev);
@@ -102,7 +105,9 @@ void mpmd_exec_free(mpmd_exec *ex) {
     free(ex);
 }
 
-static int is_view(const mpmd_node *n) { return n->op == &mpmd_op_microbatch; }
+static int is_view(const mpmd_node *n) {
+    return n->op == &mpmd_op_microbatch;
+}
 
 mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_error *err) {
     if (!g) {
@@ -114,24 +119,26 @@ mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_e
         return NULL;
     }
     if (g->n_micro > 0 && g->region == MPMD_REGION_BODY) {
-        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_new: the microbatch loop is still open (call mpmd_loop_end)");
+        mpmd_error_set(err, MPMD_ERR_INVALID,
+                       "mpmd_exec_new: the microbatch loop is still open (call mpmd_loop_end)");
         return NULL;
     }
     mpmd_exec_opts o = opts ? *opts : MPMD_EXEC_DEFAULTS;
     if (o.threads < 0) {
-        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_new: threads = %d; use 0 (all cores) or a positive count",
-                       o.threads);
+        mpmd_error_set(err, MPMD_ERR_INVALID,
+                       "mpmd_exec_new: threads = %d; use 0 (all cores) or a positive count", o.threads);
         return NULL;
     }
     const mpmd_backend *be = mpmd_backend_get(o.backend);
     if (!be) {
-        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_new: unknown backend \"%s\"; this build has: %s", o.backend,
-                       mpmd_backend_names());
+        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_new: unknown backend \"%s\"; this build has: %s",
+                       o.backend, mpmd_backend_names());
         return NULL;
     }
     char why[512];
     if (be->available(why, sizeof why)) {
-        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_new: the %s backend cannot run here: %s", be->name, why);
+        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_new: the %s backend cannot run here: %s", be->name,
+                       why);
         return NULL;
     }
     const int nn = g->n_nodes;
@@ -206,11 +213,13 @@ mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_e
             s->kind = SLOT_ARENA;
         }
         if (n->op == &mpmd_op_loop_reduce) s->def = first_body; /* written during the loop */
-        if (ex->live[i] && !(n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) && n->op != &mpmd_op_assign) {
+        if (ex->live[i] && !(n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) &&
+            n->op != &mpmd_op_assign) {
             ex->kern[i] = be->find(n->op);
             if (!ex->kern[i]) {
-                mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_new: the %s backend has no kernel for %s (%%%d)",
-                               be->name, n->op->name, i);
+                mpmd_error_set(err, MPMD_ERR_INVALID,
+                               "mpmd_exec_new: the %s backend has no kernel for %s (%%%d)", be->name,
+                               n->op->name, i);
                 goto fail;
             }
             if (ex->kern[i]->scratch) {
@@ -257,8 +266,7 @@ mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_e
         if (k >= 0 && k < n->n_in) {
             int v = n->in[k];
             if (ex->slots[v].kind == SLOT_ARENA && ex->slots[v].last == s->def &&
-                !(g->nodes[v].flags & MPMD_NODE_KEEP) &&
-                mpmd_type_bytes(&g->nodes[v].type) == items[i].bytes)
+                !(g->nodes[v].flags & MPMD_NODE_KEEP) && mpmd_type_bytes(&g->nodes[v].type) == items[i].bytes)
                 items[i].alias = v;
         }
     }
@@ -266,7 +274,8 @@ mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_e
     if (arena == (size_t)-1) goto oom;
     ex->arena_bytes = arena;
     if (!(ex->arena = xaligned(ex, arena))) goto oom;
-    for (int i = 0; i < nn; i++) ex->slots[i].off = offs[i];
+    for (int i = 0; i < nn; i++)
+        ex->slots[i].off = offs[i];
     if (ex->scratch_bytes && !(ex->scratch = xaligned(ex, ex->scratch_bytes))) goto oom;
     if (be->sync(ex->dev, why, sizeof why)) goto devfail;
     free(items);
@@ -274,12 +283,12 @@ mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_e
     free(host);
     return ex;
 devfail:
-    mpmd_error_set(err, MPMD_ERR_RUNTIME, "mpmd_exec_new: the %s backend failed setting up storage: %s", be->name,
-                   why);
+    mpmd_error_set(err, MPMD_ERR_RUNTIME, "mpmd_exec_new: the %s backend failed setting up storage: %s",
+                   be->name, why);
     goto fail;
 oom:
-    mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_exec_new: out of memory planning the graph's buffers (%s backend)",
-                   be->name);
+    mpmd_error_set(err, MPMD_ERR_NOMEM,
+                   "mpmd_exec_new: out of memory planning the graph's buffers (%s backend)", be->name);
 fail:
     free(items);
     free(offs);
@@ -390,14 +399,15 @@ mpmd_status mpmd_exec_set_input(mpmd_exec *ex, mpmd_value input, const void *dat
     size_t want = mpmd_type_bytes(&n->type);
     if (bytes != want) {
         char tb[160];
-        snprintf(ex->err, sizeof ex->err, "mpmd_exec_set_input: input \"%s\" is %s (%zu bytes), given %zu bytes",
-                 n->name, mpmd_type_str(&n->type, tb, sizeof tb), want, bytes);
+        snprintf(ex->err, sizeof ex->err,
+                 "mpmd_exec_set_input: input \"%s\" is %s (%zu bytes), given %zu bytes", n->name,
+                 mpmd_type_str(&n->type, tb, sizeof tb), want, bytes);
         return MPMD_ERR_SHAPE;
     }
     ex->be->enter(ex->dev);
     if (ex->be->upload(ex->dev, ex->slots[input.id].ptr, data, bytes)) {
-        snprintf(ex->err, sizeof ex->err, "mpmd_exec_set_input: copying input \"%s\" to the %s backend failed",
-                 n->name, ex->be->name);
+        snprintf(ex->err, sizeof ex->err,
+                 "mpmd_exec_set_input: copying input \"%s\" to the %s backend failed", n->name, ex->be->name);
         return MPMD_ERR_RUNTIME;
     }
     ex->input_set[input.id] = 1;
@@ -414,25 +424,26 @@ mpmd_status mpmd_exec_read(mpmd_exec *ex, mpmd_value v, void *dst, size_t bytes)
     int readable = s->kind == SLOT_STORAGE || s->kind == SLOT_INPUT || (n->flags & MPMD_NODE_KEEP);
     if (!readable) {
         snprintf(ex->err, sizeof ex->err,
-                 "mpmd_exec_read: %%%d (%s) is not kept; call mpmd_keep on it when building the graph", (int)v.id,
-                 n->op->name);
+                 "mpmd_exec_read: %%%d (%s) is not kept; call mpmd_keep on it when building the graph",
+                 (int)v.id, n->op->name);
         return MPMD_ERR_INVALID;
     }
     if (s->kind == SLOT_ARENA && !ex->ran) {
-        snprintf(ex->err, sizeof ex->err, "mpmd_exec_read: %%%d has no value before the first run", (int)v.id);
+        snprintf(ex->err, sizeof ex->err, "mpmd_exec_read: %%%d has no value before the first run",
+                 (int)v.id);
         return MPMD_ERR_INVALID;
     }
     size_t want = mpmd_type_bytes(&n->type);
     if (bytes != want) {
-        snprintf(ex->err, sizeof ex->err, "mpmd_exec_read: %%%d has %zu bytes, asked for %zu", (int)v.id, want,
-                 bytes);
+        snprintf(ex->err, sizeof ex->err, "mpmd_exec_read: %%%d has %zu bytes, asked for %zu", (int)v.id,
+                 want, bytes);
         return MPMD_ERR_SHAPE;
     }
     ex->be->enter(ex->dev);
     char e[512];
     if (ex->be->download(ex->dev, dst, ptr_of(ex, v.id, 0), bytes)) {
-        snprintf(ex->err, sizeof ex->err, "mpmd_exec_read: copying %%%d from the %s backend failed", (int)v.id,
-                 ex->be->name);
+        snprintf(ex->err, sizeof ex->err, "mpmd_exec_read: copying %%%d from the %s backend failed",
+                 (int)v.id, ex->be->name);
         return MPMD_ERR_RUNTIME;
     }
     if (ex->be->sync(ex->dev, e, sizeof e)) {
@@ -450,7 +461,8 @@ mpmd_status mpmd_exec_write(mpmd_exec *ex, mpmd_value v, const void *src, size_t
     }
     size_t want = mpmd_type_bytes(&n->type);
     if (bytes != want) {
-        snprintf(ex->err, sizeof ex->err, "mpmd_exec_write: \"%s\" has %zu bytes, given %zu", n->name, want, bytes);
+        snprintf(ex->err, sizeof ex->err, "mpmd_exec_write: \"%s\" has %zu bytes, given %zu", n->name, want,
+                 bytes);
         return MPMD_ERR_SHAPE;
     }
     ex->be->enter(ex->dev);
@@ -468,11 +480,19 @@ void *mpmd_exec_var_data(mpmd_exec *ex, mpmd_value v) {
     return ex->slots[v.id].ptr;
 }
 
-const char *mpmd_exec_backend(const mpmd_exec *ex) { return ex->be->name; }
+const char *mpmd_exec_backend(const mpmd_exec *ex) {
+    return ex->be->name;
+}
 
-const char *mpmd_exec_error(const mpmd_exec *ex) { return ex->err; }
-const mpmd_graph *mpmd_exec_graph(const mpmd_exec *ex) { return ex->g; }
-size_t mpmd_exec_arena_bytes(const mpmd_exec *ex) { return ex->arena_bytes; }
+const char *mpmd_exec_error(const mpmd_exec *ex) {
+    return ex->err;
+}
+const mpmd_graph *mpmd_exec_graph(const mpmd_exec *ex) {
+    return ex->g;
+}
+size_t mpmd_exec_arena_bytes(const mpmd_exec *ex) {
+    return ex->arena_bytes;
+}
 
 void mpmd_exec_print_plan(const mpmd_exec *ex, FILE *f) {
     const mpmd_graph *g = ex->g;
@@ -551,7 +571,8 @@ void mpmd_exec_print_profile(const mpmd_exec *ex, FILE *f) {
         if (ex->prof[i] <= 0) continue;
         const char *name = g->nodes[i].op->name;
         int k = 0;
-        while (k < nr && strcmp(rows[k].name, name) != 0) k++;
+        while (k < nr && strcmp(rows[k].name, name) != 0)
+            k++;
         if (k == nr) rows[nr++] = (prof_row){name, 0, 0};
         rows[k].s += ex->prof[i];
         rows[k].calls += g->nodes[i].region == MPMD_REGION_BODY ? g->n_micro : 1;
@@ -562,8 +583,8 @@ void mpmd_exec_print_profile(const mpmd_exec *ex, FILE *f) {
             ex->prof_runs == 1 ? "" : "s", ex->be->name);
     fprintf(f, "  %-22s %7s %11s %7s\n", "op", "calls", "ms", "share");
     for (int k = 0; k < nr; k++)
-        fprintf(f, "  %-22s %7d %11.3f %6.1f%%\n", rows[k].name, rows[k].calls, 1e3 * rows[k].s / ex->prof_runs,
-                100.0 * rows[k].s / (total > 0 ? total : 1));
+        fprintf(f, "  %-22s %7d %11.3f %6.1f%%\n", rows[k].name, rows[k].calls,
+                1e3 * rows[k].s / ex->prof_runs, 100.0 * rows[k].s / (total > 0 ? total : 1));
     fprintf(f, "  %-22s %7s %11.3f\n", "total", "", 1e3 * total / ex->prof_runs);
     free(rows);
 }

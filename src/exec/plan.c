@@ -20,13 +20,15 @@ typedef struct {
 static int fl_insert(freelist *f, size_t off, size_t size) {
     if (size == 0) return 0;
     int i = 0;
-    while (i < f->n && f->b[i].off < off) i++;
+    while (i < f->n && f->b[i].off < off)
+        i++;
     /* merge with the previous and the next block where they touch */
     int prev = i > 0 && f->b[i - 1].off + f->b[i - 1].size == off;
     int next = i < f->n && off + size == f->b[i].off;
     if (prev && next) {
         f->b[i - 1].size += size + f->b[i].size;
-        for (int k = i; k + 1 < f->n; k++) f->b[k] = f->b[k + 1];
+        for (int k = i; k + 1 < f->n; k++)
+            f->b[k] = f->b[k + 1];
         f->n--;
     } else if (prev) {
         f->b[i - 1].size += size;
@@ -40,7 +42,8 @@ static int fl_insert(freelist *f, size_t off, size_t size) {
             if (!nb) return -1;
             f->b = nb, f->cap = cap;
         }
-        for (int k = f->n; k > i; k--) f->b[k] = f->b[k - 1];
+        for (int k = f->n; k > i; k--)
+            f->b[k] = f->b[k - 1];
         f->b[i] = (block){off, size};
         f->n++;
     }
@@ -61,7 +64,8 @@ static size_t fl_alloc(freelist *f, size_t size) {
         f->b[best].off += size;
         f->b[best].size -= size;
         if (f->b[best].size == 0) {
-            for (int k = best; k + 1 < f->n; k++) f->b[k] = f->b[k + 1];
+            for (int k = best; k + 1 < f->n; k++)
+                f->b[k] = f->b[k + 1];
             f->n--;
         }
         return off;
@@ -71,17 +75,22 @@ static size_t fl_alloc(freelist *f, size_t size) {
     return off;
 }
 
-static size_t round_up(size_t x) { return (x + MPMD_PLAN_ALIGN - 1) / MPMD_PLAN_ALIGN * MPMD_PLAN_ALIGN; }
+static size_t round_up(size_t x) {
+    return (x + MPMD_PLAN_ALIGN - 1) / MPMD_PLAN_ALIGN * MPMD_PLAN_ALIGN;
+}
 
 size_t mpmd_plan_memory(int n, const mpmd_plan_item *items, int npos, size_t *offsets) {
     /* bucket the items by definition and by last use */
-    int *def_head = malloc((size_t)(npos + 1) * sizeof(int)), *def_next = malloc((size_t)(n + 1) * sizeof(int));
-    int *last_head = malloc((size_t)(npos + 1) * sizeof(int)), *last_next = malloc((size_t)(n + 1) * sizeof(int));
+    int *def_head = malloc((size_t)(npos + 1) * sizeof(int)),
+        *def_next = malloc((size_t)(n + 1) * sizeof(int));
+    int *last_head = malloc((size_t)(npos + 1) * sizeof(int)),
+        *last_next = malloc((size_t)(n + 1) * sizeof(int));
     unsigned char *taken = calloc((size_t)n + 1, 1); /* its block was taken over by an alias */
     freelist f = {0};
     size_t peak = 0, result = (size_t)-1;
     if (!def_head || !def_next || !last_head || !last_next || !taken) goto done;
-    for (int p = 0; p < npos; p++) def_head[p] = last_head[p] = -1;
+    for (int p = 0; p < npos; p++)
+        def_head[p] = last_head[p] = -1;
     for (int i = n - 1; i >= 0; i--) {
         offsets[i] = 0;
         if (items[i].bytes == 0) continue;

@@ -54,14 +54,14 @@ const mpmd_op_desc mpmd_op_assign = {"assign", 2, -1, MPMD_OPF_SIDE_EFFECT, NULL
 
 static int check_dims(mpmd_graph *g, const char *fn, const char *name, int ndim, const int64_t *dims) {
     if (ndim < 0 || ndim > MPMD_MAX_DIMS) {
-        mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": %d dimensions; between 0 and %d are supported", fn, name, ndim,
-                  MPMD_MAX_DIMS);
+        mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": %d dimensions; between 0 and %d are supported", fn, name,
+                  ndim, MPMD_MAX_DIMS);
         return 0;
     }
     for (int i = 0; i < ndim; i++) {
         if (dims[i] <= 0) {
-            mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": dimension %d is %lld; dimensions must be positive", fn, name,
-                      i, (long long)dims[i]);
+            mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": dimension %d is %lld; dimensions must be positive", fn,
+                      name, i, (long long)dims[i]);
             return 0;
         }
     }
@@ -129,7 +129,9 @@ mpmd_value mpmd_full(mpmd_graph *g, float v, int ndim, const int64_t *dims) {
     return r;
 }
 
-mpmd_value mpmd_scalar(mpmd_graph *g, float v) { return mpmd_full(g, v, 0, NULL); }
+mpmd_value mpmd_scalar(mpmd_graph *g, float v) {
+    return mpmd_full(g, v, 0, NULL);
+}
 
 mpmd_value mpmd_constant(mpmd_graph *g, mpmd_dtype dtype, int ndim, const int64_t *dims, const void *data) {
     if (g->status != MPMD_OK) return MPMD_NONE;
@@ -158,7 +160,8 @@ void mpmd_leaf_initial_value(const mpmd_node *n, void *dst, uint64_t seed) {
     } else if (n->data) {
         memcpy(dst, n->data, mpmd_type_bytes(&n->type));
     } else {
-        for (int64_t k = 0; k < mpmd_type_numel(&n->type); k++) ((float *)dst)[k] = n->fa[0];
+        for (int64_t k = 0; k < mpmd_type_numel(&n->type); k++)
+            ((float *)dst)[k] = n->fa[0];
     }
 }
 
@@ -167,7 +170,8 @@ void mpmd_leaf_initial_value(const mpmd_node *n, void *dst, uint64_t seed) {
 void mpmd_loop_begin(mpmd_graph *g, int num_microbatches) {
     if (g->status != MPMD_OK) return;
     if (g->n_micro > 0) {
-        mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_loop_begin: the graph already has a microbatch loop (one per step)");
+        mpmd_fail(g, MPMD_ERR_INVALID,
+                  "mpmd_loop_begin: the graph already has a microbatch loop (one per step)");
         return;
     }
     if (num_microbatches < 1) {
@@ -192,7 +196,8 @@ void mpmd_loop_end(mpmd_graph *g) {
 mpmd_value mpmd_microbatch(mpmd_graph *g, mpmd_value x) {
     if (!mpmd_check_operands(g, "mpmd_microbatch", 1, &x)) return MPMD_NONE;
     if (g->region != MPMD_REGION_BODY)
-        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_microbatch: only inside the loop body (after mpmd_loop_begin)");
+        return mpmd_fail(g, MPMD_ERR_INVALID,
+                         "mpmd_microbatch: only inside the loop body (after mpmd_loop_begin)");
     const mpmd_node *xn = mpmd_node_of(g, x);
     if (xn->region != MPMD_REGION_PRE)
         return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_microbatch: %%%d is not a before-loop value", (int)x.id);
@@ -212,8 +217,8 @@ mpmd_value mpmd_loop_reduce(mpmd_graph *g, mpmd_value x, mpmd_reduce_op op) {
     if (!mpmd_check_operands(g, "mpmd_loop_reduce", 1, &x)) return MPMD_NONE;
     const mpmd_node *xn = mpmd_node_of(g, x);
     if (xn->region != MPMD_REGION_BODY)
-        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_loop_reduce: %%%d (%s) is not a loop-body value", (int)x.id,
-                         mpmd_tstr(g, x));
+        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_loop_reduce: %%%d (%s) is not a loop-body value",
+                         (int)x.id, mpmd_tstr(g, x));
     if (op != MPMD_REDUCE_ADD && op != MPMD_REDUCE_MAX && op != MPMD_REDUCE_CONCAT)
         return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_loop_reduce: unknown reduction %d", (int)op);
     if (!mpmd_dtype_is_float(xn->type.dtype) && op != MPMD_REDUCE_CONCAT)
@@ -268,16 +273,20 @@ void mpmd_enter_stage_n(mpmd_graph *g, int n, mpmd_value *xs) {
         return;
     }
     if (!mpmd_check_operands(g, "mpmd_enter_stage", n, xs)) {
-        for (int i = 0; i < n; i++) xs[i] = MPMD_NONE;
+        for (int i = 0; i < n; i++)
+            xs[i] = MPMD_NONE;
         return;
     }
     if (g->region != MPMD_REGION_BODY) {
-        mpmd_fail(g, MPMD_ERR_INVALID,
-                  "mpmd_enter_stage: stage markers belong inside the microbatch loop body (after mpmd_loop_begin)");
-        for (int i = 0; i < n; i++) xs[i] = MPMD_NONE;
+        mpmd_fail(
+            g, MPMD_ERR_INVALID,
+            "mpmd_enter_stage: stage markers belong inside the microbatch loop body (after mpmd_loop_begin)");
+        for (int i = 0; i < n; i++)
+            xs[i] = MPMD_NONE;
         return;
     }
-    for (int i = 0; i < n; i++) xs[i] = marker(g, xs[i], g->cur_stage, 0);
+    for (int i = 0; i < n; i++)
+        xs[i] = marker(g, xs[i], g->cur_stage, 0);
     g->cur_stage++;
     g->n_markers++;
 }
@@ -299,13 +308,15 @@ mpmd_value mpmd_assign(mpmd_graph *g, mpmd_value var, mpmd_value value) {
     if (!mpmd_check_operands(g, "mpmd_assign", 2, in)) return MPMD_NONE;
     const mpmd_node *vn = mpmd_node_of(g, var);
     if (!mpmd_node_is_storage(vn))
-        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_assign: %%%d is not a parameter or variable", (int)var.id);
+        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_assign: %%%d is not a parameter or variable",
+                         (int)var.id);
     if (!mpmd_type_equal(&vn->type, mpmd_type_of(g, value)))
         return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_assign: \"%s\" is %s but the value is %s", vn->name,
                          mpmd_tstr(g, var), mpmd_tstr(g, value));
     if (g->region == MPMD_REGION_BODY)
         return mpmd_fail(g, MPMD_ERR_INVALID,
-                         "mpmd_assign: \"%s\" assigned inside the loop body; assign after the loop", vn->name);
+                         "mpmd_assign: \"%s\" assigned inside the loop body; assign after the loop",
+                         vn->name);
     mpmd_type tok;
     memset(&tok, 0, sizeof tok);
     tok.dtype = MPMD_TOKEN;

@@ -10,7 +10,8 @@
 int64_t mpmd_type_numel(const mpmd_type *t) {
     if (t->dtype == MPMD_TOKEN) return 0;
     int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= t->dim[i];
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->dim[i];
     return n;
 }
 
@@ -20,18 +21,28 @@ static const struct {
     size_t size;
     int is_float;
 } dtypes[] = {
-    [MPMD_F32] = {"f32", 4, 1}, [MPMD_I32] = {"i32", 4, 0},  [MPMD_TOKEN] = {"token", 0, 0},
+    [MPMD_F32] = {"f32", 4, 1},   [MPMD_I32] = {"i32", 4, 0}, [MPMD_TOKEN] = {"token", 0, 0},
     [MPMD_BF16] = {"bf16", 2, 1}, [MPMD_F16] = {"f16", 2, 1},
 };
 
-static int known_dtype(mpmd_dtype d) { return (unsigned)d < sizeof dtypes / sizeof dtypes[0]; }
+static int known_dtype(mpmd_dtype d) {
+    return (unsigned)d < sizeof dtypes / sizeof dtypes[0];
+}
 
-size_t mpmd_dtype_size(mpmd_dtype d) { return known_dtype(d) ? dtypes[d].size : 0; }
-int mpmd_dtype_is_float(mpmd_dtype d) { return known_dtype(d) && dtypes[d].is_float; }
+size_t mpmd_dtype_size(mpmd_dtype d) {
+    return known_dtype(d) ? dtypes[d].size : 0;
+}
+int mpmd_dtype_is_float(mpmd_dtype d) {
+    return known_dtype(d) && dtypes[d].is_float;
+}
 
-size_t mpmd_type_bytes(const mpmd_type *t) { return (size_t)mpmd_type_numel(t) * mpmd_dtype_size(t->dtype); }
+size_t mpmd_type_bytes(const mpmd_type *t) {
+    return (size_t)mpmd_type_numel(t) * mpmd_dtype_size(t->dtype);
+}
 
-const char *mpmd_dtype_name(mpmd_dtype d) { return known_dtype(d) ? dtypes[d].name : "?"; }
+const char *mpmd_dtype_name(mpmd_dtype d) {
+    return known_dtype(d) ? dtypes[d].name : "?";
+}
 
 char *mpmd_type_str(const mpmd_type *t, char *buf, size_t len) {
     size_t k = (size_t)snprintf(buf, len, "%s", mpmd_dtype_name(t->dtype));
@@ -48,7 +59,8 @@ mpmd_type mpmd_make_type(mpmd_dtype dt, int ndim, const int64_t *dims) {
     memset(&t, 0, sizeof t);
     t.dtype = dt;
     t.ndim = ndim;
-    for (int i = 0; i < ndim && i < MPMD_MAX_DIMS; i++) t.dim[i] = dims[i];
+    for (int i = 0; i < ndim && i < MPMD_MAX_DIMS; i++)
+        t.dim[i] = dims[i];
     return t;
 }
 
@@ -83,7 +95,8 @@ void mpmd_graph_free(mpmd_graph *g) {
         free(g->nodes[i].name);
     }
     free(g->nodes);
-    for (int i = 0; i < g->n_old; i++) free(g->old_nodes[i]);
+    for (int i = 0; i < g->n_old; i++)
+        free(g->old_nodes[i]);
     free(g->old_nodes);
     free(g);
 }
@@ -98,12 +111,22 @@ mpmd_status mpmd_set_compute_dtype(mpmd_graph *g, mpmd_dtype dtype) {
     return MPMD_OK;
 }
 
-mpmd_dtype mpmd_compute_dtype(const mpmd_graph *g) { return g->compute_dtype; }
+mpmd_dtype mpmd_compute_dtype(const mpmd_graph *g) {
+    return g->compute_dtype;
+}
 
-mpmd_status mpmd_graph_status(const mpmd_graph *g) { return g->status; }
-const char *mpmd_graph_error(const mpmd_graph *g) { return g->err; }
-int mpmd_graph_num_values(const mpmd_graph *g) { return g->n_nodes; }
-int mpmd_graph_num_microbatches(const mpmd_graph *g) { return g->n_micro; }
+mpmd_status mpmd_graph_status(const mpmd_graph *g) {
+    return g->status;
+}
+const char *mpmd_graph_error(const mpmd_graph *g) {
+    return g->err;
+}
+int mpmd_graph_num_values(const mpmd_graph *g) {
+    return g->n_nodes;
+}
+int mpmd_graph_num_microbatches(const mpmd_graph *g) {
+    return g->n_micro;
+}
 
 /* ---- errors ---------------------------------------------------------------- */
 
@@ -165,12 +188,14 @@ mpmd_value mpmd_emit(mpmd_graph *g, const mpmd_op_desc *op, int n_in, const mpmd
         if (r == g->region || r == MPMD_REGION_PRE) continue;
         if (r == MPMD_REGION_BODY && op == &mpmd_op_loop_reduce) continue;
         if (r == MPMD_REGION_BODY)
-            return mpmd_fail(g, MPMD_ERR_INVALID,
-                             "%s: operand %d (%%%d) is a loop-body value (one per microbatch); outside the body "
-                             "use its mpmd_loop_reduce",
-                             op->name, i, (int)in[i].id);
-        return mpmd_fail(g, MPMD_ERR_INVALID, "%s: operand %d (%%%d) is an after-loop value, used %s", op->name, i,
-                         (int)in[i].id, g->region == MPMD_REGION_BODY ? "inside the loop body" : "before the loop");
+            return mpmd_fail(
+                g, MPMD_ERR_INVALID,
+                "%s: operand %d (%%%d) is a loop-body value (one per microbatch); outside the body "
+                "use its mpmd_loop_reduce",
+                op->name, i, (int)in[i].id);
+        return mpmd_fail(g, MPMD_ERR_INVALID, "%s: operand %d (%%%d) is an after-loop value, used %s",
+                         op->name, i, (int)in[i].id,
+                         g->region == MPMD_REGION_BODY ? "inside the loop body" : "before the loop");
     }
     if (g->n_nodes == g->cap_nodes) {
         /* Grow into a new array and keep the old one until the graph is
@@ -196,7 +221,8 @@ mpmd_value mpmd_emit(mpmd_graph *g, const mpmd_op_desc *op, int n_in, const mpmd
     if (n_in > 0) {
         n->in = malloc((size_t)n_in * sizeof *n->in);
         if (!n->in) return mpmd_fail(g, MPMD_ERR_NOMEM, "%s: out of memory", op->name);
-        for (int i = 0; i < n_in; i++) n->in[i] = in[i].id;
+        for (int i = 0; i < n_in; i++)
+            n->in[i] = in[i].id;
     }
     n->id = g->n_nodes;
     n->op = op;
@@ -217,7 +243,9 @@ mpmd_value mpmd_emit(mpmd_graph *g, const mpmd_op_desc *op, int n_in, const mpmd
 
 /* ---- scopes ---------------------------------------------------------------- */
 
-void mpmd_scope_push(mpmd_graph *g, const char *name) { mpmd_scope_pushf(g, "%s", name); }
+void mpmd_scope_push(mpmd_graph *g, const char *name) {
+    mpmd_scope_pushf(g, "%s", name);
+}
 
 void mpmd_scope_pushf(mpmd_graph *g, const char *fmt, ...) {
     if (g->n_scopes >= (int)(sizeof g->scope_len / sizeof g->scope_len[0])) {
@@ -308,9 +336,10 @@ void mpmd_keep(mpmd_graph *g, mpmd_value v) {
         return;
     }
     if (n->region == MPMD_REGION_BODY) {
-        mpmd_fail(g, MPMD_ERR_INVALID,
-                  "mpmd_keep: %%%d is a loop-body value (one per microbatch); keep its mpmd_loop_reduce instead",
-                  (int)v.id);
+        mpmd_fail(
+            g, MPMD_ERR_INVALID,
+            "mpmd_keep: %%%d is a loop-body value (one per microbatch); keep its mpmd_loop_reduce instead",
+            (int)v.id);
         return;
     }
     n->flags |= MPMD_NODE_KEEP;
@@ -326,7 +355,8 @@ unsigned char *mpmd_live_nodes(const mpmd_graph *g) {
         if ((n->op->flags & MPMD_OPF_SIDE_EFFECT) || (n->flags & MPMD_NODE_KEEP) || mpmd_node_is_storage(n))
             live[i] = 1;
         if (!live[i]) continue;
-        for (int j = 0; j < n->n_in; j++) live[n->in[j]] = 1;
+        for (int j = 0; j < n->n_in; j++)
+            live[n->in[j]] = 1;
     }
     return live;
 }
@@ -351,7 +381,8 @@ void mpmd_graph_print(const mpmd_graph *g, FILE *f) {
                 fprintf(f, "  %s:\n", region_title(region));
         }
         fprintf(f, "    %%%d:%s = %s", i, mpmd_type_str(&n->type, tb, sizeof tb), n->op->name);
-        for (int j = 0; j < n->n_in; j++) fprintf(f, "%s%%%d", j ? ", " : " ", (int)n->in[j]);
+        for (int j = 0; j < n->n_in; j++)
+            fprintf(f, "%s%%%d", j ? ", " : " ", (int)n->in[j]);
         if (n->name) fprintf(f, " \"%s\"", n->name);
         attrs[0] = '\0';
         if (n->op->attrs) n->op->attrs(g, n, attrs, sizeof attrs);

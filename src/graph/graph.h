@@ -44,12 +44,12 @@ typedef void (*mpmd_vjp_fn)(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mp
 typedef void (*mpmd_attr_fn)(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len);
 
 typedef struct mpmd_op_desc {
-    const char *name;  /* as printed: "add", "matmul", ... */
-    int n_in;          /* number of inputs, -1 for variadic */
-    int inplace;       /* input whose buffer the output may reuse when that input dies here, or -1 */
-    unsigned flags;    /* MPMD_OPF_* */
+    const char *name;   /* as printed: "add", "matmul", ... */
+    int n_in;           /* number of inputs, -1 for variadic */
+    int inplace;        /* input whose buffer the output may reuse when that input dies here, or -1 */
+    unsigned flags;     /* MPMD_OPF_* */
     mpmd_attr_fn attrs; /* NULL: no attributes to print */
-    mpmd_vjp_fn vjp;   /* NULL: not differentiable (mpmd_grad reports it) */
+    mpmd_vjp_fn vjp;    /* NULL: not differentiable (mpmd_grad reports it) */
 } mpmd_op_desc;
 
 /* Node flags. */
@@ -63,21 +63,21 @@ enum {
 #define MPMD_NODE_FATTR 4
 
 struct mpmd_node {
-    int32_t id;       /* this node's value id */
+    int32_t id; /* this node's value id */
     const mpmd_op_desc *op;
-    mpmd_type type;   /* output type */
+    mpmd_type type; /* output type */
     int n_in;
-    int32_t *in;      /* input value ids (owned by the graph) */
+    int32_t *in;                 /* input value ids (owned by the graph) */
     int64_t ia[MPMD_NODE_IATTR]; /* integer attributes; meaning per op */
     float fa[MPMD_NODE_FATTR];   /* float attributes; meaning per op */
-    void *data;       /* constant data (owned), or NULL */
-    char *name;       /* full name of inputs, params, variables (owned), or NULL */
-    mpmd_init init;   /* params and variables */
-    uint8_t region;   /* MPMD_REGION_* */
-    uint8_t is_bwd;   /* made by mpmd_grad */
-    uint16_t flags;   /* MPMD_NODE_* */
-    int32_t stage;    /* pipeline stage in trace order (markers seen before it), -1 outside the body */
-    int32_t fwd;      /* for backward ops: the forward node they differentiate, else -1 */
+    void *data;                  /* constant data (owned), or NULL */
+    char *name;                  /* full name of inputs, params, variables (owned), or NULL */
+    mpmd_init init;              /* params and variables */
+    uint8_t region;              /* MPMD_REGION_* */
+    uint8_t is_bwd;              /* made by mpmd_grad */
+    uint16_t flags;              /* MPMD_NODE_* */
+    int32_t stage; /* pipeline stage in trace order (markers seen before it), -1 outside the body */
+    int32_t fwd;   /* for backward ops: the forward node they differentiate, else -1 */
 };
 
 struct mpmd_graph {
@@ -92,10 +92,10 @@ struct mpmd_graph {
     int scope_len[32];
     int n_scopes;
     /* loop state */
-    int region;       /* region new nodes go to */
-    int n_micro;      /* microbatches (0: no loop) */
-    int cur_stage;    /* markers seen so far in the body */
-    int n_markers;    /* markers in the body (forward) */
+    int region;               /* region new nodes go to */
+    int n_micro;              /* microbatches (0: no loop) */
+    int cur_stage;            /* markers seen so far in the body */
+    int n_markers;            /* markers in the body (forward) */
     mpmd_dtype compute_dtype; /* what mpmd_embed emits (mpmd_set_compute_dtype) */
     /* tagging of nodes emitted by a VJP rule */
     int emit_bwd, emit_stage, emit_fwd;
@@ -165,8 +165,12 @@ extern const mpmd_op_desc mpmd_op_microbatch, mpmd_op_loop_reduce, mpmd_op_stage
 extern const mpmd_op_desc mpmd_op_cast;
 
 /* The value a node defines, and the value of its i-th input. */
-static inline mpmd_value mpmd_out(const mpmd_node *n) { return (mpmd_value){n->id}; }
-static inline mpmd_value mpmd_in(const mpmd_node *n, int i) { return (mpmd_value){n->in[i]}; }
+static inline mpmd_value mpmd_out(const mpmd_node *n) {
+    return (mpmd_value){n->id};
+}
+static inline mpmd_value mpmd_in(const mpmd_node *n, int i) {
+    return (mpmd_value){n->in[i]};
+}
 
 static inline int mpmd_node_is_storage(const mpmd_node *n) {
     return n->op == &mpmd_op_param || n->op == &mpmd_op_variable;

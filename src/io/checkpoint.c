@@ -57,13 +57,14 @@ typedef struct state_view {
     void *target;
     staged *stg; /* host copies of device holders */
     int nstg, capstg;
-    int failed;  /* a device copy failed while building */
+    int failed; /* a device copy failed while building */
 } state_view;
 
 static void view_free(state_view *v) {
     free(v->e);
     free(v->ptrs);
-    for (int i = 0; i < v->nstg; i++) free(v->stg[i].host);
+    for (int i = 0; i < v->nstg; i++)
+        free(v->stg[i].host);
     free(v->stg);
     memset(v, 0, sizeof *v);
 }
@@ -93,9 +94,10 @@ static void *stage(state_view *v, int node, int rank, int replica, size_t bytes)
 static mpmd_status view_commit(const state_view *v, const char *who, mpmd_error *err) {
     for (int i = 0; i < v->nstg; i++) {
         const staged *s = &v->stg[i];
-        mpmd_status rc = s->rank < 0 ? mpmd_exec_write((mpmd_exec *)v->target, (mpmd_value){s->node}, s->host, s->bytes)
-                                     : mpmd_runtime_write((mpmd_step *)v->target, s->rank, s->replica, s->node,
-                                                          s->host, s->bytes);
+        mpmd_status rc =
+            s->rank < 0
+                ? mpmd_exec_write((mpmd_exec *)v->target, (mpmd_value){s->node}, s->host, s->bytes)
+                : mpmd_runtime_write((mpmd_step *)v->target, s->rank, s->replica, s->node, s->host, s->bytes);
         if (rc) return mpmd_error_set(err, rc, "%s: copying state %%%d to its device failed", who, s->node);
     }
     return MPMD_OK;

@@ -36,7 +36,6 @@ int mpmd_st_dtype_size(const char *dtype) {
     return 0;
 }
 
-
 /* ---- the header parser ------------------------------------------------------ */
 
 typedef struct parser {

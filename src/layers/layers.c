@@ -141,8 +141,8 @@ static int block_input_ok(mpmd_graph *g, const char *fn, const char *name, mpmd_
     if (!layer_input_ok(g, fn, name, x)) return 0;
     const mpmd_type *xt = mpmd_type_of(g, x);
     if (!mpmd_dtype_is_float(xt->dtype) || xt->ndim != 3) {
-        mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": input is %s; float [batch, seq, width] is expected", fn, name,
-                  mpmd_tstr(g, x));
+        mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": input is %s; float [batch, seq, width] is expected", fn,
+                  name, mpmd_tstr(g, x));
         return 0;
     }
     return 1;

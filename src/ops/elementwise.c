@@ -86,16 +86,17 @@ const mpmd_op_desc mpmd_op_gelu_grad = {"gelu_grad", 2, 0, 0, NULL, NULL};
 static int check_f32(mpmd_graph *g, const char *fn, const char *which, mpmd_value v) {
     const mpmd_type *t = mpmd_type_of(g, v);
     if (mpmd_dtype_is_float(t->dtype)) return 1;
-    mpmd_fail(g, MPMD_ERR_SHAPE, "%s: operand %s is %s, but elementwise ops take float tensors (f32, bf16, f16), not %s",
-              fn, which, mpmd_tstr(g, v), mpmd_dtype_name(t->dtype));
+    mpmd_fail(g, MPMD_ERR_SHAPE,
+              "%s: operand %s is %s, but elementwise ops take float tensors (f32, bf16, f16), not %s", fn,
+              which, mpmd_tstr(g, v), mpmd_dtype_name(t->dtype));
     return 0;
 }
 
 /* Both operands of a binary op in one dtype. */
 static int check_same_dtype(mpmd_graph *g, const char *fn, mpmd_value a, mpmd_value b) {
     if (mpmd_type_of(g, a)->dtype == mpmd_type_of(g, b)->dtype) return 1;
-    mpmd_fail(g, MPMD_ERR_SHAPE, "%s: operands %s and %s have different dtypes; convert one with mpmd_cast", fn,
-              mpmd_tstr(g, a), mpmd_tstr(g, b));
+    mpmd_fail(g, MPMD_ERR_SHAPE, "%s: operands %s and %s have different dtypes; convert one with mpmd_cast",
+              fn, mpmd_tstr(g, a), mpmd_tstr(g, b));
     return 0;
 }
 
@@ -112,8 +113,8 @@ static int check_target(mpmd_graph *g, const char *fn, int ndim, const int64_t *
     }
     for (int i = 0; i < ndim; i++) {
         if (dims[i] <= 0) {
-            mpmd_fail(g, MPMD_ERR_SHAPE, "%s: target dimension %d is %lld; dimensions must be positive", fn, i,
-                      (long long)dims[i]);
+            mpmd_fail(g, MPMD_ERR_SHAPE, "%s: target dimension %d is %lld; dimensions must be positive", fn,
+                      i, (long long)dims[i]);
             return 0;
         }
     }
@@ -140,24 +141,34 @@ static int broadcast_shape(const mpmd_type *a, const mpmd_type *b, mpmd_type *ou
 static mpmd_value binary(mpmd_graph *g, const mpmd_op_desc *op, const char *fn, mpmd_value a, mpmd_value b) {
     mpmd_value in[2] = {a, b};
     if (!mpmd_check_operands(g, fn, 2, in)) return MPMD_NONE;
-    if (!check_f32(g, fn, "a", a) || !check_f32(g, fn, "b", b) || !check_same_dtype(g, fn, a, b)) return MPMD_NONE;
+    if (!check_f32(g, fn, "a", a) || !check_f32(g, fn, "b", b) || !check_same_dtype(g, fn, a, b))
+        return MPMD_NONE;
     const mpmd_type *ta = mpmd_type_of(g, a), *tb = mpmd_type_of(g, b);
     mpmd_type out;
     int k = broadcast_shape(ta, tb, &out);
     out.dtype = ta->dtype;
     if (k >= 0)
-        return mpmd_fail(g, MPMD_ERR_SHAPE,
-                         "%s: shapes %s and %s do not broadcast: axis -%d is %lld vs %lld (numpy rules: aligned "
-                         "from the last axis, sizes must be equal or 1)",
-                         fn, mpmd_tstr(g, a), mpmd_tstr(g, b), k + 1, (long long)ta->dim[ta->ndim - 1 - k],
-                         (long long)tb->dim[tb->ndim - 1 - k]);
+        return mpmd_fail(
+            g, MPMD_ERR_SHAPE,
+            "%s: shapes %s and %s do not broadcast: axis -%d is %lld vs %lld (numpy rules: aligned "
+            "from the last axis, sizes must be equal or 1)",
+            fn, mpmd_tstr(g, a), mpmd_tstr(g, b), k + 1, (long long)ta->dim[ta->ndim - 1 - k],
+            (long long)tb->dim[tb->ndim - 1 - k]);
     return mpmd_emit(g, op, 2, in, out);
 }
 
-mpmd_value mpmd_add(mpmd_graph *g, mpmd_value a, mpmd_value b) { return binary(g, &mpmd_op_add, "mpmd_add", a, b); }
-mpmd_value mpmd_sub(mpmd_graph *g, mpmd_value a, mpmd_value b) { return binary(g, &mpmd_op_sub, "mpmd_sub", a, b); }
-mpmd_value mpmd_mul(mpmd_graph *g, mpmd_value a, mpmd_value b) { return binary(g, &mpmd_op_mul, "mpmd_mul", a, b); }
-mpmd_value mpmd_div(mpmd_graph *g, mpmd_value a, mpmd_value b) { return binary(g, &mpmd_op_div, "mpmd_div", a, b); }
+mpmd_value mpmd_add(mpmd_graph *g, mpmd_value a, mpmd_value b) {
+    return binary(g, &mpmd_op_add, "mpmd_add", a, b);
+}
+mpmd_value mpmd_sub(mpmd_graph *g, mpmd_value a, mpmd_value b) {
+    return binary(g, &mpmd_op_sub, "mpmd_sub", a, b);
+}
+mpmd_value mpmd_mul(mpmd_graph *g, mpmd_value a, mpmd_value b) {
+    return binary(g, &mpmd_op_mul, "mpmd_mul", a, b);
+}
+mpmd_value mpmd_div(mpmd_graph *g, mpmd_value a, mpmd_value b) {
+    return binary(g, &mpmd_op_div, "mpmd_div", a, b);
+}
 
 /* ---- unary ops ------------------------------------------------------------------- */
 
@@ -180,15 +191,33 @@ mpmd_value mpmd_add_scalar(mpmd_graph *g, mpmd_value a, float s) {
 mpmd_value mpmd_mul_scalar(mpmd_graph *g, mpmd_value a, float s) {
     return unary_scalar(g, &mpmd_op_mul_scalar, "mpmd_mul_scalar", a, s);
 }
-mpmd_value mpmd_neg(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_neg, "mpmd_neg", a); }
-mpmd_value mpmd_exp(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_exp, "mpmd_exp", a); }
-mpmd_value mpmd_log(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_log, "mpmd_log", a); }
-mpmd_value mpmd_tanh(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_tanh, "mpmd_tanh", a); }
-mpmd_value mpmd_sqrt(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_sqrt, "mpmd_sqrt", a); }
-mpmd_value mpmd_rsqrt(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_rsqrt, "mpmd_rsqrt", a); }
-mpmd_value mpmd_square(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_square, "mpmd_square", a); }
-mpmd_value mpmd_relu(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_relu, "mpmd_relu", a); }
-mpmd_value mpmd_gelu(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_gelu, "mpmd_gelu", a); }
+mpmd_value mpmd_neg(mpmd_graph *g, mpmd_value a) {
+    return unary(g, &mpmd_op_neg, "mpmd_neg", a);
+}
+mpmd_value mpmd_exp(mpmd_graph *g, mpmd_value a) {
+    return unary(g, &mpmd_op_exp, "mpmd_exp", a);
+}
+mpmd_value mpmd_log(mpmd_graph *g, mpmd_value a) {
+    return unary(g, &mpmd_op_log, "mpmd_log", a);
+}
+mpmd_value mpmd_tanh(mpmd_graph *g, mpmd_value a) {
+    return unary(g, &mpmd_op_tanh, "mpmd_tanh", a);
+}
+mpmd_value mpmd_sqrt(mpmd_graph *g, mpmd_value a) {
+    return unary(g, &mpmd_op_sqrt, "mpmd_sqrt", a);
+}
+mpmd_value mpmd_rsqrt(mpmd_graph *g, mpmd_value a) {
+    return unary(g, &mpmd_op_rsqrt, "mpmd_rsqrt", a);
+}
+mpmd_value mpmd_square(mpmd_graph *g, mpmd_value a) {
+    return unary(g, &mpmd_op_square, "mpmd_square", a);
+}
+mpmd_value mpmd_relu(mpmd_graph *g, mpmd_value a) {
+    return unary(g, &mpmd_op_relu, "mpmd_relu", a);
+}
+mpmd_value mpmd_gelu(mpmd_graph *g, mpmd_value a) {
+    return unary(g, &mpmd_op_gelu, "mpmd_gelu", a);
+}
 
 /* A fused backward op (gy, v): both have the forward op's type. */
 static mpmd_value grad_op(mpmd_graph *g, const mpmd_op_desc *op, mpmd_value gy, mpmd_value v) {
@@ -196,8 +225,8 @@ static mpmd_value grad_op(mpmd_graph *g, const mpmd_op_desc *op, mpmd_value gy, 
     if (!mpmd_check_operands(g, op->name, 2, in)) return MPMD_NONE;
     const mpmd_type *tg = mpmd_type_of(g, gy), *tv = mpmd_type_of(g, v);
     if (!mpmd_type_equal(tg, tv))
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: cotangent %s and operand %s must have the same type", op->name,
-                         mpmd_tstr(g, gy), mpmd_tstr(g, v));
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: cotangent %s and operand %s must have the same type",
+                         op->name, mpmd_tstr(g, gy), mpmd_tstr(g, v));
     return mpmd_emit(g, op, 2, in, *tg);
 }
 
@@ -228,15 +257,16 @@ mpmd_value mpmd_sum_to(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *dim
     if (!check_f32(g, fn, "a", a) || !check_target(g, fn, ndim, dims)) return MPMD_NONE;
     mpmd_type ta = *mpmd_type_of(g, a), t = mpmd_make_type(ta.dtype, ndim, dims);
     if (ndim > ta.ndim)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the target %s has more axes than %s", fn, mpmd_tstr_type(g, &t),
-                         mpmd_tstr(g, a));
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the target %s has more axes than %s", fn,
+                         mpmd_tstr_type(g, &t), mpmd_tstr(g, a));
     for (int k = 0; k < ndim; k++) {
         int64_t da = ta.dim[ta.ndim - 1 - k], dt = t.dim[ndim - 1 - k];
         if (da != dt && dt != 1)
-            return mpmd_fail(g, MPMD_ERR_SHAPE,
-                             "%s: cannot sum %s to %s: the target must broadcast to the operand, but its axis -%d "
-                             "is %lld, neither %lld nor 1",
-                             fn, mpmd_tstr(g, a), mpmd_tstr_type(g, &t), k + 1, (long long)dt, (long long)da);
+            return mpmd_fail(
+                g, MPMD_ERR_SHAPE,
+                "%s: cannot sum %s to %s: the target must broadcast to the operand, but its axis -%d "
+                "is %lld, neither %lld nor 1",
+                fn, mpmd_tstr(g, a), mpmd_tstr_type(g, &t), k + 1, (long long)dt, (long long)da);
     }
     if (mpmd_type_equal(&ta, &t)) return a; /* nothing to sum */
     return mpmd_emit(g, &mpmd_op_sum_to, 1, &a, t);

@@ -77,10 +77,11 @@ mpmd_value mpmd_matmul(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags) {
                          "mpmd_matmul: unknown flags 0x%x; expected MPMD_TRANS_A | MPMD_TRANS_B",
                          (unsigned)flags);
     if (!mpmd_dtype_is_float(ta.dtype) || ta.dtype != tb.dtype)
-        return mpmd_fail(g, MPMD_ERR_SHAPE,
-                         "mpmd_matmul: operands must be float tensors of one dtype (f32, bf16, f16; mpmd_cast "
-                         "converts); a is %s, b is %s",
-                         mpmd_tstr(g, a), mpmd_tstr(g, b));
+        return mpmd_fail(
+            g, MPMD_ERR_SHAPE,
+            "mpmd_matmul: operands must be float tensors of one dtype (f32, bf16, f16; mpmd_cast "
+            "converts); a is %s, b is %s",
+            mpmd_tstr(g, a), mpmd_tstr(g, b));
     if (ta.ndim < 2 || tb.ndim < 2)
         return mpmd_fail(g, MPMD_ERR_SHAPE,
                          "mpmd_matmul: operands must have at least 2 dimensions; a is %s, b is %s",
@@ -118,7 +119,8 @@ mpmd_value mpmd_matmul(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags) {
 
 mpmd_value mpmd_matmul_scaled(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags, float alpha) {
     if (!isfinite(alpha))
-        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_matmul_scaled: alpha is %g; it must be finite", (double)alpha);
+        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_matmul_scaled: alpha is %g; it must be finite",
+                         (double)alpha);
     mpmd_value r = mpmd_matmul(g, a, b, flags);
     mpmd_node *node = mpmd_node_of(g, r);
     if (node && alpha != 1.0f) {
@@ -178,8 +180,8 @@ static mpmd_value softmax_like(mpmd_graph *g, const mpmd_op_desc *op, const char
     if (!mpmd_check_operands(g, fn, 1, &x)) return MPMD_NONE;
     const mpmd_type t = *mpmd_type_of(g, x);
     if (!mpmd_dtype_is_float(t.dtype))
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the operand must be a float tensor (f32, bf16, f16), got %s", fn,
-                         mpmd_tstr(g, x));
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the operand must be a float tensor (f32, bf16, f16), got %s",
+                         fn, mpmd_tstr(g, x));
     if (t.ndim < (causal ? 2 : 1))
         return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the operand needs at least %d dimension%s, got %s", fn,
                          causal ? 2 : 1, causal ? "s ([..., T, T])" : "", mpmd_tstr(g, x));
@@ -230,11 +232,11 @@ mpmd_value mpmd_layer_norm(mpmd_graph *g, mpmd_value x, mpmd_value gamma, mpmd_v
     int64_t c = tx.dim[tx.ndim - 1];
     if (tg.dtype != tx.dtype || tg.ndim != 1 || tg.dim[0] != c || tbe.dtype != tx.dtype || tbe.ndim != 1 ||
         tbe.dim[0] != c)
-        return mpmd_fail(
-            g, MPMD_ERR_SHAPE,
-            "mpmd_layer_norm: x is %s, gamma is %s, beta is %s; gamma and beta must be %s[%lld] "
-            "(x's dtype and last axis)",
-            mpmd_tstr(g, x), mpmd_tstr(g, gamma), mpmd_tstr(g, beta), mpmd_dtype_name(tx.dtype), (long long)c);
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "mpmd_layer_norm: x is %s, gamma is %s, beta is %s; gamma and beta must be %s[%lld] "
+                         "(x's dtype and last axis)",
+                         mpmd_tstr(g, x), mpmd_tstr(g, gamma), mpmd_tstr(g, beta), mpmd_dtype_name(tx.dtype),
+                         (long long)c);
     if (!(eps >= 0.0f) || isinf(eps))
         return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_layer_norm: eps is %g; it must be finite and >= 0",
                          (double)eps);
@@ -307,10 +309,11 @@ mpmd_value mpmd_cross_entropy(mpmd_graph *g, mpmd_value logits, mpmd_value label
     if (!mpmd_check_operands(g, "mpmd_cross_entropy", 2, in)) return MPMD_NONE;
     const mpmd_type tl = *mpmd_type_of(g, logits), tb = *mpmd_type_of(g, labels);
     if (!mpmd_dtype_is_float(tl.dtype) || tl.ndim < 1)
-        return mpmd_fail(g, MPMD_ERR_SHAPE,
-                         "mpmd_cross_entropy: logits must be a float [..., V] (f32, bf16, f16), got %s (labels "
-                         "are %s)",
-                         mpmd_tstr(g, logits), mpmd_tstr(g, labels));
+        return mpmd_fail(
+            g, MPMD_ERR_SHAPE,
+            "mpmd_cross_entropy: logits must be a float [..., V] (f32, bf16, f16), got %s (labels "
+            "are %s)",
+            mpmd_tstr(g, logits), mpmd_tstr(g, labels));
     int ok = tb.dtype == MPMD_I32 && tb.ndim == tl.ndim - 1;
     for (int i = 0; ok && i < tb.ndim; i++)
         ok = tb.dim[i] == tl.dim[i];
@@ -345,7 +348,8 @@ mpmd_value mpmd_attention(mpmd_graph *g, mpmd_value q, mpmd_value k, mpmd_value 
     mpmd_value in[3] = {q, k, v};
     if (!mpmd_check_operands(g, "mpmd_attention", 3, in)) return MPMD_NONE;
     const mpmd_type tq = *mpmd_type_of(g, q), tk = *mpmd_type_of(g, k), tv = *mpmd_type_of(g, v);
-    if (!mpmd_dtype_is_float(tq.dtype) || tq.ndim != 4 || !mpmd_type_equal(&tq, &tk) || !mpmd_type_equal(&tq, &tv))
+    if (!mpmd_dtype_is_float(tq.dtype) || tq.ndim != 4 || !mpmd_type_equal(&tq, &tk) ||
+        !mpmd_type_equal(&tq, &tv))
         return mpmd_fail(
             g, MPMD_ERR_SHAPE,
             "mpmd_attention: q is %s, k is %s, v is %s; expected three float [B, T, H, Dh] of one type",

@@ -47,8 +47,8 @@ static mpmd_value reduce_build(mpmd_graph *g, const mpmd_op_desc *op, const char
         return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: a is %s, expected a float tensor (f32, bf16, f16)", fname,
                          mpmd_tstr(g, a));
     if (naxes < 0 || naxes > at->ndim || (naxes > 0 && !axes))
-        return mpmd_fail(g, MPMD_ERR_INVALID, "%s: %d axes given for %s (ndim %d); expected 0..%d axes", fname,
-                         naxes, mpmd_tstr(g, a), at->ndim, at->ndim);
+        return mpmd_fail(g, MPMD_ERR_INVALID, "%s: %d axes given for %s (ndim %d); expected 0..%d axes",
+                         fname, naxes, mpmd_tstr(g, a), at->ndim, at->ndim);
     int mask = 0;
     if (naxes == 0) {
         mask = (1 << at->ndim) - 1; /* all axes */
@@ -59,8 +59,8 @@ static mpmd_value reduce_build(mpmd_graph *g, const mpmd_op_desc *op, const char
                 return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: axis %d is out of range for %s (ndim %d)", fname,
                                  axes[i], mpmd_tstr(g, a), at->ndim);
             if (mask & (1 << ax))
-                return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: axis %d (axis %d of %s) is listed twice", fname, axes[i],
-                                 ax, mpmd_tstr(g, a));
+                return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: axis %d (axis %d of %s) is listed twice", fname,
+                                 axes[i], ax, mpmd_tstr(g, a));
             mask |= 1 << ax;
         }
     }
@@ -75,7 +75,8 @@ static mpmd_value reduce_build(mpmd_graph *g, const mpmd_op_desc *op, const char
         }
     }
     if (count == 0 && op != &mpmd_op_sum)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the reduced axes of %s hold no elements", fname, mpmd_tstr(g, a));
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the reduced axes of %s hold no elements", fname,
+                         mpmd_tstr(g, a));
     mpmd_value y = mpmd_emit(g, op, 1, &a, mpmd_make_type(at->dtype, nd, dims));
     mpmd_node *n = mpmd_node_of(g, y);
     if (n) {
@@ -100,7 +101,8 @@ mpmd_value mpmd_max(mpmd_graph *g, mpmd_value a, int naxes, const int *axes, int
 
 /* The input's shape with the reduced axes set to 1 (the keepdims shape). */
 static void keepdims_shape(const mpmd_type *xt, int64_t mask, int64_t *dims) {
-    for (int i = 0; i < xt->ndim; i++) dims[i] = (mask & (1 << i)) ? 1 : xt->dim[i];
+    for (int i = 0; i < xt->ndim; i++)
+        dims[i] = (mask & (1 << i)) ? 1 : xt->dim[i];
 }
 
 /* y = sum_R x (mean: times s = 1/count): dx = broadcast(dy) (times s).

@@ -29,7 +29,9 @@ static const char *dims_str(char *buf, size_t len, int ndim, const int64_t *dims
     return buf;
 }
 
-static int is_data_dtype(mpmd_dtype d) { return d == MPMD_I32 || mpmd_dtype_is_float(d); }
+static int is_data_dtype(mpmd_dtype d) {
+    return d == MPMD_I32 || mpmd_dtype_is_float(d);
+}
 
 /* ---- reshape ---------------------------------------------------------------- */
 
@@ -38,7 +40,8 @@ mpmd_value mpmd_reshape(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *di
     const mpmd_type *at = mpmd_type_of(g, a);
     char db[160];
     if (!is_data_dtype(at->dtype))
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_reshape: a is %s, expected an f32 or i32 tensor", mpmd_tstr(g, a));
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_reshape: a is %s, expected an f32 or i32 tensor",
+                         mpmd_tstr(g, a));
     if (ndim < 0 || ndim > MPMD_MAX_DIMS || (ndim > 0 && !dims))
         return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_reshape: cannot reshape %s to %d dimensions (at most %d)",
                          mpmd_tstr(g, a), ndim, MPMD_MAX_DIMS);
@@ -48,9 +51,10 @@ mpmd_value mpmd_reshape(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *di
         if (dims[i] == -1 && infer < 0) {
             infer = i;
         } else if (dims[i] < 0) {
-            return mpmd_fail(g, MPMD_ERR_SHAPE,
-                             "mpmd_reshape: bad target shape %s for %s: dims must be >= 0, with at most one -1",
-                             dims_str(db, sizeof db, ndim, dims), mpmd_tstr(g, a));
+            return mpmd_fail(
+                g, MPMD_ERR_SHAPE,
+                "mpmd_reshape: bad target shape %s for %s: dims must be >= 0, with at most one -1",
+                dims_str(db, sizeof db, ndim, dims), mpmd_tstr(g, a));
         } else {
             known *= dims[i];
         }
@@ -59,14 +63,16 @@ mpmd_value mpmd_reshape(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *di
     int64_t numel = mpmd_type_numel(at);
     if (infer >= 0) {
         if (known == 0 || numel % known != 0)
-            return mpmd_fail(g, MPMD_ERR_SHAPE,
-                             "mpmd_reshape: cannot reshape %s (%lld elements) to %s: no size for the -1 dim fits",
-                             mpmd_tstr(g, a), (long long)numel, dims_str(db, sizeof db, ndim, dims));
+            return mpmd_fail(
+                g, MPMD_ERR_SHAPE,
+                "mpmd_reshape: cannot reshape %s (%lld elements) to %s: no size for the -1 dim fits",
+                mpmd_tstr(g, a), (long long)numel, dims_str(db, sizeof db, ndim, dims));
         out[infer] = numel / known;
     } else if (known != numel) {
-        return mpmd_fail(g, MPMD_ERR_SHAPE,
-                         "mpmd_reshape: cannot reshape %s (%lld elements) to %s (%lld elements): counts differ",
-                         mpmd_tstr(g, a), (long long)numel, dims_str(db, sizeof db, ndim, dims), (long long)known);
+        return mpmd_fail(
+            g, MPMD_ERR_SHAPE,
+            "mpmd_reshape: cannot reshape %s (%lld elements) to %s (%lld elements): counts differ",
+            mpmd_tstr(g, a), (long long)numel, dims_str(db, sizeof db, ndim, dims), (long long)known);
     }
     return mpmd_emit(g, &mpmd_op_reshape, 1, &a, mpmd_make_type(at->dtype, ndim, out));
 }
@@ -92,7 +98,8 @@ static mpmd_value permute_build(mpmd_graph *g, const char *fname, mpmd_value a, 
     if (!mpmd_check_operands(g, fname, 1, &a)) return MPMD_NONE;
     const mpmd_type *at = mpmd_type_of(g, a);
     if (!is_data_dtype(at->dtype))
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: a is %s, expected an f32 or i32 tensor", fname, mpmd_tstr(g, a));
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: a is %s, expected an f32 or i32 tensor", fname,
+                         mpmd_tstr(g, a));
     if (at->ndim > 0 && !perm) return mpmd_fail(g, MPMD_ERR_INVALID, "%s: perm is NULL", fname);
     int seen = 0;
     int64_t dims[MPMD_MAX_DIMS];
@@ -113,7 +120,8 @@ static mpmd_value permute_build(mpmd_graph *g, const char *fname, mpmd_value a, 
     mpmd_value y = mpmd_emit(g, &mpmd_op_permute, 1, &a, mpmd_make_type(at->dtype, nd, dims));
     mpmd_node *n = mpmd_node_of(g, y);
     if (n)
-        for (int i = 0; i < nd; i++) n->ia[i] = perm[i];
+        for (int i = 0; i < nd; i++)
+            n->ia[i] = perm[i];
     return y;
 }
 
@@ -128,7 +136,8 @@ mpmd_value mpmd_transpose(mpmd_graph *g, mpmd_value a) {
         return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_transpose: a is %s, expected at least 2 dimensions",
                          mpmd_tstr(g, a));
     int perm[MPMD_MAX_DIMS];
-    for (int i = 0; i < nd; i++) perm[i] = i;
+    for (int i = 0; i < nd; i++)
+        perm[i] = i;
     perm[nd - 2] = nd - 1;
     perm[nd - 1] = nd - 2;
     return permute_build(g, "mpmd_transpose", a, perm);
@@ -139,7 +148,8 @@ mpmd_value mpmd_transpose(mpmd_graph *g, mpmd_value a) {
 static void permute_vjp(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
     if (!mpmd_dtype_is_float(n->type.dtype)) return;
     int inv[MPMD_MAX_DIMS];
-    for (int k = 0; k < n->type.ndim; k++) inv[n->ia[k]] = k;
+    for (int k = 0; k < n->type.ndim; k++)
+        inv[n->ia[k]] = k;
     gin[0] = mpmd_permute(g, gy, inv);
 }
 
@@ -156,16 +166,18 @@ mpmd_value mpmd_slice(mpmd_graph *g, mpmd_value a, int axis, int64_t start, int6
     if (!mpmd_check_operands(g, "mpmd_slice", 1, &a)) return MPMD_NONE;
     const mpmd_type *at = mpmd_type_of(g, a);
     if (!is_data_dtype(at->dtype))
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_slice: a is %s, expected an f32 or i32 tensor", mpmd_tstr(g, a));
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_slice: a is %s, expected an f32 or i32 tensor",
+                         mpmd_tstr(g, a));
     int ax = mpmd_norm_axis(axis, at->ndim);
     if (ax < 0)
         return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_slice: axis %d is out of range for %s (ndim %d)", axis,
                          mpmd_tstr(g, a), at->ndim);
     if (start < 0 || stop > at->dim[ax] || start >= stop)
-        return mpmd_fail(g, MPMD_ERR_SHAPE,
-                         "mpmd_slice: range [%lld, %lld) on axis %d of %s is out of range; expected 0 <= start < "
-                         "stop <= %lld",
-                         (long long)start, (long long)stop, ax, mpmd_tstr(g, a), (long long)at->dim[ax]);
+        return mpmd_fail(
+            g, MPMD_ERR_SHAPE,
+            "mpmd_slice: range [%lld, %lld) on axis %d of %s is out of range; expected 0 <= start < "
+            "stop <= %lld",
+            (long long)start, (long long)stop, ax, mpmd_tstr(g, a), (long long)at->dim[ax]);
     mpmd_type yt = *at;
     yt.dim[ax] = stop - start;
     mpmd_value y = mpmd_emit(g, &mpmd_op_slice, 1, &a, yt);
@@ -207,7 +219,8 @@ static void concat_attrs(const mpmd_graph *g, const mpmd_node *n, char *buf, siz
 }
 
 mpmd_value mpmd_concat(mpmd_graph *g, int n, const mpmd_value *xs, int axis) {
-    if (n < 1 || !xs) return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_concat: %d operands given, expected at least 1", n);
+    if (n < 1 || !xs)
+        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_concat: %d operands given, expected at least 1", n);
     if (!mpmd_check_operands(g, "mpmd_concat", n, xs)) return MPMD_NONE;
     const mpmd_type *t0 = mpmd_type_of(g, xs[0]);
     if (!is_data_dtype(t0->dtype))
@@ -215,19 +228,21 @@ mpmd_value mpmd_concat(mpmd_graph *g, int n, const mpmd_value *xs, int axis) {
                          mpmd_tstr(g, xs[0]));
     int ax = mpmd_norm_axis(axis, t0->ndim);
     if (ax < 0)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_concat: axis %d is out of range for operand 0 %s (ndim %d)", axis,
-                         mpmd_tstr(g, xs[0]), t0->ndim);
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_concat: axis %d is out of range for operand 0 %s (ndim %d)",
+                         axis, mpmd_tstr(g, xs[0]), t0->ndim);
     mpmd_type yt = *t0;
     yt.dim[ax] = 0;
     for (int i = 0; i < n; i++) {
         const mpmd_type *ti = mpmd_type_of(g, xs[i]);
         int ok = ti->dtype == t0->dtype && ti->ndim == t0->ndim;
-        for (int d = 0; ok && d < t0->ndim; d++) ok = d == ax || ti->dim[d] == t0->dim[d];
+        for (int d = 0; ok && d < t0->ndim; d++)
+            ok = d == ax || ti->dim[d] == t0->dim[d];
         if (!ok)
-            return mpmd_fail(g, MPMD_ERR_SHAPE,
-                             "mpmd_concat: operand %d is %s but operand 0 is %s; expected the same dtype and the "
-                             "same dims except axis %d",
-                             i, mpmd_tstr(g, xs[i]), mpmd_tstr(g, xs[0]), ax);
+            return mpmd_fail(
+                g, MPMD_ERR_SHAPE,
+                "mpmd_concat: operand %d is %s but operand 0 is %s; expected the same dtype and the "
+                "same dims except axis %d",
+                i, mpmd_tstr(g, xs[i]), mpmd_tstr(g, xs[0]), ax);
         yt.dim[ax] += ti->dim[ax];
     }
     mpmd_value y = mpmd_emit(g, &mpmd_op_concat, n, xs, yt);

@@ -36,17 +36,19 @@ typedef struct {
 } pending_send;
 
 typedef struct {
-    MPI_Comm pipe; /* the ranks of this replica, rank r = pipeline rank r */
-    MPI_Comm data; /* the replicas of this pipeline rank, in replica order */
+    MPI_Comm pipe;     /* the ranks of this replica, rank r = pipeline rank r */
+    MPI_Comm data;     /* the replicas of this pipeline rank, in replica order */
     MPI_Request *rreq; /* [program length]: posted receives */
     void **rbuf;
-    int posted;        /* instructions up to here have their receives posted */
+    int posted; /* instructions up to here have their receives posted */
     pending_send *ps;
     int nps, cps;
     int tag_ub;
 } mpi_state;
 
-int mpmd_mpi_available(void) { return 1; }
+int mpmd_mpi_available(void) {
+    return 1;
+}
 
 mpmd_status mpmd_mpi_init(int *argc, char ***argv, mpmd_error *err) {
     int inited = 0;
@@ -86,7 +88,9 @@ void mpmd_mpi_abort(int code) {
     exit(code);
 }
 
-static int tag_of(const struct mpmd_step *st, int node, int mb) { return node * (st->num_micro + 1) + (mb + 1); }
+static int tag_of(const struct mpmd_step *st, int node, int mb) {
+    return node * (st->num_micro + 1) + (mb + 1);
+}
 
 /* This process runs one rank state: its world index. */
 static int mpi_layout(const struct mpmd_step *st, int *first) {
@@ -98,9 +102,10 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited)
-        return mpmd_error_set(err, MPMD_ERR_INVALID,
-                              "mpmd_jit_with_loop: the MPI runtime needs mpmd_mpi_init first (and the program "
-                              "started by mpirun)");
+        return mpmd_error_set(
+            err, MPMD_ERR_INVALID,
+            "mpmd_jit_with_loop: the MPI runtime needs mpmd_mpi_init first (and the program "
+            "started by mpirun)");
     mpi_state *m = calloc(1, sizeof *m);
     if (!m) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
     st->tx = m;
@@ -109,7 +114,8 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
     m->rreq = malloc((size_t)(p->n + 1) * sizeof *m->rreq);
     m->rbuf = calloc((size_t)p->n + 1, sizeof *m->rbuf);
     if (!m->rreq || !m->rbuf) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
-    for (int x = 0; x < p->n; x++) m->rreq[x] = MPI_REQUEST_NULL;
+    for (int x = 0; x < p->n; x++)
+        m->rreq[x] = MPI_REQUEST_NULL;
     MPI_Comm_split(MPI_COMM_WORLD, st->mpi_replica, st->mpi_rank, &m->pipe);
     MPI_Comm_split(MPI_COMM_WORLD, st->mpi_rank, st->mpi_replica, &m->data);
     int *ub = NULL, flag = 0;
@@ -117,10 +123,11 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
     m->tag_ub = flag && ub ? *ub : 32767;
     int64_t need = (int64_t)st->g->n_nodes * (st->num_micro + 1);
     if (need > m->tag_ub)
-        return mpmd_error_set(err, MPMD_ERR_INVALID,
-                              "mpmd_jit_with_loop: %lld message tags needed (values x microbatches) but this MPI "
-                              "allows tags up to %d",
-                              (long long)need, m->tag_ub);
+        return mpmd_error_set(
+            err, MPMD_ERR_INVALID,
+            "mpmd_jit_with_loop: %lld message tags needed (values x microbatches) but this MPI "
+            "allows tags up to %d",
+            (long long)need, m->tag_ub);
     return MPMD_OK;
 }
 
@@ -135,7 +142,8 @@ static void mpi_teardown(struct mpmd_step *st) {
     }
     if (m->rbuf) {
         const mpmd_program *p = &st->prog[st->mpi_rank];
-        for (int x = 0; x < p->n; x++) free(m->rbuf[x]);
+        for (int x = 0; x < p->n; x++)
+            free(m->rbuf[x]);
     }
     free(m->rreq), free(m->rbuf), free(m->ps), free(m);
     st->tx = NULL;
@@ -174,7 +182,8 @@ static void mpi_prepare(mpmd_rank_state *rs, int x) {
     if (x == 0) m->posted = 0;
     /* post every receive up to the second task from here */
     int tasks = 0, limit = x;
-    while (limit < p->n && tasks < 2) tasks += p->ins[limit++].op == MPMD_I_TASK;
+    while (limit < p->n && tasks < 2)
+        tasks += p->ins[limit++].op == MPMD_I_TASK;
     for (; m->posted < limit; m->posted++) {
         const mpmd_instr *in = &p->ins[m->posted];
         if (in->op != MPMD_I_RECV) continue;
@@ -185,7 +194,8 @@ static void mpi_prepare(mpmd_rank_state *rs, int x) {
             return;
         }
         m->rbuf[m->posted] = buf;
-        MPI_Irecv(buf, (int)b, MPI_BYTE, in->peer, tag_of(st, in->node, in->mb), m->pipe, &m->rreq[m->posted]);
+        MPI_Irecv(buf, (int)b, MPI_BYTE, in->peer, tag_of(st, in->node, in->mb), m->pipe,
+                  &m->rreq[m->posted]);
     }
     if (m->nps) reap_sends(rs, 0);
 }
@@ -206,8 +216,8 @@ static int mpi_send(mpmd_rank_state *rs, const mpmd_instr *in) {
     mpi_state *m = rs->tx;
     size_t b = rt_bytes(st->g, in->node);
     void *buf = rt_send_buffer(rs, in);
-    if (!buf || (m->nps == m->cps && !(m->ps = realloc(m->ps, (size_t)(m->cps = m->cps ? 2 * m->cps : 64) *
-                                                                        sizeof *m->ps)))) {
+    if (!buf || (m->nps == m->cps &&
+                 !(m->ps = realloc(m->ps, (size_t)(m->cps = m->cps ? 2 * m->cps : 64) * sizeof *m->ps)))) {
         rt_fail(rs, MPMD_ERR_NOMEM, "out of memory sending %%%d", in->node);
         return 1;
     }
@@ -234,7 +244,8 @@ static int mpi_allreduce(mpmd_rank_state *rs, int node) {
     double t0 = st->record ? rt_now() : 0;
     MPI_Allgather(rs->glob[node], (int)b, MPI_BYTE, all, (int)b, MPI_BYTE, m->data);
     if (st->record) rs->wait += rt_now() - t0;
-    for (int d = 0; d < R; d++) bufs[d] = all + (size_t)d * b;
+    for (int d = 0; d < R; d++)
+        bufs[d] = all + (size_t)d * b;
     st->be->combine(rs->dev, st->g, &st->g->nodes[node], bufs, R, out);
     rt_pool_put(rs, rs->glob[node], b);
     rs->glob[node] = out;
@@ -286,16 +297,25 @@ const mpmd_transport mpmd_transport_mpi = {
 
 #else /* no MPI in this build */
 
-int mpmd_mpi_available(void) { return 0; }
+int mpmd_mpi_available(void) {
+    return 0;
+}
 mpmd_status mpmd_mpi_init(int *argc, char ***argv, mpmd_error *err) {
     (void)argc, (void)argv;
-    return mpmd_error_set(err, MPMD_ERR_INVALID,
-                          "this build of mpmd has no MPI runtime (install libopenmpi-dev and openmpi-bin, then "
-                          "rebuild)");
+    return mpmd_error_set(
+        err, MPMD_ERR_INVALID,
+        "this build of mpmd has no MPI runtime (install libopenmpi-dev and openmpi-bin, then "
+        "rebuild)");
 }
 void mpmd_mpi_finalize(void) {}
-int mpmd_mpi_world_rank(void) { return 0; }
-int mpmd_mpi_world_size(void) { return 1; }
-void mpmd_mpi_abort(int code) { exit(code); }
+int mpmd_mpi_world_rank(void) {
+    return 0;
+}
+int mpmd_mpi_world_size(void) {
+    return 1;
+}
+void mpmd_mpi_abort(int code) {
+    exit(code);
+}
 
 #endif

@@ -7,9 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-void mpmd_step_set_recording(mpmd_step *st, int on) { st->record = on ? 1 : 0; }
+void mpmd_step_set_recording(mpmd_step *st, int on) {
+    st->record = on ? 1 : 0;
+}
 
-static const char *kind_prefix(int k) { return k == 0 ? "fwd" : k == 1 ? "bwd" : k == 2 ? "bwdA" : "bwdW"; }
+static const char *kind_prefix(int k) {
+    return k == 0 ? "fwd" : k == 1 ? "bwd" : k == 2 ? "bwdA" : "bwdW";
+}
 
 static int has_run(const mpmd_step *st, mpmd_error *err, const char *fn) {
     if (!st->record || !st->ran) {
@@ -24,12 +28,14 @@ mpmd_status mpmd_step_timeline(const mpmd_step *st, mpmd_timeline **out, mpmd_er
     *out = NULL;
     if (!has_run(st, err, "mpmd_step_timeline")) return MPMD_ERR_INVALID;
     char title[256];
-    snprintf(title, sizeof title, "%.200s, measured: %.2f ms", st->sched->name, 1e3 * (st->t_end - st->t_start));
+    snprintf(title, sizeof title, "%.200s, measured: %.2f ms", st->sched->name,
+             1e3 * (st->t_end - st->t_start));
     mpmd_timeline *tl = mpmd_timeline_new(st->num_ranks, title);
     if (!tl) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_step_timeline: out of memory");
     snprintf(tl->unit, sizeof tl->unit, "ms");
     tl->unit_us = 1000.0;
-    for (int s = 0; s < st->num_stages; s++) tl->rank_stages[st->stage_rank[s]]++;
+    for (int s = 0; s < st->num_stages; s++)
+        tl->rank_stages[st->stage_rank[s]]++;
     for (int r = 0; r < st->num_ranks; r++) {
         int n;
         const mpmd_event *ev = mpmd_runtime_events(st, r, &n, NULL);
@@ -64,9 +70,13 @@ mpmd_status mpmd_step_write_trace(const mpmd_step *st, FILE *f, mpmd_error *err)
             st->sched->name);
     int first = 1;
     for (int r = 0; r < st->num_ranks; r++) {
-        fprintf(f, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": {\"name\": \"rank %d\"}}",
+        fprintf(f,
+                "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": {\"name\": "
+                "\"rank %d\"}}",
                 first ? "" : ",\n", r, r);
-        fprintf(f, ",\n{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": {\"sort_index\": %d}}",
+        fprintf(f,
+                ",\n{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": "
+                "{\"sort_index\": %d}}",
                 r, r);
         first = 0;
         int n;
@@ -100,13 +110,16 @@ mpmd_status mpmd_step_write_trace(const mpmd_step *st, FILE *f, mpmd_error *err)
                 break;
             }
             double ts = 1e6 * ev[k].t0, dur = 1e6 * (ev[k].t1 - ev[k].t0);
-            fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, \"ts\": %.3f, "
-                       "\"dur\": %.3f}",
+            fprintf(f,
+                    ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, \"ts\": "
+                    "%.3f, "
+                    "\"dur\": %.3f}",
                     name, cat, r, ts, dur);
             if (in->op == MPMD_I_RECV && ev[k].wait > 0) {
                 double w = 1e6 * ev[k].wait;
-                fprintf(f, ",\n{\"name\": \"wait\", \"cat\": \"wait\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, "
-                           "\"ts\": %.3f, \"dur\": %.3f}",
+                fprintf(f,
+                        ",\n{\"name\": \"wait\", \"cat\": \"wait\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, "
+                        "\"ts\": %.3f, \"dur\": %.3f}",
                         r, ts, w < dur ? w : dur);
             }
         }
@@ -152,8 +165,8 @@ mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_er
         busy_total += rs->busy_ms;
     }
     out->bubble = out->step_ms > 0 ? 1.0 - busy_total / (D * out->step_ms) : 0;
-    out->analytic_bubble = mpmd_schedule_analytic_bubble(st->sched, NULL, out->analytic_formula,
-                                                         sizeof out->analytic_formula);
+    out->analytic_bubble =
+        mpmd_schedule_analytic_bubble(st->sched, NULL, out->analytic_formula, sizeof out->analytic_formula);
     /* the schedule simulated with this run's mean task times */
     mpmd_cost_model cost = MPMD_COST_DEFAULTS;
     for (int k = 0; k < MPMD_TASK_KINDS; k++)
@@ -178,14 +191,17 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
     mpmd_step_stats s;
     mpmd_status rc = mpmd_step_summary(st, &s, err);
     if (rc) return rc;
-    fprintf(f, "%s: step %.2f ms, bubble %.1f%% measured, %.1f%% simulated with the measured task times (%.2f ms)",
-            st->sched->name, s.step_ms, 100 * s.bubble, 100 * s.simulated_bubble, s.simulated_ms);
-    if (!isnan(s.analytic_bubble)) fprintf(f, ", %.1f%% analytic (%s)", 100 * s.analytic_bubble, s.analytic_formula);
+    fprintf(
+        f,
+        "%s: step %.2f ms, bubble %.1f%% measured, %.1f%% simulated with the measured task times (%.2f ms)",
+        st->sched->name, s.step_ms, 100 * s.bubble, 100 * s.simulated_bubble, s.simulated_ms);
+    if (!isnan(s.analytic_bubble))
+        fprintf(f, ", %.1f%% analytic (%s)", 100 * s.analytic_bubble, s.analytic_formula);
     fprintf(f, "\n  rank   tasks    busy ms    wait ms   bubble   peak activations   planned\n");
     for (int r = 0; r < s.num_ranks; r++) {
         const mpmd_rank_stats *q = &s.ranks[r];
-        fprintf(f, "  %4d  %6d  %9.2f  %9.2f   %5.1f%%   %12lld B   %10lld B\n", r, q->tasks, q->busy_ms, q->wait_ms,
-                100 * q->bubble, (long long)q->peak_bytes, (long long)q->planned_peak_bytes);
+        fprintf(f, "  %4d  %6d  %9.2f  %9.2f   %5.1f%%   %12lld B   %10lld B\n", r, q->tasks, q->busy_ms,
+                q->wait_ms, 100 * q->bubble, (long long)q->peak_bytes, (long long)q->planned_peak_bytes);
     }
     mpmd_step_stats_free(&s);
     return MPMD_OK;

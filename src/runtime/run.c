@@ -50,11 +50,15 @@ void rt_pool_put(mpmd_rank_state *rs, void *p, size_t bytes) {
     rs->pool[rs->npool++] = (pooled){bytes, p};
 }
 
-size_t rt_bytes(const mpmd_graph *g, int node) { return mpmd_type_bytes(&g->nodes[node].type); }
+size_t rt_bytes(const mpmd_graph *g, int node) {
+    return mpmd_type_bytes(&g->nodes[node].type);
+}
 
 /* ---- aborting ---------------------------------------------------------- */
 
-int rt_aborted(struct mpmd_step *st) { return __atomic_load_n(&st->abort_flag, __ATOMIC_ACQUIRE); }
+int rt_aborted(struct mpmd_step *st) {
+    return __atomic_load_n(&st->abort_flag, __ATOMIC_ACQUIRE);
+}
 
 void rt_fail(mpmd_rank_state *rs, mpmd_status code, const char *fmt, ...) {
     struct mpmd_step *st = rs->st;
@@ -81,7 +85,8 @@ static void *ptr_of(mpmd_rank_state *rs, int v, int mb) {
     struct mpmd_step *st = rs->st;
     const mpmd_node *n = &st->g->nodes[v];
     if (n->region != MPMD_REGION_BODY || n->op == &mpmd_op_constant) return rs->glob[v];
-    if (n->op == &mpmd_op_microbatch) return (char *)ptr_of(rs, n->in[0], mb) + (size_t)mb * rt_bytes(st->g, v);
+    if (n->op == &mpmd_op_microbatch)
+        return (char *)ptr_of(rs, n->in[0], mb) + (size_t)mb * rt_bytes(st->g, v);
     return rs->val[(size_t)rs->slot[v] * st->num_micro + mb];
 }
 
@@ -99,8 +104,8 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
     struct mpmd_step *st = rs->st;
     char kerr[512];
     at_mb ctx = {rs, mb};
-    int rc = mpmd_backend_run(st->be, rs->dev, st->g, i, st->kern[i], out, ptr_at, &ctx, rs->nthreads, rs->scratch,
-                              mb, kerr, sizeof kerr);
+    int rc = mpmd_backend_run(st->be, rs->dev, st->g, i, st->kern[i], out, ptr_at, &ctx, rs->nthreads,
+                              rs->scratch, mb, kerr, sizeof kerr);
     if (rc) rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", i, st->g->nodes[i].op->name, where, kerr);
     return rc;
 }
@@ -179,7 +184,8 @@ void rt_store_received(mpmd_rank_state *rs, const mpmd_instr *in, void *buf) {
 void *rt_send_buffer(mpmd_rank_state *rs, const mpmd_instr *in) {
     struct mpmd_step *st = rs->st;
     size_t bytes = rt_bytes(st->g, in->node);
-    void **slot = in->mb >= 0 ? &rs->val[(size_t)rs->slot[in->node] * st->num_micro + in->mb] : &rs->glob[in->node];
+    void **slot =
+        in->mb >= 0 ? &rs->val[(size_t)rs->slot[in->node] * st->num_micro + in->mb] : &rs->glob[in->node];
     if (in->moved) { /* the receiver owns it now */
         void *buf = *slot;
         *slot = NULL;
@@ -285,7 +291,8 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         goto nomem;
     pthread_mutex_init(&st->abort_mu, NULL);
     st->mutex_ready = 1;
-    for (int i = 0; i < nn; i++) st->reduce_head[i] = -1, st->reduce_next[i] = -1, st->free_next[i] = -1;
+    for (int i = 0; i < nn; i++)
+        st->reduce_head[i] = -1, st->reduce_next[i] = -1, st->free_next[i] = -1;
     for (int i = nn - 1; i >= 0; i--)
         if (g->nodes[i].op == &mpmd_op_loop_reduce && st->live[i]) {
             int x = g->nodes[i].in[0];
@@ -302,7 +309,8 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
             free(lastpos);
             goto nomem;
         }
-        for (int c = 0; c < cnt; c++) st->free_head[k][c] = -1, lastpos[c] = c;
+        for (int c = 0; c < cnt; c++)
+            st->free_head[k][c] = -1, lastpos[c] = c;
         /* position of each node inside the cluster: the nodes are sorted */
         for (int c = 0; c < cnt; c++) {
             const mpmd_node *nd = &g->nodes[st->cl.nodes[k][c]];
@@ -326,8 +334,8 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         for (int c = 0; c < cnt; c++) {
             int i = st->cl.nodes[k][c];
             const mpmd_node *nd = &g->nodes[i];
-            if (st->cross[i] || mpmd_replicated(nd) || (nd->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) ||
-                nd->type.dtype == MPMD_TOKEN)
+            if (st->cross[i] || mpmd_replicated(nd) ||
+                (nd->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) || nd->type.dtype == MPMD_TOKEN)
                 continue;
             st->free_next[i] = st->free_head[k][lastpos[c]];
             st->free_head[k][lastpos[c]] = i;
@@ -340,7 +348,8 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
     for (int i = 0; i < nn; i++)
         if (g->nodes[i].op == &mpmd_op_input) {
             int here = 0;
-            for (int li = 0; li < st->num_local && !here; li++) here = mpmd_runs_on(st, i, (first + li) % D);
+            for (int li = 0; li < st->num_local && !here; li++)
+                here = mpmd_runs_on(st, i, (first + li) % D);
             if (!here) continue;
             if (!(st->inputs[i] = calloc((size_t)st->replicas, rt_bytes(g, i) + 1))) goto nomem;
         }
@@ -363,7 +372,8 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         rs->slot = malloc((size_t)(nn + 1) * sizeof *rs->slot);
         rs->slot_node = malloc((size_t)(nn + 1) * sizeof *rs->slot_node);
         if (!rs->slot || !rs->slot_node) goto nomem;
-        for (int i = 0; i < nn; i++) rs->slot[i] = -1;
+        for (int i = 0; i < nn; i++)
+            rs->slot[i] = -1;
         const mpmd_program *prog = &st->prog[r];
         for (int x = 0; x < prog->n; x++) {
             const mpmd_instr *in = &prog->ins[x];
@@ -406,7 +416,8 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
                 } else {
                     if (!(rs->glob[i] = st->be->alloc(rs->dev, rt_bytes(g, i) + 64))) goto nomem;
                     if (st->be->upload(rs->dev, rs->glob[i],
-                                       (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i), rt_bytes(g, i)))
+                                       (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i),
+                                       rt_bytes(g, i)))
                         goto devfail;
                 }
             }
@@ -424,11 +435,12 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
     }
     return st->tr->setup(st, err);
 nomem:
-    return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory setting up the ranks (%s backend)",
+    return mpmd_error_set(err, MPMD_ERR_NOMEM,
+                          "mpmd_jit_with_loop: out of memory setting up the ranks (%s backend)",
                           st->be->name);
 devfail:
-    return mpmd_error_set(err, MPMD_ERR_RUNTIME, "mpmd_jit_with_loop: the %s backend failed setting up the ranks",
-                          st->be->name);
+    return mpmd_error_set(err, MPMD_ERR_RUNTIME,
+                          "mpmd_jit_with_loop: the %s backend failed setting up the ranks", st->be->name);
 }
 
 mpmd_status mpmd_runtime_input_set(struct mpmd_step *st, int node) {
@@ -483,7 +495,8 @@ mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
      * starts them), then what is left in flight is settled */
     mpmd_status rc = st->tr->launch(st, rank_main);
     if (rc) return rc;
-    for (int r = 0; r < L; r++) st->tr->end_step(&st->rs[r]);
+    for (int r = 0; r < L; r++)
+        st->tr->end_step(&st->rs[r]);
     st->t_end = rt_now();
     for (int r = 0; r < L; r++) {
         if (st->rs[r].status != MPMD_OK && rc == MPMD_OK) rc = st->rs[r].status;
@@ -519,7 +532,8 @@ void mpmd_runtime_free(struct mpmd_step *st) {
         if (rs->val)
             for (size_t k = 0; k < (size_t)rs->nslots * st->num_micro; k++)
                 if (rs->val[k]) be->free(rs->dev, rs->val[k]);
-        for (int p = 0; p < rs->npool; p++) be->free(rs->dev, rs->pool[p].p);
+        for (int p = 0; p < rs->npool; p++)
+            be->free(rs->dev, rs->pool[p].p);
         if (rs->scratch) be->free(rs->dev, rs->scratch);
         be->close(rs->dev);
         rs->dev = NULL;
@@ -563,7 +577,8 @@ int mpmd_runtime_holds(struct mpmd_step *st, int rank, int replica, int node) {
     return rs && rs->glob && rs->glob[node];
 }
 
-mpmd_status mpmd_runtime_read(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
+mpmd_status mpmd_runtime_read(struct mpmd_step *st, int rank, int replica, int node, void *dst,
+                              size_t bytes) {
     mpmd_rank_state *rs = replica_state(st, rank, replica);
     if (!rs || !rs->glob[node]) return MPMD_ERR_INVALID;
     char e[512];

@@ -24,21 +24,21 @@ typedef struct {
 #define POOL_MAX 512
 
 struct mpmd_rank_state {
-    int rank;                /* pipeline rank: the program it runs */
-    int replica;             /* data-parallel replica */
-    void *tx;                /* this rank's state in the step's transport */
-    void *dev;               /* this rank's backend instance (st->be) */
-    mpmd_event *ev;          /* recorded instructions of the last run */
+    int rank;       /* pipeline rank: the program it runs */
+    int replica;    /* data-parallel replica */
+    void *tx;       /* this rank's state in the step's transport */
+    void *dev;      /* this rank's backend instance (st->be) */
+    mpmd_event *ev; /* recorded instructions of the last run */
     int nev, capev;
-    double wait;             /* seconds blocked in the current receive */
+    double wait;                    /* seconds blocked in the current receive */
     int64_t live_bytes, peak_bytes; /* body values held, measured */
     int nthreads;
-    int32_t *slot;           /* [nn] a body value's slot on this rank, -1 if it has none */
-    int32_t *slot_node;      /* [nslots] the value of each slot */
+    int32_t *slot;      /* [nn] a body value's slot on this rank, -1 if it has none */
+    int32_t *slot_node; /* [nslots] the value of each slot */
     int nslots;
-    void **val;              /* [nslots * n] body values by (slot, microbatch) */
-    void **glob;             /* [nn] values outside the body, storage, loop results */
-    unsigned char *owned;    /* [nn] glob[i] came from the pool this step */
+    void **val;           /* [nslots * n] body values by (slot, microbatch) */
+    void **glob;          /* [nn] values outside the body, storage, loop results */
+    unsigned char *owned; /* [nn] glob[i] came from the pool this step */
     pooled pool[POOL_MAX];
     int npool;
     void *scratch;

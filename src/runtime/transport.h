@@ -73,7 +73,7 @@ typedef struct mpmd_transport {
 
 extern const mpmd_transport mpmd_transport_local; /* transport_local.c */
 #ifdef MPMD_HAVE_MPI
-extern const mpmd_transport mpmd_transport_mpi;   /* mpi.c */
+extern const mpmd_transport mpmd_transport_mpi; /* mpi.c */
 #endif
 
 /* The transport of a runtime kind (mpmd_runtime_kind); NULL when this build

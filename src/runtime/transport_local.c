@@ -50,7 +50,7 @@ typedef struct {
 } group;
 
 typedef struct {
-    mailbox *box;  /* [num_local]: rank state li's, at rs[li].tx */
+    mailbox *box; /* [num_local]: rank state li's, at rs[li].tx */
     int nbox;
     group *groups; /* [num_ranks] when replicas > 1, else NULL */
     int ngroups;
@@ -115,7 +115,8 @@ static mpmd_status local_setup(struct mpmd_step *st, mpmd_error *err) {
     }
     return MPMD_OK;
 nomem:
-    return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory setting up the ranks (%s backend)",
+    return mpmd_error_set(err, MPMD_ERR_NOMEM,
+                          "mpmd_jit_with_loop: out of memory setting up the ranks (%s backend)",
                           st->be->name);
 }
 
@@ -135,7 +136,8 @@ static mpmd_status local_launch(struct mpmd_step *st, void *(*rank_main)(void *)
         }
         started++;
     }
-    for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < started; r++)
+        pthread_join(th[r], NULL);
     free(th);
     return MPMD_OK;
 }
@@ -161,7 +163,8 @@ static int local_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
     pthread_mutex_lock(&b->mu);
     for (;;) {
         msg **pp = &b->inbox;
-        while (*pp && !((*pp)->src == in->peer && (*pp)->node == in->node && (*pp)->mb == in->mb)) pp = &(*pp)->next;
+        while (*pp && !((*pp)->src == in->peer && (*pp)->node == in->node && (*pp)->mb == in->mb))
+            pp = &(*pp)->next;
         if (*pp) {
             msg *m = *pp;
             *pp = m->next;
@@ -173,8 +176,9 @@ static int local_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
                 st->be->event_free(rs->dev, m->ev);
             }
             free(m);
-            if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "waiting for %%%d of microbatch %d from rank %d failed", in->node,
-                             in->mb, in->peer);
+            if (bad)
+                rt_fail(rs, MPMD_ERR_RUNTIME, "waiting for %%%d of microbatch %d from rank %d failed",
+                        in->node, in->mb, in->peer);
             return bad;
         }
         if (rt_aborted(st)) {
@@ -203,7 +207,8 @@ static int local_send(mpmd_rank_state *rs, const mpmd_instr *in) {
     pthread_mutex_lock(&dst->mu);
     m->next = NULL;
     msg **pp = &dst->inbox;
-    while (*pp) pp = &(*pp)->next;
+    while (*pp)
+        pp = &(*pp)->next;
     *pp = m;
     pthread_cond_broadcast(&dst->cv);
     pthread_mutex_unlock(&dst->mu);
@@ -221,7 +226,8 @@ static int group_barrier(mpmd_rank_state *rs, group *gr) {
         gr->generation++;
         pthread_cond_broadcast(&gr->cv);
     } else {
-        while (gen == gr->generation && !rt_aborted(st)) pthread_cond_wait(&gr->cv, &gr->mu);
+        while (gen == gr->generation && !rt_aborted(st))
+            pthread_cond_wait(&gr->cv, &gr->mu);
     }
     pthread_mutex_unlock(&gr->mu);
     return rt_aborted(st);
@@ -274,7 +280,8 @@ static void local_end_step(mpmd_rank_state *rs) {
 }
 
 /* Every (rank, replica) is here: a download from that rank's backend. */
-static mpmd_status local_fetch(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
+static mpmd_status local_fetch(struct mpmd_step *st, int rank, int replica, int node, void *dst,
+                               size_t bytes) {
     return mpmd_runtime_read(st, rank, replica, node, dst, bytes);
 }
 

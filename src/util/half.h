@@ -27,17 +27,19 @@ static inline uint16_t mpmd_f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
-static inline float mpmd_bf16_to_f32(uint16_t h) { return mpmd_bits_f32((uint32_t)h << 16); }
+static inline float mpmd_bf16_to_f32(uint16_t h) {
+    return mpmd_bits_f32((uint32_t)h << 16);
+}
 
 static inline uint16_t mpmd_f32_to_f16(float f) {
     uint32_t u = mpmd_f32_bits(f);
     uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); /* NaN */
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
     if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to infinity (or is one) */
     if (a < 0x38800000u) {                                   /* subnormal or zero in f16 */
         if (a < 0x33000000u) return (uint16_t)sign;          /* below half the smallest subnormal */
         uint32_t m = (a & 0x7fffffu) | 0x800000u;
-        int shift = 126 - (int)(a >> 23);                    /* 14 .. 24 */
+        int shift = 126 - (int)(a >> 23); /* 14 .. 24 */
         uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
         if (rem > half || (rem == half && (q & 1u))) q++;
         return (uint16_t)(sign | q);

@@ -18,19 +18,23 @@ static uint64_t mix(uint64_t z) {
 /* FNV-1a of the name, mixed with the seed. */
 static uint64_t stream_key(uint64_t seed, const char *name) {
     uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *p = name ? name : ""; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+    for (const char *p = name ? name : ""; *p; p++)
+        h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
     return mix(h ^ mix(seed));
 }
 
 /* Uniform in (0, 1): 53 random bits, never 0. */
-static double unit(uint64_t key, uint64_t i) { return ((double)(mix(key ^ mix(i)) >> 11) + 0.5) / 9007199254740992.0; }
+static double unit(uint64_t key, uint64_t i) {
+    return ((double)(mix(key ^ mix(i)) >> 11) + 0.5) / 9007199254740992.0;
+}
 
 void mpmd_init_fill(void *dst, const mpmd_type *t, const char *name, mpmd_init init, uint64_t seed) {
     int64_t n = mpmd_type_numel(t);
     if (t->dtype == MPMD_I32) {
         int32_t *d = dst;
         int32_t v = init.kind == MPMD_INIT_CONST ? (int32_t)init.a : 0;
-        for (int64_t i = 0; i < n; i++) d[i] = v;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = v;
         return;
     }
     float *d = dst;
@@ -40,7 +44,8 @@ void mpmd_init_fill(void *dst, const mpmd_type *t, const char *name, mpmd_init i
     double std = init.b;
     if (init.kind == MPMD_INIT_LECUN) {
         double fan_in = 1;
-        for (int k = 0; k + 1 < t->ndim; k++) fan_in *= (double)t->dim[k];
+        for (int k = 0; k + 1 < t->ndim; k++)
+            fan_in *= (double)t->dim[k];
         std = 1.0 / sqrt(fan_in);
     }
     for (int64_t i = 0; i < n; i++) {

@@ -16,12 +16,15 @@ static const uint32_t K[64] = {
     0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
     0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
 
-static uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+static uint32_t rotr(uint32_t x, int n) {
+    return (x >> n) | (x << (32 - n));
+}
 
 static void block(mpmd_sha256_ctx *c, const uint8_t *p) {
     uint32_t w[64];
     for (int i = 0; i < 16; i++)
-        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 |
+               p[4 * i + 3];
     for (int i = 16; i < 64; i++) {
         uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
         uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
@@ -55,7 +58,8 @@ void mpmd_sha256_update(mpmd_sha256_ctx *c, const void *data, size_t len) {
         c->nbuf += take, p += take, len -= take;
         if (c->nbuf == 64) block(c, c->buf), c->nbuf = 0;
     }
-    for (; len >= 64; p += 64, len -= 64) block(c, p);
+    for (; len >= 64; p += 64, len -= 64)
+        block(c, p);
     if (len) memcpy(c->buf, p, len), c->nbuf = len;
 }
 
@@ -63,8 +67,10 @@ void mpmd_sha256_final(mpmd_sha256_ctx *c, uint8_t out[32]) {
     uint64_t bits = c->len * 8;
     uint8_t pad = 0x80, zero = 0, lenbe[8];
     mpmd_sha256_update(c, &pad, 1);
-    while (c->nbuf != 56) mpmd_sha256_update(c, &zero, 1);
-    for (int i = 0; i < 8; i++) lenbe[i] = (uint8_t)(bits >> (56 - 8 * i));
+    while (c->nbuf != 56)
+        mpmd_sha256_update(c, &zero, 1);
+    for (int i = 0; i < 8; i++)
+        lenbe[i] = (uint8_t)(bits >> (56 - 8 * i));
     mpmd_sha256_update(c, lenbe, 8);
     for (int i = 0; i < 8; i++) {
         out[4 * i] = (uint8_t)(c->h[i] >> 24), out[4 * i + 1] = (uint8_t)(c->h[i] >> 16);
@@ -74,7 +80,8 @@ void mpmd_sha256_final(mpmd_sha256_ctx *c, uint8_t out[32]) {
 
 void mpmd_sha256_hex(const uint8_t d[32], char hex[65]) {
     static const char digits[] = "0123456789abcdef";
-    for (int i = 0; i < 32; i++) hex[2 * i] = digits[d[i] >> 4], hex[2 * i + 1] = digits[d[i] & 15];
+    for (int i = 0; i < 32; i++)
+        hex[2 * i] = digits[d[i] >> 4], hex[2 * i + 1] = digits[d[i] & 15];
     hex[64] = '\0';
 }
 

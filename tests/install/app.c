@@ -23,14 +23,14 @@ enum { ROWS = 16, IN = 8, HIDDEN = 12, MICRO = 4, STEPS = 2 };
 
 static int failures;
 
-#define EXPECT(cond, ...)                                                            \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            failures++;                                                              \
-            fprintf(stderr, "app: %s:%d: ", __FILE__, __LINE__);                     \
-            fprintf(stderr, __VA_ARGS__);                                            \
-            fprintf(stderr, "\n");                                                   \
-        }                                                                            \
+#define EXPECT(cond, ...)                                                                                    \
+    do {                                                                                                     \
+        if (!(cond)) {                                                                                       \
+            failures++;                                                                                      \
+            fprintf(stderr, "app: %s:%d: ", __FILE__, __LINE__);                                             \
+            fprintf(stderr, __VA_ARGS__);                                                                    \
+            fprintf(stderr, "\n");                                                                           \
+        }                                                                                                    \
     } while (0)
 
 /* Inputs: x[i][j] in [-1, 1) from a small LCG; y = a fixed linear map of x. */
@@ -42,7 +42,8 @@ static void make_data(float *x, float *y) {
     }
     for (int i = 0; i < ROWS; i++) {
         float acc = 0;
-        for (int j = 0; j < IN; j++) acc += x[i * IN + j] * (float)(j % 3 - 1);
+        for (int j = 0; j < IN; j++)
+            acc += x[i * IN + j] * (float)(j % 3 - 1);
         y[i] = acc;
     }
 }
@@ -70,7 +71,8 @@ int main(void) {
     EXPECT(np == 4, "%d parameters, expected 4", np);
     mpmd_grad(g, loss, np, params, grads);
     mpmd_value total = mpmd_loop_reduce(g, loss, MPMD_REDUCE_ADD);
-    for (int i = 0; i < np; i++) grads[i] = mpmd_loop_reduce(g, grads[i], MPMD_REDUCE_ADD);
+    for (int i = 0; i < np; i++)
+        grads[i] = mpmd_loop_reduce(g, grads[i], MPMD_REDUCE_ADD);
     mpmd_loop_end(g);
     mpmd_sgd(g, np, params, grads, mpmd_scalar(g, 0.05f));
     mpmd_keep(g, total);
@@ -129,8 +131,8 @@ int main(void) {
     for (int r = 0; r < 2; r++) {
         int where[4];
         int n = mpmd_step_where(st, mpmd_lookup(g, kernels[r]), where, 4);
-        EXPECT(n == 1 && where[0] == r, "%s lives on %d rank(s), first %d; expected rank %d only", kernels[r], n,
-               n > 0 ? where[0] : -1, r);
+        EXPECT(n == 1 && where[0] == r, "%s lives on %d rank(s), first %d; expected rank %d only", kernels[r],
+               n, n > 0 ? where[0] : -1, r);
     }
     float pipe[STEPS] = {0};
     for (int s = 0; s < STEPS; s++) {
@@ -141,13 +143,13 @@ int main(void) {
             failures++;
             break;
         }
-        EXPECT(memcmp(&pipe[s], &one[s], sizeof(float)) == 0, "step %d: pipeline loss %.9g, one-rank loss %.9g",
-               s + 1, pipe[s], one[s]);
+        EXPECT(memcmp(&pipe[s], &one[s], sizeof(float)) == 0,
+               "step %d: pipeline loss %.9g, one-rank loss %.9g", s + 1, pipe[s], one[s]);
     }
     char pipe_hash[65] = "";
     mpmd_step_params_sha256(st, pipe_hash);
-    EXPECT(strcmp(pipe_hash, one_hash) == 0, "parameters after %d steps differ: pipeline %s, one rank %s", STEPS,
-           pipe_hash, one_hash);
+    EXPECT(strcmp(pipe_hash, one_hash) == 0, "parameters after %d steps differ: pipeline %s, one rank %s",
+           STEPS, pipe_hash, one_hash);
     mpmd_step_free(st);
     mpmd_graph_free(g);
 

@@ -29,7 +29,9 @@ const mpmd_kernel *mpmd_cpu_find(const mpmd_op_desc *op) {
     return NULL;
 }
 
-static int is16(mpmd_dtype d) { return d == MPMD_BF16 || d == MPMD_F16; }
+static int is16(mpmd_dtype d) {
+    return d == MPMD_BF16 || d == MPMD_F16;
+}
 
 static float load16(mpmd_dtype d, const void *p, int64_t k) {
     uint16_t h = ((const uint16_t *)p)[k];
@@ -61,9 +63,11 @@ void mpmd_cpu_fold(const mpmd_graph *g, const mpmd_node *reduce, void *acc, cons
         float *a = acc;
         const float *b = x;
         if (reduce->ia[0] == MPMD_REDUCE_ADD)
-            for (int64_t k = 0; k < cnt; k++) a[k] += b[k];
+            for (int64_t k = 0; k < cnt; k++)
+                a[k] += b[k];
         else
-            for (int64_t k = 0; k < cnt; k++) a[k] = b[k] > a[k] ? b[k] : a[k];
+            for (int64_t k = 0; k < cnt; k++)
+                a[k] = b[k] > a[k] ? b[k] : a[k];
     }
 }
 
@@ -86,17 +90,21 @@ void mpmd_cpu_combine(const mpmd_graph *g, const mpmd_node *n, void *const *bufs
         return;
     }
     const float *b0 = bufs[0];
-    for (int64_t k = 0; k < cnt; k++) out[k] = b0[k];
+    for (int64_t k = 0; k < cnt; k++)
+        out[k] = b0[k];
     for (int d = 1; d < replicas; d++) {
         const float *b = bufs[d];
         if (n->ia[0] == MPMD_REDUCE_ADD)
-            for (int64_t k = 0; k < cnt; k++) out[k] += b[k];
+            for (int64_t k = 0; k < cnt; k++)
+                out[k] += b[k];
         else
-            for (int64_t k = 0; k < cnt; k++) out[k] = b[k] > out[k] ? b[k] : out[k];
+            for (int64_t k = 0; k < cnt; k++)
+                out[k] = b[k] > out[k] ? b[k] : out[k];
     }
     if (n->ia[0] == MPMD_REDUCE_ADD) {
         const float inv = 1.0f / (float)replicas;
-        for (int64_t k = 0; k < cnt; k++) out[k] *= inv;
+        for (int64_t k = 0; k < cnt; k++)
+            out[k] *= inv;
     }
 }
 
@@ -110,14 +118,15 @@ typedef struct cpu_dev {
  * vectorises (the same results as mpmd_bf16_to_f32 / mpmd_f32_to_bf16). */
 static void widen_bf16(const uint16_t *src, uint32_t *dst, int64_t n) {
 #pragma omp simd
-    for (int64_t k = 0; k < n; k++) dst[k] = (uint32_t)src[k] << 16;
+    for (int64_t k = 0; k < n; k++)
+        dst[k] = (uint32_t)src[k] << 16;
 }
 
 static void narrow_bf16(const uint32_t *src, uint16_t *dst, int64_t n) {
 #pragma omp simd
     for (int64_t k = 0; k < n; k++) {
         uint32_t u = src[k];
-        uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  /* nearest even */
+        uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; /* nearest even */
         uint32_t q = (u >> 16) | 0x40u;                      /* a NaN stays a (quiet) NaN */
         dst[k] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
     }
@@ -132,7 +141,8 @@ void mpmd_cpu_widen(mpmd_dtype d, const void *src, float *dst, int64_t n, int nt
         if (d == MPMD_BF16)
             widen_bf16((const uint16_t *)src + lo, (uint32_t *)dst + lo, hi - lo);
         else
-            for (int64_t k = lo; k < hi; k++) dst[k] = load16(d, src, k);
+            for (int64_t k = lo; k < hi; k++)
+                dst[k] = load16(d, src, k);
     }
 }
 
@@ -145,7 +155,8 @@ void mpmd_cpu_narrow(mpmd_dtype d, const float *src, void *dst, int64_t n, int n
         if (d == MPMD_BF16)
             narrow_bf16((const uint32_t *)src + lo, (uint16_t *)dst + lo, hi - lo);
         else
-            for (int64_t k = lo; k < hi; k++) store16(d, dst, k, src[k]);
+            for (int64_t k = lo; k < hi; k++)
+                store16(d, dst, k, src[k]);
     }
 }
 
@@ -234,7 +245,9 @@ static void cpu_close(void *dev) {
     if (d) free(d->wide);
     free(d);
 }
-static void cpu_enter(void *dev) { (void)dev; }
+static void cpu_enter(void *dev) {
+    (void)dev;
+}
 
 static void *cpu_alloc(void *dev, size_t bytes) {
     void *p = NULL;
@@ -242,14 +255,17 @@ static void *cpu_alloc(void *dev, size_t bytes) {
     return p;
 }
 
-static void cpu_free(void *dev, void *p) { free(p); }
+static void cpu_free(void *dev, void *p) {
+    free(p);
+}
 
 static int cpu_memcpy(void *dev, void *dst, const void *src, size_t bytes) {
     if (dst != src && bytes) memcpy(dst, src, bytes);
     return 0;
 }
 
-static int cpu_fold(void *dev, const mpmd_graph *g, const mpmd_node *reduce, void *acc, const void *x, int mb) {
+static int cpu_fold(void *dev, const mpmd_graph *g, const mpmd_node *reduce, void *acc, const void *x,
+                    int mb) {
     mpmd_cpu_fold(g, reduce, acc, x, mb);
     return 0;
 }
@@ -260,9 +276,15 @@ static int cpu_combine(void *dev, const mpmd_graph *g, const mpmd_node *n, void 
     return 0;
 }
 
-static int cpu_sync(void *dev, char *err, size_t len) { return 0; }
-static void *cpu_event_record(void *dev) { return NULL; }
-static int cpu_event_wait(void *dev, void *ev) { return 0; }
+static int cpu_sync(void *dev, char *err, size_t len) {
+    return 0;
+}
+static void *cpu_event_record(void *dev) {
+    return NULL;
+}
+static int cpu_event_wait(void *dev, void *ev) {
+    return 0;
+}
 static void cpu_event_free(void *dev, void *ev) {}
 
 const mpmd_backend mpmd_backend_cpu = {

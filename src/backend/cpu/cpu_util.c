@@ -28,9 +28,11 @@ float mpmd_sum_f32(const float *x, int64_t n) {
     float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) s[j] += x[i + j];
+        for (int j = 0; j < 8; j++)
+            s[j] += x[i + j];
     float t = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
-    for (; i < n; i++) t += x[i];
+    for (; i < n; i++)
+        t += x[i];
     return t;
 }
 
@@ -38,9 +40,11 @@ float mpmd_dot_f32(const float *x, const float *y, int64_t n) {
     float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) s[j] += x[i + j] * y[i + j];
+        for (int j = 0; j < 8; j++)
+            s[j] += x[i + j] * y[i + j];
     float t = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
-    for (; i < n; i++) t += x[i] * y[i];
+    for (; i < n; i++)
+        t += x[i] * y[i];
     return t;
 }
 
@@ -49,14 +53,19 @@ float mpmd_max_f32(const float *x, int64_t n) {
     int64_t i = 0;
     if (n < 8) {
         float r = x[0];
-        for (i = 1; i < n; i++) r = x[i] > r ? x[i] : r;
+        for (i = 1; i < n; i++)
+            r = x[i] > r ? x[i] : r;
         return r;
     }
-    for (int j = 0; j < 8; j++) m[j] = x[j];
+    for (int j = 0; j < 8; j++)
+        m[j] = x[j];
     for (i = 8; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+        for (int j = 0; j < 8; j++)
+            m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
     float r = m[0];
-    for (int j = 1; j < 8; j++) r = m[j] > r ? m[j] : r;
-    for (; i < n; i++) r = x[i] > r ? x[i] : r;
+    for (int j = 1; j < 8; j++)
+        r = m[j] > r ? m[j] : r;
+    for (; i < n; i++)
+        r = x[i] > r ? x[i] : r;
     return r;
 }

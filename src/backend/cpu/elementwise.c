@@ -53,29 +53,30 @@ enum bin_kind { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_COPY };
 /* One run of n outputs: x walks a with stride sa, y walks b with stride sb,
  * each stride 0 or 1. The four stride cases are separate loops so that each
  * vectorises. */
-#define ROW_LOOP(EXPR)                                                                                   \
-    do {                                                                                                 \
-        if (sa && sb) {                                                                                  \
-            _Pragma("omp simd") for (int64_t j = 0; j < n; j++) {                                        \
-                float x = a[j], y = b[j];                                                                \
-                o[j] = (EXPR);                                                                           \
-            }                                                                                            \
-        } else if (sa) {                                                                                 \
-            const float y = b[0];                                                                        \
-            _Pragma("omp simd") for (int64_t j = 0; j < n; j++) {                                        \
-                float x = a[j];                                                                          \
-                o[j] = (EXPR);                                                                           \
-            }                                                                                            \
-        } else if (sb) {                                                                                 \
-            const float x = a[0];                                                                        \
-            _Pragma("omp simd") for (int64_t j = 0; j < n; j++) {                                        \
-                float y = b[j];                                                                          \
-                o[j] = (EXPR);                                                                           \
-            }                                                                                            \
-        } else {                                                                                         \
-            const float x = a[0], y = b[0], v = (EXPR);                                                  \
-            for (int64_t j = 0; j < n; j++) o[j] = v;                                                    \
-        }                                                                                                \
+#define ROW_LOOP(EXPR)                                                                                       \
+    do {                                                                                                     \
+        if (sa && sb) {                                                                                      \
+            _Pragma("omp simd") for (int64_t j = 0; j < n; j++) {                                            \
+                float x = a[j], y = b[j];                                                                    \
+                o[j] = (EXPR);                                                                               \
+            }                                                                                                \
+        } else if (sa) {                                                                                     \
+            const float y = b[0];                                                                            \
+            _Pragma("omp simd") for (int64_t j = 0; j < n; j++) {                                            \
+                float x = a[j];                                                                              \
+                o[j] = (EXPR);                                                                               \
+            }                                                                                                \
+        } else if (sb) {                                                                                     \
+            const float x = a[0];                                                                            \
+            _Pragma("omp simd") for (int64_t j = 0; j < n; j++) {                                            \
+                float y = b[j];                                                                              \
+                o[j] = (EXPR);                                                                               \
+            }                                                                                                \
+        } else {                                                                                             \
+            const float x = a[0], y = b[0], v = (EXPR);                                                      \
+            for (int64_t j = 0; j < n; j++)                                                                  \
+                o[j] = v;                                                                                    \
+        }                                                                                                    \
     } while (0)
 
 static void row_op(int kind, float *o, const float *a, int64_t sa, const float *b, int64_t sb, int64_t n) {
@@ -139,16 +140,38 @@ static int run_binary(const mpmd_kargs *a, int kind) {
     return 0;
 }
 
-static int k_add(const mpmd_kargs *a) { return run_binary(a, BIN_ADD); }
-static int k_sub(const mpmd_kargs *a) { return run_binary(a, BIN_SUB); }
-static int k_mul(const mpmd_kargs *a) { return run_binary(a, BIN_MUL); }
-static int k_div(const mpmd_kargs *a) { return run_binary(a, BIN_DIV); }
+static int k_add(const mpmd_kargs *a) {
+    return run_binary(a, BIN_ADD);
+}
+static int k_sub(const mpmd_kargs *a) {
+    return run_binary(a, BIN_SUB);
+}
+static int k_mul(const mpmd_kargs *a) {
+    return run_binary(a, BIN_MUL);
+}
+static int k_div(const mpmd_kargs *a) {
+    return run_binary(a, BIN_DIV);
+}
 /* broadcast_to: out[i] = a[broadcast index of i] */
-static int k_broadcast_to(const mpmd_kargs *a) { return run_binary(a, BIN_COPY); }
+static int k_broadcast_to(const mpmd_kargs *a) {
+    return run_binary(a, BIN_COPY);
+}
 
 /* ---- unary ops ------------------------------------------------------------------------ */
 
-enum un_kind { UN_ADDS, UN_MULS, UN_NEG, UN_EXP, UN_LOG, UN_TANH, UN_SQRT, UN_RSQRT, UN_SQUARE, UN_RELU, UN_GELU };
+enum un_kind {
+    UN_ADDS,
+    UN_MULS,
+    UN_NEG,
+    UN_EXP,
+    UN_LOG,
+    UN_TANH,
+    UN_SQRT,
+    UN_RSQRT,
+    UN_SQUARE,
+    UN_RELU,
+    UN_GELU
+};
 
 /* gelu, tanh form: gelu(x) = 0.5 x (1 + tanh(u)), u = k (x + c x^3),
  * k = sqrt(2/pi), c = 0.044715. Since 0.5 (1 + tanh(u)) = 1 / (1 + e^(-2u))
@@ -177,41 +200,52 @@ static void unary_run(int kind, float *o, const float *x, int64_t n, float s) {
     switch (kind) {
     case UN_ADDS: /* x + s */
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++) o[i] = x[i] + s;
+        for (int64_t i = 0; i < n; i++)
+            o[i] = x[i] + s;
         break;
     case UN_MULS: /* x s */
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++) o[i] = x[i] * s;
+        for (int64_t i = 0; i < n; i++)
+            o[i] = x[i] * s;
         break;
     case UN_NEG: /* -x */
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++) o[i] = -x[i];
+        for (int64_t i = 0; i < n; i++)
+            o[i] = -x[i];
         break;
     case UN_EXP:
-        for (int64_t i = 0; i < n; i++) o[i] = expf(x[i]);
+        for (int64_t i = 0; i < n; i++)
+            o[i] = expf(x[i]);
         break;
     case UN_LOG:
-        for (int64_t i = 0; i < n; i++) o[i] = logf(x[i]);
+        for (int64_t i = 0; i < n; i++)
+            o[i] = logf(x[i]);
         break;
     case UN_TANH:
-        for (int64_t i = 0; i < n; i++) o[i] = tanhf(x[i]);
+        for (int64_t i = 0; i < n; i++)
+            o[i] = tanhf(x[i]);
         break;
     case UN_SQRT:
-        for (int64_t i = 0; i < n; i++) o[i] = sqrtf(x[i]);
+        for (int64_t i = 0; i < n; i++)
+            o[i] = sqrtf(x[i]);
         break;
     case UN_RSQRT: /* 1 / sqrt(x) */
-        for (int64_t i = 0; i < n; i++) o[i] = 1.0f / sqrtf(x[i]);
+        for (int64_t i = 0; i < n; i++)
+            o[i] = 1.0f / sqrtf(x[i]);
         break;
     case UN_SQUARE: /* x x */
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++) o[i] = x[i] * x[i];
+        for (int64_t i = 0; i < n; i++)
+            o[i] = x[i] * x[i];
         break;
     case UN_RELU: /* max(x, 0); written so that NaN passes through (seen by loss checks) */
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++) o[i] = x[i] < 0.0f ? 0.0f : x[i];
+        for (int64_t i = 0; i < n; i++)
+            o[i] = x[i] < 0.0f ? 0.0f : x[i];
         break;
     case UN_GELU:
-        for (int64_t i = 0; i < n; i++) o[i] = gelu1(x[i]);
+        for (int64_t i = 0; i < n; i++)
+            o[i] = gelu1(x[i]);
         break;
     }
 }
@@ -238,17 +272,39 @@ static int run_unary(const mpmd_kargs *a, int kind, int cost) {
     return 0;
 }
 
-static int k_add_scalar(const mpmd_kargs *a) { return run_unary(a, UN_ADDS, 1); }
-static int k_mul_scalar(const mpmd_kargs *a) { return run_unary(a, UN_MULS, 1); }
-static int k_neg(const mpmd_kargs *a) { return run_unary(a, UN_NEG, 1); }
-static int k_exp(const mpmd_kargs *a) { return run_unary(a, UN_EXP, 16); }
-static int k_log(const mpmd_kargs *a) { return run_unary(a, UN_LOG, 16); }
-static int k_tanh(const mpmd_kargs *a) { return run_unary(a, UN_TANH, 16); }
-static int k_sqrt(const mpmd_kargs *a) { return run_unary(a, UN_SQRT, 4); }
-static int k_rsqrt(const mpmd_kargs *a) { return run_unary(a, UN_RSQRT, 4); }
-static int k_square(const mpmd_kargs *a) { return run_unary(a, UN_SQUARE, 1); }
-static int k_relu(const mpmd_kargs *a) { return run_unary(a, UN_RELU, 1); }
-static int k_gelu(const mpmd_kargs *a) { return run_unary(a, UN_GELU, 16); }
+static int k_add_scalar(const mpmd_kargs *a) {
+    return run_unary(a, UN_ADDS, 1);
+}
+static int k_mul_scalar(const mpmd_kargs *a) {
+    return run_unary(a, UN_MULS, 1);
+}
+static int k_neg(const mpmd_kargs *a) {
+    return run_unary(a, UN_NEG, 1);
+}
+static int k_exp(const mpmd_kargs *a) {
+    return run_unary(a, UN_EXP, 16);
+}
+static int k_log(const mpmd_kargs *a) {
+    return run_unary(a, UN_LOG, 16);
+}
+static int k_tanh(const mpmd_kargs *a) {
+    return run_unary(a, UN_TANH, 16);
+}
+static int k_sqrt(const mpmd_kargs *a) {
+    return run_unary(a, UN_SQRT, 4);
+}
+static int k_rsqrt(const mpmd_kargs *a) {
+    return run_unary(a, UN_RSQRT, 4);
+}
+static int k_square(const mpmd_kargs *a) {
+    return run_unary(a, UN_SQUARE, 1);
+}
+static int k_relu(const mpmd_kargs *a) {
+    return run_unary(a, UN_RELU, 1);
+}
+static int k_gelu(const mpmd_kargs *a) {
+    return run_unary(a, UN_GELU, 16);
+}
 
 /* ---- fused backward ops: out = f(gy, v), same shape ---------------------------------------- */
 
@@ -258,19 +314,23 @@ static void grad_run(int kind, float *o, const float *gy, const float *v, int64_
     switch (kind) {
     case GR_TANH: /* v = y = tanh(x):  gy (1 - y^2) */
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++) o[i] = gy[i] * (1.0f - v[i] * v[i]);
+        for (int64_t i = 0; i < n; i++)
+            o[i] = gy[i] * (1.0f - v[i] * v[i]);
         break;
     case GR_SQRT: /* v = y = sqrt(x):  gy 0.5 / y */
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++) o[i] = gy[i] * 0.5f / v[i];
+        for (int64_t i = 0; i < n; i++)
+            o[i] = gy[i] * 0.5f / v[i];
         break;
     case GR_RSQRT: /* v = y = x^(-1/2):  dy/dx = -x^(-3/2) / 2 = -0.5 y^3 */
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++) o[i] = -0.5f * gy[i] * (v[i] * v[i] * v[i]);
+        for (int64_t i = 0; i < n; i++)
+            o[i] = -0.5f * gy[i] * (v[i] * v[i] * v[i]);
         break;
     case GR_SQUARE: /* v = x:  2 x gy */
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++) o[i] = 2.0f * v[i] * gy[i];
+        for (int64_t i = 0; i < n; i++)
+            o[i] = 2.0f * v[i] * gy[i];
         break;
     case GR_RELU: /* v = y = max(x, 0):  gy where y > 0, else 0 (relu'(0) = 0) */
 #pragma omp simd
@@ -280,7 +340,8 @@ static void grad_run(int kind, float *o, const float *gy, const float *v, int64_
         }
         break;
     case GR_GELU: /* v = x:  gy gelu'(x) */
-        for (int64_t i = 0; i < n; i++) o[i] = gy[i] * gelu_grad1(v[i]);
+        for (int64_t i = 0; i < n; i++)
+            o[i] = gy[i] * gelu_grad1(v[i]);
         break;
     }
 }
@@ -305,12 +366,24 @@ static int run_grad(const mpmd_kargs *a, int kind, int cost) {
     return 0;
 }
 
-static int k_tanh_grad(const mpmd_kargs *a) { return run_grad(a, GR_TANH, 1); }
-static int k_sqrt_grad(const mpmd_kargs *a) { return run_grad(a, GR_SQRT, 2); }
-static int k_rsqrt_grad(const mpmd_kargs *a) { return run_grad(a, GR_RSQRT, 1); }
-static int k_square_grad(const mpmd_kargs *a) { return run_grad(a, GR_SQUARE, 1); }
-static int k_relu_grad(const mpmd_kargs *a) { return run_grad(a, GR_RELU, 1); }
-static int k_gelu_grad(const mpmd_kargs *a) { return run_grad(a, GR_GELU, 16); }
+static int k_tanh_grad(const mpmd_kargs *a) {
+    return run_grad(a, GR_TANH, 1);
+}
+static int k_sqrt_grad(const mpmd_kargs *a) {
+    return run_grad(a, GR_SQRT, 2);
+}
+static int k_rsqrt_grad(const mpmd_kargs *a) {
+    return run_grad(a, GR_RSQRT, 1);
+}
+static int k_square_grad(const mpmd_kargs *a) {
+    return run_grad(a, GR_SQUARE, 1);
+}
+static int k_relu_grad(const mpmd_kargs *a) {
+    return run_grad(a, GR_RELU, 1);
+}
+static int k_gelu_grad(const mpmd_kargs *a) {
+    return run_grad(a, GR_GELU, 16);
+}
 
 /* ---- sum_to ------------------------------------------------------------------------------------ */
 
@@ -351,13 +424,15 @@ static void sum_cols_work(void *vctx, int t, int nt) {
     if (hi > C) hi = C;
     if (lo >= hi) return;
     int64_t w = hi - lo, out_rows = p->out_numel / C, in_rows = p->in_numel / C;
-    for (int64_t r = 0; r < out_rows; r++) memset(c->o + r * C + lo, 0, (size_t)w * sizeof(float));
+    for (int64_t r = 0; r < out_rows; r++)
+        memset(c->o + r * C + lo, 0, (size_t)w * sizeof(float));
     int64_t idx[MPMD_MAX_DIMS] = {0}, ox = 0, oo = 0;
     for (int64_t r = 0; r < in_rows; r++) {
         float *o = c->o + oo + lo;
         const float *x = c->x + ox + lo;
 #pragma omp simd
-        for (int64_t j = 0; j < w; j++) o[j] += x[j];
+        for (int64_t j = 0; j < w; j++)
+            o[j] += x[j];
         for (int k = last - 1; k >= 0; k--) { /* next input row */
             ox += p->sx[k];
             oo += p->so[k];

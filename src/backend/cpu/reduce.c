@@ -38,7 +38,8 @@ typedef struct odo {
 
 static int64_t odo_count(const odo *o) {
     int64_t c = 1;
-    for (int k = 0; k < o->n; k++) c *= o->size[k];
+    for (int k = 0; k < o->n; k++)
+        c *= o->size[k];
     return c;
 }
 
@@ -78,8 +79,8 @@ static void odo_push(odo *o, int64_t size, int64_t sa, int64_t sb) {
 typedef struct rlayout {
     int inner;   /* 1: the last group is reduced */
     int64_t len; /* size of the last group (1 when there is no group) */
-    odo kept; /* inner: all kept groups; outer: the kept groups but the last */
-    odo redo; /* inner: the reduced groups but the last; outer: all reduced groups */
+    odo kept;    /* inner: all kept groups; outer: the kept groups but the last */
+    odo redo;    /* inner: the reduced groups but the last; outer: all reduced groups */
 } rlayout;
 
 static void rlayout_make(const mpmd_type *t, int64_t mask, rlayout *L) {
@@ -163,7 +164,8 @@ static void reduce_outer(const rlayout *L, int is_max, float scale, const float 
                 }
             } else {
 #pragma omp simd
-                for (int64_t c = c0; c < c1; c++) acc[c] = (((acc[c] + r0[c]) + r1[c]) + r2[c]) + r3[c];
+                for (int64_t c = c0; c < c1; c++)
+                    acc[c] = (((acc[c] + r0[c]) + r1[c]) + r2[c]) + r3[c];
             }
         }
         for (; j < nr; j++) {
@@ -171,15 +173,18 @@ static void reduce_outer(const rlayout *L, int is_max, float scale, const float 
             const float *restrict row = base + r.a;
             if (is_max) {
 #pragma omp simd
-                for (int64_t c = c0; c < c1; c++) acc[c] = row[c] > acc[c] ? row[c] : acc[c];
+                for (int64_t c = c0; c < c1; c++)
+                    acc[c] = row[c] > acc[c] ? row[c] : acc[c];
             } else {
 #pragma omp simd
-                for (int64_t c = c0; c < c1; c++) acc[c] += row[c];
+                for (int64_t c = c0; c < c1; c++)
+                    acc[c] += row[c];
             }
         }
         if (!is_max && scale != 1.0f) {
 #pragma omp simd
-            for (int64_t c = c0; c < c1; c++) acc[c] *= scale;
+            for (int64_t c = c0; c < c1; c++)
+                acc[c] *= scale;
         }
     }
 }
@@ -194,7 +199,8 @@ static int k_reduce(const mpmd_kargs *a) {
     int64_t numel = mpmd_type_numel(a->in_type[0]);
     int64_t n_out = mpmd_type_numel(&n->type);
     if (numel == 0) { /* sum over nothing: zeros (max and mean refuse this at build time) */
-        for (int64_t i = 0; i < n_out; i++) y[i] = 0.0f;
+        for (int64_t i = 0; i < n_out; i++)
+            y[i] = 0.0f;
         return 0;
     }
     rlayout L;
@@ -219,7 +225,8 @@ static int k_reduce(const mpmd_kargs *a) {
  * c = number of elements equal to m, dx = dy[o] / c where x == m, else 0.
  * (If the group holds a NaN, no element equals m when m is NaN; then dx is
  * 0 for the whole group.) */
-static void max_grad_inner(const rlayout *L, const float *x, const float *dy, float *dx, int64_t lo, int64_t hi) {
+static void max_grad_inner(const rlayout *L, const float *x, const float *dy, float *dx, int64_t lo,
+                           int64_t hi) {
     odo k = L->kept, r = L->redo;
     int64_t nr = odo_count(&r), len = L->len;
     odo_seek(&k, lo);
@@ -236,11 +243,13 @@ static void max_grad_inner(const rlayout *L, const float *x, const float *dy, fl
         int64_t cnt = 0;
         odo_seek(&r, 0);
         for (int64_t j = 0; j < nr; j++, odo_next(&r))
-            for (int64_t i = 0; i < len; i++) cnt += xb[r.a + i] == m;
+            for (int64_t i = 0; i < len; i++)
+                cnt += xb[r.a + i] == m;
         float v = cnt ? dy[o] / (float)cnt : 0.0f;
         odo_seek(&r, 0);
         for (int64_t j = 0; j < nr; j++, odo_next(&r))
-            for (int64_t i = 0; i < len; i++) gb[r.a + i] = xb[r.a + i] == m ? v : 0.0f;
+            for (int64_t i = 0; i < len; i++)
+                gb[r.a + i] = xb[r.a + i] == m ? v : 0.0f;
     }
 }
 
@@ -275,12 +284,14 @@ static void max_grad_outer(const rlayout *L, const float *x, const float *dy, fl
                 }
             }
         }
-        for (int64_t i = c0; i < c1; i++) c[i] = m[i] == m[i] ? dy[b * len + i] / c[i] : 0.0f;
+        for (int64_t i = c0; i < c1; i++)
+            c[i] = m[i] == m[i] ? dy[b * len + i] / c[i] : 0.0f;
         odo_seek(&r, 0);
         for (int64_t j = 0; j < nr; j++, odo_next(&r)) {
             const float *row = xb + r.a;
             float *grow = gb + r.a;
-            for (int64_t i = c0; i < c1; i++) grow[i] = row[i] == m[i] ? c[i] : 0.0f;
+            for (int64_t i = c0; i < c1; i++)
+                grow[i] = row[i] == m[i] ? c[i] : 0.0f;
         }
     }
 }
@@ -327,8 +338,8 @@ static int k_max_grad(const mpmd_kargs *a) {
  * dst + i*ds (strides in elements). Threads split the concatenated
  * elements into contiguous ranges, so a few long runs and many short ones
  * both spread over the threads. */
-static void copy_runs(int nthreads, uint32_t *dst, int64_t ds, const uint32_t *src, int64_t ss, int64_t n_runs,
-                      int64_t run) {
+static void copy_runs(int nthreads, uint32_t *dst, int64_t ds, const uint32_t *src, int64_t ss,
+                      int64_t n_runs, int64_t run) {
     int64_t total = n_runs * run;
     if (total == 0) return;
     int nt = mpmd_threads_for(nthreads, total);
@@ -445,7 +456,8 @@ static int k_permute(const mpmd_kargs *a) {
          * of len elements; the odometer walks output rows, offset a = input. */
         int64_t len = P.in_size[m - 1];
         odo rows = {0};
-        for (int k = 0; k < m - 1; k++) odo_push(&rows, P.in_size[P.q[k]], istr[P.q[k]], 0);
+        for (int k = 0; k < m - 1; k++)
+            odo_push(&rows, P.in_size[P.q[k]], istr[P.q[k]], 0);
         int64_t nrows = numel / len;
         if (nt > nrows) nt = (int)nrows;
 #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -454,7 +466,8 @@ static int k_permute(const mpmd_kargs *a) {
             mpmd_split(nrows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
             odo o = rows;
             odo_seek(&o, lo);
-            for (int64_t r = lo; r < hi; r++, odo_next(&o)) memcpy(y + r * len, x + o.a, (size_t)len * 4);
+            for (int64_t r = lo; r < hi; r++, odo_next(&o))
+                memcpy(y + r * len, x + o.a, (size_t)len * 4);
         }
         return 0;
     }
@@ -490,9 +503,11 @@ static int k_permute(const mpmd_kargs *a) {
                 int64_t bn = b0 + TILE < nb ? TILE : nb - b0;
                 for (int64_t i = 0; i < an; i++) {
                     const uint32_t *src = xs + (a0 + i) * sa + b0;
-                    for (int64_t j = 0; j < bn; j++) buf[j * TILE + i] = src[j];
+                    for (int64_t j = 0; j < bn; j++)
+                        buf[j * TILE + i] = src[j];
                 }
-                for (int64_t j = 0; j < bn; j++) memcpy(ys + (b0 + j) * tb + a0, buf + j * TILE, (size_t)an * 4);
+                for (int64_t j = 0; j < bn; j++)
+                    memcpy(ys + (b0 + j) * tb + a0, buf + j * TILE, (size_t)an * 4);
             }
         }
     }

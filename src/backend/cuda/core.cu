@@ -35,7 +35,8 @@ static int k_identity(const mpmd_kargs *a) {
     if (a->out == a->in[0]) return 0;
     size_t bytes = mpmd_type_bytes(&a->node->type);
     if (bytes == 0) return 0;
-    cudaError_t e = cudaMemcpyAsync(a->out, a->in[0], bytes, cudaMemcpyDeviceToDevice, mpmd_cuda_of(a)->stream);
+    cudaError_t e =
+        cudaMemcpyAsync(a->out, a->in[0], bytes, cudaMemcpyDeviceToDevice, mpmd_cuda_of(a)->stream);
     if (e != cudaSuccess) {
         snprintf(a->err, a->err_len, "%s: device copy of %zu bytes failed: %s", a->node->op->name, bytes,
                  cudaGetErrorString(e));
@@ -46,11 +47,15 @@ static int k_identity(const mpmd_kargs *a) {
 
 /* ---- matmul ---------------------------------------------------------------------- */
 
-static int fits_int(int64_t x) { return x >= 0 && x <= INT_MAX; }
+static int fits_int(int64_t x) {
+    return x >= 0 && x <= INT_MAX;
+}
 
-static int blas_failed(const mpmd_kargs *a, cublasStatus_t s, int64_t m, int64_t n, int64_t k, int64_t batch) {
-    snprintf(a->err, a->err_len, "matmul: cuBLAS failed on [%lld x %lld] x [%lld x %lld] (batch %lld): %s (%s)",
-             (long long)m, (long long)k, (long long)k, (long long)n, (long long)batch, cublasGetStatusName(s),
+static int blas_failed(const mpmd_kargs *a, cublasStatus_t s, int64_t m, int64_t n, int64_t k,
+                       int64_t batch) {
+    snprintf(a->err, a->err_len,
+             "matmul: cuBLAS failed on [%lld x %lld] x [%lld x %lld] (batch %lld): %s (%s)", (long long)m,
+             (long long)k, (long long)k, (long long)n, (long long)batch, cublasGetStatusName(s),
              cublasGetStatusString(s));
     return 1;
 }
@@ -82,25 +87,25 @@ static int k_matmul(const mpmd_kargs *a) {
     cublasOperation_t opa = tra ? CUBLAS_OP_T : CUBLAS_OP_N, opb = trb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasComputeType_t ct = d->tf32 && dt == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     const float one = mpmd_matmul_alpha(a->node), zero = 0.0f; /* C = alpha op(A) op(B) */
-    int small = fits_int(m) && fits_int(n) && fits_int(k) && fits_int(lda) && fits_int(ldb) && fits_int(batch);
+    int small =
+        fits_int(m) && fits_int(n) && fits_int(k) && fits_int(lda) && fits_int(ldb) && fits_int(batch);
     cublasStatus_t s;
     /* Column-major: C^T [N, M] = op(B)^T [N, K] op(A)^T [K, M]. */
     if (batch == 1) {
         if (small)
-            s = cublasGemmEx(d->blas, opb, opa, (int)n, (int)m, (int)k, &one, B, dt, (int)ldb, A,
-                             dt, (int)lda, &zero, C, dt, (int)ldc, ct, CUBLAS_GEMM_DEFAULT);
+            s = cublasGemmEx(d->blas, opb, opa, (int)n, (int)m, (int)k, &one, B, dt, (int)ldb, A, dt,
+                             (int)lda, &zero, C, dt, (int)ldc, ct, CUBLAS_GEMM_DEFAULT);
         else
-            s = cublasGemmEx_64(d->blas, opb, opa, n, m, k, &one, B, dt, ldb, A, dt, lda, &zero,
-                                C, dt, ldc, ct, CUBLAS_GEMM_DEFAULT);
+            s = cublasGemmEx_64(d->blas, opb, opa, n, m, k, &one, B, dt, ldb, A, dt, lda, &zero, C, dt, ldc,
+                                ct, CUBLAS_GEMM_DEFAULT);
     } else {
         if (small)
-            s = cublasGemmStridedBatchedEx(d->blas, opb, opa, (int)n, (int)m, (int)k, &one, B, dt,
-                                           (int)ldb, sb, A, dt, (int)lda, sa, &zero, C, dt,
-                                           (int)ldc, sc, (int)batch, ct, CUBLAS_GEMM_DEFAULT);
+            s = cublasGemmStridedBatchedEx(d->blas, opb, opa, (int)n, (int)m, (int)k, &one, B, dt, (int)ldb,
+                                           sb, A, dt, (int)lda, sa, &zero, C, dt, (int)ldc, sc, (int)batch,
+                                           ct, CUBLAS_GEMM_DEFAULT);
         else
-            s = cublasGemmStridedBatchedEx_64(d->blas, opb, opa, n, m, k, &one, B, dt, ldb, sb, A,
-                                              dt, lda, sa, &zero, C, dt, ldc, sc, batch, ct,
-                                              CUBLAS_GEMM_DEFAULT);
+            s = cublasGemmStridedBatchedEx_64(d->blas, opb, opa, n, m, k, &one, B, dt, ldb, sb, A, dt, lda,
+                                              sa, &zero, C, dt, ldc, sc, batch, ct, CUBLAS_GEMM_DEFAULT);
     }
     if (s != CUBLAS_STATUS_SUCCESS) return blas_failed(a, s, m, n, k, batch);
     return mpmd_cuda_launched(a, "matmul");
@@ -111,8 +116,8 @@ static int k_matmul(const mpmd_kargs *a) {
 static int k_cast(const mpmd_kargs *a) {
     if (mpmd_cuda_convert(mpmd_cuda_of(a), a->out, a->node->type.dtype, a->in[0], a->in_type[0]->dtype,
                           mpmd_type_numel(&a->node->type))) {
-        snprintf(a->err, a->err_len, "cast: no conversion from %s to %s", mpmd_dtype_name(a->in_type[0]->dtype),
-                 mpmd_dtype_name(a->node->type.dtype));
+        snprintf(a->err, a->err_len, "cast: no conversion from %s to %s",
+                 mpmd_dtype_name(a->in_type[0]->dtype), mpmd_dtype_name(a->node->type.dtype));
         return 1;
     }
     return mpmd_cuda_launched(a, "cast");

@@ -26,16 +26,16 @@ typedef struct mpmd_cuda_dev {
     cublasHandle_t blas;
     void *workspace; /* cuBLAS workspace, fixed per handle (determinism) */
     size_t workspace_bytes;
-    int *flag;       /* device: 0, or the first MPMD_CUDA_FLAG_* a kernel met */
-    int *flag_info;  /* device: [3] details of that error (value, position, bound) */
-    int tf32;        /* f32 products may use TF32 tensor cores (MPMD_CUDA_TF32=1) */
+    int *flag;      /* device: 0, or the first MPMD_CUDA_FLAG_* a kernel met */
+    int *flag_info; /* device: [3] details of that error (value, position, bound) */
+    int tf32;       /* f32 products may use TF32 tensor cores (MPMD_CUDA_TF32=1) */
 } mpmd_cuda_dev;
 
 /* Run-time errors kernels record on the device (first one wins). */
 enum {
     MPMD_CUDA_FLAG_NONE = 0,
-    MPMD_CUDA_FLAG_EMBEDDING_ID = 1,  /* embedding: id outside [0, vocab) */
-    MPMD_CUDA_FLAG_LABEL = 2          /* cross_entropy: label outside [0, classes) */
+    MPMD_CUDA_FLAG_EMBEDDING_ID = 1, /* embedding: id outside [0, vocab) */
+    MPMD_CUDA_FLAG_LABEL = 2         /* cross_entropy: label outside [0, classes) */
 };
 
 /* Record error `code` with details (a, b, c) unless one is recorded. */
@@ -47,7 +47,9 @@ __device__ static inline void mpmd_cuda_raise(int *flag, int *info, int code, in
     }
 }
 
-static inline mpmd_cuda_dev *mpmd_cuda_of(const mpmd_kargs *a) { return (mpmd_cuda_dev *)a->dev; }
+static inline mpmd_cuda_dev *mpmd_cuda_of(const mpmd_kargs *a) {
+    return (mpmd_cuda_dev *)a->dev;
+}
 
 /* After a launch: 0, or 1 with "<what>: <CUDA error>" in a->err. */
 static inline int mpmd_cuda_launched(const mpmd_kargs *a, const char *what) {
@@ -63,7 +65,9 @@ static inline int mpmd_cuda_launched(const mpmd_kargs *a, const char *what) {
 #ifdef __cplusplus
 extern "C"
 #endif
-int mpmd_cuda_convert(mpmd_cuda_dev *d, void *dst, mpmd_dtype to, const void *src, mpmd_dtype from, int64_t n);
+    int
+    mpmd_cuda_convert(mpmd_cuda_dev *d, void *dst, mpmd_dtype to, const void *src, mpmd_dtype from,
+                      int64_t n);
 
 /* Blocks for n elements at `threads` per block (at least 1). */
 static inline unsigned mpmd_cuda_blocks(int64_t n, int threads) {

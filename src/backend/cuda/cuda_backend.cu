@@ -47,7 +47,9 @@ static int cuda_available(char *why, size_t len) {
     return 1;
 }
 
-static const char *blas_status(cublasStatus_t s) { return cublasGetStatusString(s); }
+static const char *blas_status(cublasStatus_t s) {
+    return cublasGetStatusString(s);
+}
 
 #define WORKSPACE_BYTES ((size_t)32 << 20)
 
@@ -117,8 +119,9 @@ static void *cuda_open(int rank, int nthreads, char *err, size_t len) {
         (b = cublasSetWorkspace(d->blas, d->workspace, d->workspace_bytes)) != CUBLAS_STATUS_SUCCESS ||
         /* f32 products stay f32 unless TF32 is asked for; 16-bit products
          * accumulate in f32, split-K reductions included */
-        (b = cublasSetMathMode(d->blas, (cublasMath_t)((d->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
-                                                       CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION))) !=
+        (b = cublasSetMathMode(d->blas,
+                               (cublasMath_t)((d->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
+                                              CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION))) !=
             CUBLAS_STATUS_SUCCESS ||
         (b = cublasSetAtomicsMode(d->blas, CUBLAS_ATOMICS_NOT_ALLOWED)) != CUBLAS_STATUS_SUCCESS) {
         snprintf(err, len, "rank %d, GPU %d: cuBLAS set-up failed: %s", rank, d->device, blas_status(b));
@@ -128,7 +131,9 @@ static void *cuda_open(int rank, int nthreads, char *err, size_t len) {
     return d;
 }
 
-static void cuda_enter(void *p) { cudaSetDevice(((mpmd_cuda_dev *)p)->device); }
+static void cuda_enter(void *p) {
+    cudaSetDevice(((mpmd_cuda_dev *)p)->device);
+}
 
 static void *cuda_alloc(void *p, size_t bytes) {
     void *ptr = NULL;
@@ -195,20 +200,24 @@ __device__ static inline void st(void *p, int dt, int64_t i, float v) {
 }
 
 __global__ void convert_kernel(void *dst, int to, const void *src, int from, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
         st(dst, to, i, ld(src, from, i));
 }
 
 static unsigned grid_for(int64_t n);
 
-static int is16(mpmd_dtype d) { return d == MPMD_BF16 || d == MPMD_F16; }
+static int is16(mpmd_dtype d) {
+    return d == MPMD_BF16 || d == MPMD_F16;
+}
 
 extern "C" int mpmd_cuda_convert(mpmd_cuda_dev *d, void *dst, mpmd_dtype to, const void *src, mpmd_dtype from,
                                  int64_t n) {
     if (!mpmd_dtype_is_float(to) || !mpmd_dtype_is_float(from)) return 1;
     if (n == 0) return 0;
-    if (to == from) return cudaMemcpyAsync(dst, src, (size_t)n * mpmd_dtype_size(to), cudaMemcpyDeviceToDevice,
-                                           d->stream) != cudaSuccess;
+    if (to == from)
+        return cudaMemcpyAsync(dst, src, (size_t)n * mpmd_dtype_size(to), cudaMemcpyDeviceToDevice,
+                               d->stream) != cudaSuccess;
     convert_kernel<<<grid_for(n), 256, 0, d->stream>>>(dst, (int)to, src, (int)from, n);
     return 0;
 }
@@ -278,18 +287,21 @@ static int cuda_launch(void *p, const mpmd_kernel *k, const mpmd_kargs *a) {
 /* ---- loop fold and replica combine ----------------------------------------- */
 
 __global__ void fold_add(float *acc, const float *x, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
         acc[i] = acc[i] + x[i];
 }
 
 __global__ void fold_max(float *acc, const float *x, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
         acc[i] = x[i] > acc[i] ? x[i] : acc[i];
 }
 
 /* 16-bit: in f32, rounded on store. */
 __global__ void fold16(void *acc, const void *x, int dt, int add, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         float a = ld(acc, dt, i), b = ld(x, dt, i);
         st(acc, dt, i, add ? a + b : (b > a ? b : a));
     }
@@ -301,17 +313,18 @@ static unsigned grid_for(int64_t n) {
 }
 
 /* The CPU's order: acc = x_0, then acc = acc + x_m (or max) elementwise. */
-static int cuda_fold(void *p, const mpmd_graph *g, const mpmd_node *reduce, void *acc, const void *x, int mb) {
+static int cuda_fold(void *p, const mpmd_graph *g, const mpmd_node *reduce, void *acc, const void *x,
+                     int mb) {
     mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
     const mpmd_type *xt = &g->nodes[reduce->in[0]].type;
     size_t bytes = mpmd_type_bytes(xt);
     int64_t cnt = mpmd_type_numel(xt);
-    if (reduce->ia[0] == MPMD_REDUCE_CONCAT)
-        return cuda_copy(d, (char *)acc + (size_t)mb * bytes, x, bytes);
+    if (reduce->ia[0] == MPMD_REDUCE_CONCAT) return cuda_copy(d, (char *)acc + (size_t)mb * bytes, x, bytes);
     if (mb == 0) return cuda_copy(d, acc, x, bytes);
     if (cnt == 0) return 0;
     if (is16(xt->dtype))
-        fold16<<<grid_for(cnt), 256, 0, d->stream>>>(acc, x, (int)xt->dtype, reduce->ia[0] == MPMD_REDUCE_ADD, cnt);
+        fold16<<<grid_for(cnt), 256, 0, d->stream>>>(acc, x, (int)xt->dtype, reduce->ia[0] == MPMD_REDUCE_ADD,
+                                                     cnt);
     else if (reduce->ia[0] == MPMD_REDUCE_ADD)
         fold_add<<<grid_for(cnt), 256, 0, d->stream>>>((float *)acc, (const float *)x, cnt);
     else
@@ -323,7 +336,8 @@ static int cuda_fold(void *p, const mpmd_graph *g, const mpmd_node *reduce, void
  * the CPU's order, one thread per element. */
 __global__ void combine_kernel(void *out, const void *const *bufs, int dt, int replicas, int add, float inv,
                                int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         float v = ld(bufs[0], dt, i);
         for (int r = 1; r < replicas; r++) {
             float b = ld(bufs[r], dt, i);
@@ -341,12 +355,12 @@ static int cuda_combine(void *p, const mpmd_graph *g, const mpmd_node *n, void *
     /* the buffer list travels as a kernel argument array on the device */
     const void **dbufs = NULL;
     if (cudaMalloc((void **)&dbufs, (size_t)replicas * sizeof *dbufs) != cudaSuccess) return 1;
-    int bad = cudaMemcpyAsync(dbufs, bufs, (size_t)replicas * sizeof *dbufs, cudaMemcpyHostToDevice, d->stream) !=
-              cudaSuccess;
+    int bad = cudaMemcpyAsync(dbufs, bufs, (size_t)replicas * sizeof *dbufs, cudaMemcpyHostToDevice,
+                              d->stream) != cudaSuccess;
     if (!bad) {
         int add = n->ia[0] == MPMD_REDUCE_ADD;
         combine_kernel<<<grid_for(cnt), 256, 0, d->stream>>>(out, dbufs, (int)n->type.dtype, replicas, add,
-                                                           1.0f / (float)replicas, cnt);
+                                                             1.0f / (float)replicas, cnt);
         bad = cudaGetLastError() != cudaSuccess || cudaStreamSynchronize(d->stream) != cudaSuccess;
     }
     cudaFree(dbufs);
@@ -401,9 +415,23 @@ static void cuda_event_free(void *p, void *ev) {
 }
 
 extern "C" const mpmd_backend mpmd_backend_cuda = {
-    "cuda",          /* name */
-    0,               /* host_memory */
-    cuda_available,  cuda_open, cuda_close, cuda_enter, cuda_alloc, cuda_free, cuda_upload, cuda_download,
-    cuda_copy,       cuda_find, cuda_fold,  cuda_combine, cuda_sync, cuda_event_record, cuda_event_wait,
-    cuda_event_free, cuda_launch,
+    "cuda", /* name */
+    0,      /* host_memory */
+    cuda_available,
+    cuda_open,
+    cuda_close,
+    cuda_enter,
+    cuda_alloc,
+    cuda_free,
+    cuda_upload,
+    cuda_download,
+    cuda_copy,
+    cuda_find,
+    cuda_fold,
+    cuda_combine,
+    cuda_sync,
+    cuda_event_record,
+    cuda_event_wait,
+    cuda_event_free,
+    cuda_launch,
 };

@@ -76,19 +76,29 @@ template <typename T> struct vec16 {
 };
 
 /* V elements of T, aligned to their size (one vector load or store). */
-template <typename T, int V> struct alignas(sizeof(T) * V) pack {
-    T v[V];
-};
+template <typename T, int V> struct alignas(sizeof(T) * V) pack { T v[V]; };
 
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f32(float x) {
+    return x;
+}
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) {
+    return __bfloat162float(x);
+}
+__device__ __forceinline__ float to_f32(__half x) {
+    return __half2float(x);
+}
 
 /* f32 -> T, rounding to nearest even */
 template <typename T> __device__ __forceinline__ T from_f32(float x);
-template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ float from_f32<float>(float x) {
+    return x;
+}
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ __half from_f32<__half>(float x) {
+    return __float2half_rn(x);
+}
 
 /* The V elements at p (aligned to V elements), raw. Kernels move vectors as
  * whole packs, converting element by element (not through f32 arrays, which
@@ -103,7 +113,8 @@ template <int V, typename T> __device__ __forceinline__ pack<T, V> load_pack(con
 template <int V, typename T> __device__ __forceinline__ pack<T, V> splat(T x) {
     pack<T, V> r;
 #pragma unroll
-    for (int k = 0; k < V; k++) r.v[k] = x;
+    for (int k = 0; k < V; k++)
+        r.v[k] = x;
     return r;
 }
 
@@ -111,7 +122,8 @@ template <int V, typename T> __device__ __forceinline__ pack<T, V> splat(T x) {
 
 static int64_t numel_of(const mpmd_type *t) {
     int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++) n *= t->dim[d];
+    for (int d = 0; d < t->ndim; d++)
+        n *= t->dim[d];
     return n;
 }
 
@@ -121,29 +133,34 @@ static unsigned grid_for(int64_t work) {
     return b > MAX_GRID ? MAX_GRID : b;
 }
 
-static int aligned_to(const void *p, size_t bytes) { return ((uintptr_t)p & (bytes - 1)) == 0; }
-static int aligned16(const void *p) { return aligned_to(p, 16); }
+static int aligned_to(const void *p, size_t bytes) {
+    return ((uintptr_t)p & (bytes - 1)) == 0;
+}
+static int aligned16(const void *p) {
+    return aligned_to(p, 16);
+}
 
-static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t ceil_div(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
 
 /* The dtype of the output when it is f32, bf16 or f16 and the first n_in
  * operands have it too; else -1 with a message. */
 static int common_dtype(const mpmd_kargs *a, int n_in) {
     mpmd_dtype d = a->node->type.dtype;
     int ok = d == MPMD_F32 || d == MPMD_BF16 || d == MPMD_F16;
-    for (int i = 0; i < n_in; i++) ok = ok && a->in_type[i]->dtype == d;
+    for (int i = 0; i < n_in; i++)
+        ok = ok && a->in_type[i]->dtype == d;
     if (ok) return (int)d;
     snprintf(a->err, a->err_len,
              "%s: the CUDA kernel takes operands of the output's dtype, one of f32, bf16, f16 (output %s, "
              "operands %s%s%s)",
-             a->node->op->name, mpmd_dtype_name(d), mpmd_dtype_name(a->in_type[0]->dtype), n_in > 1 ? ", " : "",
-             n_in > 1 ? mpmd_dtype_name(a->in_type[1]->dtype) : "");
+             a->node->op->name, mpmd_dtype_name(d), mpmd_dtype_name(a->in_type[0]->dtype),
+             n_in > 1 ? ", " : "", n_in > 1 ? mpmd_dtype_name(a->in_type[1]->dtype) : "");
     return -1;
 }
 
-template <typename T> struct type_tag {
-    typedef T type;
-};
+template <typename T> struct type_tag { typedef T type; };
 
 /* g(type_tag<T>()) for the storage type T of dtype d (f32, bf16, f16). */
 template <class G> static int by_dtype(int d, G g) {
@@ -179,8 +196,12 @@ __device__ __forceinline__ I decompose(I r, int n, const int64_t *size, const in
     return off;
 }
 
-__device__ __forceinline__ int64_t gtid() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
-__device__ __forceinline__ int64_t gstride() { return (int64_t)gridDim.x * blockDim.x; }
+__device__ __forceinline__ int64_t gtid() {
+    return (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t gstride() {
+    return (int64_t)gridDim.x * blockDim.x;
+}
 
 /* ---- functors (f32 in, f32 out) ----------------------------------------------------------- */
 
@@ -201,49 +222,96 @@ __device__ __forceinline__ float gelu_grad1(float x) {
 }
 
 /* binary: f(x, y) */
-struct FAdd { __device__ float operator()(float x, float y) const { return x + y; } };
-struct FSub { __device__ float operator()(float x, float y) const { return x - y; } };
-struct FMul { __device__ float operator()(float x, float y) const { return x * y; } };
-struct FDiv { __device__ float operator()(float x, float y) const { return x / y; } };
-struct FCopy { __device__ float operator()(float x, float y) const { return (void)y, x; } };
+struct FAdd {
+    __device__ float operator()(float x, float y) const { return x + y; }
+};
+struct FSub {
+    __device__ float operator()(float x, float y) const { return x - y; }
+};
+struct FMul {
+    __device__ float operator()(float x, float y) const { return x * y; }
+};
+struct FDiv {
+    __device__ float operator()(float x, float y) const { return x / y; }
+};
+struct FCopy {
+    __device__ float operator()(float x, float y) const { return (void)y, x; }
+};
 
 /* unary: f(x) */
-struct FAddS { float s; __device__ float operator()(float x) const { return x + s; } };
-struct FMulS { float s; __device__ float operator()(float x) const { return x * s; } };
-struct FNeg { __device__ float operator()(float x) const { return -x; } };
-struct FExp { __device__ float operator()(float x) const { return expf(x); } };
-struct FLog { __device__ float operator()(float x) const { return logf(x); } };
-struct FTanh { __device__ float operator()(float x) const { return tanhf(x); } };
-struct FSqrt { __device__ float operator()(float x) const { return sqrtf(x); } };
-struct FRsqrt { __device__ float operator()(float x) const { return 1.0f / sqrtf(x); } };
-struct FSquare { __device__ float operator()(float x) const { return x * x; } };
+struct FAddS {
+    float s;
+    __device__ float operator()(float x) const { return x + s; }
+};
+struct FMulS {
+    float s;
+    __device__ float operator()(float x) const { return x * s; }
+};
+struct FNeg {
+    __device__ float operator()(float x) const { return -x; }
+};
+struct FExp {
+    __device__ float operator()(float x) const { return expf(x); }
+};
+struct FLog {
+    __device__ float operator()(float x) const { return logf(x); }
+};
+struct FTanh {
+    __device__ float operator()(float x) const { return tanhf(x); }
+};
+struct FSqrt {
+    __device__ float operator()(float x) const { return sqrtf(x); }
+};
+struct FRsqrt {
+    __device__ float operator()(float x) const { return 1.0f / sqrtf(x); }
+};
+struct FSquare {
+    __device__ float operator()(float x) const { return x * x; }
+};
 /* max(x, 0), NaN passes through */
-struct FRelu { __device__ float operator()(float x) const { return x < 0.0f ? 0.0f : x; } };
-struct FGelu { __device__ float operator()(float x) const { return gelu1(x); } };
+struct FRelu {
+    __device__ float operator()(float x) const { return x < 0.0f ? 0.0f : x; }
+};
+struct FGelu {
+    __device__ float operator()(float x) const { return gelu1(x); }
+};
 
 /* fused backward: f(gy, v) */
-struct GTanh { __device__ float operator()(float g, float y) const { return g * (1.0f - y * y); } };        /* v = tanh(x) */
-struct GSqrt { __device__ float operator()(float g, float y) const { return g * 0.5f / y; } };              /* v = sqrt(x) */
-struct GRsqrt { __device__ float operator()(float g, float y) const { return -0.5f * g * (y * y * y); } };  /* v = x^-1/2 */
-struct GSquare { __device__ float operator()(float g, float x) const { return 2.0f * x * g; } };          /* v = x */
-struct GRelu { __device__ float operator()(float g, float y) const { return y > 0.0f ? g : 0.0f; } };      /* v = relu(x) */
-struct GGelu { __device__ float operator()(float g, float x) const { return g * gelu_grad1(x); } };       /* v = x */
+struct GTanh {
+    __device__ float operator()(float g, float y) const { return g * (1.0f - y * y); }
+}; /* v = tanh(x) */
+struct GSqrt {
+    __device__ float operator()(float g, float y) const { return g * 0.5f / y; }
+}; /* v = sqrt(x) */
+struct GRsqrt {
+    __device__ float operator()(float g, float y) const { return -0.5f * g * (y * y * y); }
+}; /* v = x^-1/2 */
+struct GSquare {
+    __device__ float operator()(float g, float x) const { return 2.0f * x * g; }
+}; /* v = x */
+struct GRelu {
+    __device__ float operator()(float g, float y) const { return y > 0.0f ? g : 0.0f; }
+}; /* v = relu(x) */
+struct GGelu {
+    __device__ float operator()(float g, float x) const { return g * gelu_grad1(x); }
+}; /* v = x */
 
 /* ---- flat maps ---------------------------------------------------------------------------- */
 
 /* o[i] = f(x[i]); a body of 16-byte vectors when vec, then the tail. */
-template <typename T, class F>
-__global__ void map1_kernel(T *o, const T *x, int64_t n, int vec, F f) {
+template <typename T, class F> __global__ void map1_kernel(T *o, const T *x, int64_t n, int vec, F f) {
     constexpr int V = vec16<T>::n;
     typedef pack<T, V> P;
     int64_t t = gtid(), st = gstride(), nv = vec ? n >> vec16<T>::lg : 0;
     for (int64_t v = t; v < nv; v += st) {
         P a = reinterpret_cast<const P *>(x)[v], r;
 #pragma unroll
-        for (int k = 0; k < V; k++) r.v[k] = from_f32<T>(f(to_f32(a.v[k])));
+        for (int k = 0; k < V; k++)
+            r.v[k] = from_f32<T>(f(to_f32(a.v[k])));
         reinterpret_cast<P *>(o)[v] = r;
     }
-    for (int64_t i = nv * V + t; i < n; i += st) o[i] = from_f32<T>(f(to_f32(x[i])));
+    for (int64_t i = nv * V + t; i < n; i += st)
+        o[i] = from_f32<T>(f(to_f32(x[i])));
 }
 
 /* o[i] = f(a[i sa], b[i sb]), sa and sb 0 or 1 (0: a single element). */
@@ -255,10 +323,14 @@ __global__ void map2_kernel(T *o, const T *a, int sa, const T *b, int sb, int64_
     for (int64_t v = t; v < nv; v += st) {
         if constexpr (std::is_same<T, float>::value) { /* the f32 code as it was (see load_pack) */
             float4 x, y, r;
-            if (sa) x = reinterpret_cast<const float4 *>(a)[v];
-            else x.x = x.y = x.z = x.w = a[0];
-            if (sb) y = reinterpret_cast<const float4 *>(b)[v];
-            else y.x = y.y = y.z = y.w = b[0];
+            if (sa)
+                x = reinterpret_cast<const float4 *>(a)[v];
+            else
+                x.x = x.y = x.z = x.w = a[0];
+            if (sb)
+                y = reinterpret_cast<const float4 *>(b)[v];
+            else
+                y.x = y.y = y.z = y.w = b[0];
             r.x = f(x.x, y.x);
             r.y = f(x.y, y.y);
             r.z = f(x.z, y.z);
@@ -266,16 +338,22 @@ __global__ void map2_kernel(T *o, const T *a, int sa, const T *b, int sb, int64_
             reinterpret_cast<float4 *>(o)[v] = r;
         } else {
             P x, y, r;
-            if (sa) x = reinterpret_cast<const P *>(a)[v];
-            else x = splat<V>(a[0]);
-            if (sb) y = reinterpret_cast<const P *>(b)[v];
-            else y = splat<V>(b[0]);
+            if (sa)
+                x = reinterpret_cast<const P *>(a)[v];
+            else
+                x = splat<V>(a[0]);
+            if (sb)
+                y = reinterpret_cast<const P *>(b)[v];
+            else
+                y = splat<V>(b[0]);
 #pragma unroll
-            for (int k = 0; k < V; k++) r.v[k] = from_f32<T>(f(to_f32(x.v[k]), to_f32(y.v[k])));
+            for (int k = 0; k < V; k++)
+                r.v[k] = from_f32<T>(f(to_f32(x.v[k]), to_f32(y.v[k])));
             reinterpret_cast<P *>(o)[v] = r;
         }
     }
-    for (int64_t i = nv * V + t; i < n; i += st) o[i] = from_f32<T>(f(to_f32(a[sa ? i : 0]), to_f32(b[sb ? i : 0])));
+    for (int64_t i = nv * V + t; i < n; i += st)
+        o[i] = from_f32<T>(f(to_f32(a[sa ? i : 0]), to_f32(b[sb ? i : 0])));
 }
 
 /* Vectors and tail elements of a flat map: the threads it wants. */
@@ -284,8 +362,7 @@ template <typename T> static int64_t map_work(int64_t n, int vec) {
     return nv > tail ? nv : tail;
 }
 
-template <class F>
-static int run_map1(const mpmd_kargs *a, F f) {
+template <class F> static int run_map1(const mpmd_kargs *a, F f) {
     int d = common_dtype(a, 1);
     if (d < 0) return 1;
     return by_dtype(d, [&](auto tag) {
@@ -294,14 +371,27 @@ static int run_map1(const mpmd_kargs *a, F f) {
         T *o = (T *)a->out;
         const T *x = (const T *)a->in[0];
         int vec = aligned16(o) && aligned16(x);
-        map1_kernel<T, F><<<grid_for(map_work<T>(n, vec)), THREADS, 0, mpmd_cuda_of(a)->stream>>>(o, x, n, vec, f);
+        map1_kernel<T, F>
+            <<<grid_for(map_work<T>(n, vec)), THREADS, 0, mpmd_cuda_of(a)->stream>>>(o, x, n, vec, f);
         return mpmd_cuda_launched(a, a->node->op->name);
     });
 }
 
 /* ---- binary ops and broadcast_to ---------------------------------------------------------- */
 
-enum { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_COPY, GR_TANH, GR_SQRT, GR_RSQRT, GR_SQUARE, GR_RELU, GR_GELU };
+enum {
+    BIN_ADD,
+    BIN_SUB,
+    BIN_MUL,
+    BIN_DIV,
+    BIN_COPY,
+    GR_TANH,
+    GR_SQRT,
+    GR_RSQRT,
+    GR_SQUARE,
+    GR_RELU,
+    GR_GELU
+};
 
 /* The coalesced output (mpmd_bcast_plan_make, src/backend/shape_plan.c, as
  * on the CPU): groups outermost first, element strides of a and b per group,
@@ -343,10 +433,14 @@ __global__ void bcast_kernel(T *o, const T *a, const T *b, bcast_args p, F f) {
         }
         if constexpr (V > 1 && std::is_same<T, float>::value) { /* the f32 code as it was (see load_pack) */
             float4 x, y, r;
-            if (p.sa) x = *reinterpret_cast<const float4 *>(a + offa);
-            else x.x = x.y = x.z = x.w = a[offa];
-            if (p.sb) y = *reinterpret_cast<const float4 *>(b + offb);
-            else y.x = y.y = y.z = y.w = b[offb];
+            if (p.sa)
+                x = *reinterpret_cast<const float4 *>(a + offa);
+            else
+                x.x = x.y = x.z = x.w = a[offa];
+            if (p.sb)
+                y = *reinterpret_cast<const float4 *>(b + offb);
+            else
+                y.x = y.y = y.z = y.w = b[offb];
             r.x = f(x.x, y.x);
             r.y = f(x.y, y.y);
             r.z = f(x.z, y.z);
@@ -354,12 +448,17 @@ __global__ void bcast_kernel(T *o, const T *a, const T *b, bcast_args p, F f) {
             *reinterpret_cast<float4 *>(o + i) = r;
         } else if constexpr (V > 1) {
             pack<T, V> x, y, r;
-            if (p.sa) x = load_pack<V>(a + offa);
-            else x = splat<V>(a[offa]);
-            if (p.sb) y = load_pack<V>(b + offb);
-            else y = splat<V>(b[offb]);
+            if (p.sa)
+                x = load_pack<V>(a + offa);
+            else
+                x = splat<V>(a[offa]);
+            if (p.sb)
+                y = load_pack<V>(b + offb);
+            else
+                y = splat<V>(b[offb]);
 #pragma unroll
-            for (int k = 0; k < V; k++) r.v[k] = from_f32<T>(f(to_f32(x.v[k]), to_f32(y.v[k])));
+            for (int k = 0; k < V; k++)
+                r.v[k] = from_f32<T>(f(to_f32(x.v[k]), to_f32(y.v[k])));
             *reinterpret_cast<pack<T, V> *>(o + i) = r;
         } else {
             o[i] = from_f32<T>(f(to_f32(a[offa]), to_f32(b[offb])));
@@ -372,8 +471,10 @@ static void launch_bcast_v(cudaStream_t s, T *o, const T *a, const T *b, const b
     /* 32-bit indices when every index and offset (< n, + one grid stride) fits */
     int small = p.n + (int64_t)MAX_GRID * THREADS < ((int64_t)1 << 31);
     unsigned g = grid_for(p.n / V);
-    if (small) bcast_kernel<F, T, uint32_t, V><<<g, THREADS, 0, s>>>(o, a, b, p, f);
-    else bcast_kernel<F, T, int64_t, V><<<g, THREADS, 0, s>>>(o, a, b, p, f);
+    if (small)
+        bcast_kernel<F, T, uint32_t, V><<<g, THREADS, 0, s>>>(o, a, b, p, f);
+    else
+        bcast_kernel<F, T, int64_t, V><<<g, THREADS, 0, s>>>(o, a, b, p, f);
 }
 
 /* width: outputs per thread, 1, 4, or (16-bit) 8 */
@@ -382,14 +483,17 @@ static void launch_bcast(cudaStream_t s, T *o, const T *a, const T *b, const bca
     if constexpr (sizeof(T) == 2) {
         if (width == 8) return launch_bcast_v<T, 8>(s, o, a, b, p, f);
     }
-    if (width == 4) launch_bcast_v<T, 4>(s, o, a, b, p, f);
-    else launch_bcast_v<T, 1>(s, o, a, b, p, f);
+    if (width == 4)
+        launch_bcast_v<T, 4>(s, o, a, b, p, f);
+    else
+        launch_bcast_v<T, 1>(s, o, a, b, p, f);
 }
 
 /* The widest vector of a 16-byte (f32: 4, 16-bit: 8) or 8-byte (16-bit: 4)
  * one that divides the last group and to which every buffer read or written
  * in vectors is aligned; 1 when none. */
-template <typename T> static int bcast_width(const bcast_args &p, const void *o, const void *x, const void *y) {
+template <typename T>
+static int bcast_width(const bcast_args &p, const void *o, const void *x, const void *y) {
     for (int w = vec16<T>::n; w >= 4; w /= 2) {
         size_t bytes = (size_t)w * sizeof(T);
         if (p.cols % w == 0 && aligned_to(o, bytes) && (!p.sa || aligned_to(x, bytes)) &&
@@ -406,7 +510,8 @@ static void launch_map2_f(cudaStream_t s, T *o, const T *x, int sa, const T *y, 
 }
 
 template <typename T>
-static int launch_map2(const mpmd_kargs *a, int kind, T *o, const T *x, int sa, const T *y, int sb, int64_t n) {
+static int launch_map2(const mpmd_kargs *a, int kind, T *o, const T *x, int sa, const T *y, int sb,
+                       int64_t n) {
     cudaStream_t s = mpmd_cuda_of(a)->stream;
     switch (kind) {
     case BIN_ADD: launch_map2_f(s, o, x, sa, y, sb, n, FAdd()); break;
@@ -465,26 +570,58 @@ static int run_binary(const mpmd_kargs *a, int kind) {
     return by_dtype(d, [&](auto tag) { return run_binary_t<typename decltype(tag)::type>(a, kind); });
 }
 
-static int k_add(const mpmd_kargs *a) { return run_binary(a, BIN_ADD); }
-static int k_sub(const mpmd_kargs *a) { return run_binary(a, BIN_SUB); }
-static int k_mul(const mpmd_kargs *a) { return run_binary(a, BIN_MUL); }
-static int k_div(const mpmd_kargs *a) { return run_binary(a, BIN_DIV); }
+static int k_add(const mpmd_kargs *a) {
+    return run_binary(a, BIN_ADD);
+}
+static int k_sub(const mpmd_kargs *a) {
+    return run_binary(a, BIN_SUB);
+}
+static int k_mul(const mpmd_kargs *a) {
+    return run_binary(a, BIN_MUL);
+}
+static int k_div(const mpmd_kargs *a) {
+    return run_binary(a, BIN_DIV);
+}
 /* broadcast_to: out[i] = a[broadcast index of i] */
-static int k_broadcast_to(const mpmd_kargs *a) { return run_binary(a, BIN_COPY); }
+static int k_broadcast_to(const mpmd_kargs *a) {
+    return run_binary(a, BIN_COPY);
+}
 
 /* ---- unary ops ------------------------------------------------------------------------------ */
 
-static int k_add_scalar(const mpmd_kargs *a) { return run_map1(a, FAddS{a->node->fa[0]}); }
-static int k_mul_scalar(const mpmd_kargs *a) { return run_map1(a, FMulS{a->node->fa[0]}); }
-static int k_neg(const mpmd_kargs *a) { return run_map1(a, FNeg()); }
-static int k_exp(const mpmd_kargs *a) { return run_map1(a, FExp()); }
-static int k_log(const mpmd_kargs *a) { return run_map1(a, FLog()); }
-static int k_tanh(const mpmd_kargs *a) { return run_map1(a, FTanh()); }
-static int k_sqrt(const mpmd_kargs *a) { return run_map1(a, FSqrt()); }
-static int k_rsqrt(const mpmd_kargs *a) { return run_map1(a, FRsqrt()); }
-static int k_square(const mpmd_kargs *a) { return run_map1(a, FSquare()); }
-static int k_relu(const mpmd_kargs *a) { return run_map1(a, FRelu()); }
-static int k_gelu(const mpmd_kargs *a) { return run_map1(a, FGelu()); }
+static int k_add_scalar(const mpmd_kargs *a) {
+    return run_map1(a, FAddS{a->node->fa[0]});
+}
+static int k_mul_scalar(const mpmd_kargs *a) {
+    return run_map1(a, FMulS{a->node->fa[0]});
+}
+static int k_neg(const mpmd_kargs *a) {
+    return run_map1(a, FNeg());
+}
+static int k_exp(const mpmd_kargs *a) {
+    return run_map1(a, FExp());
+}
+static int k_log(const mpmd_kargs *a) {
+    return run_map1(a, FLog());
+}
+static int k_tanh(const mpmd_kargs *a) {
+    return run_map1(a, FTanh());
+}
+static int k_sqrt(const mpmd_kargs *a) {
+    return run_map1(a, FSqrt());
+}
+static int k_rsqrt(const mpmd_kargs *a) {
+    return run_map1(a, FRsqrt());
+}
+static int k_square(const mpmd_kargs *a) {
+    return run_map1(a, FSquare());
+}
+static int k_relu(const mpmd_kargs *a) {
+    return run_map1(a, FRelu());
+}
+static int k_gelu(const mpmd_kargs *a) {
+    return run_map1(a, FGelu());
+}
 
 /* ---- fused backward ops: out = f(gy, v), same shape and dtype ---------------------------------- */
 
@@ -498,36 +635,48 @@ static int run_grad(const mpmd_kargs *a, int kind) {
     });
 }
 
-static int k_tanh_grad(const mpmd_kargs *a) { return run_grad(a, GR_TANH); }
-static int k_sqrt_grad(const mpmd_kargs *a) { return run_grad(a, GR_SQRT); }
-static int k_rsqrt_grad(const mpmd_kargs *a) { return run_grad(a, GR_RSQRT); }
-static int k_square_grad(const mpmd_kargs *a) { return run_grad(a, GR_SQUARE); }
-static int k_relu_grad(const mpmd_kargs *a) { return run_grad(a, GR_RELU); }
-static int k_gelu_grad(const mpmd_kargs *a) { return run_grad(a, GR_GELU); }
+static int k_tanh_grad(const mpmd_kargs *a) {
+    return run_grad(a, GR_TANH);
+}
+static int k_sqrt_grad(const mpmd_kargs *a) {
+    return run_grad(a, GR_SQRT);
+}
+static int k_rsqrt_grad(const mpmd_kargs *a) {
+    return run_grad(a, GR_RSQRT);
+}
+static int k_square_grad(const mpmd_kargs *a) {
+    return run_grad(a, GR_SQUARE);
+}
+static int k_relu_grad(const mpmd_kargs *a) {
+    return run_grad(a, GR_RELU);
+}
+static int k_gelu_grad(const mpmd_kargs *a) {
+    return run_grad(a, GR_GELU);
+}
 
 /* ---- sum_to ------------------------------------------------------------------------------------- */
 
 enum { SUM_COPY, SUM_KEEP, SUM_RED };
 
-#define KEEP_LANES 32     /* column lanes per block (one warp), each 1 or 4 columns */
-#define KEEP_WARPS 8      /* warps per block, each a row lane */
-#define KEEP_MIN_ROWS 64  /* fewest reduced rows worth a chunk of their own (x the vector width) */
-#define KEEP_BLOCKS 1024  /* blocks to aim for when splitting into chunks */
+#define KEEP_LANES 32      /* column lanes per block (one warp), each 1 or 4 columns */
+#define KEEP_WARPS 8       /* warps per block, each a row lane */
+#define KEEP_MIN_ROWS 64   /* fewest reduced rows worth a chunk of their own (x the vector width) */
+#define KEEP_BLOCKS 1024   /* blocks to aim for when splitting into chunks */
 #define RED_MIN_CHUNK 2048 /* fewest elements per warp worth a chunk of their own */
-#define RED_WARPS 4096    /* warps to aim for when splitting into chunks */
+#define RED_WARPS 4096     /* warps to aim for when splitting into chunks */
 #define RED_MAX_S 1024
 
 /* The schedule of one sum_to, from the shapes alone (not the dtype). */
 struct sum_args {
     int mode;
-    int S;             /* chunks per output (1: no scratch) */
-    int64_t chunk;     /* reduced positions (KEEP: rows, RED: elements) per chunk */
-    int64_t inner;     /* size of the last group: columns (KEEP) or run length (RED) */
-    int64_t R;         /* KEEP: reduced rows per output; RED: elements summed per output */
-    int64_t out_rows;  /* KEEP: outputs / columns */
-    int vec;           /* KEEP: columns in 4s planned (inner % 4 == 0) */
+    int S;            /* chunks per output (1: no scratch) */
+    int64_t chunk;    /* reduced positions (KEEP: rows, RED: elements) per chunk */
+    int64_t inner;    /* size of the last group: columns (KEEP) or run length (RED) */
+    int64_t R;        /* KEEP: reduced rows per output; RED: elements summed per output */
+    int64_t out_rows; /* KEEP: outputs / columns */
+    int vec;          /* KEEP: columns in 4s planned (inner % 4 == 0) */
     int64_t nout, nin;
-    int nk, nr;        /* kept and reduced outer groups, outermost first */
+    int nk, nr; /* kept and reduced outer groups, outermost first */
     int64_t ksize[MAX_OUTER], kstride[MAX_OUTER], rsize[MAX_OUTER], rstride[MAX_OUTER];
 };
 
@@ -600,8 +749,8 @@ static size_t scratch_sum_to(const mpmd_graph *g, const mpmd_node *n) {
  * or part[chunk][output] (D = float). Each column's order is the same for
  * V = 1 and 4. */
 template <typename T, typename D, int V>
-__global__ void __launch_bounds__(KEEP_LANES *KEEP_WARPS) sum_keep_kernel(D *dst, const T *x, sum_args p,
-                                                                          int64_t tiles) {
+__global__ void __launch_bounds__(KEEP_LANES *KEEP_WARPS)
+    sum_keep_kernel(D *dst, const T *x, sum_args p, int64_t tiles) {
     __shared__ float sh[KEEP_WARPS][KEEP_LANES * V];
     int lane = threadIdx.x % KEEP_LANES, w = threadIdx.x / KEEP_LANES;
     int64_t b = blockIdx.x, tile = b % tiles, rest = b / tiles;
@@ -611,7 +760,8 @@ __global__ void __launch_bounds__(KEEP_LANES *KEEP_WARPS) sum_keep_kernel(D *dst
     if (r1 > p.R) r1 = p.R;
     float acc[V];
 #pragma unroll
-    for (int k = 0; k < V; k++) acc[k] = 0.0f;
+    for (int k = 0; k < V; k++)
+        acc[k] = 0.0f;
     if (c < p.inner) {
         const T *xc = x + decompose<int64_t>(orow, p.nk, p.ksize, p.kstride) + c;
         int64_t r = r0 + w;
@@ -622,27 +772,32 @@ __global__ void __launch_bounds__(KEEP_LANES *KEEP_WARPS) sum_keep_kernel(D *dst
             for (; r + (U - 1) * KEEP_WARPS < r1; r += U * KEEP_WARPS, q += U * st) {
                 pack<T, V> v[U];
 #pragma unroll
-                for (int u = 0; u < U; u++) v[u] = load_pack<V>(q + u * st);
+                for (int u = 0; u < U; u++)
+                    v[u] = load_pack<V>(q + u * st);
 #pragma unroll
                 for (int u = 0; u < U; u++)
 #pragma unroll
-                    for (int k = 0; k < V; k++) acc[k] += to_f32(v[u].v[k]);
+                    for (int k = 0; k < V; k++)
+                        acc[k] += to_f32(v[u].v[k]);
             }
             for (; r < r1; r += KEEP_WARPS, q += st) {
                 pack<T, V> v = load_pack<V>(q);
 #pragma unroll
-                for (int k = 0; k < V; k++) acc[k] += to_f32(v.v[k]);
+                for (int k = 0; k < V; k++)
+                    acc[k] += to_f32(v.v[k]);
             }
         } else {
             for (; r < r1; r += KEEP_WARPS) {
                 pack<T, V> v = load_pack<V>(xc + decompose<int64_t>(r, p.nr, p.rsize, p.rstride));
 #pragma unroll
-                for (int k = 0; k < V; k++) acc[k] += to_f32(v.v[k]);
+                for (int k = 0; k < V; k++)
+                    acc[k] += to_f32(v.v[k]);
             }
         }
     }
 #pragma unroll
-    for (int k = 0; k < V; k++) sh[w][lane * V + k] = acc[k];
+    for (int k = 0; k < V; k++)
+        sh[w][lane * V + k] = acc[k];
     __syncthreads();
     /* warp 0 adds the warps' sums of the block's 32 V columns, coalesced */
     if (w == 0) {
@@ -653,7 +808,8 @@ __global__ void __launch_bounds__(KEEP_LANES *KEEP_WARPS) sum_keep_kernel(D *dst
             if (cj < p.inner) {
                 float t = sh[0][j];
 #pragma unroll
-                for (int m = 1; m < KEEP_WARPS; m++) t += sh[m][j];
+                for (int m = 1; m < KEEP_WARPS; m++)
+                    t += sh[m][j];
                 dst[s * p.nout + orow * p.inner + cj] = from_f32<D>(t);
             }
         }
@@ -667,23 +823,28 @@ __device__ __forceinline__ float sum_strided(const float *p, int64_t stride, int
     for (; s + 8 <= n; s += 8) {
         float v[8];
 #pragma unroll
-        for (int u = 0; u < 8; u++) v[u] = p[(s + u) * stride];
+        for (int u = 0; u < 8; u++)
+            v[u] = p[(s + u) * stride];
 #pragma unroll
-        for (int u = 0; u < 8; u++) t += v[u];
+        for (int u = 0; u < 8; u++)
+            t += v[u];
     }
-    for (; s < n; s++) t += p[s * stride];
+    for (; s < n; s++)
+        t += p[s * stride];
     return t;
 }
 
 /* out[e] = part[0][e] + part[1][e] + ... + part[S-1][e], rounded to T */
 template <typename T> __global__ void sum_chunks_kernel(T *o, const float *part, int64_t nout, int S) {
-    for (int64_t e = gtid(); e < nout; e += gstride()) o[e] = from_f32<T>(sum_strided(part + e, nout, S));
+    for (int64_t e = gtid(); e < nout; e += gstride())
+        o[e] = from_f32<T>(sum_strided(part + e, nout, S));
 }
 
 /* Fixed shuffle tree over a warp; lane 0 gets the sum. */
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
-    for (int d = 16; d > 0; d >>= 1) v += __shfl_down_sync(0xffffffffu, v, d);
+    for (int d = 16; d > 0; d >>= 1)
+        v += __shfl_down_sync(0xffffffffu, v, d);
     return v;
 }
 
@@ -701,7 +862,8 @@ template <typename T, typename D> __global__ void sum_red_kernel(D *dst, const T
     const T *xe = x + decompose<int64_t>(e, p.nk, p.ksize, p.kstride);
     float acc = 0.0f;
     if (p.nr == 0) {
-        for (int64_t t = t0 + lane; t < t1; t += 32) acc += to_f32(xe[t]);
+        for (int64_t t = t0 + lane; t < t1; t += 32)
+            acc += to_f32(xe[t]);
     } else {
         for (int64_t t = t0 + lane; t < t1; t += 32) {
             int64_t r = t / p.inner, j = t - r * p.inner;
@@ -733,7 +895,8 @@ template <typename T> static int sum_to_t(const mpmd_kargs *a) {
         size_t bytes = (size_t)p.nout * sizeof(T);
         cudaError_t e = cudaMemcpyAsync(o, x, bytes, cudaMemcpyDeviceToDevice, st);
         if (e != cudaSuccess) {
-            snprintf(a->err, a->err_len, "sum_to: device copy of %zu bytes failed: %s", bytes, cudaGetErrorString(e));
+            snprintf(a->err, a->err_len, "sum_to: device copy of %zu bytes failed: %s", bytes,
+                     cudaGetErrorString(e));
             return 1;
         }
         return 0;
@@ -754,12 +917,16 @@ template <typename T> static int sum_to_t(const mpmd_kargs *a) {
         }
         unsigned nb = (unsigned)blocks, nt = KEEP_LANES * KEEP_WARPS;
         if (p.S > 1) {
-            if (vec) sum_keep_kernel<T, float, 4><<<nb, nt, 0, st>>>(part, x, p, tiles);
-            else sum_keep_kernel<T, float, 1><<<nb, nt, 0, st>>>(part, x, p, tiles);
+            if (vec)
+                sum_keep_kernel<T, float, 4><<<nb, nt, 0, st>>>(part, x, p, tiles);
+            else
+                sum_keep_kernel<T, float, 1><<<nb, nt, 0, st>>>(part, x, p, tiles);
             sum_chunks_kernel<T><<<grid_for(p.nout), THREADS, 0, st>>>(o, part, p.nout, p.S);
         } else {
-            if (vec) sum_keep_kernel<T, T, 4><<<nb, nt, 0, st>>>(o, x, p, tiles);
-            else sum_keep_kernel<T, T, 1><<<nb, nt, 0, st>>>(o, x, p, tiles);
+            if (vec)
+                sum_keep_kernel<T, T, 4><<<nb, nt, 0, st>>>(o, x, p, tiles);
+            else
+                sum_keep_kernel<T, T, 1><<<nb, nt, 0, st>>>(o, x, p, tiles);
         }
     } else {
         int64_t warps = p.nout * p.S, blocks = ceil_div(warps, THREADS / 32);
@@ -769,8 +936,8 @@ template <typename T> static int sum_to_t(const mpmd_kargs *a) {
         }
         if (p.S > 1) {
             sum_red_kernel<T, float><<<(unsigned)blocks, THREADS, 0, st>>>(part, x, p);
-            sum_red_chunks_kernel<T><<<(unsigned)ceil_div(p.nout, THREADS / 32), THREADS, 0, st>>>(o, part, p.nout,
-                                                                                                  p.S);
+            sum_red_chunks_kernel<T>
+                <<<(unsigned)ceil_div(p.nout, THREADS / 32), THREADS, 0, st>>>(o, part, p.nout, p.S);
         } else {
             sum_red_kernel<T, T><<<(unsigned)blocks, THREADS, 0, st>>>(o, x, p);
         }

@@ -78,20 +78,35 @@ template <> struct is16<f16> : std::true_type {};
 
 /* The storage of an operand that is f32 in the usual pattern (a loss, its
  * cotangent): float, or dyn in the dyn instantiation. */
-template <typename S> using f32_or_dyn = typename std::conditional<std::is_same<S, dyn>::value, dyn, float>::type;
+template <typename S>
+using f32_or_dyn = typename std::conditional<std::is_same<S, dyn>::value, dyn, float>::type;
 
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(bf16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_f32(f16 v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(float v) {
+    return v;
+}
+__device__ __forceinline__ float to_f32(bf16 v) {
+    return __bfloat162float(v);
+}
+__device__ __forceinline__ float to_f32(f16 v) {
+    return __half2float(v);
+}
 
 template <typename T> __device__ __forceinline__ T from_f32(float v);
-template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
-template <> __device__ __forceinline__ bf16 from_f32<bf16>(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ __forceinline__ f16 from_f32<f16>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ float from_f32<float>(float v) {
+    return v;
+}
+template <> __device__ __forceinline__ bf16 from_f32<bf16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ f16 from_f32<f16>(float v) {
+    return __float2half_rn(v);
+}
 
 /* The low 16 bits of b as a value of 16-bit type T, in f32 (exact). */
 template <typename T> __device__ __forceinline__ float bits_f32(unsigned b);
-template <> __device__ __forceinline__ float bits_f32<bf16>(unsigned b) { return __uint_as_float(b << 16); }
+template <> __device__ __forceinline__ float bits_f32<bf16>(unsigned b) {
+    return __uint_as_float(b << 16);
+}
 template <> __device__ __forceinline__ float bits_f32<f16>(unsigned b) {
     return __half2float(__ushort_as_half((unsigned short)(b & 0xffffu)));
 }
@@ -345,12 +360,14 @@ static row_shape row_shape_for(int64_t rows, int64_t n) {
     return s;
 }
 
-static int64_t last_dim(const mpmd_type *t) { return t->ndim ? t->dim[t->ndim - 1] : 1; }
+static int64_t last_dim(const mpmd_type *t) {
+    return t->ndim ? t->dim[t->ndim - 1] : 1;
+}
 
 /* The rows of a row op over t (the last axis is the row) and their launch
  * shape; false when there is no row (nothing to do). */
 typedef struct row_plan {
-    int64_t n;    /* row length */
+    int64_t n; /* row length */
     int64_t rows;
     row_shape rs;
 } row_plan;
@@ -491,7 +508,8 @@ template <bool W> __device__ __forceinline__ void row_ms(float &m, float &s, flo
 /* This thread's (m, s) over the elements below len of its chunks t, t + G,
  * ... (chunks of V), in order; V = 1 keeps four loads in flight. */
 template <typename S, int V>
-__device__ __forceinline__ void ms_local(const rd<S> &xr, int64_t len, int t, int G, bool al, float &m, float &s) {
+__device__ __forceinline__ void ms_local(const rd<S> &xr, int64_t len, int t, int G, bool al, float &m,
+                                         float &s) {
     m = -INFINITY;
     s = 0.0f;
     if constexpr (V == 1) {
@@ -643,10 +661,13 @@ __global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
  * the chunks wholly past len); the row's max, then the sum of exp(x - max)
  * in f32 (lane partials in element order, then the warp tree); one store of
  * each chunk. y may alias x. */
-template <int V> struct regs_of { enum { RC = ROW_WARP_MAX / (32 * V) }; };
+template <int V> struct regs_of {
+    enum { RC = ROW_WARP_MAX / (32 * V) };
+};
 
 template <typename S, int V, int K>
-__global__ void __launch_bounds__(ROW_WARP_BLOCK) softmax_fwd_regs(rd<S> x, wr<S> y, int64_t rows, int64_t n, bool al) {
+__global__ void __launch_bounds__(ROW_WARP_BLOCK)
+    softmax_fwd_regs(rd<S> x, wr<S> y, int64_t rows, int64_t n, bool al) {
     constexpr int C = regs_of<V>::RC;
     row_iter<true> it;
     int64_t nc = n / V;
@@ -806,12 +827,24 @@ template <int K> static int softmax_family(const mpmd_kargs *a) {
     return mpmd_cuda_launched(a, a->node->op->name);
 }
 
-static int k_softmax(const mpmd_kargs *a) { return softmax_family<SM_SOFTMAX>(a); }
-static int k_softmax_causal(const mpmd_kargs *a) { return softmax_family<SM_CAUSAL>(a); }
-static int k_log_softmax(const mpmd_kargs *a) { return softmax_family<SM_LOG>(a); }
-static int k_softmax_grad(const mpmd_kargs *a) { return softmax_family<SM_GRAD>(a); }
-static int k_softmax_causal_grad(const mpmd_kargs *a) { return softmax_family<SM_CAUSAL_GRAD>(a); }
-static int k_log_softmax_grad(const mpmd_kargs *a) { return softmax_family<SM_LOG_GRAD>(a); }
+static int k_softmax(const mpmd_kargs *a) {
+    return softmax_family<SM_SOFTMAX>(a);
+}
+static int k_softmax_causal(const mpmd_kargs *a) {
+    return softmax_family<SM_CAUSAL>(a);
+}
+static int k_log_softmax(const mpmd_kargs *a) {
+    return softmax_family<SM_LOG>(a);
+}
+static int k_softmax_grad(const mpmd_kargs *a) {
+    return softmax_family<SM_GRAD>(a);
+}
+static int k_softmax_causal_grad(const mpmd_kargs *a) {
+    return softmax_family<SM_CAUSAL_GRAD>(a);
+}
+static int k_log_softmax_grad(const mpmd_kargs *a) {
+    return softmax_family<SM_LOG_GRAD>(a);
+}
 
 /* ---- layer norm ------------------------------------------------------------------------------ */
 
@@ -825,7 +858,8 @@ static int k_log_softmax_grad(const mpmd_kargs *a) { return softmax_family<SM_LO
 #define LN_VPL (ROW_WARP_MAX / 32)
 
 template <typename S, int V>
-__device__ __forceinline__ void load_row(const rd<S> &r, int64_t nc, int t, bool al, float (&v)[LN_VPL / V][V]) {
+__device__ __forceinline__ void load_row(const rd<S> &r, int64_t nc, int t, bool al,
+                                         float (&v)[LN_VPL / V][V]) {
 #pragma unroll
     for (int k = 0; k < LN_VPL / V; k++) {
         int64_t c = t + 32 * k;
@@ -840,8 +874,8 @@ __device__ __forceinline__ void load_row(const rd<S> &r, int64_t nc, int t, bool
 }
 
 template <int V>
-__device__ __forceinline__ void ln_stats_regs(const float (&v)[LN_VPL / V][V], int64_t n, int64_t nc, int t, float eps,
-                                              float &mu, float &rs) {
+__device__ __forceinline__ void ln_stats_regs(const float (&v)[LN_VPL / V][V], int64_t n, int64_t nc, int t,
+                                              float eps, float &mu, float &rs) {
     float acc = 0.0f;
 #pragma unroll
     for (int k = 0; k < LN_VPL / V; k++)
@@ -861,8 +895,8 @@ __device__ __forceinline__ void ln_stats_regs(const float (&v)[LN_VPL / V][V], i
 }
 
 template <typename S, int V, bool W>
-__device__ __forceinline__ void ln_stats(const rd<S> &xr, int64_t n, int t, int G, bool al, float eps, float *sh,
-                                         float &mu, float &rs) {
+__device__ __forceinline__ void ln_stats(const rd<S> &xr, int64_t n, int t, int G, bool al, float eps,
+                                         float *sh, float &mu, float &rs) {
     int64_t nc = n / V;
     float acc = 0.0f;
 #pragma unroll 4
@@ -1074,15 +1108,20 @@ template <bool G> static int layer_norm_rows(const mpmd_kargs *a) {
                     layer_norm_grad_x<S, V, W>
                         <<<rs.blocks, rs.threads, 0, st>>>(x, gamma, z, y, rows, n, eps, al);
                 else
-                    layer_norm_fwd<S, V, W><<<rs.blocks, rs.threads, 0, st>>>(x, gamma, z, y, rows, n, eps, al);
+                    layer_norm_fwd<S, V, W>
+                        <<<rs.blocks, rs.threads, 0, st>>>(x, gamma, z, y, rows, n, eps, al);
             });
         });
     });
     return mpmd_cuda_launched(a, G ? "layer_norm_grad_x" : "layer_norm");
 }
 
-static int k_layer_norm(const mpmd_kargs *a) { return layer_norm_rows<false>(a); }
-static int k_layer_norm_grad_x(const mpmd_kargs *a) { return layer_norm_rows<true>(a); }
+static int k_layer_norm(const mpmd_kargs *a) {
+    return layer_norm_rows<false>(a);
+}
+static int k_layer_norm_grad_x(const mpmd_kargs *a) {
+    return layer_norm_rows<true>(a);
+}
 
 /* dgamma[c] = sum over rows of gy[r, c] * xhat[r, c]. The rows are cut into
  * chunks of LNG_CHUNK_MIN rows or more (at most LNG_CHUNKS_MAX chunks, a
@@ -1164,7 +1203,8 @@ static int k_layer_norm_grad_gamma(const mpmd_kargs *a) {
     if (numel == 0) { /* no rows: the sums are 0 (+0 in every float dtype) */
         cudaError_t e = cudaMemsetAsync(a->out, 0, (size_t)n * mpmd_dtype_size(dd), st);
         if (e != cudaSuccess) {
-            snprintf(a->err, a->err_len, "layer_norm_grad_gamma: device memset failed: %s", cudaGetErrorString(e));
+            snprintf(a->err, a->err_len, "layer_norm_grad_gamma: device memset failed: %s",
+                     cudaGetErrorString(e));
             return 1;
         }
         return 0;
@@ -1209,7 +1249,9 @@ static int copy_threads(int64_t cols) { /* a warp multiple, 32 to 256 */
     return t < 32 ? 32 : t > 256 ? 256 : (int)t;
 }
 
-static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+static int aligned16(const void *p) {
+    return ((uintptr_t)p & 15) == 0;
+}
 
 /* y[p, :] = table[ids[p], :]: a block per position (grid-stride), threads
  * over the row in groups VT of elements E (float4 or float for f32; for a
@@ -1232,8 +1274,8 @@ __global__ void embedding_fwd(const E *table, const int32_t *ids, E *y, int64_t 
 }
 
 /* The table and the output in different dtypes (dyn): element by element. */
-__global__ void embedding_fwd_dyn(rd<dyn> table, const int32_t *ids, wr<dyn> y, int64_t npos, int64_t c, int64_t v,
-                                  int *flag, int *info) {
+__global__ void embedding_fwd_dyn(rd<dyn> table, const int32_t *ids, wr<dyn> y, int64_t npos, int64_t c,
+                                  int64_t v, int *flag, int *info) {
     for (int64_t p = blockIdx.x; p < npos; p += gridDim.x) {
         int32_t id = ids[p];
         bool ok = id >= 0 && (int64_t)id < v;
@@ -1254,31 +1296,30 @@ static int k_embedding(const mpmd_kargs *a) {
     mpmd_dtype dt = tt->dtype, dy = a->node->type.dtype;
     unsigned grid = cap_grid(n);
     if (dt != dy) {
-        embedding_fwd_dyn<<<grid, copy_threads(c), 0, d->stream>>>(rd_of<dyn>(a->in[0], dt), ids,
-                                                                   wr_of<dyn>(a->out, dy), n, c, v, d->flag,
-                                                                   d->flag_info);
+        embedding_fwd_dyn<<<grid, copy_threads(c), 0, d->stream>>>(
+            rd_of<dyn>(a->in[0], dt), ids, wr_of<dyn>(a->out, dy), n, c, v, d->flag, d->flag_info);
     } else if (dt == MPMD_BF16 || dt == MPMD_F16) {
         typedef unsigned short E;
         const E *table = (const E *)a->in[0];
         E *y = (E *)a->out;
         if (c % 8 == 0 && aligned16(table) && aligned16(y))
-            embedding_fwd<E, uint4><<<grid, copy_threads(c / 8), 0, d->stream>>>(table, ids, y, n, c, v, d->flag,
-                                                                                d->flag_info);
+            embedding_fwd<E, uint4>
+                <<<grid, copy_threads(c / 8), 0, d->stream>>>(table, ids, y, n, c, v, d->flag, d->flag_info);
         else if (c % 4 == 0 && ptrs_aligned(8, {table, y}))
-            embedding_fwd<E, uint2><<<grid, copy_threads(c / 4), 0, d->stream>>>(table, ids, y, n, c, v, d->flag,
-                                                                                d->flag_info);
+            embedding_fwd<E, uint2>
+                <<<grid, copy_threads(c / 4), 0, d->stream>>>(table, ids, y, n, c, v, d->flag, d->flag_info);
         else
-            embedding_fwd<E, E><<<grid, copy_threads(c), 0, d->stream>>>(table, ids, y, n, c, v, d->flag,
-                                                                         d->flag_info);
+            embedding_fwd<E, E>
+                <<<grid, copy_threads(c), 0, d->stream>>>(table, ids, y, n, c, v, d->flag, d->flag_info);
     } else {
         const float *table = (const float *)a->in[0];
         float *y = (float *)a->out;
         if (c % 4 == 0 && aligned16(table) && aligned16(y))
-            embedding_fwd<float, float4><<<grid, copy_threads(c / 4), 0, d->stream>>>(table, ids, y, n, c, v,
-                                                                                     d->flag, d->flag_info);
+            embedding_fwd<float, float4>
+                <<<grid, copy_threads(c / 4), 0, d->stream>>>(table, ids, y, n, c, v, d->flag, d->flag_info);
         else
-            embedding_fwd<float, float><<<grid, copy_threads(c), 0, d->stream>>>(table, ids, y, n, c, v, d->flag,
-                                                                                d->flag_info);
+            embedding_fwd<float, float>
+                <<<grid, copy_threads(c), 0, d->stream>>>(table, ids, y, n, c, v, d->flag, d->flag_info);
     }
     return mpmd_cuda_launched(a, "embedding");
 }
@@ -1315,7 +1356,9 @@ static int64_t emb_sort_size(int64_t n) {
 
 #define EMB_CHUNK 64
 
-static size_t emb_bounds_bytes(int64_t v) { return ((size_t)(v + 1) * sizeof(int) + 15) / 16 * 16; }
+static size_t emb_bounds_bytes(int64_t v) {
+    return ((size_t)(v + 1) * sizeof(int) + 15) / 16 * 16;
+}
 
 static size_t scratch_embedding_grad(const mpmd_graph *g, const mpmd_node *n) {
     int64_t npos = mpmd_type_numel(mpmd_type_of(g, mpmd_in(n, 0)));
@@ -1336,7 +1379,8 @@ __device__ __forceinline__ void bitonic_cmpx(unsigned long long *k, int i, int j
 /* Steps of stride `from` down to 1 on this block's tile (size T = 2 *
  * blockDim.x) in shared memory, for merge size `size` (the direction of a
  * pair from the global index). */
-__device__ __forceinline__ void bitonic_tile_steps(unsigned long long *sk, int64_t base, int64_t size, int from) {
+__device__ __forceinline__ void bitonic_tile_steps(unsigned long long *sk, int64_t base, int64_t size,
+                                                   int from) {
     int t = (int)threadIdx.x;
     for (int stride = from; stride > 0; stride >>= 1) {
         __syncthreads();
@@ -1346,8 +1390,8 @@ __device__ __forceinline__ void bitonic_tile_steps(unsigned long long *sk, int64
 }
 
 /* Build the keys of this tile and sort it completely (merge sizes 2..T). */
-__global__ void __launch_bounds__(EMB_TILE / 2)
-    emb_sort_init(const int32_t *ids, unsigned long long *keys, int64_t npos, int64_t v, int *flag, int *info) {
+__global__ void __launch_bounds__(EMB_TILE / 2) emb_sort_init(const int32_t *ids, unsigned long long *keys,
+                                                              int64_t npos, int64_t v, int *flag, int *info) {
     __shared__ unsigned long long sk[EMB_TILE];
     int T = 2 * (int)blockDim.x;
     int64_t base = (int64_t)blockIdx.x * T;
@@ -1374,7 +1418,8 @@ __global__ void __launch_bounds__(EMB_TILE / 2)
 
 /* One global step (merge size, stride >= a tile): a thread per pair. */
 __global__ void emb_sort_step(unsigned long long *keys, int64_t half, int64_t size, int64_t stride) {
-    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < half; t += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < half;
+         t += (int64_t)gridDim.x * blockDim.x) {
         int64_t i = 2 * stride * (t / stride) + (t % stride);
         unsigned long long x = keys[i], y = keys[i + stride];
         bool asc = (i & size) == 0;
@@ -1400,7 +1445,8 @@ __global__ void __launch_bounds__(EMB_TILE / 2) emb_sort_merge(unsigned long lon
 
 /* bounds[v] = the number of keys below v << 32, for v = 0..V. */
 __global__ void emb_bounds(const unsigned long long *keys, int64_t nkeys, int *bounds, int64_t v) {
-    for (int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; id <= v; id += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; id <= v;
+         id += (int64_t)gridDim.x * blockDim.x) {
         unsigned long long want = (unsigned long long)id << 32;
         int64_t lo = 0, hi = nkeys;
         while (lo < hi) {
@@ -1518,7 +1564,8 @@ static int k_embedding_grad(const mpmd_kargs *a) {
     }
     if (npos > INT_MAX / 2 || v >= INT_MAX) {
         snprintf(a->err, a->err_len,
-                 "embedding_grad: %lld positions and %lld rows; the CUDA kernel takes fewer than 2^30 positions and "
+                 "embedding_grad: %lld positions and %lld rows; the CUDA kernel takes fewer than 2^30 "
+                 "positions and "
                  "2^31 - 1 rows",
                  (long long)npos, (long long)v);
         return 1;
@@ -1552,9 +1599,10 @@ static int k_embedding_grad(const mpmd_kargs *a) {
         }
         auto launch = [&](auto vc) {
             constexpr int VEC = decltype(vc)::value;
-            emb_grad_chunks<S, VEC><<<cap_grid(npos), copy_threads(c / VEC), 0, d->stream>>>(keys, bounds, gy, dt,
-                                                                                           partial, npos, v, c);
-            emb_grad_rows<S, VEC><<<cap_grid(v), copy_threads(c / VEC), 0, d->stream>>>(bounds, partial, dt, v, c);
+            emb_grad_chunks<S, VEC><<<cap_grid(npos), copy_threads(c / VEC), 0, d->stream>>>(
+                keys, bounds, gy, dt, partial, npos, v, c);
+            emb_grad_rows<S, VEC>
+                <<<cap_grid(v), copy_threads(c / VEC), 0, d->stream>>>(bounds, partial, dt, v, c);
         };
         if constexpr (std::is_same<S, float>::value) {
             if (vec == 4) return launch(std::integral_constant<int, 4>());
@@ -1659,8 +1707,8 @@ static int k_cross_entropy(const mpmd_kargs *a) {
             constexpr int V = decltype(vc)::value;
             with_warp(rs.warp, [&](auto wc) {
                 constexpr bool W = decltype(wc)::value;
-                cross_entropy_fwd<S, V, W>
-                    <<<rs.blocks, rs.threads, 0, d->stream>>>(x, labels, y, rows, v, d->flag, d->flag_info, al);
+                cross_entropy_fwd<S, V, W><<<rs.blocks, rs.threads, 0, d->stream>>>(
+                    x, labels, y, rows, v, d->flag, d->flag_info, al);
             });
         });
     });
@@ -1675,7 +1723,8 @@ static int k_cross_entropy_grad(const mpmd_kargs *a) {
     const int64_t v = rp.n, rows = rp.rows;
     const row_shape rs = rp.rs;
     const int32_t *labels = (const int32_t *)a->in[1];
-    mpmd_dtype dx = tl->dtype, dyl = a->in_type[2]->dtype, dgy = a->in_type[3]->dtype, dd = a->node->type.dtype;
+    mpmd_dtype dx = tl->dtype, dyl = a->in_type[2]->dtype, dgy = a->in_type[3]->dtype,
+               dd = a->node->type.dtype;
     int st = dyl == MPMD_F32 && dgy == MPMD_F32 ? storage_of({dx, dd}) : ST_DYN;
     by_storage(st, [&](auto tag) {
         typedef typename decltype(tag)::type S;

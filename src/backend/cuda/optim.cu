@@ -57,10 +57,12 @@ static int k_optim_step(const mpmd_kargs *a) {
 /* ---- sgd --------------------------------------------------------------------------- */
 
 /* p = p - lr g (the CPU's sgd_range, the same bits). */
-__device__ __forceinline__ float sgd_one(float p, float g, float lr) { return __fsub_rn(p, __fmul_rn(lr, g)); }
+__device__ __forceinline__ float sgd_one(float p, float g, float lr) {
+    return __fsub_rn(p, __fmul_rn(lr, g));
+}
 
-static __global__ void sgd_kernel(float *__restrict__ p, const float *__restrict__ gr, const float *__restrict__ lrp,
-                           int64_t n, int64_t nv) {
+static __global__ void sgd_kernel(float *__restrict__ p, const float *__restrict__ gr,
+                                  const float *__restrict__ lrp, int64_t n, int64_t nv) {
     const float lr = *lrp;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -116,9 +118,10 @@ __device__ __forceinline__ void adam_one(const adam_consts &k, float &p, float g
  * where CUDA's powf may be off by an ulp or two. A step below 1 (the CPU
  * reports "optim_step must run first") leaves everything untouched: the
  * device has no error code for it. */
-static __global__ void adamw_kernel(float *__restrict__ p, const float *__restrict__ gr, float *__restrict__ mu,
-                             float *__restrict__ nu, const int32_t *__restrict__ step,
-                             const float *__restrict__ lrp, adam_consts k, int64_t n, int64_t nv) {
+static __global__ void adamw_kernel(float *__restrict__ p, const float *__restrict__ gr,
+                                    float *__restrict__ mu, float *__restrict__ nu,
+                                    const int32_t *__restrict__ step, const float *__restrict__ lrp,
+                                    adam_consts k, int64_t n, int64_t nv) {
     const int32_t t = *step;
     if (t < 1) return;
     const double ft = (double)(float)t;
@@ -160,8 +163,8 @@ static int k_adamw(const mpmd_kargs *a) {
     int64_t n = mpmd_type_numel(a->in_type[0]);
     if (n <= 0) return 0;
     int64_t nv = vec_groups(n, p, gr, mu, nu);
-    adamw_kernel<<<opt_blocks(n, nv), OPT_THREADS, 0, mpmd_cuda_of(a)->stream>>>(p, gr, mu, nu, step, lr, k, n,
-                                                                                nv);
+    adamw_kernel<<<opt_blocks(n, nv), OPT_THREADS, 0, mpmd_cuda_of(a)->stream>>>(p, gr, mu, nu, step, lr, k,
+                                                                                 n, nv);
     return mpmd_cuda_launched(a, "adamw");
 }
 

@@ -92,7 +92,8 @@ static void axes_push(Axes *A, i64 size, i64 sa, i64 sb) {
 
 static i64 axes_count(const Axes *A) {
     i64 c = 1;
-    for (int k = 0; k < A->n; k++) c *= A->size[k];
+    for (int k = 0; k < A->n; k++)
+        c *= A->size[k];
     return c;
 }
 
@@ -131,7 +132,9 @@ __device__ __forceinline__ void axes_off2(const Axes &A, i64 i, i64 &oa, i64 &ob
     }
 }
 
-static i64 cdiv(i64 a, i64 b) { return (a + b - 1) / b; }
+static i64 cdiv(i64 a, i64 b) {
+    return (a + b - 1) / b;
+}
 
 /* Blocks for n items at `per` items per block, capped (kernels loop). */
 static unsigned grid_for(i64 n, i64 per) {
@@ -142,24 +145,37 @@ static unsigned grid_for(i64 n, i64 per) {
 }
 
 /* p is aligned to u bytes (a power of two). */
-static int aligned(const void *p, i64 u) { return ((uintptr_t)p & (uintptr_t)(u - 1)) == 0; }
+static int aligned(const void *p, i64 u) {
+    return ((uintptr_t)p & (uintptr_t)(u - 1)) == 0;
+}
 
 /* ---- storage types -------------------------------------------------------------- */
 
 /* A float operand is stored as float, __nv_bfloat16 or __half: widened to
  * f32 exactly on load, rounded to nearest even once on store. */
-__device__ __forceinline__ float rd_f32(float v) { return v; }
-__device__ __forceinline__ float rd_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float rd_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float rd_f32(float v) {
+    return v;
+}
+__device__ __forceinline__ float rd_f32(__nv_bfloat16 v) {
+    return __bfloat162float(v);
+}
+__device__ __forceinline__ float rd_f32(__half v) {
+    return __half2float(v);
+}
 
 template <class T> __device__ __forceinline__ T wr_f32(float v);
-template <> __device__ __forceinline__ float wr_f32<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 wr_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ __forceinline__ __half wr_f32<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ float wr_f32<float>(float v) {
+    return v;
+}
+template <> __device__ __forceinline__ __nv_bfloat16 wr_f32<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ __half wr_f32<__half>(float v) {
+    return __float2half_rn(v);
+}
 
 /* f((T *)0) with T the storage type of float dtype d; 1 when d is no float. */
-template <class F>
-static int with_float_type(mpmd_dtype d, F &&f) {
+template <class F> static int with_float_type(mpmd_dtype d, F &&f) {
     switch (d) {
     case MPMD_F32: f((float *)NULL); return 0;
     case MPMD_BF16: f((__nv_bfloat16 *)NULL); return 0;
@@ -193,7 +209,8 @@ static void rplan_make(const mpmd_type *t, i64 mask, RPlan *P) {
     mpmd_reduce_groups_make(&g, t, (int64_t)mask);
     P->inner = g.inner;
     P->L = g.len;
-    for (int k = 0; k < g.m - 1; k++) axes_push(g.red[k] ? &P->red : &P->kept, g.size[k], g.stride[k], 0);
+    for (int k = 0; k < g.m - 1; k++)
+        axes_push(g.red[k] ? &P->red : &P->kept, g.size[k], g.stride[k], 0);
     P->nk = axes_count(&P->kept);
     P->nr = axes_count(&P->red);
     P->n_out = P->inner ? P->nk : P->nk * P->L;
@@ -211,7 +228,8 @@ static void rplan_make(const mpmd_type *t, i64 mask, RPlan *P) {
         P->S = cdiv(R, P->seg);
     } else {
         int cw = 32;
-        while (cw > 1 && cw / 2 >= P->L) cw /= 2;
+        while (cw > 1 && cw / 2 >= P->L)
+            cw /= 2;
         P->G = cw;
         P->tiles = cdiv(P->L, cw);
         i64 nb = P->nk * P->tiles, ry = OBLK / cw;
@@ -227,7 +245,9 @@ static void rplan_make(const mpmd_type *t, i64 mask, RPlan *P) {
 }
 
 /* Nothing is reduced (every reduced axis has size 1): an elementwise map. */
-static int rplan_ident(const RPlan *P) { return !P->inner && P->nr == 1; }
+static int rplan_ident(const RPlan *P) {
+    return !P->inner && P->nr == 1;
+}
 
 /* ---- reduction operators --------------------------------------------------------- */
 
@@ -235,14 +255,13 @@ static int rplan_ident(const RPlan *P) { return !P->inner && P->nr == 1; }
  * The Op knows the storage types of y and dy. */
 struct Sink {
     void *y;
-    float scale;      /* sum's factor: 1, or mean's 1/count */
-    float2 *stats;    /* max_grad: (max, dy / count) per output */
-    const void *dy;   /* max_grad */
+    float scale;    /* sum's factor: 1, or mean's 1/count */
+    float2 *stats;  /* max_grad: (max, dy / count) per output */
+    const void *dy; /* max_grad */
 };
 
 /* TY: y's storage type (f32 results rounded to it once). */
-template <class TY>
-struct OpSum {
+template <class TY> struct OpSum {
     typedef float T;
     static __device__ __forceinline__ T id() { return 0.0f; }
     static __device__ __forceinline__ T one(float v) { return v; }
@@ -254,16 +273,19 @@ struct OpSum {
 };
 
 /* b wins when larger or NaN (a is the earlier value): NaN propagates. */
-__device__ __forceinline__ float max_nan(float a, float b) { return (b > a || b != b) ? b : a; }
+__device__ __forceinline__ float max_nan(float a, float b) {
+    return (b > a || b != b) ? b : a;
+}
 
-template <class TY>
-struct OpMax {
+template <class TY> struct OpMax {
     typedef float T;
     static __device__ __forceinline__ T id() { return __int_as_float((int)0xff800000u); }
     static __device__ __forceinline__ T one(float v) { return v; }
     static __device__ __forceinline__ T comb(T a, T b) { return max_nan(a, b); }
     static __device__ __forceinline__ T down(T a, int d) { return __shfl_down_sync(0xffffffffu, a, d); }
-    static __device__ __forceinline__ void finish(const Sink &k, i64 o, T v) { ((TY *)k.y)[o] = wr_f32<TY>(v); }
+    static __device__ __forceinline__ void finish(const Sink &k, i64 o, T v) {
+        ((TY *)k.y)[o] = wr_f32<TY>(v);
+    }
 };
 
 /* The max and how many elements equal it. */
@@ -273,8 +295,7 @@ struct MaxCnt {
 };
 
 /* TD: dy's storage type. */
-template <class TD>
-struct OpMaxCnt {
+template <class TD> struct OpMaxCnt {
     typedef MaxCnt T;
     static __device__ __forceinline__ T id() {
         T r;
@@ -314,7 +335,8 @@ __device__ __forceinline__ typename Op::T group_reduce(typename Op::T v, typenam
         return v;
     } else {
 #pragma unroll
-        for (int d = 16; d >= 1; d >>= 1) v = Op::comb(v, Op::down(v, d));
+        for (int d = 16; d >= 1; d >>= 1)
+            v = Op::comb(v, Op::down(v, d));
         if constexpr (G > 32) {
             const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
             if (lane == 0) sm[w] = v;
@@ -322,7 +344,8 @@ __device__ __forceinline__ typename Op::T group_reduce(typename Op::T v, typenam
             if (w == 0) {
                 v = lane < G / 32 ? sm[lane] : Op::id();
 #pragma unroll
-                for (int d = 16; d >= 1; d >>= 1) v = Op::comb(v, Op::down(v, d));
+                for (int d = 16; d >= 1; d >>= 1)
+                    v = Op::comb(v, Op::down(v, d));
             }
         }
         return v;
@@ -341,14 +364,16 @@ __device__ __forceinline__ void inner_visit(const RPlan &P, i64 base, i64 s, int
     const i64 j1 = j0 + P.seg < P.nr * L ? j0 + P.seg : P.nr * L;
     if (P.nr == 1) {
 #pragma unroll 4
-        for (i64 j = j0 + lane; j < j1; j += G) f(base + j);
+        for (i64 j = j0 + lane; j < j1; j += G)
+            f(base + j);
     } else if (L >= G) {
         /* run by run: no division per element */
         for (i64 r = j0 / L, r1 = (j1 - 1) / L; r <= r1; r++) {
             const i64 rb = base + axes_off(P.red, r), at = r * L;
             const i64 lo = j0 > at ? j0 - at : 0, hi = j1 - at < L ? j1 - at : L;
 #pragma unroll 4
-            for (i64 i = lo + lane; i < hi; i += G) f(rb + i);
+            for (i64 i = lo + lane; i < hi; i += G)
+                f(rb + i);
         }
     } else {
         for (i64 j = j0 + lane; j < j1; j += G) {
@@ -367,9 +392,11 @@ __device__ __forceinline__ void outer_visit(const RPlan &P, i64 col, i64 s, int 
     if (P.red.n <= 1) {
         const i64 st = P.red.n ? P.red.sa[0] : 0;
 #pragma unroll 4
-        for (i64 r = r0 + ty; r < r1; r += ry) f(col + r * st);
+        for (i64 r = r0 + ty; r < r1; r += ry)
+            f(col + r * st);
     } else {
-        for (i64 r = r0 + ty; r < r1; r += ry) f(col + axes_off(P.red, r));
+        for (i64 r = r0 + ty; r < r1; r += ry)
+            f(col + axes_off(P.red, r));
     }
 }
 
@@ -379,7 +406,8 @@ __device__ __forceinline__ void outer_visit(const RPlan &P, i64 col, i64 s, int 
  * block for G <= 32. TX: x's storage type. */
 template <class Op, int G, class TX>
 __global__ void __launch_bounds__(G <= 32 ? 256 : G)
-    k_inner_reduce(const TX *__restrict__ x, const RPlan P, const Sink sink, typename Op::T *__restrict__ part) {
+    k_inner_reduce(const TX *__restrict__ x, const RPlan P, const Sink sink,
+                   typename Op::T *__restrict__ part) {
     typedef typename Op::T T;
     __shared__ T sm[32];
     constexpr int PER = G <= 32 ? 256 / G : 1;
@@ -404,8 +432,8 @@ __global__ void __launch_bounds__(G <= 32 ? 256 : G)
 /* Outer layout: block (column block b, tile of CW columns, segment s);
  * thread (tx, ty) = threadIdx.x % CW, / CW. */
 template <class Op, class TX>
-__global__ void __launch_bounds__(OBLK)
-    k_outer_reduce(const TX *__restrict__ x, const RPlan P, const Sink sink, typename Op::T *__restrict__ part) {
+__global__ void __launch_bounds__(OBLK) k_outer_reduce(const TX *__restrict__ x, const RPlan P,
+                                                       const Sink sink, typename Op::T *__restrict__ part) {
     typedef typename Op::T T;
     __shared__ T sm[OBLK];
     const int cw = P.G, ry = OBLK / cw;
@@ -442,7 +470,8 @@ __global__ void __launch_bounds__(EBLK)
     k_combine(const typename Op::T *__restrict__ part, i64 S, i64 n, const Sink sink) {
     for (i64 o = (i64)blockIdx.x * EBLK + threadIdx.x; o < n; o += (i64)gridDim.x * EBLK) {
         typename Op::T acc = Op::id();
-        for (i64 s = 0; s < S; s++) acc = Op::comb(acc, part[s * n + o]);
+        for (i64 s = 0; s < S; s++)
+            acc = Op::comb(acc, part[s * n + o]);
         Op::finish(sink, o, acc);
     }
 }
@@ -453,9 +482,11 @@ template <class Op>
 __global__ void __launch_bounds__(EBLK)
     k_combine_warp(const typename Op::T *__restrict__ part, i64 S, i64 n, const Sink sink) {
     const int lane = threadIdx.x & 31;
-    for (i64 o = (i64)blockIdx.x * (EBLK / 32) + (threadIdx.x >> 5); o < n; o += (i64)gridDim.x * (EBLK / 32)) {
+    for (i64 o = (i64)blockIdx.x * (EBLK / 32) + (threadIdx.x >> 5); o < n;
+         o += (i64)gridDim.x * (EBLK / 32)) {
         typename Op::T acc = Op::id();
-        for (i64 s = lane; s < S; s += 32) acc = Op::comb(acc, part[s * n + o]);
+        for (i64 s = lane; s < S; s += 32)
+            acc = Op::comb(acc, part[s * n + o]);
         acc = group_reduce<Op, 32>(acc, NULL);
         if (lane == 0) Op::finish(sink, o, acc);
     }
@@ -501,9 +532,9 @@ static void launch_reduce(const RPlan &P, const TX *x, const Sink &sink, void *s
 /* dx = dy / count where x == max, else 0, over the same groups as the
  * reduction (stats[o] = (max, dy / count)). */
 template <int G, class TX>
-__global__ void __launch_bounds__(G <= 32 ? 256 : G) k_inner_scatter(const TX *__restrict__ x, const RPlan P,
-                                                                        const float2 *__restrict__ stats,
-                                                                        TX *__restrict__ dx) {
+__global__ void __launch_bounds__(G <= 32 ? 256 : G)
+    k_inner_scatter(const TX *__restrict__ x, const RPlan P, const float2 *__restrict__ stats,
+                    TX *__restrict__ dx) {
     constexpr int PER = G <= 32 ? 256 / G : 1;
     const int lane = (int)(threadIdx.x % G);
     const i64 nG = P.n_out * P.S;
@@ -517,8 +548,9 @@ __global__ void __launch_bounds__(G <= 32 ? 256 : G) k_inner_scatter(const TX *_
 }
 
 template <class TX>
-__global__ void __launch_bounds__(OBLK) k_outer_scatter(const TX *__restrict__ x, const RPlan P,
-                                                        const float2 *__restrict__ stats, TX *__restrict__ dx) {
+__global__ void __launch_bounds__(OBLK)
+    k_outer_scatter(const TX *__restrict__ x, const RPlan P, const float2 *__restrict__ stats,
+                    TX *__restrict__ dx) {
     const int cw = P.G, ry = OBLK / cw;
     const int tx = (int)threadIdx.x % cw, ty = (int)threadIdx.x / cw;
     const i64 nB = P.nk * P.tiles * P.S;
@@ -536,8 +568,8 @@ __global__ void __launch_bounds__(OBLK) k_outer_scatter(const TX *__restrict__ x
 
 /* Nothing reduced: each element is its own max, with count 1. */
 template <class TX, class TD>
-__global__ void __launch_bounds__(EBLK) k_max_grad_ident(const TX *__restrict__ x, const TD *__restrict__ dy,
-                                                         TX *__restrict__ dx, i64 n) {
+__global__ void __launch_bounds__(EBLK)
+    k_max_grad_ident(const TX *__restrict__ x, const TD *__restrict__ dy, TX *__restrict__ dx, i64 n) {
     for (i64 i = (i64)blockIdx.x * EBLK + threadIdx.x; i < n; i += (i64)gridDim.x * EBLK) {
         const float v = rd_f32(x[i]);
         dx[i] = wr_f32<TX>(v == v ? rd_f32(dy[i]) : 0.0f);
@@ -575,8 +607,8 @@ static int k_reduce(const mpmd_kargs *a) {
     RPlan P;
     rplan_make(a->in_type[0], n->ia[0], &P);
     if (P.S > 1 && !a->scratch) {
-        snprintf(a->err, a->err_len, "%s: the executor gave no scratch buffer (%lld bytes needed)", n->op->name,
-                 (long long)(P.S * P.n_out * (i64)sizeof(float)));
+        snprintf(a->err, a->err_len, "%s: the executor gave no scratch buffer (%lld bytes needed)",
+                 n->op->name, (long long)(P.S * P.n_out * (i64)sizeof(float)));
         return 1;
     }
     Sink sink;
@@ -608,8 +640,7 @@ static size_t s_max_grad(const mpmd_graph *g, const mpmd_node *n) {
 }
 
 /* max_grad with x and dx stored as TX, dy as TD. */
-template <class TX, class TD>
-static int max_grad_as(const mpmd_kargs *a, const RPlan &P, i64 numel) {
+template <class TX, class TD> static int max_grad_as(const mpmd_kargs *a, const RPlan &P, i64 numel) {
     const TX *x = (const TX *)a->in[0];
     const TD *dy = (const TD *)a->in[1];
     TX *dx = (TX *)a->out;
@@ -662,8 +693,8 @@ static int k_max_grad(const mpmd_kargs *a) {
     int rc = 0;
     with_float_type(xd, [&](auto xtag) {
         with_float_type(dd, [&](auto dtag) {
-            rc = max_grad_as<std::remove_pointer_t<decltype(xtag)>, std::remove_pointer_t<decltype(dtag)>>(a, P,
-                                                                                                          numel);
+            rc = max_grad_as<std::remove_pointer_t<decltype(xtag)>, std::remove_pointer_t<decltype(dtag)>>(
+                a, P, numel);
         });
     });
     return rc;
@@ -686,9 +717,8 @@ static void copy_runs_as(cudaStream_t st, void *dst, i64 ds, const void *src, i6
     const i64 total = n_runs * run;
     const i64 wide = ds > ss ? ds : ss;
     if (n_runs * (wide > run ? wide : run) < ((i64)1 << 31))
-        k_copy_runs<unsigned, E><<<grid_for(total, EBLK), EBLK, 0, st>>>((E *)dst, (unsigned)ds, (const E *)src,
-                                                                         (unsigned)ss, (unsigned)run,
-                                                                         (unsigned)total);
+        k_copy_runs<unsigned, E><<<grid_for(total, EBLK), EBLK, 0, st>>>(
+            (E *)dst, (unsigned)ds, (const E *)src, (unsigned)ss, (unsigned)run, (unsigned)total);
     else
         k_copy_runs<unsigned long long, E><<<grid_for(total, EBLK), EBLK, 0, st>>>(
             (E *)dst, (unsigned long long)ds, (const E *)src, (unsigned long long)ss, (unsigned long long)run,
@@ -701,15 +731,15 @@ static void copy_runs_as(cudaStream_t st, void *dst, i64 ds, const void *src, i6
 static i64 unit_for(i64 es, const void *p, const void *q, const i64 *v, int nv) {
     for (i64 u = 16; u > es; u >>= 1) {
         int ok = aligned(p, u) && aligned(q, u);
-        for (int k = 0; ok && k < nv; k++) ok = v[k] % u == 0;
+        for (int k = 0; ok && k < nv; k++)
+            ok = v[k] % u == 0;
         if (ok) return u;
     }
     return es;
 }
 
 /* f((E *)0) with E the unsigned type of u bytes (unit_for's). */
-template <class F>
-static void with_unit(i64 u, F &&f) {
+template <class F> static void with_unit(i64 u, F &&f) {
     switch (u) {
     case 16: f((uint4 *)NULL); break;
     case 8: f((uint2 *)NULL); break;
@@ -729,7 +759,8 @@ static i64 elem_size(const mpmd_kargs *a, mpmd_dtype d) {
 
 /* Copy n_runs runs of `run` elements of es bytes, run i from src + i*ss to
  * dst + i*ds (strides in elements). */
-static void copy_runs(cudaStream_t st, void *dst, i64 ds, const void *src, i64 ss, i64 n_runs, i64 run, i64 es) {
+static void copy_runs(cudaStream_t st, void *dst, i64 ds, const void *src, i64 ss, i64 n_runs, i64 run,
+                      i64 es) {
     if (n_runs <= 0 || run <= 0) return;
     if (n_runs == 1 || (ds == run && ss == run)) {
         cudaMemcpyAsync(dst, src, (size_t)(n_runs * run * es), cudaMemcpyDeviceToDevice, st);
@@ -747,7 +778,8 @@ static int k_reshape(const mpmd_kargs *a) {
     const i64 numel = mpmd_type_numel(&a->node->type);
     const i64 es = (i64)mpmd_dtype_size(a->node->type.dtype);
     if (a->out != a->in[0] && numel > 0)
-        cudaMemcpyAsync(a->out, a->in[0], (size_t)(numel * es), cudaMemcpyDeviceToDevice, mpmd_cuda_of(a)->stream);
+        cudaMemcpyAsync(a->out, a->in[0], (size_t)(numel * es), cudaMemcpyDeviceToDevice,
+                        mpmd_cuda_of(a)->stream);
     return mpmd_cuda_launched(a, "reshape");
 }
 
@@ -759,8 +791,8 @@ static int k_slice(const mpmd_kargs *a) {
     const i64 es = elem_size(a, a->in_type[0]->dtype);
     if (!es) return 1;
     mpmd_axis_split(a->in_type[0], (int)n->ia[0], &outer, &d, &inner);
-    copy_runs(mpmd_cuda_of(a)->stream, a->out, w * inner, (const char *)a->in[0] + start * inner * es, d * inner,
-              outer, w * inner, es);
+    copy_runs(mpmd_cuda_of(a)->stream, a->out, w * inner, (const char *)a->in[0] + start * inner * es,
+              d * inner, outer, w * inner, es);
     return mpmd_cuda_launched(a, "slice");
 }
 
@@ -782,8 +814,8 @@ static void slice_grad_as(cudaStream_t st, void *dx, const void *dy, i64 total, 
             (E *)dx, (const E *)dy, (unsigned)total, (unsigned)row, (unsigned)s0, (unsigned)s1);
     else
         k_slice_grad_rows<unsigned long long, E><<<grid_for(total, EBLK), EBLK, 0, st>>>(
-            (E *)dx, (const E *)dy, (unsigned long long)total, (unsigned long long)row, (unsigned long long)s0,
-            (unsigned long long)s1);
+            (E *)dx, (const E *)dy, (unsigned long long)total, (unsigned long long)row,
+            (unsigned long long)s0, (unsigned long long)s1);
 }
 
 /* slice_grad: dx[o, j, i] = dy[o, j - start, i] for start <= j < stop, else 0. */
@@ -817,7 +849,8 @@ static int k_concat(const mpmd_kargs *a) {
     cudaStream_t st = mpmd_cuda_of(a)->stream;
     for (int k = 0; k < n->n_in; k++) {
         const i64 dk = a->in_type[k]->dim[ax];
-        copy_runs(st, (char *)a->out + off * inner * es, dt * inner, a->in[k], dk * inner, outer, dk * inner, es);
+        copy_runs(st, (char *)a->out + off * inner * es, dt * inner, a->in[k], dk * inner, outer, dk * inner,
+                  es);
         off += dk;
     }
     return mpmd_cuda_launched(a, "concat");
@@ -839,8 +872,8 @@ __global__ void __launch_bounds__(EBLK)
 template <class E>
 static void permute_rows_as(cudaStream_t st, void *y, const void *x, i64 total, i64 len, const Axes &A) {
     if (total < ((i64)1 << 31))
-        k_permute_rows<unsigned, E><<<grid_for(total, EBLK), EBLK, 0, st>>>((E *)y, (const E *)x, (unsigned)total,
-                                                                            (unsigned)len, A);
+        k_permute_rows<unsigned, E>
+            <<<grid_for(total, EBLK), EBLK, 0, st>>>((E *)y, (const E *)x, (unsigned)total, (unsigned)len, A);
     else
         k_permute_rows<unsigned long long, E><<<grid_for(total, EBLK), EBLK, 0, st>>>(
             (E *)y, (const E *)x, (unsigned long long)total, (unsigned long long)len, A);
@@ -854,8 +887,8 @@ static void permute_rows_as(cudaStream_t st, void *y, const void *x, i64 total, 
  * column reads hit 32 different banks. */
 template <class E>
 __global__ void __launch_bounds__(256)
-    k_transpose(E *__restrict__ y, const E *__restrict__ x, i64 na, i64 nb, i64 sa, i64 tb,
-                i64 ta_tiles, i64 tb_tiles, i64 nblk, const Axes rest) {
+    k_transpose(E *__restrict__ y, const E *__restrict__ x, i64 na, i64 nb, i64 sa, i64 tb, i64 ta_tiles,
+                i64 tb_tiles, i64 nblk, const Axes rest) {
     __shared__ E tile[32][32 + 4 / sizeof(E)];
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     for (i64 blk = blockIdx.x; blk < nblk; blk += gridDim.x) {
@@ -886,10 +919,10 @@ enum { PERM_COPY, PERM_ROWS, PERM_TILES };
 
 struct PermPlan {
     int mode;
-    i64 len;         /* rows */
-    Axes A;          /* rows: the output axes before the last (sa: input stride); tiles: the rest (sa, sb) */
-    i64 na, nb;      /* tiles: sizes of input axis a (the output's last) and of the input's last axis */
-    i64 sa, tb;      /* tiles: input stride of a, output stride of b */
+    i64 len;    /* rows */
+    Axes A;     /* rows: the output axes before the last (sa: input stride); tiles: the rest (sa, sb) */
+    i64 na, nb; /* tiles: sizes of input axis a (the output's last) and of the input's last axis */
+    i64 sa, tb; /* tiles: input stride of a, output stride of b */
 };
 
 /* The permutation simplified by mpmd_perm_plan_make (src/backend/shape_plan.c,
@@ -910,7 +943,8 @@ static void perm_plan(const mpmd_type *t, const int64_t *perm, PermPlan *Q) {
          * other output axes (their input strides: multiples of len). */
         Q->mode = PERM_ROWS;
         Q->len = P.in_size[m - 1];
-        for (int k = 0; k < m - 1; k++) axes_push(&Q->A, P.in_size[P.q[k]], istr[P.q[k]], 0);
+        for (int k = 0; k < m - 1; k++)
+            axes_push(&Q->A, P.in_size[P.q[k]], istr[P.q[k]], 0);
         return;
     }
     /* The last axis moves: input axis ia becomes the output's last, and the
@@ -921,7 +955,8 @@ static void perm_plan(const mpmd_type *t, const int64_t *perm, PermPlan *Q) {
     if (Q->na < 8 || Q->nb < 8) { /* thin tiles: a plain map over every output axis */
         Q->mode = PERM_ROWS;
         Q->len = 1;
-        for (int k = 0; k < m; k++) axes_push(&Q->A, P.in_size[P.q[k]], istr[P.q[k]], 0);
+        for (int k = 0; k < m; k++)
+            axes_push(&Q->A, P.in_size[P.q[k]], istr[P.q[k]], 0);
         return;
     }
     Q->mode = PERM_TILES;
@@ -946,9 +981,11 @@ static int k_permute(const mpmd_kargs *a) {
         /* k elements a unit: k divides len, hence every input row offset */
         const i64 v[1] = {Q.len * es};
         const i64 k = unit_for(es, a->out, a->in[0], v, 1) / es;
-        for (int j = 0; j < Q.A.n; j++) Q.A.sa[j] /= k;
+        for (int j = 0; j < Q.A.n; j++)
+            Q.A.sa[j] /= k;
         with_unit(k * es, [&](auto tag) {
-            permute_rows_as<std::remove_pointer_t<decltype(tag)>>(st, a->out, a->in[0], numel / k, Q.len / k, Q.A);
+            permute_rows_as<std::remove_pointer_t<decltype(tag)>>(st, a->out, a->in[0], numel / k, Q.len / k,
+                                                                  Q.A);
         });
     } else {
         const i64 ta = cdiv(Q.na, 32), tbt = cdiv(Q.nb, 32), nblk = axes_count(&Q.A) * ta * tbt;
