@@ -1,22 +1,19 @@
-/* compiler.h - mpmd_jit_with_loop: from one step's graph and a schedule to
- * one program per rank.
+/* compiler.h - mpmd_compile: from one step's graph, a schedule and a
+ * backend to a plan (mpmd_plan): the tasks, the placement, one program per
+ * rank and the lists the interpreter follows.
  *
+ *   compile.c  the entry point: checks, then the passes below; the plan's
+ *              release and its printout
  *   cluster.c  body op -> (stage, F/B/A/W): the tasks' contents
  *   place.c    before/after-loop ops -> the ranks that run them
  *   lower.c    per-rank instruction lists: run task, send, receive, free,
- *              the loop reductions; validated by simulation
- *   jit.c      the entry point, the step's accessors and its printouts
+ *              the loop reductions; validated by simulation; the loop
+ *              reductions of each value and the in-task free lists
  *
- * and at run time (src/runtime/):
- *   run.c              the interpreter: sets up this process's ranks and
- *                      runs their programs (mpmd_runtime_* below)
- *   transport.h        what crosses ranks (send, receive, the cross-replica
- *                      sum, end of step, fetch), the step's st->tr:
- *   transport_local.c    in-process, one thread per rank, mailboxes
- *   mpi.c                MPI, one process per rank (MPMD_HAVE_MPI)
- *   runtime.h          a rank's state and the interpreter's services that
- *                      the transports use
- *   record.c           recorded runs: timelines, traces, summaries
+ * The compiler includes nothing from src/runtime/ and calls nothing there.
+ * The runtime (src/runtime/, runtime.h) reads a plan and never changes it;
+ * the step API there (step.c: mpmd_jit_with_loop, mpmd_step_*) compiles a
+ * plan and sets up the run state around it.
  */
 #ifndef MPMD_COMPILER_H
 #define MPMD_COMPILER_H
@@ -24,7 +21,6 @@
 #include "backend/backend.h"
 #include "graph/graph.h"
 
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -77,60 +73,38 @@ typedef struct mpmd_program {
     size_t scratch_bytes;
 } mpmd_program;
 
-/* ---- the compiled step ----------------------------------------------------- */
+/* ---- the plan -------------------------------------------------------------- */
 
-typedef struct mpmd_rank_state mpmd_rank_state;
-struct mpmd_transport;
-
-/* One executed instruction of a recorded run: seconds since the step began,
- * and (receives) the part spent blocked waiting for the message. */
-typedef struct mpmd_event {
-    int32_t instr; /* index in the rank's program */
-    double t0, t1, wait;
-} mpmd_event;
-
-struct mpmd_step {
+/* The compiler's product: everything mpmd_compile computes from one step's
+ * graph, a schedule, the backend and the data-parallel replica count. The
+ * runtime reads it through a const pointer and never changes it; run state
+ * (rank states, transport, inputs, timing) lives in struct mpmd_step
+ * (runtime/runtime.h). */
+typedef struct mpmd_plan {
     const mpmd_graph *g;
-    mpmd_schedule *sched; /* a copy's owner: the step keeps what it needs */
+    mpmd_schedule *sched; /* a copy's owner: the plan keeps what it needs */
     int num_ranks, num_stages, num_micro;
-    int threads_per_rank;
-    uint64_t seed;
+    int replicas; /* data-parallel replicas of every rank (mesh data axis) */
     unsigned char *live;
     mpmd_clusters cl;
     int32_t *stage_rank; /* [S] */
     uint64_t *runs;      /* [n_nodes * words] ranks that run/hold each value */
     int words;
-    int32_t *home;                   /* [n_nodes] body: rank computing it; loop_reduce: rank accumulating */
-    unsigned char *cross;            /* [n_nodes] body value read by another task (lives past its task) */
-    mpmd_program *prog;              /* [D] */
-    const mpmd_kernel **kern;        /* [n_nodes] */
-    const mpmd_backend *be;          /* every rank's backend */
-    int replicas;                    /* data-parallel replicas of every rank (mesh data axis) */
-    int runtime;                     /* mpmd_runtime_kind */
-    int num_local;                   /* rank states run by this process */
-    int mpi_rank, mpi_replica;       /* MPI: the rank and replica of this process (else 0) */
-    const struct mpmd_transport *tr; /* what crosses ranks (runtime/transport.h), set by the jit */
-    void *tx;                        /* the transport's state */
-    mpmd_rank_state *rs;             /* [num_local]: in-process, replica d rank r at d * D + r */
-    void **inputs;                   /* [n_nodes] shared input buffers */
-    unsigned char *input_set;
+    int32_t *home;            /* [n_nodes] body: rank computing it; loop_reduce: rank accumulating */
+    unsigned char *cross;     /* [n_nodes] body value read by another task (lives past its task) */
+    mpmd_program *prog;       /* [D] */
+    const mpmd_backend *be;   /* every rank's backend */
+    const mpmd_kernel **kern; /* [n_nodes] the backend's kernel of each op */
     int32_t *reduce_head, *reduce_next; /* loop reductions reading each body value */
     int32_t **free_head;                /* [S*4][position]: in-task values dying after that op */
     int32_t *free_next;
-    int record;            /* time every instruction (mpmd_step_record) */
-    double t_start, t_end; /* wall clock of the last run */
-    int abort_flag;        /* a rank failed: the others stop */
-    pthread_mutex_t abort_mu;
-    int mutex_ready;
-    int ran;
-    char err[MPMD_ERROR_MSG_MAX];
-};
+} mpmd_plan;
 
-static inline int mpmd_runs_on(const struct mpmd_step *st, int node, int r) {
-    return (int)((st->runs[(size_t)node * st->words + (r >> 6)] >> (r & 63)) & 1u);
+static inline int mpmd_runs_on(const mpmd_plan *pl, int node, int r) {
+    return (int)((pl->runs[(size_t)node * pl->words + (r >> 6)] >> (r & 63)) & 1u);
 }
-static inline void mpmd_set_runs(struct mpmd_step *st, int node, int r) {
-    st->runs[(size_t)node * st->words + (r >> 6)] |= (uint64_t)1 << (r & 63);
+static inline void mpmd_set_runs(mpmd_plan *pl, int node, int r) {
+    pl->runs[(size_t)node * pl->words + (r >> 6)] |= (uint64_t)1 << (r & 63);
 }
 
 /* Body values every reading rank makes itself instead of receiving them:
@@ -139,33 +113,25 @@ static inline int mpmd_replicated(const mpmd_node *n) {
     return n->op == &mpmd_op_microbatch || n->op == &mpmd_op_constant;
 }
 
-mpmd_status mpmd_place(struct mpmd_step *st, mpmd_error *err);
-mpmd_status mpmd_lower(struct mpmd_step *st, mpmd_error *err);
-mpmd_status mpmd_program_check(struct mpmd_step *st, mpmd_error *err);
-void mpmd_program_push(mpmd_program *p, mpmd_instr in, int *oom);
+/* The compiler's entry point (compile.c): check the graph against the
+ * schedule, then cluster, place, lower, check the programs, build the
+ * in-task free lists and look up the backend's kernels. The errors name
+ * mpmd_jit_with_loop, the public call that compiles. */
+mpmd_plan *mpmd_compile(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_backend *be, int replicas,
+                        mpmd_error *err);
+/* Its first part alone: whether g and s fit together (mpmd_jit_with_loop
+ * checks this before its options, mpmd_compile again). */
+mpmd_status mpmd_compile_check(const mpmd_graph *g, const mpmd_schedule *s, mpmd_error *err);
+void mpmd_plan_free(mpmd_plan *pl);
+/* The task bodies and every rank's program, as text (mpmd_step_print). */
+void mpmd_plan_print(const mpmd_plan *pl, FILE *f);
 
-/* run time (runtime/run.c; st->tr must be set) */
-mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err);
-void mpmd_runtime_free(struct mpmd_step *st);
-mpmd_status mpmd_runtime_run(struct mpmd_step *st);
-/* A rank's buffer of a value outside the body (host backends only: NULL
- * elsewhere). */
-void *mpmd_runtime_value(struct mpmd_step *st, int rank, int node);
-/* The same for (rank, replica): NULL when not held in this process or not
- * host memory; and whether that rank and replica hold value node here. */
-void *mpmd_runtime_replica_value(struct mpmd_step *st, int rank, int replica, int node);
-int mpmd_runtime_holds(struct mpmd_step *st, int rank, int replica, int node);
-/* Copy a value outside the body held by (rank, replica) in this process to
- * dst, or src into it (a parameter or variable). MPMD_ERR_INVALID when that
- * rank and replica hold no such value here. */
-mpmd_status mpmd_runtime_read(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes);
-mpmd_status mpmd_runtime_write(struct mpmd_step *st, int rank, int replica, int node, const void *src,
-                               size_t bytes);
-/* Input `node` changed in its host staging buffer: copy it to every rank of
- * this process that reads it (non-host backends). */
-mpmd_status mpmd_runtime_input_set(struct mpmd_step *st, int node);
-/* The recorded instructions of rank's last run, and its measured peak of
- * body-value bytes. */
-const mpmd_event *mpmd_runtime_events(const struct mpmd_step *st, int rank, int *n, int64_t *peak_bytes);
+mpmd_status mpmd_place(mpmd_plan *pl, mpmd_error *err);
+mpmd_status mpmd_lower(mpmd_plan *pl, mpmd_error *err);
+mpmd_status mpmd_program_check(const mpmd_plan *pl, mpmd_error *err);
+/* The loop reductions reading each body value and the in-task free lists
+ * (reduce_head/next, free_head/next). */
+mpmd_status mpmd_lower_task_lists(mpmd_plan *pl, mpmd_error *err);
+void mpmd_program_push(mpmd_program *p, mpmd_instr in, int *oom);
 
 #endif

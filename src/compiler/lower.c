@@ -1,4 +1,5 @@
-/* Lowering: one linear program per rank, and its check by simulation.
+/* Lowering: one linear program per rank, its check by simulation, and the
+ * lists the interpreter follows inside a task (loop reductions, frees).
  *
  * A rank's program is: its before-loop ops; then, entry by entry of its
  * schedule list, for each task: receive the body values it reads from
@@ -8,9 +9,10 @@
  * ranks that need them, and the after-loop ops run.
  *
  * A value produced and used inside one task is freed by the runtime right
- * after its last use in the task; every other body value has an explicit
- * FREE after its last use on the rank. A send that is a value's last use
- * hands the buffer over (no copy).
+ * after its last use in the task (the plan's free lists, made here at the
+ * end); every other body value has an explicit FREE after its last use on
+ * the rank. A send that is a value's last use hands the buffer over (no
+ * copy).
  */
 #include "compiler/compiler.h"
 
@@ -47,47 +49,47 @@ typedef struct {
     int n_ext_in;
 } cluster_io;
 
-mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
-    const mpmd_graph *g = st->g;
-    const mpmd_schedule *s = st->sched;
-    const int nn = g->n_nodes, D = st->num_ranks, S = st->num_stages, n = st->num_micro;
-    const int W = st->words;
+mpmd_status mpmd_lower(mpmd_plan *pl, mpmd_error *err) {
+    const mpmd_graph *g = pl->g;
+    const mpmd_schedule *s = pl->sched;
+    const int nn = g->n_nodes, D = pl->num_ranks, S = pl->num_stages, n = pl->num_micro;
+    const int W = pl->words;
     mpmd_status rc = MPMD_OK;
     int oom = 0;
     uint64_t *sendto = calloc((size_t)nn * W + 1, sizeof *sendto);
     int32_t *k_of = malloc((size_t)(nn + 1) * sizeof *k_of);
     cluster_io *io = calloc((size_t)S * MPMD_TASK_KINDS, sizeof *io);
     int32_t *mark = malloc((size_t)(nn + 1) * sizeof *mark);
-    unsigned char *cross = st->cross = calloc((size_t)nn + 1, 1); /* read by another task */
+    unsigned char *cross = pl->cross = calloc((size_t)nn + 1, 1); /* read by another task */
     int32_t *last = malloc(((size_t)nn * n + 1) * sizeof *last);
     int32_t *touched = NULL;
-    st->prog = calloc((size_t)D, sizeof *st->prog);
-    if (!sendto || !k_of || !io || !mark || !cross || !last || !st->prog) goto nomem;
+    pl->prog = calloc((size_t)D, sizeof *pl->prog);
+    if (!sendto || !k_of || !io || !mark || !cross || !last || !pl->prog) goto nomem;
 
     for (int i = 0; i < nn; i++)
         k_of[i] = -1, mark[i] = -1;
     for (int k = 0; k < S * MPMD_TASK_KINDS; k++)
-        for (int c = 0; c < st->cl.count[k]; c++)
-            k_of[st->cl.nodes[k][c]] = k;
+        for (int c = 0; c < pl->cl.count[k]; c++)
+            k_of[pl->cl.nodes[k][c]] = k;
     /* who reads each body value on another rank */
     for (int i = 0; i < nn; i++) {
         if (k_of[i] < 0) continue;
         const mpmd_node *nd = &g->nodes[i];
         for (int j = 0; j < nd->n_in; j++) {
             int u = nd->in[j];
-            if (k_of[u] < 0 || mpmd_replicated(&g->nodes[u]) || st->home[u] == st->home[i]) continue;
-            sendto[(size_t)u * W + (st->home[i] >> 6)] |= (uint64_t)1 << (st->home[i] & 63);
+            if (k_of[u] < 0 || mpmd_replicated(&g->nodes[u]) || pl->home[u] == pl->home[i]) continue;
+            sendto[(size_t)u * W + (pl->home[i] >> 6)] |= (uint64_t)1 << (pl->home[i] & 63);
         }
     }
     /* each cluster's inputs from other tasks; which values other tasks read */
     for (int k = 0; k < S * MPMD_TASK_KINDS; k++) {
         int cnt = 0, bound = 1;
-        for (int c = 0; c < st->cl.count[k]; c++)
-            bound += g->nodes[st->cl.nodes[k][c]].n_in;
+        for (int c = 0; c < pl->cl.count[k]; c++)
+            bound += g->nodes[pl->cl.nodes[k][c]].n_in;
         io[k].ext_in = malloc((size_t)bound * sizeof(int32_t));
         if (!io[k].ext_in) goto nomem;
-        for (int c = 0; c < st->cl.count[k]; c++) {
-            const mpmd_node *nd = &g->nodes[st->cl.nodes[k][c]];
+        for (int c = 0; c < pl->cl.count[k]; c++) {
+            const mpmd_node *nd = &g->nodes[pl->cl.nodes[k][c]];
             for (int j = 0; j < nd->n_in; j++) {
                 int u = nd->in[j];
                 if (k_of[u] < 0 || k_of[u] == k || mpmd_replicated(&g->nodes[u])) continue;
@@ -106,12 +108,12 @@ mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
     unsigned char *have = NULL;
     for (int r = 0; r < D && rc == MPMD_OK; r++) {
         mpmd_program raw = {r, 0, 0, NULL, 0, 0};
-        mpmd_program *p = &st->prog[r];
+        mpmd_program *p = &pl->prog[r];
         p->rank = r;
         have = calloc((size_t)nn * n + 1, 1);
         if (!have) goto nomem;
         for (int i = 0; i < nn; i++)
-            if (g->nodes[i].region == MPMD_REGION_PRE && st->live[i] && mpmd_runs_on(st, i, r) &&
+            if (g->nodes[i].region == MPMD_REGION_PRE && pl->live[i] && mpmd_runs_on(pl, i, r) &&
                 !(g->nodes[i].op->flags & MPMD_OPF_LEAF))
                 mpmd_program_push(&raw, mk(MPMD_I_RUN_PRE, i, -1, -1), &oom);
         const mpmd_schedule_rank *rk = &s->ranks[r];
@@ -123,17 +125,17 @@ mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
                 for (int c = 0; c < io[k].n_ext_in; c++) {
                     int u = io[k].ext_in[c];
                     if (have[(size_t)u * n + mb]) continue;
-                    if (st->home[u] == r) {
+                    if (pl->home[u] == r) {
                         char tb[MPMD_TASK_STR_MAX];
                         mpmd_task_str(&t[q], tb, sizeof tb);
                         rc = mpmd_error_set(
                             err, MPMD_ERR_SCHEDULE,
                             "mpmd_jit_with_loop: %s: rank %d runs %s before the task that computes "
                             "its input %%%d (%s of stage %d, microbatch %d)",
-                            s->name, r, tb, u, g->nodes[u].op->name, st->cl.stage[u], mb);
+                            s->name, r, tb, u, g->nodes[u].op->name, pl->cl.stage[u], mb);
                         break;
                     }
-                    mpmd_program_push(&raw, mk(MPMD_I_RECV, u, mb, st->home[u]), &oom);
+                    mpmd_program_push(&raw, mk(MPMD_I_RECV, u, mb, pl->home[u]), &oom);
                     have[(size_t)u * n + mb] = 1;
                 }
                 mpmd_instr ti = mk(MPMD_I_TASK, -1, mb, -1);
@@ -141,8 +143,8 @@ mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
                 ti.stage = t[q].stage;
                 ti.entry = e;
                 mpmd_program_push(&raw, ti, &oom);
-                for (int c = 0; c < st->cl.count[k]; c++) {
-                    int i = st->cl.nodes[k][c];
+                for (int c = 0; c < pl->cl.count[k]; c++) {
+                    int i = pl->cl.nodes[k][c];
                     have[(size_t)i * n + mb] = 1;
                     for (int dst = 0; dst < D; dst++)
                         if ((sendto[(size_t)i * W + (dst >> 6)] >> (dst & 63)) & 1u)
@@ -154,24 +156,24 @@ mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
         have = NULL;
         /* loop results: combined across the data-parallel replicas, then
          * sent where needed; receive what this rank needs */
-        for (int i = 0; i < nn && st->replicas > 1; i++)
-            if (g->nodes[i].op == &mpmd_op_loop_reduce && st->live[i] && st->home[i] == r &&
+        for (int i = 0; i < nn && pl->replicas > 1; i++)
+            if (g->nodes[i].op == &mpmd_op_loop_reduce && pl->live[i] && pl->home[i] == r &&
                 g->nodes[i].ia[0] != MPMD_REDUCE_CONCAT)
                 mpmd_program_push(&raw, mk(MPMD_I_ALLREDUCE, i, -1, -1), &oom);
         for (int i = 0; i < nn; i++) {
-            if (g->nodes[i].op != &mpmd_op_loop_reduce || !st->live[i] || st->home[i] != r) continue;
+            if (g->nodes[i].op != &mpmd_op_loop_reduce || !pl->live[i] || pl->home[i] != r) continue;
             for (int dst = 0; dst < D; dst++)
-                if (dst != r && mpmd_runs_on(st, i, dst))
+                if (dst != r && mpmd_runs_on(pl, i, dst))
                     mpmd_program_push(&raw, mk(MPMD_I_SEND, i, -1, dst), &oom);
         }
         for (int i = 0; i < nn; i++) {
-            if (g->nodes[i].op != &mpmd_op_loop_reduce || !st->live[i] || st->home[i] == r ||
-                !mpmd_runs_on(st, i, r))
+            if (g->nodes[i].op != &mpmd_op_loop_reduce || !pl->live[i] || pl->home[i] == r ||
+                !mpmd_runs_on(pl, i, r))
                 continue;
-            mpmd_program_push(&raw, mk(MPMD_I_RECV, i, -1, st->home[i]), &oom);
+            mpmd_program_push(&raw, mk(MPMD_I_RECV, i, -1, pl->home[i]), &oom);
         }
         for (int i = 0; i < nn; i++)
-            if (g->nodes[i].region == MPMD_REGION_POST && st->live[i] && mpmd_runs_on(st, i, r) &&
+            if (g->nodes[i].region == MPMD_REGION_POST && pl->live[i] && mpmd_runs_on(pl, i, r) &&
                 g->nodes[i].op != &mpmd_op_loop_reduce && !(g->nodes[i].op->flags & MPMD_OPF_LEAF))
                 mpmd_program_push(&raw, mk(MPMD_I_RUN_POST, i, -1, -1), &oom);
         if (oom) goto nomem;
@@ -207,8 +209,8 @@ mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
                 int k = in->stage * MPMD_TASK_KINDS + in->kind;
                 for (int c = 0; c < io[k].n_ext_in; c++)
                     TOUCH(io[k].ext_in[c], in->mb, x);
-                for (int c = 0; c < st->cl.count[k]; c++) {
-                    int i = st->cl.nodes[k][c];
+                for (int c = 0; c < pl->cl.count[k]; c++) {
+                    int i = pl->cl.nodes[k][c];
                     int ext = cross[i]; /* read by other tasks, on this rank or another */
                     if (ext) TOUCH(i, in->mb, x);
                 }
@@ -240,11 +242,11 @@ mpmd_status mpmd_lower(mpmd_step *st, mpmd_error *err) {
                 live_bytes += (int64_t)mpmd_type_bytes(&g->nodes[in.node].type);
             if (in.op == MPMD_I_TASK) {
                 int k = in.stage * MPMD_TASK_KINDS + in.kind;
-                for (int c = 0; c < st->cl.count[k]; c++)
-                    live_bytes += (int64_t)mpmd_type_bytes(&g->nodes[st->cl.nodes[k][c]].type);
+                for (int c = 0; c < pl->cl.count[k]; c++)
+                    live_bytes += (int64_t)mpmd_type_bytes(&g->nodes[pl->cl.nodes[k][c]].type);
                 if (live_bytes > peak) peak = live_bytes;
-                for (int c = 0; c < st->cl.count[k]; c++) {
-                    int i = st->cl.nodes[k][c];
+                for (int c = 0; c < pl->cl.count[k]; c++) {
+                    int i = pl->cl.nodes[k][c];
                     if (last[(size_t)i * n + in.mb] < 0) /* used only inside the task */
                         live_bytes -= (int64_t)mpmd_type_bytes(&g->nodes[i].type);
                 }
@@ -292,12 +294,12 @@ static msg_slot *msg_find(msg_slot *t, size_t cap, int node, int mb, int dst) {
     return &t[i];
 }
 
-mpmd_status mpmd_program_check(mpmd_step *st, mpmd_error *err) {
-    const int D = st->num_ranks;
+mpmd_status mpmd_program_check(const mpmd_plan *pl, mpmd_error *err) {
+    const int D = pl->num_ranks;
     size_t sends = 0, cap = 64;
     for (int r = 0; r < D; r++)
-        for (int x = 0; x < st->prog[r].n; x++)
-            sends += st->prog[r].ins[x].op == MPMD_I_SEND;
+        for (int x = 0; x < pl->prog[r].n; x++)
+            sends += pl->prog[r].ins[x].op == MPMD_I_SEND;
     while (cap < 2 * sends + 2)
         cap *= 2;
     int32_t *pc = calloc((size_t)D + 1, sizeof *pc);
@@ -313,7 +315,7 @@ mpmd_status mpmd_program_check(mpmd_step *st, mpmd_error *err) {
     for (;;) {
         int progressed = 0, done = 1;
         for (int r = 0; r < D; r++) {
-            const mpmd_program *p = &st->prog[r];
+            const mpmd_program *p = &pl->prog[r];
             while (pc[r] < p->n) {
                 const mpmd_instr *in = &p->ins[pc[r]];
                 if (in->op == MPMD_I_SEND) {
@@ -347,7 +349,7 @@ mpmd_status mpmd_program_check(mpmd_step *st, mpmd_error *err) {
             size_t k =
                 (size_t)snprintf(msg, sizeof msg, "mpmd_jit_with_loop: the per-rank programs deadlock:");
             for (int r = 0; r < D && k < sizeof msg; r++) {
-                const mpmd_program *p = &st->prog[r];
+                const mpmd_program *p = &pl->prog[r];
                 if (pc[r] >= p->n) continue;
                 const mpmd_instr *in = &p->ins[pc[r]];
                 k += (size_t)snprintf(msg + k, sizeof msg - k,
@@ -372,4 +374,71 @@ mpmd_status mpmd_program_check(mpmd_step *st, mpmd_error *err) {
 out:
     free(pc), free(t);
     return rc;
+}
+
+/* The loop reductions reading each body value, as lists (reduce_head[x] ->
+ * reduce_next[...]), in creation order; and inside each task, a value no
+ * other task reads dies after its last reader in the task (or right away
+ * when nothing reads it): free_head[k][c] lists the values of task k that
+ * die after its op at position c. */
+mpmd_status mpmd_lower_task_lists(mpmd_plan *pl, mpmd_error *err) {
+    const mpmd_graph *g = pl->g;
+    const int nn = g->n_nodes;
+    pl->reduce_head = malloc((size_t)(nn + 1) * sizeof *pl->reduce_head);
+    pl->reduce_next = malloc((size_t)(nn + 1) * sizeof *pl->reduce_next);
+    pl->free_next = malloc((size_t)(nn + 1) * sizeof *pl->free_next);
+    pl->free_head = calloc((size_t)pl->num_stages * MPMD_TASK_KINDS, sizeof *pl->free_head);
+    if (!pl->reduce_head || !pl->reduce_next || !pl->free_next || !pl->free_head) goto nomem;
+    for (int i = 0; i < nn; i++)
+        pl->reduce_head[i] = -1, pl->reduce_next[i] = -1, pl->free_next[i] = -1;
+    for (int i = nn - 1; i >= 0; i--)
+        if (g->nodes[i].op == &mpmd_op_loop_reduce && pl->live[i]) {
+            int x = g->nodes[i].in[0];
+            pl->reduce_next[i] = pl->reduce_head[x];
+            pl->reduce_head[x] = i;
+        }
+    for (int k = 0; k < pl->num_stages * MPMD_TASK_KINDS; k++) {
+        int cnt = pl->cl.count[k];
+        pl->free_head[k] = malloc((size_t)(cnt + 1) * sizeof(int32_t));
+        int32_t *lastpos = malloc((size_t)(cnt + 1) * sizeof(int32_t));
+        if (!pl->free_head[k] || !lastpos) {
+            free(lastpos);
+            goto nomem;
+        }
+        for (int c = 0; c < cnt; c++)
+            pl->free_head[k][c] = -1, lastpos[c] = c;
+        /* position of each node inside the cluster: the nodes are sorted */
+        for (int c = 0; c < cnt; c++) {
+            const mpmd_node *nd = &g->nodes[pl->cl.nodes[k][c]];
+            for (int j = 0; j < nd->n_in; j++) {
+                int u = nd->in[j];
+                /* binary search u in the cluster's sorted node list */
+                int lo = 0, hi = c - 1;
+                while (lo <= hi) {
+                    int mid = (lo + hi) / 2;
+                    if (pl->cl.nodes[k][mid] < u)
+                        lo = mid + 1;
+                    else if (pl->cl.nodes[k][mid] > u)
+                        hi = mid - 1;
+                    else {
+                        lastpos[mid] = c;
+                        break;
+                    }
+                }
+            }
+        }
+        for (int c = 0; c < cnt; c++) {
+            int i = pl->cl.nodes[k][c];
+            const mpmd_node *nd = &g->nodes[i];
+            if (pl->cross[i] || mpmd_replicated(nd) ||
+                (nd->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) || nd->type.dtype == MPMD_TOKEN)
+                continue;
+            pl->free_next[i] = pl->free_head[k][lastpos[c]];
+            pl->free_head[k][lastpos[c]] = i;
+        }
+        free(lastpos);
+    }
+    return MPMD_OK;
+nomem:
+    return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
 }

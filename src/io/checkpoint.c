@@ -18,9 +18,9 @@
  */
 #include "mpmd_checkpoint.h"
 
-#include "compiler/compiler.h"
 #include "graph/graph.h"
 #include "io/safetensors.h"
+#include "runtime/runtime.h"
 #include "util/half.h"
 #include "util/sha256.h"
 
@@ -127,13 +127,13 @@ static int exec_holders(state_view *view, mpmd_value v, void **out, int cap) {
  * only the copies this process holds. */
 static int step_holders(state_view *view, mpmd_value v, void **out, int cap) {
     mpmd_step *st = view->target;
-    int replicas = st->replicas > 1 ? st->replicas : 1, k = 0;
-    for (int r = 0; r < st->num_ranks; r++) {
-        if (!mpmd_runs_on(st, v.id, r)) continue;
+    int replicas = st->plan->replicas > 1 ? st->plan->replicas : 1, k = 0;
+    for (int r = 0; r < st->plan->num_ranks; r++) {
+        if (!mpmd_runs_on(st->plan, v.id, r)) continue;
         for (int d = 0; d < replicas && k < cap; d++) {
             void *p = mpmd_runtime_replica_value(st, r, d, v.id);
-            if (!p && !st->be->host_memory && mpmd_runtime_holds(st, r, d, v.id))
-                p = stage(view, v.id, r, d, mpmd_type_bytes(&st->g->nodes[v.id].type));
+            if (!p && !st->plan->be->host_memory && mpmd_runtime_holds(st, r, d, v.id))
+                p = stage(view, v.id, r, d, mpmd_type_bytes(&st->plan->g->nodes[v.id].type));
             if (p) out[k++] = p;
         }
     }
@@ -200,9 +200,9 @@ static mpmd_status exec_view(mpmd_exec *ex, const char *who, int params_only, st
 static mpmd_status step_view(mpmd_step *st, const char *who, int params_only, state_view *v,
                              mpmd_error *err) {
     if (!st) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no step", who);
-    int replicas = st->replicas > 1 ? st->replicas : 1;
-    return view_build(st->g, st, step_holders, st->num_ranks * replicas, st->runtime == MPMD_RUNTIME_MPI,
-                      params_only, who, v, err);
+    int replicas = st->plan->replicas > 1 ? st->plan->replicas : 1;
+    return view_build(st->plan->g, st, step_holders, st->plan->num_ranks * replicas,
+                      st->runtime == MPMD_RUNTIME_MPI, params_only, who, v, err);
 }
 
 /* Put "who: " in front of an error message filled by a helper. */

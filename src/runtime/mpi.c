@@ -89,12 +89,12 @@ void mpmd_mpi_abort(int code) {
 }
 
 static int tag_of(const struct mpmd_step *st, int node, int mb) {
-    return node * (st->num_micro + 1) + (mb + 1);
+    return node * (st->plan->num_micro + 1) + (mb + 1);
 }
 
 /* This process runs one rank state: its world index. */
 static int mpi_layout(const struct mpmd_step *st, int *first) {
-    *first = st->mpi_replica * st->num_ranks + st->mpi_rank;
+    *first = st->mpi_replica * st->plan->num_ranks + st->mpi_rank;
     return 1;
 }
 
@@ -110,7 +110,7 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
     if (!m) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
     st->tx = m;
     st->rs[0].tx = m;
-    const mpmd_program *p = &st->prog[st->mpi_rank];
+    const mpmd_program *p = &st->plan->prog[st->mpi_rank];
     m->rreq = malloc((size_t)(p->n + 1) * sizeof *m->rreq);
     m->rbuf = calloc((size_t)p->n + 1, sizeof *m->rbuf);
     if (!m->rreq || !m->rbuf) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
@@ -121,7 +121,7 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
     int *ub = NULL, flag = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
     m->tag_ub = flag && ub ? *ub : 32767;
-    int64_t need = (int64_t)st->g->n_nodes * (st->num_micro + 1);
+    int64_t need = (int64_t)st->plan->g->n_nodes * (st->plan->num_micro + 1);
     if (need > m->tag_ub)
         return mpmd_error_set(
             err, MPMD_ERR_INVALID,
@@ -141,7 +141,7 @@ static void mpi_teardown(struct mpmd_step *st) {
         if (m->data != MPI_COMM_NULL && m->data) MPI_Comm_free(&m->data);
     }
     if (m->rbuf) {
-        const mpmd_program *p = &st->prog[st->mpi_rank];
+        const mpmd_program *p = &st->plan->prog[st->mpi_rank];
         for (int x = 0; x < p->n; x++)
             free(m->rbuf[x]);
     }
@@ -178,7 +178,7 @@ static void reap_sends(mpmd_rank_state *rs, int wait) {
 static void mpi_prepare(mpmd_rank_state *rs, int x) {
     struct mpmd_step *st = rs->st;
     mpi_state *m = rs->tx;
-    const mpmd_program *p = &st->prog[rs->rank];
+    const mpmd_program *p = &st->plan->prog[rs->rank];
     if (x == 0) m->posted = 0;
     /* post every receive up to the second task from here */
     int tasks = 0, limit = x;
@@ -187,7 +187,7 @@ static void mpi_prepare(mpmd_rank_state *rs, int x) {
     for (; m->posted < limit; m->posted++) {
         const mpmd_instr *in = &p->ins[m->posted];
         if (in->op != MPMD_I_RECV) continue;
-        size_t b = rt_bytes(st->g, in->node);
+        size_t b = rt_bytes(st->plan->g, in->node);
         void *buf = rt_pool_get(rs, b);
         if (!buf) {
             rt_fail(rs, MPMD_ERR_NOMEM, "out of memory receiving %%%d", in->node);
@@ -202,7 +202,7 @@ static void mpi_prepare(mpmd_rank_state *rs, int x) {
 
 static int mpi_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
     mpi_state *m = rs->tx;
-    int x = (int)(in - rs->st->prog[rs->rank].ins); /* its receive was posted by mpi_prepare */
+    int x = (int)(in - rs->st->plan->prog[rs->rank].ins); /* its receive was posted by mpi_prepare */
     double t0 = rs->st->record ? rt_now() : 0;
     MPI_Wait(&m->rreq[x], MPI_STATUS_IGNORE);
     if (rs->st->record) rs->wait += rt_now() - t0;
@@ -214,7 +214,7 @@ static int mpi_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
 static int mpi_send(mpmd_rank_state *rs, const mpmd_instr *in) {
     struct mpmd_step *st = rs->st;
     mpi_state *m = rs->tx;
-    size_t b = rt_bytes(st->g, in->node);
+    size_t b = rt_bytes(st->plan->g, in->node);
     void *buf = rt_send_buffer(rs, in);
     if (!buf || (m->nps == m->cps &&
                  !(m->ps = realloc(m->ps, (size_t)(m->cps = m->cps ? 2 * m->cps : 64) * sizeof *m->ps)))) {
@@ -231,8 +231,8 @@ static int mpi_send(mpmd_rank_state *rs, const mpmd_instr *in) {
 static int mpi_allreduce(mpmd_rank_state *rs, int node) {
     struct mpmd_step *st = rs->st;
     mpi_state *m = rs->tx;
-    const int R = st->replicas;
-    size_t b = rt_bytes(st->g, node);
+    const int R = st->plan->replicas;
+    size_t b = rt_bytes(st->plan->g, node);
     char *all = malloc((size_t)R * b);
     void **bufs = malloc((size_t)R * sizeof *bufs);
     float *out = rt_pool_get(rs, b);
@@ -246,7 +246,7 @@ static int mpi_allreduce(mpmd_rank_state *rs, int node) {
     if (st->record) rs->wait += rt_now() - t0;
     for (int d = 0; d < R; d++)
         bufs[d] = all + (size_t)d * b;
-    st->be->combine(rs->dev, st->g, &st->g->nodes[node], bufs, R, out);
+    st->plan->be->combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], bufs, R, out);
     rt_pool_put(rs, rs->glob[node], b);
     rs->glob[node] = out;
     free(all), free(bufs);
@@ -257,22 +257,22 @@ static void mpi_end_step(mpmd_rank_state *rs) {
     mpi_state *m = rs->tx;
     reap_sends(rs, 1);
     /* receives posted but not consumed (a failed step): cancel them */
-    const mpmd_program *p = &rs->st->prog[rs->rank];
+    const mpmd_program *p = &rs->st->plan->prog[rs->rank];
     for (int x = 0; x < p->n; x++)
         if (m->rreq[x] != MPI_REQUEST_NULL) {
             MPI_Cancel(&m->rreq[x]);
             MPI_Wait(&m->rreq[x], MPI_STATUS_IGNORE);
-            rt_pool_put(rs, m->rbuf[x], rt_bytes(rs->st->g, p->ins[x].node));
+            rt_pool_put(rs, m->rbuf[x], rt_bytes(rs->st->plan->g, p->ins[x].node));
             m->rbuf[x] = NULL;
         }
 }
 
 static mpmd_status mpi_fetch(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
-    int root = replica * st->num_ranks + rank;
+    int root = replica * st->plan->num_ranks + rank;
     if (st->mpi_rank == rank && st->mpi_replica == replica) {
         const void *src = st->rs[0].glob[node];
         if (src)
-            st->be->download(st->rs[0].dev, dst, src, bytes);
+            st->plan->be->download(st->rs[0].dev, dst, src, bytes);
         else
             memset(dst, 0, bytes);
     }

@@ -1,7 +1,7 @@
 /* Measured runs: the recorded instructions of a step as a timeline (drawn
  * like a simulated schedule), as a Chrome trace of every instruction, and
  * as a per-rank summary next to the schedule's predictions. */
-#include "compiler/compiler.h"
+#include "runtime/runtime.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -28,19 +28,19 @@ mpmd_status mpmd_step_timeline(const mpmd_step *st, mpmd_timeline **out, mpmd_er
     *out = NULL;
     if (!has_run(st, err, "mpmd_step_timeline")) return MPMD_ERR_INVALID;
     char title[256];
-    snprintf(title, sizeof title, "%.200s, measured: %.2f ms", st->sched->name,
+    snprintf(title, sizeof title, "%.200s, measured: %.2f ms", st->plan->sched->name,
              1e3 * (st->t_end - st->t_start));
-    mpmd_timeline *tl = mpmd_timeline_new(st->num_ranks, title);
+    mpmd_timeline *tl = mpmd_timeline_new(st->plan->num_ranks, title);
     if (!tl) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_step_timeline: out of memory");
     snprintf(tl->unit, sizeof tl->unit, "ms");
     tl->unit_us = 1000.0;
-    for (int s = 0; s < st->num_stages; s++)
-        tl->rank_stages[st->stage_rank[s]]++;
-    for (int r = 0; r < st->num_ranks; r++) {
+    for (int s = 0; s < st->plan->num_stages; s++)
+        tl->rank_stages[st->plan->stage_rank[s]]++;
+    for (int r = 0; r < st->plan->num_ranks; r++) {
         int n;
         const mpmd_event *ev = mpmd_runtime_events(st, r, &n, NULL);
-        const mpmd_program *p = &st->prog[r];
-        const mpmd_schedule_rank *rk = &st->sched->ranks[r];
+        const mpmd_program *p = &st->plan->prog[r];
+        const mpmd_schedule_rank *rk = &st->plan->sched->ranks[r];
         for (int k = 0; k < n; k++) {
             const mpmd_instr *in = &p->ins[ev[k].instr];
             if (in->op != MPMD_I_TASK) continue;
@@ -65,11 +65,11 @@ mpmd_status mpmd_step_timeline(const mpmd_step *st, mpmd_timeline **out, mpmd_er
 
 mpmd_status mpmd_step_write_trace(const mpmd_step *st, FILE *f, mpmd_error *err) {
     if (!has_run(st, err, "mpmd_step_write_trace")) return MPMD_ERR_INVALID;
-    const mpmd_graph *g = st->g;
+    const mpmd_graph *g = st->plan->g;
     fprintf(f, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"schedule\": \"%s\"}, \"traceEvents\": [\n",
-            st->sched->name);
+            st->plan->sched->name);
     int first = 1;
-    for (int r = 0; r < st->num_ranks; r++) {
+    for (int r = 0; r < st->plan->num_ranks; r++) {
         fprintf(f,
                 "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": {\"name\": "
                 "\"rank %d\"}}",
@@ -81,7 +81,7 @@ mpmd_status mpmd_step_write_trace(const mpmd_step *st, FILE *f, mpmd_error *err)
         first = 0;
         int n;
         const mpmd_event *ev = mpmd_runtime_events(st, r, &n, NULL);
-        const mpmd_program *p = &st->prog[r];
+        const mpmd_program *p = &st->plan->prog[r];
         for (int k = 0; k < n; k++) {
             const mpmd_instr *in = &p->ins[ev[k].instr];
             char name[128];
@@ -131,7 +131,7 @@ mpmd_status mpmd_step_write_trace(const mpmd_step *st, FILE *f, mpmd_error *err)
 mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_error *err) {
     memset(out, 0, sizeof *out);
     if (!has_run(st, err, "mpmd_step_summary")) return MPMD_ERR_INVALID;
-    const int D = st->num_ranks;
+    const int D = st->plan->num_ranks;
     out->num_ranks = D;
     out->step_ms = 1e3 * (st->t_end - st->t_start);
     out->ranks = calloc((size_t)D, sizeof *out->ranks);
@@ -144,7 +144,7 @@ mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_er
         const mpmd_event *ev = mpmd_runtime_events(st, r, &n, &peak);
         mpmd_rank_stats *rs = &out->ranks[r];
         for (int k = 0; k < n; k++) {
-            const mpmd_instr *in = &st->prog[r].ins[ev[k].instr];
+            const mpmd_instr *in = &st->plan->prog[r].ins[ev[k].instr];
             double d = 1e3 * (ev[k].t1 - ev[k].t0);
             if (in->op == MPMD_I_TASK) {
                 rs->busy_ms += d;
@@ -156,17 +156,17 @@ mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_er
             } else if (in->op == MPMD_I_RECV) {
                 rs->wait_ms += 1e3 * ev[k].wait;
             } else if (in->op == MPMD_I_SEND) {
-                rs->sent_bytes += (int64_t)mpmd_type_bytes(&st->g->nodes[in->node].type);
+                rs->sent_bytes += (int64_t)mpmd_type_bytes(&st->plan->g->nodes[in->node].type);
             }
         }
         rs->peak_bytes = peak;
-        rs->planned_peak_bytes = st->prog[r].peak_bytes;
+        rs->planned_peak_bytes = st->plan->prog[r].peak_bytes;
         rs->bubble = out->step_ms > 0 ? 1.0 - rs->busy_ms / out->step_ms : 0;
         busy_total += rs->busy_ms;
     }
     out->bubble = out->step_ms > 0 ? 1.0 - busy_total / (D * out->step_ms) : 0;
-    out->analytic_bubble =
-        mpmd_schedule_analytic_bubble(st->sched, NULL, out->analytic_formula, sizeof out->analytic_formula);
+    out->analytic_bubble = mpmd_schedule_analytic_bubble(st->plan->sched, NULL, out->analytic_formula,
+                                                         sizeof out->analytic_formula);
     /* the schedule simulated with this run's mean task times */
     mpmd_cost_model cost = MPMD_COST_DEFAULTS;
     for (int k = 0; k < MPMD_TASK_KINDS; k++)
@@ -174,7 +174,7 @@ mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_er
     mpmd_sim *sim = NULL;
     mpmd_error e2;
     out->simulated_bubble = NAN;
-    if (mpmd_schedule_simulate(st->sched, &cost, &sim, &e2, NULL) == MPMD_OK) {
+    if (mpmd_schedule_simulate(st->plan->sched, &cost, &sim, &e2, NULL) == MPMD_OK) {
         out->simulated_bubble = sim->bubble;
         out->simulated_ms = sim->makespan;
         mpmd_sim_free(sim);
@@ -194,7 +194,7 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
     fprintf(
         f,
         "%s: step %.2f ms, bubble %.1f%% measured, %.1f%% simulated with the measured task times (%.2f ms)",
-        st->sched->name, s.step_ms, 100 * s.bubble, 100 * s.simulated_bubble, s.simulated_ms);
+        st->plan->sched->name, s.step_ms, 100 * s.bubble, 100 * s.simulated_bubble, s.simulated_ms);
     if (!isnan(s.analytic_bubble))
         fprintf(f, ", %.1f%% analytic (%s)", 100 * s.analytic_bubble, s.analytic_formula);
     fprintf(f, "\n  rank   tasks    busy ms    wait ms   bubble   peak activations   planned\n");

@@ -38,13 +38,13 @@ void *rt_pool_get(mpmd_rank_state *rs, size_t bytes) {
             rs->pool[i] = rs->pool[--rs->npool];
             return p;
         }
-    return rs->st->be->alloc(rs->dev, bytes ? bytes : 64);
+    return rs->st->plan->be->alloc(rs->dev, bytes ? bytes : 64);
 }
 
 void rt_pool_put(mpmd_rank_state *rs, void *p, size_t bytes) {
     if (!p) return;
     if (rs->npool == POOL_MAX) {
-        rs->st->be->free(rs->dev, p);
+        rs->st->plan->be->free(rs->dev, p);
         return;
     }
     rs->pool[rs->npool++] = (pooled){bytes, p};
@@ -69,7 +69,7 @@ void rt_fail(mpmd_rank_state *rs, mpmd_status code, const char *fmt, ...) {
     rs->status = code;
     pthread_mutex_lock(&st->abort_mu);
     if (!st->abort_flag) {
-        if (st->replicas > 1)
+        if (st->plan->replicas > 1)
             snprintf(st->err, sizeof st->err, "rank %d (replica %d): %.900s", rs->rank, rs->replica, rs->err);
         else
             snprintf(st->err, sizeof st->err, "rank %d: %.900s", rs->rank, rs->err);
@@ -83,11 +83,11 @@ void rt_fail(mpmd_rank_state *rs, mpmd_status code, const char *fmt, ...) {
 
 static void *ptr_of(mpmd_rank_state *rs, int v, int mb) {
     struct mpmd_step *st = rs->st;
-    const mpmd_node *n = &st->g->nodes[v];
+    const mpmd_node *n = &st->plan->g->nodes[v];
     if (n->region != MPMD_REGION_BODY || n->op == &mpmd_op_constant) return rs->glob[v];
     if (n->op == &mpmd_op_microbatch)
-        return (char *)ptr_of(rs, n->in[0], mb) + (size_t)mb * rt_bytes(st->g, v);
-    return rs->val[(size_t)rs->slot[v] * st->num_micro + mb];
+        return (char *)ptr_of(rs, n->in[0], mb) + (size_t)mb * rt_bytes(st->plan->g, v);
+    return rs->val[(size_t)rs->slot[v] * st->plan->num_micro + mb];
 }
 
 typedef struct {
@@ -104,9 +104,9 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
     struct mpmd_step *st = rs->st;
     char kerr[512];
     at_mb ctx = {rs, mb};
-    int rc = mpmd_backend_run(st->be, rs->dev, st->g, i, st->kern[i], out, ptr_at, &ctx, rs->nthreads,
-                              rs->scratch, mb, kerr, sizeof kerr);
-    if (rc) rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", i, st->g->nodes[i].op->name, where, kerr);
+    int rc = mpmd_backend_run(st->plan->be, rs->dev, st->plan->g, i, st->plan->kern[i], out, ptr_at, &ctx,
+                              rs->nthreads, rs->scratch, mb, kerr, sizeof kerr);
+    if (rc) rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", i, st->plan->g->nodes[i].op->name, where, kerr);
     return rc;
 }
 
@@ -114,8 +114,8 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
  * (acc = x_0, then acc op= x_m, in microbatch order). */
 static int accumulate(mpmd_rank_state *rs, int i, int mb) {
     struct mpmd_step *st = rs->st;
-    const mpmd_graph *g = st->g;
-    for (int r = st->reduce_head[i]; r >= 0; r = st->reduce_next[r]) {
+    const mpmd_graph *g = st->plan->g;
+    for (int r = st->plan->reduce_head[i]; r >= 0; r = st->plan->reduce_next[r]) {
         const mpmd_node *rn = &g->nodes[r];
         const char *x = ptr_of(rs, i, mb);
         if (mb == 0) {
@@ -126,7 +126,7 @@ static int accumulate(mpmd_rank_state *rs, int i, int mb) {
             }
             rs->owned[r] = 1;
         }
-        if (st->be->fold(rs->dev, g, rn, rs->glob[r], x, mb)) {
+        if (st->plan->be->fold(rs->dev, g, rn, rs->glob[r], x, mb)) {
             rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = loop_reduce, microbatch %d: the fold failed", r, mb);
             return 1;
         }
@@ -136,13 +136,13 @@ static int accumulate(mpmd_rank_state *rs, int i, int mb) {
 
 static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
     struct mpmd_step *st = rs->st;
-    const mpmd_graph *g = st->g;
-    const int k = in->stage * MPMD_TASK_KINDS + in->kind, mb = in->mb, n = st->num_micro;
-    const int32_t *nodes = st->cl.nodes[k];
+    const mpmd_graph *g = st->plan->g;
+    const int k = in->stage * MPMD_TASK_KINDS + in->kind, mb = in->mb, n = st->plan->num_micro;
+    const int32_t *nodes = st->plan->cl.nodes[k];
     char where[64];
     static const char *pre[] = {"fwd", "bwd", "bwdA", "bwdW"};
     snprintf(where, sizeof where, " in %s_%d__%d", pre[in->kind], in->stage, mb);
-    for (int c = 0; c < st->cl.count[k]; c++) {
+    for (int c = 0; c < st->plan->cl.count[k]; c++) {
         if (rt_aborted(st)) return 1;
         int i = nodes[c];
         const mpmd_node *nd = &g->nodes[i];
@@ -157,9 +157,9 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
             if (rs->live_bytes > rs->peak_bytes) rs->peak_bytes = rs->live_bytes;
             if (run_kernel(rs, i, mb, out, where)) return 1;
         }
-        if (st->reduce_head[i] >= 0 && accumulate(rs, i, mb)) return 1;
+        if (st->plan->reduce_head[i] >= 0 && accumulate(rs, i, mb)) return 1;
         /* values used only inside this task die at their last use here */
-        for (int f = st->free_head[k][c]; f >= 0; f = st->free_next[f]) {
+        for (int f = st->plan->free_head[k][c]; f >= 0; f = st->plan->free_next[f]) {
             size_t key = (size_t)rs->slot[f] * n + mb;
             rt_pool_put(rs, rs->val[key], rt_bytes(g, f));
             rs->val[key] = NULL;
@@ -172,8 +172,8 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
 void rt_store_received(mpmd_rank_state *rs, const mpmd_instr *in, void *buf) {
     struct mpmd_step *st = rs->st;
     if (in->mb >= 0) {
-        rs->val[(size_t)rs->slot[in->node] * st->num_micro + in->mb] = buf;
-        rs->live_bytes += (int64_t)rt_bytes(st->g, in->node);
+        rs->val[(size_t)rs->slot[in->node] * st->plan->num_micro + in->mb] = buf;
+        rs->live_bytes += (int64_t)rt_bytes(st->plan->g, in->node);
         if (rs->live_bytes > rs->peak_bytes) rs->peak_bytes = rs->live_bytes;
     } else {
         rs->glob[in->node] = buf;
@@ -183,9 +183,9 @@ void rt_store_received(mpmd_rank_state *rs, const mpmd_instr *in, void *buf) {
 
 void *rt_send_buffer(mpmd_rank_state *rs, const mpmd_instr *in) {
     struct mpmd_step *st = rs->st;
-    size_t bytes = rt_bytes(st->g, in->node);
-    void **slot =
-        in->mb >= 0 ? &rs->val[(size_t)rs->slot[in->node] * st->num_micro + in->mb] : &rs->glob[in->node];
+    size_t bytes = rt_bytes(st->plan->g, in->node);
+    void **slot = in->mb >= 0 ? &rs->val[(size_t)rs->slot[in->node] * st->plan->num_micro + in->mb]
+                              : &rs->glob[in->node];
     if (in->moved) { /* the receiver owns it now */
         void *buf = *slot;
         *slot = NULL;
@@ -193,7 +193,7 @@ void *rt_send_buffer(mpmd_rank_state *rs, const mpmd_instr *in) {
         return buf;
     }
     void *buf = rt_pool_get(rs, bytes);
-    if (buf && st->be->copy(rs->dev, buf, *slot, bytes)) {
+    if (buf && st->plan->be->copy(rs->dev, buf, *slot, bytes)) {
         rt_pool_put(rs, buf, bytes);
         return NULL;
     }
@@ -203,15 +203,15 @@ void *rt_send_buffer(mpmd_rank_state *rs, const mpmd_instr *in) {
 static void *rank_main(void *arg) {
     mpmd_rank_state *rs = arg;
     struct mpmd_step *st = rs->st;
-    const mpmd_graph *g = st->g;
-    const mpmd_program *p = &st->prog[rs->rank];
+    const mpmd_graph *g = st->plan->g;
+    const mpmd_program *p = &st->plan->prog[rs->rank];
     const mpmd_transport *tr = st->tr;
     rs->nev = 0;
     rs->wait = 0;
     rs->live_bytes = rs->peak_bytes = 0;
-    st->be->enter(rs->dev);
+    st->plan->be->enter(rs->dev);
     /* timing an asynchronous device needs each instruction finished */
-    const int timed_sync = st->record && !st->be->host_memory;
+    const int timed_sync = st->record && !st->plan->be->host_memory;
     char serr[512];
     for (int x = 0; x < p->n && !rt_aborted(st); x++) {
         const mpmd_instr *in = &p->ins[x];
@@ -239,14 +239,14 @@ static void *rank_main(void *arg) {
         case MPMD_I_RECV: tr->recv(rs, in); break;
         case MPMD_I_ALLREDUCE: tr->allreduce(rs, in->node); break;
         case MPMD_I_FREE: {
-            size_t key = (size_t)rs->slot[in->node] * st->num_micro + in->mb;
+            size_t key = (size_t)rs->slot[in->node] * st->plan->num_micro + in->mb;
             rt_pool_put(rs, rs->val[key], rt_bytes(g, in->node));
             rs->val[key] = NULL;
             rs->live_bytes -= (int64_t)rt_bytes(g, in->node);
             break;
         }
         }
-        if (timed_sync && st->be->sync(rs->dev, serr, sizeof serr)) {
+        if (timed_sync && st->plan->be->sync(rs->dev, serr, sizeof serr)) {
             rt_fail(rs, MPMD_ERR_RUNTIME, "%s", serr);
             break;
         }
@@ -267,81 +267,24 @@ static void *rank_main(void *arg) {
     }
     /* the step ends when the queued work has finished; a kernel that failed
      * on the device is reported here, naming the rank */
-    if (st->be->sync(rs->dev, serr, sizeof serr)) rt_fail(rs, MPMD_ERR_RUNTIME, "%s", serr);
+    if (st->plan->be->sync(rs->dev, serr, sizeof serr)) rt_fail(rs, MPMD_ERR_RUNTIME, "%s", serr);
     return NULL;
 }
 
 /* ---- set-up and a step ---------------------------------------------------- */
 
 mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
-    const mpmd_graph *g = st->g;
-    const int nn = g->n_nodes, D = st->num_ranks, n = st->num_micro;
+    const mpmd_graph *g = st->plan->g;
+    const int nn = g->n_nodes, D = st->plan->num_ranks, n = st->plan->num_micro;
     /* the rank states of this process: world indices first .. first + num_local - 1 */
     int first = 0;
     st->num_local = st->tr->layout(st, &first);
     st->rs = calloc((size_t)st->num_local, sizeof *st->rs);
     st->inputs = calloc((size_t)nn + 1, sizeof *st->inputs);
     st->input_set = calloc((size_t)nn + 1, 1);
-    st->reduce_head = malloc((size_t)(nn + 1) * sizeof *st->reduce_head);
-    st->reduce_next = malloc((size_t)(nn + 1) * sizeof *st->reduce_next);
-    st->free_next = malloc((size_t)(nn + 1) * sizeof *st->free_next);
-    st->free_head = calloc((size_t)st->num_stages * MPMD_TASK_KINDS, sizeof *st->free_head);
-    if (!st->rs || !st->inputs || !st->input_set || !st->reduce_head || !st->reduce_next || !st->free_next ||
-        !st->free_head)
-        goto nomem;
+    if (!st->rs || !st->inputs || !st->input_set) goto nomem;
     pthread_mutex_init(&st->abort_mu, NULL);
     st->mutex_ready = 1;
-    for (int i = 0; i < nn; i++)
-        st->reduce_head[i] = -1, st->reduce_next[i] = -1, st->free_next[i] = -1;
-    for (int i = nn - 1; i >= 0; i--)
-        if (g->nodes[i].op == &mpmd_op_loop_reduce && st->live[i]) {
-            int x = g->nodes[i].in[0];
-            st->reduce_next[i] = st->reduce_head[x];
-            st->reduce_head[x] = i;
-        }
-    /* Inside a task, a value no other task reads dies after its last reader
-     * in the task (or right away when nothing reads it). */
-    for (int k = 0; k < st->num_stages * MPMD_TASK_KINDS; k++) {
-        int cnt = st->cl.count[k];
-        st->free_head[k] = malloc((size_t)(cnt + 1) * sizeof(int32_t));
-        int32_t *lastpos = malloc((size_t)(cnt + 1) * sizeof(int32_t));
-        if (!st->free_head[k] || !lastpos) {
-            free(lastpos);
-            goto nomem;
-        }
-        for (int c = 0; c < cnt; c++)
-            st->free_head[k][c] = -1, lastpos[c] = c;
-        /* position of each node inside the cluster: the nodes are sorted */
-        for (int c = 0; c < cnt; c++) {
-            const mpmd_node *nd = &g->nodes[st->cl.nodes[k][c]];
-            for (int j = 0; j < nd->n_in; j++) {
-                int u = nd->in[j];
-                /* binary search u in the cluster's sorted node list */
-                int lo = 0, hi = c - 1;
-                while (lo <= hi) {
-                    int mid = (lo + hi) / 2;
-                    if (st->cl.nodes[k][mid] < u)
-                        lo = mid + 1;
-                    else if (st->cl.nodes[k][mid] > u)
-                        hi = mid - 1;
-                    else {
-                        lastpos[mid] = c;
-                        break;
-                    }
-                }
-            }
-        }
-        for (int c = 0; c < cnt; c++) {
-            int i = st->cl.nodes[k][c];
-            const mpmd_node *nd = &g->nodes[i];
-            if (st->cross[i] || mpmd_replicated(nd) ||
-                (nd->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) || nd->type.dtype == MPMD_TOKEN)
-                continue;
-            st->free_next[i] = st->free_head[k][lastpos[c]];
-            st->free_head[k][lastpos[c]] = i;
-        }
-        free(lastpos);
-    }
     /* inputs: one host share per replica, replica d at d * size; a host
      * backend's ranks read it in place, others get a copy each. Only a
      * process with a rank that reads the input holds it. */
@@ -349,9 +292,9 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         if (g->nodes[i].op == &mpmd_op_input) {
             int here = 0;
             for (int li = 0; li < st->num_local && !here; li++)
-                here = mpmd_runs_on(st, i, (first + li) % D);
+                here = mpmd_runs_on(st->plan, i, (first + li) % D);
             if (!here) continue;
-            if (!(st->inputs[i] = calloc((size_t)st->replicas, rt_bytes(g, i) + 1))) goto nomem;
+            if (!(st->inputs[i] = calloc((size_t)st->plan->replicas, rt_bytes(g, i) + 1))) goto nomem;
         }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int tpr = st->threads_per_rank > 0 ? st->threads_per_rank
@@ -364,9 +307,9 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         rs->st = st;
         rs->nthreads = tpr;
         char why[512];
-        if (!(rs->dev = st->be->open(r, tpr, why, sizeof why)))
+        if (!(rs->dev = st->plan->be->open(r, tpr, why, sizeof why)))
             return mpmd_error_set(err, MPMD_ERR_RUNTIME, "mpmd_jit_with_loop: rank %d: %s", r, why);
-        st->be->enter(rs->dev);
+        st->plan->be->enter(rs->dev);
         /* the body values this rank makes or receives get a slot each: the
          * table of (value, microbatch) buffers grows with the rank's share */
         rs->slot = malloc((size_t)(nn + 1) * sizeof *rs->slot);
@@ -374,13 +317,13 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         if (!rs->slot || !rs->slot_node) goto nomem;
         for (int i = 0; i < nn; i++)
             rs->slot[i] = -1;
-        const mpmd_program *prog = &st->prog[r];
+        const mpmd_program *prog = &st->plan->prog[r];
         for (int x = 0; x < prog->n; x++) {
             const mpmd_instr *in = &prog->ins[x];
             if (in->op == MPMD_I_TASK) {
                 int k = in->stage * MPMD_TASK_KINDS + in->kind;
-                for (int c = 0; c < st->cl.count[k]; c++) {
-                    int v = st->cl.nodes[k][c];
+                for (int c = 0; c < st->plan->cl.count[k]; c++) {
+                    int v = st->plan->cl.nodes[k][c];
                     if (rs->slot[v] < 0) rs->slot_node[rs->nslots] = v, rs->slot[v] = rs->nslots++;
                 }
             } else if (in->op == MPMD_I_RECV && in->mb >= 0 && rs->slot[in->node] < 0) {
@@ -394,65 +337,67 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         size_t scratch = 0;
         for (int i = 0; i < nn; i++) {
             const mpmd_node *nd = &g->nodes[i];
-            if (!st->live[i] || !mpmd_runs_on(st, i, r)) continue;
+            if (!st->plan->live[i] || !mpmd_runs_on(st->plan, i, r)) continue;
             if (mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant) {
                 size_t b = rt_bytes(g, i);
-                void *p = st->be->alloc(rs->dev, b + 64);
+                void *p = st->plan->be->alloc(rs->dev, b + 64);
                 if (!p) goto nomem;
                 rs->glob[i] = p;
-                if (st->be->host_memory) {
+                if (st->plan->be->host_memory) {
                     mpmd_leaf_initial_value(nd, p, st->seed);
                 } else {
                     void *host = malloc(b ? b : 1);
                     if (!host) goto nomem;
                     mpmd_leaf_initial_value(nd, host, st->seed);
-                    int bad = st->be->upload(rs->dev, p, host, b);
+                    int bad = st->plan->be->upload(rs->dev, p, host, b);
                     free(host);
                     if (bad) goto devfail;
                 }
             } else if (nd->op == &mpmd_op_input) {
-                if (st->be->host_memory) {
+                if (st->plan->be->host_memory) {
                     rs->glob[i] = (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i);
                 } else {
-                    if (!(rs->glob[i] = st->be->alloc(rs->dev, rt_bytes(g, i) + 64))) goto nomem;
-                    if (st->be->upload(rs->dev, rs->glob[i],
-                                       (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i),
-                                       rt_bytes(g, i)))
+                    if (!(rs->glob[i] = st->plan->be->alloc(rs->dev, rt_bytes(g, i) + 64))) goto nomem;
+                    if (st->plan->be->upload(rs->dev, rs->glob[i],
+                                             (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i),
+                                             rt_bytes(g, i)))
                         goto devfail;
                 }
             }
-            if (st->kern[i] && st->kern[i]->scratch) {
-                size_t sb = st->kern[i]->scratch(g, nd);
+            if (st->plan->kern[i] && st->plan->kern[i]->scratch) {
+                size_t sb = st->plan->kern[i]->scratch(g, nd);
                 if (sb > scratch) scratch = sb;
             }
         }
         if (scratch) {
-            if (!(rs->scratch = st->be->alloc(rs->dev, scratch))) goto nomem;
+            if (!(rs->scratch = st->plan->be->alloc(rs->dev, scratch))) goto nomem;
             rs->scratch_bytes = scratch;
         }
         char e[512];
-        if (st->be->sync(rs->dev, e, sizeof e)) goto devfail;
+        if (st->plan->be->sync(rs->dev, e, sizeof e)) goto devfail;
     }
     return st->tr->setup(st, err);
 nomem:
     return mpmd_error_set(err, MPMD_ERR_NOMEM,
                           "mpmd_jit_with_loop: out of memory setting up the ranks (%s backend)",
-                          st->be->name);
+                          st->plan->be->name);
 devfail:
     return mpmd_error_set(err, MPMD_ERR_RUNTIME,
-                          "mpmd_jit_with_loop: the %s backend failed setting up the ranks", st->be->name);
+                          "mpmd_jit_with_loop: the %s backend failed setting up the ranks",
+                          st->plan->be->name);
 }
 
 mpmd_status mpmd_runtime_input_set(struct mpmd_step *st, int node) {
-    if (st->be->host_memory) return MPMD_OK;
-    size_t b = rt_bytes(st->g, node);
+    if (st->plan->be->host_memory) return MPMD_OK;
+    size_t b = rt_bytes(st->plan->g, node);
     for (int li = 0; li < st->num_local; li++) {
         mpmd_rank_state *rs = &st->rs[li];
         if (!rs->glob || !rs->glob[node]) continue;
-        st->be->enter(rs->dev);
-        if (st->be->upload(rs->dev, rs->glob[node], (char *)st->inputs[node] + (size_t)rs->replica * b, b)) {
+        st->plan->be->enter(rs->dev);
+        if (st->plan->be->upload(rs->dev, rs->glob[node], (char *)st->inputs[node] + (size_t)rs->replica * b,
+                                 b)) {
             snprintf(st->err, sizeof st->err, "copying input \"%s\" to rank %d on the %s backend failed",
-                     st->g->nodes[node].name, rs->rank, st->be->name);
+                     st->plan->g->nodes[node].name, rs->rank, st->plan->be->name);
             return MPMD_ERR_RUNTIME;
         }
     }
@@ -462,8 +407,8 @@ mpmd_status mpmd_runtime_input_set(struct mpmd_step *st, int node) {
 /* Return every buffer of the step to the pools (storage and kept values stay). */
 static void end_of_step(mpmd_rank_state *rs) {
     struct mpmd_step *st = rs->st;
-    const mpmd_graph *g = st->g;
-    const int nn = g->n_nodes, n = st->num_micro;
+    const mpmd_graph *g = st->plan->g;
+    const int nn = g->n_nodes, n = st->plan->num_micro;
     for (size_t k = 0; k < (size_t)rs->nslots * n; k++)
         if (rs->val[k]) {
             rt_pool_put(rs, rs->val[k], rt_bytes(g, rs->slot_node[k / (size_t)n]));
@@ -479,7 +424,7 @@ static void end_of_step(mpmd_rank_state *rs) {
 
 mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
     const int L = st->num_local;
-    const mpmd_graph *g = st->g;
+    const mpmd_graph *g = st->plan->g;
     /* kept values of the previous step go back before this one */
     for (int r = 0; r < L; r++)
         for (int i = 0; i < g->n_nodes; i++)
@@ -508,9 +453,9 @@ mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
 
 void mpmd_runtime_free(struct mpmd_step *st) {
     if (!st->rs) return;
-    const mpmd_graph *g = st->g;
+    const mpmd_graph *g = st->plan->g;
     if (st->tr) st->tr->teardown(st);
-    const mpmd_backend *be = st->be;
+    const mpmd_backend *be = st->plan->be;
     for (int r = 0; r < st->num_local; r++) {
         mpmd_rank_state *rs = &st->rs[r];
         if (!rs->dev) {
@@ -530,7 +475,7 @@ void mpmd_runtime_free(struct mpmd_step *st) {
             }
         }
         if (rs->val)
-            for (size_t k = 0; k < (size_t)rs->nslots * st->num_micro; k++)
+            for (size_t k = 0; k < (size_t)rs->nslots * st->plan->num_micro; k++)
                 if (rs->val[k]) be->free(rs->dev, rs->val[k]);
         for (int p = 0; p < rs->npool; p++)
             be->free(rs->dev, rs->pool[p].p);
@@ -547,8 +492,8 @@ void mpmd_runtime_free(struct mpmd_step *st) {
  * rank states here are consecutive world indices (replica * D + rank),
  * from rs[0]'s. */
 static mpmd_rank_state *replica_state(const struct mpmd_step *st, int rank, int replica) {
-    const int D = st->num_ranks;
-    if (!st->rs || rank < 0 || rank >= D || replica < 0 || replica >= st->replicas) return NULL;
+    const int D = st->plan->num_ranks;
+    if (!st->rs || rank < 0 || rank >= D || replica < 0 || replica >= st->plan->replicas) return NULL;
     int li = replica * D + rank - (st->rs[0].replica * D + st->rs[0].rank);
     return li >= 0 && li < st->num_local ? &st->rs[li] : NULL;
 }
@@ -557,19 +502,19 @@ static mpmd_rank_state *replica_state(const struct mpmd_step *st, int rank, int 
  * here (in-process: replica 0); NULL when this process runs no replica of
  * it. */
 static mpmd_rank_state *state_of(const struct mpmd_step *st, int rank) {
-    if (!st->rs || rank < 0 || rank >= st->num_ranks) return NULL;
-    const int D = st->num_ranks, first = st->rs[0].replica * D + st->rs[0].rank;
+    if (!st->rs || rank < 0 || rank >= st->plan->num_ranks) return NULL;
+    const int D = st->plan->num_ranks, first = st->rs[0].replica * D + st->rs[0].rank;
     return replica_state(st, rank, first / D + (rank < first % D));
 }
 
 void *mpmd_runtime_value(struct mpmd_step *st, int rank, int node) {
     mpmd_rank_state *rs = state_of(st, rank);
-    return rs && st->be->host_memory ? rs->glob[node] : NULL;
+    return rs && st->plan->be->host_memory ? rs->glob[node] : NULL;
 }
 
 void *mpmd_runtime_replica_value(struct mpmd_step *st, int rank, int replica, int node) {
     mpmd_rank_state *rs = replica_state(st, rank, replica);
-    return rs && st->be->host_memory ? rs->glob[node] : NULL;
+    return rs && st->plan->be->host_memory ? rs->glob[node] : NULL;
 }
 
 int mpmd_runtime_holds(struct mpmd_step *st, int rank, int replica, int node) {
@@ -582,10 +527,11 @@ mpmd_status mpmd_runtime_read(struct mpmd_step *st, int rank, int replica, int n
     mpmd_rank_state *rs = replica_state(st, rank, replica);
     if (!rs || !rs->glob[node]) return MPMD_ERR_INVALID;
     char e[512];
-    st->be->enter(rs->dev);
-    if (st->be->download(rs->dev, dst, rs->glob[node], bytes) || st->be->sync(rs->dev, e, sizeof e)) {
+    st->plan->be->enter(rs->dev);
+    if (st->plan->be->download(rs->dev, dst, rs->glob[node], bytes) ||
+        st->plan->be->sync(rs->dev, e, sizeof e)) {
         snprintf(st->err, sizeof st->err, "copying %%%d from rank %d on the %s backend failed", node, rank,
-                 st->be->name);
+                 st->plan->be->name);
         return MPMD_ERR_RUNTIME;
     }
     return MPMD_OK;
@@ -595,10 +541,10 @@ mpmd_status mpmd_runtime_write(struct mpmd_step *st, int rank, int replica, int 
                                size_t bytes) {
     mpmd_rank_state *rs = replica_state(st, rank, replica);
     if (!rs || !rs->glob[node]) return MPMD_ERR_INVALID;
-    st->be->enter(rs->dev);
-    if (st->be->upload(rs->dev, rs->glob[node], src, bytes)) {
+    st->plan->be->enter(rs->dev);
+    if (st->plan->be->upload(rs->dev, rs->glob[node], src, bytes)) {
         snprintf(st->err, sizeof st->err, "copying %%%d to rank %d on the %s backend failed", node, rank,
-                 st->be->name);
+                 st->plan->be->name);
         return MPMD_ERR_RUNTIME;
     }
     return MPMD_OK;

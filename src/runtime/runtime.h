@@ -1,20 +1,85 @@
-/* runtime.h - a rank's run-time state, and the services of the interpreter
- * (run.c) that the transports use: pooled buffers, failing a rank, storing
- * a received value, the buffer a send hands over.
+/* runtime.h - the step (a compiled plan and the run state around it), a
+ * rank's run-time state, the interpreter's entry points (mpmd_runtime_*),
+ * and the services of the interpreter (run.c) that the transports use:
+ * pooled buffers, failing a rank, storing a received value, the buffer a
+ * send hands over.
  *
+ *   step.c             the public step API: mpmd_jit_with_loop (compile a
+ *                      plan, then mpmd_runtime_init) and mpmd_step_*
  *   run.c              the interpreter: sets up the ranks, runs their
  *                      programs, and reaches other ranks only through the
  *                      step's transport (st->tr, transport.h)
  *   transport_local.c  the in-process transport: mailboxes, replica groups
  *   mpi.c              the MPI transport (with MPMD_HAVE_MPI)
+ *   record.c           recorded runs: timelines, traces, summaries
  *
- * The transports include this header and transport.h, never each other;
- * run.c calls them only through the mpmd_transport table.
+ * The plan (compiler/compiler.h, st->plan) is read here and never changed;
+ * the run state below is the runtime's own. The transports include this
+ * header and transport.h, never each other; run.c calls them only through
+ * the mpmd_transport table.
  */
 #ifndef MPMD_RUNTIME_H
 #define MPMD_RUNTIME_H
 
 #include "compiler/compiler.h"
+
+#include <pthread.h>
+
+typedef struct mpmd_rank_state mpmd_rank_state;
+struct mpmd_transport;
+
+/* One executed instruction of a recorded run: seconds since the step began,
+ * and (receives) the part spent blocked waiting for the message. */
+typedef struct mpmd_event {
+    int32_t instr; /* index in the rank's program */
+    double t0, t1, wait;
+} mpmd_event;
+
+/* ---- the step: a plan and its run state ---- */
+struct mpmd_step {
+    const mpmd_plan *plan; /* the compiler's product, owned by the step, never changed here */
+    int threads_per_rank;
+    uint64_t seed;
+    int runtime;                     /* mpmd_runtime_kind */
+    int num_local;                   /* rank states run by this process */
+    int mpi_rank, mpi_replica;       /* MPI: the rank and replica of this process (else 0) */
+    const struct mpmd_transport *tr; /* what crosses ranks (transport.h), set by mpmd_jit_with_loop */
+    void *tx;                        /* the transport's state */
+    mpmd_rank_state *rs;             /* [num_local]: in-process, replica d rank r at d * D + r */
+    void **inputs;                   /* [n_nodes] shared input buffers */
+    unsigned char *input_set;
+    int record;            /* time every instruction (mpmd_step_record) */
+    double t_start, t_end; /* wall clock of the last run */
+    int abort_flag;        /* a rank failed: the others stop */
+    pthread_mutex_t abort_mu;
+    int mutex_ready;
+    int ran;
+    char err[MPMD_ERROR_MSG_MAX];
+};
+
+/* ---- the interpreter's entry points (run.c; st->plan and st->tr set) ---- */
+mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err);
+void mpmd_runtime_free(struct mpmd_step *st);
+mpmd_status mpmd_runtime_run(struct mpmd_step *st);
+/* A rank's buffer of a value outside the body (host backends only: NULL
+ * elsewhere). */
+void *mpmd_runtime_value(struct mpmd_step *st, int rank, int node);
+/* The same for (rank, replica): NULL when not held in this process or not
+ * host memory; and whether that rank and replica hold value node here. */
+void *mpmd_runtime_replica_value(struct mpmd_step *st, int rank, int replica, int node);
+int mpmd_runtime_holds(struct mpmd_step *st, int rank, int replica, int node);
+/* Copy a value outside the body held by (rank, replica) in this process to
+ * dst, or src into it (a parameter or variable). MPMD_ERR_INVALID when that
+ * rank and replica hold no such value here. */
+mpmd_status mpmd_runtime_read(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes);
+mpmd_status mpmd_runtime_write(struct mpmd_step *st, int rank, int replica, int node, const void *src,
+                               size_t bytes);
+/* Input `node` changed in its host staging buffer: copy it to every rank of
+ * this process that reads it (non-host backends). */
+mpmd_status mpmd_runtime_input_set(struct mpmd_step *st, int node);
+/* The recorded instructions of rank's last run, and its measured peak of
+ * body-value bytes. */
+const mpmd_event *mpmd_runtime_events(const struct mpmd_step *st, int rank, int *n, int64_t *peak_bytes);
 
 typedef struct {
     size_t bytes;
@@ -27,7 +92,7 @@ struct mpmd_rank_state {
     int rank;       /* pipeline rank: the program it runs */
     int replica;    /* data-parallel replica */
     void *tx;       /* this rank's state in the step's transport */
-    void *dev;      /* this rank's backend instance (st->be) */
+    void *dev;      /* this rank's backend instance (st->plan->be) */
     mpmd_event *ev; /* recorded instructions of the last run */
     int nev, capev;
     double wait;                    /* seconds blocked in the current receive */

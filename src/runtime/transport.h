@@ -16,7 +16,7 @@
  *
  * A transport uses the interpreter's services (runtime.h: pooled buffers,
  * rt_fail, rt_store_received, rt_send_buffer) and the step's backend
- * (st->be: copies, events, combine), never another transport.
+ * (st->plan->be: copies, events, combine), never another transport.
  *
  * Functions that fail call rt_fail (so every rank stops) and return nonzero.
  */
@@ -48,14 +48,14 @@ typedef struct mpmd_transport {
     void (*prepare)(mpmd_rank_state *rs, int x);
     /* The value (in->node, in->mb) to rank in->peer of the same replica;
      * never blocks. The buffer from rt_send_buffer; an asynchronous backend's
-     * writes are ordered with st->be->event_record / event_wait. */
+     * writes are ordered with st->plan->be->event_record / event_wait. */
     int (*send)(mpmd_rank_state *rs, const mpmd_instr *in);
     /* The value (in->node, in->mb) from rank in->peer, stored with
      * rt_store_received; blocks until it is here (rs->wait counts the time
      * when recording). `in` points into the rank's program. */
     int (*recv)(mpmd_rank_state *rs, const mpmd_instr *in);
     /* Combine loop result rs->glob[node] across the data-parallel replicas of
-     * this pipeline rank with st->be->combine, in replica order: every
+     * this pipeline rank with st->plan->be->combine, in replica order: every
      * replica gets the same bits. */
     int (*allreduce)(mpmd_rank_state *rs, int node);
     /* A rank failed (rt_fail): wake every rank blocked in the transport;

@@ -58,7 +58,7 @@ typedef struct {
 
 static int local_layout(const struct mpmd_step *st, int *first) {
     *first = 0;
-    return st->num_ranks * st->replicas;
+    return st->plan->num_ranks * st->plan->replicas;
 }
 
 static void local_teardown(struct mpmd_step *st) {
@@ -67,12 +67,12 @@ static void local_teardown(struct mpmd_step *st) {
     for (int li = 0; li < ls->nbox; li++) {
         mailbox *b = &ls->box[li];
         mpmd_rank_state *rs = &st->rs[li];
-        if (b->inbox) st->be->enter(rs->dev);
+        if (b->inbox) st->plan->be->enter(rs->dev);
         while (b->inbox) {
             msg *m = b->inbox;
             b->inbox = m->next;
-            if (m->ev) st->be->event_free(rs->dev, m->ev);
-            st->be->free(rs->dev, m->buf);
+            if (m->ev) st->plan->be->event_free(rs->dev, m->ev);
+            st->plan->be->free(rs->dev, m->buf);
             free(m);
         }
         pthread_mutex_destroy(&b->mu);
@@ -91,7 +91,7 @@ static void local_teardown(struct mpmd_step *st) {
 }
 
 static mpmd_status local_setup(struct mpmd_step *st, mpmd_error *err) {
-    const int L = st->num_local, D = st->num_ranks, R = st->replicas;
+    const int L = st->num_local, D = st->plan->num_ranks, R = st->plan->replicas;
     local_state *ls = calloc(1, sizeof *ls);
     if (!ls) goto nomem;
     st->tx = ls;
@@ -117,7 +117,7 @@ static mpmd_status local_setup(struct mpmd_step *st, mpmd_error *err) {
 nomem:
     return mpmd_error_set(err, MPMD_ERR_NOMEM,
                           "mpmd_jit_with_loop: out of memory setting up the ranks (%s backend)",
-                          st->be->name);
+                          st->plan->be->name);
 }
 
 static mpmd_status local_launch(struct mpmd_step *st, void *(*rank_main)(void *)) {
@@ -172,8 +172,8 @@ static int local_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
             rt_store_received(rs, in, m->buf);
             int bad = 0;
             if (m->ev) {
-                bad = st->be->event_wait(rs->dev, m->ev);
-                st->be->event_free(rs->dev, m->ev);
+                bad = st->plan->be->event_wait(rs->dev, m->ev);
+                st->plan->be->event_free(rs->dev, m->ev);
             }
             free(m);
             if (bad)
@@ -201,9 +201,9 @@ static int local_send(mpmd_rank_state *rs, const mpmd_instr *in) {
         return 1;
     }
     m->src = rs->rank, m->node = in->node, m->mb = in->mb, m->buf = buf;
-    m->ev = st->be->event_record(rs->dev); /* the receiver waits for the kernels that wrote buf */
+    m->ev = st->plan->be->event_record(rs->dev); /* the receiver waits for the kernels that wrote buf */
     /* the same pipeline rank of the same replica */
-    mailbox *dst = st->rs[rs->replica * st->num_ranks + in->peer].tx;
+    mailbox *dst = st->rs[rs->replica * st->plan->num_ranks + in->peer].tx;
     pthread_mutex_lock(&dst->mu);
     m->next = NULL;
     msg **pp = &dst->inbox;
@@ -221,7 +221,7 @@ static int group_barrier(mpmd_rank_state *rs, group *gr) {
     struct mpmd_step *st = rs->st;
     pthread_mutex_lock(&gr->mu);
     unsigned gen = gr->generation;
-    if (++gr->arrived == st->replicas) {
+    if (++gr->arrived == st->plan->replicas) {
         gr->arrived = 0;
         gr->generation++;
         pthread_cond_broadcast(&gr->cv);
@@ -238,7 +238,7 @@ static int group_barrier(mpmd_rank_state *rs, group *gr) {
 static int local_allreduce(mpmd_rank_state *rs, int node) {
     struct mpmd_step *st = rs->st;
     group *gr = &((local_state *)st->tx)->groups[rs->rank];
-    size_t bytes = rt_bytes(st->g, node);
+    size_t bytes = rt_bytes(st->plan->g, node);
     void *out = rt_pool_get(rs, bytes);
     char e[512];
     if (!out) {
@@ -247,13 +247,14 @@ static int local_allreduce(mpmd_rank_state *rs, int node) {
     }
     gr->bufs[rs->replica] = rs->glob[node];
     /* every replica's buffer is complete before any replica reads it */
-    if (st->be->sync(rs->dev, e, sizeof e)) {
+    if (st->plan->be->sync(rs->dev, e, sizeof e)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "%s", e);
         return rt_pool_put(rs, out, bytes), 1;
     }
     if (group_barrier(rs, gr)) return rt_pool_put(rs, out, bytes), 1;
-    if (st->be->combine(rs->dev, st->g, &st->g->nodes[node], gr->bufs, st->replicas, out) ||
-        st->be->sync(rs->dev, e, sizeof e)) {
+    if (st->plan->be->combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], gr->bufs, st->plan->replicas,
+                              out) ||
+        st->plan->be->sync(rs->dev, e, sizeof e)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "combining %%%d across replicas failed", node);
         group_barrier(rs, gr);
         return rt_pool_put(rs, out, bytes), 1;
@@ -272,8 +273,8 @@ static void local_end_step(mpmd_rank_state *rs) {
     while (b->inbox) {
         msg *m = b->inbox;
         b->inbox = m->next;
-        if (m->ev) st->be->event_free(rs->dev, m->ev);
-        st->be->free(rs->dev, m->buf);
+        if (m->ev) st->plan->be->event_free(rs->dev, m->ev);
+        st->plan->be->free(rs->dev, m->buf);
         free(m);
     }
     pthread_mutex_unlock(&b->mu);

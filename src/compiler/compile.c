@@ -1,0 +1,183 @@
+/* mpmd_compile, the compiler's entry point: check the graph against the
+ * schedule, then cluster, place, lower, check the programs, build the
+ * in-task lists and look up the backend's kernels, giving one plan. Also
+ * the plan's release and its text printout. Nothing here runs anything. */
+#include "compiler/compiler.h"
+#include "schedule/schedule_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The plan keeps its own copy of the schedule, made with the schedule
+ * module's allocator so that mpmd_schedule_free releases it. */
+static mpmd_schedule *copy_schedule(const mpmd_schedule *s) {
+    mpmd_schedule *c =
+        sched_alloc(s->kind, s->num_stages, s->num_ranks, s->num_microbatches, s->split_backward);
+    if (!c) return NULL;
+    memcpy(c->name, s->name, sizeof c->name);
+    c->fuse_steady_state = s->fuse_steady_state;
+    memcpy(c->stage_rank, s->stage_rank, (size_t)s->num_stages * sizeof *c->stage_rank);
+    for (int r = 0; r < s->num_ranks; r++) {
+        const mpmd_schedule_rank *a = &s->ranks[r];
+        mpmd_schedule_rank *b = &c->ranks[r];
+        b->entry_start = sched_mem_alloc((size_t)(a->num_entries + 1) * sizeof *b->entry_start);
+        b->tasks = sched_mem_alloc((size_t)(a->num_tasks + 1) * sizeof *b->tasks);
+        if (!b->entry_start || !b->tasks) {
+            mpmd_schedule_free(c);
+            return NULL;
+        }
+        b->num_entries = a->num_entries;
+        b->num_tasks = a->num_tasks;
+        memcpy(b->entry_start, a->entry_start, (size_t)(a->num_entries + 1) * sizeof *b->entry_start);
+        memcpy(b->tasks, a->tasks, (size_t)a->num_tasks * sizeof *b->tasks);
+    }
+    return c;
+}
+
+mpmd_status mpmd_compile_check(const mpmd_graph *g, const mpmd_schedule *s, mpmd_error *err) {
+    if (!g || !s)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_jit_with_loop: the graph and the schedule are required");
+    if (g->status != MPMD_OK)
+        return mpmd_error_set(err, g->status, "mpmd_jit_with_loop: the graph has an error: %s", g->err);
+    if (g->n_micro < 1)
+        return mpmd_error_set(
+            err, MPMD_ERR_INVALID,
+            "mpmd_jit_with_loop: the graph has no microbatch loop (mpmd_loop_begin ... mpmd_loop_end)");
+    if (g->region == MPMD_REGION_BODY)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_jit_with_loop: the microbatch loop is still open (call mpmd_loop_end)");
+    if (g->n_markers != s->num_stages)
+        return mpmd_error_set(
+            err, MPMD_ERR_INVALID,
+            "mpmd_jit_with_loop: the loop body has %d stage markers (mpmd_enter_stage calls, the last "
+            "stage closed by one too) but the schedule %s has %d stages",
+            g->n_markers, s->name, s->num_stages);
+    if (g->n_micro != s->num_microbatches)
+        return mpmd_error_set(
+            err, MPMD_ERR_INVALID,
+            "mpmd_jit_with_loop: the graph's loop has %d microbatches but the schedule %s has %d", g->n_micro,
+            s->name, s->num_microbatches);
+    mpmd_error verr;
+    if (mpmd_schedule_validate(s, &verr, NULL) != MPMD_OK)
+        return mpmd_error_set(err, verr.code, "mpmd_jit_with_loop: %s", verr.msg);
+    return MPMD_OK;
+}
+
+void mpmd_plan_free(mpmd_plan *pl) {
+    if (!pl) return;
+    if (pl->prog)
+        for (int r = 0; r < pl->num_ranks; r++)
+            free(pl->prog[r].ins);
+    free(pl->prog);
+    if (pl->free_head)
+        for (int k = 0; k < pl->num_stages * MPMD_TASK_KINDS; k++)
+            free(pl->free_head[k]);
+    free(pl->free_head);
+    free(pl->free_next), free(pl->reduce_head), free(pl->reduce_next);
+    mpmd_clusters_free(&pl->cl);
+    free(pl->live), free(pl->runs), free(pl->home), free(pl->cross), free(pl->kern);
+    if (pl->sched) mpmd_schedule_free(pl->sched);
+    free(pl);
+}
+
+mpmd_plan *mpmd_compile(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_backend *be, int replicas,
+                        mpmd_error *err) {
+    if (mpmd_compile_check(g, s, err)) return NULL;
+    mpmd_plan *pl = calloc(1, sizeof *pl);
+    if (!pl) goto nomem;
+    pl->g = g;
+    pl->be = be;
+    pl->replicas = replicas;
+    pl->num_ranks = s->num_ranks;
+    pl->num_stages = s->num_stages;
+    pl->num_micro = s->num_microbatches;
+    if (!(pl->sched = copy_schedule(s))) goto nomem;
+    pl->stage_rank = pl->sched->stage_rank;
+    if (!(pl->live = mpmd_live_nodes(g))) goto nomem;
+    if (mpmd_cluster(g, pl->live, s->num_stages, s->split_backward, &pl->cl, err)) goto fail;
+    for (int k = 0; k < pl->num_stages; k++)
+        if (pl->stage_rank[k] < 0) {
+            mpmd_error_set(err, MPMD_ERR_SCHEDULE, "mpmd_jit_with_loop: %s runs stage %d on no rank", s->name,
+                           k);
+            goto fail;
+        }
+    if (mpmd_place(pl, err)) goto fail;
+    if (mpmd_lower(pl, err)) goto fail;
+    if (mpmd_program_check(pl, err)) goto fail;
+    pl->kern = calloc((size_t)g->n_nodes + 1, sizeof *pl->kern);
+    if (!pl->kern) goto nomem;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const mpmd_node *n = &g->nodes[i];
+        if (!pl->live[i] || (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) ||
+            n->op == &mpmd_op_assign)
+            continue;
+        if (!(pl->kern[i] = be->find(n->op))) {
+            mpmd_error_set(err, MPMD_ERR_INVALID,
+                           "mpmd_jit_with_loop: the %s backend has no kernel for %s (%%%d)", be->name,
+                           n->op->name, i);
+            goto fail;
+        }
+    }
+    if (mpmd_lower_task_lists(pl, err)) goto fail;
+    return pl;
+nomem:
+    mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+fail:
+    mpmd_plan_free(pl);
+    return NULL;
+}
+
+/* ---- printing ------------------------------------------------------------- */
+
+static const char *kind_prefix(int k) {
+    return k == 0 ? "fwd" : k == 1 ? "bwd" : k == 2 ? "bwdA" : "bwdW";
+}
+
+void mpmd_plan_print(const mpmd_plan *pl, FILE *f) {
+    const mpmd_graph *g = pl->g;
+    char tb[160];
+    fprintf(f, "%s: %d ranks, %d stages, %d microbatches\n", pl->sched->name, pl->num_ranks, pl->num_stages,
+            pl->num_micro);
+    /* the task bodies, once: the ops of each (stage, kind) cluster */
+    for (int s = 0; s < pl->num_stages; s++)
+        for (int k = 0; k < MPMD_TASK_KINDS; k++) {
+            int c = s * MPMD_TASK_KINDS + k;
+            if (!pl->cl.count[c]) continue;
+            fprintf(f, "task %s_%d (rank %d, %d ops):\n", kind_prefix(k), s, pl->stage_rank[s],
+                    pl->cl.count[c]);
+            for (int q = 0; q < pl->cl.count[c]; q++) {
+                const mpmd_node *n = &g->nodes[pl->cl.nodes[c][q]];
+                fprintf(f, "    %%%d:%s = %s", n->id, mpmd_type_str(&n->type, tb, sizeof tb), n->op->name);
+                for (int j = 0; j < n->n_in; j++)
+                    fprintf(f, "%s%%%d", j ? ", " : " ", (int)n->in[j]);
+                fputc('\n', f);
+            }
+        }
+    for (int r = 0; r < pl->num_ranks; r++) {
+        const mpmd_program *p = &pl->prog[r];
+        fprintf(f, "rank %d program (%d instructions, peak %lld bytes of activations):\n", r, p->n,
+                (long long)p->peak_bytes);
+        for (int x = 0; x < p->n; x++) {
+            const mpmd_instr *in = &p->ins[x];
+            const mpmd_node *n = in->node >= 0 ? &g->nodes[in->node] : NULL;
+            switch (in->op) {
+            case MPMD_I_RUN_PRE: fprintf(f, "  pre   %%%d = %s\n", in->node, n->op->name); break;
+            case MPMD_I_RUN_POST: fprintf(f, "  post  %%%d = %s\n", in->node, n->op->name); break;
+            case MPMD_I_TASK:
+                fprintf(f, "  run   %s_%d  microbatch %d\n", kind_prefix(in->kind), in->stage, in->mb);
+                break;
+            case MPMD_I_SEND:
+                fprintf(f, "  send  %%%d:%s mb %d -> rank %d%s\n", in->node,
+                        mpmd_type_str(&n->type, tb, sizeof tb), in->mb, in->peer,
+                        in->moved ? " (moved)" : "");
+                break;
+            case MPMD_I_RECV:
+                fprintf(f, "  recv  %%%d:%s mb %d <- rank %d\n", in->node,
+                        mpmd_type_str(&n->type, tb, sizeof tb), in->mb, in->peer);
+                break;
+            case MPMD_I_FREE: fprintf(f, "  free  %%%d mb %d\n", in->node, in->mb); break;
+            }
+        }
+    }
+}
