@@ -107,21 +107,15 @@ typedef struct mpmd_value {
 
 #define MPMD_NONE ((mpmd_value){-1})
 
-static inline int mpmd_is_value(mpmd_value v) {
-    return v.id >= 0;
-}
+static inline int mpmd_is_value(mpmd_value v) { return v.id >= 0; }
 
 /* Shape arguments: `MPMD_SHAPE(4, 16)` expands to `2, (int64_t[]){4, 16}`,
  * i.e. the (ndim, dims) pair every shape-taking function expects. */
 #define MPMD_SHAPE(...)                                                                                      \
-    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]) {                           \
-        __VA_ARGS__                                                                                          \
-    }
+    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]) { __VA_ARGS__ }
 /* Axis lists: `MPMD_AXES(0, 1)` expands to `2, (int[]){0, 1}`. */
 #define MPMD_AXES(...)                                                                                       \
-    (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (const int[]) {                                       \
-        __VA_ARGS__                                                                                          \
-    }
+    (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (const int[]) { __VA_ARGS__ }
 
 /* Number of elements, and of bytes, of a type. */
 int64_t mpmd_type_numel(const mpmd_type *t);

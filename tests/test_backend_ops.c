@@ -155,9 +155,7 @@ static const struct {
 };
 
 /* The tolerance column of a dtype (i32 and tokens: f32's, unused). */
-static int prec_of(mpmd_dtype dt) {
-    return dt == MPMD_BF16 ? P_BF16 : dt == MPMD_F16 ? P_F16 : P_F32;
-}
+static int prec_of(mpmd_dtype dt) { return dt == MPMD_BF16 ? P_BF16 : dt == MPMD_F16 ? P_F16 : P_F32; }
 
 typedef struct op_entry {
     const mpmd_op_desc *op;
@@ -322,9 +320,7 @@ static mpmd_value in_i32(cb *c, const char *name, int32_t classes, int ndim, con
 /* An f32 parameter as the case's dtype, for ops that take parameters
  * directly (layer norm, embedding): the parameter stays f32 and gets the
  * cast's gradient back in f32, as in the layers. Itself in an f32 case. */
-static mpmd_value lp(cb *c, mpmd_value p) {
-    return mpmd_cast(c->g, p, c->dt);
-}
+static mpmd_value lp(cb *c, mpmd_value p) { return mpmd_cast(c->g, p, c->dt); }
 
 /* A constant of y's shape in f32, uniform in [-1, 1). */
 static mpmd_value rconst(cb *c, mpmd_value y) {
@@ -889,9 +885,7 @@ static int has_data(const cdata *cd, int i) {
     return cd->live[i] && n->type.dtype != MPMD_TOKEN;
 }
 
-static int is_leaf(const mpmd_node *n) {
-    return (n->op->flags & MPMD_OPF_LEAF) != 0;
-}
+static int is_leaf(const mpmd_node *n) { return (n->op->flags & MPMD_OPF_LEAF) != 0; }
 
 typedef struct pctx {
     void **buf;

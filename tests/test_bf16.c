@@ -59,9 +59,7 @@ extern const mpmd_op_desc mpmd_op_reshape, mpmd_op_permute, mpmd_op_slice, mpmd_
 
 #define SEED 777u
 
-static int is16(mpmd_dtype d) {
-    return d == MPMD_BF16 || d == MPMD_F16;
-}
+static int is16(mpmd_dtype d) { return d == MPMD_BF16 || d == MPMD_F16; }
 
 static float widen1(mpmd_dtype d, uint16_t h) {
     return d == MPMD_BF16 ? mpmd_bf16_to_f32(h) : mpmd_f16_to_f32(h);
@@ -439,9 +437,7 @@ static void leaf_value(const bb *b, int ci, const mpmd_node *n, void *dst) {
     }
 }
 
-static void *ptr_of(void *ctx, int v) {
-    return ((void **)ctx)[v];
-}
+static void *ptr_of(void *ctx, int v) { return ((void **)ctx)[v]; }
 
 /* Node i of g (just run into vals[i]) against its op's f32 kernel on the
  * same operands widened. */
@@ -672,9 +668,7 @@ static void part_ops(void) {
 /* 2. rounding, exactly                                                      */
 /* ======================================================================== */
 
-static float f32_of(uint32_t u) {
-    return mpmd_bits_f32(u);
-}
+static float f32_of(uint32_t u) { return mpmd_bits_f32(u); }
 
 typedef struct conv_case {
     uint32_t in;   /* the input's bits (f32: 32, bf16 and f16: 16) */

@@ -27,9 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int has(const char *s, const char *sub) {
-    return strstr(s, sub) != NULL;
-}
+static int has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
 
 /* The first occurrence of needle in hay (memmem is not in C11/POSIX). */
 static void *find_bytes(void *hay, size_t len, const char *needle, size_t nl) {
@@ -42,9 +40,7 @@ static void *find_bytes(void *hay, size_t len, const char *needle, size_t nl) {
 
 static char tmpdir[256];
 
-static void path_in(char *buf, size_t len, const char *name) {
-    snprintf(buf, len, "%s/%s", tmpdir, name);
-}
+static void path_in(char *buf, size_t len, const char *name) { snprintf(buf, len, "%s/%s", tmpdir, name); }
 
 static uint8_t *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -742,9 +738,7 @@ static void runner_hash(runner *r, char hex[65]) {
         mpmd_step_params_sha256(r->st, hex);
 }
 
-static void runner_digest(runner *r, char hex[65]) {
-    state_digest(r->m.g, r->ex, r->st, hex);
-}
+static void runner_digest(runner *r, char hex[65]) { state_digest(r->m.g, r->ex, r->st, hex); }
 
 static mpmd_status runner_save(runner *r, const char *path, int64_t step, mpmd_error *err) {
     mpmd_checkpoint_info info = MPMD_CHECKPOINT_INFO_INIT;
@@ -1105,9 +1099,7 @@ static uint64_t header_len(const uint8_t *f) {
     return n;
 }
 
-static uint16_t le16(const uint8_t *p) {
-    return (uint16_t)(p[0] | p[1] << 8);
-}
+static uint16_t le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 
 /* Export the sample as `dtype` and check the file by hand: header entries,
  * sizes, metadata, checksums and every 16-bit pattern. */

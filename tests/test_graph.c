@@ -9,9 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-static int has(const char *hay, const char *needle) {
-    return strstr(hay, needle) != NULL;
-}
+static int has(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
 
 static void test_errors(void) {
     mpmd_graph *g = mpmd_graph_new();

@@ -10,13 +10,9 @@
 #include <math.h>
 #include <string.h>
 
-static int has(const char *hay, const char *needle) {
-    return strstr(hay, needle) != NULL;
-}
+static int has(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
 
-static mpmd_type shape_of(int ndim, const int64_t *dims) {
-    return tu_f32(ndim, dims);
-}
+static mpmd_type shape_of(int ndim, const int64_t *dims) { return tu_f32(ndim, dims); }
 
 static float *alloc_f(int64_t n) {
     float *p = malloc((size_t)(n ? n : 1) * sizeof *p);
@@ -187,9 +183,7 @@ static double ref_un(int op, double x) {
     }
 }
 
-static int positive_domain(int op) {
-    return op == U_LOG || op == U_SQRT || op == U_RSQRT;
-}
+static int positive_domain(int op) { return op == U_LOG || op == U_SQRT || op == U_RSQRT; }
 
 static void test_unary_forward(void) {
     const int64_t n = 7 * 13;

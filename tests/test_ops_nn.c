@@ -16,9 +16,7 @@
 #include <math.h>
 #include <string.h>
 
-static int has(const char *hay, const char *needle) {
-    return strstr(hay, needle) != NULL;
-}
+static int has(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
 
 static mpmd_type ty(mpmd_dtype dt, int ndim, const int64_t *dims) {
     mpmd_type t = tu_f32(ndim, dims);

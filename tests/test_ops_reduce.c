@@ -8,9 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-static int has(const char *hay, const char *needle) {
-    return strstr(hay, needle) != NULL;
-}
+static int has(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
 
 enum { K_SUM, K_MEAN, K_MAX };
 static const char *kind_name[] = {"sum", "mean", "max"};

@@ -6,9 +6,7 @@
 
 #include <string.h>
 
-static int has(const char *hay, const char *needle) {
-    return strstr(hay, needle) != NULL;
-}
+static int has(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
 
 /* ---- a small runner: inputs of any dtype, one output ---------------------- */
 

@@ -11,9 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-static int has(const char *s, const char *sub) {
-    return strstr(s, sub) != NULL;
-}
+static int has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
 
 /* ---- an MLP regression with SGD ------------------------------------------- */
 

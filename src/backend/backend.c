@@ -76,9 +76,7 @@ int mpmd_kernel_native(const mpmd_kernel *k, const mpmd_graph *g, const mpmd_nod
     return 1;
 }
 
-const char *mpmd_backends(void) {
-    return mpmd_backend_names();
-}
+const char *mpmd_backends(void) { return mpmd_backend_names(); }
 
 int mpmd_backend_check(const char *name, char *why, size_t len) {
     const mpmd_backend *be = mpmd_backend_get(name);

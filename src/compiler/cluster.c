@@ -18,9 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int is_fwd_marker(const mpmd_node *n) {
-    return n->op == &mpmd_op_stage_marker && !n->ia[1];
-}
+static int is_fwd_marker(const mpmd_node *n) { return n->op == &mpmd_op_stage_marker && !n->ia[1]; }
 
 void mpmd_clusters_free(mpmd_clusters *c) {
     if (c->nodes)

@@ -130,9 +130,7 @@ fail:
 
 /* ---- printing ------------------------------------------------------------- */
 
-static const char *kind_prefix(int k) {
-    return k == 0 ? "fwd" : k == 1 ? "bwd" : k == 2 ? "bwdA" : "bwdW";
-}
+static const char *kind_prefix(int k) { return k == 0 ? "fwd" : k == 1 ? "bwd" : k == 2 ? "bwdA" : "bwdW"; }
 
 void mpmd_plan_print(const mpmd_plan *pl, FILE *f) {
     const mpmd_graph *g = pl->g;

@@ -75,9 +75,7 @@ static int num_cores(void) {
     return n > 0 ? (int)n : 1;
 }
 
-static void *xaligned(mpmd_exec *ex, size_t bytes) {
-    return ex->be->alloc(ex->dev, bytes ? bytes : 64);
-}
+static void *xaligned(mpmd_exec *ex, size_t bytes) { return ex->be->alloc(ex->dev, bytes ? bytes : 64); }
 
 static void xfree(mpmd_exec *ex, void *p) {
     if (p) ex->be->free(ex->dev, p);
@@ -105,9 +103,7 @@ void mpmd_exec_free(mpmd_exec *ex) {
     free(ex);
 }
 
-static int is_view(const mpmd_node *n) {
-    return n->op == &mpmd_op_microbatch;
-}
+static int is_view(const mpmd_node *n) { return n->op == &mpmd_op_microbatch; }
 
 mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_error *err) {
     if (!g) {
@@ -480,19 +476,11 @@ void *mpmd_exec_var_data(mpmd_exec *ex, mpmd_value v) {
     return ex->slots[v.id].ptr;
 }
 
-const char *mpmd_exec_backend(const mpmd_exec *ex) {
-    return ex->be->name;
-}
+const char *mpmd_exec_backend(const mpmd_exec *ex) { return ex->be->name; }
 
-const char *mpmd_exec_error(const mpmd_exec *ex) {
-    return ex->err;
-}
-const mpmd_graph *mpmd_exec_graph(const mpmd_exec *ex) {
-    return ex->g;
-}
-size_t mpmd_exec_arena_bytes(const mpmd_exec *ex) {
-    return ex->arena_bytes;
-}
+const char *mpmd_exec_error(const mpmd_exec *ex) { return ex->err; }
+const mpmd_graph *mpmd_exec_graph(const mpmd_exec *ex) { return ex->g; }
+size_t mpmd_exec_arena_bytes(const mpmd_exec *ex) { return ex->arena_bytes; }
 
 void mpmd_exec_print_plan(const mpmd_exec *ex, FILE *f) {
     const mpmd_graph *g = ex->g;

@@ -75,9 +75,7 @@ static size_t fl_alloc(freelist *f, size_t size) {
     return off;
 }
 
-static size_t round_up(size_t x) {
-    return (x + MPMD_PLAN_ALIGN - 1) / MPMD_PLAN_ALIGN * MPMD_PLAN_ALIGN;
-}
+static size_t round_up(size_t x) { return (x + MPMD_PLAN_ALIGN - 1) / MPMD_PLAN_ALIGN * MPMD_PLAN_ALIGN; }
 
 size_t mpmd_plan_memory(int n, const mpmd_plan_item *items, int npos, size_t *offsets) {
     /* bucket the items by definition and by last use */

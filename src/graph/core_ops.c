@@ -129,9 +129,7 @@ mpmd_value mpmd_full(mpmd_graph *g, float v, int ndim, const int64_t *dims) {
     return r;
 }
 
-mpmd_value mpmd_scalar(mpmd_graph *g, float v) {
-    return mpmd_full(g, v, 0, NULL);
-}
+mpmd_value mpmd_scalar(mpmd_graph *g, float v) { return mpmd_full(g, v, 0, NULL); }
 
 mpmd_value mpmd_constant(mpmd_graph *g, mpmd_dtype dtype, int ndim, const int64_t *dims, const void *data) {
     if (g->status != MPMD_OK) return MPMD_NONE;

@@ -25,24 +25,14 @@ static const struct {
     [MPMD_BF16] = {"bf16", 2, 1}, [MPMD_F16] = {"f16", 2, 1},
 };
 
-static int known_dtype(mpmd_dtype d) {
-    return (unsigned)d < sizeof dtypes / sizeof dtypes[0];
-}
+static int known_dtype(mpmd_dtype d) { return (unsigned)d < sizeof dtypes / sizeof dtypes[0]; }
 
-size_t mpmd_dtype_size(mpmd_dtype d) {
-    return known_dtype(d) ? dtypes[d].size : 0;
-}
-int mpmd_dtype_is_float(mpmd_dtype d) {
-    return known_dtype(d) && dtypes[d].is_float;
-}
+size_t mpmd_dtype_size(mpmd_dtype d) { return known_dtype(d) ? dtypes[d].size : 0; }
+int mpmd_dtype_is_float(mpmd_dtype d) { return known_dtype(d) && dtypes[d].is_float; }
 
-size_t mpmd_type_bytes(const mpmd_type *t) {
-    return (size_t)mpmd_type_numel(t) * mpmd_dtype_size(t->dtype);
-}
+size_t mpmd_type_bytes(const mpmd_type *t) { return (size_t)mpmd_type_numel(t) * mpmd_dtype_size(t->dtype); }
 
-const char *mpmd_dtype_name(mpmd_dtype d) {
-    return known_dtype(d) ? dtypes[d].name : "?";
-}
+const char *mpmd_dtype_name(mpmd_dtype d) { return known_dtype(d) ? dtypes[d].name : "?"; }
 
 char *mpmd_type_str(const mpmd_type *t, char *buf, size_t len) {
     size_t k = (size_t)snprintf(buf, len, "%s", mpmd_dtype_name(t->dtype));
@@ -111,22 +101,12 @@ mpmd_status mpmd_set_compute_dtype(mpmd_graph *g, mpmd_dtype dtype) {
     return MPMD_OK;
 }
 
-mpmd_dtype mpmd_compute_dtype(const mpmd_graph *g) {
-    return g->compute_dtype;
-}
+mpmd_dtype mpmd_compute_dtype(const mpmd_graph *g) { return g->compute_dtype; }
 
-mpmd_status mpmd_graph_status(const mpmd_graph *g) {
-    return g->status;
-}
-const char *mpmd_graph_error(const mpmd_graph *g) {
-    return g->err;
-}
-int mpmd_graph_num_values(const mpmd_graph *g) {
-    return g->n_nodes;
-}
-int mpmd_graph_num_microbatches(const mpmd_graph *g) {
-    return g->n_micro;
-}
+mpmd_status mpmd_graph_status(const mpmd_graph *g) { return g->status; }
+const char *mpmd_graph_error(const mpmd_graph *g) { return g->err; }
+int mpmd_graph_num_values(const mpmd_graph *g) { return g->n_nodes; }
+int mpmd_graph_num_microbatches(const mpmd_graph *g) { return g->n_micro; }
 
 /* ---- errors ---------------------------------------------------------------- */
 
@@ -243,9 +223,7 @@ mpmd_value mpmd_emit(mpmd_graph *g, const mpmd_op_desc *op, int n_in, const mpmd
 
 /* ---- scopes ---------------------------------------------------------------- */
 
-void mpmd_scope_push(mpmd_graph *g, const char *name) {
-    mpmd_scope_pushf(g, "%s", name);
-}
+void mpmd_scope_push(mpmd_graph *g, const char *name) { mpmd_scope_pushf(g, "%s", name); }
 
 void mpmd_scope_pushf(mpmd_graph *g, const char *fmt, ...) {
     if (g->n_scopes >= (int)(sizeof g->scope_len / sizeof g->scope_len[0])) {

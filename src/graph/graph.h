@@ -165,12 +165,8 @@ extern const mpmd_op_desc mpmd_op_microbatch, mpmd_op_loop_reduce, mpmd_op_stage
 extern const mpmd_op_desc mpmd_op_cast;
 
 /* The value a node defines, and the value of its i-th input. */
-static inline mpmd_value mpmd_out(const mpmd_node *n) {
-    return (mpmd_value){n->id};
-}
-static inline mpmd_value mpmd_in(const mpmd_node *n, int i) {
-    return (mpmd_value){n->in[i]};
-}
+static inline mpmd_value mpmd_out(const mpmd_node *n) { return (mpmd_value){n->id}; }
+static inline mpmd_value mpmd_in(const mpmd_node *n, int i) { return (mpmd_value){n->in[i]}; }
 
 static inline int mpmd_node_is_storage(const mpmd_node *n) {
     return n->op == &mpmd_op_param || n->op == &mpmd_op_variable;

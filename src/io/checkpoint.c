@@ -215,9 +215,7 @@ static mpmd_status prefixed(mpmd_error *err, mpmd_status rc, const char *who) {
     return rc;
 }
 
-static const char *st_dtype(mpmd_dtype d) {
-    return d == MPMD_I32 ? "I32" : "F32";
-}
+static const char *st_dtype(mpmd_dtype d) { return d == MPMD_I32 ? "I32" : "F32"; }
 
 /* The file's name of an export dtype, NULL for one that cannot be exported. */
 static const char *export_dtype(mpmd_dtype d) {

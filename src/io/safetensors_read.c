@@ -85,9 +85,7 @@ static size_t utf8_check(const uint8_t *s, size_t len) {
     return len;
 }
 
-static int is_ws(uint8_t c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
+static int is_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 static void skip_ws(parser *p) {
     while (p->pos < p->len && is_ws(p->s[p->pos]))

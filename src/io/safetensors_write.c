@@ -44,9 +44,7 @@ static void sb_put(strbuf *b, const char *s, size_t n) {
     b->s[b->len] = '\0';
 }
 
-static void sb_str(strbuf *b, const char *s) {
-    sb_put(b, s, strlen(s));
-}
+static void sb_str(strbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 
 static void sb_u64(strbuf *b, uint64_t v) {
     char t[24];

@@ -191,33 +191,15 @@ mpmd_value mpmd_add_scalar(mpmd_graph *g, mpmd_value a, float s) {
 mpmd_value mpmd_mul_scalar(mpmd_graph *g, mpmd_value a, float s) {
     return unary_scalar(g, &mpmd_op_mul_scalar, "mpmd_mul_scalar", a, s);
 }
-mpmd_value mpmd_neg(mpmd_graph *g, mpmd_value a) {
-    return unary(g, &mpmd_op_neg, "mpmd_neg", a);
-}
-mpmd_value mpmd_exp(mpmd_graph *g, mpmd_value a) {
-    return unary(g, &mpmd_op_exp, "mpmd_exp", a);
-}
-mpmd_value mpmd_log(mpmd_graph *g, mpmd_value a) {
-    return unary(g, &mpmd_op_log, "mpmd_log", a);
-}
-mpmd_value mpmd_tanh(mpmd_graph *g, mpmd_value a) {
-    return unary(g, &mpmd_op_tanh, "mpmd_tanh", a);
-}
-mpmd_value mpmd_sqrt(mpmd_graph *g, mpmd_value a) {
-    return unary(g, &mpmd_op_sqrt, "mpmd_sqrt", a);
-}
-mpmd_value mpmd_rsqrt(mpmd_graph *g, mpmd_value a) {
-    return unary(g, &mpmd_op_rsqrt, "mpmd_rsqrt", a);
-}
-mpmd_value mpmd_square(mpmd_graph *g, mpmd_value a) {
-    return unary(g, &mpmd_op_square, "mpmd_square", a);
-}
-mpmd_value mpmd_relu(mpmd_graph *g, mpmd_value a) {
-    return unary(g, &mpmd_op_relu, "mpmd_relu", a);
-}
-mpmd_value mpmd_gelu(mpmd_graph *g, mpmd_value a) {
-    return unary(g, &mpmd_op_gelu, "mpmd_gelu", a);
-}
+mpmd_value mpmd_neg(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_neg, "mpmd_neg", a); }
+mpmd_value mpmd_exp(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_exp, "mpmd_exp", a); }
+mpmd_value mpmd_log(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_log, "mpmd_log", a); }
+mpmd_value mpmd_tanh(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_tanh, "mpmd_tanh", a); }
+mpmd_value mpmd_sqrt(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_sqrt, "mpmd_sqrt", a); }
+mpmd_value mpmd_rsqrt(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_rsqrt, "mpmd_rsqrt", a); }
+mpmd_value mpmd_square(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_square, "mpmd_square", a); }
+mpmd_value mpmd_relu(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_relu, "mpmd_relu", a); }
+mpmd_value mpmd_gelu(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_gelu, "mpmd_gelu", a); }
 
 /* A fused backward op (gy, v): both have the forward op's type. */
 static mpmd_value grad_op(mpmd_graph *g, const mpmd_op_desc *op, mpmd_value gy, mpmd_value v) {

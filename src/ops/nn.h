@@ -29,8 +29,6 @@ extern const mpmd_op_desc mpmd_op_embedding, mpmd_op_embedding_grad;
 extern const mpmd_op_desc mpmd_op_cross_entropy, mpmd_op_cross_entropy_grad;
 
 /* The scale of a matmul node: alpha in C = alpha op(A) op(B). */
-static inline float mpmd_matmul_alpha(const mpmd_node *n) {
-    return (n->ia[1] & 1) ? n->fa[0] : 1.0f;
-}
+static inline float mpmd_matmul_alpha(const mpmd_node *n) { return (n->ia[1] & 1) ? n->fa[0] : 1.0f; }
 
 #endif

@@ -29,9 +29,7 @@ static const char *dims_str(char *buf, size_t len, int ndim, const int64_t *dims
     return buf;
 }
 
-static int is_data_dtype(mpmd_dtype d) {
-    return d == MPMD_I32 || mpmd_dtype_is_float(d);
-}
+static int is_data_dtype(mpmd_dtype d) { return d == MPMD_I32 || mpmd_dtype_is_float(d); }
 
 /* ---- reshape ---------------------------------------------------------------- */
 

@@ -46,9 +46,7 @@ typedef struct {
     int tag_ub;
 } mpi_state;
 
-int mpmd_mpi_available(void) {
-    return 1;
-}
+int mpmd_mpi_available(void) { return 1; }
 
 mpmd_status mpmd_mpi_init(int *argc, char ***argv, mpmd_error *err) {
     int inited = 0;
@@ -297,9 +295,7 @@ const mpmd_transport mpmd_transport_mpi = {
 
 #else /* no MPI in this build */
 
-int mpmd_mpi_available(void) {
-    return 0;
-}
+int mpmd_mpi_available(void) { return 0; }
 mpmd_status mpmd_mpi_init(int *argc, char ***argv, mpmd_error *err) {
     (void)argc, (void)argv;
     return mpmd_error_set(
@@ -308,14 +304,8 @@ mpmd_status mpmd_mpi_init(int *argc, char ***argv, mpmd_error *err) {
         "rebuild)");
 }
 void mpmd_mpi_finalize(void) {}
-int mpmd_mpi_world_rank(void) {
-    return 0;
-}
-int mpmd_mpi_world_size(void) {
-    return 1;
-}
-void mpmd_mpi_abort(int code) {
-    exit(code);
-}
+int mpmd_mpi_world_rank(void) { return 0; }
+int mpmd_mpi_world_size(void) { return 1; }
+void mpmd_mpi_abort(int code) { exit(code); }
 
 #endif

@@ -7,13 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-void mpmd_step_set_recording(mpmd_step *st, int on) {
-    st->record = on ? 1 : 0;
-}
+void mpmd_step_set_recording(mpmd_step *st, int on) { st->record = on ? 1 : 0; }
 
-static const char *kind_prefix(int k) {
-    return k == 0 ? "fwd" : k == 1 ? "bwd" : k == 2 ? "bwdA" : "bwdW";
-}
+static const char *kind_prefix(int k) { return k == 0 ? "fwd" : k == 1 ? "bwd" : k == 2 ? "bwdA" : "bwdW"; }
 
 static int has_run(const mpmd_step *st, mpmd_error *err, const char *fn) {
     if (!st->record || !st->ran) {

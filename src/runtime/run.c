@@ -50,15 +50,11 @@ void rt_pool_put(mpmd_rank_state *rs, void *p, size_t bytes) {
     rs->pool[rs->npool++] = (pooled){bytes, p};
 }
 
-size_t rt_bytes(const mpmd_graph *g, int node) {
-    return mpmd_type_bytes(&g->nodes[node].type);
-}
+size_t rt_bytes(const mpmd_graph *g, int node) { return mpmd_type_bytes(&g->nodes[node].type); }
 
 /* ---- aborting ---------------------------------------------------------- */
 
-int rt_aborted(struct mpmd_step *st) {
-    return __atomic_load_n(&st->abort_flag, __ATOMIC_ACQUIRE);
-}
+int rt_aborted(struct mpmd_step *st) { return __atomic_load_n(&st->abort_flag, __ATOMIC_ACQUIRE); }
 
 void rt_fail(mpmd_rank_state *rs, mpmd_status code, const char *fmt, ...) {
     struct mpmd_step *st = rs->st;

@@ -104,12 +104,8 @@ fail:
     return NULL;
 }
 
-int mpmd_step_num_ranks(const mpmd_step *st) {
-    return st->plan->num_ranks;
-}
-const char *mpmd_step_error(const mpmd_step *st) {
-    return st->err;
-}
+int mpmd_step_num_ranks(const mpmd_step *st) { return st->plan->num_ranks; }
+const char *mpmd_step_error(const mpmd_step *st) { return st->err; }
 int64_t mpmd_step_peak_bytes(const mpmd_step *st, int rank) {
     return rank >= 0 && rank < st->plan->num_ranks ? st->plan->prog[rank].peak_bytes : -1;
 }
@@ -248,9 +244,7 @@ void mpmd_step_replica_params_sha256(mpmd_step *st, int replica, char hex[65]) {
     mpmd_sha256_final_hex(&c, hex);
 }
 
-void mpmd_step_params_sha256(mpmd_step *st, char hex[65]) {
-    mpmd_step_replica_params_sha256(st, 0, hex);
-}
+void mpmd_step_params_sha256(mpmd_step *st, char hex[65]) { mpmd_step_replica_params_sha256(st, 0, hex); }
 
 mpmd_status mpmd_step_gather(mpmd_step *st, mpmd_value v, void *dst, size_t bytes) {
     if (st->runtime != MPMD_RUNTIME_MPI) return mpmd_step_read(st, v, dst, bytes);
@@ -272,10 +266,6 @@ mpmd_status mpmd_step_gather(mpmd_step *st, mpmd_value v, void *dst, size_t byte
 
 /* ---- printing ------------------------------------------------------------- */
 
-void mpmd_step_print_tasks(const mpmd_step *st, FILE *f) {
-    mpmd_schedule_write_text(st->plan->sched, f);
-}
+void mpmd_step_print_tasks(const mpmd_step *st, FILE *f) { mpmd_schedule_write_text(st->plan->sched, f); }
 
-void mpmd_step_print(const mpmd_step *st, FILE *f) {
-    mpmd_plan_print(st->plan, f);
-}
+void mpmd_step_print(const mpmd_step *st, FILE *f) { mpmd_plan_print(st->plan, f); }

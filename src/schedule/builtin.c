@@ -13,9 +13,7 @@
 #define A MPMD_TASK_A
 #define W MPMD_TASK_W
 
-static int imin(int a, int b) {
-    return a < b ? a : b;
-}
+static int imin(int a, int b) { return a < b ? a : b; }
 
 /* Counts every schedule needs: S, D, n >= 1 and not absurdly large. */
 static mpmd_status check_counts(const char *what, int S, int D, int n, mpmd_error *err) {

@@ -51,13 +51,9 @@ static void *alloc(size_t bytes, int zero) {
     return h + 1;
 }
 
-void *sched_mem_alloc(size_t bytes) {
-    return alloc(bytes, 0);
-}
+void *sched_mem_alloc(size_t bytes) { return alloc(bytes, 0); }
 
-void *sched_mem_calloc(size_t bytes) {
-    return alloc(bytes, 1);
-}
+void *sched_mem_calloc(size_t bytes) { return alloc(bytes, 1); }
 
 void sched_mem_free(void *p) {
     if (!p) return;

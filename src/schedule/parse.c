@@ -29,17 +29,11 @@ typedef struct parser {
     int max_stage, max_mb, any_split;
 } parser;
 
-static int col(const parser *ps, const char *at) {
-    return (int)(at - ps->line_start) + 1;
-}
+static int col(const parser *ps, const char *at) { return (int)(at - ps->line_start) + 1; }
 
-static int at_eol(const parser *ps) {
-    return ps->p >= ps->end || *ps->p == '\n';
-}
+static int at_eol(const parser *ps) { return ps->p >= ps->end || *ps->p == '\n'; }
 
-static int is_space(char c) {
-    return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
-}
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
 
 static void skip_space(parser *ps) {
     while (ps->p < ps->end && is_space(*ps->p))

@@ -27,9 +27,7 @@ static inline uint16_t mpmd_f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
-static inline float mpmd_bf16_to_f32(uint16_t h) {
-    return mpmd_bits_f32((uint32_t)h << 16);
-}
+static inline float mpmd_bf16_to_f32(uint16_t h) { return mpmd_bits_f32((uint32_t)h << 16); }
 
 static inline uint16_t mpmd_f32_to_f16(float f) {
     uint32_t u = mpmd_f32_bits(f);

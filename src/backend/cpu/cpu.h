@@ -51,9 +51,7 @@ static inline void mpmd_split(int64_t n, int t, int nt, int64_t *lo, int64_t *hi
 /* Threads worth using for `work` elementary operations: 1 below a fixed
  * threshold (so tiny ops do not pay for a parallel region), else nthreads.
  * The result never changes what a kernel computes, only how fast. */
-static inline int mpmd_threads_for(int nthreads, int64_t work) {
-    return work < 32768 ? 1 : nthreads;
-}
+static inline int mpmd_threads_for(int nthreads, int64_t work) { return work < 32768 ? 1 : nthreads; }
 
 /* C = alpha op(A) op(B) + beta C, row-major, through OpenBLAS with
  * `nthreads` threads for this call only. OpenBLAS's result depends on its

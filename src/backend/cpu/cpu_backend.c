@@ -29,9 +29,7 @@ const mpmd_kernel *mpmd_cpu_find(const mpmd_op_desc *op) {
     return NULL;
 }
 
-static int is16(mpmd_dtype d) {
-    return d == MPMD_BF16 || d == MPMD_F16;
-}
+static int is16(mpmd_dtype d) { return d == MPMD_BF16 || d == MPMD_F16; }
 
 static float load16(mpmd_dtype d, const void *p, int64_t k) {
     uint16_t h = ((const uint16_t *)p)[k];
@@ -245,9 +243,7 @@ static void cpu_close(void *dev) {
     if (d) free(d->wide);
     free(d);
 }
-static void cpu_enter(void *dev) {
-    (void)dev;
-}
+static void cpu_enter(void *dev) { (void)dev; }
 
 static void *cpu_alloc(void *dev, size_t bytes) {
     void *p = NULL;
@@ -255,9 +251,7 @@ static void *cpu_alloc(void *dev, size_t bytes) {
     return p;
 }
 
-static void cpu_free(void *dev, void *p) {
-    free(p);
-}
+static void cpu_free(void *dev, void *p) { free(p); }
 
 static int cpu_memcpy(void *dev, void *dst, const void *src, size_t bytes) {
     if (dst != src && bytes) memcpy(dst, src, bytes);
@@ -276,15 +270,9 @@ static int cpu_combine(void *dev, const mpmd_graph *g, const mpmd_node *n, void 
     return 0;
 }
 
-static int cpu_sync(void *dev, char *err, size_t len) {
-    return 0;
-}
-static void *cpu_event_record(void *dev) {
-    return NULL;
-}
-static int cpu_event_wait(void *dev, void *ev) {
-    return 0;
-}
+static int cpu_sync(void *dev, char *err, size_t len) { return 0; }
+static void *cpu_event_record(void *dev) { return NULL; }
+static int cpu_event_wait(void *dev, void *ev) { return 0; }
 static void cpu_event_free(void *dev, void *ev) {}
 
 const mpmd_backend mpmd_backend_cpu = {

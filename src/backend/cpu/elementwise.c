@@ -140,22 +140,12 @@ static int run_binary(const mpmd_kargs *a, int kind) {
     return 0;
 }
 
-static int k_add(const mpmd_kargs *a) {
-    return run_binary(a, BIN_ADD);
-}
-static int k_sub(const mpmd_kargs *a) {
-    return run_binary(a, BIN_SUB);
-}
-static int k_mul(const mpmd_kargs *a) {
-    return run_binary(a, BIN_MUL);
-}
-static int k_div(const mpmd_kargs *a) {
-    return run_binary(a, BIN_DIV);
-}
+static int k_add(const mpmd_kargs *a) { return run_binary(a, BIN_ADD); }
+static int k_sub(const mpmd_kargs *a) { return run_binary(a, BIN_SUB); }
+static int k_mul(const mpmd_kargs *a) { return run_binary(a, BIN_MUL); }
+static int k_div(const mpmd_kargs *a) { return run_binary(a, BIN_DIV); }
 /* broadcast_to: out[i] = a[broadcast index of i] */
-static int k_broadcast_to(const mpmd_kargs *a) {
-    return run_binary(a, BIN_COPY);
-}
+static int k_broadcast_to(const mpmd_kargs *a) { return run_binary(a, BIN_COPY); }
 
 /* ---- unary ops ------------------------------------------------------------------------ */
 
@@ -272,39 +262,17 @@ static int run_unary(const mpmd_kargs *a, int kind, int cost) {
     return 0;
 }
 
-static int k_add_scalar(const mpmd_kargs *a) {
-    return run_unary(a, UN_ADDS, 1);
-}
-static int k_mul_scalar(const mpmd_kargs *a) {
-    return run_unary(a, UN_MULS, 1);
-}
-static int k_neg(const mpmd_kargs *a) {
-    return run_unary(a, UN_NEG, 1);
-}
-static int k_exp(const mpmd_kargs *a) {
-    return run_unary(a, UN_EXP, 16);
-}
-static int k_log(const mpmd_kargs *a) {
-    return run_unary(a, UN_LOG, 16);
-}
-static int k_tanh(const mpmd_kargs *a) {
-    return run_unary(a, UN_TANH, 16);
-}
-static int k_sqrt(const mpmd_kargs *a) {
-    return run_unary(a, UN_SQRT, 4);
-}
-static int k_rsqrt(const mpmd_kargs *a) {
-    return run_unary(a, UN_RSQRT, 4);
-}
-static int k_square(const mpmd_kargs *a) {
-    return run_unary(a, UN_SQUARE, 1);
-}
-static int k_relu(const mpmd_kargs *a) {
-    return run_unary(a, UN_RELU, 1);
-}
-static int k_gelu(const mpmd_kargs *a) {
-    return run_unary(a, UN_GELU, 16);
-}
+static int k_add_scalar(const mpmd_kargs *a) { return run_unary(a, UN_ADDS, 1); }
+static int k_mul_scalar(const mpmd_kargs *a) { return run_unary(a, UN_MULS, 1); }
+static int k_neg(const mpmd_kargs *a) { return run_unary(a, UN_NEG, 1); }
+static int k_exp(const mpmd_kargs *a) { return run_unary(a, UN_EXP, 16); }
+static int k_log(const mpmd_kargs *a) { return run_unary(a, UN_LOG, 16); }
+static int k_tanh(const mpmd_kargs *a) { return run_unary(a, UN_TANH, 16); }
+static int k_sqrt(const mpmd_kargs *a) { return run_unary(a, UN_SQRT, 4); }
+static int k_rsqrt(const mpmd_kargs *a) { return run_unary(a, UN_RSQRT, 4); }
+static int k_square(const mpmd_kargs *a) { return run_unary(a, UN_SQUARE, 1); }
+static int k_relu(const mpmd_kargs *a) { return run_unary(a, UN_RELU, 1); }
+static int k_gelu(const mpmd_kargs *a) { return run_unary(a, UN_GELU, 16); }
 
 /* ---- fused backward ops: out = f(gy, v), same shape ---------------------------------------- */
 
@@ -366,24 +334,12 @@ static int run_grad(const mpmd_kargs *a, int kind, int cost) {
     return 0;
 }
 
-static int k_tanh_grad(const mpmd_kargs *a) {
-    return run_grad(a, GR_TANH, 1);
-}
-static int k_sqrt_grad(const mpmd_kargs *a) {
-    return run_grad(a, GR_SQRT, 2);
-}
-static int k_rsqrt_grad(const mpmd_kargs *a) {
-    return run_grad(a, GR_RSQRT, 1);
-}
-static int k_square_grad(const mpmd_kargs *a) {
-    return run_grad(a, GR_SQUARE, 1);
-}
-static int k_relu_grad(const mpmd_kargs *a) {
-    return run_grad(a, GR_RELU, 1);
-}
-static int k_gelu_grad(const mpmd_kargs *a) {
-    return run_grad(a, GR_GELU, 16);
-}
+static int k_tanh_grad(const mpmd_kargs *a) { return run_grad(a, GR_TANH, 1); }
+static int k_sqrt_grad(const mpmd_kargs *a) { return run_grad(a, GR_SQRT, 2); }
+static int k_rsqrt_grad(const mpmd_kargs *a) { return run_grad(a, GR_RSQRT, 1); }
+static int k_square_grad(const mpmd_kargs *a) { return run_grad(a, GR_SQUARE, 1); }
+static int k_relu_grad(const mpmd_kargs *a) { return run_grad(a, GR_RELU, 1); }
+static int k_gelu_grad(const mpmd_kargs *a) { return run_grad(a, GR_GELU, 16); }
 
 /* ---- sum_to ------------------------------------------------------------------------------------ */
 

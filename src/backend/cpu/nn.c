@@ -81,9 +81,7 @@ static float sum_exp_shift(const float *x, int64_t n, float m) {
 }
 
 /* Rows of a tensor: all leading axes folded; the last axis is the row. */
-static int64_t last_dim(const mpmd_type *t) {
-    return t->ndim ? t->dim[t->ndim - 1] : 1;
-}
+static int64_t last_dim(const mpmd_type *t) { return t->ndim ? t->dim[t->ndim - 1] : 1; }
 
 /* ---- matmul ------------------------------------------------------------------------ */
 
@@ -104,9 +102,7 @@ typedef struct mm_grid {
     int64_t tm, tn; /* tiles down and across */
 } mm_grid;
 
-static int64_t round_up(int64_t x, int64_t q) {
-    return (x + q - 1) / q * q;
-}
+static int64_t round_up(int64_t x, int64_t q) { return (x + q - 1) / q * q; }
 
 static mm_grid matmul_grid(int64_t m, int64_t n, int64_t k) {
     mm_grid gr = {m, n, 1, 1};
@@ -245,24 +241,12 @@ static int softmax_family(const mpmd_kargs *a, int kind) {
     return 0;
 }
 
-static int k_softmax(const mpmd_kargs *a) {
-    return softmax_family(a, SM_SOFTMAX);
-}
-static int k_softmax_causal(const mpmd_kargs *a) {
-    return softmax_family(a, SM_CAUSAL);
-}
-static int k_log_softmax(const mpmd_kargs *a) {
-    return softmax_family(a, SM_LOG);
-}
-static int k_softmax_grad(const mpmd_kargs *a) {
-    return softmax_family(a, SM_GRAD);
-}
-static int k_softmax_causal_grad(const mpmd_kargs *a) {
-    return softmax_family(a, SM_CAUSAL_GRAD);
-}
-static int k_log_softmax_grad(const mpmd_kargs *a) {
-    return softmax_family(a, SM_LOG_GRAD);
-}
+static int k_softmax(const mpmd_kargs *a) { return softmax_family(a, SM_SOFTMAX); }
+static int k_softmax_causal(const mpmd_kargs *a) { return softmax_family(a, SM_CAUSAL); }
+static int k_log_softmax(const mpmd_kargs *a) { return softmax_family(a, SM_LOG); }
+static int k_softmax_grad(const mpmd_kargs *a) { return softmax_family(a, SM_GRAD); }
+static int k_softmax_causal_grad(const mpmd_kargs *a) { return softmax_family(a, SM_CAUSAL_GRAD); }
+static int k_log_softmax_grad(const mpmd_kargs *a) { return softmax_family(a, SM_LOG_GRAD); }
 
 /* ---- layer norm ---------------------------------------------------------------------- */
 

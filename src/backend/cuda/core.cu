@@ -47,9 +47,7 @@ static int k_identity(const mpmd_kargs *a) {
 
 /* ---- matmul ---------------------------------------------------------------------- */
 
-static int fits_int(int64_t x) {
-    return x >= 0 && x <= INT_MAX;
-}
+static int fits_int(int64_t x) { return x >= 0 && x <= INT_MAX; }
 
 static int blas_failed(const mpmd_kargs *a, cublasStatus_t s, int64_t m, int64_t n, int64_t k,
                        int64_t batch) {

@@ -47,9 +47,7 @@ __device__ static inline void mpmd_cuda_raise(int *flag, int *info, int code, in
     }
 }
 
-static inline mpmd_cuda_dev *mpmd_cuda_of(const mpmd_kargs *a) {
-    return (mpmd_cuda_dev *)a->dev;
-}
+static inline mpmd_cuda_dev *mpmd_cuda_of(const mpmd_kargs *a) { return (mpmd_cuda_dev *)a->dev; }
 
 /* After a launch: 0, or 1 with "<what>: <CUDA error>" in a->err. */
 static inline int mpmd_cuda_launched(const mpmd_kargs *a, const char *what) {

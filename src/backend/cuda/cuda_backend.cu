@@ -47,9 +47,7 @@ static int cuda_available(char *why, size_t len) {
     return 1;
 }
 
-static const char *blas_status(cublasStatus_t s) {
-    return cublasGetStatusString(s);
-}
+static const char *blas_status(cublasStatus_t s) { return cublasGetStatusString(s); }
 
 #define WORKSPACE_BYTES ((size_t)32 << 20)
 
@@ -131,9 +129,7 @@ static void *cuda_open(int rank, int nthreads, char *err, size_t len) {
     return d;
 }
 
-static void cuda_enter(void *p) {
-    cudaSetDevice(((mpmd_cuda_dev *)p)->device);
-}
+static void cuda_enter(void *p) { cudaSetDevice(((mpmd_cuda_dev *)p)->device); }
 
 static void *cuda_alloc(void *p, size_t bytes) {
     void *ptr = NULL;
@@ -207,9 +203,7 @@ __global__ void convert_kernel(void *dst, int to, const void *src, int from, int
 
 static unsigned grid_for(int64_t n);
 
-static int is16(mpmd_dtype d) {
-    return d == MPMD_BF16 || d == MPMD_F16;
-}
+static int is16(mpmd_dtype d) { return d == MPMD_BF16 || d == MPMD_F16; }
 
 extern "C" int mpmd_cuda_convert(mpmd_cuda_dev *d, void *dst, mpmd_dtype to, const void *src, mpmd_dtype from,
                                  int64_t n) {

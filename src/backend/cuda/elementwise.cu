@@ -78,27 +78,17 @@ template <typename T> struct vec16 {
 /* V elements of T, aligned to their size (one vector load or store). */
 template <typename T, int V> struct alignas(sizeof(T) * V) pack { T v[V]; };
 
-__device__ __forceinline__ float to_f32(float x) {
-    return x;
-}
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) {
-    return __bfloat162float(x);
-}
-__device__ __forceinline__ float to_f32(__half x) {
-    return __half2float(x);
-}
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
 
 /* f32 -> T, rounding to nearest even */
 template <typename T> __device__ __forceinline__ T from_f32(float x);
-template <> __device__ __forceinline__ float from_f32<float>(float x) {
-    return x;
-}
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
     return __float2bfloat16_rn(x);
 }
-template <> __device__ __forceinline__ __half from_f32<__half>(float x) {
-    return __float2half_rn(x);
-}
+template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
 
 /* The V elements at p (aligned to V elements), raw. Kernels move vectors as
  * whole packs, converting element by element (not through f32 arrays, which
@@ -133,16 +123,10 @@ static unsigned grid_for(int64_t work) {
     return b > MAX_GRID ? MAX_GRID : b;
 }
 
-static int aligned_to(const void *p, size_t bytes) {
-    return ((uintptr_t)p & (bytes - 1)) == 0;
-}
-static int aligned16(const void *p) {
-    return aligned_to(p, 16);
-}
+static int aligned_to(const void *p, size_t bytes) { return ((uintptr_t)p & (bytes - 1)) == 0; }
+static int aligned16(const void *p) { return aligned_to(p, 16); }
 
-static int64_t ceil_div(int64_t a, int64_t b) {
-    return (a + b - 1) / b;
-}
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* The dtype of the output when it is f32, bf16 or f16 and the first n_in
  * operands have it too; else -1 with a message. */
@@ -196,12 +180,8 @@ __device__ __forceinline__ I decompose(I r, int n, const int64_t *size, const in
     return off;
 }
 
-__device__ __forceinline__ int64_t gtid() {
-    return (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t gstride() {
-    return (int64_t)gridDim.x * blockDim.x;
-}
+__device__ __forceinline__ int64_t gtid() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ int64_t gstride() { return (int64_t)gridDim.x * blockDim.x; }
 
 /* ---- functors (f32 in, f32 out) ----------------------------------------------------------- */
 
@@ -570,58 +550,26 @@ static int run_binary(const mpmd_kargs *a, int kind) {
     return by_dtype(d, [&](auto tag) { return run_binary_t<typename decltype(tag)::type>(a, kind); });
 }
 
-static int k_add(const mpmd_kargs *a) {
-    return run_binary(a, BIN_ADD);
-}
-static int k_sub(const mpmd_kargs *a) {
-    return run_binary(a, BIN_SUB);
-}
-static int k_mul(const mpmd_kargs *a) {
-    return run_binary(a, BIN_MUL);
-}
-static int k_div(const mpmd_kargs *a) {
-    return run_binary(a, BIN_DIV);
-}
+static int k_add(const mpmd_kargs *a) { return run_binary(a, BIN_ADD); }
+static int k_sub(const mpmd_kargs *a) { return run_binary(a, BIN_SUB); }
+static int k_mul(const mpmd_kargs *a) { return run_binary(a, BIN_MUL); }
+static int k_div(const mpmd_kargs *a) { return run_binary(a, BIN_DIV); }
 /* broadcast_to: out[i] = a[broadcast index of i] */
-static int k_broadcast_to(const mpmd_kargs *a) {
-    return run_binary(a, BIN_COPY);
-}
+static int k_broadcast_to(const mpmd_kargs *a) { return run_binary(a, BIN_COPY); }
 
 /* ---- unary ops ------------------------------------------------------------------------------ */
 
-static int k_add_scalar(const mpmd_kargs *a) {
-    return run_map1(a, FAddS{a->node->fa[0]});
-}
-static int k_mul_scalar(const mpmd_kargs *a) {
-    return run_map1(a, FMulS{a->node->fa[0]});
-}
-static int k_neg(const mpmd_kargs *a) {
-    return run_map1(a, FNeg());
-}
-static int k_exp(const mpmd_kargs *a) {
-    return run_map1(a, FExp());
-}
-static int k_log(const mpmd_kargs *a) {
-    return run_map1(a, FLog());
-}
-static int k_tanh(const mpmd_kargs *a) {
-    return run_map1(a, FTanh());
-}
-static int k_sqrt(const mpmd_kargs *a) {
-    return run_map1(a, FSqrt());
-}
-static int k_rsqrt(const mpmd_kargs *a) {
-    return run_map1(a, FRsqrt());
-}
-static int k_square(const mpmd_kargs *a) {
-    return run_map1(a, FSquare());
-}
-static int k_relu(const mpmd_kargs *a) {
-    return run_map1(a, FRelu());
-}
-static int k_gelu(const mpmd_kargs *a) {
-    return run_map1(a, FGelu());
-}
+static int k_add_scalar(const mpmd_kargs *a) { return run_map1(a, FAddS{a->node->fa[0]}); }
+static int k_mul_scalar(const mpmd_kargs *a) { return run_map1(a, FMulS{a->node->fa[0]}); }
+static int k_neg(const mpmd_kargs *a) { return run_map1(a, FNeg()); }
+static int k_exp(const mpmd_kargs *a) { return run_map1(a, FExp()); }
+static int k_log(const mpmd_kargs *a) { return run_map1(a, FLog()); }
+static int k_tanh(const mpmd_kargs *a) { return run_map1(a, FTanh()); }
+static int k_sqrt(const mpmd_kargs *a) { return run_map1(a, FSqrt()); }
+static int k_rsqrt(const mpmd_kargs *a) { return run_map1(a, FRsqrt()); }
+static int k_square(const mpmd_kargs *a) { return run_map1(a, FSquare()); }
+static int k_relu(const mpmd_kargs *a) { return run_map1(a, FRelu()); }
+static int k_gelu(const mpmd_kargs *a) { return run_map1(a, FGelu()); }
 
 /* ---- fused backward ops: out = f(gy, v), same shape and dtype ---------------------------------- */
 
@@ -635,24 +583,12 @@ static int run_grad(const mpmd_kargs *a, int kind) {
     });
 }
 
-static int k_tanh_grad(const mpmd_kargs *a) {
-    return run_grad(a, GR_TANH);
-}
-static int k_sqrt_grad(const mpmd_kargs *a) {
-    return run_grad(a, GR_SQRT);
-}
-static int k_rsqrt_grad(const mpmd_kargs *a) {
-    return run_grad(a, GR_RSQRT);
-}
-static int k_square_grad(const mpmd_kargs *a) {
-    return run_grad(a, GR_SQUARE);
-}
-static int k_relu_grad(const mpmd_kargs *a) {
-    return run_grad(a, GR_RELU);
-}
-static int k_gelu_grad(const mpmd_kargs *a) {
-    return run_grad(a, GR_GELU);
-}
+static int k_tanh_grad(const mpmd_kargs *a) { return run_grad(a, GR_TANH); }
+static int k_sqrt_grad(const mpmd_kargs *a) { return run_grad(a, GR_SQRT); }
+static int k_rsqrt_grad(const mpmd_kargs *a) { return run_grad(a, GR_RSQRT); }
+static int k_square_grad(const mpmd_kargs *a) { return run_grad(a, GR_SQUARE); }
+static int k_relu_grad(const mpmd_kargs *a) { return run_grad(a, GR_RELU); }
+static int k_gelu_grad(const mpmd_kargs *a) { return run_grad(a, GR_GELU); }
 
 /* ---- sum_to ------------------------------------------------------------------------------------- */
 

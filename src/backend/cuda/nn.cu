@@ -81,32 +81,18 @@ template <> struct is16<f16> : std::true_type {};
 template <typename S>
 using f32_or_dyn = typename std::conditional<std::is_same<S, dyn>::value, dyn, float>::type;
 
-__device__ __forceinline__ float to_f32(float v) {
-    return v;
-}
-__device__ __forceinline__ float to_f32(bf16 v) {
-    return __bfloat162float(v);
-}
-__device__ __forceinline__ float to_f32(f16 v) {
-    return __half2float(v);
-}
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(bf16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32(f16 v) { return __half2float(v); }
 
 template <typename T> __device__ __forceinline__ T from_f32(float v);
-template <> __device__ __forceinline__ float from_f32<float>(float v) {
-    return v;
-}
-template <> __device__ __forceinline__ bf16 from_f32<bf16>(float v) {
-    return __float2bfloat16_rn(v);
-}
-template <> __device__ __forceinline__ f16 from_f32<f16>(float v) {
-    return __float2half_rn(v);
-}
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ bf16 from_f32<bf16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ f16 from_f32<f16>(float v) { return __float2half_rn(v); }
 
 /* The low 16 bits of b as a value of 16-bit type T, in f32 (exact). */
 template <typename T> __device__ __forceinline__ float bits_f32(unsigned b);
-template <> __device__ __forceinline__ float bits_f32<bf16>(unsigned b) {
-    return __uint_as_float(b << 16);
-}
+template <> __device__ __forceinline__ float bits_f32<bf16>(unsigned b) { return __uint_as_float(b << 16); }
 template <> __device__ __forceinline__ float bits_f32<f16>(unsigned b) {
     return __half2float(__ushort_as_half((unsigned short)(b & 0xffffu)));
 }
@@ -360,9 +346,7 @@ static row_shape row_shape_for(int64_t rows, int64_t n) {
     return s;
 }
 
-static int64_t last_dim(const mpmd_type *t) {
-    return t->ndim ? t->dim[t->ndim - 1] : 1;
-}
+static int64_t last_dim(const mpmd_type *t) { return t->ndim ? t->dim[t->ndim - 1] : 1; }
 
 /* The rows of a row op over t (the last axis is the row) and their launch
  * shape; false when there is no row (nothing to do). */
@@ -827,24 +811,12 @@ template <int K> static int softmax_family(const mpmd_kargs *a) {
     return mpmd_cuda_launched(a, a->node->op->name);
 }
 
-static int k_softmax(const mpmd_kargs *a) {
-    return softmax_family<SM_SOFTMAX>(a);
-}
-static int k_softmax_causal(const mpmd_kargs *a) {
-    return softmax_family<SM_CAUSAL>(a);
-}
-static int k_log_softmax(const mpmd_kargs *a) {
-    return softmax_family<SM_LOG>(a);
-}
-static int k_softmax_grad(const mpmd_kargs *a) {
-    return softmax_family<SM_GRAD>(a);
-}
-static int k_softmax_causal_grad(const mpmd_kargs *a) {
-    return softmax_family<SM_CAUSAL_GRAD>(a);
-}
-static int k_log_softmax_grad(const mpmd_kargs *a) {
-    return softmax_family<SM_LOG_GRAD>(a);
-}
+static int k_softmax(const mpmd_kargs *a) { return softmax_family<SM_SOFTMAX>(a); }
+static int k_softmax_causal(const mpmd_kargs *a) { return softmax_family<SM_CAUSAL>(a); }
+static int k_log_softmax(const mpmd_kargs *a) { return softmax_family<SM_LOG>(a); }
+static int k_softmax_grad(const mpmd_kargs *a) { return softmax_family<SM_GRAD>(a); }
+static int k_softmax_causal_grad(const mpmd_kargs *a) { return softmax_family<SM_CAUSAL_GRAD>(a); }
+static int k_log_softmax_grad(const mpmd_kargs *a) { return softmax_family<SM_LOG_GRAD>(a); }
 
 /* ---- layer norm ------------------------------------------------------------------------------ */
 
@@ -1116,12 +1088,8 @@ template <bool G> static int layer_norm_rows(const mpmd_kargs *a) {
     return mpmd_cuda_launched(a, G ? "layer_norm_grad_x" : "layer_norm");
 }
 
-static int k_layer_norm(const mpmd_kargs *a) {
-    return layer_norm_rows<false>(a);
-}
-static int k_layer_norm_grad_x(const mpmd_kargs *a) {
-    return layer_norm_rows<true>(a);
-}
+static int k_layer_norm(const mpmd_kargs *a) { return layer_norm_rows<false>(a); }
+static int k_layer_norm_grad_x(const mpmd_kargs *a) { return layer_norm_rows<true>(a); }
 
 /* dgamma[c] = sum over rows of gy[r, c] * xhat[r, c]. The rows are cut into
  * chunks of LNG_CHUNK_MIN rows or more (at most LNG_CHUNKS_MAX chunks, a
@@ -1249,9 +1217,7 @@ static int copy_threads(int64_t cols) { /* a warp multiple, 32 to 256 */
     return t < 32 ? 32 : t > 256 ? 256 : (int)t;
 }
 
-static int aligned16(const void *p) {
-    return ((uintptr_t)p & 15) == 0;
-}
+static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 /* y[p, :] = table[ids[p], :]: a block per position (grid-stride), threads
  * over the row in groups VT of elements E (float4 or float for f32; for a
@@ -1356,9 +1322,7 @@ static int64_t emb_sort_size(int64_t n) {
 
 #define EMB_CHUNK 64
 
-static size_t emb_bounds_bytes(int64_t v) {
-    return ((size_t)(v + 1) * sizeof(int) + 15) / 16 * 16;
-}
+static size_t emb_bounds_bytes(int64_t v) { return ((size_t)(v + 1) * sizeof(int) + 15) / 16 * 16; }
 
 static size_t scratch_embedding_grad(const mpmd_graph *g, const mpmd_node *n) {
     int64_t npos = mpmd_type_numel(mpmd_type_of(g, mpmd_in(n, 0)));

@@ -132,9 +132,7 @@ __device__ __forceinline__ void axes_off2(const Axes &A, i64 i, i64 &oa, i64 &ob
     }
 }
 
-static i64 cdiv(i64 a, i64 b) {
-    return (a + b - 1) / b;
-}
+static i64 cdiv(i64 a, i64 b) { return (a + b - 1) / b; }
 
 /* Blocks for n items at `per` items per block, capped (kernels loop). */
 static unsigned grid_for(i64 n, i64 per) {
@@ -145,34 +143,22 @@ static unsigned grid_for(i64 n, i64 per) {
 }
 
 /* p is aligned to u bytes (a power of two). */
-static int aligned(const void *p, i64 u) {
-    return ((uintptr_t)p & (uintptr_t)(u - 1)) == 0;
-}
+static int aligned(const void *p, i64 u) { return ((uintptr_t)p & (uintptr_t)(u - 1)) == 0; }
 
 /* ---- storage types -------------------------------------------------------------- */
 
 /* A float operand is stored as float, __nv_bfloat16 or __half: widened to
  * f32 exactly on load, rounded to nearest even once on store. */
-__device__ __forceinline__ float rd_f32(float v) {
-    return v;
-}
-__device__ __forceinline__ float rd_f32(__nv_bfloat16 v) {
-    return __bfloat162float(v);
-}
-__device__ __forceinline__ float rd_f32(__half v) {
-    return __half2float(v);
-}
+__device__ __forceinline__ float rd_f32(float v) { return v; }
+__device__ __forceinline__ float rd_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float rd_f32(__half v) { return __half2float(v); }
 
 template <class T> __device__ __forceinline__ T wr_f32(float v);
-template <> __device__ __forceinline__ float wr_f32<float>(float v) {
-    return v;
-}
+template <> __device__ __forceinline__ float wr_f32<float>(float v) { return v; }
 template <> __device__ __forceinline__ __nv_bfloat16 wr_f32<__nv_bfloat16>(float v) {
     return __float2bfloat16_rn(v);
 }
-template <> __device__ __forceinline__ __half wr_f32<__half>(float v) {
-    return __float2half_rn(v);
-}
+template <> __device__ __forceinline__ __half wr_f32<__half>(float v) { return __float2half_rn(v); }
 
 /* f((T *)0) with T the storage type of float dtype d; 1 when d is no float. */
 template <class F> static int with_float_type(mpmd_dtype d, F &&f) {
@@ -245,9 +231,7 @@ static void rplan_make(const mpmd_type *t, i64 mask, RPlan *P) {
 }
 
 /* Nothing is reduced (every reduced axis has size 1): an elementwise map. */
-static int rplan_ident(const RPlan *P) {
-    return !P->inner && P->nr == 1;
-}
+static int rplan_ident(const RPlan *P) { return !P->inner && P->nr == 1; }
 
 /* ---- reduction operators --------------------------------------------------------- */
 
@@ -273,9 +257,7 @@ template <class TY> struct OpSum {
 };
 
 /* b wins when larger or NaN (a is the earlier value): NaN propagates. */
-__device__ __forceinline__ float max_nan(float a, float b) {
-    return (b > a || b != b) ? b : a;
-}
+__device__ __forceinline__ float max_nan(float a, float b) { return (b > a || b != b) ? b : a; }
 
 template <class TY> struct OpMax {
     typedef float T;
