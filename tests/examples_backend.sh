@@ -21,14 +21,8 @@ if [ $? -ne 0 ]; then
   exit 77
 fi
 
-schedules='gpipe 4 4
-std1f1b 2 2
-eager1f1b 4 4
-interleaved1f1b 4 2
-kimik2 4 2 --fuse-steady-state
-zerobubble 4 4
-dualpipev 4 2
-interleavedgpipe 4 2'
+# the equivalence list: schedule, stages, ranks, extra options
+schedules=$(cat "$(dirname "$0")/equivalence_schedules.txt")
 for precision in f32 bf16; do
   ref=$("$gpt" "${model[@]}" --backend "$backend" --precision $precision | tail -n 1)
   case "$ref" in final_loss=*" params_sha256="*) ok "$backend $precision loop: $ref" ;;

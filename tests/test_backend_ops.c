@@ -56,6 +56,7 @@
 #include "testutil.h"
 
 #include "backend/backend.h"
+#include "backend/op_descs.h"
 #include "backend/cpu/cpu.h"
 #include "graph/graph.h"
 #include "ops/nn.h"
@@ -68,16 +69,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Descriptors the op families do not declare in a header. */
-extern const mpmd_op_desc mpmd_op_add, mpmd_op_sub, mpmd_op_mul, mpmd_op_div;
-extern const mpmd_op_desc mpmd_op_add_scalar, mpmd_op_mul_scalar, mpmd_op_neg, mpmd_op_exp, mpmd_op_log;
-extern const mpmd_op_desc mpmd_op_tanh, mpmd_op_sqrt, mpmd_op_rsqrt, mpmd_op_square, mpmd_op_relu,
-    mpmd_op_gelu;
-extern const mpmd_op_desc mpmd_op_broadcast_to, mpmd_op_sum_to;
-extern const mpmd_op_desc mpmd_op_tanh_grad, mpmd_op_sqrt_grad, mpmd_op_rsqrt_grad, mpmd_op_square_grad;
-extern const mpmd_op_desc mpmd_op_relu_grad, mpmd_op_gelu_grad;
-extern const mpmd_op_desc mpmd_op_sum, mpmd_op_mean, mpmd_op_max, mpmd_op_max_grad;
-extern const mpmd_op_desc mpmd_op_reshape, mpmd_op_permute, mpmd_op_slice, mpmd_op_slice_grad, mpmd_op_concat;
 
 /* ---- tolerances ------------------------------------------------------------
  * A float element passes when |a - b| <= atol + rtol |b| (b: the CPU's value);
@@ -257,18 +248,7 @@ static void cover_add(cover *cv, const mpmd_graph *g, const mpmd_node *n) {
 
 /* ---- random data -------------------------------------------------------------- */
 
-static uint64_t mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 
-/* uniform in [0, 1) */
-static double unif(uint64_t *s) {
-    *s = mix64(*s);
-    return (double)(*s >> 11) * (1.0 / 9007199254740992.0);
-}
 
 #define PARAM_SEED 20240607u
 
@@ -331,9 +311,9 @@ static mpmd_value rconst(cb *c, mpmd_value y) {
         fprintf(stderr, "test_backend_ops: out of memory\n");
         exit(1);
     }
-    uint64_t s = mix64(++c->seed * 7919u);
+    uint64_t s = tu_mix64(++c->seed * 7919u);
     for (int64_t i = 0; i < n; i++)
-        d[i] = (float)(unif(&s) * 2.0 - 1.0);
+        d[i] = (float)(tu_unif(&s) * 2.0 - 1.0);
     mpmd_value r = mpmd_constant(c->g, MPMD_F32, t.ndim, t.dim, d);
     free(d);
     return r;
@@ -1115,9 +1095,9 @@ static int cdata_build(int ci, cdata *cd, char *err, size_t len) {
             return 0;
         }
         int64_t cnt = mpmd_type_numel(&n->type);
-        uint64_t s = mix64(((uint64_t)ci << 32) ^ (uint64_t)i);
+        uint64_t s = tu_mix64(((uint64_t)ci << 32) ^ (uint64_t)i);
         for (int64_t k = 0; k < cnt; k++) {
-            double u = unif(&s);
+            double u = tu_unif(&s);
             float v;
             if (n->type.dtype == MPMD_I32) {
                 ((int32_t *)cd->leaf[i])[k] = (int32_t)(u * sp->classes);

@@ -32,6 +32,7 @@
 #include "testutil.h"
 
 #include "backend/backend.h"
+#include "backend/op_descs.h"
 #include "backend/cpu/cpu.h"
 #include "graph/graph.h"
 #include "ops/nn.h"
@@ -46,16 +47,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Descriptors the op families do not declare in a header. */
-extern const mpmd_op_desc mpmd_op_add, mpmd_op_sub, mpmd_op_mul, mpmd_op_div;
-extern const mpmd_op_desc mpmd_op_add_scalar, mpmd_op_mul_scalar, mpmd_op_neg, mpmd_op_exp, mpmd_op_log;
-extern const mpmd_op_desc mpmd_op_tanh, mpmd_op_sqrt, mpmd_op_rsqrt, mpmd_op_square, mpmd_op_relu,
-    mpmd_op_gelu;
-extern const mpmd_op_desc mpmd_op_broadcast_to, mpmd_op_sum_to;
-extern const mpmd_op_desc mpmd_op_tanh_grad, mpmd_op_sqrt_grad, mpmd_op_rsqrt_grad, mpmd_op_square_grad;
-extern const mpmd_op_desc mpmd_op_relu_grad, mpmd_op_gelu_grad;
-extern const mpmd_op_desc mpmd_op_sum, mpmd_op_mean, mpmd_op_max, mpmd_op_max_grad;
-extern const mpmd_op_desc mpmd_op_reshape, mpmd_op_permute, mpmd_op_slice, mpmd_op_slice_grad, mpmd_op_concat;
 
 #define SEED 777u
 
@@ -188,17 +179,7 @@ typedef struct bb {
 
 #define D(...) MPMD_SHAPE(__VA_ARGS__)
 
-static uint64_t mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 
-static double unif(uint64_t *s) {
-    *s = mix64(*s);
-    return (double)(*s >> 11) * (1.0 / 9007199254740992.0);
-}
 
 static mpmd_value input(bb *b, const char *name, mpmd_dtype dt, float lo, float hi, float step,
                         int32_t classes, int ndim, const int64_t *dims) {
@@ -231,9 +212,9 @@ static void acc(bb *b, mpmd_value y) {
     int64_t n = mpmd_type_numel(&t);
     float *r = malloc((size_t)(n ? n : 1) * sizeof *r);
     if (!r) exit(1);
-    uint64_t s = mix64(++b->seed * 7919u);
+    uint64_t s = tu_mix64(++b->seed * 7919u);
     for (int64_t i = 0; i < n; i++)
-        r[i] = (float)(unif(&s) * 2.0 - 1.0);
+        r[i] = (float)(tu_unif(&s) * 2.0 - 1.0);
     mpmd_value l = mpmd_sum(g, mpmd_mul(g, y, mpmd_constant(g, MPMD_F32, t.ndim, t.dim, r)), 0, NULL, 0);
     free(r);
     b->loss = mpmd_is_value(b->loss) ? mpmd_add(g, b->loss, l) : l;
@@ -416,9 +397,9 @@ static void leaf_value(const bb *b, int ci, const mpmd_node *n, void *dst) {
     while (k < b->n_in && b->in[k].id != n->id)
         k++;
     int64_t cnt = mpmd_type_numel(&n->type);
-    uint64_t s = mix64(((uint64_t)ci << 32) ^ (uint64_t)n->id);
+    uint64_t s = tu_mix64(((uint64_t)ci << 32) ^ (uint64_t)n->id);
     for (int64_t e = 0; e < cnt; e++) {
-        double u = unif(&s);
+        double u = tu_unif(&s);
         if (n->type.dtype == MPMD_I32) {
             ((int32_t *)dst)[e] = (int32_t)(u * b->in[k].classes);
             continue;

@@ -187,3 +187,15 @@ void tu_backend_or_skip(const char *test) {
         exit(77);
     }
 }
+
+uint64_t tu_mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+double tu_unif(uint64_t *s) {
+    *s = tu_mix64(*s);
+    return (double)(*s >> 11) * (1.0 / 9007199254740992.0);
+}

@@ -35,6 +35,10 @@ void tu_backend_or_skip(const char *test);
 /* 1 when MPMD_TEST_QUICK is set (sanitizer runs): tests shrink their sizes. */
 int tu_quick(void);
 
+/* splitmix64's mixing function, and a uniform double in [0, 1) drawn from
+ * the state *s (advanced): the tests' deterministic random numbers. */
+uint64_t tu_mix64(uint64_t x);
+double tu_unif(uint64_t *s);
 /* Deterministic pseudo-random floats in [-1, 1) from a seed. */
 void tu_fill(float *x, int64_t n, uint64_t seed);
 
