@@ -241,6 +241,58 @@ static void test_failure_stops_all(void) {
     gpt_model_free(&m);
 }
 
+/* A data-parallel step that failed (a bad label on one replica) runs again
+ * with good data exactly as a fresh step: no replica is left counted at the
+ * barrier where the replicas combine their gradients. */
+static void test_failure_then_data_parallel(void) {
+    gpt_config cfg = gpt_config_default();
+    cfg.vocab = 16;
+    cfg.seq = 4;
+    cfg.width = 8;
+    cfg.heads = 2;
+    cfg.layers = 2;
+    cfg.stages = 2;
+    cfg.microbatches = 2;
+    cfg.batch = 4; /* per replica */
+    gpt_model m;
+    mpmd_error err;
+    if (gpt_build(&cfg, 1, &m, &err) != MPMD_OK) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    mpmd_schedule *s;
+    mpmd_schedule_std1f1b(2, 2, &s, &err);
+    mpmd_step_opts so = MPMD_STEP_DEFAULTS;
+    so.backend = tu_backend();
+    so.data_parallel = 2;
+    mpmd_step *a = mpmd_jit_with_loop(m.g, s, &so, &err), *b = mpmd_jit_with_loop(m.g, s, &so, &err);
+    CHECK(a && b, "%s", err.msg);
+    if (a && b) {
+        int32_t tok[32], tgt[32], bad[32];
+        gpt_random_batch(16, 8, 4, 1, 1, tok, tgt);
+        memcpy(bad, tgt, sizeof bad);
+        bad[29] = 999; /* replica 1's share, on the last stage */
+        mpmd_step_set_input(a, m.tokens, tok, sizeof tok);
+        mpmd_step_set_input(a, m.targets, bad, sizeof bad);
+        CHECK(mpmd_step_run(a) == MPMD_ERR_RUNTIME, "a bad label ran");
+        char ha[65], hb[65];
+        for (int k = 0; k < 2; k++) {
+            mpmd_step_set_input(a, m.targets, tgt, sizeof tgt);
+            mpmd_step_set_input(b, m.tokens, tok, sizeof tok);
+            mpmd_step_set_input(b, m.targets, tgt, sizeof tgt);
+            CHECK(mpmd_step_run(a) == MPMD_OK, "after the failure: %s", mpmd_step_error(a));
+            CHECK(mpmd_step_run(b) == MPMD_OK, "%s", mpmd_step_error(b));
+        }
+        mpmd_step_replica_params_sha256(a, 1, ha);
+        mpmd_step_replica_params_sha256(b, 1, hb);
+        CHECK(strcmp(ha, hb) == 0, "after a failed step, data-parallel steps differ from a fresh step's");
+    }
+    mpmd_step_free(a);
+    mpmd_step_free(b);
+    mpmd_schedule_free(s);
+    gpt_model_free(&m);
+}
+
 /* Data parallelism in-process: 2 stages x 2 replicas match the one-rank
  * loop on the whole batch to float tolerance, and the replicas' parameters
  * are bitwise identical. */
@@ -315,5 +367,6 @@ int main(void) {
     test_gpt_equivalence(MPMD_F32);
     test_gpt_equivalence(MPMD_BF16);
     test_failure_stops_all();
+    test_failure_then_data_parallel();
     return tu_report("test_pipeline");
 }

@@ -127,9 +127,18 @@ static mpmd_status local_launch(struct mpmd_step *st, void *(*rank_main)(void *)
         snprintf(st->err, sizeof st->err, "out of memory starting %d rank threads", L);
         return MPMD_ERR_NOMEM;
     }
+    /* A step that failed may have left replicas counted at a barrier they
+     * then left: every group starts the run empty. */
+    local_state *ls = st->tx;
+    for (int r = 0; ls && r < ls->ngroups; r++) {
+        ls->groups[r].arrived = 0;
+        for (int d = 0; d < st->plan->replicas; d++)
+            ls->groups[r].bufs[d] = NULL;
+    }
+    for (int r = 0; r < L; r++)
+        st->rs[r].status = MPMD_OK;
     int started = 0;
     for (int r = 0; r < L; r++) {
-        st->rs[r].status = MPMD_OK;
         if (pthread_create(&th[r], NULL, rank_main, &st->rs[r]) != 0) {
             rt_fail(&st->rs[r], MPMD_ERR_RUNTIME, "could not start the thread of rank %d", st->rs[r].rank);
             break;

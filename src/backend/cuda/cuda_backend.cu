@@ -102,13 +102,24 @@ static void *cuda_open(int rank, int nthreads, char *err, size_t len) {
         return NULL;
     }
     d->flag_info = d->flag + 1;
-    /* Ranks on different GPUs hand each other buffers (a moved send): let
-     * this device's kernels read the others' memory where the hardware can
-     * (an error here only means it is already on, or impossible). */
-    for (int j = 0; j < n; j++) {
+    /* Ranks on different GPUs hand each other device buffers (a moved send
+     * goes to the receiver, which computes on it): this device's kernels
+     * must reach the others' memory. Without peer access that cannot work;
+     * say so instead of faulting later. */
+    for (int j = 0; j < n && !(pick && *pick); j++) {
         int can = 0;
-        if (j != d->device && cudaDeviceCanAccessPeer(&can, d->device, j) == cudaSuccess && can)
-            cudaDeviceEnablePeerAccess(j, 0);
+        if (j == d->device) continue;
+        if (cudaDeviceCanAccessPeer(&can, d->device, j) != cudaSuccess || !can) {
+            snprintf(err, len,
+                     "rank %d: GPU %d cannot access the memory of GPU %d (no peer access), but in-process "
+                     "ranks on "
+                     "different GPUs exchange device buffers; set MPMD_CUDA_DEVICE=%d to run every rank on "
+                     "one GPU",
+                     rank, d->device, j, d->device);
+            cuda_close(d);
+            return NULL;
+        }
+        cudaDeviceEnablePeerAccess(j, 0); /* an error here means it is already on */
     }
     cudaGetLastError();
     d->workspace_bytes = WORKSPACE_BYTES;
@@ -377,7 +388,9 @@ static int cuda_sync(void *p, char *err, size_t len) {
         return 1;
     }
     if (flag[0] == MPMD_CUDA_FLAG_NONE) return 0;
-    cudaMemset(d->flag, 0, 4 * sizeof(int));
+    /* cleared in the stream's order, before any later kernel can raise it */
+    cudaMemsetAsync(d->flag, 0, 4 * sizeof(int), d->stream);
+    cudaStreamSynchronize(d->stream);
     if (flag[0] == MPMD_CUDA_FLAG_EMBEDDING_ID)
         snprintf(err, len, "embedding: id %d at position %d is outside [0, %d)", flag[1], flag[2], flag[3]);
     else if (flag[0] == MPMD_CUDA_FLAG_LABEL)
