@@ -16,6 +16,8 @@
 #include "backend/backend.h"
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 
@@ -48,6 +50,36 @@ __device__ static inline void mpmd_cuda_raise(int *flag, int *info, int code, in
 }
 
 static inline mpmd_cuda_dev *mpmd_cuda_of(const mpmd_kargs *a) { return (mpmd_cuda_dev *)a->dev; }
+
+/* ---- storage types ----------------------------------------------------------
+ * A float value is stored as float, __nv_bfloat16 or __half: widened to f32
+ * exactly on load (to_f32), rounded to nearest even once on store
+ * (from_f32<T>); ld / st do the same for a dtype known only at run time. */
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+
+template <typename T> __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+
+__device__ __forceinline__ float mpmd_cuda_ld(const void *p, int dt, int64_t i) {
+    if (dt == MPMD_BF16) return to_f32(((const __nv_bfloat16 *)p)[i]);
+    if (dt == MPMD_F16) return to_f32(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+__device__ __forceinline__ void mpmd_cuda_st(void *p, int dt, int64_t i, float v) {
+    if (dt == MPMD_BF16)
+        ((__nv_bfloat16 *)p)[i] = from_f32<__nv_bfloat16>(v);
+    else if (dt == MPMD_F16)
+        ((__half *)p)[i] = from_f32<__half>(v);
+    else
+        ((float *)p)[i] = v;
+}
 
 /* After a launch: 0, or 1 with "<what>: <CUDA error>" in a->err. */
 static inline int mpmd_cuda_launched(const mpmd_kargs *a, const char *what) {

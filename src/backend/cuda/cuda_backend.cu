@@ -21,8 +21,6 @@
  */
 #include "cuda.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -191,25 +189,10 @@ static const mpmd_kernel *cuda_find(const mpmd_op_desc *op) {
 
 /* ---- 16-bit floats ------------------------------------------------------------ */
 
-__device__ static inline float ld(const void *p, int dt, int64_t i) {
-    if (dt == MPMD_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    if (dt == MPMD_F16) return __half2float(((const __half *)p)[i]);
-    return ((const float *)p)[i];
-}
-
-__device__ static inline void st(void *p, int dt, int64_t i, float v) {
-    if (dt == MPMD_BF16)
-        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
-    else if (dt == MPMD_F16)
-        ((__half *)p)[i] = __float2half_rn(v);
-    else
-        ((float *)p)[i] = v;
-}
-
 __global__ void convert_kernel(void *dst, int to, const void *src, int from, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        st(dst, to, i, ld(src, from, i));
+        mpmd_cuda_st(dst, to, i, mpmd_cuda_ld(src, from, i));
 }
 
 static unsigned grid_for(int64_t n);
@@ -307,8 +290,8 @@ __global__ void fold_max(float *acc, const float *x, int64_t n) {
 __global__ void fold16(void *acc, const void *x, int dt, int add, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        float a = ld(acc, dt, i), b = ld(x, dt, i);
-        st(acc, dt, i, add ? a + b : (b > a ? b : a));
+        float a = mpmd_cuda_ld(acc, dt, i), b = mpmd_cuda_ld(x, dt, i);
+        mpmd_cuda_st(acc, dt, i, add ? a + b : (b > a ? b : a));
     }
 }
 
@@ -343,12 +326,12 @@ __global__ void combine_kernel(void *out, const void *const *bufs, int dt, int r
                                int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        float v = ld(bufs[0], dt, i);
+        float v = mpmd_cuda_ld(bufs[0], dt, i);
         for (int r = 1; r < replicas; r++) {
-            float b = ld(bufs[r], dt, i);
+            float b = mpmd_cuda_ld(bufs[r], dt, i);
             v = add ? v + b : (b > v ? b : v);
         }
-        st(out, dt, i, add ? v * inv : v);
+        mpmd_cuda_st(out, dt, i, add ? v * inv : v);
     }
 }
 

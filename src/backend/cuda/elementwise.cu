@@ -56,8 +56,6 @@
 #include "backend/op_descs.h"
 #include "backend/shape_plan.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -78,17 +76,7 @@ template <typename T> struct vec16 {
 /* V elements of T, aligned to their size (one vector load or store). */
 template <typename T, int V> struct alignas(sizeof(T) * V) pack { T v[V]; };
 
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
-
-/* f32 -> T, rounding to nearest even */
-template <typename T> __device__ __forceinline__ T from_f32(float x);
-template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
-    return __float2bfloat16_rn(x);
-}
-template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+/* (to_f32 / from_f32: cuda.h) */
 
 /* The V elements at p (aligned to V elements), raw. Kernels move vectors as
  * whole packs, converting element by element (not through f32 arrays, which

@@ -51,8 +51,6 @@ extern "C" {
 #include "ops/nn.h"
 }
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <initializer_list>
 #include <limits.h>
@@ -81,14 +79,7 @@ template <> struct is16<f16> : std::true_type {};
 template <typename S>
 using f32_or_dyn = typename std::conditional<std::is_same<S, dyn>::value, dyn, float>::type;
 
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(bf16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_f32(f16 v) { return __half2float(v); }
-
-template <typename T> __device__ __forceinline__ T from_f32(float v);
-template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
-template <> __device__ __forceinline__ bf16 from_f32<bf16>(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ __forceinline__ f16 from_f32<f16>(float v) { return __float2half_rn(v); }
+/* (to_f32 / from_f32: cuda.h) */
 
 /* The low 16 bits of b as a value of 16-bit type T, in f32 (exact). */
 template <typename T> __device__ __forceinline__ float bits_f32(unsigned b);
@@ -167,11 +158,7 @@ template <> struct rd<dyn> {
     __host__ __device__ __forceinline__ rd at(int64_t o) const {
         return rd{(const char *)p + o * (dt == MPMD_BF16 || dt == MPMD_F16 ? 2 : 4), dt};
     }
-    __device__ __forceinline__ float operator[](int64_t i) const {
-        if (dt == MPMD_BF16) return __bfloat162float(((const bf16 *)p)[i]);
-        if (dt == MPMD_F16) return __half2float(((const f16 *)p)[i]);
-        return ((const float *)p)[i];
-    }
+    __device__ __forceinline__ float operator[](int64_t i) const { return mpmd_cuda_ld(p, dt, i); }
     template <int V> __device__ __forceinline__ void load(int64_t i, float (&f)[V], bool al) const {
         static_assert(V == 1, "dyn operands are read one element at a time");
         f[0] = (*this)[i];
@@ -224,14 +211,7 @@ template <> struct wr<dyn> {
     __host__ __device__ __forceinline__ wr at(int64_t o) const {
         return wr{(char *)p + o * (dt == MPMD_BF16 || dt == MPMD_F16 ? 2 : 4), dt};
     }
-    __device__ __forceinline__ void put(int64_t i, float v) const {
-        if (dt == MPMD_BF16)
-            ((bf16 *)p)[i] = __float2bfloat16_rn(v);
-        else if (dt == MPMD_F16)
-            ((f16 *)p)[i] = __float2half_rn(v);
-        else
-            ((float *)p)[i] = v;
-    }
+    __device__ __forceinline__ void put(int64_t i, float v) const { mpmd_cuda_st(p, dt, i, v); }
     template <int V> __device__ __forceinline__ void store(int64_t i, const float (&f)[V], bool al) const {
         static_assert(V == 1, "dyn operands are written one element at a time");
         put(i, f[0]);

@@ -49,8 +49,6 @@
 #include "backend/op_descs.h"
 #include "backend/shape_plan.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -147,18 +145,8 @@ static int aligned(const void *p, i64 u) { return ((uintptr_t)p & (uintptr_t)(u 
 
 /* ---- storage types -------------------------------------------------------------- */
 
-/* A float operand is stored as float, __nv_bfloat16 or __half: widened to
- * f32 exactly on load, rounded to nearest even once on store. */
-__device__ __forceinline__ float rd_f32(float v) { return v; }
-__device__ __forceinline__ float rd_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float rd_f32(__half v) { return __half2float(v); }
-
-template <class T> __device__ __forceinline__ T wr_f32(float v);
-template <> __device__ __forceinline__ float wr_f32<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 wr_f32<__nv_bfloat16>(float v) {
-    return __float2bfloat16_rn(v);
-}
-template <> __device__ __forceinline__ __half wr_f32<__half>(float v) { return __float2half_rn(v); }
+/* A float operand is stored as float, __nv_bfloat16 or __half (to_f32 /
+ * from_f32 in cuda.h). */
 
 /* f((T *)0) with T the storage type of float dtype d; 1 when d is no float. */
 template <class F> static int with_float_type(mpmd_dtype d, F &&f) {
@@ -252,7 +240,7 @@ template <class TY> struct OpSum {
     static __device__ __forceinline__ T comb(T a, T b) { return a + b; }
     static __device__ __forceinline__ T down(T a, int d) { return __shfl_down_sync(0xffffffffu, a, d); }
     static __device__ __forceinline__ void finish(const Sink &k, i64 o, T v) {
-        ((TY *)k.y)[o] = wr_f32<TY>(v * k.scale);
+        ((TY *)k.y)[o] = from_f32<TY>(v * k.scale);
     }
 };
 
@@ -266,7 +254,7 @@ template <class TY> struct OpMax {
     static __device__ __forceinline__ T comb(T a, T b) { return max_nan(a, b); }
     static __device__ __forceinline__ T down(T a, int d) { return __shfl_down_sync(0xffffffffu, a, d); }
     static __device__ __forceinline__ void finish(const Sink &k, i64 o, T v) {
-        ((TY *)k.y)[o] = wr_f32<TY>(v);
+        ((TY *)k.y)[o] = from_f32<TY>(v);
     }
 };
 
@@ -304,7 +292,7 @@ template <class TD> struct OpMaxCnt {
     }
     /* A NaN max equals no element: the whole group gets 0. */
     static __device__ __forceinline__ void finish(const Sink &k, i64 o, T v) {
-        float g = (v.m == v.m && v.c) ? rd_f32(((const TD *)k.dy)[o]) / (float)v.c : 0.0f;
+        float g = (v.m == v.m && v.c) ? to_f32(((const TD *)k.dy)[o]) / (float)v.c : 0.0f;
         k.stats[o] = make_float2(v.m, g);
     }
 };
@@ -398,7 +386,7 @@ __global__ void __launch_bounds__(G <= 32 ? 256 : G)
     for (i64 g = (i64)blockIdx.x * PER + threadIdx.x / G; g < nG; g += (i64)gridDim.x * PER) {
         const i64 o = g / P.S, s = g - o * P.S;
         T acc = Op::id();
-        auto f = [&](i64 off) { acc = Op::comb(acc, Op::one(rd_f32(x[off]))); };
+        auto f = [&](i64 off) { acc = Op::comb(acc, Op::one(to_f32(x[off]))); };
         inner_visit<G>(P, axes_off(P.kept, o), s, lane, f);
         acc = group_reduce<Op, G>(acc, sm);
         if (lane == 0) {
@@ -426,7 +414,7 @@ __global__ void __launch_bounds__(OBLK) k_outer_reduce(const TX *__restrict__ x,
         const i64 b = t / P.tiles, c = (t - b * P.tiles) * cw + tx;
         T acc = Op::id();
         if (c < P.L) {
-            auto f = [&](i64 off) { acc = Op::comb(acc, Op::one(rd_f32(x[off]))); };
+            auto f = [&](i64 off) { acc = Op::comb(acc, Op::one(to_f32(x[off]))); };
             outer_visit(P, axes_off(P.kept, b) + c, s, ty, ry, f);
         }
         sm[threadIdx.x] = acc;
@@ -478,7 +466,7 @@ __global__ void __launch_bounds__(EBLK)
 template <class Op, class TX>
 __global__ void __launch_bounds__(EBLK) k_ident(const TX *__restrict__ x, i64 n, const Sink sink) {
     for (i64 i = (i64)blockIdx.x * EBLK + threadIdx.x; i < n; i += (i64)gridDim.x * EBLK)
-        Op::finish(sink, i, Op::one(rd_f32(x[i])));
+        Op::finish(sink, i, Op::one(to_f32(x[i])));
 }
 
 /* Queue the reduction of x by plan P into sink (part: scratch for S > 1). */
@@ -523,8 +511,8 @@ __global__ void __launch_bounds__(G <= 32 ? 256 : G)
     for (i64 g = (i64)blockIdx.x * PER + threadIdx.x / G; g < nG; g += (i64)gridDim.x * PER) {
         const i64 o = g / P.S, s = g - o * P.S;
         const float2 mv = stats[o];
-        const TX gv = wr_f32<TX>(mv.y), zero = wr_f32<TX>(0.0f);
-        auto f = [&](i64 off) { dx[off] = rd_f32(x[off]) == mv.x ? gv : zero; };
+        const TX gv = from_f32<TX>(mv.y), zero = from_f32<TX>(0.0f);
+        auto f = [&](i64 off) { dx[off] = to_f32(x[off]) == mv.x ? gv : zero; };
         inner_visit<G>(P, axes_off(P.kept, o), s, lane, f);
     }
 }
@@ -541,8 +529,8 @@ __global__ void __launch_bounds__(OBLK)
         const i64 b = t / P.tiles, c = (t - b * P.tiles) * cw + tx;
         if (c < P.L) {
             const float2 mv = stats[b * P.L + c];
-            const TX gv = wr_f32<TX>(mv.y), zero = wr_f32<TX>(0.0f);
-            auto f = [&](i64 off) { dx[off] = rd_f32(x[off]) == mv.x ? gv : zero; };
+            const TX gv = from_f32<TX>(mv.y), zero = from_f32<TX>(0.0f);
+            auto f = [&](i64 off) { dx[off] = to_f32(x[off]) == mv.x ? gv : zero; };
             outer_visit(P, axes_off(P.kept, b) + c, s, ty, ry, f);
         }
     }
@@ -553,8 +541,8 @@ template <class TX, class TD>
 __global__ void __launch_bounds__(EBLK)
     k_max_grad_ident(const TX *__restrict__ x, const TD *__restrict__ dy, TX *__restrict__ dx, i64 n) {
     for (i64 i = (i64)blockIdx.x * EBLK + threadIdx.x; i < n; i += (i64)gridDim.x * EBLK) {
-        const float v = rd_f32(x[i]);
-        dx[i] = wr_f32<TX>(v == v ? rd_f32(dy[i]) : 0.0f);
+        const float v = to_f32(x[i]);
+        dx[i] = from_f32<TX>(v == v ? to_f32(dy[i]) : 0.0f);
     }
 }
 
