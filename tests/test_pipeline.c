@@ -198,8 +198,8 @@ static void test_errors(void) {
     mpmd_graph_free(g);
 }
 
-/* A failing rank stops every rank with its message instead of a hang. */
-static void test_failure_stops_all(void) {
+/* A 2-layer, 2-stage GPT of 16 tokens, 2 microbatches of batch / 2. */
+static gpt_config tiny_gpt(int64_t batch) {
     gpt_config cfg = gpt_config_default();
     cfg.vocab = 16;
     cfg.seq = 4;
@@ -208,7 +208,13 @@ static void test_failure_stops_all(void) {
     cfg.layers = 2;
     cfg.stages = 2;
     cfg.microbatches = 2;
-    cfg.batch = 4;
+    cfg.batch = batch;
+    return cfg;
+}
+
+/* A failing rank stops every rank with its message instead of a hang. */
+static void test_failure_stops_all(void) {
+    gpt_config cfg = tiny_gpt(4);
     gpt_model m;
     mpmd_error err;
     if (gpt_build(&cfg, 1, &m, &err) != MPMD_OK) {
@@ -245,15 +251,7 @@ static void test_failure_stops_all(void) {
  * with good data exactly as a fresh step: no replica is left counted at the
  * barrier where the replicas combine their gradients. */
 static void test_failure_then_data_parallel(void) {
-    gpt_config cfg = gpt_config_default();
-    cfg.vocab = 16;
-    cfg.seq = 4;
-    cfg.width = 8;
-    cfg.heads = 2;
-    cfg.layers = 2;
-    cfg.stages = 2;
-    cfg.microbatches = 2;
-    cfg.batch = 4; /* per replica */
+    gpt_config cfg = tiny_gpt(4); /* 4 sequences per replica */
     gpt_model m;
     mpmd_error err;
     if (gpt_build(&cfg, 1, &m, &err) != MPMD_OK) {
