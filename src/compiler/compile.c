@@ -76,19 +76,88 @@ void mpmd_plan_free(mpmd_plan *pl) {
     free(pl->free_head);
     free(pl->free_next), free(pl->reduce_head), free(pl->reduce_next);
     mpmd_clusters_free(&pl->cl);
+    if (pl->mem)
+        for (int r = 0; r < pl->num_ranks; r++) {
+            mpmd_rank_memory *m = &pl->mem[r];
+            free(m->slot), free(m->slot_node), free(m->body_buf), free(m->val_buf), free(m->comb_buf);
+            free(m->buf), free(m->pos), free(m->reuse_head), free(m->reuse_next);
+        }
+    free(pl->mem);
     free(pl->live), free(pl->runs), free(pl->home), free(pl->cross), free(pl->kern);
     if (pl->sched) mpmd_schedule_free(pl->sched);
     free(pl);
 }
 
+/* The passes after clustering, the same for a schedule and for the loop. */
+static mpmd_status finish(mpmd_plan *pl, mpmd_error *err) {
+    const mpmd_graph *g = pl->g;
+    if (mpmd_place(pl, err)) return err->code;
+    if (mpmd_lower(pl, err)) return err->code;
+    if (mpmd_program_check(pl, err)) return err->code;
+    pl->kern = calloc((size_t)g->n_nodes + 1, sizeof *pl->kern);
+    if (!pl->kern) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+    for (int i = 0; i < g->n_nodes; i++) {
+        const mpmd_node *n = &g->nodes[i];
+        if (!pl->live[i] || (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) ||
+            n->op == &mpmd_op_assign)
+            continue;
+        if (!(pl->kern[i] = pl->be->find(n->op)))
+            return mpmd_error_set(err, MPMD_ERR_INVALID,
+                                  "mpmd_jit_with_loop: the %s backend has no kernel for %s (%%%d)",
+                                  pl->be->name, n->op->name, i);
+    }
+    if (mpmd_lower_task_lists(pl, err)) return err->code;
+    return mpmd_plan_memory(pl, err);
+}
+
+mpmd_plan *mpmd_compile_loop(const mpmd_graph *g, const mpmd_backend *be, mpmd_error *err) {
+    mpmd_plan *pl = calloc(1, sizeof *pl);
+    mpmd_error local;
+    if (!err) err = &local;
+    if (!pl) goto nomem;
+    pl->g = g;
+    pl->be = be;
+    pl->replicas = 1;
+    pl->num_ranks = 1;
+    pl->num_stages = 1;
+    pl->num_micro = g->n_micro;
+    pl->stage_rank = pl->own_stage_rank;
+    if (!(pl->live = mpmd_live_nodes(g))) goto nomem;
+    /* one cluster: every live body op, in creation order, as stage 0's forward */
+    mpmd_clusters *c = &pl->cl;
+    c->num_stages = 1;
+    c->stage = malloc((size_t)(g->n_nodes + 1) * sizeof *c->stage);
+    c->kind = calloc((size_t)g->n_nodes + 1, 1);
+    c->nodes = calloc(MPMD_TASK_KINDS, sizeof *c->nodes);
+    c->count = calloc(MPMD_TASK_KINDS, sizeof *c->count);
+    if (!c->stage || !c->kind || !c->nodes || !c->count) goto nomem;
+    for (int k = 0; k < MPMD_TASK_KINDS; k++)
+        if (!(c->nodes[k] = malloc((size_t)(g->n_nodes + 1) * sizeof **c->nodes))) goto nomem;
+    for (int i = 0; i < g->n_nodes; i++) {
+        int body = g->nodes[i].region == MPMD_REGION_BODY && pl->live[i];
+        c->stage[i] = body ? 0 : -1;
+        if (body) c->nodes[MPMD_TASK_F][c->count[MPMD_TASK_F]++] = i;
+    }
+    if (finish(pl, err)) goto fail;
+    return pl;
+nomem:
+    mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory planning the loop");
+fail:
+    mpmd_plan_free(pl);
+    return NULL;
+}
+
 mpmd_plan *mpmd_compile(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_backend *be, int replicas,
-                        mpmd_error *err) {
+                        int recv_ahead, mpmd_error *err) {
     if (mpmd_compile_check(g, s, err)) return NULL;
+    mpmd_error local;
+    if (!err) err = &local;
     mpmd_plan *pl = calloc(1, sizeof *pl);
     if (!pl) goto nomem;
     pl->g = g;
     pl->be = be;
     pl->replicas = replicas;
+    pl->recv_ahead = recv_ahead;
     pl->num_ranks = s->num_ranks;
     pl->num_stages = s->num_stages;
     pl->num_micro = s->num_microbatches;
@@ -102,24 +171,7 @@ mpmd_plan *mpmd_compile(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_
                            k);
             goto fail;
         }
-    if (mpmd_place(pl, err)) goto fail;
-    if (mpmd_lower(pl, err)) goto fail;
-    if (mpmd_program_check(pl, err)) goto fail;
-    pl->kern = calloc((size_t)g->n_nodes + 1, sizeof *pl->kern);
-    if (!pl->kern) goto nomem;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const mpmd_node *n = &g->nodes[i];
-        if (!pl->live[i] || (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) ||
-            n->op == &mpmd_op_assign)
-            continue;
-        if (!(pl->kern[i] = be->find(n->op))) {
-            mpmd_error_set(err, MPMD_ERR_INVALID,
-                           "mpmd_jit_with_loop: the %s backend has no kernel for %s (%%%d)", be->name,
-                           n->op->name, i);
-            goto fail;
-        }
-    }
-    if (mpmd_lower_task_lists(pl, err)) goto fail;
+    if (finish(pl, err)) goto fail;
     return pl;
 nomem:
     mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
@@ -135,8 +187,8 @@ static const char *kind_prefix(int k) { return k == 0 ? "fwd" : k == 1 ? "bwd" :
 void mpmd_plan_print(const mpmd_plan *pl, FILE *f) {
     const mpmd_graph *g = pl->g;
     char tb[160];
-    fprintf(f, "%s: %d ranks, %d stages, %d microbatches\n", pl->sched->name, pl->num_ranks, pl->num_stages,
-            pl->num_micro);
+    fprintf(f, "%s: %d ranks, %d stages, %d microbatches\n", pl->sched ? pl->sched->name : "the loop",
+            pl->num_ranks, pl->num_stages, pl->num_micro);
     /* the task bodies, once: the ops of each (stage, kind) cluster */
     for (int s = 0; s < pl->num_stages; s++)
         for (int k = 0; k < MPMD_TASK_KINDS; k++) {

@@ -7,8 +7,11 @@
  *   cluster.c  body op -> (stage, F/B/A/W): the tasks' contents
  *   place.c    before/after-loop ops -> the ranks that run them
  *   lower.c    per-rank instruction lists: run task, send, receive, free,
- *              the loop reductions; validated by simulation; the loop
+ *              the loop reductions; validated by simulation (which also
+ *              finds when a sent buffer may be reused); the loop
  *              reductions of each value and the in-task free lists
+ *   memory.c   one arena per rank: every buffer a rank's program writes,
+ *              its lifetime and its offset (arena.c places them)
  *
  * The compiler includes nothing from src/runtime/ and calls nothing there.
  * The runtime (src/runtime/, runtime.h) reads a plan and never changes it;
@@ -56,13 +59,17 @@ enum {
 typedef struct mpmd_instr {
     int8_t op;
     int8_t kind;  /* TASK: task kind */
-    int8_t moved; /* SEND: the value's last use here: its buffer itself goes */
+    int8_t moved; /* SEND: the value's last use here (it dies on this rank once sent) */
     int8_t pad;
     int32_t node; /* RUN_*, SEND, RECV, FREE: the value */
     int32_t stage;
     int32_t mb;    /* microbatch; -1 for values outside the body */
     int32_t peer;  /* SEND: destination, RECV: source */
     int32_t entry; /* TASK: entry index in the rank's schedule list */
+    int32_t post;  /* RECV: the instruction before which its buffer may start to fill */
+    int32_t reuse; /* SEND: the instruction after which the sent buffer may be overwritten
+                      (this rank then knows the receiver has it); the program's length: the
+                      end of the step */
 } mpmd_instr;
 
 typedef struct mpmd_program {
@@ -72,6 +79,46 @@ typedef struct mpmd_program {
     int64_t peak_bytes; /* most bytes of step values alive at once (planned) */
     size_t scratch_bytes;
 } mpmd_program;
+
+/* ---- memory ------------------------------------------------------------------ */
+
+/* What a buffer of a rank's arena holds. */
+enum {
+    MPMD_BUF_BODY = 0, /* a body value of one microbatch */
+    MPMD_BUF_VALUE,    /* a value outside the body: a before- or after-loop result, a loop result */
+    MPMD_BUF_COMBINED  /* a loop result after the cross-replica sum (ALLREDUCE) */
+};
+
+typedef struct mpmd_buffer {
+    int32_t node, mb; /* mb -1 outside the body */
+    int8_t what;      /* MPMD_BUF_* */
+    int32_t def, last; /* positions: written first, read last (the arena's lifetime) */
+    size_t off, bytes;
+} mpmd_buffer;
+
+/* One rank's memory plan. Positions number the rank's program at op
+ * granularity: every instruction has one, a task one per op it runs
+ * (pos[x] + c for its op c); pos[n] is the end of the step. Every value a
+ * program writes (and every receive) has a buffer at a fixed offset of one
+ * arena of arena_bytes; parameters, variables, constants and inputs live
+ * in buffers of their own, outside it. */
+typedef struct mpmd_rank_memory {
+    int32_t *slot;      /* [n_nodes] a body value's slot on this rank, -1 if it has none */
+    int32_t *slot_node; /* [nslots] */
+    int nslots;
+    int32_t *body_buf; /* [nslots * num_micro]: buffer of (slot, microbatch), -1: none */
+    int32_t *val_buf;  /* [n_nodes]: buffer of a value outside the body, -1: none */
+    int32_t *comb_buf; /* [n_nodes]: buffer of a combined loop result, -1: none */
+    mpmd_buffer *buf;
+    int nbuf;
+    int32_t *pos; /* [program length + 1] */
+    int npos;
+    /* the SENDs whose `reuse` is instruction x: reuse_head[x], then
+     * reuse_next[send] (instruction indices, -1 ends) */
+    int32_t *reuse_head, *reuse_next;
+    size_t arena_bytes;
+    size_t scratch_bytes; /* the largest kernel workspace of the rank, a buffer of its own */
+} mpmd_rank_memory;
 
 /* ---- the plan -------------------------------------------------------------- */
 
@@ -98,6 +145,9 @@ typedef struct mpmd_plan {
     int32_t *reduce_head, *reduce_next; /* loop reductions reading each body value */
     int32_t **free_head;                /* [S*4][position]: in-task values dying after that op */
     int32_t *free_next;
+    int recv_ahead;        /* tasks ahead that a receive may be posted (the transport's) */
+    mpmd_rank_memory *mem; /* [D] */
+    int32_t own_stage_rank[1]; /* the unpipelined loop's (no schedule) */
 } mpmd_plan;
 
 static inline int mpmd_runs_on(const mpmd_plan *pl, int node, int r) {
@@ -118,7 +168,13 @@ static inline int mpmd_replicated(const mpmd_node *n) {
  * in-task free lists and look up the backend's kernels. The errors name
  * mpmd_jit_with_loop, the public call that compiles. */
 mpmd_plan *mpmd_compile(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_backend *be, int replicas,
-                        mpmd_error *err);
+                        int recv_ahead, mpmd_error *err);
+/* The unpipelined loop as a plan: one rank, every body op in one task run
+ * once per microbatch in microbatch order, before- and after-loop ops
+ * around it; for any graph, with or without a loop or stage markers (the
+ * reference every schedule is compared with, and mpmd_exec). No schedule:
+ * pl->sched is NULL. */
+mpmd_plan *mpmd_compile_loop(const mpmd_graph *g, const mpmd_backend *be, mpmd_error *err);
 /* Its first part alone: whether g and s fit together (mpmd_jit_with_loop
  * checks this before its options, mpmd_compile again). */
 mpmd_status mpmd_compile_check(const mpmd_graph *g, const mpmd_schedule *s, mpmd_error *err);
@@ -128,7 +184,16 @@ void mpmd_plan_print(const mpmd_plan *pl, FILE *f);
 
 mpmd_status mpmd_place(mpmd_plan *pl, mpmd_error *err);
 mpmd_status mpmd_lower(mpmd_plan *pl, mpmd_error *err);
-mpmd_status mpmd_program_check(const mpmd_plan *pl, mpmd_error *err);
+/* Run the programs' communication on paper: every receive has its send,
+ * nothing deadlocks. Sets each SEND's `reuse` from vector clocks: the first
+ * instruction of the sender after which it knows (through the messages it
+ * received since) that the receiver has the value. */
+mpmd_status mpmd_program_check(mpmd_plan *pl, mpmd_error *err);
+/* Every rank's memory plan (memory.c): buffers, lifetimes, offsets; sets
+ * each RECV's `post` from pl->recv_ahead. */
+mpmd_status mpmd_plan_memory(mpmd_plan *pl, mpmd_error *err);
+/* Rank r's buffers, lifetimes and offsets, as text. */
+void mpmd_plan_print_memory(const mpmd_plan *pl, int r, FILE *f);
 /* The loop reductions reading each body value and the in-task free lists
  * (reduce_head/next, free_head/next). */
 mpmd_status mpmd_lower_task_lists(mpmd_plan *pl, mpmd_error *err);

@@ -11,8 +11,9 @@
  * A value produced and used inside one task is freed by the runtime right
  * after its last use in the task (the plan's free lists, made here at the
  * end); every other body value has an explicit FREE after its last use on
- * the rank. A send that is a value's last use hands the buffer over (no
- * copy).
+ * the rank, or dies with the send that is its last use here (`moved`).
+ * Where each value's bytes are, and for how long, is the memory plan's
+ * (memory.c).
  */
 #include "compiler/compiler.h"
 
@@ -116,10 +117,16 @@ mpmd_status mpmd_lower(mpmd_plan *pl, mpmd_error *err) {
             if (g->nodes[i].region == MPMD_REGION_PRE && pl->live[i] && mpmd_runs_on(pl, i, r) &&
                 !(g->nodes[i].op->flags & MPMD_OPF_LEAF))
                 mpmd_program_push(&raw, mk(MPMD_I_RUN_PRE, i, -1, -1), &oom);
-        const mpmd_schedule_rank *rk = &s->ranks[r];
-        for (int e = 0; e < rk->num_entries && rc == MPMD_OK; e++) {
-            int nt;
-            const mpmd_task *t = mpmd_schedule_entry(s, r, e, &nt);
+        /* the schedule's list; without one (the unpipelined loop), the one
+         * task of stage 0 for each microbatch in order */
+        const int entries = s ? s->ranks[r].num_entries : n;
+        for (int e = 0; e < entries && rc == MPMD_OK; e++) {
+            int nt = 1;
+            mpmd_task one;
+            memset(&one, 0, sizeof one);
+            one.kind = MPMD_TASK_F;
+            one.microbatch = e;
+            const mpmd_task *t = s ? mpmd_schedule_entry(s, r, e, &nt) : &one;
             for (int q = 0; q < nt; q++) {
                 int k = t[q].stage * MPMD_TASK_KINDS + t[q].kind, mb = t[q].microbatch;
                 for (int c = 0; c < io[k].n_ext_in; c++) {
@@ -132,7 +139,7 @@ mpmd_status mpmd_lower(mpmd_plan *pl, mpmd_error *err) {
                             err, MPMD_ERR_SCHEDULE,
                             "mpmd_jit_with_loop: %s: rank %d runs %s before the task that computes "
                             "its input %%%d (%s of stage %d, microbatch %d)",
-                            s->name, r, tb, u, g->nodes[u].op->name, pl->cl.stage[u], mb);
+                            s ? s->name : "the loop", r, tb, u, g->nodes[u].op->name, pl->cl.stage[u], mb);
                         break;
                     }
                     mpmd_program_push(&raw, mk(MPMD_I_RECV, u, mb, pl->home[u]), &oom);
@@ -280,9 +287,12 @@ done:
 /* ---- the check: run the programs' communication on paper ---------------- */
 
 /* In-flight messages keyed by (value, microbatch, destination), in an
- * open-addressing table sized for every send of the programs. */
+ * open-addressing table sized for every send of the programs; each carries
+ * its send's instruction and the sender's vector clock at the send. */
 typedef struct {
     int32_t node, mb, dst, src, count; /* count 0 and node -1: empty slot */
+    int32_t sx;                        /* the send's instruction on src */
+    int32_t vc;                        /* offset of its vector clock in the clock pool */
 } msg_slot;
 
 static msg_slot *msg_find(msg_slot *t, size_t cap, int node, int mb, int dst) {
@@ -294,36 +304,65 @@ static msg_slot *msg_find(msg_slot *t, size_t cap, int node, int mb, int dst) {
     return &t[i];
 }
 
-mpmd_status mpmd_program_check(const mpmd_plan *pl, mpmd_error *err) {
+/* A send of rank r whose receiver has not yet been seen to have it. */
+typedef struct {
+    int32_t x;    /* the send's instruction */
+    int32_t peer; /* its receiver */
+    int32_t y;    /* the receive's instruction there, -1 until it ran */
+} unacked;
+
+/* Vector clocks: vc[r * D + q] is how many instructions of rank q rank r
+ * knows to have finished. A receive learns what its sender knew at the
+ * send. After each receive, the sends of the rank whose receivers it now
+ * knows to have finished their receive may have their buffers reused. */
+mpmd_status mpmd_program_check(mpmd_plan *pl, mpmd_error *err) {
     const int D = pl->num_ranks;
     size_t sends = 0, cap = 64;
     for (int r = 0; r < D; r++)
-        for (int x = 0; x < pl->prog[r].n; x++)
-            sends += pl->prog[r].ins[x].op == MPMD_I_SEND;
+        for (int x = 0; x < pl->prog[r].n; x++) {
+            mpmd_instr *in = &pl->prog[r].ins[x];
+            sends += in->op == MPMD_I_SEND;
+            if (in->op == MPMD_I_SEND) in->reuse = pl->prog[r].n; /* the end, unless learnt sooner */
+        }
     while (cap < 2 * sends + 2)
         cap *= 2;
     int32_t *pc = calloc((size_t)D + 1, sizeof *pc);
     msg_slot *t = malloc(cap * sizeof *t);
+    int32_t *vc = calloc((size_t)D * D + 1, sizeof *vc);
+    int32_t *pool = malloc(((size_t)sends * D + 1) * sizeof *pool);
+    unacked **ua = calloc((size_t)D + 1, sizeof *ua);
+    int *nua = calloc((size_t)D + 1, sizeof *nua);
     mpmd_status rc = MPMD_OK;
-    if (!pc || !t) {
-        rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory checking the programs");
-        goto out;
+    if (!pc || !t || !vc || !pool || !ua || !nua) goto nomem;
+    for (int r = 0; r < D; r++) {
+        int ns = 0;
+        for (int x = 0; x < pl->prog[r].n; x++)
+            ns += pl->prog[r].ins[x].op == MPMD_I_SEND;
+        if (!(ua[r] = malloc((size_t)(ns + 1) * sizeof **ua))) goto nomem;
     }
     for (size_t i = 0; i < cap; i++)
         t[i].node = -1, t[i].count = 0;
-    size_t outstanding = 0;
+    size_t outstanding = 0, used = 0;
     for (;;) {
         int progressed = 0, done = 1;
         for (int r = 0; r < D; r++) {
-            const mpmd_program *p = &pl->prog[r];
+            mpmd_program *p = &pl->prog[r];
+            int32_t *my = vc + (size_t)r * D;
             while (pc[r] < p->n) {
-                const mpmd_instr *in = &p->ins[pc[r]];
+                const int x = pc[r];
+                mpmd_instr *in = &p->ins[x];
                 if (in->op == MPMD_I_SEND) {
                     msg_slot *m = msg_find(t, cap, in->node, in->mb, in->peer);
                     if (m->node == -1) m->node = in->node, m->mb = in->mb, m->dst = in->peer;
                     m->src = r;
                     m->count++;
+                    m->sx = x;
+                    m->vc = (int32_t)used;
+                    memcpy(pool + used, my, (size_t)D * sizeof *pool);
+                    pool[used + (size_t)r] = x + 1;
+                    used += (size_t)D;
                     outstanding++;
+                    ua[r][nua[r]++] = (unacked){x, in->peer, -1};
                 } else if (in->op == MPMD_I_RECV) {
                     msg_slot *m = msg_find(t, cap, in->node, in->mb, r);
                     if (m->node == -1 || m->count == 0) break; /* blocked */
@@ -337,6 +376,23 @@ mpmd_status mpmd_program_check(const mpmd_plan *pl, mpmd_error *err) {
                     }
                     m->count--;
                     outstanding--;
+                    for (int q = 0; q < D; q++)
+                        if (pool[m->vc + q] > my[q]) my[q] = pool[m->vc + q];
+                    /* the sender learns of this receive later, from what it receives */
+                    for (int k = 0; k < nua[m->src]; k++)
+                        if (ua[m->src][k].x == m->sx) ua[m->src][k].y = x;
+                }
+                my[r] = x + 1;
+                if (in->op == MPMD_I_RECV) {
+                    int k = 0;
+                    for (int j = 0; j < nua[r]; j++) {
+                        unacked a = ua[r][j];
+                        if (a.y >= 0 && my[a.peer] > a.y)
+                            p->ins[a.x].reuse = x;
+                        else
+                            ua[r][k++] = a;
+                    }
+                    nua[r] = k;
                 }
                 pc[r]++;
                 progressed = 1;
@@ -371,8 +427,14 @@ mpmd_status mpmd_program_check(const mpmd_plan *pl, mpmd_error *err) {
                 break;
             }
     }
+    goto out;
+nomem:
+    rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory checking the programs");
 out:
-    free(pc), free(t);
+    if (ua)
+        for (int r = 0; r < D; r++)
+            free(ua[r]);
+    free(pc), free(t), free(vc), free(pool), free(ua), free(nua);
     return rc;
 }
 

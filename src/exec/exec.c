@@ -23,7 +23,7 @@
  * concat writes x_m at rows m*b .. (m+1)*b-1.
  */
 #include "backend/backend.h"
-#include "exec/plan.h"
+#include "compiler/arena.h"
 #include "graph/graph.h"
 #include "util/sha256.h"
 
@@ -139,7 +139,7 @@ mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_e
     }
     const int nn = g->n_nodes;
     mpmd_exec *ex = calloc(1, sizeof *ex);
-    mpmd_plan_item *items = NULL;
+    mpmd_arena_item *items = NULL;
     size_t *offs = NULL;
     void *host = NULL;
     if (!ex) goto oom;
@@ -266,7 +266,7 @@ mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_e
                 items[i].alias = v;
         }
     }
-    size_t arena = mpmd_plan_memory(nn, items, ex->npos, offs);
+    size_t arena = mpmd_arena_plan(nn, items, ex->npos, offs);
     if (arena == (size_t)-1) goto oom;
     ex->arena_bytes = arena;
     if (!(ex->arena = xaligned(ex, arena))) goto oom;

@@ -6,10 +6,13 @@
  *
  * A transfer is a non-blocking point-to-point message on the communicator
  * of its replica's pipeline; its tag is (value, microbatch), so nothing can
- * be confused. Receives are posted ahead: before an instruction runs, every
- * receive up to the second task after it is posted, so data arrives while
- * the rank computes; a send completes in the background and its buffer goes
- * back to the pool when MPI is done with it. Loop results are combined
+ * be confused. Messages go from the sender's planned buffer straight into
+ * the receiver's. Receives are posted ahead: before an instruction runs,
+ * every receive up to the second task after it is posted (the plan keeps
+ * their buffers from there on: recv_ahead), so data arrives while the rank
+ * computes; a send completes in the background and is waited for at its
+ * `reuse` instruction, when the plan is about to overwrite its buffer (the
+ * receiver has it by then; the wait only tells MPI). Loop results are combined
  * across replicas on the communicator of a rank's replicas: an allgather,
  * then the same sum in replica order on every replica, so replicas stay
  * bitwise identical.
@@ -30,19 +33,11 @@
 #include <mpi.h>
 
 typedef struct {
-    MPI_Request req;
-    void *buf;
-    size_t bytes;
-} pending_send;
-
-typedef struct {
     MPI_Comm pipe;     /* the ranks of this replica, rank r = pipeline rank r */
     MPI_Comm data;     /* the replicas of this pipeline rank, in replica order */
     MPI_Request *rreq; /* [program length]: posted receives */
-    void **rbuf;
-    int posted; /* instructions up to here have their receives posted */
-    pending_send *ps;
-    int nps, cps;
+    MPI_Request *sreq; /* [program length]: sends in flight */
+    int posted;        /* instructions up to here have their receives posted */
     int tag_ub;
 } mpi_state;
 
@@ -110,10 +105,10 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
     st->rs[0].tx = m;
     const mpmd_program *p = &st->plan->prog[st->mpi_rank];
     m->rreq = malloc((size_t)(p->n + 1) * sizeof *m->rreq);
-    m->rbuf = calloc((size_t)p->n + 1, sizeof *m->rbuf);
-    if (!m->rreq || !m->rbuf) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+    m->sreq = malloc((size_t)(p->n + 1) * sizeof *m->sreq);
+    if (!m->rreq || !m->sreq) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
     for (int x = 0; x < p->n; x++)
-        m->rreq[x] = MPI_REQUEST_NULL;
+        m->rreq[x] = m->sreq[x] = MPI_REQUEST_NULL;
     MPI_Comm_split(MPI_COMM_WORLD, st->mpi_replica, st->mpi_rank, &m->pipe);
     MPI_Comm_split(MPI_COMM_WORLD, st->mpi_rank, st->mpi_replica, &m->data);
     int *ub = NULL, flag = 0;
@@ -138,12 +133,7 @@ static void mpi_teardown(struct mpmd_step *st) {
         if (m->pipe != MPI_COMM_NULL && m->pipe) MPI_Comm_free(&m->pipe);
         if (m->data != MPI_COMM_NULL && m->data) MPI_Comm_free(&m->data);
     }
-    if (m->rbuf) {
-        const mpmd_program *p = &st->plan->prog[st->mpi_rank];
-        for (int x = 0; x < p->n; x++)
-            free(m->rbuf[x]);
-    }
-    free(m->rreq), free(m->rbuf), free(m->ps), free(m);
+    free(m->rreq), free(m->sreq), free(m);
     st->tx = NULL;
     st->rs[0].tx = NULL;
 }
@@ -155,47 +145,19 @@ static mpmd_status mpi_launch(struct mpmd_step *st, void *(*rank_main)(void *)) 
     return MPMD_OK;
 }
 
-/* Recycle the buffers of sends MPI has finished with. */
-static void reap_sends(mpmd_rank_state *rs, int wait) {
-    mpi_state *m = rs->tx;
-    int k = 0;
-    for (int i = 0; i < m->nps; i++) {
-        int done = 0;
-        if (wait)
-            MPI_Wait(&m->ps[i].req, MPI_STATUS_IGNORE), done = 1;
-        else
-            MPI_Test(&m->ps[i].req, &done, MPI_STATUS_IGNORE);
-        if (done)
-            rt_pool_put(rs, m->ps[i].buf, m->ps[i].bytes);
-        else
-            m->ps[k++] = m->ps[i];
-    }
-    m->nps = k;
-}
-
 static void mpi_prepare(mpmd_rank_state *rs, int x) {
     struct mpmd_step *st = rs->st;
     mpi_state *m = rs->tx;
     const mpmd_program *p = &st->plan->prog[rs->rank];
     if (x == 0) m->posted = 0;
-    /* post every receive up to the second task from here */
-    int tasks = 0, limit = x;
-    while (limit < p->n && tasks < 2)
-        tasks += p->ins[limit++].op == MPMD_I_TASK;
-    for (; m->posted < limit; m->posted++) {
+    /* post every receive whose buffer the plan holds from here on */
+    for (; m->posted < p->n; m->posted++) {
         const mpmd_instr *in = &p->ins[m->posted];
         if (in->op != MPMD_I_RECV) continue;
-        size_t b = rt_bytes(st->plan->g, in->node);
-        void *buf = rt_pool_get(rs, b);
-        if (!buf) {
-            rt_fail(rs, MPMD_ERR_NOMEM, "out of memory receiving %%%d", in->node);
-            return;
-        }
-        m->rbuf[m->posted] = buf;
-        MPI_Irecv(buf, (int)b, MPI_BYTE, in->peer, tag_of(st, in->node, in->mb), m->pipe,
-                  &m->rreq[m->posted]);
+        if (in->post > x) break;
+        MPI_Irecv(rt_buffer(rs, in), (int)rt_bytes(st->plan->g, in->node), MPI_BYTE, in->peer,
+                  tag_of(st, in->node, in->mb), m->pipe, &m->rreq[m->posted]);
     }
-    if (m->nps) reap_sends(rs, 0);
 }
 
 static int mpi_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
@@ -204,37 +166,31 @@ static int mpi_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
     double t0 = rs->st->record ? rt_now() : 0;
     MPI_Wait(&m->rreq[x], MPI_STATUS_IGNORE);
     if (rs->st->record) rs->wait += rt_now() - t0;
-    rt_store_received(rs, in, m->rbuf[x]);
-    m->rbuf[x] = NULL;
     return 0;
 }
 
 static int mpi_send(mpmd_rank_state *rs, const mpmd_instr *in) {
     struct mpmd_step *st = rs->st;
     mpi_state *m = rs->tx;
-    size_t b = rt_bytes(st->plan->g, in->node);
-    void *buf = rt_send_buffer(rs, in);
-    if (!buf || (m->nps == m->cps &&
-                 !(m->ps = realloc(m->ps, (size_t)(m->cps = m->cps ? 2 * m->cps : 64) * sizeof *m->ps)))) {
-        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory sending %%%d", in->node);
-        return 1;
-    }
-    pending_send *p = &m->ps[m->nps++];
-    p->buf = buf;
-    p->bytes = b;
-    MPI_Isend(buf, (int)b, MPI_BYTE, in->peer, tag_of(st, in->node, in->mb), m->pipe, &p->req);
+    int x = (int)(in - st->plan->prog[rs->rank].ins);
+    MPI_Isend(rt_buffer(rs, in), (int)rt_bytes(st->plan->g, in->node), MPI_BYTE, in->peer,
+              tag_of(st, in->node, in->mb), m->pipe, &m->sreq[x]);
     return 0;
 }
 
-static int mpi_allreduce(mpmd_rank_state *rs, int node) {
+static void mpi_send_done(mpmd_rank_state *rs, int x) {
+    mpi_state *m = rs->tx;
+    MPI_Wait(&m->sreq[x], MPI_STATUS_IGNORE);
+}
+
+static int mpi_allreduce(mpmd_rank_state *rs, int node, void *out) {
     struct mpmd_step *st = rs->st;
     mpi_state *m = rs->tx;
     const int R = st->plan->replicas;
     size_t b = rt_bytes(st->plan->g, node);
     char *all = malloc((size_t)R * b);
     void **bufs = malloc((size_t)R * sizeof *bufs);
-    float *out = rt_pool_get(rs, b);
-    if (!all || !bufs || !out) {
+    if (!all || !bufs) {
         free(all), free(bufs);
         rt_fail(rs, MPMD_ERR_NOMEM, "out of memory combining %%%d across replicas", node);
         return 1;
@@ -244,25 +200,23 @@ static int mpi_allreduce(mpmd_rank_state *rs, int node) {
     if (st->record) rs->wait += rt_now() - t0;
     for (int d = 0; d < R; d++)
         bufs[d] = all + (size_t)d * b;
-    st->plan->be->combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], bufs, R, out);
-    rt_pool_put(rs, rs->glob[node], b);
-    rs->glob[node] = out;
+    int bad = st->plan->be->combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], bufs, R, out);
     free(all), free(bufs);
-    return 0;
+    if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "combining %%%d across replicas failed", node);
+    return bad;
 }
 
 static void mpi_end_step(mpmd_rank_state *rs) {
     mpi_state *m = rs->tx;
-    reap_sends(rs, 1);
-    /* receives posted but not consumed (a failed step): cancel them */
     const mpmd_program *p = &rs->st->plan->prog[rs->rank];
-    for (int x = 0; x < p->n; x++)
+    for (int x = 0; x < p->n; x++) {
+        if (m->sreq[x] != MPI_REQUEST_NULL) MPI_Wait(&m->sreq[x], MPI_STATUS_IGNORE);
+        /* receives posted but not consumed (a failed step): cancel them */
         if (m->rreq[x] != MPI_REQUEST_NULL) {
             MPI_Cancel(&m->rreq[x]);
             MPI_Wait(&m->rreq[x], MPI_STATUS_IGNORE);
-            rt_pool_put(rs, m->rbuf[x], rt_bytes(rs->st->plan->g, p->ins[x].node));
-            m->rbuf[x] = NULL;
         }
+    }
 }
 
 static mpmd_status mpi_fetch(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
@@ -285,7 +239,9 @@ const mpmd_transport mpmd_transport_mpi = {
     .teardown = mpi_teardown,
     .launch = mpi_launch,
     .prepare = mpi_prepare,
+    .recv_ahead = 2,
     .send = mpi_send,
+    .send_done = mpi_send_done,
     .recv = mpi_recv,
     .allreduce = mpi_allreduce,
     .wake = NULL, /* one rank per process: no other thread here waits on it */

@@ -10,7 +10,10 @@
  * services below (runtime.h).
  *
  * Buffers, kernels and copies come from the step's backend, one instance
- * per rank, each with a pool of buffers by size.
+ * per rank. Every buffer a rank's program writes is at a fixed offset of
+ * the rank's one arena, as the plan's memory plan says (compiler/memory.c);
+ * parameters, variables, constants, inputs and the kernels' workspace have
+ * buffers of their own. Nothing is allocated while a step runs.
  *
  * A rank that fails records its message and wakes every rank (through the
  * transport); the others stop at their next instruction or wait, and the
@@ -27,27 +30,6 @@ double rt_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* ---- buffers ---------------------------------------------------------- */
-
-void *rt_pool_get(mpmd_rank_state *rs, size_t bytes) {
-    for (int i = rs->npool - 1; i >= 0; i--)
-        if (rs->pool[i].bytes == bytes) {
-            void *p = rs->pool[i].p;
-            rs->pool[i] = rs->pool[--rs->npool];
-            return p;
-        }
-    return rs->st->plan->be->alloc(rs->dev, bytes ? bytes : 64);
-}
-
-void rt_pool_put(mpmd_rank_state *rs, void *p, size_t bytes) {
-    if (!p) return;
-    if (rs->npool == POOL_MAX) {
-        rs->st->plan->be->free(rs->dev, p);
-        return;
-    }
-    rs->pool[rs->npool++] = (pooled){bytes, p};
 }
 
 size_t rt_bytes(const mpmd_graph *g, int node) { return mpmd_type_bytes(&g->nodes[node].type); }
@@ -83,7 +65,12 @@ static void *ptr_of(mpmd_rank_state *rs, int v, int mb) {
     if (n->region != MPMD_REGION_BODY || n->op == &mpmd_op_constant) return rs->glob[v];
     if (n->op == &mpmd_op_microbatch)
         return (char *)ptr_of(rs, n->in[0], mb) + (size_t)mb * rt_bytes(st->plan->g, v);
-    return rs->val[(size_t)rs->slot[v] * st->plan->num_micro + mb];
+    int s = rs->mem->slot[v];
+    return s >= 0 && mb >= 0 ? rs->val[(size_t)s * st->plan->num_micro + mb] : NULL;
+}
+
+void *rt_buffer(mpmd_rank_state *rs, const mpmd_instr *in) {
+    return in->mb >= 0 ? ptr_of(rs, in->node, in->mb) : rs->glob[in->node];
 }
 
 typedef struct {
@@ -100,8 +87,13 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
     struct mpmd_step *st = rs->st;
     char kerr[512];
     at_mb ctx = {rs, mb};
+    double t0 = rs->prof ? rt_now() : 0;
     int rc = mpmd_backend_run(st->plan->be, rs->dev, st->plan->g, i, st->plan->kern[i], out, ptr_at, &ctx,
                               rs->nthreads, rs->scratch, mb, kerr, sizeof kerr);
+    if (!rc && rs->prof) { /* each op waited for */
+        rc = st->plan->be->sync(rs->dev, kerr, sizeof kerr);
+        rs->prof[i] += rt_now() - t0;
+    }
     if (rc) rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", i, st->plan->g->nodes[i].op->name, where, kerr);
     return rc;
 }
@@ -111,89 +103,45 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
 static int accumulate(mpmd_rank_state *rs, int i, int mb) {
     struct mpmd_step *st = rs->st;
     const mpmd_graph *g = st->plan->g;
-    for (int r = st->plan->reduce_head[i]; r >= 0; r = st->plan->reduce_next[r]) {
-        const mpmd_node *rn = &g->nodes[r];
-        const char *x = ptr_of(rs, i, mb);
-        if (mb == 0) {
-            rs->glob[r] = rt_pool_get(rs, rt_bytes(g, r));
-            if (!rs->glob[r]) {
-                rt_fail(rs, MPMD_ERR_NOMEM, "out of memory for the loop result %%%d", r);
-                return 1;
-            }
-            rs->owned[r] = 1;
-        }
-        if (st->plan->be->fold(rs->dev, g, rn, rs->glob[r], x, mb)) {
+    for (int r = st->plan->reduce_head[i]; r >= 0; r = st->plan->reduce_next[r])
+        if (st->plan->be->fold(rs->dev, g, &g->nodes[r], rs->glob[r], ptr_of(rs, i, mb), mb)) {
             rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = loop_reduce, microbatch %d: the fold failed", r, mb);
             return 1;
         }
-    }
     return 0;
+}
+
+static void count_live(mpmd_rank_state *rs, int64_t bytes) {
+    rs->live_bytes += bytes;
+    if (rs->live_bytes > rs->peak_bytes) rs->peak_bytes = rs->live_bytes;
 }
 
 static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
     struct mpmd_step *st = rs->st;
     const mpmd_graph *g = st->plan->g;
-    const int k = in->stage * MPMD_TASK_KINDS + in->kind, mb = in->mb, n = st->plan->num_micro;
+    const int k = in->stage * MPMD_TASK_KINDS + in->kind, mb = in->mb;
     const int32_t *nodes = st->plan->cl.nodes[k];
-    char where[64];
+    char where[64] = "";
     static const char *pre[] = {"fwd", "bwd", "bwdA", "bwdW"};
-    snprintf(where, sizeof where, " in %s_%d__%d", pre[in->kind], in->stage, mb);
+    if (st->plan->sched)
+        snprintf(where, sizeof where, " in %s_%d__%d", pre[in->kind], in->stage, mb);
+    else if (st->plan->num_micro > 0)
+        snprintf(where, sizeof where, ", microbatch %d", mb);
     for (int c = 0; c < st->plan->cl.count[k]; c++) {
         if (rt_aborted(st)) return 1;
         int i = nodes[c];
         const mpmd_node *nd = &g->nodes[i];
         if (!(nd->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL))) {
-            void *out = NULL;
-            if (nd->type.dtype != MPMD_TOKEN && !(out = rt_pool_get(rs, rt_bytes(g, i)))) {
-                rt_fail(rs, MPMD_ERR_NOMEM, "out of memory for %%%d%s", i, where);
-                return 1;
-            }
-            rs->val[(size_t)rs->slot[i] * n + mb] = out;
-            rs->live_bytes += (int64_t)rt_bytes(g, i);
-            if (rs->live_bytes > rs->peak_bytes) rs->peak_bytes = rs->live_bytes;
+            void *out = nd->type.dtype != MPMD_TOKEN ? ptr_of(rs, i, mb) : NULL;
+            count_live(rs, (int64_t)rt_bytes(g, i));
             if (run_kernel(rs, i, mb, out, where)) return 1;
         }
         if (st->plan->reduce_head[i] >= 0 && accumulate(rs, i, mb)) return 1;
         /* values used only inside this task die at their last use here */
-        for (int f = st->plan->free_head[k][c]; f >= 0; f = st->plan->free_next[f]) {
-            size_t key = (size_t)rs->slot[f] * n + mb;
-            rt_pool_put(rs, rs->val[key], rt_bytes(g, f));
-            rs->val[key] = NULL;
+        for (int f = st->plan->free_head[k][c]; f >= 0; f = st->plan->free_next[f])
             rs->live_bytes -= (int64_t)rt_bytes(g, f);
-        }
     }
     return 0;
-}
-
-void rt_store_received(mpmd_rank_state *rs, const mpmd_instr *in, void *buf) {
-    struct mpmd_step *st = rs->st;
-    if (in->mb >= 0) {
-        rs->val[(size_t)rs->slot[in->node] * st->plan->num_micro + in->mb] = buf;
-        rs->live_bytes += (int64_t)rt_bytes(st->plan->g, in->node);
-        if (rs->live_bytes > rs->peak_bytes) rs->peak_bytes = rs->live_bytes;
-    } else {
-        rs->glob[in->node] = buf;
-        rs->owned[in->node] = 1;
-    }
-}
-
-void *rt_send_buffer(mpmd_rank_state *rs, const mpmd_instr *in) {
-    struct mpmd_step *st = rs->st;
-    size_t bytes = rt_bytes(st->plan->g, in->node);
-    void **slot = in->mb >= 0 ? &rs->val[(size_t)rs->slot[in->node] * st->plan->num_micro + in->mb]
-                              : &rs->glob[in->node];
-    if (in->moved) { /* the receiver owns it now */
-        void *buf = *slot;
-        *slot = NULL;
-        rs->live_bytes -= (int64_t)bytes;
-        return buf;
-    }
-    void *buf = rt_pool_get(rs, bytes);
-    if (buf && st->plan->be->copy(rs->dev, buf, *slot, bytes)) {
-        rt_pool_put(rs, buf, bytes);
-        return NULL;
-    }
-    return buf;
 }
 
 static void *rank_main(void *arg) {
@@ -206,6 +154,9 @@ static void *rank_main(void *arg) {
     rs->wait = 0;
     rs->live_bytes = rs->peak_bytes = 0;
     st->plan->be->enter(rs->dev);
+    /* a loop result combined last run is accumulated afresh in its own buffer */
+    for (int i = 0; i < g->n_nodes; i++)
+        if (rs->mem->comb_buf[i] >= 0) rs->glob[i] = rs->arena + rs->mem->buf[rs->mem->val_buf[i]].off;
     /* timing an asynchronous device needs each instruction finished */
     const int timed_sync = st->record && !st->plan->be->host_memory;
     char serr[512];
@@ -215,33 +166,28 @@ static void *rank_main(void *arg) {
         double t0 = st->record ? rt_now() : 0;
         switch (in->op) {
         case MPMD_I_RUN_PRE:
-        case MPMD_I_RUN_POST: {
-            int i = in->node;
-            const mpmd_node *nd = &g->nodes[i];
-            void *out = NULL;
-            if (nd->type.dtype != MPMD_TOKEN) {
-                if (!(out = rt_pool_get(rs, rt_bytes(g, i)))) {
-                    rt_fail(rs, MPMD_ERR_NOMEM, "out of memory for %%%d", i);
-                    break;
-                }
-                rs->glob[i] = out;
-                rs->owned[i] = 1;
-            }
-            run_kernel(rs, i, -1, out, "");
+        case MPMD_I_RUN_POST:
+            run_kernel(rs, in->node, -1, g->nodes[in->node].type.dtype != MPMD_TOKEN ? rs->glob[in->node] : NULL,
+                       "");
             break;
-        }
         case MPMD_I_TASK: run_task(rs, in); break;
-        case MPMD_I_SEND: tr->send(rs, in); break;
-        case MPMD_I_RECV: tr->recv(rs, in); break;
-        case MPMD_I_ALLREDUCE: tr->allreduce(rs, in->node); break;
-        case MPMD_I_FREE: {
-            size_t key = (size_t)rs->slot[in->node] * st->plan->num_micro + in->mb;
-            rt_pool_put(rs, rs->val[key], rt_bytes(g, in->node));
-            rs->val[key] = NULL;
-            rs->live_bytes -= (int64_t)rt_bytes(g, in->node);
+        case MPMD_I_SEND:
+            if (!tr->send(rs, in) && in->moved) rs->live_bytes -= (int64_t)rt_bytes(g, in->node);
             break;
+        case MPMD_I_RECV:
+            if (!tr->recv(rs, in) && in->mb >= 0) count_live(rs, (int64_t)rt_bytes(g, in->node));
+            break;
+        case MPMD_I_ALLREDUCE:
+            /* the sum lands in the combined result's buffer, read from then on */
+            if (!tr->allreduce(rs, in->node, rs->arena + rs->mem->buf[rs->mem->comb_buf[in->node]].off))
+                rs->glob[in->node] = rs->arena + rs->mem->buf[rs->mem->comb_buf[in->node]].off;
+            break;
+        case MPMD_I_FREE: rs->live_bytes -= (int64_t)rt_bytes(g, in->node); break;
         }
-        }
+        /* sends whose buffers the program overwrites from here on */
+        if (tr->send_done)
+            for (int sx = rs->mem->reuse_head[x]; sx >= 0; sx = rs->mem->reuse_next[sx])
+                tr->send_done(rs, sx);
         if (timed_sync && st->plan->be->sync(rs->dev, serr, sizeof serr)) {
             rt_fail(rs, MPMD_ERR_RUNTIME, "%s", serr);
             break;
@@ -306,31 +252,16 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         if (!(rs->dev = st->plan->be->open(r, tpr, why, sizeof why)))
             return mpmd_error_set(err, MPMD_ERR_RUNTIME, "mpmd_jit_with_loop: rank %d: %s", r, why);
         st->plan->be->enter(rs->dev);
-        /* the body values this rank makes or receives get a slot each: the
-         * table of (value, microbatch) buffers grows with the rank's share */
-        rs->slot = malloc((size_t)(nn + 1) * sizeof *rs->slot);
-        rs->slot_node = malloc((size_t)(nn + 1) * sizeof *rs->slot_node);
-        if (!rs->slot || !rs->slot_node) goto nomem;
-        for (int i = 0; i < nn; i++)
-            rs->slot[i] = -1;
-        const mpmd_program *prog = &st->plan->prog[r];
-        for (int x = 0; x < prog->n; x++) {
-            const mpmd_instr *in = &prog->ins[x];
-            if (in->op == MPMD_I_TASK) {
-                int k = in->stage * MPMD_TASK_KINDS + in->kind;
-                for (int c = 0; c < st->plan->cl.count[k]; c++) {
-                    int v = st->plan->cl.nodes[k][c];
-                    if (rs->slot[v] < 0) rs->slot_node[rs->nslots] = v, rs->slot[v] = rs->nslots++;
-                }
-            } else if (in->op == MPMD_I_RECV && in->mb >= 0 && rs->slot[in->node] < 0) {
-                rs->slot_node[rs->nslots] = in->node, rs->slot[in->node] = rs->nslots++;
-            }
-        }
-        rs->val = calloc((size_t)rs->nslots * (n > 0 ? n : 1) + 1, sizeof *rs->val);
+        /* the arena, and every buffer's place in it */
+        const mpmd_rank_memory *mem = rs->mem = &st->plan->mem[r];
+        rs->val = calloc((size_t)mem->nslots * (n > 0 ? n : 1) + 1, sizeof *rs->val);
         rs->glob = calloc((size_t)nn + 1, sizeof *rs->glob);
-        rs->owned = calloc((size_t)nn + 1, 1);
-        if (!rs->val || !rs->glob || !rs->owned) goto nomem;
-        size_t scratch = 0;
+        if (!rs->val || !rs->glob) goto nomem;
+        if (!(rs->arena = st->plan->be->alloc(rs->dev, mem->arena_bytes ? mem->arena_bytes : 64))) goto nomem;
+        for (size_t k = 0; k < (size_t)mem->nslots * n; k++)
+            if (mem->body_buf[k] >= 0) rs->val[k] = rs->arena + mem->buf[mem->body_buf[k]].off;
+        for (int i = 0; i < nn; i++)
+            if (mem->val_buf[i] >= 0) rs->glob[i] = rs->arena + mem->buf[mem->val_buf[i]].off;
         for (int i = 0; i < nn; i++) {
             const mpmd_node *nd = &g->nodes[i];
             if (!st->plan->live[i] || !mpmd_runs_on(st->plan, i, r)) continue;
@@ -360,15 +291,9 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
                         goto devfail;
                 }
             }
-            if (st->plan->kern[i] && st->plan->kern[i]->scratch) {
-                size_t sb = st->plan->kern[i]->scratch(g, nd);
-                if (sb > scratch) scratch = sb;
-            }
         }
-        if (scratch) {
-            if (!(rs->scratch = st->plan->be->alloc(rs->dev, scratch))) goto nomem;
-            rs->scratch_bytes = scratch;
-        }
+        if (mem->scratch_bytes && !(rs->scratch = st->plan->be->alloc(rs->dev, mem->scratch_bytes))) goto nomem;
+        if (st->profiling && !(rs->prof = calloc((size_t)nn + 1, sizeof *rs->prof))) goto nomem;
         char e[512];
         if (st->plan->be->sync(rs->dev, e, sizeof e)) goto devfail;
     }
@@ -400,35 +325,8 @@ mpmd_status mpmd_runtime_input_set(struct mpmd_step *st, int node) {
     return MPMD_OK;
 }
 
-/* Return every buffer of the step to the pools (storage and kept values stay). */
-static void end_of_step(mpmd_rank_state *rs) {
-    struct mpmd_step *st = rs->st;
-    const mpmd_graph *g = st->plan->g;
-    const int nn = g->n_nodes, n = st->plan->num_micro;
-    for (size_t k = 0; k < (size_t)rs->nslots * n; k++)
-        if (rs->val[k]) {
-            rt_pool_put(rs, rs->val[k], rt_bytes(g, rs->slot_node[k / (size_t)n]));
-            rs->val[k] = NULL;
-        }
-    for (int i = 0; i < nn; i++)
-        if (rs->owned[i] && !(g->nodes[i].flags & MPMD_NODE_KEEP)) {
-            rt_pool_put(rs, rs->glob[i], rt_bytes(g, i));
-            rs->glob[i] = NULL;
-            rs->owned[i] = 0;
-        }
-}
-
 mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
     const int L = st->num_local;
-    const mpmd_graph *g = st->plan->g;
-    /* kept values of the previous step go back before this one */
-    for (int r = 0; r < L; r++)
-        for (int i = 0; i < g->n_nodes; i++)
-            if (st->rs[r].owned[i]) {
-                rt_pool_put(&st->rs[r], st->rs[r].glob[i], rt_bytes(g, i));
-                st->rs[r].glob[i] = NULL;
-                st->rs[r].owned[i] = 0;
-            }
     st->abort_flag = 0;
     st->err[0] = '\0';
     st->t_start = rt_now();
@@ -441,9 +339,9 @@ mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
     st->t_end = rt_now();
     for (int r = 0; r < L; r++) {
         if (st->rs[r].status != MPMD_OK && rc == MPMD_OK) rc = st->rs[r].status;
-        end_of_step(&st->rs[r]);
     }
     if (rc == MPMD_OK && st->abort_flag) rc = MPMD_ERR_RUNTIME;
+    if (rc == MPMD_OK && st->profiling) st->prof_runs++;
     return rc;
 }
 
@@ -454,31 +352,23 @@ void mpmd_runtime_free(struct mpmd_step *st) {
     const mpmd_backend *be = st->plan->be;
     for (int r = 0; r < st->num_local; r++) {
         mpmd_rank_state *rs = &st->rs[r];
-        if (!rs->dev) {
-            free(rs->val), free(rs->glob), free(rs->owned), free(rs->ev), free(rs->slot), free(rs->slot_node);
-            continue;
-        }
-        char e[256];
-        be->enter(rs->dev);
-        be->sync(rs->dev, e, sizeof e); /* nothing queued may still use a buffer */
-        if (rs->glob) {
-            for (int i = 0; i < g->n_nodes; i++) {
+        if (rs->dev) {
+            char e[256];
+            be->enter(rs->dev);
+            be->sync(rs->dev, e, sizeof e); /* nothing queued may still use a buffer */
+            for (int i = 0; rs->glob && i < g->n_nodes; i++) {
                 const mpmd_node *nd = &g->nodes[i];
                 int own_input = nd->op == &mpmd_op_input && !be->host_memory;
-                if ((rs->owned[i] || mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant || own_input) &&
-                    rs->glob[i])
+                if ((mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant || own_input) && rs->glob[i] &&
+                    mpmd_runs_on(st->plan, i, rs->rank))
                     be->free(rs->dev, rs->glob[i]);
             }
+            if (rs->arena) be->free(rs->dev, rs->arena);
+            if (rs->scratch) be->free(rs->dev, rs->scratch);
+            be->close(rs->dev);
+            rs->dev = NULL;
         }
-        if (rs->val)
-            for (size_t k = 0; k < (size_t)rs->nslots * st->plan->num_micro; k++)
-                if (rs->val[k]) be->free(rs->dev, rs->val[k]);
-        for (int p = 0; p < rs->npool; p++)
-            be->free(rs->dev, rs->pool[p].p);
-        if (rs->scratch) be->free(rs->dev, rs->scratch);
-        be->close(rs->dev);
-        rs->dev = NULL;
-        free(rs->val), free(rs->glob), free(rs->owned), free(rs->ev), free(rs->slot), free(rs->slot_node);
+        free(rs->val), free(rs->glob), free(rs->ev), free(rs->prof);
     }
     free(st->rs);
     st->rs = NULL;

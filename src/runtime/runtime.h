@@ -1,8 +1,7 @@
 /* runtime.h - the step (a compiled plan and the run state around it), a
  * rank's run-time state, the interpreter's entry points (mpmd_runtime_*),
  * and the services of the interpreter (run.c) that the transports use:
- * pooled buffers, failing a rank, storing a received value, the buffer a
- * send hands over.
+ * failing a rank, the planned buffer of a value sent or received.
  *
  *   step.c             the public step API: mpmd_jit_with_loop (compile a
  *                      plan, then mpmd_runtime_init) and mpmd_step_*
@@ -46,6 +45,7 @@ struct mpmd_step {
     const struct mpmd_transport *tr; /* what crosses ranks (transport.h), set by mpmd_jit_with_loop */
     void *tx;                        /* the transport's state */
     mpmd_rank_state *rs;             /* [num_local]: in-process, replica d rank r at d * D + r */
+    int profiling, prof_runs;        /* time every op (mpmd_exec_set_profiling) */
     void **inputs;                   /* [n_nodes] shared input buffers */
     unsigned char *input_set;
     int record;            /* time every instruction (mpmd_step_record) */
@@ -57,7 +57,10 @@ struct mpmd_step {
     char err[MPMD_ERROR_MSG_MAX];
 };
 
-/* ---- the interpreter's entry points (run.c; st->plan and st->tr set) ---- */
+/* ---- the interpreter's entry points (run.c; st->plan and st->tr set) ----
+ * mpmd_step_new_plan (step.c) makes a step from a compiled plan on the
+ * in-process transport (mpmd_exec: the loop's plan). */
+struct mpmd_step *mpmd_step_new_plan(mpmd_plan *pl, int threads, uint64_t seed, mpmd_error *err);
 mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err);
 void mpmd_runtime_free(struct mpmd_step *st);
 mpmd_status mpmd_runtime_run(struct mpmd_step *st);
@@ -81,13 +84,6 @@ mpmd_status mpmd_runtime_input_set(struct mpmd_step *st, int node);
  * body-value bytes. */
 const mpmd_event *mpmd_runtime_events(const struct mpmd_step *st, int rank, int *n, int64_t *peak_bytes);
 
-typedef struct {
-    size_t bytes;
-    void *p;
-} pooled;
-
-#define POOL_MAX 512
-
 struct mpmd_rank_state {
     int rank;       /* pipeline rank: the program it runs */
     int replica;    /* data-parallel replica */
@@ -98,16 +94,12 @@ struct mpmd_rank_state {
     double wait;                    /* seconds blocked in the current receive */
     int64_t live_bytes, peak_bytes; /* body values held, measured */
     int nthreads;
-    int32_t *slot;      /* [nn] a body value's slot on this rank, -1 if it has none */
-    int32_t *slot_node; /* [nslots] the value of each slot */
-    int nslots;
-    void **val;           /* [nslots * n] body values by (slot, microbatch) */
-    void **glob;          /* [nn] values outside the body, storage, loop results */
-    unsigned char *owned; /* [nn] glob[i] came from the pool this step */
-    pooled pool[POOL_MAX];
-    int npool;
+    const mpmd_rank_memory *mem; /* the plan's memory plan of this rank */
+    char *arena;                 /* its arena: every buffer the program writes */
+    void **val;                  /* [nslots * n] body values by (slot, microbatch), into the arena */
+    void **glob;                 /* [nn] values outside the body: storage, inputs, arena buffers */
     void *scratch;
-    size_t scratch_bytes;
+    double *prof; /* [nn] seconds in each op over the profiled runs, or NULL */
     struct mpmd_step *st;
     mpmd_status status;
     char err[MPMD_ERROR_MSG_MAX];
@@ -115,10 +107,6 @@ struct mpmd_rank_state {
 
 /* ---- the interpreter's services (run.c) ---- */
 double rt_now(void);
-/* A buffer of `bytes` on this rank's backend, from the pool when one of that
- * size is there; NULL when out of memory. */
-void *rt_pool_get(mpmd_rank_state *rs, size_t bytes);
-void rt_pool_put(mpmd_rank_state *rs, void *p, size_t bytes);
 /* This rank fails: record the message (the step's first failure wins), set
  * the abort flag and wake every rank blocked in the transport. */
 void rt_fail(mpmd_rank_state *rs, mpmd_status code, const char *fmt, ...)
@@ -128,10 +116,9 @@ void rt_fail(mpmd_rank_state *rs, mpmd_status code, const char *fmt, ...)
     ;
 int rt_aborted(struct mpmd_step *st);
 size_t rt_bytes(const mpmd_graph *g, int node);
-/* Where a received value goes: the body store or, for loop results, glob. */
-void rt_store_received(mpmd_rank_state *rs, const mpmd_instr *in, void *buf);
-/* The buffer a send hands over: the value itself when the send moves it
- * (its last use here), else a copy from the pool; NULL when out of memory. */
-void *rt_send_buffer(mpmd_rank_state *rs, const mpmd_instr *in);
+/* The planned buffer of the value a SEND or RECV moves on this rank: a send
+ * reads it (and it stays untouched until the SEND's `reuse`), a receive
+ * writes it (from its RECV's `post` on). */
+void *rt_buffer(mpmd_rank_state *rs, const mpmd_instr *in);
 
 #endif

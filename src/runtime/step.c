@@ -96,12 +96,31 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
     st->mpi_replica = mpi_replica;
     st->threads_per_rank = o.threads_per_rank;
     st->seed = o.seed;
-    if (!(st->plan = mpmd_compile(g, s, be, replicas, err))) goto fail;
+    if (!(st->plan = mpmd_compile(g, s, be, replicas, st->tr->recv_ahead, err))) goto fail;
     if (mpmd_runtime_init(st, err)) goto fail;
     return st;
 fail:
     mpmd_step_free(st);
     return NULL;
+}
+
+mpmd_step *mpmd_step_new_plan(mpmd_plan *pl, int threads, uint64_t seed, mpmd_error *err) {
+    mpmd_step *st = calloc(1, sizeof *st);
+    if (!st) {
+        mpmd_plan_free(pl);
+        mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    st->plan = pl;
+    st->runtime = MPMD_RUNTIME_LOCAL;
+    st->tr = &mpmd_transport_local;
+    st->threads_per_rank = threads;
+    st->seed = seed;
+    if (mpmd_runtime_init(st, err)) {
+        mpmd_step_free(st);
+        return NULL;
+    }
+    return st;
 }
 
 int mpmd_step_num_ranks(const mpmd_step *st) { return st->plan->num_ranks; }

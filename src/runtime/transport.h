@@ -14,9 +14,13 @@
  *                      only with MPMD_HAVE_MPI (without it there is no MPI
  *                      transport, and mpmd_transport_for returns NULL)
  *
- * A transport uses the interpreter's services (runtime.h: pooled buffers,
- * rt_fail, rt_store_received, rt_send_buffer) and the step's backend
- * (st->plan->be: copies, events, combine), never another transport.
+ * A transport uses the interpreter's services (runtime.h: rt_fail, the
+ * planned buffer of a value with rt_buffer) and the step's backend
+ * (st->plan->be: copies, events, combine), never another transport. It
+ * owns no buffers of values: a send is read from the sender's planned
+ * buffer, which the plan leaves untouched until the SEND's `reuse`
+ * instruction (when the sender knows that the receiver has it), and a
+ * receive lands in the receiver's planned buffer.
  *
  * Functions that fail call rt_fail (so every rank stops) and return nonzero.
  */
@@ -46,18 +50,25 @@ typedef struct mpmd_transport {
     /* Before instruction x of the rank's program runs; NULL when there is
      * nothing to do. MPI: posts the receives of the next two tasks. */
     void (*prepare)(mpmd_rank_state *rs, int x);
-    /* The value (in->node, in->mb) to rank in->peer of the same replica;
-     * never blocks. The buffer from rt_send_buffer; an asynchronous backend's
-     * writes are ordered with st->plan->be->event_record / event_wait. */
+    /* Receives are posted this many tasks ahead (the RECV's `post`: its
+     * buffer may be written from there on); 0: at the receive itself. */
+    int recv_ahead;
+    /* The value (in->node, in->mb) to rank in->peer of the same replica,
+     * from rt_buffer(rs, in); never blocks. An asynchronous backend's writes
+     * are ordered with st->plan->be->event_record / event_wait. */
     int (*send)(mpmd_rank_state *rs, const mpmd_instr *in);
-    /* The value (in->node, in->mb) from rank in->peer, stored with
-     * rt_store_received; blocks until it is here (rs->wait counts the time
-     * when recording). `in` points into the rank's program. */
+    /* After instruction `reuse` of a SEND: the buffer of send instruction x
+     * is about to be overwritten; finish with it. NULL: nothing to do. */
+    void (*send_done)(mpmd_rank_state *rs, int x);
+    /* The value (in->node, in->mb) from rank in->peer into rt_buffer(rs,
+     * in); blocks until it is there (rs->wait counts the time when
+     * recording). `in` points into the rank's program. */
     int (*recv)(mpmd_rank_state *rs, const mpmd_instr *in);
     /* Combine loop result rs->glob[node] across the data-parallel replicas of
-     * this pipeline rank with st->plan->be->combine, in replica order: every
-     * replica gets the same bits. */
-    int (*allreduce)(mpmd_rank_state *rs, int node);
+     * this pipeline rank with st->plan->be->combine, in replica order, into
+     * `out` (the combined result's planned buffer): every replica gets the
+     * same bits. */
+    int (*allreduce)(mpmd_rank_state *rs, int node, void *out);
     /* A rank failed (rt_fail): wake every rank blocked in the transport;
      * NULL when nothing can be woken. */
     void (*wake)(struct mpmd_step *st);

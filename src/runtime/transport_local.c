@@ -1,17 +1,19 @@
 /* The in-process transport: every (rank, replica) is a thread of this
  * process.
  *
- * A transfer puts the buffer in the destination rank's mailbox (a list
- * under a mutex, with a condition variable for the receiver): when the
- * send is the value's last use on the sender the buffer itself moves, with
- * no copy; otherwise the sender copies it first (rt_send_buffer). Sends
- * never block, so the programs' check (every receive has its send, nothing
- * deadlocks) is all that is needed; what a mailbox holds is bounded by the
- * schedule's in-flight microbatches.
+ * A send puts the address of the value's planned buffer on the sender in
+ * the destination rank's mailbox (a list under a mutex, with a condition
+ * variable for the receiver); the receive copies it into its own planned
+ * buffer. The sender's plan leaves that buffer untouched until the sender
+ * knows the copy is done (the SEND's `reuse`), so no buffer is owned by
+ * the transport. Sends never block, so the programs' check (every receive
+ * has its send, nothing deadlocks) is all that is needed.
  *
  * A message carries the backend event after which its buffer is complete;
- * the receiver's queue waits for it before using the buffer, so an
- * asynchronous device (CUDA) needs no host synchronisation per send.
+ * the receiver's queue waits for it before copying, so an asynchronous
+ * device (CUDA) needs no host synchronisation per send. The copy is queued
+ * before anything the receiver sends afterwards, so when the sender learns
+ * of it (and may overwrite its buffer) the copy has happened.
  *
  * The replicas of one pipeline rank meet in a group (a barrier) to combine
  * a loop result: each puts its buffer in the group, and every replica
@@ -28,8 +30,8 @@
 typedef struct msg {
     struct msg *next;
     int32_t src, node, mb;
-    void *buf;
-    void *ev; /* the backend event after which buf is complete, or NULL */
+    const void *buf; /* the sender's planned buffer */
+    void *ev;        /* the backend event after which buf is complete, or NULL */
 } msg;
 
 /* One rank's mailbox, on cache lines of its own (the ranks' threads lock
@@ -72,7 +74,6 @@ static void local_teardown(struct mpmd_step *st) {
             msg *m = b->inbox;
             b->inbox = m->next;
             if (m->ev) st->plan->be->event_free(rs->dev, m->ev);
-            st->plan->be->free(rs->dev, m->buf);
             free(m);
         }
         pthread_mutex_destroy(&b->mu);
@@ -178,16 +179,16 @@ static int local_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
             msg *m = *pp;
             *pp = m->next;
             pthread_mutex_unlock(&b->mu);
-            rt_store_received(rs, in, m->buf);
             int bad = 0;
             if (m->ev) {
                 bad = st->plan->be->event_wait(rs->dev, m->ev);
                 st->plan->be->event_free(rs->dev, m->ev);
             }
+            if (!bad) bad = st->plan->be->copy(rs->dev, rt_buffer(rs, in), m->buf, rt_bytes(st->plan->g, in->node));
             free(m);
             if (bad)
-                rt_fail(rs, MPMD_ERR_RUNTIME, "waiting for %%%d of microbatch %d from rank %d failed",
-                        in->node, in->mb, in->peer);
+                rt_fail(rs, MPMD_ERR_RUNTIME, "receiving %%%d of microbatch %d from rank %d failed", in->node,
+                        in->mb, in->peer);
             return bad;
         }
         if (rt_aborted(st)) {
@@ -203,12 +204,11 @@ static int local_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
 static int local_send(mpmd_rank_state *rs, const mpmd_instr *in) {
     struct mpmd_step *st = rs->st;
     msg *m = malloc(sizeof *m);
-    void *buf = m ? rt_send_buffer(rs, in) : NULL;
-    if (!m || !buf) {
-        free(m);
+    if (!m) {
         rt_fail(rs, MPMD_ERR_NOMEM, "out of memory sending %%%d", in->node);
         return 1;
     }
+    const void *buf = rt_buffer(rs, in);
     m->src = rs->rank, m->node = in->node, m->mb = in->mb, m->buf = buf;
     m->ev = st->plan->be->event_record(rs->dev); /* the receiver waits for the kernels that wrote buf */
     /* the same pipeline rank of the same replica */
@@ -244,34 +244,25 @@ static int group_barrier(mpmd_rank_state *rs, group *gr) {
 
 /* The replicas of one pipeline rank combine a loop result: every replica
  * computes the same sum, in replica order, so all copies have equal bits. */
-static int local_allreduce(mpmd_rank_state *rs, int node) {
+static int local_allreduce(mpmd_rank_state *rs, int node, void *out) {
     struct mpmd_step *st = rs->st;
     group *gr = &((local_state *)st->tx)->groups[rs->rank];
-    size_t bytes = rt_bytes(st->plan->g, node);
-    void *out = rt_pool_get(rs, bytes);
     char e[512];
-    if (!out) {
-        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory combining %%%d across replicas", node);
-        return 1;
-    }
     gr->bufs[rs->replica] = rs->glob[node];
     /* every replica's buffer is complete before any replica reads it */
     if (st->plan->be->sync(rs->dev, e, sizeof e)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "%s", e);
-        return rt_pool_put(rs, out, bytes), 1;
+        return 1;
     }
-    if (group_barrier(rs, gr)) return rt_pool_put(rs, out, bytes), 1;
+    if (group_barrier(rs, gr)) return 1;
     if (st->plan->be->combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], gr->bufs, st->plan->replicas,
                               out) ||
         st->plan->be->sync(rs->dev, e, sizeof e)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "combining %%%d across replicas failed", node);
         group_barrier(rs, gr);
-        return rt_pool_put(rs, out, bytes), 1;
+        return 1;
     }
-    if (group_barrier(rs, gr)) return rt_pool_put(rs, out, bytes), 1; /* all have read every buffer */
-    rt_pool_put(rs, rs->glob[node], bytes);
-    rs->glob[node] = out;
-    return 0;
+    return group_barrier(rs, gr); /* all have read every buffer */
 }
 
 /* Messages a failed step left in the mailbox are dropped. */
@@ -283,7 +274,6 @@ static void local_end_step(mpmd_rank_state *rs) {
         msg *m = b->inbox;
         b->inbox = m->next;
         if (m->ev) st->plan->be->event_free(rs->dev, m->ev);
-        st->plan->be->free(rs->dev, m->buf);
         free(m);
     }
     pthread_mutex_unlock(&b->mu);
@@ -302,7 +292,9 @@ const mpmd_transport mpmd_transport_local = {
     .teardown = local_teardown,
     .launch = local_launch,
     .prepare = NULL,
+    .recv_ahead = 0,
     .send = local_send,
+    .send_done = NULL, /* the receiver's copy is ordered before the sender learns of it */
     .recv = local_recv,
     .allreduce = local_allreduce,
     .wake = local_wake,

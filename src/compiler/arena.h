@@ -1,4 +1,4 @@
-/* plan.h - static memory planning from value lifetimes.
+/* arena.h - static memory planning from value lifetimes.
  *
  * A program is a sequence of positions (one per instruction). Each planned
  * value is defined at one position and last used at another; the planner
@@ -7,22 +7,22 @@
  * over the block of a value that dies at its definition (an in-place op).
  * The same planner serves the one-rank loop and the per-rank programs.
  */
-#ifndef MPMD_PLAN_H
-#define MPMD_PLAN_H
+#ifndef MPMD_ARENA_H
+#define MPMD_ARENA_H
 
 #include <stddef.h>
 
-#define MPMD_PLAN_ALIGN 64
+#define MPMD_ARENA_ALIGN 64
 
-typedef struct mpmd_plan_item {
+typedef struct mpmd_arena_item {
     size_t bytes; /* 0: needs no memory */
     int def;      /* position where it is written first */
     int last;     /* last position that reads it (>= def) */
     int alias;    /* index of an item dying at `def` whose block this one takes over, or -1 */
-} mpmd_plan_item;
+} mpmd_arena_item;
 
 /* Assign offsets[i] for every item; returns the arena size in bytes, or
  * (size_t)-1 when out of memory. Positions run from 0 to npos-1. */
-size_t mpmd_plan_memory(int n, const mpmd_plan_item *items, int npos, size_t *offsets);
+size_t mpmd_arena_plan(int n, const mpmd_arena_item *items, int npos, size_t *offsets);
 
 #endif

@@ -2,7 +2,7 @@
  * positions. At each position the values defined there get a block (best
  * fit among free blocks, else the arena grows), then the values last used
  * there give theirs back (merged with free neighbours). */
-#include "plan.h"
+#include "compiler/arena.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -75,9 +75,9 @@ static size_t fl_alloc(freelist *f, size_t size) {
     return off;
 }
 
-static size_t round_up(size_t x) { return (x + MPMD_PLAN_ALIGN - 1) / MPMD_PLAN_ALIGN * MPMD_PLAN_ALIGN; }
+static size_t round_up(size_t x) { return (x + MPMD_ARENA_ALIGN - 1) / MPMD_ARENA_ALIGN * MPMD_ARENA_ALIGN; }
 
-size_t mpmd_plan_memory(int n, const mpmd_plan_item *items, int npos, size_t *offsets) {
+size_t mpmd_arena_plan(int n, const mpmd_arena_item *items, int npos, size_t *offsets) {
     /* bucket the items by definition and by last use */
     int *def_head = malloc((size_t)(npos + 1) * sizeof(int)),
         *def_next = malloc((size_t)(n + 1) * sizeof(int));

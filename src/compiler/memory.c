@@ -1,0 +1,292 @@
+/* The memory plan: one arena per rank, every buffer in it fixed before
+ * anything runs.
+ *
+ * A rank's program is numbered at op granularity (positions): one per
+ * instruction, one per op of a task. Walking the program once gives every
+ * buffer the program writes (an op's result for one microbatch, a
+ * before- or after-loop result, a loop result's accumulator, a received
+ * value, a combined loop result) the position where it is first written and
+ * the last position that needs it:
+ *
+ * - an op reads its operands at its position; a microbatch slice reads the
+ *   batch it looks into;
+ * - a loop reduction folds each microbatch's value in at that value's
+ *   position;
+ * - a send needs its buffer until the instruction after which the sender
+ *   knows the receiver has it (the SEND's `reuse`, from the programs'
+ *   vector clocks, lower.c): the receiver copies from it, or MPI sends from
+ *   it, with no buffer of the transport's in between;
+ * - a receive is written from the instruction where the transport may post
+ *   it (the RECV's `post`: MPI posts receives ahead, the in-process
+ *   transport copies at the receive itself);
+ * - a kept value lives to the end of the step, and is readable until the
+ *   next run.
+ *
+ * An op that may run in place (its descriptor's `inplace` operand) takes
+ * over its operand's block when the operand dies there. arena.c places the
+ * buffers; the arena's size is the rank's peak. */
+#include "compiler/arena.h"
+#include "compiler/compiler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int needs_buffer(const mpmd_node *n) {
+    return !(n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) && n->type.dtype != MPMD_TOKEN;
+}
+
+typedef struct {
+    const mpmd_plan *pl;
+    mpmd_rank_memory *m;
+    int n;        /* microbatches (at least 1 for the tables) */
+    int32_t *cur; /* [nn] the buffer a value outside the body is read from now */
+    int32_t *cand; /* [nbuf] the operand buffer an in-place op may take over, -1 */
+    int cap;
+} builder;
+
+static int new_buf(builder *b, int node, int mb, int what, int def, int cand) {
+    mpmd_rank_memory *m = b->m;
+    if (m->nbuf == b->cap) {
+        int cap = b->cap ? 2 * b->cap : 1024;
+        mpmd_buffer *nb = realloc(m->buf, (size_t)cap * sizeof *nb);
+        int32_t *nc = realloc(b->cand, (size_t)cap * sizeof *nc);
+        if (nb) m->buf = nb;
+        if (nc) b->cand = nc;
+        if (!nb || !nc) return -1;
+        b->cap = cap;
+    }
+    mpmd_buffer *x = &m->buf[m->nbuf];
+    memset(x, 0, sizeof *x);
+    x->node = node, x->mb = mb, x->what = (int8_t)what;
+    x->def = x->last = def;
+    x->bytes = mpmd_type_bytes(&b->pl->g->nodes[node].type);
+    b->cand[m->nbuf] = cand;
+    return m->nbuf++;
+}
+
+/* The buffer value u is read from on this rank while microbatch mb runs (a
+ * microbatch slice: the batch it looks into); -1 when it has none in the
+ * arena (storage, an input, no data). */
+static int buffer_of(const builder *b, int u, int mb) {
+    const mpmd_graph *g = b->pl->g;
+    const mpmd_node *un = &g->nodes[u];
+    if (un->op == &mpmd_op_microbatch) return buffer_of(b, un->in[0], -1);
+    if (un->region == MPMD_REGION_BODY && un->op != &mpmd_op_constant) {
+        int s = b->m->slot[u];
+        return s >= 0 && mb >= 0 ? b->m->body_buf[(size_t)s * b->n + mb] : -1;
+    }
+    return b->cur[u];
+}
+
+static void use(builder *b, int bi, int p) {
+    if (bi >= 0 && b->m->buf[bi].last < p) b->m->buf[bi].last = p;
+}
+
+/* The position before which each receive may be posted: `ahead` tasks
+ * ahead, as the transport posts them (0: at the receive itself). */
+static void set_posts(mpmd_program *p, int ahead) {
+    int x = 0, limit = 0; /* limit: everything before it is posted before instruction x runs */
+    for (int y = 0; y < p->n; y++) {
+        if (p->ins[y].op != MPMD_I_RECV) continue;
+        if (ahead <= 0) {
+            p->ins[y].post = y;
+            continue;
+        }
+        for (;; x++) {
+            int tasks = 0;
+            limit = x;
+            while (limit < p->n && tasks < ahead)
+                tasks += p->ins[limit++].op == MPMD_I_TASK;
+            if (limit > y) break;
+        }
+        p->ins[y].post = x;
+    }
+}
+
+static mpmd_status plan_rank(mpmd_plan *pl, int r, mpmd_error *err) {
+    const mpmd_graph *g = pl->g;
+    const int nn = g->n_nodes, n = pl->num_micro > 0 ? pl->num_micro : 1;
+    mpmd_program *p = &pl->prog[r];
+    mpmd_rank_memory *m = &pl->mem[r];
+    builder b = {pl, m, n, NULL, NULL, 0};
+    mpmd_arena_item *items = NULL;
+    size_t *offs = NULL;
+    set_posts(p, pl->recv_ahead);
+
+    /* slots: the body values this rank computes or receives */
+    m->slot = malloc((size_t)(nn + 1) * sizeof *m->slot);
+    m->slot_node = malloc((size_t)(nn + 1) * sizeof *m->slot_node);
+    m->val_buf = malloc((size_t)(nn + 1) * sizeof *m->val_buf);
+    m->comb_buf = malloc((size_t)(nn + 1) * sizeof *m->comb_buf);
+    m->pos = malloc((size_t)(p->n + 1) * sizeof *m->pos);
+    b.cur = malloc((size_t)(nn + 1) * sizeof *b.cur);
+    if (!m->slot || !m->slot_node || !m->val_buf || !m->comb_buf || !m->pos || !b.cur) goto nomem;
+    for (int i = 0; i < nn; i++)
+        m->slot[i] = m->val_buf[i] = m->comb_buf[i] = b.cur[i] = -1;
+    int P = 0;
+    for (int x = 0; x < p->n; x++) {
+        const mpmd_instr *in = &p->ins[x];
+        m->pos[x] = P;
+        if (in->op == MPMD_I_TASK) {
+            int k = in->stage * MPMD_TASK_KINDS + in->kind;
+            for (int c = 0; c < pl->cl.count[k]; c++) {
+                int v = pl->cl.nodes[k][c];
+                if (m->slot[v] < 0) m->slot_node[m->nslots] = v, m->slot[v] = m->nslots++;
+            }
+            P += pl->cl.count[k] > 0 ? pl->cl.count[k] : 1;
+        } else {
+            if (in->op == MPMD_I_RECV && in->mb >= 0 && m->slot[in->node] < 0)
+                m->slot_node[m->nslots] = in->node, m->slot[in->node] = m->nslots++;
+            P++;
+        }
+    }
+    m->pos[p->n] = P;
+    m->reuse_head = malloc((size_t)(p->n + 1) * sizeof *m->reuse_head);
+    m->reuse_next = malloc((size_t)(p->n + 1) * sizeof *m->reuse_next);
+    if (!m->reuse_head || !m->reuse_next) goto nomem;
+    for (int x = 0; x <= p->n; x++)
+        m->reuse_head[x] = m->reuse_next[x] = -1;
+    for (int x = p->n - 1; x >= 0; x--)
+        if (p->ins[x].op == MPMD_I_SEND && p->ins[x].reuse < p->n) {
+            m->reuse_next[x] = m->reuse_head[p->ins[x].reuse];
+            m->reuse_head[p->ins[x].reuse] = x;
+        }
+    m->npos = P + 1;
+    const int end = P;
+    if (!(m->body_buf = malloc(((size_t)m->nslots * n + 1) * sizeof *m->body_buf))) goto nomem;
+    for (size_t k = 0; k < (size_t)m->nslots * n; k++)
+        m->body_buf[k] = -1;
+
+    /* the walk: buffers with their first writes and last reads */
+    for (int x = 0; x < p->n; x++) {
+        const mpmd_instr *in = &p->ins[x];
+        const int at = m->pos[x];
+        switch (in->op) {
+        case MPMD_I_RUN_PRE:
+        case MPMD_I_RUN_POST: {
+            const mpmd_node *nd = &g->nodes[in->node];
+            for (int j = 0; j < nd->n_in; j++)
+                use(&b, buffer_of(&b, nd->in[j], -1), at);
+            if (needs_buffer(nd)) {
+                int k = nd->op->inplace;
+                int cand = k >= 0 && k < nd->n_in ? buffer_of(&b, nd->in[k], -1) : -1;
+                int bi = new_buf(&b, in->node, -1, MPMD_BUF_VALUE, at, cand);
+                if (bi < 0) goto nomem;
+                b.cur[in->node] = m->val_buf[in->node] = bi;
+            }
+            break;
+        }
+        case MPMD_I_TASK: {
+            const int k = in->stage * MPMD_TASK_KINDS + in->kind, mb = in->mb;
+            for (int c = 0; c < pl->cl.count[k]; c++) {
+                const int i = pl->cl.nodes[k][c], pc = at + c;
+                const mpmd_node *nd = &g->nodes[i];
+                if (!(nd->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)))
+                    for (int j = 0; j < nd->n_in; j++)
+                        use(&b, buffer_of(&b, nd->in[j], mb), pc);
+                if (needs_buffer(nd)) {
+                    int q = nd->op->inplace;
+                    int cand = q >= 0 && q < nd->n_in ? buffer_of(&b, nd->in[q], mb) : -1;
+                    int bi = new_buf(&b, i, mb, MPMD_BUF_BODY, pc, cand);
+                    if (bi < 0) goto nomem;
+                    m->body_buf[(size_t)m->slot[i] * n + mb] = bi;
+                }
+                /* the loop reductions fold this value in right after it is made */
+                for (int red = pl->reduce_head[i]; red >= 0; red = pl->reduce_next[red]) {
+                    if (b.cur[red] < 0) {
+                        int bi = new_buf(&b, red, -1, MPMD_BUF_VALUE, pc, -1);
+                        if (bi < 0) goto nomem;
+                        b.cur[red] = m->val_buf[red] = bi;
+                    }
+                    use(&b, b.cur[red], pc);
+                    use(&b, buffer_of(&b, i, mb), pc);
+                }
+            }
+            break;
+        }
+        case MPMD_I_SEND:
+            use(&b, in->mb >= 0 ? buffer_of(&b, in->node, in->mb) : b.cur[in->node], m->pos[in->reuse]);
+            break;
+        case MPMD_I_RECV: {
+            const int from = m->pos[in->post];
+            int bi = new_buf(&b, in->node, in->mb, in->mb >= 0 ? MPMD_BUF_BODY : MPMD_BUF_VALUE, from, -1);
+            if (bi < 0) goto nomem;
+            use(&b, bi, at);
+            if (in->mb >= 0)
+                m->body_buf[(size_t)m->slot[in->node] * n + in->mb] = bi;
+            else
+                b.cur[in->node] = m->val_buf[in->node] = bi;
+            break;
+        }
+        case MPMD_I_ALLREDUCE: {
+            use(&b, b.cur[in->node], at);
+            int bi = new_buf(&b, in->node, -1, MPMD_BUF_COMBINED, at, -1);
+            if (bi < 0) goto nomem;
+            b.cur[in->node] = m->comb_buf[in->node] = bi;
+            break;
+        }
+        default: break; /* FREE: the lifetimes above say it */
+        }
+    }
+    /* kept values stay readable after the run (a body value: its last
+     * microbatch's) */
+    for (int bi = 0; bi < m->nbuf; bi++) {
+        mpmd_buffer *x = &m->buf[bi];
+        if (!(g->nodes[x->node].flags & MPMD_NODE_KEEP)) continue;
+        if (x->what == MPMD_BUF_BODY ? x->mb == pl->num_micro - 1 : b.cur[x->node] == bi) x->last = end;
+    }
+
+    items = malloc(((size_t)m->nbuf + 1) * sizeof *items);
+    offs = malloc(((size_t)m->nbuf + 1) * sizeof *offs);
+    if (!items || !offs) goto nomem;
+    for (int bi = 0; bi < m->nbuf; bi++) {
+        const mpmd_buffer *x = &m->buf[bi];
+        items[bi] = (mpmd_arena_item){x->bytes, x->def, x->last, -1};
+        int c = b.cand[bi];
+        if (c >= 0 && m->buf[c].last == x->def && m->buf[c].bytes == x->bytes &&
+            !(g->nodes[m->buf[c].node].flags & MPMD_NODE_KEEP))
+            items[bi].alias = c;
+    }
+    size_t arena = mpmd_arena_plan(m->nbuf, items, m->npos, offs);
+    if (arena == (size_t)-1) goto nomem;
+    m->arena_bytes = arena;
+    for (int bi = 0; bi < m->nbuf; bi++)
+        m->buf[bi].off = offs[bi];
+    /* the kernels' workspace */
+    for (int i = 0; i < nn; i++)
+        if (pl->kern[i] && pl->kern[i]->scratch && mpmd_runs_on(pl, i, r)) {
+            size_t sb = pl->kern[i]->scratch(g, &g->nodes[i]);
+            if (sb > m->scratch_bytes) m->scratch_bytes = sb;
+        }
+    free(items), free(offs), free(b.cur), free(b.cand);
+    return MPMD_OK;
+nomem:
+    free(items), free(offs), free(b.cur), free(b.cand);
+    return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory planning rank %d's buffers",
+                          r);
+}
+
+mpmd_status mpmd_plan_memory(mpmd_plan *pl, mpmd_error *err) {
+    if (!(pl->mem = calloc((size_t)pl->num_ranks, sizeof *pl->mem)))
+        return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+    for (int r = 0; r < pl->num_ranks; r++)
+        if (plan_rank(pl, r, err)) return err ? err->code : MPMD_ERR_NOMEM;
+    return MPMD_OK;
+}
+
+void mpmd_plan_print_memory(const mpmd_plan *pl, int r, FILE *f) {
+    const mpmd_graph *g = pl->g;
+    const mpmd_rank_memory *m = &pl->mem[r];
+    static const char *what[] = {"body", "value", "combined"};
+    char tb[160];
+    fprintf(f, "rank %d memory plan: arena %zu bytes, %d buffers over %d positions, workspace %zu bytes, %s backend\n",
+            r, m->arena_bytes, m->nbuf, m->npos, m->scratch_bytes, pl->be->name);
+    for (int bi = 0; bi < m->nbuf; bi++) {
+        const mpmd_buffer *x = &m->buf[bi];
+        const mpmd_node *n = &g->nodes[x->node];
+        char mb[24] = "";
+        if (x->mb >= 0) snprintf(mb, sizeof mb, " mb %d", x->mb);
+        fprintf(f, "  %%%-5d %-14s %-22s %-8s offset %10zu  %10zu bytes  live [%d, %d]%s\n", x->node, n->op->name,
+                mpmd_type_str(&n->type, tb, sizeof tb), what[x->what], x->off, x->bytes, x->def, x->last, mb);
+    }
+}
