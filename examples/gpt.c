@@ -2,10 +2,10 @@
  *
  * The training step (examples/models/gpt_model.h) is one mpmd graph: the
  * microbatch loop over the forward and backward pass, then AdamW. With
- * --schedule loop (the default) it runs as the plain microbatch loop on one
- * rank; with a schedule name it is compiled by mpmd_jit_with_loop into one
- * program per rank and runs on in-process ranks (threads) or, with
- * --runtime mpi under mpirun, one process per rank. Data: a corpus this
+ * --schedule loop (the default) it is compiled by mpmd_jit_with_loop without
+ * a schedule: the plain microbatch loop on one rank; with a schedule name,
+ * into one program per rank. Either runs on in-process ranks (threads) or,
+ * with --runtime mpi under mpirun, one process per rank (and replica). Data: a corpus this
  * program generates deterministically, or a text file (--data); batches are
  * a pure function of (seed, step). So runs with the same model options
  * print the same final line whatever the schedule, ranks or runtime:
@@ -241,9 +241,8 @@ static int parse_args(int argc, char **argv, options *o) {
             "unknown schedule \"%s\"; use loop, gpipe, std1f1b, eager1f1b, interleaved1f1b, kimik2, "
             "zerobubble, dualpipev, interleavedgpipe or file:PATH",
             o->schedule);
-    if (loop && (o->ranks || o->mpi || o->replicas > 1 || o->fuse))
-        return bad_option("--ranks, --runtime mpi, --data-parallel and --fuse-steady-state need a pipeline "
-                          "schedule (--schedule NAME)");
+    if (loop && (o->ranks || o->fuse))
+        return bad_option("--ranks and --fuse-steady-state need a pipeline schedule (--schedule NAME)");
     if (loop && (o->trace || o->timeline))
         return bad_option("--trace and --timeline draw a pipeline's ranks; give a --schedule");
     if (o->mpi && (o->trace || o->timeline))
@@ -292,27 +291,19 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The one-rank executor or the compiled pipeline, behind one face. */
+/* The compiled step (a pipeline, or the one-rank loop without a schedule)
+ * and how it runs. */
 typedef struct trainer {
-    mpmd_exec *ex;
     mpmd_step *st;
-    mpmd_schedule *sched;
+    mpmd_schedule *sched; /* NULL: the loop */
     int mpi, root;
 } trainer;
 
 static mpmd_status set_inputs(trainer *t, const gpt_model *m, const int32_t *tok, const int32_t *tgt,
                               size_t bytes) {
-    if (t->ex)
-        return mpmd_exec_set_input(t->ex, m->tokens, tok, bytes)
-                   ? 1
-                   : mpmd_exec_set_input(t->ex, m->targets, tgt, bytes);
     return mpmd_step_set_input(t->st, m->tokens, tok, bytes)
                ? 1
                : mpmd_step_set_input(t->st, m->targets, tgt, bytes);
-}
-
-static const char *trainer_error(const trainer *t) {
-    return t->ex ? mpmd_exec_error(t->ex) : mpmd_step_error(t->st);
 }
 
 /* One message to stderr from every process that fails; under MPI the whole
@@ -359,31 +350,21 @@ int main(int argc, char **argv) {
     gpt_model m;
     if (gpt_build(c, 1, &m, &err)) return fail(&t, "%s", err.msg);
 
-    int loop = !strcmp(o.schedule, "loop");
-    if (loop) {
-        mpmd_exec_opts eo = MPMD_EXEC_DEFAULTS;
-        eo.threads = (int)o.threads;
-        eo.seed = o.seed;
-        eo.backend = o.backend;
-        if (!(t.ex = mpmd_exec_new(m.g, &eo, &err))) return fail(&t, "%s", err.msg);
-    } else {
-        if (make_schedule(&o, &t.sched, &err)) return fail(&t, "%s", err.msg);
-        mpmd_step_opts so = MPMD_STEP_DEFAULTS;
-        so.threads_per_rank = (int)o.threads;
-        so.seed = o.seed;
-        so.runtime = o.mpi ? MPMD_RUNTIME_MPI : MPMD_RUNTIME_LOCAL;
-        so.data_parallel = (int)o.replicas;
-        so.backend = o.backend;
-        if (!(t.st = mpmd_jit_with_loop(m.g, t.sched, &so, &err))) return fail(&t, "%s", err.msg);
-        mpmd_step_set_recording(t.st,
-                                1); /* for the bubble and the pictures: two clock reads per instruction */
-    }
+    /* --schedule loop: no schedule, the unpipelined loop on one rank */
+    if (strcmp(o.schedule, "loop") != 0 && make_schedule(&o, &t.sched, &err)) return fail(&t, "%s", err.msg);
+    mpmd_step_opts so = MPMD_STEP_DEFAULTS;
+    so.threads_per_rank = (int)o.threads;
+    so.seed = o.seed;
+    so.runtime = o.mpi ? MPMD_RUNTIME_MPI : MPMD_RUNTIME_LOCAL;
+    so.data_parallel = (int)o.replicas;
+    so.backend = o.backend;
+    if (!(t.st = mpmd_jit_with_loop(m.g, t.sched, &so, &err))) return fail(&t, "%s", err.msg);
+    /* for the bubble and the pictures: two clock reads per instruction */
+    if (t.sched) mpmd_step_set_recording(t.st, 1);
     long long first = 1;
     if (o.resume) {
         mpmd_checkpoint_info info;
-        mpmd_status st =
-            t.ex ? mpmd_exec_load(t.ex, o.resume, &info, &err) : mpmd_step_load(t.st, o.resume, &info, &err);
-        if (st) return fail(&t, "%s", err.msg);
+        if (mpmd_step_load(t.st, o.resume, &info, &err)) return fail(&t, "%s", err.msg);
         /* a weights export (info.weights_only) gives the parameters alone:
          * fresh optimizer state, step 0, no seed to keep */
         if (!info.weights_only && info.seed != o.seed)
@@ -405,7 +386,8 @@ int main(int argc, char **argv) {
             printf("pipeline: %s on %s%s\n", t.sched->name, o.mpi ? "MPI processes" : "in-process ranks",
                    o.replicas > 1 ? ", data-parallel replicas" : "");
         else
-            printf("pipeline: none (the one-rank microbatch loop)\n");
+            printf("pipeline: none (the one-rank microbatch loop%s)\n",
+                   o.replicas > 1 ? ", data-parallel replicas" : "");
         printf("data: %s, %lld bytes; the loss starts near ln(256) = %.3f\n",
                o.data ? o.data : "generated corpus", (long long)corpus.len, log(256.0));
         if (first > 1)
@@ -426,12 +408,10 @@ int main(int argc, char **argv) {
     for (long long step = first; step <= o.steps; step++) {
         gpt_sample_batch(&corpus, gb, c->seq, o.seed, (uint64_t)step, tok, tgt);
         if (set_inputs(&t, &m, tok, tgt, nb * sizeof *tok))
-            return fail(&t, "step %lld: %s", step, trainer_error(&t));
-        if (t.ex ? mpmd_exec_run(t.ex) : mpmd_step_run(t.st))
-            return fail(&t, "step %lld: %s", step, trainer_error(&t));
-        mpmd_status ls = t.ex ? mpmd_exec_read(t.ex, m.loss, &loss, sizeof loss)
-                              : mpmd_step_gather(t.st, m.loss, &loss, sizeof loss);
-        if (ls) return fail(&t, "step %lld: %s", step, trainer_error(&t));
+            return fail(&t, "step %lld: %s", step, mpmd_step_error(t.st));
+        if (mpmd_step_run(t.st)) return fail(&t, "step %lld: %s", step, mpmd_step_error(t.st));
+        if (mpmd_step_gather(t.st, m.loss, &loss, sizeof loss))
+            return fail(&t, "step %lld: %s", step, mpmd_step_error(t.st));
         if (o.nan_check && !isfinite(loss)) {
             if (t.root)
                 fprintf(stderr, "step %lld: loss is %s (use --no-nan-check to go on)\n", step,
@@ -439,7 +419,7 @@ int main(int argc, char **argv) {
             if (t.mpi) mpmd_mpi_abort(1);
             return 1;
         }
-        if (t.st) {
+        if (t.sched) {
             mpmd_step_stats s;
             if (mpmd_step_summary(t.st, &s, &err) == MPMD_OK) {
                 /* under MPI a process sees its own rank: its idle share */
@@ -452,8 +432,7 @@ int main(int argc, char **argv) {
             mpmd_checkpoint_info info = MPMD_CHECKPOINT_INFO_INIT;
             info.step = step;
             info.seed = o.seed;
-            if (t.ex ? mpmd_exec_save(t.ex, o.save, &info, &err) : mpmd_step_save(t.st, o.save, &info, &err))
-                return fail(&t, "step %lld: %s", step, err.msg);
+            if (mpmd_step_save(t.st, o.save, &info, &err)) return fail(&t, "step %lld: %s", step, err.msg);
         }
         since++;
         if ((step % o.log_every == 0 || step == o.steps) && t.root && !o.quiet) {
@@ -481,13 +460,11 @@ int main(int argc, char **argv) {
         mpmd_checkpoint_info info = MPMD_CHECKPOINT_INFO_INIT;
         info.step = o.steps;
         info.seed = o.seed;
-        if (t.ex ? mpmd_exec_save(t.ex, o.save, &info, &err) : mpmd_step_save(t.st, o.save, &info, &err))
-            return fail(&t, "%s", err.msg);
+        if (mpmd_step_save(t.st, o.save, &info, &err)) return fail(&t, "%s", err.msg);
     }
-    if (o.export_weights && (t.ex ? mpmd_exec_export_weights(t.ex, o.export_weights, o.export_dtype, &err)
-                                  : mpmd_step_export_weights(t.st, o.export_weights, o.export_dtype, &err)))
+    if (o.export_weights && mpmd_step_export_weights(t.st, o.export_weights, o.export_dtype, &err))
         return fail(&t, "%s", err.msg);
-    if (t.st && !t.mpi && (o.trace || o.timeline)) {
+    if (t.sched && !t.mpi && (o.trace || o.timeline)) {
         if (o.trace) {
             FILE *f = fopen(o.trace, "w");
             if (!f) return fail(&t, "cannot write %s: %s", o.trace, strerror(errno));
@@ -504,12 +481,9 @@ int main(int argc, char **argv) {
             if (fclose(f) || ws) return fail(&t, "writing %s failed", o.timeline);
         }
     }
-    if (t.st && !t.mpi && !o.quiet && !o.json) mpmd_step_print_summary(t.st, stdout, &err);
+    if (t.sched && !t.mpi && !o.quiet && !o.json) mpmd_step_print_summary(t.st, stdout, &err);
     char hex[65];
-    if (t.ex)
-        mpmd_exec_params_sha256(t.ex, hex);
-    else
-        mpmd_step_params_sha256(t.st, hex); /* collective under MPI */
+    mpmd_step_params_sha256(t.st, hex); /* collective under MPI */
     if (t.root) {
         if (o.json)
             printf("{\"final_loss\": %.9g, \"params_sha256\": \"%s\"}\n", loss, hex);
@@ -518,7 +492,6 @@ int main(int argc, char **argv) {
     }
     free(tok);
     free(tgt);
-    mpmd_exec_free(t.ex);
     mpmd_step_free(t.st);
     mpmd_schedule_free(t.sched);
     gpt_model_free(&m);

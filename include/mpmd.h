@@ -457,8 +457,8 @@ int mpmd_backend_check(const char *name, char *why, size_t len);
 const char *mpmd_exec_error(const mpmd_exec *ex);
 /* The graph the executor runs. */
 const mpmd_graph *mpmd_exec_graph(const mpmd_exec *ex);
-/* Bytes of the planned activation arena (for inspection) and a printout of
- * the memory plan: every planned value with its offset and lifetime. */
+/* Bytes of the planned arena (for inspection) and a printout of the memory
+ * plan: every buffer with its offset and lifetime (mpmd_step_print_memory). */
 size_t mpmd_exec_arena_bytes(const mpmd_exec *ex);
 void mpmd_exec_print_plan(const mpmd_exec *ex, FILE *f);
 
@@ -505,12 +505,19 @@ typedef struct mpmd_step_opts {
 /* JaxPP's mpmd_jit_with_loop(...).compile(): split the step's graph at its
  * stage markers into forward and backward tasks per stage (A and W where the
  * schedule splits the backward), place parameters and the code before and
- * after the loop on the ranks, and lower the schedule into one program per
- * rank, checked by simulation before anything runs. The graph must have
- * one microbatch loop with as many stage markers per microbatch as the
- * schedule has stages, and as many microbatches as the schedule. The step
- * copies what it needs of the schedule; the graph must outlive it. On
- * error NULL, with err saying what and where. */
+ * after the loop on the ranks, lower the schedule into one program per
+ * rank, checked by simulation before anything runs, and plan every buffer
+ * of each rank in one arena. The graph must have one microbatch loop with
+ * as many stage markers per microbatch as the schedule has stages, and as
+ * many microbatches as the schedule. The step copies what it needs of the
+ * schedule; the graph must outlive it. On error NULL, with err saying what
+ * and where.
+ *
+ * sched NULL: the unpipelined loop on one rank (any graph, with or without
+ * a loop or stage markers): the before-loop ops, the whole body once per
+ * microbatch in order, the after-loop ops; the reference every schedule
+ * matches bit for bit, with data_parallel and the MPI runtime as for any
+ * step (mpmd_exec is this step behind the executor's calls). */
 mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *sched, const mpmd_step_opts *opts,
                               mpmd_error *err);
 void mpmd_step_free(mpmd_step *st);
@@ -567,6 +574,25 @@ void mpmd_step_print(const mpmd_step *st, FILE *f);
 void mpmd_step_print_tasks(const mpmd_step *st, FILE *f);
 /* Planned peak bytes of body values alive at once on a rank. */
 int64_t mpmd_step_peak_bytes(const mpmd_step *st, int rank);
+/* The bytes of a rank's arena: every buffer its program writes (values of
+ * the body and around it, receives, loop results) at offsets fixed by the
+ * plan; parameters, variables, inputs and the kernels' workspace are
+ * outside it. And the plan itself as text: each buffer with its value,
+ * microbatch, offset, size and the positions it lives between (rank -1:
+ * every rank). */
+size_t mpmd_step_arena_bytes(const mpmd_step *st, int rank);
+void mpmd_step_print_memory(const mpmd_step *st, int rank, FILE *f);
+/* The backend the ranks run on ("cpu", "cuda"). */
+const char *mpmd_step_backend(const mpmd_step *st);
+/* Copy new contents into a parameter or variable: every copy of it this
+ * process holds (each rank, each replica), so copies stay equal. */
+mpmd_status mpmd_step_write(mpmd_step *st, mpmd_value v, const void *src, size_t bytes);
+/* Time every op of the following runs (each op then waits for the device,
+ * so profiled runs are slower); 0 turns it off and forgets the times. The
+ * profile sums the times by op name over the ranks of this process, largest
+ * first: calls, ms per run and share of the total. */
+mpmd_status mpmd_step_set_profiling(mpmd_step *st, int on);
+void mpmd_step_print_profile(const mpmd_step *st, FILE *f);
 
 /* ---- measured runs ---- */
 

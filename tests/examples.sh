@@ -26,6 +26,13 @@ for precision in f32 bf16; do
 done
 ref=$("$gpt" "${model[@]}" | tail -n 1)
 
+# data parallelism without a pipeline: the loop's replicas combine as a
+# pipeline's do, so two replicas of the loop equal two of a 2-stage pipeline
+dp=$("$gpt" "${model[@]}" --schedule std1f1b --stages 2 --data-parallel 2 | tail -n 1)
+dploop=$("$gpt" "${model[@]}" --data-parallel 2 | tail -n 1)
+[ "$dp" = "$dploop" ] && [ "$dp" != "$ref" ] && ok "loop x 2 replicas = std1f1b x 2 replicas: $dp" ||
+  bad "data-parallel loop: $dploop vs pipeline $dp (one replica: $ref)"
+
 # under mpirun when this build has MPI (a build without it says "no MPI")
 probe=$("$gpt" "${model[@]}" --schedule std1f1b --stages 2 --runtime mpi 2>&1)
 if [ -x "$(command -v mpirun)" ] && ! grep -q "no MPI" <<<"$probe"; then
@@ -35,6 +42,8 @@ if [ -x "$(command -v mpirun)" ] && ! grep -q "no MPI" <<<"$probe"; then
   line=$("$src/tests/mpirun.sh" shm 2 "$gpt" "${model[@]}" --precision bf16 --schedule std1f1b --stages 2 \
     --runtime mpi 2>&1 | tail -n 1)
   [ "$line" = "$ref16" ] && ok "mpirun -np 2, bf16: $line" || bad "mpirun -np 2, bf16: $line vs $ref16"
+  line=$("$src/tests/mpirun.sh" shm 2 "$gpt" "${model[@]}" --data-parallel 2 --runtime mpi 2>&1 | tail -n 1)
+  [ "$line" = "$dp" ] && ok "mpirun -np 2, loop x 2 replicas: $line" || bad "mpirun -np 2, loop x 2 replicas: $line vs $dp"
 fi
 
 tmp=$(mktemp -d)

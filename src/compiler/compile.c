@@ -110,14 +110,16 @@ static mpmd_status finish(mpmd_plan *pl, mpmd_error *err) {
     return mpmd_plan_memory(pl, err);
 }
 
-mpmd_plan *mpmd_compile_loop(const mpmd_graph *g, const mpmd_backend *be, mpmd_error *err) {
+mpmd_plan *mpmd_compile_loop(const mpmd_graph *g, const mpmd_backend *be, int replicas, int recv_ahead,
+                             mpmd_error *err) {
     mpmd_plan *pl = calloc(1, sizeof *pl);
     mpmd_error local;
     if (!err) err = &local;
     if (!pl) goto nomem;
     pl->g = g;
     pl->be = be;
-    pl->replicas = 1;
+    pl->replicas = replicas;
+    pl->recv_ahead = recv_ahead;
     pl->num_ranks = 1;
     pl->num_stages = 1;
     pl->num_micro = g->n_micro;

@@ -172,9 +172,10 @@ mpmd_plan *mpmd_compile(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_
 /* The unpipelined loop as a plan: one rank, every body op in one task run
  * once per microbatch in microbatch order, before- and after-loop ops
  * around it; for any graph, with or without a loop or stage markers (the
- * reference every schedule is compared with, and mpmd_exec). No schedule:
- * pl->sched is NULL. */
-mpmd_plan *mpmd_compile_loop(const mpmd_graph *g, const mpmd_backend *be, mpmd_error *err);
+ * reference every schedule is compared with: mpmd_exec, and
+ * mpmd_jit_with_loop without a schedule). pl->sched is NULL. */
+mpmd_plan *mpmd_compile_loop(const mpmd_graph *g, const mpmd_backend *be, int replicas, int recv_ahead,
+                             mpmd_error *err);
 /* Its first part alone: whether g and s fit together (mpmd_jit_with_loop
  * checks this before its options, mpmd_compile again). */
 mpmd_status mpmd_compile_check(const mpmd_graph *g, const mpmd_schedule *s, mpmd_error *err);

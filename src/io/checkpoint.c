@@ -2,10 +2,10 @@
  * file (src/io/safetensors.c), independent of the pipeline layout; and
  * weights exports, the parameters alone in F32, BF16 or F16.
  *
- * Both targets, the one-rank executor and the pipelined step, are first
- * turned into the same "state view": every state value's name, type and the
- * storage of each holder (one for an executor; one per rank holding it for a
- * step), sorted by name. Saving writes each value once, from its first
+ * A step (and the executor, which is a step of the unpipelined loop) is
+ * first turned into a "state view": every state value's name, type and the
+ * storage of each holder (one per rank and replica holding it), sorted by
+ * name. Saving writes each value once, from its first
  * holder; loading checks the file against the view completely, reads and
  * verifies the data, and only then copies it into every holder. A weights
  * export is the same with a view of the parameters alone (mpmd_graph_params
@@ -42,8 +42,7 @@ typedef struct entry {
     void **ptr; /* each holder's storage; ptr[0] is the one saved */
 } entry;
 
-/* A host copy standing for a device holder: (rank, replica) of a step, or
- * the executor (rank -1). */
+/* A host copy standing for a device holder: (rank, replica) of a step. */
 typedef struct staged {
     int node, rank, replica;
     size_t bytes;
@@ -80,8 +79,7 @@ static void *stage(state_view *v, int node, int rank, int replica, size_t bytes)
     }
     void *host = malloc(bytes ? bytes : 1);
     if (!host) return v->failed = 1, NULL;
-    mpmd_status rc = rank < 0 ? mpmd_exec_read((mpmd_exec *)v->target, (mpmd_value){node}, host, bytes)
-                              : mpmd_runtime_read((mpmd_step *)v->target, rank, replica, node, host, bytes);
+    mpmd_status rc = mpmd_runtime_read((mpmd_step *)v->target, rank, replica, node, host, bytes);
     if (rc) {
         free(host);
         return v->failed = 1, NULL;
@@ -94,10 +92,7 @@ static void *stage(state_view *v, int node, int rank, int replica, size_t bytes)
 static mpmd_status view_commit(const state_view *v, const char *who, mpmd_error *err) {
     for (int i = 0; i < v->nstg; i++) {
         const staged *s = &v->stg[i];
-        mpmd_status rc =
-            s->rank < 0
-                ? mpmd_exec_write((mpmd_exec *)v->target, (mpmd_value){s->node}, s->host, s->bytes)
-                : mpmd_runtime_write((mpmd_step *)v->target, s->rank, s->replica, s->node, s->host, s->bytes);
+        mpmd_status rc = mpmd_runtime_write((mpmd_step *)v->target, s->rank, s->replica, s->node, s->host, s->bytes);
         if (rc) return mpmd_error_set(err, rc, "%s: copying state %%%d to its device failed", who, s->node);
     }
     return MPMD_OK;
@@ -110,17 +105,6 @@ static int entry_by_name(const void *a, const void *b) {
 /* Build the view: `holders` fills up to cap storage pointers of value v and
  * returns how many it found. */
 typedef int (*holders_fn)(state_view *view, mpmd_value v, void **out, int cap);
-
-static int exec_holders(state_view *view, mpmd_value v, void **out, int cap) {
-    mpmd_exec *ex = view->target;
-    if (cap < 1) return 0;
-    void *p = mpmd_exec_var_data(ex, v);
-    if (!p && mpmd_node_is_storage(&mpmd_exec_graph(ex)->nodes[v.id]))
-        p = stage(view, v.id, -1, 0, mpmd_type_bytes(&mpmd_exec_graph(ex)->nodes[v.id].type));
-    if (!p) return 0;
-    out[0] = p;
-    return 1;
-}
 
 /* Every copy of a step's state value: each rank holding it, each
  * data-parallel replica of that rank, in (rank, replica) order. Under MPI
@@ -189,12 +173,6 @@ static mpmd_status view_build(const mpmd_graph *g, void *target, holders_fn hold
     }
     if (rc) view_free(v);
     return rc;
-}
-
-static mpmd_status exec_view(mpmd_exec *ex, const char *who, int params_only, state_view *v,
-                             mpmd_error *err) {
-    if (!ex) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no executor", who);
-    return view_build(mpmd_exec_graph(ex), ex, exec_holders, 1, 0, params_only, who, v, err);
 }
 
 static mpmd_status step_view(mpmd_step *st, const char *who, int params_only, state_view *v,
@@ -335,29 +313,6 @@ static mpmd_status check_export_dtype(mpmd_dtype dtype, const char *who, mpmd_er
                           mpmd_dtype_name(dtype));
 }
 
-static mpmd_status exec_write(mpmd_exec *ex, const char *path, const write_spec *w, const char *who,
-                              mpmd_error *err) {
-    state_view v;
-    mpmd_status rc = exec_view(ex, who, w->weights, &v, err);
-    if (rc) return rc;
-    rc = write_view(&v, path, w, who, err);
-    view_free(&v);
-    return rc;
-}
-
-mpmd_status mpmd_exec_save(mpmd_exec *ex, const char *path, const mpmd_checkpoint_info *info,
-                           mpmd_error *err) {
-    write_spec w = {0, MPMD_F32, info};
-    return exec_write(ex, path, &w, "mpmd_exec_save", err);
-}
-
-mpmd_status mpmd_exec_export_weights(mpmd_exec *ex, const char *path, mpmd_dtype dtype, mpmd_error *err) {
-    const char *who = "mpmd_exec_export_weights";
-    if (check_export_dtype(dtype, who, err)) return MPMD_ERR_INVALID;
-    write_spec w = {1, dtype, NULL};
-    return exec_write(ex, path, &w, who, err);
-}
-
 static mpmd_status step_write(mpmd_step *st, const char *path, const write_spec *w, const char *who,
                               mpmd_error *err) {
     state_view v;
@@ -404,6 +359,21 @@ mpmd_status mpmd_step_export_weights(mpmd_step *st, const char *path, mpmd_dtype
     if (check_export_dtype(dtype, who, err)) return MPMD_ERR_INVALID;
     write_spec w = {1, dtype, NULL};
     return step_write(st, path, &w, who, err);
+}
+
+mpmd_status mpmd_exec_save(mpmd_exec *ex, const char *path, const mpmd_checkpoint_info *info,
+                           mpmd_error *err) {
+    write_spec w = {0, MPMD_F32, info};
+    if (!ex) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_save: no executor");
+    return step_write(mpmd_exec_step(ex), path, &w, "mpmd_exec_save", err);
+}
+
+mpmd_status mpmd_exec_export_weights(mpmd_exec *ex, const char *path, mpmd_dtype dtype, mpmd_error *err) {
+    const char *who = "mpmd_exec_export_weights";
+    if (!ex) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no executor", who);
+    if (check_export_dtype(dtype, who, err)) return MPMD_ERR_INVALID;
+    write_spec w = {1, dtype, NULL};
+    return step_write(mpmd_exec_step(ex), path, &w, who, err);
 }
 
 /* ---- metadata ----------------------------------------------------------------- */
@@ -749,25 +719,8 @@ done:
     return rc;
 }
 
-mpmd_status mpmd_exec_load(mpmd_exec *ex, const char *path, mpmd_checkpoint_info *info_out, mpmd_error *err) {
-    const char *who = "mpmd_exec_load";
-    if (!ex) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no executor", who);
-    loading L;
-    mpmd_status rc = load_open(path, &L, who, err);
-    if (rc) return rc;
-    state_view v;
-    rc = exec_view(ex, who, L.info.weights_only, &v, err);
-    if (!rc) {
-        rc = load_into(&v, &L, info_out, who, err);
-        view_free(&v);
-    }
-    load_close(&L);
-    return rc;
-}
-
-mpmd_status mpmd_step_load(mpmd_step *st, const char *path, mpmd_checkpoint_info *info_out, mpmd_error *err) {
-    const char *who = "mpmd_step_load";
-    if (!st) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no step", who);
+static mpmd_status load(mpmd_step *st, const char *path, mpmd_checkpoint_info *info_out, const char *who,
+                        mpmd_error *err) {
     loading L;
     mpmd_status rc = load_open(path, &L, who, err);
     if (rc) return rc;
@@ -779,6 +732,16 @@ mpmd_status mpmd_step_load(mpmd_step *st, const char *path, mpmd_checkpoint_info
     }
     load_close(&L);
     return rc;
+}
+
+mpmd_status mpmd_exec_load(mpmd_exec *ex, const char *path, mpmd_checkpoint_info *info_out, mpmd_error *err) {
+    if (!ex) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_load: no executor");
+    return load(mpmd_exec_step(ex), path, info_out, "mpmd_exec_load", err);
+}
+
+mpmd_status mpmd_step_load(mpmd_step *st, const char *path, mpmd_checkpoint_info *info_out, mpmd_error *err) {
+    if (!st) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_step_load: no step");
+    return load(st, path, info_out, "mpmd_step_load", err);
 }
 
 /* ---- inspection --------------------------------------------------------------- */

@@ -202,3 +202,51 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
     mpmd_step_stats_free(&s);
     return MPMD_OK;
 }
+
+/* ---- op profile ---------------------------------------------------------- */
+
+typedef struct prof_row {
+    const char *name;
+    double s;
+    int calls;
+} prof_row;
+
+static int by_time(const void *a, const void *b) {
+    double x = ((const prof_row *)a)->s, y = ((const prof_row *)b)->s;
+    return (x < y) - (x > y);
+}
+
+void mpmd_step_print_profile(const mpmd_step *st, FILE *f) {
+    const mpmd_graph *g = st->plan->g;
+    if (!st->profiling || !st->prof_runs) {
+        fprintf(f, "no profiled run (mpmd_step_set_profiling or mpmd_exec_set_profiling, then a run)\n");
+        return;
+    }
+    prof_row *rows = calloc((size_t)g->n_nodes + 1, sizeof *rows);
+    if (!rows) return;
+    int nr = 0;
+    double total = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        double t = 0; /* over the rank states of this process */
+        for (int li = 0; mpmd_runtime_op_seconds(st, li); li++)
+            t += mpmd_runtime_op_seconds(st, li)[i];
+        if (t <= 0) continue;
+        const char *name = g->nodes[i].op->name;
+        int k = 0;
+        while (k < nr && strcmp(rows[k].name, name) != 0)
+            k++;
+        if (k == nr) rows[nr++] = (prof_row){name, 0, 0};
+        rows[k].s += t;
+        rows[k].calls += g->nodes[i].region == MPMD_REGION_BODY ? g->n_micro : 1;
+        total += t;
+    }
+    qsort(rows, (size_t)nr, sizeof *rows, by_time);
+    fprintf(f, "time by op over %d run%s (%s backend; each op waited for), per run:\n", st->prof_runs,
+            st->prof_runs == 1 ? "" : "s", st->plan->be->name);
+    fprintf(f, "  %-22s %7s %11s %7s\n", "op", "calls", "ms", "share");
+    for (int k = 0; k < nr; k++)
+        fprintf(f, "  %-22s %7d %11.3f %6.1f%%\n", rows[k].name, rows[k].calls,
+                1e3 * rows[k].s / st->prof_runs, 100.0 * rows[k].s / (total > 0 ? total : 1));
+    fprintf(f, "  %-22s %7s %11.3f\n", "total", "", 1e3 * total / st->prof_runs);
+    free(rows);
+}

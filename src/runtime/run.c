@@ -293,7 +293,6 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
             }
         }
         if (mem->scratch_bytes && !(rs->scratch = st->plan->be->alloc(rs->dev, mem->scratch_bytes))) goto nomem;
-        if (st->profiling && !(rs->prof = calloc((size_t)nn + 1, sizeof *rs->prof))) goto nomem;
         char e[512];
         if (st->plan->be->sync(rs->dev, e, sizeof e)) goto devfail;
     }
@@ -393,29 +392,39 @@ static mpmd_rank_state *state_of(const struct mpmd_step *st, int rank) {
     return replica_state(st, rank, first / D + (rank < first % D));
 }
 
+/* Where (rank state rs) holds value `node` after a run: a value outside
+ * the body, or a kept body value's last microbatch. */
+static void *held(mpmd_rank_state *rs, int node) {
+    if (!rs || !rs->glob) return NULL;
+    if (rs->glob[node]) return rs->glob[node];
+    const mpmd_plan *pl = rs->st->plan;
+    return pl->g->nodes[node].region == MPMD_REGION_BODY && pl->num_micro > 0
+               ? ptr_of(rs, node, pl->num_micro - 1)
+               : NULL;
+}
+
 void *mpmd_runtime_value(struct mpmd_step *st, int rank, int node) {
     mpmd_rank_state *rs = state_of(st, rank);
-    return rs && st->plan->be->host_memory ? rs->glob[node] : NULL;
+    return st->plan->be->host_memory ? held(rs, node) : NULL;
 }
 
 void *mpmd_runtime_replica_value(struct mpmd_step *st, int rank, int replica, int node) {
     mpmd_rank_state *rs = replica_state(st, rank, replica);
-    return rs && st->plan->be->host_memory ? rs->glob[node] : NULL;
+    return st->plan->be->host_memory ? held(rs, node) : NULL;
 }
 
 int mpmd_runtime_holds(struct mpmd_step *st, int rank, int replica, int node) {
-    mpmd_rank_state *rs = replica_state(st, rank, replica);
-    return rs && rs->glob && rs->glob[node];
+    return held(replica_state(st, rank, replica), node) != NULL;
 }
 
 mpmd_status mpmd_runtime_read(struct mpmd_step *st, int rank, int replica, int node, void *dst,
                               size_t bytes) {
     mpmd_rank_state *rs = replica_state(st, rank, replica);
-    if (!rs || !rs->glob[node]) return MPMD_ERR_INVALID;
+    const void *src = held(rs, node);
+    if (!src) return MPMD_ERR_INVALID;
     char e[512];
     st->plan->be->enter(rs->dev);
-    if (st->plan->be->download(rs->dev, dst, rs->glob[node], bytes) ||
-        st->plan->be->sync(rs->dev, e, sizeof e)) {
+    if (st->plan->be->download(rs->dev, dst, src, bytes) || st->plan->be->sync(rs->dev, e, sizeof e)) {
         snprintf(st->err, sizeof st->err, "copying %%%d from rank %d on the %s backend failed", node, rank,
                  st->plan->be->name);
         return MPMD_ERR_RUNTIME;
@@ -434,6 +443,23 @@ mpmd_status mpmd_runtime_write(struct mpmd_step *st, int rank, int replica, int 
         return MPMD_ERR_RUNTIME;
     }
     return MPMD_OK;
+}
+
+mpmd_status mpmd_runtime_set_profiling(struct mpmd_step *st, int on) {
+    st->profiling = 0;
+    st->prof_runs = 0;
+    for (int r = 0; r < st->num_local; r++) {
+        free(st->rs[r].prof);
+        st->rs[r].prof = NULL;
+        if (on && !(st->rs[r].prof = calloc((size_t)st->plan->g->n_nodes + 1, sizeof *st->rs[r].prof)))
+            return MPMD_ERR_NOMEM;
+    }
+    st->profiling = on;
+    return MPMD_OK;
+}
+
+const double *mpmd_runtime_op_seconds(const struct mpmd_step *st, int local) {
+    return local >= 0 && local < st->num_local ? st->rs[local].prof : NULL;
 }
 
 const mpmd_event *mpmd_runtime_events(const struct mpmd_step *st, int rank, int *n, int64_t *peak_bytes) {

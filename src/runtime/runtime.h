@@ -77,6 +77,12 @@ int mpmd_runtime_holds(struct mpmd_step *st, int rank, int replica, int node);
 mpmd_status mpmd_runtime_read(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes);
 mpmd_status mpmd_runtime_write(struct mpmd_step *st, int rank, int replica, int node, const void *src,
                                size_t bytes);
+/* Time every op of the following runs (each waited for), or stop and
+ * forget the times; the seconds per node of local rank state `local`. */
+mpmd_status mpmd_runtime_set_profiling(struct mpmd_step *st, int on);
+const double *mpmd_runtime_op_seconds(const struct mpmd_step *st, int local);
+/* The executor's step (exec.c). */
+struct mpmd_step *mpmd_exec_step(mpmd_exec *ex);
 /* Input `node` changed in its host staging buffer: copy it to every rank of
  * this process that reads it (non-host backends). */
 mpmd_status mpmd_runtime_input_set(struct mpmd_step *st, int node);

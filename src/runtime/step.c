@@ -21,10 +21,22 @@ void mpmd_step_free(mpmd_step *st) {
     free(st);
 }
 
+static mpmd_status loop_check(const mpmd_graph *g, mpmd_error *err) {
+    if (!g) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: the graph is required");
+    if (g->status != MPMD_OK)
+        return mpmd_error_set(err, g->status, "mpmd_jit_with_loop: the graph has an error: %s", g->err);
+    if (g->n_micro > 0 && g->region == MPMD_REGION_BODY)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_jit_with_loop: the microbatch loop is still open (call mpmd_loop_end)");
+    return MPMD_OK;
+}
+
 mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts,
                               mpmd_error *err) {
-    /* the graph against the schedule first, then the options */
-    if (mpmd_compile_check(g, s, err)) return NULL;
+    /* the graph against the schedule first, then the options; without a
+     * schedule, the unpipelined loop on one rank */
+    if (s ? mpmd_compile_check(g, s, err) != MPMD_OK : loop_check(g, err) != MPMD_OK) return NULL;
+    const int D = s ? s->num_ranks : 1;
     mpmd_step_opts o = opts ? *opts : MPMD_STEP_DEFAULTS;
     if (o.threads_per_rank < 0) {
         mpmd_error_set(err, MPMD_ERR_INVALID,
@@ -71,16 +83,16 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
             return NULL;
         }
         int w = mpmd_mpi_world_rank(), ws = mpmd_mpi_world_size();
-        if (ws != s->num_ranks * replicas) {
+        if (ws != D * replicas) {
             mpmd_error_set(
                 err, MPMD_ERR_INVALID,
                 "mpmd_jit_with_loop: the MPI job has %d processes but the mesh needs %d (%d ranks x %d "
                 "replicas): run mpirun -np %d",
-                ws, s->num_ranks * replicas, s->num_ranks, replicas, s->num_ranks * replicas);
+                ws, D * replicas, D, replicas, D * replicas);
             return NULL;
         }
-        mpi_rank = w % s->num_ranks;
-        mpi_replica = w / s->num_ranks;
+        mpi_rank = w % D;
+        mpi_replica = w / D;
     } else if (o.runtime != MPMD_RUNTIME_LOCAL) {
         mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: unknown runtime %d", (int)o.runtime);
         return NULL;
@@ -96,7 +108,9 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
     st->mpi_replica = mpi_replica;
     st->threads_per_rank = o.threads_per_rank;
     st->seed = o.seed;
-    if (!(st->plan = mpmd_compile(g, s, be, replicas, st->tr->recv_ahead, err))) goto fail;
+    st->plan = s ? mpmd_compile(g, s, be, replicas, st->tr->recv_ahead, err)
+                 : mpmd_compile_loop(g, be, replicas, st->tr->recv_ahead, err);
+    if (!st->plan) goto fail;
     if (mpmd_runtime_init(st, err)) goto fail;
     return st;
 fail:
@@ -197,6 +211,48 @@ void *mpmd_step_var_data(mpmd_step *st, int rank, mpmd_value v) {
     return mpmd_runtime_value(st, rank, v.id);
 }
 
+const char *mpmd_step_backend(const mpmd_step *st) { return st->plan->be->name; }
+
+size_t mpmd_step_arena_bytes(const mpmd_step *st, int rank) {
+    return rank >= 0 && rank < st->plan->num_ranks ? st->plan->mem[rank].arena_bytes : 0;
+}
+
+void mpmd_step_print_memory(const mpmd_step *st, int rank, FILE *f) {
+    for (int r = 0; r < st->plan->num_ranks; r++)
+        if (rank < 0 || rank == r) mpmd_plan_print_memory(st->plan, r, f);
+}
+
+mpmd_status mpmd_step_set_profiling(mpmd_step *st, int on) {
+    if (mpmd_runtime_set_profiling(st, on)) {
+        snprintf(st->err, sizeof st->err, "out of memory for the profile");
+        return MPMD_ERR_NOMEM;
+    }
+    return MPMD_OK;
+}
+
+mpmd_status mpmd_step_write(mpmd_step *st, mpmd_value v, const void *src, size_t bytes) {
+    const mpmd_node *n = mpmd_node_of(st->plan->g, v);
+    if (!n || !mpmd_node_is_storage(n)) {
+        snprintf(st->err, sizeof st->err, "%d is not a parameter or variable", (int)v.id);
+        return MPMD_ERR_INVALID;
+    }
+    size_t want = mpmd_type_bytes(&n->type);
+    if (bytes != want) {
+        snprintf(st->err, sizeof st->err, "\"%s\" has %zu bytes, given %zu", n->name, want, bytes);
+        return MPMD_ERR_SHAPE;
+    }
+    /* every copy this process holds: each rank holding it, each replica */
+    for (int r = 0; r < st->plan->num_ranks; r++) {
+        if (!mpmd_runs_on(st->plan, v.id, r)) continue;
+        for (int d = 0; d < st->plan->replicas; d++)
+            if (mpmd_runtime_holds(st, r, d, v.id)) {
+                mpmd_status rc = mpmd_runtime_write(st, r, d, v.id, src, bytes);
+                if (rc) return rc;
+            }
+    }
+    return MPMD_OK;
+}
+
 mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes) {
     const mpmd_node *n = mpmd_node_of(st->plan->g, v);
     if (!n) {
@@ -285,6 +341,11 @@ mpmd_status mpmd_step_gather(mpmd_step *st, mpmd_value v, void *dst, size_t byte
 
 /* ---- printing ------------------------------------------------------------- */
 
-void mpmd_step_print_tasks(const mpmd_step *st, FILE *f) { mpmd_schedule_write_text(st->plan->sched, f); }
+void mpmd_step_print_tasks(const mpmd_step *st, FILE *f) {
+    if (st->plan->sched)
+        mpmd_schedule_write_text(st->plan->sched, f);
+    else
+        fprintf(f, "loop: one rank runs the whole body for microbatch 0 .. %d in order\n", st->plan->num_micro - 1);
+}
 
 void mpmd_step_print(const mpmd_step *st, FILE *f) { mpmd_plan_print(st->plan, f); }
