@@ -222,7 +222,7 @@ void mpmd_plan_print(const mpmd_plan *pl, FILE *f) {
             case MPMD_I_SEND:
                 fprintf(f, "  send  %%%d:%s mb %d -> rank %d%s\n", in->node,
                         mpmd_type_str(&n->type, tb, sizeof tb), in->mb, in->peer,
-                        in->moved ? " (moved)" : "");
+                        in->moved ? " (last use)" : "");
                 break;
             case MPMD_I_RECV:
                 fprintf(f, "  recv  %%%d:%s mb %d <- rank %d\n", in->node,

@@ -242,7 +242,7 @@ mpmd_status mpmd_lower(mpmd_plan *pl, mpmd_error *err) {
             mpmd_instr in = raw.ins[x];
             int moved = 0;
             if (in.op == MPMD_I_SEND && in.mb >= 0 && last[(size_t)in.node * n + in.mb] == x) {
-                in.moved = 1; /* the last use: hand the buffer over */
+                in.moved = 1; /* its last use here */
                 moved = 1;
             }
             if (in.op == MPMD_I_RECV && in.mb >= 0)
@@ -308,7 +308,6 @@ static msg_slot *msg_find(msg_slot *t, size_t cap, int node, int mb, int dst) {
 typedef struct {
     int32_t x;    /* the send's instruction */
     int32_t peer; /* its receiver */
-    int32_t y;    /* the receive's instruction there, -1 until it ran */
 } unacked;
 
 /* Vector clocks: vc[r * D + q] is how many instructions of rank q rank r
@@ -332,13 +331,17 @@ mpmd_status mpmd_program_check(mpmd_plan *pl, mpmd_error *err) {
     int32_t *pool = malloc(((size_t)sends * D + 1) * sizeof *pool);
     unacked **ua = calloc((size_t)D + 1, sizeof *ua);
     int *nua = calloc((size_t)D + 1, sizeof *nua);
+    int32_t **yrecv = calloc((size_t)D + 1, sizeof *yrecv); /* [r][x]: a send's receive there, -1 */
     mpmd_status rc = MPMD_OK;
-    if (!pc || !t || !vc || !pool || !ua || !nua) goto nomem;
+    if (!pc || !t || !vc || !pool || !ua || !nua || !yrecv) goto nomem;
     for (int r = 0; r < D; r++) {
         int ns = 0;
         for (int x = 0; x < pl->prog[r].n; x++)
             ns += pl->prog[r].ins[x].op == MPMD_I_SEND;
         if (!(ua[r] = malloc((size_t)(ns + 1) * sizeof **ua))) goto nomem;
+        if (!(yrecv[r] = malloc((size_t)(pl->prog[r].n + 1) * sizeof **yrecv))) goto nomem;
+        for (int x = 0; x < pl->prog[r].n; x++)
+            yrecv[r][x] = -1;
     }
     for (size_t i = 0; i < cap; i++)
         t[i].node = -1, t[i].count = 0;
@@ -362,7 +365,7 @@ mpmd_status mpmd_program_check(mpmd_plan *pl, mpmd_error *err) {
                     pool[used + (size_t)r] = x + 1;
                     used += (size_t)D;
                     outstanding++;
-                    ua[r][nua[r]++] = (unacked){x, in->peer, -1};
+                    ua[r][nua[r]++] = (unacked){x, in->peer};
                 } else if (in->op == MPMD_I_RECV) {
                     msg_slot *m = msg_find(t, cap, in->node, in->mb, r);
                     if (m->node == -1 || m->count == 0) break; /* blocked */
@@ -376,24 +379,23 @@ mpmd_status mpmd_program_check(mpmd_plan *pl, mpmd_error *err) {
                     }
                     m->count--;
                     outstanding--;
+                    int learnt = 0;
                     for (int q = 0; q < D; q++)
-                        if (pool[m->vc + q] > my[q]) my[q] = pool[m->vc + q];
+                        if (pool[m->vc + q] > my[q]) my[q] = pool[m->vc + q], learnt = 1;
                     /* the sender learns of this receive later, from what it receives */
-                    for (int k = 0; k < nua[m->src]; k++)
-                        if (ua[m->src][k].x == m->sx) ua[m->src][k].y = x;
-                }
-                my[r] = x + 1;
-                if (in->op == MPMD_I_RECV) {
+                    yrecv[m->src][m->sx] = x;
                     int k = 0;
-                    for (int j = 0; j < nua[r]; j++) {
+                    for (int j = 0; learnt && j < nua[r]; j++) {
                         unacked a = ua[r][j];
-                        if (a.y >= 0 && my[a.peer] > a.y)
+                        int y = yrecv[r][a.x];
+                        if (y >= 0 && my[a.peer] > y)
                             p->ins[a.x].reuse = x;
                         else
                             ua[r][k++] = a;
                     }
-                    nua[r] = k;
+                    if (learnt) nua[r] = k;
                 }
+                my[r] = x + 1;
                 pc[r]++;
                 progressed = 1;
             }
@@ -431,10 +433,11 @@ mpmd_status mpmd_program_check(mpmd_plan *pl, mpmd_error *err) {
 nomem:
     rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory checking the programs");
 out:
-    if (ua)
-        for (int r = 0; r < D; r++)
-            free(ua[r]);
-    free(pc), free(t), free(vc), free(pool), free(ua), free(nua);
+    for (int r = 0; r < D; r++) {
+        if (ua) free(ua[r]);
+        if (yrecv) free(yrecv[r]);
+    }
+    free(pc), free(t), free(vc), free(pool), free(ua), free(nua), free(yrecv);
     return rc;
 }
 
