@@ -169,10 +169,12 @@ static int cuda_download(void *p, void *dst, const void *src, size_t bytes) {
            cudaStreamSynchronize(d->stream) != cudaSuccess;
 }
 
+/* src may be on another GPU (a value received from a rank there): the
+ * unified address space says where each side is. */
 static int cuda_copy(void *p, void *dst, const void *src, size_t bytes) {
     mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
     if (!bytes || dst == src) return 0;
-    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, d->stream) != cudaSuccess;
+    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, d->stream) != cudaSuccess;
 }
 
 static const mpmd_kernel *const tables[] = {
