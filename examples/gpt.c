@@ -67,6 +67,9 @@ static const char *usage =
     "                        rank r on GPU r %% devices)\n"
     "  --precision P         compute dtype: f32, bf16 or f16; parameters and AdamW state stay f32\n"
     "                        (default: f32 on the cpu backend, bf16 on cuda)\n"
+    "  --remat R             recompute activations in the backward instead of keeping them: none\n"
+    "                        (default), block (every block's), dots (a block's all but its matrix\n"
+    "                        products); the same numbers, fewer bytes alive\n"
     "\n"
     "Watching and resuming:\n"
     "  --log-every K         one progress line every K steps (default 5)\n"
@@ -89,7 +92,7 @@ typedef struct options {
     gpt_config cfg;
     long long steps, log_every, threads, ranks, replicas, save_every;
     unsigned long long seed;
-    const char *data, *schedule, *trace, *timeline, *save, *resume, *backend, *precision;
+    const char *data, *schedule, *trace, *timeline, *save, *resume, *backend, *precision, *remat;
     const char *export_weights, *export_dtype_name;
     mpmd_dtype export_dtype;
     int nan_check, fuse, mpi, quiet, json;
@@ -133,7 +136,7 @@ static const char *const valued[] = {
     "--stages",       "--steps",          "--log-every", "--threads",    "--seed",    "--lr",
     "--weight-decay", "--data",           "--schedule",  "--ranks",      "--runtime", "--data-parallel",
     "--trace",        "--timeline",       "--save",      "--save-every", "--resume",  "--backend",
-    "--precision",    "--export-weights", "--dtype"};
+    "--precision",    "--export-weights", "--dtype",     "--remat"};
 
 static int is_one_of(const char *name, const char *const *list, size_t n) {
     for (size_t k = 0; k < n; k++)
@@ -226,6 +229,7 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!strcmp(name, "--schedule")) o->schedule = val;
             if (!strcmp(name, "--backend")) o->backend = val;
             if (!strcmp(name, "--precision")) o->precision = val;
+            if (!strcmp(name, "--remat")) o->remat = val;
             if (!strcmp(name, "--trace")) o->trace = val;
             if (!strcmp(name, "--timeline")) o->timeline = val;
             if (!strcmp(name, "--save")) o->save = val;
@@ -269,6 +273,14 @@ static int parse_args(int argc, char **argv, options *o) {
         o->cfg.compute = MPMD_F16;
     else
         return bad_option("--precision is f32, bf16 or f16, got \"%s\"", o->precision);
+    if (!o->remat || !strcmp(o->remat, "none"))
+        o->cfg.remat = 0;
+    else if (!strcmp(o->remat, "block"))
+        o->cfg.remat = MPMD_REMAT_SAVE_NOTHING;
+    else if (!strcmp(o->remat, "dots"))
+        o->cfg.remat = MPMD_REMAT_SAVE_DOTS;
+    else
+        return bad_option("--remat is none, block or dots, got \"%s\"", o->remat);
     if (o->cfg.batch % o->replicas)
         return bad_option("--batch %lld is not divisible by --data-parallel %lld", (long long)o->cfg.batch,
                           o->replicas);

@@ -357,6 +357,30 @@ mpmd_value mpmd_loop_reduce(mpmd_graph *g, mpmd_value x, mpmd_reduce_op op);
 mpmd_value mpmd_enter_stage(mpmd_graph *g, mpmd_value x);
 void mpmd_enter_stage_n(mpmd_graph *g, int n, mpmd_value *xs);
 
+/* Rematerialisation (JAX's jax.checkpoint): the forward values made
+ * between mpmd_remat_begin and mpmd_remat_end in the loop body are not
+ * kept for the backward but computed again inside it, from the region's
+ * inputs, by mpmd_grad. The recomputation runs in the backward task of the
+ * stage (its A part where a schedule splits the backward), so nothing
+ * crosses ranks twice, and it gives the same bits: a run with remat equals
+ * one without, bit for bit, with fewer activation bytes alive. The policy
+ * says what the region keeps anyway:
+ *   MPMD_REMAT_SAVE_NOTHING  recompute every value of the region
+ *   MPMD_REMAT_SAVE_DOTS     keep the matrix products, recompute the rest
+ *                            (JAX's dots_saveable)
+ *   MPMD_REMAT_SAVE_NAMED    keep only the values marked with
+ *                            mpmd_remat_save (save_only_these_names)
+ * Regions do not nest and must close before mpmd_loop_end. */
+typedef enum mpmd_remat_policy {
+    MPMD_REMAT_SAVE_NOTHING = 1,
+    MPMD_REMAT_SAVE_DOTS = 2,
+    MPMD_REMAT_SAVE_NAMED = 3
+} mpmd_remat_policy;
+void mpmd_remat_begin(mpmd_graph *g, mpmd_remat_policy policy);
+void mpmd_remat_end(mpmd_graph *g);
+/* Keep x for the backward under MPMD_REMAT_SAVE_NAMED; returns x. */
+mpmd_value mpmd_remat_save(mpmd_graph *g, mpmd_value x);
+
 /* ------------------------------------------------------------------------ */
 /* Autodiff                                                                  */
 /* ------------------------------------------------------------------------ */

@@ -26,6 +26,12 @@ for precision in f32 bf16; do
 done
 ref=$("$gpt" "${model[@]}" | tail -n 1)
 
+# rematerialisation changes no number
+for remat in block dots; do
+  line=$("$gpt" "${model[@]}" --remat $remat --schedule zerobubble --stages 4 | tail -n 1)
+  [ "$line" = "$ref" ] && ok "--remat $remat, zerobubble: the same bits" || bad "--remat $remat: $line vs $ref"
+done
+
 # data parallelism without a pipeline: the loop's replicas combine as a
 # pipeline's do, so two replicas of the loop equal two of a 2-stage pipeline
 dp=$("$gpt" "${model[@]}" --schedule std1f1b --stages 2 --data-parallel 2 | tail -n 1)
@@ -62,6 +68,7 @@ expect 2 "unknown option" --nope
 expect 2 "--layers must be between" --layers 0
 expect 2 "unknown schedule" --schedule fast
 expect 2 "--precision is f32, bf16 or f16" --precision fp8
+expect 2 "--remat is none, block or dots" --remat all
 expect 2 "not divisible by 4 microbatches" --batch 7
 expect 2 "need a pipeline schedule" --ranks 2
 expect 1 "needs as many ranks as stages" --schedule std1f1b --stages 1 --ranks 2 --steps 1

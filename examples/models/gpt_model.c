@@ -138,7 +138,9 @@ static mpmd_value forward(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mp
     for (int i = 0, s = 0, left = blocks[0]; i < c->layers; i++) {
         char name[32];
         snprintf(name, sizeof name, "block_%d", i);
+        if (c->remat) mpmd_remat_begin(g, (mpmd_remat_policy)c->remat);
         x = mpmd_gpt_block(g, name, x, c->heads);
+        if (c->remat) mpmd_remat_end(g);
         if (--left == 0 && s + 1 < c->stages) { /* this stage's last block */
             x = mpmd_enter_stage(g, x);
             left = blocks[++s];

@@ -47,6 +47,8 @@ typedef struct gpt_config {
     float lr;           /* AdamW learning rate */
     mpmd_adam_opts adam;
     mpmd_dtype compute; /* compute dtype (f32, bf16, f16): parameters and optimizer state stay f32 */
+    int remat;          /* 0: keep every activation; else each block is a rematerialisation region of
+                           this mpmd_remat_policy (SAVE_NOTHING: "block", SAVE_DOTS: "dots") */
 } gpt_config;
 
 /* A small byte-level default: vocab 256, seq 64, width 128, 4 heads, 4

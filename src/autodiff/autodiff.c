@@ -11,8 +11,16 @@
  * The sum of a wrt value's per-use gradients is marked MPMD_NODE_GRADSUM:
  * mpmd_loop_reduce then reduces each use separately and adds after the loop
  * (the order a cross-rank all-reduce of a shared parameter reproduces).
+ *
+ * Rematerialisation: a rule never reads a forward value of a remat region
+ * that its policy does not keep; it reads a copy of it, emitted just before
+ * the rule (as part of the same backward), from copies of that value's own
+ * operands down to the region's inputs and kept values. Each is copied once
+ * per mpmd_grad and reused by every later rule; copies no rule reads are
+ * dead and never run. The same ops on the same operands: the same bits.
  */
 #include "graph/graph.h"
+#include "ops/nn.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +29,33 @@ mpmd_value mpmd_grad_add(mpmd_graph *g, mpmd_value a, mpmd_value b) {
     if (!mpmd_is_value(a)) return b;
     if (!mpmd_is_value(b)) return a;
     return mpmd_add(g, a, b);
+}
+
+/* A forward value the backward recomputes instead of keeping. */
+static int recomputed(const mpmd_node *u) {
+    if (!u->remat || u->is_bwd || u->region != MPMD_REGION_BODY) return 0;
+    if ((u->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) || u->op == &mpmd_op_stage_marker) return 0;
+    if (u->remat == MPMD_REMAT_SAVE_DOTS && u->op == &mpmd_op_matmul) return 0;
+    if (u->remat == MPMD_REMAT_SAVE_NAMED && (u->flags & MPMD_NODE_REMAT_SAVE)) return 0;
+    return 1;
+}
+
+/* The value the backward reads for forward value u: u, or its copy. */
+static mpmd_value recompute(mpmd_graph *g, int32_t *copy_of, int u) {
+    if (!recomputed(&g->nodes[u])) return (mpmd_value){u};
+    if (copy_of[u] >= 0) return (mpmd_value){copy_of[u]};
+    mpmd_node src = g->nodes[u]; /* the node array may move while copies are emitted */
+    mpmd_value small[8] = {{0}}, *in = src.n_in <= 8 ? small : malloc((size_t)src.n_in * sizeof *in);
+    if (!in) return mpmd_fail(g, MPMD_ERR_NOMEM, "mpmd_grad: out of memory");
+    for (int j = 0; j < src.n_in; j++)
+        in[j] = recompute(g, copy_of, src.in[j]);
+    mpmd_value v = mpmd_emit_copy(g, &src, in);
+    if (in != small) free(in);
+    if (mpmd_is_value(v)) {
+        copy_of[u] = v.id;
+        mpmd_node_of(g, v)->flags |= MPMD_NODE_RECOMPUTED;
+    }
+    return v;
 }
 
 typedef struct {
@@ -72,13 +107,14 @@ mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *w
     s.rel = calloc((size_t)nn, 1);
     s.iswrt = calloc((size_t)nn, 1);
     unsigned char *need = calloc((size_t)nn, 1);
-    if (!s.cot || !s.rel || !s.iswrt || !need) {
-        free(s.cot), free(s.rel), free(s.iswrt), free(need);
+    int32_t *copy_of = malloc((size_t)(nn + 1) * sizeof *copy_of); /* remat: each value's copy, -1 */
+    if (!s.cot || !s.rel || !s.iswrt || !need || !copy_of) {
+        free(s.cot), free(s.rel), free(s.iswrt), free(need), free(copy_of);
         mpmd_fail(g, MPMD_ERR_NOMEM, "mpmd_grad: out of memory");
         return g->status;
     }
     for (int i = 0; i < nn; i++)
-        s.cot[i] = MPMD_NONE;
+        s.cot[i] = MPMD_NONE, copy_of[i] = -1;
 
     /* need: the loss depends on the node. from-wrt (in rel): the node
      * depends on a wrt value. Both are float paths. */
@@ -145,7 +181,22 @@ mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *w
         g->emit_bwd = 1;
         g->emit_stage = stage;
         g->emit_fwd = i;
-        copy.op->vjp(g, &copy, s.cot[i], gin);
+        /* the rule reads recomputed copies of what a remat region drops */
+        const int32_t *orig_in = copy.in;
+        int32_t in_small[8], *in_ids = copy.n_in <= 8 ? in_small : malloc((size_t)copy.n_in * sizeof *in_ids);
+        if (!in_ids) {
+            mpmd_fail(g, MPMD_ERR_NOMEM, "mpmd_grad: out of memory");
+            if (gin != gin_small) free(gin);
+            break;
+        }
+        for (int j = 0; j < copy.n_in; j++)
+            in_ids[j] = recompute(g, copy_of, orig_in[j]).id;
+        copy.in = in_ids;
+        copy.id = recompute(g, copy_of, i).id;
+        if (g->status == MPMD_OK) copy.op->vjp(g, &copy, s.cot[i], gin);
+        copy.in = (int32_t *)orig_in;
+        copy.id = i;
+        if (in_ids != in_small) free(in_ids);
         g->emit_bwd = 0;
         g->emit_stage = -1;
         g->emit_fwd = -1;
@@ -185,6 +236,7 @@ mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *w
         grads[k] = c;
     }
     g->region = saved_region;
+    free(copy_of);
     free(s.cot);
     free(s.rel);
     free(s.iswrt);

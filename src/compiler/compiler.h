@@ -76,7 +76,7 @@ typedef struct mpmd_program {
     int rank;
     int n, cap;
     mpmd_instr *ins;
-    int64_t peak_bytes; /* most bytes of step values alive at once (planned) */
+    int64_t peak_bytes; /* most bytes of body values alive at once, op by op (memory.c) */
     size_t scratch_bytes;
 } mpmd_program;
 

@@ -237,7 +237,6 @@ mpmd_status mpmd_lower(mpmd_plan *pl, mpmd_error *err) {
             int x = last[touched[t]];
             nxt[t] = head[x], head[x] = (int32_t)t;
         }
-        int64_t live_bytes = 0, peak = 0;
         for (int x = 0; x < raw.n; x++) {
             mpmd_instr in = raw.ins[x];
             int moved = 0;
@@ -245,30 +244,14 @@ mpmd_status mpmd_lower(mpmd_plan *pl, mpmd_error *err) {
                 in.moved = 1; /* its last use here */
                 moved = 1;
             }
-            if (in.op == MPMD_I_RECV && in.mb >= 0)
-                live_bytes += (int64_t)mpmd_type_bytes(&g->nodes[in.node].type);
-            if (in.op == MPMD_I_TASK) {
-                int k = in.stage * MPMD_TASK_KINDS + in.kind;
-                for (int c = 0; c < pl->cl.count[k]; c++)
-                    live_bytes += (int64_t)mpmd_type_bytes(&g->nodes[pl->cl.nodes[k][c]].type);
-                if (live_bytes > peak) peak = live_bytes;
-                for (int c = 0; c < pl->cl.count[k]; c++) {
-                    int i = pl->cl.nodes[k][c];
-                    if (last[(size_t)i * n + in.mb] < 0) /* used only inside the task */
-                        live_bytes -= (int64_t)mpmd_type_bytes(&g->nodes[i].type);
-                }
-            }
-            if (live_bytes > peak) peak = live_bytes;
             mpmd_program_push(p, in, &oom);
             for (int t = head[x]; t >= 0; t = nxt[t]) {
                 int v = touched[t] / n, m = touched[t] % n;
-                live_bytes -= (int64_t)mpmd_type_bytes(&g->nodes[v].type);
                 if (moved && v == in.node && m == in.mb) continue;
                 if (mpmd_replicated(&g->nodes[v])) continue;
                 mpmd_program_push(p, mk(MPMD_I_FREE, v, m, -1), &oom);
             }
         }
-        p->peak_bytes = peak;
         free(head), free(nxt), free(raw.ins);
         if (oom) goto nomem;
     }

@@ -236,6 +236,20 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, mpmd_error *err) {
         if (x->what == MPMD_BUF_BODY ? x->mb == pl->num_micro - 1 : b.cur[x->node] == bi) x->last = end;
     }
 
+    /* the most bytes of body values alive at once, op by op */
+    int64_t *delta = calloc((size_t)m->npos + 1, sizeof *delta);
+    if (!delta) goto nomem;
+    for (int bi = 0; bi < m->nbuf; bi++)
+        if (m->buf[bi].what == MPMD_BUF_BODY) {
+            delta[m->buf[bi].def] += (int64_t)m->buf[bi].bytes;
+            delta[m->buf[bi].last + 1] -= (int64_t)m->buf[bi].bytes;
+        }
+    int64_t live = 0;
+    p->peak_bytes = 0;
+    for (int q = 0; q < m->npos; q++)
+        if ((live += delta[q]) > p->peak_bytes) p->peak_bytes = live;
+    free(delta);
+
     items = malloc(((size_t)m->nbuf + 1) * sizeof *items);
     offs = malloc(((size_t)m->nbuf + 1) * sizeof *offs);
     if (!items || !offs) goto nomem;

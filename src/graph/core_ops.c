@@ -188,7 +188,47 @@ void mpmd_loop_end(mpmd_graph *g) {
         mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_loop_end: not inside a loop (call mpmd_loop_begin first)");
         return;
     }
+    if (g->remat) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_loop_end: a rematerialisation region is still open (call mpmd_remat_end)");
+        return;
+    }
     g->region = MPMD_REGION_POST;
+}
+
+/* ---- rematerialisation ------------------------------------------------------ */
+
+void mpmd_remat_begin(mpmd_graph *g, mpmd_remat_policy policy) {
+    if (g->status != MPMD_OK) return;
+    if (policy < MPMD_REMAT_SAVE_NOTHING || policy > MPMD_REMAT_SAVE_NAMED) {
+        mpmd_fail(g, MPMD_ERR_INVALID,
+                  "mpmd_remat_begin: policy %d; use MPMD_REMAT_SAVE_NOTHING, _DOTS or _NAMED", (int)policy);
+        return;
+    }
+    if (g->region != MPMD_REGION_BODY) {
+        mpmd_fail(g, MPMD_ERR_INVALID,
+                  "mpmd_remat_begin: rematerialisation regions belong inside the microbatch loop body");
+        return;
+    }
+    if (g->remat) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_remat_begin: a region is already open (regions do not nest)");
+        return;
+    }
+    g->remat = (int)policy;
+}
+
+void mpmd_remat_end(mpmd_graph *g) {
+    if (g->status != MPMD_OK) return;
+    if (!g->remat) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_remat_end: no region is open (call mpmd_remat_begin first)");
+        return;
+    }
+    g->remat = 0;
+}
+
+mpmd_value mpmd_remat_save(mpmd_graph *g, mpmd_value x) {
+    if (!mpmd_check_operands(g, "mpmd_remat_save", 1, &x)) return MPMD_NONE;
+    mpmd_node_of(g, x)->flags |= MPMD_NODE_REMAT_SAVE;
+    return x;
 }
 
 mpmd_value mpmd_microbatch(mpmd_graph *g, mpmd_value x) {

@@ -216,9 +216,21 @@ mpmd_value mpmd_emit(mpmd_graph *g, const mpmd_op_desc *op, int n_in, const mpmd
         n->fwd = g->emit_fwd;
     } else {
         n->stage = g->region == MPMD_REGION_BODY ? g->cur_stage : -1;
+        n->remat = (int8_t)g->remat;
     }
     g->n_nodes++;
     return (mpmd_value){n->id};
+}
+
+mpmd_value mpmd_emit_copy(mpmd_graph *g, const mpmd_node *src, const mpmd_value *in) {
+    mpmd_node s = *src; /* src may point into the array that grows */
+    mpmd_value v = mpmd_emit(g, s.op, s.n_in, in, s.type);
+    mpmd_node *n = mpmd_node_of(g, v);
+    if (n) {
+        memcpy(n->ia, s.ia, sizeof n->ia);
+        memcpy(n->fa, s.fa, sizeof n->fa);
+    }
+    return v;
 }
 
 /* ---- scopes ---------------------------------------------------------------- */

@@ -56,7 +56,9 @@ typedef struct mpmd_op_desc {
 enum {
     MPMD_NODE_TRAINABLE = 1u << 0, /* a parameter */
     MPMD_NODE_KEEP = 1u << 1,      /* readable after a run */
-    MPMD_NODE_GRADSUM = 1u << 2    /* an add made by mpmd_grad to sum a parameter's per-use gradients */
+    MPMD_NODE_GRADSUM = 1u << 2,   /* an add made by mpmd_grad to sum a parameter's per-use gradients */
+    MPMD_NODE_REMAT_SAVE = 1u << 3, /* kept for the backward in a MPMD_REMAT_SAVE_NAMED region */
+    MPMD_NODE_RECOMPUTED = 1u << 4  /* a forward op's copy that mpmd_grad made for the backward (remat) */
 };
 
 #define MPMD_NODE_IATTR 8
@@ -78,6 +80,7 @@ struct mpmd_node {
     uint16_t flags;              /* MPMD_NODE_* */
     int32_t stage; /* pipeline stage in trace order (markers seen before it), -1 outside the body */
     int32_t fwd;   /* for backward ops: the forward node they differentiate, else -1 */
+    int8_t remat;  /* the mpmd_remat_policy of the region that made it, 0: none */
 };
 
 struct mpmd_graph {
@@ -99,6 +102,7 @@ struct mpmd_graph {
     mpmd_dtype compute_dtype; /* what mpmd_embed emits (mpmd_set_compute_dtype) */
     /* tagging of nodes emitted by a VJP rule */
     int emit_bwd, emit_stage, emit_fwd;
+    int remat; /* the open rematerialisation region's policy, 0: none */
     char tbuf[4][160]; /* rotating buffers for mpmd_tstr */
     int tnext;
 };
@@ -132,6 +136,9 @@ const char *mpmd_tstr_type(mpmd_graph *g, const mpmd_type *t);
  * the graph's current state. Attributes are set by the caller right after,
  * through mpmd_node_of(g, v). */
 mpmd_value mpmd_emit(mpmd_graph *g, const mpmd_op_desc *op, int n_in, const mpmd_value *in, mpmd_type out);
+/* The same op as node src (its attributes too) on other operands: a
+ * recomputation. */
+mpmd_value mpmd_emit_copy(mpmd_graph *g, const mpmd_node *src, const mpmd_value *in);
 
 /* Type constructors. */
 mpmd_type mpmd_make_type(mpmd_dtype dt, int ndim, const int64_t *dims);

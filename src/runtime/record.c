@@ -20,11 +20,14 @@ static int has_run(const mpmd_step *st, mpmd_error *err, const char *fn) {
     return 1;
 }
 
+/* The schedule's name, or what runs without one. */
+static const char *plan_name(const mpmd_plan *pl) { return pl->sched ? pl->sched->name : "Loop (one rank)"; }
+
 mpmd_status mpmd_step_timeline(const mpmd_step *st, mpmd_timeline **out, mpmd_error *err) {
     *out = NULL;
     if (!has_run(st, err, "mpmd_step_timeline")) return MPMD_ERR_INVALID;
     char title[256];
-    snprintf(title, sizeof title, "%.200s, measured: %.2f ms", st->plan->sched->name,
+    snprintf(title, sizeof title, "%.200s, measured: %.2f ms", plan_name(st->plan),
              1e3 * (st->t_end - st->t_start));
     mpmd_timeline *tl = mpmd_timeline_new(st->plan->num_ranks, title);
     if (!tl) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_step_timeline: out of memory");
@@ -36,11 +39,11 @@ mpmd_status mpmd_step_timeline(const mpmd_step *st, mpmd_timeline **out, mpmd_er
         int n;
         const mpmd_event *ev = mpmd_runtime_events(st, r, &n, NULL);
         const mpmd_program *p = &st->plan->prog[r];
-        const mpmd_schedule_rank *rk = &st->plan->sched->ranks[r];
+        const mpmd_schedule_rank *rk = st->plan->sched ? &st->plan->sched->ranks[r] : NULL;
         for (int k = 0; k < n; k++) {
             const mpmd_instr *in = &p->ins[ev[k].instr];
             if (in->op != MPMD_I_TASK) continue;
-            int fused = rk->entry_start[in->entry + 1] - rk->entry_start[in->entry] > 1;
+            int fused = rk && rk->entry_start[in->entry + 1] - rk->entry_start[in->entry] > 1;
             mpmd_timeline_event te;
             te.start = 1e3 * ev[k].t0;
             te.end = 1e3 * ev[k].t1;
@@ -63,7 +66,7 @@ mpmd_status mpmd_step_write_trace(const mpmd_step *st, FILE *f, mpmd_error *err)
     if (!has_run(st, err, "mpmd_step_write_trace")) return MPMD_ERR_INVALID;
     const mpmd_graph *g = st->plan->g;
     fprintf(f, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"schedule\": \"%s\"}, \"traceEvents\": [\n",
-            st->plan->sched->name);
+            plan_name(st->plan));
     int first = 1;
     for (int r = 0; r < st->plan->num_ranks; r++) {
         fprintf(f,
@@ -161,6 +164,9 @@ mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_er
         busy_total += rs->busy_ms;
     }
     out->bubble = out->step_ms > 0 ? 1.0 - busy_total / (D * out->step_ms) : 0;
+    out->analytic_bubble = NAN;
+    out->simulated_bubble = NAN;
+    if (!st->plan->sched) return MPMD_OK; /* the loop: nothing to predict */
     out->analytic_bubble = mpmd_schedule_analytic_bubble(st->plan->sched, NULL, out->analytic_formula,
                                                          sizeof out->analytic_formula);
     /* the schedule simulated with this run's mean task times */
@@ -169,7 +175,6 @@ mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_er
         if (kind_count[k]) cost.latency[k] = kind_time[k] / kind_count[k];
     mpmd_sim *sim = NULL;
     mpmd_error e2;
-    out->simulated_bubble = NAN;
     if (mpmd_schedule_simulate(st->plan->sched, &cost, &sim, &e2, NULL) == MPMD_OK) {
         out->simulated_bubble = sim->bubble;
         out->simulated_ms = sim->makespan;
@@ -190,7 +195,7 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
     fprintf(
         f,
         "%s: step %.2f ms, bubble %.1f%% measured, %.1f%% simulated with the measured task times (%.2f ms)",
-        st->plan->sched->name, s.step_ms, 100 * s.bubble, 100 * s.simulated_bubble, s.simulated_ms);
+        plan_name(st->plan), s.step_ms, 100 * s.bubble, 100 * s.simulated_bubble, s.simulated_ms);
     if (!isnan(s.analytic_bubble))
         fprintf(f, ", %.1f%% analytic (%s)", 100 * s.analytic_bubble, s.analytic_formula);
     fprintf(f, "\n  rank   tasks    busy ms    wait ms   bubble   peak activations   planned\n");
