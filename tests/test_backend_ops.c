@@ -923,10 +923,8 @@ static void run_graph(const mpmd_backend *be, const cdata *cd, int nthreads, con
             n->op == &mpmd_op_assign)
             continue;
         const mpmd_kernel *k = be->find(n->op);
-        if (k && k->scratch) {
-            size_t sb = k->scratch(g, n);
-            if (sb > scratch_bytes) scratch_bytes = sb;
-        }
+        size_t sb = mpmd_kernel_workspace(k, g, n); /* 16-bit operands widened there too */
+        if (sb > scratch_bytes) scratch_bytes = sb;
     }
     if (scratch_bytes && !(scratch = be->alloc(dev, scratch_bytes))) {
         snprintf(out->err, sizeof out->err, "out of memory allocating %zu bytes of scratch", scratch_bytes);

@@ -543,7 +543,7 @@ static void run_gcase(int ci, mpmd_dtype dt, opstat *os) {
     for (int i = 0; i < nn; i++) {
         const mpmd_node *n = &g->nodes[i];
         const mpmd_kernel *k = (n->op->flags & MPMD_OPF_LEAF) ? NULL : mpmd_cpu_find(n->op);
-        if (live[i] && k && k->scratch && k->scratch(g, n) > sb) sb = k->scratch(g, n);
+        if (live[i] && k && mpmd_kernel_workspace(k, g, n) > sb) sb = mpmd_kernel_workspace(k, g, n);
     }
     void *scratch = xmalloc(sb);
     int ok = 1;

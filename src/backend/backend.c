@@ -76,6 +76,80 @@ int mpmd_kernel_native(const mpmd_kernel *k, const mpmd_graph *g, const mpmd_nod
     return 1;
 }
 
+static int is16(mpmd_dtype d) { return d == MPMD_BF16 || d == MPMD_F16; }
+static size_t round64(size_t x) { return (x + 63) / 64 * 64; }
+
+/* Where the f32 copies go, in floats from the start of the widening area:
+ * off[j] for 16-bit operand j (-1: none), off[n_in] for a 16-bit result;
+ * returns the floats needed. */
+static int64_t widen_layout(const mpmd_graph *g, const mpmd_node *n, int64_t *off) {
+    int64_t total = 0;
+    for (int j = 0; j <= n->n_in; j++) {
+        const mpmd_type *t = j < n->n_in ? &g->nodes[n->in[j]].type : &n->type;
+        off[j] = -1;
+        if (!is16(t->dtype)) continue;
+        off[j] = total;
+        total += mpmd_type_numel(t);
+    }
+    return total;
+}
+
+enum { MAX_WIDE_IN = 8 };
+
+size_t mpmd_kernel_workspace(const mpmd_kernel *k, const mpmd_graph *g, const mpmd_node *n) {
+    size_t own = k && k->scratch ? k->scratch(g, n) : 0;
+    if (!k || mpmd_kernel_native(k, g, n) || n->n_in > MAX_WIDE_IN) return own;
+    int64_t off[MAX_WIDE_IN + 1];
+    return round64(own) + (size_t)widen_layout(g, n, off) * sizeof(float);
+}
+
+int mpmd_launch_widened(void *dev, const mpmd_kernel *k, const mpmd_kargs *a, mpmd_convert_fn convert) {
+    const mpmd_node *n = a->node;
+    if (n->n_in > MAX_WIDE_IN) {
+        snprintf(a->err, a->err_len, "%d operands; 16-bit operands are widened for at most %d", n->n_in,
+                 MAX_WIDE_IN);
+        return 1;
+    }
+    int64_t off[MAX_WIDE_IN + 1];
+    widen_layout(a->g, n, off);
+    float *wide = (float *)((char *)a->scratch + round64(k->scratch ? k->scratch(a->g, n) : 0));
+    void *in[MAX_WIDE_IN];
+    mpmd_type ty[MAX_WIDE_IN];
+    const mpmd_type *typ[MAX_WIDE_IN];
+    int out_alias = -1;
+    for (int j = 0; j < n->n_in; j++) {
+        ty[j] = *a->in_type[j];
+        typ[j] = &ty[j];
+        in[j] = a->in[j];
+        if (off[j] < 0) continue;
+        in[j] = wide + off[j];
+        if (convert(dev, in[j], MPMD_F32, a->in[j], ty[j].dtype, mpmd_type_numel(&ty[j]))) {
+            snprintf(a->err, a->err_len, "widening operand %d to f32 failed", j);
+            return 1;
+        }
+        ty[j].dtype = MPMD_F32;
+        /* an in-place op works on its operand's copy */
+        if (a->in[j] == a->out && off[n->n_in] >= 0) out_alias = j;
+    }
+    mpmd_node nc = *n; /* the node as the kernel sees it: f32 where widened */
+    void *out = a->out;
+    if (off[n->n_in] >= 0) {
+        nc.type.dtype = MPMD_F32;
+        out = out_alias >= 0 ? in[out_alias] : (void *)(wide + off[n->n_in]);
+    }
+    mpmd_kargs b = *a;
+    b.node = &nc;
+    b.in = in;
+    b.in_type = typ;
+    b.out = out;
+    int rc = k->fn(&b);
+    if (!rc && off[n->n_in] >= 0 && convert(dev, a->out, n->type.dtype, out, MPMD_F32, mpmd_type_numel(&n->type))) {
+        snprintf(a->err, a->err_len, "rounding the f32 result to %s failed", mpmd_dtype_name(n->type.dtype));
+        rc = 1;
+    }
+    return rc;
+}
+
 const char *mpmd_backends(void) { return mpmd_backend_names(); }
 
 int mpmd_backend_check(const char *name, char *why, size_t len) {

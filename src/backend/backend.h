@@ -66,6 +66,21 @@ typedef struct mpmd_kernel {
  * (f32 and i32 always; bf16, f16 as its flags say). */
 int mpmd_kernel_native(const mpmd_kernel *k, const mpmd_graph *g, const mpmd_node *n);
 
+/* The workspace a launch of k for node n needs, the size of kargs.scratch
+ * the runtime passes: the kernel's own scratch first, then (when k does
+ * not take every dtype of n natively) one f32 block per 16-bit operand and
+ * one for a 16-bit result. Planned with the rank's memory; a launch
+ * allocates nothing. */
+size_t mpmd_kernel_workspace(const mpmd_kernel *k, const mpmd_graph *g, const mpmd_node *n);
+
+/* dst (dtype `to`) = src (dtype `from`), n elements, queued on dev. */
+typedef int (*mpmd_convert_fn)(void *dev, void *dst, mpmd_dtype to, const void *src, mpmd_dtype from,
+                               int64_t n);
+/* Run k on f32 copies of the 16-bit operands it does not take natively, in
+ * the widening part of a->scratch, and round its result back once: the
+ * backends' launch when mpmd_kernel_native says no. */
+int mpmd_launch_widened(void *dev, const mpmd_kernel *k, const mpmd_kargs *a, mpmd_convert_fn convert);
+
 typedef struct mpmd_backend {
     const char *name;
     /* Buffers are ordinary host memory (the CPU): inputs may be shared

@@ -268,8 +268,8 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, mpmd_error *err) {
         m->buf[bi].off = offs[bi];
     /* the kernels' workspace */
     for (int i = 0; i < nn; i++)
-        if (pl->kern[i] && pl->kern[i]->scratch && mpmd_runs_on(pl, i, r)) {
-            size_t sb = pl->kern[i]->scratch(g, &g->nodes[i]);
+        if (pl->kern[i] && mpmd_runs_on(pl, i, r)) {
+            size_t sb = mpmd_kernel_workspace(pl->kern[i], g, &g->nodes[i]);
             if (sb > m->scratch_bytes) m->scratch_bytes = sb;
         }
     free(items), free(offs), free(b.cur), free(b.cand);

@@ -108,8 +108,6 @@ void mpmd_cpu_combine(const mpmd_graph *g, const mpmd_node *n, void *const *bufs
 
 typedef struct cpu_dev {
     int nthreads;
-    float *wide; /* f32 copies of 16-bit operands (cpu_launch) */
-    size_t wide_cap;
 } cpu_dev;
 
 /* bf16 <-> f32 as integer arithmetic on the bits, in loops the compiler
@@ -158,69 +156,20 @@ void mpmd_cpu_narrow(mpmd_dtype d, const float *src, void *dst, int64_t n, int n
     }
 }
 
-enum { MAX_WIDE_IN = 8 };
+static int cpu_convert(void *dev, void *dst, mpmd_dtype to, const void *src, mpmd_dtype from, int64_t n) {
+    cpu_dev *d = dev;
+    if (to == MPMD_F32 && is16(from))
+        mpmd_cpu_widen(from, src, dst, n, d->nthreads);
+    else if (from == MPMD_F32 && is16(to))
+        mpmd_cpu_narrow(to, src, dst, n, d->nthreads);
+    else
+        return 1;
+    return 0;
+}
 
 static int cpu_launch(void *dev, const mpmd_kernel *k, const mpmd_kargs *a) {
-    const mpmd_node *n = a->node;
-    if (mpmd_kernel_native(k, a->g, n)) return k->fn(a);
-    cpu_dev *d = dev;
-    if (n->n_in > MAX_WIDE_IN) {
-        snprintf(a->err, a->err_len, "%d operands; 16-bit operands are widened for at most %d", n->n_in,
-                 MAX_WIDE_IN);
-        return 1;
-    }
-    /* one f32 block per 16-bit operand, and one for a 16-bit output that
-     * does not overwrite a 16-bit operand */
-    int64_t off[MAX_WIDE_IN + 1], total = 0;
-    int out_alias = -1;
-    for (int j = 0; j < n->n_in; j++) {
-        off[j] = -1;
-        if (!is16(a->in_type[j]->dtype)) continue;
-        off[j] = total;
-        total += mpmd_type_numel(a->in_type[j]);
-        if (a->in[j] == a->out && is16(n->type.dtype)) out_alias = j;
-    }
-    off[n->n_in] = -1;
-    if (is16(n->type.dtype) && out_alias < 0) {
-        off[n->n_in] = total;
-        total += mpmd_type_numel(&n->type);
-    }
-    size_t need = (size_t)total * sizeof(float);
-    if (need > d->wide_cap) {
-        float *w = realloc(d->wide, need);
-        if (!w) {
-            snprintf(a->err, a->err_len, "out of memory widening 16-bit operands to f32 (%zu bytes)", need);
-            return 1;
-        }
-        d->wide = w, d->wide_cap = need;
-    }
-    void *in[MAX_WIDE_IN];
-    mpmd_type ty[MAX_WIDE_IN];
-    const mpmd_type *typ[MAX_WIDE_IN];
-    for (int j = 0; j < n->n_in; j++) {
-        ty[j] = *a->in_type[j];
-        typ[j] = &ty[j];
-        in[j] = a->in[j];
-        if (off[j] < 0) continue;
-        ty[j].dtype = MPMD_F32;
-        in[j] = d->wide + off[j];
-        mpmd_cpu_widen(a->in_type[j]->dtype, a->in[j], in[j], mpmd_type_numel(a->in_type[j]), a->nthreads);
-    }
-    mpmd_node nc = *n; /* the node as the kernel sees it: f32 where its operands are widened */
-    void *out = a->out;
-    if (is16(n->type.dtype)) {
-        nc.type.dtype = MPMD_F32;
-        out = out_alias >= 0 ? in[out_alias] : (void *)(d->wide + off[n->n_in]);
-    }
-    mpmd_kargs b = *a;
-    b.node = &nc;
-    b.in = in;
-    b.in_type = typ;
-    b.out = out;
-    int rc = k->fn(&b);
-    if (!rc && is16(n->type.dtype))
-        mpmd_cpu_narrow(n->type.dtype, out, a->out, mpmd_type_numel(&n->type), a->nthreads);
-    return rc;
+    if (mpmd_kernel_native(k, a->g, a->node)) return k->fn(a);
+    return mpmd_launch_widened(dev, k, a, cpu_convert);
 }
 
 static int cpu_available(char *why, size_t len) {
@@ -239,9 +188,7 @@ static void *cpu_open(int rank, int nthreads, char *err, size_t len) {
 }
 
 static void cpu_close(void *dev) {
-    cpu_dev *d = dev;
-    if (d) free(d->wide);
-    free(d);
+    free(dev);
 }
 static void cpu_enter(void *dev) { (void)dev; }
 

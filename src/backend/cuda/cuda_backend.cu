@@ -212,65 +212,16 @@ extern "C" int mpmd_cuda_convert(mpmd_cuda_dev *d, void *dst, mpmd_dtype to, con
     return 0;
 }
 
-enum { MAX_WIDE_IN = 8 };
+static int cuda_convert(void *p, void *dst, mpmd_dtype to, const void *src, mpmd_dtype from, int64_t n) {
+    return mpmd_cuda_convert((mpmd_cuda_dev *)p, dst, to, src, from, n);
+}
 
-/* k on f32 copies of the 16-bit operands it does not take (see the top). */
+/* k on f32 copies of the 16-bit operands it does not take (see the top), in
+ * the planned workspace. */
 static int cuda_launch(void *p, const mpmd_kernel *k, const mpmd_kargs *a) {
-    const mpmd_node *n = a->node;
-    if (mpmd_kernel_native(k, a->g, n)) return k->fn(a);
-    mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
-    if (n->n_in > MAX_WIDE_IN) {
-        snprintf(a->err, a->err_len, "%d operands; 16-bit operands are widened for at most %d", n->n_in,
-                 MAX_WIDE_IN);
-        return 1;
-    }
-    void *in[MAX_WIDE_IN], *tmp[MAX_WIDE_IN + 1] = {0};
-    mpmd_type ty[MAX_WIDE_IN];
-    const mpmd_type *typ[MAX_WIDE_IN];
-    int out_alias = -1, rc = 0;
-    for (int j = 0; j < n->n_in && !rc; j++) {
-        ty[j] = *a->in_type[j];
-        typ[j] = &ty[j];
-        in[j] = a->in[j];
-        if (!is16(ty[j].dtype)) continue;
-        int64_t cnt = mpmd_type_numel(&ty[j]);
-        if (cudaMallocAsync(&tmp[j], (size_t)(cnt ? cnt : 1) * sizeof(float), d->stream) != cudaSuccess) {
-            snprintf(a->err, a->err_len, "out of device memory widening operand %d to f32", j);
-            rc = 1;
-            break;
-        }
-        mpmd_cuda_convert(d, tmp[j], MPMD_F32, a->in[j], ty[j].dtype, cnt);
-        ty[j].dtype = MPMD_F32;
-        in[j] = tmp[j];
-        if (a->in[j] == a->out && is16(n->type.dtype)) out_alias = j;
-    }
-    mpmd_node nc = *n; /* the node as the kernel sees it: f32 where widened */
-    void *out = a->out;
-    int64_t ocnt = mpmd_type_numel(&n->type);
-    if (!rc && is16(n->type.dtype)) {
-        nc.type.dtype = MPMD_F32;
-        if (out_alias >= 0) {
-            out = in[out_alias];
-        } else if (cudaMallocAsync(&tmp[n->n_in], (size_t)(ocnt ? ocnt : 1) * sizeof(float), d->stream) !=
-                   cudaSuccess) {
-            snprintf(a->err, a->err_len, "out of device memory for the f32 result");
-            rc = 1;
-        } else {
-            out = tmp[n->n_in];
-        }
-    }
-    if (!rc) {
-        mpmd_kargs b = *a;
-        b.node = &nc;
-        b.in = in;
-        b.in_type = typ;
-        b.out = out;
-        rc = k->fn(&b);
-        if (!rc && is16(n->type.dtype)) mpmd_cuda_convert(d, a->out, n->type.dtype, out, MPMD_F32, ocnt);
-    }
-    for (int j = 0; j <= n->n_in; j++)
-        if (tmp[j]) cudaFreeAsync(tmp[j], d->stream);
-    if (!rc) rc = mpmd_cuda_launched(a, n->op->name);
+    if (mpmd_kernel_native(k, a->g, a->node)) return k->fn(a);
+    int rc = mpmd_launch_widened(p, k, a, cuda_convert);
+    if (!rc) rc = mpmd_cuda_launched(a, a->node->op->name);
     return rc;
 }
 
