@@ -497,9 +497,17 @@ int main(int argc, char **argv) {
     char hex[65];
     mpmd_step_params_sha256(t.st, hex); /* collective under MPI */
     if (t.root) {
-        if (o.json)
-            printf("{\"final_loss\": %.9g, \"params_sha256\": \"%s\"}\n", loss, hex);
-        else
+        if (o.json) {
+            /* each rank of this process: the bytes it allocates, planned and counted by its backend */
+            printf("{\"final_loss\": %.9g, \"params_sha256\": \"%s\", \"ranks\": [", loss, hex);
+            for (int r = 0, k = 0; r < mpmd_step_num_ranks(t.st); r++) {
+                mpmd_memory_stats ms;
+                if (mpmd_step_memory(t.st, r, &ms) || ms.measured < 0) continue;
+                printf("%s{\"rank\": %d, \"peak_bytes_planned\": %lld, \"peak_bytes_measured\": %lld}",
+                       k++ ? ", " : "", r, (long long)ms.planned, (long long)ms.measured);
+            }
+            printf("]}\n");
+        } else
             printf("final_loss=%.9g params_sha256=%s\n", loss, hex);
     }
     free(tok);

@@ -606,6 +606,26 @@ int64_t mpmd_step_peak_bytes(const mpmd_step *st, int rank);
  * every rank). */
 size_t mpmd_step_arena_bytes(const mpmd_step *st, int rank);
 void mpmd_step_print_memory(const mpmd_step *st, int rank, FILE *f);
+
+/* A rank's memory: what the plan says it allocates from its backend (each
+ * allocation rounded as the backend rounds it), what fills its arena at the
+ * fullest point, and what the backend counted. Nothing is allocated while a
+ * step runs, so measured equals planned once the step is set up. */
+typedef struct mpmd_memory_stats {
+    int64_t parameters;      /* trainable parameters */
+    int64_t optimizer_state; /* other variables (optimizer moments, counters) and constants */
+    int64_t inputs;          /* the rank's own copies of inputs (GPU); host inputs are shared */
+    int64_t arena;           /* every buffer the program writes */
+    int64_t workspace;       /* the kernels' scratch and f32 copies of widened 16-bit operands */
+    int64_t planned;         /* the sum of the five above */
+    /* the arena at its fullest: the most bytes alive at once, and what they are */
+    int64_t arena_live, activations, received, loop_results, other;
+    /* counted by the rank's backend: the most bytes of buffers it held at
+     * once, and what it keeps for itself (the cuBLAS workspace); -1 when
+     * this process does not run the rank (MPI) */
+    int64_t measured, backend_own;
+} mpmd_memory_stats;
+mpmd_status mpmd_step_memory(const mpmd_step *st, int rank, mpmd_memory_stats *out);
 /* The backend the ranks run on ("cpu", "cuda"). */
 const char *mpmd_step_backend(const mpmd_step *st);
 /* Copy new contents into a parameter or variable: every copy of it this
@@ -639,6 +659,8 @@ typedef struct mpmd_rank_stats {
     double bubble;              /* 1 - busy / step time */
     int64_t peak_bytes;         /* most bytes of body values held at once, measured */
     int64_t planned_peak_bytes; /* the same, predicted from the program */
+    int64_t memory_planned;     /* every byte the rank allocates, planned (mpmd_step_memory) */
+    int64_t memory_measured;    /* the most its backend held, counted there (-1: not this process) */
     int64_t sent_bytes;         /* bytes this rank sent to other pipeline ranks (each value in its dtype) */
 } mpmd_rank_stats;
 

@@ -9,6 +9,9 @@
  *   (the plan finds it with vector clocks);
  * - a receive posted ahead (MPI) has its buffer from the posting on;
  * - the printed plan lists every buffer;
+ * - what each rank's backend counts it holds equals what the plan says it
+ *   allocates (within 5%; in fact to the byte), and stays so over runs:
+ *   nothing is allocated while a step runs;
  * - the one-rank loop (mpmd_exec, mpmd_jit_with_loop without a schedule)
  *   plans a graph without a loop and one whose body it runs, and a run of
  *   it gives the numbers of the same graph pipelined.
@@ -144,9 +147,37 @@ static void check_print(mpmd_step *st, const char *label) {
     int want = 0;
     for (int r = 0; r < st->plan->num_ranks; r++)
         want += 1 + st->plan->mem[r].nbuf;
-    CHECK(buf && count_lines(buf) == want && strstr(buf, "rank 0 memory plan: arena"),
+    CHECK(buf && count_lines(buf) == want && strstr(buf, "rank 0 memory plan: "),
           "%s: the printed plan has %d lines, want %d", label, buf ? count_lines(buf) : 0, want);
     free(buf);
+}
+
+/* Two runs; each rank's backend count against the plan after each. */
+static void check_measured(mpmd_step *st, const gpt_model *m, const char *label) {
+    size_t n = (size_t)(m->cfg.batch * m->cfg.seq);
+    int32_t *tok = calloc(n, sizeof *tok);
+    int64_t first[64];
+    for (int run = 0; run < 2; run++) {
+        int ok = mpmd_step_set_input(st, m->tokens, tok, n * sizeof *tok) == MPMD_OK &&
+                 mpmd_step_set_input(st, m->targets, tok, n * sizeof *tok) == MPMD_OK && mpmd_step_run(st) == MPMD_OK;
+        CHECK(ok, "%s: run %d: %s", label, run, mpmd_step_error(st));
+        if (!ok) break;
+        for (int r = 0; r < mpmd_step_num_ranks(st) && r < 64; r++) {
+            mpmd_memory_stats ms;
+            CHECK(mpmd_step_memory(st, r, &ms) == MPMD_OK, "%s: rank %d", label, r);
+            int64_t diff = ms.measured > ms.planned ? ms.measured - ms.planned : ms.planned - ms.measured;
+            CHECK(ms.measured > 0 && diff * 20 <= ms.planned,
+                  "%s: rank %d: planned %lld bytes, its backend counted %lld", label, r, (long long)ms.planned,
+                  (long long)ms.measured);
+            CHECK(ms.planned == ms.parameters + ms.optimizer_state + ms.inputs + ms.arena + ms.workspace &&
+                      ms.arena_live <= ms.arena && ms.activations + ms.received + ms.loop_results + ms.other == ms.arena_live,
+                  "%s: rank %d: the parts do not add up", label, r);
+            if (run == 0) first[r] = ms.measured;
+            CHECK(run == 0 || ms.measured == first[r], "%s: rank %d: the backend held %lld bytes, then %lld", label,
+                  r, (long long)first[r], (long long)ms.measured);
+        }
+    }
+    free(tok);
 }
 
 static void one(const gpt_model *m, const char *name, int stages, int ranks, int fuse, int replicas,
@@ -172,6 +203,7 @@ static void one(const gpt_model *m, const char *name, int stages, int ranks, int
         check_sends(st->plan, label);
         check_posts(st->plan, label);
         check_print(st, label);
+        check_measured(st, m, label);
     }
     mpmd_step_free(st);
     /* the plan MPI would run: receives posted two tasks ahead */
@@ -224,6 +256,7 @@ static void loop_plans(const gpt_model *m) {
     CHECK(st->plan->num_ranks == 1 && !st->plan->sched, "the loop is one rank without a schedule");
     check_arena(st->plan, 0, "gpt loop");
     check_print(st, "gpt loop");
+    check_measured(st, m, "gpt loop");
     mpmd_step_free(st);
 }
 

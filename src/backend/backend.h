@@ -98,6 +98,14 @@ typedef struct mpmd_backend {
     /* A buffer of `bytes` (aligned for every dtype), NULL when out of memory. */
     void *(*alloc)(void *dev, size_t bytes);
     void (*free)(void *dev, void *p);
+    /* An allocation of b bytes takes mpmd_backend_alloc_bytes(be, b): b
+     * rounded up to this granule. */
+    size_t granule;
+    /* What this instance holds: *peak the most bytes of buffers from alloc
+     * at once (as rounded), *own what it keeps for itself (CUDA: the cuBLAS
+     * workspace and error words). Counted by the backend, for comparing
+     * with the memory plan. */
+    void (*memory)(void *dev, size_t *peak, size_t *own);
     /* host -> buffer; `src` may be reused when the call returns. */
     int (*upload)(void *dev, void *dst, const void *src, size_t bytes);
     /* buffer -> host, after everything queued on dev; the bytes are there
@@ -127,6 +135,11 @@ typedef struct mpmd_backend {
      * f32, run it, round its output back (mpmd_kernel_native). */
     int (*launch)(void *dev, const mpmd_kernel *k, const mpmd_kargs *a);
 } mpmd_backend;
+
+static inline size_t mpmd_backend_alloc_bytes(const mpmd_backend *be, size_t bytes) {
+    size_t q = be->granule ? be->granule : 1;
+    return ((bytes ? bytes : 1) + q - 1) / q * q;
+}
 
 /* The backend of this name, or NULL. NULL or "" is "cpu". */
 const mpmd_backend *mpmd_backend_get(const char *name);

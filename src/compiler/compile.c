@@ -208,8 +208,12 @@ void mpmd_plan_print(const mpmd_plan *pl, FILE *f) {
         }
     for (int r = 0; r < pl->num_ranks; r++) {
         const mpmd_program *p = &pl->prog[r];
-        fprintf(f, "rank %d program (%d instructions, peak %lld bytes of activations):\n", r, p->n,
-                (long long)p->peak_bytes);
+        const mpmd_rank_memory *m = &pl->mem[r];
+        fprintf(f,
+                "rank %d program (%d instructions, peak %lld bytes of activations; allocates %zu bytes: "
+                "parameters %zu, optimizer state and constants %zu, inputs %zu, arena %zu, workspace %zu):\n",
+                r, p->n, (long long)p->peak_bytes, m->total_bytes, m->params_bytes, m->state_bytes, m->input_bytes,
+                m->arena_bytes, m->scratch_bytes);
         for (int x = 0; x < p->n; x++) {
             const mpmd_instr *in = &p->ins[x];
             const mpmd_node *n = in->node >= 0 ? &g->nodes[in->node] : NULL;

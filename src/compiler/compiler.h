@@ -92,6 +92,7 @@ enum {
 typedef struct mpmd_buffer {
     int32_t node, mb; /* mb -1 outside the body */
     int8_t what;      /* MPMD_BUF_* */
+    int8_t received;  /* written by a receive */
     int32_t def, last; /* positions: written first, read last (the arena's lifetime) */
     size_t off, bytes;
 } mpmd_buffer;
@@ -118,7 +119,22 @@ typedef struct mpmd_rank_memory {
     int32_t *reuse_head, *reuse_next;
     size_t arena_bytes;
     size_t scratch_bytes; /* the largest kernel workspace of the rank, a buffer of its own */
+    /* Everything the rank allocates from its backend, each allocation as
+     * the backend rounds it (mpmd_backend_alloc_bytes): trainable
+     * parameters; other storage (optimizer state, step counters,
+     * constants); its own copies of inputs (backends without host memory);
+     * then the arena and the workspace. total is their sum. */
+    size_t params_bytes, state_bytes, input_bytes, total_bytes;
+    /* The arena at its fullest (the most bytes of buffers alive at one
+     * position, at most arena_bytes): body values made here, values
+     * received, loop results (gradients), other values. */
+    size_t live_peak, live_activations, live_received, live_loop_results, live_other;
 } mpmd_rank_memory;
+
+/* Storage (parameters, variables, constants, a rank's input copy) is
+ * allocated with this many bytes past its end, so that a vectorised kernel
+ * may read a whole last word. */
+#define MPMD_STORAGE_PAD 64
 
 /* ---- the plan -------------------------------------------------------------- */
 

@@ -211,6 +211,7 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, mpmd_error *err) {
             const int from = m->pos[in->post];
             int bi = new_buf(&b, in->node, in->mb, in->mb >= 0 ? MPMD_BUF_BODY : MPMD_BUF_VALUE, from, -1);
             if (bi < 0) goto nomem;
+            m->buf[bi].received = 1;
             use(&b, bi, at);
             if (in->mb >= 0)
                 m->body_buf[(size_t)m->slot[in->node] * n + in->mb] = bi;
@@ -236,18 +237,46 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, mpmd_error *err) {
         if (x->what == MPMD_BUF_BODY ? x->mb == pl->num_micro - 1 : b.cur[x->node] == bi) x->last = end;
     }
 
-    /* the most bytes of body values alive at once, op by op */
-    int64_t *delta = calloc((size_t)m->npos + 1, sizeof *delta);
+    /* Live bytes position by position, by kind: [0] body values made here,
+     * [1] received, [2] loop results, [3] other values. The most bytes of
+     * body values alive at once (the program's peak of activations), and
+     * the arena at its fullest with what fills it. */
+    int64_t *delta = calloc(((size_t)m->npos + 1) * 4, sizeof *delta);
+    if (!delta) goto nomem;
+    for (int bi = 0; bi < m->nbuf; bi++) {
+        const mpmd_buffer *x = &m->buf[bi];
+        int kind = x->received ? 1
+                   : x->what == MPMD_BUF_BODY ? 0
+                   : (x->what == MPMD_BUF_COMBINED || g->nodes[x->node].op == &mpmd_op_loop_reduce) ? 2
+                                                                                                    : 3;
+        size_t rb = (x->bytes + MPMD_ARENA_ALIGN - 1) / MPMD_ARENA_ALIGN * MPMD_ARENA_ALIGN;
+        delta[(size_t)x->def * 4 + kind] += (int64_t)rb;
+        delta[((size_t)x->last + 1) * 4 + kind] -= (int64_t)rb;
+    }
+    int64_t live[4] = {0, 0, 0, 0};
+    p->peak_bytes = 0;
+    for (int q = 0; q < m->npos; q++) {
+        for (int k = 0; k < 4; k++)
+            live[k] += delta[(size_t)q * 4 + k];
+        int64_t all = live[0] + live[1] + live[2] + live[3];
+        if ((size_t)all > m->live_peak) {
+            m->live_peak = (size_t)all;
+            m->live_activations = (size_t)live[0], m->live_received = (size_t)live[1];
+            m->live_loop_results = (size_t)live[2], m->live_other = (size_t)live[3];
+        }
+    }
+    free(delta);
+    /* the activations' peak counts the values' own bytes, unrounded */
+    delta = calloc((size_t)m->npos + 1, sizeof *delta);
     if (!delta) goto nomem;
     for (int bi = 0; bi < m->nbuf; bi++)
         if (m->buf[bi].what == MPMD_BUF_BODY) {
             delta[m->buf[bi].def] += (int64_t)m->buf[bi].bytes;
             delta[m->buf[bi].last + 1] -= (int64_t)m->buf[bi].bytes;
         }
-    int64_t live = 0;
-    p->peak_bytes = 0;
+    int64_t blive = 0;
     for (int q = 0; q < m->npos; q++)
-        if ((live += delta[q]) > p->peak_bytes) p->peak_bytes = live;
+        if ((blive += delta[q]) > p->peak_bytes) p->peak_bytes = blive;
     free(delta);
 
     items = malloc(((size_t)m->nbuf + 1) * sizeof *items);
@@ -266,12 +295,27 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, mpmd_error *err) {
     m->arena_bytes = arena;
     for (int bi = 0; bi < m->nbuf; bi++)
         m->buf[bi].off = offs[bi];
-    /* the kernels' workspace */
-    for (int i = 0; i < nn; i++)
-        if (pl->kern[i] && mpmd_runs_on(pl, i, r)) {
-            size_t sb = mpmd_kernel_workspace(pl->kern[i], g, &g->nodes[i]);
+    /* the kernels' workspace, and everything the rank allocates, as the
+     * runtime allocates it (run.c) and the backend rounds it */
+    const mpmd_backend *be = pl->be;
+    for (int i = 0; i < nn; i++) {
+        const mpmd_node *nd = &g->nodes[i];
+        if (!pl->live[i] || !mpmd_runs_on(pl, i, r)) continue;
+        if (pl->kern[i]) {
+            size_t sb = mpmd_kernel_workspace(pl->kern[i], g, nd);
             if (sb > m->scratch_bytes) m->scratch_bytes = sb;
         }
+        size_t a = mpmd_backend_alloc_bytes(be, mpmd_type_bytes(&nd->type) + MPMD_STORAGE_PAD);
+        if (nd->flags & MPMD_NODE_TRAINABLE)
+            m->params_bytes += a;
+        else if (mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant)
+            m->state_bytes += a;
+        else if (nd->op == &mpmd_op_input && !be->host_memory)
+            m->input_bytes += a;
+    }
+    m->total_bytes = m->params_bytes + m->state_bytes + m->input_bytes +
+                     mpmd_backend_alloc_bytes(be, m->arena_bytes ? m->arena_bytes : 64) +
+                     (m->scratch_bytes ? mpmd_backend_alloc_bytes(be, m->scratch_bytes) : 0);
     free(items), free(offs), free(b.cur), free(b.cand);
     return MPMD_OK;
 nomem:
@@ -293,8 +337,13 @@ void mpmd_plan_print_memory(const mpmd_plan *pl, int r, FILE *f) {
     const mpmd_rank_memory *m = &pl->mem[r];
     static const char *what[] = {"body", "value", "combined"};
     char tb[160];
-    fprintf(f, "rank %d memory plan: arena %zu bytes, %d buffers over %d positions, workspace %zu bytes, %s backend\n",
-            r, m->arena_bytes, m->nbuf, m->npos, m->scratch_bytes, pl->be->name);
+    fprintf(f,
+            "rank %d memory plan: %zu bytes on the %s backend: parameters %zu, optimizer state and constants %zu, "
+            "inputs %zu, arena %zu (%d buffers over %d positions; at its fullest %zu live: activations %zu, "
+            "received %zu, loop results %zu, other %zu), workspace %zu\n",
+            r, m->total_bytes, pl->be->name, m->params_bytes, m->state_bytes, m->input_bytes, m->arena_bytes,
+            m->nbuf, m->npos, m->live_peak, m->live_activations, m->live_received, m->live_loop_results,
+            m->live_other, m->scratch_bytes);
     for (int bi = 0; bi < m->nbuf; bi++) {
         const mpmd_buffer *x = &m->buf[bi];
         const mpmd_node *n = &g->nodes[x->node];

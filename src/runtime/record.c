@@ -160,6 +160,10 @@ mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_er
         }
         rs->peak_bytes = peak;
         rs->planned_peak_bytes = st->plan->prog[r].peak_bytes;
+        mpmd_memory_stats ms;
+        mpmd_step_memory(st, r, &ms);
+        rs->memory_planned = ms.planned;
+        rs->memory_measured = ms.measured;
         rs->bubble = out->step_ms > 0 ? 1.0 - rs->busy_ms / out->step_ms : 0;
         busy_total += rs->busy_ms;
     }
@@ -198,11 +202,13 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
         plan_name(st->plan), s.step_ms, 100 * s.bubble, 100 * s.simulated_bubble, s.simulated_ms);
     if (!isnan(s.analytic_bubble))
         fprintf(f, ", %.1f%% analytic (%s)", 100 * s.analytic_bubble, s.analytic_formula);
-    fprintf(f, "\n  rank   tasks    busy ms    wait ms   bubble   peak activations   planned\n");
+    fprintf(f, "\n  rank   tasks    busy ms    wait ms   bubble   peak activations      planned   memory planned    "
+               "measured\n");
     for (int r = 0; r < s.num_ranks; r++) {
         const mpmd_rank_stats *q = &s.ranks[r];
-        fprintf(f, "  %4d  %6d  %9.2f  %9.2f   %5.1f%%   %12lld B   %10lld B\n", r, q->tasks, q->busy_ms,
-                q->wait_ms, 100 * q->bubble, (long long)q->peak_bytes, (long long)q->planned_peak_bytes);
+        fprintf(f, "  %4d  %6d  %9.2f  %9.2f   %5.1f%%   %14lld B %10lld B   %12lld B  %10lld B\n", r, q->tasks,
+                q->busy_ms, q->wait_ms, 100 * q->bubble, (long long)q->peak_bytes, (long long)q->planned_peak_bytes,
+                (long long)q->memory_planned, (long long)q->memory_measured);
     }
     mpmd_step_stats_free(&s);
     return MPMD_OK;

@@ -267,7 +267,7 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
             if (!st->plan->live[i] || !mpmd_runs_on(st->plan, i, r)) continue;
             if (mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant) {
                 size_t b = rt_bytes(g, i);
-                void *p = st->plan->be->alloc(rs->dev, b + 64);
+                void *p = st->plan->be->alloc(rs->dev, b + MPMD_STORAGE_PAD);
                 if (!p) goto nomem;
                 rs->glob[i] = p;
                 if (st->plan->be->host_memory) {
@@ -284,7 +284,7 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
                 if (st->plan->be->host_memory) {
                     rs->glob[i] = (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i);
                 } else {
-                    if (!(rs->glob[i] = st->plan->be->alloc(rs->dev, rt_bytes(g, i) + 64))) goto nomem;
+                    if (!(rs->glob[i] = st->plan->be->alloc(rs->dev, rt_bytes(g, i) + MPMD_STORAGE_PAD))) goto nomem;
                     if (st->plan->be->upload(rs->dev, rs->glob[i],
                                              (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i),
                                              rt_bytes(g, i)))
@@ -456,6 +456,13 @@ mpmd_status mpmd_runtime_set_profiling(struct mpmd_step *st, int on) {
     }
     st->profiling = on;
     return MPMD_OK;
+}
+
+int mpmd_runtime_backend_memory(const struct mpmd_step *st, int rank, size_t *peak, size_t *own) {
+    mpmd_rank_state *rs = state_of(st, rank);
+    if (!rs || !rs->dev) return 0;
+    st->plan->be->memory(rs->dev, peak, own);
+    return 1;
 }
 
 const double *mpmd_runtime_op_seconds(const struct mpmd_step *st, int local) {

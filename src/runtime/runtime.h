@@ -81,6 +81,9 @@ mpmd_status mpmd_runtime_write(struct mpmd_step *st, int rank, int replica, int 
  * forget the times; the seconds per node of local rank state `local`. */
 mpmd_status mpmd_runtime_set_profiling(struct mpmd_step *st, int on);
 const double *mpmd_runtime_op_seconds(const struct mpmd_step *st, int local);
+/* What rank's backend instance counted (mpmd_backend.memory); 0 when this
+ * process does not run the rank. */
+int mpmd_runtime_backend_memory(const struct mpmd_step *st, int rank, size_t *peak, size_t *own);
 /* The executor's step (exec.c). */
 struct mpmd_step *mpmd_exec_step(mpmd_exec *ex);
 /* Input `node` changed in its host staging buffer: copy it to every rank of

@@ -217,6 +217,31 @@ size_t mpmd_step_arena_bytes(const mpmd_step *st, int rank) {
     return rank >= 0 && rank < st->plan->num_ranks ? st->plan->mem[rank].arena_bytes : 0;
 }
 
+mpmd_status mpmd_step_memory(const mpmd_step *st, int rank, mpmd_memory_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (rank < 0 || rank >= st->plan->num_ranks) return MPMD_ERR_INVALID;
+    const mpmd_rank_memory *m = &st->plan->mem[rank];
+    out->parameters = (int64_t)m->params_bytes;
+    out->optimizer_state = (int64_t)m->state_bytes;
+    out->inputs = (int64_t)m->input_bytes;
+    out->arena = (int64_t)mpmd_backend_alloc_bytes(st->plan->be, m->arena_bytes ? m->arena_bytes : 64);
+    out->workspace = m->scratch_bytes ? (int64_t)mpmd_backend_alloc_bytes(st->plan->be, m->scratch_bytes) : 0;
+    out->planned = (int64_t)m->total_bytes;
+    out->arena_live = (int64_t)m->live_peak;
+    out->activations = (int64_t)m->live_activations;
+    out->received = (int64_t)m->live_received;
+    out->loop_results = (int64_t)m->live_loop_results;
+    out->other = (int64_t)m->live_other;
+    size_t peak = 0, own = 0;
+    if (mpmd_runtime_backend_memory(st, rank, &peak, &own)) {
+        out->measured = (int64_t)peak;
+        out->backend_own = (int64_t)own;
+    } else {
+        out->measured = out->backend_own = -1;
+    }
+    return MPMD_OK;
+}
+
 void mpmd_step_print_memory(const mpmd_step *st, int rank, FILE *f) {
     for (int r = 0; r < st->plan->num_ranks; r++)
         if (rank < 0 || rank == r) mpmd_plan_print_memory(st->plan, r, f);

@@ -108,6 +108,7 @@ void mpmd_cpu_combine(const mpmd_graph *g, const mpmd_node *n, void *const *bufs
 
 typedef struct cpu_dev {
     int nthreads;
+    size_t in_use, peak; /* bytes of buffers from cpu_alloc */
 } cpu_dev;
 
 /* bf16 <-> f32 as integer arithmetic on the bits, in loops the compiler
@@ -192,13 +193,38 @@ static void cpu_close(void *dev) {
 }
 static void cpu_enter(void *dev) { (void)dev; }
 
+/* A buffer is 64-byte aligned and a multiple of 64 bytes, after a 64-byte
+ * header that holds its size (for the instance's count). */
+enum { CPU_GRANULE = 64 };
+
 static void *cpu_alloc(void *dev, size_t bytes) {
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? (bytes + 63) / 64 * 64 : 64)) return NULL;
-    return p;
+    cpu_dev *d = dev;
+    size_t b = ((bytes ? bytes : 1) + CPU_GRANULE - 1) / CPU_GRANULE * CPU_GRANULE;
+    char *p = NULL;
+    if (posix_memalign((void **)&p, CPU_GRANULE, b + CPU_GRANULE)) return NULL;
+    memcpy(p, &b, sizeof b);
+    if (d) {
+        size_t now = __atomic_add_fetch(&d->in_use, b, __ATOMIC_RELAXED), seen;
+        while ((seen = __atomic_load_n(&d->peak, __ATOMIC_RELAXED)) < now &&
+               !__atomic_compare_exchange_n(&d->peak, &seen, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            ;
+    }
+    return p + CPU_GRANULE;
 }
 
-static void cpu_free(void *dev, void *p) { free(p); }
+static void cpu_free(void *dev, void *ptr) {
+    if (!ptr) return;
+    char *p = (char *)ptr - CPU_GRANULE;
+    size_t b;
+    memcpy(&b, p, sizeof b);
+    if (dev) __atomic_sub_fetch(&((cpu_dev *)dev)->in_use, b, __ATOMIC_RELAXED);
+    free(p);
+}
+
+static void cpu_memory(void *dev, size_t *peak, size_t *own) {
+    *peak = dev ? __atomic_load_n(&((cpu_dev *)dev)->peak, __ATOMIC_RELAXED) : 0;
+    *own = 0;
+}
 
 static int cpu_memcpy(void *dev, void *dst, const void *src, size_t bytes) {
     if (dst != src && bytes) memcpy(dst, src, bytes);
@@ -231,6 +257,8 @@ const mpmd_backend mpmd_backend_cpu = {
     .enter = cpu_enter,
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .granule = CPU_GRANULE,
+    .memory = cpu_memory,
     .upload = cpu_memcpy,
     .download = cpu_memcpy,
     .copy = cpu_memcpy,

@@ -31,6 +31,13 @@ typedef struct mpmd_cuda_dev {
     int *flag;      /* device: 0, or the first MPMD_CUDA_FLAG_* a kernel met */
     int *flag_info; /* device: [3] details of that error (value, position, bound) */
     int tf32;       /* f32 products may use TF32 tensor cores (MPMD_CUDA_TF32=1) */
+    /* buffers from cuda_alloc and their sizes, for the instance's count */
+    struct mpmd_cuda_buf {
+        void *p;
+        size_t bytes;
+    } *bufs;
+    int nbufs, capbufs;
+    size_t in_use, peak;
 } mpmd_cuda_dev;
 
 /* Run-time errors kernels record on the device (first one wins). */

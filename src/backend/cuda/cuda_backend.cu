@@ -57,6 +57,7 @@ static void cuda_close(void *p) {
     if (d->blas) cublasDestroy(d->blas);
     if (d->workspace) cudaFree(d->workspace);
     if (d->flag) cudaFree(d->flag);
+    free(d->bufs);
     if (d->stream) cudaStreamDestroy(d->stream);
     free(d);
 }
@@ -140,18 +141,46 @@ static void *cuda_open(int rank, int nthreads, char *err, size_t len) {
 
 static void cuda_enter(void *p) { cudaSetDevice(((mpmd_cuda_dev *)p)->device); }
 
+enum { CUDA_GRANULE = 256 };
+
 static void *cuda_alloc(void *p, size_t bytes) {
+    mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
     void *ptr = NULL;
     /* round up to 256 bytes so that vectorised kernels may read whole words */
-    if (cudaMalloc(&ptr, (bytes + 255) / 256 * 256) != cudaSuccess) {
+    size_t b = ((bytes ? bytes : 1) + CUDA_GRANULE - 1) / CUDA_GRANULE * CUDA_GRANULE;
+    if (d->nbufs == d->capbufs) {
+        int cap = d->capbufs ? 2 * d->capbufs : 64;
+        struct mpmd_cuda_buf *nb = (struct mpmd_cuda_buf *)realloc(d->bufs, (size_t)cap * sizeof *nb);
+        if (!nb) return NULL;
+        d->bufs = nb, d->capbufs = cap;
+    }
+    if (cudaMalloc(&ptr, b) != cudaSuccess) {
         cudaGetLastError(); /* clear the sticky-free error state of a failed allocation */
         return NULL;
     }
+    d->bufs[d->nbufs].p = ptr;
+    d->bufs[d->nbufs++].bytes = b;
+    d->in_use += b;
+    if (d->in_use > d->peak) d->peak = d->in_use;
     return ptr;
 }
 
 static void cuda_free(void *p, void *ptr) {
-    if (ptr) cudaFree(ptr);
+    mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
+    if (!ptr) return;
+    for (int i = d->nbufs - 1; i >= 0; i--)
+        if (d->bufs[i].p == ptr) {
+            d->in_use -= d->bufs[i].bytes;
+            d->bufs[i] = d->bufs[--d->nbufs];
+            break;
+        }
+    cudaFree(ptr);
+}
+
+static void cuda_memory(void *p, size_t *peak, size_t *own) {
+    mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
+    *peak = d->peak;
+    *own = d->workspace_bytes + 4 * sizeof(int); /* the cuBLAS workspace, the error words */
 }
 
 static int cuda_upload(void *p, void *dst, const void *src, size_t bytes) {
@@ -366,6 +395,8 @@ extern "C" const mpmd_backend mpmd_backend_cuda = {
     cuda_enter,
     cuda_alloc,
     cuda_free,
+    CUDA_GRANULE,
+    cuda_memory,
     cuda_upload,
     cuda_download,
     cuda_copy,
