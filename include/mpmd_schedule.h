@@ -201,9 +201,22 @@ typedef struct mpmd_cost_model {
     double latency[MPMD_TASK_KINDS]; /* F, B, A, W */
     double transfer;
     const double *stage_scale; /* NULL or [num_stages]; borrowed */
+    /* Memory, for mpmd_sim.peak_bytes (all 0: not modelled). A stage's F
+     * keeps keep_f bytes for its backward: B frees them all; where the
+     * backward is split, A frees all but keep_w and W frees those. Every
+     * stage also holds static_bytes for the whole step (its parameters and
+     * optimizer state). */
+    double keep_f, keep_w, static_bytes;
 } mpmd_cost_model;
-/* JaxPP's latencies: F = 1, B = 2, A = 1, W = 1; free transfers. */
-#define MPMD_COST_DEFAULTS ((mpmd_cost_model){{1.0, 2.0, 1.0, 1.0}, 0.0, NULL})
+/* JaxPP's latencies: F = 1, B = 2, A = 1, W = 1; free transfers; no memory. */
+#define MPMD_COST_DEFAULTS ((mpmd_cost_model){{1.0, 2.0, 1.0, 1.0}, 0.0, NULL, 0.0, 0.0, 0.0})
+
+/* A byte count as people write it: digits with an optional suffix k, M, G
+ * or T (powers of 1024; "KiB", "MB" and the like are read the same, a
+ * trailing "B" alone means bytes), e.g. "2G", "512M", "1048576". 0 on
+ * success; non-zero for anything else (empty, negative, a fraction, an
+ * unknown suffix, more than 2^62 bytes). */
+int mpmd_parse_bytes(const char *s, int64_t *out);
 
 /* One unit the simulation dispatched: a program run on `rank`, made of
  * entries entry .. entry + num_entries - 1 of its list. num_entries is 2
@@ -224,6 +237,10 @@ typedef struct mpmd_sim {
     /* [num_ranks]: most (stage, microbatch) pairs of the rank whose forward
      * has run and whose backward has not finished (B, or W when split). */
     int32_t *peak_in_flight;
+    /* [num_ranks]: the most bytes the rank holds, by the cost model's memory
+     * terms: static_bytes per stage of the rank, plus the kept bytes of its
+     * forwards whose backward has not finished, at their fullest. */
+    double *peak_bytes;
     double bubble; /* 1 - sum(busy) / (D * makespan) */
     /* The textbook bubble of this kind of schedule and its formula with the
      * numbers; or NAN, and the reason in analytic_formula, where none is

@@ -359,6 +359,16 @@ static void test_outputs(void) {
                  "\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":3,\"args\":{\"name\":\"rank 3\"}"),
           "a named track per rank");
 
+    /* memory per rank: 1 GiB of stage bytes and 64 MiB kept per forward in flight */
+    rc = run("simulate std1f1b -S 4 -n 8 --keep-f 64M --stage-bytes 1G");
+    CHECK(rc == 0 && strstr(out_text, "peak bytes") && strstr(out_text, "1342177280\n") &&
+              strstr(out_text, "1140850688\n"),
+          "simulate memory: %s", out_text);
+    rc = run("simulate std1f1b -S 4 -n 8 --keep-f 64M --format json");
+    CHECK(rc == 0 && strstr(out_text, "\"peak_bytes\": 268435456") && strstr(out_text, "\"keep_f\": 67108864"),
+          "simulate memory as json: %s", out_text);
+    expect_usage_error("simulate gpipe -S 4 -n 8 --keep-f 2X", "expected a byte count like 512M or 2G, got '2X'");
+
     /* simulate reports */
     rc = run("simulate std1f1b -S 4 -n 8");
     CHECK(rc == 0 && strstr(out_text, "makespan     33\n") && strstr(out_text, "27.27% simulated") &&

@@ -205,7 +205,7 @@ static void check_ops(const mpmd_schedule *s, const mpmd_sim *sim, const char *l
 
 static void test_dispatch_order(void) {
     double scale8[8] = {1, 1.5, 0.5, 2, 1, 1, 3, 0.25};
-    mpmd_cost_model costs[3] = {MPMD_COST_DEFAULTS, MPMD_COST_DEFAULTS, {{1.0, 3.0, 2.0, 0.5}, 0.25, scale8}};
+    mpmd_cost_model costs[3] = {MPMD_COST_DEFAULTS, MPMD_COST_DEFAULTS, {{1.0, 3.0, 2.0, 0.5}, 0.25, scale8, 0.0, 0.0, 0.0}};
     costs[1].transfer = 0.5;
     static const struct {
         mpmd_schedule_kind kind;
@@ -313,6 +313,65 @@ static void test_peak_in_flight(void) {
         }
 }
 
+/* The memory terms: without a split backward a rank's peak is its stages'
+ * static bytes plus its peak in flight times keep_f; with one, keep_w of
+ * each pair stays past A, so the peak lies between keep_f and that bound;
+ * bad terms are refused. And byte counts as people write them. */
+static void test_memory(void) {
+    static const mpmd_schedule_kind kinds[] = {MPMD_SCHED_GPIPE, MPMD_SCHED_STD1F1B, MPMD_SCHED_EAGER1F1B,
+                                               MPMD_SCHED_ZEROBUBBLE};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (int n = 4; n <= 8; n += 4) {
+            mpmd_schedule *s = make(kinds[k], 4, 4, n);
+            if (!s) continue;
+            mpmd_cost_model c = MPMD_COST_DEFAULTS;
+            c.keep_f = 1000, c.keep_w = s->split_backward ? 400 : 0, c.static_bytes = 5e6;
+            mpmd_sim *sim = simulate(s, &c);
+            for (int r = 0; sim && r < 4; r++) {
+                double bound = 5e6 + sim->peak_in_flight[r] * 1000.0;
+                if (!s->split_backward)
+                    CHECK(sim->peak_bytes[r] == bound, "%s rank %d: peak %.0f bytes, want %.0f", s->name, r,
+                          sim->peak_bytes[r], bound);
+                else
+                    CHECK(sim->peak_bytes[r] >= 5e6 + 1000 && sim->peak_bytes[r] <= bound,
+                          "%s rank %d: peak %.0f bytes, outside [%.0f, %.0f]", s->name, r, sim->peak_bytes[r],
+                          5e6 + 1000, bound);
+            }
+            mpmd_sim_free(sim);
+            /* not modelled: zero */
+            sim = simulate(s, NULL);
+            CHECK(sim && sim->peak_bytes[0] == 0, "%s: memory not modelled, yet a peak", s->name);
+            mpmd_sim_free(sim);
+            c.keep_w = 2000;
+            mpmd_error err;
+            CHECK(mpmd_schedule_simulate(s, &c, &sim, &err, NULL) == MPMD_ERR_INVALID &&
+                      strstr(err.msg, "cannot exceed"),
+                  "keep_w > keep_f: %s", err.msg);
+            c.keep_w = 0, c.keep_f = -1;
+            CHECK(mpmd_schedule_simulate(s, &c, &sim, &err, NULL) == MPMD_ERR_INVALID &&
+                      strstr(err.msg, "keep_f must be finite"),
+                  "negative keep_f: %s", err.msg);
+            mpmd_schedule_free(s);
+        }
+    static const struct {
+        const char *s;
+        int64_t want; /* -1: refused */
+    } bytes[] = {{"0", 0},          {"1048576", 1048576},    {"2G", 2LL << 30}, {"512M", 512LL << 20},
+                 {"3k", 3072},      {"1KiB", 1024},          {"7GB", 7LL << 30}, {"5T", 5LL << 40},
+                 {"64B", 64},       {"", -1},                {"-1", -1},        {"1.5G", -1},
+                 {"2X", -1},        {"G", -1},               {"99999999999999999999", -1},
+                 {"4194305T", -1}};
+    for (size_t k = 0; k < sizeof bytes / sizeof bytes[0]; k++) {
+        int64_t v = -7;
+        int rc = mpmd_parse_bytes(bytes[k].s, &v);
+        if (bytes[k].want < 0)
+            CHECK(rc != 0, "\"%s\" accepted as %lld", bytes[k].s, (long long)v);
+        else
+            CHECK(rc == 0 && v == bytes[k].want, "\"%s\": %lld, want %lld", bytes[k].s, (long long)v,
+                  (long long)bytes[k].want);
+    }
+}
+
 static int count(const char *hay, const char *needle) {
     int k = 0;
     for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
@@ -396,6 +455,7 @@ int main(void) {
     test_dispatch_order();
     test_cost_model();
     test_peak_in_flight();
+    test_memory();
     test_timeline();
     return tu_report("test_schedule_sim");
 }

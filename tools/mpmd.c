@@ -105,7 +105,8 @@ static const char schedule_formats[] =
 static const char simulate_usage[] =
     "usage: mpmd simulate NAME --stages S [--ranks D] --microbatches N [--fuse-steady-state]\n"
     "                     [--cost-f X] [--cost-b X] [--cost-a X] [--cost-w X] [--transfer X]\n"
-    "                     [--stage-scale X,X,...] [--format text|json|svg|trace] [-o FILE]\n"
+    "                     [--stage-scale X,X,...] [--keep-f BYTES] [--keep-w BYTES]\n"
+    "                     [--stage-bytes BYTES] [--format text|json|svg|trace] [-o FILE]\n"
     "\n"
     "Time a schedule with a discrete-event simulation. Every rank runs its list in\n"
     "order; a task starts when its rank is free and its inputs exist (F(s, m) needs\n"
@@ -114,7 +115,8 @@ static const char simulate_usage[] =
     "Stage 0's bwdA and bwdW run as one task. The report gives the makespan, each\n"
     "rank's busy and idle time, the bubble (1 - busy / (D * makespan)) next to the\n"
     "textbook value where one exists, and each rank's peak number of (stage,\n"
-    "microbatch) pairs in flight (forward done, backward not finished).\n"
+    "microbatch) pairs in flight (forward done, backward not finished). With\n"
+    "byte counts per task it also gives each rank's peak memory.\n"
     "\n";
 
 static const char simulate_options[] =
@@ -128,6 +130,13 @@ static const char simulate_options[] =
     "                      (default 0)\n"
     "  --stage-scale LIST  S comma-separated multipliers of every task's time, one per\n"
     "                      stage, e.g. 1,1,1,1.5 (default: all 1)\n"
+    "\n"
+    "memory options (byte counts, with an optional suffix k, M, G, T: powers of 1024):\n"
+    "  --keep-f BYTES      what a stage's forward keeps for its backward (its activations)\n"
+    "  --keep-w BYTES      of those, what stays from bwdA until bwdW (split backward)\n"
+    "  --stage-bytes BYTES what every stage holds all step (parameters, optimizer state)\n"
+    "                      a rank's peak: its stages' bytes plus its kept bytes at their\n"
+    "                      fullest (default: memory not modelled)\n"
     "\n"
     "output options:\n"
     "  -f, --format FMT   text (default): the report\n"
@@ -277,6 +286,17 @@ static int parse_args(int argc, char **argv, options *o) {
             const char *v = VALUE();
             NEED(v);
             if (parse_cost(o, "--transfer", v, &o->cost.transfer)) return EXIT_USAGE;
+        } else if (simulate && (!strcmp(opt, "--keep-f") || !strcmp(opt, "--keep-w") ||
+                                !strcmp(opt, "--stage-bytes"))) {
+            const char *v = VALUE();
+            NEED(v);
+            int64_t b;
+            if (mpmd_parse_bytes(v, &b))
+                return usage_error(o, "%s: expected a byte count like 512M or 2G, got '%s'", opt, v);
+            double *dst = !strcmp(opt, "--keep-f")   ? &o->cost.keep_f
+                          : !strcmp(opt, "--keep-w") ? &o->cost.keep_w
+                                                     : &o->cost.static_bytes;
+            *dst = (double)b;
         } else if (simulate && !strcmp(opt, "--stage-scale")) {
             const char *v = VALUE();
             NEED(v);
@@ -400,14 +420,17 @@ static void write_report_text(FILE *f, const mpmd_schedule *s, const mpmd_sim *s
         fprintf(f, "             %.2f%% analytic, %s\n", 100.0 * sim->analytic_bubble, sim->analytic_formula);
     else
         fprintf(f, "             (no analytic value: %s)\n", sim->analytic_formula);
-    fprintf(f, "\n%4s  %-10s %10s %10s %8s  %s\n", "rank", "stages", "busy", "idle", "bubble",
-            "peak in flight");
+    int mem = c->keep_f > 0 || c->static_bytes > 0;
+    fprintf(f, "\n%4s  %-10s %10s %10s %8s  %14s%s\n", "rank", "stages", "busy", "idle", "bubble",
+            "peak in flight", mem ? "      peak bytes" : "");
     char st[64];
     for (int r = 0; r < s->num_ranks; r++) {
         stages_of(s, r, st, sizeof st);
         double idle = sim->makespan - sim->busy[r];
-        fprintf(f, "%4d  %-10s %10g %10g %7.2f%%  %d\n", r, st, sim->busy[r], idle,
+        fprintf(f, "%4d  %-10s %10g %10g %7.2f%%  %14d", r, st, sim->busy[r], idle,
                 sim->makespan > 0 ? 100.0 * idle / sim->makespan : 0.0, sim->peak_in_flight[r]);
+        if (mem) fprintf(f, "  %14.0f", sim->peak_bytes[r]);
+        fputc('\n', f);
     }
 }
 
@@ -419,8 +442,9 @@ static void write_report_json(FILE *f, const mpmd_schedule *s, const mpmd_sim *s
             s->num_microbatches);
     fprintf(f,
             " \"cost\": {\"F\": %.10g, \"B\": %.10g, \"A\": %.10g, \"W\": %.10g, \"transfer\": %.10g, "
-            "\"stage_scale\": ",
-            c->latency[0], c->latency[1], c->latency[2], c->latency[3], c->transfer);
+            "\"keep_f\": %.0f, \"keep_w\": %.0f, \"stage_bytes\": %.0f, \"stage_scale\": ",
+            c->latency[0], c->latency[1], c->latency[2], c->latency[3], c->transfer, c->keep_f, c->keep_w,
+            c->static_bytes);
     if (c->stage_scale) {
         fputc('[', f);
         for (int i = 0; i < s->num_stages; i++)
@@ -443,7 +467,7 @@ static void write_report_json(FILE *f, const mpmd_schedule *s, const mpmd_sim *s
         json_num(f, sim->busy[r]);
         fputs(", \"idle\": ", f);
         json_num(f, sim->makespan - sim->busy[r]);
-        fprintf(f, ", \"peak_in_flight\": %d}", sim->peak_in_flight[r]);
+        fprintf(f, ", \"peak_in_flight\": %d, \"peak_bytes\": %.0f}", sim->peak_in_flight[r], sim->peak_bytes[r]);
     }
     fputs("\n ]}\n", f);
 }

@@ -44,11 +44,13 @@ typedef struct sim_ctx {
     uint8_t *flags;      /* [S * n] */
     double *fend, *bend; /* [S * n]: when F, and B-or-A, outputs exist (valid once DONE_*) */
     double lat[MPMD_TASK_KINDS], transfer;
+    double keep_f, keep_w; /* memory terms of the cost model */
     const double *scale; /* NULL or [S] */
     int32_t *pos;        /* [D]: next entry */
     double *clock;       /* [D] */
     uint8_t *queued;     /* [D]: in the heap */
     int32_t *inflight;   /* [D] */
+    double *kept;        /* [D]: bytes kept by forwards whose backward has not finished */
     heap_item *heap;     /* timed: ready ranks by (start, rank) */
     int32_t *work;       /* untimed: ranks to look at */
     int32_t hn;          /* items in heap or work */
@@ -402,6 +404,7 @@ static void dispatch(sim_ctx *c, int r, double start) {
     double end = start + cost;
     int32_t infl = c->inflight[r];
     int32_t peak = c->out ? c->out->peak_in_flight[r] : 0;
+    double kept = c->kept[r], kpeak = c->out ? c->out->peak_bytes[r] : 0;
     for (int i = 0; i < nt; i++) {
         size_t x = idx(c, u[i].stage, u[i].microbatch);
         switch (u[i].kind) {
@@ -409,20 +412,28 @@ static void dispatch(sim_ctx *c, int r, double start) {
             c->flags[x] |= DONE_F;
             c->fend[x] = end;
             if (++infl > peak) peak = infl;
+            if ((kept += c->keep_f) > kpeak) kpeak = kept;
             break;
         case MPMD_TASK_B:
             c->flags[x] |= DONE_BWD;
             c->bend[x] = end;
             infl--;
+            kept -= c->keep_f;
             break;
         case MPMD_TASK_A:
             c->flags[x] |= DONE_BWD;
             c->bend[x] = end;
+            kept -= c->keep_f - c->keep_w;
             break;
-        default: infl--; break; /* W: the last use of the stage's saved inputs */
+        default: /* W: the last use of the stage's saved inputs */
+            infl--;
+            kept -= c->keep_w;
+            break;
         }
     }
     c->inflight[r] = infl;
+    c->kept[r] = kept;
+    if (c->out) c->out->peak_bytes[r] = kpeak;
     c->clock[r] = end;
     if (c->out) {
         mpmd_sim *o = c->out;
@@ -652,6 +663,16 @@ static mpmd_status check_cost(const mpmd_schedule *s, const mpmd_cost_model *cos
         return mpmd_error_set(err, MPMD_ERR_INVALID,
                               "%s: the transfer latency must be finite and >= 0, got %g", s->name,
                               cost->transfer);
+    const double mem[3] = {cost->keep_f, cost->keep_w, cost->static_bytes};
+    static const char *const mem_names[3] = {"keep_f", "keep_w", "static_bytes"};
+    for (int k = 0; k < 3; k++)
+        if (!isfinite(mem[k]) || mem[k] < 0)
+            return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: %s must be finite and >= 0, got %g", s->name,
+                                  mem_names[k], mem[k]);
+    if (cost->keep_w > cost->keep_f)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "%s: keep_w (%g bytes kept until W) is part of keep_f (%g) and cannot exceed it",
+                              s->name, cost->keep_w, cost->keep_f);
     if (cost->stage_scale)
         for (int i = 0; i < s->num_stages; i++)
             if (!isfinite(cost->stage_scale[i]) || cost->stage_scale[i] < 0)
@@ -669,6 +690,7 @@ static void free_ctx(sim_ctx *c) {
     free(c->clock);
     free(c->queued);
     free(c->inflight);
+    free(c->kept);
     free(c->heap);
     free(c->work);
 }
@@ -748,8 +770,9 @@ static mpmd_status check_and_run(const mpmd_schedule *s, const mpmd_cost_model *
         c.bend = sched_mem_alloc(sn * sizeof *c.bend);
         c.clock = calloc((size_t)c.D, sizeof *c.clock);
         c.inflight = calloc((size_t)c.D, sizeof *c.inflight);
+        c.kept = calloc((size_t)c.D, sizeof *c.kept);
         c.heap = malloc((size_t)c.D * sizeof *c.heap);
-        ok = ok && c.fend && c.bend && c.clock && c.inflight && c.heap;
+        ok = ok && c.fend && c.bend && c.clock && c.inflight && c.kept && c.heap;
     } else {
         c.work = malloc((size_t)c.D * sizeof *c.work);
         ok = ok && c.work;
@@ -767,6 +790,8 @@ static mpmd_status check_and_run(const mpmd_schedule *s, const mpmd_cost_model *
     for (int k = 0; k < MPMD_TASK_KINDS; k++)
         c.lat[k] = cost->latency[k];
     c.transfer = cost->transfer;
+    c.keep_f = cost->keep_f;
+    c.keep_w = cost->keep_w;
     c.scale = cost->stage_scale;
     c.out = out;
     if (out && record) {
@@ -820,6 +845,7 @@ void mpmd_sim_free(mpmd_sim *sim) {
     sched_mem_free(sim->ops);
     free(sim->busy);
     free(sim->peak_in_flight);
+    free(sim->peak_bytes);
     free((double *)sim->cost.stage_scale);
     free(sim);
 }
@@ -846,6 +872,7 @@ mpmd_status mpmd_schedule_simulate(const mpmd_schedule *s, const mpmd_cost_model
         sim->busy = calloc((size_t)(s->num_ranks > 0 ? s->num_ranks : 1), sizeof *sim->busy);
         sim->peak_in_flight =
             calloc((size_t)(s->num_ranks > 0 ? s->num_ranks : 1), sizeof *sim->peak_in_flight);
+        sim->peak_bytes = calloc((size_t)(s->num_ranks > 0 ? s->num_ranks : 1), sizeof *sim->peak_bytes);
         sim->cost = *cost;
         sim->cost.stage_scale = NULL;
         if (cost->stage_scale) {
@@ -854,7 +881,8 @@ mpmd_status mpmd_schedule_simulate(const mpmd_schedule *s, const mpmd_cost_model
             sim->cost.stage_scale = sc;
         }
     }
-    if (!sim || !sim->busy || !sim->peak_in_flight || (cost->stage_scale && !sim->cost.stage_scale)) {
+    if (!sim || !sim->busy || !sim->peak_in_flight || !sim->peak_bytes ||
+        (cost->stage_scale && !sim->cost.stage_scale)) {
         mpmd_sim_free(sim);
         return mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory for the simulation", s->name);
     }
@@ -862,6 +890,8 @@ mpmd_status mpmd_schedule_simulate(const mpmd_schedule *s, const mpmd_cost_model
         mpmd_sim_free(sim);
         return st;
     }
+    for (int k = 0; k < s->num_stages; k++) /* every stage's own bytes, on its rank */
+        if (s->stage_rank[k] >= 0) sim->peak_bytes[s->stage_rank[k]] += cost->static_bytes;
     sim->analytic_bubble =
         mpmd_schedule_analytic_bubble(s, cost, sim->analytic_formula, sizeof sim->analytic_formula);
     *out = sim;
