@@ -194,8 +194,9 @@ mpmd_status mpmd_schedule_load(const char *path, mpmd_schedule **out, mpmd_error
 /* ------------------------------------------------------------------------ */
 
 /* Per-task times of the simulation. A task's time is latency[kind] times
- * stage_scale[stage] (1 when stage_scale is NULL); a FusedTask takes the
- * sum of its members' times. `transfer` is added to every dependency whose
+ * stage_scale[stage] (1 when stage_scale is NULL), or, when stage_latency
+ * is set, that stage's own time of that kind (measured times, say); a
+ * FusedTask takes the sum of its members' times. `transfer` is added to every dependency whose
  * producer runs on another rank. All values must be finite and >= 0. */
 typedef struct mpmd_cost_model {
     double latency[MPMD_TASK_KINDS]; /* F, B, A, W */
@@ -207,9 +208,10 @@ typedef struct mpmd_cost_model {
      * stage also holds static_bytes for the whole step (its parameters and
      * optimizer state). */
     double keep_f, keep_w, static_bytes;
+    const double *stage_latency; /* NULL or [num_stages * 4]: stage s's F, B, A, W at s * 4 + kind; borrowed */
 } mpmd_cost_model;
 /* JaxPP's latencies: F = 1, B = 2, A = 1, W = 1; free transfers; no memory. */
-#define MPMD_COST_DEFAULTS ((mpmd_cost_model){{1.0, 2.0, 1.0, 1.0}, 0.0, NULL, 0.0, 0.0, 0.0})
+#define MPMD_COST_DEFAULTS ((mpmd_cost_model){{1.0, 2.0, 1.0, 1.0}, 0.0, NULL, 0.0, 0.0, 0.0, NULL})
 
 /* A byte count as people write it: digits with an optional suffix k, M, G
  * or T (powers of 1024; "KiB", "MB" and the like are read the same, a

@@ -205,7 +205,7 @@ static void check_ops(const mpmd_schedule *s, const mpmd_sim *sim, const char *l
 
 static void test_dispatch_order(void) {
     double scale8[8] = {1, 1.5, 0.5, 2, 1, 1, 3, 0.25};
-    mpmd_cost_model costs[3] = {MPMD_COST_DEFAULTS, MPMD_COST_DEFAULTS, {{1.0, 3.0, 2.0, 0.5}, 0.25, scale8, 0.0, 0.0, 0.0}};
+    mpmd_cost_model costs[3] = {MPMD_COST_DEFAULTS, MPMD_COST_DEFAULTS, {{1.0, 3.0, 2.0, 0.5}, 0.25, scale8, 0.0, 0.0, 0.0, NULL}};
     costs[1].transfer = 0.5;
     static const struct {
         mpmd_schedule_kind kind;
@@ -372,6 +372,40 @@ static void test_memory(void) {
     }
 }
 
+/* Each stage's own times: the same makespans as latency x stage_scale when
+ * they agree, and a one-microbatch pipeline takes the sum of its tasks. */
+static void test_stage_latency(void) {
+    double scale[4] = {1, 1.5, 0.5, 2}, own[16];
+    mpmd_cost_model a = MPMD_COST_DEFAULTS, b = MPMD_COST_DEFAULTS;
+    a.stage_scale = scale;
+    for (int st = 0; st < 4; st++)
+        for (int k = 0; k < MPMD_TASK_KINDS; k++)
+            own[st * 4 + k] = a.latency[k] * scale[st];
+    b.stage_latency = own;
+    static const mpmd_schedule_kind kinds[] = {MPMD_SCHED_GPIPE, MPMD_SCHED_STD1F1B, MPMD_SCHED_ZEROBUBBLE};
+    for (size_t k = 0; k < 3; k++) {
+        mpmd_schedule *s = make(kinds[k], 4, 4, 8);
+        mpmd_sim *x = s ? simulate(s, &a) : NULL, *y = s ? simulate(s, &b) : NULL;
+        CHECK(x && y && x->makespan == y->makespan && x->bubble == y->bubble, "%s: %g vs %g",
+              s ? s->name : "?", x ? x->makespan : -1, y ? y->makespan : -1);
+        mpmd_sim_free(x), mpmd_sim_free(y);
+        mpmd_schedule_free(s);
+    }
+    double two[8] = {3, 7, 0, 0, 5, 11, 0, 0}; /* stage 0: F 3, B 7; stage 1: F 5, B 11 */
+    mpmd_cost_model c = MPMD_COST_DEFAULTS;
+    c.stage_latency = two;
+    mpmd_schedule *s = make(MPMD_SCHED_STD1F1B, 2, 2, 1);
+    mpmd_sim *sim = s ? simulate(s, &c) : NULL;
+    CHECK(sim && sim->makespan == 3 + 5 + 11 + 7, "one microbatch: makespan %g, want 26", sim ? sim->makespan : -1);
+    mpmd_sim_free(sim);
+    two[5] = -1;
+    mpmd_error err;
+    CHECK(s && mpmd_schedule_simulate(s, &c, &sim, &err, NULL) == MPMD_ERR_INVALID &&
+              strstr(err.msg, "stage 1's B must be finite"),
+          "a negative stage time: %s", err.msg);
+    mpmd_schedule_free(s);
+}
+
 static int count(const char *hay, const char *needle) {
     int k = 0;
     for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
@@ -456,6 +490,7 @@ int main(void) {
     test_cost_model();
     test_peak_in_flight();
     test_memory();
+    test_stage_latency();
     test_timeline();
     return tu_report("test_schedule_sim");
 }

@@ -79,6 +79,10 @@ char *sched_cell_str(const mpmd_task *t, int nt, char *buf, size_t len);
 /* "rank R entry E (TEXT)" helper: the text of one entry into buf. */
 char *sched_entry_text(const mpmd_schedule *s, int r, int e, char *buf, size_t len);
 
+/* The time of task t under cost model c (latency times stage scale, or
+ * the stage's own time): the one rule the simulation and its timeline use. */
+double sched_task_time(const mpmd_cost_model *c, const mpmd_task *t);
+
 /* A growable string for reports. On allocation failure it stays short and
  * sets `failed`; sb_str returns what it has. */
 typedef struct sched_str {

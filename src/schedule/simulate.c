@@ -43,9 +43,9 @@ typedef struct sim_ctx {
     int32_t S, n, D;
     uint8_t *flags;      /* [S * n] */
     double *fend, *bend; /* [S * n]: when F, and B-or-A, outputs exist (valid once DONE_*) */
-    double lat[MPMD_TASK_KINDS], transfer;
+    const mpmd_cost_model *cost; /* the task times */
+    double transfer;
     double keep_f, keep_w; /* memory terms of the cost model */
-    const double *scale; /* NULL or [S] */
     int32_t *pos;        /* [D]: next entry */
     double *clock;       /* [D] */
     uint8_t *queued;     /* [D]: in the heap */
@@ -371,9 +371,10 @@ static void wake(sim_ctx *c, int r) {
     }
 }
 
-static inline double task_cost(const sim_ctx *c, const mpmd_task *t) {
-    double x = c->lat[t->kind];
-    return c->scale ? x * c->scale[t->stage] : x;
+double sched_task_time(const mpmd_cost_model *c, const mpmd_task *t) {
+    if (c->stage_latency) return c->stage_latency[(size_t)t->stage * MPMD_TASK_KINDS + (size_t)t->kind];
+    double x = c->latency[t->kind];
+    return c->stage_scale ? x * c->stage_scale[t->stage] : x;
 }
 
 /* Run rank r's next unit from `start`; wake the ranks that consume it. */
@@ -400,7 +401,7 @@ static void dispatch(sim_ctx *c, int r, double start) {
     }
     double cost = 0;
     for (int i = 0; i < nt; i++)
-        cost += task_cost(c, &u[i]);
+        cost += sched_task_time(c->cost, &u[i]);
     double end = start + cost;
     int32_t infl = c->inflight[r];
     int32_t peak = c->out ? c->out->peak_in_flight[r] : 0;
@@ -673,6 +674,12 @@ static mpmd_status check_cost(const mpmd_schedule *s, const mpmd_cost_model *cos
         return mpmd_error_set(err, MPMD_ERR_INVALID,
                               "%s: keep_w (%g bytes kept until W) is part of keep_f (%g) and cannot exceed it",
                               s->name, cost->keep_w, cost->keep_f);
+    if (cost->stage_latency)
+        for (int i = 0; i < s->num_stages * MPMD_TASK_KINDS; i++)
+            if (!isfinite(cost->stage_latency[i]) || cost->stage_latency[i] < 0)
+                return mpmd_error_set(err, MPMD_ERR_INVALID,
+                                      "%s: the time of stage %d's %s must be finite and >= 0, got %g", s->name,
+                                      i / MPMD_TASK_KINDS, names[i % MPMD_TASK_KINDS], cost->stage_latency[i]);
     if (cost->stage_scale)
         for (int i = 0; i < s->num_stages; i++)
             if (!isfinite(cost->stage_scale[i]) || cost->stage_scale[i] < 0)
@@ -787,12 +794,10 @@ static mpmd_status check_and_run(const mpmd_schedule *s, const mpmd_cost_model *
         free_ctx(&c);
         goto fail_plain;
     }
-    for (int k = 0; k < MPMD_TASK_KINDS; k++)
-        c.lat[k] = cost->latency[k];
+    c.cost = cost;
     c.transfer = cost->transfer;
     c.keep_f = cost->keep_f;
     c.keep_w = cost->keep_w;
-    c.scale = cost->stage_scale;
     c.out = out;
     if (out && record) {
         out->ops = sched_mem_alloc((size_t)(units > 0 ? units : 1) * sizeof *out->ops);
@@ -847,6 +852,7 @@ void mpmd_sim_free(mpmd_sim *sim) {
     free(sim->peak_in_flight);
     free(sim->peak_bytes);
     free((double *)sim->cost.stage_scale);
+    free((double *)sim->cost.stage_latency);
     free(sim);
 }
 
@@ -880,9 +886,16 @@ mpmd_status mpmd_schedule_simulate(const mpmd_schedule *s, const mpmd_cost_model
             if (sc) memcpy(sc, cost->stage_scale, (size_t)s->num_stages * sizeof *sc);
             sim->cost.stage_scale = sc;
         }
+        sim->cost.stage_latency = NULL;
+        if (cost->stage_latency) {
+            size_t nb = (size_t)s->num_stages * MPMD_TASK_KINDS * sizeof(double);
+            double *sl = malloc(nb);
+            if (sl) memcpy(sl, cost->stage_latency, nb);
+            sim->cost.stage_latency = sl;
+        }
     }
     if (!sim || !sim->busy || !sim->peak_in_flight || !sim->peak_bytes ||
-        (cost->stage_scale && !sim->cost.stage_scale)) {
+        (cost->stage_scale && !sim->cost.stage_scale) || (cost->stage_latency && !sim->cost.stage_latency)) {
         mpmd_sim_free(sim);
         return mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory for the simulation", s->name);
     }

@@ -89,13 +89,11 @@ mpmd_status mpmd_timeline_from_sim(const mpmd_schedule *s, const mpmd_sim *sim, 
         /* Members split the unit's time in proportion to their costs. */
         double total = 0;
         for (int i = b; i < e; i++)
-            total +=
-                c->latency[rk->tasks[i].kind] * (c->stage_scale ? c->stage_scale[rk->tasks[i].stage] : 1.0);
+            total += sched_task_time(c, &rk->tasks[i]);
         double t = op->start, span = op->end - op->start;
         int32_t g = e - b > 1 ? group++ : -1;
         for (int i = b; i < e; i++) {
-            double w =
-                c->latency[rk->tasks[i].kind] * (c->stage_scale ? c->stage_scale[rk->tasks[i].stage] : 1.0);
+            double w = sched_task_time(c, &rk->tasks[i]);
             double len = total > 0 ? span * w / total : span / (e - b);
             double end = i + 1 == e ? op->end : t + len;
             tl->events[op->rank][tl->num_events[op->rank]++] = (mpmd_timeline_event){t, end, rk->tasks[i], g};
