@@ -19,6 +19,7 @@
  * building or training (including a NaN/Inf loss, unless --no-nan-check).
  */
 #include "gpt_model.h"
+#include "gpt_plan.h"
 #include "mpmd.h"
 #include "mpmd_checkpoint.h"
 
@@ -28,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 static const char *usage =
@@ -67,6 +69,12 @@ static const char *usage =
     "                        rank r on GPU r %% devices)\n"
     "  --precision P         compute dtype: f32, bf16 or f16; parameters and AdamW state stay f32\n"
     "                        (default: f32 on the cpu backend, bf16 on cuda)\n"
+    "  --auto                choose the schedule, stages, microbatches and remat for --ranks D: the\n"
+    "                        fastest predicted layout (a profiled step of each, the schedules\n"
+    "                        simulated with its op times) whose ranks fit --memory-limit; prints\n"
+    "                        the top choices, trains the chosen one, and its predicted and\n"
+    "                        measured step time at the end\n"
+    "  --memory-limit BYTES  bytes per rank for --auto, like 512M or 2G (default: no limit)\n"
     "  --remat R             recompute activations in the backward instead of keeping them: none\n"
     "                        (default), block (every block's), dots (a block's all but its matrix\n"
     "                        products); the same numbers, fewer bytes alive\n"
@@ -96,6 +104,9 @@ typedef struct options {
     const char *export_weights, *export_dtype_name;
     mpmd_dtype export_dtype;
     int nan_check, fuse, mpi, quiet, json;
+    int auto_layout;      /* --auto: choose schedule, stages, microbatches and remat */
+    long long mem_limit;  /* --memory-limit, bytes per rank (0: none) */
+    int schedule_given, stages_given;
 } options;
 
 static int bad_option(const char *fmt, ...) {
@@ -130,13 +141,14 @@ static int parse_float(const char *opt, const char *s, float *out) {
 }
 
 static const char *const flags[] = {"--tie-embeddings", "--no-nan-check", "--fuse-steady-state",
-                                    "--quiet",          "--json",         "--balance-stages"};
+                                    "--quiet",          "--json",         "--balance-stages",
+                                    "--auto"};
 static const char *const valued[] = {
     "--layers",       "--width",          "--heads",     "--seq",        "--batch",   "--microbatches",
     "--stages",       "--steps",          "--log-every", "--threads",    "--seed",    "--lr",
     "--weight-decay", "--data",           "--schedule",  "--ranks",      "--runtime", "--data-parallel",
     "--trace",        "--timeline",       "--save",      "--save-every", "--resume",  "--backend",
-    "--precision",    "--export-weights", "--dtype",     "--remat"};
+    "--precision",    "--export-weights", "--dtype",     "--remat",      "--memory-limit"};
 
 static int is_one_of(const char *name, const char *const *list, size_t n) {
     for (size_t k = 0; k < n; k++)
@@ -174,6 +186,7 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!strcmp(name, "--quiet")) o->quiet = 1;
             if (!strcmp(name, "--json")) o->json = 1;
             if (!strcmp(name, "--balance-stages")) o->cfg.balance_stages = 1;
+            if (!strcmp(name, "--auto")) o->auto_layout = 1;
             continue;
         }
         if (!is_one_of(name, valued, sizeof valued / sizeof valued[0]))
@@ -200,6 +213,12 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!(rc = parse_int(name, val, 1, 1 << 20, &v))) o->cfg.microbatches = (int)v;
         } else if (!strcmp(name, "--stages")) {
             if (!(rc = parse_int(name, val, 1, 1000, &v))) o->cfg.stages = (int)v;
+            o->stages_given = 1;
+        } else if (!strcmp(name, "--memory-limit")) {
+            int64_t b;
+            if (mpmd_parse_bytes(val, &b) || b <= 0)
+                return bad_option("--memory-limit expects a byte count like 512M or 2G, got \"%s\"", val);
+            o->mem_limit = b;
         } else if (!strcmp(name, "--steps")) {
             rc = parse_int(name, val, 1, 1LL << 31, &o->steps);
         } else if (!strcmp(name, "--log-every")) {
@@ -226,7 +245,7 @@ static int parse_args(int argc, char **argv, options *o) {
         } else {
             if (!*val) return bad_option("%s needs a value", name);
             if (!strcmp(name, "--data")) o->data = val;
-            if (!strcmp(name, "--schedule")) o->schedule = val;
+            if (!strcmp(name, "--schedule")) o->schedule = val, o->schedule_given = 1;
             if (!strcmp(name, "--backend")) o->backend = val;
             if (!strcmp(name, "--precision")) o->precision = val;
             if (!strcmp(name, "--remat")) o->remat = val;
@@ -245,7 +264,15 @@ static int parse_args(int argc, char **argv, options *o) {
             "unknown schedule \"%s\"; use loop, gpipe, std1f1b, eager1f1b, interleaved1f1b, kimik2, "
             "zerobubble, dualpipev, interleavedgpipe or file:PATH",
             o->schedule);
-    if (loop && (o->ranks || o->fuse))
+    if (o->auto_layout && (o->schedule_given || o->stages_given || o->remat || o->fuse))
+        return bad_option("--auto chooses the schedule, stages, microbatches and remat; drop --schedule, "
+                          "--stages, --remat and --fuse-steady-state");
+    if (o->auto_layout && !o->ranks) return bad_option("--auto needs --ranks D (the ranks to lay the model on)");
+    if (o->auto_layout && o->mpi)
+        return bad_option("--auto measures in this process; run it with --runtime local, then run the chosen "
+                          "layout under mpirun");
+    if (o->mem_limit && !o->auto_layout) return bad_option("--memory-limit is the limit --auto plans under");
+    if (loop && !o->auto_layout && (o->ranks || o->fuse))
         return bad_option("--ranks and --fuse-steady-state need a pipeline schedule (--schedule NAME)");
     if (loop && (o->trace || o->timeline))
         return bad_option("--trace and --timeline draw a pipeline's ranks; give a --schedule");
@@ -359,6 +386,27 @@ int main(int argc, char **argv) {
     if (o.data ? gpt_corpus_load(&corpus, o.data, c->seq + 1, &err)
                : gpt_corpus_generate(&corpus, 1 << 20, 1234, &err))
         return fail(&t, "%s", err.msg);
+    /* --auto: lay the model out by prediction, then train that layout */
+    gpt_layout chosen;
+    memset(&chosen, 0, sizeof chosen);
+    static char chosen_schedule[32];
+    if (o.auto_layout) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        long per = cores / (o.ranks * o.replicas);
+        int threads = o.threads ? (int)o.threads : (int)(per > 0 ? per : 1);
+        gpt_layout *all = NULL;
+        int n_all = 0;
+        mpmd_status prc = gpt_plan(&o.cfg, (int)o.ranks, threads, o.mem_limit,
+                                   o.quiet ? NULL : (o.json ? stderr : stdout), &chosen, &all, &n_all, &err);
+        free(all);
+        if (prc) return fail(&t, "%s", err.msg);
+        o.cfg = gpt_layout_config(&o.cfg, &chosen);
+        snprintf(chosen_schedule, sizeof chosen_schedule, "%s", chosen.schedule);
+        o.schedule = chosen_schedule;
+        if (!o.quiet)
+            fprintf(o.json ? stderr : stdout, "auto: training %s, %d stages, %d microbatches, remat %s\n",
+                    chosen.schedule, chosen.stages, chosen.microbatches, gpt_remat_name(chosen.remat));
+    }
     gpt_model m;
     if (gpt_build(c, 1, &m, &err)) return fail(&t, "%s", err.msg);
 
@@ -415,13 +463,19 @@ int main(int argc, char **argv) {
     int32_t *tok = malloc(nb * sizeof *tok), *tgt = malloc(nb * sizeof *tgt);
     if (!tok || !tgt) return fail(&t, "out of memory for the batch");
     float loss = NAN;
+    /* --auto: every step's run time, for the measured side of the prediction */
+    double *run_ms = o.auto_layout ? malloc((size_t)(o.steps - first + 1) * sizeof *run_ms) : NULL;
+    int n_run = 0;
+    if (o.auto_layout && !run_ms) return fail(&t, "out of memory");
     double t_log = now_s(), t_start = t_log, busy_bubble = 0;
     long long since = 0, bubble_n = 0;
     for (long long step = first; step <= o.steps; step++) {
         gpt_sample_batch(&corpus, gb, c->seq, o.seed, (uint64_t)step, tok, tgt);
         if (set_inputs(&t, &m, tok, tgt, nb * sizeof *tok))
             return fail(&t, "step %lld: %s", step, mpmd_step_error(t.st));
+        double t_run = now_s();
         if (mpmd_step_run(t.st)) return fail(&t, "step %lld: %s", step, mpmd_step_error(t.st));
+        if (run_ms) run_ms[n_run++] = 1e3 * (now_s() - t_run);
         if (mpmd_step_gather(t.st, m.loss, &loss, sizeof loss))
             return fail(&t, "step %lld: %s", step, mpmd_step_error(t.st));
         if (o.nan_check && !isfinite(loss)) {
@@ -496,6 +550,21 @@ int main(int argc, char **argv) {
     if (t.sched && !t.mpi && !o.quiet && !o.json) mpmd_step_print_summary(t.st, stdout, &err);
     char hex[65];
     mpmd_step_params_sha256(t.st, hex); /* collective under MPI */
+    double measured_ms = NAN;
+    if (run_ms && n_run) { /* the median, the first step (first touches of memory) left out */
+        int k0 = n_run > 1 ? 1 : 0, k = n_run - k0;
+        for (int i = k0; i < n_run; i++)
+            for (int j = i + 1; j < n_run; j++)
+                if (run_ms[j] < run_ms[i]) {
+                    double x = run_ms[i];
+                    run_ms[i] = run_ms[j], run_ms[j] = x;
+                }
+        measured_ms = k % 2 ? run_ms[k0 + k / 2] : 0.5 * (run_ms[k0 + k / 2 - 1] + run_ms[k0 + k / 2]);
+        if (t.root && !o.quiet && !o.json)
+            printf("auto: predicted %.2f ms per step, measured %.2f (median of %d), ratio %.2f\n",
+                   chosen.predicted_ms, measured_ms, k, measured_ms / chosen.predicted_ms);
+    }
+    free(run_ms);
     if (t.root) {
         if (o.json) {
             /* each rank of this process: the bytes it allocates, planned and counted by its backend */
@@ -506,7 +575,13 @@ int main(int argc, char **argv) {
                 printf("%s{\"rank\": %d, \"peak_bytes_planned\": %lld, \"peak_bytes_measured\": %lld}",
                        k++ ? ", " : "", r, (long long)ms.planned, (long long)ms.measured);
             }
-            printf("]}\n");
+            printf("]");
+            if (o.auto_layout)
+                printf(", \"auto\": {\"schedule\": \"%s\", \"stages\": %d, \"microbatches\": %d, \"remat\": "
+                       "\"%s\", \"predicted_ms\": %.3f, \"measured_ms\": %.3f}",
+                       chosen.schedule, chosen.stages, chosen.microbatches, gpt_remat_name(chosen.remat),
+                       chosen.predicted_ms, measured_ms);
+            printf("}\n");
         } else
             printf("final_loss=%.9g params_sha256=%s\n", loss, hex);
     }

@@ -626,6 +626,28 @@ typedef struct mpmd_memory_stats {
     int64_t measured, backend_own;
 } mpmd_memory_stats;
 mpmd_status mpmd_step_memory(const mpmd_step *st, int rank, mpmd_memory_stats *out);
+
+/* Before compiling a step for real: what graph g under schedule s (NULL:
+ * the loop) with opts would allocate on each rank, from the same plan
+ * mpmd_jit_with_loop would make (nothing is allocated; the backend need not
+ * be able to run here), and how long a step would take. The time comes
+ * from `profiled`, a step of the same graph (any schedule, or the loop)
+ * after at least one run with mpmd_step_set_profiling on: each task costs
+ * what its ops took per microbatch there, each rank's before- and
+ * after-loop ops add what they took, and the schedule is simulated with
+ * these times (transfers free). profiled NULL: memory only (step_ms NAN).
+ * Measured op times carry the profiled run's thread count: profile with
+ * the threads per rank the layout will have. */
+typedef struct mpmd_prediction {
+    double step_ms;           /* NAN without a profiled step */
+    double bubble;            /* of the simulated schedule (0 for the loop) */
+    int num_ranks;
+    mpmd_memory_stats *ranks; /* [num_ranks]: the planned fields (measured -1) */
+    int64_t peak;             /* the largest planned total of a rank */
+} mpmd_prediction;
+mpmd_status mpmd_predict(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts,
+                         const mpmd_step *profiled, mpmd_prediction *out, mpmd_error *err);
+void mpmd_prediction_free(mpmd_prediction *p);
 /* The backend the ranks run on ("cpu", "cuda"). */
 const char *mpmd_step_backend(const mpmd_step *st);
 /* Copy new contents into a parameter or variable: every copy of it this

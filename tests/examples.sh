@@ -32,6 +32,20 @@ for remat in block dots; do
   [ "$line" = "$ref" ] && ok "--remat $remat, zerobubble: the same bits" || bad "--remat $remat: $line vs $ref"
 done
 
+# --auto under a memory limit: the chosen layout fits on every rank, and it
+# trains to the bits of the same configuration run as the loop
+auto=$("$gpt" "${model[@]}" --auto --ranks 2 --memory-limit 900K --json 2>/dev/null | tail -n 1)
+field() { sed -n "s/.*\"$1\": \"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$auto"; }
+a_stages=$(field stages) a_micro=$(field microbatches) a_remat=$(field remat)
+peaks=$(grep -o '"peak_bytes_planned": [0-9]*' <<<"$auto" | grep -o '[0-9]*$')
+over=0
+for p in $peaks; do [ "$p" -le 921600 ] || over=1; done
+auto_line="final_loss=$(field final_loss) params_sha256=$(field params_sha256)"
+same=$("$gpt" "${model[@]}" --stages "$a_stages" --balance-stages --microbatches "$a_micro" --remat "$a_remat" | tail -n 1)
+[ -n "$peaks" ] && [ $over -eq 0 ] && [ "$auto_line" = "$same" ] &&
+  ok "--auto --memory-limit 900K: $(field schedule) S=$a_stages n=$a_micro remat $a_remat fits ($(echo $peaks)) and equals its loop" ||
+  bad "--auto: $auto (loop of that layout: $same)"
+
 # data parallelism without a pipeline: the loop's replicas combine as a
 # pipeline's do, so two replicas of the loop equal two of a 2-stage pipeline
 dp=$("$gpt" "${model[@]}" --schedule std1f1b --stages 2 --data-parallel 2 | tail -n 1)
@@ -69,6 +83,10 @@ expect 2 "--layers must be between" --layers 0
 expect 2 "unknown schedule" --schedule fast
 expect 2 "--precision is f32, bf16 or f16" --precision fp8
 expect 2 "--remat is none, block or dots" --remat all
+expect 2 "--auto needs --ranks D" --auto
+expect 2 "--auto chooses the schedule" --auto --ranks 2 --schedule gpipe
+expect 2 "--memory-limit expects a byte count" --auto --ranks 2 --memory-limit lots
+expect 1 "no layout fits in 1024 bytes per rank; the smallest peak found is" "${model[@]}" --auto --ranks 2 --memory-limit 1K
 expect 2 "not divisible by 4 microbatches" --batch 7
 expect 2 "need a pipeline schedule" --ranks 2
 expect 1 "needs as many ranks as stages" --schedule std1f1b --stages 1 --ranks 2 --steps 1

@@ -5,6 +5,7 @@
 #include "runtime/transport.h"
 #include "util/sha256.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,34 +32,50 @@ static mpmd_status loop_check(const mpmd_graph *g, mpmd_error *err) {
     return MPMD_OK;
 }
 
+/* The checks every compilation of g under s (NULL: the loop) with opts
+ * makes, in this order: the graph against the schedule, the counts, the
+ * backend's name. Fills *o, *be and *replicas. */
+static mpmd_status step_options(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts,
+                                mpmd_step_opts *o, const mpmd_backend **be, int *replicas, mpmd_error *err) {
+    mpmd_status rc = s ? mpmd_compile_check(g, s, err) : loop_check(g, err);
+    if (rc) return rc;
+    *o = opts ? *opts : MPMD_STEP_DEFAULTS;
+    if (o->threads_per_rank < 0)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_jit_with_loop: threads_per_rank = %d; use 0 or a positive count",
+                              o->threads_per_rank);
+    if (o->data_parallel < 0)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_jit_with_loop: data_parallel = %d; use 1 (or 0) for none, or a "
+                              "replica count",
+                              o->data_parallel);
+    *replicas = o->data_parallel > 1 ? o->data_parallel : 1;
+    if (!(*be = mpmd_backend_get(o->backend)))
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_jit_with_loop: unknown backend \"%s\"; this build has: %s", o->backend,
+                              mpmd_backend_names());
+    if (o->runtime != MPMD_RUNTIME_LOCAL && o->runtime != MPMD_RUNTIME_MPI)
+        return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: unknown runtime %d", (int)o->runtime);
+    return MPMD_OK;
+}
+
+/* The plan itself (receives posted as the runtime's transport posts them). */
+static mpmd_plan *plan_of(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_backend *be, int replicas,
+                          int runtime, mpmd_error *err) {
+    const mpmd_transport *tr = mpmd_transport_for(runtime);
+    int ahead = tr ? tr->recv_ahead : 2; /* a build without MPI plans MPI's two tasks ahead */
+    return s ? mpmd_compile(g, s, be, replicas, ahead, err) : mpmd_compile_loop(g, be, replicas, ahead, err);
+}
+
 mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts,
                               mpmd_error *err) {
     /* the graph against the schedule first, then the options; without a
      * schedule, the unpipelined loop on one rank */
-    if (s ? mpmd_compile_check(g, s, err) != MPMD_OK : loop_check(g, err) != MPMD_OK) return NULL;
+    mpmd_step_opts o;
+    const mpmd_backend *be = NULL;
+    int replicas = 1;
+    if (step_options(g, s, opts, &o, &be, &replicas, err)) return NULL;
     const int D = s ? s->num_ranks : 1;
-    mpmd_step_opts o = opts ? *opts : MPMD_STEP_DEFAULTS;
-    if (o.threads_per_rank < 0) {
-        mpmd_error_set(err, MPMD_ERR_INVALID,
-                       "mpmd_jit_with_loop: threads_per_rank = %d; use 0 or a positive count",
-                       o.threads_per_rank);
-        return NULL;
-    }
-    if (o.data_parallel < 0) {
-        mpmd_error_set(err, MPMD_ERR_INVALID,
-                       "mpmd_jit_with_loop: data_parallel = %d; use 1 (or 0) for none, or a "
-                       "replica count",
-                       o.data_parallel);
-        return NULL;
-    }
-    int replicas = o.data_parallel > 1 ? o.data_parallel : 1;
-    const mpmd_backend *be = mpmd_backend_get(o.backend);
-    if (!be) {
-        mpmd_error_set(err, MPMD_ERR_INVALID,
-                       "mpmd_jit_with_loop: unknown backend \"%s\"; this build has: %s", o.backend,
-                       mpmd_backend_names());
-        return NULL;
-    }
     char why[512];
     if (be->available(why, sizeof why)) {
         mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: the %s backend cannot run here: %s",
@@ -93,9 +110,6 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
         }
         mpi_rank = w % D;
         mpi_replica = w / D;
-    } else if (o.runtime != MPMD_RUNTIME_LOCAL) {
-        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: unknown runtime %d", (int)o.runtime);
-        return NULL;
     }
     mpmd_step *st = calloc(1, sizeof *st);
     if (!st) {
@@ -108,9 +122,7 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
     st->mpi_replica = mpi_replica;
     st->threads_per_rank = o.threads_per_rank;
     st->seed = o.seed;
-    st->plan = s ? mpmd_compile(g, s, be, replicas, st->tr->recv_ahead, err)
-                 : mpmd_compile_loop(g, be, replicas, st->tr->recv_ahead, err);
-    if (!st->plan) goto fail;
+    if (!(st->plan = plan_of(g, s, be, replicas, o.runtime, err))) goto fail;
     if (mpmd_runtime_init(st, err)) goto fail;
     return st;
 fail:
@@ -217,21 +229,28 @@ size_t mpmd_step_arena_bytes(const mpmd_step *st, int rank) {
     return rank >= 0 && rank < st->plan->num_ranks ? st->plan->mem[rank].arena_bytes : 0;
 }
 
-mpmd_status mpmd_step_memory(const mpmd_step *st, int rank, mpmd_memory_stats *out) {
+/* The planned fields of rank's memory stats (measured -1). */
+static void planned_memory(const mpmd_plan *pl, int rank, mpmd_memory_stats *out) {
     memset(out, 0, sizeof *out);
-    if (rank < 0 || rank >= st->plan->num_ranks) return MPMD_ERR_INVALID;
-    const mpmd_rank_memory *m = &st->plan->mem[rank];
+    const mpmd_rank_memory *m = &pl->mem[rank];
     out->parameters = (int64_t)m->params_bytes;
     out->optimizer_state = (int64_t)m->state_bytes;
     out->inputs = (int64_t)m->input_bytes;
-    out->arena = (int64_t)mpmd_backend_alloc_bytes(st->plan->be, m->arena_bytes ? m->arena_bytes : 64);
-    out->workspace = m->scratch_bytes ? (int64_t)mpmd_backend_alloc_bytes(st->plan->be, m->scratch_bytes) : 0;
+    out->arena = (int64_t)mpmd_backend_alloc_bytes(pl->be, m->arena_bytes ? m->arena_bytes : 64);
+    out->workspace = m->scratch_bytes ? (int64_t)mpmd_backend_alloc_bytes(pl->be, m->scratch_bytes) : 0;
     out->planned = (int64_t)m->total_bytes;
     out->arena_live = (int64_t)m->live_peak;
     out->activations = (int64_t)m->live_activations;
     out->received = (int64_t)m->live_received;
     out->loop_results = (int64_t)m->live_loop_results;
     out->other = (int64_t)m->live_other;
+    out->measured = out->backend_own = -1;
+}
+
+mpmd_status mpmd_step_memory(const mpmd_step *st, int rank, mpmd_memory_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (rank < 0 || rank >= st->plan->num_ranks) return MPMD_ERR_INVALID;
+    planned_memory(st->plan, rank, out);
     size_t peak = 0, own = 0;
     if (mpmd_runtime_backend_memory(st, rank, &peak, &own)) {
         out->measured = (int64_t)peak;
@@ -240,6 +259,107 @@ mpmd_status mpmd_step_memory(const mpmd_step *st, int rank, mpmd_memory_stats *o
         out->measured = out->backend_own = -1;
     }
     return MPMD_OK;
+}
+
+void mpmd_prediction_free(mpmd_prediction *p) {
+    if (!p) return;
+    free(p->ranks);
+    p->ranks = NULL;
+}
+
+/* Seconds per run of each node of `profiled`, over the rank states of this
+ * process that run it (replicas count once); NULL when out of memory. */
+static double *node_seconds(const mpmd_step *profiled) {
+    const mpmd_plan *pl = profiled->plan;
+    const int nn = pl->g->n_nodes;
+    double *t = calloc((size_t)nn + 1, sizeof *t);
+    int *holders = calloc((size_t)nn + 1, sizeof *holders);
+    if (!t || !holders) {
+        free(t), free(holders);
+        return NULL;
+    }
+    for (int li = 0; li < profiled->num_local; li++) {
+        const double *sec = mpmd_runtime_op_seconds(profiled, li);
+        int r = profiled->rs[li].rank;
+        for (int i = 0; sec && i < nn; i++) {
+            int here = pl->g->nodes[i].region == MPMD_REGION_BODY ? pl->home[i] == r : mpmd_runs_on(pl, i, r);
+            if (!here) continue;
+            t[i] += sec[i];
+            holders[i]++;
+        }
+    }
+    for (int i = 0; i < nn; i++)
+        if (holders[i]) t[i] /= (double)holders[i] * profiled->prof_runs;
+    free(holders);
+    return t;
+}
+
+mpmd_status mpmd_predict(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts,
+                         const mpmd_step *profiled, mpmd_prediction *out, mpmd_error *err) {
+    memset(out, 0, sizeof *out);
+    out->step_ms = NAN;
+    mpmd_step_opts o;
+    const mpmd_backend *be = NULL;
+    int replicas = 1;
+    mpmd_status rc = step_options(g, s, opts, &o, &be, &replicas, err);
+    if (rc) return rc;
+    if (profiled && (profiled->plan->g != g || !profiled->profiling || profiled->prof_runs < 1))
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_predict: the profiled step must be of the same graph, with a run after "
+                              "mpmd_step_set_profiling(st, 1)");
+    mpmd_plan *pl = plan_of(g, s, be, replicas, o.runtime, err);
+    if (!pl) return err ? err->code : MPMD_ERR_INVALID;
+    const int D = pl->num_ranks, S = pl->num_stages, n = pl->num_micro > 0 ? pl->num_micro : 1;
+    double *t = NULL, *stage_time = NULL, *pre = NULL, *post = NULL;
+    out->num_ranks = D;
+    if (!(out->ranks = calloc((size_t)D, sizeof *out->ranks))) goto nomem;
+    for (int r = 0; r < D; r++) {
+        planned_memory(pl, r, &out->ranks[r]);
+        if (out->ranks[r].planned > out->peak) out->peak = out->ranks[r].planned;
+    }
+    if (profiled) {
+        t = node_seconds(profiled);
+        stage_time = calloc((size_t)S * MPMD_TASK_KINDS + 1, sizeof *stage_time);
+        pre = calloc((size_t)D + 1, sizeof *pre);
+        post = calloc((size_t)D + 1, sizeof *post);
+        if (!t || !stage_time || !pre || !post) goto nomem;
+        /* a task: its ops for one microbatch; a rank's ends: its own ops */
+        for (int k = 0; k < S * MPMD_TASK_KINDS; k++)
+            for (int c = 0; c < pl->cl.count[k]; c++)
+                stage_time[k] += t[pl->cl.nodes[k][c]] / n;
+        double pre_max = 0, post_max = 0;
+        for (int r = 0; r < D; r++) {
+            for (int x = 0; x < pl->prog[r].n; x++) {
+                const mpmd_instr *in = &pl->prog[r].ins[x];
+                if (in->op == MPMD_I_RUN_PRE) pre[r] += t[in->node];
+                if (in->op == MPMD_I_RUN_POST) post[r] += t[in->node];
+            }
+            if (pre[r] > pre_max) pre_max = pre[r];
+            if (post[r] > post_max) post_max = post[r];
+        }
+        double span = 0;
+        if (pl->sched) {
+            mpmd_cost_model cost = MPMD_COST_DEFAULTS;
+            cost.stage_latency = stage_time;
+            mpmd_sim *sim = NULL;
+            if ((rc = mpmd_schedule_simulate(pl->sched, &cost, &sim, err, NULL))) goto done;
+            span = sim->makespan;
+            out->bubble = sim->bubble;
+            mpmd_sim_free(sim);
+        } else {
+            for (int k = 0; k < MPMD_TASK_KINDS; k++)
+                span += stage_time[k] * n;
+        }
+        out->step_ms = 1e3 * (pre_max + span + post_max);
+    }
+    goto done;
+nomem:
+    rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_predict: out of memory");
+done:
+    if (rc) mpmd_prediction_free(out);
+    free(t), free(stage_time), free(pre), free(post);
+    mpmd_plan_free(pl);
+    return rc;
 }
 
 void mpmd_step_print_memory(const mpmd_step *st, int rank, FILE *f) {

@@ -1,0 +1,181 @@
+/* The GPT layout planner (gpt_plan.h). */
+#include "gpt_plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *gpt_remat_name(int remat) {
+    return remat == MPMD_REMAT_SAVE_DOTS ? "dots" : remat == MPMD_REMAT_SAVE_NOTHING ? "block" : "none";
+}
+
+gpt_config gpt_layout_config(const gpt_config *base, const gpt_layout *l) {
+    gpt_config c = *base;
+    c.stages = l->stages;
+    c.microbatches = l->microbatches;
+    c.remat = l->remat;
+    c.balance_stages = 1; /* markers by cost: any stage count up to the layers */
+    return c;
+}
+
+mpmd_status gpt_layout_schedule(const gpt_layout *l, mpmd_schedule **out, mpmd_error *err) {
+    int kind = mpmd_schedule_kind_from_name(l->schedule);
+    if (kind < 0) return mpmd_error_set(err, MPMD_ERR_INVALID, "unknown schedule \"%s\"", l->schedule);
+    return mpmd_schedule_new((mpmd_schedule_kind)kind, l->stages, l->ranks, l->microbatches, 0, out, err);
+}
+
+/* Fitting layouts first, fastest first; then the rest, smallest peak first. */
+static int by_choice(const void *pa, const void *pb) {
+    const gpt_layout *a = pa, *b = pb;
+    if (a->fits != b->fits) return b->fits - a->fits;
+    if (a->fits) return (a->predicted_ms > b->predicted_ms) - (a->predicted_ms < b->predicted_ms);
+    return (a->peak_bytes > b->peak_bytes) - (a->peak_bytes < b->peak_bytes);
+}
+
+/* One profiled step of the unpipelined loop of configuration c. */
+static mpmd_step *profile(const gpt_model *m, int threads, mpmd_error *err) {
+    mpmd_step_opts o = MPMD_STEP_DEFAULTS;
+    o.threads_per_rank = threads;
+    mpmd_step *st = mpmd_jit_with_loop(m->g, NULL, &o, err);
+    if (!st) return NULL;
+    size_t n = (size_t)(m->cfg.batch * m->cfg.seq);
+    int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
+    mpmd_status rc = tok && tgt ? MPMD_OK : MPMD_ERR_NOMEM;
+    if (!rc) {
+        gpt_random_batch(m->cfg.vocab, m->cfg.batch, m->cfg.seq, 1, 1, tok, tgt);
+        rc = mpmd_step_set_input(st, m->tokens, tok, n * sizeof *tok) ||
+             mpmd_step_set_input(st, m->targets, tgt, n * sizeof *tgt);
+    }
+    /* a warm-up run (first touches of memory), then the profiled one */
+    if (!rc) rc = mpmd_step_run(st);
+    if (!rc) rc = mpmd_step_set_profiling(st, 1);
+    if (!rc) rc = mpmd_step_run(st);
+    if (rc) {
+        mpmd_error_set(err, rc, "profiling the loop: %s", mpmd_step_error(st));
+        mpmd_step_free(st);
+        st = NULL;
+    }
+    free(tok), free(tgt);
+    return st;
+}
+
+static void report_bytes(FILE *f, int64_t b) {
+    if (b >= (int64_t)1 << 30)
+        fprintf(f, "%.2f GiB", (double)b / (1 << 30));
+    else if (b >= (int64_t)1 << 20)
+        fprintf(f, "%.1f MiB", (double)b / (1 << 20));
+    else
+        fprintf(f, "%.1f KiB", (double)b / 1024);
+}
+
+mpmd_status gpt_plan(const gpt_config *base, int ranks, int threads, int64_t limit, FILE *report,
+                     gpt_layout *best, gpt_layout **all, int *n_all, mpmd_error *err) {
+    static const char *const flat[] = {"gpipe", "std1f1b", "eager1f1b", "zerobubble"};
+    static const char *const twice[] = {"interleaved1f1b", "kimik2", "interleavedgpipe", "dualpipev"};
+    static const int remats[] = {0, MPMD_REMAT_SAVE_DOTS, MPMD_REMAT_SAVE_NOTHING};
+    *all = NULL;
+    *n_all = 0;
+    if (ranks < 1 || ranks > base->layers)
+        return mpmd_error_set(err, MPMD_ERR_INVALID, "gpt --auto: %d ranks for %d layers; each rank needs a layer",
+                              ranks, base->layers);
+    int cap = 256, n = 0;
+    gpt_layout *l = malloc((size_t)cap * sizeof *l);
+    if (!l) return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt --auto: out of memory");
+    mpmd_status rc = MPMD_OK;
+    for (int twice_s = 0; twice_s < 2 && !rc; twice_s++) {
+        int S = ranks * (twice_s + 1);
+        if (S > base->layers || (twice_s && ranks < 2)) continue;
+        for (int64_t micro = ranks; micro <= base->batch && !rc; micro *= 2) {
+            if (base->batch % micro) continue;
+            for (int ri = 0; ri < 3 && !rc; ri++) {
+                gpt_layout proto = {"", S, ranks, (int)micro, remats[ri], NAN, 0, 0};
+                gpt_config c = gpt_layout_config(base, &proto);
+                gpt_model m;
+                if ((rc = gpt_build(&c, 1, &m, err))) break;
+                mpmd_step *prof = profile(&m, threads, err);
+                if (!prof) {
+                    rc = err ? err->code : MPMD_ERR_RUNTIME;
+                    gpt_model_free(&m);
+                    break;
+                }
+                mpmd_step_opts o = MPMD_STEP_DEFAULTS;
+                o.threads_per_rank = threads;
+                for (int k = 0; k < 4; k++) {
+                    gpt_layout x = proto;
+                    snprintf(x.schedule, sizeof x.schedule, "%s", twice_s ? twice[k] : flat[k]);
+                    mpmd_schedule *s;
+                    mpmd_error e2;
+                    if (gpt_layout_schedule(&x, &s, &e2)) continue; /* this kind cannot take these counts */
+                    mpmd_prediction p;
+                    if (mpmd_predict(m.g, s, &o, prof, &p, &e2) == MPMD_OK) {
+                        x.predicted_ms = p.step_ms;
+                        x.peak_bytes = p.peak;
+                        x.fits = !limit || p.peak <= limit;
+                        mpmd_prediction_free(&p);
+                        if (n == cap) {
+                            gpt_layout *nl = realloc(l, (size_t)(cap *= 2) * sizeof *l);
+                            if (!nl) {
+                                rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt --auto: out of memory");
+                                mpmd_schedule_free(s);
+                                break;
+                            }
+                            l = nl;
+                        }
+                        l[n++] = x;
+                    }
+                    mpmd_schedule_free(s);
+                }
+                mpmd_step_free(prof);
+                gpt_model_free(&m);
+            }
+        }
+    }
+    if (!rc && n == 0)
+        rc = mpmd_error_set(err, MPMD_ERR_INVALID,
+                            "gpt --auto: no layout of %d ranks fits this model (batch %lld, %d layers)", ranks,
+                            (long long)base->batch, base->layers);
+    if (rc) {
+        free(l);
+        return rc;
+    }
+    qsort(l, (size_t)n, sizeof *l, by_choice);
+    int fit = 0;
+    while (fit < n && l[fit].fits)
+        fit++;
+    if (report) {
+        fprintf(report, "auto: %d layouts on %d ranks x %d threads, memory limit ", n, ranks, threads);
+        if (limit)
+            report_bytes(report, limit);
+        else
+            fputs("none", report);
+        fprintf(report, " per rank\n  %-18s %6s %6s %6s %14s %14s\n", "schedule", "stages", "micro", "remat",
+                "predicted ms", "peak per rank");
+        for (int i = 0; i < n && i < 5 && i < fit; i++) {
+            fprintf(report, "  %-18s %6d %6d %6s %14.2f      ", l[i].schedule, l[i].stages, l[i].microbatches,
+                    gpt_remat_name(l[i].remat), l[i].predicted_ms);
+            report_bytes(report, l[i].peak_bytes);
+            fputs(i == 0 ? "   <- chosen\n" : "\n", report);
+        }
+        if (fit > 5) fprintf(report, "  %d more fit, predicted slower than those\n", fit - 5);
+        if (n > fit) {
+            fprintf(report, "  %d exceed the limit (the smallest of them needs ", n - fit);
+            report_bytes(report, l[fit].peak_bytes);
+            fprintf(report, ": %s, %d stages, %d microbatches, remat %s)\n", l[fit].schedule, l[fit].stages,
+                    l[fit].microbatches, gpt_remat_name(l[fit].remat));
+        }
+    }
+    if (!fit) {
+        char b[64];
+        snprintf(b, sizeof b, "%lld bytes", (long long)l[0].peak_bytes);
+        rc = mpmd_error_set(err, MPMD_ERR_INVALID,
+                            "gpt --auto: no layout fits in %lld bytes per rank; the smallest peak found is %s "
+                            "(%s, %d stages, %d microbatches, remat %s)",
+                            (long long)limit, b, l[0].schedule, l[0].stages, l[0].microbatches,
+                            gpt_remat_name(l[0].remat));
+    } else {
+        *best = l[0];
+    }
+    *all = l;
+    *n_all = n;
+    return rc;
+}
