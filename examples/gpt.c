@@ -405,7 +405,7 @@ int main(int argc, char **argv) {
         o.schedule = chosen_schedule;
         if (!o.quiet)
             fprintf(o.json ? stderr : stdout, "auto: training %s, %d stages, %d microbatches, remat %s\n",
-                    chosen.schedule, chosen.stages, chosen.microbatches, gpt_remat_name(chosen.remat));
+                    chosen.schedule, chosen.stages, chosen.microbatches, chosen.remat);
     }
     gpt_model m;
     if (gpt_build(c, 1, &m, &err)) return fail(&t, "%s", err.msg);
@@ -562,7 +562,7 @@ int main(int argc, char **argv) {
         measured_ms = k % 2 ? run_ms[k0 + k / 2] : 0.5 * (run_ms[k0 + k / 2 - 1] + run_ms[k0 + k / 2]);
         if (t.root && !o.quiet && !o.json)
             printf("auto: predicted %.2f ms per step, measured %.2f (median of %d), ratio %.2f\n",
-                   chosen.predicted_ms, measured_ms, k, measured_ms / chosen.predicted_ms);
+                   chosen.predicted, measured_ms, k, measured_ms / chosen.predicted);
     }
     free(run_ms);
     if (t.root) {
@@ -579,8 +579,8 @@ int main(int argc, char **argv) {
             if (o.auto_layout)
                 printf(", \"auto\": {\"schedule\": \"%s\", \"stages\": %d, \"microbatches\": %d, \"remat\": "
                        "\"%s\", \"predicted_ms\": %.3f, \"measured_ms\": %.3f}",
-                       chosen.schedule, chosen.stages, chosen.microbatches, gpt_remat_name(chosen.remat),
-                       chosen.predicted_ms, measured_ms);
+                       chosen.schedule, chosen.stages, chosen.microbatches, chosen.remat, chosen.predicted,
+                       measured_ms);
             printf("}\n");
         } else
             printf("final_loss=%.9g params_sha256=%s\n", loss, hex);

@@ -213,6 +213,26 @@ typedef struct mpmd_cost_model {
 /* JaxPP's latencies: F = 1, B = 2, A = 1, W = 1; free transfers; no memory. */
 #define MPMD_COST_DEFAULTS ((mpmd_cost_model){{1.0, 2.0, 1.0, 1.0}, 0.0, NULL, 0.0, 0.0, 0.0, NULL})
 
+/* ---- Layouts: a planner's candidates ----
+ * A planner (gpt --auto, mpmd plan) predicts a step time and the largest
+ * rank's bytes for each layout it considers; these rank and report them. */
+typedef struct mpmd_layout {
+    char schedule[32]; /* a name for mpmd_schedule_kind_from_name */
+    int stages, ranks, microbatches;
+    char remat[8];      /* "none", "dots", "block"; "" where not modelled */
+    double predicted;   /* step time, in the planner's unit */
+    int64_t peak_bytes; /* the largest rank's bytes */
+    int fits;           /* set by mpmd_layouts_rank */
+} mpmd_layout;
+/* Mark which fit in `limit` bytes per rank (0: any) and sort: those that
+ * fit first, fastest first; then the rest, smallest peak first. Returns how
+ * many fit. */
+int mpmd_layouts_rank(mpmd_layout *l, int n, int64_t limit);
+/* The ranked layouts as text: the top ones that fit (the first marked as
+ * chosen), then why the others lose (slower, or over the limit with the
+ * smallest peak among those). `unit` names the predicted times ("ms"). */
+void mpmd_layouts_report(FILE *f, const mpmd_layout *l, int n, int64_t limit, const char *unit);
+
 /* A byte count as people write it: digits with an optional suffix k, M, G
  * or T (powers of 1024; "KiB", "MB" and the like are read the same, a
  * trailing "B" alone means bytes), e.g. "2G", "512M", "1048576". 0 on

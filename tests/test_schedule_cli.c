@@ -369,6 +369,38 @@ static void test_outputs(void) {
           "simulate memory as json: %s", out_text);
     expect_usage_error("simulate gpipe -S 4 -n 8 --keep-f 2X", "expected a byte count like 512M or 2G, got '2X'");
 
+    /* plan: the chosen layout fits, and no layout that fits is faster */
+    rc = run("plan --ranks 4 --layers 12 --batch 32 --keep 6M --model-bytes 2G --memory-limit 1G");
+    CHECK(rc == 0 && strstr(out_text, "31 layouts, memory limit 1.00 GiB per rank") && strstr(out_text, "<- chosen"),
+          "plan: exit %d: %s", rc, out_text);
+    rc = run("plan --ranks 4 --layers 12 --batch 32 --keep 6M --model-bytes 2G --memory-limit 600M -f json");
+    {
+        const char *p = out_text;
+        double top = -1;
+        int fits = 0, bad = 0, over = 0;
+        while ((p = strstr(p, "\"step\": "))) {
+            double step = atof(p + 8);
+            const char *pk = strstr(p, "\"peak_bytes\": ");
+            long long peak = pk ? atoll(pk + 14) : -1;
+            int ok_fit = strstr(p, "\"fits\": true") && strstr(p, "\"fits\": true") < strstr(p, "}");
+            if (top < 0) top = step;
+            if (ok_fit) {
+                fits++;
+                bad |= step < top;
+                over |= peak > 600LL << 20;
+            }
+            p += 8;
+        }
+        CHECK(rc == 0 && fits > 0 && !bad && !over, "plan json: %d fit, one faster than the first: %d, over: %d",
+              fits, bad, over);
+    }
+    rc = run("plan --ranks 4 --layers 12 --batch 32 --keep 6M --model-bytes 2G --memory-limit 100M");
+    CHECK(rc == 2 && strstr(err_text, "no layout fits in 104857600 bytes per rank; the smallest peak found is"),
+          "plan: nothing fits: exit %d: %s", rc, err_text);
+    expect_usage_error("plan --layers 4 --batch 8", "--ranks, --layers and --batch are required");
+    expect_usage_error("plan --ranks 2 --layers 4 --batch 8 --stages 2", "plan chooses the layout itself");
+    expect_usage_error("plan --ranks 8 --layers 4 --batch 8", "8 ranks for 4 layers");
+
     /* simulate reports */
     rc = run("simulate std1f1b -S 4 -n 8");
     CHECK(rc == 0 && strstr(out_text, "makespan     33\n") && strstr(out_text, "27.27% simulated") &&

@@ -9,11 +9,15 @@ const char *gpt_remat_name(int remat) {
     return remat == MPMD_REMAT_SAVE_DOTS ? "dots" : remat == MPMD_REMAT_SAVE_NOTHING ? "block" : "none";
 }
 
+int gpt_remat_policy(const char *name) {
+    return !strcmp(name, "dots") ? MPMD_REMAT_SAVE_DOTS : !strcmp(name, "block") ? MPMD_REMAT_SAVE_NOTHING : 0;
+}
+
 gpt_config gpt_layout_config(const gpt_config *base, const gpt_layout *l) {
     gpt_config c = *base;
     c.stages = l->stages;
     c.microbatches = l->microbatches;
-    c.remat = l->remat;
+    c.remat = gpt_remat_policy(l->remat);
     c.balance_stages = 1; /* markers by cost: any stage count up to the layers */
     return c;
 }
@@ -22,14 +26,6 @@ mpmd_status gpt_layout_schedule(const gpt_layout *l, mpmd_schedule **out, mpmd_e
     int kind = mpmd_schedule_kind_from_name(l->schedule);
     if (kind < 0) return mpmd_error_set(err, MPMD_ERR_INVALID, "unknown schedule \"%s\"", l->schedule);
     return mpmd_schedule_new((mpmd_schedule_kind)kind, l->stages, l->ranks, l->microbatches, 0, out, err);
-}
-
-/* Fitting layouts first, fastest first; then the rest, smallest peak first. */
-static int by_choice(const void *pa, const void *pb) {
-    const gpt_layout *a = pa, *b = pb;
-    if (a->fits != b->fits) return b->fits - a->fits;
-    if (a->fits) return (a->predicted_ms > b->predicted_ms) - (a->predicted_ms < b->predicted_ms);
-    return (a->peak_bytes > b->peak_bytes) - (a->peak_bytes < b->peak_bytes);
 }
 
 /* One profiled step of the unpipelined loop of configuration c. */
@@ -59,15 +55,6 @@ static mpmd_step *profile(const gpt_model *m, int threads, mpmd_error *err) {
     return st;
 }
 
-static void report_bytes(FILE *f, int64_t b) {
-    if (b >= (int64_t)1 << 30)
-        fprintf(f, "%.2f GiB", (double)b / (1 << 30));
-    else if (b >= (int64_t)1 << 20)
-        fprintf(f, "%.1f MiB", (double)b / (1 << 20));
-    else
-        fprintf(f, "%.1f KiB", (double)b / 1024);
-}
-
 mpmd_status gpt_plan(const gpt_config *base, int ranks, int threads, int64_t limit, FILE *report,
                      gpt_layout *best, gpt_layout **all, int *n_all, mpmd_error *err) {
     static const char *const flat[] = {"gpipe", "std1f1b", "eager1f1b", "zerobubble"};
@@ -88,7 +75,8 @@ mpmd_status gpt_plan(const gpt_config *base, int ranks, int threads, int64_t lim
         for (int64_t micro = ranks; micro <= base->batch && !rc; micro *= 2) {
             if (base->batch % micro) continue;
             for (int ri = 0; ri < 3 && !rc; ri++) {
-                gpt_layout proto = {"", S, ranks, (int)micro, remats[ri], NAN, 0, 0};
+                gpt_layout proto = {"", S, ranks, (int)micro, "", NAN, 0, 0};
+                snprintf(proto.remat, sizeof proto.remat, "%s", gpt_remat_name(remats[ri]));
                 gpt_config c = gpt_layout_config(base, &proto);
                 gpt_model m;
                 if ((rc = gpt_build(&c, 1, &m, err))) break;
@@ -108,9 +96,8 @@ mpmd_status gpt_plan(const gpt_config *base, int ranks, int threads, int64_t lim
                     if (gpt_layout_schedule(&x, &s, &e2)) continue; /* this kind cannot take these counts */
                     mpmd_prediction p;
                     if (mpmd_predict(m.g, s, &o, prof, &p, &e2) == MPMD_OK) {
-                        x.predicted_ms = p.step_ms;
+                        x.predicted = p.step_ms;
                         x.peak_bytes = p.peak;
-                        x.fits = !limit || p.peak <= limit;
                         mpmd_prediction_free(&p);
                         if (n == cap) {
                             gpt_layout *nl = realloc(l, (size_t)(cap *= 2) * sizeof *l);
@@ -138,31 +125,10 @@ mpmd_status gpt_plan(const gpt_config *base, int ranks, int threads, int64_t lim
         free(l);
         return rc;
     }
-    qsort(l, (size_t)n, sizeof *l, by_choice);
-    int fit = 0;
-    while (fit < n && l[fit].fits)
-        fit++;
+    int fit = mpmd_layouts_rank(l, n, limit);
     if (report) {
-        fprintf(report, "auto: %d layouts on %d ranks x %d threads, memory limit ", n, ranks, threads);
-        if (limit)
-            report_bytes(report, limit);
-        else
-            fputs("none", report);
-        fprintf(report, " per rank\n  %-18s %6s %6s %6s %14s %14s\n", "schedule", "stages", "micro", "remat",
-                "predicted ms", "peak per rank");
-        for (int i = 0; i < n && i < 5 && i < fit; i++) {
-            fprintf(report, "  %-18s %6d %6d %6s %14.2f      ", l[i].schedule, l[i].stages, l[i].microbatches,
-                    gpt_remat_name(l[i].remat), l[i].predicted_ms);
-            report_bytes(report, l[i].peak_bytes);
-            fputs(i == 0 ? "   <- chosen\n" : "\n", report);
-        }
-        if (fit > 5) fprintf(report, "  %d more fit, predicted slower than those\n", fit - 5);
-        if (n > fit) {
-            fprintf(report, "  %d exceed the limit (the smallest of them needs ", n - fit);
-            report_bytes(report, l[fit].peak_bytes);
-            fprintf(report, ": %s, %d stages, %d microbatches, remat %s)\n", l[fit].schedule, l[fit].stages,
-                    l[fit].microbatches, gpt_remat_name(l[fit].remat));
-        }
+        fprintf(report, "auto: %d ranks x %d threads: ", ranks, threads);
+        mpmd_layouts_report(report, l, n, limit, "ms");
     }
     if (!fit) {
         char b[64];
@@ -170,8 +136,7 @@ mpmd_status gpt_plan(const gpt_config *base, int ranks, int threads, int64_t lim
         rc = mpmd_error_set(err, MPMD_ERR_INVALID,
                             "gpt --auto: no layout fits in %lld bytes per rank; the smallest peak found is %s "
                             "(%s, %d stages, %d microbatches, remat %s)",
-                            (long long)limit, b, l[0].schedule, l[0].stages, l[0].microbatches,
-                            gpt_remat_name(l[0].remat));
+                            (long long)limit, b, l[0].schedule, l[0].stages, l[0].microbatches, l[0].remat);
     } else {
         *best = l[0];
     }

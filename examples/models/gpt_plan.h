@@ -17,25 +17,20 @@
 
 #include <stdio.h>
 
-typedef struct gpt_layout {
-    char schedule[32];  /* a schedule name for mpmd_schedule_kind_from_name */
-    int stages, ranks, microbatches;
-    int remat;          /* 0, or an mpmd_remat_policy */
-    double predicted_ms;
-    int64_t peak_bytes; /* the largest rank's planned bytes */
-    int fits;           /* peak_bytes <= the limit */
-} gpt_layout;
+/* A layout is an mpmd_layout (include/mpmd_schedule.h) with its remat
+ * policy by name; predicted times in ms. */
+typedef mpmd_layout gpt_layout;
 
-/* "none", "dots" or "block". */
+/* "none", "dots" or "block", and the policy of such a name (0: none). */
 const char *gpt_remat_name(int remat);
+int gpt_remat_policy(const char *name);
 
 /* Search the layouts of `base` (its batch, model and precision) on `ranks`
  * ranks with `threads` kernel threads each, under `limit` bytes per rank (0:
- * none). Every layout considered goes to *all (malloc'ed, sorted: those
- * that fit first, by predicted time; then the others by peak), its count to
- * *n_all; *best is the first. A report of the top choices and why the
- * others lose goes to `report` (NULL: none). MPMD_ERR_INVALID when nothing
- * fits, with the smallest peak found in the message. */
+ * none). Every layout considered goes to *all (malloc'ed, ranked by
+ * mpmd_layouts_rank), its count to *n_all; *best is the first. The report
+ * of mpmd_layouts_report goes to `report` (NULL: none). MPMD_ERR_INVALID
+ * when nothing fits, with the smallest peak found in the message. */
 mpmd_status gpt_plan(const gpt_config *base, int ranks, int threads, int64_t limit, FILE *report,
                      gpt_layout *best, gpt_layout **all, int *n_all, mpmd_error *err);
 

@@ -1,0 +1,54 @@
+/* Ranking and reporting a planner's layouts (include/mpmd_schedule.h). */
+#include "mpmd_schedule.h"
+
+#include <stdlib.h>
+
+static int by_choice(const void *pa, const void *pb) {
+    const mpmd_layout *a = pa, *b = pb;
+    if (a->fits != b->fits) return b->fits - a->fits;
+    if (a->fits) return (a->predicted > b->predicted) - (a->predicted < b->predicted);
+    return (a->peak_bytes > b->peak_bytes) - (a->peak_bytes < b->peak_bytes);
+}
+
+int mpmd_layouts_rank(mpmd_layout *l, int n, int64_t limit) {
+    int fit = 0;
+    for (int i = 0; i < n; i++)
+        fit += l[i].fits = !limit || l[i].peak_bytes <= limit;
+    qsort(l, (size_t)n, sizeof *l, by_choice);
+    return fit;
+}
+
+static void bytes(FILE *f, int64_t b) {
+    if (b >= (int64_t)1 << 30)
+        fprintf(f, "%.2f GiB", (double)b / (1 << 30));
+    else if (b >= (int64_t)1 << 20)
+        fprintf(f, "%.1f MiB", (double)b / (1 << 20));
+    else
+        fprintf(f, "%.1f KiB", (double)b / 1024);
+}
+
+void mpmd_layouts_report(FILE *f, const mpmd_layout *l, int n, int64_t limit, const char *unit) {
+    int fit = 0;
+    while (fit < n && l[fit].fits)
+        fit++;
+    fprintf(f, "%d layouts, memory limit ", n);
+    if (limit)
+        bytes(f, limit);
+    else
+        fputs("none", f);
+    fprintf(f, " per rank\n  %-18s %6s %6s %6s %6s %12s %14s\n", "schedule", "stages", "ranks", "micro", "remat",
+            "predicted", "peak per rank");
+    for (int i = 0; i < n && i < 5 && i < fit; i++) {
+        fprintf(f, "  %-18s %6d %6d %6d %6s %9.4g %-2s     ", l[i].schedule, l[i].stages, l[i].ranks,
+                l[i].microbatches, l[i].remat[0] ? l[i].remat : "-", l[i].predicted, unit);
+        bytes(f, l[i].peak_bytes);
+        fputs(i == 0 ? "   <- chosen\n" : "\n", f);
+    }
+    if (fit > 5) fprintf(f, "  %d more fit, predicted slower than those\n", fit - 5);
+    if (n > fit) {
+        fprintf(f, "  %d exceed the limit (the smallest of them needs ", n - fit);
+        bytes(f, l[fit].peak_bytes);
+        fprintf(f, ": %s, %d stages, %d microbatches%s%s)\n", l[fit].schedule, l[fit].stages, l[fit].microbatches,
+                l[fit].remat[0] ? ", remat " : "", l[fit].remat);
+    }
+}
