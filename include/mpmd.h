@@ -620,6 +620,9 @@ typedef struct mpmd_memory_stats {
     int64_t planned;         /* the sum of the five above */
     /* the arena at its fullest: the most bytes alive at once, and what they are */
     int64_t arena_live, activations, received, loop_results, other;
+    /* the most bytes of activations kept past their task at once (for the
+     * backward, or to send): what rematerialisation trades for time */
+    int64_t kept;
     /* counted by the rank's backend: the most bytes of buffers it held at
      * once, and what it keeps for itself (the cuBLAS workspace); -1 when
      * this process does not run the rank (MPI) */

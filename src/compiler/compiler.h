@@ -129,6 +129,10 @@ typedef struct mpmd_rank_memory {
      * position, at most arena_bytes): body values made here, values
      * received, loop results (gradients), other values. */
     size_t live_peak, live_activations, live_received, live_loop_results, live_other;
+    /* The most bytes of body values kept past their task at once (for a
+     * later task: the backward, a send), received ones included: what
+     * rematerialisation trades for recomputation. */
+    size_t kept_peak;
 } mpmd_rank_memory;
 
 /* Storage (parameters, variables, constants, a rank's input copy) is

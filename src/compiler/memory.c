@@ -266,17 +266,24 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, mpmd_error *err) {
         }
     }
     free(delta);
-    /* the activations' peak counts the values' own bytes, unrounded */
-    delta = calloc((size_t)m->npos + 1, sizeof *delta);
+    /* the activations' peaks count the values' own bytes, unrounded: all
+     * body values, and those kept past their task */
+    delta = calloc(((size_t)m->npos + 1) * 2, sizeof *delta);
     if (!delta) goto nomem;
-    for (int bi = 0; bi < m->nbuf; bi++)
-        if (m->buf[bi].what == MPMD_BUF_BODY) {
-            delta[m->buf[bi].def] += (int64_t)m->buf[bi].bytes;
-            delta[m->buf[bi].last + 1] -= (int64_t)m->buf[bi].bytes;
+    for (int bi = 0; bi < m->nbuf; bi++) {
+        const mpmd_buffer *x = &m->buf[bi];
+        if (x->what != MPMD_BUF_BODY) continue;
+        int kept = x->received || pl->cross[x->node];
+        for (int k = 0; k <= kept; k++) {
+            delta[(size_t)x->def * 2 + k] += (int64_t)x->bytes;
+            delta[((size_t)x->last + 1) * 2 + k] -= (int64_t)x->bytes;
         }
-    int64_t blive = 0;
-    for (int q = 0; q < m->npos; q++)
-        if ((blive += delta[q]) > p->peak_bytes) p->peak_bytes = blive;
+    }
+    int64_t blive = 0, klive = 0;
+    for (int q = 0; q < m->npos; q++) {
+        if ((blive += delta[(size_t)q * 2]) > p->peak_bytes) p->peak_bytes = blive;
+        if ((klive += delta[(size_t)q * 2 + 1]) > (int64_t)m->kept_peak) m->kept_peak = (size_t)klive;
+    }
     free(delta);
 
     items = malloc(((size_t)m->nbuf + 1) * sizeof *items);

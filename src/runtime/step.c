@@ -244,6 +244,7 @@ static void planned_memory(const mpmd_plan *pl, int rank, mpmd_memory_stats *out
     out->received = (int64_t)m->live_received;
     out->loop_results = (int64_t)m->live_loop_results;
     out->other = (int64_t)m->live_other;
+    out->kept = (int64_t)m->kept_peak;
     out->measured = out->backend_own = -1;
 }
 
