@@ -58,7 +58,10 @@ static int fl_insert(freelist *f, size_t off, size_t size) {
 static size_t fl_alloc(freelist *f, size_t size) {
     int best = -1;
     for (int i = 0; i < f->n; i++)
-        if (f->b[i].size >= size && (best < 0 || f->b[i].size < f->b[best].size)) best = i;
+        if (f->b[i].size >= size && (best < 0 || f->b[i].size < f->b[best].size)) {
+            best = i;
+            if (f->b[i].size == size) break; /* nothing fits better */
+        }
     if (best >= 0) {
         size_t off = f->b[best].off;
         f->b[best].off += size;
