@@ -21,6 +21,12 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 
+/* A buffer from cuda_alloc and its size (as rounded). */
+typedef struct mpmd_cuda_buf {
+    void *p;
+    size_t bytes;
+} mpmd_cuda_buf;
+
 typedef struct mpmd_cuda_dev {
     int device;
     int rank;
@@ -31,11 +37,7 @@ typedef struct mpmd_cuda_dev {
     int *flag;      /* device: 0, or the first MPMD_CUDA_FLAG_* a kernel met */
     int *flag_info; /* device: [3] details of that error (value, position, bound) */
     int tf32;       /* f32 products may use TF32 tensor cores (MPMD_CUDA_TF32=1) */
-    /* buffers from cuda_alloc and their sizes, for the instance's count */
-    struct mpmd_cuda_buf {
-        void *p;
-        size_t bytes;
-    } *bufs;
+    mpmd_cuda_buf *bufs; /* buffers from cuda_alloc and their sizes, for the instance's count */
     int nbufs, capbufs;
     size_t in_use, peak;
 } mpmd_cuda_dev;

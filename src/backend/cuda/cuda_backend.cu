@@ -150,7 +150,7 @@ static void *cuda_alloc(void *p, size_t bytes) {
     size_t b = ((bytes ? bytes : 1) + CUDA_GRANULE - 1) / CUDA_GRANULE * CUDA_GRANULE;
     if (d->nbufs == d->capbufs) {
         int cap = d->capbufs ? 2 * d->capbufs : 64;
-        struct mpmd_cuda_buf *nb = (struct mpmd_cuda_buf *)realloc(d->bufs, (size_t)cap * sizeof *nb);
+        mpmd_cuda_buf *nb = (mpmd_cuda_buf *)realloc(d->bufs, (size_t)cap * sizeof *nb);
         if (!nb) return NULL;
         d->bufs = nb, d->capbufs = cap;
     }
