@@ -852,7 +852,31 @@ static void test_threads(void) {
     }
 }
 
+/* The checker itself: a gradient 0.5% off fails, for every op family here. */
+static void test_gradcheck_catches_half_a_percent(void) {
+    static const mm_case mm = {2, 2, {3, 4}, {4, 5}, 0};
+    static const int kind = SM_PLAIN;
+    static const float eps = 1e-5f;
+    mpmd_type tm[2] = {tu_f32(2, mm.da), tu_f32(2, mm.db)};
+    mpmd_type t37 = tu_f32(2, (const int64_t[]){3, 7});
+    mpmd_type tl[3] = {tu_f32(2, (const int64_t[]){3, 8}), tu_f32(1, (const int64_t[]){8}),
+                       tu_f32(1, (const int64_t[]){8})};
+    int saved_checks = tu_checks, saved_failures = tu_failures;
+    tu_gradcheck_ad_scale = 1.005;
+    tu_gradcheck_quiet = 1;
+    int passed[3] = {tu_gradcheck("matmul x1.005", 2, tm, g_matmul, (void *)&mm, 1e-2, 1e-2),
+                     tu_gradcheck("softmax x1.005", 1, &t37, g_softmax, (void *)&kind, 1e-2, 1e-2),
+                     tu_gradcheck("layer_norm x1.005", 3, tl, g_layer_norm, (void *)&eps, 1e-2, 1e-2)};
+    tu_gradcheck_ad_scale = 1.0;
+    tu_gradcheck_quiet = 0;
+    tu_checks = saved_checks, tu_failures = saved_failures;
+    CHECK(!passed[0] && !passed[1] && !passed[2],
+          "a gradient scaled by 1.005 passed the check: matmul %d, softmax %d, layer_norm %d", passed[0], passed[1],
+          passed[2]);
+}
+
 int main(void) {
+    test_gradcheck_catches_half_a_percent();
     test_matmul_values();
     test_matmul_grads();
     test_matmul_folded_weight_grad();

@@ -52,11 +52,24 @@ mpmd_exec *tu_exec(mpmd_graph *g, int threads);
  * normal(0, 1) from `seed`, so shift them inside `build` if the op needs a
  * domain, e.g. log of exp(x)), calls build(g, params, ctx) to get y, forms
  * loss = sum(y * r) with a fixed random r, and compares mpmd_grad's gradient
- * for every parameter element (up to 64 sampled per parameter) with central
- * differences of step h. Passes when |fd - ad| <= tol * max(1, |fd|) for
- * every checked element; prints the worst element otherwise.
- * Returns 1 on pass. `label` names the case in messages. */
+ * for every parameter element (up to 64 sampled per parameter) with a
+ * finite difference: central differences at steps h and h/2 (the steps
+ * actually taken in f32), combined by Richardson extrapolation (error
+ * O(h^4)). Passes when every checked element has
+ *   |fd - ad| <= r |fd| + 1e-3 max|fd|,   r = min(tol, 2e-3)
+ * (relative where a gradient is large, absolute in the tensor's own scale
+ * where f32 noise in the loss dominates): a gradient off by 0.5% fails
+ * (test_ops_elementwise shows it with tu_gradcheck_ad_scale). Prints the
+ * worst element otherwise (unless tu_gradcheck_quiet). Returns 1 on pass.
+ * `label` names the case in messages. */
 typedef mpmd_value (*tu_build_fn)(mpmd_graph *g, const mpmd_value *params, void *ctx);
+/* Multiplies the autodiff gradient before the comparison (1: the checker
+ * as is): a test of the checker itself. */
+extern double tu_gradcheck_ad_scale;
+extern int tu_gradcheck_quiet;
+/* The largest error of the checks so far, as a share of its tolerance
+ * (tu_report prints it). */
+extern double tu_gradcheck_worst;
 int tu_gradcheck(const char *label, int n_in, const mpmd_type *in_shapes, tu_build_fn build, void *ctx,
                  double h, double tol);
 
