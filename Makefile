@@ -1,7 +1,8 @@
 # mpmd - the two commands a new user needs:
 #   make demo   install what is missing, build, train the GPT example pipelined
 #               over 4 in-process ranks (about a minute)
-#   make test   install what is missing, build, run every test
+#   make test   install what is missing, build, run every test (then every
+#               benchmark once at its smallest sizes, and the demo in 2 steps)
 # Also: make (build into build/), make bench, make test-sanitize, make format, make clean;
 # on a machine with an NVIDIA GPU: make test-gpu, make bench-gpu.
 
@@ -36,8 +37,12 @@ $(BUILD)/CMakeCache.txt: | deps
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
+# Every test; then every benchmark once at its smallest sizes (a smoke run
+# that catches a broken benchmark, timing nothing) and the demo in 2 steps.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	MPMD_BENCH_SMOKE=1 $(MAKE) --no-print-directory bench
+	$(MAKE) --no-print-directory demo DEMO_STEPS=2
 
 # The tests that need a GPU (CTest label gpu; they skip where there is none).
 # A build with CUDA needs nvcc (/usr/local/cuda/bin or on PATH).
@@ -54,8 +59,9 @@ test-sanitize: deps
 	cmake --build $(SAN_BUILD) -j $(JOBS)
 	cd $(SAN_BUILD) && MPMD_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -E '^install_'
 
+DEMO_STEPS ?= 80
 demo: build
-	./$(BUILD)/examples/gpt --layers 8 --width 256 --heads 8 --seq 64 --batch 16 --microbatches 8 --steps 80 \
+	./$(BUILD)/examples/gpt --layers 8 --width 256 --heads 8 --seq 64 --batch 16 --microbatches 8 --steps $(DEMO_STEPS) \
 	  --schedule std1f1b --stages 4 --ranks 4 --log-every 10 \
 	  --trace $(BUILD)/demo-trace.json --timeline $(BUILD)/demo-timeline.svg
 	@echo "the last step's trace: $(BUILD)/demo-trace.json (open in ui.perfetto.dev), timeline: $(BUILD)/demo-timeline.svg"

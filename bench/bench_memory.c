@@ -217,6 +217,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     int rc = 0;
+    if (bench_smoke()) g_steps = 1, model = model ? model : "small";
     if (!only || !strcmp(only, "remat")) {
         if (!model || !strcmp(model, "small")) rc |= bench_remat("small");
         if (!model || !strcmp(model, "124m")) rc |= bench_remat("124m");

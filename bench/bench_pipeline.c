@@ -653,6 +653,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_pipeline: out of memory\n");
         return 1;
     }
+    if (bench_smoke()) steps = 1, only_schedule = only_schedule ? only_schedule : "std1f1b";
     fprintf(stderr, "bench_pipeline: load average %.2f at the start\n", loadavg());
     int rc = 0;
     if (!rc && (only == 0 || only == 3)) rc = bench_compile();

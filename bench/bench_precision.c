@@ -89,14 +89,14 @@ static int run(gpt_config c, mpmd_dtype compute, int steps, result *r) {
 
 int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 3;
-    if (steps < 1) steps = 1;
+    if (steps < 1 || bench_smoke()) steps = 1;
     struct {
         const char *name;
         int layers;
         int64_t width, vocab;
         int heads;
     } sizes[] = {{"gpt2-small", 4, 256, 8192, 4}, {"gpt2-124m", 12, 768, 50257, 12}};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < (bench_smoke() ? 1 : 2); i++) {
         gpt_config c = gpt_config_default();
         c.layers = sizes[i].layers;
         c.width = sizes[i].width;

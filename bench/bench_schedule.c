@@ -12,7 +12,7 @@
 
 int main(int argc, char **argv) {
     enum { S = 1024, D = 512, N = 4096, MAX_RUNS = 64 };
-    int runs = argc > 1 ? atoi(argv[1]) : 5;
+    int runs = bench_smoke() ? 1 : argc > 1 ? atoi(argv[1]) : 5;
     if (runs < 1 || runs > MAX_RUNS) runs = 5;
     double gen[MAX_RUNS], val[MAX_RUNS], tot[MAX_RUNS], sim[MAX_RUNS];
     long long tasks = 0;

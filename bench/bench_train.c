@@ -178,6 +178,7 @@ int main(int argc, char **argv) {
     bench_model models[2] = {{"gpt2-small", model_cfg(4, 256, 4, 8192, 0)},
                              {"gpt2-124m", model_cfg(12, 768, 12, 50257, 1)}};
     int use[2] = {1, 1}, thr[2] = {1, 2}, nthr = 2, steps = 5;
+    if (bench_smoke()) use[1] = 0, nthr = 1, steps = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) {
             const char *v = argv[++i];

@@ -9,6 +9,13 @@
 #include <stdlib.h>
 #include <time.h>
 
+/* MPMD_BENCH_SMOKE=1 (make test runs every benchmark so): the smallest
+ * sizes and one repetition, to show that a benchmark runs, timing nothing. */
+static inline int bench_smoke(void) {
+    const char *v = getenv("MPMD_BENCH_SMOKE");
+    return v && *v && *v != '0';
+}
+
 /* Seconds on the monotonic clock (CLOCK_MONOTONIC): only differences mean
  * anything. */
 static inline double bench_now(void) {

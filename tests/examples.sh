@@ -73,6 +73,16 @@ six=$("$gpt" "${model[@]}" --steps 6 --schedule std1f1b --stages 2 | tail -n 1)
 resumed=$("$gpt" "${model[@]}" --steps 6 --resume "$tmp/ck.safetensors" | tail -n 1)
 [ "$six" = "$resumed" ] && ok "resume: 3 steps on 4 ranks + 3 on one rank = 6 straight" || bad "resume: $resumed vs $six"
 
+# the other examples: the tutorial's pipelined runs (4 and 8 stages) equal
+# its loop bit for bit; basic trains (its loss falls by 10x or more)
+out=$("$build/examples/tutorial" --steps 2 --d-model 16 --seq 8 2>&1); rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c 'bitwise equal to the one-rank loop: yes' <<<"$out")" -eq 2 ] &&
+  ok "tutorial: 4 and 8 stages equal the loop" || bad "tutorial: exit $rc: $out"
+out=$("$build/examples/basic" 2>&1); rc=$?
+first=$(grep -m1 '^step' <<<"$out" | awk '{print $NF}') last=$(grep '^step' <<<"$out" | tail -n 1 | awk '{print $NF}')
+[ $rc -eq 0 ] && awk -v a="$first" -v b="$last" 'BEGIN { exit !(b * 10 <= a) }' &&
+  ok "basic: loss $first -> $last" || bad "basic: exit $rc, loss $first -> $last"
+
 expect() { # expect STATUS PATTERN ARGS...
   local want=$1 pat=$2; shift 2
   out=$("$gpt" "$@" 2>&1); rc=$?
