@@ -15,9 +15,11 @@ if(MPMD_HAVE_MPI AND MPMD_MPIRUN)
     add_test(NAME mpi_data_parallel_${t} COMMAND ${run} ${t} 4 $<TARGET_FILE:mpi_check> --data 2)
   endforeach()
   add_test(NAME mpi_failures COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/mpi_failures.sh $<TARGET_FILE:mpi_check>)
+  add_test(NAME mpi_failed_step COMMAND ${run} shm 2 $<TARGET_FILE:mpi_check> --fail-both)
+  set_tests_properties(mpi_failed_step PROPERTIES TIMEOUT 60)
   set_tests_properties(mpi_failures PROPERTIES TIMEOUT 180)
   # mpirun jobs share the two cores: run them one at a time
-  set_property(TEST mpi_failures mpi_data_parallel_shm mpi_data_parallel_tcp
+  set_property(TEST mpi_failures mpi_failed_step mpi_data_parallel_shm mpi_data_parallel_tcp
     mpi_equivalence_shm_1 mpi_equivalence_shm_2 mpi_equivalence_shm_3 mpi_equivalence_shm_4
     mpi_equivalence_tcp_1 mpi_equivalence_tcp_2 mpi_equivalence_tcp_3 mpi_equivalence_tcp_4
     PROPERTY RESOURCE_LOCK mpirun)

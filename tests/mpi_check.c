@@ -11,6 +11,13 @@
  *   mpirun -np 2 mpi_check --forever  trains until killed (the failure test)
  *   mpirun -np 2 mpi_check --fail     a bad label on the last rank: the job
  *                                      must end with the rank and the cause
+ *   mpirun -np 2 mpi_check --fail-both  a step in which both ranks fail (a
+ *                                      bad token on rank 0 after its first
+ *                                      send, a bad label on rank 1), with
+ *                                      receives posted that never complete:
+ *                                      they are cancelled, and the next steps
+ *                                      give the loop's bits as if the failed
+ *                                      step had not been tried
  *
  * Every process computes the one-rank reference itself (it is cheap and
  * deterministic), so every process can check; rank 0 prints the summary.
@@ -184,6 +191,61 @@ static void train(int fail) {
     }
 }
 
+/* Both ranks fail in one step, each after the other has posted receives
+ * for it; the next steps must not see anything of it. */
+static void fail_both(void) {
+    gpt_config cfg = gpt_config_default();
+    cfg.vocab = 64, cfg.seq = 16, cfg.width = 32, cfg.heads = 2, cfg.layers = 2, cfg.stages = 2;
+    cfg.microbatches = 4, cfg.batch = 8;
+    gpt_model gm;
+    mpmd_error err;
+    if (gpt_build(&cfg, 1, &gm, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        mpmd_mpi_abort(1);
+    }
+    mpmd_schedule *s;
+    mpmd_schedule_std1f1b(2, 4, &s, &err);
+    mpmd_step *st = compile(gm.g, s, 1);
+    mpmd_exec_opts eo = MPMD_EXEC_DEFAULTS;
+    eo.seed = 7, eo.threads = 1;
+    mpmd_exec *ex = mpmd_exec_new(gm.g, &eo, &err);
+    int32_t tok[8 * 16], tgt[8 * 16], bad_tok[8 * 16], bad_tgt[8 * 16];
+    int failed = 0;
+    for (int step = 0; step < 3; step++) {
+        gpt_random_batch(64, 8, 16, 1, (uint64_t)step, tok, tgt);
+        if (step == 1) { /* rank 0: a token out of range in microbatch 1; rank 1: a label in microbatch 0 */
+            memcpy(bad_tok, tok, sizeof tok), memcpy(bad_tgt, tgt, sizeof tgt);
+            bad_tok[2 * 16 + 3] = 999, bad_tgt[5] = 4242;
+            mpmd_step_set_input(st, gm.tokens, bad_tok, sizeof tok);
+            mpmd_step_set_input(st, gm.targets, bad_tgt, sizeof tgt);
+            mpmd_status rc = mpmd_step_run(st);
+            failed = rc != MPMD_OK && (strstr(mpmd_step_error(st), "999") || strstr(mpmd_step_error(st), "4242"));
+            CHECK(failed, "process %d: the bad step ran (%d): %s", world, (int)rc, mpmd_step_error(st));
+            continue;
+        }
+        mpmd_step_set_input(st, gm.tokens, tok, sizeof tok);
+        mpmd_step_set_input(st, gm.targets, tgt, sizeof tgt);
+        run_or_abort(st);
+        mpmd_exec_set_input(ex, gm.tokens, tok, sizeof tok);
+        mpmd_exec_set_input(ex, gm.targets, tgt, sizeof tgt);
+        CHECK(mpmd_exec_run(ex) == MPMD_OK, "loop: %s", mpmd_exec_error(ex));
+    }
+    float la, lb;
+    mpmd_exec_read(ex, gm.loss, &la, sizeof la);
+    mpmd_step_gather(st, gm.loss, &lb, sizeof lb);
+    char ha[65], hb[65];
+    mpmd_exec_params_sha256(ex, ha);
+    mpmd_step_params_sha256(st, hb);
+    CHECK(la == lb && !strcmp(ha, hb), "process %d: after the failed step: loss %.9g vs the loop's %.9g, params %s",
+          world, lb, la, strcmp(ha, hb) ? "differ" : "equal");
+    if (world == 0 && !tu_failures)
+        printf("both ranks failed in a step (receives cancelled); the next steps equal the loop's bits\n");
+    mpmd_step_free(st);
+    mpmd_exec_free(ex);
+    mpmd_schedule_free(s);
+    gpt_model_free(&gm);
+}
+
 int main(int argc, char **argv) {
     mpmd_error err;
     if (mpmd_mpi_init(&argc, &argv, &err)) {
@@ -194,6 +256,12 @@ int main(int argc, char **argv) {
     nproc = mpmd_mpi_world_size();
     if (argc > 1 && !strcmp(argv[1], "--forever")) train(0);
     if (argc > 1 && !strcmp(argv[1], "--fail")) train(1);
+    if (argc > 1 && !strcmp(argv[1], "--fail-both")) {
+        fail_both();
+        int rc = tu_report("mpi_check --fail-both");
+        mpmd_mpi_finalize();
+        return rc;
+    }
     if (argc > 2 && !strcmp(argv[1], "--data"))
         data_parallel(atoi(argv[2]));
     else
