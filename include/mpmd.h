@@ -107,6 +107,17 @@ typedef struct mpmd_value {
 
 #define MPMD_NONE ((mpmd_value){-1})
 
+/* Op constructors carry the compiler's unused-result warning (leaves, which
+ * can be found again by name, do not): an op whose result is dropped is
+ * never computed, and a dropped stage marker
+ * (`mpmd_enter_stage(g, h);` instead of `h = mpmd_enter_stage(g, h);`)
+ * leaves a stage empty. */
+#if defined(__GNUC__)
+#define MPMD_NODISCARD __attribute__((warn_unused_result))
+#else
+#define MPMD_NODISCARD
+#endif
+
 static inline int mpmd_is_value(mpmd_value v) { return v.id >= 0; }
 
 /* Shape arguments: `MPMD_SHAPE(4, 16)` expands to `2, (int64_t[]){4, 16}`,
@@ -146,7 +157,7 @@ const char *mpmd_graph_error(const mpmd_graph *g);
 mpmd_type mpmd_value_type(const mpmd_graph *g, mpmd_value v);
 const char *mpmd_value_name(const mpmd_graph *g, mpmd_value v);
 /* The value with this full name (input, parameter or variable), or MPMD_NONE. */
-mpmd_value mpmd_lookup(const mpmd_graph *g, const char *name);
+MPMD_NODISCARD mpmd_value mpmd_lookup(const mpmd_graph *g, const char *name);
 int mpmd_graph_num_values(const mpmd_graph *g);
 
 /* The trainable parameters in creation order: writes up to `cap` values to
@@ -212,34 +223,34 @@ mpmd_value mpmd_variable(mpmd_graph *g, const char *name, mpmd_dtype dtype, int 
 
 /* Constants: a scalar, a filled tensor, or a tensor with the given data
  * (copied into the graph; `data` holds numel elements of `dtype`). */
-mpmd_value mpmd_scalar(mpmd_graph *g, float v);
-mpmd_value mpmd_full(mpmd_graph *g, float v, int ndim, const int64_t *dims);
-mpmd_value mpmd_constant(mpmd_graph *g, mpmd_dtype dtype, int ndim, const int64_t *dims, const void *data);
+MPMD_NODISCARD mpmd_value mpmd_scalar(mpmd_graph *g, float v);
+MPMD_NODISCARD mpmd_value mpmd_full(mpmd_graph *g, float v, int ndim, const int64_t *dims);
+MPMD_NODISCARD mpmd_value mpmd_constant(mpmd_graph *g, mpmd_dtype dtype, int ndim, const int64_t *dims, const void *data);
 
 /* ------------------------------------------------------------------------ */
 /* Elementwise ops (numpy broadcasting between operands)                     */
 /* ------------------------------------------------------------------------ */
 
-mpmd_value mpmd_add(mpmd_graph *g, mpmd_value a, mpmd_value b);
-mpmd_value mpmd_sub(mpmd_graph *g, mpmd_value a, mpmd_value b);
-mpmd_value mpmd_mul(mpmd_graph *g, mpmd_value a, mpmd_value b);
-mpmd_value mpmd_div(mpmd_graph *g, mpmd_value a, mpmd_value b);
-mpmd_value mpmd_add_scalar(mpmd_graph *g, mpmd_value a, float s); /* a + s */
-mpmd_value mpmd_mul_scalar(mpmd_graph *g, mpmd_value a, float s); /* a * s */
-mpmd_value mpmd_neg(mpmd_graph *g, mpmd_value a);
-mpmd_value mpmd_exp(mpmd_graph *g, mpmd_value a);
-mpmd_value mpmd_log(mpmd_graph *g, mpmd_value a);
-mpmd_value mpmd_tanh(mpmd_graph *g, mpmd_value a);
-mpmd_value mpmd_sqrt(mpmd_graph *g, mpmd_value a);
-mpmd_value mpmd_rsqrt(mpmd_graph *g, mpmd_value a);
-mpmd_value mpmd_square(mpmd_graph *g, mpmd_value a);
-mpmd_value mpmd_relu(mpmd_graph *g, mpmd_value a);
+MPMD_NODISCARD mpmd_value mpmd_add(mpmd_graph *g, mpmd_value a, mpmd_value b);
+MPMD_NODISCARD mpmd_value mpmd_sub(mpmd_graph *g, mpmd_value a, mpmd_value b);
+MPMD_NODISCARD mpmd_value mpmd_mul(mpmd_graph *g, mpmd_value a, mpmd_value b);
+MPMD_NODISCARD mpmd_value mpmd_div(mpmd_graph *g, mpmd_value a, mpmd_value b);
+MPMD_NODISCARD mpmd_value mpmd_add_scalar(mpmd_graph *g, mpmd_value a, float s); /* a + s */
+MPMD_NODISCARD mpmd_value mpmd_mul_scalar(mpmd_graph *g, mpmd_value a, float s); /* a * s */
+MPMD_NODISCARD mpmd_value mpmd_neg(mpmd_graph *g, mpmd_value a);
+MPMD_NODISCARD mpmd_value mpmd_exp(mpmd_graph *g, mpmd_value a);
+MPMD_NODISCARD mpmd_value mpmd_log(mpmd_graph *g, mpmd_value a);
+MPMD_NODISCARD mpmd_value mpmd_tanh(mpmd_graph *g, mpmd_value a);
+MPMD_NODISCARD mpmd_value mpmd_sqrt(mpmd_graph *g, mpmd_value a);
+MPMD_NODISCARD mpmd_value mpmd_rsqrt(mpmd_graph *g, mpmd_value a);
+MPMD_NODISCARD mpmd_value mpmd_square(mpmd_graph *g, mpmd_value a);
+MPMD_NODISCARD mpmd_value mpmd_relu(mpmd_graph *g, mpmd_value a);
 /* gelu, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-mpmd_value mpmd_gelu(mpmd_graph *g, mpmd_value a);
+MPMD_NODISCARD mpmd_value mpmd_gelu(mpmd_graph *g, mpmd_value a);
 /* Broadcast to a shape (numpy rules), and its adjoint: sum over the
  * broadcast dimensions down to a shape. */
-mpmd_value mpmd_broadcast_to(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *dims);
-mpmd_value mpmd_sum_to(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *dims);
+MPMD_NODISCARD mpmd_value mpmd_broadcast_to(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *dims);
+MPMD_NODISCARD mpmd_value mpmd_sum_to(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *dims);
 
 /* ------------------------------------------------------------------------ */
 /* Precision                                                                 */
@@ -249,7 +260,7 @@ mpmd_value mpmd_sum_to(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *dim
  * ties to even). Its gradient is the cotangent cast back to x's dtype, so a
  * bf16 computation on a cast of an f32 parameter yields an f32 gradient.
  * x itself when it already has that dtype. */
-mpmd_value mpmd_cast(mpmd_graph *g, mpmd_value x, mpmd_dtype dtype);
+MPMD_NODISCARD mpmd_value mpmd_cast(mpmd_graph *g, mpmd_value x, mpmd_dtype dtype);
 
 /* Mixed precision, the policy of JAX's jmp and PyTorch's autocast made
  * explicit. Float ops compute in their operands' dtype (both operands of a
@@ -270,19 +281,19 @@ mpmd_dtype mpmd_compute_dtype(const mpmd_graph *g);
 
 /* Reduce over `axes` (negative counts from the end; naxes 0 means all
  * axes). keepdims keeps reduced axes with size 1. Sums run in index order. */
-mpmd_value mpmd_sum(mpmd_graph *g, mpmd_value a, int naxes, const int *axes, int keepdims);
-mpmd_value mpmd_mean(mpmd_graph *g, mpmd_value a, int naxes, const int *axes, int keepdims);
-mpmd_value mpmd_max(mpmd_graph *g, mpmd_value a, int naxes, const int *axes, int keepdims);
+MPMD_NODISCARD mpmd_value mpmd_sum(mpmd_graph *g, mpmd_value a, int naxes, const int *axes, int keepdims);
+MPMD_NODISCARD mpmd_value mpmd_mean(mpmd_graph *g, mpmd_value a, int naxes, const int *axes, int keepdims);
+MPMD_NODISCARD mpmd_value mpmd_max(mpmd_graph *g, mpmd_value a, int naxes, const int *axes, int keepdims);
 
 /* Same data, new shape; one dim may be -1 (inferred). */
-mpmd_value mpmd_reshape(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *dims);
+MPMD_NODISCARD mpmd_value mpmd_reshape(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *dims);
 /* out.dim[i] = a.dim[perm[i]] */
-mpmd_value mpmd_permute(mpmd_graph *g, mpmd_value a, const int *perm);
+MPMD_NODISCARD mpmd_value mpmd_permute(mpmd_graph *g, mpmd_value a, const int *perm);
 /* Swap the last two axes. */
-mpmd_value mpmd_transpose(mpmd_graph *g, mpmd_value a);
+MPMD_NODISCARD mpmd_value mpmd_transpose(mpmd_graph *g, mpmd_value a);
 /* Elements start <= i < stop along one axis. */
-mpmd_value mpmd_slice(mpmd_graph *g, mpmd_value a, int axis, int64_t start, int64_t stop);
-mpmd_value mpmd_concat(mpmd_graph *g, int n, const mpmd_value *xs, int axis);
+MPMD_NODISCARD mpmd_value mpmd_slice(mpmd_graph *g, mpmd_value a, int axis, int64_t start, int64_t stop);
+MPMD_NODISCARD mpmd_value mpmd_concat(mpmd_graph *g, int n, const mpmd_value *xs, int axis);
 
 /* ------------------------------------------------------------------------ */
 /* Neural-network ops                                                        */
@@ -295,32 +306,32 @@ mpmd_value mpmd_concat(mpmd_graph *g, int n, const mpmd_value *xs, int axis);
  * same leading dims as a; a and b have one float dtype. Result [..., M, N].
  * On the CPU every product is an OpenBLAS sgemm (16-bit operands widened);
  * on CUDA a cuBLAS product (bf16/f16 on tensor cores, f32 accumulation). */
-mpmd_value mpmd_matmul(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags);
+MPMD_NODISCARD mpmd_value mpmd_matmul(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags);
 /* alpha op(a) op(b), the scale applied inside the product (one pass, as in
  * attention's scores); its gradients are scaled the same way. */
-mpmd_value mpmd_matmul_scaled(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags, float alpha);
+MPMD_NODISCARD mpmd_value mpmd_matmul_scaled(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags, float alpha);
 
 /* Softmax and log-softmax over the last axis. The causal variant takes
  * [..., T, T] scores and masks j > i (row i attends to columns 0..i). */
-mpmd_value mpmd_softmax(mpmd_graph *g, mpmd_value a);
-mpmd_value mpmd_log_softmax(mpmd_graph *g, mpmd_value a);
-mpmd_value mpmd_softmax_causal(mpmd_graph *g, mpmd_value a);
+MPMD_NODISCARD mpmd_value mpmd_softmax(mpmd_graph *g, mpmd_value a);
+MPMD_NODISCARD mpmd_value mpmd_log_softmax(mpmd_graph *g, mpmd_value a);
+MPMD_NODISCARD mpmd_value mpmd_softmax_causal(mpmd_graph *g, mpmd_value a);
 
 /* Layer norm over the last axis: (x - mean) / sqrt(var + eps) * gamma + beta,
  * gamma and beta of shape [C]. One fused kernel each way. */
-mpmd_value mpmd_layer_norm(mpmd_graph *g, mpmd_value x, mpmd_value gamma, mpmd_value beta, float eps);
+MPMD_NODISCARD mpmd_value mpmd_layer_norm(mpmd_graph *g, mpmd_value x, mpmd_value gamma, mpmd_value beta, float eps);
 
 /* Rows of table [V, C] picked by i32 ids [...]: result [..., C]. An id
  * outside [0, V) is a run-time error naming the id. */
-mpmd_value mpmd_embedding(mpmd_graph *g, mpmd_value table, mpmd_value ids);
+MPMD_NODISCARD mpmd_value mpmd_embedding(mpmd_graph *g, mpmd_value table, mpmd_value ids);
 
 /* Per-position cross-entropy of logits [..., V] against i32 labels [...]:
  * logsumexp(logits) - logits[label]; result [...]. */
-mpmd_value mpmd_cross_entropy(mpmd_graph *g, mpmd_value logits, mpmd_value labels);
+MPMD_NODISCARD mpmd_value mpmd_cross_entropy(mpmd_graph *g, mpmd_value logits, mpmd_value labels);
 
 /* Multi-head attention on q, k, v of shape [B, T, H, Dh]: softmax(q k^T /
  * sqrt(Dh)) v per head, causal or not. Result [B, T, H, Dh]. */
-mpmd_value mpmd_attention(mpmd_graph *g, mpmd_value q, mpmd_value k, mpmd_value v, int causal);
+MPMD_NODISCARD mpmd_value mpmd_attention(mpmd_graph *g, mpmd_value q, mpmd_value k, mpmd_value v, int causal);
 
 /* ------------------------------------------------------------------------ */
 /* The microbatch loop and pipeline stages                                    */
@@ -335,7 +346,7 @@ int mpmd_graph_num_microbatches(const mpmd_graph *g); /* 0 without a loop */
 
 /* Inside the body: microbatch m of a before-loop value x (rows
  * m*B/n .. (m+1)*B/n-1 of axis 0). B must be divisible by n. */
-mpmd_value mpmd_microbatch(mpmd_graph *g, mpmd_value x);
+MPMD_NODISCARD mpmd_value mpmd_microbatch(mpmd_graph *g, mpmd_value x);
 
 typedef enum mpmd_reduce_op {
     MPMD_REDUCE_ADD = 0, /* acc = x_0; acc = acc + x_m for m = 1..n-1, elementwise */
@@ -348,13 +359,13 @@ typedef enum mpmd_reduce_op {
  * parameter is reduced use by use and the per-use sums are added after the
  * loop, in the order of the uses: that is the order a pipeline's cross-rank
  * all-reduce reproduces, so both give the same bits. */
-mpmd_value mpmd_loop_reduce(mpmd_graph *g, mpmd_value x, mpmd_reduce_op op);
+MPMD_NODISCARD mpmd_value mpmd_loop_reduce(mpmd_graph *g, mpmd_value x, mpmd_reduce_op op);
 
 /* Mark the end of a pipeline stage (JaxPP's pipeline_enter_stage). Returns
  * x unchanged in value; ops after it belong to the next stage. The last
  * stage is closed by a final marker too. The _n form marks several values
  * at once, replacing xs[i] in place. */
-mpmd_value mpmd_enter_stage(mpmd_graph *g, mpmd_value x);
+MPMD_NODISCARD mpmd_value mpmd_enter_stage(mpmd_graph *g, mpmd_value x);
 void mpmd_enter_stage_n(mpmd_graph *g, int n, mpmd_value *xs);
 
 /* Rematerialisation (JAX's jax.checkpoint): the forward values made
@@ -406,22 +417,22 @@ void mpmd_keep(mpmd_graph *g, mpmd_value v);
 
 /* Dense layer "name": x[..., in] @ kernel[in, out] (+ bias[out]);
  * parameters name/kernel (LeCun normal) and name/bias (zeros). */
-mpmd_value mpmd_dense(mpmd_graph *g, const char *name, mpmd_value x, int64_t out, int use_bias);
+MPMD_NODISCARD mpmd_value mpmd_dense(mpmd_graph *g, const char *name, mpmd_value x, int64_t out, int use_bias);
 /* LayerNorm layer "name" over the last axis: parameters name/scale (ones)
  * and name/bias (zeros). */
-mpmd_value mpmd_layer_norm_layer(mpmd_graph *g, const char *name, mpmd_value x, float eps);
+MPMD_NODISCARD mpmd_value mpmd_layer_norm_layer(mpmd_graph *g, const char *name, mpmd_value x, float eps);
 /* Embedding layer "name": parameter name/embedding [vocab, width], normal(0.02). */
-mpmd_value mpmd_embed(mpmd_graph *g, const char *name, mpmd_value ids, int64_t vocab, int64_t width);
+MPMD_NODISCARD mpmd_value mpmd_embed(mpmd_graph *g, const char *name, mpmd_value ids, int64_t vocab, int64_t width);
 /* MLP "name": dense(hidden) -> gelu -> dense(out). */
-mpmd_value mpmd_mlp(mpmd_graph *g, const char *name, mpmd_value x, int64_t hidden, int64_t out);
+MPMD_NODISCARD mpmd_value mpmd_mlp(mpmd_graph *g, const char *name, mpmd_value x, int64_t hidden, int64_t out);
 /* Self-attention "name" on x [B, T, C]: one dense to q, k, v (name/qkv),
  * mpmd_attention over `heads` heads, dense back to C (name/out). */
-mpmd_value mpmd_self_attention(mpmd_graph *g, const char *name, mpmd_value x, int heads, int causal);
+MPMD_NODISCARD mpmd_value mpmd_self_attention(mpmd_graph *g, const char *name, mpmd_value x, int heads, int causal);
 /* The JaxPP tutorial's Block "name" (post-LN): x = LN(x + attn(x));
  * x = LN(x + Dense(Dense(x, 4C) -> gelu, C)). */
-mpmd_value mpmd_transformer_block(mpmd_graph *g, const char *name, mpmd_value x, int heads, int causal);
+MPMD_NODISCARD mpmd_value mpmd_transformer_block(mpmd_graph *g, const char *name, mpmd_value x, int heads, int causal);
 /* A GPT-2 block "name" (pre-LN, causal): x = x + attn(LN(x)); x = x + mlp(LN(x)). */
-mpmd_value mpmd_gpt_block(mpmd_graph *g, const char *name, mpmd_value x, int heads);
+MPMD_NODISCARD mpmd_value mpmd_gpt_block(mpmd_graph *g, const char *name, mpmd_value x, int heads);
 
 /* Optimizers, built after the loop. lr is an f32 scalar value (a constant,
  * an input, or computed), so a learning-rate schedule needs no rebuild. */

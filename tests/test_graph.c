@@ -39,7 +39,7 @@ static void test_errors(void) {
     mpmd_value w = mpmd_param(g, "kernel", MPMD_SHAPE(2, 2), MPMD_ZEROS);
     CHECK(strcmp(mpmd_value_name(g, w), "block_3/mlp_0/kernel") == 0, "name %s", mpmd_value_name(g, w));
     CHECK(mpmd_lookup(g, "block_3/mlp_0/kernel").id == w.id, "lookup");
-    mpmd_microbatch(g, w);
+    TU_DROP(mpmd_microbatch(g, w));
     CHECK(has(mpmd_graph_error(g), "in block_3/mlp_0: mpmd_microbatch: only inside the loop body"), "%s",
           mpmd_graph_error(g));
     mpmd_graph_free(g);
@@ -60,7 +60,7 @@ static void test_errors(void) {
     g = mpmd_graph_new();
     x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(10, 2));
     mpmd_loop_begin(g, 4);
-    mpmd_microbatch(g, x);
+    TU_DROP(mpmd_microbatch(g, x));
     CHECK(has(mpmd_graph_error(g), "batch of 10 rows (f32[10,2]) is not divisible by 4 microbatches"), "%s",
           mpmd_graph_error(g));
     mpmd_graph_free(g);
@@ -83,7 +83,7 @@ static void test_errors(void) {
     CHECK(has(mpmd_graph_error(g), "not inside a loop"), "%s", mpmd_graph_error(g));
     mpmd_graph_free(g);
     g = mpmd_graph_new();
-    mpmd_enter_stage(g, mpmd_scalar(g, 1.0f));
+    TU_DROP(mpmd_enter_stage(g, mpmd_scalar(g, 1.0f)));
     CHECK(has(mpmd_graph_error(g), "inside the microbatch loop"), "%s", mpmd_graph_error(g));
     mpmd_graph_free(g);
 

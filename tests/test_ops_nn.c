@@ -701,40 +701,40 @@ static void test_shape_errors(void) {
     g = mpmd_graph_new();
     a = mpmd_input(g, "a", MPMD_F32, MPMD_SHAPE(2, 3, 4));
     b = mpmd_input(g, "b", MPMD_F32, MPMD_SHAPE(3, 4, 5));
-    mpmd_matmul(g, a, b, 0);
+    TU_DROP(mpmd_matmul(g, a, b, 0));
     expect_error(g, "mpmd_matmul", "f32[2,3,4]", "f32[3,4,5]");
     mpmd_graph_free(g);
 
     g = mpmd_graph_new();
     a = mpmd_input(g, "a", MPMD_F32, MPMD_SHAPE(2, 3, 4));
     b = mpmd_input(g, "b", MPMD_F32, MPMD_SHAPE(2, 2, 4, 5));
-    mpmd_matmul(g, a, b, 0);
+    TU_DROP(mpmd_matmul(g, a, b, 0));
     expect_error(g, "mpmd_matmul", "f32[2,3,4]", "f32[2,2,4,5]");
     mpmd_graph_free(g);
 
     g = mpmd_graph_new();
     a = mpmd_input(g, "a", MPMD_F32, MPMD_SHAPE(4));
     b = mpmd_input(g, "b", MPMD_F32, MPMD_SHAPE(4, 5));
-    mpmd_matmul(g, a, b, 0);
+    TU_DROP(mpmd_matmul(g, a, b, 0));
     expect_error(g, "mpmd_matmul", "f32[4]", "2 dimensions");
     mpmd_graph_free(g);
 
     g = mpmd_graph_new();
     a = mpmd_input(g, "a", MPMD_F32, MPMD_SHAPE(3, 4));
     b = mpmd_input(g, "b", MPMD_F32, MPMD_SHAPE(3, 5));
-    mpmd_matmul(g, a, b, MPMD_TRANS_A | MPMD_TRANS_B); /* a^T [4,3] b^T [5,3]: K 3 vs 5 */
+    TU_DROP(mpmd_matmul(g, a, b, MPMD_TRANS_A | MPMD_TRANS_B)); /* a^T [4,3] b^T [5,3]: K 3 vs 5 */
     expect_error(g, "mpmd_matmul", "K = 3", "K = 5");
     mpmd_graph_free(g);
 
     g = mpmd_graph_new();
     a = mpmd_input(g, "a", MPMD_F32, MPMD_SHAPE(2, 4, 5));
-    mpmd_softmax_causal(g, a);
+    TU_DROP(mpmd_softmax_causal(g, a));
     expect_error(g, "mpmd_softmax_causal", "f32[2,4,5]", "[..., T, T]");
     mpmd_graph_free(g);
 
     g = mpmd_graph_new();
     a = mpmd_input(g, "a", MPMD_I32, MPMD_SHAPE(2, 4));
-    mpmd_softmax(g, a);
+    TU_DROP(mpmd_softmax(g, a));
     expect_error(g, "mpmd_softmax", "i32[2,4]", "f32");
     mpmd_graph_free(g);
 
@@ -742,21 +742,21 @@ static void test_shape_errors(void) {
     mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(4, 8));
     mpmd_value ga = mpmd_input(g, "gamma", MPMD_F32, MPMD_SHAPE(7));
     mpmd_value be = mpmd_input(g, "beta", MPMD_F32, MPMD_SHAPE(8));
-    mpmd_layer_norm(g, x, ga, be, 1e-5f);
+    TU_DROP(mpmd_layer_norm(g, x, ga, be, 1e-5f));
     expect_error(g, "mpmd_layer_norm", "f32[4,8]", "f32[7]");
     mpmd_graph_free(g);
 
     g = mpmd_graph_new();
     mpmd_value t = mpmd_input(g, "t", MPMD_F32, MPMD_SHAPE(10, 4));
     mpmd_value fi = mpmd_input(g, "ids", MPMD_F32, MPMD_SHAPE(3));
-    mpmd_embedding(g, t, fi);
+    TU_DROP(mpmd_embedding(g, t, fi));
     expect_error(g, "mpmd_embedding", "f32[3]", "i32");
     mpmd_graph_free(g);
 
     g = mpmd_graph_new();
     mpmd_value lg = mpmd_input(g, "logits", MPMD_F32, MPMD_SHAPE(4, 6, 10));
     mpmd_value lb = mpmd_input(g, "labels", MPMD_I32, MPMD_SHAPE(4, 5));
-    mpmd_cross_entropy(g, lg, lb);
+    TU_DROP(mpmd_cross_entropy(g, lg, lb));
     expect_error(g, "mpmd_cross_entropy", "f32[4,6,10]", "i32[4,6]");
     mpmd_graph_free(g);
 
@@ -764,7 +764,7 @@ static void test_shape_errors(void) {
     mpmd_value q = mpmd_input(g, "q", MPMD_F32, MPMD_SHAPE(2, 8, 4, 16));
     mpmd_value k = mpmd_input(g, "k", MPMD_F32, MPMD_SHAPE(2, 8, 4, 16));
     mpmd_value v = mpmd_input(g, "v", MPMD_F32, MPMD_SHAPE(2, 8, 64));
-    mpmd_attention(g, q, k, v, 1);
+    TU_DROP(mpmd_attention(g, q, k, v, 1));
     expect_error(g, "mpmd_attention", "f32[2,8,64]", "[B, T, H, Dh]");
     mpmd_graph_free(g);
 }

@@ -24,6 +24,15 @@ extern int tu_checks;
         }                                                                                                    \
     } while (0)
 
+/* A value dropped on purpose (an op built only for its error): the op
+ * constructors warn on an unused result, and a cast to void does not
+ * silence that warning. */
+#define TU_DROP(expr)                                                                                        \
+    do {                                                                                                     \
+        mpmd_value tu_dropped_ = (expr);                                                                     \
+        (void)tu_dropped_;                                                                                   \
+    } while (0)
+
 /* Print "<name>: N passed, M failed" and return the exit status. */
 int tu_report(const char *name);
 

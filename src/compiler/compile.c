@@ -167,6 +167,23 @@ mpmd_plan *mpmd_compile(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_
     pl->stage_rank = pl->sched->stage_rank;
     if (!(pl->live = mpmd_live_nodes(g))) goto nomem;
     if (mpmd_cluster(g, pl->live, s->num_stages, s->split_backward, &pl->cl, err)) goto fail;
+    /* a stage whose forward computes nothing: most likely a dropped marker */
+    for (int st = 0; st < pl->num_stages; st++) {
+        const int k = st * MPMD_TASK_KINDS + MPMD_TASK_F;
+        int ops = 0;
+        for (int c = 0; c < pl->cl.count[k]; c++) {
+            const mpmd_node *n = &g->nodes[pl->cl.nodes[k][c]];
+            ops += !(n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) && n->op != &mpmd_op_stage_marker;
+        }
+        if (!ops) {
+            mpmd_error_set(err, MPMD_ERR_INVALID,
+                           "mpmd_jit_with_loop: stage %d of %d has no operations, so its rank would idle: a "
+                           "stage marker whose result was dropped (`mpmd_enter_stage(g, h);` instead of `h = "
+                           "mpmd_enter_stage(g, h);`) leaves the ops after it in the stage before",
+                           st, pl->num_stages);
+            goto fail;
+        }
+    }
     for (int k = 0; k < pl->num_stages; k++)
         if (pl->stage_rank[k] < 0) {
             mpmd_error_set(err, MPMD_ERR_SCHEDULE, "mpmd_jit_with_loop: %s runs stage %d on no rank", s->name,
