@@ -84,7 +84,9 @@ static const char *usage =
     "  --quiet               no progress lines, only the final line\n"
     "  --json                progress as JSON lines (one object per log interval) and a final object\n"
     "  --trace FILE          write the last step as a Chrome trace (open in Perfetto); pipelines only\n"
-    "  --timeline FILE       draw the last step as an SVG timeline; pipelines only\n"
+    "  --timeline FILE       draw the last step as an SVG timeline; pipelines only (its time unit\n"
+    "                        follows the step's length: us, ms, s or min)\n"
+    "  --timeline-width PX   the timeline's time axis in px (default: about 1100)\n"
     "  --save PATH           write a checkpoint (safetensors) after the last step\n"
     "  --save-every K        also every K steps (needs --save)\n"
     "  --resume PATH         continue from a checkpoint (any pipeline layout); a weights file\n"
@@ -106,6 +108,7 @@ typedef struct options {
     int nan_check, fuse, mpi, quiet, json;
     int auto_layout;      /* --auto: choose schedule, stages, microbatches and remat */
     long long mem_limit;  /* --memory-limit, bytes per rank (0: none) */
+    long long timeline_width; /* --timeline-width, px (0: chosen from the step) */
     int schedule_given, stages_given;
 } options;
 
@@ -148,7 +151,7 @@ static const char *const valued[] = {
     "--stages",       "--steps",          "--log-every", "--threads",    "--seed",    "--lr",
     "--weight-decay", "--data",           "--schedule",  "--ranks",      "--runtime", "--data-parallel",
     "--trace",        "--timeline",       "--save",      "--save-every", "--resume",  "--backend",
-    "--precision",    "--export-weights", "--dtype",     "--remat",      "--memory-limit"};
+    "--precision",    "--export-weights", "--dtype",     "--remat",      "--memory-limit", "--timeline-width"};
 
 static int is_one_of(const char *name, const char *const *list, size_t n) {
     for (size_t k = 0; k < n; k++)
@@ -214,6 +217,8 @@ static int parse_args(int argc, char **argv, options *o) {
         } else if (!strcmp(name, "--stages")) {
             if (!(rc = parse_int(name, val, 1, 1000, &v))) o->cfg.stages = (int)v;
             o->stages_given = 1;
+        } else if (!strcmp(name, "--timeline-width")) {
+            rc = parse_int(name, val, 100, 100000, &o->timeline_width);
         } else if (!strcmp(name, "--memory-limit")) {
             int64_t b;
             if (mpmd_parse_bytes(val, &b) || b <= 0)
@@ -540,6 +545,7 @@ int main(int argc, char **argv) {
         if (o.timeline) {
             mpmd_timeline *tl;
             if (mpmd_step_timeline(t.st, &tl, &err)) return fail(&t, "%s", err.msg);
+            tl->width = (double)o.timeline_width;
             FILE *f = fopen(o.timeline, "w");
             if (!f) return fail(&t, "cannot write %s: %s", o.timeline, strerror(errno));
             mpmd_status ws = mpmd_timeline_write_svg(tl, f);

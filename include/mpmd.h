@@ -679,9 +679,11 @@ void mpmd_step_print_profile(const mpmd_step *st, FILE *f);
 /* Record every instruction of every rank (start, end, time blocked in
  * receives) in the following runs; costs two clock reads per instruction. */
 void mpmd_step_set_recording(mpmd_step *st, int on);
-/* The last recorded run's tasks as a timeline (times in ms), drawn with
- * mpmd_timeline_write_svg like a simulated schedule. Free with
- * mpmd_timeline_free. MPMD_ERR_INVALID if no recorded run. */
+/* The last recorded run's tasks as a timeline, drawn with
+ * mpmd_timeline_write_svg like a simulated schedule. Its unit follows the
+ * step's length (us below 1 ms, ms below 1 s, s below 2 minutes, min), so
+ * that the drawing's scale fits the step; set tl->width for a fixed width.
+ * Free with mpmd_timeline_free. MPMD_ERR_INVALID if no recorded run. */
 mpmd_status mpmd_step_timeline(const mpmd_step *st, mpmd_timeline **out, mpmd_error *err);
 /* The last recorded run as Chrome trace-event JSON (opens in Perfetto): one
  * process track per rank, an event per task, send, receive (with its wait

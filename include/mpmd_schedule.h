@@ -332,6 +332,7 @@ typedef struct mpmd_timeline {
     int32_t *cap_events;          /* [num_ranks]: allocated room */
     mpmd_timeline_event **events; /* [num_ranks][num_events[r]] */
     int32_t *rank_stages;         /* [num_ranks]: stages the rank runs (drawing hint), 0 unknown */
+    double width;                 /* px of the SVG's time axis; 0: chosen from the length */
 } mpmd_timeline;
 
 /* An empty timeline of num_ranks rows: unit "step", unit_us 1000 (one

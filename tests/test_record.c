@@ -96,6 +96,75 @@ typedef struct {
     double ts, dur;
 } xev;
 
+/* The task boxes of an SVG: the smallest x and the largest x + width of
+ * the rects that carry a title (every task box does), and the picture's width. */
+static void box_extent(const char *svg, double *lo, double *hi, double *width) {
+    *lo = 1e30, *hi = -1e30, *width = 0;
+    sscanf(strstr(svg, "width=\""), "width=\"%lf", width);
+    for (const char *p = svg; (p = strstr(p, "<rect x=\"")); p++) {
+        double x, w;
+        const char *end = strchr(p, '>');
+        if (!end || sscanf(p, "<rect x=\"%lf\" y=\"%*f\" width=\"%lf\"", &x, &w) != 2 || end[1] != '<' ||
+            strncmp(end + 1, "<title>", 7) != 0)
+            continue;
+        if (x < *lo) *lo = x;
+        if (x + w > *hi) *hi = x + w;
+    }
+}
+
+/* A step of a fraction of a millisecond draws across the picture, in us;
+ * a width asked for is the width drawn. */
+static void short_step_drawing(void) {
+    tu_mlp m = tu_build_mlp(2, 2, 1, 4);
+    mpmd_schedule *s;
+    mpmd_error err;
+    mpmd_schedule_std1f1b(2, 2, &s, &err);
+    mpmd_step_opts o = MPMD_STEP_DEFAULTS;
+    o.threads_per_rank = 1;
+    mpmd_step *st = mpmd_jit_with_loop(m.g, s, &o, &err);
+    float x[2 * 4], y[2 * 4];
+    tu_fill(x, 8, 1), tu_fill(y, 8, 2);
+    mpmd_step_set_recording(st, 1);
+    mpmd_step_set_input(st, m.x, x, sizeof x), mpmd_step_set_input(st, m.y, y, sizeof y);
+    for (int k = 0; k < 3; k++)
+        mpmd_step_run(st);
+    mpmd_step_stats stats;
+    mpmd_timeline *tl;
+    CHECK(mpmd_step_summary(st, &stats, &err) == MPMD_OK && mpmd_step_timeline(st, &tl, &err) == MPMD_OK, "%s",
+          err.msg);
+    if (stats.step_ms < 1.0) CHECK(!strcmp(tl->unit, "us"), "a %.3f ms step drawn in %s", stats.step_ms, tl->unit);
+    /* the share of the drawn time the tasks cover, first start to last end */
+    double first = 1e30, last = 0;
+    for (int r = 0; r < tl->num_ranks; r++)
+        for (int k = 0; k < tl->num_events[r]; k++) {
+            if (tl->events[r][k].start < first) first = tl->events[r][k].start;
+            if (tl->events[r][k].end > last) last = tl->events[r][k].end;
+        }
+    const double frac = last > 0 ? (last - first) / last : 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) tl->width = 600;
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        mpmd_timeline_write_svg(tl, f);
+        fclose(f);
+        double lo, hi, width;
+        box_extent(buf, &lo, &hi, &width);
+        /* ~1100 px of time unless a width is asked for (a step capped at
+         * 40 px per unit drew a 0.5 ms step 20 px wide) */
+        double want = (pass ? 600 : 1100) * frac;
+        CHECK(fabs((hi - lo) - want) <= 0.05 * want + 2,
+              "a %.3f ms step, width %s: its task boxes span %.0f px of %.0f, want %.0f", stats.step_ms,
+              pass ? "600" : "automatic", hi - lo, width, want);
+        free(buf);
+    }
+    mpmd_timeline_free(tl);
+    mpmd_step_stats_free(&stats);
+    mpmd_step_free(st);
+    mpmd_schedule_free(s);
+    mpmd_graph_free(m.g);
+}
+
 int main(void) {
     gpt_config cfg = gpt_config_default();
     cfg.vocab = 64, cfg.seq = 16, cfg.width = 32, cfg.heads = 2, cfg.layers = 4, cfg.stages = 4;
@@ -153,6 +222,7 @@ int main(void) {
     }
     mpmd_timeline_free(tl);
     mpmd_step_stats_free(&stats);
+    short_step_drawing();
 
     /* the trace: valid JSON, one process per rank, events nested or disjoint */
     char *buf = NULL;

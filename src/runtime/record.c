@@ -26,13 +26,20 @@ static const char *plan_name(const mpmd_plan *pl) { return pl->sched ? pl->sched
 mpmd_status mpmd_step_timeline(const mpmd_step *st, mpmd_timeline **out, mpmd_error *err) {
     *out = NULL;
     if (!has_run(st, err, "mpmd_step_timeline")) return MPMD_ERR_INVALID;
+    /* the unit from the step's length: us, ms, s or min */
+    const double len = st->t_end - st->t_start;
+    static const struct {
+        const char *name;
+        double seconds;
+    } units[] = {{"us", 1e-6}, {"ms", 1e-3}, {"s", 1.0}, {"min", 60.0}};
+    int u = len < 1e-3 ? 0 : len < 1.0 ? 1 : len < 120.0 ? 2 : 3;
+    const double per = 1.0 / units[u].seconds; /* seconds to the unit */
     char title[256];
-    snprintf(title, sizeof title, "%.200s, measured: %.2f ms", plan_name(st->plan),
-             1e3 * (st->t_end - st->t_start));
+    snprintf(title, sizeof title, "%.200s, measured: %.3g %s", plan_name(st->plan), len * per, units[u].name);
     mpmd_timeline *tl = mpmd_timeline_new(st->plan->num_ranks, title);
     if (!tl) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_step_timeline: out of memory");
-    snprintf(tl->unit, sizeof tl->unit, "ms");
-    tl->unit_us = 1000.0;
+    snprintf(tl->unit, sizeof tl->unit, "%s", units[u].name);
+    tl->unit_us = units[u].seconds * 1e6;
     for (int s = 0; s < st->plan->num_stages; s++)
         tl->rank_stages[st->plan->stage_rank[s]]++;
     for (int r = 0; r < st->plan->num_ranks; r++) {
@@ -45,8 +52,8 @@ mpmd_status mpmd_step_timeline(const mpmd_step *st, mpmd_timeline **out, mpmd_er
             if (in->op != MPMD_I_TASK) continue;
             int fused = rk && rk->entry_start[in->entry + 1] - rk->entry_start[in->entry] > 1;
             mpmd_timeline_event te;
-            te.start = 1e3 * ev[k].t0;
-            te.end = 1e3 * ev[k].t1;
+            te.start = per * ev[k].t0;
+            te.end = per * ev[k].t1;
             te.task.kind = in->kind;
             te.task.stage = in->stage;
             te.task.microbatch = in->mb;

@@ -70,13 +70,19 @@ mpmd_status mpmd_timeline_write_svg(const mpmd_timeline *tl, FILE *f) {
             if ((unsigned)ev->task.kind < MPMD_TASK_KINDS) present[ev->task.kind] = 1;
             if (ev->group >= 0) any_fused = 1;
         }
-    /* Scale: aim at ~1100 px of time; give a unit at least 22 px (room
-     * for two digits) while that keeps the picture under ~2000 px; at
-     * most 40 px per unit; and keep pictures of huge runs bounded. */
+    /* Scale: the width asked for; else aim at ~1100 px of time, giving a
+     * unit at least 22 px (room for two digits) while that keeps the
+     * picture under ~2000 px; a simulation's steps at most 40 px each (a
+     * measured run's units are chosen from its length: it fills the
+     * drawing); and keep pictures of huge runs bounded. */
     double scale = makespan > 0 ? 1100.0 / makespan : 40;
-    if (makespan > 0 && scale < 22 && 2000.0 / makespan > scale)
-        scale = 2000.0 / makespan < 22 ? 2000.0 / makespan : 22;
-    if (scale > 40) scale = 40;
+    if (tl->width > 0 && makespan > 0) {
+        scale = tl->width / makespan;
+    } else {
+        if (makespan > 0 && scale < 22 && 2000.0 / makespan > scale)
+            scale = 2000.0 / makespan < 22 ? 2000.0 / makespan : 22;
+        if (scale > 40 && !strcmp(tl->unit, "step")) scale = 40;
+    }
     if (scale < 0.01) scale = 0.01;
     double plot_w = makespan * scale;
     double width = LEFT + plot_w + RIGHT;
