@@ -706,8 +706,14 @@ typedef struct mpmd_step_stats {
     int num_ranks;
     double step_ms;          /* wall time of the run */
     double bubble;           /* 1 - sum(busy) / (ranks * step time) */
-    double simulated_bubble; /* the schedule simulated with this run's mean task times */
+    double simulated_bubble; /* the schedule simulated with each stage's own measured F, B, A, W times */
     double simulated_ms;     /* and its makespan, in ms */
+    /* Each stage's measured time per microbatch (its tasks' mean times
+     * added): the slowest stage, its time, and imbalance = slowest / mean
+     * (1: even). */
+    int slowest_stage;
+    double slowest_stage_ms, imbalance;
+    double transfer_ms; /* time in sends and receives, waiting left out, summed over ranks */
     double analytic_bubble;  /* the schedule's textbook bubble, NAN if none */
     char analytic_formula[128];
     mpmd_rank_stats *ranks; /* [num_ranks], owned: mpmd_step_stats_free */
@@ -717,8 +723,9 @@ typedef struct mpmd_step_stats {
 mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_error *err);
 void mpmd_step_stats_free(mpmd_step_stats *s);
 /* The summary as a table: per rank tasks, busy and wait time, bubble, peak
- * activation bytes measured and planned; measured, simulated and analytic
- * bubble of the whole step. */
+ * activation bytes measured and planned, memory planned and measured;
+ * measured, simulated and analytic bubble of the whole step; the slowest
+ * stage and the imbalance; the time in transfers. */
 mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *err);
 
 /* SHA-256 of a byte string (used for params_sha256; exposed for tools). */

@@ -165,6 +165,51 @@ static void short_step_drawing(void) {
     mpmd_graph_free(m.g);
 }
 
+/* A split whose last stage carries a big LM head: the summary names that
+ * stage as the slowest and reports the imbalance; the simulation with each
+ * stage's own times predicts more bubble than the textbook's. */
+static void uneven_split(void) {
+    gpt_config cfg = gpt_config_default();
+    cfg.vocab = 4096, cfg.seq = 16, cfg.width = 32, cfg.heads = 2, cfg.layers = 2, cfg.stages = 2;
+    cfg.microbatches = 4, cfg.batch = 8;
+    gpt_model m;
+    mpmd_error err;
+    if (gpt_build(&cfg, 1, &m, &err)) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    mpmd_schedule *s;
+    mpmd_schedule_std1f1b(2, 4, &s, &err);
+    mpmd_step_opts o = MPMD_STEP_DEFAULTS;
+    o.threads_per_rank = 1;
+    mpmd_step *st = mpmd_jit_with_loop(m.g, s, &o, &err);
+    int32_t tok[8 * 16], tgt[8 * 16];
+    gpt_random_batch(cfg.vocab, 8, 16, 1, 1, tok, tgt);
+    mpmd_step_set_recording(st, 1);
+    mpmd_step_set_input(st, m.tokens, tok, sizeof tok), mpmd_step_set_input(st, m.targets, tgt, sizeof tgt);
+    for (int k = 0; k < 2; k++)
+        mpmd_step_run(st);
+    mpmd_step_stats stats;
+    CHECK(mpmd_step_summary(st, &stats, &err) == MPMD_OK, "%s", err.msg);
+    CHECK(stats.slowest_stage == 1 && stats.imbalance > 1.3 && stats.slowest_stage_ms > 0,
+          "uneven split: slowest stage %d, imbalance %.2f", stats.slowest_stage, stats.imbalance);
+    CHECK(stats.simulated_bubble > stats.analytic_bubble,
+          "uneven split: simulated bubble %.3f with each stage's times, textbook %.3f", stats.simulated_bubble,
+          stats.analytic_bubble);
+    CHECK(stats.transfer_ms >= 0, "transfers %.3f ms", stats.transfer_ms);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    mpmd_step_print_summary(st, f, &err);
+    fclose(f);
+    CHECK(buf && strstr(buf, "slowest stage 1:") && strstr(buf, "(imbalance)"), "the printed summary: %s", buf);
+    free(buf);
+    mpmd_step_stats_free(&stats);
+    mpmd_step_free(st);
+    mpmd_schedule_free(s);
+    gpt_model_free(&m);
+}
+
 int main(void) {
     gpt_config cfg = gpt_config_default();
     cfg.vocab = 64, cfg.seq = 16, cfg.width = 32, cfg.heads = 2, cfg.layers = 4, cfg.stages = 4;
@@ -223,6 +268,7 @@ int main(void) {
     mpmd_timeline_free(tl);
     mpmd_step_stats_free(&stats);
     short_step_drawing();
+    uneven_split();
 
     /* the trace: valid JSON, one process per rank, events nested or disjoint */
     char *buf = NULL;

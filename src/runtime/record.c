@@ -142,8 +142,15 @@ mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_er
     out->step_ms = 1e3 * (st->t_end - st->t_start);
     out->ranks = calloc((size_t)D, sizeof *out->ranks);
     if (!out->ranks) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_step_summary: out of memory");
-    double busy_total = 0, kind_time[MPMD_TASK_KINDS] = {0};
-    int kind_count[MPMD_TASK_KINDS] = {0};
+    double busy_total = 0;
+    const int S = st->plan->num_stages;
+    double *stage_time = calloc((size_t)S * MPMD_TASK_KINDS + 1, sizeof *stage_time);
+    int *stage_count = calloc((size_t)S * MPMD_TASK_KINDS + 1, sizeof *stage_count);
+    if (!stage_time || !stage_count) {
+        free(stage_time), free(stage_count), free(out->ranks);
+        out->ranks = NULL;
+        return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_step_summary: out of memory");
+    }
     for (int r = 0; r < D; r++) {
         int n;
         int64_t peak;
@@ -155,14 +162,16 @@ mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_er
             if (in->op == MPMD_I_TASK) {
                 rs->busy_ms += d;
                 rs->tasks++;
-                kind_time[in->kind] += d;
-                kind_count[in->kind]++;
+                stage_time[in->stage * MPMD_TASK_KINDS + in->kind] += d;
+                stage_count[in->stage * MPMD_TASK_KINDS + in->kind]++;
             } else if (in->op == MPMD_I_RUN_PRE || in->op == MPMD_I_RUN_POST) {
                 rs->busy_ms += d;
             } else if (in->op == MPMD_I_RECV) {
                 rs->wait_ms += 1e3 * ev[k].wait;
+                out->transfer_ms += d - 1e3 * ev[k].wait;
             } else if (in->op == MPMD_I_SEND) {
                 rs->sent_bytes += (int64_t)mpmd_type_bytes(&st->plan->g->nodes[in->node].type);
+                out->transfer_ms += d;
             }
         }
         rs->peak_bytes = peak;
@@ -177,20 +186,35 @@ mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_er
     out->bubble = out->step_ms > 0 ? 1.0 - busy_total / (D * out->step_ms) : 0;
     out->analytic_bubble = NAN;
     out->simulated_bubble = NAN;
-    if (!st->plan->sched) return MPMD_OK; /* the loop: nothing to predict */
-    out->analytic_bubble = mpmd_schedule_analytic_bubble(st->plan->sched, NULL, out->analytic_formula,
-                                                         sizeof out->analytic_formula);
-    /* the schedule simulated with this run's mean task times */
-    mpmd_cost_model cost = MPMD_COST_DEFAULTS;
-    for (int k = 0; k < MPMD_TASK_KINDS; k++)
-        if (kind_count[k]) cost.latency[k] = kind_time[k] / kind_count[k];
-    mpmd_sim *sim = NULL;
-    mpmd_error e2;
-    if (mpmd_schedule_simulate(st->plan->sched, &cost, &sim, &e2, NULL) == MPMD_OK) {
-        out->simulated_bubble = sim->bubble;
-        out->simulated_ms = sim->makespan;
-        mpmd_sim_free(sim);
+    /* each stage's mean task times, and per microbatch the stage's total */
+    double total = 0, slowest = -1;
+    for (int s = 0; s < S; s++) {
+        double per_mb = 0;
+        for (int k = 0; k < MPMD_TASK_KINDS; k++) {
+            int q = s * MPMD_TASK_KINDS + k;
+            if (stage_count[q]) stage_time[q] /= stage_count[q];
+            per_mb += stage_time[q];
+        }
+        total += per_mb;
+        if (per_mb > slowest) slowest = per_mb, out->slowest_stage = s;
     }
+    out->slowest_stage_ms = slowest;
+    out->imbalance = total > 0 ? slowest / (total / S) : 1.0;
+    if (st->plan->sched) {
+        out->analytic_bubble = mpmd_schedule_analytic_bubble(st->plan->sched, NULL, out->analytic_formula,
+                                                             sizeof out->analytic_formula);
+        /* the schedule simulated with each stage's own measured times */
+        mpmd_cost_model cost = MPMD_COST_DEFAULTS;
+        cost.stage_latency = stage_time;
+        mpmd_sim *sim = NULL;
+        mpmd_error e2;
+        if (mpmd_schedule_simulate(st->plan->sched, &cost, &sim, &e2, NULL) == MPMD_OK) {
+            out->simulated_bubble = sim->bubble;
+            out->simulated_ms = sim->makespan;
+            mpmd_sim_free(sim);
+        }
+    }
+    free(stage_time), free(stage_count);
     return MPMD_OK;
 }
 
@@ -205,7 +229,8 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
     if (rc) return rc;
     fprintf(
         f,
-        "%s: step %.2f ms, bubble %.1f%% measured, %.1f%% simulated with the measured task times (%.2f ms)",
+        "%s: step %.2f ms, bubble %.1f%% measured, %.1f%% simulated with each stage's measured task times (%.2f "
+        "ms)",
         plan_name(st->plan), s.step_ms, 100 * s.bubble, 100 * s.simulated_bubble, s.simulated_ms);
     if (!isnan(s.analytic_bubble))
         fprintf(f, ", %.1f%% analytic (%s)", 100 * s.analytic_bubble, s.analytic_formula);
@@ -217,6 +242,11 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
                 q->busy_ms, q->wait_ms, 100 * q->bubble, (long long)q->peak_bytes, (long long)q->planned_peak_bytes,
                 (long long)q->memory_planned, (long long)q->memory_measured);
     }
+    if (st->plan->num_stages > 1)
+        fprintf(f,
+                "  slowest stage %d: %.3f ms per microbatch, %.2fx the mean stage (imbalance); transfers %.3f ms "
+                "in all (waiting left out)\n",
+                s.slowest_stage, s.slowest_stage_ms, s.imbalance, s.transfer_ms);
     mpmd_step_stats_free(&s);
     return MPMD_OK;
 }
