@@ -9,9 +9,16 @@
  * The task: for each sequence of random vectors, predict at every position
  * the standardised sum of the vector and the mean of the vectors up to it.
  * The prefix mean needs causal attention; the standardisation fits the
- * Block's closing LayerNorm. The loss is printed every 10 steps.
+ * Block's closing LayerNorm.
  *
- *     build/examples/basic [--threads N]
+ * As basic.py does, the step runs twice side by side on the same batches:
+ * pipelined (a schedule over ranks, mpmd_jit_with_loop) and unpipelined
+ * (the same call without a schedule); every step's losses must have the same
+ * bits, and so must the parameters at the end. Both losses are printed every
+ * 10 steps.
+ *
+ *     build/examples/basic [--schedule NAME] [--blocks B] [--ranks D] [--steps N] [--threads N]
+ *                          [--backend cpu|cuda] [--precision f32|bf16]
  */
 #include "mpmd.h"
 
@@ -25,11 +32,27 @@ enum {
     SEQ = 8,          /* positions per sequence */
     WIDTH = 32,       /* features per position */
     HEADS = 4,        /* attention heads */
-    BLOCKS = 2,       /* Blocks = pipeline stages */
     MICROBATCHES = 4, /* microbatches per step */
-    STEPS = 300,      /* training steps */
     DATASET = 1024    /* sequences in the training set */
 };
+
+static const char usage[] =
+    "usage: basic [--schedule NAME] [--blocks B] [--ranks D] [--steps N] [--threads N]\n"
+    "             [--backend cpu|cuda] [--precision f32|bf16]\n"
+    "  --schedule NAME  gpipe, std1f1b (default), eager1f1b, zerobubble, interleaved1f1b, kimik2,\n"
+    "                   dualpipev, interleavedgpipe\n"
+    "  --blocks B       Blocks, one pipeline stage each (default 2)\n"
+    "  --ranks D        pipeline ranks (default: the schedule's, B or B/2)\n"
+    "  --steps N        training steps (default 300)\n"
+    "  --threads N      kernel threads of the loop; each rank gets N / D (default 0: all cores)\n";
+
+static int count(const char *s, long lo, long hi, long *out) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || end == s || v < lo || v > hi) return 1;
+    *out = v;
+    return 0;
+}
 
 /* splitmix64, for data that is the same on every machine */
 static uint64_t mix64(uint64_t x) {
@@ -64,32 +87,46 @@ static void make_data(float *x, float *y) {
 }
 
 int main(int argc, char **argv) {
-    int threads = 0;
-    const char *backend = NULL;
+    long threads = 0, blocks = 2, ranks = 0, steps = 300;
+    const char *backend = NULL, *schedule = "std1f1b";
     mpmd_dtype precision = MPMD_F32;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 0 || v > 1024) {
-                fprintf(stderr, "basic: --threads expects a count >= 0, got \"%s\"\n", argv[i]);
-                return 2;
-            }
-            threads = (int)v;
-        } else if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
-            backend = argv[++i];
-        } else if (!strcmp(argv[i], "--precision") && i + 1 < argc) {
-            const char *p = argv[++i];
-            if (strcmp(p, "f32") && strcmp(p, "bf16")) {
-                fprintf(stderr, "basic: --precision is f32 or bf16, got \"%s\"\n", p);
-                return 2;
-            }
-            precision = strcmp(p, "bf16") ? MPMD_F32 : MPMD_BF16;
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help")) {
+            fputs(usage, stdout);
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "basic: %s needs a value\n%s", a, usage);
+            return 2;
+        }
+        i++;
+        int bad = 0;
+        if (!strcmp(a, "--threads"))
+            bad = count(v, 0, 1024, &threads);
+        else if (!strcmp(a, "--blocks"))
+            bad = count(v, 1, 64, &blocks);
+        else if (!strcmp(a, "--ranks"))
+            bad = count(v, 1, 64, &ranks);
+        else if (!strcmp(a, "--steps"))
+            bad = count(v, 1, 1000000, &steps);
+        else if (!strcmp(a, "--schedule"))
+            bad = mpmd_schedule_kind_from_name(schedule = v) < 0;
+        else if (!strcmp(a, "--backend"))
+            backend = v;
+        else if (!strcmp(a, "--precision")) {
+            bad = strcmp(v, "f32") && strcmp(v, "bf16");
+            precision = strcmp(v, "bf16") ? MPMD_F32 : MPMD_BF16;
         } else {
-            fprintf(stderr, "usage: basic [--threads N] [--backend cpu|cuda] [--precision f32|bf16]\n");
+            fprintf(stderr, "basic: unknown option \"%s\"\n%s", a, usage);
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "basic: bad value \"%s\" for %s\n%s", v, a, usage);
             return 2;
         }
     }
+    const int BLOCKS = (int)blocks;
 
     /* The training step: inputs are the whole batch; the loop body sees one
      * microbatch of BATCH / MICROBATCHES sequences. */
@@ -127,12 +164,21 @@ int main(int argc, char **argv) {
         return 1;
     }
 
+    /* The same step twice: pipelined, and the unpipelined loop (no schedule). */
     mpmd_error err;
-    mpmd_exec_opts eo = MPMD_EXEC_DEFAULTS;
-    eo.threads = threads;
-    eo.backend = backend;
-    mpmd_exec *ex = mpmd_exec_new(g, &eo, &err);
-    if (!ex) {
+    mpmd_schedule *sched;
+    if (mpmd_schedule_new((mpmd_schedule_kind)mpmd_schedule_kind_from_name(schedule), BLOCKS, (int)ranks,
+                          MICROBATCHES, 0, &sched, &err)) {
+        fprintf(stderr, "basic: %s\n", err.msg);
+        return 1;
+    }
+    mpmd_step_opts so = MPMD_STEP_DEFAULTS;
+    so.backend = backend;
+    so.threads_per_rank = threads ? (int)(threads / sched->num_ranks > 0 ? threads / sched->num_ranks : 1) : 0;
+    mpmd_step *pipe = mpmd_jit_with_loop(g, sched, &so, &err);
+    so.threads_per_rank = (int)threads;
+    mpmd_step *loop = pipe ? mpmd_jit_with_loop(g, NULL, &so, &err) : NULL;
+    if (!pipe || !loop) {
         fprintf(stderr, "basic: %s\n", err.msg);
         return 1;
     }
@@ -143,33 +189,50 @@ int main(int argc, char **argv) {
         return 1;
     }
     make_data(xs, ys);
-    printf("basic: %d Blocks (width %d, %d heads), %d parameter tensors, batch %d in %d microbatches\n",
-           BLOCKS, WIDTH, HEADS, np, BATCH, MICROBATCHES);
+    printf("basic: %d Blocks (width %d, %d heads), %d parameter tensors, batch %d in %d microbatches; %s against "
+           "the loop\n",
+           BLOCKS, WIDTH, HEADS, np, BATCH, MICROBATCHES, sched->name);
     const size_t batch_bytes = sizeof(float) * BATCH * SEQ * WIDTH;
     int rc = 0;
-    for (int step = 1; step <= STEPS; step++) {
+    for (long step = 1; step <= steps && !rc; step++) {
         /* batches walk through the data set in order */
         int64_t first = ((int64_t)(step - 1) * BATCH) % DATASET;
-        mpmd_exec_set_input(ex, x, xs + first * SEQ * WIDTH, batch_bytes);
-        mpmd_exec_set_input(ex, y, ys + first * SEQ * WIDTH, batch_bytes);
-        float l;
-        if (mpmd_exec_run(ex) || mpmd_exec_read(ex, total, &l, sizeof l)) {
-            fprintf(stderr, "basic: step %d: %s\n", step, mpmd_exec_error(ex));
-            rc = 1;
-            break;
+        float l[2];
+        mpmd_step *both[2] = {pipe, loop};
+        for (int k = 0; k < 2 && !rc; k++) {
+            if (mpmd_step_set_input(both[k], x, xs + first * SEQ * WIDTH, batch_bytes) ||
+                mpmd_step_set_input(both[k], y, ys + first * SEQ * WIDTH, batch_bytes) || mpmd_step_run(both[k]) ||
+                mpmd_step_read(both[k], total, &l[k], sizeof l[k])) {
+                fprintf(stderr, "basic: step %ld (%s): %s\n", step, k ? "loop" : "pipelined", mpmd_step_error(both[k]));
+                rc = 1;
+            }
         }
-        if (!isfinite(l)) {
-            fprintf(stderr, "step %d: loss is %s\n", step, isnan(l) ? "nan" : "inf");
+        if (rc) break;
+        if (!isfinite(l[0])) {
+            fprintf(stderr, "basic: step %ld: loss is %s\n", step, isnan(l[0]) ? "nan" : "inf");
             rc = 1;
-            break;
+        } else if (memcmp(&l[0], &l[1], sizeof l[0])) {
+            fprintf(stderr, "basic: step %ld: the pipelined loss %.9g is not the loop's %.9g\n", step, l[0], l[1]);
+            rc = 1;
+        } else if (step % 10 == 0 || step == 1) {
+            printf("step %3ld  loss %.5f  (pipelined and loop: the same bits)\n", step, l[0]);
         }
-        if (step % 10 == 0 || step == 1) printf("step %3d  loss %.5f\n", step, l);
     }
+    char hash[2][65];
+    mpmd_step_params_sha256(pipe, hash[0]);
+    mpmd_step_params_sha256(loop, hash[1]);
+    if (!rc) {
+        rc = strcmp(hash[0], hash[1]) != 0;
+        printf("parameters: %s\n", rc ? "DIFFER from the loop's" : "bitwise equal to the loop's");
+        printf("params_sha256=%s\n", hash[0]);
+    }
+    mpmd_step_free(pipe);
+    mpmd_step_free(loop);
+    mpmd_schedule_free(sched);
     free(xs);
     free(ys);
     free(params);
     free(grads);
-    mpmd_exec_free(ex);
     mpmd_graph_free(g);
     return rc;
 }

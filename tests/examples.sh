@@ -80,10 +80,14 @@ resumed=$("$gpt" "${model[@]}" --steps 6 --resume "$tmp/ck.safetensors" | tail -
 out=$("$build/examples/tutorial" --steps 2 --d-model 16 --seq 8 2>&1); rc=$?
 [ $rc -eq 0 ] && [ "$(grep -c 'bitwise equal to the one-rank loop: yes' <<<"$out")" -eq 2 ] &&
   ok "tutorial: 4 and 8 stages equal the loop" || bad "tutorial: exit $rc: $out"
-out=$("$build/examples/basic" 2>&1); rc=$?
-first=$(grep -m1 '^step' <<<"$out" | awk '{print $NF}') last=$(grep '^step' <<<"$out" | tail -n 1 | awk '{print $NF}')
-[ $rc -eq 0 ] && awk -v a="$first" -v b="$last" 'BEGIN { exit !(b * 10 <= a) }' &&
-  ok "basic: loss $first -> $last" || bad "basic: exit $rc, loss $first -> $last"
+for sched in std1f1b zerobubble; do
+  out=$("$build/examples/basic" --schedule $sched --steps 100 2>&1); rc=$?
+  first=$(grep -m1 '^step' <<<"$out" | awk '{print $4}') last=$(grep '^step' <<<"$out" | tail -n 1 | awk '{print $4}')
+  [ $rc -eq 0 ] && grep -q "parameters: bitwise equal to the loop's" <<<"$out" &&
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b * 3 <= a) }' &&
+    ok "basic --schedule $sched: every step's loss equals the loop's, loss $first -> $last" ||
+    bad "basic --schedule $sched: exit $rc: $out"
+done
 
 expect() { # expect STATUS PATTERN ARGS...
   local want=$1 pat=$2; shift 2
