@@ -326,8 +326,8 @@ static void test_print(void) {
     size_t len = fread(text, 1, sizeof text - 1, f);
     text[len] = '\0';
     fclose(f);
-    CHECK(has(text, "f32[1,3,1] = sum %0 axes=[0,2] keepdims=1"), "%s", text);
-    CHECK(has(text, "f32[2,4] = max %0 axes=[1] keepdims=0"), "%s", text);
+    CHECK(has(text, "f32[1,3,1] = sum %0 \"x\" axes=[0,2] keepdims=1"), "%s", text);
+    CHECK(has(text, "f32[2,4] = max %0 \"x\" axes=[1] keepdims=0"), "%s", text);
     mpmd_graph_free(g);
 }
 

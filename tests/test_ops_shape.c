@@ -507,10 +507,10 @@ static void test_print(void) {
     size_t len = fread(text, 1, sizeof text - 1, f);
     text[len] = '\0';
     fclose(f);
-    CHECK(has(text, "f32[4,2,3] = permute %0 perm=[2,0,1]"), "%s", text);
-    CHECK(has(text, "f32[2,3,2] = slice %0 axis=2 start=1 stop=3"), "%s", text);
-    CHECK(has(text, "f32[2,6,4] = concat %0, %0 axis=1"), "%s", text);
-    CHECK(has(text, "f32[6,4] = reshape %0"), "%s", text);
+    CHECK(has(text, "f32[4,2,3] = permute %0 \"x\" perm=[2,0,1]"), "%s", text);
+    CHECK(has(text, "f32[2,3,2] = slice %0 \"x\" axis=2 start=1 stop=3"), "%s", text);
+    CHECK(has(text, "f32[2,6,4] = concat %0 \"x\", %0 \"x\" axis=1"), "%s", text);
+    CHECK(has(text, "f32[6,4] = reshape %0 \"x\""), "%s", text);
     mpmd_graph_free(g);
 }
 

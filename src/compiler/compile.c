@@ -205,7 +205,7 @@ static const char *kind_prefix(int k) { return k == 0 ? "fwd" : k == 1 ? "bwd" :
 
 void mpmd_plan_print(const mpmd_plan *pl, FILE *f) {
     const mpmd_graph *g = pl->g;
-    char tb[160];
+    char tb[160], ob[320];
     fprintf(f, "%s: %d ranks, %d stages, %d microbatches\n", pl->sched ? pl->sched->name : "the loop",
             pl->num_ranks, pl->num_stages, pl->num_micro);
     /* the task bodies, once: the ops of each (stage, kind) cluster */
@@ -219,7 +219,13 @@ void mpmd_plan_print(const mpmd_plan *pl, FILE *f) {
                 const mpmd_node *n = &g->nodes[pl->cl.nodes[c][q]];
                 fprintf(f, "    %%%d:%s = %s", n->id, mpmd_type_str(&n->type, tb, sizeof tb), n->op->name);
                 for (int j = 0; j < n->n_in; j++)
-                    fprintf(f, "%s%%%d", j ? ", " : " ", (int)n->in[j]);
+                    fprintf(f, "%s%s", j ? ", " : " ", mpmd_operand_str(g, n->in[j], ob, sizeof ob));
+                /* the loop results this value is folded into, microbatch by microbatch */
+                for (int r = pl->reduce_head ? pl->reduce_head[n->id] : -1; r >= 0; r = pl->reduce_next[r])
+                    fprintf(f, "   -> loop %s into %%%d", g->nodes[r].ia[0] == MPMD_REDUCE_ADD   ? "sum"
+                                                          : g->nodes[r].ia[0] == MPMD_REDUCE_MAX ? "max"
+                                                                                                 : "concat",
+                            r);
                 fputc('\n', f);
             }
         }
@@ -235,8 +241,14 @@ void mpmd_plan_print(const mpmd_plan *pl, FILE *f) {
             const mpmd_instr *in = &p->ins[x];
             const mpmd_node *n = in->node >= 0 ? &g->nodes[in->node] : NULL;
             switch (in->op) {
-            case MPMD_I_RUN_PRE: fprintf(f, "  pre   %%%d = %s\n", in->node, n->op->name); break;
-            case MPMD_I_RUN_POST: fprintf(f, "  post  %%%d = %s\n", in->node, n->op->name); break;
+            case MPMD_I_RUN_PRE:
+            case MPMD_I_RUN_POST:
+                fprintf(f, "  %-5s %%%d:%s = %s", in->op == MPMD_I_RUN_PRE ? "pre" : "post", in->node,
+                        mpmd_type_str(&n->type, tb, sizeof tb), n->op->name);
+                for (int j = 0; j < n->n_in; j++)
+                    fprintf(f, "%s%s", j ? ", " : " ", mpmd_operand_str(g, n->in[j], ob, sizeof ob));
+                fputc('\n', f);
+                break;
             case MPMD_I_TASK:
                 fprintf(f, "  run   %s_%d  microbatch %d\n", kind_prefix(in->kind), in->stage, in->mb);
                 break;

@@ -357,33 +357,53 @@ static const char *region_title(int r) {
     return r == MPMD_REGION_PRE ? "before loop" : r == MPMD_REGION_BODY ? "loop body" : "after loop";
 }
 
+const char *mpmd_operand_str(const mpmd_graph *g, int v, char *buf, size_t len) {
+    const mpmd_node *n = v >= 0 && v < g->n_nodes ? &g->nodes[v] : NULL;
+    if (n && n->name)
+        snprintf(buf, len, "%%%d \"%s\"", v, n->name);
+    else
+        snprintf(buf, len, "%%%d", v);
+    return buf;
+}
+
+const char *mpmd_node_subject(const mpmd_graph *g, int i) {
+    const mpmd_node *n = &g->nodes[i];
+    if (n->name) return n->name;
+    for (int j = 0; j < n->n_in; j++)
+        if (g->nodes[n->in[j]].name) return g->nodes[n->in[j]].name;
+    return NULL;
+}
+
 void mpmd_graph_print(const mpmd_graph *g, FILE *f) {
-    int region = -1;
-    char tb[160], attrs[512];
+    char tb[160], attrs[512], ob[320];
     fprintf(f, "graph {\n");
-    for (int i = 0; i < g->n_nodes; i++) {
-        const mpmd_node *n = &g->nodes[i];
-        if (n->region != region) {
-            region = n->region;
-            if (region == MPMD_REGION_BODY)
-                fprintf(f, "  %s (%d microbatches):\n", region_title(region), g->n_micro);
-            else
-                fprintf(f, "  %s:\n", region_title(region));
+    /* each region once, its nodes in creation order */
+    for (int region = MPMD_REGION_PRE; region <= MPMD_REGION_POST; region++) {
+        int any = 0;
+        for (int i = 0; i < g->n_nodes; i++) {
+            const mpmd_node *n = &g->nodes[i];
+            if (n->region != region) continue;
+            if (!any++) {
+                if (region == MPMD_REGION_BODY)
+                    fprintf(f, "  %s (%d microbatches):\n", region_title(region), g->n_micro);
+                else
+                    fprintf(f, "  %s:\n", region_title(region));
+            }
+            fprintf(f, "    %%%d:%s = %s", i, mpmd_type_str(&n->type, tb, sizeof tb), n->op->name);
+            for (int j = 0; j < n->n_in; j++)
+                fprintf(f, "%s%s", j ? ", " : " ", mpmd_operand_str(g, n->in[j], ob, sizeof ob));
+            if (n->name) fprintf(f, " \"%s\"", n->name);
+            attrs[0] = '\0';
+            if (n->op->attrs) n->op->attrs(g, n, attrs, sizeof attrs);
+            fputs(attrs, f);
+            if (n->region == MPMD_REGION_BODY) {
+                if (n->is_bwd)
+                    fprintf(f, "   # bwd stage %d (of %%%d)", n->stage, n->fwd);
+                else
+                    fprintf(f, "   # stage %d", n->stage);
+            }
+            fputc('\n', f);
         }
-        fprintf(f, "    %%%d:%s = %s", i, mpmd_type_str(&n->type, tb, sizeof tb), n->op->name);
-        for (int j = 0; j < n->n_in; j++)
-            fprintf(f, "%s%%%d", j ? ", " : " ", (int)n->in[j]);
-        if (n->name) fprintf(f, " \"%s\"", n->name);
-        attrs[0] = '\0';
-        if (n->op->attrs) n->op->attrs(g, n, attrs, sizeof attrs);
-        fputs(attrs, f);
-        if (n->region == MPMD_REGION_BODY) {
-            if (n->is_bwd)
-                fprintf(f, "   # bwd stage %d (of %%%d)", n->stage, n->fwd);
-            else
-                fprintf(f, "   # stage %d", n->stage);
-        }
-        fputc('\n', f);
     }
     fprintf(f, "}\n");
 }

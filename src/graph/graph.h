@@ -109,6 +109,13 @@ struct mpmd_graph {
 
 /* ---- helpers for op constructors ---------------------------------------- */
 
+/* Operand v for printouts and messages: "%5", or with a name when it has
+ * one (an input, a parameter, a variable): "%5 \"d0/kernel\"". Returns buf. */
+const char *mpmd_operand_str(const mpmd_graph *g, int v, char *buf, size_t len);
+/* What node i is about, for messages: its own name, or its first named
+ * operand's ("d1/kernel" for that parameter's AdamW update); NULL if none. */
+const char *mpmd_node_subject(const mpmd_graph *g, int i);
+
 /* The node of a value; NULL for an invalid id. The pointer is valid until the
  * next node is appended. */
 mpmd_node *mpmd_node_of(const mpmd_graph *g, mpmd_value v);

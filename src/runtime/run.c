@@ -94,7 +94,11 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
         rc = st->plan->be->sync(rs->dev, kerr, sizeof kerr);
         rs->prof[i] += rt_now() - t0;
     }
-    if (rc) rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", i, st->plan->g->nodes[i].op->name, where, kerr);
+    if (rc) { /* name what the op is about where the graph knows: "d1/kernel" */
+        const char *subj = mpmd_node_subject(st->plan->g, i);
+        rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s%s%s%s: %s", i, st->plan->g->nodes[i].op->name, subj ? " of \"" : "",
+                subj ? subj : "", subj ? "\"" : "", where, kerr);
+    }
     return rc;
 }
 
