@@ -127,6 +127,31 @@ mpmd_status mpmd_step_save(mpmd_step *st, const char *path, const mpmd_checkpoin
                            mpmd_error *err);
 mpmd_status mpmd_step_load(mpmd_step *st, const char *path, mpmd_checkpoint_info *info_out, mpmd_error *err);
 
+/* Parameters alone, by name, as PyTorch's load_state_dict(strict=False):
+ * into an eval step (no optimizer), a step with another optimizer, or part
+ * of a model. Every parameter of the step whose name the file has (under
+ * `only` and the name map) is set from it; the file's other tensors
+ * (optimizer state, parameters this step lacks) are counted as unexpected
+ * and left alone, the step's parameters the file lacks as missing and left
+ * as they are. A tensor of another shape or dtype is an error, before
+ * anything changes. Checksums are checked as for mpmd_step_load. */
+typedef struct mpmd_param_load_opts {
+    const char *only;     /* load only parameters whose name starts with this; NULL: all */
+    const char *from, *to; /* the step's parameter to + X is read from from + X; NULL: same names */
+} mpmd_param_load_opts;
+typedef struct mpmd_param_load_report {
+    int loaded;     /* parameters set */
+    int missing;    /* parameters (under `only`) the source lacks */
+    int unexpected; /* tensors of the source nothing read */
+} mpmd_param_load_report;
+mpmd_status mpmd_step_load_params(mpmd_step *st, const char *path, const mpmd_param_load_opts *opts,
+                                  mpmd_param_load_report *report, mpmd_error *err);
+/* The same from another step of this process, without a file: an eval
+ * step shares a training step's parameters (each copy dst holds is set
+ * from src's). */
+mpmd_status mpmd_step_copy_params(mpmd_step *dst, mpmd_step *src, const mpmd_param_load_opts *opts,
+                                  mpmd_param_load_report *report, mpmd_error *err);
+
 /* Write the trainable parameters (mpmd_graph_params, by their full names;
  * no optimizer state, no other variables) to `path` as a safetensors file
  * of `dtype`: MPMD_F32 (bit for bit), MPMD_BF16 or MPMD_F16 (rounded to

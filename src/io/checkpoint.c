@@ -653,19 +653,37 @@ static void widen(const uint8_t *src, size_t n, int bf16, float *dst) {
 
 /* Check the file against the view, read and verify its data, then copy it
  * into every holder (nothing is written before every check passed). */
+/* Read and verify the file's data, then copy tensor src[i] into view entry
+ * i (NULL: entry i stays as it is) and commit. */
+static mpmd_status load_from(const state_view *v, loading *L, const mpmd_st_tensor *const *src_of,
+                             mpmd_checkpoint_info *info_out, const char *who, mpmd_error *err);
+
 static mpmd_status load_into(const state_view *v, loading *L, mpmd_checkpoint_info *info_out, const char *who,
                              mpmd_error *err) {
     const mpmd_st_header *h = &L->h;
-    const char *path = L->path;
     for (int j = 0; j < h->n_tensors; j++)
         if (!loadable_dtype(h->tensors[j].dtype))
             return mpmd_error_set(
                 err, MPMD_ERR_FORMAT,
                 "%s: %s: tensor \"%.200s\" has dtype %s, which mpmd cannot load (it loads F32, "
                 "BF16 and F16 into f32 values and I32 into i32 values)",
-                who, path, h->tensors[j].name, h->tensors[j].dtype);
+                who, L->path, h->tensors[j].name, h->tensors[j].dtype);
     mpmd_status rc = match(v, h, who, err);
     if (rc) return rc;
+    const mpmd_st_tensor **src_of = malloc((size_t)(v->n + 1) * sizeof *src_of);
+    if (!src_of) return mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory", who);
+    for (int i = 0; i < v->n; i++)
+        src_of[i] = mpmd_st_find(h, v->e[i].name);
+    rc = load_from(v, L, src_of, info_out, who, err);
+    free(src_of);
+    return rc;
+}
+
+static mpmd_status load_from(const state_view *v, loading *L, const mpmd_st_tensor *const *src_of,
+                             mpmd_checkpoint_info *info_out, const char *who, mpmd_error *err) {
+    const mpmd_st_header *h = &L->h;
+    const char *path = L->path;
+    mpmd_status rc = MPMD_OK;
     /* read and verify everything before the first byte of state changes */
     uint8_t *data = malloc(h->data_len ? (size_t)h->data_len : 1);
     if (!data)
@@ -693,7 +711,8 @@ static mpmd_status load_into(const state_view *v, loading *L, mpmd_checkpoint_in
     }
     for (int i = 0; i < v->n; i++) {
         const entry *e = &v->e[i];
-        const mpmd_st_tensor *t = mpmd_st_find(h, e->name);
+        const mpmd_st_tensor *t = src_of[i];
+        if (!t) continue;
         uint8_t *src = data + t->begin;
         size_t bytes = (size_t)(t->end - t->begin);
         if (t->elem_size == 2) { /* BF16 or F16 into f32 (match checked it) */
@@ -731,6 +750,125 @@ static mpmd_status load(mpmd_step *st, const char *path, mpmd_checkpoint_info *i
         view_free(&v);
     }
     load_close(&L);
+    return rc;
+}
+
+/* ---- parameters alone, by name ------------------------------------------------- */
+
+/* Whether parameter `name` is wanted, and the name it has in the source. */
+static int source_name(const mpmd_param_load_opts *o, const char *name, char *buf, size_t len) {
+    if (o && o->only && strncmp(name, o->only, strlen(o->only)) != 0) return 0;
+    if (o && o->to && o->from) {
+        size_t n = strlen(o->to);
+        if (strncmp(name, o->to, n) != 0) return 0;
+        snprintf(buf, len, "%s%s", o->from, name + n);
+    } else {
+        snprintf(buf, len, "%s", name);
+    }
+    return 1;
+}
+
+mpmd_status mpmd_step_load_params(mpmd_step *st, const char *path, const mpmd_param_load_opts *opts,
+                                  mpmd_param_load_report *out, mpmd_error *err) {
+    const char *who = "mpmd_step_load_params";
+    mpmd_param_load_report r = {0, 0, 0};
+    if (out) *out = r;
+    if (!st || !path) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no step or no path", who);
+    loading L;
+    mpmd_status rc = load_open(path, &L, who, err);
+    if (rc) return rc;
+    state_view v;
+    rc = step_view(st, who, 1, &v, err);
+    const mpmd_st_tensor **src_of = NULL;
+    unsigned char *used = NULL;
+    if (!rc) {
+        src_of = calloc((size_t)v.n + 1, sizeof *src_of);
+        used = calloc((size_t)L.h.n_tensors + 1, 1);
+        if (!src_of || !used) rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory", who);
+    }
+    for (int i = 0; !rc && i < v.n; i++) {
+        char name[512];
+        if (!source_name(opts, v.e[i].name, name, sizeof name)) continue;
+        const mpmd_st_tensor *t = mpmd_st_find(&L.h, name);
+        if (!t) {
+            r.missing++;
+            continue;
+        }
+        if (!loadable_dtype(t->dtype) || !fits(&v.e[i], t)) {
+            char a[160], b[160];
+            type_str(t->dtype, t->ndim, t->dim, a, sizeof a);
+            type_str(st_dtype(v.e[i].type.dtype), v.e[i].type.ndim, v.e[i].type.dim, b, sizeof b);
+            rc = mpmd_error_set(err, MPMD_ERR_SHAPE, "%s: %.300s: \"%s\" is %s in the file but parameter \"%s\" is %s",
+                                who, path, name, a, v.e[i].name, b);
+            break;
+        }
+        src_of[i] = t;
+        used[t - L.h.tensors] = 1;
+        r.loaded++;
+    }
+    for (int j = 0; !rc && j < L.h.n_tensors; j++)
+        r.unexpected += !used[j];
+    if (!rc) rc = load_from(&v, &L, src_of, NULL, who, err);
+    if (!rc && out) *out = r;
+    free(src_of), free(used);
+    if (v.e) view_free(&v);
+    load_close(&L);
+    return rc;
+}
+
+mpmd_status mpmd_step_copy_params(mpmd_step *dst, mpmd_step *src, const mpmd_param_load_opts *opts,
+                                  mpmd_param_load_report *out, mpmd_error *err) {
+    const char *who = "mpmd_step_copy_params";
+    mpmd_param_load_report r = {0, 0, 0};
+    if (out) *out = r;
+    if (!dst || !src) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no step", who);
+    if (dst->runtime == MPMD_RUNTIME_MPI || src->runtime == MPMD_RUNTIME_MPI)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "%s: both steps must run in this process (under MPI, save and load a file)", who);
+    state_view dv, sv;
+    mpmd_status rc = step_view(dst, who, 1, &dv, err);
+    if (rc) return rc;
+    if ((rc = step_view(src, who, 1, &sv, err))) {
+        view_free(&dv);
+        return rc;
+    }
+    unsigned char *used = calloc((size_t)sv.n + 1, 1);
+    if (!used) rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory", who);
+    for (int i = 0; !rc && i < dv.n; i++) {
+        char name[512];
+        if (!source_name(opts, dv.e[i].name, name, sizeof name)) continue;
+        int lo = 0, hi = sv.n - 1, at = -1; /* both views are sorted by name */
+        while (lo <= hi && at < 0) {
+            int mid = (lo + hi) / 2, c = strcmp(sv.e[mid].name, name);
+            if (!c)
+                at = mid;
+            else if (c < 0)
+                lo = mid + 1;
+            else
+                hi = mid - 1;
+        }
+        if (at < 0 || sv.e[at].nptr < 1) {
+            r.missing++;
+            continue;
+        }
+        const mpmd_type *a = &sv.e[at].type, *b = &dv.e[i].type;
+        if (!mpmd_type_equal(a, b)) {
+            char ta[160], tb[160];
+            rc = mpmd_error_set(err, MPMD_ERR_SHAPE, "%s: \"%s\" is %s in the source but parameter \"%s\" is %s",
+                                who, name, mpmd_type_str(a, ta, sizeof ta), dv.e[i].name, mpmd_type_str(b, tb, sizeof tb));
+            break;
+        }
+        for (int k = 0; k < dv.e[i].nptr; k++)
+            memcpy(dv.e[i].ptr[k], sv.e[at].ptr[0], mpmd_type_bytes(b));
+        used[at] = 1;
+        r.loaded++;
+    }
+    for (int j = 0; !rc && j < sv.n; j++)
+        r.unexpected += !used[j];
+    if (!rc) rc = view_commit(&dv, who, err);
+    if (!rc && out) *out = r;
+    free(used);
+    view_free(&dv), view_free(&sv);
     return rc;
 }
 
