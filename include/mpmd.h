@@ -50,10 +50,19 @@
  * - Values are SSA: every op returns a new value; nothing runs until an
  *   executor runs the graph. Tensors are dense, row-major, f32, bf16, f16
  *   or i32 (see Precision for the mixed-precision policy).
- * - Errors while building are sticky: the first one is kept on the graph
- *   (mpmd_graph_status / mpmd_graph_error) and the failing constructor
- *   returns MPMD_NONE; constructors given MPMD_NONE return MPMD_NONE. Check
- *   once after building. Messages name the op, the shapes and the scope.
+ * - Errors follow one rule, by what a call does, and every failure is also
+ *   in its return value (MPMD_NONE, NULL or a status other than MPMD_OK):
+ *   . building a graph: the first error is kept on the graph (sticky;
+ *     mpmd_graph_status / mpmd_graph_error) and the failing constructor
+ *     returns MPMD_NONE; constructors given MPMD_NONE return MPMD_NONE, so
+ *     checking once after building is enough;
+ *   . a call that makes something (a step, an executor, a schedule, a
+ *     file, a timeline, a summary, a prediction) fills the mpmd_error * it
+ *     is given (NULL: no message) and returns NULL or a status;
+ *   . a call on an existing step or executor in place (set an input, run,
+ *     read, write) returns a status and keeps the message on that object
+ *     (mpmd_step_error / mpmd_exec_error) until its next call.
+ *   Messages name the call, the values, the shapes and the scope.
  * - Ownership: the graph owns its nodes and names; an executor owns its
  *   buffers; pointers returned by getters stay valid until the owner is
  *   freed (or, for node data, until the graph grows).
