@@ -377,6 +377,19 @@ MPMD_NODISCARD mpmd_value mpmd_loop_reduce(mpmd_graph *g, mpmd_value x, mpmd_red
 MPMD_NODISCARD mpmd_value mpmd_enter_stage(mpmd_graph *g, mpmd_value x);
 void mpmd_enter_stage_n(mpmd_graph *g, int n, mpmd_value *xs);
 
+/* Balancing stages. mpmd_op_flops estimates an op's floating-point
+ * operations (a matrix product 2 K per output element, other ops one per
+ * element read or written); mpmd_graph_flops sums them over the values
+ * from..to (creation order: build the model once without markers and take
+ * each layer's range). mpmd_balance_stages splits n consecutive pieces of
+ * these costs (or measured ones) into S contiguous stages whose largest
+ * total is as small as can be, every stage at least one piece: first[s] is
+ * stage s's first piece (first[0] = 0); put a marker after the last piece
+ * of every stage. */
+double mpmd_op_flops(const mpmd_graph *g, mpmd_value v);
+double mpmd_graph_flops(const mpmd_graph *g, mpmd_value from, mpmd_value to);
+mpmd_status mpmd_balance_stages(const double *costs, int n, int S, int *first, mpmd_error *err);
+
 /* Rematerialisation (JAX's jax.checkpoint): the forward values made
  * between mpmd_remat_begin and mpmd_remat_end in the loop body are not
  * kept for the backward but computed again inside it, from the region's

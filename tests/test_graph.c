@@ -287,7 +287,65 @@ static void test_sha256_and_init(void) {
     free(a), free(b);
 }
 
+/* The largest stage of the best contiguous split of c[0..n-1] into S
+ * non-empty stages, by trying every split. */
+static double brute_best(const double *c, int n, int S) {
+    if (S == 1) {
+        double t = 0;
+        for (int i = 0; i < n; i++)
+            t += c[i];
+        return t;
+    }
+    double best = 1e300, head = 0;
+    for (int k = 1; k <= n - (S - 1); k++) {
+        head += c[k - 1];
+        double rest = brute_best(c + k, n - k, S - 1), m = head > rest ? head : rest;
+        if (m < best) best = m;
+    }
+    return best;
+}
+
+/* mpmd_balance_stages finds the best split (against every split tried),
+ * every stage non-empty; mpmd_op_flops counts a product's 2 M N K. */
+static void test_balance(void) {
+    uint64_t seed = 99;
+    for (int trial = 0; trial < 400; trial++) {
+        int n = 1 + (int)(tu_unif(&seed) * 9), S = 1 + (int)(tu_unif(&seed) * n);
+        double c[10];
+        for (int i = 0; i < n; i++)
+            c[i] = trial % 3 ? floor(tu_unif(&seed) * 10) : tu_unif(&seed) * 5;
+        int first[10];
+        mpmd_error err;
+        CHECK(mpmd_balance_stages(c, n, S, first, &err) == MPMD_OK, "%s", err.msg);
+        double worst = 0;
+        int ok = first[0] == 0;
+        for (int s = 0; s < S; s++) {
+            int b = first[s], e = s + 1 < S ? first[s + 1] : n;
+            ok &= e > b;
+            double w = 0;
+            for (int i = b; i < e; i++)
+                w += c[i];
+            if (w > worst) worst = w;
+        }
+        double want = brute_best(c, n, S);
+        CHECK(ok && fabs(worst - want) <= 1e-9 * (want + 1), "trial %d: n %d S %d: largest stage %g, best %g", trial,
+              n, S, worst, want);
+    }
+    mpmd_error err;
+    double c1[2] = {1, 1};
+    int f[4];
+    CHECK(mpmd_balance_stages(c1, 2, 3, f, &err) == MPMD_ERR_INVALID && strstr(err.msg, "2 pieces into 3 stages"),
+          "more stages than pieces: %s", err.msg);
+    mpmd_graph *g = mpmd_graph_new();
+    mpmd_value a = mpmd_input(g, "a", MPMD_F32, MPMD_SHAPE(2, 3, 4)), b = mpmd_input(g, "b", MPMD_F32, MPMD_SHAPE(5, 4));
+    mpmd_value y = mpmd_matmul(g, a, b, MPMD_TRANS_B);
+    CHECK(mpmd_op_flops(g, y) == 2.0 * 2 * 3 * 5 * 4 && mpmd_graph_flops(g, a, y) == mpmd_op_flops(g, y),
+          "matmul flops %g", mpmd_op_flops(g, y));
+    mpmd_graph_free(g);
+}
+
 int main(void) {
+    test_balance();
     test_errors();
     test_loop_reduce();
     test_shared_param_grad();

@@ -108,23 +108,19 @@ void gpt_stage_blocks(const gpt_config *c, int *blocks) {
             blocks[s] = L / S;
         return;
     }
-    /* Each cut is the first whose prefix reaches (s+1)/S of the forward
-     * FLOPs per token, or the one before it when that is nearer, leaving a
-     * block for every later stage. A block costs 24 C^2 + 4 T C; the LM head
-     * (2 C V) sits on the last stage. */
+    /* The split whose largest stage is smallest (mpmd_balance_stages), by
+     * forward FLOPs per token: a block costs 24 C^2 + 4 T C; the LM head
+     * (2 C V) sits on the last stage, with the last block. */
     double C = (double)c->width, block = 24 * C * C + 4 * (double)c->seq * C, head = 2 * C * (double)c->vocab;
-    double total = L * block + head;
-    int start = 0;
-    for (int s = 0; s + 1 < S; s++) {
-        double want = total * (s + 1) / S;
-        int k = start + 1;
-        while (k < L - (S - 1 - s) && k * block < want)
-            k++;
-        if (k - 1 > start && want - (k - 1) * block < k * block - want) k--;
-        blocks[s] = k - start;
-        start = k;
-    }
-    blocks[S - 1] = L - start;
+    double *cost = malloc((size_t)L * sizeof *cost);
+    int *first = malloc((size_t)S * sizeof *first);
+    int ok = cost && first;
+    for (int i = 0; ok && i < L; i++)
+        cost[i] = block + (i == L - 1 ? head : 0);
+    ok = ok && mpmd_balance_stages(cost, L, S, first, NULL) == MPMD_OK;
+    for (int st = 0; st < S; st++) /* out of memory: the even split */
+        blocks[st] = ok ? (st + 1 < S ? first[st + 1] : L) - first[st] : L / S + (st < L % S);
+    free(cost), free(first);
 }
 
 /* The forward pass of one microbatch: tokens [b, T] -> mean loss. */
