@@ -156,7 +156,7 @@ static void short_step_drawing(void) {
             CHECK(fabs((hi - lo) - 600 * frac) <= 0.02 * 600 * frac + 2,
                   "width 600: the task boxes span %.0f px, want %.0f", hi - lo, 600 * frac);
         else
-            CHECK(hi - lo >= 0.95 * 1100 * frac && hi - lo <= 2000 * frac,
+            CHECK(hi - lo >= 0.95 * 1100 * frac && hi - lo <= 1.02 * 2000 * frac + 2,
                   "a %.3f ms step: its task boxes span %.0f px of %.0f, want 1100 to 2000 px of time x %.2f",
                   stats.step_ms, hi - lo, width, frac);
         free(buf);
