@@ -138,27 +138,23 @@ int main(int argc, char **argv) {
     for (int i = 0; i < BLOCKS; i++) {
         char name[32];
         snprintf(name, sizeof name, "block_%d", i);
-        h = mpmd_transformer_block(g, name, h, HEADS, 1);
+        h = mpmd_transformer_block(g, name, h, HEADS, MPMD_CAUSAL);
         h = mpmd_enter_stage(g, h); /* one stage per Block; the last marker closes the loss's stage */
     }
     /* MSE over this microbatch, scaled so the loop's sum is the batch mean */
     mpmd_value d = mpmd_sub(g, mpmd_cast(g, h, MPMD_F32), mpmd_microbatch(g, y));
-    mpmd_value loss = mpmd_mul_scalar(g, mpmd_mean(g, mpmd_square(g, d), 0, NULL, 0), 1.0f / MICROBATCHES);
-    int np = mpmd_graph_params(g, NULL, 0);
-    mpmd_value *params = malloc(sizeof(mpmd_value) * (size_t)(np + 1));
-    mpmd_value *grads = malloc(sizeof(mpmd_value) * (size_t)(np + 1));
+    mpmd_value loss =
+        mpmd_mul_scalar(g, mpmd_mean(g, mpmd_square(g, d), MPMD_ALL_AXES, MPMD_DROP_DIMS), 1.0f / MICROBATCHES);
+    /* treduce(value_and_grad(...)): the gradients, the loop's sums, the loop's end */
+    int cap = mpmd_graph_params(g, NULL, 0), np;
+    mpmd_value *params = malloc(sizeof(mpmd_value) * (size_t)(cap + 1));
+    mpmd_value *grads = malloc(sizeof(mpmd_value) * (size_t)(cap + 1));
     if (!params || !grads) {
         fprintf(stderr, "basic: out of memory\n");
         return 1;
     }
-    mpmd_graph_params(g, params, np);
-    mpmd_grad(g, loss, np, params, grads);
-    mpmd_value total = mpmd_loop_reduce(g, loss, MPMD_REDUCE_ADD);
-    for (int i = 0; i < np; i++)
-        grads[i] = mpmd_loop_reduce(g, grads[i], MPMD_REDUCE_ADD);
-    mpmd_loop_end(g);
+    mpmd_value total = mpmd_value_and_grad(g, loss, 0, NULL, cap, params, grads, &np);
     mpmd_adamw(g, np, params, grads, mpmd_scalar(g, 3e-3f), MPMD_ADAM_DEFAULTS); /* optax.adam(3e-3) */
-    mpmd_keep(g, total);
     if (mpmd_graph_status(g)) {
         fprintf(stderr, "basic: building the step failed: %s\n", mpmd_graph_error(g));
         return 1;

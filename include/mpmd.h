@@ -136,6 +136,23 @@ static inline int mpmd_is_value(mpmd_value v) { return v.id >= 0; }
 /* Axis lists: `MPMD_AXES(0, 1)` expands to `2, (int[]){0, 1}`. */
 #define MPMD_AXES(...)                                                                                       \
     (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (const int[]) { __VA_ARGS__ }
+/* A scalar's shape (no dimensions; `MPMD_SHAPE()` with nothing in it is
+ * not standard C), and "every axis" for the reductions. */
+#define MPMD_SCALAR_SHAPE 0, (const int64_t *)NULL
+#define MPMD_ALL_AXES 0, (const int *)NULL
+/* Named flags, so that call sites read: a dense layer's bias, a
+ * reduction's kept dimensions, causal attention, a schedule's fused steady
+ * state. */
+enum {
+    MPMD_NO_BIAS = 0,
+    MPMD_BIAS = 1,
+    MPMD_DROP_DIMS = 0,
+    MPMD_KEEP_DIMS = 1,
+    MPMD_NOT_CAUSAL = 0,
+    MPMD_CAUSAL = 1,
+    MPMD_NO_FUSE = 0,
+    MPMD_FUSE = 1
+};
 
 /* Number of elements, and of bytes, of a type. */
 int64_t mpmd_type_numel(const mpmd_type *t);
@@ -424,6 +441,24 @@ mpmd_value mpmd_remat_save(mpmd_graph *g, mpmd_value x);
  * the loss does not depend on gets a zero gradient. Each backward op takes
  * the stage of the forward op it differentiates. */
 mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *wrt, mpmd_value *grads);
+
+/* The end of a training step's loop body in one call, JaxPP's
+ * treduce(value_and_grad(loss_fn)): differentiate the microbatch's loss
+ * with respect to every trainable parameter (wrt NULL) or the n_wrt given,
+ * reduce the loss and each gradient over the microbatches
+ * (MPMD_REDUCE_ADD), close the loop and keep the reduced loss, which it
+ * returns. The parameters and their reduced gradients go to params and
+ * grads (room for cap each; fewer is an error) and their count to *n; an
+ * optimizer call follows:
+ *
+ *     mpmd_value ps[8], gs[8];
+ *     int n;
+ *     mpmd_value total = mpmd_value_and_grad(g, loss, 0, NULL, 8, ps, gs, &n);
+ *     mpmd_adamw(g, n, ps, gs, mpmd_scalar(g, 1e-3f), MPMD_ADAM_DEFAULTS);
+ *
+ * Errors go to the graph (MPMD_NONE returned). */
+MPMD_NODISCARD mpmd_value mpmd_value_and_grad(mpmd_graph *g, mpmd_value loss, int n_wrt, const mpmd_value *wrt,
+                                              int cap, mpmd_value *params, mpmd_value *grads, int *n);
 
 /* ------------------------------------------------------------------------ */
 /* State updates, layers and optimizers                                      */

@@ -344,7 +344,57 @@ static void test_balance(void) {
     mpmd_graph_free(g);
 }
 
+/* mpmd_value_and_grad is the manual sequence (grad, loop sums, loop end,
+ * keep): the same graph, op for op; and it says what is wrong. */
+static mpmd_graph *vag_graph(int helper, mpmd_value *total, int *np) {
+    mpmd_graph *g = mpmd_graph_new();
+    mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(4, 3));
+    mpmd_loop_begin(g, 2);
+    mpmd_value h = mpmd_dense(g, "d", mpmd_microbatch(g, x), 2, MPMD_BIAS);
+    mpmd_value loss = mpmd_mean(g, mpmd_square(g, h), MPMD_ALL_AXES, MPMD_DROP_DIMS);
+    mpmd_value ps[4], gs[4];
+    if (helper) {
+        *total = mpmd_value_and_grad(g, loss, 0, NULL, 4, ps, gs, np);
+    } else {
+        *np = mpmd_graph_params(g, ps, 4);
+        mpmd_grad(g, loss, *np, ps, gs);
+        *total = mpmd_loop_reduce(g, loss, MPMD_REDUCE_ADD);
+        for (int i = 0; i < *np; i++)
+            gs[i] = mpmd_loop_reduce(g, gs[i], MPMD_REDUCE_ADD);
+        mpmd_loop_end(g);
+        mpmd_keep(g, *total);
+    }
+    mpmd_sgd(g, *np, ps, gs, mpmd_scalar(g, 0.1f));
+    return g;
+}
+
+static void test_value_and_grad(void) {
+    mpmd_value t1, t2;
+    int n1, n2;
+    mpmd_graph *a = vag_graph(1, &t1, &n1), *b = vag_graph(0, &t2, &n2);
+    char *pa = NULL, *pb = NULL;
+    size_t la = 0, lb = 0;
+    FILE *fa = open_memstream(&pa, &la), *fb = open_memstream(&pb, &lb);
+    mpmd_graph_print(a, fa), mpmd_graph_print(b, fb);
+    fclose(fa), fclose(fb);
+    CHECK(mpmd_graph_status(a) == MPMD_OK && n1 == 2 && n2 == 2 && t1.id == t2.id && !strcmp(pa, pb),
+          "mpmd_value_and_grad differs from the manual sequence: %s", mpmd_graph_error(a));
+    free(pa), free(pb);
+    mpmd_graph_free(a), mpmd_graph_free(b);
+    mpmd_graph *g = mpmd_graph_new();
+    mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(4, 3));
+    mpmd_loop_begin(g, 2);
+    mpmd_value h = mpmd_dense(g, "d", mpmd_microbatch(g, x), 2, MPMD_BIAS);
+    mpmd_value ps[1], gs[1];
+    int n;
+    mpmd_value t = mpmd_value_and_grad(g, mpmd_sum(g, h, MPMD_ALL_AXES, MPMD_DROP_DIMS), 0, NULL, 1, ps, gs, &n);
+    CHECK(!mpmd_is_value(t) && strstr(mpmd_graph_error(g), "2 parameters but room for 1"), "cap: %s",
+          mpmd_graph_error(g));
+    mpmd_graph_free(g);
+}
+
 int main(void) {
+    test_value_and_grad();
     test_balance();
     test_errors();
     test_loop_reduce();

@@ -245,3 +245,34 @@ mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *w
             grads[k] = MPMD_NONE;
     return g->status;
 }
+
+mpmd_value mpmd_value_and_grad(mpmd_graph *g, mpmd_value loss, int n_wrt, const mpmd_value *wrt, int cap,
+                               mpmd_value *params, mpmd_value *grads, int *n) {
+    if (n) *n = 0;
+    if (g->status != MPMD_OK) return MPMD_NONE;
+    if (g->region != MPMD_REGION_BODY)
+        return mpmd_fail(g, MPMD_ERR_INVALID,
+                         "mpmd_value_and_grad: call it inside the microbatch loop, on one microbatch's loss (it "
+                         "closes the loop)");
+    if (wrt ? n_wrt < 0 : n_wrt != 0)
+        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_value_and_grad: %d values to differentiate with respect to",
+                         n_wrt);
+    const int np = wrt ? n_wrt : mpmd_graph_params(g, NULL, 0);
+    if (np > cap || (np > 0 && (!params || !grads)))
+        return mpmd_fail(g, MPMD_ERR_INVALID,
+                         "mpmd_value_and_grad: %d parameters but room for %d (params and grads must hold them)",
+                         np, params && grads ? cap : 0);
+    if (wrt)
+        memcpy(params, wrt, (size_t)np * sizeof *params);
+    else
+        mpmd_graph_params(g, params, np);
+    if (mpmd_grad(g, loss, np, params, grads) != MPMD_OK) return MPMD_NONE;
+    mpmd_value total = mpmd_loop_reduce(g, loss, MPMD_REDUCE_ADD);
+    for (int i = 0; i < np; i++)
+        grads[i] = mpmd_loop_reduce(g, grads[i], MPMD_REDUCE_ADD);
+    mpmd_loop_end(g);
+    mpmd_keep(g, total);
+    if (g->status != MPMD_OK) return MPMD_NONE;
+    if (n) *n = np;
+    return total;
+}
