@@ -610,6 +610,11 @@ typedef struct mpmd_step_opts {
  * microbatch in order, the after-loop ops; the reference every schedule
  * matches bit for bit, with data_parallel and the MPI runtime as for any
  * step (mpmd_exec is this step behind the executor's calls). */
+/* The built-in schedule `kind` for graph g, its stage count (the loop
+ * body's stage markers) and microbatch count taken from the graph;
+ * num_ranks 0: the kind's default (S, or S / 2 for DualPipeV). */
+mpmd_status mpmd_schedule_for_graph(const mpmd_graph *g, mpmd_schedule_kind kind, int num_ranks,
+                                    int fuse_steady_state, mpmd_schedule **out, mpmd_error *err);
 mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *sched, const mpmd_step_opts *opts,
                               mpmd_error *err);
 void mpmd_step_free(mpmd_step *st);

@@ -393,7 +393,28 @@ static void test_value_and_grad(void) {
     mpmd_graph_free(g);
 }
 
+/* A schedule from the graph's own stage and microbatch counts. */
+static void test_schedule_for_graph(void) {
+    tu_mlp m = tu_build_mlp(3, 5, 2, 4); /* 3 stages, 5 microbatches */
+    mpmd_schedule *s;
+    mpmd_error err;
+    CHECK(mpmd_schedule_for_graph(m.g, MPMD_SCHED_STD1F1B, 0, MPMD_NO_FUSE, &s, &err) == MPMD_OK && s->num_stages == 3 &&
+              s->num_ranks == 3 && s->num_microbatches == 5,
+          "%s", err.msg);
+    mpmd_step *st = mpmd_jit_with_loop(m.g, s, NULL, &err);
+    CHECK(st != NULL, "%s", err.msg);
+    mpmd_step_free(st);
+    mpmd_schedule_free(s);
+    mpmd_graph_free(m.g);
+    mpmd_graph *g = mpmd_graph_new();
+    CHECK(mpmd_schedule_for_graph(g, MPMD_SCHED_GPIPE, 0, MPMD_NO_FUSE, &s, &err) == MPMD_ERR_INVALID &&
+              strstr(err.msg, "0 microbatches and 0 markers"),
+          "no loop: %s", err.msg);
+    mpmd_graph_free(g);
+}
+
 int main(void) {
+    test_schedule_for_graph();
     test_value_and_grad();
     test_balance();
     test_errors();

@@ -22,6 +22,17 @@ void mpmd_step_free(mpmd_step *st) {
     free(st);
 }
 
+mpmd_status mpmd_schedule_for_graph(const mpmd_graph *g, mpmd_schedule_kind kind, int num_ranks,
+                                    int fuse_steady_state, mpmd_schedule **out, mpmd_error *err) {
+    *out = NULL;
+    if (!g || g->status != MPMD_OK || g->n_micro < 1 || g->n_markers < 1)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_schedule_for_graph: the graph needs a microbatch loop with stage markers "
+                              "(it has %d microbatches and %d markers)",
+                              g ? g->n_micro : 0, g ? g->n_markers : 0);
+    return mpmd_schedule_new(kind, g->n_markers, num_ranks, g->n_micro, fuse_steady_state, out, err);
+}
+
 static mpmd_status loop_check(const mpmd_graph *g, mpmd_error *err) {
     if (!g) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: the graph is required");
     if (g->status != MPMD_OK)
