@@ -208,34 +208,29 @@ static mpmd_status build(const options *o, int num_stages, model *m, mpmd_error 
     for (int i = 0; i < NUM_LAYERS; i++) {
         char name[32];
         snprintf(name, sizeof name, "block_%d", i);
-        x = mpmd_transformer_block(g, name, x, HEADS, 0);
+        x = mpmd_transformer_block(g, name, x, HEADS, MPMD_NOT_CAUSAL);
         if (num_stages > 0 && (i + 1) % (NUM_LAYERS / num_stages) == 0 && i + 1 < NUM_LAYERS)
             x = mpmd_enter_stage(g, x); /* pipeline_yield */
     }
     /* loss_fn: mean((predictions - targets) ** 2) */
-    mpmd_value loss = mpmd_mean(g, mpmd_square(g, mpmd_sub(g, mpmd_cast(g, x, MPMD_F32), t)), 0, NULL, 0);
+    mpmd_value loss = mpmd_mean(g, mpmd_square(g, mpmd_sub(g, mpmd_cast(g, x, MPMD_F32), t)), MPMD_ALL_AXES, MPMD_DROP_DIMS);
     if (num_stages > 0) loss = mpmd_enter_stage(g, loss); /* closes the last stage */
 
-    int np = mpmd_graph_params(g, NULL, 0);
-    mpmd_value *params = malloc((size_t)(np > 0 ? np : 1) * sizeof *params);
-    mpmd_value *grads = malloc((size_t)(np > 0 ? np : 1) * sizeof *grads);
+    int cap = mpmd_graph_params(g, NULL, 0), np;
+    mpmd_value *params = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *params);
+    mpmd_value *grads = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *grads);
     if (!params || !grads) {
         free(params), free(grads);
         return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
     }
-    mpmd_graph_params(g, params, np);
-    mpmd_grad(g, loss, np, params, grads); /* jax.value_and_grad */
-    m->loss = mpmd_loop_reduce(g, loss, MPMD_REDUCE_ADD);
-    for (int i = 0; i < np; i++)
-        grads[i] = mpmd_loop_reduce(g, grads[i], MPMD_REDUCE_ADD);
-    mpmd_loop_end(g);
+    /* treduce(jax.value_and_grad(loss_fn)): gradients, the loop's sums, its end */
+    m->loss = mpmd_value_and_grad(g, loss, 0, NULL, cap, params, grads, &np);
 
     /* state.apply_gradients with optax.adamw(learning_rate=0.001), whose
      * weight decay defaults to 1e-4 */
     mpmd_adam_opts adam = MPMD_ADAM_DEFAULTS;
     adam.weight_decay = 1e-4f;
     mpmd_adamw(g, np, params, grads, mpmd_scalar(g, 1e-3f), adam);
-    mpmd_keep(g, m->loss);
     free(params), free(grads);
     if (mpmd_graph_status(g) != MPMD_OK)
         return mpmd_error_set(err, mpmd_graph_status(g), "building the model: %s", mpmd_graph_error(g));

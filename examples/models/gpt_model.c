@@ -148,8 +148,8 @@ static mpmd_value forward(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mp
     if (c->tie_embeddings)
         logits = mpmd_matmul(g, x, mpmd_cast(g, mpmd_lookup(g, "wte/embedding"), c->compute), MPMD_TRANS_B);
     else
-        logits = mpmd_dense(g, "lm_head", x, c->vocab, 0);
-    mpmd_value loss = mpmd_mean(g, mpmd_cross_entropy(g, logits, tgt), 0, NULL, 0);
+        logits = mpmd_dense(g, "lm_head", x, c->vocab, MPMD_NO_BIAS);
+    mpmd_value loss = mpmd_mean(g, mpmd_cross_entropy(g, logits, tgt), MPMD_ALL_AXES, MPMD_DROP_DIMS);
     /* Each microbatch contributes its share of the batch mean. */
     if (c->microbatches > 1) loss = mpmd_mul_scalar(g, loss, 1.0f / (float)c->microbatches);
     return mpmd_enter_stage(g, loss);
@@ -185,17 +185,11 @@ mpmd_status gpt_build(const gpt_config *c, int with_optimizer, gpt_model *m, mpm
         gpt_model_free(m);
         return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory");
     }
-    m->n_params = np;
-    mpmd_graph_params(g, m->params, np);
-    if (mpmd_graph_status(g) == MPMD_OK) mpmd_grad(g, loss, np, m->params, m->grads);
-    m->loss = mpmd_loop_reduce(g, loss, MPMD_REDUCE_ADD);
-    for (int i = 0; i < np; i++) {
-        m->grads[i] = mpmd_loop_reduce(g, m->grads[i], MPMD_REDUCE_ADD);
-        mpmd_keep(g, m->grads[i]);
-    }
-    mpmd_loop_end(g);
-    if (with_optimizer) mpmd_adamw(g, np, m->params, m->grads, mpmd_scalar(g, c->lr), c->adam);
-    mpmd_keep(g, m->loss);
+    /* treduce(value_and_grad(...)): gradients, the loop's sums, its end */
+    m->loss = mpmd_value_and_grad(g, loss, 0, NULL, np, m->params, m->grads, &m->n_params);
+    for (int i = 0; i < m->n_params; i++)
+        mpmd_keep(g, m->grads[i]); /* tests compare them */
+    if (with_optimizer) mpmd_adamw(g, m->n_params, m->params, m->grads, mpmd_scalar(g, c->lr), c->adam);
     if ((st = mpmd_graph_status(g)) != MPMD_OK) {
         mpmd_error_set(err, st, "gpt: building the step failed: %s", mpmd_graph_error(g));
         gpt_model_free(m);
