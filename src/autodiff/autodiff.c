@@ -76,6 +76,11 @@ static void accumulate(mpmd_graph *g, ad_state *s, int id, mpmd_value c) {
 }
 
 mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *wrt, mpmd_value *grads) {
+    if (!g) return MPMD_ERR_INVALID;
+    if (n > 0 && (!wrt || !grads)) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_grad: %d values to differentiate but wrt or grads is NULL", n);
+        return g->status;
+    }
     for (int k = 0; k < n; k++)
         grads[k] = MPMD_NONE;
     if (g->status != MPMD_OK) return g->status;
@@ -249,7 +254,7 @@ mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *w
 mpmd_value mpmd_value_and_grad(mpmd_graph *g, mpmd_value loss, int n_wrt, const mpmd_value *wrt, int cap,
                                mpmd_value *params, mpmd_value *grads, int *n) {
     if (n) *n = 0;
-    if (g->status != MPMD_OK) return MPMD_NONE;
+    if (!g || g->status != MPMD_OK) return MPMD_NONE;
     if (g->region != MPMD_REGION_BODY)
         return mpmd_fail(g, MPMD_ERR_INVALID,
                          "mpmd_value_and_grad: call it inside the microbatch loop, on one microbatch's loss (it "
@@ -272,7 +277,7 @@ mpmd_value mpmd_value_and_grad(mpmd_graph *g, mpmd_value loss, int n_wrt, const 
         grads[i] = mpmd_loop_reduce(g, grads[i], MPMD_REDUCE_ADD);
     mpmd_loop_end(g);
     mpmd_keep(g, total);
-    if (g->status != MPMD_OK) return MPMD_NONE;
+    if (!g || g->status != MPMD_OK) return MPMD_NONE;
     if (n) *n = np;
     return total;
 }

@@ -88,6 +88,7 @@ static mpmd_status named(mpmd_exec *ex, mpmd_status rc, const char *who) {
 }
 
 mpmd_status mpmd_exec_run(mpmd_exec *ex) {
+    if (!ex) return MPMD_ERR_INVALID;
     mpmd_status rc = mpmd_step_run(ex->st);
     /* a failing op's message names the op and the microbatch; say it as is */
     if (rc) snprintf(ex->err, sizeof ex->err, "%s", mpmd_step_error(ex->st));
@@ -95,14 +96,17 @@ mpmd_status mpmd_exec_run(mpmd_exec *ex) {
 }
 
 mpmd_status mpmd_exec_set_input(mpmd_exec *ex, mpmd_value input, const void *data, size_t bytes) {
+    if (!ex) return MPMD_ERR_INVALID;
     return named(ex, mpmd_step_set_input(ex->st, input, data, bytes), "mpmd_exec_set_input");
 }
 
 mpmd_status mpmd_exec_read(mpmd_exec *ex, mpmd_value v, void *dst, size_t bytes) {
+    if (!ex) return MPMD_ERR_INVALID;
     return named(ex, mpmd_step_read(ex->st, v, dst, bytes), "mpmd_exec_read");
 }
 
 mpmd_status mpmd_exec_write(mpmd_exec *ex, mpmd_value v, const void *src, size_t bytes) {
+    if (!ex) return MPMD_ERR_INVALID;
     return named(ex, mpmd_step_write(ex->st, v, src, bytes), "mpmd_exec_write");
 }
 

@@ -58,6 +58,10 @@ static int check_dims(mpmd_graph *g, const char *fn, const char *name, int ndim,
                   ndim, MPMD_MAX_DIMS);
         return 0;
     }
+    if (ndim > 0 && !dims) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "%s \"%s\": %d dimensions but no dims (NULL)", fn, name, ndim);
+        return 0;
+    }
     for (int i = 0; i < ndim; i++) {
         if (dims[i] <= 0) {
             mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": dimension %d is %lld; dimensions must be positive", fn,
@@ -71,7 +75,7 @@ static int check_dims(mpmd_graph *g, const char *fn, const char *name, int ndim,
 /* Create a named leaf after checking the name is new. */
 static mpmd_value named_leaf(mpmd_graph *g, const mpmd_op_desc *op, const char *fn, const char *name,
                              int scoped, mpmd_dtype dt, int ndim, const int64_t *dims) {
-    if (g->status != MPMD_OK) return MPMD_NONE;
+    if (!g || g->status != MPMD_OK) return MPMD_NONE;
     if (!name || !*name) return mpmd_fail(g, MPMD_ERR_INVALID, "%s: a name is required", fn);
     char full[768];
     if (scoped && g->scope[0])
@@ -121,7 +125,7 @@ mpmd_value mpmd_variable(mpmd_graph *g, const char *name, mpmd_dtype dtype, int 
 }
 
 mpmd_value mpmd_full(mpmd_graph *g, float v, int ndim, const int64_t *dims) {
-    if (g->status != MPMD_OK) return MPMD_NONE;
+    if (!g || g->status != MPMD_OK) return MPMD_NONE;
     if (!check_dims(g, "mpmd_full", "constant", ndim, dims)) return MPMD_NONE;
     mpmd_value r = mpmd_emit(g, &mpmd_op_constant, 0, NULL, mpmd_make_type(MPMD_F32, ndim, dims));
     mpmd_node *n = mpmd_node_of(g, r);
@@ -132,7 +136,7 @@ mpmd_value mpmd_full(mpmd_graph *g, float v, int ndim, const int64_t *dims) {
 mpmd_value mpmd_scalar(mpmd_graph *g, float v) { return mpmd_full(g, v, 0, NULL); }
 
 mpmd_value mpmd_constant(mpmd_graph *g, mpmd_dtype dtype, int ndim, const int64_t *dims, const void *data) {
-    if (g->status != MPMD_OK) return MPMD_NONE;
+    if (!g || g->status != MPMD_OK) return MPMD_NONE;
     if (!check_dims(g, "mpmd_constant", "constant", ndim, dims)) return MPMD_NONE;
     if (dtype != MPMD_I32 && !mpmd_dtype_is_float(dtype))
         return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_constant: dtype must be f32, bf16, f16 or i32");
@@ -166,7 +170,7 @@ void mpmd_leaf_initial_value(const mpmd_node *n, void *dst, uint64_t seed) {
 /* ---- the microbatch loop ---------------------------------------------------- */
 
 void mpmd_loop_begin(mpmd_graph *g, int num_microbatches) {
-    if (g->status != MPMD_OK) return;
+    if (!g || g->status != MPMD_OK) return;
     if (g->n_micro > 0) {
         mpmd_fail(g, MPMD_ERR_INVALID,
                   "mpmd_loop_begin: the graph already has a microbatch loop (one per step)");
@@ -183,7 +187,7 @@ void mpmd_loop_begin(mpmd_graph *g, int num_microbatches) {
 }
 
 void mpmd_loop_end(mpmd_graph *g) {
-    if (g->status != MPMD_OK) return;
+    if (!g || g->status != MPMD_OK) return;
     if (g->region != MPMD_REGION_BODY) {
         mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_loop_end: not inside a loop (call mpmd_loop_begin first)");
         return;
@@ -198,7 +202,7 @@ void mpmd_loop_end(mpmd_graph *g) {
 /* ---- rematerialisation ------------------------------------------------------ */
 
 void mpmd_remat_begin(mpmd_graph *g, mpmd_remat_policy policy) {
-    if (g->status != MPMD_OK) return;
+    if (!g || g->status != MPMD_OK) return;
     if (policy < MPMD_REMAT_SAVE_NOTHING || policy > MPMD_REMAT_SAVE_NAMED) {
         mpmd_fail(g, MPMD_ERR_INVALID,
                   "mpmd_remat_begin: policy %d; use MPMD_REMAT_SAVE_NOTHING, _DOTS or _NAMED", (int)policy);
@@ -217,7 +221,7 @@ void mpmd_remat_begin(mpmd_graph *g, mpmd_remat_policy policy) {
 }
 
 void mpmd_remat_end(mpmd_graph *g) {
-    if (g->status != MPMD_OK) return;
+    if (!g || g->status != MPMD_OK) return;
     if (!g->remat) {
         mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_remat_end: no region is open (call mpmd_remat_begin first)");
         return;

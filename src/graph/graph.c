@@ -92,6 +92,7 @@ void mpmd_graph_free(mpmd_graph *g) {
 }
 
 mpmd_status mpmd_set_compute_dtype(mpmd_graph *g, mpmd_dtype dtype) {
+    if (!g) return MPMD_ERR_INVALID;
     if (!mpmd_dtype_is_float(dtype)) {
         mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_set_compute_dtype: %s is not a float dtype (f32, bf16, f16)",
                   mpmd_dtype_name(dtype));
@@ -101,17 +102,17 @@ mpmd_status mpmd_set_compute_dtype(mpmd_graph *g, mpmd_dtype dtype) {
     return MPMD_OK;
 }
 
-mpmd_dtype mpmd_compute_dtype(const mpmd_graph *g) { return g->compute_dtype; }
+mpmd_dtype mpmd_compute_dtype(const mpmd_graph *g) { return g ? g->compute_dtype : MPMD_F32; }
 
-mpmd_status mpmd_graph_status(const mpmd_graph *g) { return g->status; }
-const char *mpmd_graph_error(const mpmd_graph *g) { return g->err; }
-int mpmd_graph_num_values(const mpmd_graph *g) { return g->n_nodes; }
-int mpmd_graph_num_microbatches(const mpmd_graph *g) { return g->n_micro; }
+mpmd_status mpmd_graph_status(const mpmd_graph *g) { return g ? g->status : MPMD_ERR_INVALID; }
+const char *mpmd_graph_error(const mpmd_graph *g) { return g ? g->err : "no graph (NULL)"; }
+int mpmd_graph_num_values(const mpmd_graph *g) { return g ? g->n_nodes : 0; }
+int mpmd_graph_num_microbatches(const mpmd_graph *g) { return g ? g->n_micro : 0; }
 
 /* ---- errors ---------------------------------------------------------------- */
 
 mpmd_value mpmd_fail(mpmd_graph *g, mpmd_status code, const char *fmt, ...) {
-    if (g->status != MPMD_OK) return MPMD_NONE; /* the first error wins */
+    if (!g || g->status != MPMD_OK) return MPMD_NONE; /* the first error wins */
     g->status = code;
     size_t k = 0;
     if (g->n_scopes > 0) k = (size_t)snprintf(g->err, sizeof g->err, "in %s: ", g->scope);
@@ -123,6 +124,11 @@ mpmd_value mpmd_fail(mpmd_graph *g, mpmd_status code, const char *fmt, ...) {
 }
 
 int mpmd_check_operands(mpmd_graph *g, const char *op, int n, const mpmd_value *in) {
+    if (!g) return 0; /* no graph: nothing to build, nowhere to say so */
+    if (n > 0 && !in) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "%s: %d operands but none given (NULL)", op, n);
+        return 0;
+    }
     for (int i = 0; i < n; i++) {
         if (in[i].id < 0 || in[i].id >= g->n_nodes) {
             /* MPMD_NONE after an earlier error propagates silently; anything
@@ -150,7 +156,7 @@ const char *mpmd_tstr(mpmd_graph *g, mpmd_value v) {
 /* ---- nodes ----------------------------------------------------------------- */
 
 mpmd_node *mpmd_node_of(const mpmd_graph *g, mpmd_value v) {
-    if (v.id < 0 || v.id >= g->n_nodes) return NULL;
+    if (!g || v.id < 0 || v.id >= g->n_nodes) return NULL;
     return &g->nodes[v.id];
 }
 
@@ -160,7 +166,22 @@ const mpmd_type *mpmd_type_of(const mpmd_graph *g, mpmd_value v) {
 }
 
 mpmd_value mpmd_emit(mpmd_graph *g, const mpmd_op_desc *op, int n_in, const mpmd_value *in, mpmd_type out) {
-    if (g->status != MPMD_OK) return MPMD_NONE;
+    if (!g || g->status != MPMD_OK) return MPMD_NONE;
+    /* every type must have an element count and a byte size that fit:
+     * at most 2^62 bytes */
+    if (out.dtype != MPMD_TOKEN) {
+        const int64_t limit = (int64_t)1 << 62;
+        int64_t bytes = (int64_t)mpmd_dtype_size(out.dtype);
+        for (int d = 0; d < out.ndim; d++) {
+            if (out.dim[d] < 0 || (out.dim[d] > 0 && bytes > limit / out.dim[d])) {
+                char tb[160];
+                return mpmd_fail(g, MPMD_ERR_SHAPE,
+                                 "%s: the result %s has more elements than fit in memory (at most 2^62 bytes)",
+                                 op->name, mpmd_type_str(&out, tb, sizeof tb));
+            }
+            bytes *= out.dim[d];
+        }
+    }
     /* Values flow forward through the regions: before loop -> body -> after
      * loop, and out of the body only through mpmd_loop_reduce. */
     for (int i = 0; i < n_in; i++) {
@@ -238,6 +259,11 @@ mpmd_value mpmd_emit_copy(mpmd_graph *g, const mpmd_node *src, const mpmd_value 
 void mpmd_scope_push(mpmd_graph *g, const char *name) { mpmd_scope_pushf(g, "%s", name); }
 
 void mpmd_scope_pushf(mpmd_graph *g, const char *fmt, ...) {
+    if (!g) return;
+    if (!fmt) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_scope_push: no name (NULL)");
+        return;
+    }
     if (g->n_scopes >= (int)(sizeof g->scope_len / sizeof g->scope_len[0])) {
         mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_scope_push: scopes nested deeper than %d",
                   (int)(sizeof g->scope_len / sizeof g->scope_len[0]));
@@ -254,6 +280,7 @@ void mpmd_scope_pushf(mpmd_graph *g, const char *fmt, ...) {
 }
 
 void mpmd_scope_pop(mpmd_graph *g) {
+    if (!g) return;
     if (g->n_scopes == 0) {
         mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_scope_pop: no scope to pop");
         return;
@@ -278,6 +305,7 @@ const char *mpmd_value_name(const mpmd_graph *g, mpmd_value v) {
 }
 
 mpmd_value mpmd_lookup(const mpmd_graph *g, const char *name) {
+    if (!g || !name) return MPMD_NONE;
     for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i].name && strcmp(g->nodes[i].name, name) == 0) return (mpmd_value){i};
     return MPMD_NONE;
@@ -285,6 +313,7 @@ mpmd_value mpmd_lookup(const mpmd_graph *g, const char *name) {
 
 int mpmd_graph_params(const mpmd_graph *g, mpmd_value *out, int cap) {
     int k = 0;
+    if (!g) return 0;
     for (int i = 0; i < g->n_nodes; i++) {
         if (!(g->nodes[i].flags & MPMD_NODE_TRAINABLE)) continue;
         if (out && k < cap) out[k] = (mpmd_value){i};
@@ -311,6 +340,7 @@ const mpmd_node **mpmd_params_by_name(const mpmd_graph *g, int *n) {
 
 int mpmd_graph_state(const mpmd_graph *g, mpmd_value *out, int cap) {
     int k = 0;
+    if (!g) return 0;
     for (int i = 0; i < g->n_nodes; i++) {
         if (!mpmd_node_is_storage(&g->nodes[i])) continue;
         if (out && k < cap) out[k] = (mpmd_value){i};
@@ -320,6 +350,7 @@ int mpmd_graph_state(const mpmd_graph *g, mpmd_value *out, int cap) {
 }
 
 void mpmd_keep(mpmd_graph *g, mpmd_value v) {
+    if (!g) return;
     mpmd_node *n = mpmd_node_of(g, v);
     if (!n) {
         if (g->status == MPMD_OK) mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_keep: not a value of this graph");

@@ -44,7 +44,7 @@ static mpmd_type token_type(void) {
  * Returns 1 when all is well, else records the error and returns 0. */
 static int check_update(mpmd_graph *g, const char *fn, int n, const mpmd_value *params,
                         const mpmd_value *grads, mpmd_value lr) {
-    if (g->status != MPMD_OK) return 0;
+    if (!g || g->status != MPMD_OK) return 0;
     if (n < 1 || !params || !grads) {
         mpmd_fail(g, MPMD_ERR_INVALID, "%s: no parameters to update (n is %d%s)", fn, n,
                   (!params || !grads) && n >= 1 ? ", and a list is NULL" : "");

@@ -217,8 +217,7 @@ static void concat_attrs(const mpmd_graph *g, const mpmd_node *n, char *buf, siz
 }
 
 mpmd_value mpmd_concat(mpmd_graph *g, int n, const mpmd_value *xs, int axis) {
-    if (n < 1 || !xs)
-        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_concat: %d operands given, expected at least 1", n);
+    if (n < 1) return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_concat: %d operands given, expected at least 1", n);
     if (!mpmd_check_operands(g, "mpmd_concat", n, xs)) return MPMD_NONE;
     const mpmd_type *t0 = mpmd_type_of(g, xs[0]);
     if (!is_data_dtype(t0->dtype))

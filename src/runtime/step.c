@@ -167,6 +167,11 @@ int64_t mpmd_step_peak_bytes(const mpmd_step *st, int rank) {
 }
 
 mpmd_status mpmd_step_set_input(mpmd_step *st, mpmd_value input, const void *data, size_t bytes) {
+    if (!st) return MPMD_ERR_INVALID;
+    if (!data) {
+        snprintf(st->err, sizeof st->err, "mpmd_step_set_input: no data (NULL) for %%%d", (int)input.id);
+        return MPMD_ERR_INVALID;
+    }
     const mpmd_node *n = mpmd_node_of(st->plan->g, input);
     if (!n || n->op != &mpmd_op_input) {
         snprintf(st->err, sizeof st->err, "mpmd_step_set_input: %%%d is not an input", (int)input.id);
@@ -200,6 +205,7 @@ mpmd_status mpmd_step_set_input(mpmd_step *st, mpmd_value input, const void *dat
 }
 
 mpmd_status mpmd_step_run(mpmd_step *st) {
+    if (!st) return MPMD_ERR_INVALID;
     const mpmd_graph *g = st->plan->g;
     for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i].op == &mpmd_op_input && st->plan->live[i] && st->inputs[i] && !st->input_set[i]) {
@@ -388,6 +394,11 @@ mpmd_status mpmd_step_set_profiling(mpmd_step *st, int on) {
 }
 
 mpmd_status mpmd_step_write(mpmd_step *st, mpmd_value v, const void *src, size_t bytes) {
+    if (!st) return MPMD_ERR_INVALID;
+    if (!src) {
+        snprintf(st->err, sizeof st->err, "mpmd_step_write: no data (NULL) for %%%d", (int)v.id);
+        return MPMD_ERR_INVALID;
+    }
     const mpmd_node *n = mpmd_node_of(st->plan->g, v);
     if (!n || !mpmd_node_is_storage(n)) {
         snprintf(st->err, sizeof st->err, "%d is not a parameter or variable", (int)v.id);
@@ -411,6 +422,11 @@ mpmd_status mpmd_step_write(mpmd_step *st, mpmd_value v, const void *src, size_t
 }
 
 mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes) {
+    if (!st) return MPMD_ERR_INVALID;
+    if (!dst) {
+        snprintf(st->err, sizeof st->err, "mpmd_step_read: nowhere to copy %%%d (NULL)", (int)v.id);
+        return MPMD_ERR_INVALID;
+    }
     const mpmd_node *n = mpmd_node_of(st->plan->g, v);
     if (!n) {
         snprintf(st->err, sizeof st->err, "mpmd_step_read: %d is not a value of the graph", (int)v.id);

@@ -841,6 +841,8 @@ fail_plain:
 }
 
 mpmd_status mpmd_schedule_validate(const mpmd_schedule *s, mpmd_error *err, char **report) {
+    if (report) *report = NULL;
+    if (!s) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_schedule_validate: no schedule (NULL)");
     mpmd_cost_model cost = MPMD_COST_DEFAULTS;
     return check_and_run(s, &cost, NULL, 0, err, report);
 }
@@ -858,8 +860,10 @@ void mpmd_sim_free(mpmd_sim *sim) {
 
 mpmd_status mpmd_schedule_simulate(const mpmd_schedule *s, const mpmd_cost_model *cost, mpmd_sim **out,
                                    mpmd_error *err, char **report) {
-    *out = NULL;
     if (report) *report = NULL;
+    if (!out) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_schedule_simulate: no place for the result (NULL)");
+    *out = NULL;
+    if (!s) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_schedule_simulate: no schedule (NULL)");
     mpmd_error local;
     if (!err) err = &local;
     mpmd_cost_model defaults = MPMD_COST_DEFAULTS;
