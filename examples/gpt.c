@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <time.h>
 
@@ -277,6 +278,29 @@ static int parse_args(int argc, char **argv, options *o) {
         return bad_option("--auto measures in this process; run it with --runtime local, then run the chosen "
                           "layout under mpirun");
     if (o->mem_limit && !o->auto_layout) return bad_option("--memory-limit is the limit --auto plans under");
+    if (o->fuse && strcmp(o->schedule, "interleaved1f1b") && strcmp(o->schedule, "kimik2") &&
+        strncmp(o->schedule, "file:", 5))
+        return bad_option("--fuse-steady-state applies to interleaved1f1b and kimik2, not to %s", o->schedule);
+    /* a long run is not lost to a typo in an output path: check them now */
+    const char *outs[4][2] = {{"--save", o->save}, {"--trace", o->trace}, {"--timeline", o->timeline},
+                              {"--export-weights", o->export_weights}};
+    for (int k = 0; k < 4; k++) {
+        const char *path = outs[k][1];
+        if (!path) continue;
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            slash == dir ? (void)(dir[1] = '\0') : (void)(*slash = '\0');
+        else
+            snprintf(dir, sizeof dir, ".");
+        struct stat sb;
+        if (stat(dir, &sb) || !S_ISDIR(sb.st_mode))
+            return bad_option("%s %s: the directory %s does not exist", outs[k][0], path, dir);
+        if (access(dir, W_OK)) return bad_option("%s %s: cannot write in %s: %s", outs[k][0], path, dir, strerror(errno));
+        if (!stat(path, &sb) && (S_ISDIR(sb.st_mode) || access(path, W_OK)))
+            return bad_option("%s %s: %s", outs[k][0], path, S_ISDIR(sb.st_mode) ? "is a directory" : strerror(errno));
+    }
     if (loop && !o->auto_layout && (o->ranks || o->fuse))
         return bad_option("--ranks and --fuse-steady-state need a pipeline schedule (--schedule NAME)");
     if (loop && (o->trace || o->timeline))

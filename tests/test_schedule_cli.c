@@ -368,6 +368,9 @@ static void test_outputs(void) {
     CHECK(rc == 0 && strstr(out_text, "\"peak_bytes\": 268435456") && strstr(out_text, "\"keep_f\": 67108864"),
           "simulate memory as json: %s", out_text);
     expect_usage_error("simulate gpipe -S 4 -n 8 --keep-f 2X", "expected a byte count like 512M or 2G, got '2X'");
+    expect_usage_error("simulate gpipe -S 4 -n 8 --cost-f 1e308 --cost-b 1e308", "the makespan is infinite");
+    expect_usage_error("schedule file:/tmp", "cannot read it: Is a directory");
+    expect_usage_error("schedule file:/dev/zero", "more than 64 MiB");
 
     /* plan: the chosen layout fits, and no layout that fits is faster */
     rc = run("plan --ranks 4 --layers 12 --batch 32 --keep 6M --model-bytes 2G --memory-limit 1G");

@@ -294,12 +294,19 @@ mpmd_status gpt_corpus_load(gpt_corpus *c, const char *path, int64_t min_len, mp
     memset(c, 0, sizeof *c);
     FILE *f = fopen(path, "rb");
     if (!f) return mpmd_error_set(err, MPMD_ERR_IO, "cannot open data file %s: %s", path, strerror(errno));
+    /* at most 4 GiB of text (a device or a pipe could give without end) */
+    const int64_t limit = (int64_t)4 << 30;
     int64_t cap = 1 << 16, n = 0;
     uint8_t *buf = malloc((size_t)cap);
+    int too_big = 0;
     while (buf) {
         size_t got = fread(buf + n, 1, (size_t)(cap - n), f);
         n += (int64_t)got;
         if (n < cap) break;
+        if (cap >= limit) {
+            too_big = 1;
+            break;
+        }
         uint8_t *nb = realloc(buf, (size_t)cap * 2);
         if (!nb) {
             free(buf);
@@ -309,12 +316,13 @@ mpmd_status gpt_corpus_load(gpt_corpus *c, const char *path, int64_t min_len, mp
         buf = nb;
         cap *= 2;
     }
-    int read_err = ferror(f);
+    int read_err = ferror(f), why = errno;
     fclose(f);
     if (!buf) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory reading data file %s", path);
-    if (read_err) {
+    if (read_err || too_big) {
         free(buf);
-        return mpmd_error_set(err, MPMD_ERR_IO, "error reading data file %s", path);
+        if (too_big) return mpmd_error_set(err, MPMD_ERR_FORMAT, "data file %s: more than 4 GiB", path);
+        return mpmd_error_set(err, MPMD_ERR_IO, "cannot read data file %s: %s", path, strerror(why));
     }
     if (n < min_len) {
         free(buf);

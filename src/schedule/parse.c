@@ -338,13 +338,20 @@ mpmd_status mpmd_schedule_load(const char *path, mpmd_schedule **out, mpmd_error
     snprintf(source, sizeof source, "file:%s", path);
     FILE *f = fopen(path, "rb");
     if (!f) return mpmd_error_set(err, MPMD_ERR_IO, "%s: cannot open: %s", source, strerror(errno));
+    /* a schedule's text is small: more than 64 MiB is not one (/dev/zero) */
+    const size_t limit = (size_t)64 << 20;
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
+    int too_big = 0;
     while (buf) {
         size_t got = fread(buf + len, 1, cap - len, f);
         len += got;
         if (len < cap) break;
-        char *p = cap <= ((size_t)1 << 34) ? realloc(buf, cap * 2) : NULL;
+        if (cap >= limit) {
+            too_big = 1;
+            break;
+        }
+        char *p = realloc(buf, cap * 2);
         if (!p) {
             free(buf);
             buf = NULL;
@@ -353,12 +360,14 @@ mpmd_status mpmd_schedule_load(const char *path, mpmd_schedule **out, mpmd_error
         buf = p;
         cap *= 2;
     }
-    int bad = ferror(f);
+    int bad = ferror(f), why = errno;
     fclose(f);
     if (!buf) return mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory reading the file", source);
-    if (bad) {
+    if (too_big || bad) {
         free(buf);
-        return mpmd_error_set(err, MPMD_ERR_IO, "%s: read error", source);
+        if (too_big)
+            return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: more than 64 MiB: not a schedule's text", source);
+        return mpmd_error_set(err, MPMD_ERR_IO, "%s: cannot read it: %s", source, strerror(why));
     }
     mpmd_status st = mpmd_schedule_parse(buf, len, source, out, err);
     free(buf);

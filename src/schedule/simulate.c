@@ -907,6 +907,13 @@ mpmd_status mpmd_schedule_simulate(const mpmd_schedule *s, const mpmd_cost_model
         mpmd_sim_free(sim);
         return st;
     }
+    if (!isfinite(sim->makespan)) {
+        mpmd_sim_free(sim);
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "%s: the task times add up beyond what a double holds (the makespan is infinite); "
+                              "use smaller units",
+                              s->name);
+    }
     for (int k = 0; k < s->num_stages; k++) /* every stage's own bytes, on its rank */
         if (s->stage_rank[k] >= 0) sim->peak_bytes[s->stage_rank[k]] += cost->static_bytes;
     sim->analytic_bubble =
