@@ -95,6 +95,9 @@ static const char *usage =
     "  --export-weights PATH write the parameters alone (no optimizer state) after the last step\n"
     "  --dtype D             dtype of --export-weights: f32, bf16 (default) or f16\n"
     "  --no-nan-check        keep going when the loss is NaN or Inf\n"
+    "  --step-timeout S      the watchdog: a rank that waits S seconds for a peer ends the run with\n"
+    "                        a message naming the rank and what it awaited; off: wait forever\n"
+    "                        (default: the longer of 300 s and 20 times the slowest step)\n"
     "  --help                this text\n"
     "\n"
     "After the last step it prints: final_loss=<%.9g> params_sha256=<hex>\n";
@@ -110,6 +113,7 @@ typedef struct options {
     int auto_layout;      /* --auto: choose schedule, stages, microbatches and remat */
     long long mem_limit;  /* --memory-limit, bytes per rank (0: none) */
     long long timeline_width; /* --timeline-width, px (0: chosen from the step) */
+    double step_timeout;      /* --step-timeout: seconds, -1 off, 0 the default */
     int schedule_given, stages_given;
 } options;
 
@@ -152,7 +156,8 @@ static const char *const valued[] = {
     "--stages",       "--steps",          "--log-every", "--threads",    "--seed",    "--lr",
     "--weight-decay", "--data",           "--schedule",  "--ranks",      "--runtime", "--data-parallel",
     "--trace",        "--timeline",       "--save",      "--save-every", "--resume",  "--backend",
-    "--precision",    "--export-weights", "--dtype",     "--remat",      "--memory-limit", "--timeline-width"};
+    "--precision",    "--export-weights", "--dtype",     "--remat",      "--memory-limit", "--timeline-width",
+    "--step-timeout"};
 
 static int is_one_of(const char *name, const char *const *list, size_t n) {
     for (size_t k = 0; k < n; k++)
@@ -243,6 +248,15 @@ static int parse_args(int argc, char **argv, options *o) {
             rc = parse_float(name, val, &o->cfg.lr);
         } else if (!strcmp(name, "--weight-decay")) {
             rc = parse_float(name, val, &o->cfg.adam.weight_decay);
+        } else if (!strcmp(name, "--step-timeout")) {
+            char *end;
+            double sec = strtod(val, &end);
+            if (!strcmp(val, "off"))
+                o->step_timeout = -1;
+            else if (end == val || *end || !isfinite(sec) || sec <= 0)
+                return bad_option("--step-timeout expects seconds > 0 or off, got \"%s\"", val);
+            else
+                o->step_timeout = sec;
         } else if (!strcmp(name, "--runtime")) {
             if (!strcmp(val, "mpi"))
                 o->mpi = 1;
@@ -447,6 +461,7 @@ int main(int argc, char **argv) {
     so.runtime = o.mpi ? MPMD_RUNTIME_MPI : MPMD_RUNTIME_LOCAL;
     so.data_parallel = (int)o.replicas;
     so.backend = o.backend;
+    so.step_timeout = o.step_timeout;
     if (!(t.st = mpmd_jit_with_loop(m.g, t.sched, &so, &err))) return fail(&t, "%s", err.msg);
     /* for the bubble and the pictures: two clock reads per instruction */
     if (t.sched) mpmd_step_set_recording(t.st, 1);

@@ -591,8 +591,23 @@ typedef struct mpmd_step_opts {
      * in-process rank opens its own instance: on "cuda", GPU rank % devices
      * with a stream of its own. */
     const char *backend;
+    /* The watchdog: seconds a rank may wait for a peer (a message, the
+     * replicas' combine) before the step fails with a message naming the
+     * rank waited on, what was awaited and for how long. 0: the default,
+     * the longer of 300 s and 20 times the slowest step so far; negative:
+     * wait forever. A rank stuck in a kernel is found the same way (its
+     * peers time out); the step refuses to run again until that rank has
+     * stopped, and mpmd_step_free waits for it (30 s at least, then leaves
+     * the step's memory to it). */
+    double step_timeout;
 } mpmd_step_opts;
-#define MPMD_STEP_DEFAULTS ((mpmd_step_opts){0, 0, MPMD_RUNTIME_LOCAL, 1, NULL})
+#define MPMD_STEP_DEFAULTS ((mpmd_step_opts){0, 0, MPMD_RUNTIME_LOCAL, 1, NULL, 0.0})
+
+/* The built-in schedule `kind` for graph g, its stage count (the loop
+ * body's stage markers) and microbatch count taken from the graph;
+ * num_ranks 0: the kind's default (S, or S / 2 for DualPipeV). */
+mpmd_status mpmd_schedule_for_graph(const mpmd_graph *g, mpmd_schedule_kind kind, int num_ranks,
+                                    int fuse_steady_state, mpmd_schedule **out, mpmd_error *err);
 
 /* JaxPP's mpmd_jit_with_loop(...).compile(): split the step's graph at its
  * stage markers into forward and backward tasks per stage (A and W where the
@@ -610,11 +625,6 @@ typedef struct mpmd_step_opts {
  * microbatch in order, the after-loop ops; the reference every schedule
  * matches bit for bit, with data_parallel and the MPI runtime as for any
  * step (mpmd_exec is this step behind the executor's calls). */
-/* The built-in schedule `kind` for graph g, its stage count (the loop
- * body's stage markers) and microbatch count taken from the graph;
- * num_ranks 0: the kind's default (S, or S / 2 for DualPipeV). */
-mpmd_status mpmd_schedule_for_graph(const mpmd_graph *g, mpmd_schedule_kind kind, int num_ranks,
-                                    int fuse_steady_state, mpmd_schedule **out, mpmd_error *err);
 mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *sched, const mpmd_step_opts *opts,
                               mpmd_error *err);
 void mpmd_step_free(mpmd_step *st);

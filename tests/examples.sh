@@ -103,6 +103,7 @@ expect 2 "the directory /nonexistent does not exist" --save /nonexistent/ck.safe
 expect 2 "--trace $tmp: is a directory" --schedule gpipe --stages 2 --trace "$tmp" --steps 1
 expect 2 "--fuse-steady-state applies to interleaved1f1b and kimik2, not to gpipe" --schedule gpipe --stages 2 --fuse-steady-state
 expect 1 "cannot read data file $tmp: Is a directory" --data "$tmp" --steps 1
+expect 2 "--step-timeout expects seconds > 0 or off" --step-timeout 0
 expect 2 "--auto needs --ranks D" --auto
 expect 2 "--auto chooses the schedule" --auto --ranks 2 --schedule gpipe
 expect 2 "--memory-limit expects a byte count" --auto --ranks 2 --memory-limit lots

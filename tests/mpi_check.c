@@ -9,6 +9,9 @@
  *                                      the whole batch (float tolerance), and
  *                                      replicas bitwise identical
  *   mpirun -np 2 mpi_check --forever  trains until killed (the failure test)
+ *   mpirun -np 2 mpi_check --forever --step-timeout S
+ *                                      the same with a watchdog of S seconds
+ *                                      (the stopped-rank test)
  *   mpirun -np 2 mpi_check --fail     a bad label on the last rank: the job
  *                                      must end with the rank and the cause
  *   mpirun -np 2 mpi_check --fail-both  a step in which both ranks fail (a
@@ -29,6 +32,7 @@
 #include <string.h>
 
 static int world, nproc;
+static double step_timeout; /* --step-timeout S: the watchdog (0: the default) */
 
 static mpmd_step *compile(mpmd_graph *g, const mpmd_schedule *s, int data) {
     mpmd_step_opts o = MPMD_STEP_DEFAULTS;
@@ -36,6 +40,7 @@ static mpmd_step *compile(mpmd_graph *g, const mpmd_schedule *s, int data) {
     o.seed = 7;
     o.threads_per_rank = 1;
     o.data_parallel = data;
+    o.step_timeout = step_timeout;
     mpmd_error err;
     mpmd_step *st = mpmd_jit_with_loop(g, s, &o, &err);
     if (!st) {
@@ -254,6 +259,7 @@ int main(int argc, char **argv) {
     }
     world = mpmd_mpi_world_rank();
     nproc = mpmd_mpi_world_size();
+    if (argc > 3 && !strcmp(argv[2], "--step-timeout")) step_timeout = atof(argv[3]);
     if (argc > 1 && !strcmp(argv[1], "--forever")) train(0);
     if (argc > 1 && !strcmp(argv[1], "--fail")) train(1);
     if (argc > 1 && !strcmp(argv[1], "--fail-both")) {

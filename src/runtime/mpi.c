@@ -28,6 +28,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef MPMD_HAVE_MPI
 #include <mpi.h>
@@ -38,6 +39,8 @@ typedef struct {
     MPI_Request *rreq; /* [program length]: posted receives */
     MPI_Request *sreq; /* [program length]: sends in flight */
     int posted;        /* instructions up to here have their receives posted */
+    MPI_Request coll;  /* a combine the watchdog gave up on, and its buffer */
+    void *coll_buf;
     int tag_ub;
 } mpi_state;
 
@@ -133,7 +136,7 @@ static void mpi_teardown(struct mpmd_step *st) {
         if (m->pipe != MPI_COMM_NULL && m->pipe) MPI_Comm_free(&m->pipe);
         if (m->data != MPI_COMM_NULL && m->data) MPI_Comm_free(&m->data);
     }
-    free(m->rreq), free(m->sreq), free(m);
+    free(m->rreq), free(m->sreq), free(m->coll_buf), free(m);
     st->tx = NULL;
     st->rs[0].tx = NULL;
 }
@@ -160,13 +163,45 @@ static void mpi_prepare(mpmd_rank_state *rs, int x) {
     }
 }
 
+/* Wait for a request under the watchdog: poll until it completes or the
+ * step's wait_limit passes, then fail naming what was awaited (`what`, a
+ * phrase with the peer and the value) and return nonzero. Without a limit,
+ * MPI_Wait. */
+static int wait_for(mpmd_rank_state *rs, MPI_Request *req, const char *what) {
+    struct mpmd_step *st = rs->st;
+    if (st->broken) return 1; /* one wait already ran out: do not wait again */
+    if (st->wait_limit <= 0) {
+        MPI_Wait(req, MPI_STATUS_IGNORE);
+        return 0;
+    }
+    double t0 = rt_now(), now = t0;
+    for (long i = 0;; i++) {
+        int done = 0;
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (done) return 0;
+        if (i % 64 == 0) now = rt_now();
+        if (now - t0 > st->wait_limit) break;
+        if (now - t0 > 1e-3) { /* a long wait: poll less often */
+            struct timespec nap = {0, 20000};
+            nanosleep(&nap, NULL);
+        }
+    }
+    rt_fail(rs, MPMD_ERR_RUNTIME,
+            "waited %.3g s for %s: that rank is stuck or slower than the watchdog allows (step_timeout)",
+            now - t0, what);
+    return 1;
+}
+
 static int mpi_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
     mpi_state *m = rs->tx;
     int x = (int)(in - rs->st->plan->prog[rs->rank].ins); /* its receive was posted by mpi_prepare */
     double t0 = rs->st->record ? rt_now() : 0;
-    MPI_Wait(&m->rreq[x], MPI_STATUS_IGNORE);
+    char what[400], vb[300];
+    snprintf(what, sizeof what, "%s of microbatch %d from rank %d, which has not sent it",
+             rt_value_str(rs->st, in->node, vb, sizeof vb), in->mb, in->peer);
+    int bad = wait_for(rs, &m->rreq[x], what);
     if (rs->st->record) rs->wait += rt_now() - t0;
-    return 0;
+    return bad;
 }
 
 static int mpi_send(mpmd_rank_state *rs, const mpmd_instr *in) {
@@ -178,9 +213,18 @@ static int mpi_send(mpmd_rank_state *rs, const mpmd_instr *in) {
     return 0;
 }
 
+static void send_what(mpmd_rank_state *rs, int x, char *what, size_t n) {
+    const mpmd_instr *in = &rs->st->plan->prog[rs->rank].ins[x];
+    char vb[300];
+    snprintf(what, n, "rank %d to take %s of microbatch %d, sent to it", in->peer,
+             rt_value_str(rs->st, in->node, vb, sizeof vb), in->mb);
+}
+
 static void mpi_send_done(mpmd_rank_state *rs, int x) {
     mpi_state *m = rs->tx;
-    MPI_Wait(&m->sreq[x], MPI_STATUS_IGNORE);
+    char what[400];
+    send_what(rs, x, what, sizeof what);
+    if (wait_for(rs, &m->sreq[x], what)) rs->st->broken = 1; /* the send still reads its buffer */
 }
 
 static int mpi_allreduce(mpmd_rank_state *rs, int node, void *out) {
@@ -196,7 +240,17 @@ static int mpi_allreduce(mpmd_rank_state *rs, int node, void *out) {
         return 1;
     }
     double t0 = st->record ? rt_now() : 0;
-    MPI_Allgather(rs->glob[node], (int)b, MPI_BYTE, all, (int)b, MPI_BYTE, m->data);
+    MPI_Request req;
+    MPI_Iallgather(rs->glob[node], (int)b, MPI_BYTE, all, (int)b, MPI_BYTE, m->data, &req);
+    char what[400], vb[300];
+    snprintf(what, sizeof what, "the other replicas of rank %d to combine %s", rs->rank,
+             rt_value_str(st, node, vb, sizeof vb));
+    if (wait_for(rs, &req, what)) {
+        st->broken = 1; /* the collective still writes `all`: kept until it ends (mpi_settle) */
+        m->coll = req, m->coll_buf = all;
+        free(bufs);
+        return 1;
+    }
     if (st->record) rs->wait += rt_now() - t0;
     for (int d = 0; d < R; d++)
         bufs[d] = all + (size_t)d * b;
@@ -210,12 +264,40 @@ static void mpi_end_step(mpmd_rank_state *rs) {
     mpi_state *m = rs->tx;
     const mpmd_program *p = &rs->st->plan->prog[rs->rank];
     for (int x = 0; x < p->n; x++) {
-        if (m->sreq[x] != MPI_REQUEST_NULL) MPI_Wait(&m->sreq[x], MPI_STATUS_IGNORE);
+        if (m->sreq[x] != MPI_REQUEST_NULL) {
+            char what[400];
+            send_what(rs, x, what, sizeof what);
+            if (wait_for(rs, &m->sreq[x], what)) rs->st->broken = 1;
+        }
         /* receives posted but not consumed (a failed step): cancel them */
         if (m->rreq[x] != MPI_REQUEST_NULL) {
             MPI_Cancel(&m->rreq[x]);
             MPI_Wait(&m->rreq[x], MPI_STATUS_IGNORE);
         }
+    }
+}
+
+static int mpi_settle(struct mpmd_step *st, double wait) {
+    mpi_state *m = st->tx;
+    const mpmd_program *p = &st->plan->prog[st->mpi_rank];
+    const double t0 = rt_now();
+    for (;;) {
+        int done = 1;
+        for (int x = 0; x < p->n; x++)
+            if (m->sreq[x] != MPI_REQUEST_NULL) {
+                int flag = 0;
+                MPI_Test(&m->sreq[x], &flag, MPI_STATUS_IGNORE);
+                done &= flag;
+            }
+        if (m->coll_buf) {
+            int flag = 0;
+            MPI_Test(&m->coll, &flag, MPI_STATUS_IGNORE);
+            if (flag) free(m->coll_buf), m->coll_buf = NULL;
+            done &= flag;
+        }
+        if (done || rt_now() - t0 >= wait) return done;
+        struct timespec nap = {0, 1000000L};
+        nanosleep(&nap, NULL);
     }
 }
 
@@ -246,6 +328,7 @@ const mpmd_transport mpmd_transport_mpi = {
     .allreduce = mpi_allreduce,
     .wake = NULL, /* one rank per process: no other thread here waits on it */
     .end_step = mpi_end_step,
+    .settle = mpi_settle,
     .fetch = mpi_fetch,
 };
 

@@ -21,6 +21,7 @@
  */
 #include "runtime/transport.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -33,6 +34,30 @@ double rt_now(void) {
 }
 
 size_t rt_bytes(const mpmd_graph *g, int node) { return mpmd_type_bytes(&g->nodes[node].type); }
+
+const char *rt_value_str(const struct mpmd_step *st, int node, char *buf, size_t len) {
+    char ob[256];
+    const mpmd_graph *g = st->plan->g;
+    const mpmd_node *n = &g->nodes[node];
+    if (n->op == &mpmd_op_stage_marker) /* what crosses a stage boundary: say which and what made it */
+        snprintf(buf, len, "%s (stage %d's output, from %s)", mpmd_operand_str(g, node, ob, sizeof ob),
+                 g->nodes[n->in[0]].stage, g->nodes[n->in[0]].op->name);
+    else
+        snprintf(buf, len, "%s (%s)", mpmd_operand_str(g, node, ob, sizeof ob), n->op->name);
+    return buf;
+}
+
+/* ---- the watchdog -------------------------------------------------------- */
+
+int rt_deadline(const struct mpmd_step *st, struct timespec *until) {
+    if (st->wait_limit <= 0) return 0;
+    clock_gettime(CLOCK_REALTIME, until);
+    double whole = floor(st->wait_limit);
+    until->tv_sec += (time_t)whole;
+    until->tv_nsec += (long)((st->wait_limit - whole) * 1e9);
+    if (until->tv_nsec >= 1000000000L) until->tv_sec++, until->tv_nsec -= 1000000000L;
+    return 1;
+}
 
 /* ---- aborting ---------------------------------------------------------- */
 
@@ -51,6 +76,7 @@ void rt_fail(mpmd_rank_state *rs, mpmd_status code, const char *fmt, ...) {
             snprintf(st->err, sizeof st->err, "rank %d (replica %d): %.900s", rs->rank, rs->replica, rs->err);
         else
             snprintf(st->err, sizeof st->err, "rank %d: %.900s", rs->rank, rs->err);
+        st->abort_time = rt_now();
         __atomic_store_n(&st->abort_flag, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&st->abort_mu);
@@ -330,6 +356,17 @@ mpmd_status mpmd_runtime_input_set(struct mpmd_step *st, int node) {
 
 mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
     const int L = st->num_local;
+    if (st->broken) st->broken = !st->tr->settle(st, 0);
+    if (st->broken) {
+        snprintf(st->err, sizeof st->err,
+                 "an earlier run of this step timed out and left work unfinished that has not ended since (a "
+                 "rank stuck in a kernel, or a message a peer never took): the step cannot run until it does");
+        return MPMD_ERR_RUNTIME;
+    }
+    /* the watchdog: as asked, or the longer of 300 s and 20 slowest steps */
+    st->wait_limit = st->timeout_opt > 0   ? st->timeout_opt
+                     : st->timeout_opt < 0 ? 0
+                                           : (20 * st->slowest_step > 300 ? 20 * st->slowest_step : 300);
     st->abort_flag = 0;
     st->err[0] = '\0';
     st->t_start = rt_now();
@@ -345,11 +382,16 @@ mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
     }
     if (rc == MPMD_OK && st->abort_flag) rc = MPMD_ERR_RUNTIME;
     if (rc == MPMD_OK && st->profiling) st->prof_runs++;
+    if (rc == MPMD_OK && st->t_end - st->t_start > st->slowest_step) st->slowest_step = st->t_end - st->t_start;
     return rc;
 }
 
 void mpmd_runtime_free(struct mpmd_step *st) {
     if (!st->rs) return;
+    /* what the watchdog left: wait for it (the longer of 30 s and the
+     * watchdog's time), or leave everything it may still use */
+    if (st->broken) st->broken = !st->tr->settle(st, st->wait_limit > 30 ? st->wait_limit : 30);
+    if (st->broken) return; /* a rank thread or a message may still use all of it: leave it be */
     const mpmd_graph *g = st->plan->g;
     if (st->tr) st->tr->teardown(st);
     const mpmd_backend *be = st->plan->be;

@@ -46,11 +46,16 @@ struct mpmd_step {
     void *tx;                        /* the transport's state */
     mpmd_rank_state *rs;             /* [num_local]: in-process, replica d rank r at d * D + r */
     int profiling, prof_runs;        /* time every op (mpmd_exec_set_profiling) */
+    double timeout_opt;              /* mpmd_step_opts.step_timeout */
+    double wait_limit;               /* this run's watchdog in seconds (0: none) */
+    double slowest_step;             /* the longest successful run so far, seconds */
+    int broken;                      /* a rank did not stop after a failure: no more runs */
     void **inputs;                   /* [n_nodes] shared input buffers */
     unsigned char *input_set;
     int record;            /* time every instruction (mpmd_step_record) */
     double t_start, t_end; /* wall clock of the last run */
     int abort_flag;        /* a rank failed: the others stop */
+    double abort_time;     /* when it was set (rt_now) */
     pthread_mutex_t abort_mu;
     int mutex_ready;
     int ran;
@@ -124,7 +129,12 @@ void rt_fail(mpmd_rank_state *rs, mpmd_status code, const char *fmt, ...)
 #endif
     ;
 int rt_aborted(struct mpmd_step *st);
+/* The watchdog's deadline for a wait that starts now, on the realtime clock
+ * (for pthread_cond_timedwait); 0 when there is none. */
+int rt_deadline(const struct mpmd_step *st, struct timespec *until);
 size_t rt_bytes(const mpmd_graph *g, int node);
+/* A value as a message names it: `%12 "x" (matmul)` or `%12 (matmul)`. */
+const char *rt_value_str(const struct mpmd_step *st, int node, char *buf, size_t len);
 /* The planned buffer of the value a SEND or RECV moves on this rank: a send
  * reads it (and it stays untouched until the SEND's `reuse`), a receive
  * writes it (from its RECV's `post` on). */

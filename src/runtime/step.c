@@ -12,6 +12,7 @@
 void mpmd_step_free(mpmd_step *st) {
     if (!st) return;
     mpmd_runtime_free(st);
+    if (st->broken) return; /* a rank thread or a message may still use it: leave it be */
     if (st->inputs)
         for (int i = 0; i < st->plan->g->n_nodes; i++)
             free(st->inputs[i]);
@@ -133,6 +134,7 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
     st->mpi_replica = mpi_replica;
     st->threads_per_rank = o.threads_per_rank;
     st->seed = o.seed;
+    st->timeout_opt = o.step_timeout;
     if (!(st->plan = plan_of(g, s, be, replicas, o.runtime, err))) goto fail;
     if (mpmd_runtime_init(st, err)) goto fail;
     return st;

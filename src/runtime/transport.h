@@ -75,6 +75,12 @@ typedef struct mpmd_transport {
     /* After a run, for every rank state of this process: finish or drop what
      * is still in flight (sends, messages never received). */
     void (*end_step)(mpmd_rank_state *rs);
+    /* After a run the watchdog cut short (st->broken: a rank thread that
+     * did not stop, a message a peer never took): settle what it left if
+     * that has finished since, waiting up to `wait` seconds for it.
+     * Returns 1 when nothing is left (the step may run again, or be freed),
+     * 0 while something still runs. */
+    int (*settle)(struct mpmd_step *st, double wait);
     /* The value `node` held by (rank, replica) copied to dst on this
      * process. In-process: a download through the backend; MPI: a
      * broadcast from the process that holds it (collective: every process

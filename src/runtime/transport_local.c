@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* pthread_timedjoin_np, pthread_tryjoin_np */
 /* The in-process transport: every (rank, replica) is a thread of this
  * process.
  *
@@ -24,6 +25,7 @@
  */
 #include "runtime/transport.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,6 +58,8 @@ typedef struct {
     int nbox;
     group *groups; /* [num_ranks] when replicas > 1, else NULL */
     int ngroups;
+    pthread_t *stuck; /* rank threads the watchdog gave up waiting for */
+    int nstuck;
 } local_state;
 
 static int local_layout(const struct mpmd_step *st, int *first) {
@@ -87,6 +91,7 @@ static void local_teardown(struct mpmd_step *st) {
     }
     free(ls->box);
     free(ls->groups);
+    free(ls->stuck);
     free(ls);
     st->tx = NULL;
 }
@@ -146,8 +151,35 @@ static mpmd_status local_launch(struct mpmd_step *st, void *(*rank_main)(void *)
         }
         started++;
     }
-    for (int r = 0; r < started; r++)
-        pthread_join(th[r], NULL);
+    /* A rank that fails wakes the others; one stuck in a kernel never
+     * returns: after a failure, wait for each at most the watchdog's time,
+     * then leave the step broken rather than hang the caller. */
+    for (int r = 0; r < started; r++) {
+        if (st->wait_limit <= 0) {
+            pthread_join(th[r], NULL);
+            continue;
+        }
+        for (;;) {
+            struct timespec soon;
+            clock_gettime(CLOCK_REALTIME, &soon);
+            soon.tv_nsec += 10000000L; /* 10 ms */
+            if (soon.tv_nsec >= 1000000000L) soon.tv_sec++, soon.tv_nsec -= 1000000000L;
+            if (pthread_timedjoin_np(th[r], NULL, &soon) == 0) break;
+            if (rt_aborted(st) && rt_now() - st->abort_time > st->wait_limit) {
+                /* kept, to be joined when they end (local_settle) */
+                memmove(th, th + r, (size_t)(started - r) * sizeof *th);
+                ls->stuck = th;
+                ls->nstuck = started - r;
+                st->broken = 1;
+                size_t n = strlen(st->err);
+                snprintf(st->err + n, sizeof st->err - n,
+                         "; rank %d did not stop within %.3g s after that (stuck in a kernel?): the step cannot run "
+                         "again until it does",
+                         st->rs[r].rank, st->wait_limit);
+                return MPMD_ERR_RUNTIME;
+            }
+        }
+    }
     free(th);
     return MPMD_OK;
 }
@@ -170,6 +202,9 @@ static void local_wake(struct mpmd_step *st) {
 static int local_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
     struct mpmd_step *st = rs->st;
     mailbox *b = rs->tx;
+    struct timespec until;
+    int have_deadline = 0, timed = 0;
+    double started = 0;
     pthread_mutex_lock(&b->mu);
     for (;;) {
         msg **pp = &b->inbox;
@@ -196,8 +231,22 @@ static int local_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
             return 1;
         }
         double t0 = st->record ? rt_now() : 0;
-        pthread_cond_wait(&b->cv, &b->mu);
+        if (!have_deadline) {
+            have_deadline = 1;
+            timed = rt_deadline(st, &until);
+            started = rt_now();
+        }
+        int w = timed ? pthread_cond_timedwait(&b->cv, &b->mu, &until) : pthread_cond_wait(&b->cv, &b->mu);
         if (st->record) rs->wait += rt_now() - t0;
+        if (w == ETIMEDOUT) {
+            pthread_mutex_unlock(&b->mu);
+            char vb[300];
+            rt_fail(rs, MPMD_ERR_RUNTIME,
+                    "waited %.3g s for %s of microbatch %d from rank %d, which has not sent it: that rank is "
+                    "stuck or slower than the watchdog allows (step_timeout)",
+                    rt_now() - started, rt_value_str(st, in->node, vb, sizeof vb), in->mb, in->peer);
+            return 1;
+        }
     }
 }
 
@@ -235,8 +284,20 @@ static int group_barrier(mpmd_rank_state *rs, group *gr) {
         gr->generation++;
         pthread_cond_broadcast(&gr->cv);
     } else {
-        while (gen == gr->generation && !rt_aborted(st))
-            pthread_cond_wait(&gr->cv, &gr->mu);
+        struct timespec until;
+        int timed = rt_deadline(st, &until), late = 0;
+        double started = rt_now();
+        while (gen == gr->generation && !rt_aborted(st) && !late)
+            late = (timed ? pthread_cond_timedwait(&gr->cv, &gr->mu, &until) : pthread_cond_wait(&gr->cv, &gr->mu)) ==
+                   ETIMEDOUT;
+        if (late && gen == gr->generation) {
+            pthread_mutex_unlock(&gr->mu);
+            rt_fail(rs, MPMD_ERR_RUNTIME,
+                    "waited %.3g s for the other replicas of rank %d to combine the loop results: one is stuck or "
+                    "slower than the watchdog allows (step_timeout)",
+                    rt_now() - started, rs->rank);
+            return 1;
+        }
     }
     pthread_mutex_unlock(&gr->mu);
     return rt_aborted(st);
@@ -279,6 +340,27 @@ static void local_end_step(mpmd_rank_state *rs) {
     pthread_mutex_unlock(&b->mu);
 }
 
+static int local_settle(struct mpmd_step *st, double wait) {
+    local_state *ls = st->tx;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)wait;
+    until.tv_nsec += (long)((wait - (double)(time_t)wait) * 1e9);
+    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    int left = 0;
+    for (int i = 0; i < ls->nstuck; i++)
+        if ((wait > 0 ? pthread_timedjoin_np(ls->stuck[i], NULL, &until) : pthread_tryjoin_np(ls->stuck[i], NULL)) !=
+            0)
+            ls->stuck[left++] = ls->stuck[i];
+    ls->nstuck = left;
+    if (left) return 0;
+    free(ls->stuck);
+    ls->stuck = NULL;
+    for (int r = 0; r < st->num_local; r++)
+        local_end_step(&st->rs[r]);
+    return 1;
+}
+
 /* Every (rank, replica) is here: a download from that rank's backend. */
 static mpmd_status local_fetch(struct mpmd_step *st, int rank, int replica, int node, void *dst,
                                size_t bytes) {
@@ -299,5 +381,6 @@ const mpmd_transport mpmd_transport_local = {
     .allreduce = local_allreduce,
     .wake = local_wake,
     .end_step = local_end_step,
+    .settle = local_settle,
     .fetch = local_fetch,
 };
