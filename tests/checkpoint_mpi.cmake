@@ -5,4 +5,7 @@ if(MPMD_HAVE_MPI AND MPMD_MPIRUN)
   add_test(NAME test_checkpoint_mpi
     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint_mpi.sh $<TARGET_FILE:test_checkpoint> ${PROJECT_SOURCE_DIR})
   set_tests_properties(test_checkpoint_mpi PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77 RESOURCE_LOCK mpirun)
+  if(MPMD_MPI_TEST_ENV) # the sanitizer build (CMakeLists.txt)
+    set_property(TEST test_checkpoint_mpi PROPERTY ENVIRONMENT ${MPMD_MPI_TEST_ENV})
+  endif()
 endif()

@@ -15,4 +15,7 @@ case "$transport" in
   tcp) flags+=(--mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo) ;;
   *) echo "mpirun.sh: transport must be shm or tcp, got '$transport'" >&2; exit 2 ;;
 esac
+# the sanitizer build's MPI tests: a preload for the rank processes only
+# (tests/CMakeLists.txt, MPMD_MPI_TEST_ENV), not for mpirun
+if [ -n "${MPMD_MPI_PRELOAD:-}" ]; then flags+=(-x "LD_PRELOAD=$MPMD_MPI_PRELOAD"); fi
 exec mpirun "${flags[@]}" "$@"
