@@ -462,7 +462,8 @@ int main(int argc, char **argv) {
     so.data_parallel = (int)o.replicas;
     so.backend = o.backend;
     so.step_timeout = o.step_timeout;
-    if (!(t.st = mpmd_jit_with_loop(m.g, t.sched, &so, &err))) return fail(&t, "%s", err.msg);
+    if (!(t.st = mpmd_jit_with_loop(m.g, t.sched, &so, &err)))
+        return fail(&t, "%s%s", err.msg, strstr(err.msg, "threads_per_rank") ? " (gpt: --threads N)" : "");
     /* for the bubble and the pictures: two clock reads per instruction */
     if (t.sched) mpmd_step_set_recording(t.st, 1);
     long long first = 1;

@@ -8,3 +8,9 @@ if(NOT MPMD_SANITIZE)
             $<TARGET_FILE:mpmd_shared>)
   set_tests_properties(dropped_marker PROPERTIES TIMEOUT 60)
 endif()
+
+# thread_budget: too few threads allowed is a compile-time error naming the
+# option, not an exit from inside OpenMP (tests/thread_budget.sh; skipped
+# where it cannot set a process limit).
+add_test(NAME thread_budget COMMAND ${MPMD_BASH} ${CMAKE_CURRENT_LIST_DIR}/thread_budget.sh $<TARGET_FILE:gpt>)
+set_tests_properties(thread_budget PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)

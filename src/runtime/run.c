@@ -47,6 +47,47 @@ const char *rt_value_str(const struct mpmd_step *st, int node, char *buf, size_t
     return buf;
 }
 
+/* ---- the thread budget ---------------------------------------------------- */
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int release;
+} probe;
+
+static void *probe_wait(void *arg) {
+    probe *p = arg;
+    pthread_mutex_lock(&p->mu);
+    while (!p->release)
+        pthread_cond_wait(&p->cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* How many of `want` threads this process can have at once (want when all
+ * of them): each started and kept waiting until the last, then released.
+ * When one cannot be started, why says so (strerror). */
+static int threads_available(int want, char *why, size_t n) {
+    probe p = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    pthread_t *th = malloc((size_t)want * sizeof *th);
+    if (!th) {
+        snprintf(why, n, "out of memory");
+        return 0;
+    }
+    int got = 0, e = 0; /* default attributes: as the rank and OpenMP threads get */
+    while (got < want && !(e = pthread_create(&th[got], NULL, probe_wait, &p)))
+        got++;
+    if (e) snprintf(why, n, "%s", strerror(e));
+    pthread_mutex_lock(&p.mu);
+    p.release = 1;
+    pthread_cond_broadcast(&p.cv);
+    pthread_mutex_unlock(&p.mu);
+    for (int i = 0; i < got; i++)
+        pthread_join(th[i], NULL);
+    free(th);
+    return got;
+}
+
 /* ---- the watchdog -------------------------------------------------------- */
 
 int rt_deadline(const struct mpmd_step *st, struct timespec *until) {
@@ -271,6 +312,17 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int tpr = st->threads_per_rank > 0 ? st->threads_per_rank
                                        : (int)(cores / st->num_local > 0 ? cores / st->num_local : 1);
+    /* OpenMP ends the process when it cannot start a kernel's threads: make
+     * sure now that this process may start them all (a rank thread each
+     * in-process, and tpr - 1 workers per rank) */
+    int want = (st->tr->launch_threads ? st->num_local : 0) + st->num_local * (tpr - 1), got;
+    char twhy[160];
+    if (want > 0 && (got = threads_available(want, twhy, sizeof twhy)) < want)
+        return mpmd_error_set(err, MPMD_ERR_RUNTIME,
+                              "mpmd_jit_with_loop: the step needs %d more threads (%d rank%s x %d threads per rank) "
+                              "but this process could start only %d (%s: the limit on processes per user, ulimit "
+                              "-u, or a container's pids limit); lower threads_per_rank or the rank count",
+                              want, st->num_local, st->num_local == 1 ? "" : "s", tpr, got, twhy);
     for (int li = 0; li < st->num_local; li++) {
         mpmd_rank_state *rs = &st->rs[li];
         rs->rank = (first + li) % D;

@@ -47,6 +47,9 @@ typedef struct mpmd_transport {
      * finished. In-process: one thread each; MPI: on the calling thread, as
      * MPI_THREAD_FUNNELED wants. An error that started no rank: st->err. */
     mpmd_status (*launch)(struct mpmd_step *st, void *(*rank_main)(void *));
+    /* launch starts a thread per rank state (counted against the process's
+     * thread budget when the step is set up) */
+    int launch_threads;
     /* Before instruction x of the rank's program runs; NULL when there is
      * nothing to do. MPI: posts the receives of the next two tasks. */
     void (*prepare)(mpmd_rank_state *rs, int x);

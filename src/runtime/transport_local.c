@@ -373,6 +373,7 @@ const mpmd_transport mpmd_transport_local = {
     .setup = local_setup,
     .teardown = local_teardown,
     .launch = local_launch,
+    .launch_threads = 1,
     .prepare = NULL,
     .recv_ahead = 0,
     .send = local_send,
