@@ -166,6 +166,29 @@ static int is_one_of(const char *name, const char *const *list, size_t n) {
 }
 
 /* Returns 0 to go on, 2 for a bad option, -1 after --help. */
+
+/* Refuse a model this machine cannot hold before allocating any of it: the
+ * parameters with their gradients and AdamW moments (16 bytes each), and
+ * the activations a step keeps (about 20 values per layer, position and
+ * width unit, the attention scores and the logits with their gradients),
+ * for the ranks this process runs (in-process: all, times the replicas;
+ * under MPI: one rank's share). An estimate: the plan counts exactly, this
+ * only keeps a typo (--width 16384) from filling the machine first. */
+static int check_memory(const options *o) {
+    const gpt_config *c = &o->cfg;
+    double params = (double)gpt_param_count(c);
+    double tokens = (double)c->batch * (double)c->seq;
+    double acts = tokens * (double)c->width * (double)c->layers * 20.0 +
+                  (double)c->batch * c->heads * (double)c->seq * (double)c->seq * c->layers * 2.0 +
+                  tokens * (double)c->vocab * 2.0;
+    double bytes = (params * 16.0 + acts * 4.0) * (o->mpi ? 1.0 / (double)c->stages : (double)o->replicas);
+    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (ram > 0 && bytes > ram)
+        return bad_option("the model needs about %.1f GB here (%.3g parameters: %.1f GB with gradients and "
+                          "AdamW state; activations %.1f GB) but this machine has %.1f GB of memory",
+                          bytes / 1e9, params, params * 16.0 / 1e9, acts * 4.0 / 1e9, ram / 1e9);
+    return 0;
+}
 static int parse_args(int argc, char **argv, options *o) {
     memset(o, 0, sizeof *o);
     o->cfg = gpt_config_default();
@@ -364,7 +387,7 @@ static int parse_args(int argc, char **argv, options *o) {
                 err.msg); /* the message names the program */
         return 2;
     }
-    return 0;
+    return check_memory(o);
 }
 
 static double now_s(void) {

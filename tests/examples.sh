@@ -103,6 +103,8 @@ expect 2 "the directory /nonexistent does not exist" --save /nonexistent/ck.safe
 expect 2 "--trace $tmp: is a directory" --schedule gpipe --stages 2 --trace "$tmp" --steps 1
 expect 2 "--fuse-steady-state applies to interleaved1f1b and kimik2, not to gpipe" --schedule gpipe --stages 2 --fuse-steady-state
 expect 1 "cannot read data file $tmp: Is a directory" --data "$tmp" --steps 1
+expect 1 "data file /dev/zero: a device, not a file" --data /dev/zero --steps 1
+expect 2 "with gradients and AdamW state; activations" --width 16384 --layers 8 --heads 16
 expect 2 "--step-timeout expects seconds > 0 or off" --step-timeout 0
 expect 2 "--auto needs --ranks D" --auto
 expect 2 "--auto chooses the schedule" --auto --ranks 2 --schedule gpipe

@@ -370,7 +370,11 @@ static void test_outputs(void) {
     expect_usage_error("simulate gpipe -S 4 -n 8 --keep-f 2X", "expected a byte count like 512M or 2G, got '2X'");
     expect_usage_error("simulate gpipe -S 4 -n 8 --cost-f 1e308 --cost-b 1e308", "the makespan is infinite");
     expect_usage_error("schedule file:/tmp", "cannot read it: Is a directory");
-    expect_usage_error("schedule file:/dev/zero", "more than 64 MiB");
+    expect_usage_error("schedule file:/dev/zero", "file:/dev/zero: a device, not a file");
+    expect_usage_error("schedule gpipe --stages 65536 --microbatches 65536",
+                       "is 4294967296 (stage, microbatch) pairs of 2 or 3 tasks each; a schedule may have at most "
+                       "8388608 pairs");
+    expect_usage_error("simulate kimik2 -S 8192 -D 8192 -n 8192", "a schedule may have at most 8388608 pairs");
 
     /* plan: the chosen layout fits, and no layout that fits is faster */
     rc = run("plan --ranks 4 --layers 12 --batch 32 --keep 6M --model-bytes 2G --memory-limit 1G");

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 gpt_config gpt_config_default(void) {
     gpt_config c;
@@ -294,7 +295,12 @@ mpmd_status gpt_corpus_load(gpt_corpus *c, const char *path, int64_t min_len, mp
     memset(c, 0, sizeof *c);
     FILE *f = fopen(path, "rb");
     if (!f) return mpmd_error_set(err, MPMD_ERR_IO, "cannot open data file %s: %s", path, strerror(errno));
-    /* at most 4 GiB of text (a device or a pipe could give without end) */
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && (S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode))) {
+        fclose(f);
+        return mpmd_error_set(err, MPMD_ERR_IO, "data file %s: a device, not a file", path);
+    }
+    /* at most 4 GiB of text (a pipe could give without end) */
     const int64_t limit = (int64_t)4 << 30;
     int64_t cap = 1 << 16, n = 0;
     uint8_t *buf = malloc((size_t)cap);

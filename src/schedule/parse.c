@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* One rank's lists while parsing. */
 typedef struct rank_buf {
@@ -338,7 +339,13 @@ mpmd_status mpmd_schedule_load(const char *path, mpmd_schedule **out, mpmd_error
     snprintf(source, sizeof source, "file:%s", path);
     FILE *f = fopen(path, "rb");
     if (!f) return mpmd_error_set(err, MPMD_ERR_IO, "%s: cannot open: %s", source, strerror(errno));
-    /* a schedule's text is small: more than 64 MiB is not one (/dev/zero) */
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && (S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode))) {
+        fclose(f);
+        return mpmd_error_set(err, MPMD_ERR_IO, "%s: a device, not a file", source);
+    }
+    /* a schedule's text is small: more than 64 MiB is not one (a pipe that
+     * does not end) */
     const size_t limit = (size_t)64 << 20;
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);

@@ -9,6 +9,10 @@
 /* Largest S, D, n a built-in or parsed schedule may have, and largest task
  * count of one rank: every count and index fits in int32 with room. */
 #define SCHED_MAX_COUNT (1 << 24)
+/* At most this many (stage, microbatch) pairs, each 2 or 3 tasks: 25
+ * million tasks, some 400 MB with their simulation, far beyond any real
+ * pipeline (128 stages x 4096 microbatches is 2^19). */
+#define SCHED_MAX_PAIRS (1LL << 23)
 #define SCHED_MAX_RANK_TASKS ((int64_t)1 << 30)
 
 /* The module's allocator for its arrays (mem.c): big blocks are mapped
