@@ -73,17 +73,47 @@ static void null_arguments(void) {
     x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(4, 8));
     mpmd_value y = mpmd_mul_scalar(g, x, 2.0f);
     mpmd_keep(g, y);
+    mpmd_keep(g, x);
     mpmd_exec *ex = tu_exec(g, 1);
     float buf[32];
+    tu_fill(buf, 32, 1);
+    CHECK(mpmd_exec_read(ex, x, buf, sizeof buf) == MPMD_ERR_INVALID &&
+              has(mpmd_exec_error(ex), "input \"x\" was never set"),
+          "read of an input never set: %s", mpmd_exec_error(ex));
     CHECK(mpmd_exec_set_input(ex, x, NULL, 128) == MPMD_ERR_INVALID && has(mpmd_exec_error(ex), "no data (NULL)"),
           "set_input NULL: %s", mpmd_exec_error(ex));
     CHECK(mpmd_exec_set_input(ex, x, buf, sizeof buf) == MPMD_OK && mpmd_exec_run(ex) == MPMD_OK &&
               mpmd_exec_read(ex, y, NULL, sizeof buf) == MPMD_ERR_INVALID && has(mpmd_exec_error(ex), "NULL"),
           "read NULL: %s", mpmd_exec_error(ex));
+    float back[32];
+    CHECK(mpmd_exec_read(ex, x, back, sizeof back) == MPMD_OK && !memcmp(back, buf, sizeof buf),
+          "read of an input once set: %s", mpmd_exec_error(ex));
     CHECK(mpmd_exec_run(NULL) == MPMD_ERR_INVALID && mpmd_step_run(NULL) == MPMD_ERR_INVALID &&
               mpmd_step_set_input(NULL, x, buf, sizeof buf) == MPMD_ERR_INVALID,
           "calls without an executor or a step");
     mpmd_exec_free(ex);
+
+    /* the MPI runtime without mpmd_mpi_init: what to call, and whether to
+     * start the program with mpirun, which it may already have been */
+    if (mpmd_mpi_available()) {
+        mpmd_step_opts o = MPMD_STEP_DEFAULTS;
+        o.runtime = MPMD_RUNTIME_MPI;
+        mpmd_error e;
+        char was[64] = "";
+        if (getenv("OMPI_COMM_WORLD_SIZE")) snprintf(was, sizeof was, "%s", getenv("OMPI_COMM_WORLD_SIZE"));
+        unsetenv("OMPI_COMM_WORLD_SIZE");
+        CHECK(!mpmd_jit_with_loop(g, NULL, &o, &e) && has(e.msg, "needs mpmd_mpi_init") &&
+                  has(e.msg, "started by mpirun (mpirun -np N"),
+              "MPI without init: %s", e.msg);
+        setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+        CHECK(!mpmd_jit_with_loop(g, NULL, &o, &e) && has(e.msg, "needs mpmd_mpi_init") &&
+                  has(e.msg, "started by an MPI launcher (OMPI_COMM_WORLD_SIZE is set)"),
+              "MPI without init under mpirun: %s", e.msg);
+        if (*was)
+            setenv("OMPI_COMM_WORLD_SIZE", was, 1);
+        else
+            unsetenv("OMPI_COMM_WORLD_SIZE");
+    }
     mpmd_graph_free(g);
 
     mpmd_error err;

@@ -97,11 +97,23 @@ static int mpi_layout(const struct mpmd_step *st, int *first) {
 static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
     int inited = 0;
     MPI_Initialized(&inited);
-    if (!inited)
-        return mpmd_error_set(
-            err, MPMD_ERR_INVALID,
-            "mpmd_jit_with_loop: the MPI runtime needs mpmd_mpi_init first (and the program "
-            "started by mpirun)");
+    if (!inited) {
+        /* started by a launcher (Open MPI, PMI, PMIx, Slurm) or not */
+        const char *launched = getenv("OMPI_COMM_WORLD_SIZE") ? "OMPI_COMM_WORLD_SIZE"
+                               : getenv("PMI_RANK")           ? "PMI_RANK"
+                               : getenv("PMIX_RANK")          ? "PMIX_RANK"
+                               : getenv("SLURM_PROCID")       ? "SLURM_PROCID"
+                                                              : NULL;
+        if (launched)
+            return mpmd_error_set(err, MPMD_ERR_INVALID,
+                                  "mpmd_jit_with_loop: the MPI runtime needs mpmd_mpi_init(&argc, &argv, &err) "
+                                  "at the start of main; this process was started by an MPI launcher (%s is "
+                                  "set) but never initialised MPI",
+                                  launched);
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_jit_with_loop: the MPI runtime needs mpmd_mpi_init(&argc, &argv, &err) at "
+                              "the start of main, and the program started by mpirun (mpirun -np N program)");
+    }
     mpi_state *m = calloc(1, sizeof *m);
     if (!m) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
     st->tx = m;

@@ -434,6 +434,11 @@ mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes)
         snprintf(st->err, sizeof st->err, "mpmd_step_read: %d is not a value of the graph", (int)v.id);
         return MPMD_ERR_INVALID;
     }
+    if (n->op == &mpmd_op_input && !st->input_set[v.id]) {
+        snprintf(st->err, sizeof st->err, "mpmd_step_read: input \"%s\" was never set (mpmd_step_set_input)",
+                 n->name);
+        return MPMD_ERR_INVALID;
+    }
     int storage = mpmd_node_is_storage(n);
     if (!storage && !(n->flags & MPMD_NODE_KEEP)) {
         snprintf(st->err, sizeof st->err, "mpmd_step_read: %%%d (%s) is not kept; call mpmd_keep on it",
