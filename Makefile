@@ -3,23 +3,28 @@
 #               over 4 in-process ranks (about a minute)
 #   make test   install what is missing, build, run every test (then every
 #               benchmark once at its smallest sizes, and the demo in 2 steps)
-# Also: make (build into build/), make bench, make test-sanitize, make test-no-mpi, make format, make clean;
+# Also: make (build into build/), make bench, make test-sanitize, make test-no-mpi, make fuzz, make format, make clean;
 # on a machine with an NVIDIA GPU: make test-gpu, make bench-gpu.
 
 BUILD ?= build
 SAN_BUILD ?= build-sanitize
 NOMPI_BUILD ?= build-nompi
+FUZZ_BUILD ?= build-fuzz
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # Debian packages the build needs.
 PACKAGES = cmake make gcc libc6-dev pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin \
   python3 python3-torch python3-numpy
 
-.PHONY: all deps build test test-sanitize test-no-mpi test-gpu demo bench bench-gpu format clean
+.PHONY: all deps build test test-sanitize test-no-mpi fuzz test-gpu demo bench bench-gpu format clean
 
 all: build
 
 deps:
-	@missing=""; for p in $(PACKAGES); do \
+	@$(call install_missing,$(PACKAGES))
+
+# $(call install_missing,PACKAGES): install the missing ones with apt-get (as
+# root), or print the apt-get line and stop (otherwise).
+install_missing = missing=""; for p in $(1); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -67,6 +72,19 @@ test-no-mpi: deps
 	cmake --build $(NOMPI_BUILD) -j $(JOBS)
 	cd $(NOMPI_BUILD) && MPMD_TEST_QUICK=1 ctest --output-on-failure -j $(JOBS) -E '^install_'
 
+# The fuzzers of tests/fuzz (checkpoint reader, schedule parser, graph
+# builder), each for FUZZ_SECONDS from its seed corpus, under ASan and UBSan;
+# a crash, a leak or a broken promise fails, its input kept in
+# $(FUZZ_BUILD)/artifacts. Needs clang and its libFuzzer (installed here).
+FUZZ_SECONDS ?= 60
+FUZZ_PACKAGES = clang libclang-rt-14-dev libomp-14-dev
+fuzz: deps
+	@$(call install_missing,$(FUZZ_PACKAGES))
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPMD_FUZZ=ON \
+	  -DMPMD_BUILD_TESTS=OFF -DMPMD_BUILD_BENCH=OFF -DMPMD_WITH_MPI=OFF -DMPMD_WITH_CUDA=OFF
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers
+	tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
 DEMO_STEPS ?= 80
 demo: build
 	./$(BUILD)/examples/gpt --layers 8 --width 256 --heads 8 --seq 64 --batch 16 --microbatches 8 --steps $(DEMO_STEPS) \
@@ -96,4 +114,4 @@ format:
 	git ls-files '*.c' '*.h' '*.cu' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(SAN_BUILD) $(NOMPI_BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD) $(NOMPI_BUILD) $(FUZZ_BUILD)
