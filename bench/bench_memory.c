@@ -29,6 +29,7 @@
  *
  * Options: --only remat|planner, --model small|124m (remat), --steps N.
  * One JSON line per measurement. */
+#include "program.h"
 #include "bench_util.h"
 #include "gpt_model.h"
 #include "gpt_plan.h"
@@ -198,6 +199,7 @@ static int bench_planner(void) {
 }
 
 int main(int argc, char **argv) {
+    program_start("bench_memory", argv);
     const char *only = NULL, *model = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--only") && i + 1 < argc)

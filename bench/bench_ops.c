@@ -17,6 +17,7 @@
  * Options: --threads N (default 1), --filter S (only kernels whose name
  * contains S).
  */
+#include "program.h"
 #include "backend/cpu/cpu.h"
 #include "bench_util.h"
 #include "graph/graph.h"
@@ -284,6 +285,7 @@ static void bench_sgemm(void) {
 }
 
 int main(int argc, char **argv) {
+    program_start("bench_ops", argv);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             g_threads = atoi(argv[++i]);

@@ -49,6 +49,7 @@
  * std1f1b); --steps is the number of timed steps of (a) (default 5; (b)
  * takes ten times as many).
  */
+#include "program.h"
 #include "bench_util.h"
 #include "gpt_model.h"
 #include "mlp_model.h"
@@ -619,6 +620,7 @@ done:
 }
 
 int main(int argc, char **argv) {
+    program_start("bench_pipeline", argv);
     int steps = 5, only = 0; /* 0 all, 1 efficiency, 2 overhead, 3 compile */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--only") && i + 1 < argc) {

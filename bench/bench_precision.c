@@ -18,6 +18,7 @@
  * this CPU, which has no bf16 arithmetic (16-bit values are widened to f32
  * around kernels): the cost of the conversions. One JSON line per size.
  */
+#include "program.h"
 #include "bench_util.h"
 #include "gpt_model.h"
 #include "mpmd.h"
@@ -88,6 +89,7 @@ static int run(gpt_config c, mpmd_dtype compute, int steps, result *r) {
 }
 
 int main(int argc, char **argv) {
+    program_start("bench_precision", argv);
     int steps = argc > 1 ? atoi(argv[1]) : 3;
     if (steps < 1 || bench_smoke()) steps = 1;
     struct {

@@ -7,6 +7,7 @@
  * alternate, so both see the same machine. Prints one JSON line: median
  * step times and the overhead (target: under 2% of the step time).
  */
+#include "program.h"
 #include "bench_util.h"
 #include "gpt_model.h"
 
@@ -38,7 +39,9 @@ static int measure(const char *model, mpmd_step *st, int64_t tasks) {
     return 0;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    program_start("bench_record", argv);
     mpmd_error err;
     gpt_config c = gpt_config_default();
     c.vocab = 8192, c.seq = 64, c.width = 256, c.heads = 4, c.layers = 4;

@@ -5,12 +5,14 @@
  *
  *   build/bench/bench_schedule [runs]       (default 5) */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "program.h"
 #include "bench_util.h"
 #include "mpmd.h"
 
 #include <stdlib.h>
 
 int main(int argc, char **argv) {
+    program_start("bench_schedule", argv);
     enum { S = 1024, D = 512, N = 4096, MAX_RUNS = 64 };
     int runs = bench_smoke() ? 1 : argc > 1 ? atoi(argv[1]) : 5;
     if (runs < 1 || runs > MAX_RUNS) runs = 5;

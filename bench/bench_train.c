@@ -12,21 +12,31 @@
  *   model_gflops = 6 x params x tokens_per_s / 1e9
  *   ratio        = model_gflops / sgemm_gflops   (target >= 0.6 for 124M, 1 thread)
  *
+ * Then the contention row: gpt2-small with another process keeping one core
+ * busy (a child this benchmark starts and stops), on the default thread
+ * count (every core) and on one thread; target: the default at most 1.1
+ * times one thread's step (mpmd's programs make OpenMP's idle workers sleep:
+ * examples/models/program.h).
+ *
  * Progress goes to stderr; after it, stdout gets one JSON object per
- * configuration, one per line.
+ * configuration, one per line, with the OpenBLAS kernel set (blas_core).
  *
  * Options: --model small|124m (default both), --threads N (default 1 and 2),
  * --steps N timed steps (default 5; the median is reported).
  */
+#include "program.h"
 #include "bench_util.h"
 #include "gpt_model.h"
 #include "mpmd.h"
 
 #include <cblas.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* The yardstick: single-thread C[1024,1024] = A[1024,1024] B[1024,1024].
  * Samples are taken before the first configuration and after each one, so
@@ -175,6 +185,7 @@ static gpt_config model_cfg(int layers, int64_t width, int heads, int64_t vocab,
 }
 
 int main(int argc, char **argv) {
+    program_start("bench_train", argv);
     bench_model models[2] = {{"gpt2-small", model_cfg(4, 256, 4, 8192, 0)},
                              {"gpt2-124m", model_cfg(12, 768, 12, 50257, 1)}};
     int use[2] = {1, 1}, thr[2] = {1, 2}, nthr = 2, steps = 5;
@@ -225,6 +236,24 @@ int main(int argc, char **argv) {
             sgemm_sample(&sb, 5);
         }
     }
+    /* Contention: one core kept busy by another process (a child that
+     * spins), the default thread count (every core) against one thread, in
+     * the same run. The target: at most 1.1 times one thread's step. */
+    result busy[2];
+    int busy_ok = 0;
+    if (use[0]) {
+        pid_t spinner = fork();
+        if (spinner == 0) {
+            for (volatile unsigned long spin = 0;; spin++) {
+            }
+        }
+        if (spinner > 0) {
+            fprintf(stderr, "contention: process %d keeps a core busy\n", (int)spinner);
+            busy_ok = !run_one(&models[0], 0, steps, &busy[0]) && !run_one(&models[0], 1, steps, &busy[1]);
+            kill(spinner, SIGKILL);
+            waitpid(spinner, NULL, 0);
+        }
+    }
     double lo, hi, sg = sgemm_gflops(&sb, &lo, &hi);
     sgemm_free(&sb);
     fprintf(stderr, "single-thread cblas_sgemm 1024^3: median %.1f GFLOP/s over %d products (%.1f to %.1f)\n",
@@ -232,8 +261,14 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nres; i++)
         printf("{\"model\": \"%s\", \"threads\": %d, \"params\": %lld, \"ms_per_step\": %.2f, "
                "\"tokens_per_s\": %.1f, "
-               "\"model_gflops\": %.2f, \"sgemm_gflops\": %.2f, \"ratio\": %.3f}\n",
+               "\"model_gflops\": %.2f, \"sgemm_gflops\": %.2f, \"ratio\": %.3f, \"blas_core\": \"%s\"}\n",
                res[i].model, res[i].threads, (long long)res[i].params, res[i].ms, res[i].tokens_per_s,
-               res[i].model_gflops, sg, res[i].model_gflops / sg);
+               res[i].model_gflops, sg, res[i].model_gflops / sg, mpmd_blas_core());
+    if (busy_ok)
+        printf("{\"contention\": \"one core busy in another process\", \"model\": \"%s\", \"cores\": %ld, "
+               "\"ms_default_threads\": %.2f, \"ms_one_thread\": %.2f, \"ratio\": %.3f, \"target\": 1.1, "
+               "\"omp_wait_policy\": \"%s\"}\n",
+               busy[0].model, sysconf(_SC_NPROCESSORS_ONLN), busy[0].ms, busy[1].ms, busy[0].ms / busy[1].ms,
+               getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "");
     return 0;
 }

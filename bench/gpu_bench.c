@@ -14,6 +14,7 @@
  * the pipeline, its speed relative to the one rank. With --profile it also
  * prints the one rank's time by op (each op waited for).
  */
+#include "program.h"
 #include "bench_util.h"
 #include "gpt_model.h"
 #include "mpmd.h"
@@ -118,6 +119,7 @@ static int arg_int(const char *s, long long lo, long long hi, long long *out) {
 }
 
 int main(int argc, char **argv) {
+    program_start("gpu_bench", argv);
     opts o = {"cuda", MPMD_BF16, 10, 4, 4, 0, 12, 16, 1024};
     for (int i = 1; i < argc; i++) {
         long long v = 0;

@@ -11,6 +11,7 @@
  * ratio (target: MPI within 10% of in-process), and each rank's time
  * waiting on communication per step.
  */
+#include "program.h"
 #include "bench_util.h"
 #include "gpt_model.h"
 
@@ -26,6 +27,7 @@ static void die(const char *what, const char *msg) {
 }
 
 int main(int argc, char **argv) {
+    program_start("mpi_bench", argv);
     mpmd_error err;
     if (mpmd_mpi_init(&argc, &argv, &err)) die("init", err.msg);
     int w = mpmd_mpi_world_rank(), np = mpmd_mpi_world_size();

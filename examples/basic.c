@@ -20,6 +20,7 @@
  *     build/examples/basic [--schedule NAME] [--blocks B] [--ranks D] [--steps N] [--threads N]
  *                          [--backend cpu|cuda] [--precision f32|bf16]
  */
+#include "program.h"
 #include "mpmd.h"
 
 #include <math.h>
@@ -87,6 +88,7 @@ static void make_data(float *x, float *y) {
 }
 
 int main(int argc, char **argv) {
+    program_start("basic", argv);
     long threads = 0, blocks = 2, ranks = 0, steps = 300;
     const char *backend = NULL, *schedule = "std1f1b";
     mpmd_dtype precision = MPMD_F32;

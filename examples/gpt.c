@@ -18,6 +18,7 @@
  * Exit status: 0 on success, 2 for bad options, 1 for a failure while
  * building or training (including a NaN/Inf loss, unless --no-nan-check).
  */
+#include "program.h"
 #include "gpt_model.h"
 #include "gpt_plan.h"
 #include "mpmd.h"
@@ -434,6 +435,7 @@ static mpmd_status make_schedule(const options *o, mpmd_schedule **out, mpmd_err
 }
 
 int main(int argc, char **argv) {
+    program_start("gpt", argv);
     options o;
     int rc = parse_args(argc, argv, &o);
     if (rc < 0) return 0;

@@ -32,6 +32,7 @@
  * Exit status: 0 when every pipelined run matches the one-rank loop
  * bitwise, 1 when one does not or a run fails, 2 for bad options.
  */
+#include "program.h"
 #include "mpmd.h"
 
 #include <errno.h>
@@ -378,6 +379,7 @@ done:
 }
 
 int main(int argc, char **argv) {
+    program_start("tutorial", argv);
     options o;
     int rc = parse_args(argc, argv, &o);
     if (rc < 0) return 0;

@@ -545,6 +545,13 @@ const char *mpmd_exec_backend(const mpmd_exec *ex);
  * can run here, else non-zero with the reason in why. */
 const char *mpmd_backends(void);
 int mpmd_backend_check(const char *name, char *why, size_t len);
+/* The BLAS behind the CPU backend: OpenBLAS's kernel set ("Haswell",
+ * "SkylakeX", ...; OPENBLAS_CORETYPE chooses another). And NULL, or a
+ * warning to print when that set is a generic one on a CPU with AVX2 or
+ * AVX-512 (OpenBLAS did not recognise the CPU): it names OPENBLAS_CORETYPE
+ * and a value for it. */
+const char *mpmd_blas_core(void);
+const char *mpmd_blas_warning(void);
 /* The last error's message. */
 const char *mpmd_exec_error(const mpmd_exec *ex);
 /* The graph the executor runs. */

@@ -89,6 +89,28 @@ for sched in std1f1b zerobubble; do
     bad "basic --schedule $sched: exit $rc: $out"
 done
 
+# OpenMP's idle workers sleep instead of spinning: gpt starts itself again
+# with OMP_WAIT_POLICY=passive when it is not set, and keeps a value given
+env -u OMP_WAIT_POLICY "$gpt" --layers 2 --width 32 --heads 2 --seq 16 --batch 8 --microbatches 4 --steps 100000 \
+  --quiet >/dev/null 2>&1 &
+pid=$! policy=""
+for _ in $(seq 50); do
+  policy=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | sed -n 's/^OMP_WAIT_POLICY=//p')
+  [ -n "$policy" ] && break; sleep 0.1
+done
+kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+[ "$policy" = passive ] && ok "gpt runs with OMP_WAIT_POLICY=passive when it is not set" ||
+  bad "gpt without OMP_WAIT_POLICY: its environment has '$policy'"
+out=$(OMP_WAIT_POLICY=active "$gpt" "${model[@]}" 2>&1) && grep -q "final_loss=" <<<"$out" &&
+  ok "gpt keeps an OMP_WAIT_POLICY it is given" || bad "gpt with OMP_WAIT_POLICY=active: $out"
+
+# a generic OpenBLAS kernel on a CPU with AVX2 is named, with the variable to set
+if grep -qw avx2 /proc/cpuinfo; then
+  out=$(OPENBLAS_CORETYPE=Prescott "$gpt" "${model[@]}" 2>&1)
+  grep -q "gpt: warning: OpenBLAS runs its Prescott kernels on a CPU with AVX.*set OPENBLAS_CORETYPE=" <<<"$out" &&
+    ok "generic BLAS kernels: $(grep -m1 'warning' <<<"$out")" || bad "OPENBLAS_CORETYPE=Prescott: no warning: $out"
+fi
+
 expect() { # expect STATUS PATTERN ARGS...
   local want=$1 pat=$2; shift 2
   out=$("$gpt" "$@" 2>&1); rc=$?

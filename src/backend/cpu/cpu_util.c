@@ -4,6 +4,8 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <stdio.h>
+#include <strings.h>
 
 void mpmd_sgemm(int nthreads, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
@@ -18,6 +20,36 @@ void mpmd_sgemm(int nthreads, int trans_a, int trans_b, int64_t M, int64_t N, in
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 (blasint)M, (blasint)N, (blasint)K, alpha, A, (blasint)lda, B, (blasint)ldb, beta, C,
                 (blasint)ldc);
+}
+
+/* ---- which BLAS kernels run ---------------------------------------------- */
+
+const char *mpmd_blas_core(void) {
+    const char *c = openblas_get_corename();
+    return c ? c : "unknown";
+}
+
+/* OpenBLAS's kernel sets that use AVX2 (or AVX-512); any other one on a CPU
+ * that has AVX2 is an older, generic set: OpenBLAS did not recognise the
+ * CPU (0.3.21 on CPUs newer than it), and sgemm runs 4-5x slower. */
+const char *mpmd_blas_warning(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    static char msg[256];
+    static const char *const modern[] = {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids", "excavator"};
+    const char *core = mpmd_blas_core();
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2"), avx512 = __builtin_cpu_supports("avx512f");
+    if (!avx2) return NULL;
+    for (size_t i = 0; i < sizeof modern / sizeof *modern; i++)
+        if (!strcasecmp(core, modern[i])) return NULL;
+    snprintf(msg, sizeof msg,
+             "OpenBLAS runs its %s kernels on a CPU with %s: matrix products are several times slower than "
+             "they can be; set OPENBLAS_CORETYPE=%s",
+             core, avx512 ? "AVX-512" : "AVX2", avx512 ? "SkylakeX" : "Haswell");
+    return msg;
+#else
+    return NULL;
+#endif
 }
 
 /* Eight interleaved partial sums: s[j] collects x[j], x[j+8], ...; then
