@@ -41,9 +41,13 @@
  *     microbatches, Std1F1B and GPipe; the compiled step is run once and
  *     checked against the one-rank loop first.
  *
+ * (d) scaling: the loop on 1 .. all cores' threads and Std1F1B on 2 .. as
+ *     many ranks as cores (a 16-layer GPT), with the measured and the
+ *     simulated bubble (below, at bench_scaling).
+ *
  * Progress goes to stderr; after it, stdout gets one JSON object per line.
  *
- *     bench_pipeline [--only efficiency|overhead|compile] [--schedule NAME] [--steps N]
+ *     bench_pipeline [--only efficiency|overhead|compile|scaling] [--schedule NAME] [--steps N]
  *
  * --schedule limits (a) to one schedule (its command-line name, e.g.
  * std1f1b); --steps is the number of timed steps of (a) (default 5; (b)
@@ -619,19 +623,153 @@ done:
     return rc;
 }
 
+/* ---- (d) scaling on this machine's cores ---------------------------------------- */
+
+/* A GPT of 16 layers (width 256, 4 heads, vocab 8192, seq 64), a batch of 16
+ * sequences in 16 microbatches: the one-rank loop on 1, 2, 4, ... threads up
+ * to the machine's cores, then Std1F1B on 2, 4, 8, 16 ranks of one thread
+ * each (as many as there are cores). Each pipeline's first step is checked
+ * bit for bit against the loop of its own graph; its last step is recorded
+ * for the measured bubble, against the one simulated with the stages'
+ * measured times (the gap is what the runtime loses: transfers, wake-ups,
+ * memory bandwidth). bound = D (1 - b) of the schedule with each stage's
+ * matmul flops; ratio = speedup over the 1-thread loop / bound. */
+static int bench_scaling(int steps) {
+    const int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    gpt_config c = gpt_config_default();
+    c.layers = 16, c.width = 256, c.heads = 4, c.vocab = 8192, c.seq = 64, c.batch = 16, c.microbatches = 16;
+    c.tie_embeddings = 0, c.lr = 1e-4f;
+    if (bench_smoke()) c.layers = 4, c.width = 64, c.vocab = 512, c.batch = 4, c.microbatches = 4;
+    size_t nb = (size_t)(c.batch * c.seq) * sizeof(int32_t);
+    int32_t *tok = malloc(nb), *tgt = malloc(nb);
+    if (!tok || !tgt) {
+        free(tok), free(tgt);
+        return 1;
+    }
+    gpt_random_batch(c.vocab, c.batch, c.seq, 7, 0, tok, tgt);
+    int rc = 0;
+    double loop1_ms = 0;
+    for (int D = 1; D <= cores && D <= c.layers && !rc; D *= 2) {
+        if (c.layers % D || c.microbatches < D) break;
+        c.stages = D;
+        gpt_model m;
+        mpmd_error err;
+        if (gpt_build(&c, 1, &m, &err)) {
+            fprintf(stderr, "bench_pipeline: gpt: %s\n", err.msg);
+            rc = 1;
+            break;
+        }
+        mpmd_value in[2] = {m.tokens, m.targets};
+        void *data[2] = {tok, tgt};
+        size_t bytes[2] = {nb, nb};
+        feed f = {2, in, data, bytes};
+        char what[160];
+        if (D == 1) { /* the loop on 1, 2, 4, ... threads, and on every core */
+            for (int t = 1; !rc; t = t * 2 > cores && t < cores ? cores : t * 2) {
+                if (t > cores) break;
+                mpmd_exec_opts eo = MPMD_EXEC_DEFAULTS;
+                eo.threads = t, eo.seed = 1;
+                runner lr = {mpmd_exec_new(m.g, &eo, &err), NULL};
+                timing tm;
+                snprintf(what, sizeof what, "scaling: loop, %d threads", t);
+                if (!lr.ex) {
+                    fprintf(stderr, "bench_pipeline: %s: %s\n", what, err.msg);
+                    rc = 1;
+                } else if (!(rc = time_steps(what, &lr, &f, m.loss, steps, &tm))) {
+                    if (t == 1) loop1_ms = tm.wall_ms;
+                    fprintf(stderr, "  %s: %.1f ms, speedup %.2f\n", what, tm.wall_ms, loop1_ms / tm.wall_ms);
+                    fprintf(json,
+                            "{\"bench\": \"scaling\", \"runner\": \"loop\", \"threads\": %d, \"cores\": %d, "
+                            "\"layers\": %d, \"microbatches\": %d, \"tokens_per_microbatch\": %lld, "
+                            "\"ms\": %.2f, \"speedup\": %.3f, \"blas_core\": \"%s\", \"load_avg\": %.2f}\n",
+                            t, cores, c.layers, c.microbatches, (long long)(c.batch / c.microbatches * c.seq),
+                            tm.wall_ms, loop1_ms / tm.wall_ms, mpmd_blas_core(), loadavg());
+                }
+                mpmd_exec_free(lr.ex);
+                if (t == cores) break;
+            }
+            gpt_model_free(&m);
+            continue;
+        }
+        /* Std1F1B on D ranks: bits against this graph's loop, then timed */
+        mpmd_exec_opts eo = MPMD_EXEC_DEFAULTS;
+        eo.threads = 1, eo.seed = 1;
+        runner lr = {mpmd_exec_new(m.g, &eo, &err), NULL};
+        mpmd_schedule *s = new_schedule(MPMD_SCHED_STD1F1B, D, D, c.microbatches);
+        mpmd_step_opts so = MPMD_STEP_DEFAULTS;
+        so.threads_per_rank = 1, so.seed = 1;
+        runner pr = {NULL, NULL};
+        timing ref, first, tm;
+        double *scale = malloc((size_t)D * sizeof *scale);
+        mpmd_sim *wsim = NULL;
+        mpmd_cost_model wc = MPMD_COST_DEFAULTS;
+        snprintf(what, sizeof what, "scaling: Std1F1B on %d ranks", D);
+        if (scale) stage_flops(c.layers, c.width, c.seq, c.vocab, D, NULL, scale);
+        wc.stage_scale = scale;
+        if (!lr.ex || !s || !scale || mpmd_schedule_simulate(s, &wc, &wsim, &err, NULL) ||
+            !(pr.st = mpmd_jit_with_loop(m.g, s, &so, &err))) {
+            fprintf(stderr, "bench_pipeline: %s: %s\n", what, lr.ex ? err.msg : "the loop did not compile");
+            rc = 1;
+        } else if (time_steps(what, &lr, &f, m.loss, 0, &ref) || time_steps(what, &pr, &f, m.loss, 0, &first) ||
+                   !same_bits(what, &ref, &first) || time_steps(what, &pr, &f, m.loss, steps, &tm)) {
+            rc = 1;
+        } else {
+            /* one more step, recorded, for the measured bubble */
+            mpmd_step_stats ss = {0};
+            float l;
+            mpmd_step_set_recording(pr.st, 1);
+            if (run_step(&pr, &f, m.loss, &l) || mpmd_step_summary(pr.st, &ss, &err)) {
+                fprintf(stderr, "bench_pipeline: %s: %s\n", what, err.msg);
+                rc = 1;
+            } else {
+                double speedup = loop1_ms / tm.wall_ms, bound = D * (1.0 - wsim->bubble);
+                fprintf(stderr,
+                        "  %s: %.1f ms, speedup %.2f, bound %.2f, ratio %.2f; bubble measured %.1f%%, simulated "
+                        "with the measured stage times %.1f%%\n",
+                        what, tm.wall_ms, speedup, bound, speedup / bound, 100 * ss.bubble,
+                        100 * ss.simulated_bubble);
+                fprintf(json,
+                        "{\"bench\": \"scaling\", \"runner\": \"std1f1b\", \"ranks\": %d, \"threads_per_rank\": 1, "
+                        "\"cores\": %d, \"layers\": %d, \"microbatches\": %d, \"ms\": %.2f, \"speedup\": %.3f, "
+                        "\"flop_bound_speedup\": %.3f, \"ratio_to_bound\": %.3f, \"bubble_measured\": %.4f, "
+                        "\"bubble_simulated\": %.4f, \"bubble_gap_points\": %.2f, \"bitwise_equal\": true, "
+                        "\"blas_core\": \"%s\", \"load_avg\": %.2f}\n",
+                        D, cores, c.layers, c.microbatches, tm.wall_ms, speedup, bound, speedup / bound, ss.bubble,
+                        ss.simulated_bubble, 100 * (ss.bubble - ss.simulated_bubble), mpmd_blas_core(), loadavg());
+            }
+            mpmd_step_stats_free(&ss);
+        }
+        mpmd_step_free(pr.st);
+        mpmd_exec_free(lr.ex);
+        mpmd_schedule_free(s);
+        mpmd_sim_free(wsim);
+        free(scale);
+        gpt_model_free(&m);
+    }
+    free(tok), free(tgt);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     program_start("bench_pipeline", argv);
-    int steps = 5, only = 0; /* 0 all, 1 efficiency, 2 overhead, 3 compile */
+    int steps = 5, only = 0; /* 0 all, 1 efficiency, 2 overhead, 3 compile, 4 scaling */
+    int schedule_given = 0;  /* --schedule: (a) alone of the schedule comparisons */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             const char *v = argv[++i];
-            only = !strcmp(v, "efficiency") ? 1 : !strcmp(v, "overhead") ? 2 : !strcmp(v, "compile") ? 3 : -1;
+            only = !strcmp(v, "efficiency") ? 1
+                   : !strcmp(v, "overhead") ? 2
+                   : !strcmp(v, "compile")  ? 3
+                   : !strcmp(v, "scaling")  ? 4
+                                            : -1;
             if (only < 0) {
-                fprintf(stderr, "bench_pipeline: --only is efficiency, overhead or compile, got \"%s\"\n", v);
+                fprintf(stderr, "bench_pipeline: --only is efficiency, overhead, compile or scaling, got \"%s\"\n",
+                        v);
                 return 2;
             }
         } else if (!strcmp(argv[i], "--schedule") && i + 1 < argc) {
             only_schedule = argv[++i];
+            schedule_given = 1;
             if (mpmd_schedule_kind_from_name(only_schedule) < 0) {
                 fprintf(stderr, "bench_pipeline: --schedule: unknown schedule \"%s\"\n", only_schedule);
                 return 2;
@@ -647,7 +785,7 @@ int main(int argc, char **argv) {
         } else {
             fprintf(
                 stderr,
-                "usage: bench_pipeline [--only efficiency|overhead|compile] [--schedule NAME] [--steps N]\n");
+                "usage: bench_pipeline [--only efficiency|overhead|compile|scaling] [--schedule NAME] [--steps N]\n");
             return 2;
         }
     }
@@ -661,6 +799,7 @@ int main(int argc, char **argv) {
     if (!rc && (only == 0 || only == 3)) rc = bench_compile();
     if (!rc && (only == 0 || only == 2)) rc = bench_overhead(steps);
     if (!rc && (only == 0 || only == 1)) rc = bench_efficiency(steps);
+    if (!rc && (only == 0 || only == 4) && !schedule_given) rc = bench_scaling(steps);
     fclose(json);
     fflush(stderr);
     if (json_out) fputs(json_out, stdout);
