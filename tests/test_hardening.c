@@ -35,6 +35,21 @@ static void huge_shapes(void) {
     CHECK(!mpmd_is_value(y) && has(mpmd_graph_error(g), "add: the result f32[1099511627776,1099511627776]"),
           "broadcast: %s", mpmd_graph_error(g));
     mpmd_graph_free(g);
+
+    /* a reshape target and a constant whose element counts overflow int64
+     * (found by tests/fuzz/fuzz_graph) */
+    g = mpmd_graph_new();
+    x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(4, 4));
+    y = mpmd_reshape(g, x, MPMD_SHAPE(1LL << 40, 1LL << 40));
+    CHECK(!mpmd_is_value(y) && has(mpmd_graph_error(g), "mpmd_reshape: the target shape [1099511627776,"),
+          "reshape 2^40 x 2^40: %s", mpmd_graph_error(g));
+    mpmd_graph_free(g);
+    g = mpmd_graph_new();
+    float d[4] = {0};
+    y = mpmd_constant(g, MPMD_F32, MPMD_SHAPE(1LL << 40, 1LL << 40), d);
+    CHECK(!mpmd_is_value(y) && has(mpmd_graph_error(g), "mpmd_constant: the shape has more elements than fit"),
+          "constant 2^40 x 2^40: %s", mpmd_graph_error(g));
+    mpmd_graph_free(g);
 }
 
 static void null_arguments(void) {

@@ -141,6 +141,8 @@ mpmd_value mpmd_constant(mpmd_graph *g, mpmd_dtype dtype, int ndim, const int64_
     if (dtype != MPMD_I32 && !mpmd_dtype_is_float(dtype))
         return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_constant: dtype must be f32, bf16, f16 or i32");
     if (!data) return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_constant: data is NULL");
+    if (!mpmd_dims_fit(ndim, dims, (int64_t)mpmd_dtype_size(dtype)))
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_constant: the shape has more elements than fit in memory");
     mpmd_type t = mpmd_make_type(dtype, ndim, dims);
     size_t bytes = mpmd_type_bytes(&t);
     void *copy = malloc(bytes ? bytes : 1);

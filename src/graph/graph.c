@@ -165,22 +165,25 @@ const mpmd_type *mpmd_type_of(const mpmd_graph *g, mpmd_value v) {
     return n ? &n->type : NULL;
 }
 
+int mpmd_dims_fit(int ndim, const int64_t *dims, int64_t elem_bytes) {
+    const int64_t limit = (int64_t)1 << 62;
+    int64_t bytes = elem_bytes > 0 ? elem_bytes : 1;
+    for (int d = 0; d < ndim; d++) {
+        if (dims[d] < 0 || (dims[d] > 0 && bytes > limit / dims[d])) return 0;
+        bytes *= dims[d];
+    }
+    return 1;
+}
+
 mpmd_value mpmd_emit(mpmd_graph *g, const mpmd_op_desc *op, int n_in, const mpmd_value *in, mpmd_type out) {
     if (!g || g->status != MPMD_OK) return MPMD_NONE;
     /* every type must have an element count and a byte size that fit:
      * at most 2^62 bytes */
-    if (out.dtype != MPMD_TOKEN) {
-        const int64_t limit = (int64_t)1 << 62;
-        int64_t bytes = (int64_t)mpmd_dtype_size(out.dtype);
-        for (int d = 0; d < out.ndim; d++) {
-            if (out.dim[d] < 0 || (out.dim[d] > 0 && bytes > limit / out.dim[d])) {
-                char tb[160];
-                return mpmd_fail(g, MPMD_ERR_SHAPE,
-                                 "%s: the result %s has more elements than fit in memory (at most 2^62 bytes)",
-                                 op->name, mpmd_type_str(&out, tb, sizeof tb));
-            }
-            bytes *= out.dim[d];
-        }
+    if (out.dtype != MPMD_TOKEN && !mpmd_dims_fit(out.ndim, out.dim, (int64_t)mpmd_dtype_size(out.dtype))) {
+        char tb[160];
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "%s: the result %s has more elements than fit in memory (at most 2^62 bytes)", op->name,
+                         mpmd_type_str(&out, tb, sizeof tb));
     }
     /* Values flow forward through the regions: before loop -> body -> after
      * loop, and out of the body only through mpmd_loop_reduce. */

@@ -143,6 +143,10 @@ const char *mpmd_tstr_type(mpmd_graph *g, const mpmd_type *t);
  * the graph's current state. Attributes are set by the caller right after,
  * through mpmd_node_of(g, v). */
 mpmd_value mpmd_emit(mpmd_graph *g, const mpmd_op_desc *op, int n_in, const mpmd_value *in, mpmd_type out);
+/* 1 when a tensor of these dims (none negative) and elem_bytes per element
+ * has at most 2^62 bytes, the bound mpmd_emit puts on every type; the
+ * product is checked before it is formed, so nothing overflows. */
+int mpmd_dims_fit(int ndim, const int64_t *dims, int64_t elem_bytes);
 /* The same op as node src (its attributes too) on other operands: a
  * recomputation. */
 mpmd_value mpmd_emit_copy(mpmd_graph *g, const mpmd_node *src, const mpmd_value *in);

@@ -57,6 +57,10 @@ mpmd_value mpmd_reshape(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *di
             known *= dims[i];
         }
         out[i] = dims[i];
+        if (!mpmd_dims_fit(i + 1, out, 1)) /* before the product can overflow */
+            return mpmd_fail(g, MPMD_ERR_SHAPE,
+                             "mpmd_reshape: the target shape %s of %s has more elements than fit in memory",
+                             dims_str(db, sizeof db, ndim, dims), mpmd_tstr(g, a));
     }
     int64_t numel = mpmd_type_numel(at);
     if (infer >= 0) {
