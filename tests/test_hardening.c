@@ -50,6 +50,26 @@ static void huge_shapes(void) {
     CHECK(!mpmd_is_value(y) && has(mpmd_graph_error(g), "mpmd_constant: the shape has more elements than fit"),
           "constant 2^40 x 2^40: %s", mpmd_graph_error(g));
     mpmd_graph_free(g);
+
+    /* also found by the fuzzer: the zero gradient of a 16-bit value the loss
+     * does not use has that value's dtype, as a used one's has; a token
+     * (an assign's result) cannot be kept, there is nothing to read */
+    g = mpmd_graph_new();
+    x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(3, 4));
+    mpmd_value h = mpmd_cast(g, x, MPMD_F16), gr;
+    mpmd_value l = mpmd_sum(g, x, MPMD_ALL_AXES, MPMD_DROP_DIMS);
+    CHECK(mpmd_grad(g, l, 1, &h, &gr) == MPMD_OK && mpmd_value_type(g, gr).dtype == MPMD_F16,
+          "the gradient of an unused f16 value: %s %s", mpmd_graph_error(g),
+          mpmd_dtype_name(mpmd_value_type(g, gr).dtype));
+    mpmd_value v = mpmd_variable(g, "v", MPMD_F32, MPMD_SHAPE(3, 4), MPMD_ZEROS);
+    mpmd_keep(g, mpmd_assign(g, v, x));
+    CHECK(mpmd_graph_status(g) == MPMD_ERR_INVALID && has(mpmd_graph_error(g), "is a token"),
+          "keep of a token: %s", mpmd_graph_error(g));
+    mpmd_graph_free(g);
+    g = mpmd_graph_new();
+    mpmd_scope_push(g, NULL);
+    CHECK(has(mpmd_graph_error(g), "mpmd_scope_push: no name (NULL)"), "scope_push NULL: %s", mpmd_graph_error(g));
+    mpmd_graph_free(g);
 }
 
 static void null_arguments(void) {

@@ -236,6 +236,7 @@ mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *w
             const mpmd_type *t = &g->nodes[wrt[k].id].type;
             g->emit_bwd = 1;
             c = mpmd_full(g, 0.0f, t->ndim, t->dim);
+            if (t->dtype != MPMD_F32) c = mpmd_cast(g, c, t->dtype); /* a gradient has its wrt's dtype */
             g->emit_bwd = 0;
         }
         grads[k] = c;

@@ -259,7 +259,13 @@ mpmd_value mpmd_emit_copy(mpmd_graph *g, const mpmd_node *src, const mpmd_value 
 
 /* ---- scopes ---------------------------------------------------------------- */
 
-void mpmd_scope_push(mpmd_graph *g, const char *name) { mpmd_scope_pushf(g, "%s", name); }
+void mpmd_scope_push(mpmd_graph *g, const char *name) {
+    if (g && !name) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_scope_push: no name (NULL)");
+        return;
+    }
+    mpmd_scope_pushf(g, "%s", name);
+}
 
 void mpmd_scope_pushf(mpmd_graph *g, const char *fmt, ...) {
     if (!g) return;
@@ -364,6 +370,11 @@ void mpmd_keep(mpmd_graph *g, mpmd_value v) {
             g, MPMD_ERR_INVALID,
             "mpmd_keep: %%%d is a loop-body value (one per microbatch); keep its mpmd_loop_reduce instead",
             (int)v.id);
+        return;
+    }
+    if (n->type.dtype == MPMD_TOKEN) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_keep: %%%d (%s) is a token, an ordering of effects with no value to read",
+                  (int)v.id, n->op->name);
         return;
     }
     n->flags |= MPMD_NODE_KEEP;

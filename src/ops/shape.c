@@ -54,13 +54,13 @@ mpmd_value mpmd_reshape(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *di
                 "mpmd_reshape: bad target shape %s for %s: dims must be >= 0, with at most one -1",
                 dims_str(db, sizeof db, ndim, dims), mpmd_tstr(g, a));
         } else {
+            if (dims[i] > 0 && known > ((int64_t)1 << 62) / dims[i]) /* before the product can overflow */
+                return mpmd_fail(g, MPMD_ERR_SHAPE,
+                                 "mpmd_reshape: the target shape %s of %s has more elements than fit in memory",
+                                 dims_str(db, sizeof db, ndim, dims), mpmd_tstr(g, a));
             known *= dims[i];
         }
         out[i] = dims[i];
-        if (!mpmd_dims_fit(i + 1, out, 1)) /* before the product can overflow */
-            return mpmd_fail(g, MPMD_ERR_SHAPE,
-                             "mpmd_reshape: the target shape %s of %s has more elements than fit in memory",
-                             dims_str(db, sizeof db, ndim, dims), mpmd_tstr(g, a));
     }
     int64_t numel = mpmd_type_numel(at);
     if (infer >= 0) {
