@@ -28,7 +28,8 @@ static mpmd_graph *slow_first_stage(mpmd_value *x) {
     mpmd_graph *g = mpmd_graph_new();
     *x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(2 * M, K));
     mpmd_loop_begin(g, 2);
-    mpmd_value h = mpmd_matmul(g, mpmd_microbatch(g, *x), mpmd_param(g, "w", MPMD_SHAPE(K, N), MPMD_NORMAL(0.01f)), 0);
+    mpmd_value h =
+        mpmd_matmul(g, mpmd_microbatch(g, *x), mpmd_param(g, "w", MPMD_SHAPE(K, N), MPMD_NORMAL(0.01f)), 0);
     h = mpmd_enter_stage(g, h);
     mpmd_value loss = mpmd_enter_stage(g, mpmd_mean(g, mpmd_square(g, h), MPMD_ALL_AXES, MPMD_DROP_DIMS));
     mpmd_value ps[1], gs[1];
@@ -45,10 +46,10 @@ static void same_as_loop(double timeout) {
     mpmd_graph *g = mpmd_graph_new();
     mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(8, 6));
     mpmd_loop_begin(g, 4);
-    mpmd_value h = mpmd_enter_stage(g, mpmd_tanh(g, mpmd_dense(g, "d0", mpmd_microbatch(g, x), 16, MPMD_BIAS)));
-    mpmd_value loss =
-        mpmd_enter_stage(g, mpmd_mean(g, mpmd_square(g, mpmd_dense(g, "d1", h, 1, MPMD_BIAS)), MPMD_ALL_AXES,
-                                      MPMD_DROP_DIMS));
+    mpmd_value h =
+        mpmd_enter_stage(g, mpmd_tanh(g, mpmd_dense(g, "d0", mpmd_microbatch(g, x), 16, MPMD_BIAS)));
+    mpmd_value loss = mpmd_enter_stage(
+        g, mpmd_mean(g, mpmd_square(g, mpmd_dense(g, "d1", h, 1, MPMD_BIAS)), MPMD_ALL_AXES, MPMD_DROP_DIMS));
     mpmd_value ps[4], gs[4];
     int n;
     mpmd_value total = mpmd_value_and_grad(g, loss, 0, NULL, 4, ps, gs, &n);
@@ -74,8 +75,8 @@ static void same_as_loop(double timeout) {
     char ha[65], hb[65];
     mpmd_step_params_sha256(st, ha);
     mpmd_step_params_sha256(lp, hb);
-    CHECK(a == b && !strcmp(ha, hb), "step_timeout %g: loss %.9g vs the loop's %.9g, parameters %s", timeout, a, b,
-          strcmp(ha, hb) ? "differ" : "equal");
+    CHECK(a == b && !strcmp(ha, hb), "step_timeout %g: loss %.9g vs the loop's %.9g, parameters %s", timeout,
+          a, b, strcmp(ha, hb) ? "differ" : "equal");
     mpmd_step_free(st), mpmd_step_free(lp);
     mpmd_schedule_free(s);
     mpmd_graph_free(g);
@@ -104,7 +105,8 @@ int main(void) {
     CHECK(strstr(e, "rank 1: waited") && strstr(e, "from rank 0") && strstr(e, "of microbatch 0") &&
               strstr(e, "stage 0's output") && strstr(e, "step_timeout"),
           "the message does not name the rank, the value and the microbatch: %s", e);
-    CHECK(strstr(e, "rank 0 did not stop"), "the message does not say that rank 0 is still in its task: %s", e);
+    CHECK(strstr(e, "rank 0 did not stop"), "the message does not say that rank 0 is still in its task: %s",
+          e);
 
     /* rank 0 is still in its task: refused; then, once it has ended, the
      * step runs again (and times out again) */

@@ -10,7 +10,8 @@ static inline mpmd_graph *fuzz_model(mpmd_value *x) {
     mpmd_graph *g = mpmd_graph_new();
     *x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(4, 3));
     mpmd_loop_begin(g, 2);
-    mpmd_value h = mpmd_enter_stage(g, mpmd_tanh(g, mpmd_dense(g, "d0", mpmd_microbatch(g, *x), 5, MPMD_BIAS)));
+    mpmd_value h =
+        mpmd_enter_stage(g, mpmd_tanh(g, mpmd_dense(g, "d0", mpmd_microbatch(g, *x), 5, MPMD_BIAS)));
     mpmd_value loss = mpmd_enter_stage(
         g, mpmd_mean(g, mpmd_square(g, mpmd_dense(g, "d1", h, 2, MPMD_BIAS)), MPMD_ALL_AXES, MPMD_DROP_DIMS));
     mpmd_value ps[4], gs[4];

@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     mpmd_schedule *s = NULL;
     mpmd_error err;
     if (mpmd_schedule_parse((const char *)data, size, "fuzz", &s, &err) != MPMD_OK) {
-        if (s) abort(); /* an error leaves no schedule */
+        if (s) abort();           /* an error leaves no schedule */
         if (!err.msg[0]) abort(); /* and says why */
         return 0;
     }
