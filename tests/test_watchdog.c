@@ -1,7 +1,9 @@
 /* The watchdog (mpmd_step_opts.step_timeout) with in-process ranks:
  *
- * - rank 0's first task is one kernel far longer than the deadline (a
- *   4096 x 2048 x 4096 matmul, 69 GFLOP, against a 0.05 s watchdog):
+ * - rank 0's first task is one kernel far longer than the deadline (an
+ *   8192 x 2048 x 4096 matmul, 137 GFLOP, 0.9 s even at 150 GFLOP/s,
+ *   against a 0.2 s watchdog, which leaves rank 0 time to start it on a
+ *   loaded machine):
  *   rank 1, waiting for its
  *   activation, fails with a message naming the rank waited on, the value,
  *   the microbatch and the time; the run returns within about the deadline
@@ -16,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { M = 4096, K = 2048, N = 4096 };
+enum { M = 8192, K = 2048, N = 4096 };
 
 static double now(void) {
     struct timespec t;
@@ -89,7 +91,7 @@ int main(void) {
     mpmd_schedule *s;
     CHECK(mpmd_schedule_for_graph(g, MPMD_SCHED_GPIPE, 0, 0, &s, &err) == MPMD_OK, "%s", err.msg);
     mpmd_step_opts o = MPMD_STEP_DEFAULTS;
-    o.threads_per_rank = 1, o.step_timeout = 0.05;
+    o.threads_per_rank = 1, o.step_timeout = 0.2;
     mpmd_step *st = mpmd_jit_with_loop(g, s, &o, &err);
     CHECK(st != NULL, "%s", err.msg);
     float *xs = malloc(sizeof(float) * 2 * M * K);
