@@ -90,13 +90,17 @@ static int threads_available(int want, char *why, size_t n) {
 
 /* ---- the watchdog -------------------------------------------------------- */
 
+void rt_time_after(double seconds, struct timespec *t) {
+    clock_gettime(CLOCK_REALTIME, t);
+    double whole = floor(seconds);
+    t->tv_sec += (time_t)whole;
+    t->tv_nsec += (long)((seconds - whole) * 1e9);
+    if (t->tv_nsec >= 1000000000L) t->tv_sec++, t->tv_nsec -= 1000000000L;
+}
+
 int rt_deadline(const struct mpmd_step *st, struct timespec *until) {
     if (st->wait_limit <= 0) return 0;
-    clock_gettime(CLOCK_REALTIME, until);
-    double whole = floor(st->wait_limit);
-    until->tv_sec += (time_t)whole;
-    until->tv_nsec += (long)((st->wait_limit - whole) * 1e9);
-    if (until->tv_nsec >= 1000000000L) until->tv_sec++, until->tv_nsec -= 1000000000L;
+    rt_time_after(st->wait_limit, until);
     return 1;
 }
 

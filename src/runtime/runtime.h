@@ -132,6 +132,8 @@ int rt_aborted(struct mpmd_step *st);
 /* The watchdog's deadline for a wait that starts now, on the realtime clock
  * (for pthread_cond_timedwait); 0 when there is none. */
 int rt_deadline(const struct mpmd_step *st, struct timespec *until);
+/* The realtime clock `seconds` from now (for the timed waits and joins). */
+void rt_time_after(double seconds, struct timespec *t);
 size_t rt_bytes(const mpmd_graph *g, int node);
 /* A value as a message names it: `%12 "x" (matmul)` or `%12 (matmul)`. */
 const char *rt_value_str(const struct mpmd_step *st, int node, char *buf, size_t len);

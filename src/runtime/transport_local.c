@@ -161,9 +161,7 @@ static mpmd_status local_launch(struct mpmd_step *st, void *(*rank_main)(void *)
         }
         for (;;) {
             struct timespec soon;
-            clock_gettime(CLOCK_REALTIME, &soon);
-            soon.tv_nsec += 10000000L; /* 10 ms */
-            if (soon.tv_nsec >= 1000000000L) soon.tv_sec++, soon.tv_nsec -= 1000000000L;
+            rt_time_after(0.01, &soon);
             if (pthread_timedjoin_np(th[r], NULL, &soon) == 0) break;
             if (rt_aborted(st) && rt_now() - st->abort_time > st->wait_limit) {
                 /* kept, to be joined when they end (local_settle) */
@@ -343,10 +341,7 @@ static void local_end_step(mpmd_rank_state *rs) {
 static int local_settle(struct mpmd_step *st, double wait) {
     local_state *ls = st->tx;
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += (time_t)wait;
-    until.tv_nsec += (long)((wait - (double)(time_t)wait) * 1e9);
-    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    rt_time_after(wait, &until);
     int left = 0;
     for (int i = 0; i < ls->nstuck; i++)
         if ((wait > 0 ? pthread_timedjoin_np(ls->stuck[i], NULL, &until) : pthread_tryjoin_np(ls->stuck[i], NULL)) !=
