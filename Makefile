@@ -73,17 +73,19 @@ test-no-mpi: deps
 	cd $(NOMPI_BUILD) && MPMD_TEST_QUICK=1 ctest --output-on-failure -j $(JOBS) -E '^install_'
 
 # The fuzzers of tests/fuzz (checkpoint reader, schedule parser, graph
-# builder), each for FUZZ_SECONDS from its seed corpus, under ASan and UBSan;
+# builder), each for FUZZ_SECONDS from its seed corpus, under ASan and UBSan
+# (FUZZ_SEED: libFuzzer's random seed, 0 for a new one each run);
 # a crash, a leak or a broken promise fails, its input kept in
 # $(FUZZ_BUILD)/artifacts. Needs clang and its libFuzzer (installed here).
 FUZZ_SECONDS ?= 60
+FUZZ_SEED ?= 0
 FUZZ_PACKAGES = clang libclang-rt-14-dev libomp-14-dev
 fuzz: deps
 	@$(call install_missing,$(FUZZ_PACKAGES))
 	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPMD_FUZZ=ON \
 	  -DMPMD_BUILD_TESTS=OFF -DMPMD_BUILD_BENCH=OFF -DMPMD_WITH_MPI=OFF -DMPMD_WITH_CUDA=OFF
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers
-	tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+	tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_SEED)
 
 DEMO_STEPS ?= 80
 demo: build

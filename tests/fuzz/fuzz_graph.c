@@ -82,6 +82,7 @@ typedef struct {
     mpmd_value inputs[MAX_INPUTS];
     int ninputs;
     int64_t id_limit; /* ids and labels must lie in [0, id_limit) for the run to succeed */
+    int bad_const;    /* an i32 constant holds an id out of every table's range */
     int loop;         /* building a loop body */
     int names;        /* for unique names */
     int failed;       /* the graph has had an error */
@@ -666,7 +667,10 @@ static mpmd_value do_leaf(fz *z, int bad_ids) {
     case 4: { /* ids: 0 fits every table (V >= 1); a bad one only when asked */
         int32_t *buf = calloc((size_t)n, sizeof *buf);
         if (!buf) return MPMD_NONE;
-        if (bad_ids) buf[rd(r) % (unsigned)n] = rd(r) % 2 ? -1 : 1000000;
+        if (bad_ids) {
+            buf[rd(r) % (unsigned)n] = rd(r) % 2 ? -1 : 1000000;
+            z->bad_const = 1;
+        }
         mpmd_value y = result(z, "mpmd_constant", mpmd_constant(z->g, MPMD_I32, nd, dims, buf));
         free(buf);
         return y;
@@ -1067,7 +1071,7 @@ static void make_feed(fz *z, feed *f, uint32_t seed, int bad_ids, int skip) {
         }
     }
     if (seed % 5 == 4 && z->ninputs) f->wrong = (int)(seed / 5 % (uint32_t)z->ninputs);
-    f->must_run = f->skip < 0 && !f->bad;
+    f->must_run = f->skip < 0 && !f->bad && !z->bad_const;
 }
 
 static void free_feed(feed *f) {

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Run every fuzzer of a fuzz build for SECONDS each, from a fresh copy of its
 # seed corpus (tests/fuzz/corpus/NAME; the copy grows, the tree's does not).
-#   run.sh BUILD_DIR SECONDS
+#   run.sh BUILD_DIR SECONDS [SEED]
+# SEED: libFuzzer's -seed (0, the default: a new one each run; CI gives a
+# fixed one, so that its run explores the same inputs each time).
 # A crash, a leak, a timeout (10 s for one input) or an abort of a broken
 # promise fails the run; the input that did it is kept in BUILD_DIR/artifacts.
 set -uo pipefail
-build=$1 seconds=$2
+build=$1 seconds=$2 seed=${3:-0}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$build/artifacts"
 fail=0
@@ -17,7 +19,7 @@ for bin in "$build"/tests/fuzz/fuzz_*; do
   if [ -d "$here/corpus/$short" ]; then cp "$here/corpus/$short"/* "$corpus"/ 2>/dev/null; fi
   log="$build/$name.log"
   echo "== $name: $seconds s from $(ls "$corpus" | wc -l) seeds"
-  "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  "$bin" -seed="$seed" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$build/artifacts/$name-" "$corpus" >"$log" 2>&1
   rc=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
