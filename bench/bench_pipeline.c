@@ -98,6 +98,30 @@ typedef struct feed {
     const size_t *bytes;
 } feed;
 
+/* A GPT built for one benchmark run with the feed of its token batch (the
+ * batch is shared between runs). Built in place: the feed points into it. */
+typedef struct gpt_run {
+    gpt_model m;
+    mpmd_value in[2];
+    void *data[2];
+    size_t bytes[2];
+    feed f;
+} gpt_run;
+
+static int gpt_run_new(const gpt_config *c, int32_t *tok, int32_t *tgt, gpt_run *r) {
+    mpmd_error err;
+    if (gpt_build(c, 1, &r->m, &err)) {
+        fprintf(stderr, "bench_pipeline: gpt: %s\n", err.msg);
+        return 1;
+    }
+    size_t nb = (size_t)(c->batch * c->seq) * sizeof(int32_t);
+    r->in[0] = r->m.tokens, r->in[1] = r->m.targets;
+    r->data[0] = tok, r->data[1] = tgt;
+    r->bytes[0] = r->bytes[1] = nb;
+    r->f = (feed){2, r->in, r->data, r->bytes};
+    return 0;
+}
+
 typedef struct runner {
     mpmd_exec *ex;
     mpmd_step *st;
@@ -419,44 +443,27 @@ static int bench_efficiency(int steps) {
     /* the graph depends on the stage count: one one-rank loop per graph */
     for (int stages = 2; stages <= 4 && !rc; stages += 2) {
         c.stages = stages;
-        gpt_model m;
-        mpmd_error err;
-        if (gpt_build(&c, 1, &m, &err)) {
-            fprintf(stderr, "bench_pipeline: gpt: %s\n", err.msg);
-            rc = 1;
-            break;
-        }
-        mpmd_value in[2] = {m.tokens, m.targets};
-        void *data[2] = {tok, tgt};
-        size_t bytes[2] = {nb, nb};
-        feed f = {2, in, data, bytes};
+        gpt_run r;
+        if ((rc = gpt_run_new(&c, tok, tgt, &r))) break;
         double scale[4];
         stage_flops(c.layers, c.width, c.seq, c.vocab, stages, NULL, scale);
-        rc = efficiency_on("gpt-small-8l", m.g, &f, m.loss, stages, micro, scale, stages == 2 ? two : four, 4,
-                           steps);
-        gpt_model_free(&m);
+        rc = efficiency_on("gpt-small-8l", r.m.g, &r.f, r.m.loss, stages, micro, scale, stages == 2 ? two : four,
+                           4, steps);
+        gpt_model_free(&r.m);
     }
     /* the same GPT with its 2 stages balanced by cost (gpt_stage_blocks:
      * the LM head's stage gets fewer blocks) */
     if (!rc) {
         c.stages = 2;
         c.balance_stages = 1;
-        gpt_model m;
-        mpmd_error err;
-        if (gpt_build(&c, 1, &m, &err)) {
-            fprintf(stderr, "bench_pipeline: gpt: %s\n", err.msg);
-            rc = 1;
-        } else {
-            mpmd_value in[2] = {m.tokens, m.targets};
-            void *data[2] = {tok, tgt};
-            size_t bytes[2] = {nb, nb};
-            feed f = {2, in, data, bytes};
+        gpt_run r;
+        if (!(rc = gpt_run_new(&c, tok, tgt, &r))) {
             int blocks[2];
             double scale[2];
             gpt_stage_blocks(&c, blocks);
             stage_flops(c.layers, c.width, c.seq, c.vocab, 2, blocks, scale);
-            rc = efficiency_on("gpt-small-8l-balanced", m.g, &f, m.loss, 2, micro, scale, two, 4, steps);
-            gpt_model_free(&m);
+            rc = efficiency_on("gpt-small-8l-balanced", r.m.g, &r.f, r.m.loss, 2, micro, scale, two, 4, steps);
+            gpt_model_free(&r.m);
         }
         c.balance_stages = 0;
     }
@@ -652,30 +659,24 @@ static int bench_scaling(int steps) {
     for (int D = 1; D <= cores && D <= c.layers && !rc; D *= 2) {
         if (c.layers % D || c.microbatches < D) break;
         c.stages = D;
-        gpt_model m;
+        gpt_run r;
+        if ((rc = gpt_run_new(&c, tok, tgt, &r))) break;
+        gpt_model *m = &r.m;
+        const feed *f = &r.f;
         mpmd_error err;
-        if (gpt_build(&c, 1, &m, &err)) {
-            fprintf(stderr, "bench_pipeline: gpt: %s\n", err.msg);
-            rc = 1;
-            break;
-        }
-        mpmd_value in[2] = {m.tokens, m.targets};
-        void *data[2] = {tok, tgt};
-        size_t bytes[2] = {nb, nb};
-        feed f = {2, in, data, bytes};
         char what[160];
         if (D == 1) { /* the loop on 1, 2, 4, ... threads, and on every core */
             for (int t = 1; !rc; t = t * 2 > cores && t < cores ? cores : t * 2) {
                 if (t > cores) break;
                 mpmd_exec_opts eo = MPMD_EXEC_DEFAULTS;
                 eo.threads = t, eo.seed = 1;
-                runner lr = {mpmd_exec_new(m.g, &eo, &err), NULL};
+                runner lr = {mpmd_exec_new(m->g, &eo, &err), NULL};
                 timing tm;
                 snprintf(what, sizeof what, "scaling: loop, %d threads", t);
                 if (!lr.ex) {
                     fprintf(stderr, "bench_pipeline: %s: %s\n", what, err.msg);
                     rc = 1;
-                } else if (!(rc = time_steps(what, &lr, &f, m.loss, steps, &tm))) {
+                } else if (!(rc = time_steps(what, &lr, f, m->loss, steps, &tm))) {
                     if (t == 1) loop1_ms = tm.wall_ms;
                     fprintf(stderr, "  %s: %.1f ms, speedup %.2f\n", what, tm.wall_ms, loop1_ms / tm.wall_ms);
                     fprintf(json,
@@ -688,13 +689,13 @@ static int bench_scaling(int steps) {
                 mpmd_exec_free(lr.ex);
                 if (t == cores) break;
             }
-            gpt_model_free(&m);
+            gpt_model_free(m);
             continue;
         }
         /* Std1F1B on D ranks: bits against this graph's loop, then timed */
         mpmd_exec_opts eo = MPMD_EXEC_DEFAULTS;
         eo.threads = 1, eo.seed = 1;
-        runner lr = {mpmd_exec_new(m.g, &eo, &err), NULL};
+        runner lr = {mpmd_exec_new(m->g, &eo, &err), NULL};
         mpmd_schedule *s = new_schedule(MPMD_SCHED_STD1F1B, D, D, c.microbatches);
         mpmd_step_opts so = MPMD_STEP_DEFAULTS;
         so.threads_per_rank = 1, so.seed = 1;
@@ -707,18 +708,18 @@ static int bench_scaling(int steps) {
         if (scale) stage_flops(c.layers, c.width, c.seq, c.vocab, D, NULL, scale);
         wc.stage_scale = scale;
         if (!lr.ex || !s || !scale || mpmd_schedule_simulate(s, &wc, &wsim, &err, NULL) ||
-            !(pr.st = mpmd_jit_with_loop(m.g, s, &so, &err))) {
+            !(pr.st = mpmd_jit_with_loop(m->g, s, &so, &err))) {
             fprintf(stderr, "bench_pipeline: %s: %s\n", what, lr.ex ? err.msg : "the loop did not compile");
             rc = 1;
-        } else if (time_steps(what, &lr, &f, m.loss, 0, &ref) || time_steps(what, &pr, &f, m.loss, 0, &first) ||
-                   !same_bits(what, &ref, &first) || time_steps(what, &pr, &f, m.loss, steps, &tm)) {
+        } else if (time_steps(what, &lr, f, m->loss, 0, &ref) || time_steps(what, &pr, f, m->loss, 0, &first) ||
+                   !same_bits(what, &ref, &first) || time_steps(what, &pr, f, m->loss, steps, &tm)) {
             rc = 1;
         } else {
             /* one more step, recorded, for the measured bubble */
             mpmd_step_stats ss = {0};
             float l;
             mpmd_step_set_recording(pr.st, 1);
-            if (run_step(&pr, &f, m.loss, &l) || mpmd_step_summary(pr.st, &ss, &err)) {
+            if (run_step(&pr, f, m->loss, &l) || mpmd_step_summary(pr.st, &ss, &err)) {
                 fprintf(stderr, "bench_pipeline: %s: %s\n", what, err.msg);
                 rc = 1;
             } else {
@@ -744,7 +745,7 @@ static int bench_scaling(int steps) {
         mpmd_schedule_free(s);
         mpmd_sim_free(wsim);
         free(scale);
-        gpt_model_free(&m);
+        gpt_model_free(m);
     }
     free(tok), free(tgt);
     return rc;

@@ -170,21 +170,29 @@ static void data_parallel(int R) {
     mpmd_graph_free(dp.g), mpmd_graph_free(ref.g);
 }
 
-/* Train a 2-rank GPT for a long time (the kill test), or with a bad label
- * on the last stage (the failure test). */
-static void train(int fail) {
+/* The small GPT of the failure tests (vocab 64, batch 8 of 16 tokens in 4
+ * microbatches) on `stages` ranks, compiled for Std1F1B. */
+static mpmd_step *small_gpt(int stages, gpt_model *gm) {
     gpt_config cfg = gpt_config_default();
-    cfg.vocab = 64, cfg.seq = 16, cfg.width = 32, cfg.heads = 2, cfg.layers = 2, cfg.stages = nproc;
+    cfg.vocab = 64, cfg.seq = 16, cfg.width = 32, cfg.heads = 2, cfg.layers = 2, cfg.stages = stages;
     cfg.microbatches = 4, cfg.batch = 8;
-    gpt_model gm;
     mpmd_error err;
-    if (gpt_build(&cfg, 1, &gm, &err)) {
+    if (gpt_build(&cfg, 1, gm, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         mpmd_mpi_abort(1);
     }
     mpmd_schedule *s;
-    mpmd_schedule_std1f1b(nproc, 4, &s, &err);
-    mpmd_step *st = compile(gm.g, s, 1);
+    mpmd_schedule_std1f1b(stages, 4, &s, &err);
+    mpmd_step *st = compile(gm->g, s, 1); /* the step keeps its own copy */
+    mpmd_schedule_free(s);
+    return st;
+}
+
+/* Train a 2-rank GPT for a long time (the kill test), or with a bad label
+ * on the last stage (the failure test). */
+static void train(int fail) {
+    gpt_model gm;
+    mpmd_step *st = small_gpt(nproc, &gm);
     int32_t tok[8 * 16], tgt[8 * 16];
     for (long step = 0; step < 1000000; step++) {
         gpt_random_batch(64, 8, 16, 1, (uint64_t)step, tok, tgt);
@@ -199,18 +207,9 @@ static void train(int fail) {
 /* Both ranks fail in one step, each after the other has posted receives
  * for it; the next steps must not see anything of it. */
 static void fail_both(void) {
-    gpt_config cfg = gpt_config_default();
-    cfg.vocab = 64, cfg.seq = 16, cfg.width = 32, cfg.heads = 2, cfg.layers = 2, cfg.stages = 2;
-    cfg.microbatches = 4, cfg.batch = 8;
     gpt_model gm;
+    mpmd_step *st = small_gpt(2, &gm);
     mpmd_error err;
-    if (gpt_build(&cfg, 1, &gm, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        mpmd_mpi_abort(1);
-    }
-    mpmd_schedule *s;
-    mpmd_schedule_std1f1b(2, 4, &s, &err);
-    mpmd_step *st = compile(gm.g, s, 1);
     mpmd_exec_opts eo = MPMD_EXEC_DEFAULTS;
     eo.seed = 7, eo.threads = 1;
     mpmd_exec *ex = mpmd_exec_new(gm.g, &eo, &err);
@@ -247,7 +246,6 @@ static void fail_both(void) {
         printf("both ranks failed in a step (receives cancelled); the next steps equal the loop's bits\n");
     mpmd_step_free(st);
     mpmd_exec_free(ex);
-    mpmd_schedule_free(s);
     gpt_model_free(&gm);
 }
 

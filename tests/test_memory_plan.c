@@ -261,12 +261,7 @@ static void loop_plans(const gpt_model *m) {
 }
 
 int main(void) {
-    static const struct {
-        const char *name;
-        int stages, ranks, fuse;
-    } list[] = {{"gpipe", 4, 4, 0},           {"std1f1b", 4, 4, 0},    {"eager1f1b", 4, 4, 0},
-                {"interleaved1f1b", 4, 2, 0}, {"kimik2", 4, 2, 1},     {"zerobubble", 4, 4, 0},
-                {"dualpipev", 4, 2, 0},       {"interleavedgpipe", 4, 2, 0}};
+    const tu_named_schedule *list = tu_every_schedule;
     for (int prec = 0; prec < 2; prec++)
         for (int micro = 4; micro <= 8; micro += 4) {
             gpt_config cfg = gpt_config_default();
@@ -279,7 +274,7 @@ int main(void) {
                 CHECK(0, "%s", err.msg);
                 continue;
             }
-            for (size_t k = 0; k < sizeof list / sizeof list[0]; k++)
+            for (size_t k = 0; k < (size_t)tu_num_every_schedule; k++)
                 for (int replicas = 1; replicas <= 2; replicas++) {
                     char label[160];
                     snprintf(label, sizeof label, "%s S=%d D=%d n=%d %s x%d", list[k].name, list[k].stages,

@@ -154,12 +154,7 @@ static void misuse(void) {
 }
 
 int main(void) {
-    static const struct {
-        const char *name;
-        int stages, ranks, fuse;
-    } list[] = {{"gpipe", 4, 4, 0},           {"std1f1b", 4, 4, 0},    {"eager1f1b", 4, 4, 0},
-                {"interleaved1f1b", 4, 2, 0}, {"kimik2", 4, 2, 1},     {"zerobubble", 4, 4, 0},
-                {"dualpipev", 4, 2, 0},       {"interleavedgpipe", 4, 2, 0}};
+    const tu_named_schedule *list = tu_every_schedule;
     const int policies[] = {MPMD_REMAT_SAVE_NOTHING, MPMD_REMAT_SAVE_DOTS};
     for (int prec = 0; prec < 2; prec++) {
         mpmd_dtype dt = prec ? MPMD_BF16 : MPMD_F32;
@@ -201,7 +196,7 @@ int main(void) {
                   "%s: planned %lld (without %lld), measured %lld (%lld), arena %zu (%zu) bytes", label,
                   (long long)loop.planned[0], (long long)ref.planned[0], (long long)loop.measured[0],
                   (long long)ref.measured[0], loop.arena[0], ref.arena[0]);
-            for (size_t k = 0; k < sizeof list / sizeof list[0]; k++) {
+            for (size_t k = 0; k < (size_t)tu_num_every_schedule; k++) {
                 mpmd_schedule *s;
                 if (mpmd_schedule_new((mpmd_schedule_kind)mpmd_schedule_kind_from_name(list[k].name),
                                       list[k].stages, list[k].ranks, c.microbatches, list[k].fuse, &s, &err)) {

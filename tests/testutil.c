@@ -195,6 +195,13 @@ const tu_pcase tu_pcases[] = {
 };
 const int tu_num_pcases = (int)(sizeof tu_pcases / sizeof tu_pcases[0]);
 
+const tu_named_schedule tu_every_schedule[] = {
+    {"gpipe", 4, 4, 0},          {"std1f1b", 4, 4, 0},           {"eager1f1b", 4, 4, 0},
+    {"interleaved1f1b", 4, 2, 0}, {"kimik2", 4, 2, 1},           {"zerobubble", 4, 4, 0},
+    {"dualpipev", 4, 2, 0},       {"interleavedgpipe", 4, 2, 0},
+};
+const int tu_num_every_schedule = (int)(sizeof tu_every_schedule / sizeof tu_every_schedule[0]);
+
 tu_mlp_case tu_mlp_case_new(int c) {
     const tu_pcase *pc = &tu_pcases[c];
     tu_mlp_case mc;

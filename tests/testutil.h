@@ -102,6 +102,16 @@ typedef struct tu_pcase {
 extern const tu_pcase tu_pcases[];
 extern const int tu_num_pcases;
 
+/* One plan of every schedule by its name, for the tests that walk them all
+ * over a 4-stage model (the memory plan, remat): stages, ranks and whether
+ * the steady state is fused. */
+typedef struct tu_named_schedule {
+    const char *name;
+    int stages, ranks, fuse;
+} tu_named_schedule;
+extern const tu_named_schedule tu_every_schedule[];
+extern const int tu_num_every_schedule;
+
 /* The MLP of equivalence case c and its data, the same in-process
  * (test_pipeline) and under MPI (mpi_check): tu_build_mlp(stages, micro,
  * 3, 8) and inputs x, y f32[micro * 3, 8] from tu_fill with seeds 11 + c
