@@ -273,6 +273,27 @@ MPMD_NODISCARD mpmd_value mpmd_square(mpmd_graph *g, mpmd_value a);
 MPMD_NODISCARD mpmd_value mpmd_relu(mpmd_graph *g, mpmd_value a);
 /* gelu, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 MPMD_NODISCARD mpmd_value mpmd_gelu(mpmd_graph *g, mpmd_value a);
+/* 1 / (1 + e^-a), and silu (swish) a / (1 + e^-a) */
+MPMD_NODISCARD mpmd_value mpmd_sigmoid(mpmd_graph *g, mpmd_value a);
+MPMD_NODISCARD mpmd_value mpmd_silu(mpmd_graph *g, mpmd_value a);
+/* Elementwise larger and smaller of a and b (NaN wins); at a tie each
+ * operand gets half of the cotangent. */
+MPMD_NODISCARD mpmd_value mpmd_maximum(mpmd_graph *g, mpmd_value a, mpmd_value b);
+MPMD_NODISCARD mpmd_value mpmd_minimum(mpmd_graph *g, mpmd_value a, mpmd_value b);
+typedef enum mpmd_cmp { MPMD_CMP_EQ, MPMD_CMP_NE, MPMD_CMP_LT, MPMD_CMP_LE, MPMD_CMP_GT, MPMD_CMP_GE } mpmd_cmp;
+/* 1 where `a cmp b` holds, else 0, in a's dtype (a mask for mpmd_where or
+ * mpmd_mul); no gradient flows through it. */
+MPMD_NODISCARD mpmd_value mpmd_compare(mpmd_graph *g, mpmd_value a, mpmd_value b, mpmd_cmp cmp);
+/* a where cond != 0, else b; the three broadcast to one shape (numpy) and
+ * have one dtype. The mask gets no gradient. */
+MPMD_NODISCARD mpmd_value mpmd_where(mpmd_graph *g, mpmd_value cond, mpmd_value a, mpmd_value b);
+/* Inverted dropout: each element of x kept with probability 1 - rate and
+ * scaled by 1 / (1 - rate), else 0. The mask is a function of key (an i32[2]
+ * value, typically an input set to (seed, step) every step), the element,
+ * the microbatch and the op, drawn with Philox-4x32-10: the same in the
+ * one-rank loop and in every schedule, on every thread count, and drawn
+ * again by the backward instead of stored. rate 0 returns x. */
+MPMD_NODISCARD mpmd_value mpmd_dropout(mpmd_graph *g, mpmd_value x, float rate, mpmd_value key);
 /* Broadcast to a shape (numpy rules), and its adjoint: sum over the
  * broadcast dimensions down to a shape. */
 MPMD_NODISCARD mpmd_value mpmd_broadcast_to(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *dims);
@@ -347,9 +368,24 @@ MPMD_NODISCARD mpmd_value mpmd_softmax_causal(mpmd_graph *g, mpmd_value a);
  * gamma and beta of shape [C]. One fused kernel each way. */
 MPMD_NODISCARD mpmd_value mpmd_layer_norm(mpmd_graph *g, mpmd_value x, mpmd_value gamma, mpmd_value beta, float eps);
 
+/* RMS norm over the last axis (LLaMA's): x / sqrt(mean(x^2) + eps) * scale,
+ * scale of shape [C]. One fused kernel each way. */
+MPMD_NODISCARD mpmd_value mpmd_rms_norm(mpmd_graph *g, mpmd_value x, mpmd_value scale, float eps);
+
+/* Rotary position embedding of x [..., T, H, D] (mpmd_attention's layout,
+ * D even): in each head, the pair (x[i], x[i + D/2]) at position p = offset
+ * + t is turned by the angle p base^(-2i/D) (the half-split pairing of
+ * GPT-NeoX and Hugging Face's LLaMA). base is usually 10000; offset is the
+ * first position (0 in training, the cache length when generating). */
+MPMD_NODISCARD mpmd_value mpmd_rope(mpmd_graph *g, mpmd_value x, float base, int64_t offset);
+
 /* Rows of table [V, C] picked by i32 ids [...]: result [..., C]. An id
  * outside [0, V) is a run-time error naming the id. */
 MPMD_NODISCARD mpmd_value mpmd_embedding(mpmd_graph *g, mpmd_value table, mpmd_value ids);
+/* Gather along an axis (numpy's take): x [A..., N, B...] and i32 ids [I...]
+ * give [A..., I..., B...] with the axis' index replaced by the ids. The
+ * gradient sums into the picked rows in a fixed order. */
+MPMD_NODISCARD mpmd_value mpmd_take(mpmd_graph *g, mpmd_value x, mpmd_value ids, int axis);
 
 /* Per-position cross-entropy of logits [..., V] against i32 labels [...]:
  * logsumexp(logits) - logits[label]; result [...]. */

@@ -136,6 +136,21 @@ static const op_tol op_tols[] = {
     {&mpmd_op_cross_entropy, 2}, /* an f32 loss from 16-bit logits: must equal the f32 kernel's */
     {&mpmd_op_cross_entropy_grad, 2},
     {&mpmd_op_stage_marker, 0},
+    {&mpmd_op_sigmoid, 1},
+    {&mpmd_op_silu, 1},
+    {&mpmd_op_sigmoid_grad, 1},
+    {&mpmd_op_silu_grad, 1},
+    {&mpmd_op_maximum, 0},
+    {&mpmd_op_minimum, 0},
+    {&mpmd_op_compare, 0},
+    {&mpmd_op_max_weight, 0},
+    {&mpmd_op_where, 0},
+    {&mpmd_op_where_grad, 0},
+    {&mpmd_op_dropout, 1},
+    {&mpmd_op_rms_norm, 2},
+    {&mpmd_op_rms_norm_grad_x, 2},
+    {&mpmd_op_rms_norm_grad_scale, 2},
+    {&mpmd_op_rope, 2},
 };
 #define N_TOLS ((int)(sizeof op_tols / sizeof op_tols[0]))
 
@@ -345,6 +360,24 @@ static void g_nn(bb *b) {
 }
 
 /* Attention and a GPT-2 block: the compositions the layers make. */
+/* The LLaMA family: sigmoid, silu, maximum / minimum, compare, where,
+ * dropout, RMS norm, rotary embeddings (and their gradients). */
+static void g_llama(bb *b) {
+    mpmd_graph *g = b->g;
+    mpmd_value u = fin(b, "u", -3.0f, 3.0f, D(7, 33));
+    mpmd_value w = fin(b, "w", -3.0f, 3.0f, D(33));
+    acc(b, mpmd_sigmoid(g, u));
+    acc(b, mpmd_silu(g, u));
+    acc(b, mpmd_maximum(g, u, w));
+    acc(b, mpmd_minimum(g, w, u));
+    acc(b, mpmd_where(g, mpmd_compare(g, u, w, MPMD_CMP_GT), u, mpmd_mul_scalar(g, w, 0.5f)));
+    acc(b, mpmd_dropout(g, u, 0.3f, iin(b, "key", 1000, D(2))));
+    mpmd_value x = fin(b, "x", -1.0f, 3.0f, D(6, 130));
+    mpmd_value scale = mpmd_param(g, "rms_scale", D(130), (mpmd_init){MPMD_INIT_UNIFORM, 0.5f, 1.5f});
+    acc(b, mpmd_rms_norm(g, x, mpmd_cast(g, scale, b->dt), 1e-6f));
+    acc(b, mpmd_rope(g, fin(b, "q", -2.0f, 2.0f, D(2, 9, 3, 16)), 10000.0f, 4));
+}
+
 static void g_blocks(bb *b) {
     mpmd_graph *g = b->g;
     mpmd_value q = fin(b, "q", -1.5f, 1.5f, D(2, 7, 3, 5));
@@ -363,6 +396,7 @@ typedef struct gcase {
 static const gcase gcases[] = {
     {"unary", g_unary},   {"binary", g_binary},   {"reduce", g_reduce}, {"shape", g_shape},
     {"matmul", g_matmul}, {"softmax", g_softmax}, {"nn", g_nn},         {"blocks", g_blocks},
+    {"llama", g_llama},
 };
 #define N_GCASES ((int)(sizeof gcases / sizeof gcases[0]))
 

@@ -54,14 +54,16 @@ static void run_graph(mpmd_graph *g, int threads, int n_in, const mpmd_value *in
 
 /* ---- binary ops: forward against a naive broadcasting loop ------------------------------------ */
 
-enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, N_BIN };
-static const char *bin_names[] = {"add", "sub", "mul", "div"};
+enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_MAX, OP_MIN, N_BIN };
+static const char *bin_names[] = {"add", "sub", "mul", "div", "maximum", "minimum"};
 
 static mpmd_value make_bin(mpmd_graph *g, int op, mpmd_value a, mpmd_value b) {
     switch (op) {
     case OP_ADD: return mpmd_add(g, a, b);
     case OP_SUB: return mpmd_sub(g, a, b);
     case OP_MUL: return mpmd_mul(g, a, b);
+    case OP_MAX: return mpmd_maximum(g, a, b);
+    case OP_MIN: return mpmd_minimum(g, a, b);
     default: return mpmd_div(g, a, b);
     }
 }
@@ -71,6 +73,8 @@ static float ref_bin(int op, float x, float y) {
     case OP_ADD: return x + y;
     case OP_SUB: return x - y;
     case OP_MUL: return x * y;
+    case OP_MAX: return x > y ? x : y;
+    case OP_MIN: return x < y ? x : y;
     default: return x / y;
     }
 }
@@ -142,9 +146,9 @@ static void test_binary_forward(void) {
 
 /* ---- unary ops: forward against double-precision references ----------------------------------- */
 
-enum { U_ADDS, U_MULS, U_NEG, U_EXP, U_LOG, U_TANH, U_SQRT, U_RSQRT, U_SQUARE, U_RELU, U_GELU, N_UN };
-static const char *un_names[] = {"add_scalar", "mul_scalar", "neg",    "exp",  "log", "tanh",
-                                 "sqrt",       "rsqrt",      "square", "relu", "gelu"};
+enum { U_ADDS, U_MULS, U_NEG, U_EXP, U_LOG, U_TANH, U_SQRT, U_RSQRT, U_SQUARE, U_RELU, U_GELU, U_SIGMOID, U_SILU, N_UN };
+static const char *un_names[] = {"add_scalar", "mul_scalar", "neg",  "exp",  "log",     "tanh", "sqrt",
+                                 "rsqrt",      "square",     "relu", "gelu", "sigmoid", "silu"};
 
 static mpmd_value make_un(mpmd_graph *g, int op, mpmd_value x) {
     switch (op) {
@@ -158,6 +162,8 @@ static mpmd_value make_un(mpmd_graph *g, int op, mpmd_value x) {
     case U_RSQRT: return mpmd_rsqrt(g, x);
     case U_SQUARE: return mpmd_square(g, x);
     case U_RELU: return mpmd_relu(g, x);
+    case U_SIGMOID: return mpmd_sigmoid(g, x);
+    case U_SILU: return mpmd_silu(g, x);
     default: return mpmd_gelu(g, x);
     }
 }
@@ -179,6 +185,8 @@ static double ref_un(int op, double x) {
     case U_RSQRT: return 1.0 / sqrt(x);
     case U_SQUARE: return x * x;
     case U_RELU: return x > 0 ? x : 0;
+    case U_SIGMOID: return 1.0 / (1.0 + exp(-x));
+    case U_SILU: return x / (1.0 + exp(-x));
     default: return ref_gelu(x);
     }
 }
@@ -243,9 +251,10 @@ static mpmd_value vjp_of(mpmd_graph *g, mpmd_value y, mpmd_value gy, int i) {
 static void test_grad_ops_forward(void) {
     const int64_t n = 50;
     float *x = alloc_f(n), *gy = alloc_f(n), *out = alloc_f(n);
-    const int ops[] = {U_TANH, U_SQRT, U_RSQRT, U_SQUARE, U_RELU, U_GELU};
-    const char *names[] = {"tanh_grad", "sqrt_grad", "rsqrt_grad", "square_grad", "relu_grad", "gelu_grad"};
-    for (int k = 0; k < 6; k++) {
+    const int ops[] = {U_TANH, U_SQRT, U_RSQRT, U_SQUARE, U_RELU, U_GELU, U_SIGMOID, U_SILU};
+    const char *names[] = {"tanh_grad", "sqrt_grad", "rsqrt_grad",   "square_grad",
+                           "relu_grad", "gelu_grad", "sigmoid_grad", "silu_grad"};
+    for (int k = 0; k < 8; k++) {
         int op = ops[k];
         tu_fill(x, n, 300 + k);
         tu_fill(gy, n, 400 + k);
@@ -272,6 +281,8 @@ static void test_grad_ops_forward(void) {
             case U_RSQRT: d = -0.5 * pow(xd, -1.5); break;
             case U_SQUARE: d = 2 * xd; break;
             case U_RELU: d = xd > 0 ? 1 : 0; break;
+            case U_SIGMOID: d = exp(-xd) / ((1 + exp(-xd)) * (1 + exp(-xd))); break;
+            case U_SILU: d = 1 / (1 + exp(-xd)) + xd * exp(-xd) / ((1 + exp(-xd)) * (1 + exp(-xd))); break;
             default: {
                 double hh = 1e-4; /* gelu'(x) by a central difference in double */
                 d = (ref_gelu(xd + hh) - ref_gelu(xd - hh)) / (2 * hh);
@@ -425,8 +436,21 @@ static mpmd_value gc_bin(mpmd_graph *g, const mpmd_value *p, void *ctx) {
         d[i] += d[i] >= 0 ? 0.5f : -0.5f; /* a denominator away from 0 */
     mpmd_value k = mpmd_constant(g, MPMD_F32, c->other.ndim, c->other.dim, d);
     free(d);
-    if (c->wrt == 0) return make_bin(g, c->op, p[0], k);
-    return make_bin(g, c->op, k, c->op == OP_DIV ? positive(g, p[0]) : p[0]);
+    mpmd_value x = p[0];
+    if (c->op == OP_MAX || c->op == OP_MIN) {
+        /* the parameter shifted by -6 or +6 element by element: each side
+         * wins somewhere, and no finite difference step crosses a kink
+         * (the operands differ by ~4 or more) */
+        mpmd_type tp = mpmd_value_type(g, x);
+        int64_t np = mpmd_type_numel(&tp);
+        float *sh = alloc_f(np);
+        for (int64_t i = 0; i < np; i++)
+            sh[i] = i % 2 ? 6.0f : -6.0f;
+        x = mpmd_add(g, x, mpmd_constant(g, MPMD_F32, tp.ndim, tp.dim, sh));
+        free(sh);
+    }
+    if (c->wrt == 0) return make_bin(g, c->op, x, k);
+    return make_bin(g, c->op, k, c->op == OP_DIV ? positive(g, x) : x);
 }
 
 static mpmd_value gc_un(mpmd_graph *g, const mpmd_value *p, void *ctx) {
@@ -675,14 +699,11 @@ static void test_kernels(void) {
     int64_t R = q ? 150 : 300, C = 257;
     kcase k;
     for (int op = 0; op < N_BIN; op++) {
-        static const char *lab[][4] = {{"add same", "sub same", "mul same", "div same"},
-                                       {"add row", "sub row", "mul row", "div row"},
-                                       {"add col", "sub col", "mul col", "div col"},
-                                       {"add outer", "sub outer", "mul outer", "div outer"},
-                                       {"add general", "sub general", "mul general", "div general"},
-                                       {"add scalar", "sub scalar", "mul scalar", "div scalar"}};
+        static const char *pats[] = {"same", "row", "col", "outer", "general", "scalar"};
+        char lab[64];
         for (int pat = 0; pat < 6; pat++) {
-            k = (kcase){lab[pat][op], mpmd_graph_new(), MPMD_NONE, 0, {NULL, NULL}};
+            snprintf(lab, sizeof lab, "%s %s", bin_names[op], pats[pat]);
+            k = (kcase){lab, mpmd_graph_new(), MPMD_NONE, 0, {NULL, NULL}};
             switch (pat) {
             case 0:
                 kcase_input(&k, 0, MPMD_SHAPE(R, C), 1, 0), kcase_input(&k, 1, MPMD_SHAPE(R, C), 2, 0);
@@ -730,10 +751,10 @@ static void test_kernels(void) {
         k.v = make_un(k.g, op, mpmd_lookup(k.g, "in0"));
         check_kernel(&k);
     }
-    const int gops[] = {U_TANH, U_SQRT, U_RSQRT, U_SQUARE, U_RELU, U_GELU};
-    static const char *glab[] = {"tanh_grad",   "sqrt_grad", "rsqrt_grad",
-                                 "square_grad", "relu_grad", "gelu_grad"};
-    for (int j = 0; j < 6; j++) {
+    const int gops[] = {U_TANH, U_SQRT, U_RSQRT, U_SQUARE, U_RELU, U_GELU, U_SIGMOID, U_SILU};
+    static const char *glab[] = {"tanh_grad", "sqrt_grad", "rsqrt_grad",   "square_grad",
+                                 "relu_grad", "gelu_grad", "sigmoid_grad", "silu_grad"};
+    for (int j = 0; j < 8; j++) {
         k = (kcase){glab[j], mpmd_graph_new(), MPMD_NONE, 0, {NULL, NULL}};
         kcase_input(&k, 0, MPMD_SHAPE(R, C), 40 + j, 0);                        /* gy */
         kcase_input(&k, 1, MPMD_SHAPE(R, C), 50 + j, positive_domain(gops[j])); /* x, then y = f(x) */
@@ -819,6 +840,88 @@ static void test_exec_threads(void) {
     mpmd_graph_free(g);
 }
 
+/* ---- compare, where, and maximum / minimum at ties ----------------------------------------- */
+
+static const float cmp_a[6] = {1, 2, 3, -1, 0, 2}, cmp_b[3] = {2, 2, -1};
+
+static void test_compare_where(void) {
+    /* a [2,3] against b [3] (broadcast), every comparison, exact 0/1 */
+    for (int cmp = MPMD_CMP_EQ; cmp <= MPMD_CMP_GE; cmp++) {
+        mpmd_graph *g = mpmd_graph_new();
+        mpmd_value in[2] = {mpmd_input(g, "a", MPMD_F32, MPMD_SHAPE(2, 3)), mpmd_input(g, "b", MPMD_F32, MPMD_SHAPE(3))};
+        mpmd_value v = mpmd_compare(g, in[0], in[1], (mpmd_cmp)cmp);
+        mpmd_keep(g, v);
+        float out[6], *data[2] = {(float *)cmp_a, (float *)cmp_b};
+        run_graph(g, 1, 2, in, data, v, out);
+        int bad = 0;
+        for (int i = 0; i < 6; i++) {
+            float x = cmp_a[i], y = cmp_b[i % 3];
+            int t = cmp == MPMD_CMP_EQ ? x == y
+                    : cmp == MPMD_CMP_NE ? x != y
+                    : cmp == MPMD_CMP_LT ? x < y
+                    : cmp == MPMD_CMP_LE ? x <= y
+                    : cmp == MPMD_CMP_GT ? x > y
+                                         : x >= y;
+            bad += out[i] != (t ? 1.0f : 0.0f);
+        }
+        CHECK(bad == 0, "compare %d: %d elements wrong", cmp, bad);
+        mpmd_graph_free(g);
+    }
+    /* where(a > b, a, -1): cond [2,3], a [2,3], b a scalar; the gradient
+     * goes to a where the mask is set and to b elsewhere */
+    mpmd_graph *g = mpmd_graph_new();
+    mpmd_value a = mpmd_param(g, "a", MPMD_SHAPE(2, 3), MPMD_ZEROS), b = mpmd_param(g, "b", MPMD_SHAPE(1), MPMD_ZEROS);
+    mpmd_value ca = mpmd_constant(g, MPMD_F32, MPMD_SHAPE(2, 3), cmp_a), cb = mpmd_constant(g, MPMD_F32, MPMD_SHAPE(3), cmp_b);
+    mpmd_value av = mpmd_add(g, a, ca), bv = mpmd_add_scalar(g, b, -1.0f);
+    mpmd_value w = mpmd_where(g, mpmd_compare(g, av, cb, MPMD_CMP_GT), av, bv);
+    mpmd_value gr[2], ps[2] = {a, b};
+    mpmd_grad(g, mpmd_sum(g, w, 0, NULL, 0), 2, ps, gr);
+    mpmd_keep(g, w), mpmd_keep(g, gr[0]), mpmd_keep(g, gr[1]);
+    mpmd_exec *ex = tu_exec(g, 1);
+    CHECK(mpmd_exec_run(ex) == MPMD_OK, "%s", mpmd_exec_error(ex));
+    float wv[6], ga[6], gb;
+    CHECK(mpmd_exec_read(ex, w, wv, sizeof wv) == MPMD_OK && mpmd_exec_read(ex, gr[0], ga, sizeof ga) == MPMD_OK &&
+              mpmd_exec_read(ex, gr[1], &gb, sizeof gb) == MPMD_OK,
+          "%s", mpmd_exec_error(ex));
+    int bad = 0, set = 0;
+    for (int i = 0; i < 6; i++) {
+        int t = cmp_a[i] > cmp_b[i % 3];
+        set += t;
+        bad += wv[i] != (t ? cmp_a[i] : -1.0f) || ga[i] != (t ? 1.0f : 0.0f);
+    }
+    CHECK(bad == 0 && gb == (float)(6 - set), "where: %d elements wrong, d/db %g (want %d)", bad, gb, 6 - set);
+    mpmd_exec_free(ex);
+    mpmd_graph_free(g);
+
+    /* maximum and minimum at a tie: half of the cotangent to each side */
+    for (int mx = 0; mx < 2; mx++) {
+        g = mpmd_graph_new();
+        mpmd_value p = mpmd_param(g, "p", MPMD_SHAPE(3), MPMD_ONES), q = mpmd_param(g, "q", MPMD_SHAPE(3), MPMD_ONES);
+        mpmd_value y = mx ? mpmd_maximum(g, p, q) : mpmd_minimum(g, p, q);
+        mpmd_value pq[2] = {p, q}, gpq[2];
+        mpmd_grad(g, mpmd_sum(g, mpmd_mul_scalar(g, y, 3.0f), 0, NULL, 0), 2, pq, gpq);
+        mpmd_keep(g, gpq[0]), mpmd_keep(g, gpq[1]);
+        ex = tu_exec(g, 1);
+        float gp[3], gq[3];
+        CHECK(mpmd_exec_run(ex) == MPMD_OK && mpmd_exec_read(ex, gpq[0], gp, sizeof gp) == MPMD_OK &&
+                  mpmd_exec_read(ex, gpq[1], gq, sizeof gq) == MPMD_OK,
+              "%s", mpmd_exec_error(ex));
+        CHECK(gp[0] == 1.5f && gq[0] == 1.5f && gp[2] == 1.5f && gq[2] == 1.5f, "%s at a tie: %g and %g, want 1.5 each",
+              mx ? "maximum" : "minimum", gp[0], gq[0]);
+        mpmd_exec_free(ex);
+        mpmd_graph_free(g);
+    }
+    /* NaN wins */
+    g = mpmd_graph_new();
+    mpmd_value in[2] = {mpmd_input(g, "a", MPMD_F32, MPMD_SHAPE(2)), mpmd_input(g, "b", MPMD_F32, MPMD_SHAPE(2))};
+    mpmd_value v = mpmd_maximum(g, in[0], in[1]);
+    mpmd_keep(g, v);
+    float na[2] = {NAN, 1.0f}, nb[2] = {1.0f, NAN}, out[2], *data[2] = {na, nb};
+    run_graph(g, 1, 2, in, data, v, out);
+    CHECK(isnan(out[0]) && isnan(out[1]), "maximum with a NaN operand: %g %g", out[0], out[1]);
+    mpmd_graph_free(g);
+}
+
 int main(void) {
     test_binary_forward();
     test_unary_forward();
@@ -829,5 +932,6 @@ int main(void) {
     test_errors();
     test_kernels();
     test_exec_threads();
+    test_compare_where();
     return tu_report("test_ops_elementwise");
 }

@@ -462,6 +462,191 @@ static void test_layer_norm_grads(void) {
           "layer_norm");
 }
 
+/* ---- RMS norm -------------------------------------------------------------------------- */
+
+static mpmd_value op_rms_norm(mpmd_graph *g, const mpmd_value *xs, void *ctx) {
+    (void)ctx;
+    return mpmd_rms_norm(g, mpmd_mul_scalar(g, xs[0], 1.0f), xs[1], 1e-6f);
+}
+
+static void test_rms_norm_values(void) {
+    const int64_t shapes[2][2] = {{6, 13}, {64, 768}};
+    for (int s = 0; s < 2; s++) {
+        int64_t rows = shapes[s][0], c = shapes[s][1];
+        ins in = {2, {ty(MPMD_F32, 2, shapes[s]), ty(MPMD_F32, 1, &c)}, {0}};
+        float *x = fill_new(rows * c, 51 + s), *sc = fill_new(c, 52);
+        in.d[0] = x, in.d[1] = sc;
+        int64_t n;
+        float *y = run_fwd(&in, op_rms_norm, NULL, 2, &n);
+        double *want = malloc((size_t)(rows * c) * sizeof *want);
+        for (int64_t r = 0; r < rows; r++) {
+            double ss = 0;
+            for (int64_t i = 0; i < c; i++)
+                ss += (double)x[r * c + i] * x[r * c + i];
+            double rs = 1.0 / sqrt(ss / (double)c + 1e-6);
+            for (int64_t i = 0; i < c; i++)
+                want[r * c + i] = x[r * c + i] * rs * sc[i];
+        }
+        if (y) check_close(s ? "rms_norm [64,768]" : "rms_norm [6,13]", y, want, rows * c, 1e-5, 1e-5);
+        free(x), free(sc), free(y), free(want);
+    }
+}
+
+static mpmd_value g_rms_norm(mpmd_graph *g, const mpmd_value *p, void *ctx) {
+    float eps = *(const float *)ctx;
+    return mpmd_rms_norm(g, p[0], p[1], eps);
+}
+
+/* x as an intermediate and the output scaled: the backward ops see a
+ * cotangent that dies at them (in place) */
+static mpmd_value g_rms_norm_mid(mpmd_graph *g, const mpmd_value *p, void *ctx) {
+    float eps = *(const float *)ctx;
+    return mpmd_mul_scalar(g, mpmd_rms_norm(g, mpmd_add_scalar(g, p[0], 0.5f), p[1], eps), 2.0f);
+}
+
+static void test_rms_norm_grads(void) {
+    float eps = 1e-6f, eps_big = 0.5f;
+    mpmd_type ts[2] = {tu_f32(MPMD_SHAPE(2, 3, 8)), tu_f32(MPMD_SHAPE(8))};
+    CHECK(tu_gradcheck("rms_norm [2,3,8]", 2, ts, g_rms_norm, &eps, 1e-2, 1e-2), "rms_norm");
+    CHECK(tu_gradcheck("rms_norm eps 0.5", 2, ts, g_rms_norm, &eps_big, 1e-2, 1e-2), "rms_norm eps");
+    mpmd_type tl[2] = {tu_f32(MPMD_SHAPE(5, 19)), tu_f32(MPMD_SHAPE(19))};
+    CHECK(tu_gradcheck("rms_norm [5,19] in place", 2, tl, g_rms_norm_mid, &eps, 1e-2, 1e-2), "rms_norm");
+}
+
+/* ---- rotary position embedding ------------------------------------------------------------ */
+
+typedef struct rope_ctx {
+    float base;
+    int64_t offset;
+} rope_ctx;
+
+static mpmd_value op_rope(mpmd_graph *g, const mpmd_value *xs, void *ctx) {
+    const rope_ctx *r = ctx;
+    return mpmd_rope(g, mpmd_mul_scalar(g, xs[0], 1.0f), r->base, r->offset);
+}
+
+/* x [B, T, H, D]: pair (i, i + D/2) at position offset + t turned by
+ * (offset + t) base^(-2i/D), in double. */
+static void test_rope_values(void) {
+    const int64_t dims[4] = {2, 5, 3, 8};
+    const rope_ctx cs[2] = {{10000.0f, 0}, {500.0f, 37}};
+    for (int c = 0; c < 2; c++) {
+        ins in = {1, {ty(MPMD_F32, 4, dims)}, {0}};
+        int64_t n = mpmd_type_numel(&in.t[0]), got_n;
+        float *x = fill_new(n, 61 + c);
+        in.d[0] = x;
+        float *y = run_fwd(&in, op_rope, (void *)&cs[c], 2, &got_n);
+        double *want = malloc((size_t)n * sizeof *want);
+        const int64_t T = dims[1], H = dims[2], D = dims[3];
+        for (int64_t b = 0; b < dims[0]; b++)
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t h = 0; h < H; h++) {
+                    const float *xr = x + ((b * T + t) * H + h) * D;
+                    double *wr = want + ((b * T + t) * H + h) * D;
+                    for (int64_t i = 0; i < D / 2; i++) {
+                        double ang = (double)(cs[c].offset + t) * pow(cs[c].base, -2.0 * (double)i / (double)D);
+                        wr[i] = xr[i] * cos(ang) - xr[i + D / 2] * sin(ang);
+                        wr[i + D / 2] = xr[i] * sin(ang) + xr[i + D / 2] * cos(ang);
+                    }
+                }
+        if (y) check_close(c ? "rope offset 37" : "rope", y, want, n, 1e-6, 1e-5);
+        /* position 0 of the first case is the identity, bit for bit */
+        if (y && c == 0) CHECK(memcmp(y, x, (size_t)(H * D) * sizeof *x) == 0, "rope at position 0 changes x");
+        free(x), free(y), free(want);
+    }
+}
+
+static mpmd_value g_rope(mpmd_graph *g, const mpmd_value *p, void *ctx) {
+    const rope_ctx *r = ctx;
+    return mpmd_rope(g, p[0], r->base, r->offset);
+}
+
+/* rope then its gradient's op: the inverse brings x back (to rounding) */
+static mpmd_value g_rope_mid(mpmd_graph *g, const mpmd_value *p, void *ctx) {
+    const rope_ctx *r = ctx;
+    return mpmd_mul_scalar(g, mpmd_rope(g, mpmd_add_scalar(g, p[0], 0.25f), r->base, r->offset), 3.0f);
+}
+
+static void test_rope_grads(void) {
+    rope_ctx r0 = {10000.0f, 0}, r1 = {100.0f, 5};
+    mpmd_type t = tu_f32(MPMD_SHAPE(2, 4, 2, 6));
+    CHECK(tu_gradcheck("rope", 1, &t, g_rope, &r0, 1e-2, 1e-2), "rope");
+    CHECK(tu_gradcheck("rope offset 5, in place", 1, &t, g_rope_mid, &r1, 1e-2, 1e-2), "rope");
+}
+
+/* ---- take ------------------------------------------------------------------------------------ */
+
+typedef struct take_ctx {
+    int axis;
+    int ndim;
+    int64_t dims[3];
+    int32_t ids[6];
+} take_ctx;
+
+static mpmd_value g_take(mpmd_graph *g, const mpmd_value *p, void *ctx) {
+    const take_ctx *c = ctx;
+    return mpmd_take(g, p[0], mpmd_constant(g, MPMD_I32, c->ndim, c->dims, c->ids), c->axis);
+}
+
+/* x [3, 5, 4] taken along each axis by ids [2, 3] (repeats included),
+ * against the index formula; and the gradients. */
+static void test_take(void) {
+    const int64_t xd[3] = {3, 5, 4};
+    float x[60];
+    tu_fill(x, 60, 71);
+    const take_ctx cs[4] = {{0, 2, {2, 3}, {2, 0, 2, 1, 1, 0}},
+                            {1, 2, {2, 3}, {4, 0, 4, 3, 1, 2}},
+                            {-1, 2, {2, 3}, {3, 3, 0, 1, 2, 0}},
+                            {1, 1, {1}, {2}}};
+    for (int c = 0; c < 4; c++) {
+        const take_ctx *tc = &cs[c];
+        mpmd_graph *g = mpmd_graph_new();
+        mpmd_value xv = mpmd_input(g, "x", MPMD_F32, 3, xd);
+        mpmd_value y = g_take(g, &xv, (void *)tc);
+        mpmd_keep(g, y);
+        int ax = tc->axis < 0 ? tc->axis + 3 : tc->axis;
+        mpmd_type yt = mpmd_value_type(g, y);
+        /* [A..., I..., B...] */
+        int ok = yt.ndim == 2 + tc->ndim;
+        int k = 0;
+        for (int d = 0; ok && d < ax; d++)
+            ok = yt.dim[k++] == xd[d];
+        for (int d = 0; ok && d < tc->ndim; d++)
+            ok = yt.dim[k++] == tc->dims[d];
+        for (int d = ax + 1; ok && d < 3; d++)
+            ok = yt.dim[k++] == xd[d];
+        CHECK(ok, "take axis %d: result %s", tc->axis, mpmd_tstr(g, y));
+        mpmd_exec *ex = tu_exec(g, 1);
+        CHECK(mpmd_exec_set_input(ex, xv, x, sizeof x) == MPMD_OK, "%s", mpmd_exec_error(ex));
+        CHECK(mpmd_exec_run(ex) == MPMD_OK, "%s", mpmd_exec_error(ex));
+        int64_t ny = mpmd_type_numel(&yt), ni = 1;
+        for (int d = 0; d < tc->ndim; d++)
+            ni *= tc->dims[d];
+        float *got = malloc((size_t)ny * sizeof *got);
+        CHECK(mpmd_exec_read(ex, y, got, (size_t)ny * sizeof *got) == MPMD_OK, "%s", mpmd_exec_error(ex));
+        int64_t inner = 1, outer = 1;
+        for (int d = ax + 1; d < 3; d++)
+            inner *= xd[d];
+        for (int d = 0; d < ax; d++)
+            outer *= xd[d];
+        int bad = 0;
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t j = 0; j < ni; j++)
+                for (int64_t i = 0; i < inner; i++) {
+                    float want = x[(o * xd[ax] + tc->ids[j]) * inner + i];
+                    bad += memcmp(&got[(o * ni + j) * inner + i], &want, sizeof want) != 0;
+                }
+        CHECK(bad == 0, "take axis %d: %d elements differ from x[..., ids, ...]", tc->axis, bad);
+        free(got);
+        mpmd_exec_free(ex);
+        mpmd_graph_free(g);
+        mpmd_type t = tu_f32(3, xd);
+        char label[64];
+        snprintf(label, sizeof label, "take axis %d", tc->axis);
+        CHECK(tu_gradcheck(label, 1, &t, g_take, (void *)tc, 1e-2, 1e-2), "%s", label);
+    }
+}
+
 /* ---- embedding ------------------------------------------------------------------------- */
 
 static mpmd_value op_embedding(mpmd_graph *g, const mpmd_value *xs, void *ctx) {
@@ -690,6 +875,57 @@ static void expect_error(mpmd_graph *g, const char *a, const char *b, const char
           "expected an error naming \"%s\", \"%s\", \"%s\"; got \"%s\"", a, b, c, msg);
 }
 
+/* The new LLaMA-family ops: each bad operand is an error naming the op and
+ * what is wrong. */
+static void test_llama_op_errors(void) {
+    struct {
+        int which;
+        const char *a, *b, *c;
+    } cases[] = {
+        {0, "mpmd_rms_norm", "f32[3,4]", "f32[5]"},
+        {1, "mpmd_rms_norm", "eps", "-1"},
+        {2, "mpmd_rope", "f32[3,4]", "[..., T, H, D]"},
+        {3, "mpmd_rope", "D = 5", "even"},
+        {4, "mpmd_rope", "base", "0.5"},
+        {5, "mpmd_rope", "offset", "-1"},
+        {6, "mpmd_take", "axis 2", "f32[3,4]"},
+        {7, "mpmd_take", "ids must be i32", "f32[5]"},
+        {8, "mpmd_compare", "comparison 9", "mpmd_cmp"},
+        {9, "mpmd_where", "f32[3,4]", "f32[5]"},
+        {10, "mpmd_dropout", "rate 1", "[0, 1)"},
+        {11, "mpmd_dropout", "key", "i32 with 2 elements"},
+        {12, "mpmd_maximum", "f32[3,4]", "f32[5]"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        mpmd_graph *g = mpmd_graph_new();
+        mpmd_value a = mpmd_input(g, "a", MPMD_F32, MPMD_SHAPE(3, 4));
+        mpmd_value v5 = mpmd_input(g, "v5", MPMD_F32, MPMD_SHAPE(5));
+        mpmd_value x4 = mpmd_input(g, "x4", MPMD_F32, MPMD_SHAPE(2, 3, 2, 5));
+        mpmd_value x6 = mpmd_input(g, "x6", MPMD_F32, MPMD_SHAPE(2, 3, 2, 6));
+        mpmd_value key3 = mpmd_input(g, "key3", MPMD_I32, MPMD_SHAPE(3));
+        mpmd_value key = mpmd_input(g, "key", MPMD_I32, MPMD_SHAPE(2));
+        mpmd_value r = MPMD_NONE;
+        switch (cases[k].which) {
+        case 0: r = mpmd_rms_norm(g, a, v5, 1e-6f); break;
+        case 1: r = mpmd_rms_norm(g, a, mpmd_slice(g, v5, 0, 0, 4), -1.0f); break;
+        case 2: r = mpmd_rope(g, a, 10000.0f, 0); break;
+        case 3: r = mpmd_rope(g, x4, 10000.0f, 0); break;
+        case 4: r = mpmd_rope(g, x6, 0.5f, 0); break;
+        case 5: r = mpmd_rope(g, x6, 10000.0f, -1); break;
+        case 6: r = mpmd_take(g, a, key, 2); break;
+        case 7: r = mpmd_take(g, a, v5, 0); break;
+        case 8: r = mpmd_compare(g, a, a, (mpmd_cmp)9); break;
+        case 9: r = mpmd_where(g, a, a, v5); break;
+        case 10: r = mpmd_dropout(g, a, 1.0f, key); break;
+        case 11: r = mpmd_dropout(g, a, 0.5f, key3); break;
+        default: r = mpmd_maximum(g, a, v5); break;
+        }
+        CHECK(!mpmd_is_value(r), "case %zu (%s) accepted", k, cases[k].a);
+        expect_error(g, cases[k].a, cases[k].b, cases[k].c);
+        mpmd_graph_free(g);
+    }
+}
+
 static void test_shape_errors(void) {
     mpmd_graph *g = mpmd_graph_new();
     mpmd_value a = mpmd_input(g, "a", MPMD_F32, MPMD_SHAPE(3, 4));
@@ -824,6 +1060,23 @@ static void test_threads(void) {
         free(x), free(ga), free(be);
     }
     {
+        int64_t rows = quick ? 128 : 512, c = 768;
+        ins in = {2, {ty(MPMD_F32, MPMD_SHAPE(rows, c)), ty(MPMD_F32, 1, &c)}, {0}};
+        float *x = fill_new(rows * c, 16), *sc = fill_new(c, 17);
+        in.d[0] = x, in.d[1] = sc;
+        check_threads("rms_norm", &in, op_rms_norm, NULL);
+        free(x), free(sc);
+    }
+    {
+        int64_t dims[4] = {4, 64, 4, 32};
+        rope_ctx r = {10000.0f, 3};
+        ins in = {1, {ty(MPMD_F32, 4, dims)}, {0}};
+        float *x = fill_new(mpmd_type_numel(&in.t[0]), 18);
+        in.d[0] = x;
+        check_threads("rope", &in, op_rope, &r);
+        free(x);
+    }
+    {
         int64_t v = 2000, c = 256, np = 512;
         ins in = {2, {ty(MPMD_F32, MPMD_SHAPE(v, c)), ty(MPMD_I32, MPMD_SHAPE(4, np / 4))}, {0}};
         float *table = fill_new(v * c, 9);
@@ -884,6 +1137,11 @@ int main(void) {
     test_softmax_grads();
     test_layer_norm_values();
     test_layer_norm_grads();
+    test_rms_norm_values();
+    test_rms_norm_grads();
+    test_rope_values();
+    test_rope_grads();
+    test_take();
     test_embedding_values();
     test_embedding_grads();
     test_cross_entropy_values();
@@ -892,6 +1150,7 @@ int main(void) {
     test_attention_grads();
     test_runtime_errors();
     test_shape_errors();
+    test_llama_op_errors();
     test_threads();
     return tu_report("test_ops_nn");
 }

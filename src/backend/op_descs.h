@@ -23,6 +23,9 @@ extern const mpmd_op_desc mpmd_op_tanh, mpmd_op_sqrt, mpmd_op_rsqrt, mpmd_op_squ
 extern const mpmd_op_desc mpmd_op_broadcast_to, mpmd_op_sum_to;
 extern const mpmd_op_desc mpmd_op_tanh_grad, mpmd_op_sqrt_grad, mpmd_op_rsqrt_grad, mpmd_op_square_grad;
 extern const mpmd_op_desc mpmd_op_relu_grad, mpmd_op_gelu_grad;
+extern const mpmd_op_desc mpmd_op_sigmoid, mpmd_op_silu, mpmd_op_sigmoid_grad, mpmd_op_silu_grad;
+extern const mpmd_op_desc mpmd_op_maximum, mpmd_op_minimum, mpmd_op_compare, mpmd_op_max_weight;
+extern const mpmd_op_desc mpmd_op_where, mpmd_op_where_grad, mpmd_op_dropout;
 
 /* reduce and shape */
 extern const mpmd_op_desc mpmd_op_sum, mpmd_op_mean, mpmd_op_max, mpmd_op_max_grad;

@@ -43,6 +43,30 @@ static void vjp_gelu(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_valu
 static void vjp_broadcast_to(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 static void vjp_sum_to(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 static void vjp_cast(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_sigmoid(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_silu(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_maximum(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_minimum(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_compare(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_where(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_dropout(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+
+static const char *const cmp_names[] = {"eq", "ne", "lt", "le", "gt", "ge"};
+
+static void attrs_compare(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
+    (void)g;
+    snprintf(buf, len, " %s", n->ia[0] >= 0 && n->ia[0] < 6 ? cmp_names[n->ia[0]] : "?");
+}
+
+static void attrs_where_grad(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
+    (void)g;
+    snprintf(buf, len, " %s", n->ia[0] ? "false" : "true");
+}
+
+static void attrs_dropout(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
+    (void)g;
+    snprintf(buf, len, " rate=%.9g stream=%lld", (double)n->fa[0], (long long)n->ia[0]);
+}
 
 static void attrs_scalar(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
     (void)g;
@@ -80,6 +104,25 @@ const mpmd_op_desc mpmd_op_rsqrt_grad = {"rsqrt_grad", 2, 0, 0, NULL, NULL};
 const mpmd_op_desc mpmd_op_square_grad = {"square_grad", 2, 0, 0, NULL, NULL};
 const mpmd_op_desc mpmd_op_relu_grad = {"relu_grad", 2, 0, 0, NULL, NULL};
 const mpmd_op_desc mpmd_op_gelu_grad = {"gelu_grad", 2, 0, 0, NULL, NULL};
+
+const mpmd_op_desc mpmd_op_sigmoid = {"sigmoid", 1, 0, 0, NULL, vjp_sigmoid};
+const mpmd_op_desc mpmd_op_silu = {"silu", 1, 0, 0, NULL, vjp_silu};
+const mpmd_op_desc mpmd_op_sigmoid_grad = {"sigmoid_grad", 2, 0, 0, NULL, NULL};
+const mpmd_op_desc mpmd_op_silu_grad = {"silu_grad", 2, 0, 0, NULL, NULL};
+const mpmd_op_desc mpmd_op_maximum = {"maximum", 2, 0, 0, NULL, vjp_maximum};
+const mpmd_op_desc mpmd_op_minimum = {"minimum", 2, 0, 0, NULL, vjp_minimum};
+/* compare: ia[0] = the mpmd_cmp; 1 where a <cmp> b holds, else 0 */
+const mpmd_op_desc mpmd_op_compare = {"compare", 2, 0, 0, attrs_compare, vjp_compare};
+/* max_weight(a, b): 1 where a > b, 1/2 where a == b, else 0: the share of a
+ * maximum's cotangent that goes to a (emitted by the gradient rules only) */
+const mpmd_op_desc mpmd_op_max_weight = {"max_weight", 2, 0, 0, NULL, NULL};
+/* where(cond, a, b), all of one shape: a where cond != 0, else b */
+const mpmd_op_desc mpmd_op_where = {"where", 3, 1, 0, NULL, vjp_where};
+/* where_grad(gy, cond): ia[0] = 0: gy where cond != 0, else 0; 1: the other way */
+const mpmd_op_desc mpmd_op_where_grad = {"where_grad", 2, 0, 0, attrs_where_grad, NULL};
+/* dropout(x, key): fa[0] = rate, ia[0] = the op's stream (its node id when
+ * made; copies made by remat and the backward keep it) */
+const mpmd_op_desc mpmd_op_dropout = {"dropout", 2, 0, 0, attrs_dropout, vjp_dropout};
 
 /* ---- operand checks ---------------------------------------------------------- */
 
@@ -169,6 +212,64 @@ mpmd_value mpmd_mul(mpmd_graph *g, mpmd_value a, mpmd_value b) {
 mpmd_value mpmd_div(mpmd_graph *g, mpmd_value a, mpmd_value b) {
     return binary(g, &mpmd_op_div, "mpmd_div", a, b);
 }
+mpmd_value mpmd_maximum(mpmd_graph *g, mpmd_value a, mpmd_value b) {
+    return binary(g, &mpmd_op_maximum, "mpmd_maximum", a, b);
+}
+mpmd_value mpmd_minimum(mpmd_graph *g, mpmd_value a, mpmd_value b) {
+    return binary(g, &mpmd_op_minimum, "mpmd_minimum", a, b);
+}
+
+mpmd_value mpmd_compare(mpmd_graph *g, mpmd_value a, mpmd_value b, mpmd_cmp cmp) {
+    if ((int)cmp < 0 || (int)cmp > MPMD_CMP_GE)
+        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_compare: comparison %d is not an mpmd_cmp (MPMD_CMP_EQ .. GE)",
+                         (int)cmp);
+    mpmd_value r = binary(g, &mpmd_op_compare, "mpmd_compare", a, b);
+    mpmd_node *n = mpmd_node_of(g, r);
+    if (n) n->ia[0] = cmp;
+    return r;
+}
+
+/* where: the mask and both operands broadcast to their common shape (no
+ * node when one already has it), then one flat select. */
+mpmd_value mpmd_where(mpmd_graph *g, mpmd_value cond, mpmd_value a, mpmd_value b) {
+    const char *fn = "mpmd_where";
+    mpmd_value in[3] = {cond, a, b};
+    if (!mpmd_check_operands(g, fn, 3, in)) return MPMD_NONE;
+    if (!check_f32(g, fn, "cond", cond) || !check_f32(g, fn, "a", a) || !check_f32(g, fn, "b", b) ||
+        !check_same_dtype(g, fn, a, b) || !check_same_dtype(g, fn, cond, a))
+        return MPMD_NONE;
+    const mpmd_type *tc = mpmd_type_of(g, cond), *ta = mpmd_type_of(g, a), *tb = mpmd_type_of(g, b);
+    mpmd_type ab, out;
+    int k = broadcast_shape(ta, tb, &ab);
+    if (k < 0) k = broadcast_shape(&ab, tc, &out);
+    if (k >= 0)
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "%s: cond %s, a %s and b %s do not broadcast to one shape (numpy rules: axis -%d "
+                         "differs)",
+                         fn, mpmd_tstr(g, cond), mpmd_tstr(g, a), mpmd_tstr(g, b), k + 1);
+    out.dtype = ta->dtype;
+    for (int i = 0; i < 3; i++)
+        in[i] = mpmd_broadcast_to(g, in[i], out.ndim, out.dim);
+    return mpmd_emit(g, &mpmd_op_where, 3, in, out);
+}
+
+mpmd_value mpmd_dropout(mpmd_graph *g, mpmd_value x, float rate, mpmd_value key) {
+    const char *fn = "mpmd_dropout";
+    mpmd_value in[2] = {x, key};
+    if (!mpmd_check_operands(g, fn, 2, in)) return MPMD_NONE;
+    if (!check_f32(g, fn, "x", x)) return MPMD_NONE;
+    const mpmd_type *tk = mpmd_type_of(g, key);
+    if (tk->dtype != MPMD_I32 || mpmd_type_numel(tk) != 2)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the key must be i32 with 2 elements (a seed pair), got %s", fn,
+                         mpmd_tstr(g, key));
+    if (!(rate >= 0.0f && rate < 1.0f))
+        return mpmd_fail(g, MPMD_ERR_INVALID, "%s: rate %g is outside [0, 1)", fn, (double)rate);
+    if (rate == 0.0f) return x; /* nothing dropped */
+    mpmd_value r = mpmd_emit(g, &mpmd_op_dropout, 2, in, *mpmd_type_of(g, x));
+    mpmd_node *n = mpmd_node_of(g, r);
+    if (n) n->fa[0] = rate, n->ia[0] = r.id;
+    return r;
+}
 
 /* ---- unary ops ------------------------------------------------------------------- */
 
@@ -200,6 +301,8 @@ mpmd_value mpmd_rsqrt(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_rs
 mpmd_value mpmd_square(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_square, "mpmd_square", a); }
 mpmd_value mpmd_relu(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_relu, "mpmd_relu", a); }
 mpmd_value mpmd_gelu(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_gelu, "mpmd_gelu", a); }
+mpmd_value mpmd_sigmoid(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_sigmoid, "mpmd_sigmoid", a); }
+mpmd_value mpmd_silu(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_silu, "mpmd_silu", a); }
 
 /* A fused backward op (gy, v): both have the forward op's type. */
 static mpmd_value grad_op(mpmd_graph *g, const mpmd_op_desc *op, mpmd_value gy, mpmd_value v) {
@@ -362,6 +465,81 @@ static void vjp_relu(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_valu
 /* y = gelu(x) (tanh form):  gx = gy gelu'(x)  (gelu_grad(gy, x)) */
 static void vjp_gelu(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
     gin[0] = grad_op(g, &mpmd_op_gelu_grad, gy, mpmd_in(n, 0));
+}
+
+/* y = sigmoid(x):  gx = gy y (1 - y)  (sigmoid_grad(gy, y)) */
+static void vjp_sigmoid(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    gin[0] = grad_op(g, &mpmd_op_sigmoid_grad, gy, mpmd_out(n));
+}
+
+/* y = x s, s = sigmoid(x):  gx = gy s (1 + x (1 - s))  (silu_grad(gy, x)) */
+static void vjp_silu(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    gin[0] = grad_op(g, &mpmd_op_silu_grad, gy, mpmd_in(n, 0));
+}
+
+/* max_weight(a, b) at the broadcast shape */
+static mpmd_value max_weight(mpmd_graph *g, mpmd_value a, mpmd_value b) {
+    mpmd_type t;
+    broadcast_shape(mpmd_type_of(g, a), mpmd_type_of(g, b), &t);
+    t.dtype = mpmd_type_of(g, a)->dtype;
+    mpmd_value in[2] = {a, b};
+    return mpmd_emit(g, &mpmd_op_max_weight, 2, in, t);
+}
+
+/* y = maximum(a, b):  ga = sum_to(gy w(a, b)), gb = sum_to(gy w(b, a)),
+ * w = max_weight: a tie splits the cotangent evenly. */
+static void vjp_maximum(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    mpmd_type ta, tb;
+    in_types(g, n, &ta, &tb);
+    mpmd_value a = mpmd_in(n, 0), b = mpmd_in(n, 1);
+    gin[0] = unbroadcast(g, mpmd_mul(g, gy, max_weight(g, a, b)), &ta);
+    gin[1] = unbroadcast(g, mpmd_mul(g, gy, max_weight(g, b, a)), &tb);
+}
+
+/* y = minimum(a, b): as maximum with the operands' roles swapped. */
+static void vjp_minimum(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    mpmd_type ta, tb;
+    in_types(g, n, &ta, &tb);
+    mpmd_value a = mpmd_in(n, 0), b = mpmd_in(n, 1);
+    gin[0] = unbroadcast(g, mpmd_mul(g, gy, max_weight(g, b, a)), &ta);
+    gin[1] = unbroadcast(g, mpmd_mul(g, gy, max_weight(g, a, b)), &tb);
+}
+
+/* A mask is piecewise constant: no gradient flows to either operand. */
+static void vjp_compare(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    (void)g, (void)n, (void)gy;
+    gin[0] = gin[1] = MPMD_NONE;
+}
+
+static mpmd_value where_grad(mpmd_graph *g, mpmd_value gy, mpmd_value cond, int side) {
+    mpmd_value in[2] = {gy, cond};
+    mpmd_value r = mpmd_emit(g, &mpmd_op_where_grad, 2, in, *mpmd_type_of(g, gy));
+    mpmd_node *n = mpmd_node_of(g, r);
+    if (n) n->ia[0] = side;
+    return r;
+}
+
+/* y = where(c, a, b) (operands already of y's shape):  ga = gy where c,
+ * gb = gy where not c; none for the mask. */
+static void vjp_where(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    mpmd_value c = mpmd_in(n, 0);
+    gin[0] = MPMD_NONE;
+    gin[1] = where_grad(g, gy, c, 0);
+    gin[2] = where_grad(g, gy, c, 1);
+}
+
+/* y = x m / (1 - rate) with the mask m drawn from (key, element,
+ * microbatch, stream):  gx = gy m / (1 - rate), the same op on gy with the
+ * same key and stream, so the mask is drawn again rather than kept. */
+static void vjp_dropout(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    mpmd_value in[2] = {gy, mpmd_in(n, 1)};
+    float rate = n->fa[0];
+    int64_t stream = n->ia[0];
+    mpmd_value r = mpmd_emit(g, &mpmd_op_dropout, 2, in, *mpmd_type_of(g, gy));
+    mpmd_node *d = mpmd_node_of(g, r);
+    if (d) d->fa[0] = rate, d->ia[0] = stream;
+    gin[0] = r;
+    gin[1] = MPMD_NONE;
 }
 
 /* broadcast_to and sum_to are each other's adjoints. */

@@ -39,6 +39,14 @@ static void vjp_softmax(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_v
 static void vjp_softmax_causal(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 static void vjp_log_softmax(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 static void vjp_layer_norm(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_rms_norm(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_rope(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+
+static void attrs_rope(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
+    (void)g;
+    snprintf(buf, len, " base=%g offset=%lld%s", (double)n->fa[0], (long long)n->ia[0],
+             n->ia[1] ? " inverse" : "");
+}
 static void vjp_embedding(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 static void vjp_cross_entropy(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 
@@ -54,6 +62,10 @@ const mpmd_op_desc mpmd_op_log_softmax_grad = {"log_softmax_grad", 2, 1, 0, NULL
 const mpmd_op_desc mpmd_op_layer_norm = {"layer_norm", 3, 0, 0, attrs_eps, vjp_layer_norm};
 const mpmd_op_desc mpmd_op_layer_norm_grad_x = {"layer_norm_grad_x", 3, 2, 0, attrs_eps, NULL};
 const mpmd_op_desc mpmd_op_layer_norm_grad_gamma = {"layer_norm_grad_gamma", 2, -1, 0, attrs_eps, NULL};
+const mpmd_op_desc mpmd_op_rms_norm = {"rms_norm", 2, 0, 0, attrs_eps, vjp_rms_norm};
+const mpmd_op_desc mpmd_op_rms_norm_grad_x = {"rms_norm_grad_x", 3, 2, 0, attrs_eps, NULL};
+const mpmd_op_desc mpmd_op_rms_norm_grad_scale = {"rms_norm_grad_scale", 2, -1, 0, attrs_eps, NULL};
+const mpmd_op_desc mpmd_op_rope = {"rope", 1, 0, 0, attrs_rope, vjp_rope};
 const mpmd_op_desc mpmd_op_embedding = {"embedding", 2, -1, 0, NULL, vjp_embedding};
 const mpmd_op_desc mpmd_op_embedding_grad = {"embedding_grad", 2, -1, 0, attrs_vocab, NULL};
 const mpmd_op_desc mpmd_op_cross_entropy = {"cross_entropy", 2, -1, 0, NULL, vjp_cross_entropy};
@@ -266,6 +278,128 @@ static void vjp_layer_norm(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpm
     gin[0] = emit_internal(g, &mpmd_op_layer_norm_grad_x, 3, inx, n->type);
     mpmd_node *nx = mpmd_node_of(g, gin[0]);
     if (nx) nx->fa[0] = eps;
+}
+
+/* ---- RMS norm -------------------------------------------------------------------------------- */
+
+mpmd_value mpmd_rms_norm(mpmd_graph *g, mpmd_value x, mpmd_value scale, float eps) {
+    mpmd_value in[2] = {x, scale};
+    if (!mpmd_check_operands(g, "mpmd_rms_norm", 2, in)) return MPMD_NONE;
+    const mpmd_type tx = *mpmd_type_of(g, x), ts = *mpmd_type_of(g, scale);
+    if (!mpmd_dtype_is_float(tx.dtype) || tx.ndim < 1)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_rms_norm: x must be a float tensor with at least one axis, got %s",
+                         mpmd_tstr(g, x));
+    int64_t c = tx.dim[tx.ndim - 1];
+    if (ts.dtype != tx.dtype || ts.ndim != 1 || ts.dim[0] != c)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_rms_norm: x is %s, scale is %s; scale must be %s[%lld] (x's dtype "
+                         "and last axis)",
+                         mpmd_tstr(g, x), mpmd_tstr(g, scale), mpmd_dtype_name(tx.dtype), (long long)c);
+    if (!(eps >= 0.0f) || isinf(eps))
+        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_rms_norm: eps is %g; it must be finite and >= 0", (double)eps);
+    mpmd_value r = mpmd_emit(g, &mpmd_op_rms_norm, 2, in, tx);
+    mpmd_node *node = mpmd_node_of(g, r);
+    if (node) node->fa[0] = eps;
+    return r;
+}
+
+/* y = xhat * scale with xhat = x * r, r = 1/sqrt(mean(x^2) + eps) per row.
+ * With g = gy * scale:
+ *   dx     = r * (g - xhat * mean(g * xhat))    (rms_norm_grad_x)
+ *   dscale = sum over rows of gy * xhat          (rms_norm_grad_scale) */
+static void vjp_rms_norm(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    mpmd_value x = mpmd_in(n, 0), scale = mpmd_in(n, 1);
+    float eps = n->fa[0];
+    mpmd_type ts = *mpmd_type_of(g, scale), tx = n->type;
+    mpmd_value ins[2] = {x, gy};
+    gin[1] = emit_internal(g, &mpmd_op_rms_norm_grad_scale, 2, ins, ts);
+    mpmd_node *ns = mpmd_node_of(g, gin[1]);
+    if (ns) ns->fa[0] = eps;
+    mpmd_value inx[3] = {x, scale, gy};
+    gin[0] = emit_internal(g, &mpmd_op_rms_norm_grad_x, 3, inx, tx);
+    mpmd_node *nx = mpmd_node_of(g, gin[0]);
+    if (nx) nx->fa[0] = eps;
+}
+
+/* ---- rotary position embedding --------------------------------------------------------------- */
+
+mpmd_value mpmd_rope(mpmd_graph *g, mpmd_value x, float base, int64_t offset) {
+    const char *fn = "mpmd_rope";
+    if (!mpmd_check_operands(g, fn, 1, &x)) return MPMD_NONE;
+    const mpmd_type t = *mpmd_type_of(g, x);
+    if (!mpmd_dtype_is_float(t.dtype) || t.ndim < 3)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: x must be a float [..., T, H, D] (mpmd_attention's layout), got %s",
+                         fn, mpmd_tstr(g, x));
+    if (t.dim[t.ndim - 1] % 2)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the head size D = %lld of %s must be even (it rotates pairs)", fn,
+                         (long long)t.dim[t.ndim - 1], mpmd_tstr(g, x));
+    if (!(base > 1.0f) || isinf(base))
+        return mpmd_fail(g, MPMD_ERR_INVALID, "%s: base is %g; it must be finite and > 1 (10000 is usual)", fn,
+                         (double)base);
+    if (offset < 0 || offset > ((int64_t)1 << 40))
+        return mpmd_fail(g, MPMD_ERR_INVALID, "%s: position offset %lld is outside [0, 2^40]", fn,
+                         (long long)offset);
+    mpmd_value r = mpmd_emit(g, &mpmd_op_rope, 1, &x, t);
+    mpmd_node *n = mpmd_node_of(g, r);
+    if (n) n->fa[0] = base, n->ia[0] = offset, n->ia[1] = 0;
+    return r;
+}
+
+/* A rotation's adjoint is its inverse: gx = rope(gy) turning the other way. */
+static void vjp_rope(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    float base = n->fa[0];
+    int64_t offset = n->ia[0], inverse = !n->ia[1];
+    gin[0] = emit_internal(g, &mpmd_op_rope, 1, &gy, n->type);
+    mpmd_node *d = mpmd_node_of(g, gin[0]);
+    if (d) d->fa[0] = base, d->ia[0] = offset, d->ia[1] = inverse;
+}
+
+/* ---- take: gather along an axis ------------------------------------------------------------ */
+
+/* x [A..., N, B...] and i32 ids [I...] -> [A..., I..., B...]: the axis moved
+ * to the front, the rest flattened, rows picked with mpmd_embedding (whose
+ * gradient is a deterministic scatter-add), and the axes put back. */
+mpmd_value mpmd_take(mpmd_graph *g, mpmd_value x, mpmd_value ids, int axis) {
+    const char *fn = "mpmd_take";
+    mpmd_value in[2] = {x, ids};
+    if (!mpmd_check_operands(g, fn, 2, in)) return MPMD_NONE;
+    const mpmd_type tx = *mpmd_type_of(g, x), ti = *mpmd_type_of(g, ids);
+    if (!mpmd_dtype_is_float(tx.dtype) || tx.ndim < 1)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: x must be a float tensor with at least one axis, got %s", fn,
+                         mpmd_tstr(g, x));
+    if (ti.dtype != MPMD_I32)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: ids must be i32, got %s", fn, mpmd_tstr(g, ids));
+    int ax = axis < 0 ? axis + tx.ndim : axis;
+    if (ax < 0 || ax >= tx.ndim)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: axis %d is outside %s (%d axes)", fn, axis, mpmd_tstr(g, x), tx.ndim);
+    if (tx.ndim - 1 + ti.ndim > MPMD_MAX_DIMS)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the result of %s taken along axis %d by %s would have %d axes; at "
+                         "most %d are supported",
+                         fn, mpmd_tstr(g, x), axis, mpmd_tstr(g, ids), tx.ndim - 1 + ti.ndim, MPMD_MAX_DIMS);
+    /* [N, rest] with rest = the other axes in order */
+    int perm[MPMD_MAX_DIMS], k = 0;
+    perm[k++] = ax;
+    int64_t rest = 1;
+    for (int d = 0; d < tx.ndim; d++)
+        if (d != ax) perm[k++] = d, rest *= tx.dim[d];
+    mpmd_value front = ax == 0 ? x : mpmd_permute(g, x, perm);
+    mpmd_value rows = mpmd_embedding(g, mpmd_reshape(g, front, MPMD_SHAPE(tx.dim[ax], rest)), ids); /* [I..., rest] */
+    /* [I..., A..., B...] -> [A..., I..., B...] */
+    int64_t dims[MPMD_MAX_DIMS];
+    int nd = 0;
+    for (int d = 0; d < ti.ndim; d++)
+        dims[nd++] = ti.dim[d];
+    for (int d = 0; d < tx.ndim; d++)
+        if (d != ax) dims[nd++] = tx.dim[d];
+    mpmd_value y = mpmd_reshape(g, rows, nd, dims);
+    if (ax == 0) return y;
+    int back[MPMD_MAX_DIMS], m = 0;
+    for (int d = 0; d < ax; d++)
+        back[m++] = ti.ndim + d;
+    for (int d = 0; d < ti.ndim; d++)
+        back[m++] = d;
+    for (int d = ax + 1; d < tx.ndim; d++)
+        back[m++] = ti.ndim + d - 1;
+    return mpmd_permute(g, y, back);
 }
 
 /* ---- embedding ------------------------------------------------------------------------------ */

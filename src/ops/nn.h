@@ -6,6 +6,9 @@
  *                   product is scaled by fa[0] (mpmd_matmul_scaled)
  *   softmax, log_softmax, softmax_causal   (last axis)
  *   layer_norm      inputs x, gamma, beta; fa[0] = eps
+ *   rms_norm        inputs x, scale; fa[0] = eps
+ *   rope            input x [..., T, H, D]; fa[0] = base, ia[0] = the first
+ *                   position, ia[1] = 1: the inverse rotation (its gradient)
  *   embedding       inputs table [V, C], ids i32 [...]
  *   cross_entropy   inputs logits [..., V], labels i32 [...]
  *
@@ -13,6 +16,8 @@
  *   softmax_grad(y, gy), softmax_causal_grad(y, gy), log_softmax_grad(y, gy)
  *   layer_norm_grad_x(x, gamma, gy)       fa[0] = eps
  *   layer_norm_grad_gamma(x, gy)          fa[0] = eps
+ *   rms_norm_grad_x(x, scale, gy)         fa[0] = eps
+ *   rms_norm_grad_scale(x, gy)            fa[0] = eps
  *   embedding_grad(ids, gy)               result [V, C], ia[0] = V
  *   cross_entropy_grad(logits, labels, y, gy)  y is the forward's output
  */
@@ -25,6 +30,8 @@ extern const mpmd_op_desc mpmd_op_matmul;
 extern const mpmd_op_desc mpmd_op_softmax, mpmd_op_log_softmax, mpmd_op_softmax_causal;
 extern const mpmd_op_desc mpmd_op_softmax_grad, mpmd_op_softmax_causal_grad, mpmd_op_log_softmax_grad;
 extern const mpmd_op_desc mpmd_op_layer_norm, mpmd_op_layer_norm_grad_x, mpmd_op_layer_norm_grad_gamma;
+extern const mpmd_op_desc mpmd_op_rms_norm, mpmd_op_rms_norm_grad_x, mpmd_op_rms_norm_grad_scale;
+extern const mpmd_op_desc mpmd_op_rope;
 extern const mpmd_op_desc mpmd_op_embedding, mpmd_op_embedding_grad;
 extern const mpmd_op_desc mpmd_op_cross_entropy, mpmd_op_cross_entropy_grad;
 

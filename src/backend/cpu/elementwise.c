@@ -26,6 +26,7 @@
 #include "backend/op_descs.h"
 #include "backend/shape_plan.h"
 #include "util/half.h"
+#include "util/philox.h"
 
 #include <math.h>
 #include <omp.h>
@@ -48,7 +49,9 @@ static void parallel(int nt, work_fn fn, void *ctx) {
 
 /* ---- binary ops and broadcast_to ---------------------------------------------------- */
 
-enum bin_kind { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_COPY };
+/* BIN_EQ .. BIN_GE in mpmd_cmp's order */
+enum bin_kind { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_COPY, BIN_MAX, BIN_MIN, BIN_MAXW, BIN_EQ, BIN_NE, BIN_LT,
+                BIN_LE, BIN_GT, BIN_GE };
 
 /* One run of n outputs: x walks a with stride sa, y walks b with stride sb,
  * each stride 0 or 1. The four stride cases are separate loops so that each
@@ -86,6 +89,16 @@ static void row_op(int kind, float *o, const float *a, int64_t sa, const float *
     case BIN_MUL: ROW_LOOP(x * y); break;
     case BIN_DIV: ROW_LOOP(x / y); break;
     case BIN_COPY: ROW_LOOP(((void)y, x)); break;
+    /* a NaN operand gives NaN (x != x: x is NaN; else y, NaN or not) */
+    case BIN_MAX: ROW_LOOP(x > y || x != x ? x : y); break;
+    case BIN_MIN: ROW_LOOP(x < y || x != x ? x : y); break;
+    case BIN_MAXW: ROW_LOOP(x > y ? 1.0f : x == y ? 0.5f : 0.0f); break;
+    case BIN_EQ: ROW_LOOP(x == y ? 1.0f : 0.0f); break;
+    case BIN_NE: ROW_LOOP(x != y ? 1.0f : 0.0f); break;
+    case BIN_LT: ROW_LOOP(x < y ? 1.0f : 0.0f); break;
+    case BIN_LE: ROW_LOOP(x <= y ? 1.0f : 0.0f); break;
+    case BIN_GT: ROW_LOOP(x > y ? 1.0f : 0.0f); break;
+    case BIN_GE: ROW_LOOP(x >= y ? 1.0f : 0.0f); break;
     }
 }
 
@@ -144,6 +157,10 @@ static int k_add(const mpmd_kargs *a) { return run_binary(a, BIN_ADD); }
 static int k_sub(const mpmd_kargs *a) { return run_binary(a, BIN_SUB); }
 static int k_mul(const mpmd_kargs *a) { return run_binary(a, BIN_MUL); }
 static int k_div(const mpmd_kargs *a) { return run_binary(a, BIN_DIV); }
+static int k_maximum(const mpmd_kargs *a) { return run_binary(a, BIN_MAX); }
+static int k_minimum(const mpmd_kargs *a) { return run_binary(a, BIN_MIN); }
+static int k_max_weight(const mpmd_kargs *a) { return run_binary(a, BIN_MAXW); }
+static int k_compare(const mpmd_kargs *a) { return run_binary(a, BIN_EQ + (int)a->node->ia[0]); }
 /* broadcast_to: out[i] = a[broadcast index of i] */
 static int k_broadcast_to(const mpmd_kargs *a) { return run_binary(a, BIN_COPY); }
 
@@ -160,7 +177,9 @@ enum un_kind {
     UN_RSQRT,
     UN_SQUARE,
     UN_RELU,
-    UN_GELU
+    UN_GELU,
+    UN_SIGMOID,
+    UN_SILU
 };
 
 /* gelu, tanh form: gelu(x) = 0.5 x (1 + tanh(u)), u = k (x + c x^3),
@@ -237,6 +256,14 @@ static void unary_run(int kind, float *o, const float *x, int64_t n, float s) {
         for (int64_t i = 0; i < n; i++)
             o[i] = gelu1(x[i]);
         break;
+    case UN_SIGMOID: /* 1 / (1 + e^-x); e^-x = inf gives 0, the limit */
+        for (int64_t i = 0; i < n; i++)
+            o[i] = 1.0f / (1.0f + expf(-x[i]));
+        break;
+    case UN_SILU: /* x / (1 + e^-x) */
+        for (int64_t i = 0; i < n; i++)
+            o[i] = x[i] / (1.0f + expf(-x[i]));
+        break;
     }
 }
 
@@ -273,10 +300,12 @@ static int k_rsqrt(const mpmd_kargs *a) { return run_unary(a, UN_RSQRT, 4); }
 static int k_square(const mpmd_kargs *a) { return run_unary(a, UN_SQUARE, 1); }
 static int k_relu(const mpmd_kargs *a) { return run_unary(a, UN_RELU, 1); }
 static int k_gelu(const mpmd_kargs *a) { return run_unary(a, UN_GELU, 16); }
+static int k_sigmoid(const mpmd_kargs *a) { return run_unary(a, UN_SIGMOID, 16); }
+static int k_silu(const mpmd_kargs *a) { return run_unary(a, UN_SILU, 16); }
 
 /* ---- fused backward ops: out = f(gy, v), same shape ---------------------------------------- */
 
-enum grad_kind { GR_TANH, GR_SQRT, GR_RSQRT, GR_SQUARE, GR_RELU, GR_GELU };
+enum grad_kind { GR_TANH, GR_SQRT, GR_RSQRT, GR_SQUARE, GR_RELU, GR_GELU, GR_SIGMOID, GR_SILU, GR_WHERE_T, GR_WHERE_F };
 
 static void grad_run(int kind, float *o, const float *gy, const float *v, int64_t n) {
     switch (kind) {
@@ -311,6 +340,31 @@ static void grad_run(int kind, float *o, const float *gy, const float *v, int64_
         for (int64_t i = 0; i < n; i++)
             o[i] = gy[i] * gelu_grad1(v[i]);
         break;
+    case GR_SIGMOID: /* v = y = sigmoid(x):  gy y (1 - y) */
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++)
+            o[i] = gy[i] * (v[i] * (1.0f - v[i]));
+        break;
+    case GR_SILU: /* v = x, s = sigmoid(x):  gy s (1 + x (1 - s)) */
+        for (int64_t i = 0; i < n; i++) {
+            float s = 1.0f / (1.0f + expf(-v[i]));
+            o[i] = gy[i] * (s * (1.0f + v[i] * (1.0f - s)));
+        }
+        break;
+    case GR_WHERE_T: /* v = the mask:  gy where it is set, else 0 */
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) {
+            float gi = gy[i];
+            o[i] = v[i] != 0.0f ? gi : 0.0f;
+        }
+        break;
+    case GR_WHERE_F: /* gy where the mask is clear, else 0 */
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) {
+            float gi = gy[i];
+            o[i] = v[i] != 0.0f ? 0.0f : gi;
+        }
+        break;
     }
 }
 
@@ -340,6 +394,72 @@ static int k_rsqrt_grad(const mpmd_kargs *a) { return run_grad(a, GR_RSQRT, 1); 
 static int k_square_grad(const mpmd_kargs *a) { return run_grad(a, GR_SQUARE, 1); }
 static int k_relu_grad(const mpmd_kargs *a) { return run_grad(a, GR_RELU, 1); }
 static int k_gelu_grad(const mpmd_kargs *a) { return run_grad(a, GR_GELU, 16); }
+static int k_sigmoid_grad(const mpmd_kargs *a) { return run_grad(a, GR_SIGMOID, 1); }
+static int k_silu_grad(const mpmd_kargs *a) { return run_grad(a, GR_SILU, 16); }
+static int k_where_grad(const mpmd_kargs *a) { return run_grad(a, a->node->ia[0] ? GR_WHERE_F : GR_WHERE_T, 1); }
+
+/* ---- where: out = cond != 0 ? a : b, three operands of out's shape ----------------------------- */
+
+typedef struct where_ctx {
+    float *o;
+    const float *c, *a, *b;
+    int64_t n;
+} where_ctx;
+
+static void where_work(void *vctx, int t, int nt) {
+    const where_ctx *w = vctx;
+    int64_t lo, hi;
+    mpmd_split(w->n, t, nt, &lo, &hi);
+    const float *c = w->c, *a = w->a, *b = w->b;
+    float *o = w->o;
+#pragma omp simd
+    for (int64_t i = lo; i < hi; i++) {
+        float x = a[i], y = b[i]; /* both loaded, so the select vectorises (o may alias a) */
+        o[i] = c[i] != 0.0f ? x : y;
+    }
+}
+
+static int k_where(const mpmd_kargs *a) {
+    where_ctx w = {a->out, a->in[0], a->in[1], a->in[2], mpmd_type_numel(&a->node->type)};
+    parallel(mpmd_threads_for(a->nthreads, w.n), where_work, &w);
+    return 0;
+}
+
+/* ---- dropout ------------------------------------------------------------------------------------- */
+
+/* Element i of microbatch mb keeps its value when the 32-bit word
+ * philox(key, counter)[i % 4] >= rate 2^32, counter = (i / 4 as 64 bits,
+ * mb, stream): a pure function of those, so any split of the elements over
+ * threads, and any rank, draws the same mask. */
+typedef struct drop_ctx {
+    float *o;
+    const float *x;
+    int64_t n;
+    uint32_t key[2], mb, stream, threshold;
+    float scale;
+} drop_ctx;
+
+static void drop_work(void *vctx, int t, int nt) {
+    const drop_ctx *d = vctx;
+    int64_t blocks = (d->n + 3) / 4, lo, hi;
+    mpmd_split(blocks, t, nt, &lo, &hi);
+    for (int64_t blk = lo; blk < hi; blk++) {
+        uint32_t ctr[4] = {(uint32_t)blk, (uint32_t)((uint64_t)blk >> 32), d->mb, d->stream}, r[4];
+        mpmd_philox4x32(ctr, d->key, r);
+        int64_t i0 = blk * 4;
+        for (int j = 0; j < 4 && i0 + j < d->n; j++)
+            d->o[i0 + j] = r[j] >= d->threshold ? d->x[i0 + j] * d->scale : 0.0f;
+    }
+}
+
+static int k_dropout(const mpmd_kargs *a) {
+    const int32_t *key = a->in[1];
+    float rate = a->node->fa[0];
+    drop_ctx d = {a->out, a->in[0], mpmd_type_numel(&a->node->type), {(uint32_t)key[0], (uint32_t)key[1]},
+                  (uint32_t)a->mb, (uint32_t)a->node->ia[0], mpmd_dropout_threshold(rate), 1.0f / (1.0f - rate)};
+    parallel(mpmd_threads_for(a->nthreads, d.n * 8), drop_work, &d);
+    return 0;
+}
 
 /* ---- sum_to ------------------------------------------------------------------------------------ */
 
@@ -515,5 +635,16 @@ const mpmd_kernel mpmd_cpu_elementwise_kernels[] = {
     {&mpmd_op_relu_grad, k_relu_grad, NULL, 0},
     {&mpmd_op_gelu_grad, k_gelu_grad, NULL, 0},
     {&mpmd_op_cast, k_cast, NULL, MPMD_KERNEL_BF16 | MPMD_KERNEL_F16},
+    {&mpmd_op_sigmoid, k_sigmoid, NULL, 0},
+    {&mpmd_op_silu, k_silu, NULL, 0},
+    {&mpmd_op_sigmoid_grad, k_sigmoid_grad, NULL, 0},
+    {&mpmd_op_silu_grad, k_silu_grad, NULL, 0},
+    {&mpmd_op_maximum, k_maximum, NULL, 0},
+    {&mpmd_op_minimum, k_minimum, NULL, 0},
+    {&mpmd_op_max_weight, k_max_weight, NULL, 0},
+    {&mpmd_op_compare, k_compare, NULL, 0},
+    {&mpmd_op_where, k_where, NULL, 0},
+    {&mpmd_op_where_grad, k_where_grad, NULL, 0},
+    {&mpmd_op_dropout, k_dropout, NULL, 0},
     {0},
 };

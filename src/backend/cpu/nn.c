@@ -385,6 +385,159 @@ static int k_layer_norm_grad_gamma(const mpmd_kargs *a) {
     return 0;
 }
 
+/* ---- RMS norm ------------------------------------------------------------------------------ */
+
+/* r = 1 / sqrt(mean(x^2) + eps) of one row, the sum of squares in eight
+ * interleaved lanes (mpmd_dot_f32): the same in all three kernels. */
+static float rms_r(const float *x, int64_t n, float eps) {
+    return 1.0f / sqrtf(mpmd_dot_f32(x, x, n) / (float)n + eps);
+}
+
+/* y = x * r * scale, per row; y may alias x. */
+static int k_rms_norm(const mpmd_kargs *a) {
+    const mpmd_type *t = a->in_type[0];
+    int64_t n = last_dim(t), rows = mpmd_type_numel(t) / n;
+    const float *x = a->in[0], *scale = a->in[1];
+    float *y = a->out;
+    float eps = a->node->fa[0];
+    int nt = mpmd_threads_for(a->nthreads, rows * n * 3);
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t lo, hi;
+        mpmd_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        for (int64_t r = lo; r < hi; r++) {
+            const float *xr = x + r * n;
+            float *yr = y + r * n;
+            float rs = rms_r(xr, n, eps);
+#pragma omp simd
+            for (int64_t i = 0; i < n; i++)
+                yr[i] = (xr[i] * rs) * scale[i];
+        }
+    }
+    return 0;
+}
+
+/* dx = r * (g - xhat * mean(g * xhat)), g = gy * scale, xhat = x * r, per
+ * row. dx may alias gy: the row's sum reads all of gy before it is written. */
+static int k_rms_norm_grad_x(const mpmd_kargs *a) {
+    const mpmd_type *t = a->in_type[0];
+    int64_t n = last_dim(t), rows = mpmd_type_numel(t) / n;
+    const float *x = a->in[0], *scale = a->in[1], *gy = a->in[2];
+    float *dx = a->out;
+    float eps = a->node->fa[0];
+    int nt = mpmd_threads_for(a->nthreads, rows * n * 5);
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t lo, hi;
+        mpmd_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        for (int64_t r = lo; r < hi; r++) {
+            const float *xr = x + r * n, *gr = gy + r * n;
+            float *dr = dx + r * n;
+            float rs = rms_r(xr, n, eps);
+            float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            int64_t i = 0;
+            for (; i + 8 <= n; i += 8)
+                for (int j = 0; j < 8; j++)
+                    s[j] += (gr[i + j] * scale[i + j]) * (xr[i + j] * rs);
+            float sgx = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+            for (; i < n; i++)
+                sgx += (gr[i] * scale[i]) * (xr[i] * rs);
+            float mgx = sgx / (float)n;
+#pragma omp simd
+            for (int64_t k = 0; k < n; k++)
+                dr[k] = rs * ((gr[k] * scale[k]) - (xr[k] * rs) * mgx);
+        }
+    }
+    return 0;
+}
+
+/* dscale[c] = sum over rows r, in order, of gy[r, c] * xhat[r, c]: every
+ * row's r into scratch first, then threads split blocks of 16 columns and
+ * walk all rows (the order of each column's sum is fixed). */
+static size_t scratch_rms_grad_scale(const mpmd_graph *g, const mpmd_node *n) {
+    const mpmd_type *t = mpmd_type_of(g, mpmd_in(n, 0));
+    return (size_t)(mpmd_type_numel(t) / last_dim(t)) * sizeof(float);
+}
+
+static int k_rms_norm_grad_scale(const mpmd_kargs *a) {
+    const mpmd_type *t = a->in_type[0];
+    int64_t n = last_dim(t), rows = mpmd_type_numel(t) / n;
+    const float *x = a->in[0], *gy = a->in[1];
+    float *ds = a->out, *rstd = a->scratch;
+    float eps = a->node->fa[0];
+    int64_t blocks = (n + 15) / 16;
+    int nt = mpmd_threads_for(a->nthreads, rows * n * 3);
+#pragma omp parallel num_threads(nt)
+    {
+        int tid = omp_get_thread_num(), tn = omp_get_num_threads();
+        int64_t lo, hi;
+        mpmd_split(rows, tid, tn, &lo, &hi);
+        for (int64_t r = lo; r < hi; r++)
+            rstd[r] = rms_r(x + r * n, n, eps);
+#pragma omp barrier
+        mpmd_split(blocks, tid, tn, &lo, &hi);
+        int64_t c0 = lo * 16, c1 = hi * 16 < n ? hi * 16 : n;
+        for (int64_t c = c0; c < c1; c++)
+            ds[c] = 0.0f;
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * n, *gr = gy + r * n;
+            float rs = rstd[r];
+#pragma omp simd
+            for (int64_t c = c0; c < c1; c++)
+                ds[c] += gr[c] * (xr[c] * rs);
+        }
+    }
+    return 0;
+}
+
+/* ---- rotary position embedding ------------------------------------------------------------ */
+
+/* x [..., T, H, D]: cos and sin of the angle (offset + t) base^(-2i/D) for
+ * t < T, i < D/2 go to scratch first (computed in double, rounded once),
+ * then each (row, head) turns its pairs (i, i + D/2). The inverse turns by
+ * -angle. out may alias x: a pair is read before it is written. */
+static size_t scratch_rope(const mpmd_graph *g, const mpmd_node *n) {
+    (void)g;
+    const mpmd_type *t = &n->type;
+    return (size_t)t->dim[t->ndim - 3] * (size_t)(t->dim[t->ndim - 1] / 2) * 2 * sizeof(float);
+}
+
+static int k_rope(const mpmd_kargs *a) {
+    const mpmd_type *t = &a->node->type;
+    int64_t T = t->dim[t->ndim - 3], H = t->dim[t->ndim - 2], D = t->dim[t->ndim - 1], half = D / 2;
+    int64_t outer = mpmd_type_numel(t) / (T * H * D);
+    const float *x = a->in[0];
+    float *y = a->out, *cs = a->scratch, *sn = cs + T * half;
+    double base = a->node->fa[0], sign = a->node->ia[1] ? -1.0 : 1.0;
+    int64_t offset = a->node->ia[0];
+    for (int64_t i = 0; i < half; i++) {
+        double inv = pow(base, -2.0 * (double)i / (double)D);
+        for (int64_t p = 0; p < T; p++) {
+            double ang = (double)(offset + p) * inv;
+            cs[p * half + i] = (float)cos(ang);
+            sn[p * half + i] = (float)(sign * sin(ang));
+        }
+    }
+    int64_t rows = outer * T;
+    int nt = mpmd_threads_for(a->nthreads, rows * H * D * 3);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t p = r % T;
+        const float *c = cs + p * half, *s = sn + p * half;
+        for (int64_t h = 0; h < H; h++) {
+            const float *xr = x + (r * H + h) * D;
+            float *yr = y + (r * H + h) * D;
+#pragma omp simd
+            for (int64_t i = 0; i < half; i++) {
+                float x1 = xr[i], x2 = xr[i + half];
+                yr[i] = x1 * c[i] - x2 * s[i];
+                yr[i + half] = x1 * s[i] + x2 * c[i];
+            }
+        }
+    }
+    return 0;
+}
+
 /* ---- embedding -------------------------------------------------------------------------- */
 
 /* Check every id is in [0, v); name the first bad one and its position. */
@@ -534,6 +687,10 @@ const mpmd_kernel mpmd_cpu_nn_kernels[] = {
     {&mpmd_op_layer_norm, k_layer_norm, NULL, 0},
     {&mpmd_op_layer_norm_grad_x, k_layer_norm_grad_x, NULL, 0},
     {&mpmd_op_layer_norm_grad_gamma, k_layer_norm_grad_gamma, scratch_ln_grad_gamma, 0},
+    {&mpmd_op_rms_norm, k_rms_norm, NULL, 0},
+    {&mpmd_op_rms_norm_grad_x, k_rms_norm_grad_x, NULL, 0},
+    {&mpmd_op_rms_norm_grad_scale, k_rms_norm_grad_scale, scratch_rms_grad_scale, 0},
+    {&mpmd_op_rope, k_rope, scratch_rope, 0},
     {&mpmd_op_embedding, k_embedding, NULL, 0},
     {&mpmd_op_embedding_grad, k_embedding_grad, NULL, 0},
     {&mpmd_op_cross_entropy, k_cross_entropy, NULL, 0},
