@@ -624,6 +624,25 @@ static void case_layer_norm(cb *c) {
     grads(c, 1, NULL, NULL);
 }
 
+/* The LLaMA family: sigmoid, silu, maximum / minimum, compare, where,
+ * dropout (a key input), RMS norm and rotary embeddings, with gradients. */
+static void case_llama_ops(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value u = in_flt(c, "u", -3.0f, 3.0f, D(7, 33));
+    mpmd_value w = in_flt(c, "w", -3.0f, 3.0f, D(33));
+    acc(c, mpmd_sigmoid(g, u));
+    acc(c, mpmd_silu(g, u));
+    acc(c, mpmd_maximum(g, u, w));
+    acc(c, mpmd_minimum(g, w, u));
+    acc(c, mpmd_where(g, mpmd_compare(g, u, w, MPMD_CMP_LE), u, mpmd_mul_scalar(g, w, 0.5f)));
+    acc(c, mpmd_dropout(g, u, 0.3f, in_i32(c, "key", 1 << 30, D(2))));
+    mpmd_value x = in_flt(c, "x", -1.0f, 3.0f, D(6, 130));
+    mpmd_value scale = mpmd_param(g, "scale", D(130), (mpmd_init){MPMD_INIT_UNIFORM, 0.5f, 1.5f});
+    acc(c, mpmd_rms_norm(g, x, lp(c, scale), 1e-6f));
+    acc(c, mpmd_rope(g, in_flt(c, "q", -2.0f, 2.0f, D(2, 9, 3, 16)), 10000.0f, 4));
+    grads(c, 1, NULL, NULL);
+}
+
 /* Embedding lookups with repeated ids (tables in the case's dtype); the
  * gradient is a scatter-add. */
 static void case_embedding(cb *c) {
@@ -805,6 +824,7 @@ static const tcase cases[] = {
     {"xent_1000", case_xent_1000, MPMD_F32, 1e-3, 1e-4},
     {"xent", case_xent, MPMD_F32, 1e-3, 1e-4},
     {"layer_norm", case_layer_norm, MPMD_F32, 1e-3, 1e-4},
+    {"llama_ops", case_llama_ops, MPMD_F32, 1e-3, 1e-4},
     {"embedding", case_embedding, MPMD_F32, 1e-4, 1e-4},
     {"attention", case_attention, MPMD_F32, 1e-3, 1e-4},
     {"gpt_block", case_gpt_block, MPMD_F32, 1e-2, 1e-3},
@@ -825,6 +845,7 @@ static const tcase cases[] = {
     {"xent_1000/bf16", case_xent_1000, MPMD_BF16, 3e-2, 5e-2},
     {"xent/bf16", case_xent, MPMD_BF16, 3e-2, 5e-2},
     {"layer_norm/bf16", case_layer_norm, MPMD_BF16, 3e-2, 5e-2},
+    {"llama_ops/bf16", case_llama_ops, MPMD_BF16, 3e-2, 5e-2},
     {"embedding/bf16", case_embedding, MPMD_BF16, 3e-2, 5e-2},
     {"attention/bf16", case_attention, MPMD_BF16, 3e-2, 5e-2},
     {"gpt_block/bf16", case_gpt_block, MPMD_BF16, 6e-2, 1e-1},
