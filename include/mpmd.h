@@ -526,6 +526,24 @@ MPMD_NODISCARD mpmd_value mpmd_self_attention(mpmd_graph *g, const char *name, m
 MPMD_NODISCARD mpmd_value mpmd_transformer_block(mpmd_graph *g, const char *name, mpmd_value x, int heads, int causal);
 /* A GPT-2 block "name" (pre-LN, causal): x = x + attn(LN(x)); x = x + mlp(LN(x)). */
 MPMD_NODISCARD mpmd_value mpmd_gpt_block(mpmd_graph *g, const char *name, mpmd_value x, int heads);
+/* RMSNorm layer "name" over the last axis: parameter name/scale (ones). */
+MPMD_NODISCARD mpmd_value mpmd_rms_norm_layer(mpmd_graph *g, const char *name, mpmd_value x, float eps);
+/* SwiGLU MLP "name" (LLaMA's): down(silu(gate(x)) * up(x)), dense layers
+ * name/{gate,up,down} without bias, gate and up of width `hidden`. */
+MPMD_NODISCARD mpmd_value mpmd_swiglu_mlp(mpmd_graph *g, const char *name, mpmd_value x, int64_t hidden, int64_t out);
+/* Causal self-attention "name" with rotary embeddings on x [B, T, C]:
+ * name/{q,k,v,o} without bias; kv_heads key/value heads (grouped-query
+ * attention when fewer than `heads`, which they must divide; each is shared
+ * by heads / kv_heads query heads). */
+MPMD_NODISCARD mpmd_value mpmd_rope_attention(mpmd_graph *g, const char *name, mpmd_value x, int heads, int kv_heads, float rope_base);
+/* A LLaMA block "name" (pre-norm, causal): x = x + attn(RMS(x)) with rotary
+ * attention; x = x + swiglu(RMS(x)) of width `hidden`. */
+MPMD_NODISCARD mpmd_value mpmd_llama_block(mpmd_graph *g, const char *name, mpmd_value x, int heads, int kv_heads, int64_t hidden, float rope_base, float eps);
+/* Dropout in the blocks above (transformer, GPT-2, LLaMA) built after this
+ * call: each residual branch's output (attention, MLP) goes through
+ * mpmd_dropout(rate, key) before it is added. rate 0 (the default) turns
+ * it off; key as mpmd_dropout's. */
+mpmd_status mpmd_set_layer_dropout(mpmd_graph *g, float rate, mpmd_value key);
 
 /* Optimizers, built after the loop. lr is an f32 scalar value (a constant,
  * an input, or computed), so a learning-rate schedule needs no rebuild. */

@@ -104,6 +104,27 @@ mpmd_status mpmd_set_compute_dtype(mpmd_graph *g, mpmd_dtype dtype) {
 
 mpmd_dtype mpmd_compute_dtype(const mpmd_graph *g) { return g ? g->compute_dtype : MPMD_F32; }
 
+mpmd_status mpmd_set_layer_dropout(mpmd_graph *g, float rate, mpmd_value key) {
+    const char *fn = "mpmd_set_layer_dropout";
+    if (!g) return MPMD_ERR_INVALID;
+    if (!(rate >= 0.0f && rate < 1.0f)) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "%s: rate %g is outside [0, 1)", fn, (double)rate);
+        return MPMD_ERR_INVALID;
+    }
+    if (rate > 0.0f) {
+        if (!mpmd_check_operands(g, fn, 1, &key)) return g->status;
+        const mpmd_type *t = mpmd_type_of(g, key);
+        if (t->dtype != MPMD_I32 || mpmd_type_numel(t) != 2) {
+            mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the key must be i32 with 2 elements (a seed pair), got %s", fn,
+                      mpmd_tstr(g, key));
+            return MPMD_ERR_SHAPE;
+        }
+    }
+    g->layer_dropout = rate;
+    g->layer_dropout_key = rate > 0.0f ? key : MPMD_NONE;
+    return MPMD_OK;
+}
+
 mpmd_status mpmd_graph_status(const mpmd_graph *g) { return g ? g->status : MPMD_ERR_INVALID; }
 const char *mpmd_graph_error(const mpmd_graph *g) { return g ? g->err : "no graph (NULL)"; }
 int mpmd_graph_num_values(const mpmd_graph *g) { return g ? g->n_nodes : 0; }

@@ -100,6 +100,8 @@ struct mpmd_graph {
     int cur_stage;            /* markers seen so far in the body */
     int n_markers;            /* markers in the body (forward) */
     mpmd_dtype compute_dtype; /* what mpmd_embed emits (mpmd_set_compute_dtype) */
+    float layer_dropout;      /* the blocks' dropout rate (mpmd_set_layer_dropout), 0: none */
+    mpmd_value layer_dropout_key;
     /* tagging of nodes emitted by a VJP rule */
     int emit_bwd, emit_stage, emit_fwd;
     int remat; /* the open rematerialisation region's policy, 0: none */

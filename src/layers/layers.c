@@ -133,6 +133,79 @@ mpmd_value mpmd_self_attention(mpmd_graph *g, const char *name, mpmd_value x, in
     return y;
 }
 
+/* RMSNorm layer "name": x / sqrt(mean(x^2) + eps) * scale over the last axis. */
+mpmd_value mpmd_rms_norm_layer(mpmd_graph *g, const char *name, mpmd_value x, float eps) {
+    const char *fn = "mpmd_rms_norm_layer";
+    if (!layer_input_ok(g, fn, name, x)) return MPMD_NONE;
+    mpmd_type xt = *mpmd_type_of(g, x);
+    if (!mpmd_dtype_is_float(xt.dtype) || xt.ndim < 1)
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "%s \"%s\": input is %s; a float tensor [..., features] is expected", fn, name,
+                         mpmd_tstr(g, x));
+    int64_t c = xt.dim[xt.ndim - 1];
+    mpmd_scope_push(g, name);
+    mpmd_value scale = layer_param(g, "scale", MPMD_SHAPE(c), MPMD_ONES);
+    mpmd_scope_pop(g);
+    return mpmd_rms_norm(g, x, like(g, scale, xt.dtype), eps);
+}
+
+/* SwiGLU MLP "name": down(silu(gate(x)) * up(x)), three dense layers
+ * without bias (LLaMA's). */
+mpmd_value mpmd_swiglu_mlp(mpmd_graph *g, const char *name, mpmd_value x, int64_t hidden, int64_t out) {
+    if (!layer_input_ok(g, "mpmd_swiglu_mlp", name, x)) return MPMD_NONE;
+    mpmd_scope_push(g, name);
+    mpmd_value h = mpmd_mul(g, mpmd_silu(g, mpmd_dense(g, "gate", x, hidden, 0)), mpmd_dense(g, "up", x, hidden, 0));
+    mpmd_value y = mpmd_dense(g, "down", h, out, 0);
+    mpmd_scope_pop(g);
+    return y;
+}
+
+/* x [B, T, C] -> q = x W_q [B, T, H, Dh], k = x W_k and v = x W_v [B, T,
+ * KV, Dh] (grouped-query: KV divides H), rotary embeddings on q and k, each
+ * key/value head repeated for its H/KV query heads (a broadcast), causal
+ * attention, y = a W_o. No biases. */
+mpmd_value mpmd_rope_attention(mpmd_graph *g, const char *name, mpmd_value x, int heads, int kv_heads,
+                               float rope_base) {
+    const char *fn = "mpmd_rope_attention";
+    if (!layer_input_ok(g, fn, name, x)) return MPMD_NONE;
+    mpmd_type xt = *mpmd_type_of(g, x);
+    if (!mpmd_dtype_is_float(xt.dtype) || xt.ndim != 3)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": input is %s; float [batch, seq, width] is expected",
+                         fn, name, mpmd_tstr(g, x));
+    int64_t b = xt.dim[0], t = xt.dim[1], c = xt.dim[2];
+    if (heads < 1 || c % heads != 0)
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "%s \"%s\": %d heads do not divide the width %lld of the input %s", fn, name, heads,
+                         (long long)c, mpmd_tstr(g, x));
+    if (kv_heads < 1 || heads % kv_heads != 0)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": %d key/value heads do not divide the %d query heads", fn,
+                         name, kv_heads, heads);
+    int64_t dh = c / heads, rep = heads / kv_heads;
+    mpmd_scope_push(g, name);
+    mpmd_value q = mpmd_reshape(g, mpmd_dense(g, "q", x, c, 0), MPMD_SHAPE(b, t, heads, dh));
+    mpmd_value k = mpmd_reshape(g, mpmd_dense(g, "k", x, kv_heads * dh, 0), MPMD_SHAPE(b, t, kv_heads, dh));
+    mpmd_value v = mpmd_reshape(g, mpmd_dense(g, "v", x, kv_heads * dh, 0), MPMD_SHAPE(b, t, kv_heads, dh));
+    q = mpmd_rope(g, q, rope_base, 0);
+    k = mpmd_rope(g, k, rope_base, 0);
+    if (rep > 1) { /* [B, T, KV, Dh] -> [B, T, KV, rep, Dh] -> [B, T, H, Dh] */
+        k = mpmd_reshape(g, mpmd_broadcast_to(g, mpmd_reshape(g, k, MPMD_SHAPE(b, t, kv_heads, 1, dh)),
+                                              MPMD_SHAPE(b, t, kv_heads, rep, dh)),
+                         MPMD_SHAPE(b, t, heads, dh));
+        v = mpmd_reshape(g, mpmd_broadcast_to(g, mpmd_reshape(g, v, MPMD_SHAPE(b, t, kv_heads, 1, dh)),
+                                              MPMD_SHAPE(b, t, kv_heads, rep, dh)),
+                         MPMD_SHAPE(b, t, heads, dh));
+    }
+    mpmd_value a = mpmd_reshape(g, mpmd_attention(g, q, k, v, 1), MPMD_SHAPE(b, t, c));
+    mpmd_value y = mpmd_dense(g, "o", a, c, 0);
+    mpmd_scope_pop(g);
+    return y;
+}
+
+/* A residual branch's output through the graph's layer dropout, if set. */
+static mpmd_value branch(mpmd_graph *g, mpmd_value y) {
+    return g->layer_dropout > 0.0f ? mpmd_dropout(g, y, g->layer_dropout, g->layer_dropout_key) : y;
+}
+
 /* Flax's LayerNorm epsilon for the tutorial Block, GPT-2's for gpt_block. */
 #define BLOCK_LN_EPS 1e-6f
 #define GPT_LN_EPS 1e-5f
@@ -155,9 +228,9 @@ mpmd_value mpmd_transformer_block(mpmd_graph *g, const char *name, mpmd_value x,
     if (!block_input_ok(g, fn, name, x)) return MPMD_NONE;
     int64_t c = mpmd_type_of(g, x)->dim[2];
     mpmd_scope_push(g, name);
-    x = mpmd_layer_norm_layer(g, "ln_0", mpmd_add(g, x, mpmd_self_attention(g, "attn", x, heads, causal)),
+    x = mpmd_layer_norm_layer(g, "ln_0", mpmd_add(g, x, branch(g, mpmd_self_attention(g, "attn", x, heads, causal))),
                               BLOCK_LN_EPS);
-    x = mpmd_layer_norm_layer(g, "ln_1", mpmd_add(g, x, mpmd_mlp(g, "mlp", x, 4 * c, c)), BLOCK_LN_EPS);
+    x = mpmd_layer_norm_layer(g, "ln_1", mpmd_add(g, x, branch(g, mpmd_mlp(g, "mlp", x, 4 * c, c))), BLOCK_LN_EPS);
     mpmd_scope_pop(g);
     return x;
 }
@@ -170,8 +243,27 @@ mpmd_value mpmd_gpt_block(mpmd_graph *g, const char *name, mpmd_value x, int hea
     int64_t c = mpmd_type_of(g, x)->dim[2];
     mpmd_scope_push(g, name);
     x = mpmd_add(g, x,
-                 mpmd_self_attention(g, "attn", mpmd_layer_norm_layer(g, "ln_0", x, GPT_LN_EPS), heads, 1));
-    x = mpmd_add(g, x, mpmd_mlp(g, "mlp", mpmd_layer_norm_layer(g, "ln_1", x, GPT_LN_EPS), 4 * c, c));
+                 branch(g, mpmd_self_attention(g, "attn", mpmd_layer_norm_layer(g, "ln_0", x, GPT_LN_EPS), heads, 1)));
+    x = mpmd_add(g, x, branch(g, mpmd_mlp(g, "mlp", mpmd_layer_norm_layer(g, "ln_1", x, GPT_LN_EPS), 4 * c, c)));
+    mpmd_scope_pop(g);
+    return x;
+}
+
+/* A LLaMA block "name" (pre-norm, causal):
+ *   x = x + attn(rms_0(x));  x = x + swiglu(rms_1(x)). */
+mpmd_value mpmd_llama_block(mpmd_graph *g, const char *name, mpmd_value x, int heads, int kv_heads, int64_t hidden,
+                            float rope_base, float eps) {
+    const char *fn = "mpmd_llama_block";
+    if (!block_input_ok(g, fn, name, x)) return MPMD_NONE;
+    if (hidden < 1)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": MLP width %lld; at least 1 is required", fn, name,
+                         (long long)hidden);
+    int64_t c = mpmd_type_of(g, x)->dim[2];
+    mpmd_scope_push(g, name);
+    x = mpmd_add(g, x,
+                 branch(g, mpmd_rope_attention(g, "attn", mpmd_rms_norm_layer(g, "rms_0", x, eps), heads, kv_heads,
+                                               rope_base)));
+    x = mpmd_add(g, x, branch(g, mpmd_swiglu_mlp(g, "mlp", mpmd_rms_norm_layer(g, "rms_1", x, eps), hidden, c)));
     mpmd_scope_pop(g);
     return x;
 }
