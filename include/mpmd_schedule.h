@@ -103,6 +103,7 @@ typedef struct mpmd_schedule {
     int fuse_steady_state;     /* Interleaved1F1B / KimiK2 option as built */
     int32_t *stage_rank;       /* [S]: the rank that runs each stage (-1: none, user schedules only) */
     mpmd_schedule_rank *ranks; /* [D] */
+    int forward_only;          /* 1: forward tasks only: a loop body without gradients, as compiled */
 } mpmd_schedule;
 
 /* The tasks of entry `e` of rank `r`; *ntasks gets their count (1..3). */

@@ -253,7 +253,7 @@ static void test_hand_built(void) {
     int32_t es0[] = {0, 1, 2}, es1[] = {0, 2};
     mpmd_schedule_rank ranks[2] = {{2, 2, es0, tasks0}, {1, 2, es1, tasks1}};
     int32_t stage_rank[2] = {0, 1};
-    mpmd_schedule s = {MPMD_SCHED_USER, "hand-built", 2, 2, 1, 0, 0, stage_rank, ranks};
+    mpmd_schedule s = {MPMD_SCHED_USER, "hand-built", 2, 2, 1, 0, 0, stage_rank, ranks, 0};
     mpmd_error err;
     CHECK(mpmd_schedule_validate(&s, &err, NULL) == MPMD_OK, "hand-built: %s", err.msg);
     tasks1[1].stage = 0;
@@ -271,6 +271,22 @@ static void test_hand_built(void) {
     es1[1] = 1;
     CHECK(mpmd_schedule_validate(&s, &err, NULL) == MPMD_ERR_SCHEDULE && strstr(err.msg, "malformed"),
           "bad entry_start: %s", err.msg);
+
+    /* forward only: the forwards alone are complete, a backward is wrong */
+    es1[1] = 2;
+    mpmd_task f0[] = {{MPMD_TASK_F, 0, 0}}, f1[] = {{MPMD_TASK_F, 1, 0}, {MPMD_TASK_B, 1, 0}};
+    int32_t fe0[] = {0, 1}, fe1[] = {0, 1, 2};
+    mpmd_schedule_rank fr[2] = {{1, 1, fe0, f0}, {1, 1, fe1, f1}};
+    mpmd_schedule fs = {MPMD_SCHED_USER, "forward", 2, 2, 1, 0, 0, stage_rank, fr, 1};
+    CHECK(mpmd_schedule_validate(&fs, &err, NULL) == MPMD_OK, "forward only: %s", err.msg);
+    fs.forward_only = 0;
+    CHECK(mpmd_schedule_validate(&fs, &err, NULL) == MPMD_ERR_SCHEDULE && strstr(err.msg, "missing"),
+          "forwards alone, not forward only: %s", err.msg);
+    fs.forward_only = 1;
+    fr[1].num_entries = 2, fr[1].num_tasks = 2;
+    CHECK(mpmd_schedule_validate(&fs, &err, NULL) == MPMD_ERR_SCHEDULE &&
+              strstr(err.msg, "a forward-only schedule has bwd_1__0"),
+          "a backward in a forward-only schedule: %s", err.msg);
 }
 
 int main(void) {

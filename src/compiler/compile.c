@@ -16,6 +16,7 @@ static mpmd_schedule *copy_schedule(const mpmd_schedule *s) {
     if (!c) return NULL;
     memcpy(c->name, s->name, sizeof c->name);
     c->fuse_steady_state = s->fuse_steady_state;
+    c->forward_only = s->forward_only;
     memcpy(c->stage_rank, s->stage_rank, (size_t)s->num_stages * sizeof *c->stage_rank);
     for (int r = 0; r < s->num_ranks; r++) {
         const mpmd_schedule_rank *a = &s->ranks[r];
@@ -32,6 +33,29 @@ static mpmd_schedule *copy_schedule(const mpmd_schedule *s) {
         memcpy(b->tasks, a->tasks, (size_t)a->num_tasks * sizeof *b->tasks);
     }
     return c;
+}
+
+/* A loop body without gradients (inference, evaluation) has nothing for
+ * the backward tasks to run: drop them from every rank's list, keeping the
+ * forward tasks in their order (a fused entry keeps its forward member).
+ * GPipe is then fill and drain, and 1F1B's order degenerates to it: each
+ * rank runs its forwards in microbatch order as their inputs arrive. */
+static void keep_forward_tasks(mpmd_schedule *s) {
+    for (int r = 0; r < s->num_ranks; r++) {
+        mpmd_schedule_rank *rk = &s->ranks[r];
+        int ne = 0, nt = 0;
+        for (int e = 0; e < rk->num_entries; e++) {
+            int start = nt;
+            for (int t = rk->entry_start[e]; t < rk->entry_start[e + 1]; t++)
+                if (rk->tasks[t].kind == MPMD_TASK_F) rk->tasks[nt++] = rk->tasks[t];
+            if (nt > start) rk->entry_start[ne++] = start;
+        }
+        rk->entry_start[ne] = nt;
+        rk->num_entries = ne, rk->num_tasks = nt;
+    }
+    s->forward_only = 1;
+    size_t len = strlen(s->name);
+    snprintf(s->name + len, sizeof s->name - len, ", forward only");
 }
 
 mpmd_status mpmd_compile_check(const mpmd_graph *g, const mpmd_schedule *s, mpmd_error *err) {
@@ -167,6 +191,10 @@ mpmd_plan *mpmd_compile(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_
     pl->stage_rank = pl->sched->stage_rank;
     if (!(pl->live = mpmd_live_nodes(g))) goto nomem;
     if (mpmd_cluster(g, pl->live, s->num_stages, s->split_backward, &pl->cl, err)) goto fail;
+    int backward_ops = 0;
+    for (int k = 0; k < pl->num_stages * MPMD_TASK_KINDS; k++)
+        if (k % MPMD_TASK_KINDS != MPMD_TASK_F) backward_ops += pl->cl.count[k];
+    if (!backward_ops) keep_forward_tasks(pl->sched);
     /* a stage whose forward computes nothing: most likely a dropped marker */
     for (int st = 0; st < pl->num_stages; st++) {
         const int k = st * MPMD_TASK_KINDS + MPMD_TASK_F;

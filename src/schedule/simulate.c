@@ -218,15 +218,23 @@ static mpmd_status check_tasks(sim_ctx *c, int64_t *units, mpmd_error *err) {
         }
     }
     *units -= merged;
-    const int split = s->split_backward;
+    const int split = s->split_backward, fwd = s->forward_only;
     const uint8_t want =
-        SEEN(MPMD_TASK_F) | (split ? SEEN(MPMD_TASK_A) | SEEN(MPMD_TASK_W) : SEEN(MPMD_TASK_B));
-    const uint8_t wrong = split ? SEEN(MPMD_TASK_B) : SEEN(MPMD_TASK_A) | SEEN(MPMD_TASK_W);
+        SEEN(MPMD_TASK_F) | (fwd ? 0 : split ? SEEN(MPMD_TASK_A) | SEEN(MPMD_TASK_W) : SEEN(MPMD_TASK_B));
+    const uint8_t wrong = fwd     ? SEEN(MPMD_TASK_B) | SEEN(MPMD_TASK_A) | SEEN(MPMD_TASK_W)
+                          : split ? SEEN(MPMD_TASK_B)
+                                  : SEEN(MPMD_TASK_A) | SEEN(MPMD_TASK_W);
     int64_t missing = 0;
     mpmd_task first = {0, 0, 0};
     for (int32_t st = 0; st < c->S; st++) {
         const uint8_t *f = &c->flags[idx(c, st, 0)];
         for (int32_t m = 0; m < c->n; m++) {
+            if (f[m] & wrong && fwd) {
+                mpmd_task t = {f[m] & SEEN(MPMD_TASK_B) ? MPMD_TASK_B : f[m] & SEEN(MPMD_TASK_A) ? MPMD_TASK_A : MPMD_TASK_W,
+                               st, m};
+                return mpmd_error_set(err, MPMD_ERR_SCHEDULE, "%s: a forward-only schedule has %s", s->name,
+                                      task_text(&t, b1, sizeof b1));
+            }
             if (f[m] & wrong) {
                 mpmd_task t = {split ? MPMD_TASK_B : (f[m] & SEEN(MPMD_TASK_A) ? MPMD_TASK_A : MPMD_TASK_W),
                                st, m};
@@ -252,9 +260,10 @@ static mpmd_status check_tasks(sim_ctx *c, int64_t *units, mpmd_error *err) {
         return mpmd_error_set(
             err, MPMD_ERR_SCHEDULE,
             "%s: %lld task%s missing, the first is %s (stage %d runs on rank %d); every stage "
-            "needs, for every microbatch, a fwd_ and %s",
+            "needs, for every microbatch, a fwd_%s%s",
             s->name, (long long)missing, missing == 1 ? " is" : "s are", task_text(&first, b1, sizeof b1),
-            (int)first.stage, s->stage_rank[first.stage], split ? "a bwdA_ and a bwdW_" : "a bwd_");
+            (int)first.stage, s->stage_rank[first.stage], fwd ? "" : " and ",
+            fwd ? "" : split ? "a bwdA_ and a bwdW_" : "a bwd_");
     return MPMD_OK;
 }
 
@@ -756,7 +765,7 @@ static mpmd_status check_and_run(const mpmd_schedule *s, const mpmd_cost_model *
     int64_t tasks = 0;
     for (int r = 0; r < c.D; r++)
         tasks += s->ranks[r].num_tasks;
-    int64_t need = (int64_t)c.S * c.n * (s->split_backward ? 3 : 2);
+    int64_t need = (int64_t)c.S * c.n * (s->forward_only ? 1 : s->split_backward ? 3 : 2);
     if (tasks < need && (int64_t)c.S * c.n > ((int64_t)1 << 26)) {
         st = mpmd_error_set(
             err, MPMD_ERR_SCHEDULE,
