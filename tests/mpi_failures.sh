@@ -28,6 +28,7 @@ fi
 # process, whose command line starts with the program (mpirun's and the
 # wrapper's only contain it).
 start_forever() {
+  : >"$out" # emptied here: the job's own redirection may come after the wait below starts reading
   "$here/mpirun.sh" shm 2 "$prog" --forever "$@" >"$out" 2>&1 &
   job=$!
   for _ in $(seq 300); do grep -q "^step 0" "$out" 2>/dev/null && break; sleep 0.1; done

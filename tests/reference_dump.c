@@ -266,6 +266,14 @@ OP(concat, return mpmd_concat(g, 2, p, 1);)
 OP(embedding, return mpmd_embedding(g, p[0], g_ids);)
 OP(broadcast_to, return mpmd_broadcast_to(g, p[0], MPMD_SHAPE(3, 2, 4));)
 OP(sum_to, return mpmd_sum_to(g, p[0], MPMD_SHAPE(1, 4));)
+OP(sigmoid, return mpmd_sigmoid(g, p[0]);)
+OP(silu, return mpmd_silu(g, p[0]);)
+OP(maximum_bcast, return mpmd_maximum(g, p[0], p[1]);)
+OP(minimum, return mpmd_minimum(g, p[0], p[1]);)
+OP(where_gt, return mpmd_where(g, mpmd_compare(g, p[0], p[1], MPMD_CMP_GT), p[0], mpmd_mul_scalar(g, p[1], 0.5f));)
+OP(rms_norm, return mpmd_rms_norm(g, p[0], p[1], 1e-6f);)
+OP(rope, return mpmd_rope(g, p[0], 10000.0f, 3);)
+OP(take_axis1, return mpmd_take(g, p[0], g_ids, 1);)
 
 typedef struct op_case {
     const char *name;
@@ -311,6 +319,14 @@ static const op_case cases[] = {
     {"embedding", op_embedding, 1, {2}, {{10, 4}}},
     {"broadcast_to", op_broadcast_to, 1, {2}, {{2, 4}}},
     {"sum_to", op_sum_to, 1, {3}, {{2, 3, 4}}},
+    {"sigmoid", op_sigmoid, 1, {2}, {{3, 4}}},
+    {"silu", op_silu, 1, {2}, {{3, 4}}},
+    {"maximum_bcast", op_maximum_bcast, 2, {2, 1}, {{3, 4}, {4}}},
+    {"minimum", op_minimum, 2, {2, 2}, {{3, 4}, {3, 4}}},
+    {"where_gt", op_where_gt, 2, {2, 2}, {{3, 4}, {3, 4}}},
+    {"rms_norm", op_rms_norm, 2, {2, 1}, {{3, 8}, {8}}},
+    {"rope", op_rope, 1, {4}, {{2, 5, 2, 6}}},
+    {"take_axis1", op_take_axis1, 1, {3}, {{2, 10, 3}}},
 };
 
 static int dump_op(const char *dir, const op_case *c, uint64_t seed) {

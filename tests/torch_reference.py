@@ -195,7 +195,26 @@ OPS = {
     "embedding": lambda x: x[0][torch.tensor([3, 0, 9, 3, 7, 1])],
     "broadcast_to": lambda x: x[0].expand(3, 2, 4),
     "sum_to": lambda x: x[0].sum((0, 1), keepdim=True).reshape(1, 4),
+    "sigmoid": lambda x: torch.sigmoid(x[0]),
+    "silu": lambda x: F.silu(x[0]),
+    "maximum_bcast": lambda x: torch.maximum(x[0], x[1]),
+    "minimum": lambda x: torch.minimum(x[0], x[1]),
+    "where_gt": lambda x: torch.where(x[0] > x[1], x[0], 0.5 * x[1]),
+    "rms_norm": lambda x: x[0] * torch.rsqrt((x[0] ** 2).mean(-1, keepdim=True) + 1e-6) * x[1],
+    "rope": lambda x: rope(x[0], 10000.0, 3),
+    "take_axis1": lambda x: x[0][:, torch.tensor([3, 0, 9, 3, 7, 1])],
 }
+
+
+def rope(x, base, offset):
+    """Hugging Face LLaMA's rotary embedding (rotate_half) on [B, T, H, D]."""
+    t, d = x.shape[1], x.shape[-1]
+    inv = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    ang = (torch.arange(t, dtype=torch.float64) + offset)[:, None] * inv[None, :]  # [T, D/2]
+    cos = torch.cat([ang.cos(), ang.cos()], -1)[None, :, None, :]
+    sin = torch.cat([ang.sin(), ang.sin()], -1)[None, :, None, :]
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
 
 
 def attn_op(x, causal):

@@ -324,7 +324,8 @@ void mpmd_enter_stage_n(mpmd_graph *g, int n, mpmd_value *xs) {
     if (g->region != MPMD_REGION_BODY) {
         mpmd_fail(
             g, MPMD_ERR_INVALID,
-            "mpmd_enter_stage: stage markers belong inside the microbatch loop body (after mpmd_loop_begin)");
+            "mpmd_enter_stage: stage markers belong inside the microbatch loop body (after mpmd_loop_begin); a "
+            "function without a microbatch loop is a loop of one: mpmd_loop_begin(g, 1)");
         for (int i = 0; i < n; i++)
             xs[i] = MPMD_NONE;
         return;
