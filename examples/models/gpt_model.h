@@ -1,6 +1,6 @@
 /* gpt_model.h - a GPT-2-style language model as an mpmd training step, and
- * the byte-level data it trains on. Shared by examples/gpt, the tests and
- * the benchmarks.
+ * the data it trains on (bytes of a text, or token ids of an llm.c token
+ * file). Shared by examples/gpt, the tests and the benchmarks.
  *
  * The step graph (gpt_build):
  *
@@ -89,11 +89,19 @@ void gpt_model_free(gpt_model *m);
 
 /* ---- data ------------------------------------------------------------------ */
 
-/* A byte corpus. */
+/* A corpus of token ids: the bytes of a text (each byte is an id in
+ * [0, 256)) or the uint16 ids of a token file in llm.c's format. Exactly one
+ * of `bytes` and `ids` is set; a byte corpus keeps one byte per id. */
 typedef struct gpt_corpus {
-    uint8_t *data;
-    int64_t len;
+    uint8_t *bytes; /* a byte corpus: id i is bytes[i] (or NULL) */
+    uint16_t *ids;  /* a token corpus: id i is ids[i] (or NULL) */
+    int64_t len;    /* ids in the corpus */
 } gpt_corpus;
+
+/* Id i of a corpus (0 <= i < len). */
+static inline int32_t gpt_corpus_id(const gpt_corpus *c, int64_t i) {
+    return c->ids ? (int32_t)c->ids[i] : (int32_t)c->bytes[i];
+}
 
 /* A deterministic English-like text of `len` bytes from `seed`: sentences
  * drawn from a small grammar over a fixed vocabulary of words, so a model
@@ -104,12 +112,37 @@ mpmd_status gpt_corpus_generate(gpt_corpus *c, int64_t len, uint64_t seed, mpmd_
 /* The bytes of a file. MPMD_ERR_IO when it cannot be read, MPMD_ERR_FORMAT
  * when it is shorter than min_len bytes. */
 mpmd_status gpt_corpus_load(gpt_corpus *c, const char *path, int64_t min_len, mpmd_error *err);
+
+/* GPT-2's vocabulary: the token ids of its BPE are in [0, 50257). */
+#define GPT2_VOCAB 50257
+
+/* llm.c's token files (its dev/data scripts write them, e.g. tinyshakespeare
+ * and fineweb shards): a header of 256 little-endian int32,
+ *   header[0] = 20240520 (the magic), header[1] = 1 (the version),
+ *   header[2] = n (the token count), the rest 0,
+ * then n little-endian uint16 token ids, and nothing after them. */
+#define GPT_TOKENS_MAGIC 20240520
+#define GPT_TOKENS_VERSION 1
+#define GPT_TOKENS_HEADER_INTS 256
+
+/* The ids of a token file. MPMD_ERR_IO when it cannot be opened or read (or
+ * is not a regular file); MPMD_ERR_FORMAT, naming the file and what is
+ * wrong, for a wrong magic or version, a count that does not match the
+ * file's size, fewer than min_len tokens, or a token >= vocab. */
+mpmd_status gpt_corpus_load_tokens(gpt_corpus *c, const char *path, int64_t vocab, int64_t min_len,
+                                   mpmd_error *err);
+
+/* MPMD_OK when every id of the corpus is below vocab; else MPMD_ERR_FORMAT
+ * naming `what` (the file, say), the first id out of range and its
+ * position. */
+mpmd_status gpt_corpus_check_vocab(const gpt_corpus *c, int64_t vocab, const char *what, mpmd_error *err);
 void gpt_corpus_free(gpt_corpus *c);
 
 /* The batch of a step, a pure function of (corpus, seed, step): row b is the
- * window of seq+1 bytes at an offset drawn from (seed, step, b); tokens are
- * its first seq bytes, targets the next-byte shift. Both i32 [batch, seq].
- * The corpus must hold at least seq+1 bytes. */
+ * window of seq+1 ids at an offset drawn from (seed, step, b); tokens are
+ * its first seq ids, targets the next-id shift. Both i32 [batch, seq].
+ * The corpus must hold at least seq+1 ids. A byte corpus and a token corpus
+ * holding the same ids give the same batches. */
 void gpt_sample_batch(const gpt_corpus *c, int64_t batch, int64_t seq, uint64_t seed, uint64_t step,
                       int32_t *tokens, int32_t *targets);
 
