@@ -1,4 +1,4 @@
-/* gpt - train a byte-level GPT-2-style model, on one rank or pipelined.
+/* gpt - train a GPT-2-style model, on one rank or pipelined.
  *
  * The training step (examples/models/gpt_model.h) is one mpmd graph: the
  * microbatch loop over the forward and backward pass, then AdamW. With
@@ -6,9 +6,12 @@
  * a schedule: the plain microbatch loop on one rank; with a schedule name,
  * into one program per rank. Either runs on in-process ranks (threads) or,
  * with --runtime mpi under mpirun, one process per rank (and replica). Data: a corpus this
- * program generates deterministically, or a text file (--data); batches are
- * a pure function of (seed, step). So runs with the same model options
- * print the same final line whatever the schedule, ranks or runtime:
+ * program generates deterministically, the bytes of a text file (--data),
+ * or the GPT-2 token ids of an llm.c token file (--tokens); batches are a
+ * pure function of (seed, step). The parameters start random (from --seed)
+ * or from GPT-2's weights (--init-from, Hugging Face's model.safetensors;
+ * examples/models/gpt_import.h). So runs with the same model options print
+ * the same final line whatever the schedule, ranks or runtime:
  *
  *     final_loss=<loss of the last step> params_sha256=<hash of the parameters>
  *
@@ -19,6 +22,7 @@
  * building or training (including a NaN/Inf loss, unless --no-nan-check).
  */
 #include "program.h"
+#include "gpt_import.h"
 #include "gpt_model.h"
 #include "gpt_plan.h"
 #include "mpmd.h"
@@ -36,8 +40,9 @@
 
 static const char *usage =
     "usage: gpt [options]\n"
-    "Train a byte-level GPT on a generated corpus (or --data FILE) with AdamW,\n"
-    "on one rank or as a pipeline.\n"
+    "Train a GPT-2-style model with AdamW, on one rank or as a pipeline: byte-level on a\n"
+    "generated corpus (or --data FILE), or on GPT-2 token ids (--tokens FILE), from random\n"
+    "weights or from GPT-2's (--init-from FILE).\n"
     "\n"
     "Model and data:\n"
     "  --layers N            transformer blocks (default 4)\n"
@@ -46,10 +51,22 @@ static const char *usage =
     "  --seq N               sequence length (default 64)\n"
     "  --batch N             sequences per step, all replicas together (default 8)\n"
     "  --microbatches N      microbatches per step and replica (default 4)\n"
+    "  --vocab N             token ids are in [0, N) (default 256; 50257, GPT-2's, with --tokens;\n"
+    "                        the file's with --init-from)\n"
     "  --tie-embeddings      the LM head shares the token embedding\n"
     "  --lr F                AdamW learning rate (default 0.003)\n"
     "  --weight-decay F      AdamW weight decay (default 0)\n"
     "  --data FILE           train on the bytes of FILE instead of the generated corpus\n"
+    "  --tokens FILE         train on the uint16 token ids of FILE, a token file in llm.c's format\n"
+    "                        (a header of 256 int32: 20240520, 1, the token count; then the\n"
+    "                        tokens), as llm.c's dev/data scripts write them (tinyshakespeare.py,\n"
+    "                        fineweb.py); every id must be below the vocabulary\n"
+    "  --init-from FILE      start from GPT-2's weights: a safetensors file in Hugging Face's\n"
+    "                        layout (model.safetensors of the gpt2 model repository; names wte.weight,\n"
+    "                        h.0.attn.c_attn.weight, ..., with or without \"transformer.\"). Layers,\n"
+    "                        width and vocabulary come from the file (options given must agree);\n"
+    "                        heads are width/64 unless given; seq is at most the file's positions\n"
+    "                        (default min(64, positions)); embeddings tied; the optimizer starts fresh\n"
     "  --steps N             train up to step N, counted from the start of training (default 60)\n"
     "  --seed N              seed of the initial parameters and of the batches (default 0)\n"
     "\n"
@@ -108,6 +125,7 @@ typedef struct options {
     long long steps, log_every, threads, ranks, replicas, save_every;
     unsigned long long seed;
     const char *data, *schedule, *trace, *timeline, *save, *resume, *backend, *precision, *remat;
+    const char *tokens, *init_from; /* --tokens FILE, --init-from FILE */
     const char *export_weights, *export_dtype_name;
     mpmd_dtype export_dtype;
     int nan_check, fuse, mpi, quiet, json;
@@ -116,6 +134,7 @@ typedef struct options {
     long long timeline_width; /* --timeline-width, px (0: chosen from the step) */
     double step_timeout;      /* --step-timeout: seconds, -1 off, 0 the default */
     int schedule_given, stages_given;
+    gpt_hf_given given; /* the model options set on the command line (--init-from checks them) */
 } options;
 
 static int bad_option(const char *fmt, ...) {
@@ -153,12 +172,12 @@ static const char *const flags[] = {"--tie-embeddings", "--no-nan-check", "--fus
                                     "--quiet",          "--json",         "--balance-stages",
                                     "--auto"};
 static const char *const valued[] = {
-    "--layers",       "--width",          "--heads",     "--seq",        "--batch",   "--microbatches",
-    "--stages",       "--steps",          "--log-every", "--threads",    "--seed",    "--lr",
-    "--weight-decay", "--data",           "--schedule",  "--ranks",      "--runtime", "--data-parallel",
-    "--trace",        "--timeline",       "--save",      "--save-every", "--resume",  "--backend",
+    "--layers",       "--width",          "--heads",     "--seq",        "--batch",        "--microbatches",
+    "--stages",       "--steps",          "--log-every", "--threads",    "--seed",         "--lr",
+    "--weight-decay", "--data",           "--schedule",  "--ranks",      "--runtime",      "--data-parallel",
+    "--trace",        "--timeline",       "--save",      "--save-every", "--resume",       "--backend",
     "--precision",    "--export-weights", "--dtype",     "--remat",      "--memory-limit", "--timeline-width",
-    "--step-timeout"};
+    "--step-timeout", "--tokens",         "--init-from", "--vocab"};
 
 static int is_one_of(const char *name, const char *const *list, size_t n) {
     for (size_t k = 0; k < n; k++)
@@ -234,12 +253,19 @@ static int parse_args(int argc, char **argv, options *o) {
         int rc = 0;
         if (!strcmp(name, "--layers")) {
             if (!(rc = parse_int(name, val, 1, 1000, &v))) o->cfg.layers = (int)v;
+            o->given.layers = 1;
         } else if (!strcmp(name, "--width")) {
             if (!(rc = parse_int(name, val, 1, 1 << 16, &v))) o->cfg.width = v;
+            o->given.width = 1;
         } else if (!strcmp(name, "--heads")) {
             if (!(rc = parse_int(name, val, 1, 1 << 12, &v))) o->cfg.heads = (int)v;
+            o->given.heads = 1;
         } else if (!strcmp(name, "--seq")) {
             if (!(rc = parse_int(name, val, 1, 1 << 16, &v))) o->cfg.seq = v;
+            o->given.seq = 1;
+        } else if (!strcmp(name, "--vocab")) {
+            if (!(rc = parse_int(name, val, 1, 1 << 24, &v))) o->cfg.vocab = v;
+            o->given.vocab = 1;
         } else if (!strcmp(name, "--batch")) {
             if (!(rc = parse_int(name, val, 1, 1 << 20, &v))) o->cfg.batch = v;
         } else if (!strcmp(name, "--microbatches")) {
@@ -289,6 +315,8 @@ static int parse_args(int argc, char **argv, options *o) {
         } else {
             if (!*val) return bad_option("%s needs a value", name);
             if (!strcmp(name, "--data")) o->data = val;
+            if (!strcmp(name, "--tokens")) o->tokens = val;
+            if (!strcmp(name, "--init-from")) o->init_from = val;
             if (!strcmp(name, "--schedule")) o->schedule = val, o->schedule_given = 1;
             if (!strcmp(name, "--backend")) o->backend = val;
             if (!strcmp(name, "--precision")) o->precision = val;
@@ -347,6 +375,11 @@ static int parse_args(int argc, char **argv, options *o) {
         return bad_option(
             "--trace and --timeline need --runtime local (each MPI process sees only its rank)");
     if (o->save_every && !o->save) return bad_option("--save-every needs --save PATH");
+    if (o->data && o->tokens)
+        return bad_option("--data (the bytes of a text) and --tokens (a token file) are two sources of "
+                          "data; give one");
+    if (o->init_from && o->resume)
+        return bad_option("--init-from starts from GPT-2's weights and --resume from a checkpoint; give one");
     if (o->export_dtype_name && !o->export_weights) return bad_option("--dtype needs --export-weights PATH");
     const char *xd = o->export_dtype_name ? o->export_dtype_name : "bf16";
     if (!strcmp(xd, "f32"))
@@ -379,10 +412,21 @@ static int parse_args(int argc, char **argv, options *o) {
         return bad_option("--batch %lld is not divisible by --data-parallel %lld", (long long)o->cfg.batch,
                           o->replicas);
     o->cfg.batch /= o->replicas; /* the graph is one replica's step */
+    mpmd_error err;
+    if (o->init_from) { /* the file's model: its shapes, the options given checked against them */
+        gpt_hf_info info;
+        if (gpt_hf_inspect(o->init_from, &info, &err)) {
+            fprintf(stderr, "gpt: --init-from %s\n", err.msg);
+            return 1;
+        }
+        if (gpt_hf_configure(o->init_from, &info, &o->given, &o->cfg, &err))
+            return bad_option("--init-from %s", err.msg);
+    } else if (o->tokens && !o->given.vocab) {
+        o->cfg.vocab = GPT2_VOCAB;
+    }
     if (!mpmd_mpi_available() && o->mpi)
         return bad_option(
             "--runtime mpi: this build of mpmd has no MPI (install libopenmpi-dev and rebuild)");
-    mpmd_error err;
     if (gpt_config_check(&o->cfg, &err)) {
         fprintf(stderr, "%s\n(run gpt --help for the options)\n",
                 err.msg); /* the message names the program */
@@ -451,9 +495,16 @@ int main(int argc, char **argv) {
     }
 
     gpt_corpus corpus = {0};
-    if (o.data ? gpt_corpus_load(&corpus, o.data, c->seq + 1, &err)
-               : gpt_corpus_generate(&corpus, 1 << 20, 1234, &err))
+    char corpus_name[4200];
+    snprintf(corpus_name, sizeof corpus_name, "%s%s", o.data ? "data file " : "",
+             o.data ? o.data : "the generated corpus");
+    if (o.tokens ? gpt_corpus_load_tokens(&corpus, o.tokens, c->vocab, c->seq + 1, &err)
+        : o.data ? gpt_corpus_load(&corpus, o.data, c->seq + 1, &err)
+                 : gpt_corpus_generate(&corpus, 1 << 20, 1234, &err))
         return fail(&t, "%s", err.msg);
+    /* bytes are ids below 256: a smaller vocabulary (--vocab, --init-from) must hold them all */
+    if (!o.tokens && gpt_corpus_check_vocab(&corpus, c->vocab, corpus_name, &err))
+        return fail(&t, "%s; bytes need --vocab 256 or more", err.msg);
     /* --auto: lay the model out by prediction, then train that layout */
     gpt_layout chosen;
     memset(&chosen, 0, sizeof chosen);
@@ -505,6 +556,7 @@ int main(int argc, char **argv) {
             return fail(&t, "%s holds %lld steps already; --steps %lld counts from the start of training",
                         o.resume, (long long)info.step, o.steps);
     }
+    if (o.init_from && gpt_hf_import(o.init_from, &m, t.st, &err)) return fail(&t, "--init-from %s", err.msg);
 
     if (t.root && !o.quiet && !o.json) {
         printf("gpt: %d layers, width %lld, %d heads, seq %lld, batch %lld in %d microbatches, %lld "
@@ -518,8 +570,15 @@ int main(int argc, char **argv) {
         else
             printf("pipeline: none (the one-rank microbatch loop%s)\n",
                    o.replicas > 1 ? ", data-parallel replicas" : "");
-        printf("data: %s, %lld bytes; the loss starts near ln(256) = %.3f\n",
-               o.data ? o.data : "generated corpus", (long long)corpus.len, log(256.0));
+        if (o.tokens)
+            printf("data: %s, %lld tokens", o.tokens, (long long)corpus.len);
+        else
+            printf("data: %s, %lld bytes", o.data ? o.data : "generated corpus", (long long)corpus.len);
+        if (o.init_from)
+            printf("; weights from %s (GPT-2 in Hugging Face's layout), fresh optimizer state\n",
+                   o.init_from);
+        else
+            printf("; the loss starts near ln(%lld) = %.3f\n", (long long)c->vocab, log((double)c->vocab));
         if (first > 1)
             printf("resumed from %s after step %lld\n", o.resume, first - 1);
         else if (o.resume)
