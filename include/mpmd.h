@@ -290,7 +290,8 @@ MPMD_NODISCARD mpmd_value mpmd_where(mpmd_graph *g, mpmd_value cond, mpmd_value 
 /* Inverted dropout: each element of x kept with probability 1 - rate and
  * scaled by 1 / (1 - rate), else 0. The mask is a function of key (an i32[2]
  * value, typically an input set to (seed, step) every step), the element,
- * the microbatch and the op, drawn with Philox-4x32-10: the same in the
+ * the microbatch and the op (its place among the graph's dropout ops, so
+ * stage markers do not change it), drawn with Philox-4x32-10: the same in the
  * one-rank loop and in every schedule, on every thread count, and drawn
  * again by the backward instead of stored. rate 0 returns x. */
 MPMD_NODISCARD mpmd_value mpmd_dropout(mpmd_graph *g, mpmd_value x, float rate, mpmd_value key);

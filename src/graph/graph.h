@@ -101,6 +101,7 @@ struct mpmd_graph {
     int n_markers;            /* markers in the body (forward) */
     mpmd_dtype compute_dtype; /* what mpmd_embed emits (mpmd_set_compute_dtype) */
     float layer_dropout;      /* the blocks' dropout rate (mpmd_set_layer_dropout), 0: none */
+    int n_dropout;            /* dropout ops made by mpmd_dropout so far: the next one's stream */
     mpmd_value layer_dropout_key;
     /* tagging of nodes emitted by a VJP rule */
     int emit_bwd, emit_stage, emit_fwd;

@@ -120,8 +120,9 @@ const mpmd_op_desc mpmd_op_max_weight = {"max_weight", 2, 0, 0, NULL, NULL};
 const mpmd_op_desc mpmd_op_where = {"where", 3, 1, 0, NULL, vjp_where};
 /* where_grad(gy, cond): ia[0] = 0: gy where cond != 0, else 0; 1: the other way */
 const mpmd_op_desc mpmd_op_where_grad = {"where_grad", 2, 0, 0, attrs_where_grad, NULL};
-/* dropout(x, key): fa[0] = rate, ia[0] = the op's stream (its node id when
- * made; copies made by remat and the backward keep it) */
+/* dropout(x, key): fa[0] = rate, ia[0] = the op's stream: how many dropout
+ * ops mpmd_dropout made before it, so stage markers and other ops do not
+ * change it (copies made by remat and the backward keep it) */
 const mpmd_op_desc mpmd_op_dropout = {"dropout", 2, 0, 0, attrs_dropout, vjp_dropout};
 
 /* ---- operand checks ---------------------------------------------------------- */
@@ -267,7 +268,7 @@ mpmd_value mpmd_dropout(mpmd_graph *g, mpmd_value x, float rate, mpmd_value key)
     if (rate == 0.0f) return x; /* nothing dropped */
     mpmd_value r = mpmd_emit(g, &mpmd_op_dropout, 2, in, *mpmd_type_of(g, x));
     mpmd_node *n = mpmd_node_of(g, r);
-    if (n) n->fa[0] = rate, n->ia[0] = r.id;
+    if (n) n->fa[0] = rate, n->ia[0] = g->n_dropout++;
     return r;
 }
 
