@@ -1,4 +1,6 @@
-/* gpt - train a GPT-2-style model, on one rank or pipelined.
+/* gpt - train a GPT-2-style model, on one rank or pipelined; built a second
+ * time as llama (-DGPT_PROGRAM_LLAMA): the same program with LLaMA blocks
+ * (RMS norms, rotary grouped-query attention, SwiGLU, no position table).
  *
  * The training step (examples/models/gpt_model.h) is one mpmd graph: the
  * microbatch loop over the forward and backward pass, then AdamW. With
@@ -38,13 +40,34 @@
 #include <unistd.h>
 #include <time.h>
 
+#ifdef GPT_PROGRAM_LLAMA
+#define PROG "llama"
+#define ARCH GPT_ARCH_LLAMA
+#else
+#define PROG "gpt"
+#define ARCH GPT_ARCH_GPT2
+#endif
+
 static const char *usage =
+#ifdef GPT_PROGRAM_LLAMA
+    "usage: llama [options]\n"
+    "Train a LLaMA-style model (pre-norm blocks of RMS norms, rotary grouped-query attention and a\n"
+    "SwiGLU MLP, no biases, no position table) with AdamW, on one rank or as a pipeline: byte-level\n"
+    "on a generated corpus (or --data FILE), or on GPT-2 token ids (--tokens FILE).\n"
+    "\n"
+    "Model and data:\n"
+    "  --kv-heads N          key/value heads, dividing --heads (grouped-query attention;\n"
+    "                        default: --heads)\n"
+    "  --mlp-hidden N        the SwiGLU width (default: 8 width / 3, rounded up to a multiple of 8)\n"
+    "  --rope-base F         the rotary embeddings' base (default 10000)\n"
+#else
     "usage: gpt [options]\n"
     "Train a GPT-2-style model with AdamW, on one rank or as a pipeline: byte-level on a\n"
     "generated corpus (or --data FILE), or on GPT-2 token ids (--tokens FILE), from random\n"
     "weights or from GPT-2's (--init-from FILE).\n"
     "\n"
     "Model and data:\n"
+#endif
     "  --layers N            transformer blocks (default 4)\n"
     "  --width N             model width (default 128)\n"
     "  --heads N             attention heads, dividing the width (default 4)\n"
@@ -56,6 +79,9 @@ static const char *usage =
     "  --tie-embeddings      the LM head shares the token embedding\n"
     "  --lr F                AdamW learning rate (default 0.003)\n"
     "  --weight-decay F      AdamW weight decay (default 0)\n"
+    "  --dropout P           drop the embeddings and each block's residual branches with rate P\n"
+    "                        (masks drawn from (seed, step, replica, microbatch), the same on any\n"
+    "                        schedule; default 0)\n"
     "  --data FILE           train on the bytes of FILE instead of the generated corpus\n"
     "  --tokens FILE         train on the uint16 token ids of FILE, a token file in llm.c's format\n"
     "                        (a header of 256 int32: 20240520, 1, the token count; then the\n"
@@ -140,9 +166,9 @@ typedef struct options {
 static int bad_option(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "gpt: ");
+    fprintf(stderr, PROG ": ");
     vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n(run gpt --help for the options)\n");
+    fprintf(stderr, "\n(run " PROG " --help for the options)\n");
     va_end(ap);
     return 2;
 }
@@ -177,7 +203,11 @@ static const char *const valued[] = {
     "--weight-decay", "--data",           "--schedule",  "--ranks",      "--runtime",      "--data-parallel",
     "--trace",        "--timeline",       "--save",      "--save-every", "--resume",       "--backend",
     "--precision",    "--export-weights", "--dtype",     "--remat",      "--memory-limit", "--timeline-width",
-    "--step-timeout", "--tokens",         "--init-from", "--vocab"};
+    "--step-timeout", "--tokens",         "--init-from", "--vocab",        "--dropout",
+#ifdef GPT_PROGRAM_LLAMA
+    "--kv-heads",     "--mlp-hidden",     "--rope-base",
+#endif
+};
 
 static int is_one_of(const char *name, const char *const *list, size_t n) {
     for (size_t k = 0; k < n; k++)
@@ -212,6 +242,7 @@ static int check_memory(const options *o) {
 static int parse_args(int argc, char **argv, options *o) {
     memset(o, 0, sizeof *o);
     o->cfg = gpt_config_default();
+    o->cfg.arch = ARCH;
     o->steps = 60;
     o->log_every = 5;
     o->replicas = 1;
@@ -298,6 +329,16 @@ static int parse_args(int argc, char **argv, options *o) {
             rc = parse_float(name, val, &o->cfg.lr);
         } else if (!strcmp(name, "--weight-decay")) {
             rc = parse_float(name, val, &o->cfg.adam.weight_decay);
+        } else if (!strcmp(name, "--dropout")) {
+            if (!(rc = parse_float(name, val, &o->cfg.dropout)) && o->cfg.dropout >= 1.0f)
+                return bad_option("--dropout is a rate in [0, 1), got %s", val);
+        } else if (!strcmp(name, "--kv-heads")) {
+            if (!(rc = parse_int(name, val, 1, 1 << 12, &v))) o->cfg.kv_heads = (int)v;
+        } else if (!strcmp(name, "--mlp-hidden")) {
+            if (!(rc = parse_int(name, val, 1, 1 << 20, &v))) o->cfg.mlp_hidden = v;
+        } else if (!strcmp(name, "--rope-base")) {
+            if (!(rc = parse_float(name, val, &o->cfg.rope_base)) && !(o->cfg.rope_base > 1.0f))
+                return bad_option("--rope-base must be greater than 1, got %s", val);
         } else if (!strcmp(name, "--step-timeout")) {
             char *end;
             double sec = strtod(val, &end);
@@ -378,6 +419,8 @@ static int parse_args(int argc, char **argv, options *o) {
     if (o->data && o->tokens)
         return bad_option("--data (the bytes of a text) and --tokens (a token file) are two sources of "
                           "data; give one");
+    if (o->init_from && ARCH != GPT_ARCH_GPT2)
+        return bad_option("--init-from reads GPT-2's weights, which have no LLaMA blocks");
     if (o->init_from && o->resume)
         return bad_option("--init-from starts from GPT-2's weights and --resume from a checkpoint; give one");
     if (o->export_dtype_name && !o->export_weights) return bad_option("--dtype needs --export-weights PATH");
@@ -416,7 +459,7 @@ static int parse_args(int argc, char **argv, options *o) {
     if (o->init_from) { /* the file's model: its shapes, the options given checked against them */
         gpt_hf_info info;
         if (gpt_hf_inspect(o->init_from, &info, &err)) {
-            fprintf(stderr, "gpt: --init-from %s\n", err.msg);
+            fprintf(stderr, PROG ": --init-from %s\n", err.msg);
             return 1;
         }
         if (gpt_hf_configure(o->init_from, &info, &o->given, &o->cfg, &err))
@@ -449,22 +492,15 @@ typedef struct trainer {
     int mpi, root;
 } trainer;
 
-static mpmd_status set_inputs(trainer *t, const gpt_model *m, const int32_t *tok, const int32_t *tgt,
-                              size_t bytes) {
-    return mpmd_step_set_input(t->st, m->tokens, tok, bytes)
-               ? 1
-               : mpmd_step_set_input(t->st, m->targets, tgt, bytes);
-}
-
 /* One message to stderr from every process that fails; under MPI the whole
  * job ends (no process waits for a dead peer). */
 static int fail(const trainer *t, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     if (t && t->mpi)
-        fprintf(stderr, "gpt (process %d): ", mpmd_mpi_world_rank());
+        fprintf(stderr, PROG " (process %d): ", mpmd_mpi_world_rank());
     else
-        fprintf(stderr, "gpt: ");
+        fprintf(stderr, PROG ": ");
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -479,7 +515,7 @@ static mpmd_status make_schedule(const options *o, mpmd_schedule **out, mpmd_err
 }
 
 int main(int argc, char **argv) {
-    program_start("gpt", argv);
+    program_start(PROG, argv);
     options o;
     int rc = parse_args(argc, argv, &o);
     if (rc < 0) return 0;
@@ -539,7 +575,7 @@ int main(int argc, char **argv) {
     so.backend = o.backend;
     so.step_timeout = o.step_timeout;
     if (!(t.st = mpmd_jit_with_loop(m.g, t.sched, &so, &err)))
-        return fail(&t, "%s%s", err.msg, strstr(err.msg, "threads_per_rank") ? " (gpt: --threads N)" : "");
+        return fail(&t, "%s%s", err.msg, strstr(err.msg, "threads_per_rank") ?  " (" PROG ": --threads N)" : "");
     /* for the bubble and the pictures: two clock reads per instruction */
     if (t.sched) mpmd_step_set_recording(t.st, 1);
     long long first = 1;
@@ -559,7 +595,7 @@ int main(int argc, char **argv) {
     if (o.init_from && gpt_hf_import(o.init_from, &m, t.st, &err)) return fail(&t, "--init-from %s", err.msg);
 
     if (t.root && !o.quiet && !o.json) {
-        printf("gpt: %d layers, width %lld, %d heads, seq %lld, batch %lld in %d microbatches, %lld "
+        printf(PROG ": %d layers, width %lld, %d heads, seq %lld, batch %lld in %d microbatches, %lld "
                "parameters%s\n",
                c->layers, (long long)c->width, c->heads, (long long)c->seq,
                (long long)(c->batch * o.replicas), c->microbatches, (long long)gpt_param_count(c),
@@ -600,7 +636,7 @@ int main(int argc, char **argv) {
     long long since = 0, bubble_n = 0;
     for (long long step = first; step <= o.steps; step++) {
         gpt_sample_batch(&corpus, gb, c->seq, o.seed, (uint64_t)step, tok, tgt);
-        if (set_inputs(&t, &m, tok, tgt, nb * sizeof *tok))
+        if (gpt_set_inputs(t.st, &m, tok, tgt, nb * sizeof *tok, o.seed, (uint64_t)step, (int)o.replicas))
             return fail(&t, "step %lld: %s", step, mpmd_step_error(t.st));
         double t_run = now_s();
         if (mpmd_step_run(t.st)) return fail(&t, "step %lld: %s", step, mpmd_step_error(t.st));

@@ -26,6 +26,25 @@ for precision in f32 bf16; do
 done
 ref=$("$gpt" "${model[@]}" | tail -n 1)
 
+# dropout (gpt) and the LLaMA example (grouped-query, with and without
+# dropout): the masks are the loop's on every schedule, with remat too
+llama="$build/examples/llama"
+for prog in "$gpt --dropout 0.1" "$llama --heads 4 --kv-heads 2" "$llama --heads 4 --kv-heads 1 --dropout 0.2"; do
+  dref=$($prog "${model[@]}" | tail -n 1)
+  [ "$dref" != "$ref" ] || bad "$prog: the same line as gpt without dropout"
+  while read -r name stages ranks extra; do
+    line=$($prog "${model[@]}" --schedule "$name" --stages "$stages" --ranks "$ranks" $extra 2>&1 | tail -n 1)
+    [ "$line" = "$dref" ] && ok "${prog##*/} $name S=$stages D=$ranks $extra" ||
+      bad "${prog##*/} $name S=$stages D=$ranks $extra: $line vs the loop's $dref"
+  done <<<"$schedules"
+  line=$($prog "${model[@]}" --schedule zerobubble --stages 4 --remat block | tail -n 1)
+  [ "$line" = "$dref" ] && ok "${prog##*/}, remat block: the same bits" || bad "${prog##*/} --remat block: $line vs $dref"
+done
+# the LLaMA example learns: 40 steps bring the loss from ln(256) = 5.55 below 3
+line=$("$llama" --layers 2 --width 64 --heads 4 --kv-heads 2 --seq 32 --steps 40 --quiet | tail -n 1)
+loss=${line#final_loss=}; loss=${loss%% *}
+awk -v l="$loss" 'BEGIN { exit !(l < 3.0) }' && ok "llama learns: $line" || bad "llama's loss after 40 steps: $line"
+
 # rematerialisation changes no number
 for remat in block dots; do
   line=$("$gpt" "${model[@]}" --remat $remat --schedule zerobubble --stages 4 | tail -n 1)
@@ -66,6 +85,15 @@ else
   [ "$line" = "$ref16" ] && ok "mpirun -np 2, bf16: $line" || bad "mpirun -np 2, bf16: $line vs $ref16"
   line=$("$src/tests/mpirun.sh" shm 2 "$gpt" "${model[@]}" --data-parallel 2 --runtime mpi 2>&1 | tail -n 1)
   [ "$line" = "$dp" ] && ok "mpirun -np 2, loop x 2 replicas: $line" || bad "mpirun -np 2, loop x 2 replicas: $line vs $dp"
+  lref=$("$llama" "${model[@]}" --heads 4 --kv-heads 2 --dropout 0.1 | tail -n 1)
+  line=$("$src/tests/mpirun.sh" shm 2 "$llama" "${model[@]}" --heads 4 --kv-heads 2 --dropout 0.1 --schedule std1f1b \
+    --stages 2 --runtime mpi 2>&1 | tail -n 1)
+  [ "$line" = "$lref" ] && ok "mpirun -np 2, llama with dropout: $line" || bad "mpirun -np 2, llama with dropout: $line vs $lref"
+  line=$("$src/tests/mpirun.sh" shm 2 "$llama" "${model[@]}" --heads 4 --kv-heads 2 --dropout 0.1 --data-parallel 2 \
+    --runtime mpi 2>&1 | tail -n 1)
+  lline=$("$llama" "${model[@]}" --heads 4 --kv-heads 2 --dropout 0.1 --data-parallel 2 | tail -n 1)
+  [ "$line" = "$lline" ] && ok "mpirun -np 2, llama with dropout, 2 replicas: $line" ||
+    bad "mpirun -np 2, llama with dropout, 2 replicas: $line vs in-process $lline"
 fi
 
 tmp=$(mktemp -d)
@@ -74,6 +102,11 @@ six=$("$gpt" "${model[@]}" --steps 6 --schedule std1f1b --stages 2 | tail -n 1)
 "$gpt" "${model[@]}" --steps 3 --schedule gpipe --stages 4 --save "$tmp/ck.safetensors" >/dev/null
 resumed=$("$gpt" "${model[@]}" --steps 6 --resume "$tmp/ck.safetensors" | tail -n 1)
 [ "$six" = "$resumed" ] && ok "resume: 3 steps on 4 ranks + 3 on one rank = 6 straight" || bad "resume: $resumed vs $six"
+# with dropout: the masks of steps 4..6 are those of the straight run
+six=$("$llama" "${model[@]}" --dropout 0.1 --steps 6 --schedule std1f1b --stages 2 | tail -n 1)
+"$llama" "${model[@]}" --dropout 0.1 --steps 3 --schedule gpipe --stages 4 --save "$tmp/ckd.safetensors" >/dev/null
+resumed=$("$llama" "${model[@]}" --dropout 0.1 --steps 6 --resume "$tmp/ckd.safetensors" | tail -n 1)
+[ "$six" = "$resumed" ] && ok "resume with dropout (llama): 3 + 3 steps = 6 straight" || bad "resume with dropout: $resumed vs $six"
 
 # the other examples: the tutorial's pipelined runs (4 and 8 stages) equal
 # its loop bit for bit; basic trains (its loss falls by 10x or more)

@@ -25,8 +25,16 @@ gpt_config gpt_config_default(void) {
     c.lr = 3e-3f;
     c.adam = (mpmd_adam_opts){0.9f, 0.95f, 1e-8f, 0.0f};
     c.compute = MPMD_F32;
+    c.rope_base = 10000.0f;
     return c;
 }
+
+int64_t gpt_mlp_hidden(const gpt_config *c) {
+    if (c->mlp_hidden > 0) return c->mlp_hidden;
+    return (8 * c->width / 3 + 7) / 8 * 8;
+}
+
+static int kv_heads_of(const gpt_config *c) { return c->kv_heads > 0 ? c->kv_heads : c->heads; }
 
 mpmd_status gpt_config_check(const gpt_config *c, mpmd_error *err) {
     const mpmd_status bad = MPMD_ERR_INVALID;
@@ -76,6 +84,29 @@ mpmd_status gpt_config_check(const gpt_config *c, mpmd_error *err) {
         return mpmd_error_set(
             err, bad, "gpt: the model is too large (vocab %lld, width %lld, batch %lld, seq %lld)",
             (long long)c->vocab, (long long)c->width, (long long)c->batch, (long long)c->seq);
+    if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
+        return mpmd_error_set(err, bad, "gpt: dropout %g; a rate in [0, 1) is expected", (double)c->dropout);
+    if (c->arch != GPT_ARCH_GPT2 && c->arch != GPT_ARCH_LLAMA)
+        return mpmd_error_set(err, bad, "gpt: architecture %d is neither GPT-2 (%d) nor LLaMA (%d)", c->arch,
+                              GPT_ARCH_GPT2, GPT_ARCH_LLAMA);
+    if (c->arch == GPT_ARCH_LLAMA) {
+        int kv = kv_heads_of(c);
+        if (kv < 1 || c->heads % kv)
+            return mpmd_error_set(err, bad, "gpt: %d key/value heads do not divide the %d heads", kv, c->heads);
+        if ((c->width / c->heads) % 2)
+            return mpmd_error_set(err, bad,
+                                  "gpt: the head size %lld (width %lld / %d heads) must be even for rotary "
+                                  "embeddings",
+                                  (long long)(c->width / c->heads), (long long)c->width, c->heads);
+        if (!(c->rope_base > 1.0f) || !isfinite(c->rope_base))
+            return mpmd_error_set(err, bad, "gpt: rotary base %g; a finite value > 1 is expected", (double)c->rope_base);
+        if (c->mlp_hidden < 0 || c->mlp_hidden > (1 << 20))
+            return mpmd_error_set(err, bad, "gpt: MLP width %lld is outside [1, 2^20] (0: the default)",
+                                  (long long)c->mlp_hidden);
+    } else if (c->kv_heads || c->mlp_hidden) {
+        return mpmd_error_set(err, bad, "gpt: key/value heads and the MLP width are LLaMA options; GPT-2 blocks "
+                              "have all heads and a 4C MLP");
+    }
     if (!mpmd_dtype_is_float(c->compute))
         return mpmd_error_set(err, bad, "gpt: the compute dtype is %s; it must be f32, bf16 or f16",
                               mpmd_dtype_name(c->compute));
@@ -84,6 +115,13 @@ mpmd_status gpt_config_check(const gpt_config *c, mpmd_error *err) {
 
 int64_t gpt_param_count(const gpt_config *c) {
     int64_t C = c->width;
+    if (c->arch == GPT_ARCH_LLAMA) {
+        int64_t kvw = kv_heads_of(c) * (C / c->heads), H = gpt_mlp_hidden(c);
+        int64_t block = 2 * C                  /* rms_0, rms_1 */
+                        + 2 * C * C + 2 * C * kvw /* attn/q, o and k, v */
+                        + 3 * C * H;           /* mlp/gate, up, down */
+        return c->vocab * C + (int64_t)c->layers * block + C + (c->tie_embeddings ? 0 : C * c->vocab);
+    }
     int64_t block = 2 * (2 * C)         /* ln_0, ln_1: scale and bias */
                     + C * 3 * C + 3 * C /* attn/qkv */
                     + C * C + C         /* attn/out */
@@ -110,9 +148,13 @@ void gpt_stage_blocks(const gpt_config *c, int *blocks) {
         return;
     }
     /* The split whose largest stage is smallest (mpmd_balance_stages), by
-     * forward FLOPs per token: a block costs 24 C^2 + 4 T C; the LM head
-     * (2 C V) sits on the last stage, with the last block. */
-    double C = (double)c->width, block = 24 * C * C + 4 * (double)c->seq * C, head = 2 * C * (double)c->vocab;
+     * forward FLOPs per token: a block costs twice its matrix parameters
+     * (24 C^2 for GPT-2) plus 4 T C for attention; the LM head (2 C V) sits
+     * on the last stage, with the last block. */
+    double C = (double)c->width, head = 2 * C * (double)c->vocab, mats = 12 * C * C;
+    if (c->arch == GPT_ARCH_LLAMA)
+        mats = 2 * C * C + 2 * C * (double)(kv_heads_of(c) * (c->width / c->heads)) + 3 * C * (double)gpt_mlp_hidden(c);
+    double block = 2 * mats + 4 * (double)c->seq * C;
     double *cost = malloc((size_t)L * sizeof *cost);
     int *first = malloc((size_t)S * sizeof *first);
     int ok = cost && first;
@@ -124,11 +166,14 @@ void gpt_stage_blocks(const gpt_config *c, int *blocks) {
     free(cost), free(first);
 }
 
-/* The forward pass of one microbatch: tokens [b, T] -> mean loss. */
-static mpmd_value forward(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mpmd_value tok,
+/* The forward pass of one microbatch: tokens [b, T] -> mean loss. wpe and
+ * key are MPMD_NONE where the model has none. */
+static mpmd_value forward(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mpmd_value key, mpmd_value tok,
                           mpmd_value tgt) {
+    const int llama = c->arch == GPT_ARCH_LLAMA;
     mpmd_value x = mpmd_embed(g, "wte", tok, c->vocab, c->width); /* [b, T, C], compute dtype */
-    x = mpmd_add(g, x, mpmd_cast(g, wpe, c->compute));            /* [T, C] broadcast over the batch */
+    if (!llama) x = mpmd_add(g, x, mpmd_cast(g, wpe, c->compute)); /* [T, C] broadcast over the batch */
+    if (c->dropout > 0.0f) x = mpmd_dropout(g, x, c->dropout, key);
     int *blocks = malloc((size_t)c->stages * sizeof *blocks);
     if (!blocks) return MPMD_NONE;
     gpt_stage_blocks(c, blocks);
@@ -136,7 +181,8 @@ static mpmd_value forward(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mp
         char name[32];
         snprintf(name, sizeof name, "block_%d", i);
         if (c->remat) mpmd_remat_begin(g, (mpmd_remat_policy)c->remat);
-        x = mpmd_gpt_block(g, name, x, c->heads);
+        x = llama ? mpmd_llama_block(g, name, x, c->heads, kv_heads_of(c), gpt_mlp_hidden(c), c->rope_base, 1e-5f)
+                  : mpmd_gpt_block(g, name, x, c->heads);
         if (c->remat) mpmd_remat_end(g);
         if (--left == 0 && s + 1 < c->stages) { /* this stage's last block */
             x = mpmd_enter_stage(g, x);
@@ -144,7 +190,7 @@ static mpmd_value forward(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mp
         }
     }
     free(blocks);
-    x = mpmd_layer_norm_layer(g, "ln_f", x, 1e-5f);
+    x = llama ? mpmd_rms_norm_layer(g, "norm_f", x, 1e-5f) : mpmd_layer_norm_layer(g, "ln_f", x, 1e-5f);
     mpmd_value logits; /* [b, T, V] */
     if (c->tie_embeddings)
         logits = mpmd_matmul(g, x, mpmd_cast(g, mpmd_lookup(g, "wte/embedding"), c->compute), MPMD_TRANS_B);
@@ -169,15 +215,23 @@ mpmd_status gpt_build(const gpt_config *c, int with_optimizer, gpt_model *m, mpm
     m->targets = mpmd_input(g, "targets", MPMD_I32, MPMD_SHAPE(c->batch, c->seq));
     /* The position table is made before the loop: mpmd_param is not
      * callable in the body (layers create theirs the same way). */
-    mpmd_scope_push(g, "wpe");
-    mpmd_value wpe = mpmd_param(g, "embedding", MPMD_SHAPE(c->seq, c->width), MPMD_NORMAL(0.01f));
-    mpmd_scope_pop(g);
+    mpmd_value wpe = MPMD_NONE;
+    if (c->arch == GPT_ARCH_GPT2) {
+        mpmd_scope_push(g, "wpe");
+        wpe = mpmd_param(g, "embedding", MPMD_SHAPE(c->seq, c->width), MPMD_NORMAL(0.01f));
+        mpmd_scope_pop(g);
+    }
+    m->dropout_key = MPMD_NONE;
+    if (c->dropout > 0.0f) {
+        m->dropout_key = mpmd_input(g, "dropout_key", MPMD_I32, MPMD_SHAPE(2));
+        mpmd_set_layer_dropout(g, c->dropout, m->dropout_key);
+    }
     mpmd_loop_begin(g, c->microbatches);
     /* (two statements: the graph's order must not depend on the compiler's
      * order of evaluating arguments) */
     mpmd_value tok = mpmd_microbatch(g, m->tokens);
     mpmd_value tgt = mpmd_microbatch(g, m->targets);
-    mpmd_value loss = forward(g, c, wpe, tok, tgt);
+    mpmd_value loss = forward(g, c, wpe, m->dropout_key, tok, tgt);
 
     int np = mpmd_graph_params(g, NULL, 0);
     m->params = calloc((size_t)(np > 0 ? np : 1), sizeof *m->params);
@@ -200,6 +254,28 @@ mpmd_status gpt_build(const gpt_config *c, int with_optimizer, gpt_model *m, mpm
 }
 
 /* ---- data ------------------------------------------------------------------ */
+
+static uint64_t mix64(uint64_t x);
+
+void gpt_dropout_key(uint64_t seed, uint64_t step, int replicas, int32_t *key) {
+    for (int d = 0; d < replicas; d++) {
+        key[2 * d] = (int32_t)(uint32_t)mix64(seed * 0x100000001b3ull + (uint64_t)d);
+        key[2 * d + 1] = (int32_t)(uint32_t)step;
+    }
+}
+
+mpmd_status gpt_set_inputs(mpmd_step *st, const gpt_model *m, const int32_t *tok, const int32_t *tgt, size_t bytes,
+                           uint64_t seed, uint64_t step, int replicas) {
+    mpmd_status rc = mpmd_step_set_input(st, m->tokens, tok, bytes);
+    if (!rc) rc = mpmd_step_set_input(st, m->targets, tgt, bytes);
+    if (rc || !mpmd_is_value(m->dropout_key)) return rc;
+    int32_t one[2], *key = replicas > 1 ? malloc((size_t)replicas * sizeof one) : one;
+    if (!key) return MPMD_ERR_NOMEM;
+    gpt_dropout_key(seed, step, replicas, key);
+    rc = mpmd_step_set_input(st, m->dropout_key, key, (size_t)replicas * sizeof one);
+    if (key != one) free(key);
+    return rc;
+}
 
 /* splitmix64: a small, well-mixed generator; every draw below is a pure
  * function of its seeds. */

@@ -5,10 +5,16 @@
  * The step graph (gpt_build):
  *
  *   inputs  "tokens", "targets"   i32 [batch, seq]
+ *           "dropout_key"          i32 [2], with dropout only (gpt_set_inputs)
  *   loop over `microbatches` microbatches (mpmd_loop_begin):
  *     x = wte[tokens] + wpe                      token + position embeddings
- *     x = block_i(x), i = 0 .. layers-1          pre-LN GPT-2 blocks, causal
- *     logits = ln_f(x) @ lm_head                 (or @ wte^T when tied)
+ *                                                (LLaMA: no wpe; rotary in attention)
+ *     x = dropout(x)                             with dropout only
+ *     x = block_i(x), i = 0 .. layers-1          pre-LN GPT-2 blocks, causal (LLaMA
+ *                                                blocks with arch LLAMA); with dropout,
+ *                                                on each residual branch
+ *     logits = ln_f(x) @ lm_head                 (or @ wte^T when tied; LLaMA: norm_f,
+ *                                                an RMS norm)
  *     loss = mean(cross_entropy(logits, targets)) / microbatches
  *     grads = d loss / d params                  mpmd_grad, all parameters
  *     loss and every gradient loop-reduced with ADD
@@ -49,7 +55,26 @@ typedef struct gpt_config {
     mpmd_dtype compute; /* compute dtype (f32, bf16, f16): parameters and optimizer state stay f32 */
     int remat;          /* 0: keep every activation; else each block is a rematerialisation region of
                            this mpmd_remat_policy (SAVE_NOTHING: "block", SAVE_DOTS: "dots") */
+    float dropout;      /* dropout rate of the embeddings and of every block's residual branches
+                           (GPT-2's embd_pdrop and resid_pdrop); 0: none */
+    int arch;           /* GPT_ARCH_GPT2 or GPT_ARCH_LLAMA (the fields below) */
+    int kv_heads;       /* LLaMA: key/value heads (grouped-query attention), dividing heads; 0: heads */
+    int64_t mlp_hidden; /* LLaMA: the SwiGLU width; 0: 8C/3 rounded up to a multiple of 8 */
+    float rope_base;    /* LLaMA: the rotary embeddings' base (default 10000) */
 } gpt_config;
+
+/* The two block families gpt_build makes:
+ *   GPT_ARCH_GPT2   learned positions (wpe), pre-LN GPT-2 blocks (layer
+ *                   norms, attention with biases, GELU MLP), final layer norm
+ *   GPT_ARCH_LLAMA  no position table: rotary embeddings in attention;
+ *                   pre-norm LLaMA blocks (RMS norms, grouped-query
+ *                   attention without biases, SwiGLU MLP), final RMS norm
+ *                   "norm_f". Parameter names block_<i>/{rms_0, attn/{q,k,v,o},
+ *                   rms_1, mlp/{gate,up,down}}/... */
+enum { GPT_ARCH_GPT2 = 0, GPT_ARCH_LLAMA = 1 };
+
+/* The SwiGLU width of a LLaMA configuration (mlp_hidden, or its default). */
+int64_t gpt_mlp_hidden(const gpt_config *c);
 
 /* A small byte-level default: vocab 256, seq 64, width 128, 4 heads, 4
  * layers, batch 8, 4 microbatches, 1 stage, untied, lr 3e-3, AdamW with
@@ -73,6 +98,8 @@ typedef struct gpt_model {
     gpt_config cfg;
     mpmd_graph *g;
     mpmd_value tokens, targets; /* the step inputs, i32 [batch, seq] */
+    mpmd_value dropout_key;     /* with dropout: the input "dropout_key", i32 [2]
+                                   (gpt_dropout_key); else MPMD_NONE */
     mpmd_value loss;            /* the loop-summed loss (the batch mean), kept */
     int n_params;
     mpmd_value *params; /* the parameters, in creation order (owned) */
@@ -86,6 +113,18 @@ typedef struct gpt_model {
  * tests compare gradients without the update. */
 mpmd_status gpt_build(const gpt_config *c, int with_optimizer, gpt_model *m, mpmd_error *err);
 void gpt_model_free(gpt_model *m);
+
+/* The dropout keys of a step for `replicas` data-parallel replicas, 2
+ * int32 each (replica d's at key[2d]): (a mix of seed and d, step). So the
+ * masks are a pure function of (seed, step, replica), the same whatever
+ * the schedule, and a resumed run draws those it would have drawn. */
+void gpt_dropout_key(uint64_t seed, uint64_t step, int replicas, int32_t *key);
+
+/* Feed a step its batch: tokens and targets of `bytes` each (one replica's
+ * share, or all `replicas`' together, as mpmd_step_set_input takes them)
+ * and, with dropout, the keys of (seed, step) for as many replicas. */
+mpmd_status gpt_set_inputs(mpmd_step *st, const gpt_model *m, const int32_t *tok, const int32_t *tgt, size_t bytes,
+                           uint64_t seed, uint64_t step, int replicas);
 
 /* ---- data ------------------------------------------------------------------ */
 

@@ -39,8 +39,7 @@ static mpmd_step *profile(const gpt_model *m, int threads, mpmd_error *err) {
     mpmd_status rc = tok && tgt ? MPMD_OK : MPMD_ERR_NOMEM;
     if (!rc) {
         gpt_random_batch(m->cfg.vocab, m->cfg.batch, m->cfg.seq, 1, 1, tok, tgt);
-        rc = mpmd_step_set_input(st, m->tokens, tok, n * sizeof *tok) ||
-             mpmd_step_set_input(st, m->targets, tgt, n * sizeof *tgt);
+        rc = gpt_set_inputs(st, m, tok, tgt, n * sizeof *tok, 1, 1, 1);
     }
     /* a warm-up run (first touches of memory), then the profiled one */
     if (!rc) rc = mpmd_step_run(st);
