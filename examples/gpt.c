@@ -138,6 +138,9 @@ static const char *usage =
     "                        (--export-weights) starts at step 1 from its weights, optimizer fresh\n"
     "  --export-weights PATH write the parameters alone (no optimizer state) after the last step\n"
     "  --dtype D             dtype of --export-weights: f32, bf16 (default) or f16\n"
+    "  --eval K              hold out the data's last tenth; every K steps and after the last, the\n"
+    "                        mean loss on 4 batches of it (a forward-only step, pipelined as the\n"
+    "                        training is), printed as eval_loss=<%.9g> before the final line\n"
     "  --no-nan-check        keep going when the loss is NaN or Inf\n"
     "  --step-timeout S      the watchdog: a rank that waits S seconds for a peer ends the run with\n"
     "                        a message naming the rank and what it awaited; off: wait forever\n"
@@ -149,6 +152,7 @@ static const char *usage =
 typedef struct options {
     gpt_config cfg;
     long long steps, log_every, threads, ranks, replicas, save_every;
+    long long eval_every; /* --eval K: the held-out loss every K steps and after the last (0: none) */
     unsigned long long seed;
     const char *data, *schedule, *trace, *timeline, *save, *resume, *backend, *precision, *remat;
     const char *tokens, *init_from; /* --tokens FILE, --init-from FILE */
@@ -203,7 +207,7 @@ static const char *const valued[] = {
     "--weight-decay", "--data",           "--schedule",  "--ranks",      "--runtime",      "--data-parallel",
     "--trace",        "--timeline",       "--save",      "--save-every", "--resume",       "--backend",
     "--precision",    "--export-weights", "--dtype",     "--remat",      "--memory-limit", "--timeline-width",
-    "--step-timeout", "--tokens",         "--init-from", "--vocab",        "--dropout",
+    "--step-timeout", "--tokens",         "--init-from", "--vocab",        "--dropout",      "--eval",
 #ifdef GPT_PROGRAM_LLAMA
     "--kv-heads",     "--mlp-hidden",     "--rope-base",
 #endif
@@ -315,6 +319,8 @@ static int parse_args(int argc, char **argv, options *o) {
             rc = parse_int(name, val, 1, 1LL << 31, &o->steps);
         } else if (!strcmp(name, "--log-every")) {
             rc = parse_int(name, val, 1, 1LL << 31, &o->log_every);
+        } else if (!strcmp(name, "--eval")) {
+            rc = parse_int(name, val, 1, 1LL << 31, &o->eval_every);
         } else if (!strcmp(name, "--save-every")) {
             rc = parse_int(name, val, 1, 1LL << 31, &o->save_every);
         } else if (!strcmp(name, "--threads")) {
@@ -492,6 +498,29 @@ typedef struct trainer {
     int mpi, root;
 } trainer;
 
+/* --eval: the mean loss of EVAL_BATCHES fixed batches of the held-out data
+ * (batch e drawn with step e of a seed of its own), under the training
+ * step's parameters of now. tok and tgt hold a global batch. Collective
+ * under MPI. */
+#define EVAL_BATCHES 4
+static mpmd_status evaluate(trainer *t, mpmd_step *ev, const gpt_model *em, const gpt_model *m,
+                            const gpt_corpus *held, int64_t gb, unsigned long long seed, int replicas, int32_t *tok,
+                            int32_t *tgt, float *out, mpmd_error *err) {
+    mpmd_status rc = gpt_copy_params(ev, em, t->st, m, err);
+    double sum = 0;
+    size_t bytes = (size_t)(gb * em->cfg.seq) * sizeof *tok;
+    for (int e = 0; e < EVAL_BATCHES && !rc; e++) {
+        float l = NAN;
+        gpt_sample_batch(held, gb, em->cfg.seq, seed ^ 0x6576616cull, (uint64_t)e, tok, tgt);
+        if ((rc = gpt_set_inputs(ev, em, tok, tgt, bytes, seed, (uint64_t)e, replicas)) || (rc = mpmd_step_run(ev)) ||
+            (rc = mpmd_step_gather(ev, em->loss, &l, sizeof l)))
+            mpmd_error_set(err, rc, "--eval: %s", mpmd_step_error(ev));
+        sum += l;
+    }
+    *out = (float)(sum / EVAL_BATCHES);
+    return rc;
+}
+
 /* One message to stderr from every process that fails; under MPI the whole
  * job ends (no process waits for a dead peer). */
 static int fail(const trainer *t, const char *fmt, ...) {
@@ -541,6 +570,18 @@ int main(int argc, char **argv) {
     /* bytes are ids below 256: a smaller vocabulary (--vocab, --init-from) must hold them all */
     if (!o.tokens && gpt_corpus_check_vocab(&corpus, c->vocab, corpus_name, &err))
         return fail(&t, "%s; bytes need --vocab 256 or more", err.msg);
+    /* --eval: the last tenth of the data is held out, the training sees the rest */
+    gpt_corpus train = corpus, held = {0};
+    if (o.eval_every) {
+        int64_t n = corpus.len / 10 > c->seq + 1 ? corpus.len / 10 : c->seq + 1;
+        if (corpus.len - n < c->seq + 1)
+            return fail(&t, "--eval: %lld ids are too few to hold out %lld and train on sequences of %lld",
+                        (long long)corpus.len, (long long)n, (long long)c->seq + 1);
+        train.len = corpus.len - n;
+        held.len = n;
+        held.bytes = corpus.bytes ? corpus.bytes + train.len : NULL;
+        held.ids = corpus.ids ? corpus.ids + train.len : NULL;
+    }
     /* --auto: lay the model out by prediction, then train that layout */
     gpt_layout chosen;
     memset(&chosen, 0, sizeof chosen);
@@ -578,6 +619,14 @@ int main(int argc, char **argv) {
         return fail(&t, "%s%s", err.msg, strstr(err.msg, "threads_per_rank") ?  " (" PROG ": --threads N)" : "");
     /* for the bubble and the pictures: two clock reads per instruction */
     if (t.sched) mpmd_step_set_recording(t.st, 1);
+    /* --eval: the loss alone, compiled like the training step (forward only) */
+    gpt_model em;
+    memset(&em, 0, sizeof em);
+    mpmd_step *ev = NULL;
+    if (o.eval_every) {
+        if (gpt_build_eval(c, &em, &err)) return fail(&t, "%s", err.msg);
+        if (!(ev = mpmd_jit_with_loop(em.g, t.sched, &so, &err))) return fail(&t, "--eval: %s", err.msg);
+    }
     long long first = 1;
     if (o.resume) {
         mpmd_checkpoint_info info;
@@ -634,8 +683,9 @@ int main(int argc, char **argv) {
     if (o.auto_layout && !run_ms) return fail(&t, "out of memory");
     double t_log = now_s(), t_start = t_log, busy_bubble = 0;
     long long since = 0, bubble_n = 0;
+    float eval_loss = NAN;
     for (long long step = first; step <= o.steps; step++) {
-        gpt_sample_batch(&corpus, gb, c->seq, o.seed, (uint64_t)step, tok, tgt);
+        gpt_sample_batch(&train, gb, c->seq, o.seed, (uint64_t)step, tok, tgt);
         if (gpt_set_inputs(t.st, &m, tok, tgt, nb * sizeof *tok, o.seed, (uint64_t)step, (int)o.replicas))
             return fail(&t, "step %lld: %s", step, mpmd_step_error(t.st));
         double t_run = now_s();
@@ -664,6 +714,14 @@ int main(int argc, char **argv) {
             info.step = step;
             info.seed = o.seed;
             if (mpmd_step_save(t.st, o.save, &info, &err)) return fail(&t, "step %lld: %s", step, err.msg);
+        }
+        if (ev && (step % o.eval_every == 0 || step == o.steps)) {
+            if (evaluate(&t, ev, &em, &m, &held, gb, o.seed, (int)o.replicas, tok, tgt, &eval_loss, &err))
+                return fail(&t, "step %lld: %s", step, err.msg);
+            if (t.root && !o.quiet && !o.json)
+                printf("eval after step %lld: loss %.4f (%d held-out batches)\n", step, eval_loss, EVAL_BATCHES);
+            if (t.root && o.json)
+                printf("{\"step\": %lld, \"eval_loss\": %.6f}\n", step, eval_loss);
         }
         since++;
         if ((step % o.log_every == 0 || step == o.steps) && t.root && !o.quiet) {
@@ -742,20 +800,25 @@ int main(int argc, char **argv) {
                        k++ ? ", " : "", r, (long long)ms.planned, (long long)ms.measured);
             }
             printf("]");
+            if (ev) printf(", \"eval_loss\": %.9g", eval_loss);
             if (o.auto_layout)
                 printf(", \"auto\": {\"schedule\": \"%s\", \"stages\": %d, \"microbatches\": %d, \"remat\": "
                        "\"%s\", \"predicted_ms\": %.3f, \"measured_ms\": %.3f}",
                        chosen.schedule, chosen.stages, chosen.microbatches, chosen.remat, chosen.predicted,
                        measured_ms);
             printf("}\n");
-        } else
+        } else {
+            if (ev) printf("eval_loss=%.9g\n", eval_loss);
             printf("final_loss=%.9g params_sha256=%s\n", loss, hex);
+        }
     }
     free(tok);
     free(tgt);
     mpmd_step_free(t.st);
+    mpmd_step_free(ev);
     mpmd_schedule_free(t.sched);
     gpt_model_free(&m);
+    gpt_model_free(&em);
     gpt_corpus_free(&corpus);
     if (t.mpi) mpmd_mpi_finalize();
     return 0;

@@ -40,6 +40,20 @@ for prog in "$gpt --dropout 0.1" "$llama --heads 4 --kv-heads 2" "$llama --heads
   line=$($prog "${model[@]}" --schedule zerobubble --stages 4 --remat block | tail -n 1)
   [ "$line" = "$dref" ] && ok "${prog##*/}, remat block: the same bits" || bad "${prog##*/} --remat block: $line vs $dref"
 done
+# --eval: the held-out loss (a forward-only step, pipelined like the
+# training) is the loop's on every schedule; and it falls as training goes
+eref=$("$llama" "${model[@]}" --dropout 0.1 --eval 3 | tail -n 2 | tr '\n' ' ')
+case "$eref" in eval_loss=*" final_loss="*) ok "llama --eval: $eref" ;; *) bad "llama --eval printed: $eref" ;; esac
+while read -r name stages ranks extra; do
+  line=$("$llama" "${model[@]}" --dropout 0.1 --eval 3 --schedule "$name" --stages "$stages" --ranks "$ranks" $extra 2>&1 |
+    tail -n 2 | tr '\n' ' ')
+  [ "$line" = "$eref" ] && ok "--eval, $name S=$stages D=$ranks" || bad "--eval, $name: $line vs the loop's $eref"
+done <<<"$schedules"
+evals=$("$gpt" "${model[@]}" --steps 12 --eval 4 --json --schedule std1f1b --stages 2 |
+  sed -n 's/^{"step": [0-9]*, "eval_loss": \([0-9.]*\)}$/\1/p' | tr '\n' ' ')
+awk -v e="$evals" 'BEGIN { n = split(e, v, " "); exit !(n == 3 && v[3] < v[1]) }' &&
+  ok "--eval every 4 of 12 steps: $evals" || bad "--eval every 4 steps: held-out losses $evals"
+
 # the LLaMA example learns: 40 steps bring the loss from ln(256) = 5.55 below 3
 line=$("$llama" --layers 2 --width 64 --heads 4 --kv-heads 2 --seq 32 --steps 40 --quiet | tail -n 1)
 loss=${line#final_loss=}; loss=${loss%% *}

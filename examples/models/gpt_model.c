@@ -202,8 +202,13 @@ static mpmd_value forward(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mp
     return mpmd_enter_stage(g, loss);
 }
 
-mpmd_status gpt_build(const gpt_config *c, int with_optimizer, gpt_model *m, mpmd_error *err) {
+/* mode 2: the training step; 1: without AdamW; 0: the loss alone (no
+ * gradients, no dropout: evaluation). */
+static mpmd_status build(const gpt_config *cfg, int mode, gpt_model *m, mpmd_error *err) {
     memset(m, 0, sizeof *m);
+    gpt_config fwd;
+    const gpt_config *c = cfg;
+    if (mode == 0) fwd = *cfg, fwd.dropout = 0.0f, c = &fwd;
     mpmd_status st = gpt_config_check(c, err);
     if (st) return st;
     m->cfg = *c;
@@ -240,17 +245,62 @@ mpmd_status gpt_build(const gpt_config *c, int with_optimizer, gpt_model *m, mpm
         gpt_model_free(m);
         return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory");
     }
-    /* treduce(value_and_grad(...)): gradients, the loop's sums, its end */
-    m->loss = mpmd_value_and_grad(g, loss, 0, NULL, np, m->params, m->grads, &m->n_params);
-    for (int i = 0; i < m->n_params; i++)
-        mpmd_keep(g, m->grads[i]); /* tests compare them */
-    if (with_optimizer) mpmd_adamw(g, m->n_params, m->params, m->grads, mpmd_scalar(g, c->lr), c->adam);
+    if (mode == 0) { /* the loop's summed loss, nothing else */
+        m->loss = mpmd_loop_reduce(g, loss, MPMD_REDUCE_ADD);
+        mpmd_loop_end(g);
+        mpmd_keep(g, m->loss);
+        m->n_params = mpmd_graph_params(g, m->params, np);
+    } else { /* treduce(value_and_grad(...)): gradients, the loop's sums, its end */
+        m->loss = mpmd_value_and_grad(g, loss, 0, NULL, np, m->params, m->grads, &m->n_params);
+        for (int i = 0; i < m->n_params; i++)
+            mpmd_keep(g, m->grads[i]); /* tests compare them */
+        if (mode == 2) mpmd_adamw(g, m->n_params, m->params, m->grads, mpmd_scalar(g, c->lr), c->adam);
+    }
     if ((st = mpmd_graph_status(g)) != MPMD_OK) {
         mpmd_error_set(err, st, "gpt: building the step failed: %s", mpmd_graph_error(g));
         gpt_model_free(m);
         return st;
     }
     return MPMD_OK;
+}
+
+mpmd_status gpt_build(const gpt_config *c, int with_optimizer, gpt_model *m, mpmd_error *err) {
+    return build(c, with_optimizer ? 2 : 1, m, err);
+}
+
+mpmd_status gpt_build_eval(const gpt_config *c, gpt_model *m, mpmd_error *err) { return build(c, 0, m, err); }
+
+mpmd_status gpt_copy_params(mpmd_step *dst, const gpt_model *dm, mpmd_step *src, const gpt_model *sm,
+                            mpmd_error *err) {
+    size_t cap = 0;
+    float *buf = NULL;
+    mpmd_status rc = MPMD_OK;
+    for (int i = 0; i < dm->n_params && !rc; i++) {
+        const char *name = mpmd_value_name(dm->g, dm->params[i]);
+        mpmd_value v = mpmd_lookup(sm->g, name);
+        mpmd_type t = mpmd_value_type(dm->g, dm->params[i]), ts = mpmd_value_type(sm->g, v);
+        if (!mpmd_is_value(v) || t.dtype != ts.dtype || t.ndim != ts.ndim ||
+            memcmp(t.dim, ts.dim, (size_t)t.ndim * sizeof t.dim[0])) {
+            rc = mpmd_error_set(err, MPMD_ERR_INVALID, "gpt: parameter \"%s\" is not in the training step, or differs",
+                                name);
+            break;
+        }
+        size_t bytes = mpmd_type_bytes(&t);
+        if (bytes > cap) {
+            float *nb = realloc(buf, bytes);
+            if (!nb) {
+                rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory copying \"%s\"", name);
+                break;
+            }
+            buf = nb, cap = bytes;
+        }
+        if ((rc = mpmd_step_gather(src, v, buf, bytes)))
+            mpmd_error_set(err, rc, "gpt: reading \"%s\": %s", name, mpmd_step_error(src));
+        else if ((rc = mpmd_step_write(dst, dm->params[i], buf, bytes)))
+            mpmd_error_set(err, rc, "gpt: writing \"%s\": %s", name, mpmd_step_error(dst));
+    }
+    free(buf);
+    return rc;
 }
 
 /* ---- data ------------------------------------------------------------------ */

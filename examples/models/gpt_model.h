@@ -114,6 +114,17 @@ typedef struct gpt_model {
 mpmd_status gpt_build(const gpt_config *c, int with_optimizer, gpt_model *m, mpmd_error *err);
 void gpt_model_free(gpt_model *m);
 
+/* The evaluation step of the same model: the loop's summed loss (kept as
+ * m->loss) and nothing else: no gradients, no optimizer, no dropout (grads
+ * stays NULL). Compiled with a schedule it is a forward-only pipeline. */
+mpmd_status gpt_build_eval(const gpt_config *c, gpt_model *m, mpmd_error *err);
+
+/* Copy every parameter of dm (step dst) from the same-named parameter of
+ * sm (step src): a collective call under MPI (mpmd_step_gather), then
+ * mpmd_step_write on each copy dst holds here. */
+mpmd_status gpt_copy_params(mpmd_step *dst, const gpt_model *dm, mpmd_step *src, const gpt_model *sm,
+                            mpmd_error *err);
+
 /* The dropout keys of a step for `replicas` data-parallel replicas, 2
  * int32 each (replica d's at key[2d]): (a mix of seed and d, step). So the
  * masks are a pure function of (seed, step, replica), the same whatever
