@@ -121,7 +121,8 @@ mpmd_status gpt_build_eval(const gpt_config *c, gpt_model *m, mpmd_error *err);
 
 /* Copy every parameter of dm (step dst) from the same-named parameter of
  * sm (step src): a collective call under MPI (mpmd_step_gather), then
- * mpmd_step_write on each copy dst holds here. */
+ * mpmd_step_write on each copy dst holds here. (mpmd_step_copy_params does
+ * the same for two steps of one process, not under MPI.) */
 mpmd_status gpt_copy_params(mpmd_step *dst, const gpt_model *dm, mpmd_step *src, const gpt_model *sm,
                             mpmd_error *err);
 

@@ -5,8 +5,8 @@
  *   stages on different ranks (tied embeddings) has a copy on each, all
  *   initialised identically (the initialisers depend on name and seed only).
  * - A loop reduction accumulates on the home of the value it reduces.
- * - After-loop ops run where they are needed; an update of a parameter
- *   runs on every rank holding the parameter, so all copies stay equal.
+ * - After-loop ops run where they are needed; an update of a parameter or
+ *   a variable runs on every rank holding it, so all copies stay equal.
  *   A sum of per-use gradients held on different ranks thus runs on each of
  *   those ranks, on the same operands in the same order: a cross-rank
  *   all-reduce whose every copy has the same bits.
@@ -78,9 +78,14 @@ mpmd_status mpmd_place(mpmd_plan *pl, mpmd_error *err) {
             continue; /* its input is a body value: sent by the lowering */
         }
         if (n->op->flags & MPMD_OPF_SIDE_EFFECT) {
-            /* an update runs wherever the parameter it updates lives */
+            /* an update runs wherever the parameter it updates lives, and
+             * an assign wherever its variable lives (a variable the body
+             * reads lives where it is read: a key/value cache updated after
+             * the loop from a loop result). An optimizer's own state (its
+             * step counter, read by every rank's update) does not draw it. */
             for (int j = 0; j < n->n_in; j++)
-                if (g->nodes[n->in[j]].flags & MPMD_NODE_TRAINABLE) or_ranks(pl, i, n->in[j]);
+                if ((g->nodes[n->in[j]].flags & MPMD_NODE_TRAINABLE) || (n->op == &mpmd_op_assign && j == 0))
+                    or_ranks(pl, i, n->in[j]);
         }
         if (!any_rank(pl, i)) {
             /* Wanted by no rank: a kept result, a parameter no op reads, a

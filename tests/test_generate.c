@@ -1,0 +1,150 @@
+/* Generation with a key/value cache (examples/models/gpt_generate.h):
+ *
+ * - the decoder, fed a sequence one position at a time, gives the logits
+ *   the training model's full-sequence forward gives: the mean
+ *   cross-entropy of its per-position logits equals the evaluation step's
+ *   loss on the same batch (to f32 rounding; the sums run in another
+ *   order), with parameters from the same names and seed;
+ * - pipelined on 2 stages (gpipe and std1f1b, 2 microbatches in flight) it
+ *   gives the loop's logits bit for bit at every position: the cache
+ *   variables of the later stages are updated on the ranks that read them;
+ * - sampling: temperature 0 and top-k 1 are the argmax; top-k draws only
+ *   among the k largest; the draws follow the softmax (a rough frequency
+ *   check) and are a pure function of (seed, sequence, position);
+ * - the errors: a position past the cache, a LLaMA model. */
+#include "gpt_generate.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { B = 4, T = 12, V = 40 };
+
+static gpt_config config(int stages) {
+    gpt_config c = gpt_config_default();
+    c.vocab = V, c.seq = T, c.width = 16, c.heads = 2, c.layers = 2, c.stages = stages;
+    c.batch = B, c.microbatches = 2, c.tie_embeddings = 1;
+    return c;
+}
+
+/* logits of every position [T][B * V] from the decoder on schedule s */
+static int decode_all(const mpmd_schedule *s, int stages, const int32_t *tok, float *out) {
+    gpt_config c = config(stages);
+    gpt_decoder d;
+    mpmd_error err;
+    if (gpt_build_decoder(&c, &d, &err)) {
+        CHECK(0, "%s", err.msg);
+        return 0;
+    }
+    mpmd_step_opts o = MPMD_STEP_DEFAULTS;
+    o.threads_per_rank = 1, o.seed = 9;
+    mpmd_step *st = mpmd_jit_with_loop(d.g, s, &o, &err);
+    CHECK(st != NULL, "%s", err.msg);
+    int ok = st != NULL;
+    for (int p = 0; ok && p < T; p++) {
+        int32_t col[B];
+        for (int b = 0; b < B; b++)
+            col[b] = tok[b * T + p];
+        ok = gpt_decode(st, &d, col, p, out + (size_t)p * B * V, &err) == MPMD_OK;
+        CHECK(ok, "position %d: %s", p, err.msg);
+    }
+    if (st) {
+        int32_t col[B] = {0};
+        float tmp[B * V];
+        CHECK(gpt_decode(st, &d, col, T, tmp, &err) == MPMD_ERR_INVALID && strstr(err.msg, "position 12"),
+              "a position past the cache: %s", err.msg);
+    }
+    mpmd_step_free(st);
+    gpt_decoder_free(&d);
+    return ok;
+}
+
+static void test_decoder(void) {
+    int32_t tok[B * T], tgt[B * T];
+    gpt_random_batch(V, B, T, 3, 1, tok, tgt);
+    float *loop = malloc(sizeof(float) * T * B * V), *pipe = malloc(sizeof(float) * T * B * V);
+    if (!decode_all(NULL, 1, tok, loop)) return;
+    /* the training model's loss on the same batch, same parameters */
+    gpt_config c = config(1);
+    gpt_model m;
+    mpmd_error err;
+    CHECK(gpt_build_eval(&c, &m, &err) == MPMD_OK, "%s", err.msg);
+    mpmd_step_opts o = MPMD_STEP_DEFAULTS;
+    o.threads_per_rank = 1, o.seed = 9;
+    mpmd_step *st = mpmd_jit_with_loop(m.g, NULL, &o, &err);
+    float want = NAN;
+    CHECK(st && gpt_set_inputs(st, &m, tok, tgt, sizeof tok, 9, 1, 1) == MPMD_OK && mpmd_step_run(st) == MPMD_OK &&
+              mpmd_step_read(st, m.loss, &want, sizeof want) == MPMD_OK,
+          "the eval step: %s", st ? mpmd_step_error(st) : err.msg);
+    mpmd_step_free(st);
+    gpt_model_free(&m);
+    double sum = 0;
+    for (int p = 0; p < T; p++)
+        for (int b = 0; b < B; b++) {
+            const float *l = loop + ((size_t)p * B + b) * V;
+            double mx = l[0], z = 0;
+            for (int v = 1; v < V; v++)
+                mx = fmax(mx, l[v]);
+            for (int v = 0; v < V; v++)
+                z += exp(l[v] - mx);
+            sum += mx + log(z) - l[tgt[b * T + p]];
+        }
+    double got = sum / (B * T);
+    CHECK(fabs(got - want) <= 1e-5 * fabs(want), "decoder cross-entropy %.9g, the training forward's %.9g", got,
+          (double)want);
+    /* pipelined: the loop's logits, bit for bit */
+    const char *names[2] = {"gpipe", "std1f1b"};
+    for (int k = 0; k < 2; k++) {
+        mpmd_schedule *s;
+        if (mpmd_schedule_new((mpmd_schedule_kind)mpmd_schedule_kind_from_name(names[k]), 2, 2, 2, 0, &s, &err)) {
+            CHECK(0, "%s", err.msg);
+            continue;
+        }
+        if (decode_all(s, 2, tok, pipe))
+            CHECK(memcmp(loop, pipe, sizeof(float) * T * B * V) == 0, "%s, 2 stages: logits differ from the loop's",
+                  names[k]);
+        mpmd_schedule_free(s);
+    }
+    free(loop), free(pipe);
+}
+
+static void test_sampling(void) {
+    float l[8] = {0.5f, 2.0f, -1.0f, 1.5f, 2.0f, 0.0f, -3.0f, 1.0f};
+    CHECK(gpt_sample_token(l, 8, 0.0f, 0, 1, 0, 0) == 1, "greedy: the first largest");
+    int hits[8] = {0}, outside = 0;
+    for (int i = 0; i < 4000; i++) {
+        int32_t t1 = gpt_sample_token(l, 8, 1.0f, 1, 5, 0, i);
+        outside += t1 != 1 && t1 != 4; /* top-1 keeps the tied largest */
+        int32_t t3 = gpt_sample_token(l, 8, 1.0f, 3, 5, 1, i);
+        outside += t3 != 1 && t3 != 3 && t3 != 4;
+        hits[gpt_sample_token(l, 8, 1.0f, 0, 5, 2, i)]++;
+    }
+    CHECK(outside == 0, "top-k drew %d tokens outside the k largest", outside);
+    double z = 0;
+    for (int v = 0; v < 8; v++)
+        z += exp(l[v]);
+    int bad = 0;
+    for (int v = 0; v < 8; v++) {
+        double p = exp(l[v]) / z, sd = sqrt(4000 * p * (1 - p));
+        bad += fabs(hits[v] - 4000 * p) > 5 * sd + 2;
+    }
+    CHECK(bad == 0, "sampled frequencies stray from the softmax (%d tokens)", bad);
+    CHECK(gpt_sample_token(l, 8, 1.0f, 0, 7, 3, 11) == gpt_sample_token(l, 8, 1.0f, 0, 7, 3, 11),
+          "a draw is a function of (seed, sequence, position)");
+}
+
+static void test_errors(void) {
+    gpt_config c = config(1);
+    c.arch = GPT_ARCH_LLAMA;
+    gpt_decoder d;
+    mpmd_error err;
+    CHECK(gpt_build_decoder(&c, &d, &err) == MPMD_ERR_INVALID && strstr(err.msg, "GPT-2 blocks"), "llama: %s",
+          err.msg);
+}
+
+int main(void) {
+    test_decoder();
+    test_sampling();
+    test_errors();
+    return tu_report("test_generate");
+}
