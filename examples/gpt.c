@@ -24,6 +24,7 @@
  * building or training (including a NaN/Inf loss, unless --no-nan-check).
  */
 #include "program.h"
+#include "gpt_generate.h"
 #include "gpt_import.h"
 #include "gpt_model.h"
 #include "gpt_plan.h"
@@ -145,6 +146,16 @@ static const char *usage =
     "  --step-timeout S      the watchdog: a rank that waits S seconds for a peer ends the run with\n"
     "                        a message naming the rank and what it awaited; off: wait forever\n"
     "                        (default: the longer of 300 s and 20 times the slowest step)\n"
+    "\n"
+    "Generating (instead of training):\n"
+    "  --generate N          sample N tokens after --prompt for each of --batch sequences, with a\n"
+    "                        key/value cache, pipelined like training (--schedule, --stages: the\n"
+    "                        sequences are the microbatches in flight); the weights from --resume\n"
+    "                        (a checkpoint or weights file) or --init-from; GPT-2 blocks\n"
+    "  --prompt TEXT         the prompt: its bytes with the byte vocabulary, else token ids\n"
+    "                        separated by commas (default \"The \" or \"464\")\n"
+    "  --temperature F       sampling temperature; 0 is greedy (default 1)\n"
+    "  --top-k K             sample among the K most likely tokens; 0: all (default 0)\n"
     "  --help                this text\n"
     "\n"
     "After the last step it prints: final_loss=<%.9g> params_sha256=<hex>\n";
@@ -153,6 +164,10 @@ typedef struct options {
     gpt_config cfg;
     long long steps, log_every, threads, ranks, replicas, save_every;
     long long eval_every; /* --eval K: the held-out loss every K steps and after the last (0: none) */
+    long long generate;   /* --generate N: sample N tokens after a prompt instead of training (0: train) */
+    const char *prompt;   /* --prompt: text (byte vocabulary) or comma-separated token ids */
+    float temperature;    /* --temperature (0: greedy) */
+    long long top_k;      /* --top-k (0: every token) */
     unsigned long long seed;
     const char *data, *schedule, *trace, *timeline, *save, *resume, *backend, *precision, *remat;
     const char *tokens, *init_from; /* --tokens FILE, --init-from FILE */
@@ -208,6 +223,7 @@ static const char *const valued[] = {
     "--trace",        "--timeline",       "--save",      "--save-every", "--resume",       "--backend",
     "--precision",    "--export-weights", "--dtype",     "--remat",      "--memory-limit", "--timeline-width",
     "--step-timeout", "--tokens",         "--init-from", "--vocab",        "--dropout",      "--eval",
+    "--generate",     "--prompt",         "--temperature", "--top-k",
 #ifdef GPT_PROGRAM_LLAMA
     "--kv-heads",     "--mlp-hidden",     "--rope-base",
 #endif
@@ -252,6 +268,7 @@ static int parse_args(int argc, char **argv, options *o) {
     o->replicas = 1;
     o->nan_check = 1;
     o->schedule = "loop";
+    o->temperature = 1.0f;
     for (int i = 1; i < argc; i++) {
         char name[64];
         const char *arg = argv[i], *val = NULL;
@@ -319,6 +336,14 @@ static int parse_args(int argc, char **argv, options *o) {
             rc = parse_int(name, val, 1, 1LL << 31, &o->steps);
         } else if (!strcmp(name, "--log-every")) {
             rc = parse_int(name, val, 1, 1LL << 31, &o->log_every);
+        } else if (!strcmp(name, "--generate")) {
+            rc = parse_int(name, val, 1, 1 << 20, &o->generate);
+        } else if (!strcmp(name, "--top-k")) {
+            rc = parse_int(name, val, 0, 1 << 24, &o->top_k);
+        } else if (!strcmp(name, "--temperature")) {
+            rc = parse_float(name, val, &o->temperature);
+        } else if (!strcmp(name, "--prompt")) {
+            o->prompt = val;
         } else if (!strcmp(name, "--eval")) {
             rc = parse_int(name, val, 1, 1LL << 31, &o->eval_every);
         } else if (!strcmp(name, "--save-every")) {
@@ -425,6 +450,19 @@ static int parse_args(int argc, char **argv, options *o) {
     if (o->data && o->tokens)
         return bad_option("--data (the bytes of a text) and --tokens (a token file) are two sources of "
                           "data; give one");
+    if ((o->prompt || o->top_k || o->temperature != 1.0f) && !o->generate)
+        return bad_option("--prompt, --temperature and --top-k are options of --generate N");
+    if (o->generate) {
+        if (!o->resume && !o->init_from)
+            return bad_option("--generate samples from trained weights: give --resume FILE (a checkpoint or "
+                              "weights file) or --init-from FILE");
+        if (o->replicas > 1 || o->auto_layout || o->eval_every || o->save || o->export_weights)
+            return bad_option("--generate runs a trained model: --data-parallel, --auto, --eval, --save and "
+                              "--export-weights are training options");
+        if (ARCH != GPT_ARCH_GPT2)
+            return bad_option("--generate decodes GPT-2 blocks; llama's rotary positions are fixed when its "
+                              "graph is built");
+    }
     if (o->init_from && ARCH != GPT_ARCH_GPT2)
         return bad_option("--init-from reads GPT-2's weights, which have no LLaMA blocks");
     if (o->init_from && o->resume)
@@ -543,6 +581,127 @@ static mpmd_status make_schedule(const options *o, mpmd_schedule **out, mpmd_err
                              (int)o->ranks, o->cfg.microbatches, o->fuse, out, err);
 }
 
+/* --prompt as token ids: text bytes with the byte vocabulary (256), else
+ * comma-separated ids; each below the vocabulary. Returns the count, or -1
+ * after a message. */
+static int64_t parse_prompt(const options *o, int32_t *out, int64_t cap) {
+    const int64_t V = o->cfg.vocab;
+    const char *p = o->prompt ? o->prompt : V == 256 ? "The " : "464";
+    int64_t n = 0;
+    if (V == 256) {
+        for (; *p && n < cap; p++)
+            out[n++] = (unsigned char)*p;
+        if (*p) n = cap + 1;
+    } else {
+        while (*p) {
+            char *end;
+            errno = 0;
+            long long id = strtoll(p, &end, 10);
+            if (end == p || errno || id < 0 || id >= V) {
+                bad_option("--prompt: \"%s\" is not a list of token ids below %lld separated by commas "
+                           "(the vocabulary is not bytes)",
+                           o->prompt, (long long)V);
+                return -1;
+            }
+            if (n < cap) out[n] = (int32_t)id;
+            n++;
+            p = *end == ',' ? end + 1 : end;
+            if (*end && *end != ',') {
+                bad_option("--prompt: unexpected \"%s\" among the token ids", end);
+                return -1;
+            }
+        }
+    }
+    if (n < 1 || n > cap) {
+        bad_option("--prompt has %lld tokens; between 1 and %lld fit before the %lld generated in %lld positions",
+                   (long long)n, (long long)cap, o->generate, (long long)o->cfg.seq);
+        return -1;
+    }
+    return n;
+}
+
+/* --generate N: every sequence (--batch of them, --microbatches in flight)
+ * starts from the prompt; position by position the decoder runs the known
+ * token and, past the prompt, the next one is drawn from its logits. */
+static int generate(options *o, trainer *t) {
+    gpt_config c = o->cfg;
+    mpmd_error err;
+    const int64_t B = c.batch, T = c.seq, V = c.vocab;
+    int32_t *prompt = malloc((size_t)T * sizeof *prompt);
+    if (!prompt) return fail(t, "out of memory");
+    int64_t P = parse_prompt(o, prompt, T - o->generate);
+    if (P < 0) return 2;
+    gpt_decoder d;
+    if (gpt_build_decoder(&c, &d, &err)) return fail(t, "%s", err.msg);
+    if (strcmp(o->schedule, "loop") != 0 && make_schedule(o, &t->sched, &err)) return fail(t, "%s", err.msg);
+    mpmd_step_opts so = MPMD_STEP_DEFAULTS;
+    so.threads_per_rank = (int)o->threads;
+    so.seed = o->seed;
+    so.runtime = o->mpi ? MPMD_RUNTIME_MPI : MPMD_RUNTIME_LOCAL;
+    so.backend = o->backend;
+    so.step_timeout = o->step_timeout;
+    if (!(t->st = mpmd_jit_with_loop(d.g, t->sched, &so, &err))) return fail(t, "%s", err.msg);
+    if (o->resume) {
+        mpmd_param_load_report rep;
+        if (mpmd_step_load_params(t->st, o->resume, NULL, &rep, &err)) return fail(t, "%s", err.msg);
+        if (rep.missing)
+            return fail(t, "%s lacks %d of the model's %d parameters: give the model options it was trained with",
+                        o->resume, rep.missing, d.n_params);
+    } else {
+        gpt_model view = gpt_decoder_model(&d);
+        if (gpt_hf_import(o->init_from, &view, t->st, &err)) return fail(t, "--init-from %s", err.msg);
+    }
+    int32_t *seqs = malloc((size_t)(B * T) * sizeof *seqs), *tok = malloc((size_t)B * sizeof *tok);
+    float *logits = malloc((size_t)(B * V) * sizeof *logits);
+    if (!seqs || !tok || !logits) return fail(t, "out of memory");
+    for (int64_t b = 0; b < B; b++)
+        memcpy(seqs + b * T, prompt, (size_t)P * sizeof *prompt);
+    const int64_t end = P + o->generate;
+    double t0 = now_s(), t_gen = t0;
+    for (int64_t pos = 0; pos + 1 < end; pos++) {
+        if (pos == P - 1) t_gen = now_s(); /* the prompt is in the cache */
+        for (int64_t b = 0; b < B; b++)
+            tok[b] = seqs[b * T + pos];
+        if (gpt_decode(t->st, &d, tok, pos, logits, &err)) return fail(t, "%s", err.msg);
+        if (pos + 1 >= P)
+            for (int64_t b = 0; b < B; b++)
+                seqs[b * T + pos + 1] = gpt_sample_token(logits + b * V, V, o->temperature, (int)o->top_k, o->seed, b,
+                                                         pos + 1);
+    }
+    double t1 = now_s();
+    if (t->root) {
+        for (int64_t b = 0; b < B; b++) {
+            printf("sample %lld: ", (long long)b);
+            for (int64_t i = 0; i < end; i++) {
+                int32_t id = seqs[b * T + i];
+                if (V != 256)
+                    printf("%s%d", i ? "," : "", id);
+                else if (id == '\n')
+                    fputs("\\n", stdout);
+                else if (id == '\\')
+                    fputs("\\\\", stdout);
+                else if (id >= 32 && id < 127)
+                    putchar(id);
+                else
+                    printf("\\x%02x", id);
+            }
+            putchar('\n');
+        }
+        if (!o->quiet)
+            printf("generated %lld tokens for each of %lld sequences (%d in flight per microbatch, %s): prompt "
+                   "%.1f ms, then %.0f tokens/s (%.2f ms per position)\n",
+                   o->generate, (long long)B, (int)(B / c.microbatches),
+                   t->sched ? t->sched->name : "the one-rank loop", 1e3 * (t_gen - t0),
+                   (double)(B * o->generate) / (t1 - t_gen), 1e3 * (t1 - t_gen) / (double)o->generate);
+    }
+    free(seqs), free(tok), free(logits), free(prompt);
+    mpmd_step_free(t->st);
+    mpmd_schedule_free(t->sched);
+    gpt_decoder_free(&d);
+    if (t->mpi) mpmd_mpi_finalize();
+    return 0;
+}
+
 int main(int argc, char **argv) {
     program_start(PROG, argv);
     options o;
@@ -558,6 +717,7 @@ int main(int argc, char **argv) {
         if (mpmd_mpi_init(&argc, &argv, &err)) return fail(NULL, "%s", err.msg);
         t.root = mpmd_mpi_world_rank() == 0;
     }
+    if (o.generate) return generate(&o, &t);
 
     gpt_corpus corpus = {0};
     char corpus_name[4200];

@@ -122,6 +122,30 @@ six=$("$llama" "${model[@]}" --dropout 0.1 --steps 6 --schedule std1f1b --stages
 resumed=$("$llama" "${model[@]}" --dropout 0.1 --steps 6 --resume "$tmp/ckd.safetensors" | tail -n 1)
 [ "$six" = "$resumed" ] && ok "resume with dropout (llama): 3 + 3 steps = 6 straight" || bad "resume with dropout: $resumed vs $six"
 
+# --generate from a checkpoint: the same samples on one rank, pipelined on
+# 2 and 4 ranks (2 sequences in flight per microbatch), and under mpirun
+"$gpt" "${model[@]}" --steps 20 --save "$tmp/gen.safetensors" >/dev/null
+gen=(--layers 4 --width 32 --heads 2 --seq 16 --tie-embeddings --quiet --resume "$tmp/gen.safetensors" --generate 8
+  --prompt "The " --top-k 20 --batch 4 --microbatches 2)
+g1=$("$gpt" "${gen[@]}" 2>&1)
+[ "$(grep -c '^sample ' <<<"$g1")" -eq 4 ] && ok "--generate: $(head -n 1 <<<"$g1")" || bad "--generate printed: $g1"
+for s in "--schedule gpipe --stages 2" "--schedule std1f1b --stages 4" "--schedule interleaved1f1b --stages 4 --ranks 2"; do
+  line=$("$gpt" "${gen[@]}" $s 2>&1)
+  [ "$line" = "$g1" ] && ok "--generate $s: the loop's samples" || bad "--generate $s: $line vs $g1"
+done
+if [ -x "$(command -v mpirun)" ] && ! grep -q "no MPI" <<<"$probe"; then
+  line=$("$src/tests/mpirun.sh" shm 2 "$gpt" "${gen[@]}" --schedule std1f1b --stages 2 --runtime mpi 2>&1)
+  [ "$line" = "$g1" ] && ok "mpirun -np 2 --generate: the loop's samples" || bad "mpirun --generate: $line vs $g1"
+fi
+for case in "--generate 8:give --resume" "--generate 8 --resume $tmp/gen.safetensors --prompt 0123456789abc:between 1 and 8" \
+            "--prompt x:options of --generate N" "--generate 8 --resume $tmp/gen.safetensors --data-parallel 2:training options"; do
+  args=${case%%:*} want=${case#*:}
+  out=$("$gpt" --layers 4 --width 32 --heads 2 --seq 16 --tie-embeddings $args 2>&1); rc=$?
+  [ $rc -eq 2 ] && grep -q -- "$want" <<<"$out" && ok "gpt $args: exit 2, \"$want\"" || bad "gpt $args: exit $rc: $out"
+done
+out=$("$llama" --generate 4 --resume "$tmp/gen.safetensors" 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "GPT-2 blocks" <<<"$out" && ok "llama --generate: exit 2" || bad "llama --generate: exit $rc: $out"
+
 # the other examples: the tutorial's pipelined runs (4 and 8 stages) equal
 # its loop bit for bit; basic trains (its loss falls by 10x or more)
 out=$("$build/examples/tutorial" --steps 2 --d-model 16 --seq 8 2>&1); rc=$?
