@@ -57,6 +57,14 @@ grep -q "gpt: 2 layers, width 16, 2 heads, seq 32, .* (tied embeddings)" <<<"$ou
   grep -q "weights from $tmp/gpt2.safetensors" <<<"$out" && ok "the model is the file's; seq cut to its 32 positions" ||
   bad "the model of --init-from: $out"
 
+# generation from imported weights: token ids in and out, pipelined = loop
+gen=(--init-from "$tmp/gpt2.safetensors" --heads 2 --seq 16 --batch 4 --microbatches 2 --generate 6 --prompt 1,2,3
+  --temperature 0.8 --top-k 5 --quiet)
+g1=$("$gpt" "${gen[@]}" 2>&1)
+g2=$("$gpt" "${gen[@]}" --schedule std1f1b --stages 2 2>&1)
+grep -q "^sample 3: 1,2,3,[0-9]*,[0-9]*,[0-9]*,[0-9]*,[0-9]*,[0-9]*$" <<<"$g1" && [ "$g1" = "$g2" ] &&
+  ok "--init-from --generate: $(tail -n 1 <<<"$g1"), the same on 2 stages" || bad "--init-from --generate: $g1 vs $g2"
+
 # GPT-2's vocabulary by default with --tokens
 out=$("$gpt" --tokens "$tmp/tok50k.bin" --layers 2 --width 16 "${loud[@]}" 2>&1)
 grep -q "data: $tmp/tok50k.bin, 2000 tokens; the loss starts near ln(50257)" <<<"$out" &&
