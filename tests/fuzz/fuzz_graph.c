@@ -882,9 +882,48 @@ static void do_stage(fz *z) {
     }
 }
 
+/* The LLaMA-family ops on pool values: valid operands and refused ones. */
+static mpmd_value do_llama_op(fz *z) {
+    reader *r = &z->r;
+    mpmd_value a = pick_kind(z, 1), b = pick_kind(z, 1);
+    switch (rd(r) % 10) {
+    case 0: {
+        mpmd_value y = result(z, "mpmd_sigmoid", mpmd_sigmoid(z->g, a));
+        same_type(z, a, y);
+        return y;
+    }
+    case 1: {
+        mpmd_value y = result(z, "mpmd_silu", mpmd_silu(z->g, a));
+        same_type(z, a, y);
+        return y;
+    }
+    case 2: {
+        mpmd_value y = result(z, "mpmd_maximum", rd(r) % 2 ? mpmd_maximum(z->g, a, b) : mpmd_minimum(z->g, a, b));
+        broadcast_type(z, a, b, y);
+        return y;
+    }
+    case 3: return result(z, "mpmd_compare", mpmd_compare(z->g, a, b, (mpmd_cmp)(rd(r) % 8))); /* 6, 7 refused */
+    case 4: return result(z, "mpmd_where", mpmd_where(z->g, pick_kind(z, 1), a, b));
+    case 5: return result(z, "mpmd_dropout", mpmd_dropout(z->g, a, rd_float(r), pick_kind(z, 0)));
+    case 6: return result(z, "mpmd_rms_norm", mpmd_rms_norm(z->g, a, b, rd_float(r)));
+    case 7: return result(z, "mpmd_rope", mpmd_rope(z->g, a, rd_float(r) * 1000.0f, (int64_t)rd(r) - 8));
+    case 8: { /* the ids index the axis: a run succeeds only with ids below its size */
+        int axis = rd_axis(r);
+        mpmd_value y = result(z, "mpmd_take", mpmd_take(z->g, a, pick_kind(z, 0), axis));
+        if (mpmd_is_value(y)) {
+            mpmd_type ta = ty(z, a);
+            limit_ids(z, ta.dim[axis < 0 ? axis + ta.ndim : axis]);
+        }
+        return y;
+    }
+    default: return result(z, "mpmd_rms_norm_layer", mpmd_rms_norm_layer(z->g, "rms", a, 1e-6f));
+    }
+}
+
 static void do_misc(fz *z) {
     reader *r = &z->r;
-    switch (rd(r) % 5) {
+    switch (rd(r) % 6) {
+    case 5: pool_add(z, do_llama_op(z)); break;
     case 0: { /* names and lookups agree */
         mpmd_value x = z->inputs[rd(r) % (unsigned)z->ninputs];
         const char *nm = mpmd_value_name(z->g, x);
