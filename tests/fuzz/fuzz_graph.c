@@ -335,7 +335,7 @@ static mpmd_value do_sum_to(fz *z, mpmd_value a) {
 
 static mpmd_value do_reduce(fz *z, int op, mpmd_value a) {
     reader *r = &z->r;
-    int axes[4], nax = (int)(rd(r) % 4);
+    int axes[5] = {0}, nax = (int)(rd(r) % 4); /* 5: room for mode 2's count on a 5-d value */
     for (int i = 0; i < nax; i++)
         axes[i] = rd_axis(r);
     int mode = (int)(rd(r) % 8), keep = (int)(rd(r) % 3); /* keepdims 0, 1, and 2 (true) */
