@@ -630,7 +630,10 @@ static int generate(options *o, trainer *t) {
     int32_t *prompt = malloc((size_t)T * sizeof *prompt);
     if (!prompt) return fail(t, "out of memory");
     int64_t P = parse_prompt(o, prompt, T - o->generate);
-    if (P < 0) return 2;
+    if (P < 0) {
+        free(prompt);
+        return 2;
+    }
     gpt_decoder d;
     if (gpt_build_decoder(&c, &d, &err)) return fail(t, "%s", err.msg);
     if (strcmp(o->schedule, "loop") != 0 && make_schedule(o, &t->sched, &err)) return fail(t, "%s", err.msg);
