@@ -427,7 +427,12 @@ MPMD_NODISCARD mpmd_value mpmd_loop_reduce(mpmd_graph *g, mpmd_value x, mpmd_red
 /* Mark the end of a pipeline stage (JaxPP's pipeline_enter_stage). Returns
  * x unchanged in value; ops after it belong to the next stage. The last
  * stage is closed by a final marker too. The _n form marks several values
- * at once, replacing xs[i] in place. */
+ * at once, replacing xs[i] in place. In a graph without mpmd_loop_begin
+ * (JaxPP's jit_by_yield) the first marker makes the whole function a
+ * loop of one microbatch: the ops made so far become its stage 0, no
+ * mpmd_loop_end is needed, and mpmd_keep of a body value keeps its loop
+ * result, read through the value's own handle (mpmd_loop_end, then the
+ * loop's reductions by hand, for an optimizer after it). */
 MPMD_NODISCARD mpmd_value mpmd_enter_stage(mpmd_graph *g, mpmd_value x);
 void mpmd_enter_stage_n(mpmd_graph *g, int n, mpmd_value *xs);
 

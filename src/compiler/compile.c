@@ -68,7 +68,7 @@ mpmd_status mpmd_compile_check(const mpmd_graph *g, const mpmd_schedule *s, mpmd
         return mpmd_error_set(
             err, MPMD_ERR_INVALID,
             "mpmd_jit_with_loop: the graph has no microbatch loop (mpmd_loop_begin ... mpmd_loop_end)");
-    if (g->region == MPMD_REGION_BODY)
+    if (mpmd_loop_open(g))
         return mpmd_error_set(err, MPMD_ERR_INVALID,
                               "mpmd_jit_with_loop: the microbatch loop is still open (call mpmd_loop_end)");
     if (g->n_markers != s->num_stages)

@@ -39,7 +39,7 @@ mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_e
         mpmd_error_set(err, g->status, "mpmd_exec_new: the graph has an error: %s", g->err);
         return NULL;
     }
-    if (g->n_micro > 0 && g->region == MPMD_REGION_BODY) {
+    if (mpmd_loop_open(g)) {
         mpmd_error_set(err, MPMD_ERR_INVALID,
                        "mpmd_exec_new: the microbatch loop is still open (call mpmd_loop_end)");
         return NULL;

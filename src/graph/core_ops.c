@@ -175,7 +175,9 @@ void mpmd_loop_begin(mpmd_graph *g, int num_microbatches) {
     if (!g || g->status != MPMD_OK) return;
     if (g->n_micro > 0) {
         mpmd_fail(g, MPMD_ERR_INVALID,
-                  "mpmd_loop_begin: the graph already has a microbatch loop (one per step)");
+                  g->implicit_loop ? "mpmd_loop_begin: stage markers before it made the graph a loop of one "
+                                     "microbatch; begin the loop before the first marker"
+                                   : "mpmd_loop_begin: the graph already has a microbatch loop (one per step)");
         return;
     }
     if (num_microbatches < 1) {
@@ -311,6 +313,29 @@ static mpmd_value marker(mpmd_graph *g, mpmd_value x, int stage, int backward) {
     return r;
 }
 
+/* A stage marker in a graph without a loop (JaxPP's mpmd_jit_by_yield):
+ * the whole function becomes a loop of one microbatch. Every op made so far
+ * (not the leaves) moves into the body, as stage 0; later ops are body
+ * ops; a kept value is read through its loop result. */
+static void implicit_loop(mpmd_graph *g) {
+    g->n_micro = 1;
+    g->region = MPMD_REGION_BODY;
+    g->cur_stage = 0;
+    g->implicit_loop = 1;
+    int n0 = g->n_nodes;
+    for (int i = 0; i < n0; i++) {
+        mpmd_node *n = &g->nodes[i];
+        if (n->region != MPMD_REGION_PRE || (n->op->flags & MPMD_OPF_LEAF)) continue;
+        n->region = MPMD_REGION_BODY;
+        n->stage = 0;
+    }
+    for (int i = 0; i < n0 && g->status == MPMD_OK; i++)
+        if (g->nodes[i].region == MPMD_REGION_BODY && (g->nodes[i].flags & MPMD_NODE_KEEP)) {
+            g->nodes[i].flags &= (uint16_t)~MPMD_NODE_KEEP;
+            mpmd_keep_implicit(g, (mpmd_value){i});
+        }
+}
+
 void mpmd_enter_stage_n(mpmd_graph *g, int n, mpmd_value *xs) {
     if (n < 1) {
         mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_enter_stage: no values to mark");
@@ -321,11 +346,11 @@ void mpmd_enter_stage_n(mpmd_graph *g, int n, mpmd_value *xs) {
             xs[i] = MPMD_NONE;
         return;
     }
+    if (g->region == MPMD_REGION_PRE && g->n_micro == 0) implicit_loop(g);
     if (g->region != MPMD_REGION_BODY) {
-        mpmd_fail(
-            g, MPMD_ERR_INVALID,
-            "mpmd_enter_stage: stage markers belong inside the microbatch loop body (after mpmd_loop_begin); a "
-            "function without a microbatch loop is a loop of one: mpmd_loop_begin(g, 1)");
+        mpmd_fail(g, MPMD_ERR_INVALID,
+                  "mpmd_enter_stage: stage markers belong inside the microbatch loop body, not after "
+                  "mpmd_loop_end");
         for (int i = 0; i < n; i++)
             xs[i] = MPMD_NONE;
         return;

@@ -102,6 +102,12 @@ struct mpmd_graph {
     mpmd_dtype compute_dtype; /* what mpmd_embed emits (mpmd_set_compute_dtype) */
     float layer_dropout;      /* the blocks' dropout rate (mpmd_set_layer_dropout), 0: none */
     int n_dropout;            /* dropout ops made by mpmd_dropout so far: the next one's stream */
+    /* a loop of one opened by a stage marker without mpmd_loop_begin: the
+     * graph stays in the body (no mpmd_loop_end needed), and a kept body
+     * value v is read through its loop result alias[v] */
+    int implicit_loop;
+    int32_t *alias;
+    int n_alias;
     mpmd_value layer_dropout_key;
     /* tagging of nodes emitted by a VJP rule */
     int emit_bwd, emit_stage, emit_fwd;
@@ -122,6 +128,15 @@ const char *mpmd_node_subject(const mpmd_graph *g, int i);
 /* The node of a value; NULL for an invalid id. The pointer is valid until the
  * next node is appended. */
 mpmd_node *mpmd_node_of(const mpmd_graph *g, mpmd_value v);
+/* The value a read of v reads: v's loop result where the implicit loop of
+ * one made one for a kept body value, else v. */
+mpmd_value mpmd_read_target(const mpmd_graph *g, mpmd_value v);
+void mpmd_keep_implicit(mpmd_graph *g, mpmd_value v);
+/* The loop is still open: in the body of an explicit loop (an implicit one
+ * needs no end). */
+static inline int mpmd_loop_open(const mpmd_graph *g) {
+    return g->n_micro > 0 && g->region == MPMD_REGION_BODY && !g->implicit_loop;
+}
 const mpmd_type *mpmd_type_of(const mpmd_graph *g, mpmd_value v);
 
 /* 1 if every operand is a value of g. Otherwise 0, and (unless the graph

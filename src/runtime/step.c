@@ -38,7 +38,7 @@ static mpmd_status loop_check(const mpmd_graph *g, mpmd_error *err) {
     if (!g) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: the graph is required");
     if (g->status != MPMD_OK)
         return mpmd_error_set(err, g->status, "mpmd_jit_with_loop: the graph has an error: %s", g->err);
-    if (g->n_micro > 0 && g->region == MPMD_REGION_BODY)
+    if (mpmd_loop_open(g))
         return mpmd_error_set(err, MPMD_ERR_INVALID,
                               "mpmd_jit_with_loop: the microbatch loop is still open (call mpmd_loop_end)");
     return MPMD_OK;
@@ -221,6 +221,7 @@ mpmd_status mpmd_step_run(mpmd_step *st) {
 }
 
 int mpmd_step_where(const mpmd_step *st, mpmd_value v, int *ranks, int cap) {
+    v = mpmd_read_target(st->plan->g, v);
     const mpmd_node *n = mpmd_node_of(st->plan->g, v);
     if (!n || !st->plan->live[v.id]) return 0;
     int k = 0;
@@ -429,6 +430,7 @@ mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes)
         snprintf(st->err, sizeof st->err, "mpmd_step_read: nowhere to copy %%%d (NULL)", (int)v.id);
         return MPMD_ERR_INVALID;
     }
+    v = mpmd_read_target(st->plan->g, v);
     const mpmd_node *n = mpmd_node_of(st->plan->g, v);
     if (!n) {
         snprintf(st->err, sizeof st->err, "mpmd_step_read: %d is not a value of the graph", (int)v.id);
@@ -503,6 +505,7 @@ void mpmd_step_params_sha256(mpmd_step *st, char hex[65]) { mpmd_step_replica_pa
 
 mpmd_status mpmd_step_gather(mpmd_step *st, mpmd_value v, void *dst, size_t bytes) {
     if (st->runtime != MPMD_RUNTIME_MPI) return mpmd_step_read(st, v, dst, bytes);
+    v = mpmd_read_target(st->plan->g, v);
     const mpmd_node *n = mpmd_node_of(st->plan->g, v);
     int r;
     if (!n || (!mpmd_node_is_storage(n) && !(n->flags & MPMD_NODE_KEEP)) ||

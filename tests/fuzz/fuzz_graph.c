@@ -855,7 +855,8 @@ static void do_stage(fz *z) {
     case 1:
     case 2:
         if (!z->npool) return;
-        z->pool[i] = result(z, "mpmd_enter_stage", mpmd_enter_stage(z->g, z->pool[i])); /* flat: refused */
+        /* flat: the graph becomes a loop of one (mpmd_graph_num_microbatches 1) */
+        z->pool[i] = result(z, "mpmd_enter_stage", mpmd_enter_stage(z->g, z->pool[i]));
         if (!mpmd_is_value(z->pool[i])) z->pool[i] = z->pool[0];
         break;
     case 3:
@@ -869,7 +870,7 @@ static void do_stage(fz *z) {
         observe(z);
         break;
     default:
-        if (!z->loop) { /* outside a loop: refused */
+        if (!z->loop && mpmd_graph_num_microbatches(z->g) == 0) { /* outside a loop: refused */
             mpmd_loop_end(z->g);
             z->op = "mpmd_loop_end";
             observe(z);
