@@ -165,11 +165,7 @@ typedef struct outcome {
 
 /* Two steps, the key (7, step); the schedule NULL: the loop. */
 static int train(const dmodel *m, const mpmd_schedule *s, outcome *o, const char *label) {
-    mpmd_error err;
-    mpmd_step_opts opts = MPMD_STEP_DEFAULTS;
-    opts.threads_per_rank = 1;
-    mpmd_step *st = mpmd_jit_with_loop(m->g, s, &opts, &err);
-    CHECK(st != NULL, "%s: %s", label, err.msg);
+    mpmd_step *st = tu_step(m->g, s, 0, label);
     if (!st) return 0;
     float x[MB * ROWS * W], y[MB * ROWS * W];
     tu_fill(x, MB * ROWS * W, 5);

@@ -52,10 +52,7 @@ typedef struct outcome {
 
 static int run(const fmodel *m, const mpmd_schedule *s, outcome *o, const char *label) {
     mpmd_error err;
-    mpmd_step_opts opts = MPMD_STEP_DEFAULTS;
-    opts.threads_per_rank = 1;
-    mpmd_step *st = mpmd_jit_with_loop(m->g, s, &opts, &err);
-    CHECK(st != NULL, "%s: %s", label, err.msg);
+    mpmd_step *st = tu_step(m->g, s, 0, label);
     if (!st) return 0;
     mpmd_step_set_recording(st, 1);
     float x[MB * ROWS * W], y[MB * ROWS * W];
@@ -124,10 +121,7 @@ typedef struct lout {
 
 static int run_loopless(const lmodel *m, const mpmd_schedule *s, lout *o, const char *label) {
     mpmd_error err;
-    mpmd_step_opts opts = MPMD_STEP_DEFAULTS;
-    opts.threads_per_rank = 1;
-    mpmd_step *st = mpmd_jit_with_loop(m->g, s, &opts, &err);
-    CHECK(st != NULL, "%s: %s", label, err.msg);
+    mpmd_step *st = tu_step(m->g, s, 0, label);
     if (!st) return 0;
     mpmd_step_set_recording(st, 1);
     float x[ROWS * W];

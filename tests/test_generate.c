@@ -36,10 +36,7 @@ static int decode_all(const mpmd_schedule *s, int stages, const int32_t *tok, fl
         CHECK(0, "%s", err.msg);
         return 0;
     }
-    mpmd_step_opts o = MPMD_STEP_DEFAULTS;
-    o.threads_per_rank = 1, o.seed = 9;
-    mpmd_step *st = mpmd_jit_with_loop(d.g, s, &o, &err);
-    CHECK(st != NULL, "%s", err.msg);
+    mpmd_step *st = tu_step(d.g, s, 9, "the decoder");
     int ok = st != NULL;
     for (int p = 0; ok && p < T; p++) {
         int32_t col[B];

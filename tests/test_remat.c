@@ -38,10 +38,7 @@ typedef struct {
 /* Two steps on fixed tokens; the schedule NULL: the loop. */
 static int train(const gpt_model *m, const mpmd_schedule *s, outcome *out, const char *label) {
     mpmd_error err;
-    mpmd_step_opts o = MPMD_STEP_DEFAULTS;
-    o.threads_per_rank = 1;
-    mpmd_step *st = mpmd_jit_with_loop(m->g, s, &o, &err);
-    CHECK(st != NULL, "%s: %s", label, err.msg);
+    mpmd_step *st = tu_step(m->g, s, 0, label);
     if (!st) return 0;
     mpmd_step_set_recording(st, 1);
     size_t n = (size_t)(m->cfg.batch * m->cfg.seq);

@@ -39,6 +39,15 @@ mpmd_type tu_f32(int ndim, const int64_t *dims) {
     return t;
 }
 
+mpmd_step *tu_step(const mpmd_graph *g, const mpmd_schedule *s, uint64_t seed, const char *label) {
+    mpmd_step_opts o = MPMD_STEP_DEFAULTS;
+    o.threads_per_rank = 1, o.seed = seed;
+    mpmd_error err;
+    mpmd_step *st = mpmd_jit_with_loop(g, s, &o, &err);
+    CHECK(st != NULL, "%s: %s", label, err.msg);
+    return st;
+}
+
 mpmd_exec *tu_exec(mpmd_graph *g, int threads) {
     if (mpmd_graph_status(g) != MPMD_OK) {
         fprintf(stderr, "graph error: %s\n", mpmd_graph_error(g));

@@ -54,6 +54,9 @@ void tu_fill(float *x, int64_t n, uint64_t seed);
 /* Build a graph with executor; abort the test with the graph's message if
  * building failed (tests only: programs under test report, tests abort). */
 mpmd_exec *tu_exec(mpmd_graph *g, int threads);
+/* g compiled for schedule s (NULL: the one-rank loop), one thread per rank,
+ * step seed `seed`; NULL after a failed check naming `label` and why. */
+mpmd_step *tu_step(const mpmd_graph *g, const mpmd_schedule *s, uint64_t seed, const char *label);
 
 /* Gradient check of one op (or any small composition).
  *

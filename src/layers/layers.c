@@ -29,6 +29,16 @@ static int layer_input_ok(mpmd_graph *g, const char *fn, const char *name, mpmd_
     return 1;
 }
 
+/* A layer's input checked as a float tensor [..., features]. */
+static int features_input_ok(mpmd_graph *g, const char *fn, const char *name, mpmd_value x) {
+    if (!layer_input_ok(g, fn, name, x)) return 0;
+    const mpmd_type *xt = mpmd_type_of(g, x);
+    if (mpmd_dtype_is_float(xt->dtype) && xt->ndim >= 1) return 1;
+    mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": input is %s; a float tensor [..., features] is expected", fn, name,
+              mpmd_tstr(g, x));
+    return 0;
+}
+
 /* A layer's f32 parameter as its input's dtype (mixed precision: the f32
  * master stays the parameter; the cast's gradient comes back in f32). */
 static mpmd_value like(mpmd_graph *g, mpmd_value p, mpmd_dtype dt) {
@@ -38,12 +48,8 @@ static mpmd_value like(mpmd_graph *g, mpmd_value p, mpmd_dtype dt) {
 /* y = x @ kernel (+ bias): x [..., in], kernel [in, out], bias [out]. */
 mpmd_value mpmd_dense(mpmd_graph *g, const char *name, mpmd_value x, int64_t out, int use_bias) {
     const char *fn = "mpmd_dense";
-    if (!layer_input_ok(g, fn, name, x)) return MPMD_NONE;
+    if (!features_input_ok(g, fn, name, x)) return MPMD_NONE;
     mpmd_type xt = *mpmd_type_of(g, x);
-    if (!mpmd_dtype_is_float(xt.dtype) || xt.ndim < 1)
-        return mpmd_fail(g, MPMD_ERR_SHAPE,
-                         "%s \"%s\": input is %s; a float tensor [..., features] is expected", fn, name,
-                         mpmd_tstr(g, x));
     if (out < 1)
         return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": %lld output features; at least 1 is required", fn,
                          name, (long long)out);
@@ -62,21 +68,24 @@ mpmd_value mpmd_dense(mpmd_graph *g, const char *name, mpmd_value x, int64_t out
     return y;
 }
 
-/* (x - mean) / sqrt(var + eps) * scale + bias over the last axis. */
-mpmd_value mpmd_layer_norm_layer(mpmd_graph *g, const char *name, mpmd_value x, float eps) {
-    const char *fn = "mpmd_layer_norm_layer";
-    if (!layer_input_ok(g, fn, name, x)) return MPMD_NONE;
+/* A norm layer over the last axis: parameter name/scale (ones), and with a
+ * bias name/bias (zeros): layer norm; without: RMS norm. */
+static mpmd_value norm_layer(mpmd_graph *g, const char *fn, const char *name, mpmd_value x, float eps,
+                             int layer_norm) {
+    if (!features_input_ok(g, fn, name, x)) return MPMD_NONE;
     mpmd_type xt = *mpmd_type_of(g, x);
-    if (!mpmd_dtype_is_float(xt.dtype) || xt.ndim < 1)
-        return mpmd_fail(g, MPMD_ERR_SHAPE,
-                         "%s \"%s\": input is %s; a float tensor [..., features] is expected", fn, name,
-                         mpmd_tstr(g, x));
     int64_t c = xt.dim[xt.ndim - 1];
     mpmd_scope_push(g, name);
     mpmd_value scale = layer_param(g, "scale", MPMD_SHAPE(c), MPMD_ONES);
-    mpmd_value bias = layer_param(g, "bias", MPMD_SHAPE(c), MPMD_ZEROS);
+    mpmd_value bias = layer_norm ? layer_param(g, "bias", MPMD_SHAPE(c), MPMD_ZEROS) : MPMD_NONE;
     mpmd_scope_pop(g);
-    return mpmd_layer_norm(g, x, like(g, scale, xt.dtype), like(g, bias, xt.dtype), eps);
+    if (layer_norm) return mpmd_layer_norm(g, x, like(g, scale, xt.dtype), like(g, bias, xt.dtype), eps);
+    return mpmd_rms_norm(g, x, like(g, scale, xt.dtype), eps);
+}
+
+/* (x - mean) / sqrt(var + eps) * scale + bias over the last axis. */
+mpmd_value mpmd_layer_norm_layer(mpmd_graph *g, const char *name, mpmd_value x, float eps) {
+    return norm_layer(g, "mpmd_layer_norm_layer", name, x, eps, 1);
 }
 
 /* Rows of embedding [vocab, width] picked by the i32 ids. */
@@ -135,18 +144,7 @@ mpmd_value mpmd_self_attention(mpmd_graph *g, const char *name, mpmd_value x, in
 
 /* RMSNorm layer "name": x / sqrt(mean(x^2) + eps) * scale over the last axis. */
 mpmd_value mpmd_rms_norm_layer(mpmd_graph *g, const char *name, mpmd_value x, float eps) {
-    const char *fn = "mpmd_rms_norm_layer";
-    if (!layer_input_ok(g, fn, name, x)) return MPMD_NONE;
-    mpmd_type xt = *mpmd_type_of(g, x);
-    if (!mpmd_dtype_is_float(xt.dtype) || xt.ndim < 1)
-        return mpmd_fail(g, MPMD_ERR_SHAPE,
-                         "%s \"%s\": input is %s; a float tensor [..., features] is expected", fn, name,
-                         mpmd_tstr(g, x));
-    int64_t c = xt.dim[xt.ndim - 1];
-    mpmd_scope_push(g, name);
-    mpmd_value scale = layer_param(g, "scale", MPMD_SHAPE(c), MPMD_ONES);
-    mpmd_scope_pop(g);
-    return mpmd_rms_norm(g, x, like(g, scale, xt.dtype), eps);
+    return norm_layer(g, "mpmd_rms_norm_layer", name, x, eps, 0);
 }
 
 /* SwiGLU MLP "name": down(silu(gate(x)) * up(x)), three dense layers

@@ -488,22 +488,21 @@ static mpmd_value max_weight(mpmd_graph *g, mpmd_value a, mpmd_value b) {
 }
 
 /* y = maximum(a, b):  ga = sum_to(gy w(a, b)), gb = sum_to(gy w(b, a)),
- * w = max_weight: a tie splits the cotangent evenly. */
-static void vjp_maximum(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+ * w = max_weight: a tie splits the cotangent evenly. minimum is the same
+ * with the operands' roles in w swapped. */
+static void vjp_extremum(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin, int minimum) {
     mpmd_type ta, tb;
     in_types(g, n, &ta, &tb);
     mpmd_value a = mpmd_in(n, 0), b = mpmd_in(n, 1);
-    gin[0] = unbroadcast(g, mpmd_mul(g, gy, max_weight(g, a, b)), &ta);
-    gin[1] = unbroadcast(g, mpmd_mul(g, gy, max_weight(g, b, a)), &tb);
+    mpmd_value hi = minimum ? b : a, lo = minimum ? a : b;
+    gin[0] = unbroadcast(g, mpmd_mul(g, gy, max_weight(g, hi, lo)), &ta);
+    gin[1] = unbroadcast(g, mpmd_mul(g, gy, max_weight(g, lo, hi)), &tb);
 }
-
-/* y = minimum(a, b): as maximum with the operands' roles swapped. */
+static void vjp_maximum(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    vjp_extremum(g, n, gy, gin, 0);
+}
 static void vjp_minimum(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
-    mpmd_type ta, tb;
-    in_types(g, n, &ta, &tb);
-    mpmd_value a = mpmd_in(n, 0), b = mpmd_in(n, 1);
-    gin[0] = unbroadcast(g, mpmd_mul(g, gy, max_weight(g, b, a)), &ta);
-    gin[1] = unbroadcast(g, mpmd_mul(g, gy, max_weight(g, a, b)), &tb);
+    vjp_extremum(g, n, gy, gin, 1);
 }
 
 /* A mask is piecewise constant: no gradient flows to either operand. */

@@ -343,48 +343,6 @@ static int k_layer_norm_grad_x(const mpmd_kargs *a) {
     return 0;
 }
 
-/* dgamma[c] = sum over rows r, in order, of gy[r, c] * xhat[r, c]. First
- * every row's (mean, rstd) into scratch (parallel over rows), then threads
- * split over blocks of 16 columns and walk all rows: each column's sum has
- * the same order on any thread count. */
-static size_t scratch_ln_grad_gamma(const mpmd_graph *g, const mpmd_node *n) {
-    const mpmd_type *t = mpmd_type_of(g, mpmd_in(n, 0));
-    int64_t c = last_dim(t);
-    return (size_t)(mpmd_type_numel(t) / c) * 2 * sizeof(float);
-}
-
-static int k_layer_norm_grad_gamma(const mpmd_kargs *a) {
-    const mpmd_type *t = a->in_type[0];
-    int64_t n = last_dim(t), rows = mpmd_type_numel(t) / n;
-    const float *x = a->in[0], *gy = a->in[1];
-    float *dg = a->out;
-    float *stats = a->scratch; /* mean, rstd per row */
-    float eps = a->node->fa[0];
-    int64_t blocks = (n + 15) / 16;
-    int nt = mpmd_threads_for(a->nthreads, rows * n * 4);
-#pragma omp parallel num_threads(nt)
-    {
-        int tid = omp_get_thread_num(), tn = omp_get_num_threads();
-        int64_t lo, hi;
-        mpmd_split(rows, tid, tn, &lo, &hi);
-        for (int64_t r = lo; r < hi; r++)
-            ln_stats(x + r * n, n, eps, &stats[2 * r], &stats[2 * r + 1]);
-#pragma omp barrier
-        mpmd_split(blocks, tid, tn, &lo, &hi);
-        int64_t c0 = lo * 16, c1 = hi * 16 < n ? hi * 16 : n;
-        for (int64_t c = c0; c < c1; c++)
-            dg[c] = 0.0f;
-        for (int64_t r = 0; r < rows; r++) {
-            const float *xr = x + r * n, *gr = gy + r * n;
-            float mu = stats[2 * r], rs = stats[2 * r + 1];
-#pragma omp simd
-            for (int64_t c = c0; c < c1; c++)
-                dg[c] += gr[c] * ((xr[c] - mu) * rs);
-        }
-    }
-    return 0;
-}
-
 /* ---- RMS norm ------------------------------------------------------------------------------ */
 
 /* r = 1 / sqrt(mean(x^2) + eps) of one row, the sum of squares in eight
@@ -451,44 +409,56 @@ static int k_rms_norm_grad_x(const mpmd_kargs *a) {
     return 0;
 }
 
-/* dscale[c] = sum over rows r, in order, of gy[r, c] * xhat[r, c]: every
- * row's r into scratch first, then threads split blocks of 16 columns and
- * walk all rows (the order of each column's sum is fixed). */
-static size_t scratch_rms_grad_scale(const mpmd_graph *g, const mpmd_node *n) {
+/* ---- the scale gradient of both norms ------------------------------------------------------ */
+
+/* dscale[c] = sum over rows r, in order, of gy[r, c] * xhat[r, c], xhat =
+ * (x - mean) * rstd (for RMS norm mean 0 and rstd its r, so that x - 0 is
+ * x). First every row's (mean, rstd) into scratch (parallel over rows),
+ * then threads split blocks of 16 columns and walk all rows: each column's
+ * sum has the same order on any thread count. */
+static size_t scratch_norm_grad_scale(const mpmd_graph *g, const mpmd_node *n) {
     const mpmd_type *t = mpmd_type_of(g, mpmd_in(n, 0));
-    return (size_t)(mpmd_type_numel(t) / last_dim(t)) * sizeof(float);
+    return (size_t)(mpmd_type_numel(t) / last_dim(t)) * 2 * sizeof(float);
 }
 
-static int k_rms_norm_grad_scale(const mpmd_kargs *a) {
+static int norm_grad_scale(const mpmd_kargs *a, int rms) {
     const mpmd_type *t = a->in_type[0];
     int64_t n = last_dim(t), rows = mpmd_type_numel(t) / n;
     const float *x = a->in[0], *gy = a->in[1];
-    float *ds = a->out, *rstd = a->scratch;
+    float *dg = a->out;
+    float *stats = a->scratch; /* mean, rstd per row */
     float eps = a->node->fa[0];
     int64_t blocks = (n + 15) / 16;
-    int nt = mpmd_threads_for(a->nthreads, rows * n * 3);
+    int nt = mpmd_threads_for(a->nthreads, rows * n * 4);
 #pragma omp parallel num_threads(nt)
     {
         int tid = omp_get_thread_num(), tn = omp_get_num_threads();
         int64_t lo, hi;
         mpmd_split(rows, tid, tn, &lo, &hi);
-        for (int64_t r = lo; r < hi; r++)
-            rstd[r] = rms_r(x + r * n, n, eps);
+        for (int64_t r = lo; r < hi; r++) {
+            if (rms)
+                stats[2 * r] = 0.0f, stats[2 * r + 1] = rms_r(x + r * n, n, eps);
+            else
+                ln_stats(x + r * n, n, eps, &stats[2 * r], &stats[2 * r + 1]);
+        }
 #pragma omp barrier
         mpmd_split(blocks, tid, tn, &lo, &hi);
         int64_t c0 = lo * 16, c1 = hi * 16 < n ? hi * 16 : n;
         for (int64_t c = c0; c < c1; c++)
-            ds[c] = 0.0f;
+            dg[c] = 0.0f;
         for (int64_t r = 0; r < rows; r++) {
             const float *xr = x + r * n, *gr = gy + r * n;
-            float rs = rstd[r];
+            float mu = stats[2 * r], rs = stats[2 * r + 1];
 #pragma omp simd
             for (int64_t c = c0; c < c1; c++)
-                ds[c] += gr[c] * (xr[c] * rs);
+                dg[c] += gr[c] * ((xr[c] - mu) * rs);
         }
     }
     return 0;
 }
+
+static int k_layer_norm_grad_gamma(const mpmd_kargs *a) { return norm_grad_scale(a, 0); }
+static int k_rms_norm_grad_scale(const mpmd_kargs *a) { return norm_grad_scale(a, 1); }
 
 /* ---- rotary position embedding ------------------------------------------------------------ */
 
@@ -686,10 +656,10 @@ const mpmd_kernel mpmd_cpu_nn_kernels[] = {
     {&mpmd_op_log_softmax_grad, k_log_softmax_grad, NULL, 0},
     {&mpmd_op_layer_norm, k_layer_norm, NULL, 0},
     {&mpmd_op_layer_norm_grad_x, k_layer_norm_grad_x, NULL, 0},
-    {&mpmd_op_layer_norm_grad_gamma, k_layer_norm_grad_gamma, scratch_ln_grad_gamma, 0},
+    {&mpmd_op_layer_norm_grad_gamma, k_layer_norm_grad_gamma, scratch_norm_grad_scale, 0},
     {&mpmd_op_rms_norm, k_rms_norm, NULL, 0},
     {&mpmd_op_rms_norm_grad_x, k_rms_norm_grad_x, NULL, 0},
-    {&mpmd_op_rms_norm_grad_scale, k_rms_norm_grad_scale, scratch_rms_grad_scale, 0},
+    {&mpmd_op_rms_norm_grad_scale, k_rms_norm_grad_scale, scratch_norm_grad_scale, 0},
     {&mpmd_op_rope, k_rope, scratch_rope, 0},
     {&mpmd_op_embedding, k_embedding, NULL, 0},
     {&mpmd_op_embedding_grad, k_embedding_grad, NULL, 0},
