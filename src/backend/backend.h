@@ -134,6 +134,24 @@ typedef struct mpmd_backend {
     /* Run kernel k: widen the 16-bit operands k does not take natively to
      * f32, run it, round its output back (mpmd_kernel_native). */
     int (*launch)(void *dev, const mpmd_kernel *k, const mpmd_kargs *a);
+    /* Timing an asynchronous queue (NULL where work runs when queued, as on
+     * the CPU, whose ops the host clock times): a mark is a point in dev's
+     * queue that records when the device reached it; mark_seconds is the
+     * time between two marks once dev has been synced (negative when it
+     * cannot tell). */
+    void *(*mark)(void *dev);
+    double (*mark_seconds)(void *dev, void *from, void *to);
+    void (*mark_free)(void *dev, void *m);
+    /* Recording queued work once and replaying it (NULL where there is
+     * nothing to gain, as on the CPU): between capture_begin and
+     * capture_end nothing runs, every kernel, copy and fold queued on dev is
+     * recorded instead; capture_end returns the recording (NULL with a
+     * message on failure, the capture ended either way), replay queues it
+     * again with the same buffers and arguments. */
+    int (*capture_begin)(void *dev, char *err, size_t len);
+    void *(*capture_end)(void *dev, char *err, size_t len);
+    int (*replay)(void *dev, void *graph, char *err, size_t len);
+    void (*graph_free)(void *dev, void *graph);
 } mpmd_backend;
 
 static inline size_t mpmd_backend_alloc_bytes(const mpmd_backend *be, size_t bytes) {

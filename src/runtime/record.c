@@ -1,6 +1,8 @@
 /* Measured runs: the recorded instructions of a step as a timeline (drawn
  * like a simulated schedule), as a Chrome trace of every instruction, and
  * as a per-rank summary next to the schedule's predictions. */
+#include "backend/shape_plan.h"
+#include "ops/nn.h"
 #include "runtime/runtime.h"
 
 #include <math.h>
@@ -254,7 +256,7 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
 /* ---- op profile ---------------------------------------------------------- */
 
 typedef struct prof_row {
-    const char *name;
+    char name[64];
     double s;
     int calls;
 } prof_row;
@@ -262,6 +264,23 @@ typedef struct prof_row {
 static int by_time(const void *a, const void *b) {
     double x = ((const prof_row *)a)->s, y = ((const prof_row *)b)->s;
     return (x < y) - (x > y);
+}
+
+/* A profile row's name: the op's, and for a matrix product its shape as
+ * the backends run it, "matmul 16384x2304x768 NT" (M x N x K after folding
+ * the batch into M where it can be, "x 192" for a batch, N or T for each
+ * operand), since products of different shapes run at different rates. */
+static void prof_name(const mpmd_graph *g, int i, char *buf, size_t len) {
+    const mpmd_node *n = &g->nodes[i];
+    if (n->op != &mpmd_op_matmul) {
+        snprintf(buf, len, "%s", n->op->name);
+        return;
+    }
+    mpmd_matmul_dims d;
+    mpmd_matmul_dims_make(&d, &g->nodes[n->in[0]].type, &g->nodes[n->in[1]].type, n->ia[0]);
+    int w = snprintf(buf, len, "matmul %lldx%lldx%lld %c%c", (long long)d.m, (long long)d.n, (long long)d.k,
+                     d.tra ? 'T' : 'N', d.trb ? 'T' : 'N');
+    if (d.batch > 1 && w > 0 && (size_t)w < len) snprintf(buf + w, len - (size_t)w, " x%lld", (long long)d.batch);
 }
 
 void mpmd_step_print_profile(const mpmd_step *st, FILE *f) {
@@ -279,22 +298,24 @@ void mpmd_step_print_profile(const mpmd_step *st, FILE *f) {
         for (int li = 0; mpmd_runtime_op_seconds(st, li); li++)
             t += mpmd_runtime_op_seconds(st, li)[i];
         if (t <= 0) continue;
-        const char *name = g->nodes[i].op->name;
+        char name[64];
+        prof_name(g, i, name, sizeof name);
         int k = 0;
         while (k < nr && strcmp(rows[k].name, name) != 0)
             k++;
-        if (k == nr) rows[nr++] = (prof_row){name, 0, 0};
+        if (k == nr) snprintf(rows[nr++].name, sizeof rows[0].name, "%s", name);
         rows[k].s += t;
         rows[k].calls += g->nodes[i].region == MPMD_REGION_BODY ? g->n_micro : 1;
         total += t;
     }
     qsort(rows, (size_t)nr, sizeof *rows, by_time);
-    fprintf(f, "time by op over %d run%s (%s backend; each op waited for), per run:\n", st->prof_runs,
-            st->prof_runs == 1 ? "" : "s", st->plan->be->name);
-    fprintf(f, "  %-22s %7s %11s %7s\n", "op", "calls", "ms", "share");
+    fprintf(f, "time by op over %d run%s (%s backend; %s), per run:\n", st->prof_runs, st->prof_runs == 1 ? "" : "s",
+            st->plan->be->name,
+            st->plan->be->mark ? "device time of each op, between marks in its queue" : "each op waited for");
+    fprintf(f, "  %-34s %7s %11s %7s\n", "op", "calls", "ms", "share");
     for (int k = 0; k < nr; k++)
-        fprintf(f, "  %-22s %7d %11.3f %6.1f%%\n", rows[k].name, rows[k].calls,
-                1e3 * rows[k].s / st->prof_runs, 100.0 * rows[k].s / (total > 0 ? total : 1));
-    fprintf(f, "  %-22s %7s %11.3f\n", "total", "", 1e3 * total / st->prof_runs);
+        fprintf(f, "  %-34s %7d %11.3f %6.1f%%\n", rows[k].name, rows[k].calls, 1e3 * rows[k].s / st->prof_runs,
+                100.0 * rows[k].s / (total > 0 ? total : 1));
+    fprintf(f, "  %-34s %7s %11.3f\n", "total", "", 1e3 * total / st->prof_runs);
     free(rows);
 }

@@ -154,15 +154,59 @@ static void *ptr_at(void *ctx, int v) {
     return ptr_of(a->rs, v, a->mb);
 }
 
+/* ---- profiles ------------------------------------------------------------- */
+
+struct rt_mark {
+    int node;
+    void *from, *to;
+};
+
+/* Keep op i's pair of marks for reading when the run has finished. */
+static int keep_marks(mpmd_rank_state *rs, int i, void *from, void *to) {
+    if (rs->nmarks == rs->capmarks) {
+        int cap = rs->capmarks ? 2 * rs->capmarks : 1024;
+        struct rt_mark *nm = realloc(rs->marks, (size_t)cap * sizeof *nm);
+        if (!nm) return 1;
+        rs->marks = nm, rs->capmarks = cap;
+    }
+    rs->marks[rs->nmarks++] = (struct rt_mark){i, from, to};
+    return 0;
+}
+
+/* The run has finished (synced): add each op's device time to the profile
+ * (when `read`) and let the marks go. */
+static void read_marks(mpmd_rank_state *rs, int read) {
+    const mpmd_backend *be = rs->st->plan->be;
+    for (int k = 0; k < rs->nmarks; k++) {
+        struct rt_mark *m = &rs->marks[k];
+        double s = read && m->from && m->to ? be->mark_seconds(rs->dev, m->from, m->to) : -1;
+        if (s > 0 && rs->prof) rs->prof[m->node] += s;
+        be->mark_free(rs->dev, m->from);
+        be->mark_free(rs->dev, m->to);
+    }
+    rs->nmarks = 0;
+}
+
 static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char *where) {
     struct mpmd_step *st = rs->st;
+    const mpmd_backend *be = st->plan->be;
     char kerr[512];
     at_mb ctx = {rs, mb};
+    /* a profile times each op: between two marks in an asynchronous
+     * backend's queue (read after the run), else on the host clock */
+    const int marked = rs->prof && be->mark;
+    void *m0 = marked ? be->mark(rs->dev) : NULL;
     double t0 = rs->prof ? rt_now() : 0;
-    int rc = mpmd_backend_run(st->plan->be, rs->dev, st->plan->g, i, st->plan->kern[i], out, ptr_at, &ctx,
-                              rs->nthreads, rs->scratch, mb, kerr, sizeof kerr);
-    if (!rc && rs->prof) { /* each op waited for */
-        rc = st->plan->be->sync(rs->dev, kerr, sizeof kerr);
+    int rc = mpmd_backend_run(be, rs->dev, st->plan->g, i, st->plan->kern[i], out, ptr_at, &ctx, rs->nthreads,
+                              rs->scratch, mb, kerr, sizeof kerr);
+    if (marked) {
+        void *m1 = be->mark(rs->dev);
+        if (keep_marks(rs, i, m0, m1)) {
+            be->mark_free(rs->dev, m0), be->mark_free(rs->dev, m1);
+            if (!rc) snprintf(kerr, sizeof kerr, "out of memory for the profile"), rc = 1;
+        }
+    } else if (!rc && rs->prof) { /* each op waited for */
+        rc = be->sync(rs->dev, kerr, sizeof kerr);
         rs->prof[i] += rt_now() - t0;
     }
     if (rc) { /* name what the op is about where the graph knows: "d1/kernel" */
@@ -219,51 +263,155 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
     return 0;
 }
 
+/* Instruction x of the rank's program: the transport's look-ahead, the
+ * instruction, then the sends whose buffers it lets go. */
+static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
+    struct mpmd_step *st = rs->st;
+    const mpmd_graph *g = st->plan->g;
+    const mpmd_transport *tr = st->tr;
+    const mpmd_instr *in = &p->ins[x];
+    if (tr->prepare) tr->prepare(rs, x); /* MPI: post the receives the next tasks need */
+    switch (in->op) {
+    case MPMD_I_RUN_PRE:
+    case MPMD_I_RUN_POST:
+        run_kernel(rs, in->node, -1, g->nodes[in->node].type.dtype != MPMD_TOKEN ? rs->glob[in->node] : NULL, "");
+        break;
+    case MPMD_I_TASK: run_task(rs, in); break;
+    case MPMD_I_SEND:
+        if (!tr->send(rs, in) && in->moved) rs->live_bytes -= (int64_t)rt_bytes(g, in->node);
+        break;
+    case MPMD_I_RECV:
+        if (!tr->recv(rs, in) && in->mb >= 0) count_live(rs, (int64_t)rt_bytes(g, in->node));
+        break;
+    case MPMD_I_ALLREDUCE:
+        /* the sum lands in the combined result's buffer, read from then on */
+        if (!tr->allreduce(rs, in->node, rs->arena + rs->mem->buf[rs->mem->comb_buf[in->node]].off))
+            rs->glob[in->node] = rs->arena + rs->mem->buf[rs->mem->comb_buf[in->node]].off;
+        break;
+    case MPMD_I_FREE: rs->live_bytes -= (int64_t)rt_bytes(g, in->node); break;
+    }
+    /* sends whose buffers the program overwrites from here on */
+    if (tr->send_done)
+        for (int sx = rs->mem->reuse_head[x]; sx >= 0; sx = rs->mem->reuse_next[sx])
+            tr->send_done(rs, sx);
+}
+
+/* ---- recorded segments ----------------------------------------------------
+ * On a backend that can record its queue (CUDA graphs), each run of
+ * instructions that stays on the rank (ops before and after the loop,
+ * tasks, frees: no send, receive or replica sum between) is recorded the
+ * first time it runs and replayed from then on: one launch instead of one
+ * per kernel, and none of the interpreter's work per op. The buffers and
+ * arguments are the same every run (the memory plan fixes every address;
+ * the step counter and learning rate live on the device), so the replay
+ * does what the interpreter would. The transport's host-side work for
+ * these instructions (posting receives ahead, finishing sends whose
+ * buffers they overwrite) is done before the replay is queued: earlier
+ * than the interpreter would, never later. */
+
+static int stays_on_rank(const mpmd_instr *in) {
+    return in->op == MPMD_I_RUN_PRE || in->op == MPMD_I_RUN_POST || in->op == MPMD_I_TASK || in->op == MPMD_I_FREE;
+}
+
+static void rt_free_graphs(mpmd_rank_state *rs, int n) {
+    const mpmd_backend *be = rs->st->plan->be;
+    for (int x = 0; rs->graph && x < n; x++)
+        if (rs->graph[x]) be->graph_free(rs->dev, rs->graph[x]);
+    free(rs->graph), free(rs->seg_end), free(rs->seg_delta), free(rs->seg_peak);
+    rs->graph = NULL, rs->seg_end = NULL, rs->seg_delta = rs->seg_peak = NULL;
+}
+
+/* Run the segment that starts at instruction x from its recording (making
+ * it first when there is none). Returns the instruction after the segment,
+ * or x when the segment is to be interpreted instead (the backend declined
+ * to record, or could not: from then on this rank interprets). */
+static int run_segment(mpmd_rank_state *rs, const mpmd_program *p, int x) {
+    struct mpmd_step *st = rs->st;
+    const mpmd_backend *be = st->plan->be;
+    const mpmd_transport *tr = st->tr;
+    char err[512];
+    if (!rs->graph) {
+        rs->graph = calloc((size_t)p->n + 1, sizeof *rs->graph);
+        rs->seg_end = calloc((size_t)p->n + 1, sizeof *rs->seg_end);
+        rs->seg_delta = calloc((size_t)p->n + 1, sizeof *rs->seg_delta);
+        rs->seg_peak = calloc((size_t)p->n + 1, sizeof *rs->seg_peak);
+        if (!rs->graph || !rs->seg_end || !rs->seg_delta || !rs->seg_peak) {
+            rt_free_graphs(rs, 0);
+            rs->no_graphs = 1;
+            return x;
+        }
+    }
+    if (!rs->graph[x]) { /* record it: the interpreter queues its work into the recording */
+        int e = x;
+        while (e < p->n && stays_on_rank(&p->ins[e]))
+            e++;
+        const int64_t live0 = rs->live_bytes, peak0 = rs->peak_bytes;
+        int c = be->capture_begin(rs->dev, err, sizeof err);
+        if (c) { /* declined (< 0), or failed: interpret */
+            rs->no_graphs = 1;
+            return x;
+        }
+        rs->peak_bytes = live0; /* the segment's own peak */
+        for (int y = x; y < e && !rt_aborted(st); y++)
+            exec_instr(rs, p, y);
+        void *gr = be->capture_end(rs->dev, err, sizeof err);
+        const int64_t delta = rs->live_bytes - live0, peak = rs->peak_bytes - live0;
+        rs->live_bytes = live0, rs->peak_bytes = peak0;
+        if (rt_aborted(st)) { /* an op failed while being recorded: its message stands */
+            if (gr) be->graph_free(rs->dev, gr);
+            return p->n;
+        }
+        if (!gr) { /* nothing was queued or run: interpret from here */
+            rs->no_graphs = 1;
+            return x;
+        }
+        rs->graph[x] = gr, rs->seg_end[x] = e, rs->seg_delta[x] = delta, rs->seg_peak[x] = peak;
+    } else {
+        for (int y = x; y < rs->seg_end[x]; y++) {
+            if (tr->prepare) tr->prepare(rs, y);
+            if (tr->send_done)
+                for (int sx = rs->mem->reuse_head[y]; sx >= 0; sx = rs->mem->reuse_next[sx])
+                    tr->send_done(rs, sx);
+        }
+    }
+    if (be->replay(rs->dev, rs->graph[x], err, sizeof err)) {
+        rt_fail(rs, MPMD_ERR_RUNTIME, "replaying instructions %d to %d: %s", x, rs->seg_end[x] - 1, err);
+        return p->n;
+    }
+    count_live(rs, rs->seg_peak[x]);
+    rs->live_bytes += rs->seg_delta[x] - rs->seg_peak[x];
+    return rs->seg_end[x];
+}
+
 static void *rank_main(void *arg) {
     mpmd_rank_state *rs = arg;
     struct mpmd_step *st = rs->st;
     const mpmd_graph *g = st->plan->g;
     const mpmd_program *p = &st->plan->prog[rs->rank];
-    const mpmd_transport *tr = st->tr;
+    const mpmd_backend *be = st->plan->be;
     rs->nev = 0;
     rs->wait = 0;
     rs->live_bytes = rs->peak_bytes = 0;
-    st->plan->be->enter(rs->dev);
+    be->enter(rs->dev);
     /* a loop result combined last run is accumulated afresh in its own buffer */
     for (int i = 0; i < g->n_nodes; i++)
         if (rs->mem->comb_buf[i] >= 0) rs->glob[i] = rs->arena + rs->mem->buf[rs->mem->val_buf[i]].off;
     /* timing an asynchronous device needs each instruction finished */
-    const int timed_sync = st->record && !st->plan->be->host_memory;
+    const int timed_sync = st->record && !be->host_memory;
+    /* recordings replace the interpreter unless each op or instruction is timed */
+    const int replayed = be->capture_begin && !st->record && !rs->prof && !rs->no_graphs;
     char serr[512];
-    for (int x = 0; x < p->n && !rt_aborted(st); x++) {
-        const mpmd_instr *in = &p->ins[x];
-        if (tr->prepare) tr->prepare(rs, x); /* MPI: post the receives the next tasks need */
-        double t0 = st->record ? rt_now() : 0;
-        switch (in->op) {
-        case MPMD_I_RUN_PRE:
-        case MPMD_I_RUN_POST:
-            run_kernel(rs, in->node, -1, g->nodes[in->node].type.dtype != MPMD_TOKEN ? rs->glob[in->node] : NULL,
-                       "");
-            break;
-        case MPMD_I_TASK: run_task(rs, in); break;
-        case MPMD_I_SEND:
-            if (!tr->send(rs, in) && in->moved) rs->live_bytes -= (int64_t)rt_bytes(g, in->node);
-            break;
-        case MPMD_I_RECV:
-            if (!tr->recv(rs, in) && in->mb >= 0) count_live(rs, (int64_t)rt_bytes(g, in->node));
-            break;
-        case MPMD_I_ALLREDUCE:
-            /* the sum lands in the combined result's buffer, read from then on */
-            if (!tr->allreduce(rs, in->node, rs->arena + rs->mem->buf[rs->mem->comb_buf[in->node]].off))
-                rs->glob[in->node] = rs->arena + rs->mem->buf[rs->mem->comb_buf[in->node]].off;
-            break;
-        case MPMD_I_FREE: rs->live_bytes -= (int64_t)rt_bytes(g, in->node); break;
+    for (int x = 0; x < p->n && !rt_aborted(st);) {
+        if (replayed && !rs->no_graphs && stays_on_rank(&p->ins[x])) {
+            int next = run_segment(rs, p, x);
+            if (next != x) {
+                x = next;
+                continue;
+            }
         }
-        /* sends whose buffers the program overwrites from here on */
-        if (tr->send_done)
-            for (int sx = rs->mem->reuse_head[x]; sx >= 0; sx = rs->mem->reuse_next[sx])
-                tr->send_done(rs, sx);
-        if (timed_sync && st->plan->be->sync(rs->dev, serr, sizeof serr)) {
+        double t0 = st->record ? rt_now() : 0;
+        exec_instr(rs, p, x);
+        if (timed_sync && be->sync(rs->dev, serr, sizeof serr)) {
             rt_fail(rs, MPMD_ERR_RUNTIME, "%s", serr);
             break;
         }
@@ -281,10 +429,13 @@ static void *rank_main(void *arg) {
             rs->ev[rs->nev++] = (mpmd_event){x, t0 - st->t_start, t1 - st->t_start, rs->wait};
             rs->wait = 0;
         }
+        x++;
     }
     /* the step ends when the queued work has finished; a kernel that failed
      * on the device is reported here, naming the rank */
-    if (st->plan->be->sync(rs->dev, serr, sizeof serr)) rt_fail(rs, MPMD_ERR_RUNTIME, "%s", serr);
+    int bad = be->sync(rs->dev, serr, sizeof serr);
+    if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "%s", serr);
+    if (rs->nmarks) read_marks(rs, !bad && !rt_aborted(st));
     return NULL;
 }
 
@@ -464,12 +615,14 @@ void mpmd_runtime_free(struct mpmd_step *st) {
                     mpmd_runs_on(st->plan, i, rs->rank))
                     be->free(rs->dev, rs->glob[i]);
             }
+            rt_free_graphs(rs, st->plan->prog[rs->rank].n);
+            read_marks(rs, 0);
             if (rs->arena) be->free(rs->dev, rs->arena);
             if (rs->scratch) be->free(rs->dev, rs->scratch);
             be->close(rs->dev);
             rs->dev = NULL;
         }
-        free(rs->val), free(rs->glob), free(rs->ev), free(rs->prof);
+        free(rs->val), free(rs->glob), free(rs->ev), free(rs->prof), free(rs->marks);
     }
     free(st->rs);
     st->rs = NULL;

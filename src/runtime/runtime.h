@@ -114,6 +114,18 @@ struct mpmd_rank_state {
     void **glob;                 /* [nn] values outside the body: storage, inputs, arena buffers */
     void *scratch;
     double *prof; /* [nn] seconds in each op over the profiled runs, or NULL */
+    /* a profiled run on an asynchronous backend: each op's pair of marks
+     * (backend.mark), read into prof when the run has finished */
+    struct rt_mark *marks;
+    int nmarks, capmarks;
+    /* replayed recordings (backend.capture_*): graph[x] stands for the
+     * instructions x .. seg_end[x] - 1 of the program (ops and tasks with no
+     * sends or receives between), which change the live body bytes by
+     * seg_delta[x] and raise them by at most seg_peak[x] on the way */
+    void **graph;
+    int32_t *seg_end;
+    int64_t *seg_delta, *seg_peak;
+    int no_graphs; /* the backend declined to record, or a recording failed */
     struct mpmd_step *st;
     mpmd_status status;
     char err[MPMD_ERROR_MSG_MAX];

@@ -37,6 +37,7 @@ typedef struct mpmd_cuda_dev {
     int *flag;      /* device: 0, or the first MPMD_CUDA_FLAG_* a kernel met */
     int *flag_info; /* device: [3] details of that error (value, position, bound) */
     int tf32;       /* f32 products may use TF32 tensor cores (MPMD_CUDA_TF32=1) */
+    int graphs;     /* record and replay rank segments as CUDA graphs (unless MPMD_CUDA_GRAPHS=0) */
     mpmd_cuda_buf *bufs; /* buffers from cuda_alloc and their sizes, for the instance's count */
     int nbufs, capbufs;
     size_t in_use, peak;

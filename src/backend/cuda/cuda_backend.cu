@@ -89,6 +89,8 @@ static void *cuda_open(int rank, int nthreads, char *err, size_t len) {
     }
     const char *tf = getenv("MPMD_CUDA_TF32");
     d->tf32 = tf && tf[0] == '1';
+    const char *gr = getenv("MPMD_CUDA_GRAPHS");
+    d->graphs = !(gr && gr[0] == '0');
     cudaError_t e;
     cublasStatus_t b;
     if ((e = cudaSetDevice(d->device)) != cudaSuccess ||
@@ -386,6 +388,79 @@ static void cuda_event_free(void *p, void *ev) {
     if (ev) cudaEventDestroy((cudaEvent_t)ev);
 }
 
+/* ---- timing marks ------------------------------------------------------------- */
+
+static void *cuda_mark(void *p) {
+    mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
+    cudaEvent_t ev;
+    if (cudaEventCreate(&ev) != cudaSuccess) return NULL;
+    if (cudaEventRecord(ev, d->stream) == cudaSuccess) return (void *)ev;
+    cudaEventDestroy(ev);
+    return NULL;
+}
+
+static double cuda_mark_seconds(void *p, void *from, void *to) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, (cudaEvent_t)from, (cudaEvent_t)to) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return 1e-3 * (double)ms;
+}
+
+/* ---- recorded work: CUDA graphs ------------------------------------------------
+ * The rank's stream is captured (thread-local mode: other ranks' threads go
+ * on queueing their own work) into a graph, instantiated once and launched
+ * on the stream at each replay. A capture with nothing in it gives a token
+ * whose replay queues nothing. MPMD_CUDA_GRAPHS=0 declines every capture
+ * (the interpreter then launches kernel by kernel). */
+
+static char empty_graph; /* the recording of a segment that queued nothing */
+
+static int cuda_capture_begin(void *p, char *err, size_t len) {
+    mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
+    if (!d->graphs) return -1;
+    cudaError_t e = cudaStreamBeginCapture(d->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(err, len, "GPU %d: starting a CUDA graph capture failed: %s", d->device, cudaGetErrorString(e));
+        return 1;
+    }
+    return 0;
+}
+
+static void *cuda_capture_end(void *p, char *err, size_t len) {
+    mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    cudaError_t e = cudaStreamEndCapture(d->stream, &g);
+    size_t nodes = 0;
+    if (e == cudaSuccess && (e = cudaGraphGetNodes(g, NULL, &nodes)) == cudaSuccess && nodes > 0)
+        e = cudaGraphInstantiate(&x, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(err, len, "GPU %d: recording a CUDA graph failed: %s", d->device, cudaGetErrorString(e));
+        return NULL;
+    }
+    return nodes > 0 ? (void *)x : (void *)&empty_graph;
+}
+
+static int cuda_replay(void *p, void *graph, char *err, size_t len) {
+    mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
+    if (graph == (void *)&empty_graph) return 0;
+    cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)graph, d->stream);
+    if (e != cudaSuccess) {
+        snprintf(err, len, "GPU %d: launching a CUDA graph failed: %s", d->device, cudaGetErrorString(e));
+        return 1;
+    }
+    return 0;
+}
+
+static void cuda_graph_free(void *p, void *graph) {
+    if (graph && graph != (void *)&empty_graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
 extern "C" const mpmd_backend mpmd_backend_cuda = {
     "cuda", /* name */
     0,      /* host_memory */
@@ -408,4 +483,11 @@ extern "C" const mpmd_backend mpmd_backend_cuda = {
     cuda_event_wait,
     cuda_event_free,
     cuda_launch,
+    cuda_mark,
+    cuda_mark_seconds,
+    cuda_event_free,
+    cuda_capture_begin,
+    cuda_capture_end,
+    cuda_replay,
+    cuda_graph_free,
 };
