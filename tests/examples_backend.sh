@@ -35,6 +35,38 @@ for precision in f32 bf16; do
   done <<<"$schedules"
 done
 
+# the CUDA backend records each rank's runs of kernels once and replays
+# them (CUDA graphs); launching kernel by kernel gives the same bits
+if [ "$backend" = cuda ]; then
+  for extra in "" "--schedule interleaved1f1b --stages 4 --ranks 2" "--schedule zerobubble --stages 4 --ranks 4"; do
+    a=$("$gpt" "${model[@]}" --backend cuda --precision bf16 $extra 2>&1 | tail -n 1)
+    b=$(MPMD_CUDA_GRAPHS=0 "$gpt" "${model[@]}" --backend cuda --precision bf16 $extra 2>&1 | tail -n 1)
+    [ "$a" = "$b" ] && ok "cuda graphs = kernel by kernel ${extra:-(loop)}: $a" ||
+      bad "cuda graphs vs kernel by kernel ${extra:-(loop)}: $a / $b"
+  done
+fi
+
+# under mpirun (a process per rank, messages through host copies): the
+# loop's line again, when this build has MPI and there is an mpirun
+probe=$("$gpt" --layers 1 --width 8 --heads 1 --seq 4 --batch 1 --microbatches 1 --steps 1 --quiet \
+  --runtime mpi --backend "$backend" 2>&1)
+if ! [ -x "$(command -v mpirun)" ] || grep -q "no MPI" <<<"$probe"; then
+  echo "skipped: the mpirun cases (this build has no MPI runtime, or there is no mpirun)"
+else
+  for precision in f32 bf16; do
+    ref=$("$gpt" "${model[@]}" --backend "$backend" --precision $precision | tail -n 1)
+    line=$("$(dirname "$0")/mpirun.sh" shm 2 "$gpt" "${model[@]}" --backend "$backend" --precision $precision \
+      --schedule std1f1b --stages 2 --runtime mpi 2>&1 | tail -n 1)
+    [ "$line" = "$ref" ] && ok "$backend $precision mpirun -np 2 std1f1b: $line" ||
+      bad "$backend $precision mpirun -np 2 std1f1b: $line (loop: $ref)"
+  done
+  ref=$("$gpt" "${model[@]}" --backend "$backend" --precision f32 --data-parallel 2 | tail -n 1)
+  line=$("$(dirname "$0")/mpirun.sh" shm 2 "$gpt" "${model[@]}" --backend "$backend" --precision f32 \
+    --data-parallel 2 --runtime mpi 2>&1 | tail -n 1)
+  [ "$line" = "$ref" ] && ok "$backend mpirun -np 2, loop x 2 replicas: $line" ||
+    bad "$backend mpirun -np 2, loop x 2 replicas: $line (in-process: $ref)"
+fi
+
 # two replicas of a 2-stage pipeline, each on half the batch, against the
 # same data-parallel run on the CPU: both must train, and their losses agree
 dp=$("$gpt" "${model[@]}" --backend "$backend" --precision f32 --schedule std1f1b --stages 2 --data-parallel 2 2>&1 |

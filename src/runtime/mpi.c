@@ -17,6 +17,14 @@
  * then the same sum in replica order on every replica, so replicas stay
  * bitwise identical.
  *
+ * On a backend whose buffers are not host memory (a GPU), messages travel
+ * through host copies: each send and receive instruction has a host buffer
+ * of its own; a send copies its value there (after the kernels that made
+ * it) and sends that, a receive lands there and is copied to the planned
+ * device buffer once it has arrived. Replica sums gather host copies and
+ * combine them on the host, in the same order and arithmetic as the
+ * in-process combine, then copy the result to the device.
+ *
  * A value held by another process is fetched with a broadcast from the
  * process that holds it.
  *
@@ -42,6 +50,7 @@ typedef struct {
     MPI_Request coll;  /* a combine the watchdog gave up on, and its buffer */
     void *coll_buf;
     int tag_ub;
+    char **stage; /* [program length]: host copies of sends and receives (device backends), else NULL */
 } mpi_state;
 
 int mpmd_mpi_available(void) { return 1; }
@@ -84,6 +93,13 @@ void mpmd_mpi_abort(int code) {
     exit(code);
 }
 
+/* Where instruction x's message is sent from or received into: its host
+ * copy on a device backend, else the planned buffer itself. */
+static void *wire(mpmd_rank_state *rs, int x) {
+    mpi_state *m = rs->tx;
+    return m->stage ? m->stage[x] : rt_buffer(rs, &rs->st->plan->prog[rs->rank].ins[x]);
+}
+
 static int tag_of(const struct mpmd_step *st, int node, int mb) {
     return node * (st->plan->num_micro + 1) + (mb + 1);
 }
@@ -124,6 +140,16 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
     if (!m->rreq || !m->sreq) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
     for (int x = 0; x < p->n; x++)
         m->rreq[x] = m->sreq[x] = MPI_REQUEST_NULL;
+    if (!st->plan->be->host_memory) {
+        if (!(m->stage = calloc((size_t)p->n + 1, sizeof *m->stage)))
+            return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+        for (int x = 0; x < p->n; x++)
+            if ((p->ins[x].op == MPMD_I_SEND || p->ins[x].op == MPMD_I_RECV) &&
+                !(m->stage[x] = malloc(rt_bytes(st->plan->g, p->ins[x].node) + 1)))
+                return mpmd_error_set(err, MPMD_ERR_NOMEM,
+                                      "mpmd_jit_with_loop: out of memory for the host copies of rank %d's messages",
+                                      st->mpi_rank);
+    }
     MPI_Comm_split(MPI_COMM_WORLD, st->mpi_replica, st->mpi_rank, &m->pipe);
     MPI_Comm_split(MPI_COMM_WORLD, st->mpi_rank, st->mpi_replica, &m->data);
     int *ub = NULL, flag = 0;
@@ -148,6 +174,12 @@ static void mpi_teardown(struct mpmd_step *st) {
         if (m->pipe != MPI_COMM_NULL && m->pipe) MPI_Comm_free(&m->pipe);
         if (m->data != MPI_COMM_NULL && m->data) MPI_Comm_free(&m->data);
     }
+    if (m->stage) {
+        const mpmd_program *p = &st->plan->prog[st->mpi_rank];
+        for (int x = 0; x < p->n; x++)
+            free(m->stage[x]);
+        free(m->stage);
+    }
     free(m->rreq), free(m->sreq), free(m->coll_buf), free(m);
     st->tx = NULL;
     st->rs[0].tx = NULL;
@@ -170,7 +202,7 @@ static void mpi_prepare(mpmd_rank_state *rs, int x) {
         const mpmd_instr *in = &p->ins[m->posted];
         if (in->op != MPMD_I_RECV) continue;
         if (in->post > x) break;
-        MPI_Irecv(rt_buffer(rs, in), (int)rt_bytes(st->plan->g, in->node), MPI_BYTE, in->peer,
+        MPI_Irecv(wire(rs, m->posted), (int)rt_bytes(st->plan->g, in->node), MPI_BYTE, in->peer,
                   tag_of(st, in->node, in->mb), m->pipe, &m->rreq[m->posted]);
     }
 }
@@ -213,6 +245,12 @@ static int mpi_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
              rt_value_str(rs->st, in->node, vb, sizeof vb), in->mb, in->peer);
     int bad = wait_for(rs, &m->rreq[x], what);
     if (rs->st->record) rs->wait += rt_now() - t0;
+    if (!bad && m->stage &&
+        rs->st->plan->be->upload(rs->dev, rt_buffer(rs, in), m->stage[x], rt_bytes(rs->st->plan->g, in->node))) {
+        rt_fail(rs, MPMD_ERR_RUNTIME, "copying %s of microbatch %d, received from rank %d, to the %s backend failed",
+                vb, in->mb, in->peer, rs->st->plan->be->name);
+        bad = 1;
+    }
     return bad;
 }
 
@@ -220,7 +258,14 @@ static int mpi_send(mpmd_rank_state *rs, const mpmd_instr *in) {
     struct mpmd_step *st = rs->st;
     mpi_state *m = rs->tx;
     int x = (int)(in - st->plan->prog[rs->rank].ins);
-    MPI_Isend(rt_buffer(rs, in), (int)rt_bytes(st->plan->g, in->node), MPI_BYTE, in->peer,
+    /* a device value: its host copy, once the kernels that make it are done */
+    if (m->stage && st->plan->be->download(rs->dev, m->stage[x], rt_buffer(rs, in), rt_bytes(st->plan->g, in->node))) {
+        char vb[300];
+        rt_fail(rs, MPMD_ERR_RUNTIME, "copying %s of microbatch %d from the %s backend to send it to rank %d failed",
+                rt_value_str(st, in->node, vb, sizeof vb), in->mb, st->plan->be->name, in->peer);
+        return 1;
+    }
+    MPI_Isend(wire(rs, x), (int)rt_bytes(st->plan->g, in->node), MPI_BYTE, in->peer,
               tag_of(st, in->node, in->mb), m->pipe, &m->sreq[x]);
     return 0;
 }
@@ -244,30 +289,43 @@ static int mpi_allreduce(mpmd_rank_state *rs, int node, void *out) {
     mpi_state *m = rs->tx;
     const int R = st->plan->replicas;
     size_t b = rt_bytes(st->plan->g, node);
+    const int staged = m->stage != NULL; /* device buffers: gather and combine host copies */
     char *all = malloc((size_t)R * b);
     void **bufs = malloc((size_t)R * sizeof *bufs);
-    if (!all || !bufs) {
-        free(all), free(bufs);
+    char *mine = staged ? malloc(2 * b + 1) : NULL;
+    if (!all || !bufs || (staged && !mine)) {
+        free(all), free(bufs), free(mine);
         rt_fail(rs, MPMD_ERR_NOMEM, "out of memory combining %%%d across replicas", node);
         return 1;
     }
     double t0 = st->record ? rt_now() : 0;
+    if (staged && st->plan->be->download(rs->dev, mine, rs->glob[node], b)) {
+        free(all), free(bufs), free(mine);
+        rt_fail(rs, MPMD_ERR_RUNTIME, "copying %%%d from the %s backend to combine it across replicas failed", node,
+                st->plan->be->name);
+        return 1;
+    }
     MPI_Request req;
-    MPI_Iallgather(rs->glob[node], (int)b, MPI_BYTE, all, (int)b, MPI_BYTE, m->data, &req);
+    MPI_Iallgather(staged ? mine : rs->glob[node], (int)b, MPI_BYTE, all, (int)b, MPI_BYTE, m->data, &req);
     char what[400], vb[300];
     snprintf(what, sizeof what, "the other replicas of rank %d to combine %s", rs->rank,
              rt_value_str(st, node, vb, sizeof vb));
     if (wait_for(rs, &req, what)) {
         st->broken = 1; /* the collective still writes `all`: kept until it ends (mpi_settle) */
         m->coll = req, m->coll_buf = all;
-        free(bufs);
+        free(bufs), free(mine);
         return 1;
     }
     if (st->record) rs->wait += rt_now() - t0;
     for (int d = 0; d < R; d++)
         bufs[d] = all + (size_t)d * b;
-    int bad = st->plan->be->combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], bufs, R, out);
-    free(all), free(bufs);
+    int bad;
+    if (staged) /* the in-process combine's order and arithmetic, on the host, then to the device */
+        bad = mpmd_backend_cpu.combine(NULL, st->plan->g, &st->plan->g->nodes[node], bufs, R, mine + b) ||
+              st->plan->be->upload(rs->dev, out, mine + b, b);
+    else
+        bad = st->plan->be->combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], bufs, R, out);
+    free(all), free(bufs), free(mine);
     if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "combining %%%d across replicas failed", node);
     return bad;
 }

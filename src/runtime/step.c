@@ -94,14 +94,6 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
                        be->name, why);
         return NULL;
     }
-    if (o.runtime == MPMD_RUNTIME_MPI && !be->host_memory) {
-        mpmd_error_set(
-            err, MPMD_ERR_INVALID,
-            "mpmd_jit_with_loop: the MPI runtime moves host buffers and runs on the cpu backend only; "
-            "run the %s backend with the in-process runtime",
-            be->name);
-        return NULL;
-    }
     int mpi_rank = 0, mpi_replica = 0;
     if (o.runtime == MPMD_RUNTIME_MPI) {
         if (!mpmd_mpi_available()) {
