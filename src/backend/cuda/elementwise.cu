@@ -47,6 +47,18 @@
  * the same), so a 16-bit sum is the f32 kernel's sum of the widened input,
  * rounded once.
  *
+ * maximum, minimum, max_weight and compare are binary ops like add (the
+ * same plan and kernels), with the CPU's selects: a NaN operand wins in
+ * maximum / minimum, max_weight gives 1, 1/2 or 0, compare 1 or 0; the
+ * values are exact, so they are the CPU's bits in every dtype. where (three
+ * operands of one shape) and where_grad are flat selects; sigmoid, silu and
+ * their gradients flat maps.
+ *
+ * dropout draws the CPU's mask: one thread per group of 4 elements i, i + 1,
+ * i + 2, i + 3 (i = 4 blk) takes the Philox-4x32-10 words of the counter
+ * (blk as 64 bits, microbatch, stream) under the key (src/util/philox.h,
+ * the CPU's code compiled for the device), reading the key from the device.
+ *
  * The maths functions are CUDA's expf/logf/tanhf/sqrtf and IEEE division
  * (as built without fast-math); gelu is the tanh form computed as the CPU
  * does, x / (1 + e^(-2u)).
@@ -55,6 +67,7 @@
 
 #include "backend/op_descs.h"
 #include "backend/shape_plan.h"
+#include "util/philox.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -205,6 +218,33 @@ struct FDiv {
 struct FCopy {
     __device__ float operator()(float x, float y) const { return (void)y, x; }
 };
+/* a NaN operand gives NaN (x != x: x is NaN; else y, NaN or not) */
+struct FMax {
+    __device__ float operator()(float x, float y) const { return x > y || x != x ? x : y; }
+};
+struct FMin {
+    __device__ float operator()(float x, float y) const { return x < y || x != x ? x : y; }
+};
+/* the share of a maximum's cotangent that goes to x: 1, 1/2 on a tie, else 0 */
+struct FMaxW {
+    __device__ float operator()(float x, float y) const { return x > y ? 1.0f : x == y ? 0.5f : 0.0f; }
+};
+/* 1 where x <op> y holds, else 0; op an mpmd_cmp (eq, ne, lt, le, gt, ge) */
+struct FCmp {
+    int op;
+    __device__ float operator()(float x, float y) const {
+        bool r;
+        switch (op) {
+        case 0: r = x == y; break;
+        case 1: r = x != y; break;
+        case 2: r = x < y; break;
+        case 3: r = x <= y; break;
+        case 4: r = x > y; break;
+        default: r = x >= y; break;
+        }
+        return r ? 1.0f : 0.0f;
+    }
+};
 
 /* unary: f(x) */
 struct FAddS {
@@ -243,6 +283,14 @@ struct FRelu {
 struct FGelu {
     __device__ float operator()(float x) const { return gelu1(x); }
 };
+/* 1 / (1 + e^-x); e^-x = inf gives 0, the limit */
+struct FSigmoid {
+    __device__ float operator()(float x) const { return 1.0f / (1.0f + expf(-x)); }
+};
+/* x / (1 + e^-x) */
+struct FSilu {
+    __device__ float operator()(float x) const { return x / (1.0f + expf(-x)); }
+};
 
 /* fused backward: f(gy, v) */
 struct GTanh {
@@ -263,6 +311,21 @@ struct GRelu {
 struct GGelu {
     __device__ float operator()(float g, float x) const { return g * gelu_grad1(x); }
 }; /* v = x */
+struct GSigmoid {
+    __device__ float operator()(float g, float y) const { return g * (y * (1.0f - y)); }
+}; /* v = sigmoid(x) */
+struct GSilu {
+    __device__ float operator()(float g, float x) const {
+        float s = 1.0f / (1.0f + expf(-x));
+        return g * (s * (1.0f + x * (1.0f - s)));
+    }
+}; /* v = x: gy s (1 + x (1 - s)), s = sigmoid(x) */
+struct GWhereT {
+    __device__ float operator()(float g, float c) const { return c != 0.0f ? g : 0.0f; }
+}; /* v = the mask: gy where it is set */
+struct GWhereF {
+    __device__ float operator()(float g, float c) const { return c != 0.0f ? 0.0f : g; }
+}; /* gy where the mask is clear */
 
 /* ---- flat maps ---------------------------------------------------------------------------- */
 
@@ -347,18 +410,32 @@ template <class F> static int run_map1(const mpmd_kargs *a, F f) {
 
 /* ---- binary ops and broadcast_to ---------------------------------------------------------- */
 
+/* BIN_EQ .. BIN_GE in mpmd_cmp's order */
 enum {
     BIN_ADD,
     BIN_SUB,
     BIN_MUL,
     BIN_DIV,
     BIN_COPY,
+    BIN_MAX,
+    BIN_MIN,
+    BIN_MAXW,
+    BIN_EQ,
+    BIN_NE,
+    BIN_LT,
+    BIN_LE,
+    BIN_GT,
+    BIN_GE,
     GR_TANH,
     GR_SQRT,
     GR_RSQRT,
     GR_SQUARE,
     GR_RELU,
-    GR_GELU
+    GR_GELU,
+    GR_SIGMOID,
+    GR_SILU,
+    GR_WHERE_T,
+    GR_WHERE_F
 };
 
 /* The coalesced output (mpmd_bcast_plan_make, src/backend/shape_plan.c, as
@@ -487,12 +564,25 @@ static int launch_map2(const mpmd_kargs *a, int kind, T *o, const T *x, int sa, 
     case BIN_MUL: launch_map2_f(s, o, x, sa, y, sb, n, FMul()); break;
     case BIN_DIV: launch_map2_f(s, o, x, sa, y, sb, n, FDiv()); break;
     case BIN_COPY: launch_map2_f(s, o, x, sa, y, sb, n, FCopy()); break;
+    case BIN_MAX: launch_map2_f(s, o, x, sa, y, sb, n, FMax()); break;
+    case BIN_MIN: launch_map2_f(s, o, x, sa, y, sb, n, FMin()); break;
+    case BIN_MAXW: launch_map2_f(s, o, x, sa, y, sb, n, FMaxW()); break;
+    case BIN_EQ:
+    case BIN_NE:
+    case BIN_LT:
+    case BIN_LE:
+    case BIN_GT:
+    case BIN_GE: launch_map2_f(s, o, x, sa, y, sb, n, FCmp{kind - BIN_EQ}); break;
     case GR_TANH: launch_map2_f(s, o, x, sa, y, sb, n, GTanh()); break;
     case GR_SQRT: launch_map2_f(s, o, x, sa, y, sb, n, GSqrt()); break;
     case GR_RSQRT: launch_map2_f(s, o, x, sa, y, sb, n, GRsqrt()); break;
     case GR_SQUARE: launch_map2_f(s, o, x, sa, y, sb, n, GSquare()); break;
     case GR_RELU: launch_map2_f(s, o, x, sa, y, sb, n, GRelu()); break;
     case GR_GELU: launch_map2_f(s, o, x, sa, y, sb, n, GGelu()); break;
+    case GR_SIGMOID: launch_map2_f(s, o, x, sa, y, sb, n, GSigmoid()); break;
+    case GR_SILU: launch_map2_f(s, o, x, sa, y, sb, n, GSilu()); break;
+    case GR_WHERE_T: launch_map2_f(s, o, x, sa, y, sb, n, GWhereT()); break;
+    case GR_WHERE_F: launch_map2_f(s, o, x, sa, y, sb, n, GWhereF()); break;
     }
     return mpmd_cuda_launched(a, a->node->op->name);
 }
@@ -527,6 +617,15 @@ template <typename T> static int run_binary_t(const mpmd_kargs *a, int kind) {
     case BIN_SUB: launch_bcast(s, o, x, y, ba, width, FSub()); break;
     case BIN_MUL: launch_bcast(s, o, x, y, ba, width, FMul()); break;
     case BIN_DIV: launch_bcast(s, o, x, y, ba, width, FDiv()); break;
+    case BIN_MAX: launch_bcast(s, o, x, y, ba, width, FMax()); break;
+    case BIN_MIN: launch_bcast(s, o, x, y, ba, width, FMin()); break;
+    case BIN_MAXW: launch_bcast(s, o, x, y, ba, width, FMaxW()); break;
+    case BIN_EQ:
+    case BIN_NE:
+    case BIN_LT:
+    case BIN_LE:
+    case BIN_GT:
+    case BIN_GE: launch_bcast(s, o, x, y, ba, width, FCmp{kind - BIN_EQ}); break;
     default: launch_bcast(s, o, x, y, ba, width, FCopy()); break;
     }
     return mpmd_cuda_launched(a, a->node->op->name);
@@ -542,6 +641,11 @@ static int k_add(const mpmd_kargs *a) { return run_binary(a, BIN_ADD); }
 static int k_sub(const mpmd_kargs *a) { return run_binary(a, BIN_SUB); }
 static int k_mul(const mpmd_kargs *a) { return run_binary(a, BIN_MUL); }
 static int k_div(const mpmd_kargs *a) { return run_binary(a, BIN_DIV); }
+static int k_maximum(const mpmd_kargs *a) { return run_binary(a, BIN_MAX); }
+static int k_minimum(const mpmd_kargs *a) { return run_binary(a, BIN_MIN); }
+static int k_max_weight(const mpmd_kargs *a) { return run_binary(a, BIN_MAXW); }
+/* compare: ia[0] = the mpmd_cmp, checked by mpmd_compare */
+static int k_compare(const mpmd_kargs *a) { return run_binary(a, BIN_EQ + (int)a->node->ia[0]); }
 /* broadcast_to: out[i] = a[broadcast index of i] */
 static int k_broadcast_to(const mpmd_kargs *a) { return run_binary(a, BIN_COPY); }
 
@@ -558,6 +662,8 @@ static int k_rsqrt(const mpmd_kargs *a) { return run_map1(a, FRsqrt()); }
 static int k_square(const mpmd_kargs *a) { return run_map1(a, FSquare()); }
 static int k_relu(const mpmd_kargs *a) { return run_map1(a, FRelu()); }
 static int k_gelu(const mpmd_kargs *a) { return run_map1(a, FGelu()); }
+static int k_sigmoid(const mpmd_kargs *a) { return run_map1(a, FSigmoid()); }
+static int k_silu(const mpmd_kargs *a) { return run_map1(a, FSilu()); }
 
 /* ---- fused backward ops: out = f(gy, v), same shape and dtype ---------------------------------- */
 
@@ -577,6 +683,98 @@ static int k_rsqrt_grad(const mpmd_kargs *a) { return run_grad(a, GR_RSQRT); }
 static int k_square_grad(const mpmd_kargs *a) { return run_grad(a, GR_SQUARE); }
 static int k_relu_grad(const mpmd_kargs *a) { return run_grad(a, GR_RELU); }
 static int k_gelu_grad(const mpmd_kargs *a) { return run_grad(a, GR_GELU); }
+static int k_sigmoid_grad(const mpmd_kargs *a) { return run_grad(a, GR_SIGMOID); }
+static int k_silu_grad(const mpmd_kargs *a) { return run_grad(a, GR_SILU); }
+/* where_grad(gy, cond): ia[0] = 0: gy where cond != 0, else 0; 1: the other way */
+static int k_where_grad(const mpmd_kargs *a) { return run_grad(a, a->node->ia[0] ? GR_WHERE_F : GR_WHERE_T); }
+
+/* ---- where: out = cond != 0 ? a : b, three operands of out's shape ------------------------------ */
+
+/* A flat select: 16-byte vectors when vec, then the tail. Each element reads
+ * its three inputs before writing, so out == a (in place) is correct. */
+template <typename T>
+__global__ void where_kernel(T *o, const T *c, const T *a, const T *b, int64_t n, int vec) {
+    constexpr int V = vec16<T>::n;
+    typedef pack<T, V> P;
+    int64_t t = gtid(), st = gstride(), nv = vec ? n >> vec16<T>::lg : 0;
+    for (int64_t v = t; v < nv; v += st) {
+        P m = reinterpret_cast<const P *>(c)[v], x = reinterpret_cast<const P *>(a)[v],
+          y = reinterpret_cast<const P *>(b)[v], r;
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            r.v[k] = from_f32<T>(to_f32(m.v[k]) != 0.0f ? to_f32(x.v[k]) : to_f32(y.v[k]));
+        reinterpret_cast<P *>(o)[v] = r;
+    }
+    for (int64_t i = nv * V + t; i < n; i += st)
+        o[i] = from_f32<T>(to_f32(c[i]) != 0.0f ? to_f32(a[i]) : to_f32(b[i]));
+}
+
+static int k_where(const mpmd_kargs *a) {
+    int d = common_dtype(a, 3);
+    if (d < 0) return 1;
+    return by_dtype(d, [&](auto tag) {
+        typedef typename decltype(tag)::type T;
+        int64_t n = numel_of(&a->node->type);
+        T *o = (T *)a->out;
+        const T *c = (const T *)a->in[0], *x = (const T *)a->in[1], *y = (const T *)a->in[2];
+        int vec = aligned16(o) && aligned16(c) && aligned16(x) && aligned16(y);
+        where_kernel<T>
+            <<<grid_for(map_work<T>(n, vec)), THREADS, 0, mpmd_cuda_of(a)->stream>>>(o, c, x, y, n, vec);
+        return mpmd_cuda_launched(a, "where");
+    });
+}
+
+/* ---- dropout ------------------------------------------------------------------------------------- */
+
+/* Element i of microbatch mb keeps its value, times scale = 1 / (1 - rate),
+ * when the word philox(key, counter)[i % 4] >= thr (rate 2^32), counter =
+ * (i / 4 as 64 bits, mb, stream); else 0. The CPU's mask, bit for bit. A
+ * thread per group of 4 (one 4-element vector when vec and the group is
+ * whole); key: the two i32 words on the device. */
+template <typename T>
+__global__ void dropout_kernel(T *o, const T *x, int64_t n, const int32_t *key, uint32_t mb, uint32_t stream,
+                               uint32_t thr, float scale, int vec) {
+    const uint32_t k[2] = {(uint32_t)key[0], (uint32_t)key[1]};
+    int64_t groups = (n + 3) / 4;
+    for (int64_t blk = gtid(); blk < groups; blk += gstride()) {
+        uint32_t ctr[4] = {(uint32_t)blk, (uint32_t)((uint64_t)blk >> 32), mb, stream}, r[4];
+        mpmd_philox4x32(ctr, k, r);
+        int64_t i0 = blk * 4;
+        if (vec && i0 + 4 <= n) {
+            pack<T, 4> v = load_pack<4>(x + i0), w;
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                w.v[j] = from_f32<T>(r[j] >= thr ? to_f32(v.v[j]) * scale : 0.0f);
+            *reinterpret_cast<pack<T, 4> *>(o + i0) = w;
+        } else {
+            for (int j = 0; j < 4 && i0 + j < n; j++)
+                o[i0 + j] = from_f32<T>(r[j] >= thr ? to_f32(x[i0 + j]) * scale : 0.0f);
+        }
+    }
+}
+
+static int k_dropout(const mpmd_kargs *a) {
+    int d = common_dtype(a, 1);
+    if (d < 0) return 1;
+    if (a->in_type[1]->dtype != MPMD_I32) {
+        snprintf(a->err, a->err_len, "dropout: the key is %s; it must be i32",
+                 mpmd_dtype_name(a->in_type[1]->dtype));
+        return 1;
+    }
+    float rate = a->node->fa[0];
+    uint32_t thr = mpmd_dropout_threshold(rate), mb = (uint32_t)a->mb, stream = (uint32_t)a->node->ia[0];
+    float scale = 1.0f / (1.0f - rate);
+    return by_dtype(d, [&](auto tag) {
+        typedef typename decltype(tag)::type T;
+        int64_t n = numel_of(&a->node->type);
+        T *o = (T *)a->out;
+        const T *x = (const T *)a->in[0];
+        int vec = aligned_to(o, 4 * sizeof(T)) && aligned_to(x, 4 * sizeof(T));
+        dropout_kernel<T><<<grid_for((n + 3) / 4), THREADS, 0, mpmd_cuda_of(a)->stream>>>(
+            o, x, n, (const int32_t *)a->in[1], mb, stream, thr, scale, vec);
+        return mpmd_cuda_launched(a, "dropout");
+    });
+}
 
 /* ---- sum_to ------------------------------------------------------------------------------------- */
 
@@ -903,5 +1101,16 @@ extern "C" const mpmd_kernel mpmd_cuda_elementwise_kernels[] = {
     {&mpmd_op_square_grad, k_square_grad, NULL, F16S},
     {&mpmd_op_relu_grad, k_relu_grad, NULL, F16S},
     {&mpmd_op_gelu_grad, k_gelu_grad, NULL, F16S},
+    {&mpmd_op_sigmoid, k_sigmoid, NULL, F16S},
+    {&mpmd_op_silu, k_silu, NULL, F16S},
+    {&mpmd_op_sigmoid_grad, k_sigmoid_grad, NULL, F16S},
+    {&mpmd_op_silu_grad, k_silu_grad, NULL, F16S},
+    {&mpmd_op_maximum, k_maximum, NULL, F16S},
+    {&mpmd_op_minimum, k_minimum, NULL, F16S},
+    {&mpmd_op_max_weight, k_max_weight, NULL, F16S},
+    {&mpmd_op_compare, k_compare, NULL, F16S},
+    {&mpmd_op_where, k_where, NULL, F16S},
+    {&mpmd_op_where_grad, k_where_grad, NULL, F16S},
+    {&mpmd_op_dropout, k_dropout, NULL, F16S},
     {0, 0, 0, 0},
 };

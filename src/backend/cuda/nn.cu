@@ -1,7 +1,8 @@
 /* CUDA kernels of the neural-network family (ops in src/ops/nn.c), all but
  * matmul (core.cu): softmax / log-softmax (plain, causal) and their
- * gradients, layer norm and its two gradients, embedding lookup and its
- * scatter-add gradient, cross-entropy and its gradient.
+ * gradients, layer norm and RMS norm and their two gradients each, rotary
+ * position embedding, embedding lookup and its scatter-add gradient,
+ * cross-entropy and its gradient.
  *
  * Row ops (the last axis is the row) give each row to one group of threads:
  * a warp for rows of up to 1024 (eight rows to a block of 256), else a whole
@@ -11,7 +12,7 @@
  * and the group combines the partials in a fixed tree (warp shuffles, then
  * one value per warp through shared memory). Max and exp-sum are taken in
  * one pass, as (max, sum of exp(x - max)) pairs merged with a rescale.
- * Layer norm in warp mode keeps the row in registers.
+ * Layer norm and RMS norm in warp mode keep the row in registers.
  *
  * 16-bit floats (bf16, f16): every kernel takes them natively. Each element
  * is converted to f32 exactly on load, everything (statistics, sums, max,
@@ -29,8 +30,9 @@
  * of memory, max then exp-sum in f32, one store.
  *
  * Sums over all rows never use atomics:
- *   layer_norm_grad_gamma: row statistics into scratch, then per-column
- *     partial sums over fixed runs of rows, then the partials added in order;
+ *   layer_norm_grad_gamma and rms_norm_grad_scale: row statistics into
+ *     scratch, then per-column partial sums over fixed runs of rows, then
+ *     the partials added in order;
  *   embedding_grad: the positions sorted by (id, position) (a bitonic sort of
  *     distinct 64-bit keys, so the order is unique), each id's range found by
  *     binary search, then one thread per (chunk of up to 64 of an id's
@@ -50,7 +52,6 @@
 extern "C" {
 #include "ops/nn.h"
 }
-
 
 #include <initializer_list>
 #include <limits.h>
@@ -1011,29 +1012,6 @@ __global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
     }
 }
 
-/* (mean, rstd) of every row into stats[2r], stats[2r + 1]. */
-template <typename S, int V, bool W>
-__global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
-    layer_norm_stats(rd<S> x, float *stats, int64_t rows, int64_t n, float eps, bool al) {
-    __shared__ float sh[64];
-    row_iter<W> it;
-    int64_t nc = n / V;
-    for (int64_t r = it.r0; r < rows; r += it.rstep) {
-        float mu, rs;
-        if constexpr (W) {
-            float v[LN_VPL / V][V];
-            load_row<S, V>(x.at(r * n), nc, it.t, al, v);
-            ln_stats_regs<V>(v, n, nc, it.t, eps, mu, rs);
-        } else {
-            ln_stats<S, V, W>(x.at(r * n), n, it.t, it.G, al, eps, sh, mu, rs);
-        }
-        if (it.t == 0) {
-            stats[2 * r] = mu;
-            stats[2 * r + 1] = rs;
-        }
-    }
-}
-
 /* layer_norm (x, gamma, beta) and layer_norm_grad_x (x, gamma, gy) (G):
  * the same rows, operands and launch shape, one kernel each. */
 template <bool G> static int layer_norm_rows(const mpmd_kargs *a) {
@@ -1071,7 +1049,230 @@ template <bool G> static int layer_norm_rows(const mpmd_kargs *a) {
 static int k_layer_norm(const mpmd_kargs *a) { return layer_norm_rows<false>(a); }
 static int k_layer_norm_grad_x(const mpmd_kargs *a) { return layer_norm_rows<true>(a); }
 
-/* dgamma[c] = sum over rows of gy[r, c] * xhat[r, c]. The rows are cut into
+/* ---- RMS norm -------------------------------------------------------------------------------- */
+
+/* r = 1 / sqrt(mean(x^2) + eps) of a row: each thread sums the squares of
+ * its elements in order, then the group's fixed tree (row_sum), all in f32;
+ * every thread of the group gets r. In registers (warp mode, load_row's
+ * padding is 0) or read from memory. */
+template <int V>
+__device__ __forceinline__ float rms_r_regs(const float (&v)[LN_VPL / V][V], int64_t n, float eps) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < LN_VPL / V; k++)
+#pragma unroll
+        for (int j = 0; j < V; j++)
+            acc += v[k][j] * v[k][j];
+    return 1.0f / sqrtf(warp_sum(acc) / (float)n + eps);
+}
+
+template <typename S, int V, bool W>
+__device__ __forceinline__ float rms_r(const rd<S> &xr, int64_t n, int t, int G, bool al, float eps,
+                                       float *sh) {
+    int64_t nc = n / V;
+    float acc = 0.0f;
+#pragma unroll 4
+    for (int64_t c = t; c < nc; c += G) {
+        float f[V];
+        xr.template load<V>(c * V, f, al);
+#pragma unroll
+        for (int j = 0; j < V; j++)
+            acc += f[j] * f[j];
+    }
+    return 1.0f / sqrtf(row_sum<W>(acc, sh) / (float)n + eps);
+}
+
+/* y = (x * r) * scale; y may alias x (each element is read before written,
+ * by the same thread). */
+template <typename S, int V, bool W>
+__global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
+    rms_norm_fwd(rd<S> x, rd<S> scale, wr<S> y, int64_t rows, int64_t n, float eps, bool al) {
+    __shared__ float sh[64];
+    row_iter<W> it;
+    int64_t nc = n / V;
+    for (int64_t r = it.r0; r < rows; r += it.rstep) {
+        rd<S> xr = x.at(r * n);
+        wr<S> yr = y.at(r * n);
+        if constexpr (W) {
+            float v[LN_VPL / V][V];
+            load_row<S, V>(xr, nc, it.t, al, v);
+            float rs = rms_r_regs<V>(v, n, eps);
+#pragma unroll
+            for (int k = 0; k < LN_VPL / V; k++) {
+                int64_t c = it.t + 32 * k;
+                if (c < nc) {
+                    float sc[V], o[V];
+                    scale.template load<V>(c * V, sc, al);
+#pragma unroll
+                    for (int j = 0; j < V; j++)
+                        o[j] = (v[k][j] * rs) * sc[j];
+                    yr.template store<V>(c * V, o, al);
+                }
+            }
+        } else {
+            float rs = rms_r<S, V, W>(xr, n, it.t, it.G, al, eps, sh);
+#pragma unroll 4
+            for (int64_t c = it.t; c < nc; c += it.G) {
+                float f[V], sc[V];
+                xr.template load<V>(c * V, f, al);
+                scale.template load<V>(c * V, sc, al);
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    f[j] = (f[j] * rs) * sc[j];
+                yr.template store<V>(c * V, f, al);
+            }
+        }
+    }
+}
+
+/* dx = r * (g - xhat * mean(g * xhat)), g = gy * scale rounded once
+ * (__fmul_rn: the sum and the output see the same g), xhat = x * r; dx may
+ * alias gy (each element is read before written, by the same thread, and
+ * the sum's tree separates the reads of a row from its writes). */
+template <typename S, int V, bool W>
+__global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
+    rms_norm_grad_x(rd<S> x, rd<S> scale, rd<S> gy, wr<S> dx, int64_t rows, int64_t n, float eps, bool al) {
+    __shared__ float sh[64];
+    row_iter<W> it;
+    int64_t nc = n / V;
+    for (int64_t r = it.r0; r < rows; r += it.rstep) {
+        rd<S> xr = x.at(r * n), gr = gy.at(r * n);
+        wr<S> dr = dx.at(r * n);
+        if constexpr (W) {
+            float v[LN_VPL / V][V], g[LN_VPL / V][V];
+            load_row<S, V>(xr, nc, it.t, al, v);
+            load_row<S, V>(gr, nc, it.t, al, g);
+            float rs = rms_r_regs<V>(v, n, eps);
+            float sgx = 0.0f;
+#pragma unroll
+            for (int k = 0; k < LN_VPL / V; k++) {
+                int64_t c = it.t + 32 * k;
+                if (c < nc) {
+                    float sc[V];
+                    scale.template load<V>(c * V, sc, al);
+#pragma unroll
+                    for (int j = 0; j < V; j++)
+                        g[k][j] = __fmul_rn(g[k][j], sc[j]);
+                }
+#pragma unroll
+                for (int j = 0; j < V; j++) {
+                    v[k][j] = v[k][j] * rs; /* xhat; the padding stays 0 */
+                    sgx += g[k][j] * v[k][j];
+                }
+            }
+            float mgx = warp_sum(sgx) / (float)n;
+#pragma unroll
+            for (int k = 0; k < LN_VPL / V; k++) {
+                int64_t c = it.t + 32 * k;
+                if (c < nc) {
+                    float o[V];
+#pragma unroll
+                    for (int j = 0; j < V; j++)
+                        o[j] = rs * (g[k][j] - v[k][j] * mgx);
+                    dr.template store<V>(c * V, o, al);
+                }
+            }
+        } else {
+            float rs = rms_r<S, V, W>(xr, n, it.t, it.G, al, eps, sh);
+            float sgx = 0.0f;
+#pragma unroll 4
+            for (int64_t c = it.t; c < nc; c += it.G) {
+                float g[V], sc[V], f[V];
+                gr.template load<V>(c * V, g, al);
+                scale.template load<V>(c * V, sc, al);
+                xr.template load<V>(c * V, f, al);
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    sgx += __fmul_rn(g[j], sc[j]) * (f[j] * rs);
+            }
+            float mgx = row_sum<W>(sgx, sh) / (float)n;
+#pragma unroll 4
+            for (int64_t c = it.t; c < nc; c += it.G) {
+                float g[V], sc[V], f[V];
+                gr.template load<V>(c * V, g, al);
+                scale.template load<V>(c * V, sc, al);
+                xr.template load<V>(c * V, f, al);
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    g[j] = rs * (__fmul_rn(g[j], sc[j]) - (f[j] * rs) * mgx);
+                dr.template store<V>(c * V, g, al);
+            }
+        }
+    }
+}
+
+/* rms_norm (x, scale) and rms_norm_grad_x (x, scale, gy) (G): the same rows,
+ * operands and launch shape, one kernel each. */
+template <bool G> static int rms_norm_rows(const mpmd_kargs *a) {
+    const mpmd_type *t = a->in_type[0];
+    row_plan rp;
+    if (!row_plan_of(t, &rp)) return 0;
+    const int64_t n = rp.n, rows = rp.rows;
+    const row_shape rs = rp.rs;
+    cudaStream_t st = mpmd_cuda_of(a)->stream;
+    mpmd_dtype dx = t->dtype, dsc = a->in_type[1]->dtype, dy = a->node->type.dtype;
+    mpmd_dtype dg = G ? a->in_type[2]->dtype : dx;
+    const void *gp = G ? a->in[2] : a->in[0];
+    float eps = a->node->fa[0];
+    by_storage(storage_of({dx, dsc, dg, dy}), [&](auto tag) {
+        typedef typename decltype(tag)::type S;
+        rd<S> x = rd_of<S>(a->in[0], dx), scale = rd_of<S>(a->in[1], dsc), gy = rd_of<S>(gp, dg);
+        wr<S> y = wr_of<S>(a->out, dy);
+        int v = row_vec<S>(n);
+        bool al = chunks_aligned<S>(v, {a->in[0], a->in[1], gp, a->out});
+        with_vec<S>(v, [&](auto vc) {
+            constexpr int V = decltype(vc)::value;
+            with_warp(rs.warp, [&](auto wc) {
+                constexpr bool W = decltype(wc)::value;
+                if constexpr (G)
+                    rms_norm_grad_x<S, V, W>
+                        <<<rs.blocks, rs.threads, 0, st>>>(x, scale, gy, y, rows, n, eps, al);
+                else
+                    rms_norm_fwd<S, V, W><<<rs.blocks, rs.threads, 0, st>>>(x, scale, y, rows, n, eps, al);
+            });
+        });
+    });
+    return mpmd_cuda_launched(a, G ? "rms_norm_grad_x" : "rms_norm");
+}
+
+static int k_rms_norm(const mpmd_kargs *a) { return rms_norm_rows<false>(a); }
+static int k_rms_norm_grad_x(const mpmd_kargs *a) { return rms_norm_rows<true>(a); }
+
+/* ---- the scale gradient of both norms --------------------------------------------------------- */
+
+/* (mean, rstd) of every row into stats[2r], stats[2r + 1]; RMS: (0, r),
+ * r = 1 / sqrt(mean(x^2) + eps), so that (x - mean) * rstd is x * r. */
+template <typename S, int V, bool W, bool RMS>
+__global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
+    norm_stats(rd<S> x, float *stats, int64_t rows, int64_t n, float eps, bool al) {
+    __shared__ float sh[64];
+    row_iter<W> it;
+    int64_t nc = n / V;
+    for (int64_t r = it.r0; r < rows; r += it.rstep) {
+        float mu = 0.0f, rs;
+        if constexpr (W) {
+            float v[LN_VPL / V][V];
+            load_row<S, V>(x.at(r * n), nc, it.t, al, v);
+            if constexpr (RMS)
+                rs = rms_r_regs<V>(v, n, eps);
+            else
+                ln_stats_regs<V>(v, n, nc, it.t, eps, mu, rs);
+        } else {
+            if constexpr (RMS)
+                rs = rms_r<S, V, W>(x.at(r * n), n, it.t, it.G, al, eps, sh);
+            else
+                ln_stats<S, V, W>(x.at(r * n), n, it.t, it.G, al, eps, sh, mu, rs);
+        }
+        if (it.t == 0) {
+            stats[2 * r] = mu;
+            stats[2 * r + 1] = rs;
+        }
+    }
+}
+
+/* dgamma[c] = sum over rows of gy[r, c] * xhat[r, c], xhat = (x - mean) *
+ * rstd (layer_norm_grad_gamma; rms_norm_grad_scale: mean 0, rstd its r, as
+ * on the CPU, so that the same kernels give dscale). The rows are cut into
  * chunks of LNG_CHUNK_MIN rows or more (at most LNG_CHUNKS_MAX chunks, a
  * function of the row count only); pass 1 puts each row's statistics in
  * scratch, pass 2 gives each (chunk, column) one thread that sums its rows
@@ -1091,7 +1292,7 @@ static int64_t lng_rows_per_chunk(int64_t rows) {
     return r < LNG_CHUNK_MIN ? LNG_CHUNK_MIN : r;
 }
 
-static size_t scratch_ln_grad_gamma(const mpmd_graph *g, const mpmd_node *n) {
+static size_t scratch_norm_grad_scale(const mpmd_graph *g, const mpmd_node *n) {
     const mpmd_type *t = mpmd_type_of(g, mpmd_in(n, 0));
     int64_t c = last_dim(t), numel = mpmd_type_numel(t);
     if (c == 0 || numel == 0) return 0;
@@ -1142,7 +1343,7 @@ template <typename S> __global__ void lng_combine(const float *partial, wr<S> dg
     if (y == 0 && c < n) dg.put(c, sh[0][x]);
 }
 
-static int k_layer_norm_grad_gamma(const mpmd_kargs *a) {
+template <bool RMS> static int norm_grad_scale(const mpmd_kargs *a) {
     const mpmd_type *t = a->in_type[0];
     int64_t n = last_dim(t), numel = mpmd_type_numel(t);
     cudaStream_t st = mpmd_cuda_of(a)->stream;
@@ -1151,7 +1352,7 @@ static int k_layer_norm_grad_gamma(const mpmd_kargs *a) {
     if (numel == 0) { /* no rows: the sums are 0 (+0 in every float dtype) */
         cudaError_t e = cudaMemsetAsync(a->out, 0, (size_t)n * mpmd_dtype_size(dd), st);
         if (e != cudaSuccess) {
-            snprintf(a->err, a->err_len, "layer_norm_grad_gamma: device memset failed: %s",
+            snprintf(a->err, a->err_len, "%s: device memset failed: %s", a->node->op->name,
                      cudaGetErrorString(e));
             return 1;
         }
@@ -1171,7 +1372,7 @@ static int k_layer_norm_grad_gamma(const mpmd_kargs *a) {
             constexpr int V = decltype(vc)::value;
             with_warp(rs.warp, [&](auto wc) {
                 constexpr bool W = decltype(wc)::value;
-                layer_norm_stats<S, V, W><<<rs.blocks, rs.threads, 0, st>>>(x, stats, rows, n, eps, al);
+                norm_stats<S, V, W, RMS><<<rs.blocks, rs.threads, 0, st>>>(x, stats, rows, n, eps, al);
             });
         });
         bool pair = false;
@@ -1187,7 +1388,89 @@ static int k_layer_norm_grad_gamma(const mpmd_kargs *a) {
         }
         lng_combine<S><<<mpmd_cuda_blocks(n, 32), dim3(32, LNG_LANES), 0, st>>>(partial, out, n, chunks);
     });
-    return mpmd_cuda_launched(a, "layer_norm_grad_gamma");
+    return mpmd_cuda_launched(a, a->node->op->name);
+}
+
+static int k_layer_norm_grad_gamma(const mpmd_kargs *a) { return norm_grad_scale<false>(a); }
+static int k_rms_norm_grad_scale(const mpmd_kargs *a) { return norm_grad_scale<true>(a); }
+
+/* ---- rotary position embedding ------------------------------------------------------------ */
+
+/* x [..., T, H, D]: each (row, head) turns its pairs (i, i + D/2) by the
+ * angle (offset + t) base^(-2i/D) of its position t (the inverse by
+ * -angle). As on the CPU, cos and sin of every (t, i) go to scratch first,
+ * computed in double and rounded once (the device's pow, cos and sin are
+ * within 2 ulp of double: the same floats but for a rounding boundary),
+ * then one thread per pair turns it with separately rounded products and
+ * sums (__fmul_rn, no fused multiply-add), as the CPU does. out may alias x:
+ * a pair is read before it is written, by the same thread. */
+#define ROPE_THREADS 256
+#define ROPE_MAX_BLOCKS (1 << 16)
+
+static size_t scratch_rope(const mpmd_graph *g, const mpmd_node *n) {
+    (void)g;
+    const mpmd_type *t = &n->type;
+    return (size_t)t->dim[t->ndim - 3] * (size_t)(t->dim[t->ndim - 1] / 2) * 2 * sizeof(float);
+}
+
+/* cs[p half + i] = cos(angle), sn[p half + i] = sign sin(angle), p < T, i < half */
+__global__ void rope_table(float *cs, float *sn, int64_t T, int64_t half, int64_t D, double base, double sign,
+                           int64_t offset) {
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < T * half;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t p = e / half, i = e - p * half;
+        double inv = pow(base, -2.0 * (double)i / (double)D);
+        double ang = (double)(offset + p) * inv;
+        cs[e] = (float)cos(ang);
+        sn[e] = (float)(sign * sin(ang));
+    }
+}
+
+/* Pair e = (row of the [..., T, H] positions, i): y1 = x1 c - x2 s, y2 =
+ * x1 s + x2 c. I: 32-bit indices when every element index fits. */
+template <typename S, typename I>
+__global__ void rope_rotate(rd<S> x, wr<S> y, const float *cs, const float *sn, I pairs, I half, I H, I T) {
+    for (I e = (I)(blockIdx.x * blockDim.x + threadIdx.x); e < pairs; e += (I)(gridDim.x * blockDim.x)) {
+        I rh = e / half, i = e - rh * half, p = (rh / H) % T;
+        I i1 = rh * 2 * half + i, i2 = i1 + half, k = p * half + i;
+        float x1 = x[i1], x2 = x[i2], c = cs[k], s = sn[k];
+        y.put(i1, __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
+        y.put(i2, __fadd_rn(__fmul_rn(x1, s), __fmul_rn(x2, c)));
+    }
+}
+
+static int k_rope(const mpmd_kargs *a) {
+    const mpmd_type *t = &a->node->type;
+    int64_t T = t->dim[t->ndim - 3], H = t->dim[t->ndim - 2], D = t->dim[t->ndim - 1], half = D / 2;
+    int64_t numel = mpmd_type_numel(t);
+    if (numel == 0 || half == 0) return 0;
+    float *cs = (float *)a->scratch;
+    if (!cs) {
+        snprintf(a->err, a->err_len, "rope: the executor gave no scratch buffer (%zu bytes needed)",
+                 (size_t)(T * half) * 2 * sizeof(float));
+        return 1;
+    }
+    float *sn = cs + T * half;
+    cudaStream_t st = mpmd_cuda_of(a)->stream;
+    double base = a->node->fa[0], sign = a->node->ia[1] ? -1.0 : 1.0;
+    rope_table<<<cap_grid((T * half + ROPE_THREADS - 1) / ROPE_THREADS), ROPE_THREADS, 0, st>>>(
+        cs, sn, T, half, D, base, sign, a->node->ia[0]);
+    mpmd_dtype dx = a->in_type[0]->dtype, dy = t->dtype;
+    int64_t pairs = numel / 2, blocks = (pairs + ROPE_THREADS - 1) / ROPE_THREADS;
+    unsigned grid = cap_grid(blocks < ROPE_MAX_BLOCKS ? blocks : ROPE_MAX_BLOCKS);
+    /* 32-bit when every index, plus one grid stride, stays below 2^31 */
+    bool small = numel + (int64_t)ROPE_MAX_BLOCKS * ROPE_THREADS < ((int64_t)1 << 31);
+    by_storage(storage_of({dx, dy}), [&](auto tag) {
+        typedef typename decltype(tag)::type S;
+        rd<S> x = rd_of<S>(a->in[0], dx);
+        wr<S> y = wr_of<S>(a->out, dy);
+        if (small)
+            rope_rotate<S, uint32_t><<<grid, ROPE_THREADS, 0, st>>>(x, y, cs, sn, (uint32_t)pairs,
+                                                                    (uint32_t)half, (uint32_t)H, (uint32_t)T);
+        else
+            rope_rotate<S, int64_t><<<grid, ROPE_THREADS, 0, st>>>(x, y, cs, sn, pairs, half, H, T);
+    });
+    return mpmd_cuda_launched(a, "rope");
 }
 
 /* ---- embedding ------------------------------------------------------------------------------- */
@@ -1703,7 +1986,11 @@ extern "C" const mpmd_kernel mpmd_cuda_nn_kernels[] = {
     {&mpmd_op_log_softmax_grad, k_log_softmax_grad, NULL, NN_16BIT},
     {&mpmd_op_layer_norm, k_layer_norm, NULL, NN_16BIT},
     {&mpmd_op_layer_norm_grad_x, k_layer_norm_grad_x, NULL, NN_16BIT},
-    {&mpmd_op_layer_norm_grad_gamma, k_layer_norm_grad_gamma, scratch_ln_grad_gamma, NN_16BIT},
+    {&mpmd_op_layer_norm_grad_gamma, k_layer_norm_grad_gamma, scratch_norm_grad_scale, NN_16BIT},
+    {&mpmd_op_rms_norm, k_rms_norm, NULL, NN_16BIT},
+    {&mpmd_op_rms_norm_grad_x, k_rms_norm_grad_x, NULL, NN_16BIT},
+    {&mpmd_op_rms_norm_grad_scale, k_rms_norm_grad_scale, scratch_norm_grad_scale, NN_16BIT},
+    {&mpmd_op_rope, k_rope, scratch_rope, NN_16BIT},
     {&mpmd_op_embedding, k_embedding, NULL, NN_16BIT},
     {&mpmd_op_embedding_grad, k_embedding_grad, scratch_embedding_grad, NN_16BIT},
     {&mpmd_op_cross_entropy, k_cross_entropy, NULL, NN_16BIT},
