@@ -538,6 +538,21 @@ static void case_shape(cb *c) {
 
 /* Every transpose flag, 2-D, batched, and a 2-D b shared by a batched a
  * (whose gradient is one folded sgemm); scaled products. */
+/* Products large enough (about 1 GFLOP) with rows whose starts are not
+ * 16-byte aligned (1001, 517 columns): the GPU runs them on padded copies
+ * of the operands and the result. */
+static void case_matmul_rows(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value a = in_flt(c, "a", -1.0f, 1.0f, D(1000, 1001));
+    mpmd_value b = in_flt(c, "b", -1.0f, 1.0f, D(1001, 517));
+    mpmd_value bt = in_flt(c, "bt", -1.0f, 1.0f, D(517, 1001));
+    mpmd_value at = in_flt(c, "at", -1.0f, 1.0f, D(1001, 1000));
+    acc(c, mpmd_matmul(g, a, b, 0));
+    acc(c, mpmd_matmul(g, a, bt, MPMD_TRANS_B));
+    acc(c, mpmd_matmul(g, at, b, MPMD_TRANS_A));
+    grads(c, 1, NULL, NULL);
+}
+
 static void case_matmul(cb *c) {
     mpmd_graph *g = c->g;
     mpmd_value a = in_flt(c, "a", -1.0f, 1.0f, D(7, 33));
@@ -820,6 +835,7 @@ static const tcase cases[] = {
     {"max_ties", case_max_ties, MPMD_F32, 1e-4, 1e-4},
     {"shape", case_shape, MPMD_F32, 1e-4, 1e-4},
     {"matmul", case_matmul, MPMD_F32, 1e-3, 1e-4},
+    {"matmul_rows", case_matmul_rows, MPMD_F32, 1e-3, 1e-4},
     {"softmax", case_softmax, MPMD_F32, 1e-3, 1e-4},
     {"xent_1000", case_xent_1000, MPMD_F32, 1e-3, 1e-4},
     {"xent", case_xent, MPMD_F32, 1e-3, 1e-4},
@@ -841,6 +857,7 @@ static const tcase cases[] = {
     {"max_ties/bf16", case_max_ties, MPMD_BF16, 3e-2, 5e-2},
     {"shape/bf16", case_shape, MPMD_BF16, 3e-2, 1e-1},
     {"matmul/bf16", case_matmul, MPMD_BF16, 3e-2, 1e-1},
+    {"matmul_rows/bf16", case_matmul_rows, MPMD_BF16, 3e-2, 1e-1},
     {"softmax/bf16", case_softmax, MPMD_BF16, 3e-2, 5e-2},
     {"xent_1000/bf16", case_xent_1000, MPMD_BF16, 3e-2, 5e-2},
     {"xent/bf16", case_xent, MPMD_BF16, 3e-2, 5e-2},

@@ -28,6 +28,7 @@ extern "C" {
 
 #include <limits.h>
 #include <stdint.h>
+#include <string.h>
 
 /* ---- stage marker ---------------------------------------------------------------- */
 
@@ -58,6 +59,64 @@ static int blas_failed(const mpmd_kargs *a, cublasStatus_t s, int64_t m, int64_t
     return 1;
 }
 
+/* ---- products with misaligned rows ---------------------------------------------
+ * cuBLAS's fast Hopper kernels move rows whose starts are 16-byte aligned; a
+ * row of 50257 bf16 values (GPT-2's vocabulary) is not, and such a product
+ * runs on slower kernels: 97 TFLOP/s for GPT-2's 16384 x 50257 x 768
+ * logits against 802 with 50304 columns (H100, bench `gpu_bench`). A large
+ * product with a misaligned operand therefore runs on copies of the
+ * misaligned operands with rows padded to 128 bytes, in the kernel's
+ * scratch: copied in, and the result copied out (exact copies, one pass
+ * over each matrix; the result's bits are fixed by the shapes, as any
+ * product's). Small products are not worth the copies. */
+
+enum { PAD_ROW_BYTES = 128 };
+#define PAD_MIN_FLOPS 1e9
+
+typedef struct pad_plan {
+    int a, b, c;               /* operand copied (A, B in; C out) */
+    int64_t lda, ldb, ldc;     /* the leading dimensions the product runs with */
+    size_t off_a, off_b, off_c; /* places in the scratch */
+    size_t bytes;
+} pad_plan;
+
+static int misaligned(int64_t ld, size_t es) { return ((size_t)ld * es) % 16 != 0; }
+static int64_t padded(int64_t ld, size_t es) {
+    int64_t q = PAD_ROW_BYTES / (int64_t)es;
+    return (ld + q - 1) / q * q;
+}
+static size_t round256(size_t x) { return (x + 255) / 256 * 256; }
+
+/* 1 when the product of md (elements of es bytes) runs on padded copies. */
+static int pad_plan_make(const mpmd_matmul_dims *md, size_t es, pad_plan *p) {
+    memset(p, 0, sizeof *p);
+    p->lda = md->lda, p->ldb = md->ldb, p->ldc = md->ldc;
+    if (md->batch != 1 || 2.0 * (double)md->m * (double)md->n * (double)md->k < PAD_MIN_FLOPS) return 0;
+    const int64_t rows_a = md->tra ? md->k : md->m, rows_b = md->trb ? md->n : md->k, rows_c = md->m;
+    p->a = misaligned(md->lda, es), p->b = misaligned(md->ldb, es), p->c = misaligned(md->ldc, es);
+    if (!p->a && !p->b && !p->c) return 0;
+    size_t off = 0;
+    if (p->a) p->lda = padded(md->lda, es), p->off_a = off, off += round256((size_t)(rows_a * p->lda) * es);
+    if (p->b) p->ldb = padded(md->ldb, es), p->off_b = off, off += round256((size_t)(rows_b * p->ldb) * es);
+    if (p->c) p->ldc = padded(md->ldc, es), p->off_c = off, off += round256((size_t)(rows_c * p->ldc) * es);
+    p->bytes = off;
+    return 1;
+}
+
+static size_t scratch_matmul(const mpmd_graph *g, const mpmd_node *n) {
+    mpmd_matmul_dims md;
+    mpmd_matmul_dims_make(&md, &g->nodes[n->in[0]].type, &g->nodes[n->in[1]].type, n->ia[0]);
+    pad_plan p;
+    return pad_plan_make(&md, mpmd_dtype_size(n->type.dtype), &p) ? p.bytes : 0;
+}
+
+/* dst (rows of dld elements) = src (rows of sld), `rows` rows of `cols` elements. */
+static cudaError_t copy_rows(void *dst, int64_t dld, const void *src, int64_t sld, int64_t cols, int64_t rows,
+                             size_t es, cudaStream_t st) {
+    return cudaMemcpy2DAsync(dst, (size_t)dld * es, src, (size_t)sld * es, (size_t)cols * es, (size_t)rows,
+                             cudaMemcpyDeviceToDevice, st);
+}
+
 /* C [..., M, N] = op(A) op(B) (see mpmd_matmul in src/ops/nn.c). */
 static int k_matmul(const mpmd_kargs *a) {
     mpmd_cuda_dev *d = mpmd_cuda_of(a);
@@ -80,7 +139,24 @@ static int k_matmul(const mpmd_kargs *a) {
     }
     /* Row-major leading dimensions, as on the CPU; they are the column-major
      * leading dimensions of the transposed views cuBLAS sees. */
-    const int64_t lda = md.lda, ldb = md.ldb, ldc = md.ldc;
+    const size_t es = mpmd_dtype_size(dtype);
+    pad_plan pp;
+    const int pad = pad_plan_make(&md, es, &pp) && a->scratch;
+    const int64_t lda = pad ? pp.lda : md.lda, ldb = pad ? pp.ldb : md.ldb, ldc = pad ? pp.ldc : md.ldc;
+    if (pad) { /* misaligned rows: the product runs on padded copies (see the top) */
+        char *scr = (char *)a->scratch;
+        cudaError_t e = cudaSuccess;
+        if (pp.a && e == cudaSuccess)
+            e = copy_rows(scr + pp.off_a, lda, A, md.lda, md.lda, tra ? k : m, es, d->stream), A = scr + pp.off_a;
+        if (pp.b && e == cudaSuccess)
+            e = copy_rows(scr + pp.off_b, ldb, B, md.ldb, md.ldb, trb ? n : k, es, d->stream), B = scr + pp.off_b;
+        if (pp.c) C = scr + pp.off_c;
+        if (e != cudaSuccess) {
+            snprintf(a->err, a->err_len, "matmul: copying an operand to padded rows failed: %s",
+                     cudaGetErrorString(e));
+            return 1;
+        }
+    }
     const long long sa = (long long)md.sa, sb = (long long)md.sb, sc = (long long)md.sc;
     cublasOperation_t opa = tra ? CUBLAS_OP_T : CUBLAS_OP_N, opb = trb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasComputeType_t ct = d->tf32 && dt == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -106,6 +182,14 @@ static int k_matmul(const mpmd_kargs *a) {
                                               sa, &zero, C, dt, ldc, sc, batch, ct, CUBLAS_GEMM_DEFAULT);
     }
     if (s != CUBLAS_STATUS_SUCCESS) return blas_failed(a, s, m, n, k, batch);
+    if (pad && pp.c) {
+        cudaError_t e = copy_rows(a->out, md.ldc, C, ldc, n, m, es, d->stream);
+        if (e != cudaSuccess) {
+            snprintf(a->err, a->err_len, "matmul: copying the result from padded rows failed: %s",
+                     cudaGetErrorString(e));
+            return 1;
+        }
+    }
     return mpmd_cuda_launched(a, "matmul");
 }
 
@@ -125,7 +209,7 @@ static int k_cast(const mpmd_kargs *a) {
 
 extern "C" const mpmd_kernel mpmd_cuda_core_kernels[] = {
     {&mpmd_op_stage_marker, k_identity, NULL, F16S},
-    {&mpmd_op_matmul, k_matmul, NULL, F16S},
+    {&mpmd_op_matmul, k_matmul, scratch_matmul, F16S},
     {&mpmd_op_cast, k_cast, NULL, F16S},
     {NULL, NULL, NULL, 0},
 };
