@@ -232,6 +232,30 @@ static void bench_softmax(void) {
     mpmd_graph_free(g);
 }
 
+/* Fused causal attention on q, k, v [4, T, 12, 64], at the file's 64
+ * positions and at GPT-2's 1024, forward and backward. flops: the products
+ * on the causal half of the scores, 2 B H T^2 D for the forward (Q K^T and
+ * P V) and 5 B H T^2 D for the backward (S again, dP, dQ, dK, dV). */
+static void bench_attention(void) {
+    static const int64_t seqs[2] = {SEQ, 1024};
+    for (int i = 0; i < 2; i++) {
+        int64_t t = seqs[i], dh = WIDTH / HEADS;
+        mpmd_graph *g = mpmd_graph_new();
+        mpmd_value q = mpmd_param(g, "q", MPMD_SHAPE(4, t, HEADS, dh), MPMD_ZEROS);
+        mpmd_value k = mpmd_param(g, "k", MPMD_SHAPE(4, t, HEADS, dh), MPMD_ZEROS);
+        mpmd_value v = mpmd_param(g, "v", MPMD_SHAPE(4, t, HEADS, dh), MPMD_ZEROS);
+        mpmd_value p[3] = {q, k, v};
+        mpmd_value y = with_grad(g, mpmd_attention(g, q, k, v, 1), 3, p);
+        double fl = 2.0 * 4 * HEADS * (double)t * (double)t * (double)dh;
+        char label[64];
+        snprintf(label, sizeof label, "attention_seq%lld_fwd", (long long)t);
+        bench_node(g, y, label, fl);
+        snprintf(label, sizeof label, "attention_seq%lld_bwd", (long long)t);
+        bench_node(g, find_bwd(g, y, "attention_grad"), label, 2.5 * fl);
+        mpmd_graph_free(g);
+    }
+}
+
 static void bench_cross_entropy(void) {
     mpmd_graph *g = mpmd_graph_new();
     mpmd_value logits = mpmd_param(g, "logits", MPMD_SHAPE(4, SEQ, VOCAB), MPMD_ZEROS);
@@ -304,6 +328,7 @@ int main(int argc, char **argv) {
     bench_matmuls();
     bench_layer_norm();
     bench_softmax();
+    bench_attention();
     bench_cross_entropy();
     bench_embedding();
     bench_gelu();

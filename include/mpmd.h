@@ -393,7 +393,9 @@ MPMD_NODISCARD mpmd_value mpmd_take(mpmd_graph *g, mpmd_value x, mpmd_value ids,
 MPMD_NODISCARD mpmd_value mpmd_cross_entropy(mpmd_graph *g, mpmd_value logits, mpmd_value labels);
 
 /* Multi-head attention on q, k, v of shape [B, T, H, Dh]: softmax(q k^T /
- * sqrt(Dh)) v per head, causal or not. Result [B, T, H, Dh]. */
+ * sqrt(Dh)) v per head, causal (each position attends to itself and the
+ * ones before it) or not. Result [B, T, H, Dh]. One fused op: the [T, T]
+ * scores are never stored, forward or backward (whose op recomputes them). */
 MPMD_NODISCARD mpmd_value mpmd_attention(mpmd_graph *g, mpmd_value q, mpmd_value k, mpmd_value v, int causal);
 
 /* ------------------------------------------------------------------------ */
@@ -437,8 +439,9 @@ MPMD_NODISCARD mpmd_value mpmd_enter_stage(mpmd_graph *g, mpmd_value x);
 void mpmd_enter_stage_n(mpmd_graph *g, int n, mpmd_value *xs);
 
 /* Balancing stages. mpmd_op_flops estimates an op's floating-point
- * operations (a matrix product 2 K per output element, other ops one per
- * element read or written); mpmd_graph_flops sums them over the values
+ * operations (a matrix product 2 K per output element, attention 4 T Dh
+ * per output element, half that when causal, other ops one per element
+ * read or written); mpmd_graph_flops sums them over the values
  * from..to (creation order: build the model once without markers and take
  * each layer's range). mpmd_balance_stages splits n consecutive pieces of
  * these costs (or measured ones) into S contiguous stages whose largest
@@ -458,7 +461,8 @@ mpmd_status mpmd_balance_stages(const double *costs, int n, int S, int *first, m
  * one without, bit for bit, with fewer activation bytes alive. The policy
  * says what the region keeps anyway:
  *   MPMD_REMAT_SAVE_NOTHING  recompute every value of the region
- *   MPMD_REMAT_SAVE_DOTS     keep the matrix products, recompute the rest
+ *   MPMD_REMAT_SAVE_DOTS     keep the matrix products (mpmd_matmul's and
+ *                            mpmd_attention's results), recompute the rest
  *                            (JAX's dots_saveable)
  *   MPMD_REMAT_SAVE_NAMED    keep only the values marked with
  *                            mpmd_remat_save (save_only_these_names)

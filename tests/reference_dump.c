@@ -309,6 +309,9 @@ static const op_case cases[] = {
     {"cross_entropy", op_cross_entropy, 1, {2}, {{6, 7}}},
     {"attention", op_attention, 3, {4, 4, 4}, {{2, 5, 2, 4}, {2, 5, 2, 4}, {2, 5, 2, 4}}},
     {"attention_causal", op_attention_causal, 3, {4, 4, 4}, {{2, 5, 2, 4}, {2, 5, 2, 4}, {2, 5, 2, 4}}},
+    /* more positions than the CPU kernel's query block: several blocks */
+    {"attention_long", op_attention, 3, {4, 4, 4}, {{1, 150, 2, 8}, {1, 150, 2, 8}, {1, 150, 2, 8}}},
+    {"attn_causal_long", op_attention_causal, 3, {4, 4, 4}, {{1, 150, 2, 8}, {1, 150, 2, 8}, {1, 150, 2, 8}}},
     {"sum", op_sum, 1, {3}, {{2, 3, 4}}},
     {"mean", op_mean, 1, {2}, {{3, 4}}},
     {"max", op_max, 1, {2}, {{3, 5}}},

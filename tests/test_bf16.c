@@ -151,6 +151,8 @@ static const op_tol op_tols[] = {
     {&mpmd_op_rms_norm_grad_x, 2},
     {&mpmd_op_rms_norm_grad_scale, 2},
     {&mpmd_op_rope, 2},
+    {&mpmd_op_attention, 2},
+    {&mpmd_op_attention_grad, 2},
 };
 #define N_TOLS ((int)(sizeof op_tols / sizeof op_tols[0]))
 
@@ -359,7 +361,6 @@ static void g_nn(bb *b) {
     acc(b, mpmd_cross_entropy(g, logits, labels));
 }
 
-/* Attention and a GPT-2 block: the compositions the layers make. */
 /* The LLaMA family: sigmoid, silu, maximum / minimum, compare, where,
  * dropout, RMS norm, rotary embeddings (and their gradients). */
 static void g_llama(bb *b) {
@@ -378,12 +379,14 @@ static void g_llama(bb *b) {
     acc(b, mpmd_rope(g, fin(b, "q", -2.0f, 2.0f, D(2, 9, 3, 16)), 10000.0f, 4));
 }
 
+/* Attention (causal and not) and a GPT-2 block, as the layers make them. */
 static void g_blocks(bb *b) {
     mpmd_graph *g = b->g;
     mpmd_value q = fin(b, "q", -1.5f, 1.5f, D(2, 7, 3, 5));
     mpmd_value k = fin(b, "k", -1.5f, 1.5f, D(2, 7, 3, 5));
     mpmd_value v = fin(b, "v", -1.0f, 1.0f, D(2, 7, 3, 5));
     acc(b, mpmd_attention(g, q, k, v, 1));
+    acc(b, mpmd_attention(g, q, k, v, 0));
     mpmd_value x = fin(b, "x", -1.0f, 1.0f, D(2, 9, 36));
     acc(b, mpmd_gpt_block(g, "block", x, 4));
 }

@@ -801,22 +801,30 @@ static void ref_attention(const float *q, const float *k, const float *v, int64_
     free(p);
 }
 
+/* [2, 9, 3, 4], and [1, 150, 2, 8]: more positions than the CPU kernel's
+ * query block (32 at this length), so a head's queries span several
+ * blocks, the last ragged. */
 static void test_attention_values(void) {
-    int64_t B = 2, T = 9, H = 3, D = 4;
-    int64_t dims[4] = {B, T, H, D}, cnt = B * T * H * D;
-    float *q = fill_new(cnt, 71), *k = fill_new(cnt, 72), *v = fill_new(cnt, 73);
-    for (int64_t i = 0; i < cnt; i++)
-        q[i] *= 3.0f;
-    ins in = {3, {ty(MPMD_F32, 4, dims), ty(MPMD_F32, 4, dims), ty(MPMD_F32, 4, dims)}, {q, k, v}};
-    double *want = malloc((size_t)cnt * sizeof *want);
-    for (int causal = 0; causal <= 1; causal++) {
-        int64_t n;
-        float *y = run_fwd(&in, op_attention, &causal, 2, &n);
-        ref_attention(q, k, v, B, T, H, D, causal, want);
-        if (y) check_close(causal ? "attention causal" : "attention", y, want, cnt, 1e-5, 1e-5);
-        free(y);
+    static const int64_t shapes[2][4] = {{2, 9, 3, 4}, {1, 150, 2, 8}};
+    for (int sh = 0; sh < 2; sh++) {
+        int64_t B = shapes[sh][0], T = shapes[sh][1], H = shapes[sh][2], D = shapes[sh][3];
+        int64_t dims[4] = {B, T, H, D}, cnt = B * T * H * D;
+        float *q = fill_new(cnt, 71), *k = fill_new(cnt, 72), *v = fill_new(cnt, 73);
+        for (int64_t i = 0; i < cnt; i++)
+            q[i] *= 3.0f;
+        ins in = {3, {ty(MPMD_F32, 4, dims), ty(MPMD_F32, 4, dims), ty(MPMD_F32, 4, dims)}, {q, k, v}};
+        double *want = malloc((size_t)cnt * sizeof *want);
+        for (int causal = 0; causal <= 1; causal++) {
+            int64_t n;
+            float *y = run_fwd(&in, op_attention, &causal, 2, &n);
+            ref_attention(q, k, v, B, T, H, D, causal, want);
+            char label[64];
+            snprintf(label, sizeof label, "attention%s T=%lld", causal ? " causal" : "", (long long)T);
+            if (y) check_close(label, y, want, cnt, 1e-5, 1e-5);
+            free(y);
+        }
+        free(q), free(k), free(v), free(want);
     }
-    free(q), free(k), free(v), free(want);
 }
 
 static mpmd_value g_attention(mpmd_graph *g, const mpmd_value *p, void *ctx) {
@@ -830,6 +838,20 @@ static void test_attention_grads(void) {
     CHECK(tu_gradcheck("attention", 3, ts, g_attention, &causal, 1e-2, 1e-2), "attention");
     causal = 1;
     CHECK(tu_gradcheck("attention causal", 3, ts, g_attention, &causal, 1e-2, 1e-2), "attention causal");
+    mpmd_type t3 = tu_f32(MPMD_SHAPE(2, 5, 3, 4));
+    mpmd_type ts3[3] = {t3, t3, t3};
+    for (causal = 0; causal <= 1; causal++)
+        CHECK(tu_gradcheck(causal ? "attention causal [2,5,3,4]" : "attention [2,5,3,4]", 3, ts3, g_attention,
+                           &causal, 1e-2, 1e-2),
+              "attention [2,5,3,4]");
+    /* 70 positions: three query blocks of the CPU kernel, so dK and dV sum
+     * over blocks and the causal mask cuts the later blocks' keys */
+    mpmd_type tl = tu_f32(MPMD_SHAPE(1, 70, 2, 4));
+    mpmd_type tsl[3] = {tl, tl, tl};
+    for (causal = 0; causal <= 1; causal++)
+        CHECK(tu_gradcheck(causal ? "attention causal [1,70,2,4]" : "attention [1,70,2,4]", 3, tsl,
+                           g_attention, &causal, 1e-2, 1e-2),
+              "attention [1,70,2,4]");
 }
 
 /* ---- run-time errors ----------------------------------------------------------------------- */
@@ -1094,13 +1116,18 @@ static void test_threads(void) {
         check_threads("cross_entropy", &in, op_cross_entropy, NULL);
         free(x), free(lab);
     }
-    for (int causal = 0; causal <= 1; causal++) {
+    /* two query blocks per head, and five (the last ragged) over 5 heads */
+    for (int c = 0; c < 4; c++) {
+        int causal = c & 1;
         int64_t dims[4] = {2, 64, 4, 32};
+        if (c >= 2) dims[1] = 150, dims[2] = 5, dims[3] = 16;
         ins in = {3, {ty(MPMD_F32, 4, dims), ty(MPMD_F32, 4, dims), ty(MPMD_F32, 4, dims)}, {0}};
         int64_t cnt = mpmd_type_numel(&in.t[0]);
         float *q = fill_new(cnt, 13), *k = fill_new(cnt, 14), *v = fill_new(cnt, 15);
         in.d[0] = q, in.d[1] = k, in.d[2] = v;
-        check_threads(causal ? "attention causal" : "attention", &in, op_attention, &causal);
+        char label[64];
+        snprintf(label, sizeof label, "attention%s T=%lld", causal ? " causal" : "", (long long)dims[1]);
+        check_threads(label, &in, op_attention, &causal);
         free(q), free(k), free(v);
     }
 }

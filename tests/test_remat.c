@@ -5,8 +5,8 @@
  *   as without remat, on the one-rank loop and on every schedule of the
  *   equivalence list, f32 and bf16;
  * - the backward really recomputes: the graph gains copies of the blocks'
- *   forward ops (matrix products too under SAVE_NOTHING, none under
- *   SAVE_DOTS), made in the backward;
+ *   forward ops (matrix products and fused attention too under
+ *   SAVE_NOTHING, none of them under SAVE_DOTS), made in the backward;
  * - the activation bytes fall: planned and measured peaks of body values
  *   (the one rank's, and summed over a pipeline's ranks), and the arena;
  * - misuse is an error with a message: outside the body, nested, unclosed
@@ -68,16 +68,24 @@ static int train(const gpt_model *m, const mpmd_schedule *s, outcome *out, const
 }
 
 /* The live copies of forward ops that mpmd_grad made: products and others. */
-static void count_copies(const mpmd_graph *g, int *matmuls, int *others) {
+/* Recomputed copies: products (matmul, attention) and the other ops; of
+ * the products, *attention (when not NULL) the attention ops. */
+static void count_copies3(const mpmd_graph *g, int *matmuls, int *others, int *attention) {
+    int att = 0;
     *matmuls = *others = 0;
     unsigned char *live = mpmd_live_nodes(g);
     for (int i = 0; i < g->n_nodes; i++) {
         const mpmd_node *n = &g->nodes[i];
         if (!live[i] || !(n->flags & MPMD_NODE_RECOMPUTED)) continue;
         CHECK(n->is_bwd && n->region == MPMD_REGION_BODY, "copy %%%d is not a backward body op", i);
-        ++*(n->op == &mpmd_op_matmul ? matmuls : others);
+        att += n->op == &mpmd_op_attention;
+        ++*(n->op == &mpmd_op_matmul || n->op == &mpmd_op_attention ? matmuls : others);
     }
     free(live);
+    if (attention) *attention = att;
+}
+static void count_copies(const mpmd_graph *g, int *matmuls, int *others) {
+    count_copies3(g, matmuls, others, NULL);
 }
 
 /* Two tanh(x w) layers in a SAVE_NAMED region that keeps the first; the
@@ -172,16 +180,20 @@ int main(void) {
                 continue;
             }
             const char *pname = p ? "dots" : "block";
-            int mm, other, mm0, other0;
-            count_copies(m.g, &mm, &other);
+            int mm, other, mm0, other0, att;
+            count_copies3(m.g, &mm, &other, &att);
             count_copies(base.g, &mm0, &other0);
             CHECK(other > 0 && mm0 == 0 && other0 == 0, "%s %s: %d copies (none without remat: %d)", pname,
                   prec ? "bf16" : "f32", other, other0);
-            if (p == 0)
+            if (p == 0) {
                 CHECK(mm >= 4 * c.layers, "block: the backward recomputes %d matrix products, want >= %d", mm,
                       4 * c.layers);
-            else
-                CHECK(mm == 0, "dots: the backward recomputes %d matrix products, want 0", mm);
+                CHECK(att == c.layers, "block: the backward recomputes %d attention ops, want %d", att,
+                      c.layers);
+            } else {
+                CHECK(mm == 0, "dots: the backward recomputes %d matrix products (%d attention), want 0", mm,
+                      att);
+            }
             outcome loop;
             char label[160];
             snprintf(label, sizeof label, "remat %s %s, loop", pname, prec ? "bf16" : "f32");

@@ -185,6 +185,8 @@ OPS = {
     "cross_entropy": lambda x: F.cross_entropy(x[0], torch.tensor([0, 6, 2, 2, 5, 1]), reduction="none"),
     "attention": lambda x: attn_op(x, False),
     "attention_causal": lambda x: attn_op(x, True),
+    "attention_long": lambda x: attn_op(x, False),
+    "attn_causal_long": lambda x: attn_op(x, True),
     "sum": lambda x: x[0].sum(1),
     "mean": lambda x: x[0].mean(0, keepdim=True),
     "max": lambda x: x[0].max(1).values,

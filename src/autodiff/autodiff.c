@@ -35,7 +35,8 @@ mpmd_value mpmd_grad_add(mpmd_graph *g, mpmd_value a, mpmd_value b) {
 static int recomputed(const mpmd_node *u) {
     if (!u->remat || u->is_bwd || u->region != MPMD_REGION_BODY) return 0;
     if ((u->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) || u->op == &mpmd_op_stage_marker) return 0;
-    if (u->remat == MPMD_REMAT_SAVE_DOTS && u->op == &mpmd_op_matmul) return 0;
+    if (u->remat == MPMD_REMAT_SAVE_DOTS && (u->op == &mpmd_op_matmul || u->op == &mpmd_op_attention))
+        return 0; /* the products: fused attention is two */
     if (u->remat == MPMD_REMAT_SAVE_NAMED && (u->flags & MPMD_NODE_REMAT_SAVE)) return 0;
     return 1;
 }

@@ -14,6 +14,16 @@ double mpmd_op_flops(const mpmd_graph *g, mpmd_value v) {
         int64_t k = (n->ia[0] & MPMD_TRANS_A) ? a->dim[a->ndim - 2] : a->dim[a->ndim - 1];
         return 2.0 * out * (double)k;
     }
+    if (n->op == &mpmd_op_attention || n->op == &mpmd_op_attention_grad) {
+        /* q [B, T, H, D]: the two products Q K^T and P V take 2 T D each per
+         * query row and head (half of that when causal: only the keys up to
+         * the query), 4 B H T^2 D in all; the gradient recomputes the scores
+         * and has four products more, 2.5 times the forward */
+        const mpmd_type *q = &g->nodes[n->in[0]].type;
+        double t = (double)q->dim[1], fwd = 4.0 * (double)mpmd_type_numel(q) * t;
+        if (n->ia[0]) fwd *= 0.5;
+        return n->op == &mpmd_op_attention ? fwd : 2.5 * fwd;
+    }
     /* elementwise, reductions, normalisations: a few operations per element
      * read or written */
     double in = 0;

@@ -1,8 +1,8 @@
 /* The neural-network op family: matmul, softmax / log-softmax (plain and
- * causal), layer norm, embedding lookup, cross-entropy, and attention (a
- * composition of the others). Each op is one descriptor: its constructor
- * checks the operands, its VJP rule emits the backward ops as ordinary graph
- * nodes. The CPU kernels are in src/backend/cpu/nn.c.
+ * causal), layer and RMS norms, rotary embeddings, embedding lookup,
+ * cross-entropy, and fused attention. Each op is one descriptor: its
+ * constructor checks the operands, its VJP rule emits the backward ops as
+ * ordinary graph nodes. The CPU kernels are in src/backend/cpu/nn.c.
  *
  * Conventions for the math in the comments: gy is the cotangent of the op's
  * output (d loss / d y), gx of an input. Rows are the last axis.
@@ -27,6 +27,11 @@ static void attrs_eps(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t
     snprintf(buf, len, " eps=%g", (double)n->fa[0]);
 }
 
+static void attrs_attention(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
+    (void)g;
+    snprintf(buf, len, "%s scale=%.9g", n->ia[0] ? " causal" : "", (double)n->fa[0]);
+}
+
 static void attrs_vocab(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
     (void)g;
     snprintf(buf, len, " rows=%lld", (long long)n->ia[0]);
@@ -49,6 +54,7 @@ static void attrs_rope(const mpmd_graph *g, const mpmd_node *n, char *buf, size_
 }
 static void vjp_embedding(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 static void vjp_cross_entropy(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_attention(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 
 /* {name, n_in, inplace, flags, attrs, vjp}. inplace names the input whose buffer the
  * kernel may overwrite (src/backend/cpu/nn.c keeps each one correct when it does). */
@@ -70,6 +76,8 @@ const mpmd_op_desc mpmd_op_embedding = {"embedding", 2, -1, 0, NULL, vjp_embeddi
 const mpmd_op_desc mpmd_op_embedding_grad = {"embedding_grad", 2, -1, 0, attrs_vocab, NULL};
 const mpmd_op_desc mpmd_op_cross_entropy = {"cross_entropy", 2, -1, 0, NULL, vjp_cross_entropy};
 const mpmd_op_desc mpmd_op_cross_entropy_grad = {"cross_entropy_grad", 4, 0, 0, NULL, NULL};
+const mpmd_op_desc mpmd_op_attention = {"attention", 3, -1, 0, attrs_attention, vjp_attention};
+const mpmd_op_desc mpmd_op_attention_grad = {"attention_grad", 5, -1, 0, attrs_attention, NULL};
 
 /* Emit an internal (gradient) op whose operands the rule built itself. */
 static mpmd_value emit_internal(mpmd_graph *g, const mpmd_op_desc *op, int n_in, const mpmd_value *in,
@@ -474,10 +482,11 @@ static void vjp_cross_entropy(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, 
     gin[1] = MPMD_NONE;
 }
 
-/* ---- attention (a composition) ------------------------------------------------------------ */
+/* ---- attention (fused) --------------------------------------------------------------------- */
 
-/* softmax(q k^T / sqrt(Dh)) v per batch and head, as permutes, two batched
- * matmuls, a scale and a (causal) softmax: its gradient comes from theirs. */
+/* softmax(scale q k^T) v per batch item and head, scale = 1/sqrt(Dh), as one
+ * op (ia[0] = causal, fa[0] = the scale): its kernels never store the
+ * [T, T] scores. */
 mpmd_value mpmd_attention(mpmd_graph *g, mpmd_value q, mpmd_value k, mpmd_value v, int causal) {
     mpmd_value in[3] = {q, k, v};
     if (!mpmd_check_operands(g, "mpmd_attention", 3, in)) return MPMD_NONE;
@@ -488,13 +497,35 @@ mpmd_value mpmd_attention(mpmd_graph *g, mpmd_value q, mpmd_value k, mpmd_value 
             g, MPMD_ERR_SHAPE,
             "mpmd_attention: q is %s, k is %s, v is %s; expected three float [B, T, H, Dh] of one type",
             mpmd_tstr(g, q), mpmd_tstr(g, k), mpmd_tstr(g, v));
-    static const int perm[4] = {0, 2, 1, 3}; /* [B, T, H, Dh] <-> [B, H, T, Dh] */
-    mpmd_value qh = mpmd_permute(g, q, perm);
-    mpmd_value kh = mpmd_permute(g, k, perm);
-    mpmd_value vh = mpmd_permute(g, v, perm);
-    /* [B, H, T, T], scaled inside the product */
-    mpmd_value s = mpmd_matmul_scaled(g, qh, kh, MPMD_TRANS_B, (float)(1.0 / sqrt((double)tq.dim[3])));
-    mpmd_value p = causal ? mpmd_softmax_causal(g, s) : mpmd_softmax(g, s);
-    mpmd_value o = mpmd_matmul(g, p, vh, 0); /* [B, H, T, Dh] */
-    return mpmd_permute(g, o, perm);
+    if (tq.dim[3] == 0) /* the scale 1/sqrt(Dh) would be infinite */
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "mpmd_attention: q, k and v are %s; the head size Dh must be at least 1",
+                         mpmd_tstr(g, q));
+    mpmd_value r = mpmd_emit(g, &mpmd_op_attention, 3, in, tq);
+    mpmd_node *n = mpmd_node_of(g, r);
+    if (n) n->ia[0] = causal != 0, n->fa[0] = (float)(1.0 / sqrt((double)tq.dim[3]));
+    return r;
+}
+
+/* o_i = sum_j p_ij v_j, p_i = softmax_j(s_ij), s_ij = scale q_i . k_j (per
+ * batch item and head; j <= i when causal). With do = gy:
+ *   dv_j = sum_i p_ij do_i
+ *   dp_ij = do_i . v_j,  ds_ij = p_ij (dp_ij - D_i),  D_i = do_i . o_i
+ *   dq_i = scale sum_j ds_ij k_j,  dk_j = scale sum_i ds_ij q_i
+ * (D_i = sum_j p_ij dp_ij, read off the forward's output). One op computes
+ * all three, recomputing p, into [3, B, T, H, Dh]; each is taken out of it
+ * with a slice along the first axis. */
+static void vjp_attention(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    const mpmd_type t = n->type;
+    mpmd_value in[5] = {mpmd_in(n, 0), mpmd_in(n, 1), mpmd_in(n, 2), mpmd_out(n), gy};
+    mpmd_type out = t;
+    out.ndim = 5;
+    out.dim[0] = 3;
+    for (int i = 0; i < 4; i++)
+        out.dim[i + 1] = t.dim[i];
+    mpmd_value d = emit_internal(g, &mpmd_op_attention_grad, 5, in, out);
+    mpmd_node *nd = mpmd_node_of(g, d);
+    if (nd) nd->ia[0] = n->ia[0], nd->fa[0] = n->fa[0];
+    for (int i = 0; i < 3; i++)
+        gin[i] = mpmd_reshape(g, mpmd_slice(g, d, 0, i, i + 1), 4, t.dim);
 }

@@ -11,6 +11,11 @@
  *                   position, ia[1] = 1: the inverse rotation (its gradient)
  *   embedding       inputs table [V, C], ids i32 [...]
  *   cross_entropy   inputs logits [..., V], labels i32 [...]
+ *   attention       inputs q, k, v [B, T, H, D] (one type); ia[0] = 1: causal,
+ *                   fa[0] = the scale. o[b, i, h, :] = sum_j p_j v[b, j, h, :]
+ *                   with p = softmax_j(scale q[b, i, h, :] . k[b, j, h, :]) over
+ *                   j (j <= i when causal): scores, softmax and the weighted
+ *                   sum in one op that never stores the [T, T] scores
  *
  * Internal ops, emitted only by the gradient rules:
  *   softmax_grad(y, gy), softmax_causal_grad(y, gy), log_softmax_grad(y, gy)
@@ -20,6 +25,9 @@
  *   rms_norm_grad_scale(x, gy)            fa[0] = eps
  *   embedding_grad(ids, gy)               result [V, C], ia[0] = V
  *   cross_entropy_grad(logits, labels, y, gy)  y is the forward's output
+ *   attention_grad(q, k, v, o, go)        result [3, B, T, H, D]: dq, dk, dv
+ *                                         stacked; ia[0], fa[0] as the
+ *                                         forward's, o its output
  */
 #ifndef MPMD_OPS_NN_H
 #define MPMD_OPS_NN_H
@@ -34,6 +42,7 @@ extern const mpmd_op_desc mpmd_op_rms_norm, mpmd_op_rms_norm_grad_x, mpmd_op_rms
 extern const mpmd_op_desc mpmd_op_rope;
 extern const mpmd_op_desc mpmd_op_embedding, mpmd_op_embedding_grad;
 extern const mpmd_op_desc mpmd_op_cross_entropy, mpmd_op_cross_entropy_grad;
+extern const mpmd_op_desc mpmd_op_attention, mpmd_op_attention_grad;
 
 /* The scale of a matmul node: alpha in C = alpha op(A) op(B). */
 static inline float mpmd_matmul_alpha(const mpmd_node *n) { return (n->ia[1] & 1) ? n->fa[0] : 1.0f; }
