@@ -125,7 +125,9 @@ static const struct {
     [T_MATMUL] = {"matmul", {{1e-4, 1e-4}, {2 * ULP_BF16, 1e-4}, {2 * ULP_F16, 1e-4}}},
     /* softmax (plain, causal) and its gradient: a row max, exps and a sum
      * of positive terms (no cancellation) then a division; the gradient
-     * y (gy - sum(gy y)) cancels in the sum. 16-bit: two ulps. */
+     * y (gy - sum(gy y)) cancels in the sum. Fused attention and its
+     * gradient too: products of such rows with O(1) operands (K up to 130
+     * here). 16-bit: two ulps. */
     [T_SOFTMAX] = {"softmax", {{1e-4, 2e-5}, {2 * ULP_BF16, 2e-5}, {2 * ULP_F16, 2e-5}}},
     /* log_softmax and cross-entropy: exp/log chains over rows of up to 1000
      * classes; the result is x - logsumexp(x) with |logsumexp| ~ 10, so its
@@ -231,6 +233,8 @@ static const op_entry op_table[] = {
     {&mpmd_op_embedding_grad, T_SUM},
     {&mpmd_op_cross_entropy, T_XENT},
     {&mpmd_op_cross_entropy_grad, T_XENT},
+    {&mpmd_op_attention, T_SOFTMAX},
+    {&mpmd_op_attention_grad, T_SOFTMAX},
     /* optimizers */
     {&mpmd_op_optim_step, T_EXACT},
     {&mpmd_op_sgd, T_OPTIM},
@@ -682,6 +686,24 @@ static void case_attention(cb *c) {
     grads(c, 1, NULL, NULL);
 }
 
+/* Attention on shapes a GPU kernel tiles (on tensor cores in 16 bits):
+ * 130 positions (two full tiles of 64 and a ragged one) of head size 64,
+ * and 77 positions of head size 32, causal and not, with gradients. */
+static void case_attention_tc(cb *c) {
+    mpmd_graph *g = c->g;
+    mpmd_value q = in_flt(c, "q", -1.5f, 1.5f, D(2, 130, 2, 64));
+    mpmd_value k = in_flt(c, "k", -1.5f, 1.5f, D(2, 130, 2, 64));
+    mpmd_value v = in_flt(c, "v", -1.0f, 1.0f, D(2, 130, 2, 64));
+    acc(c, mpmd_attention(g, q, k, v, 1));
+    acc(c, mpmd_attention(g, q, k, v, 0));
+    mpmd_value q2 = in_flt(c, "q2", -1.5f, 1.5f, D(1, 77, 3, 32));
+    mpmd_value k2 = in_flt(c, "k2", -1.5f, 1.5f, D(1, 77, 3, 32));
+    mpmd_value v2 = in_flt(c, "v2", -1.0f, 1.0f, D(1, 77, 3, 32));
+    acc(c, mpmd_attention(g, q2, k2, v2, 1));
+    acc(c, mpmd_attention(g, q2, k2, v2, 0));
+    grads(c, 1, NULL, NULL);
+}
+
 /* A GPT-2 block: layer norms, attention, MLP with gelu, residuals. */
 static void case_gpt_block(cb *c) {
     mpmd_graph *g = c->g;
@@ -843,6 +865,7 @@ static const tcase cases[] = {
     {"llama_ops", case_llama_ops, MPMD_F32, 1e-3, 1e-4},
     {"embedding", case_embedding, MPMD_F32, 1e-4, 1e-4},
     {"attention", case_attention, MPMD_F32, 1e-3, 1e-4},
+    {"attention_tc", case_attention_tc, MPMD_F32, 1e-3, 1e-4},
     {"gpt_block", case_gpt_block, MPMD_F32, 1e-2, 1e-3},
     {"mlp_sgd", case_sgd, MPMD_F32, 1e-3, 1e-4},
     {"mlp_adamw", case_adamw, MPMD_F32, 1e-3, 1e-4},
@@ -865,6 +888,7 @@ static const tcase cases[] = {
     {"llama_ops/bf16", case_llama_ops, MPMD_BF16, 3e-2, 5e-2},
     {"embedding/bf16", case_embedding, MPMD_BF16, 3e-2, 5e-2},
     {"attention/bf16", case_attention, MPMD_BF16, 3e-2, 5e-2},
+    {"attention_tc/bf16", case_attention_tc, MPMD_BF16, 3e-2, 5e-2},
     {"gpt_block/bf16", case_gpt_block, MPMD_BF16, 6e-2, 1e-1},
     {"mlp_sgd/bf16", case_sgd, MPMD_BF16, 3e-2, 5e-2},
     {"mlp_adamw/bf16", case_adamw, MPMD_BF16, 3e-2, 5e-2},
@@ -878,6 +902,7 @@ static const tcase cases[] = {
     {"xent/f16", case_xent, MPMD_F16, 4e-3, 1.5e-2},
     {"layer_norm/f16", case_layer_norm, MPMD_F16, 4e-3, 1.5e-2},
     {"attention/f16", case_attention, MPMD_F16, 4e-3, 1.5e-2},
+    {"attention_tc/f16", case_attention_tc, MPMD_F16, 4e-3, 1.5e-2},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -1460,10 +1485,14 @@ static int check_coverage(const mpmd_backend *be, const cover *cv) {
 /* ---- main ---------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
-    if (argc > 2) {
-        fprintf(stderr, "usage: test_backend_ops [backend]   (this build has: %s)\n", mpmd_backend_names());
+    if (argc > 3) {
+        fprintf(stderr,
+                "usage: test_backend_ops [backend [case]]   (this build has: %s; a case name runs the cases "
+                "whose names start with it, for a sanitizer's slow runs)\n",
+                mpmd_backend_names());
         return 1;
     }
+    const char *only = argc == 3 ? argv[2] : NULL;
 #ifdef MPMD_HAVE_CUDA
     if (!mpmd_backend_get("cuda")) {
         printf("FAIL: built with MPMD_HAVE_CUDA but no \"cuda\" backend is registered\n");
@@ -1473,7 +1502,7 @@ int main(int argc, char **argv) {
     const mpmd_backend *bes[8];
     int nb = 0;
     char why[512];
-    if (argc == 2) {
+    if (argc >= 2) {
         const mpmd_backend *be = argv[1][0] ? mpmd_backend_get(argv[1]) : NULL;
         if (!be) {
             printf("test_backend_ops: unknown backend \"%s\"; this build has: %s\n", argv[1],
@@ -1523,6 +1552,10 @@ int main(int argc, char **argv) {
     int built[N_CASES];
     for (int ci = 0; ci < N_CASES; ci++) {
         char err[512];
+        if (only && strncmp(cases[ci].name, only, strlen(only)) != 0) {
+            built[ci] = 0;
+            continue;
+        }
         built[ci] = cdata_build(ci, &cd[ci], err, sizeof err);
         if (built[ci]) {
             run_graph(&mpmd_backend_cpu, &cd[ci], 1, NULL, 0, NULL, &ref[ci]);
@@ -1549,6 +1582,7 @@ int main(int argc, char **argv) {
             else
                 failed++;
         }
+        if (only) continue; /* a subset covers only some kernels */
         if (check_coverage(be, &cv))
             passed++;
         else

@@ -124,6 +124,7 @@ extern const mpmd_kernel mpmd_cuda_elementwise_kernels[];
 extern const mpmd_kernel mpmd_cuda_reduce_kernels[];
 extern const mpmd_kernel mpmd_cuda_nn_kernels[];
 extern const mpmd_kernel mpmd_cuda_optim_kernels[];
+extern const mpmd_kernel mpmd_cuda_attention_kernels[];
 #ifdef __cplusplus
 }
 #endif
