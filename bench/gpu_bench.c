@@ -12,7 +12,9 @@
  * Prints progress on stderr, then one JSON line per configuration on
  * stdout: ms/step, tokens/s, model TFLOP/s (6 x params x tokens/s) and, for
  * the pipeline, its speed relative to the one rank. With --profile it also
- * prints the one rank's time by op (each op waited for).
+ * prints the one rank's time by op (each op's device time, matrix products
+ * by shape). --attention picks mpmd_attention's form (composed by default,
+ * the faster one on cuBLAS today; fused: the fused kernels).
  */
 #include "program.h"
 #include "bench_util.h"
@@ -26,7 +28,7 @@
 typedef struct opts {
     const char *backend;
     mpmd_dtype compute;
-    int steps, stages, micro, profile, layers;
+    int steps, stages, micro, profile, layers, fused;
     long long batch, seq;
 } opts;
 
@@ -46,6 +48,7 @@ static double run(const opts *o, int stages, int micro, int64_t *params_out) {
     c.lr = 1e-4f;
     c.adam.weight_decay = 0.1f;
     c.compute = o->compute;
+    c.fused_attention = o->fused;
     gpt_model m;
     mpmd_error err;
     if (gpt_build(&c, 1, &m, &err)) {
@@ -120,7 +123,7 @@ static int arg_int(const char *s, long long lo, long long hi, long long *out) {
 
 int main(int argc, char **argv) {
     program_start("gpu_bench", argv);
-    opts o = {"cuda", MPMD_BF16, 10, 4, 4, 0, 12, 16, 1024};
+    opts o = {"cuda", MPMD_BF16, 10, 4, 4, 0, 12, 0, 16, 1024};
     for (int i = 1; i < argc; i++) {
         long long v = 0;
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -137,6 +140,10 @@ int main(int argc, char **argv) {
             bad = !strcmp(val, "f32")    ? (o.compute = MPMD_F32, 0)
                   : !strcmp(val, "bf16") ? (o.compute = MPMD_BF16, 0)
                                          : 1;
+        else if (!strcmp(a, "--attention"))
+            bad = !strcmp(val, "fused")      ? (o.fused = 1, 0)
+                  : !strcmp(val, "composed") ? (o.fused = 0, 0)
+                                             : 1;
         else if (!strcmp(a, "--steps"))
             bad = arg_int(val, 1, 1000, &v), o.steps = (int)v;
         else if (!strcmp(a, "--stages"))
@@ -155,7 +162,8 @@ int main(int argc, char **argv) {
             fprintf(stderr,
                     "usage: gpu_bench [--backend NAME] [--precision f32|bf16] [--steps N] [--stages S (0: "
                     "none)]\n"
-                    "                 [--microbatches M] [--layers L] [--batch B] [--seq T] [--profile]\n");
+                    "                 [--microbatches M] [--layers L] [--batch B] [--seq T] [--profile]\n"
+                    "                 [--attention fused|composed (default composed)]\n");
             return 2;
         }
         i++;
@@ -170,10 +178,10 @@ int main(int argc, char **argv) {
     if (one < 0) return 1;
     double tps = (double)(o.batch * o.seq) / (one / 1e3);
     printf("{\"bench\": \"gpu_train\", \"backend\": \"%s\", \"precision\": \"%s\", \"model\": \"gpt2-124m\", "
-           "\"layers\": %d, \"params\": %lld, "
+           "\"attention\": \"%s\", \"layers\": %d, \"params\": %lld, "
            "\"batch\": %lld, \"seq\": %lld, \"ranks\": 1, \"ms_per_step\": %.2f, \"tokens_per_s\": %.0f, "
            "\"model_tflops\": %.1f}\n",
-           o.backend, mpmd_dtype_name(o.compute), o.layers, (long long)params, o.batch, o.seq, one, tps,
+           o.backend, mpmd_dtype_name(o.compute), o.fused ? "fused" : "composed", o.layers, (long long)params, o.batch, o.seq, one, tps,
            6.0 * (double)params * tps / 1e12);
     fflush(stdout);
     if (o.stages > 0) {
@@ -181,11 +189,12 @@ int main(int argc, char **argv) {
         if (pp < 0) return 1;
         double ptps = (double)(o.batch * o.seq) / (pp / 1e3);
         printf("{\"bench\": \"gpu_train\", \"backend\": \"%s\", \"precision\": \"%s\", \"model\": "
-               "\"gpt2-124m\", \"schedule\": \"std1f1b\", "
+               "\"gpt2-124m\", \"attention\": \"%s\", \"schedule\": \"std1f1b\", "
                "\"stages\": %d, \"ranks\": %d, \"microbatches\": %d, \"ms_per_step\": %.2f, "
                "\"tokens_per_s\": %.0f, "
                "\"model_tflops\": %.1f, \"speed_vs_one_rank\": %.3f}\n",
-               o.backend, mpmd_dtype_name(o.compute), o.stages, o.stages, o.micro, pp, ptps,
+               o.backend, mpmd_dtype_name(o.compute), o.fused ? "fused" : "composed", o.stages, o.stages, o.micro,
+               pp, ptps,
                6.0 * (double)params * ptps / 1e12, one / pp);
     }
     return 0;

@@ -122,6 +122,9 @@ static const char *usage =
     "                        the top choices, trains the chosen one, and its predicted and\n"
     "                        measured step time at the end\n"
     "  --memory-limit BYTES  bytes per rank for --auto, like 512M or 2G (default: no limit)\n"
+    "  --attention A         fused (one op that never stores the [T, T] scores; the default on cpu)\n"
+    "                        or composed (products and a softmax, the probabilities kept for the\n"
+    "                        backward: more memory; the default on cuda, where it is faster today)\n"
     "  --remat R             recompute activations in the backward instead of keeping them: none\n"
     "                        (default), block (every block's), dots (a block's all but its matrix\n"
     "                        products); the same numbers, fewer bytes alive\n"
@@ -171,6 +174,7 @@ typedef struct options {
     long long top_k;      /* --top-k (0: every token) */
     unsigned long long seed;
     const char *data, *schedule, *trace, *timeline, *save, *resume, *backend, *precision, *remat;
+    const char *attention; /* --attention fused|composed */
     const char *tokens, *init_from; /* --tokens FILE, --init-from FILE */
     const char *export_weights, *export_dtype_name;
     mpmd_dtype export_dtype;
@@ -224,7 +228,7 @@ static const char *const valued[] = {
     "--trace",        "--timeline",       "--save",      "--save-every", "--resume",       "--backend",
     "--precision",    "--export-weights", "--dtype",     "--remat",      "--memory-limit", "--timeline-width",
     "--step-timeout", "--tokens",         "--init-from", "--vocab",        "--dropout",      "--eval",
-    "--generate",     "--prompt",         "--temperature", "--top-k",
+    "--generate",     "--prompt",         "--temperature", "--top-k",  "--attention",
 #ifdef GPT_PROGRAM_LLAMA
     "--kv-heads",     "--mlp-hidden",     "--rope-base",
 #endif
@@ -394,6 +398,7 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!strcmp(name, "--backend")) o->backend = val;
             if (!strcmp(name, "--precision")) o->precision = val;
             if (!strcmp(name, "--remat")) o->remat = val;
+            if (!strcmp(name, "--attention")) o->attention = val;
             if (!strcmp(name, "--trace")) o->trace = val;
             if (!strcmp(name, "--timeline")) o->timeline = val;
             if (!strcmp(name, "--save")) o->save = val;
@@ -488,6 +493,12 @@ static int parse_args(int argc, char **argv, options *o) {
         o->cfg.compute = MPMD_F16;
     else
         return bad_option("--precision is f32, bf16 or f16, got \"%s\"", o->precision);
+    if (!o->attention)
+        o->cfg.fused_attention = !(o->backend && !strcmp(o->backend, "cuda"));
+    else if (!strcmp(o->attention, "fused") || !strcmp(o->attention, "composed"))
+        o->cfg.fused_attention = !strcmp(o->attention, "fused");
+    else
+        return bad_option("--attention is fused or composed, got \"%s\"", o->attention);
     if (!o->remat || !strcmp(o->remat, "none"))
         o->cfg.remat = 0;
     else if (!strcmp(o->remat, "block"))

@@ -397,6 +397,13 @@ MPMD_NODISCARD mpmd_value mpmd_cross_entropy(mpmd_graph *g, mpmd_value logits, m
  * ones before it) or not. Result [B, T, H, Dh]. One fused op: the [T, T]
  * scores are never stored, forward or backward (whose op recomputes them). */
 MPMD_NODISCARD mpmd_value mpmd_attention(mpmd_graph *g, mpmd_value q, mpmd_value k, mpmd_value v, int causal);
+/* fused 0: mpmd_attention calls made after this build the composition
+ * instead (permutes, the scaled score product, a (causal) softmax, the
+ * product with v), whose backward keeps the [B, H, T, T] probabilities:
+ * B H T^2 more values per layer, and no recomputation. On the CUDA backend
+ * the composition (cuBLAS products) is faster than the fused kernels today
+ * (README, GPU figures); the GPT example uses it there. Default 1. */
+mpmd_status mpmd_set_fused_attention(mpmd_graph *g, int fused);
 
 /* ------------------------------------------------------------------------ */
 /* The microbatch loop and pipeline stages                                    */

@@ -46,6 +46,15 @@ if [ "$backend" = cuda ]; then
   done
 fi
 
+# the fused attention kernels (the default on the cpu; cuda composes
+# attention from cuBLAS products unless asked): a pipeline still gives the
+# loop's bits
+a=$("$gpt" "${model[@]}" --backend "$backend" --precision bf16 --attention fused 2>&1 | tail -n 1)
+b=$("$gpt" "${model[@]}" --backend "$backend" --precision bf16 --attention fused --schedule zerobubble --stages 4 \
+  --ranks 4 2>&1 | tail -n 1)
+[ "$a" = "$b" ] && ok "$backend bf16 fused attention, zerobubble = loop: $a" ||
+  bad "$backend bf16 fused attention, zerobubble vs loop: $b / $a"
+
 # under mpirun (a process per rank, messages through host copies): the
 # loop's line again, when this build has MPI and there is an mpirun
 probe=$("$gpt" --layers 1 --width 8 --heads 1 --seq 4 --batch 1 --microbatches 1 --steps 1 --quiet \

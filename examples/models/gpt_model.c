@@ -25,6 +25,7 @@ gpt_config gpt_config_default(void) {
     c.lr = 3e-3f;
     c.adam = (mpmd_adam_opts){0.9f, 0.95f, 1e-8f, 0.0f};
     c.compute = MPMD_F32;
+    c.fused_attention = 1;
     c.rope_base = 10000.0f;
     return c;
 }
@@ -215,6 +216,7 @@ static mpmd_status build(const gpt_config *cfg, int mode, gpt_model *m, mpmd_err
     mpmd_graph *g = m->g = mpmd_graph_new();
     if (!g) return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory for the graph");
     mpmd_set_compute_dtype(g, c->compute); /* the layers cast their f32 parameters to it */
+    mpmd_set_fused_attention(g, c->fused_attention);
 
     m->tokens = mpmd_input(g, "tokens", MPMD_I32, MPMD_SHAPE(c->batch, c->seq));
     m->targets = mpmd_input(g, "targets", MPMD_I32, MPMD_SHAPE(c->batch, c->seq));

@@ -55,6 +55,8 @@ typedef struct gpt_config {
     mpmd_dtype compute; /* compute dtype (f32, bf16, f16): parameters and optimizer state stay f32 */
     int remat;          /* 0: keep every activation; else each block is a rematerialisation region of
                            this mpmd_remat_policy (SAVE_NOTHING: "block", SAVE_DOTS: "dots") */
+    int fused_attention; /* 1: mpmd_attention's fused op; 0: the composition that keeps the
+                            probabilities (mpmd_set_fused_attention) */
     float dropout;      /* dropout rate of the embeddings and of every block's residual branches
                            (GPT-2's embd_pdrop and resid_pdrop); 0: none */
     int arch;           /* GPT_ARCH_GPT2 or GPT_ARCH_LLAMA (the fields below) */

@@ -105,6 +105,12 @@ mpmd_status mpmd_set_compute_dtype(mpmd_graph *g, mpmd_dtype dtype) {
 
 mpmd_dtype mpmd_compute_dtype(const mpmd_graph *g) { return g ? g->compute_dtype : MPMD_F32; }
 
+mpmd_status mpmd_set_fused_attention(mpmd_graph *g, int fused) {
+    if (!g) return MPMD_ERR_INVALID;
+    g->unfused_attention = !fused;
+    return MPMD_OK;
+}
+
 mpmd_status mpmd_set_layer_dropout(mpmd_graph *g, float rate, mpmd_value key) {
     const char *fn = "mpmd_set_layer_dropout";
     if (!g) return MPMD_ERR_INVALID;

@@ -100,6 +100,7 @@ struct mpmd_graph {
     int cur_stage;            /* markers seen so far in the body */
     int n_markers;            /* markers in the body (forward) */
     mpmd_dtype compute_dtype; /* what mpmd_embed emits (mpmd_set_compute_dtype) */
+    int unfused_attention;    /* mpmd_attention as a composition (mpmd_set_fused_attention(g, 0)) */
     float layer_dropout;      /* the blocks' dropout rate (mpmd_set_layer_dropout), 0: none */
     int n_dropout;            /* dropout ops made by mpmd_dropout so far: the next one's stream */
     /* a loop of one opened by a stage marker without mpmd_loop_begin: the

@@ -501,6 +501,14 @@ mpmd_value mpmd_attention(mpmd_graph *g, mpmd_value q, mpmd_value k, mpmd_value 
         return mpmd_fail(g, MPMD_ERR_SHAPE,
                          "mpmd_attention: q, k and v are %s; the head size Dh must be at least 1",
                          mpmd_tstr(g, q));
+    if (g->unfused_attention) { /* mpmd_set_fused_attention(g, 0): the composition */
+        static const int perm[4] = {0, 2, 1, 3}; /* [B, T, H, Dh] <-> [B, H, T, Dh] */
+        mpmd_value qh = mpmd_permute(g, q, perm), kh = mpmd_permute(g, k, perm), vh = mpmd_permute(g, v, perm);
+        /* [B, H, T, T], scaled inside the product */
+        mpmd_value s = mpmd_matmul_scaled(g, qh, kh, MPMD_TRANS_B, (float)(1.0 / sqrt((double)tq.dim[3])));
+        mpmd_value p = causal ? mpmd_softmax_causal(g, s) : mpmd_softmax(g, s);
+        return mpmd_permute(g, mpmd_matmul(g, p, vh, 0), perm); /* [B, H, T, Dh] -> [B, T, H, Dh] */
+    }
     mpmd_value r = mpmd_emit(g, &mpmd_op_attention, 3, in, tq);
     mpmd_node *n = mpmd_node_of(g, r);
     if (n) n->ia[0] = causal != 0, n->fa[0] = (float)(1.0 / sqrt((double)tq.dim[3]));

@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(TC_THREADS)
             const float other = __shfl_xor_sync(FULL_MASK, part, 16);
             const float sum = half ? other + part : part + other;
             const float alpha = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
-            if (!STATS)
+            if (!STATS && alpha != 1.0f) /* the max moved: rescale the row's sums */
                 for (int c = half; c < D; c += 2)
                     O[i * LDO + c] *= alpha;
             __syncwarp();
@@ -498,7 +498,8 @@ __device__ __forceinline__ float dot_rows(const void *a, int da, int64_t ia, con
 }
 
 /* Forward, or (lse != NULL) each row's log-sum-exp and Di = sum(go o): one
- * block per query row. Grid (T, B H); shared memory T floats. */
+ * block per query row. Grid (T, B H); shared memory T + 4 floats (the
+ * compiler may read the scores in wider words than one float). */
 __global__ void att_fwd_rows(const void *q, const void *k, const void *v, void *o, int dt, const void *go,
                              float *lse, float *di, int TT, int H, int D, int causal, float scale) {
     extern __shared__ float sc[];
@@ -716,9 +717,10 @@ static int k_attention(const mpmd_kargs *a) {
         if (bad) return 1;
     } else {
         if (!general_fits(a, &d)) return 1;
-        att_fwd_rows<<<dim3((unsigned)d.T, (unsigned)(d.B * d.H)), GEN_THREADS, (size_t)d.T * sizeof(float),
-                       st>>>(a->in[0], a->in[1], a->in[2], a->out, (int)a->node->type.dtype, NULL, NULL, NULL,
-                             d.T, d.H, d.D, d.causal, d.scale);
+        att_fwd_rows<<<dim3((unsigned)d.T, (unsigned)(d.B * d.H)), GEN_THREADS,
+                       (size_t)(d.T + 4) * sizeof(float), st>>>(a->in[0], a->in[1], a->in[2], a->out,
+                                                                (int)a->node->type.dtype, NULL, NULL, NULL,
+                                                                d.T, d.H, d.D, d.causal, d.scale);
     }
     return mpmd_cuda_launched(a, "attention");
 }
@@ -771,9 +773,9 @@ static int k_attention_grad(const mpmd_kargs *a) {
         const int64_t plane = (int64_t)d.B * d.T * d.H * d.D;
         char *out = (char *)a->out;
         const size_t es = mpmd_dtype_size(a->node->type.dtype);
-        att_fwd_rows<<<grid, GEN_THREADS, (size_t)d.T * sizeof(float), st>>>(
+        att_fwd_rows<<<grid, GEN_THREADS, (size_t)(d.T + 4) * sizeof(float), st>>>(
             a->in[0], a->in[1], a->in[2], a->in[3], dt, a->in[4], lse, di, d.T, d.H, d.D, d.causal, d.scale);
-        att_dq_rows<<<grid, GEN_THREADS, (size_t)d.T * sizeof(float), st>>>(
+        att_dq_rows<<<grid, GEN_THREADS, (size_t)(d.T + 4) * sizeof(float), st>>>(
             a->in[0], a->in[1], a->in[2], a->in[4], dt, lse, di, out, d.T, d.H, d.D, d.causal, d.scale);
         att_dkdv_rows<<<grid, GEN_THREADS, 0, st>>>(a->in[0], a->in[1], a->in[2], a->in[4], dt, lse, di,
                                                     out + (size_t)plane * es, out + 2 * (size_t)plane * es,

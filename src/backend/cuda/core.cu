@@ -60,45 +60,60 @@ static int blas_failed(const mpmd_kargs *a, cublasStatus_t s, int64_t m, int64_t
 }
 
 /* ---- products with misaligned rows ---------------------------------------------
- * cuBLAS's fast Hopper kernels move rows whose starts are 16-byte aligned; a
- * row of 50257 bf16 values (GPT-2's vocabulary) is not, and such a product
- * runs on slower kernels: 97 TFLOP/s for GPT-2's 16384 x 50257 x 768
- * logits against 802 with 50304 columns (H100, bench `gpu_bench`). A large
- * product with a misaligned operand therefore runs on copies of the
- * misaligned operands with rows padded to 128 bytes, in the kernel's
- * scratch: copied in, and the result copied out (exact copies, one pass
- * over each matrix; the result's bits are fixed by the shapes, as any
- * product's). Small products are not worth the copies. */
+ * cuBLAS's fast Hopper kernels want rows whose starts are 16-byte aligned
+ * and dimensions that are multiples of 8; GPT-2's 50257-word vocabulary
+ * gives neither, and its logits products ran 6 to 9 times slower than with
+ * 50304 words (16384 x 50257 x 768: 97 TFLOP/s against 802 on an H100;
+ * the other two 145 and 155 against 966 and 955). A large product with
+ * such an operand therefore runs as a padded problem in the kernel's
+ * scratch: each dimension that is not a multiple of 8 grows to a multiple
+ * of 64, the operands that change are copied in with zeros in the new rows
+ * and columns (which add exact zeros to every sum), and the result's part
+ * is copied out. The copies are exact, one pass over each matrix; the
+ * result's bits are fixed by the shapes, as any product's. Small products
+ * are not worth the copies. */
 
 enum { PAD_ROW_BYTES = 128 };
 #define PAD_MIN_FLOPS 1e9
 
 typedef struct pad_plan {
-    int a, b, c;               /* operand copied (A, B in; C out) */
-    int64_t lda, ldb, ldc;     /* the leading dimensions the product runs with */
+    int a, b, c;                /* operand copied (A, B in; C out) */
+    int64_t m, n, k;            /* the problem as it runs */
+    int64_t lda, ldb, ldc;      /* its leading dimensions */
     size_t off_a, off_b, off_c; /* places in the scratch */
     size_t bytes;
 } pad_plan;
 
 static int misaligned(int64_t ld, size_t es) { return ((size_t)ld * es) % 16 != 0; }
-static int64_t padded(int64_t ld, size_t es) {
+static int64_t padded_ld(int64_t cols, size_t es) {
     int64_t q = PAD_ROW_BYTES / (int64_t)es;
-    return (ld + q - 1) / q * q;
+    return (cols + q - 1) / q * q;
 }
+static int64_t padded_dim(int64_t d) { return d % 8 ? (d + 63) / 64 * 64 : d; }
 static size_t round256(size_t x) { return (x + 255) / 256 * 256; }
 
-/* 1 when the product of md (elements of es bytes) runs on padded copies. */
+/* 1 when the product of md (elements of es bytes) runs padded. */
 static int pad_plan_make(const mpmd_matmul_dims *md, size_t es, pad_plan *p) {
     memset(p, 0, sizeof *p);
+    p->m = md->m, p->n = md->n, p->k = md->k;
     p->lda = md->lda, p->ldb = md->ldb, p->ldc = md->ldc;
     if (md->batch != 1 || 2.0 * (double)md->m * (double)md->n * (double)md->k < PAD_MIN_FLOPS) return 0;
-    const int64_t rows_a = md->tra ? md->k : md->m, rows_b = md->trb ? md->n : md->k, rows_c = md->m;
-    p->a = misaligned(md->lda, es), p->b = misaligned(md->ldb, es), p->c = misaligned(md->ldc, es);
+    const int64_t m = padded_dim(md->m), n = padded_dim(md->n), k = padded_dim(md->k);
+    p->a = misaligned(md->lda, es) || m != md->m || k != md->k;
+    p->b = misaligned(md->ldb, es) || k != md->k || n != md->n;
+    p->c = misaligned(md->ldc, es) || m != md->m || n != md->n;
     if (!p->a && !p->b && !p->c) return 0;
+    p->m = m, p->n = n, p->k = k;
     size_t off = 0;
-    if (p->a) p->lda = padded(md->lda, es), p->off_a = off, off += round256((size_t)(rows_a * p->lda) * es);
-    if (p->b) p->ldb = padded(md->ldb, es), p->off_b = off, off += round256((size_t)(rows_b * p->ldb) * es);
-    if (p->c) p->ldc = padded(md->ldc, es), p->off_c = off, off += round256((size_t)(rows_c * p->ldc) * es);
+    if (p->a) {
+        p->lda = padded_ld(md->tra ? m : k, es), p->off_a = off;
+        off += round256((size_t)((md->tra ? k : m) * p->lda) * es);
+    }
+    if (p->b) {
+        p->ldb = padded_ld(md->trb ? k : n, es), p->off_b = off;
+        off += round256((size_t)((md->trb ? n : k) * p->ldb) * es);
+    }
+    if (p->c) p->ldc = padded_ld(n, es), p->off_c = off, off += round256((size_t)(m * p->ldc) * es);
     p->bytes = off;
     return 1;
 }
@@ -117,20 +132,36 @@ static cudaError_t copy_rows(void *dst, int64_t dld, const void *src, int64_t sl
                              cudaMemcpyDeviceToDevice, st);
 }
 
+/* An operand of rows x cols (leading dimension sld) into a padded copy of
+ * prows rows of dld elements: the values, then zeros to the right of them
+ * and below. */
+static cudaError_t copy_padded(char *dst, int64_t dld, int64_t prows, const void *src, int64_t sld,
+                               int64_t cols, int64_t rows, size_t es, cudaStream_t st) {
+    cudaError_t e = cudaSuccess;
+    if (dld > cols)
+        e = cudaMemset2DAsync(dst + (size_t)cols * es, (size_t)dld * es, 0, (size_t)(dld - cols) * es,
+                              (size_t)rows, st);
+    if (e == cudaSuccess && prows > rows)
+        e = cudaMemsetAsync(dst + (size_t)(rows * dld) * es, 0, (size_t)((prows - rows) * dld) * es, st);
+    if (e == cudaSuccess) e = copy_rows(dst, dld, src, sld, cols, rows, es, st);
+    return e;
+}
+
 /* C [..., M, N] = op(A) op(B) (see mpmd_matmul in src/ops/nn.c). */
 static int k_matmul(const mpmd_kargs *a) {
     mpmd_cuda_dev *d = mpmd_cuda_of(a);
     mpmd_matmul_dims md; /* the CPU's dimensions: batch folded into M for a 2-D b and an untransposed a */
     mpmd_matmul_dims_make(&md, a->in_type[0], a->in_type[1], a->node->ia[0]);
     const int tra = md.tra, trb = md.trb;
-    const int64_t m = md.m, n = md.n, k = md.k, batch = md.batch;
-    if (m == 0 || n == 0 || batch == 0) return 0;
+    const int64_t batch = md.batch;
+    if (md.m == 0 || md.n == 0 || batch == 0) return 0;
     const void *A = a->in[0], *B = a->in[1];
     void *C = a->out;
     mpmd_dtype dtype = a->node->type.dtype;
     cudaDataType_t dt = dtype == MPMD_BF16 ? CUDA_R_16BF : dtype == MPMD_F16 ? CUDA_R_16F : CUDA_R_32F;
-    if (k == 0) { /* an empty sum: C = 0 (cuBLAS would reject the zero leading dimensions) */
-        cudaError_t e = cudaMemsetAsync(C, 0, (size_t)(batch * m * n) * mpmd_dtype_size(dtype), d->stream);
+    if (md.k == 0) { /* an empty sum: C = 0 (cuBLAS would reject the zero leading dimensions) */
+        cudaError_t e =
+            cudaMemsetAsync(C, 0, (size_t)(batch * md.m * md.n) * mpmd_dtype_size(dtype), d->stream);
         if (e != cudaSuccess) {
             snprintf(a->err, a->err_len, "matmul: clearing the output failed: %s", cudaGetErrorString(e));
             return 1;
@@ -143,16 +174,21 @@ static int k_matmul(const mpmd_kargs *a) {
     pad_plan pp;
     const int pad = pad_plan_make(&md, es, &pp) && a->scratch;
     const int64_t lda = pad ? pp.lda : md.lda, ldb = pad ? pp.ldb : md.ldb, ldc = pad ? pp.ldc : md.ldc;
-    if (pad) { /* misaligned rows: the product runs on padded copies (see the top) */
+    const int64_t m = pad ? pp.m : md.m, n = pad ? pp.n : md.n, k = pad ? pp.k : md.k;
+    if (pad) { /* misaligned rows or dimensions: the padded problem (see the top) */
         char *scr = (char *)a->scratch;
         cudaError_t e = cudaSuccess;
-        if (pp.a && e == cudaSuccess)
-            e = copy_rows(scr + pp.off_a, lda, A, md.lda, md.lda, tra ? k : m, es, d->stream), A = scr + pp.off_a;
+        if (pp.a)
+            e = copy_padded(scr + pp.off_a, lda, tra ? k : m, A, md.lda, md.lda, tra ? md.k : md.m, es,
+                            d->stream),
+            A = scr + pp.off_a;
         if (pp.b && e == cudaSuccess)
-            e = copy_rows(scr + pp.off_b, ldb, B, md.ldb, md.ldb, trb ? n : k, es, d->stream), B = scr + pp.off_b;
+            e = copy_padded(scr + pp.off_b, ldb, trb ? n : k, B, md.ldb, md.ldb, trb ? md.n : md.k, es,
+                            d->stream),
+            B = scr + pp.off_b;
         if (pp.c) C = scr + pp.off_c;
         if (e != cudaSuccess) {
-            snprintf(a->err, a->err_len, "matmul: copying an operand to padded rows failed: %s",
+            snprintf(a->err, a->err_len, "matmul: copying an operand to its padded place failed: %s",
                      cudaGetErrorString(e));
             return 1;
         }
@@ -183,7 +219,7 @@ static int k_matmul(const mpmd_kargs *a) {
     }
     if (s != CUBLAS_STATUS_SUCCESS) return blas_failed(a, s, m, n, k, batch);
     if (pad && pp.c) {
-        cudaError_t e = copy_rows(a->out, md.ldc, C, ldc, n, m, es, d->stream);
+        cudaError_t e = copy_rows(a->out, md.ldc, C, ldc, md.n, md.m, es, d->stream);
         if (e != cudaSuccess) {
             snprintf(a->err, a->err_len, "matmul: copying the result from padded rows failed: %s",
                      cudaGetErrorString(e));
