@@ -152,6 +152,11 @@ typedef struct mpmd_backend {
     void *(*capture_end)(void *dev, char *err, size_t len);
     int (*replay)(void *dev, void *graph, char *err, size_t len);
     void (*graph_free)(void *dev, void *graph);
+    /* Host memory that copies to and from this backend's buffers move
+     * fastest (CUDA: page-locked), for staging messages; NULL where plain
+     * malloc is as good. host_alloc returns NULL when out of memory. */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
 } mpmd_backend;
 
 static inline size_t mpmd_backend_alloc_bytes(const mpmd_backend *be, size_t bytes) {

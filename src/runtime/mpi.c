@@ -93,6 +93,18 @@ void mpmd_mpi_abort(int code) {
     exit(code);
 }
 
+/* A message's host copy: page-locked where the backend has such memory
+ * (faster copies to and from the GPU). */
+static void *stage_alloc(const mpmd_backend *be, size_t bytes) {
+    return be->host_alloc ? be->host_alloc(bytes) : malloc(bytes);
+}
+static void stage_free(const mpmd_backend *be, void *p) {
+    if (be->host_alloc)
+        be->host_free(p);
+    else
+        free(p);
+}
+
 /* Where instruction x's message is sent from or received into: its host
  * copy on a device backend, else the planned buffer itself. */
 static void *wire(mpmd_rank_state *rs, int x) {
@@ -145,7 +157,7 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
             return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
         for (int x = 0; x < p->n; x++)
             if ((p->ins[x].op == MPMD_I_SEND || p->ins[x].op == MPMD_I_RECV) &&
-                !(m->stage[x] = malloc(rt_bytes(st->plan->g, p->ins[x].node) + 1)))
+                !(m->stage[x] = stage_alloc(st->plan->be, rt_bytes(st->plan->g, p->ins[x].node) + 1)))
                 return mpmd_error_set(err, MPMD_ERR_NOMEM,
                                       "mpmd_jit_with_loop: out of memory for the host copies of rank %d's messages",
                                       st->mpi_rank);
@@ -177,7 +189,7 @@ static void mpi_teardown(struct mpmd_step *st) {
     if (m->stage) {
         const mpmd_program *p = &st->plan->prog[st->mpi_rank];
         for (int x = 0; x < p->n; x++)
-            free(m->stage[x]);
+            stage_free(st->plan->be, m->stage[x]);
         free(m->stage);
     }
     free(m->rreq), free(m->sreq), free(m->coll_buf), free(m);
