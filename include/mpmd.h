@@ -636,11 +636,14 @@ void mpmd_exec_print_plan(const mpmd_exec *ex, FILE *f);
  * lowercase hex digits plus a terminator. */
 void mpmd_exec_params_sha256(mpmd_exec *ex, char hex[65]);
 
-/* Time every op of the following runs (each op then waits for the device,
- * so profiled runs are slower); 0 turns it off and forgets the times. */
+/* Time every op of the following runs (on the CPU each op is timed on the
+ * host clock; on a GPU between events queued around it, so the device time
+ * without the launch gaps); 0 turns it off and forgets the times. Profiled
+ * runs launch kernel by kernel (no CUDA graphs). */
 mpmd_status mpmd_exec_set_profiling(mpmd_exec *ex, int on);
-/* The profiled runs' op times summed by op name, largest first: calls, ms
- * per run and share of the total. */
+/* The profiled runs' op times summed by op name (matrix products by shape:
+ * "matmul MxNxK NT"), largest first: calls, ms per run and share of the
+ * total. */
 void mpmd_exec_print_profile(const mpmd_exec *ex, FILE *f);
 
 /* ------------------------------------------------------------------------ */
@@ -817,10 +820,10 @@ const char *mpmd_step_backend(const mpmd_step *st);
 /* Copy new contents into a parameter or variable: every copy of it this
  * process holds (each rank, each replica), so copies stay equal. */
 mpmd_status mpmd_step_write(mpmd_step *st, mpmd_value v, const void *src, size_t bytes);
-/* Time every op of the following runs (each op then waits for the device,
- * so profiled runs are slower); 0 turns it off and forgets the times. The
- * profile sums the times by op name over the ranks of this process, largest
- * first: calls, ms per run and share of the total. */
+/* Time every op of the following runs (as mpmd_exec_set_profiling); 0
+ * turns it off and forgets the times. The profile sums the times by op name
+ * (matrix products by shape) over the ranks of this process, largest first:
+ * calls, ms per run and share of the total. */
 mpmd_status mpmd_step_set_profiling(mpmd_step *st, int on);
 void mpmd_step_print_profile(const mpmd_step *st, FILE *f);
 
