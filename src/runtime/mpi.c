@@ -133,14 +133,16 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
                                : getenv("SLURM_PROCID")       ? "SLURM_PROCID"
                                                               : NULL;
         if (launched)
-            return mpmd_error_set(err, MPMD_ERR_INVALID,
-                                  "mpmd_jit_with_loop: the MPI runtime needs mpmd_mpi_init(&argc, &argv, &err) "
-                                  "at the start of main; this process was started by an MPI launcher (%s is "
-                                  "set) but never initialised MPI",
-                                  launched);
-        return mpmd_error_set(err, MPMD_ERR_INVALID,
-                              "mpmd_jit_with_loop: the MPI runtime needs mpmd_mpi_init(&argc, &argv, &err) at "
-                              "the start of main, and the program started by mpirun (mpirun -np N program)");
+            return mpmd_error_set(
+                err, MPMD_ERR_INVALID,
+                "mpmd_jit_with_loop: the MPI runtime needs mpmd_mpi_init(&argc, &argv, &err) "
+                "at the start of main; this process was started by an MPI launcher (%s is "
+                "set) but never initialised MPI",
+                launched);
+        return mpmd_error_set(
+            err, MPMD_ERR_INVALID,
+            "mpmd_jit_with_loop: the MPI runtime needs mpmd_mpi_init(&argc, &argv, &err) at "
+            "the start of main, and the program started by mpirun (mpirun -np N program)");
     }
     mpi_state *m = calloc(1, sizeof *m);
     if (!m) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
@@ -158,9 +160,10 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
         for (int x = 0; x < p->n; x++)
             if ((p->ins[x].op == MPMD_I_SEND || p->ins[x].op == MPMD_I_RECV) &&
                 !(m->stage[x] = stage_alloc(st->plan->be, rt_bytes(st->plan->g, p->ins[x].node) + 1)))
-                return mpmd_error_set(err, MPMD_ERR_NOMEM,
-                                      "mpmd_jit_with_loop: out of memory for the host copies of rank %d's messages",
-                                      st->mpi_rank);
+                return mpmd_error_set(
+                    err, MPMD_ERR_NOMEM,
+                    "mpmd_jit_with_loop: out of memory for the host copies of rank %d's messages",
+                    st->mpi_rank);
     }
     MPI_Comm_split(MPI_COMM_WORLD, st->mpi_replica, st->mpi_rank, &m->pipe);
     MPI_Comm_split(MPI_COMM_WORLD, st->mpi_rank, st->mpi_replica, &m->data);
@@ -208,8 +211,8 @@ static void mpi_prepare(mpmd_rank_state *rs, int x) {
     struct mpmd_step *st = rs->st;
     mpi_state *m = rs->tx;
     const mpmd_program *p = &st->plan->prog[rs->rank];
-    if (x == 0) m->posted = 0;
-    /* post every receive whose buffer the plan holds from here on */
+    /* post every receive whose buffer the plan holds from here on (m->posted
+     * restarts at each step's end, so a second call for x posts nothing) */
     for (; m->posted < p->n; m->posted++) {
         const mpmd_instr *in = &p->ins[m->posted];
         if (in->op != MPMD_I_RECV) continue;
@@ -258,9 +261,11 @@ static int mpi_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
     int bad = wait_for(rs, &m->rreq[x], what);
     if (rs->st->record) rs->wait += rt_now() - t0;
     if (!bad && m->stage &&
-        rs->st->plan->be->upload(rs->dev, rt_buffer(rs, in), m->stage[x], rt_bytes(rs->st->plan->g, in->node))) {
-        rt_fail(rs, MPMD_ERR_RUNTIME, "copying %s of microbatch %d, received from rank %d, to the %s backend failed",
-                vb, in->mb, in->peer, rs->st->plan->be->name);
+        rs->st->plan->be->upload(rs->dev, rt_buffer(rs, in), m->stage[x],
+                                 rt_bytes(rs->st->plan->g, in->node))) {
+        rt_fail(rs, MPMD_ERR_RUNTIME,
+                "copying %s of microbatch %d, received from rank %d, to the %s backend failed", vb, in->mb,
+                in->peer, rs->st->plan->be->name);
         bad = 1;
     }
     return bad;
@@ -271,9 +276,11 @@ static int mpi_send(mpmd_rank_state *rs, const mpmd_instr *in) {
     mpi_state *m = rs->tx;
     int x = (int)(in - st->plan->prog[rs->rank].ins);
     /* a device value: its host copy, once the kernels that make it are done */
-    if (m->stage && st->plan->be->download(rs->dev, m->stage[x], rt_buffer(rs, in), rt_bytes(st->plan->g, in->node))) {
+    if (m->stage &&
+        st->plan->be->download(rs->dev, m->stage[x], rt_buffer(rs, in), rt_bytes(st->plan->g, in->node))) {
         char vb[300];
-        rt_fail(rs, MPMD_ERR_RUNTIME, "copying %s of microbatch %d from the %s backend to send it to rank %d failed",
+        rt_fail(rs, MPMD_ERR_RUNTIME,
+                "copying %s of microbatch %d from the %s backend to send it to rank %d failed",
                 rt_value_str(st, in->node, vb, sizeof vb), in->mb, st->plan->be->name, in->peer);
         return 1;
     }
@@ -302,19 +309,22 @@ static int mpi_allreduce(mpmd_rank_state *rs, int node, void *out) {
     const int R = st->plan->replicas;
     size_t b = rt_bytes(st->plan->g, node);
     const int staged = m->stage != NULL; /* device buffers: gather and combine host copies */
-    char *all = malloc((size_t)R * b);
+    /* staged: this replica's host copy and the combined result after the
+     * gathered ones, in the one buffer a collective the watchdog gives up
+     * on keeps (coll_buf) */
+    char *all = malloc((size_t)R * b + (staged ? 2 * b : 0) + 1);
     void **bufs = malloc((size_t)R * sizeof *bufs);
-    char *mine = staged ? malloc(2 * b + 1) : NULL;
-    if (!all || !bufs || (staged && !mine)) {
-        free(all), free(bufs), free(mine);
+    char *mine = staged && all ? all + (size_t)R * b : NULL;
+    if (!all || !bufs) {
+        free(all), free(bufs);
         rt_fail(rs, MPMD_ERR_NOMEM, "out of memory combining %%%d across replicas", node);
         return 1;
     }
     double t0 = st->record ? rt_now() : 0;
     if (staged && st->plan->be->download(rs->dev, mine, rs->glob[node], b)) {
-        free(all), free(bufs), free(mine);
-        rt_fail(rs, MPMD_ERR_RUNTIME, "copying %%%d from the %s backend to combine it across replicas failed", node,
-                st->plan->be->name);
+        free(all), free(bufs);
+        rt_fail(rs, MPMD_ERR_RUNTIME, "copying %%%d from the %s backend to combine it across replicas failed",
+                node, st->plan->be->name);
         return 1;
     }
     MPI_Request req;
@@ -325,7 +335,7 @@ static int mpi_allreduce(mpmd_rank_state *rs, int node, void *out) {
     if (wait_for(rs, &req, what)) {
         st->broken = 1; /* the collective still writes `all`: kept until it ends (mpi_settle) */
         m->coll = req, m->coll_buf = all;
-        free(bufs), free(mine);
+        free(bufs);
         return 1;
     }
     if (st->record) rs->wait += rt_now() - t0;
@@ -337,7 +347,7 @@ static int mpi_allreduce(mpmd_rank_state *rs, int node, void *out) {
               st->plan->be->upload(rs->dev, out, mine + b, b);
     else
         bad = st->plan->be->combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], bufs, R, out);
-    free(all), free(bufs), free(mine);
+    free(all), free(bufs);
     if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "combining %%%d across replicas failed", node);
     return bad;
 }
@@ -357,6 +367,7 @@ static void mpi_end_step(mpmd_rank_state *rs) {
             MPI_Wait(&m->rreq[x], MPI_STATUS_IGNORE);
         }
     }
+    m->posted = 0; /* the next step posts its receives from the start */
 }
 
 static int mpi_settle(struct mpmd_step *st, double wait) {

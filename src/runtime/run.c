@@ -211,8 +211,8 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
     }
     if (rc) { /* name what the op is about where the graph knows: "d1/kernel" */
         const char *subj = mpmd_node_subject(st->plan->g, i);
-        rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s%s%s%s: %s", i, st->plan->g->nodes[i].op->name, subj ? " of \"" : "",
-                subj ? subj : "", subj ? "\"" : "", where, kerr);
+        rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s%s%s%s: %s", i, st->plan->g->nodes[i].op->name,
+                subj ? " of \"" : "", subj ? subj : "", subj ? "\"" : "", where, kerr);
     }
     return rc;
 }
@@ -274,7 +274,8 @@ static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
     switch (in->op) {
     case MPMD_I_RUN_PRE:
     case MPMD_I_RUN_POST:
-        run_kernel(rs, in->node, -1, g->nodes[in->node].type.dtype != MPMD_TOKEN ? rs->glob[in->node] : NULL, "");
+        run_kernel(rs, in->node, -1, g->nodes[in->node].type.dtype != MPMD_TOKEN ? rs->glob[in->node] : NULL,
+                   "");
         break;
     case MPMD_I_TASK: run_task(rs, in); break;
     case MPMD_I_SEND:
@@ -310,7 +311,8 @@ static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
  * than the interpreter would, never later. */
 
 static int stays_on_rank(const mpmd_instr *in) {
-    return in->op == MPMD_I_RUN_PRE || in->op == MPMD_I_RUN_POST || in->op == MPMD_I_TASK || in->op == MPMD_I_FREE;
+    return in->op == MPMD_I_RUN_PRE || in->op == MPMD_I_RUN_POST || in->op == MPMD_I_TASK ||
+           in->op == MPMD_I_FREE;
 }
 
 static void rt_free_graphs(mpmd_rank_state *rs, int n) {
@@ -357,11 +359,14 @@ static int run_segment(mpmd_rank_state *rs, const mpmd_program *p, int x) {
         void *gr = be->capture_end(rs->dev, err, sizeof err);
         const int64_t delta = rs->live_bytes - live0, peak = rs->peak_bytes - live0;
         rs->live_bytes = live0, rs->peak_bytes = peak0;
-        if (rt_aborted(st)) { /* an op failed while being recorded: its message stands */
+        if (rt_aborted(st)) { /* a failure while recording: its message stands, and later steps
+                               * interpret (so a failure of the recording itself does not repeat) */
             if (gr) be->graph_free(rs->dev, gr);
+            if (rs->status != MPMD_OK) rs->no_graphs = 1;
             return p->n;
         }
-        if (!gr) { /* nothing was queued or run: interpret from here */
+        if (!gr) { /* nothing was run: interpret from here (the transport's look-ahead and waits,
+                    * done while recording, run again: both may be repeated) */
             rs->no_graphs = 1;
             return x;
         }
@@ -473,11 +478,12 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
     int want = (st->tr->launch_threads ? st->num_local : 0) + st->num_local * (tpr - 1), got;
     char twhy[160];
     if (want > 0 && (got = threads_available(want, twhy, sizeof twhy)) < want)
-        return mpmd_error_set(err, MPMD_ERR_RUNTIME,
-                              "mpmd_jit_with_loop: the step needs %d more threads (%d rank%s x %d threads per rank) "
-                              "but this process could start only %d (%s: the limit on processes per user, ulimit "
-                              "-u, or a container's pids limit); lower threads_per_rank or the rank count",
-                              want, st->num_local, st->num_local == 1 ? "" : "s", tpr, got, twhy);
+        return mpmd_error_set(
+            err, MPMD_ERR_RUNTIME,
+            "mpmd_jit_with_loop: the step needs %d more threads (%d rank%s x %d threads per rank) "
+            "but this process could start only %d (%s: the limit on processes per user, ulimit "
+            "-u, or a container's pids limit); lower threads_per_rank or the rank count",
+            want, st->num_local, st->num_local == 1 ? "" : "s", tpr, got, twhy);
     for (int li = 0; li < st->num_local; li++) {
         mpmd_rank_state *rs = &st->rs[li];
         rs->rank = (first + li) % D;
@@ -521,7 +527,8 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
                 if (st->plan->be->host_memory) {
                     rs->glob[i] = (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i);
                 } else {
-                    if (!(rs->glob[i] = st->plan->be->alloc(rs->dev, rt_bytes(g, i) + MPMD_STORAGE_PAD))) goto nomem;
+                    if (!(rs->glob[i] = st->plan->be->alloc(rs->dev, rt_bytes(g, i) + MPMD_STORAGE_PAD)))
+                        goto nomem;
                     if (st->plan->be->upload(rs->dev, rs->glob[i],
                                              (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i),
                                              rt_bytes(g, i)))
@@ -529,7 +536,8 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
                 }
             }
         }
-        if (mem->scratch_bytes && !(rs->scratch = st->plan->be->alloc(rs->dev, mem->scratch_bytes))) goto nomem;
+        if (mem->scratch_bytes && !(rs->scratch = st->plan->be->alloc(rs->dev, mem->scratch_bytes)))
+            goto nomem;
         char e[512];
         if (st->plan->be->sync(rs->dev, e, sizeof e)) goto devfail;
     }
@@ -565,9 +573,10 @@ mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
     const int L = st->num_local;
     if (st->broken) st->broken = !st->tr->settle(st, 0);
     if (st->broken) {
-        snprintf(st->err, sizeof st->err,
-                 "an earlier run of this step timed out and left work unfinished that has not ended since (a "
-                 "rank stuck in a kernel, or a message a peer never took): the step cannot run until it does");
+        snprintf(
+            st->err, sizeof st->err,
+            "an earlier run of this step timed out and left work unfinished that has not ended since (a "
+            "rank stuck in a kernel, or a message a peer never took): the step cannot run until it does");
         return MPMD_ERR_RUNTIME;
     }
     /* the watchdog: as asked, or the longer of 300 s and 20 slowest steps */
@@ -589,7 +598,8 @@ mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
     }
     if (rc == MPMD_OK && st->abort_flag) rc = MPMD_ERR_RUNTIME;
     if (rc == MPMD_OK && st->profiling) st->prof_runs++;
-    if (rc == MPMD_OK && st->t_end - st->t_start > st->slowest_step) st->slowest_step = st->t_end - st->t_start;
+    if (rc == MPMD_OK && st->t_end - st->t_start > st->slowest_step)
+        st->slowest_step = st->t_end - st->t_start;
     return rc;
 }
 

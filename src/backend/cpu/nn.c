@@ -789,7 +789,7 @@ static int k_attention_grad(const mpmd_kargs *a) {
     const int64_t plane = s.B * s.T * s.ld;
     float *dq = a->out, *dk = dq + plane, *dv = dk + plane;
     const int64_t units = att_units(&s, 1), slot = att_slot_floats(&s, 1);
-    if (units == 0) return 0;
+    if (units == 0 || s.T == 0) return 0; /* nothing to write */
     if (!a->scratch) return att_no_scratch(a, "attention_grad", scratch_attention_grad(a->g, a->node));
     int nt = att_threads(a, units, 10.0 * (double)s.T * (double)s.T * (double)s.D);
 #pragma omp parallel num_threads(nt)

@@ -435,8 +435,9 @@ static void cuda_event_free(void *p, void *ev) {
 static void *cuda_mark(void *p) {
     mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
     cudaEvent_t ev;
-    if (cudaEventCreate(&ev) != cudaSuccess) return NULL;
+    if (cudaEventCreate(&ev) != cudaSuccess) return cudaGetLastError(), (void *)NULL;
     if (cudaEventRecord(ev, d->stream) == cudaSuccess) return (void *)ev;
+    cudaGetLastError(); /* not left for the next kernel's check to report */
     cudaEventDestroy(ev);
     return NULL;
 }
@@ -494,6 +495,7 @@ static int cuda_replay(void *p, void *graph, char *err, size_t len) {
     if (graph == (void *)&empty_graph) return 0;
     cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)graph, d->stream);
     if (e != cudaSuccess) {
+        cudaGetLastError();
         snprintf(err, len, "GPU %d: launching a CUDA graph failed: %s", d->device, cudaGetErrorString(e));
         return 1;
     }
