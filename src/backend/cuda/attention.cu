@@ -125,6 +125,57 @@ template <typename T> using frag_b_row = wmma::fragment<wmma::matrix_b, 16, 16, 
 template <typename T> using frag_b_col = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>;
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
 
+/* Rows [r0, r0 + 16) of a head as a warp's A fragments (16 x D), staged
+ * through `stage` (16 x (D + 8) elements of the warp's own shared memory). */
+template <typename T, int D>
+__device__ __forceinline__ void warp_frags(frag_a<T> (&f)[D / 16], T *stage, const T *x, int b, int h, int r0,
+                                           int TT, int H) {
+    warp_load_rows<T, D>(stage, D + 8, x, b, h, r0, TT, H);
+    __syncwarp();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        wmma::load_matrix_sync(f[kk], stage + kk * 16, D + 8);
+    __syncwarp();
+}
+
+/* out [16, 32] = A tile^T: a warp's 16 rows (fragments) against 32 rows of
+ * a tile in shared memory (leading dimension ld), f32, stored row-major
+ * with leading dimension lds. */
+template <typename T, int D>
+__device__ __forceinline__ void rows_by_tile(const frag_a<T> (&a)[D / 16], const T *tile, int ld, float *out,
+                                             int lds) {
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        frag_c acc;
+        wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            frag_b_col<T> bf; /* tile^T: column n is tile row n */
+            wmma::load_matrix_sync(bf, tile + (j * 16) * ld + kk * 16, ld);
+            wmma::mma_sync(acc, a[kk], bf, acc);
+        }
+        wmma::store_matrix_sync(out + j * 16, acc, lds, wmma::mem_row_major);
+    }
+}
+
+/* A warp's accumulators (16 rows x D) times mul, rounded once into rows
+ * [r0, r0 + 16) of head (b, h) of out (those before T), through `stage`
+ * (16 x 16 floats of the warp's own shared memory). */
+template <typename T, int D>
+__device__ __forceinline__ void write_rows(frag_c (&acc)[D / 16], float *stage, T *out, int b, int h, int r0,
+                                           int TT, int H, float mul) {
+    const int lane = threadIdx.x & 31;
+    for (int dt = 0; dt < D / 16; dt++) {
+        wmma::store_matrix_sync(stage, acc[dt], 16, wmma::mem_row_major);
+        __syncwarp();
+        for (int e = lane; e < 256; e += 32) {
+            int i = e / 16, c = e % 16, t = r0 + i;
+            if (t < TT) out[row_at(b, t, h, TT, H, D) + dt * 16 + c] = from_f32<T>(stage[e] * mul);
+        }
+        __syncwarp();
+    }
+}
+
 /* Forward (STATS = 0: o; STATS = 1: each row's log-sum-exp into lse, the
  * backward's first pass, which then stops before P V). Grid (ceil(T / 64),
  * B H), 128 threads. */
@@ -146,15 +197,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     T *P = p_w[warp][0], *PL = p_w[warp][1];
     /* this warp's 16 query rows as fragments (staged through its O rows) */
     frag_a<T> qa[D / 16];
-    {
-        T *stage = (T *)O; /* 16 x (D + 8) elements fit in 16 x (D + 4) floats */
-        warp_load_rows<T, D>(stage, D + 8, q, b, h, r0, TT, H);
-        __syncwarp();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            wmma::load_matrix_sync(qa[kk], stage + kk * 16, D + 8);
-        __syncwarp();
-    }
+    warp_frags<T, D>(qa, (T *)O, q, b, h, r0, TT, H); /* 16 x (D + 8) elements fit in 16 x (D + 4) floats */
     for (int c = lane; c < 16 * LDO; c += 32)
         O[c] = 0.0f;
     if (lane < 16) m_w[warp][lane] = -INFINITY, l_w[warp][lane] = 0.0f;
@@ -166,19 +209,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         if (!STATS) load_rows<T, D>(vs, LDK, v, b, h, kb, TC_K, TT, H);
         __syncthreads();
         if (r0 >= TT || (causal && kb > r0 + 15)) continue; /* no row of this warp sees these keys */
-                                                            /* S [16, 32] = Q K^T */
-#pragma unroll
-        for (int j = 0; j < TC_K / 16; j++) {
-            frag_c acc;
-            wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                frag_b_col<T> kf; /* K^T: column n of the tile is key row n */
-                wmma::load_matrix_sync(kf, ks + (j * 16) * LDK + kk * 16, LDK);
-                wmma::mma_sync(acc, qa[kk], kf, acc);
-            }
-            wmma::store_matrix_sync(S + j * 16, acc, LDS, wmma::mem_row_major);
-        }
+        rows_by_tile<T, D>(qa, ks, LDK, S, LDS);            /* S [16, 32] = Q K^T */
         __syncwarp();
         /* online softmax: lanes i and i + 16 share row i, each with half the
          * tile's keys; the halves combine with one exchange (max, then a sum
@@ -269,21 +300,9 @@ __global__ void __launch_bounds__(TC_THREADS)
     float *ST = st_w[warp][0], *DPT = st_w[warp][1];
     T *PT = pt_w[warp][0], *DST = pt_w[warp][1], *PTL = pt_w[warp][2], *DSTL = pt_w[warp][3];
     frag_a<T> kf[D / 16], vf[D / 16];
-    {
-        T *stage = (T *)st_w[warp]; /* 16 x (D + 8) elements fit in 2 x 16 x 36 floats */
-        warp_load_rows<T, D>(stage, D + 8, k, b, h, r0, TT, H);
-        __syncwarp();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            wmma::load_matrix_sync(kf[kk], stage + kk * 16, D + 8);
-        __syncwarp();
-        warp_load_rows<T, D>(stage, D + 8, v, b, h, r0, TT, H);
-        __syncwarp();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            wmma::load_matrix_sync(vf[kk], stage + kk * 16, D + 8);
-        __syncwarp();
-    }
+    T *stage = (T *)st_w[warp]; /* 16 x (D + 8) elements fit in 2 x 16 x 36 floats */
+    warp_frags<T, D>(kf, stage, k, b, h, r0, TT, H);
+    warp_frags<T, D>(vf, stage, v, b, h, r0, TT, H);
     frag_c dka[D / 16], dva[D / 16];
 #pragma unroll
     for (int dt = 0; dt < D / 16; dt++)
@@ -299,24 +318,9 @@ __global__ void __launch_bounds__(TC_THREADS)
         }
         __syncthreads();
         if (r0 >= TT || (causal && qb + BQ - 1 < r0))
-            continue; /* every query of the tile is before these keys */
-                      /* S^T [16, 32] = K Q^T and dP^T = V dO^T */
-#pragma unroll
-        for (int j = 0; j < BQ / 16; j++) {
-            frag_c s, dp;
-            wmma::fill_fragment(s, 0.0f);
-            wmma::fill_fragment(dp, 0.0f);
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                frag_b_col<T> qf, gf;
-                wmma::load_matrix_sync(qf, qs + (j * 16) * LDQ + kk * 16, LDQ);
-                wmma::load_matrix_sync(gf, gs + (j * 16) * LDQ + kk * 16, LDQ);
-                wmma::mma_sync(s, kf[kk], qf, s);
-                wmma::mma_sync(dp, vf[kk], gf, dp);
-            }
-            wmma::store_matrix_sync(ST + j * 16, s, LDS, wmma::mem_row_major);
-            wmma::store_matrix_sync(DPT + j * 16, dp, LDS, wmma::mem_row_major);
-        }
+            continue;                              /* every query of the tile is before these keys */
+        rows_by_tile<T, D>(kf, qs, LDQ, ST, LDS);  /* S^T [16, 32] = K Q^T */
+        rows_by_tile<T, D>(vf, gs, LDQ, DPT, LDS); /* dP^T = V dO^T */
         __syncwarp();
         /* P^T and dS^T: lane = query within the tile */
         for (int i = 0; i < 16; i++) {
@@ -350,21 +354,8 @@ __global__ void __launch_bounds__(TC_THREADS)
         __syncwarp();
     }
     /* round once: dK scaled, dV as summed */
-    float *stage = st_w[warp][0]; /* 16 x 16 floats per tile */
-    for (int dt = 0; dt < D / 16; dt++) {
-        for (int which = 0; which < 2; which++) {
-            wmma::store_matrix_sync(stage, which ? dva[dt] : dka[dt], 16, wmma::mem_row_major);
-            __syncwarp();
-            for (int e = lane; e < 256; e += 32) {
-                int i = e / 16, c = e % 16, key = r0 + i;
-                if (key < TT) {
-                    T *dst = (which ? dv : dk) + row_at(b, key, h, TT, H, D) + dt * 16 + c;
-                    *dst = from_f32<T>(which ? stage[e] : stage[e] * scale);
-                }
-            }
-            __syncwarp();
-        }
-    }
+    write_rows<T, D>(dka, st_w[warp][0], dk, b, h, r0, TT, H, scale);
+    write_rows<T, D>(dva, st_w[warp][0], dv, b, h, r0, TT, H, 1.0f);
 }
 
 /* dQ of 64 query rows (a warp each 16), over the key tiles of 32 at or
@@ -386,21 +377,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     float *S = s_w[warp][0], *DP = s_w[warp][1];
     T *DS = ds_w[warp][0], *DSL = ds_w[warp][1];
     frag_a<T> qa[D / 16], ga[D / 16];
-    {
-        T *stage = (T *)s_w[warp];
-        warp_load_rows<T, D>(stage, D + 8, q, b, h, r0, TT, H);
-        __syncwarp();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            wmma::load_matrix_sync(qa[kk], stage + kk * 16, D + 8);
-        __syncwarp();
-        warp_load_rows<T, D>(stage, D + 8, go, b, h, r0, TT, H);
-        __syncwarp();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            wmma::load_matrix_sync(ga[kk], stage + kk * 16, D + 8);
-        __syncwarp();
-    }
+    warp_frags<T, D>(qa, (T *)s_w[warp], q, b, h, r0, TT, H);
+    warp_frags<T, D>(ga, (T *)s_w[warp], go, b, h, r0, TT, H);
     if (lane < 16) {
         int t = r0 + lane;
         lse_w[warp][lane] = t < TT ? lse[(int64_t)bh * TT + t] : 0.0f;
@@ -418,22 +396,8 @@ __global__ void __launch_bounds__(TC_THREADS)
         load_rows<T, D>(vs, LDK, v, b, h, kb, TC_K, TT, H);
         __syncthreads();
         if (r0 >= TT || (causal && kb > r0 + 15)) continue;
-#pragma unroll
-        for (int j = 0; j < TC_K / 16; j++) {
-            frag_c s, dp;
-            wmma::fill_fragment(s, 0.0f);
-            wmma::fill_fragment(dp, 0.0f);
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                frag_b_col<T> kf, vf;
-                wmma::load_matrix_sync(kf, ks + (j * 16) * LDK + kk * 16, LDK);
-                wmma::load_matrix_sync(vf, vs + (j * 16) * LDK + kk * 16, LDK);
-                wmma::mma_sync(s, qa[kk], kf, s);
-                wmma::mma_sync(dp, ga[kk], vf, dp);
-            }
-            wmma::store_matrix_sync(S + j * 16, s, LDS, wmma::mem_row_major);
-            wmma::store_matrix_sync(DP + j * 16, dp, LDS, wmma::mem_row_major);
-        }
+        rows_by_tile<T, D>(qa, ks, LDK, S, LDS);  /* S [16, 32] = Q K^T */
+        rows_by_tile<T, D>(ga, vs, LDK, DP, LDS); /* dP = dO V^T */
         __syncwarp();
         for (int i = 0; i < 16; i++) {
             const int t = r0 + i, key = kb + lane;
@@ -458,16 +422,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         }
         __syncwarp();
     }
-    float *stage = s_w[warp][0];
-    for (int dt = 0; dt < D / 16; dt++) {
-        wmma::store_matrix_sync(stage, dqa[dt], 16, wmma::mem_row_major);
-        __syncwarp();
-        for (int e = lane; e < 256; e += 32) {
-            int i = e / 16, c = e % 16, t = r0 + i;
-            if (t < TT) dq[row_at(b, t, h, TT, H, D) + dt * 16 + c] = from_f32<T>(stage[e] * scale);
-        }
-        __syncwarp();
-    }
+    write_rows<T, D>(dqa, s_w[warp][0], dq, b, h, r0, TT, H, scale);
 }
 
 /* ==== general path ================================================================== */

@@ -807,7 +807,8 @@ static int k_log_softmax_grad(const mpmd_kargs *a) { return softmax_family<SM_LO
  * the same time. Longer rows (block mode) are read again for each pass. The
  * statistics are the CPU's: mean = sum(x) / n, var = sum((x - mean)^2) / n
  * (two passes), rstd = 1 / sqrt(var + eps), all in f32; every thread of the
- * group gets both. */
+ * group gets both. RMS norm is the same with mean 0 (its one pass is the
+ * variance pass: x - 0 is x), so one set of kernels serves both norms. */
 #define LN_VPL (ROW_WARP_MAX / 32)
 
 template <typename S, int V>
@@ -826,17 +827,20 @@ __device__ __forceinline__ void load_row(const rd<S> &r, int64_t nc, int t, bool
     }
 }
 
-template <int V>
+template <int V, bool RMS>
 __device__ __forceinline__ void ln_stats_regs(const float (&v)[LN_VPL / V][V], int64_t n, int64_t nc, int t,
                                               float eps, float &mu, float &rs) {
     float acc = 0.0f;
+    mu = 0.0f;
+    if constexpr (!RMS) {
 #pragma unroll
-    for (int k = 0; k < LN_VPL / V; k++)
+        for (int k = 0; k < LN_VPL / V; k++)
 #pragma unroll
-        for (int j = 0; j < V; j++)
-            acc += v[k][j]; /* the padding is 0 */
-    mu = warp_sum(acc) / (float)n;
-    acc = 0.0f;
+            for (int j = 0; j < V; j++)
+                acc += v[k][j]; /* the padding is 0 */
+        mu = warp_sum(acc) / (float)n;
+        acc = 0.0f;
+    }
 #pragma unroll
     for (int k = 0; k < LN_VPL / V; k++)
 #pragma unroll
@@ -847,21 +851,24 @@ __device__ __forceinline__ void ln_stats_regs(const float (&v)[LN_VPL / V][V], i
     rs = 1.0f / sqrtf(warp_sum(acc) / (float)n + eps);
 }
 
-template <typename S, int V, bool W>
+template <typename S, int V, bool W, bool RMS>
 __device__ __forceinline__ void ln_stats(const rd<S> &xr, int64_t n, int t, int G, bool al, float eps,
                                          float *sh, float &mu, float &rs) {
     int64_t nc = n / V;
     float acc = 0.0f;
+    mu = 0.0f;
+    if constexpr (!RMS) {
 #pragma unroll 4
-    for (int64_t c = t; c < nc; c += G) {
-        float f[V];
-        xr.template load<V>(c * V, f, al);
+        for (int64_t c = t; c < nc; c += G) {
+            float f[V];
+            xr.template load<V>(c * V, f, al);
 #pragma unroll
-        for (int j = 0; j < V; j++)
-            acc += f[j];
+            for (int j = 0; j < V; j++)
+                acc += f[j];
+        }
+        mu = row_sum<W>(acc, sh) / (float)n;
+        acc = 0.0f;
     }
-    mu = row_sum<W>(acc, sh) / (float)n;
-    acc = 0.0f;
 #pragma unroll 4
     for (int64_t c = t; c < nc; c += G) {
         float f[V];
@@ -876,11 +883,11 @@ __device__ __forceinline__ void ln_stats(const rd<S> &xr, int64_t n, int t, int 
     rs = 1.0f / sqrtf(v / (float)n + eps);
 }
 
-/* y = (x - mean) * rstd * gamma + beta; y may alias x (each element is read
- * before written, by the same thread). */
-template <typename S, int V, bool W>
+/* y = (x - mean) * rstd * gamma + beta (RMS: (x * r) * scale, no beta); y
+ * may alias x (each element is read before written, by the same thread). */
+template <typename S, int V, bool W, bool RMS>
 __global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
-    layer_norm_fwd(rd<S> x, rd<S> gamma, rd<S> beta, wr<S> y, int64_t rows, int64_t n, float eps, bool al) {
+    norm_fwd(rd<S> x, rd<S> gamma, rd<S> beta, wr<S> y, int64_t rows, int64_t n, float eps, bool al) {
     __shared__ float sh[64];
     row_iter<W> it;
     int64_t nc = n / V;
@@ -891,31 +898,35 @@ __global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
         if constexpr (W) {
             float v[LN_VPL / V][V];
             load_row<S, V>(xr, nc, it.t, al, v);
-            ln_stats_regs<V>(v, n, nc, it.t, eps, mu, rs);
+            ln_stats_regs<V, RMS>(v, n, nc, it.t, eps, mu, rs);
 #pragma unroll
             for (int k = 0; k < LN_VPL / V; k++) {
                 int64_t c = it.t + 32 * k;
                 if (c < nc) {
                     float gm[V], bt[V], o[V];
                     gamma.template load<V>(c * V, gm, al);
-                    beta.template load<V>(c * V, bt, al);
+                    if constexpr (!RMS) beta.template load<V>(c * V, bt, al);
 #pragma unroll
-                    for (int j = 0; j < V; j++)
-                        o[j] = ((v[k][j] - mu) * rs) * gm[j] + bt[j];
+                    for (int j = 0; j < V; j++) {
+                        o[j] = ((v[k][j] - mu) * rs) * gm[j];
+                        if constexpr (!RMS) o[j] += bt[j];
+                    }
                     yr.template store<V>(c * V, o, al);
                 }
             }
         } else {
-            ln_stats<S, V, W>(xr, n, it.t, it.G, al, eps, sh, mu, rs);
+            ln_stats<S, V, W, RMS>(xr, n, it.t, it.G, al, eps, sh, mu, rs);
 #pragma unroll 4
             for (int64_t c = it.t; c < nc; c += it.G) {
                 float f[V], gm[V], bt[V];
                 xr.template load<V>(c * V, f, al);
                 gamma.template load<V>(c * V, gm, al);
-                beta.template load<V>(c * V, bt, al);
+                if constexpr (!RMS) beta.template load<V>(c * V, bt, al);
 #pragma unroll
-                for (int j = 0; j < V; j++)
-                    f[j] = ((f[j] - mu) * rs) * gm[j] + bt[j];
+                for (int j = 0; j < V; j++) {
+                    f[j] = ((f[j] - mu) * rs) * gm[j];
+                    if constexpr (!RMS) f[j] += bt[j];
+                }
                 yr.template store<V>(c * V, f, al);
             }
         }
@@ -924,11 +935,12 @@ __global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
 
 /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = gy * gamma rounded
  * once (__fmul_rn: the sums and the output see the same g, so a row of one
- * element gives exactly 0, as on the CPU); dx may alias gy (each element is
- * read before written, by the same thread). */
-template <typename S, int V, bool W>
+ * element gives exactly 0, as on the CPU); RMS: dx = r * (g - xhat * mean(g
+ * xhat)), xhat = x r. dx may alias gy (each element is read before
+ * written, by the same thread). */
+template <typename S, int V, bool W, bool RMS>
 __global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
-    layer_norm_grad_x(rd<S> x, rd<S> gamma, rd<S> gy, wr<S> dx, int64_t rows, int64_t n, float eps, bool al) {
+    norm_grad_x(rd<S> x, rd<S> gamma, rd<S> gy, wr<S> dx, int64_t rows, int64_t n, float eps, bool al) {
     __shared__ float sh[64];
     row_iter<W> it;
     int64_t nc = n / V;
@@ -940,7 +952,7 @@ __global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
             float v[LN_VPL / V][V], g[LN_VPL / V][V];
             load_row<S, V>(xr, nc, it.t, al, v);
             load_row<S, V>(gr, nc, it.t, al, g);
-            ln_stats_regs<V>(v, n, nc, it.t, eps, mu, rs);
+            ln_stats_regs<V, RMS>(v, n, nc, it.t, eps, mu, rs);
             float sg = 0.0f, sgx = 0.0f;
 #pragma unroll
             for (int k = 0; k < LN_VPL / V; k++) {
@@ -959,12 +971,15 @@ __global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
 #pragma unroll
                 for (int j = 0; j < V; j++) {
                     v[k][j] = (v[k][j] - mu) * rs; /* xhat */
-                    sg += g[k][j];
+                    if constexpr (!RMS) sg += g[k][j];
                     sgx += g[k][j] * v[k][j];
                 }
             }
-            warp_sum2(sg, sgx);
-            float mg = sg / (float)n, mgx = sgx / (float)n;
+            if constexpr (RMS)
+                sgx = warp_sum(sgx);
+            else
+                warp_sum2(sg, sgx);
+            float mg = sg / (float)n, mgx = sgx / (float)n; /* RMS: mg = 0, and g - 0 is g */
 #pragma unroll
             for (int k = 0; k < LN_VPL / V; k++) {
                 int64_t c = it.t + 32 * k;
@@ -977,7 +992,7 @@ __global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
                 }
             }
         } else {
-            ln_stats<S, V, W>(xr, n, it.t, it.G, al, eps, sh, mu, rs);
+            ln_stats<S, V, W, RMS>(xr, n, it.t, it.G, al, eps, sh, mu, rs);
             float sg = 0.0f, sgx = 0.0f;
 #pragma unroll 4
             for (int64_t c = it.t; c < nc; c += it.G) {
@@ -988,11 +1003,14 @@ __global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
 #pragma unroll
                 for (int j = 0; j < V; j++) {
                     float gg = __fmul_rn(g[j], gm[j]);
-                    sg += gg;
+                    if constexpr (!RMS) sg += gg;
                     sgx += gg * ((f[j] - mu) * rs);
                 }
             }
-            row_sum2<W>(sg, sgx, sh);
+            if constexpr (RMS)
+                sgx = row_sum<W>(sgx, sh);
+            else
+                row_sum2<W>(sg, sgx, sh);
             float mg = sg / (float)n, mgx = sgx / (float)n;
 #pragma unroll 4
             for (int64_t c = it.t; c < nc; c += it.G) {
@@ -1012,231 +1030,47 @@ __global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
     }
 }
 
-/* layer_norm (x, gamma, beta) and layer_norm_grad_x (x, gamma, gy) (G):
- * the same rows, operands and launch shape, one kernel each. */
-template <bool G> static int layer_norm_rows(const mpmd_kargs *a) {
+/* layer_norm (x, gamma, beta) and layer_norm_grad_x (x, gamma, gy) (G), or
+ * (RMS) rms_norm (x, scale) and rms_norm_grad_x (x, scale, gy): the same
+ * rows, operands and launch shape, one kernel each. */
+template <bool RMS, bool G> static int norm_rows(const mpmd_kargs *a) {
     const mpmd_type *t = a->in_type[0];
     row_plan rp;
     if (!row_plan_of(t, &rp)) return 0;
     const int64_t n = rp.n, rows = rp.rows;
     const row_shape rs = rp.rs;
     cudaStream_t st = mpmd_cuda_of(a)->stream;
-    mpmd_dtype dx = t->dtype, dgm = a->in_type[1]->dtype, d3 = a->in_type[2]->dtype, dy = a->node->type.dtype;
+    const bool third = a->node->n_in > 2; /* beta or gy; rms_norm has none (x stands in, unread) */
+    const void *zp = third ? a->in[2] : a->in[0];
+    mpmd_dtype dx = t->dtype, dgm = a->in_type[1]->dtype, d3 = third ? a->in_type[2]->dtype : dx;
+    mpmd_dtype dy = a->node->type.dtype;
     float eps = a->node->fa[0];
     by_storage(storage_of({dx, dgm, d3, dy}), [&](auto tag) {
         typedef typename decltype(tag)::type S;
-        rd<S> x = rd_of<S>(a->in[0], dx), gamma = rd_of<S>(a->in[1], dgm);
-        rd<S> z = rd_of<S>(a->in[2], d3); /* beta or gy */
+        rd<S> x = rd_of<S>(a->in[0], dx), gamma = rd_of<S>(a->in[1], dgm), z = rd_of<S>(zp, d3);
         wr<S> y = wr_of<S>(a->out, dy);
         int v = row_vec<S>(n);
-        bool al = chunks_aligned<S>(v, {a->in[0], a->in[1], a->in[2], a->out});
+        bool al = chunks_aligned<S>(v, {a->in[0], a->in[1], zp, a->out});
         with_vec<S>(v, [&](auto vc) {
             constexpr int V = decltype(vc)::value;
             with_warp(rs.warp, [&](auto wc) {
                 constexpr bool W = decltype(wc)::value;
                 if constexpr (G)
-                    layer_norm_grad_x<S, V, W>
+                    norm_grad_x<S, V, W, RMS>
                         <<<rs.blocks, rs.threads, 0, st>>>(x, gamma, z, y, rows, n, eps, al);
                 else
-                    layer_norm_fwd<S, V, W>
+                    norm_fwd<S, V, W, RMS>
                         <<<rs.blocks, rs.threads, 0, st>>>(x, gamma, z, y, rows, n, eps, al);
             });
         });
     });
-    return mpmd_cuda_launched(a, G ? "layer_norm_grad_x" : "layer_norm");
+    return mpmd_cuda_launched(a, a->node->op->name);
 }
 
-static int k_layer_norm(const mpmd_kargs *a) { return layer_norm_rows<false>(a); }
-static int k_layer_norm_grad_x(const mpmd_kargs *a) { return layer_norm_rows<true>(a); }
-
-/* ---- RMS norm -------------------------------------------------------------------------------- */
-
-/* r = 1 / sqrt(mean(x^2) + eps) of a row: each thread sums the squares of
- * its elements in order, then the group's fixed tree (row_sum), all in f32;
- * every thread of the group gets r. In registers (warp mode, load_row's
- * padding is 0) or read from memory. */
-template <int V>
-__device__ __forceinline__ float rms_r_regs(const float (&v)[LN_VPL / V][V], int64_t n, float eps) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int k = 0; k < LN_VPL / V; k++)
-#pragma unroll
-        for (int j = 0; j < V; j++)
-            acc += v[k][j] * v[k][j];
-    return 1.0f / sqrtf(warp_sum(acc) / (float)n + eps);
-}
-
-template <typename S, int V, bool W>
-__device__ __forceinline__ float rms_r(const rd<S> &xr, int64_t n, int t, int G, bool al, float eps,
-                                       float *sh) {
-    int64_t nc = n / V;
-    float acc = 0.0f;
-#pragma unroll 4
-    for (int64_t c = t; c < nc; c += G) {
-        float f[V];
-        xr.template load<V>(c * V, f, al);
-#pragma unroll
-        for (int j = 0; j < V; j++)
-            acc += f[j] * f[j];
-    }
-    return 1.0f / sqrtf(row_sum<W>(acc, sh) / (float)n + eps);
-}
-
-/* y = (x * r) * scale; y may alias x (each element is read before written,
- * by the same thread). */
-template <typename S, int V, bool W>
-__global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
-    rms_norm_fwd(rd<S> x, rd<S> scale, wr<S> y, int64_t rows, int64_t n, float eps, bool al) {
-    __shared__ float sh[64];
-    row_iter<W> it;
-    int64_t nc = n / V;
-    for (int64_t r = it.r0; r < rows; r += it.rstep) {
-        rd<S> xr = x.at(r * n);
-        wr<S> yr = y.at(r * n);
-        if constexpr (W) {
-            float v[LN_VPL / V][V];
-            load_row<S, V>(xr, nc, it.t, al, v);
-            float rs = rms_r_regs<V>(v, n, eps);
-#pragma unroll
-            for (int k = 0; k < LN_VPL / V; k++) {
-                int64_t c = it.t + 32 * k;
-                if (c < nc) {
-                    float sc[V], o[V];
-                    scale.template load<V>(c * V, sc, al);
-#pragma unroll
-                    for (int j = 0; j < V; j++)
-                        o[j] = (v[k][j] * rs) * sc[j];
-                    yr.template store<V>(c * V, o, al);
-                }
-            }
-        } else {
-            float rs = rms_r<S, V, W>(xr, n, it.t, it.G, al, eps, sh);
-#pragma unroll 4
-            for (int64_t c = it.t; c < nc; c += it.G) {
-                float f[V], sc[V];
-                xr.template load<V>(c * V, f, al);
-                scale.template load<V>(c * V, sc, al);
-#pragma unroll
-                for (int j = 0; j < V; j++)
-                    f[j] = (f[j] * rs) * sc[j];
-                yr.template store<V>(c * V, f, al);
-            }
-        }
-    }
-}
-
-/* dx = r * (g - xhat * mean(g * xhat)), g = gy * scale rounded once
- * (__fmul_rn: the sum and the output see the same g), xhat = x * r; dx may
- * alias gy (each element is read before written, by the same thread, and
- * the sum's tree separates the reads of a row from its writes). */
-template <typename S, int V, bool W>
-__global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
-    rms_norm_grad_x(rd<S> x, rd<S> scale, rd<S> gy, wr<S> dx, int64_t rows, int64_t n, float eps, bool al) {
-    __shared__ float sh[64];
-    row_iter<W> it;
-    int64_t nc = n / V;
-    for (int64_t r = it.r0; r < rows; r += it.rstep) {
-        rd<S> xr = x.at(r * n), gr = gy.at(r * n);
-        wr<S> dr = dx.at(r * n);
-        if constexpr (W) {
-            float v[LN_VPL / V][V], g[LN_VPL / V][V];
-            load_row<S, V>(xr, nc, it.t, al, v);
-            load_row<S, V>(gr, nc, it.t, al, g);
-            float rs = rms_r_regs<V>(v, n, eps);
-            float sgx = 0.0f;
-#pragma unroll
-            for (int k = 0; k < LN_VPL / V; k++) {
-                int64_t c = it.t + 32 * k;
-                if (c < nc) {
-                    float sc[V];
-                    scale.template load<V>(c * V, sc, al);
-#pragma unroll
-                    for (int j = 0; j < V; j++)
-                        g[k][j] = __fmul_rn(g[k][j], sc[j]);
-                }
-#pragma unroll
-                for (int j = 0; j < V; j++) {
-                    v[k][j] = v[k][j] * rs; /* xhat; the padding stays 0 */
-                    sgx += g[k][j] * v[k][j];
-                }
-            }
-            float mgx = warp_sum(sgx) / (float)n;
-#pragma unroll
-            for (int k = 0; k < LN_VPL / V; k++) {
-                int64_t c = it.t + 32 * k;
-                if (c < nc) {
-                    float o[V];
-#pragma unroll
-                    for (int j = 0; j < V; j++)
-                        o[j] = rs * (g[k][j] - v[k][j] * mgx);
-                    dr.template store<V>(c * V, o, al);
-                }
-            }
-        } else {
-            float rs = rms_r<S, V, W>(xr, n, it.t, it.G, al, eps, sh);
-            float sgx = 0.0f;
-#pragma unroll 4
-            for (int64_t c = it.t; c < nc; c += it.G) {
-                float g[V], sc[V], f[V];
-                gr.template load<V>(c * V, g, al);
-                scale.template load<V>(c * V, sc, al);
-                xr.template load<V>(c * V, f, al);
-#pragma unroll
-                for (int j = 0; j < V; j++)
-                    sgx += __fmul_rn(g[j], sc[j]) * (f[j] * rs);
-            }
-            float mgx = row_sum<W>(sgx, sh) / (float)n;
-#pragma unroll 4
-            for (int64_t c = it.t; c < nc; c += it.G) {
-                float g[V], sc[V], f[V];
-                gr.template load<V>(c * V, g, al);
-                scale.template load<V>(c * V, sc, al);
-                xr.template load<V>(c * V, f, al);
-#pragma unroll
-                for (int j = 0; j < V; j++)
-                    g[j] = rs * (__fmul_rn(g[j], sc[j]) - (f[j] * rs) * mgx);
-                dr.template store<V>(c * V, g, al);
-            }
-        }
-    }
-}
-
-/* rms_norm (x, scale) and rms_norm_grad_x (x, scale, gy) (G): the same rows,
- * operands and launch shape, one kernel each. */
-template <bool G> static int rms_norm_rows(const mpmd_kargs *a) {
-    const mpmd_type *t = a->in_type[0];
-    row_plan rp;
-    if (!row_plan_of(t, &rp)) return 0;
-    const int64_t n = rp.n, rows = rp.rows;
-    const row_shape rs = rp.rs;
-    cudaStream_t st = mpmd_cuda_of(a)->stream;
-    mpmd_dtype dx = t->dtype, dsc = a->in_type[1]->dtype, dy = a->node->type.dtype;
-    mpmd_dtype dg = G ? a->in_type[2]->dtype : dx;
-    const void *gp = G ? a->in[2] : a->in[0];
-    float eps = a->node->fa[0];
-    by_storage(storage_of({dx, dsc, dg, dy}), [&](auto tag) {
-        typedef typename decltype(tag)::type S;
-        rd<S> x = rd_of<S>(a->in[0], dx), scale = rd_of<S>(a->in[1], dsc), gy = rd_of<S>(gp, dg);
-        wr<S> y = wr_of<S>(a->out, dy);
-        int v = row_vec<S>(n);
-        bool al = chunks_aligned<S>(v, {a->in[0], a->in[1], gp, a->out});
-        with_vec<S>(v, [&](auto vc) {
-            constexpr int V = decltype(vc)::value;
-            with_warp(rs.warp, [&](auto wc) {
-                constexpr bool W = decltype(wc)::value;
-                if constexpr (G)
-                    rms_norm_grad_x<S, V, W>
-                        <<<rs.blocks, rs.threads, 0, st>>>(x, scale, gy, y, rows, n, eps, al);
-                else
-                    rms_norm_fwd<S, V, W><<<rs.blocks, rs.threads, 0, st>>>(x, scale, y, rows, n, eps, al);
-            });
-        });
-    });
-    return mpmd_cuda_launched(a, G ? "rms_norm_grad_x" : "rms_norm");
-}
-
-static int k_rms_norm(const mpmd_kargs *a) { return rms_norm_rows<false>(a); }
-static int k_rms_norm_grad_x(const mpmd_kargs *a) { return rms_norm_rows<true>(a); }
+static int k_layer_norm(const mpmd_kargs *a) { return norm_rows<false, false>(a); }
+static int k_layer_norm_grad_x(const mpmd_kargs *a) { return norm_rows<false, true>(a); }
+static int k_rms_norm(const mpmd_kargs *a) { return norm_rows<true, false>(a); }
+static int k_rms_norm_grad_x(const mpmd_kargs *a) { return norm_rows<true, true>(a); }
 
 /* ---- the scale gradient of both norms --------------------------------------------------------- */
 
@@ -1253,15 +1087,9 @@ __global__ void __launch_bounds__(W ? ROW_WARP_BLOCK : 1024)
         if constexpr (W) {
             float v[LN_VPL / V][V];
             load_row<S, V>(x.at(r * n), nc, it.t, al, v);
-            if constexpr (RMS)
-                rs = rms_r_regs<V>(v, n, eps);
-            else
-                ln_stats_regs<V>(v, n, nc, it.t, eps, mu, rs);
+            ln_stats_regs<V, RMS>(v, n, nc, it.t, eps, mu, rs);
         } else {
-            if constexpr (RMS)
-                rs = rms_r<S, V, W>(x.at(r * n), n, it.t, it.G, al, eps, sh);
-            else
-                ln_stats<S, V, W>(x.at(r * n), n, it.t, it.G, al, eps, sh, mu, rs);
+            ln_stats<S, V, W, RMS>(x.at(r * n), n, it.t, it.G, al, eps, sh, mu, rs);
         }
         if (it.t == 0) {
             stats[2 * r] = mu;
