@@ -681,8 +681,21 @@ typedef struct mpmd_step_opts {
      * stopped, and mpmd_step_free waits for it (30 s at least, then leaves
      * the step's memory to it). */
     double step_timeout;
+    /* FSDP (ZeRO-3) over the data axis: each replica holds 1/data_parallel
+     * of every parameter that an optimizer updates (mpmd_sgd, mpmd_adamw),
+     * of its optimizer state and of its gradient. A task gathers the
+     * parameters it reads from every replica just before it runs and drops
+     * them after; the loop's gradients are reduce-scattered (each replica
+     * combines its part, in replica order) and each replica updates its own
+     * part. Parameters and the loss are bitwise those of plain data
+     * parallelism with the same layout. Values are read, written, hashed
+     * and saved whole (mpmd_step_read assembles the shards; under MPI use
+     * mpmd_step_gather). Needs data_parallel >= 2. A parameter that is read
+     * other than by the body's ops, its update and its gradient's sums (a
+     * gradient norm, a cast before the loop) stays whole on every replica. */
+    int fsdp;
 } mpmd_step_opts;
-#define MPMD_STEP_DEFAULTS ((mpmd_step_opts){0, 0, MPMD_RUNTIME_LOCAL, 1, NULL, 0.0})
+#define MPMD_STEP_DEFAULTS ((mpmd_step_opts){0, 0, MPMD_RUNTIME_LOCAL, 1, NULL, 0.0, 0})
 
 /* The built-in schedule `kind` for graph g, its stage count (the loop
  * body's stage markers) and microbatch count taken from the graph;
@@ -782,7 +795,8 @@ typedef struct mpmd_memory_stats {
     int64_t arena;           /* every buffer the program writes */
     int64_t workspace;       /* the kernels' scratch and f32 copies of widened 16-bit operands */
     int64_t planned;         /* the sum of the five above */
-    /* the arena at its fullest: the most bytes alive at once, and what they are */
+    /* the arena at its fullest: the most bytes alive at once, and what they
+     * are (gathered: FSDP's parameters gathered whole for a task) */
     int64_t arena_live, activations, received, loop_results, other;
     /* the most bytes of activations kept past their task at once (for the
      * backward, or to send): what rematerialisation trades for time */
@@ -791,6 +805,7 @@ typedef struct mpmd_memory_stats {
      * once, and what it keeps for itself (the cuBLAS workspace); -1 when
      * this process does not run the rank (MPI) */
     int64_t measured, backend_own;
+    int64_t gathered; /* (of arena_live) FSDP's gathered parameters */
 } mpmd_memory_stats;
 mpmd_status mpmd_step_memory(const mpmd_step *st, int rank, mpmd_memory_stats *out);
 
@@ -853,6 +868,11 @@ typedef struct mpmd_rank_stats {
     int64_t memory_planned;     /* every byte the rank allocates, planned (mpmd_step_memory) */
     int64_t memory_measured;    /* the most its backend held, counted there (-1: not this process) */
     int64_t sent_bytes;         /* bytes this rank sent to other pipeline ranks (each value in its dtype) */
+    /* FSDP: bytes replica 0 of this rank took from its other replicas
+     * (gathered parameters, reduce-scattered gradients), measured, and the
+     * textbook volume for the same tasks: (R - 1) / R of each gathered
+     * parameter per gather and of each gradient once; 0 without FSDP */
+    int64_t collective_bytes, collective_expected;
 } mpmd_rank_stats;
 
 typedef struct mpmd_step_stats {

@@ -5,7 +5,10 @@
  *   order, times 1/R (float), the same bits on every replica;
  * - a MAX loop result is the largest of the replicas' results;
  * - a CONCAT loop result stays each replica's own;
- * - after an SGD step every replica holds the same parameters.
+ * - after an SGD step every replica holds the same parameters;
+ * - with FSDP (each replica holding a shard of the parameters and
+ *   gradients) the gradients, the loss and the parameters after the step
+ *   are those bits.
  *
  * With 3 or more replicas the order of the sum shows: (a + b) + c is not
  * (c + a) + b. */
@@ -73,11 +76,13 @@ static int read_all(mpmd_step *st, const model *m, int replica, result *r) {
     return 1;
 }
 
-static mpmd_step *make(const model *m, const mpmd_schedule *s, int replicas, const float *x, size_t bytes) {
+static mpmd_step *make(const model *m, const mpmd_schedule *s, int replicas, int fsdp, const float *x,
+                        size_t bytes) {
     mpmd_error err;
     mpmd_step_opts o = MPMD_STEP_DEFAULTS;
     o.threads_per_rank = 1;
     o.data_parallel = replicas;
+    o.fsdp = fsdp;
     o.seed = 5;
     mpmd_step *st = mpmd_jit_with_loop(m->g, s, &o, &err);
     CHECK(st != NULL, "%s", err.msg);
@@ -95,12 +100,15 @@ static void check(int R, const mpmd_schedule *s, const char *label) {
     /* each share on its own: the loop, one replica */
     result own[4];
     for (int d = 0; d < R; d++) {
-        mpmd_step *st = make(&m, NULL, 1, x + d * ROWS * W, sizeof(float) * ROWS * W);
+        mpmd_step *st = make(&m, NULL, 1, 0, x + d * ROWS * W, sizeof(float) * ROWS * W);
         CHECK(st && read_all(st, &m, 0, &own[d]), "%s: share %d", label, d);
         mpmd_step_free(st);
     }
-    mpmd_step *st = make(&m, s, R, x, sizeof(float) * (size_t)R * ROWS * W);
+    mpmd_step *st = make(&m, s, R, 0, x, sizeof(float) * (size_t)R * ROWS * W);
     if (!st) return;
+    /* FSDP: the same numbers, each replica holding a shard (16 elements
+     * over 3 replicas: shards of 6, the last one padded) */
+    mpmd_step *fs = make(&m, s, R, 1, x, sizeof(float) * (size_t)R * ROWS * W);
     /* what the combine must give: in replica order, then 1/R */
     result want = own[0];
     const float inv = 1.0f / (float)R;
@@ -129,6 +137,18 @@ static void check(int R, const mpmd_schedule *s, const char *label) {
         char hd[65];
         mpmd_step_replica_params_sha256(st, d, hd);
         CHECK(!strcmp(hd, h0), "%s: replica %d's parameters differ from replica 0's", label, d);
+    }
+    if (fs) {
+        result got;
+        CHECK(read_all(fs, &m, 0, &got), "%s, fsdp: %s", label, mpmd_step_error(fs));
+        CHECK(!memcmp(got.g1, want.g1, sizeof want.g1) && !memcmp(got.g2, want.g2, sizeof want.g2),
+              "%s, fsdp: the reduce-scattered gradient is not the all-reduced one", label);
+        CHECK(got.loss == want.loss, "%s, fsdp: loss %.9g, want %.9g", label, got.loss, want.loss);
+        char hf[65];
+        mpmd_step_params_sha256(fs, hf);
+        CHECK(!strcmp(hf, h0), "%s, fsdp: the parameters after the step differ from plain data parallelism",
+              label);
+        mpmd_step_free(fs);
     }
     mpmd_step_free(st);
     mpmd_graph_free(m.g);

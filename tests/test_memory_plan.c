@@ -207,7 +207,7 @@ static void one(const gpt_model *m, const char *name, int stages, int ranks, int
     }
     mpmd_step_free(st);
     /* the plan MPI would run: receives posted two tasks ahead */
-    mpmd_plan *pl = mpmd_compile(m->g, s, mpmd_backend_get("cpu"), replicas, 2, &err);
+    mpmd_plan *pl = mpmd_compile(m->g, s, mpmd_backend_get("cpu"), replicas, 0, 2, &err);
     CHECK(pl != NULL, "%s (receives ahead): %s", label, err.msg);
     if (pl) {
         char l2[200];

@@ -30,6 +30,12 @@ const char *mpmd_backend_names(void) {
 int mpmd_backend_run(const mpmd_backend *be, void *dev, const mpmd_graph *g, int node, const mpmd_kernel *k,
                      void *out, mpmd_ptr_fn ptr, void *ctx, int nthreads, void *scratch, int mb, char *err,
                      size_t errlen) {
+    return mpmd_backend_run_part(be, dev, g, node, k, out, ptr, ctx, nthreads, scratch, mb, NULL, 0, err, errlen);
+}
+
+int mpmd_backend_run_part(const mpmd_backend *be, void *dev, const mpmd_graph *g, int node, const mpmd_kernel *k,
+                          void *out, mpmd_ptr_fn ptr, void *ctx, int nthreads, void *scratch, int mb,
+                          const unsigned char *part, int64_t count, char *err, size_t errlen) {
     const mpmd_node *n = &g->nodes[node];
     if (n->op == &mpmd_op_assign) {
         void *dst = ptr(ctx, n->in[0]), *src = ptr(ctx, n->in[1]);
@@ -40,26 +46,40 @@ int mpmd_backend_run(const mpmd_backend *be, void *dev, const mpmd_graph *g, int
         }
         return 0;
     }
+    /* a part of the values: the node and its parted operands seen as flat
+     * vectors of `count` elements */
+    mpmd_node shadow;
+    if (part) {
+        shadow = *n;
+        if (part[node]) shadow.type = (mpmd_type){n->type.dtype, 1, {count}};
+        n = &shadow;
+    }
     void *in_small[8];
     const mpmd_type *ty_small[8];
-    void **in = n->n_in <= 8 ? in_small : malloc((size_t)n->n_in * sizeof *in);
-    const mpmd_type **ty = n->n_in <= 8 ? ty_small : malloc((size_t)n->n_in * sizeof *ty);
+    mpmd_type flat_small[8];
+    const int many = n->n_in > 8;
+    void **in = many ? malloc((size_t)n->n_in * sizeof *in) : in_small;
+    const mpmd_type **ty = many ? malloc((size_t)n->n_in * sizeof *ty) : ty_small;
+    mpmd_type *flat = many ? malloc((size_t)n->n_in * sizeof *flat) : flat_small;
     int rc = 0;
-    if (!in || !ty) {
+    if (!in || !ty || !flat) {
         snprintf(err, errlen, "out of memory gathering the %d inputs", n->n_in);
         rc = 1;
     } else {
         for (int j = 0; j < n->n_in; j++) {
             in[j] = ptr(ctx, n->in[j]);
             ty[j] = &g->nodes[n->in[j]].type;
+            if (part && part[n->in[j]]) {
+                flat[j] = (mpmd_type){ty[j]->dtype, 1, {count}};
+                ty[j] = &flat[j];
+            }
         }
         mpmd_kargs a = {g, n, out, in, ty, nthreads, scratch, mb < 0 ? 0 : mb, err, errlen, dev};
         err[0] = '\0';
         rc = be->launch(dev, k, &a);
         if (rc && !err[0]) snprintf(err, errlen, "kernel failed");
     }
-    if (in != in_small) free(in);
-    if (ty != ty_small) free((void *)ty);
+    if (many) free(in), free((void *)ty), free(flat);
     return rc;
 }
 

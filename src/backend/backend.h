@@ -118,11 +118,13 @@ typedef struct mpmd_backend {
     /* Fold microbatch mb's x into a loop reduction's accumulator acc (the
      * order of mpmd_loop_fold), queued on dev. */
     int (*fold)(void *dev, const mpmd_graph *g, const mpmd_node *reduce, void *acc, const void *x, int mb);
-    /* out = the combination of loop result `n` over replicas (the mean for
-     * ADD, the max for MAX), summed in replica order, queued on dev. bufs
-     * must be complete (their writers synced). */
+    /* out = the combination of the first `count` elements of loop result
+     * `n`'s replica buffers (the mean for ADD, the max for MAX), summed in
+     * replica order, queued on dev: the whole value, or (FSDP's
+     * reduce-scatter) one replica's part with every pointer at its start.
+     * bufs must be complete (their writers synced). */
     int (*combine)(void *dev, const mpmd_graph *g, const mpmd_node *n, void *const *bufs, int replicas,
-                   void *out);
+                   void *out, int64_t count);
     /* Wait for everything queued on dev; non-zero with a message when
      * queued work failed (a kernel fault, an id out of range). */
     int (*sync)(void *dev, char *err, size_t len);
@@ -180,6 +182,13 @@ typedef void *(*mpmd_ptr_fn)(void *ctx, int value);
 int mpmd_backend_run(const mpmd_backend *be, void *dev, const mpmd_graph *g, int node, const mpmd_kernel *k,
                      void *out, mpmd_ptr_fn ptr, void *ctx, int nthreads, void *scratch, int mb, char *err,
                      size_t errlen);
+
+/* The same for a part of the values (FSDP's shards, run after the loop by
+ * element-wise ops): node `node` and each operand i with part[i] set are
+ * seen as flat vectors of `count` elements; the others as they are. */
+int mpmd_backend_run_part(const mpmd_backend *be, void *dev, const mpmd_graph *g, int node, const mpmd_kernel *k,
+                          void *out, mpmd_ptr_fn ptr, void *ctx, int nthreads, void *scratch, int mb,
+                          const unsigned char *part, int64_t count, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

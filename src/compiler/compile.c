@@ -104,9 +104,13 @@ void mpmd_plan_free(mpmd_plan *pl) {
         for (int r = 0; r < pl->num_ranks; r++) {
             mpmd_rank_memory *m = &pl->mem[r];
             free(m->slot), free(m->slot_node), free(m->body_buf), free(m->val_buf), free(m->comb_buf);
-            free(m->buf), free(m->pos), free(m->reuse_head), free(m->reuse_next);
+            free(m->buf), free(m->pos), free(m->reuse_head), free(m->reuse_next), free(m->gath_buf);
         }
     free(pl->mem);
+    if (pl->gather)
+        for (int k = 0; k < pl->num_stages * MPMD_TASK_KINDS; k++)
+            free(pl->gather[k]);
+    free(pl->gather), free(pl->gather_n), free(pl->shard);
     free(pl->live), free(pl->runs), free(pl->home), free(pl->cross), free(pl->kern);
     if (pl->sched) mpmd_schedule_free(pl->sched);
     free(pl);
@@ -116,6 +120,7 @@ void mpmd_plan_free(mpmd_plan *pl) {
 static mpmd_status finish(mpmd_plan *pl, mpmd_error *err) {
     const mpmd_graph *g = pl->g;
     if (mpmd_place(pl, err)) return err->code;
+    if (mpmd_plan_shards(pl, err)) return err->code;
     if (mpmd_lower(pl, err)) return err->code;
     if (mpmd_program_check(pl, err)) return err->code;
     pl->kern = calloc((size_t)g->n_nodes + 1, sizeof *pl->kern);
@@ -134,8 +139,8 @@ static mpmd_status finish(mpmd_plan *pl, mpmd_error *err) {
     return mpmd_plan_memory(pl, err);
 }
 
-mpmd_plan *mpmd_compile_loop(const mpmd_graph *g, const mpmd_backend *be, int replicas, int recv_ahead,
-                             mpmd_error *err) {
+mpmd_plan *mpmd_compile_loop(const mpmd_graph *g, const mpmd_backend *be, int replicas, int fsdp,
+                             int recv_ahead, mpmd_error *err) {
     mpmd_plan *pl = calloc(1, sizeof *pl);
     mpmd_error local;
     if (!err) err = &local;
@@ -143,6 +148,7 @@ mpmd_plan *mpmd_compile_loop(const mpmd_graph *g, const mpmd_backend *be, int re
     pl->g = g;
     pl->be = be;
     pl->replicas = replicas;
+    pl->fsdp = fsdp && replicas > 1;
     pl->recv_ahead = recv_ahead;
     pl->num_ranks = 1;
     pl->num_stages = 1;
@@ -174,7 +180,7 @@ fail:
 }
 
 mpmd_plan *mpmd_compile(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_backend *be, int replicas,
-                        int recv_ahead, mpmd_error *err) {
+                        int fsdp, int recv_ahead, mpmd_error *err) {
     if (mpmd_compile_check(g, s, err)) return NULL;
     mpmd_error local;
     if (!err) err = &local;
@@ -183,6 +189,7 @@ mpmd_plan *mpmd_compile(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_
     pl->g = g;
     pl->be = be;
     pl->replicas = replicas;
+    pl->fsdp = fsdp && replicas > 1;
     pl->recv_ahead = recv_ahead;
     pl->num_ranks = s->num_ranks;
     pl->num_stages = s->num_stages;
@@ -234,8 +241,11 @@ static const char *kind_prefix(int k) { return k == 0 ? "fwd" : k == 1 ? "bwd" :
 void mpmd_plan_print(const mpmd_plan *pl, FILE *f) {
     const mpmd_graph *g = pl->g;
     char tb[160], ob[320];
-    fprintf(f, "%s: %d ranks, %d stages, %d microbatches\n", pl->sched ? pl->sched->name : "the loop",
+    fprintf(f, "%s: %d ranks, %d stages, %d microbatches", pl->sched ? pl->sched->name : "the loop",
             pl->num_ranks, pl->num_stages, pl->num_micro);
+    if (pl->replicas > 1) fprintf(f, ", %d data-parallel replicas", pl->replicas);
+    if (pl->fsdp) fprintf(f, ", FSDP (%d parameters sharded)", mpmd_plan_sharded_params(pl));
+    fputc('\n', f);
     /* the task bodies, once: the ops of each (stage, kind) cluster */
     for (int s = 0; s < pl->num_stages; s++)
         for (int k = 0; k < MPMD_TASK_KINDS; k++) {
@@ -290,6 +300,20 @@ void mpmd_plan_print(const mpmd_plan *pl, FILE *f) {
                         mpmd_type_str(&n->type, tb, sizeof tb), in->mb, in->peer);
                 break;
             case MPMD_I_FREE: fprintf(f, "  free  %%%d mb %d\n", in->node, in->mb); break;
+            case MPMD_I_ALLREDUCE:
+            case MPMD_I_REDUCE_SCATTER:
+                fprintf(f, "  %s %%%d:%s over the replicas%s\n",
+                        in->op == MPMD_I_ALLREDUCE ? "all_reduce" : "reduce_scatter", in->node,
+                        mpmd_type_str(&n->type, tb, sizeof tb), in->op == MPMD_I_ALLREDUCE ? "" : " (this replica's shard)");
+                break;
+            case MPMD_I_GATHER: {
+                int k = in->stage * MPMD_TASK_KINDS + in->kind;
+                fprintf(f, "  all_gather for %s_%d mb %d:", kind_prefix(in->kind), in->stage, in->mb);
+                for (int q = 0; q < pl->gather_n[k]; q++)
+                    fprintf(f, " %s", mpmd_operand_str(g, pl->gather[k][q], ob, sizeof ob));
+                fputc('\n', f);
+                break;
+            }
             }
         }
     }

@@ -10,6 +10,8 @@
  *              the loop reductions; validated by simulation (which also
  *              finds when a sent buffer may be reused); the loop
  *              reductions of each value and the in-task free lists
+ *   shard.c    FSDP: the values each data-parallel replica holds a shard
+ *              of, and the parameters each task gathers
  *   memory.c   one arena per rank: every buffer a rank's program writes,
  *              its lifetime and its offset (arena.c places them)
  *
@@ -53,7 +55,10 @@ enum {
     MPMD_I_RECV,        /* value (node, microbatch) from rank peer */
     MPMD_I_FREE,        /* value (node, microbatch) is dead on this rank */
     MPMD_I_RUN_POST,    /* an after-loop op: node */
-    MPMD_I_ALLREDUCE    /* combine loop result `node` across the data-parallel replicas */
+    MPMD_I_ALLREDUCE,   /* combine loop result `node` across the data-parallel replicas */
+    MPMD_I_REDUCE_SCATTER, /* FSDP: the same for this replica's shard of loop result `node` only */
+    MPMD_I_GATHER          /* FSDP: gather the sharded parameters task (kind, stage, mb), the next
+                              instruction, reads (pl->gather) from every replica's shard */
 };
 
 typedef struct mpmd_instr {
@@ -86,7 +91,8 @@ typedef struct mpmd_program {
 enum {
     MPMD_BUF_BODY = 0, /* a body value of one microbatch */
     MPMD_BUF_VALUE,    /* a value outside the body: a before- or after-loop result, a loop result */
-    MPMD_BUF_COMBINED  /* a loop result after the cross-replica sum (ALLREDUCE) */
+    MPMD_BUF_COMBINED, /* a loop result after the cross-replica sum (ALLREDUCE, REDUCE_SCATTER) */
+    MPMD_BUF_GATHERED  /* FSDP: a parameter gathered whole for one task (GATHER) */
 };
 
 typedef struct mpmd_buffer {
@@ -110,6 +116,8 @@ typedef struct mpmd_rank_memory {
     int32_t *body_buf; /* [nslots * num_micro]: buffer of (slot, microbatch), -1: none */
     int32_t *val_buf;  /* [n_nodes]: buffer of a value outside the body, -1: none */
     int32_t *comb_buf; /* [n_nodes]: buffer of a combined loop result, -1: none */
+    int32_t *gath_buf; /* [program length]: a GATHER's first buffer (the task's parameters'
+                          follow in pl->gather order), -1: not a GATHER */
     mpmd_buffer *buf;
     int nbuf;
     int32_t *pos; /* [program length + 1] */
@@ -128,7 +136,7 @@ typedef struct mpmd_rank_memory {
     /* The arena at its fullest (the most bytes of buffers alive at one
      * position, at most arena_bytes): body values made here, values
      * received, loop results (gradients), other values. */
-    size_t live_peak, live_activations, live_received, live_loop_results, live_other;
+    size_t live_peak, live_activations, live_received, live_loop_results, live_other, live_gathered;
     /* The most bytes of body values kept past their task at once (for a
      * later task: the backward, a send), received ones included: what
      * rematerialisation trades for recomputation. */
@@ -152,6 +160,10 @@ typedef struct mpmd_plan {
     mpmd_schedule *sched; /* a copy's owner: the plan keeps what it needs */
     int num_ranks, num_stages, num_micro;
     int replicas; /* data-parallel replicas of every rank (mesh data axis) */
+    int fsdp;     /* shard parameters, their optimizer state and gradients over the replicas */
+    unsigned char *shard; /* [n_nodes] FSDP: 1 for a value each replica holds a shard of (shard.c) */
+    int32_t **gather;     /* [S*4] FSDP: the sharded parameters task kind k reads, gather_n[k] */
+    int32_t *gather_n;
     unsigned char *live;
     mpmd_clusters cl;
     int32_t *stage_rank; /* [S] */
@@ -183,19 +195,38 @@ static inline int mpmd_replicated(const mpmd_node *n) {
     return n->op == &mpmd_op_microbatch || n->op == &mpmd_op_constant;
 }
 
+/* ---- FSDP (shard.c) ---- */
+
+static inline int mpmd_sharded(const mpmd_plan *pl, int node) { return pl->shard && pl->shard[node]; }
+/* Elements of each replica's shard of value node: ceil(numel / replicas). */
+int64_t mpmd_shard_len(const mpmd_plan *pl, int node);
+/* Replica d's part of the value: its first element and element count (the
+ * rest of its shard is padding, never read). */
+void mpmd_shard_part(const mpmd_plan *pl, int node, int replica, int64_t *lo, int64_t *count);
+/* Bytes of value node a rank holds outside the body: its shard's (padding
+ * included) when sharded, else the value's; and a whole gathered value's
+ * (every shard, padding included). */
+size_t mpmd_held_bytes(const mpmd_plan *pl, int node);
+size_t mpmd_gathered_bytes(const mpmd_plan *pl, int node);
+/* Mark the sharded values and each task's parameters to gather (nothing
+ * without pl->fsdp and replicas). */
+mpmd_status mpmd_plan_shards(mpmd_plan *pl, mpmd_error *err);
+/* How many parameters are sharded. */
+int mpmd_plan_sharded_params(const mpmd_plan *pl);
+
 /* The compiler's entry point (compile.c): check the graph against the
  * schedule, then cluster, place, lower, check the programs, build the
  * in-task free lists and look up the backend's kernels. The errors name
  * mpmd_jit_with_loop, the public call that compiles. */
 mpmd_plan *mpmd_compile(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_backend *be, int replicas,
-                        int recv_ahead, mpmd_error *err);
+                        int fsdp, int recv_ahead, mpmd_error *err);
 /* The unpipelined loop as a plan: one rank, every body op in one task run
  * once per microbatch in microbatch order, before- and after-loop ops
  * around it; for any graph, with or without a loop or stage markers (the
  * reference every schedule is compared with: mpmd_exec, and
  * mpmd_jit_with_loop without a schedule). pl->sched is NULL. */
-mpmd_plan *mpmd_compile_loop(const mpmd_graph *g, const mpmd_backend *be, int replicas, int recv_ahead,
-                             mpmd_error *err);
+mpmd_plan *mpmd_compile_loop(const mpmd_graph *g, const mpmd_backend *be, int replicas, int fsdp,
+                             int recv_ahead, mpmd_error *err);
 /* Its first part alone: whether g and s fit together (mpmd_jit_with_loop
  * checks this before its options, mpmd_compile again). */
 mpmd_status mpmd_compile_check(const mpmd_graph *g, const mpmd_schedule *s, mpmd_error *err);

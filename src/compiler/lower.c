@@ -6,7 +6,9 @@
  * other ranks, run the task (its cluster's ops for one microbatch, folding
  * results into the loop reductions as they appear), send what other ranks
  * read, and free what is dead; then the loop reductions' results go to the
- * ranks that need them, and the after-loop ops run.
+ * ranks that need them, and the after-loop ops run. With FSDP a task that
+ * reads sharded parameters is preceded by their gather, and a sharded loop
+ * result is reduce-scattered instead of all-reduced.
  *
  * A value produced and used inside one task is freed by the runtime right
  * after its last use in the task (the plan's free lists, made here at the
@@ -149,6 +151,11 @@ mpmd_status mpmd_lower(mpmd_plan *pl, mpmd_error *err) {
                 ti.kind = (int8_t)t[q].kind;
                 ti.stage = t[q].stage;
                 ti.entry = e;
+                if (pl->gather && pl->gather_n[k]) { /* FSDP: its parameters, whole, just before it */
+                    mpmd_instr gi = ti;
+                    gi.op = MPMD_I_GATHER;
+                    mpmd_program_push(&raw, gi, &oom);
+                }
                 mpmd_program_push(&raw, ti, &oom);
                 for (int c = 0; c < pl->cl.count[k]; c++) {
                     int i = pl->cl.nodes[k][c];
@@ -166,7 +173,8 @@ mpmd_status mpmd_lower(mpmd_plan *pl, mpmd_error *err) {
         for (int i = 0; i < nn && pl->replicas > 1; i++)
             if (g->nodes[i].op == &mpmd_op_loop_reduce && pl->live[i] && pl->home[i] == r &&
                 g->nodes[i].ia[0] != MPMD_REDUCE_CONCAT)
-                mpmd_program_push(&raw, mk(MPMD_I_ALLREDUCE, i, -1, -1), &oom);
+                mpmd_program_push(&raw, mk(mpmd_sharded(pl, i) ? MPMD_I_REDUCE_SCATTER : MPMD_I_ALLREDUCE, i, -1, -1),
+                                  &oom);
         for (int i = 0; i < nn; i++) {
             if (g->nodes[i].op != &mpmd_op_loop_reduce || !pl->live[i] || pl->home[i] != r) continue;
             for (int dst = 0; dst < D; dst++)

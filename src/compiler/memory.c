@@ -20,7 +20,11 @@
  *   it (the RECV's `post`: MPI posts receives ahead, the in-process
  *   transport copies at the receive itself);
  * - a kept value lives to the end of the step, and is readable until the
- *   next run.
+ *   next run;
+ * - FSDP: a parameter gathered for a task lives from its GATHER to the
+ *   task's last op that reads it; a sharded value outside the body (its
+ *   storage, a reduce-scattered or received loop result) has one shard's
+ *   bytes.
  *
  * An op that may run in place (its descriptor's `inplace` operand) takes
  * over its operand's block when the operand dies there. arena.c places the
@@ -118,11 +122,14 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, mpmd_error *err) {
     m->slot_node = malloc((size_t)(nn + 1) * sizeof *m->slot_node);
     m->val_buf = malloc((size_t)(nn + 1) * sizeof *m->val_buf);
     m->comb_buf = malloc((size_t)(nn + 1) * sizeof *m->comb_buf);
+    m->gath_buf = malloc((size_t)(p->n + 1) * sizeof *m->gath_buf);
     m->pos = malloc((size_t)(p->n + 1) * sizeof *m->pos);
     b.cur = malloc((size_t)(nn + 1) * sizeof *b.cur);
-    if (!m->slot || !m->slot_node || !m->val_buf || !m->comb_buf || !m->pos || !b.cur) goto nomem;
+    if (!m->slot || !m->slot_node || !m->val_buf || !m->comb_buf || !m->gath_buf || !m->pos || !b.cur) goto nomem;
     for (int i = 0; i < nn; i++)
         m->slot[i] = m->val_buf[i] = m->comb_buf[i] = b.cur[i] = -1;
+    for (int x = 0; x <= p->n; x++)
+        m->gath_buf[x] = -1;
     int P = 0;
     for (int x = 0; x < p->n; x++) {
         const mpmd_instr *in = &p->ins[x];
@@ -202,6 +209,8 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, mpmd_error *err) {
                     use(&b, buffer_of(&b, i, mb), pc);
                 }
             }
+            for (int q = 0; pl->gather && q < pl->gather_n[k]; q++) /* gathered for this task only */
+                b.cur[pl->gather[k][q]] = -1;
             break;
         }
         case MPMD_I_SEND:
@@ -212,6 +221,7 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, mpmd_error *err) {
             int bi = new_buf(&b, in->node, in->mb, in->mb >= 0 ? MPMD_BUF_BODY : MPMD_BUF_VALUE, from, -1);
             if (bi < 0) goto nomem;
             m->buf[bi].received = 1;
+            if (in->mb < 0) m->buf[bi].bytes = mpmd_held_bytes(pl, in->node); /* a shard, with FSDP */
             use(&b, bi, at);
             if (in->mb >= 0)
                 m->body_buf[(size_t)m->slot[in->node] * n + in->mb] = bi;
@@ -219,11 +229,25 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, mpmd_error *err) {
                 b.cur[in->node] = m->val_buf[in->node] = bi;
             break;
         }
-        case MPMD_I_ALLREDUCE: {
+        case MPMD_I_ALLREDUCE:
+        case MPMD_I_REDUCE_SCATTER: {
             use(&b, b.cur[in->node], at);
             int bi = new_buf(&b, in->node, -1, MPMD_BUF_COMBINED, at, -1);
             if (bi < 0) goto nomem;
+            m->buf[bi].bytes = mpmd_held_bytes(pl, in->node);
             b.cur[in->node] = m->comb_buf[in->node] = bi;
+            break;
+        }
+        case MPMD_I_GATHER: { /* the task's parameters, whole, read by its ops (below) */
+            const int k = in->stage * MPMD_TASK_KINDS + in->kind;
+            for (int q = 0; q < pl->gather_n[k]; q++) {
+                int v = pl->gather[k][q];
+                int bi = new_buf(&b, v, -1, MPMD_BUF_GATHERED, at, -1);
+                if (bi < 0) goto nomem;
+                m->buf[bi].bytes = mpmd_gathered_bytes(pl, v);
+                if (q == 0) m->gath_buf[x] = bi;
+                b.cur[v] = bi;
+            }
             break;
         }
         default: break; /* FREE: the lifetimes above say it */
@@ -241,28 +265,31 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, mpmd_error *err) {
      * [1] received, [2] loop results, [3] other values. The most bytes of
      * body values alive at once (the program's peak of activations), and
      * the arena at its fullest with what fills it. */
-    int64_t *delta = calloc(((size_t)m->npos + 1) * 4, sizeof *delta);
+    enum { KINDS = 5 };
+    int64_t *delta = calloc(((size_t)m->npos + 1) * KINDS, sizeof *delta);
     if (!delta) goto nomem;
     for (int bi = 0; bi < m->nbuf; bi++) {
         const mpmd_buffer *x = &m->buf[bi];
-        int kind = x->received ? 1
-                   : x->what == MPMD_BUF_BODY ? 0
+        int kind = x->received                 ? 1
+                   : x->what == MPMD_BUF_BODY     ? 0
+                   : x->what == MPMD_BUF_GATHERED ? 4
                    : (x->what == MPMD_BUF_COMBINED || g->nodes[x->node].op == &mpmd_op_loop_reduce) ? 2
                                                                                                     : 3;
         size_t rb = (x->bytes + MPMD_ARENA_ALIGN - 1) / MPMD_ARENA_ALIGN * MPMD_ARENA_ALIGN;
-        delta[(size_t)x->def * 4 + kind] += (int64_t)rb;
-        delta[((size_t)x->last + 1) * 4 + kind] -= (int64_t)rb;
+        delta[(size_t)x->def * KINDS + kind] += (int64_t)rb;
+        delta[((size_t)x->last + 1) * KINDS + kind] -= (int64_t)rb;
     }
-    int64_t live[4] = {0, 0, 0, 0};
+    int64_t live[KINDS] = {0, 0, 0, 0, 0};
     p->peak_bytes = 0;
     for (int q = 0; q < m->npos; q++) {
-        for (int k = 0; k < 4; k++)
-            live[k] += delta[(size_t)q * 4 + k];
-        int64_t all = live[0] + live[1] + live[2] + live[3];
+        int64_t all = 0;
+        for (int k = 0; k < KINDS; k++)
+            all += live[k] += delta[(size_t)q * KINDS + k];
         if ((size_t)all > m->live_peak) {
             m->live_peak = (size_t)all;
             m->live_activations = (size_t)live[0], m->live_received = (size_t)live[1];
             m->live_loop_results = (size_t)live[2], m->live_other = (size_t)live[3];
+            m->live_gathered = (size_t)live[4];
         }
     }
     free(delta);
@@ -312,7 +339,7 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, mpmd_error *err) {
             size_t sb = mpmd_kernel_workspace(pl->kern[i], g, nd);
             if (sb > m->scratch_bytes) m->scratch_bytes = sb;
         }
-        size_t a = mpmd_backend_alloc_bytes(be, mpmd_type_bytes(&nd->type) + MPMD_STORAGE_PAD);
+        size_t a = mpmd_backend_alloc_bytes(be, mpmd_held_bytes(pl, i) + MPMD_STORAGE_PAD);
         if (nd->flags & MPMD_NODE_TRAINABLE)
             m->params_bytes += a;
         else if (mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant)
@@ -342,15 +369,15 @@ mpmd_status mpmd_plan_memory(mpmd_plan *pl, mpmd_error *err) {
 void mpmd_plan_print_memory(const mpmd_plan *pl, int r, FILE *f) {
     const mpmd_graph *g = pl->g;
     const mpmd_rank_memory *m = &pl->mem[r];
-    static const char *what[] = {"body", "value", "combined"};
+    static const char *what[] = {"body", "value", "combined", "gathered"};
     char tb[160];
     fprintf(f,
             "rank %d memory plan: %zu bytes on the %s backend: parameters %zu, optimizer state and constants %zu, "
             "inputs %zu, arena %zu (%d buffers over %d positions; at its fullest %zu live: activations %zu, "
-            "received %zu, loop results %zu, other %zu), workspace %zu\n",
+            "received %zu, loop results %zu, gathered parameters %zu, other %zu), workspace %zu\n",
             r, m->total_bytes, pl->be->name, m->params_bytes, m->state_bytes, m->input_bytes, m->arena_bytes,
             m->nbuf, m->npos, m->live_peak, m->live_activations, m->live_received, m->live_loop_results,
-            m->live_other, m->scratch_bytes);
+            m->live_gathered, m->live_other, m->scratch_bytes);
     for (int bi = 0; bi < m->nbuf; bi++) {
         const mpmd_buffer *x = &m->buf[bi];
         const mpmd_node *n = &g->nodes[x->node];

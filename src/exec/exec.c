@@ -68,7 +68,7 @@ mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_e
         return NULL;
     }
     mpmd_error e;
-    mpmd_plan *pl = mpmd_compile_loop(g, be, 1, 0, &e);
+    mpmd_plan *pl = mpmd_compile_loop(g, be, 1, 0, 0, &e);
     if (pl) ex->st = mpmd_step_new_plan(pl, o.threads, o.seed, &e);
     if (!ex->st) {
         /* the compiler and the runtime name the step's call; this is ours */

@@ -25,8 +25,14 @@
  * combine them on the host, in the same order and arithmetic as the
  * in-process combine, then copy the result to the device.
  *
+ * FSDP: a sharded loop result is reduce-scattered with an all-to-all on
+ * the same communicator (replica d receives every replica's part d, then
+ * sums them in replica order, the combine's arithmetic for those
+ * elements), and a task's sharded parameters are gathered with an
+ * allgather of the shards just before it.
+ *
  * A value held by another process is fetched with a broadcast from the
- * process that holds it.
+ * process that holds it (a sharded one: a broadcast from each replica).
  *
  * Built only when CMake finds MPI (MPMD_HAVE_MPI); otherwise there is no
  * MPI transport (mpmd_transport_for says so) and the public functions say
@@ -159,7 +165,7 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
             return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
         for (int x = 0; x < p->n; x++)
             if ((p->ins[x].op == MPMD_I_SEND || p->ins[x].op == MPMD_I_RECV) &&
-                !(m->stage[x] = stage_alloc(st->plan->be, rt_bytes(st->plan->g, p->ins[x].node) + 1)))
+                !(m->stage[x] = stage_alloc(st->plan->be, mpmd_held_bytes(st->plan, p->ins[x].node) + 1)))
                 return mpmd_error_set(
                     err, MPMD_ERR_NOMEM,
                     "mpmd_jit_with_loop: out of memory for the host copies of rank %d's messages",
@@ -217,7 +223,7 @@ static void mpi_prepare(mpmd_rank_state *rs, int x) {
         const mpmd_instr *in = &p->ins[m->posted];
         if (in->op != MPMD_I_RECV) continue;
         if (in->post > x) break;
-        MPI_Irecv(wire(rs, m->posted), (int)rt_bytes(st->plan->g, in->node), MPI_BYTE, in->peer,
+        MPI_Irecv(wire(rs, m->posted), (int)mpmd_held_bytes(st->plan, in->node), MPI_BYTE, in->peer,
                   tag_of(st, in->node, in->mb), m->pipe, &m->rreq[m->posted]);
     }
 }
@@ -262,7 +268,7 @@ static int mpi_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
     if (rs->st->record) rs->wait += rt_now() - t0;
     if (!bad && m->stage &&
         rs->st->plan->be->upload(rs->dev, rt_buffer(rs, in), m->stage[x],
-                                 rt_bytes(rs->st->plan->g, in->node))) {
+                                 mpmd_held_bytes(rs->st->plan, in->node))) {
         rt_fail(rs, MPMD_ERR_RUNTIME,
                 "copying %s of microbatch %d, received from rank %d, to the %s backend failed", vb, in->mb,
                 in->peer, rs->st->plan->be->name);
@@ -277,14 +283,14 @@ static int mpi_send(mpmd_rank_state *rs, const mpmd_instr *in) {
     int x = (int)(in - st->plan->prog[rs->rank].ins);
     /* a device value: its host copy, once the kernels that make it are done */
     if (m->stage &&
-        st->plan->be->download(rs->dev, m->stage[x], rt_buffer(rs, in), rt_bytes(st->plan->g, in->node))) {
+        st->plan->be->download(rs->dev, m->stage[x], rt_buffer(rs, in), mpmd_held_bytes(st->plan, in->node))) {
         char vb[300];
         rt_fail(rs, MPMD_ERR_RUNTIME,
                 "copying %s of microbatch %d from the %s backend to send it to rank %d failed",
                 rt_value_str(st, in->node, vb, sizeof vb), in->mb, st->plan->be->name, in->peer);
         return 1;
     }
-    MPI_Isend(wire(rs, x), (int)rt_bytes(st->plan->g, in->node), MPI_BYTE, in->peer,
+    MPI_Isend(wire(rs, x), (int)mpmd_held_bytes(st->plan, in->node), MPI_BYTE, in->peer,
               tag_of(st, in->node, in->mb), m->pipe, &m->sreq[x]);
     return 0;
 }
@@ -343,13 +349,133 @@ static int mpi_allreduce(mpmd_rank_state *rs, int node, void *out) {
         bufs[d] = all + (size_t)d * b;
     int bad;
     if (staged) /* the in-process combine's order and arithmetic, on the host, then to the device */
-        bad = mpmd_backend_cpu.combine(NULL, st->plan->g, &st->plan->g->nodes[node], bufs, R, mine + b) ||
+        bad = mpmd_backend_cpu.combine(NULL, st->plan->g, &st->plan->g->nodes[node], bufs, R, mine + b,
+                                       mpmd_type_numel(&st->plan->g->nodes[node].type)) ||
               st->plan->be->upload(rs->dev, out, mine + b, b);
     else
-        bad = st->plan->be->combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], bufs, R, out);
+        bad = st->plan->be->combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], bufs, R, out,
+                                    mpmd_type_numel(&st->plan->g->nodes[node].type));
     free(all), free(bufs);
     if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "combining %%%d across replicas failed", node);
     return bad;
+}
+
+/* Wait for a collective on the replicas' communicator whose buffer is
+ * `buf` (freed here, or kept for mpi_settle when the watchdog gives up). */
+static int coll_wait(mpmd_rank_state *rs, MPI_Request *req, void *buf, const char *what) {
+    mpi_state *m = rs->tx;
+    double t0 = rs->st->record ? rt_now() : 0;
+    if (wait_for(rs, req, what)) {
+        rs->st->broken = 1; /* the collective still writes buf: kept until it ends (mpi_settle) */
+        m->coll = *req, m->coll_buf = buf ? buf : malloc(1); /* (a token: mpi_settle waits for req) */
+        return 1;
+    }
+    if (rs->st->record) rs->wait += rt_now() - t0;
+    return 0;
+}
+
+/* Replica d's part of every replica's loop result: an all-to-all of the
+ * parts (each replica sends part j to replica j), then the combine of the
+ * R parts in replica order. */
+static int mpi_reduce_scatter(mpmd_rank_state *rs, int node, void *out) {
+    struct mpmd_step *st = rs->st;
+    const mpmd_plan *pl = st->plan;
+    mpi_state *m = rs->tx;
+    const int R = pl->replicas;
+    const size_t es = mpmd_dtype_size(pl->g->nodes[node].type.dtype), full = rt_bytes(pl->g, node);
+    const size_t L = (size_t)mpmd_shard_len(pl, node) * es;
+    const int staged = m->stage != NULL;
+    int64_t mylo, mycnt;
+    mpmd_shard_part(pl, node, rs->replica, &mylo, &mycnt);
+    /* the parts received (R x L), then (staged) the whole loop result's host copy and the result */
+    char *all = malloc((size_t)R * L + (staged ? full + L : 0) + 1);
+    void **bufs = malloc((size_t)R * sizeof *bufs);
+    int *scnt = malloc(4 * (size_t)R * sizeof *scnt);
+    if (!all || !bufs || !scnt) {
+        free(all), free(bufs), free(scnt);
+        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory reduce-scattering %%%d across replicas", node);
+        return 1;
+    }
+    int *sdis = scnt + R, *rcnt = scnt + 2 * R, *rdis = scnt + 3 * R;
+    char *src = staged ? all + (size_t)R * L : rs->glob[node];
+    if (staged && pl->be->download(rs->dev, src, rs->glob[node], full)) {
+        free(all), free(bufs), free(scnt);
+        rt_fail(rs, MPMD_ERR_RUNTIME, "copying %%%d from the %s backend to reduce-scatter it failed", node,
+                pl->be->name);
+        return 1;
+    }
+    for (int j = 0; j < R; j++) {
+        int64_t lo, cnt;
+        mpmd_shard_part(pl, node, j, &lo, &cnt);
+        scnt[j] = (int)((size_t)cnt * es), sdis[j] = (int)((size_t)lo * es);
+        rcnt[j] = (int)((size_t)mycnt * es), rdis[j] = (int)((size_t)j * L);
+    }
+    MPI_Request req;
+    MPI_Ialltoallv(src, scnt, sdis, MPI_BYTE, all, rcnt, rdis, MPI_BYTE, m->data, &req);
+    char what[400], vb[300];
+    snprintf(what, sizeof what, "the other replicas of rank %d to reduce-scatter %s", rs->rank,
+             rt_value_str(st, node, vb, sizeof vb));
+    free(scnt);
+    if (coll_wait(rs, &req, all, what)) {
+        free(bufs);
+        return 1;
+    }
+    for (int d = 0; d < R; d++)
+        bufs[d] = all + (size_t)d * L;
+    int bad;
+    if (staged) {
+        char *res = all + (size_t)R * L + full;
+        bad = mpmd_backend_cpu.combine(NULL, pl->g, &pl->g->nodes[node], bufs, R, res, mycnt) ||
+              pl->be->upload(rs->dev, out, res, (size_t)mycnt * es);
+    } else {
+        bad = pl->be->combine(rs->dev, pl->g, &pl->g->nodes[node], bufs, R, out, mycnt);
+    }
+    free(all), free(bufs);
+    rs->coll_bytes += (int64_t)((size_t)(R - 1) * (size_t)mycnt * es);
+    if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "reduce-scattering %%%d across replicas failed", node);
+    return bad;
+}
+
+/* Each parameter's shards from every replica, one allgather each. */
+static int mpi_allgather(mpmd_rank_state *rs, const int32_t *nodes, int n, void *const *out) {
+    struct mpmd_step *st = rs->st;
+    const mpmd_plan *pl = st->plan;
+    mpi_state *m = rs->tx;
+    const int R = pl->replicas, staged = m->stage != NULL;
+    for (int q = 0; q < n; q++) {
+        const int node = nodes[q];
+        const size_t b = mpmd_held_bytes(pl, node);
+        /* staged: the gathered shards, then this replica's own */
+        char *host = staged ? malloc((size_t)(R + 1) * b + 1) : NULL;
+        if (staged && !host) {
+            rt_fail(rs, MPMD_ERR_NOMEM, "out of memory gathering %%%d", node);
+            return 1;
+        }
+        if (staged && pl->be->download(rs->dev, host + (size_t)R * b, rs->glob[node], b)) {
+            free(host);
+            rt_fail(rs, MPMD_ERR_RUNTIME, "copying %%%d from the %s backend to gather it failed", node,
+                    pl->be->name);
+            return 1;
+        }
+        MPI_Request req;
+        MPI_Iallgather(staged ? host + (size_t)R * b : rs->glob[node], (int)b, MPI_BYTE, staged ? host : out[q],
+                       (int)b, MPI_BYTE, m->data, &req);
+        char what[400], vb[300];
+        snprintf(what, sizeof what, "the other replicas of rank %d to gather %s (FSDP)", rs->rank,
+                 rt_value_str(st, node, vb, sizeof vb));
+        if (coll_wait(rs, &req, host, what)) return 1;
+        if (staged) {
+            int bad = pl->be->upload(rs->dev, out[q], host, (size_t)R * b);
+            free(host);
+            if (bad) {
+                rt_fail(rs, MPMD_ERR_RUNTIME, "copying the gathered %%%d to the %s backend failed", node,
+                        pl->be->name);
+                return 1;
+            }
+        }
+        rs->coll_bytes += (int64_t)((size_t)(R - 1) * b);
+    }
+    return 0;
 }
 
 static void mpi_end_step(mpmd_rank_state *rs) {
@@ -395,6 +521,23 @@ static int mpi_settle(struct mpmd_step *st, double wait) {
 }
 
 static mpmd_status mpi_fetch(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
+    if (mpmd_sharded(st->plan, node)) { /* each replica's part from the process holding it */
+        const size_t es = mpmd_dtype_size(st->plan->g->nodes[node].type.dtype);
+        for (int d = 0; d < st->plan->replicas; d++) {
+            int64_t lo, cnt;
+            mpmd_shard_part(st->plan, node, d, &lo, &cnt);
+            char *part = (char *)dst + (size_t)lo * es;
+            if (st->mpi_rank == rank && st->mpi_replica == d) {
+                const void *src = st->rs[0].glob[node];
+                if (src)
+                    st->plan->be->download(st->rs[0].dev, part, src, (size_t)cnt * es);
+                else
+                    memset(part, 0, (size_t)cnt * es);
+            }
+            if (cnt) MPI_Bcast(part, (int)((size_t)cnt * es), MPI_BYTE, d * st->plan->num_ranks + rank, MPI_COMM_WORLD);
+        }
+        return MPMD_OK;
+    }
     int root = replica * st->plan->num_ranks + rank;
     if (st->mpi_rank == rank && st->mpi_replica == replica) {
         const void *src = st->rs[0].glob[node];
@@ -419,6 +562,8 @@ const mpmd_transport mpmd_transport_mpi = {
     .send_done = mpi_send_done,
     .recv = mpi_recv,
     .allreduce = mpi_allreduce,
+    .reduce_scatter = mpi_reduce_scatter,
+    .allgather = mpi_allgather,
     .wake = NULL, /* one rank per process: no other thread here waits on it */
     .end_step = mpi_end_step,
     .settle = mpi_settle,

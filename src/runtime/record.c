@@ -136,6 +136,30 @@ mpmd_status mpmd_step_write_trace(const mpmd_step *st, FILE *f, mpmd_error *err)
     return ferror(f) ? mpmd_error_set(err, MPMD_ERR_IO, "mpmd_step_write_trace: write error") : MPMD_OK;
 }
 
+/* FSDP's textbook volume for rank r per step, what one replica takes from
+ * the others: (R - 1) / R of each parameter its stages gather, twice per
+ * microbatch (forward and backward), and of each gradient it reduce-scatters,
+ * once. */
+static int64_t fsdp_textbook_bytes(const mpmd_plan *pl, int r) {
+    if (!pl->shard) return 0;
+    const mpmd_graph *g = pl->g;
+    double bytes = 0;
+    unsigned char *seen = calloc((size_t)g->n_nodes + 1, 1);
+    if (!seen) return -1;
+    for (int s = 0; s < pl->num_stages; s++) {
+        if (pl->stage_rank[s] != r) continue;
+        memset(seen, 0, (size_t)g->n_nodes);
+        for (int k = s * MPMD_TASK_KINDS; k < (s + 1) * MPMD_TASK_KINDS; k++)
+            for (int q = 0; q < pl->gather_n[k]; q++)
+                if (!seen[pl->gather[k][q]]++) bytes += 2.0 * pl->num_micro * (double)rt_bytes(g, pl->gather[k][q]);
+    }
+    free(seen);
+    const mpmd_program *p = &pl->prog[r];
+    for (int x = 0; x < p->n; x++)
+        if (p->ins[x].op == MPMD_I_REDUCE_SCATTER) bytes += (double)rt_bytes(g, p->ins[x].node);
+    return (int64_t)(bytes * (pl->replicas - 1) / pl->replicas);
+}
+
 mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_error *err) {
     memset(out, 0, sizeof *out);
     if (!has_run(st, err, "mpmd_step_summary")) return MPMD_ERR_INVALID;
@@ -172,10 +196,15 @@ mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_er
                 rs->wait_ms += 1e3 * ev[k].wait;
                 out->transfer_ms += d - 1e3 * ev[k].wait;
             } else if (in->op == MPMD_I_SEND) {
-                rs->sent_bytes += (int64_t)mpmd_type_bytes(&st->plan->g->nodes[in->node].type);
+                rs->sent_bytes += (int64_t)mpmd_held_bytes(st->plan, in->node);
                 out->transfer_ms += d;
+            } else if (in->op == MPMD_I_GATHER || in->op == MPMD_I_REDUCE_SCATTER || in->op == MPMD_I_ALLREDUCE) {
+                rs->wait_ms += 1e3 * ev[k].wait;
+                out->transfer_ms += d - 1e3 * ev[k].wait;
             }
         }
+        rs->collective_bytes = mpmd_runtime_collective_bytes(st, r);
+        rs->collective_expected = fsdp_textbook_bytes(st->plan, r);
         rs->peak_bytes = peak;
         rs->planned_peak_bytes = st->plan->prog[r].peak_bytes;
         mpmd_memory_stats ms;
@@ -249,6 +278,14 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
                 "  slowest stage %d: %.3f ms per microbatch, %.2fx the mean stage (imbalance); transfers %.3f ms "
                 "in all (waiting left out)\n",
                 s.slowest_stage, s.slowest_stage_ms, s.imbalance, s.transfer_ms);
+    if (st->plan->shard) {
+        fprintf(f, "  FSDP over %d replicas (%d parameters sharded): bytes a replica took from the others this step\n",
+                st->plan->replicas, mpmd_plan_sharded_params(st->plan));
+        for (int r = 0; r < s.num_ranks; r++)
+            fprintf(f, "  %4d  %14lld B measured, %14lld B textbook (params gathered twice a microbatch, "
+                       "gradients reduce-scattered once)\n",
+                    r, (long long)s.ranks[r].collective_bytes, (long long)s.ranks[r].collective_expected);
+    }
     mpmd_step_stats_free(&s);
     return MPMD_OK;
 }

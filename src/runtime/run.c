@@ -133,7 +133,8 @@ void rt_fail(mpmd_rank_state *rs, mpmd_status code, const char *fmt, ...) {
 static void *ptr_of(mpmd_rank_state *rs, int v, int mb) {
     struct mpmd_step *st = rs->st;
     const mpmd_node *n = &st->plan->g->nodes[v];
-    if (n->region != MPMD_REGION_BODY || n->op == &mpmd_op_constant) return rs->glob[v];
+    if (n->region != MPMD_REGION_BODY || n->op == &mpmd_op_constant)
+        return mb >= 0 && rs->full && rs->full[v] ? rs->full[v] : rs->glob[v]; /* FSDP: gathered */
     if (n->op == &mpmd_op_microbatch)
         return (char *)ptr_of(rs, n->in[0], mb) + (size_t)mb * rt_bytes(st->plan->g, v);
     int s = rs->mem->slot[v];
@@ -197,8 +198,24 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
     const int marked = rs->prof && be->mark;
     void *m0 = marked ? be->mark(rs->dev) : NULL;
     double t0 = rs->prof ? rt_now() : 0;
-    int rc = mpmd_backend_run(be, rs->dev, st->plan->g, i, st->plan->kern[i], out, ptr_at, &ctx, rs->nthreads,
+    /* FSDP: an op after the loop on sharded values (an update, a sum of
+     * gradients) runs on this replica's part of them */
+    int sharded = -1;
+    if (mb < 0 && st->plan->shard) {
+        const mpmd_node *nd = &st->plan->g->nodes[i];
+        for (int j = 0; j < nd->n_in && sharded < 0; j++)
+            if (st->plan->shard[nd->in[j]]) sharded = nd->in[j];
+    }
+    int rc;
+    if (sharded >= 0) {
+        int64_t lo, cnt;
+        mpmd_shard_part(st->plan, sharded, rs->replica, &lo, &cnt);
+        rc = mpmd_backend_run_part(be, rs->dev, st->plan->g, i, st->plan->kern[i], out, ptr_at, &ctx, rs->nthreads,
+                                   rs->scratch, mb, st->plan->shard, cnt, kerr, sizeof kerr);
+    } else {
+        rc = mpmd_backend_run(be, rs->dev, st->plan->g, i, st->plan->kern[i], out, ptr_at, &ctx, rs->nthreads,
                               rs->scratch, mb, kerr, sizeof kerr);
+    }
     if (marked) {
         void *m1 = be->mark(rs->dev);
         if (keep_marks(rs, i, m0, m1)) {
@@ -285,10 +302,28 @@ static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
         if (!tr->recv(rs, in) && in->mb >= 0) count_live(rs, (int64_t)rt_bytes(g, in->node));
         break;
     case MPMD_I_ALLREDUCE:
-        /* the sum lands in the combined result's buffer, read from then on */
-        if (!tr->allreduce(rs, in->node, rs->arena + rs->mem->buf[rs->mem->comb_buf[in->node]].off))
-            rs->glob[in->node] = rs->arena + rs->mem->buf[rs->mem->comb_buf[in->node]].off;
+    case MPMD_I_REDUCE_SCATTER: {
+        /* the sum (FSDP: this replica's shard of it) lands in the combined
+         * result's buffer, read from then on */
+        void *out = rs->arena + rs->mem->buf[rs->mem->comb_buf[in->node]].off;
+        if (!(in->op == MPMD_I_ALLREDUCE ? tr->allreduce : tr->reduce_scatter)(rs, in->node, out))
+            rs->glob[in->node] = out;
         break;
+    }
+    case MPMD_I_GATHER: { /* FSDP: the next task's parameters, whole, in their planned buffers */
+        const int k = in->stage * MPMD_TASK_KINDS + in->kind, n = st->plan->gather_n[k];
+        const int32_t *nodes = st->plan->gather[k];
+        void *small[32], **out = n <= 32 ? small : malloc((size_t)n * sizeof *out);
+        if (!out) {
+            rt_fail(rs, MPMD_ERR_NOMEM, "out of memory gathering parameters");
+            break;
+        }
+        for (int q = 0; q < n; q++)
+            out[q] = rs->full[nodes[q]] = rs->arena + rs->mem->buf[rs->mem->gath_buf[x] + q].off;
+        tr->allgather(rs, nodes, n, out);
+        if (out != small) free(out);
+        break;
+    }
     case MPMD_I_FREE: rs->live_bytes -= (int64_t)rt_bytes(g, in->node); break;
     }
     /* sends whose buffers the program overwrites from here on */
@@ -397,6 +432,7 @@ static void *rank_main(void *arg) {
     rs->nev = 0;
     rs->wait = 0;
     rs->live_bytes = rs->peak_bytes = 0;
+    rs->coll_bytes = 0;
     be->enter(rs->dev);
     /* a loop result combined last run is accumulated afresh in its own buffer */
     for (int i = 0; i < g->n_nodes; i++)
@@ -500,6 +536,7 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         rs->val = calloc((size_t)mem->nslots * (n > 0 ? n : 1) + 1, sizeof *rs->val);
         rs->glob = calloc((size_t)nn + 1, sizeof *rs->glob);
         if (!rs->val || !rs->glob) goto nomem;
+        if (st->plan->shard && !(rs->full = calloc((size_t)nn + 1, sizeof *rs->full))) goto nomem;
         if (!(rs->arena = st->plan->be->alloc(rs->dev, mem->arena_bytes ? mem->arena_bytes : 64))) goto nomem;
         for (size_t k = 0; k < (size_t)mem->nslots * n; k++)
             if (mem->body_buf[k] >= 0) rs->val[k] = rs->arena + mem->buf[mem->body_buf[k]].off;
@@ -509,17 +546,26 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
             const mpmd_node *nd = &g->nodes[i];
             if (!st->plan->live[i] || !mpmd_runs_on(st->plan, i, r)) continue;
             if (mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant) {
-                size_t b = rt_bytes(g, i);
-                void *p = st->plan->be->alloc(rs->dev, b + MPMD_STORAGE_PAD);
+                size_t b = rt_bytes(g, i), hb = mpmd_held_bytes(st->plan, i);
+                void *p = st->plan->be->alloc(rs->dev, hb + MPMD_STORAGE_PAD);
                 if (!p) goto nomem;
                 rs->glob[i] = p;
-                if (st->plan->be->host_memory) {
+                if (st->plan->be->host_memory && hb == b) {
                     mpmd_leaf_initial_value(nd, p, st->seed);
-                } else {
-                    void *host = malloc(b ? b : 1);
+                } else { /* a device buffer, or (FSDP) this replica's shard of the whole value */
+                    void *host = malloc(b + hb + 1);
                     if (!host) goto nomem;
                     mpmd_leaf_initial_value(nd, host, st->seed);
-                    int bad = st->plan->be->upload(rs->dev, p, host, b);
+                    const void *src = host;
+                    if (hb != b) {
+                        int64_t lo, cnt;
+                        size_t es = mpmd_dtype_size(nd->type.dtype);
+                        mpmd_shard_part(st->plan, i, rs->replica, &lo, &cnt);
+                        memset((char *)host + b, 0, hb);
+                        memcpy((char *)host + b, (char *)host + (size_t)lo * es, (size_t)cnt * es);
+                        src = (char *)host + b;
+                    }
+                    int bad = st->plan->be->upload(rs->dev, p, src, hb);
                     free(host);
                     if (bad) goto devfail;
                 }
@@ -632,7 +678,7 @@ void mpmd_runtime_free(struct mpmd_step *st) {
             be->close(rs->dev);
             rs->dev = NULL;
         }
-        free(rs->val), free(rs->glob), free(rs->ev), free(rs->prof), free(rs->marks);
+        free(rs->val), free(rs->glob), free(rs->full), free(rs->ev), free(rs->prof), free(rs->marks);
     }
     free(st->rs);
     st->rs = NULL;
@@ -670,20 +716,42 @@ static void *held(mpmd_rank_state *rs, int node) {
 
 void *mpmd_runtime_value(struct mpmd_step *st, int rank, int node) {
     mpmd_rank_state *rs = state_of(st, rank);
-    return st->plan->be->host_memory ? held(rs, node) : NULL;
+    return st->plan->be->host_memory && !mpmd_sharded(st->plan, node) ? held(rs, node) : NULL;
 }
 
 void *mpmd_runtime_replica_value(struct mpmd_step *st, int rank, int replica, int node) {
     mpmd_rank_state *rs = replica_state(st, rank, replica);
-    return st->plan->be->host_memory ? held(rs, node) : NULL;
+    return st->plan->be->host_memory && !mpmd_sharded(st->plan, node) ? held(rs, node) : NULL;
 }
 
 int mpmd_runtime_holds(struct mpmd_step *st, int rank, int replica, int node) {
     return held(replica_state(st, rank, replica), node) != NULL;
 }
 
+/* A sharded value whole, from every replica's shard: all must be here. */
+static mpmd_status read_shards(struct mpmd_step *st, int rank, int node, void *dst) {
+    const size_t es = mpmd_dtype_size(st->plan->g->nodes[node].type.dtype);
+    for (int d = 0; d < st->plan->replicas; d++) {
+        mpmd_rank_state *rs = replica_state(st, rank, d);
+        const void *src = held(rs, node);
+        if (!src) return MPMD_ERR_INVALID;
+        int64_t lo, cnt;
+        mpmd_shard_part(st->plan, node, d, &lo, &cnt);
+        char e[512];
+        st->plan->be->enter(rs->dev);
+        if (st->plan->be->download(rs->dev, (char *)dst + (size_t)lo * es, src, (size_t)cnt * es) ||
+            st->plan->be->sync(rs->dev, e, sizeof e)) {
+            snprintf(st->err, sizeof st->err, "copying %%%d from rank %d, replica %d on the %s backend failed",
+                     node, rank, d, st->plan->be->name);
+            return MPMD_ERR_RUNTIME;
+        }
+    }
+    return MPMD_OK;
+}
+
 mpmd_status mpmd_runtime_read(struct mpmd_step *st, int rank, int replica, int node, void *dst,
                               size_t bytes) {
+    if (mpmd_sharded(st->plan, node)) return read_shards(st, rank, node, dst);
     mpmd_rank_state *rs = replica_state(st, rank, replica);
     const void *src = held(rs, node);
     if (!src) return MPMD_ERR_INVALID;
@@ -702,6 +770,13 @@ mpmd_status mpmd_runtime_write(struct mpmd_step *st, int rank, int replica, int 
     mpmd_rank_state *rs = replica_state(st, rank, replica);
     if (!rs || !rs->glob[node]) return MPMD_ERR_INVALID;
     st->plan->be->enter(rs->dev);
+    if (mpmd_sharded(st->plan, node)) { /* this replica's part of the whole value */
+        int64_t lo, cnt;
+        size_t es = mpmd_dtype_size(st->plan->g->nodes[node].type.dtype);
+        mpmd_shard_part(st->plan, node, replica, &lo, &cnt);
+        src = (const char *)src + (size_t)lo * es;
+        bytes = (size_t)cnt * es;
+    }
     if (st->plan->be->upload(rs->dev, rs->glob[node], src, bytes)) {
         snprintf(st->err, sizeof st->err, "copying %%%d to rank %d on the %s backend failed", node, rank,
                  st->plan->be->name);
@@ -732,6 +807,11 @@ int mpmd_runtime_backend_memory(const struct mpmd_step *st, int rank, size_t *pe
 
 const double *mpmd_runtime_op_seconds(const struct mpmd_step *st, int local) {
     return local >= 0 && local < st->num_local ? st->rs[local].prof : NULL;
+}
+
+int64_t mpmd_runtime_collective_bytes(const struct mpmd_step *st, int rank) {
+    mpmd_rank_state *rs = state_of(st, rank);
+    return rs ? rs->coll_bytes : -1;
 }
 
 const mpmd_event *mpmd_runtime_events(const struct mpmd_step *st, int rank, int *n, int64_t *peak_bytes) {

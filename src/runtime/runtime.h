@@ -94,6 +94,9 @@ struct mpmd_step *mpmd_exec_step(mpmd_exec *ex);
 /* Input `node` changed in its host staging buffer: copy it to every rank of
  * this process that reads it (non-host backends). */
 mpmd_status mpmd_runtime_input_set(struct mpmd_step *st, int node);
+/* FSDP: bytes rank's first replica in this process took from the others
+ * in its last run (-1: this process does not run the rank). */
+int64_t mpmd_runtime_collective_bytes(const struct mpmd_step *st, int rank);
 /* The recorded instructions of rank's last run, and its measured peak of
  * body-value bytes. */
 const mpmd_event *mpmd_runtime_events(const struct mpmd_step *st, int rank, int *n, int64_t *peak_bytes);
@@ -111,7 +114,12 @@ struct mpmd_rank_state {
     const mpmd_rank_memory *mem; /* the plan's memory plan of this rank */
     char *arena;                 /* its arena: every buffer the program writes */
     void **val;                  /* [nslots * n] body values by (slot, microbatch), into the arena */
-    void **glob;                 /* [nn] values outside the body: storage, inputs, arena buffers */
+    void **glob;                 /* [nn] values outside the body: storage, inputs, arena buffers
+                                    (FSDP: a sharded value's shard) */
+    void **full;                 /* [nn] FSDP: a sharded parameter gathered whole for the task
+                                    running now (the body reads it there), else NULL */
+    int64_t coll_bytes;          /* FSDP: bytes this replica took from the others this run
+                                    (gathers and reduce-scatters) */
     void *scratch;
     double *prof; /* [nn] seconds in each op over the profiled runs, or NULL */
     /* a profiled run on an asynchronous backend: each op's pair of marks

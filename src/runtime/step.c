@@ -62,6 +62,11 @@ static mpmd_status step_options(const mpmd_graph *g, const mpmd_schedule *s, con
                               "replica count",
                               o->data_parallel);
     *replicas = o->data_parallel > 1 ? o->data_parallel : 1;
+    if (o->fsdp && *replicas < 2)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_jit_with_loop: fsdp shards the parameters over the data axis, but "
+                              "data_parallel is %d: set data_parallel to the number of shards (2 or more)",
+                              o->data_parallel);
     if (!(*be = mpmd_backend_get(o->backend)))
         return mpmd_error_set(err, MPMD_ERR_INVALID,
                               "mpmd_jit_with_loop: unknown backend \"%s\"; this build has: %s", o->backend,
@@ -73,10 +78,11 @@ static mpmd_status step_options(const mpmd_graph *g, const mpmd_schedule *s, con
 
 /* The plan itself (receives posted as the runtime's transport posts them). */
 static mpmd_plan *plan_of(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_backend *be, int replicas,
-                          int runtime, mpmd_error *err) {
-    const mpmd_transport *tr = mpmd_transport_for(runtime);
+                          const mpmd_step_opts *o, mpmd_error *err) {
+    const mpmd_transport *tr = mpmd_transport_for(o->runtime);
     int ahead = tr ? tr->recv_ahead : 2; /* a build without MPI plans MPI's two tasks ahead */
-    return s ? mpmd_compile(g, s, be, replicas, ahead, err) : mpmd_compile_loop(g, be, replicas, ahead, err);
+    return s ? mpmd_compile(g, s, be, replicas, o->fsdp, ahead, err)
+             : mpmd_compile_loop(g, be, replicas, o->fsdp, ahead, err);
 }
 
 mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts,
@@ -127,7 +133,7 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
     st->threads_per_rank = o.threads_per_rank;
     st->seed = o.seed;
     st->timeout_opt = o.step_timeout;
-    if (!(st->plan = plan_of(g, s, be, replicas, o.runtime, err))) goto fail;
+    if (!(st->plan = plan_of(g, s, be, replicas, &o, err))) goto fail;
     if (mpmd_runtime_init(st, err)) goto fail;
     return st;
 fail:
@@ -256,6 +262,7 @@ static void planned_memory(const mpmd_plan *pl, int rank, mpmd_memory_stats *out
     out->received = (int64_t)m->live_received;
     out->loop_results = (int64_t)m->live_loop_results;
     out->other = (int64_t)m->live_other;
+    out->gathered = (int64_t)m->live_gathered;
     out->kept = (int64_t)m->kept_peak;
     out->measured = out->backend_own = -1;
 }
@@ -320,7 +327,7 @@ mpmd_status mpmd_predict(const mpmd_graph *g, const mpmd_schedule *s, const mpmd
         return mpmd_error_set(err, MPMD_ERR_INVALID,
                               "mpmd_predict: the profiled step must be of the same graph, with a run after "
                               "mpmd_step_set_profiling(st, 1)");
-    mpmd_plan *pl = plan_of(g, s, be, replicas, o.runtime, err);
+    mpmd_plan *pl = plan_of(g, s, be, replicas, &o, err);
     if (!pl) return err ? err->code : MPMD_ERR_INVALID;
     const int D = pl->num_ranks, S = pl->num_stages, n = pl->num_micro > 0 ? pl->num_micro : 1;
     double *t = NULL, *stage_time = NULL, *pre = NULL, *post = NULL;
@@ -426,6 +433,13 @@ mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes)
     const mpmd_node *n = mpmd_node_of(st->plan->g, v);
     if (!n) {
         snprintf(st->err, sizeof st->err, "mpmd_step_read: %d is not a value of the graph", (int)v.id);
+        return MPMD_ERR_INVALID;
+    }
+    if (st->runtime == MPMD_RUNTIME_MPI && mpmd_sharded(st->plan, v.id)) {
+        snprintf(st->err, sizeof st->err,
+                 "mpmd_step_read: %%%d is sharded over the replicas (fsdp) and this process holds one shard; use "
+                 "mpmd_step_gather",
+                 (int)v.id);
         return MPMD_ERR_INVALID;
     }
     if (n->op == &mpmd_op_input && !st->input_set[v.id]) {

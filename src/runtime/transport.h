@@ -10,7 +10,8 @@
  *                      transfer goes to the receiver's mailbox, replicas
  *                      meet in a group to combine loop results
  *   mpi.c              MPI: one process per (rank, replica), non-blocking
- *                      point-to-point messages, an allgather to combine;
+ *                      point-to-point messages, an allgather to combine
+ *                      (FSDP: all-to-all to reduce-scatter, allgather);
  *                      only with MPMD_HAVE_MPI (without it there is no MPI
  *                      transport, and mpmd_transport_for returns NULL)
  *
@@ -72,6 +73,15 @@ typedef struct mpmd_transport {
      * `out` (the combined result's planned buffer): every replica gets the
      * same bits. */
     int (*allreduce)(mpmd_rank_state *rs, int node, void *out);
+    /* FSDP: the same combine, of this replica's part of the value only
+     * (mpmd_shard_part), into `out` (its shard): the bits allreduce gives
+     * those elements. */
+    int (*reduce_scatter)(mpmd_rank_state *rs, int node, void *out);
+    /* FSDP: the sharded parameters nodes[0 .. n) whole, for one task: out[q]
+     * gets every replica's shard of nodes[q] (rs->glob[node] on each), replica
+     * d's at d x mpmd_held_bytes. A shard is read only once its replica has
+     * finished the update that wrote it. */
+    int (*allgather)(mpmd_rank_state *rs, const int32_t *nodes, int n, void *const *out);
     /* A rank failed (rt_fail): wake every rank blocked in the transport;
      * NULL when nothing can be woken. */
     void (*wake)(struct mpmd_step *st);
@@ -87,7 +97,8 @@ typedef struct mpmd_transport {
     /* The value `node` held by (rank, replica) copied to dst on this
      * process. In-process: a download through the backend; MPI: a
      * broadcast from the process that holds it (collective: every process
-     * makes the same calls in the same order). */
+     * makes the same calls in the same order). A sharded value (FSDP) is
+     * assembled from every replica's shard, whatever `replica` says. */
     mpmd_status (*fetch)(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes);
 } mpmd_transport;
 

@@ -19,6 +19,9 @@
  * The replicas of one pipeline rank meet in a group (a barrier) to combine
  * a loop result: each puts its buffer in the group, and every replica
  * computes the same sum in replica order, so all copies have equal bits.
+ * With FSDP each computes only its shard's part of that sum (the
+ * reduce-scatter), and before a task that reads sharded parameters the
+ * replicas meet once and each copies every replica's shards (the gather).
  *
  * A failing rank wakes every mailbox and group (wake), so that no rank
  * stays blocked; the others stop at their next instruction or wait.
@@ -217,7 +220,7 @@ static int local_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
                 bad = st->plan->be->event_wait(rs->dev, m->ev);
                 st->plan->be->event_free(rs->dev, m->ev);
             }
-            if (!bad) bad = st->plan->be->copy(rs->dev, rt_buffer(rs, in), m->buf, rt_bytes(st->plan->g, in->node));
+            if (!bad) bad = st->plan->be->copy(rs->dev, rt_buffer(rs, in), m->buf, mpmd_held_bytes(st->plan, in->node));
             free(m);
             if (bad)
                 rt_fail(rs, MPMD_ERR_RUNTIME, "receiving %%%d of microbatch %d from rank %d failed", in->node,
@@ -272,8 +275,9 @@ static int local_send(mpmd_rank_state *rs, const mpmd_instr *in) {
 }
 
 /* Wait until every replica of this pipeline rank has reached the barrier
- * (or a rank failed: returns 1). */
-static int group_barrier(mpmd_rank_state *rs, group *gr) {
+ * (or a rank failed: returns 1); `what` the replicas meet for, for the
+ * watchdog's message. */
+static int group_meet(mpmd_rank_state *rs, group *gr, const char *what) {
     struct mpmd_step *st = rs->st;
     pthread_mutex_lock(&gr->mu);
     unsigned gen = gr->generation;
@@ -291,9 +295,9 @@ static int group_barrier(mpmd_rank_state *rs, group *gr) {
         if (late && gen == gr->generation) {
             pthread_mutex_unlock(&gr->mu);
             rt_fail(rs, MPMD_ERR_RUNTIME,
-                    "waited %.3g s for the other replicas of rank %d to combine the loop results: one is stuck or "
-                    "slower than the watchdog allows (step_timeout)",
-                    rt_now() - started, rs->rank);
+                    "waited %.3g s for the other replicas of rank %d to %s: one is stuck or slower than the "
+                    "watchdog allows (step_timeout)",
+                    rt_now() - started, rs->rank, what);
             return 1;
         }
     }
@@ -301,27 +305,86 @@ static int group_barrier(mpmd_rank_state *rs, group *gr) {
     return rt_aborted(st);
 }
 
+static int group_barrier(mpmd_rank_state *rs, group *gr) { return group_meet(rs, gr, "combine the loop results"); }
+
 /* The replicas of one pipeline rank combine a loop result: every replica
- * computes the same sum, in replica order, so all copies have equal bits. */
-static int local_allreduce(mpmd_rank_state *rs, int node, void *out) {
+ * computes the same sum, in replica order, so all copies have equal bits;
+ * elements lo .. lo + count - 1 of it (all of it, or FSDP's shard). */
+static int group_combine(mpmd_rank_state *rs, int node, void *out, int64_t lo, int64_t count) {
     struct mpmd_step *st = rs->st;
     group *gr = &((local_state *)st->tx)->groups[rs->rank];
+    const int R = st->plan->replicas;
+    const size_t es = mpmd_dtype_size(st->plan->g->nodes[node].type.dtype);
     char e[512];
+    void *part_small[16], **part = R <= 16 ? part_small : malloc((size_t)R * sizeof *part);
+    if (!part) {
+        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory combining %%%d across replicas", node);
+        return 1;
+    }
     gr->bufs[rs->replica] = rs->glob[node];
     /* every replica's buffer is complete before any replica reads it */
     if (st->plan->be->sync(rs->dev, e, sizeof e)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "%s", e);
+        if (part != part_small) free(part);
         return 1;
     }
-    if (group_barrier(rs, gr)) return 1;
-    if (st->plan->be->combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], gr->bufs, st->plan->replicas,
-                              out) ||
-        st->plan->be->sync(rs->dev, e, sizeof e)) {
+    if (group_barrier(rs, gr)) {
+        if (part != part_small) free(part);
+        return 1;
+    }
+    for (int d = 0; d < R; d++)
+        part[d] = (char *)gr->bufs[d] + (size_t)lo * es;
+    int bad = st->plan->be->combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], part, R, out, count) ||
+              st->plan->be->sync(rs->dev, e, sizeof e);
+    if (part != part_small) free(part);
+    if (bad) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "combining %%%d across replicas failed", node);
         group_barrier(rs, gr);
         return 1;
     }
+    if (lo != 0 || count != mpmd_type_numel(&st->plan->g->nodes[node].type))
+        rs->coll_bytes += (int64_t)((size_t)(R - 1) * (size_t)count * es);
     return group_barrier(rs, gr); /* all have read every buffer */
+}
+
+static int local_allreduce(mpmd_rank_state *rs, int node, void *out) {
+    return group_combine(rs, node, out, 0, mpmd_type_numel(&rs->st->plan->g->nodes[node].type));
+}
+
+static int local_reduce_scatter(mpmd_rank_state *rs, int node, void *out) {
+    int64_t lo, count;
+    mpmd_shard_part(rs->st->plan, node, rs->replica, &lo, &count);
+    return group_combine(rs, node, out, lo, count);
+}
+
+/* Every replica's shards are complete (their updates synced) once all have
+ * met; each replica then copies them all. Nobody writes a shard again
+ * before every replica has met after its last gather (the loop results'
+ * reduce-scatter precedes the updates: shard.c), so one meeting does. */
+static int local_allgather(mpmd_rank_state *rs, const int32_t *nodes, int n, void *const *out) {
+    struct mpmd_step *st = rs->st;
+    group *gr = &((local_state *)st->tx)->groups[rs->rank];
+    const int R = st->plan->replicas, D = st->plan->num_ranks;
+    char e[512];
+    if (st->plan->be->sync(rs->dev, e, sizeof e)) {
+        rt_fail(rs, MPMD_ERR_RUNTIME, "%s", e);
+        return 1;
+    }
+    double t0 = st->record ? rt_now() : 0;
+    if (group_meet(rs, gr, "gather the parameters of a task (FSDP)")) return 1;
+    if (st->record) rs->wait += rt_now() - t0;
+    for (int q = 0; q < n; q++) {
+        const size_t b = mpmd_held_bytes(st->plan, nodes[q]);
+        for (int d = 0; d < R; d++) {
+            const mpmd_rank_state *peer = &st->rs[d * D + rs->rank];
+            if (st->plan->be->copy(rs->dev, (char *)out[q] + (size_t)d * b, peer->glob[nodes[q]], b)) {
+                rt_fail(rs, MPMD_ERR_RUNTIME, "gathering %%%d from replica %d failed", nodes[q], d);
+                return 1;
+            }
+        }
+        rs->coll_bytes += (int64_t)((size_t)(R - 1) * b);
+    }
+    return 0;
 }
 
 /* Messages a failed step left in the mailbox are dropped. */
@@ -375,6 +438,8 @@ const mpmd_transport mpmd_transport_local = {
     .send_done = NULL, /* the receiver's copy is ordered before the sender learns of it */
     .recv = local_recv,
     .allreduce = local_allreduce,
+    .reduce_scatter = local_reduce_scatter,
+    .allgather = local_allgather,
     .wake = local_wake,
     .end_step = local_end_step,
     .settle = local_settle,

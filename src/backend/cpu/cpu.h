@@ -37,7 +37,8 @@ void mpmd_cpu_narrow(mpmd_dtype d, const float *src, void *dst, int64_t n, int n
 
 /* The CPU's loop fold and replica combine (host memory, f32). */
 void mpmd_cpu_fold(const mpmd_graph *g, const mpmd_node *reduce, void *acc, const void *x, int mb);
-void mpmd_cpu_combine(const mpmd_graph *g, const mpmd_node *n, void *const *bufs, int replicas, float *out);
+void mpmd_cpu_combine(const mpmd_graph *g, const mpmd_node *n, void *const *bufs, int replicas, float *out,
+                      int64_t count);
 
 /* ---- threading ---------------------------------------------------------- */
 

@@ -71,8 +71,9 @@ void mpmd_cpu_fold(const mpmd_graph *g, const mpmd_node *reduce, void *acc, cons
 
 /* out = b_0, then out += b_d (or max) for d = 1.., then (ADD) out *= 1/replicas
  * (16-bit: in f32, rounded once at the end). */
-void mpmd_cpu_combine(const mpmd_graph *g, const mpmd_node *n, void *const *bufs, int replicas, float *out) {
-    int64_t cnt = mpmd_type_numel(&n->type);
+void mpmd_cpu_combine(const mpmd_graph *g, const mpmd_node *n, void *const *bufs, int replicas, float *out,
+                      int64_t count) {
+    int64_t cnt = count;
     mpmd_dtype dt = n->type.dtype;
     if (is16(dt)) {
         int add = n->ia[0] == MPMD_REDUCE_ADD;
@@ -238,8 +239,8 @@ static int cpu_fold(void *dev, const mpmd_graph *g, const mpmd_node *reduce, voi
 }
 
 static int cpu_combine(void *dev, const mpmd_graph *g, const mpmd_node *n, void *const *bufs, int replicas,
-                       void *out) {
-    mpmd_cpu_combine(g, n, bufs, replicas, out);
+                       void *out, int64_t count) {
+    mpmd_cpu_combine(g, n, bufs, replicas, out, count);
     return 0;
 }
 

@@ -362,9 +362,9 @@ __global__ void combine_kernel(void *out, const void *const *bufs, int dt, int r
 }
 
 static int cuda_combine(void *p, const mpmd_graph *g, const mpmd_node *n, void *const *bufs, int replicas,
-                        void *out) {
+                        void *out, int64_t count) {
     mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
-    int64_t cnt = mpmd_type_numel(&n->type);
+    int64_t cnt = count;
     if (cnt == 0) return 0;
     /* the buffer list travels as a kernel argument array on the device */
     const void **dbufs = NULL;
