@@ -110,6 +110,9 @@ static const char *usage =
     "  --runtime local|mpi   ranks as threads of this process (default), or MPI processes\n"
     "                        (start with mpirun -np D*R)\n"
     "  --data-parallel R     replicas of every rank, each on batch/R sequences (default 1)\n"
+    "  --fsdp                shard parameters, gradients and AdamW state over the R replicas\n"
+    "                        (ZeRO-3): each holds 1/R, tasks gather what they read; the same\n"
+    "                        numbers as plain --data-parallel R\n"
     "  --threads N           kernel threads: of the one rank (loop), else of each rank;\n"
     "                        0 for all cores (loop) or the cores divided among ranks (default 0)\n"
     "  --backend NAME        where the ranks compute: cpu (default) or cuda (a build with CUDA;\n"
@@ -178,7 +181,7 @@ typedef struct options {
     const char *tokens, *init_from; /* --tokens FILE, --init-from FILE */
     const char *export_weights, *export_dtype_name;
     mpmd_dtype export_dtype;
-    int nan_check, fuse, mpi, quiet, json;
+    int nan_check, fuse, mpi, quiet, json, fsdp;
     int auto_layout;      /* --auto: choose schedule, stages, microbatches and remat */
     long long mem_limit;  /* --memory-limit, bytes per rank (0: none) */
     long long timeline_width; /* --timeline-width, px (0: chosen from the step) */
@@ -220,7 +223,7 @@ static int parse_float(const char *opt, const char *s, float *out) {
 
 static const char *const flags[] = {"--tie-embeddings", "--no-nan-check", "--fuse-steady-state",
                                     "--quiet",          "--json",         "--balance-stages",
-                                    "--auto"};
+                                    "--auto",           "--fsdp"};
 static const char *const valued[] = {
     "--layers",       "--width",          "--heads",     "--seq",        "--batch",        "--microbatches",
     "--stages",       "--steps",          "--log-every", "--threads",    "--seed",         "--lr",
@@ -296,6 +299,7 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!strcmp(name, "--json")) o->json = 1;
             if (!strcmp(name, "--balance-stages")) o->cfg.balance_stages = 1;
             if (!strcmp(name, "--auto")) o->auto_layout = 1;
+            if (!strcmp(name, "--fsdp")) o->fsdp = 1;
             continue;
         }
         if (!is_one_of(name, valued, sizeof valued / sizeof valued[0]))
@@ -453,6 +457,8 @@ static int parse_args(int argc, char **argv, options *o) {
         return bad_option(
             "--trace and --timeline need --runtime local (each MPI process sees only its rank)");
     if (o->save_every && !o->save) return bad_option("--save-every needs --save PATH");
+    if (o->fsdp && o->replicas < 2)
+        return bad_option("--fsdp shards over the data-parallel replicas: give --data-parallel R with R >= 2");
     if (o->data && o->tokens)
         return bad_option("--data (the bytes of a text) and --tokens (a token file) are two sources of "
                           "data; give one");
@@ -788,12 +794,13 @@ int main(int argc, char **argv) {
     so.seed = o.seed;
     so.runtime = o.mpi ? MPMD_RUNTIME_MPI : MPMD_RUNTIME_LOCAL;
     so.data_parallel = (int)o.replicas;
+    so.fsdp = o.fsdp;
     so.backend = o.backend;
     so.step_timeout = o.step_timeout;
     if (!(t.st = mpmd_jit_with_loop(m.g, t.sched, &so, &err)))
         return fail(&t, "%s%s", err.msg, strstr(err.msg, "threads_per_rank") ?  " (" PROG ": --threads N)" : "");
     /* for the bubble and the pictures: two clock reads per instruction */
-    if (t.sched) mpmd_step_set_recording(t.st, 1);
+    if (t.sched || o.fsdp) mpmd_step_set_recording(t.st, 1);
     /* --eval: the loss alone, compiled like the training step (forward only) */
     gpt_model em;
     memset(&em, 0, sizeof em);
@@ -826,10 +833,10 @@ int main(int argc, char **argv) {
                c->tie_embeddings ? " (tied embeddings)" : "");
         if (t.sched)
             printf("pipeline: %s on %s%s\n", t.sched->name, o.mpi ? "MPI processes" : "in-process ranks",
-                   o.replicas > 1 ? ", data-parallel replicas" : "");
+                   o.fsdp ? ", FSDP replicas" : o.replicas > 1 ? ", data-parallel replicas" : "");
         else
             printf("pipeline: none (the one-rank microbatch loop%s)\n",
-                   o.replicas > 1 ? ", data-parallel replicas" : "");
+                   o.fsdp ? ", FSDP replicas" : o.replicas > 1 ? ", data-parallel replicas" : "");
         if (o.tokens)
             printf("data: %s, %lld tokens", o.tokens, (long long)corpus.len);
         else
@@ -946,7 +953,7 @@ int main(int argc, char **argv) {
             if (fclose(f) || ws) return fail(&t, "writing %s failed", o.timeline);
         }
     }
-    if (t.sched && !t.mpi && !o.quiet && !o.json) mpmd_step_print_summary(t.st, stdout, &err);
+    if ((t.sched || o.fsdp) && !t.mpi && !o.quiet && !o.json) mpmd_step_print_summary(t.st, stdout, &err);
     char hex[65];
     mpmd_step_params_sha256(t.st, hex); /* collective under MPI */
     double measured_ms = NAN;

@@ -86,6 +86,22 @@ dploop=$("$gpt" "${model[@]}" --data-parallel 2 | tail -n 1)
 [ "$dp" = "$dploop" ] && [ "$dp" != "$ref" ] && ok "loop x 2 replicas = std1f1b x 2 replicas: $dp" ||
   bad "data-parallel loop: $dploop vs pipeline $dp (one replica: $ref)"
 
+# FSDP: each replica holds a shard of the parameters, gradients and AdamW
+# state, and the numbers are plain data parallelism's, on the loop and every
+# schedule (tied embeddings: a gradient summed over two ranks' shards)
+line=$("$gpt" "${model[@]}" --data-parallel 2 --fsdp | tail -n 1)
+[ "$line" = "$dp" ] && ok "fsdp, loop x 2 replicas: $line" || bad "fsdp loop x 2: $line vs data parallel $dp"
+while read -r name stages ranks extra; do
+  line=$("$gpt" "${model[@]}" --schedule "$name" --stages "$stages" --ranks "$ranks" $extra --data-parallel 2 --fsdp 2>&1 |
+    tail -n 1)
+  [ "$line" = "$dp" ] && ok "fsdp, $name S=$stages D=$ranks x 2 replicas" ||
+    bad "fsdp, $name S=$stages D=$ranks $extra x 2: $line vs data parallel $dp"
+done <<<"$schedules"
+dp3=$("$gpt" "${model[@]}" --precision bf16 --batch 12 --schedule std1f1b --stages 2 --data-parallel 3 | tail -n 1)
+line=$("$gpt" "${model[@]}" --precision bf16 --batch 12 --schedule std1f1b --stages 2 --data-parallel 3 --fsdp | tail -n 1)
+[ "$line" = "$dp3" ] && ok "fsdp, bf16, std1f1b x 3 replicas (padded shards): $line" ||
+  bad "fsdp bf16 x 3: $line vs data parallel $dp3"
+
 # under mpirun when this build has MPI (a build without it says "no MPI")
 probe=$("$gpt" "${model[@]}" --schedule std1f1b --stages 2 --runtime mpi 2>&1)
 if ! [ -x "$(command -v mpirun)" ] || grep -q "no MPI" <<<"$probe"; then
@@ -99,6 +115,11 @@ else
   [ "$line" = "$ref16" ] && ok "mpirun -np 2, bf16: $line" || bad "mpirun -np 2, bf16: $line vs $ref16"
   line=$("$src/tests/mpirun.sh" shm 2 "$gpt" "${model[@]}" --data-parallel 2 --runtime mpi 2>&1 | tail -n 1)
   [ "$line" = "$dp" ] && ok "mpirun -np 2, loop x 2 replicas: $line" || bad "mpirun -np 2, loop x 2 replicas: $line vs $dp"
+  line=$("$src/tests/mpirun.sh" shm 2 "$gpt" "${model[@]}" --data-parallel 2 --fsdp --runtime mpi 2>&1 | tail -n 1)
+  [ "$line" = "$dp" ] && ok "mpirun -np 2, fsdp loop x 2 replicas: $line" || bad "mpirun -np 2, fsdp: $line vs $dp"
+  line=$("$src/tests/mpirun.sh" shm 4 "$gpt" "${model[@]}" --schedule std1f1b --stages 2 --data-parallel 2 --fsdp \
+    --runtime mpi 2>&1 | tail -n 1)
+  [ "$line" = "$dp" ] && ok "mpirun -np 4, fsdp std1f1b x 2 replicas: $line" || bad "mpirun -np 4, fsdp: $line vs $dp"
   lref=$("$llama" "${model[@]}" --heads 4 --kv-heads 2 --dropout 0.1 | tail -n 1)
   line=$("$src/tests/mpirun.sh" shm 2 "$llama" "${model[@]}" --heads 4 --kv-heads 2 --dropout 0.1 --schedule std1f1b \
     --stages 2 --runtime mpi 2>&1 | tail -n 1)
@@ -116,6 +137,26 @@ six=$("$gpt" "${model[@]}" --steps 6 --schedule std1f1b --stages 2 | tail -n 1)
 "$gpt" "${model[@]}" --steps 3 --schedule gpipe --stages 4 --save "$tmp/ck.safetensors" >/dev/null
 resumed=$("$gpt" "${model[@]}" --steps 6 --resume "$tmp/ck.safetensors" | tail -n 1)
 [ "$six" = "$resumed" ] && ok "resume: 3 steps on 4 ranks + 3 on one rank = 6 straight" || bad "resume: $resumed vs $six"
+# checkpoints are layout-free under FSDP: written sharded, loaded whole or
+# sharded otherwise (in-process and under mpirun), the same file bytes
+six=$("$gpt" "${model[@]}" --steps 6 --data-parallel 2 | tail -n 1)
+"$gpt" "${model[@]}" --steps 3 --data-parallel 2 --fsdp --schedule gpipe --stages 4 --save "$tmp/fsdp.safetensors" >/dev/null
+"$gpt" "${model[@]}" --steps 3 --data-parallel 2 --save "$tmp/dp.safetensors" >/dev/null
+resumed=$("$gpt" "${model[@]}" --steps 6 --data-parallel 2 --resume "$tmp/fsdp.safetensors" | tail -n 1)
+resumed2=$("$gpt" "${model[@]}" --steps 6 --data-parallel 2 --fsdp --schedule std1f1b --stages 2 \
+  --resume "$tmp/dp.safetensors" | tail -n 1)
+[ "$six" = "$resumed" ] && [ "$six" = "$resumed2" ] && cmp -s "$tmp/fsdp.safetensors" "$tmp/dp.safetensors" &&
+  ok "resume: fsdp <-> plain data parallel checkpoints, the same file and the same 6 steps" ||
+  bad "fsdp resume: $resumed / $resumed2 vs $six"
+if [ -x "$(command -v mpirun)" ] && ! grep -q "no MPI" <<<"$probe"; then
+  "$src/tests/mpirun.sh" shm 4 "$gpt" "${model[@]}" --steps 3 --data-parallel 2 --fsdp --schedule std1f1b --stages 2 \
+    --runtime mpi --save "$tmp/fsdp_mpi.safetensors" >/dev/null 2>&1
+  resumed=$("$src/tests/mpirun.sh" shm 2 "$gpt" "${model[@]}" --steps 6 --data-parallel 2 --fsdp --runtime mpi \
+    --resume "$tmp/dp.safetensors" 2>&1 | tail -n 1)
+  cmp -s "$tmp/fsdp_mpi.safetensors" "$tmp/dp.safetensors" && [ "$six" = "$resumed" ] &&
+    ok "mpirun, fsdp: saved sharded = the in-process file; resumed sharded = 6 straight" ||
+    bad "mpirun fsdp checkpoints: $resumed vs $six"
+fi
 # with dropout: the masks of steps 4..6 are those of the straight run
 six=$("$llama" "${model[@]}" --dropout 0.1 --steps 6 --schedule std1f1b --stages 2 | tail -n 1)
 "$llama" "${model[@]}" --dropout 0.1 --steps 3 --schedule gpipe --stages 4 --save "$tmp/ckd.safetensors" >/dev/null
@@ -192,6 +233,7 @@ expect 2 "--layers must be between" --layers 0
 expect 2 "unknown schedule" --schedule fast
 expect 2 "--precision is f32, bf16 or f16" --precision fp8
 expect 2 "--remat is none, block or dots" --remat all
+expect 2 "--fsdp shards over the data-parallel replicas: give --data-parallel R with R >= 2" --fsdp
 expect 2 "the directory /nonexistent does not exist" --save /nonexistent/ck.safetensors --steps 1
 expect 2 "--trace $tmp: is a directory" --schedule gpipe --stages 2 --trace "$tmp" --steps 1
 expect 2 "--fuse-steady-state applies to interleaved1f1b and kimik2, not to gpipe" --schedule gpipe --stages 2 --fuse-steady-state

@@ -90,6 +90,15 @@ sys.exit(0 if abs(la - lb) <= rel * abs(lb) else 1)
 PY
 }
 close "$dp" "$dpc" 1e-3 && ok "$backend data-parallel 2: $dp (cpu: $dpc)" || bad "$backend data-parallel: $dp vs cpu $dpc"
+# FSDP on this backend: the replicas' shards give data parallelism's bits
+for precision in f32 bf16; do
+  ref=$("$gpt" "${model[@]}" --backend "$backend" --precision $precision --schedule std1f1b --stages 2 \
+    --data-parallel 2 2>&1 | tail -n 1)
+  line=$("$gpt" "${model[@]}" --backend "$backend" --precision $precision --schedule std1f1b --stages 2 \
+    --data-parallel 2 --fsdp 2>&1 | tail -n 1)
+  [ "$line" = "$ref" ] && ok "$backend $precision fsdp std1f1b x 2 replicas: $line" ||
+    bad "$backend $precision fsdp: $line vs data parallel $ref"
+done
 
 # 20 steps (f32), then 50 steps (bf16) of a slightly larger model: the
 # loss tracks the CPU's, to f32 rounding, then to bf16's

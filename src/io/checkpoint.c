@@ -77,9 +77,15 @@ static void *stage(state_view *v, int node, int rank, int replica, size_t bytes)
         if (!ns) return v->failed = 1, NULL;
         v->stg = ns, v->capstg = cap;
     }
-    void *host = malloc(bytes ? bytes : 1);
+    void *host = calloc(1, bytes ? bytes : 1);
     if (!host) return v->failed = 1, NULL;
-    mpmd_status rc = mpmd_runtime_read((mpmd_step *)v->target, rank, replica, node, host, bytes);
+    mpmd_step *st = v->target;
+    /* an MPI process holds one shard of a sharded value (FSDP): a save
+     * gathers it whole from every replica (step_write), a load writes this
+     * replica's part of the file's value (view_commit) */
+    mpmd_status rc = mpmd_sharded(st->plan, node) && st->runtime == MPMD_RUNTIME_MPI
+                         ? MPMD_OK
+                         : mpmd_runtime_read(st, rank, replica, node, host, bytes);
     if (rc) {
         free(host);
         return v->failed = 1, NULL;
@@ -108,7 +114,8 @@ typedef int (*holders_fn)(state_view *view, mpmd_value v, void **out, int cap);
 
 /* Every copy of a step's state value: each rank holding it, each
  * data-parallel replica of that rank, in (rank, replica) order. Under MPI
- * only the copies this process holds. */
+ * only the copies this process holds. A device holder, or a replica holding
+ * a shard (FSDP), is a host copy of the whole value (stage). */
 static int step_holders(state_view *view, mpmd_value v, void **out, int cap) {
     mpmd_step *st = view->target;
     int replicas = st->plan->replicas > 1 ? st->plan->replicas : 1, k = 0;
@@ -116,7 +123,7 @@ static int step_holders(state_view *view, mpmd_value v, void **out, int cap) {
         if (!mpmd_runs_on(st->plan, v.id, r)) continue;
         for (int d = 0; d < replicas && k < cap; d++) {
             void *p = mpmd_runtime_replica_value(st, r, d, v.id);
-            if (!p && !st->plan->be->host_memory && mpmd_runtime_holds(st, r, d, v.id))
+            if (!p && (!st->plan->be->host_memory || mpmd_sharded(st->plan, v.id)) && mpmd_runtime_holds(st, r, d, v.id))
                 p = stage(view, v.id, r, d, mpmd_type_bytes(&st->plan->g->nodes[v.id].type));
             if (p) out[k++] = p;
         }
