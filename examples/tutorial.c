@@ -29,8 +29,23 @@
  *
  *     build/examples/tutorial [--steps N] [--d-model N] [--seq N] [--threads N] [--print-program]
  *
+ * With --fsdp it goes on as the notebook's baseline does, with the
+ * parameters sharded inside the data axis (FSDP, ZeRO-3), 4 replicas of
+ * the batch's share in all:
+ *
+ *   4. FSDP only: the loop on 4 replicas, 2 sequences each;
+ *   5. the pipeline with FSDP inside: Interleaved1F1B(num_stages=4,
+ *      mpmd_dim=2) with 2 FSDP replicas of each rank, 4 sequences each.
+ *
+ * Each is checked bitwise against plain data parallelism of the same
+ * layout (the same graph, every replica holding every parameter), and
+ * prints the parameter and optimizer-state bytes a rank holds either way.
+ * (The replicas average their losses and gradients, so these runs train
+ * as the loop does but not with its bits.)
+ *
  * Exit status: 0 when every pipelined run matches the one-rank loop
- * bitwise, 1 when one does not or a run fails, 2 for bad options.
+ * bitwise (and every FSDP run its data-parallel twin), 1 when one does not
+ * or a run fails, 2 for bad options.
  */
 #include "program.h"
 #include "mpmd.h"
@@ -62,11 +77,13 @@ static const char *usage = "usage: tutorial [options]\n"
                            "  --backend NAME     cpu (default) or cuda, for every run\n"
                            "  --precision P      compute dtype of the Blocks: f32 (default) or bf16\n"
                            "  --print-program    also print each pipelined step's per-rank programs\n"
+                           "  --fsdp             then FSDP: the loop on 4 sharded replicas, and the\n"
+                           "                     pipeline on 2 ranks with 2 sharded replicas each\n"
                            "  --help             this text\n";
 
 typedef struct options {
     long long steps, d_model, seq, threads;
-    int print_program;
+    int print_program, fsdp;
     const char *backend;
     mpmd_dtype precision;
 } options;
@@ -105,6 +122,7 @@ static int parse_args(int argc, char **argv, options *o) {
     o->seq = 32;
     o->threads = 0;
     o->print_program = 0;
+    o->fsdp = 0;
     o->backend = NULL;
     o->precision = MPMD_F32;
     for (int i = 1; i < argc; i++) {
@@ -115,6 +133,10 @@ static int parse_args(int argc, char **argv, options *o) {
         }
         if (!strcmp(a, "--print-program")) {
             o->print_program = 1;
+            continue;
+        }
+        if (!strcmp(a, "--fsdp")) {
+            o->fsdp = 1;
             continue;
         }
         if (!strcmp(a, "--precision")) {
@@ -196,14 +218,15 @@ typedef struct model {
 /* The Transformer of NUM_LAYERS Blocks; with num_stages > 0 it is the
  * notebook's AnnotatedTransformer: a stage marker after every
  * NUM_LAYERS / num_stages Blocks, the last one after the loss. */
-static mpmd_status build(const options *o, int num_stages, model *m, mpmd_error *err) {
+static mpmd_status build_share(const options *o, int num_stages, int64_t batch, int num_mb, model *m,
+                               mpmd_error *err) {
     mpmd_graph *g = m->g = mpmd_graph_new();
     if (!g) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
     const int64_t C = o->d_model, T = o->seq;
-    m->x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(BATCH, T, C));
-    m->targets = mpmd_input(g, "targets", MPMD_F32, MPMD_SHAPE(BATCH, T, C));
+    m->x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(batch, T, C));
+    m->targets = mpmd_input(g, "targets", MPMD_F32, MPMD_SHAPE(batch, T, C));
 
-    mpmd_loop_begin(g, NUM_MB); /* jaxpp.api.treduce over the microbatches */
+    mpmd_loop_begin(g, num_mb); /* jaxpp.api.treduce over the microbatches */
     mpmd_value x = mpmd_microbatch(g, m->x), t = mpmd_microbatch(g, m->targets);
     x = mpmd_cast(g, x, o->precision); /* the Blocks compute in it; their parameters stay f32 */
     for (int i = 0; i < NUM_LAYERS; i++) {
@@ -236,6 +259,11 @@ static mpmd_status build(const options *o, int num_stages, model *m, mpmd_error 
     if (mpmd_graph_status(g) != MPMD_OK)
         return mpmd_error_set(err, mpmd_graph_status(g), "building the model: %s", mpmd_graph_error(g));
     return MPMD_OK;
+}
+
+/* The whole batch in NUM_MB microbatches. */
+static mpmd_status build(const options *o, int num_stages, model *m, mpmd_error *err) {
+    return build_share(o, num_stages, BATCH, NUM_MB, m, err);
 }
 
 /* What a run leaves for the comparison. */
@@ -378,6 +406,59 @@ done:
     return rc;
 }
 
+/* Parameter and optimizer-state bytes rank 0 holds. */
+static long long state_bytes(const mpmd_step *st) {
+    mpmd_memory_stats ms;
+    return mpmd_step_memory(st, 0, &ms) ? -1 : (long long)(ms.parameters + ms.optimizer_state);
+}
+
+/* `replicas` replicas of each of `ranks` ranks (the loop when num_stages is
+ * 0), each on BATCH / replicas sequences in `num_mb` microbatches: plain
+ * data parallelism, then FSDP, which must give its bits. Returns 0 when it
+ * did. */
+static int sharded(const options *o, const char *title, int num_stages, int ranks, int replicas, int num_mb,
+                   const float *x, const float *t, double loop_ms) {
+    model m;
+    mpmd_error err;
+    mpmd_schedule *s = NULL;
+    mpmd_step *st[2] = {NULL, NULL};
+    run_result res[2] = {{NULL, "", 0}, {NULL, "", 0}};
+    int rc = 1;
+    printf("\n== %s ==\n", title);
+    if (build_share(o, num_stages, BATCH / replicas, num_mb, &m, &err) ||
+        (num_stages && mpmd_schedule_interleaved1f1b(num_stages, ranks, num_mb, 0, &s, &err))) {
+        fprintf(stderr, "tutorial: %s\n", err.msg);
+        goto done;
+    }
+    for (int k = 0; k < 2; k++) {
+        mpmd_step_opts so = MPMD_STEP_DEFAULTS;
+        so.backend = o->backend;
+        so.data_parallel = replicas;
+        so.fsdp = k;
+        printf(k ? "  FSDP: each replica holds 1/%d of the parameters, gradients and AdamW state\n"
+                 : "  plain data parallelism over %d replicas (every replica holds every parameter)\n",
+               replicas);
+        if (!(st[k] = mpmd_jit_with_loop(m.g, s, &so, &err)) || !(res[k].losses = malloc((size_t)o->steps * sizeof(float)))) {
+            fprintf(stderr, "tutorial: %s\n", st[k] ? "out of memory" : err.msg);
+            goto done;
+        }
+        runner r = {NULL, st[k]};
+        if (train(&r, &m, o, x, t, &res[k])) goto done;
+        printf("  rank 0 holds %lld bytes of parameters and optimizer state; %.2fx the one-rank loop's speed\n",
+               state_bytes(st[k]), loop_ms / res[k].median_ms);
+    }
+    int same = !strcmp(res[0].sha, res[1].sha) && !memcmp(res[0].losses, res[1].losses, (size_t)o->steps * sizeof(float));
+    printf("  FSDP holds %.2fx the state bytes of plain data parallelism; bitwise equal to it: %s\n",
+           (double)state_bytes(st[1]) / (double)state_bytes(st[0]), same ? "yes" : "no");
+    rc = same ? 0 : 1;
+done:
+    for (int k = 0; k < 2; k++)
+        free(res[k].losses), mpmd_step_free(st[k]);
+    mpmd_schedule_free(s);
+    mpmd_graph_free(m.g);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     program_start("tutorial", argv);
     options o;
@@ -425,6 +506,15 @@ int main(int argc, char **argv) {
     /* 2. and 3. Pipelined over 4 ranks: 4 stages, then 8. */
     int bad = pipelined(&o, NUM_RANKS, x, t, &ref);
     bad |= pipelined(&o, NUM_LAYERS, x, t, &ref);
+    /* 4. and 5. FSDP inside the data axis, with and without a pipeline */
+    if (o.fsdp) {
+        bad |= sharded(&o, "FSDP only: the loop on 4 replicas, 2 sequences each in 2 microbatches", 0, 1, 4, 2, x, t,
+                       ref.median_ms);
+        bad |= sharded(&o,
+                       "pipeline with FSDP inside: Interleaved1F1B(num_stages=4, mpmd_dim=2) x 2 replicas, 4 "
+                       "sequences each in 4 microbatches",
+                       4, 2, 2, NUM_MB, x, t, ref.median_ms);
+    }
     rc = bad ? 1 : 0;
 done:
     mpmd_exec_free(ex);
