@@ -154,7 +154,55 @@ static void check(int R, const mpmd_schedule *s, const char *label) {
     mpmd_graph_free(m.g);
 }
 
+/* What FSDP refuses and what it leaves whole: data_parallel 1 is an error
+ * naming the option; a gradient read by another op after the loop (here
+ * its norm) keeps that parameter's group whole, the other one is sharded,
+ * and the numbers are still plain data parallelism's. */
+static void fsdp_edges(void) {
+    model m = build();
+    mpmd_step_opts o = MPMD_STEP_DEFAULTS;
+    o.threads_per_rank = 1;
+    o.fsdp = 1;
+    mpmd_error err;
+    mpmd_step *st = mpmd_jit_with_loop(m.g, NULL, &o, &err);
+    CHECK(!st && strstr(err.msg, "fsdp shards the parameters over the data axis, but data_parallel is 1"),
+          "fsdp without replicas: %s", st ? "compiled" : err.msg);
+    mpmd_step_free(st);
+    mpmd_value norm = mpmd_sum(m.g, mpmd_square(m.g, m.g1), MPMD_ALL_AXES, MPMD_DROP_DIMS);
+    mpmd_keep(m.g, norm);
+    float x[2 * ROWS * W];
+    tu_fill(x, 2 * ROWS * W, 77);
+    char hex[2][65];
+    float nrm[2];
+    for (int k = 0; k < 2; k++) {
+        o.data_parallel = 2;
+        o.fsdp = k;
+        st = mpmd_jit_with_loop(m.g, NULL, &o, &err);
+        CHECK(st != NULL, "%s", err.msg);
+        if (!st) continue;
+        CHECK(mpmd_step_set_input(st, m.x, x, sizeof x) == MPMD_OK && mpmd_step_run(st) == MPMD_OK &&
+                  mpmd_step_read(st, norm, &nrm[k], sizeof nrm[k]) == MPMD_OK,
+              "run: %s", mpmd_step_error(st));
+        mpmd_step_params_sha256(st, hex[k]);
+        if (k) {
+            char *text = NULL;
+            size_t len = 0;
+            FILE *f = open_memstream(&text, &len);
+            mpmd_step_print(st, f);
+            fclose(f);
+            CHECK(text && strstr(text, "FSDP (1 parameters sharded)") && strstr(text, "reduce_scatter %") &&
+                      strstr(text, "all_gather for fwd_0"),
+                  "the plan of w1 whole (its gradient's norm) and w2 sharded: %.300s", text ? text : "");
+            free(text);
+        }
+        mpmd_step_free(st);
+    }
+    CHECK(!strcmp(hex[0], hex[1]) && nrm[0] == nrm[1], "fsdp with a gradient norm: not data parallelism's bits");
+    mpmd_graph_free(m.g);
+}
+
 int main(void) {
+    fsdp_edges();
     mpmd_schedule *s;
     mpmd_error err;
     if (mpmd_schedule_std1f1b(2, MB, &s, &err)) return 1;
