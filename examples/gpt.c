@@ -110,6 +110,9 @@ static const char *usage =
     "  --runtime local|mpi   ranks as threads of this process (default), or MPI processes\n"
     "                        (start with mpirun -np D*R)\n"
     "  --data-parallel R     replicas of every rank, each on batch/R sequences (default 1)\n"
+    "  --tensor-parallel M   split every block over M model ranks, Megatron's way (attention by\n"
+    "                        heads, MLP by its hidden width; an all-reduce after each); M ranks\n"
+    "                        per rank and replica (under MPI: mpirun -np D*R*M)\n"
     "  --fsdp                shard parameters, gradients and AdamW state over the R replicas\n"
     "                        (ZeRO-3): each holds 1/R, tasks gather what they read; the same\n"
     "                        numbers as plain --data-parallel R\n"
@@ -231,7 +234,7 @@ static const char *const valued[] = {
     "--trace",        "--timeline",       "--save",      "--save-every", "--resume",       "--backend",
     "--precision",    "--export-weights", "--dtype",     "--remat",      "--memory-limit", "--timeline-width",
     "--step-timeout", "--tokens",         "--init-from", "--vocab",        "--dropout",      "--eval",
-    "--generate",     "--prompt",         "--temperature", "--top-k",  "--attention",
+    "--generate",     "--prompt",         "--temperature", "--top-k",  "--attention",  "--tensor-parallel",
 #ifdef GPT_PROGRAM_LLAMA
     "--kv-heads",     "--mlp-hidden",     "--rope-base",
 #endif
@@ -363,6 +366,9 @@ static int parse_args(int argc, char **argv, options *o) {
             rc = parse_int(name, val, 1, 4096, &o->ranks);
         } else if (!strcmp(name, "--data-parallel")) {
             rc = parse_int(name, val, 1, 4096, &o->replicas);
+        } else if (!strcmp(name, "--tensor-parallel")) {
+            long long tp;
+            if (!(rc = parse_int(name, val, 1, 4096, &tp))) o->cfg.tensor_parallel = (int)tp;
         } else if (!strcmp(name, "--seed")) {
             if (!(rc = parse_int(name, val, 0, INT64_MAX, &v))) o->seed = (unsigned long long)v;
         } else if (!strcmp(name, "--lr")) {

@@ -406,6 +406,48 @@ MPMD_NODISCARD mpmd_value mpmd_attention(mpmd_graph *g, mpmd_value q, mpmd_value
 mpmd_status mpmd_set_fused_attention(mpmd_graph *g, int fused);
 
 /* ------------------------------------------------------------------------ */
+/* Tensor parallelism: the mesh's model axis                                 */
+/* ------------------------------------------------------------------------ */
+
+/* The graph describes one of m model ranks (JAX's shard_map body over the
+ * "model" axis, Megatron's tensor-parallel rank): a step of it runs m
+ * ranks per pipeline rank and replica (in-process threads, or under MPI
+ * mpirun -np stages x data_parallel x m). Call it before building
+ * anything. With m > 1 the layers split themselves Megatron's way:
+ * mpmd_self_attention by heads (name/qkv by output columns, name/out by
+ * input rows, an all-reduce after it), mpmd_mlp and mpmd_swiglu_mlp by
+ * their hidden width (first dense layers by columns, the last by rows, an
+ * all-reduce after it), mpmd_rope_attention by heads and key/value heads;
+ * norms and embeddings stay whole on every rank. A width, head count or
+ * hidden size that m does not divide is an error naming the layer. Results
+ * are those of the unsplit model up to the order of the split sums (float
+ * rounding), the same run to run and in-process or under MPI. Default 1. */
+mpmd_status mpmd_set_tensor_parallel(mpmd_graph *g, int m);
+int mpmd_tensor_parallel(const mpmd_graph *g);
+/* A parameter split over the model axis: dims is the whole parameter's
+ * shape, initialised as the whole one would be (name and seed), and this
+ * rank holds its part along `axis`, which groups * m must divide: the axis
+ * seen as [groups, m, n / (groups m)], rank r holds [:, r, :] (groups 3
+ * for a fused q|k|v kernel split by heads). Checkpoints, reads and hashes
+ * see the whole parameter. */
+MPMD_NODISCARD mpmd_value mpmd_param_split(mpmd_graph *g, const char *name, int ndim, const int64_t *dims,
+                                           mpmd_init init, int axis, int groups);
+/* Collectives over a mesh axis (only "model" in the graph; the data axis is
+ * the step's: data_parallel, fsdp), summing in rank order on every rank:
+ *   all_reduce      the sum over the ranks; gradient: the cotangent
+ *   pvary           x (equal on every rank); gradient: all_reduce
+ *   all_gather      the ranks' x concatenated along dim, in rank order;
+ *                   gradient: this rank's slice of the cotangent
+ *   reduce_scatter  this rank's slice along dim of the sum (m divides it);
+ *                   gradient: all_gather
+ * The gradients take the cotangent to be equal on every model rank, as it
+ * is for a loss computed the same on each (Megatron's f and g). */
+MPMD_NODISCARD mpmd_value mpmd_all_reduce(mpmd_graph *g, mpmd_value x, const char *axis);
+MPMD_NODISCARD mpmd_value mpmd_pvary(mpmd_graph *g, mpmd_value x, const char *axis);
+MPMD_NODISCARD mpmd_value mpmd_all_gather(mpmd_graph *g, mpmd_value x, int dim, const char *axis);
+MPMD_NODISCARD mpmd_value mpmd_reduce_scatter(mpmd_graph *g, mpmd_value x, int dim, const char *axis);
+
+/* ------------------------------------------------------------------------ */
 /* The microbatch loop and pipeline stages                                    */
 /* ------------------------------------------------------------------------ */
 

@@ -215,6 +215,7 @@ static mpmd_status build(const gpt_config *cfg, int mode, gpt_model *m, mpmd_err
     m->cfg = *c;
     mpmd_graph *g = m->g = mpmd_graph_new();
     if (!g) return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory for the graph");
+    if (c->tensor_parallel > 1) mpmd_set_tensor_parallel(g, c->tensor_parallel); /* the blocks split themselves */
     mpmd_set_compute_dtype(g, c->compute); /* the layers cast their f32 parameters to it */
     mpmd_set_fused_attention(g, c->fused_attention);
 

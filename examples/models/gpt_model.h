@@ -57,6 +57,7 @@ typedef struct gpt_config {
                            this mpmd_remat_policy (SAVE_NOTHING: "block", SAVE_DOTS: "dots") */
     int fused_attention; /* 1: mpmd_attention's fused op; 0: the composition that keeps the
                             probabilities (mpmd_set_fused_attention) */
+    int tensor_parallel; /* model ranks each block is split over (mpmd_set_tensor_parallel); 0 or 1: none */
     float dropout;      /* dropout rate of the embeddings and of every block's residual branches
                            (GPT-2's embd_pdrop and resid_pdrop); 0: none */
     int arch;           /* GPT_ARCH_GPT2 or GPT_ARCH_LLAMA (the fields below) */

@@ -127,7 +127,7 @@ static mpmd_status finish(mpmd_plan *pl, mpmd_error *err) {
     if (!pl->kern) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
     for (int i = 0; i < g->n_nodes; i++) {
         const mpmd_node *n = &g->nodes[i];
-        if (!pl->live[i] || (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) ||
+        if (!pl->live[i] || (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL | MPMD_OPF_COLLECTIVE)) ||
             n->op == &mpmd_op_assign)
             continue;
         if (!(pl->kern[i] = pl->be->find(n->op)))
@@ -149,6 +149,7 @@ mpmd_plan *mpmd_compile_loop(const mpmd_graph *g, const mpmd_backend *be, int re
     pl->be = be;
     pl->replicas = replicas;
     pl->fsdp = fsdp && replicas > 1;
+    pl->model = g->model_parallel > 1 ? g->model_parallel : 1;
     pl->recv_ahead = recv_ahead;
     pl->num_ranks = 1;
     pl->num_stages = 1;
@@ -190,6 +191,7 @@ mpmd_plan *mpmd_compile(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_
     pl->be = be;
     pl->replicas = replicas;
     pl->fsdp = fsdp && replicas > 1;
+    pl->model = g->model_parallel > 1 ? g->model_parallel : 1;
     pl->recv_ahead = recv_ahead;
     pl->num_ranks = s->num_ranks;
     pl->num_stages = s->num_stages;
@@ -245,6 +247,7 @@ void mpmd_plan_print(const mpmd_plan *pl, FILE *f) {
             pl->num_ranks, pl->num_stages, pl->num_micro);
     if (pl->replicas > 1) fprintf(f, ", %d data-parallel replicas", pl->replicas);
     if (pl->fsdp) fprintf(f, ", FSDP (%d parameters sharded)", mpmd_plan_sharded_params(pl));
+    if (pl->model > 1) fprintf(f, ", %d model ranks (tensor parallel)", pl->model);
     fputc('\n', f);
     /* the task bodies, once: the ops of each (stage, kind) cluster */
     for (int s = 0; s < pl->num_stages; s++)

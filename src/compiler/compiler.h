@@ -161,6 +161,7 @@ typedef struct mpmd_plan {
     int num_ranks, num_stages, num_micro;
     int replicas; /* data-parallel replicas of every rank (mesh data axis) */
     int fsdp;     /* shard parameters, their optimizer state and gradients over the replicas */
+    int model;    /* model ranks of every rank and replica (mesh model axis, the graph's) */
     unsigned char *shard; /* [n_nodes] FSDP: 1 for a value each replica holds a shard of (shard.c) */
     int32_t **gather;     /* [S*4] FSDP: the sharded parameters task kind k reads, gather_n[k] */
     int32_t *gather_n;
@@ -213,6 +214,17 @@ size_t mpmd_gathered_bytes(const mpmd_plan *pl, int node);
 mpmd_status mpmd_plan_shards(mpmd_plan *pl, mpmd_error *err);
 /* How many parameters are sharded. */
 int mpmd_plan_sharded_params(const mpmd_plan *pl);
+
+/* ---- tensor parallelism (shard.c) ---- */
+
+/* Whether parameter or variable `node` is split over the model axis (a
+ * graph with mpmd_set_tensor_parallel > 1), and how (mpmd_param_split). */
+int mpmd_split_of(const mpmd_graph *g, int node, int *axis, int *groups);
+/* Its whole type (the node's type is one model rank's part). */
+mpmd_type mpmd_split_whole_type(const mpmd_graph *g, int node);
+/* Model rank m's part of the whole value: copied into the whole
+ * (to_whole) or out of it; a value not split is copied whole. */
+void mpmd_split_copy(const mpmd_graph *g, int node, int m, void *whole, void *part, int to_whole);
 
 /* The compiler's entry point (compile.c): check the graph against the
  * schedule, then cluster, place, lower, check the programs, build the

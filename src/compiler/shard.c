@@ -139,3 +139,55 @@ int mpmd_plan_sharded_params(const mpmd_plan *pl) {
         n += pl->shard[i] && pl->g->nodes[i].op == &mpmd_op_param;
     return n;
 }
+
+/* ---- tensor parallelism: values split over the model axis ---------------- */
+
+int mpmd_split_of(const mpmd_graph *g, int node, int *axis, int *groups) {
+    const mpmd_node *n = &g->nodes[node];
+    if (g->model_parallel < 2 || (n->op != &mpmd_op_param && n->op != &mpmd_op_variable) ||
+        n->ia[MPMD_SPLIT_AXIS] < 1)
+        return 0;
+    *axis = (int)n->ia[MPMD_SPLIT_AXIS] - 1;
+    *groups = (int)n->ia[MPMD_SPLIT_GROUPS];
+    return 1;
+}
+
+mpmd_type mpmd_split_whole_type(const mpmd_graph *g, int node) {
+    mpmd_type t = g->nodes[node].type;
+    int axis, groups;
+    if (mpmd_split_of(g, node, &axis, &groups)) t.dim[axis] *= g->model_parallel;
+    return t;
+}
+
+/* Model rank m's part of the whole value: the axis seen as [groups, M,
+ * n / (groups M)], rank m's part is [:, m, :]; outer x groups chunks of
+ * n / (groups M) x inner elements. `to_whole` copies the part into the
+ * whole value, else out of it. */
+void mpmd_split_copy(const mpmd_graph *g, int node, int m, void *whole, void *part, int to_whole) {
+    int axis, groups;
+    const mpmd_type *t = &g->nodes[node].type;
+    const size_t es = mpmd_dtype_size(t->dtype);
+    if (!mpmd_split_of(g, node, &axis, &groups)) {
+        if (to_whole)
+            memcpy(whole, part, mpmd_type_bytes(t));
+        else
+            memcpy(part, whole, mpmd_type_bytes(t));
+        return;
+    }
+    const int M = g->model_parallel;
+    int64_t outer = 1, inner = 1;
+    for (int k = 0; k < axis; k++)
+        outer *= t->dim[k];
+    for (int k = axis + 1; k < t->ndim; k++)
+        inner *= t->dim[k];
+    const size_t chunk = (size_t)(t->dim[axis] / groups * inner) * es; /* local dim = whole / M */
+    for (int64_t o = 0; o < outer; o++)
+        for (int gi = 0; gi < groups; gi++) {
+            char *w = (char *)whole + (((size_t)o * groups + (size_t)gi) * (size_t)M + (size_t)m) * chunk;
+            char *p = (char *)part + ((size_t)o * groups + (size_t)gi) * chunk;
+            if (to_whole)
+                memcpy(w, p, chunk);
+            else
+                memcpy(p, w, chunk);
+        }
+}

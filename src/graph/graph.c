@@ -72,6 +72,7 @@ mpmd_graph *mpmd_graph_new(void) {
     mpmd_graph *g = calloc(1, sizeof *g);
     if (!g) return NULL;
     g->region = MPMD_REGION_PRE;
+    g->model_parallel = 1;
     g->emit_stage = -1;
     g->emit_fwd = -1;
     return g;

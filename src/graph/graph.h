@@ -31,7 +31,8 @@ enum { MPMD_REGION_PRE = 0, MPMD_REGION_BODY = 1, MPMD_REGION_POST = 2 };
 enum {
     MPMD_OPF_LEAF = 1u << 0,        /* input, param, variable, constant: no kernel of its own */
     MPMD_OPF_SIDE_EFFECT = 1u << 1, /* writes persistent state; never removed */
-    MPMD_OPF_STRUCTURAL = 1u << 2   /* handled by the executor (microbatch, loop_reduce) */
+    MPMD_OPF_STRUCTURAL = 1u << 2,  /* handled by the executor (microbatch, loop_reduce) */
+    MPMD_OPF_COLLECTIVE = 1u << 3   /* run by the step's transport over the model axis (ops/collective.c) */
 };
 
 /* The gradient rule: given the node and the cotangent gy of its output
@@ -62,6 +63,13 @@ enum {
 };
 
 #define MPMD_NODE_IATTR 8
+/* A parameter split over the model axis (mpmd_param_split) and the Adam
+ * state made for it: ia[MPMD_SPLIT_AXIS] = the axis + 1 (0: whole on every
+ * model rank), ia[MPMD_SPLIT_GROUPS] = groups (the axis is seen as [groups,
+ * M, n / (groups M)] and rank m holds [:, m, :]). */
+enum { MPMD_SPLIT_AXIS = 6, MPMD_SPLIT_GROUPS = 7 };
+/* Mesh axes a collective names. */
+enum { MPMD_AXIS_MPMD = 0, MPMD_AXIS_DATA = 1, MPMD_AXIS_MODEL = 2 };
 #define MPMD_NODE_FATTR 4
 
 struct mpmd_node {
@@ -101,6 +109,7 @@ struct mpmd_graph {
     int n_markers;            /* markers in the body (forward) */
     mpmd_dtype compute_dtype; /* what mpmd_embed emits (mpmd_set_compute_dtype) */
     int unfused_attention;    /* mpmd_attention as a composition (mpmd_set_fused_attention(g, 0)) */
+    int model_parallel;       /* model ranks the graph is one of (mpmd_set_tensor_parallel), 1: none */
     float layer_dropout;      /* the blocks' dropout rate (mpmd_set_layer_dropout), 0: none */
     int n_dropout;            /* dropout ops made by mpmd_dropout so far: the next one's stream */
     /* a loop of one opened by a stage marker without mpmd_loop_begin: the
@@ -200,6 +209,8 @@ extern const mpmd_op_desc mpmd_op_input, mpmd_op_param, mpmd_op_variable, mpmd_o
 extern const mpmd_op_desc mpmd_op_microbatch, mpmd_op_loop_reduce, mpmd_op_stage_marker, mpmd_op_assign;
 /* The dtype conversion (src/ops/elementwise.c), which every backend runs itself. */
 extern const mpmd_op_desc mpmd_op_cast;
+extern const mpmd_op_desc mpmd_op_all_reduce, mpmd_op_pvary, mpmd_op_all_gather, mpmd_op_reduce_scatter,
+    mpmd_op_axis_slice;
 
 /* The value a node defines, and the value of its i-th input. */
 static inline mpmd_value mpmd_out(const mpmd_node *n) { return (mpmd_value){n->id}; }

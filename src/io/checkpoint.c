@@ -80,10 +80,10 @@ static void *stage(state_view *v, int node, int rank, int replica, size_t bytes)
     void *host = calloc(1, bytes ? bytes : 1);
     if (!host) return v->failed = 1, NULL;
     mpmd_step *st = v->target;
-    /* an MPI process holds one shard of a sharded value (FSDP): a save
-     * gathers it whole from every replica (step_write), a load writes this
-     * replica's part of the file's value (view_commit) */
-    mpmd_status rc = mpmd_sharded(st->plan, node) && st->runtime == MPMD_RUNTIME_MPI
+    /* an MPI process holds one part of a sharded value (FSDP) or one split
+     * over the model axis: a save gathers it whole (step_write), a load
+     * writes this process's part of the file's value (view_commit) */
+    mpmd_status rc = mpmd_runtime_partial(st, node) && st->runtime == MPMD_RUNTIME_MPI
                          ? MPMD_OK
                          : mpmd_runtime_read(st, rank, replica, node, host, bytes);
     if (rc) {
@@ -123,7 +123,7 @@ static int step_holders(state_view *view, mpmd_value v, void **out, int cap) {
         if (!mpmd_runs_on(st->plan, v.id, r)) continue;
         for (int d = 0; d < replicas && k < cap; d++) {
             void *p = mpmd_runtime_replica_value(st, r, d, v.id);
-            if (!p && (!st->plan->be->host_memory || mpmd_sharded(st->plan, v.id)) && mpmd_runtime_holds(st, r, d, v.id))
+            if (!p && (!st->plan->be->host_memory || mpmd_runtime_partial(st, v.id)) && mpmd_runtime_holds(st, r, d, v.id))
                 p = stage(view, v.id, r, d, mpmd_type_bytes(&st->plan->g->nodes[v.id].type));
             if (p) out[k++] = p;
         }
@@ -154,7 +154,7 @@ static mpmd_status view_build(const mpmd_graph *g, void *target, holders_fn hold
         entry *e = &v->e[i];
         e->value = vals[i];
         e->name = mpmd_value_name(g, vals[i]);
-        e->type = mpmd_value_type(g, vals[i]);
+        e->type = mpmd_split_whole_type(g, vals[i].id); /* a parameter split over the model axis: whole */
         e->ptr = v->ptrs + (size_t)i * (size_t)max_holders;
         e->nptr = holders(v, vals[i], e->ptr, max_holders);
         if (v->failed)

@@ -19,6 +19,41 @@ static mpmd_value layer_param(mpmd_graph *g, const char *name, int ndim, const i
     return p;
 }
 
+/* The same for a parameter split over the model axis (mpmd_param_split):
+ * dims whole, this rank's part along `axis`. */
+static mpmd_value layer_param_split(mpmd_graph *g, const char *name, int ndim, const int64_t *dims, mpmd_init init,
+                                    int axis, int groups) {
+    int saved = g->region;
+    if (g->region == MPMD_REGION_BODY) g->region = MPMD_REGION_PRE;
+    mpmd_value p = mpmd_param_split(g, name, ndim, dims, init, axis, groups);
+    g->region = saved;
+    return p;
+}
+
+/* Tensor parallelism (mpmd_set_tensor_parallel): a dense layer whole on
+ * every model rank, split by its output columns (each rank computes its
+ * columns from the whole input: the input goes through pvary, whose
+ * gradient sums the ranks' parts), or by its input rows (each rank's part
+ * of the input times its rows, summed over the ranks by an all-reduce; the
+ * bias, whole, added after). `groups` splits the columns in that many
+ * blocks each (a fused q|k|v kernel). */
+enum { DENSE_WHOLE = 0, DENSE_COLUMNS = 1, DENSE_ROWS = 2, DENSE_COLUMNS_VARIED = 3 };
+
+/* The input of several column-split layers: through pvary once, so that
+ * their input gradients are summed over the ranks by one all-reduce (each
+ * layer then takes DENSE_COLUMNS_VARIED). */
+static mpmd_value varied(mpmd_graph *g, mpmd_value x) {
+    return g->model_parallel > 1 ? mpmd_pvary(g, x, "model") : x;
+}
+
+/* A layer's size that the model axis must divide: 1 when it does. */
+static int model_divides(mpmd_graph *g, const char *fn, const char *name, const char *what, int64_t n) {
+    if (n % g->model_parallel == 0) return 1;
+    mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s%s%s\": %lld %s are not divisible by the model axis (tensor_parallel %d)",
+              fn, g->scope, g->scope[0] ? "/" : "", name, (long long)n, what, g->model_parallel);
+    return 0;
+}
+
 /* Every layer checks its input the same way before pushing its scope. */
 static int layer_input_ok(mpmd_graph *g, const char *fn, const char *name, mpmd_value x) {
     if (!mpmd_check_operands(g, fn, 1, &x)) return 0;
@@ -45,27 +80,49 @@ static mpmd_value like(mpmd_graph *g, mpmd_value p, mpmd_dtype dt) {
     return mpmd_is_value(p) ? mpmd_cast(g, p, dt) : p;
 }
 
-/* y = x @ kernel (+ bias): x [..., in], kernel [in, out], bias [out]. */
-mpmd_value mpmd_dense(mpmd_graph *g, const char *name, mpmd_value x, int64_t out, int use_bias) {
+/* y = x @ kernel (+ bias): x [..., in], kernel [in, out], bias [out]; with
+ * the model axis split as `mode` says (x is then this rank's part of the
+ * input for DENSE_ROWS, out the whole output width). */
+static mpmd_value dense(mpmd_graph *g, const char *name, mpmd_value x, int64_t out, int use_bias, int mode,
+                        int groups) {
     const char *fn = "mpmd_dense";
     if (!features_input_ok(g, fn, name, x)) return MPMD_NONE;
     mpmd_type xt = *mpmd_type_of(g, x);
     if (out < 1)
         return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": %lld output features; at least 1 is required", fn,
                          name, (long long)out);
+    const int M = g->model_parallel;
+    if (M < 2) mode = DENSE_WHOLE;
     int64_t in = xt.dim[xt.ndim - 1];
+    const int cols = mode == DENSE_COLUMNS || mode == DENSE_COLUMNS_VARIED;
+    const int64_t in_whole = mode == DENSE_ROWS ? in * M : in, out_here = cols ? out / M : out;
     mpmd_scope_push(g, name);
-    mpmd_value k = layer_param(g, "kernel", MPMD_SHAPE(in, out), MPMD_LECUN);
-    mpmd_value b = use_bias ? layer_param(g, "bias", MPMD_SHAPE(out), MPMD_ZEROS) : MPMD_NONE;
+    mpmd_value k, b = MPMD_NONE;
+    if (mode == DENSE_WHOLE) {
+        k = layer_param(g, "kernel", MPMD_SHAPE(in, out), MPMD_LECUN);
+        if (use_bias) b = layer_param(g, "bias", MPMD_SHAPE(out), MPMD_ZEROS);
+    } else if (cols) {
+        k = layer_param_split(g, "kernel", MPMD_SHAPE(in, out), MPMD_LECUN, 1, groups);
+        if (use_bias) b = layer_param_split(g, "bias", MPMD_SHAPE(out), MPMD_ZEROS, 0, groups);
+    } else {
+        k = layer_param_split(g, "kernel", MPMD_SHAPE(in_whole, out), MPMD_LECUN, 0, 1);
+        if (use_bias) b = layer_param(g, "bias", MPMD_SHAPE(out), MPMD_ZEROS);
+    }
     mpmd_scope_pop(g);
     k = like(g, k, xt.dtype);
     b = like(g, b, xt.dtype);
+    if (mode == DENSE_COLUMNS) x = mpmd_pvary(g, x, "model");
     /* A vector is a one-row matrix for the product. */
     mpmd_value x2 = xt.ndim == 1 ? mpmd_reshape(g, x, MPMD_SHAPE(1, in)) : x;
     mpmd_value y = mpmd_matmul(g, x2, k, 0);
-    if (xt.ndim == 1) y = mpmd_reshape(g, y, MPMD_SHAPE(out));
+    if (xt.ndim == 1) y = mpmd_reshape(g, y, MPMD_SHAPE(out_here));
+    if (mode == DENSE_ROWS) y = mpmd_all_reduce(g, y, "model");
     if (use_bias) y = mpmd_add(g, y, b);
     return y;
+}
+
+mpmd_value mpmd_dense(mpmd_graph *g, const char *name, mpmd_value x, int64_t out, int use_bias) {
+    return dense(g, name, x, out, use_bias, DENSE_WHOLE, 1);
 }
 
 /* A norm layer over the last axis: parameter name/scale (ones), and with a
@@ -108,9 +165,11 @@ mpmd_value mpmd_embed(mpmd_graph *g, const char *name, mpmd_value ids, int64_t v
 /* dense_0 (hidden) -> gelu -> dense_1 (out). */
 mpmd_value mpmd_mlp(mpmd_graph *g, const char *name, mpmd_value x, int64_t hidden, int64_t out) {
     if (!layer_input_ok(g, "mpmd_mlp", name, x)) return MPMD_NONE;
+    if (!model_divides(g, "mpmd_mlp", name, "hidden features", hidden)) return MPMD_NONE;
     mpmd_scope_push(g, name);
-    mpmd_value h = mpmd_gelu(g, mpmd_dense(g, "dense_0", x, hidden, 1));
-    mpmd_value y = mpmd_dense(g, "dense_1", h, out, 1);
+    /* tensor parallel: dense_0 by columns, dense_1 by rows */
+    mpmd_value h = mpmd_gelu(g, dense(g, "dense_0", x, hidden, 1, DENSE_COLUMNS, 1));
+    mpmd_value y = dense(g, "dense_1", h, out, 1, DENSE_ROWS, 1);
     mpmd_scope_pop(g);
     return y;
 }
@@ -131,13 +190,17 @@ mpmd_value mpmd_self_attention(mpmd_graph *g, const char *name, mpmd_value x, in
                          "%s \"%s\": %d heads do not divide the width %lld of the input %s", fn, name, heads,
                          (long long)c, mpmd_tstr(g, x));
     int64_t dh = c / heads;
+    if (!model_divides(g, fn, name, "heads", heads)) return MPMD_NONE;
+    /* tensor parallel: this rank's heads; qkv by columns (its q, k and v
+     * columns: three groups), out by rows */
+    const int64_t hl = heads / g->model_parallel, cl = hl * dh;
     mpmd_scope_push(g, name);
-    mpmd_value qkv = mpmd_dense(g, "qkv", x, 3 * c, 1);
-    mpmd_value q = mpmd_reshape(g, mpmd_slice(g, qkv, 2, 0, c), MPMD_SHAPE(b, t, heads, dh));
-    mpmd_value k = mpmd_reshape(g, mpmd_slice(g, qkv, 2, c, 2 * c), MPMD_SHAPE(b, t, heads, dh));
-    mpmd_value v = mpmd_reshape(g, mpmd_slice(g, qkv, 2, 2 * c, 3 * c), MPMD_SHAPE(b, t, heads, dh));
-    mpmd_value a = mpmd_reshape(g, mpmd_attention(g, q, k, v, causal), MPMD_SHAPE(b, t, c));
-    mpmd_value y = mpmd_dense(g, "out", a, c, 1);
+    mpmd_value qkv = dense(g, "qkv", x, 3 * c, 1, DENSE_COLUMNS, 3);
+    mpmd_value q = mpmd_reshape(g, mpmd_slice(g, qkv, 2, 0, cl), MPMD_SHAPE(b, t, hl, dh));
+    mpmd_value k = mpmd_reshape(g, mpmd_slice(g, qkv, 2, cl, 2 * cl), MPMD_SHAPE(b, t, hl, dh));
+    mpmd_value v = mpmd_reshape(g, mpmd_slice(g, qkv, 2, 2 * cl, 3 * cl), MPMD_SHAPE(b, t, hl, dh));
+    mpmd_value a = mpmd_reshape(g, mpmd_attention(g, q, k, v, causal), MPMD_SHAPE(b, t, cl));
+    mpmd_value y = dense(g, "out", a, c, 1, DENSE_ROWS, 1);
     mpmd_scope_pop(g);
     return y;
 }
@@ -151,9 +214,13 @@ mpmd_value mpmd_rms_norm_layer(mpmd_graph *g, const char *name, mpmd_value x, fl
  * without bias (LLaMA's). */
 mpmd_value mpmd_swiglu_mlp(mpmd_graph *g, const char *name, mpmd_value x, int64_t hidden, int64_t out) {
     if (!layer_input_ok(g, "mpmd_swiglu_mlp", name, x)) return MPMD_NONE;
+    if (!model_divides(g, "mpmd_swiglu_mlp", name, "hidden features", hidden)) return MPMD_NONE;
     mpmd_scope_push(g, name);
-    mpmd_value h = mpmd_mul(g, mpmd_silu(g, mpmd_dense(g, "gate", x, hidden, 0)), mpmd_dense(g, "up", x, hidden, 0));
-    mpmd_value y = mpmd_dense(g, "down", h, out, 0);
+    /* tensor parallel: gate and up by columns, down by rows */
+    x = varied(g, x);
+    mpmd_value h = mpmd_mul(g, mpmd_silu(g, dense(g, "gate", x, hidden, 0, DENSE_COLUMNS_VARIED, 1)),
+                            dense(g, "up", x, hidden, 0, DENSE_COLUMNS_VARIED, 1));
+    mpmd_value y = dense(g, "down", h, out, 0, DENSE_ROWS, 1);
     mpmd_scope_pop(g);
     return y;
 }
@@ -179,10 +246,19 @@ mpmd_value mpmd_rope_attention(mpmd_graph *g, const char *name, mpmd_value x, in
         return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": %d key/value heads do not divide the %d query heads", fn,
                          name, kv_heads, heads);
     int64_t dh = c / heads, rep = heads / kv_heads;
+    if (!model_divides(g, fn, name, "key/value heads", kv_heads)) return MPMD_NONE;
+    /* tensor parallel: this rank's query heads and the key/value heads they
+     * share; q, k, v by columns, o by rows */
+    const int M = g->model_parallel;
+    heads /= M, kv_heads /= M;
+    const int64_t cl = heads * dh;
     mpmd_scope_push(g, name);
-    mpmd_value q = mpmd_reshape(g, mpmd_dense(g, "q", x, c, 0), MPMD_SHAPE(b, t, heads, dh));
-    mpmd_value k = mpmd_reshape(g, mpmd_dense(g, "k", x, kv_heads * dh, 0), MPMD_SHAPE(b, t, kv_heads, dh));
-    mpmd_value v = mpmd_reshape(g, mpmd_dense(g, "v", x, kv_heads * dh, 0), MPMD_SHAPE(b, t, kv_heads, dh));
+    x = varied(g, x);
+    mpmd_value q = mpmd_reshape(g, dense(g, "q", x, c, 0, DENSE_COLUMNS_VARIED, 1), MPMD_SHAPE(b, t, heads, dh));
+    mpmd_value k = mpmd_reshape(g, dense(g, "k", x, kv_heads * M * dh, 0, DENSE_COLUMNS_VARIED, 1),
+                                MPMD_SHAPE(b, t, kv_heads, dh));
+    mpmd_value v = mpmd_reshape(g, dense(g, "v", x, kv_heads * M * dh, 0, DENSE_COLUMNS_VARIED, 1),
+                                MPMD_SHAPE(b, t, kv_heads, dh));
     q = mpmd_rope(g, q, rope_base, 0);
     k = mpmd_rope(g, k, rope_base, 0);
     if (rep > 1) { /* [B, T, KV, Dh] -> [B, T, KV, rep, Dh] -> [B, T, H, Dh] */
@@ -193,8 +269,8 @@ mpmd_value mpmd_rope_attention(mpmd_graph *g, const char *name, mpmd_value x, in
                                               MPMD_SHAPE(b, t, kv_heads, rep, dh)),
                          MPMD_SHAPE(b, t, heads, dh));
     }
-    mpmd_value a = mpmd_reshape(g, mpmd_attention(g, q, k, v, 1), MPMD_SHAPE(b, t, c));
-    mpmd_value y = mpmd_dense(g, "o", a, c, 0);
+    mpmd_value a = mpmd_reshape(g, mpmd_attention(g, q, k, v, 1), MPMD_SHAPE(b, t, cl));
+    mpmd_value y = dense(g, "o", a, c, 0, DENSE_ROWS, 1);
     mpmd_scope_pop(g);
     return y;
 }

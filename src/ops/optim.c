@@ -158,6 +158,12 @@ mpmd_status mpmd_adamw(mpmd_graph *g, int n, const mpmd_value *params, const mpm
         snprintf(name, len, "optim/nu/%s", mpmd_node_of(g, params[i])->name);
         nu[i] = mpmd_variable(g, name, MPMD_F32, t.ndim, t.dim, MPMD_ZEROS);
         free(name);
+        /* the state of a parameter split over the model axis is split as it is */
+        const mpmd_node *pn2 = mpmd_node_of(g, params[i]);
+        int64_t ax = pn2 ? pn2->ia[MPMD_SPLIT_AXIS] : 0, gr = pn2 ? pn2->ia[MPMD_SPLIT_GROUPS] : 0;
+        mpmd_node *mn = mpmd_node_of(g, mu[i]), *nn = mpmd_node_of(g, nu[i]);
+        if (mn) mn->ia[MPMD_SPLIT_AXIS] = ax, mn->ia[MPMD_SPLIT_GROUPS] = gr;
+        if (nn) nn->ia[MPMD_SPLIT_AXIS] = ax, nn->ia[MPMD_SPLIT_GROUPS] = gr;
     }
 
     /* t = t + 1 before any update reads it. */

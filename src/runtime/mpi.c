@@ -49,7 +49,8 @@
 
 typedef struct {
     MPI_Comm pipe;     /* the ranks of this replica, rank r = pipeline rank r */
-    MPI_Comm data;     /* the replicas of this pipeline rank, in replica order */
+    MPI_Comm data;     /* the replicas of this pipeline rank (and model rank), in replica order */
+    MPI_Comm model;    /* the model ranks of this pipeline rank and replica, in model rank order */
     MPI_Request *rreq; /* [program length]: posted receives */
     MPI_Request *sreq; /* [program length]: sends in flight */
     int posted;        /* instructions up to here have their receives posted */
@@ -124,7 +125,7 @@ static int tag_of(const struct mpmd_step *st, int node, int mb) {
 
 /* This process runs one rank state: its world index. */
 static int mpi_layout(const struct mpmd_step *st, int *first) {
-    *first = st->mpi_replica * st->plan->num_ranks + st->mpi_rank;
+    *first = (st->mpi_replica * st->plan->model + st->mpi_model) * st->plan->num_ranks + st->mpi_rank;
     return 1;
 }
 
@@ -171,8 +172,10 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
                     "mpmd_jit_with_loop: out of memory for the host copies of rank %d's messages",
                     st->mpi_rank);
     }
-    MPI_Comm_split(MPI_COMM_WORLD, st->mpi_replica, st->mpi_rank, &m->pipe);
-    MPI_Comm_split(MPI_COMM_WORLD, st->mpi_rank, st->mpi_replica, &m->data);
+    const int M = st->plan->model;
+    MPI_Comm_split(MPI_COMM_WORLD, st->mpi_replica * M + st->mpi_model, st->mpi_rank, &m->pipe);
+    MPI_Comm_split(MPI_COMM_WORLD, st->mpi_rank * M + st->mpi_model, st->mpi_replica, &m->data);
+    MPI_Comm_split(MPI_COMM_WORLD, st->mpi_rank * st->plan->replicas + st->mpi_replica, st->mpi_model, &m->model);
     int *ub = NULL, flag = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
     m->tag_ub = flag && ub ? *ub : 32767;
@@ -194,6 +197,7 @@ static void mpi_teardown(struct mpmd_step *st) {
     if (!fin) {
         if (m->pipe != MPI_COMM_NULL && m->pipe) MPI_Comm_free(&m->pipe);
         if (m->data != MPI_COMM_NULL && m->data) MPI_Comm_free(&m->data);
+        if (m->model != MPI_COMM_NULL && m->model) MPI_Comm_free(&m->model);
     }
     if (m->stage) {
         const mpmd_program *p = &st->plan->prog[st->mpi_rank];
@@ -478,6 +482,42 @@ static int mpi_allgather(mpmd_rank_state *rs, const int32_t *nodes, int n, void 
     return 0;
 }
 
+/* Every model rank's input by an allgather, then rt_model_combine: the
+ * in-process arithmetic, in rank order. */
+static int mpi_model_collective(mpmd_rank_state *rs, int node, const void *in, void *out, const char *where) {
+    struct mpmd_step *st = rs->st;
+    const mpmd_graph *g = st->plan->g;
+    mpi_state *m = rs->tx;
+    const int M = st->plan->model;
+    const size_t b = rt_bytes(g, g->nodes[node].in[0]);
+    const int all = rt_model_exchanges(g, node);
+    char *buf = all ? malloc((size_t)M * b + 1) : NULL;
+    const void **ins = malloc((size_t)M * sizeof *ins);
+    if ((all && !buf) || !ins) {
+        free(buf), free(ins);
+        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory in %%%d = %s%s", node, g->nodes[node].op->name, where);
+        return 1;
+    }
+    ins[rs->model] = in;
+    if (all) {
+        MPI_Request req;
+        MPI_Iallgather(in, (int)b, MPI_BYTE, buf, (int)b, MPI_BYTE, m->model, &req);
+        char what[400];
+        snprintf(what, sizeof what, "the other model ranks of rank %d for %%%d = %s%s", rs->rank, node,
+                 g->nodes[node].op->name, where);
+        if (coll_wait(rs, &req, buf, what)) {
+            free(ins);
+            return 1;
+        }
+        for (int j = 0; j < M; j++)
+            ins[j] = buf + (size_t)j * b;
+    }
+    int bad = rt_model_combine(g, node, rs->model, M, ins, out);
+    free(buf), free(ins);
+    if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: not a collective", node, g->nodes[node].op->name, where);
+    return bad;
+}
+
 static void mpi_end_step(mpmd_rank_state *rs) {
     mpi_state *m = rs->tx;
     const mpmd_program *p = &rs->st->plan->prog[rs->rank];
@@ -520,33 +560,46 @@ static int mpi_settle(struct mpmd_step *st, double wait) {
     }
 }
 
-static mpmd_status mpi_fetch(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
-    if (mpmd_sharded(st->plan, node)) { /* each replica's part from the process holding it */
-        const size_t es = mpmd_dtype_size(st->plan->g->nodes[node].type.dtype);
-        for (int d = 0; d < st->plan->replicas; d++) {
-            int64_t lo, cnt;
-            mpmd_shard_part(st->plan, node, d, &lo, &cnt);
-            char *part = (char *)dst + (size_t)lo * es;
-            if (st->mpi_rank == rank && st->mpi_replica == d) {
-                const void *src = st->rs[0].glob[node];
-                if (src)
-                    st->plan->be->download(st->rs[0].dev, part, src, (size_t)cnt * es);
-                else
-                    memset(part, 0, (size_t)cnt * es);
-            }
-            if (cnt) MPI_Bcast(part, (int)((size_t)cnt * es), MPI_BYTE, d * st->plan->num_ranks + rank, MPI_COMM_WORLD);
-        }
-        return MPMD_OK;
-    }
-    int root = replica * st->plan->num_ranks + rank;
-    if (st->mpi_rank == rank && st->mpi_replica == replica) {
+/* The part of `node` (rank, replica, model) holds, from the process that
+ * runs it, broadcast to every process: bytes [lo, lo + n) of the model
+ * rank's value. */
+static void bcast_part(struct mpmd_step *st, int rank, int replica, int model, int node, char *dst, size_t n) {
+    const int root = (replica * st->plan->model + model) * st->plan->num_ranks + rank;
+    if (st->mpi_rank == rank && st->mpi_replica == replica && st->mpi_model == model) {
         const void *src = st->rs[0].glob[node];
         if (src)
-            st->plan->be->download(st->rs[0].dev, dst, src, bytes);
+            st->plan->be->download(st->rs[0].dev, dst, src, n);
         else
-            memset(dst, 0, bytes);
+            memset(dst, 0, n);
     }
-    MPI_Bcast(dst, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD);
+    if (n) MPI_Bcast(dst, (int)n, MPI_BYTE, root, MPI_COMM_WORLD);
+}
+
+static mpmd_status mpi_fetch(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
+    int axis, groups;
+    const int split = mpmd_split_of(st->plan->g, node, &axis, &groups), sharded = mpmd_sharded(st->plan, node);
+    if (!split && !sharded) {
+        bcast_part(st, rank, replica, 0, node, dst, bytes);
+        return MPMD_OK;
+    }
+    /* every model rank's part (tensor parallelism), each assembled from
+     * every replica's shard (FSDP) */
+    const size_t b = rt_bytes(st->plan->g, node), es = mpmd_dtype_size(st->plan->g->nodes[node].type.dtype);
+    char *part = split ? malloc(b + 1) : dst;
+    if (!part) return MPMD_ERR_NOMEM;
+    for (int mr = 0; mr < st->plan->model; mr++) {
+        if (!sharded) {
+            bcast_part(st, rank, replica, mr, node, part, b);
+        } else {
+            for (int d = 0; d < st->plan->replicas; d++) {
+                int64_t lo, cnt;
+                mpmd_shard_part(st->plan, node, d, &lo, &cnt);
+                bcast_part(st, rank, d, mr, node, part + (size_t)lo * es, (size_t)cnt * es);
+            }
+        }
+        if (split) mpmd_split_copy(st->plan->g, node, mr, dst, part, 1);
+    }
+    if (split) free(part);
     return MPMD_OK;
 }
 
@@ -564,6 +617,7 @@ const mpmd_transport mpmd_transport_mpi = {
     .allreduce = mpi_allreduce,
     .reduce_scatter = mpi_reduce_scatter,
     .allgather = mpi_allgather,
+    .model_collective = mpi_model_collective,
     .wake = NULL, /* one rank per process: no other thread here waits on it */
     .end_step = mpi_end_step,
     .settle = mpi_settle,

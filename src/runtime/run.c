@@ -117,7 +117,10 @@ void rt_fail(mpmd_rank_state *rs, mpmd_status code, const char *fmt, ...) {
     rs->status = code;
     pthread_mutex_lock(&st->abort_mu);
     if (!st->abort_flag) {
-        if (st->plan->replicas > 1)
+        if (st->plan->model > 1)
+            snprintf(st->err, sizeof st->err, "rank %d (replica %d, model rank %d): %.900s", rs->rank, rs->replica,
+                     rs->model, rs->err);
+        else if (st->plan->replicas > 1)
             snprintf(st->err, sizeof st->err, "rank %d (replica %d): %.900s", rs->rank, rs->replica, rs->err);
         else
             snprintf(st->err, sizeof st->err, "rank %d: %.900s", rs->rank, rs->err);
@@ -267,7 +270,12 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
         if (rt_aborted(st)) return 1;
         int i = nodes[c];
         const mpmd_node *nd = &g->nodes[i];
-        if (!(nd->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL))) {
+        if (nd->op->flags & MPMD_OPF_COLLECTIVE) { /* over the model axis: the transport's */
+            count_live(rs, (int64_t)rt_bytes(g, i));
+            double t0 = rs->prof ? rt_now() : 0;
+            if (st->tr->model_collective(rs, i, ptr_of(rs, nd->in[0], mb), ptr_of(rs, i, mb), where)) return 1;
+            if (rs->prof) rs->prof[i] += rt_now() - t0;
+        } else if (!(nd->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL))) {
             void *out = nd->type.dtype != MPMD_TOKEN ? ptr_of(rs, i, mb) : NULL;
             count_live(rs, (int64_t)rt_bytes(g, i));
             if (run_kernel(rs, i, mb, out, where)) return 1;
@@ -523,7 +531,9 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
     for (int li = 0; li < st->num_local; li++) {
         mpmd_rank_state *rs = &st->rs[li];
         rs->rank = (first + li) % D;
-        rs->replica = (first + li) / D;
+        rs->lane = (first + li) / D;
+        rs->replica = rs->lane / st->plan->model;
+        rs->model = rs->lane % st->plan->model;
         int r = rs->rank;
         rs->st = st;
         rs->nthreads = tpr;
@@ -550,12 +560,28 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
                 void *p = st->plan->be->alloc(rs->dev, hb + MPMD_STORAGE_PAD);
                 if (!p) goto nomem;
                 rs->glob[i] = p;
-                if (st->plan->be->host_memory && hb == b) {
+                int axis, groups;
+                const int split = mpmd_split_of(g, i, &axis, &groups);
+                if (st->plan->be->host_memory && hb == b && !split) {
                     mpmd_leaf_initial_value(nd, p, st->seed);
-                } else { /* a device buffer, or (FSDP) this replica's shard of the whole value */
+                } else { /* a device buffer, (tensor parallel) this model rank's part of the whole
+                          * value, or (FSDP) this replica's shard of it */
                     void *host = malloc(b + hb + 1);
                     if (!host) goto nomem;
-                    mpmd_leaf_initial_value(nd, host, st->seed);
+                    if (split) { /* the whole value, initialised as if unsplit, then this rank's part */
+                        mpmd_node whole = *nd;
+                        whole.type = mpmd_split_whole_type(g, i);
+                        void *w = malloc(mpmd_type_bytes(&whole.type) + 1);
+                        if (!w) {
+                            free(host);
+                            goto nomem;
+                        }
+                        mpmd_leaf_initial_value(&whole, w, st->seed);
+                        mpmd_split_copy(g, i, rs->model, w, host, 0);
+                        free(w);
+                    } else {
+                        mpmd_leaf_initial_value(nd, host, st->seed);
+                    }
                     const void *src = host;
                     if (hb != b) {
                         int64_t lo, cnt;
@@ -684,23 +710,29 @@ void mpmd_runtime_free(struct mpmd_step *st) {
     st->rs = NULL;
 }
 
-/* The state of (rank, replica) when this process runs it, else NULL. The
- * rank states here are consecutive world indices (replica * D + rank),
- * from rs[0]'s. */
-static mpmd_rank_state *replica_state(const struct mpmd_step *st, int rank, int replica) {
-    const int D = st->plan->num_ranks;
-    if (!st->rs || rank < 0 || rank >= D || replica < 0 || replica >= st->plan->replicas) return NULL;
-    int li = replica * D + rank - (st->rs[0].replica * D + st->rs[0].rank);
+/* The state of (rank, replica, model rank) when this process runs it, else
+ * NULL. The rank states here are consecutive world indices ((replica M +
+ * model) D + rank), from rs[0]'s. */
+mpmd_rank_state *mpmd_runtime_state(const struct mpmd_step *st, int rank, int replica, int model) {
+    const int D = st->plan->num_ranks, M = st->plan->model;
+    if (!st->rs || rank < 0 || rank >= D || replica < 0 || replica >= st->plan->replicas || model < 0 || model >= M)
+        return NULL;
+    int li = ((replica * M + model) * D + rank) - (st->rs[0].lane * D + st->rs[0].rank);
     return li >= 0 && li < st->num_local ? &st->rs[li] : NULL;
 }
 
-/* The state of pipeline rank `rank` in this process, its lowest replica
- * here (in-process: replica 0); NULL when this process runs no replica of
- * it. */
+static mpmd_rank_state *replica_state(const struct mpmd_step *st, int rank, int replica) {
+    return mpmd_runtime_state(st, rank, replica, 0);
+}
+
+/* The state of pipeline rank `rank` in this process, its lowest lane here
+ * (in-process: replica 0, model rank 0); NULL when this process runs no
+ * lane of it. */
 static mpmd_rank_state *state_of(const struct mpmd_step *st, int rank) {
     if (!st->rs || rank < 0 || rank >= st->plan->num_ranks) return NULL;
-    const int D = st->plan->num_ranks, first = st->rs[0].replica * D + st->rs[0].rank;
-    return replica_state(st, rank, first / D + (rank < first % D));
+    const int D = st->plan->num_ranks, M = st->plan->model, first = st->rs[0].lane * D + st->rs[0].rank;
+    int lane = first / D + (rank < first % D);
+    return mpmd_runtime_state(st, rank, lane / M, lane % M);
 }
 
 /* Where (rank state rs) holds value `node` after a run: a value outside
@@ -714,75 +746,106 @@ static void *held(mpmd_rank_state *rs, int node) {
                : NULL;
 }
 
+/* Whether a rank state holds only a part of the value (FSDP's shard, or
+ * tensor parallelism's split): no direct pointer to the whole value. */
+int mpmd_runtime_partial(const struct mpmd_step *st, int node) {
+    int axis, groups;
+    return mpmd_sharded(st->plan, node) || mpmd_split_of(st->plan->g, node, &axis, &groups);
+}
+
 void *mpmd_runtime_value(struct mpmd_step *st, int rank, int node) {
     mpmd_rank_state *rs = state_of(st, rank);
-    return st->plan->be->host_memory && !mpmd_sharded(st->plan, node) ? held(rs, node) : NULL;
+    return st->plan->be->host_memory && !mpmd_runtime_partial(st, node) ? held(rs, node) : NULL;
 }
 
 void *mpmd_runtime_replica_value(struct mpmd_step *st, int rank, int replica, int node) {
     mpmd_rank_state *rs = replica_state(st, rank, replica);
-    return st->plan->be->host_memory && !mpmd_sharded(st->plan, node) ? held(rs, node) : NULL;
+    return st->plan->be->host_memory && !mpmd_runtime_partial(st, node) ? held(rs, node) : NULL;
 }
 
 int mpmd_runtime_holds(struct mpmd_step *st, int rank, int replica, int node) {
     return held(replica_state(st, rank, replica), node) != NULL;
 }
 
-/* A sharded value whole, from every replica's shard: all must be here. */
-static mpmd_status read_shards(struct mpmd_step *st, int rank, int node, void *dst) {
+static mpmd_status download(struct mpmd_step *st, mpmd_rank_state *rs, int node, void *dst, const void *src,
+                            size_t bytes) {
+    char e[512];
+    st->plan->be->enter(rs->dev);
+    if (st->plan->be->download(rs->dev, dst, src, bytes) || st->plan->be->sync(rs->dev, e, sizeof e)) {
+        snprintf(st->err, sizeof st->err, "copying %%%d from rank %d (replica %d, model rank %d) on the %s backend "
+                 "failed", node, rs->rank, rs->replica, rs->model, st->plan->be->name);
+        return MPMD_ERR_RUNTIME;
+    }
+    return MPMD_OK;
+}
+
+/* One model rank's value (its part of a split one) from (rank, replica,
+ * model), FSDP's shards assembled from every replica: all must be here. */
+static mpmd_status read_lane(struct mpmd_step *st, int rank, int replica, int model, int node, void *dst) {
+    if (!mpmd_sharded(st->plan, node)) {
+        mpmd_rank_state *rs = mpmd_runtime_state(st, rank, replica, model);
+        const void *src = held(rs, node);
+        return src ? download(st, rs, node, dst, src, rt_bytes(st->plan->g, node)) : MPMD_ERR_INVALID;
+    }
     const size_t es = mpmd_dtype_size(st->plan->g->nodes[node].type.dtype);
     for (int d = 0; d < st->plan->replicas; d++) {
-        mpmd_rank_state *rs = replica_state(st, rank, d);
+        mpmd_rank_state *rs = mpmd_runtime_state(st, rank, d, model);
         const void *src = held(rs, node);
         if (!src) return MPMD_ERR_INVALID;
         int64_t lo, cnt;
         mpmd_shard_part(st->plan, node, d, &lo, &cnt);
-        char e[512];
-        st->plan->be->enter(rs->dev);
-        if (st->plan->be->download(rs->dev, (char *)dst + (size_t)lo * es, src, (size_t)cnt * es) ||
-            st->plan->be->sync(rs->dev, e, sizeof e)) {
-            snprintf(st->err, sizeof st->err, "copying %%%d from rank %d, replica %d on the %s backend failed",
-                     node, rank, d, st->plan->be->name);
-            return MPMD_ERR_RUNTIME;
-        }
+        mpmd_status rc = download(st, rs, node, (char *)dst + (size_t)lo * es, src, (size_t)cnt * es);
+        if (rc) return rc;
     }
     return MPMD_OK;
 }
 
 mpmd_status mpmd_runtime_read(struct mpmd_step *st, int rank, int replica, int node, void *dst,
                               size_t bytes) {
-    if (mpmd_sharded(st->plan, node)) return read_shards(st, rank, node, dst);
-    mpmd_rank_state *rs = replica_state(st, rank, replica);
-    const void *src = held(rs, node);
-    if (!src) return MPMD_ERR_INVALID;
-    char e[512];
-    st->plan->be->enter(rs->dev);
-    if (st->plan->be->download(rs->dev, dst, src, bytes) || st->plan->be->sync(rs->dev, e, sizeof e)) {
-        snprintf(st->err, sizeof st->err, "copying %%%d from rank %d on the %s backend failed", node, rank,
-                 st->plan->be->name);
-        return MPMD_ERR_RUNTIME;
-    }
-    return MPMD_OK;
+    (void)bytes; /* the whole value's: the callers check it */
+    int axis, groups;
+    if (!mpmd_split_of(st->plan->g, node, &axis, &groups)) return read_lane(st, rank, replica, 0, node, dst);
+    /* split over the model axis: every model rank's part into the whole */
+    size_t b = rt_bytes(st->plan->g, node);
+    void *part = malloc(b ? b : 1);
+    if (!part) return MPMD_ERR_NOMEM;
+    mpmd_status rc = MPMD_OK;
+    for (int m = 0; m < st->plan->model && !rc; m++)
+        if (!(rc = read_lane(st, rank, replica, m, node, part))) mpmd_split_copy(st->plan->g, node, m, dst, part, 1);
+    free(part);
+    return rc;
 }
 
 mpmd_status mpmd_runtime_write(struct mpmd_step *st, int rank, int replica, int node, const void *src,
                                size_t bytes) {
-    mpmd_rank_state *rs = replica_state(st, rank, replica);
-    if (!rs || !rs->glob[node]) return MPMD_ERR_INVALID;
-    st->plan->be->enter(rs->dev);
-    if (mpmd_sharded(st->plan, node)) { /* this replica's part of the whole value */
-        int64_t lo, cnt;
-        size_t es = mpmd_dtype_size(st->plan->g->nodes[node].type.dtype);
-        mpmd_shard_part(st->plan, node, replica, &lo, &cnt);
-        src = (const char *)src + (size_t)lo * es;
-        bytes = (size_t)cnt * es;
+    (void)bytes;
+    const size_t b = rt_bytes(st->plan->g, node), es = mpmd_dtype_size(st->plan->g->nodes[node].type.dtype);
+    void *part = malloc(b ? b : 1);
+    if (!part) return MPMD_ERR_NOMEM;
+    mpmd_status rc = MPMD_ERR_INVALID;
+    for (int m = 0; m < st->plan->model; m++) { /* every model rank of (rank, replica) here: its part */
+        mpmd_rank_state *rs = mpmd_runtime_state(st, rank, replica, m);
+        if (!rs || !rs->glob[node]) continue;
+        mpmd_split_copy(st->plan->g, node, m, (void *)src, part, 0);
+        const char *from = part;
+        size_t n = b;
+        if (mpmd_sharded(st->plan, node)) { /* FSDP: this replica's part of that */
+            int64_t lo, cnt;
+            mpmd_shard_part(st->plan, node, replica, &lo, &cnt);
+            from += (size_t)lo * es;
+            n = (size_t)cnt * es;
+        }
+        st->plan->be->enter(rs->dev);
+        if (st->plan->be->upload(rs->dev, rs->glob[node], from, n)) {
+            snprintf(st->err, sizeof st->err, "copying %%%d to rank %d on the %s backend failed", node, rank,
+                     st->plan->be->name);
+            rc = MPMD_ERR_RUNTIME;
+            break;
+        }
+        rc = MPMD_OK;
     }
-    if (st->plan->be->upload(rs->dev, rs->glob[node], src, bytes)) {
-        snprintf(st->err, sizeof st->err, "copying %%%d to rank %d on the %s backend failed", node, rank,
-                 st->plan->be->name);
-        return MPMD_ERR_RUNTIME;
-    }
-    return MPMD_OK;
+    free(part);
+    return rc;
 }
 
 mpmd_status mpmd_runtime_set_profiling(struct mpmd_step *st, int on) {

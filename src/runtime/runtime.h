@@ -42,9 +42,11 @@ struct mpmd_step {
     int runtime;                     /* mpmd_runtime_kind */
     int num_local;                   /* rank states run by this process */
     int mpi_rank, mpi_replica;       /* MPI: the rank and replica of this process (else 0) */
+    int mpi_model;                   /* MPI: its model rank (else 0) */
     const struct mpmd_transport *tr; /* what crosses ranks (transport.h), set by mpmd_jit_with_loop */
     void *tx;                        /* the transport's state */
-    mpmd_rank_state *rs;             /* [num_local]: in-process, replica d rank r at d * D + r */
+    mpmd_rank_state *rs;             /* [num_local]: in-process, (rank r, replica d, model rank m) at
+                                        ((d M + m) D + r) */
     int profiling, prof_runs;        /* time every op (mpmd_exec_set_profiling) */
     double timeout_opt;              /* mpmd_step_opts.step_timeout */
     double wait_limit;               /* this run's watchdog in seconds (0: none) */
@@ -94,6 +96,11 @@ struct mpmd_step *mpmd_exec_step(mpmd_exec *ex);
 /* Input `node` changed in its host staging buffer: copy it to every rank of
  * this process that reads it (non-host backends). */
 mpmd_status mpmd_runtime_input_set(struct mpmd_step *st, int node);
+/* Whether a rank state holds only a part of value node (FSDP's shard, or a
+ * parameter split over the model axis): no pointer to the whole value. */
+int mpmd_runtime_partial(const struct mpmd_step *st, int node);
+/* The state of (rank, replica, model rank) when this process runs it, else NULL. */
+mpmd_rank_state *mpmd_runtime_state(const struct mpmd_step *st, int rank, int replica, int model);
 /* FSDP: bytes rank's first replica in this process took from the others
  * in its last run (-1: this process does not run the rank). */
 int64_t mpmd_runtime_collective_bytes(const struct mpmd_step *st, int rank);
@@ -104,6 +111,8 @@ const mpmd_event *mpmd_runtime_events(const struct mpmd_step *st, int rank, int 
 struct mpmd_rank_state {
     int rank;       /* pipeline rank: the program it runs */
     int replica;    /* data-parallel replica */
+    int model;      /* model rank (tensor parallelism), 0 without */
+    int lane;       /* replica x model ranks + model: the ranks of one lane are a pipeline */
     void *tx;       /* this rank's state in the step's transport */
     void *dev;      /* this rank's backend instance (st->plan->be) */
     mpmd_event *ev; /* recorded instructions of the last run */
@@ -138,6 +147,13 @@ struct mpmd_rank_state {
     mpmd_status status;
     char err[MPMD_ERROR_MSG_MAX];
 };
+
+/* ---- the model axis' collectives (collective.c) ----
+ * What model rank m of M computes for collective `node` from the ranks'
+ * inputs ins[0 .. M) (host memory): 0, or 1 for an op that is not one.
+ * And whether it reads the other ranks' inputs at all. */
+int rt_model_combine(const mpmd_graph *g, int node, int m, int M, const void *const *ins, void *out);
+int rt_model_exchanges(const mpmd_graph *g, int node);
 
 /* ---- the interpreter's services (run.c) ---- */
 double rt_now(void);

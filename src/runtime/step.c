@@ -95,12 +95,19 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
     if (step_options(g, s, opts, &o, &be, &replicas, err)) return NULL;
     const int D = s ? s->num_ranks : 1;
     char why[512];
+    if (g->model_parallel > 1 && !be->host_memory) {
+        mpmd_error_set(err, MPMD_ERR_INVALID,
+                       "mpmd_jit_with_loop: the graph is split over %d model ranks (mpmd_set_tensor_parallel), and "
+                       "the model axis' collectives run on host-memory backends (cpu) in this version, not on %s",
+                       g->model_parallel, be->name);
+        return NULL;
+    }
     if (be->available(why, sizeof why)) {
         mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: the %s backend cannot run here: %s",
                        be->name, why);
         return NULL;
     }
-    int mpi_rank = 0, mpi_replica = 0;
+    int mpi_rank = 0, mpi_replica = 0, mpi_model = 0;
     if (o.runtime == MPMD_RUNTIME_MPI) {
         if (!mpmd_mpi_available()) {
             mpmd_error_set(
@@ -110,16 +117,24 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
             return NULL;
         }
         int w = mpmd_mpi_world_rank(), ws = mpmd_mpi_world_size();
-        if (ws != D * replicas) {
-            mpmd_error_set(
-                err, MPMD_ERR_INVALID,
-                "mpmd_jit_with_loop: the MPI job has %d processes but the mesh needs %d (%d ranks x %d "
-                "replicas): run mpirun -np %d",
-                ws, D * replicas, D, replicas, D * replicas);
+        const int M = g->model_parallel > 1 ? g->model_parallel : 1;
+        if (ws != D * replicas * M) {
+            if (M > 1)
+                mpmd_error_set(err, MPMD_ERR_INVALID,
+                               "mpmd_jit_with_loop: the MPI job has %d processes but the mesh needs %d (%d ranks "
+                               "x %d replicas x %d model ranks): run mpirun -np %d",
+                               ws, D * replicas * M, D, replicas, M, D * replicas * M);
+            else
+                mpmd_error_set(
+                    err, MPMD_ERR_INVALID,
+                    "mpmd_jit_with_loop: the MPI job has %d processes but the mesh needs %d (%d ranks x %d "
+                    "replicas): run mpirun -np %d",
+                    ws, D * replicas, D, replicas, D * replicas);
             return NULL;
         }
         mpi_rank = w % D;
-        mpi_replica = w / D;
+        mpi_replica = w / D / M;
+        mpi_model = w / D % M;
     }
     mpmd_step *st = calloc(1, sizeof *st);
     if (!st) {
@@ -130,6 +145,7 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
     st->tr = mpmd_transport_for(o.runtime); /* there is one: checked above */
     st->mpi_rank = mpi_rank;
     st->mpi_replica = mpi_replica;
+    st->mpi_model = mpi_model;
     st->threads_per_rank = o.threads_per_rank;
     st->seed = o.seed;
     st->timeout_opt = o.step_timeout;
@@ -395,6 +411,13 @@ mpmd_status mpmd_step_set_profiling(mpmd_step *st, int on) {
     return MPMD_OK;
 }
 
+/* A value's bytes as the step's callers see it: a parameter split over the
+ * model axis whole. */
+static size_t whole_bytes(const mpmd_graph *g, int node) {
+    mpmd_type t = mpmd_split_whole_type(g, node);
+    return mpmd_type_bytes(&t);
+}
+
 mpmd_status mpmd_step_write(mpmd_step *st, mpmd_value v, const void *src, size_t bytes) {
     if (!st) return MPMD_ERR_INVALID;
     if (!src) {
@@ -406,7 +429,7 @@ mpmd_status mpmd_step_write(mpmd_step *st, mpmd_value v, const void *src, size_t
         snprintf(st->err, sizeof st->err, "%d is not a parameter or variable", (int)v.id);
         return MPMD_ERR_INVALID;
     }
-    size_t want = mpmd_type_bytes(&n->type);
+    size_t want = whole_bytes(st->plan->g, v.id);
     if (bytes != want) {
         snprintf(st->err, sizeof st->err, "\"%s\" has %zu bytes, given %zu", n->name, want, bytes);
         return MPMD_ERR_SHAPE;
@@ -458,9 +481,9 @@ mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes)
                  (int)v.id);
         return MPMD_ERR_INVALID;
     }
-    if (bytes != mpmd_type_bytes(&n->type)) {
+    if (bytes != whole_bytes(st->plan->g, v.id)) {
         snprintf(st->err, sizeof st->err, "mpmd_step_read: %%%d has %zu bytes, asked for %zu", (int)v.id,
-                 mpmd_type_bytes(&n->type), bytes);
+                 whole_bytes(st->plan->g, v.id), bytes);
         return MPMD_ERR_SHAPE;
     }
     int ranks[64];
@@ -492,14 +515,14 @@ void mpmd_step_replica_params_sha256(mpmd_step *st, int replica, char hex[65]) {
     const mpmd_node **ps = mpmd_params_by_name(st->plan->g, &np);
     size_t maxb = 1;
     for (int i = 0; ps && i < np; i++)
-        if (mpmd_type_bytes(&ps[i]->type) > maxb) maxb = mpmd_type_bytes(&ps[i]->type);
+        if (whole_bytes(st->plan->g, ps[i]->id) > maxb) maxb = whole_bytes(st->plan->g, ps[i]->id);
     void *buf = malloc(maxb);
     mpmd_sha256_ctx c;
     mpmd_sha256_init(&c);
     for (int i = 0; ps && buf && i < np; i++) {
         int r;
         if (mpmd_step_where(st, (mpmd_value){ps[i]->id}, &r, 1) < 1) continue;
-        size_t b = mpmd_type_bytes(&ps[i]->type);
+        size_t b = whole_bytes(st->plan->g, ps[i]->id);
         if (fetch(st, r, replica, ps[i]->id, buf, b) == MPMD_OK) mpmd_sha256_update(&c, buf, b);
     }
     free(buf);
@@ -520,9 +543,9 @@ mpmd_status mpmd_step_gather(mpmd_step *st, mpmd_value v, void *dst, size_t byte
                  (int)v.id);
         return MPMD_ERR_INVALID;
     }
-    if (bytes != mpmd_type_bytes(&n->type)) {
+    if (bytes != whole_bytes(st->plan->g, v.id)) {
         snprintf(st->err, sizeof st->err, "mpmd_step_gather: %%%d has %zu bytes, asked for %zu", (int)v.id,
-                 mpmd_type_bytes(&n->type), bytes);
+                 whole_bytes(st->plan->g, v.id), bytes);
         return MPMD_ERR_SHAPE;
     }
     return fetch(st, r, 0, v.id, dst, bytes);

@@ -82,6 +82,12 @@ typedef struct mpmd_transport {
      * d's at d x mpmd_held_bytes. A shard is read only once its replica has
      * finished the update that wrote it. */
     int (*allgather)(mpmd_rank_state *rs, const int32_t *nodes, int n, void *const *out);
+    /* Tensor parallelism: collective `node` (all_reduce, pvary, all_gather,
+     * reduce_scatter, axis_slice; ops/collective.c) of the task running on
+     * this rank, over the model ranks of this rank and replica: `in` this
+     * rank's input, `out` its result (rt_model_combine's arithmetic, the
+     * same on every rank). `where` names the task for messages. */
+    int (*model_collective)(mpmd_rank_state *rs, int node, const void *in, void *out, const char *where);
     /* A rank failed (rt_fail): wake every rank blocked in the transport;
      * NULL when nothing can be woken. */
     void (*wake)(struct mpmd_step *st);

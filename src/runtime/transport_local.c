@@ -47,27 +47,41 @@ typedef struct {
     msg *inbox;
 } mailbox;
 
-/* The replicas of one pipeline rank meet here to combine loop results. */
+/* The replicas of one pipeline rank (and model rank) meet here to combine
+ * loop results; the model ranks of one pipeline rank and replica, to run a
+ * collective of the model axis. */
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int arrived;
+    int arrived, size;
+    const char *who; /* "replicas" or "model ranks", for messages */
     unsigned generation;
-    void **bufs; /* [replicas] */
+    void **bufs; /* [size] */
 } group;
 
 typedef struct {
     mailbox *box; /* [num_local]: rank state li's, at rs[li].tx */
     int nbox;
-    group *groups; /* [num_ranks] when replicas > 1, else NULL */
-    int ngroups;
+    group *groups; /* [num_ranks x model ranks]: replicas of (rank r, model rank m) at r M + m; ngroups of
+                      them (data groups, when replicas > 1), then [num_ranks x replicas] model groups,
+                      (rank r, replica d) at r R + d (when model ranks > 1) */
+    int ngroups, ndata;
     pthread_t *stuck; /* rank threads the watchdog gave up waiting for */
     int nstuck;
 } local_state;
 
 static int local_layout(const struct mpmd_step *st, int *first) {
     *first = 0;
-    return st->plan->num_ranks * st->plan->replicas;
+    return st->plan->num_ranks * st->plan->replicas * st->plan->model;
+}
+
+static group *data_group(mpmd_rank_state *rs) {
+    return &((local_state *)rs->st->tx)->groups[rs->rank * rs->st->plan->model + rs->model];
+}
+
+static group *model_group(mpmd_rank_state *rs) {
+    local_state *ls = rs->st->tx;
+    return &ls->groups[ls->ndata + rs->rank * rs->st->plan->replicas + rs->replica];
 }
 
 static void local_teardown(struct mpmd_step *st) {
@@ -100,7 +114,7 @@ static void local_teardown(struct mpmd_step *st) {
 }
 
 static mpmd_status local_setup(struct mpmd_step *st, mpmd_error *err) {
-    const int L = st->num_local, D = st->plan->num_ranks, R = st->plan->replicas;
+    const int L = st->num_local, D = st->plan->num_ranks, R = st->plan->replicas, M = st->plan->model;
     local_state *ls = calloc(1, sizeof *ls);
     if (!ls) goto nomem;
     st->tx = ls;
@@ -113,13 +127,18 @@ static mpmd_status local_setup(struct mpmd_step *st, mpmd_error *err) {
         st->rs[li].tx = &ls->box[li];
         ls->nbox++;
     }
-    if (R > 1) {
-        if (!(ls->groups = calloc((size_t)D, sizeof *ls->groups))) goto nomem;
-        for (int r = 0; r < D; r++) {
-            pthread_mutex_init(&ls->groups[r].mu, NULL);
-            pthread_cond_init(&ls->groups[r].cv, NULL);
+    ls->ndata = R > 1 ? D * M : 0;
+    const int total = ls->ndata + (M > 1 ? D * R : 0);
+    if (total) {
+        if (!(ls->groups = calloc((size_t)total, sizeof *ls->groups))) goto nomem;
+        for (int k = 0; k < total; k++) {
+            group *gr = &ls->groups[k];
+            pthread_mutex_init(&gr->mu, NULL);
+            pthread_cond_init(&gr->cv, NULL);
             ls->ngroups++;
-            if (!(ls->groups[r].bufs = calloc((size_t)R, sizeof(void *)))) goto nomem;
+            gr->size = k < ls->ndata ? R : M;
+            gr->who = k < ls->ndata ? "replicas" : "model ranks";
+            if (!(gr->bufs = calloc((size_t)gr->size, sizeof(void *)))) goto nomem;
         }
     }
     return MPMD_OK;
@@ -141,7 +160,7 @@ static mpmd_status local_launch(struct mpmd_step *st, void *(*rank_main)(void *)
     local_state *ls = st->tx;
     for (int r = 0; ls && r < ls->ngroups; r++) {
         ls->groups[r].arrived = 0;
-        for (int d = 0; d < st->plan->replicas; d++)
+        for (int d = 0; d < ls->groups[r].size; d++)
             ls->groups[r].bufs[d] = NULL;
     }
     for (int r = 0; r < L; r++)
@@ -262,7 +281,7 @@ static int local_send(mpmd_rank_state *rs, const mpmd_instr *in) {
     m->src = rs->rank, m->node = in->node, m->mb = in->mb, m->buf = buf;
     m->ev = st->plan->be->event_record(rs->dev); /* the receiver waits for the kernels that wrote buf */
     /* the same pipeline rank of the same replica */
-    mailbox *dst = st->rs[rs->replica * st->plan->num_ranks + in->peer].tx;
+    mailbox *dst = st->rs[rs->lane * st->plan->num_ranks + in->peer].tx;
     pthread_mutex_lock(&dst->mu);
     m->next = NULL;
     msg **pp = &dst->inbox;
@@ -281,7 +300,7 @@ static int group_meet(mpmd_rank_state *rs, group *gr, const char *what) {
     struct mpmd_step *st = rs->st;
     pthread_mutex_lock(&gr->mu);
     unsigned gen = gr->generation;
-    if (++gr->arrived == st->plan->replicas) {
+    if (++gr->arrived == gr->size) {
         gr->arrived = 0;
         gr->generation++;
         pthread_cond_broadcast(&gr->cv);
@@ -295,9 +314,9 @@ static int group_meet(mpmd_rank_state *rs, group *gr, const char *what) {
         if (late && gen == gr->generation) {
             pthread_mutex_unlock(&gr->mu);
             rt_fail(rs, MPMD_ERR_RUNTIME,
-                    "waited %.3g s for the other replicas of rank %d to %s: one is stuck or slower than the "
+                    "waited %.3g s for the other %s of rank %d to %s: one is stuck or slower than the "
                     "watchdog allows (step_timeout)",
-                    rt_now() - started, rs->rank, what);
+                    rt_now() - started, gr->who, rs->rank, what);
             return 1;
         }
     }
@@ -312,7 +331,7 @@ static int group_barrier(mpmd_rank_state *rs, group *gr) { return group_meet(rs,
  * elements lo .. lo + count - 1 of it (all of it, or FSDP's shard). */
 static int group_combine(mpmd_rank_state *rs, int node, void *out, int64_t lo, int64_t count) {
     struct mpmd_step *st = rs->st;
-    group *gr = &((local_state *)st->tx)->groups[rs->rank];
+    group *gr = data_group(rs);
     const int R = st->plan->replicas;
     const size_t es = mpmd_dtype_size(st->plan->g->nodes[node].type.dtype);
     char e[512];
@@ -363,7 +382,7 @@ static int local_reduce_scatter(mpmd_rank_state *rs, int node, void *out) {
  * reduce-scatter precedes the updates: shard.c), so one meeting does. */
 static int local_allgather(mpmd_rank_state *rs, const int32_t *nodes, int n, void *const *out) {
     struct mpmd_step *st = rs->st;
-    group *gr = &((local_state *)st->tx)->groups[rs->rank];
+    group *gr = data_group(rs);
     const int R = st->plan->replicas, D = st->plan->num_ranks;
     char e[512];
     if (st->plan->be->sync(rs->dev, e, sizeof e)) {
@@ -376,7 +395,7 @@ static int local_allgather(mpmd_rank_state *rs, const int32_t *nodes, int n, voi
     for (int q = 0; q < n; q++) {
         const size_t b = mpmd_held_bytes(st->plan, nodes[q]);
         for (int d = 0; d < R; d++) {
-            const mpmd_rank_state *peer = &st->rs[d * D + rs->rank];
+            const mpmd_rank_state *peer = &st->rs[(d * st->plan->model + rs->model) * D + rs->rank];
             if (st->plan->be->copy(rs->dev, (char *)out[q] + (size_t)d * b, peer->glob[nodes[q]], b)) {
                 rt_fail(rs, MPMD_ERR_RUNTIME, "gathering %%%d from replica %d failed", nodes[q], d);
                 return 1;
@@ -385,6 +404,45 @@ static int local_allgather(mpmd_rank_state *rs, const int32_t *nodes, int n, voi
         rs->coll_bytes += (int64_t)((size_t)(R - 1) * b);
     }
     return 0;
+}
+
+/* The model ranks of this rank and replica meet with their inputs; each
+ * computes its result from all of them; they meet again before any input
+ * may change. pvary and axis_slice read only their own input. */
+static int local_model_collective(mpmd_rank_state *rs, int node, const void *in, void *out, const char *where) {
+    struct mpmd_step *st = rs->st;
+    const mpmd_graph *g = st->plan->g;
+    if (!rt_model_exchanges(g, node)) {
+        void *small[64];
+        const void **all = st->plan->model <= 64 ? (const void **)small : malloc((size_t)st->plan->model * sizeof *all);
+        if (!all) {
+            rt_fail(rs, MPMD_ERR_NOMEM, "out of memory in %%%d = %s%s", node, g->nodes[node].op->name, where);
+            return 1;
+        }
+        all[rs->model] = in;
+        int bad = rt_model_combine(g, node, rs->model, st->plan->model, all, out);
+        if (all != (const void **)small) free(all);
+        return bad;
+    }
+    group *gr = model_group(rs);
+    char e[512];
+    gr->bufs[rs->model] = (void *)in;
+    if (st->plan->be->sync(rs->dev, e, sizeof e)) {
+        rt_fail(rs, MPMD_ERR_RUNTIME, "%s", e);
+        return 1;
+    }
+    char what[160];
+    snprintf(what, sizeof what, "run %%%d = %s%s", node, g->nodes[node].op->name, where);
+    double t0 = st->record ? rt_now() : 0;
+    if (group_meet(rs, gr, what)) return 1;
+    if (st->record) rs->wait += rt_now() - t0;
+    int bad = rt_model_combine(g, node, rs->model, st->plan->model, (const void *const *)gr->bufs, out);
+    if (bad) {
+        rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: not a collective", node, g->nodes[node].op->name, where);
+        group_meet(rs, gr, what);
+        return 1;
+    }
+    return group_meet(rs, gr, what); /* all have read every input */
 }
 
 /* Messages a failed step left in the mailbox are dropped. */
@@ -440,6 +498,7 @@ const mpmd_transport mpmd_transport_local = {
     .allreduce = local_allreduce,
     .reduce_scatter = local_reduce_scatter,
     .allgather = local_allgather,
+    .model_collective = local_model_collective,
     .wake = local_wake,
     .end_step = local_end_step,
     .settle = local_settle,

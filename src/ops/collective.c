@@ -1,0 +1,173 @@
+/* Tensor parallelism: the mesh's model axis in the graph.
+ *
+ * A graph built with mpmd_set_tensor_parallel(g, M) describes one of M
+ * model ranks (JAX's shard_map body): a parameter made by mpmd_param_split
+ * is this rank's part of the whole parameter, and the collectives below
+ * combine values over the M ranks of the axis. Every other op runs as it
+ * would on one device, on the rank's own values.
+ *
+ * The collectives and their gradients (Megatron's conjugate pairs; the
+ * loss, like every value outside the split layers, is the same on every
+ * model rank, so a cotangent arriving at a collective's output is too):
+ *
+ *   all_reduce(x)            sum over the ranks          gradient: the cotangent
+ *   pvary(x)                 x (the same on every rank)  gradient: all_reduce
+ *   all_gather(x, d)         the ranks' x concatenated   gradient: axis_slice
+ *                            along axis d, rank order    (this rank's slice of
+ *                                                         the cotangent, no sum)
+ *   reduce_scatter(x, d)     this rank's slice along d   gradient: all_gather
+ *                            of the sum over the ranks
+ *
+ * The sums run in rank order on every rank, so all ranks get the same bits.
+ * They are run by the step's transport (src/runtime), not by a backend
+ * kernel: MPMD_OPF_COLLECTIVE.
+ *
+ * ia[0]: the axis (MPMD_AXIS_MODEL), ia[1]: the dimension of all_gather,
+ * reduce_scatter and axis_slice, ia[2]: the axis size M when built.
+ */
+#include "../graph/graph.h"
+
+#include <string.h>
+
+static void vjp_all_reduce(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_pvary(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_all_gather(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_reduce_scatter(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+
+static int along_dim(const mpmd_node *n) {
+    return n->op == &mpmd_op_all_gather || n->op == &mpmd_op_reduce_scatter || n->op == &mpmd_op_axis_slice;
+}
+
+static void attrs_coll(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
+    (void)g;
+    if (along_dim(n))
+        snprintf(buf, len, " axis=model dim=%lld of %lld", (long long)n->ia[1], (long long)n->ia[2]);
+    else
+        snprintf(buf, len, " axis=model of %lld", (long long)n->ia[2]);
+}
+
+const mpmd_op_desc mpmd_op_all_reduce = {"all_reduce", 1, -1, MPMD_OPF_COLLECTIVE, attrs_coll, vjp_all_reduce};
+const mpmd_op_desc mpmd_op_pvary = {"pvary", 1, 0, MPMD_OPF_COLLECTIVE, attrs_coll, vjp_pvary};
+const mpmd_op_desc mpmd_op_all_gather = {"all_gather", 1, -1, MPMD_OPF_COLLECTIVE, attrs_coll, vjp_all_gather};
+const mpmd_op_desc mpmd_op_reduce_scatter = {"reduce_scatter", 1, -1, MPMD_OPF_COLLECTIVE, attrs_coll,
+                                             vjp_reduce_scatter};
+/* this rank's slice along ia[1] of a value equal on every rank (made by
+ * all_gather's gradient; run by the transport, which knows the rank) */
+const mpmd_op_desc mpmd_op_axis_slice = {"axis_slice", 1, -1, MPMD_OPF_COLLECTIVE, attrs_coll, NULL};
+
+mpmd_status mpmd_set_tensor_parallel(mpmd_graph *g, int m) {
+    if (!g) return MPMD_ERR_INVALID;
+    if (g->status != MPMD_OK) return g->status;
+    if (m < 1 || m > 4096) {
+        mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_set_tensor_parallel: %d model ranks; use 1 (none) to 4096", m);
+        return g->status;
+    }
+    if (g->n_nodes > 0 && m != g->model_parallel) {
+        mpmd_fail(g, MPMD_ERR_INVALID,
+                  "mpmd_set_tensor_parallel: call it before building the graph (it already has %d ops whose "
+                  "shapes were made for %d model rank%s)",
+                  g->n_nodes, g->model_parallel, g->model_parallel == 1 ? "" : "s");
+        return g->status;
+    }
+    g->model_parallel = m;
+    return MPMD_OK;
+}
+
+int mpmd_tensor_parallel(const mpmd_graph *g) { return g ? g->model_parallel : 1; }
+
+/* The axis a collective names: "model", else an error naming what exists. */
+static int axis_ok(mpmd_graph *g, const char *fn, const char *axis) {
+    if (axis && !strcmp(axis, "model")) return 1;
+    if (axis && (!strcmp(axis, "data") || !strcmp(axis, "mpmd")))
+        mpmd_fail(g, MPMD_ERR_INVALID,
+                  "%s: collectives in the graph run over the \"model\" axis (tensor parallelism); the \"%s\" axis "
+                  "is the step's (%s)",
+                  fn, axis, !strcmp(axis, "data") ? "data_parallel and fsdp combine its replicas" : "its stages");
+    else
+        mpmd_fail(g, MPMD_ERR_INVALID, "%s: no mesh axis \"%s\"; the axes are \"mpmd\", \"data\" and \"model\"", fn,
+                  axis ? axis : "(NULL)");
+    return 0;
+}
+
+static mpmd_value collective(mpmd_graph *g, const mpmd_op_desc *op, const char *fn, mpmd_value x, int dim,
+                             const char *axis) {
+    if (!mpmd_check_operands(g, fn, 1, &x) || !axis_ok(g, fn, axis)) return MPMD_NONE;
+    const mpmd_type *xt = mpmd_type_of(g, x);
+    if (!mpmd_dtype_is_float(xt->dtype))
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: %s; a float tensor is expected", fn, mpmd_tstr(g, x));
+    mpmd_type t = *xt;
+    const int M = g->model_parallel;
+    if (op == &mpmd_op_all_gather || op == &mpmd_op_reduce_scatter || op == &mpmd_op_axis_slice) {
+        if (dim < 0) dim += xt->ndim;
+        if (dim < 0 || dim >= xt->ndim)
+            return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: dimension %d of %s does not exist", fn, dim, mpmd_tstr(g, x));
+        if (op != &mpmd_op_all_gather && xt->dim[dim] % M)
+            return mpmd_fail(g, MPMD_ERR_SHAPE,
+                             "%s: dimension %d of %s (%lld) is not divisible by the model axis (%d ranks)", fn, dim,
+                             mpmd_tstr(g, x), (long long)xt->dim[dim], M);
+        if (op == &mpmd_op_all_gather)
+            t.dim[dim] *= M;
+        else
+            t.dim[dim] /= M;
+    }
+    mpmd_value y = mpmd_emit(g, op, 1, &x, t);
+    mpmd_node *n = mpmd_node_of(g, y);
+    if (n) n->ia[0] = MPMD_AXIS_MODEL, n->ia[1] = dim, n->ia[2] = M;
+    return y;
+}
+
+mpmd_value mpmd_all_reduce(mpmd_graph *g, mpmd_value x, const char *axis) {
+    return collective(g, &mpmd_op_all_reduce, "mpmd_all_reduce", x, 0, axis);
+}
+mpmd_value mpmd_pvary(mpmd_graph *g, mpmd_value x, const char *axis) {
+    return collective(g, &mpmd_op_pvary, "mpmd_pvary", x, 0, axis);
+}
+mpmd_value mpmd_all_gather(mpmd_graph *g, mpmd_value x, int dim, const char *axis) {
+    return collective(g, &mpmd_op_all_gather, "mpmd_all_gather", x, dim, axis);
+}
+mpmd_value mpmd_reduce_scatter(mpmd_graph *g, mpmd_value x, int dim, const char *axis) {
+    return collective(g, &mpmd_op_reduce_scatter, "mpmd_reduce_scatter", x, dim, axis);
+}
+
+static void vjp_all_reduce(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    (void)g, (void)n;
+    gin[0] = gy;
+}
+static void vjp_pvary(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    (void)n;
+    gin[0] = mpmd_all_reduce(g, gy, "model");
+}
+static void vjp_all_gather(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    gin[0] = collective(g, &mpmd_op_axis_slice, "mpmd_all_gather's gradient", gy, (int)n->ia[1], "model");
+}
+static void vjp_reduce_scatter(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    gin[0] = mpmd_all_gather(g, gy, (int)n->ia[1], "model");
+}
+
+/* ---- split parameters --------------------------------------------------- */
+
+mpmd_value mpmd_param_split(mpmd_graph *g, const char *name, int ndim, const int64_t *dims, mpmd_init init,
+                            int axis, int groups) {
+    const char *fn = "mpmd_param_split";
+    if (!g || g->status != MPMD_OK) return MPMD_NONE;
+    const int M = g->model_parallel;
+    if (ndim < 1 || ndim > MPMD_MAX_DIMS || !dims)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": %d dimensions%s; 1 to %d are expected", fn,
+                         name ? name : "", ndim, dims ? "" : " (dims NULL)", MPMD_MAX_DIMS);
+    if (axis < 0 || axis >= ndim || groups < 1)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": axis %d of %d dimensions, %d groups", fn, name ? name : "",
+                         axis, ndim, groups);
+    if (dims[axis] % ((int64_t)groups * M))
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "%s \"%s%s%s\": dimension %d (%lld) is not divisible by the model axis (tensor_parallel "
+                         "%d)%s",
+                         fn, g->scope, g->scope[0] ? "/" : "", name ? name : "", axis, (long long)dims[axis], M,
+                         groups > 1 ? " times its groups" : "");
+    int64_t local[MPMD_MAX_DIMS];
+    memcpy(local, dims, (size_t)ndim * sizeof *dims);
+    local[axis] /= M;
+    mpmd_value p = mpmd_param(g, name, ndim, local, init);
+    mpmd_node *n = mpmd_node_of(g, p);
+    if (n && M > 1) n->ia[MPMD_SPLIT_AXIS] = axis + 1, n->ia[MPMD_SPLIT_GROUPS] = groups;
+    return p;
+}

@@ -1,0 +1,93 @@
+/* The arithmetic of the model axis' collectives (src/ops/collective.c), on
+ * host memory: what model rank m computes from the M ranks' inputs. Both
+ * transports call it (in-process on the peers' buffers, MPI on an
+ * allgather of them), so a collective gives the same bits on every rank
+ * and in either runtime. Sums run in rank order in f32; a 16-bit result is
+ * rounded once. */
+#include "runtime/runtime.h"
+#include "util/half.h"
+
+#include <string.h>
+
+static float ld(mpmd_dtype dt, const void *p, int64_t k) {
+    if (dt == MPMD_BF16) return mpmd_bf16_to_f32(((const uint16_t *)p)[k]);
+    if (dt == MPMD_F16) return mpmd_f16_to_f32(((const uint16_t *)p)[k]);
+    return ((const float *)p)[k];
+}
+
+static void st(mpmd_dtype dt, void *p, int64_t k, float v) {
+    if (dt == MPMD_BF16)
+        ((uint16_t *)p)[k] = mpmd_f32_to_bf16(v);
+    else if (dt == MPMD_F16)
+        ((uint16_t *)p)[k] = mpmd_f32_to_f16(v);
+    else
+        ((float *)p)[k] = v;
+}
+
+/* outer x (the dim's size x inner) of type t around dimension d */
+static void around(const mpmd_type *t, int d, int64_t *outer, int64_t *row) {
+    *outer = 1, *row = 1;
+    for (int k = 0; k < t->ndim; k++) {
+        if (k < d)
+            *outer *= t->dim[k];
+        else
+            *row *= t->dim[k];
+    }
+}
+
+int rt_model_combine(const mpmd_graph *g, int node, int m, int M, const void *const *ins, void *out) {
+    const mpmd_node *n = &g->nodes[node];
+    const mpmd_type *it = &g->nodes[n->in[0]].type;
+    const mpmd_dtype dt = n->type.dtype;
+    const size_t es = mpmd_dtype_size(dt);
+    if (n->op == &mpmd_op_pvary) {
+        if (out != ins[m]) memcpy(out, ins[m], mpmd_type_bytes(&n->type));
+        return 0;
+    }
+    if (n->op == &mpmd_op_all_reduce) {
+        const int64_t cnt = mpmd_type_numel(&n->type);
+        for (int64_t k = 0; k < cnt; k++) {
+            float v = ld(dt, ins[0], k);
+            for (int j = 1; j < M; j++)
+                v += ld(dt, ins[j], k);
+            st(dt, out, k, v);
+        }
+        return 0;
+    }
+    const int d = (int)n->ia[1];
+    int64_t outer, row; /* the input's rows: outer x row elements */
+    around(it, d, &outer, &row);
+    if (n->op == &mpmd_op_all_gather) { /* out rows: the M inputs' rows side by side */
+        for (int64_t o = 0; o < outer; o++)
+            for (int j = 0; j < M; j++)
+                memcpy((char *)out + ((size_t)o * (size_t)M + (size_t)j) * (size_t)row * es,
+                       (const char *)ins[j] + (size_t)o * (size_t)row * es, (size_t)row * es);
+        return 0;
+    }
+    const int64_t part = row / M; /* reduce_scatter, axis_slice: part m of each input row */
+    if (n->op == &mpmd_op_axis_slice) {
+        for (int64_t o = 0; o < outer; o++)
+            memcpy((char *)out + (size_t)(o * part) * es, (const char *)ins[m] + (size_t)(o * row + m * part) * es,
+                   (size_t)part * es);
+        return 0;
+    }
+    if (n->op == &mpmd_op_reduce_scatter) {
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t k = 0; k < part; k++) {
+                const int64_t at = o * row + m * part + k;
+                float v = ld(dt, ins[0], at);
+                for (int j = 1; j < M; j++)
+                    v += ld(dt, ins[j], at);
+                st(dt, out, o * part + k, v);
+            }
+        return 0;
+    }
+    return 1;
+}
+
+/* Whether the collective reads the other ranks' inputs (pvary and
+ * axis_slice read only their own). */
+int rt_model_exchanges(const mpmd_graph *g, int node) {
+    const mpmd_op_desc *op = g->nodes[node].op;
+    return op == &mpmd_op_all_reduce || op == &mpmd_op_all_gather || op == &mpmd_op_reduce_scatter;
+}
