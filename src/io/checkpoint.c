@@ -123,8 +123,9 @@ static int step_holders(state_view *view, mpmd_value v, void **out, int cap) {
         if (!mpmd_runs_on(st->plan, v.id, r)) continue;
         for (int d = 0; d < replicas && k < cap; d++) {
             void *p = mpmd_runtime_replica_value(st, r, d, v.id);
+            mpmd_type whole = mpmd_split_whole_type(st->plan->g, v.id);
             if (!p && (!st->plan->be->host_memory || mpmd_runtime_partial(st, v.id)) && mpmd_runtime_holds(st, r, d, v.id))
-                p = stage(view, v.id, r, d, mpmd_type_bytes(&st->plan->g->nodes[v.id].type));
+                p = stage(view, v.id, r, d, mpmd_type_bytes(&whole));
             if (p) out[k++] = p;
         }
     }

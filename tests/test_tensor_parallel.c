@@ -1,0 +1,312 @@
+/* Tensor parallelism over the model axis, against its unsplit meaning:
+ *
+ * - each collective (all_reduce, all_gather, reduce_scatter, pvary) and its
+ *   gradient: a graph split over 2 and 4 model ranks, whose values differ
+ *   per rank through a parameter split over the axis, computes the loss
+ *   and, after one SGD step of rate 1, the parameters that the same
+ *   function written on whole tensors gives (float tolerance: the split
+ *   sums run in another order), the same bits run to run and on a 2-stage
+ *   pipeline;
+ * - a split parameter is initialised, read, written and saved whole, and a
+ *   checkpoint written by the split step loads into the unsplit one (and
+ *   back) with the same bytes;
+ * - bad input: a dimension the axis does not divide, an axis that does not
+ *   exist or is not the graph's, a layer whose heads or width the axis does
+ *   not divide, the axis set after building: each a message naming it.
+ */
+#include "mpmd_checkpoint.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { R = 4, C = 12, MB = 2 }; /* x [R, C] per microbatch; P whole [R, C] ... */
+
+static int has(const char *s, const char *sub) { return s && strstr(s, sub) != NULL; }
+
+typedef struct net {
+    mpmd_graph *g;
+    mpmd_value x, p, q, loss;
+} net;
+
+/* loss = sum(a Ka) + sum(b Kb) + sum(all_gather(c) Kc) + sum(all_reduce(pvary(q) P) Kd) with, per model
+ * rank m of M, xm = x P_m (P_m its columns of P [R, M W]):
+ *   a = all_reduce(xm), b = all_gather(xm, 1), c = reduce_scatter(xm, 1);
+ * and the same written on whole tensors (M = 1: P's column blocks). stages
+ * 2 (split only): a marker after xm. */
+static net build(int M, int W, int stages) {
+    net n;
+    mpmd_graph *g = n.g = mpmd_graph_new();
+    if (M > 1) mpmd_set_tensor_parallel(g, M);
+    const int parts = M > 1 ? M : 2; /* the unsplit twin of 2 ranks: 2 column blocks */
+    n.x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(MB * R, W));
+    n.p = M > 1 ? mpmd_param_split(g, "p", MPMD_SHAPE(R, parts * W), MPMD_NORMAL(1.0f), 1, 1)
+                : mpmd_param(g, "p", MPMD_SHAPE(R, parts * W), MPMD_NORMAL(1.0f));
+    n.q = mpmd_param(g, "q", MPMD_SHAPE(R, W), MPMD_NORMAL(1.0f));
+    float ka[R * C], kb[R * 4 * C], kc[R * C], kd[R * C];
+    tu_fill(ka, R * W, 11), tu_fill(kb, R * parts * W, 12), tu_fill(kc, R * W, 13), tu_fill(kd, R * W, 14);
+    mpmd_value Ka = mpmd_constant(g, MPMD_F32, MPMD_SHAPE(R, W), ka);
+    mpmd_value Kb = mpmd_constant(g, MPMD_F32, MPMD_SHAPE(R, parts * W), kb);
+    mpmd_value Kc = mpmd_constant(g, MPMD_F32, MPMD_SHAPE(R, W), kc);
+    mpmd_value Kd = mpmd_constant(g, MPMD_F32, MPMD_SHAPE(R, W), kd);
+    mpmd_loop_begin(g, MB);
+    mpmd_value x = mpmd_microbatch(g, n.x);
+    mpmd_value loss;
+    if (M > 1) {
+        mpmd_value xm = mpmd_mul(g, x, n.p);
+        if (stages == 2) xm = mpmd_enter_stage(g, xm);
+        mpmd_value a = mpmd_all_reduce(g, xm, "model");
+        mpmd_value b = mpmd_all_gather(g, xm, 1, "model");
+        loss = mpmd_add(g, mpmd_sum(g, mpmd_mul(g, a, Ka), MPMD_ALL_AXES, MPMD_DROP_DIMS),
+                        mpmd_sum(g, mpmd_mul(g, b, Kb), MPMD_ALL_AXES, MPMD_DROP_DIMS));
+        mpmd_value c = mpmd_all_gather(g, mpmd_reduce_scatter(g, xm, 1, "model"), 1, "model");
+        mpmd_value d = mpmd_all_reduce(g, mpmd_mul(g, mpmd_pvary(g, n.q, "model"), n.p), "model");
+        loss = mpmd_add(g, loss, mpmd_sum(g, mpmd_mul(g, c, Kc), MPMD_ALL_AXES, MPMD_DROP_DIMS));
+        loss = mpmd_add(g, loss, mpmd_sum(g, mpmd_mul(g, d, Kd), MPMD_ALL_AXES, MPMD_DROP_DIMS));
+    } else {
+        mpmd_value blk[4], qb[4];
+        for (int k = 0; k < parts; k++) {
+            mpmd_value pk = mpmd_slice(g, n.p, 1, k * W, (k + 1) * W);
+            blk[k] = mpmd_mul(g, x, pk);
+            qb[k] = mpmd_mul(g, n.q, pk);
+        }
+        mpmd_value a = blk[0], d = qb[0];
+        for (int k = 1; k < parts; k++)
+            a = mpmd_add(g, a, blk[k]), d = mpmd_add(g, d, qb[k]);
+        mpmd_value b = mpmd_concat(g, parts, blk, 1);
+        loss = mpmd_add(g, mpmd_sum(g, mpmd_mul(g, a, Ka), MPMD_ALL_AXES, MPMD_DROP_DIMS),
+                        mpmd_sum(g, mpmd_mul(g, b, Kb), MPMD_ALL_AXES, MPMD_DROP_DIMS));
+        /* all_gather(reduce_scatter(xm)) is the sum a itself */
+        loss = mpmd_add(g, loss, mpmd_sum(g, mpmd_mul(g, a, Kc), MPMD_ALL_AXES, MPMD_DROP_DIMS));
+        loss = mpmd_add(g, loss, mpmd_sum(g, mpmd_mul(g, d, Kd), MPMD_ALL_AXES, MPMD_DROP_DIMS));
+    }
+    if (stages == 2) loss = mpmd_enter_stage(g, loss);
+    mpmd_value ws[2] = {n.p, n.q}, gs[2];
+    n.loss = mpmd_value_and_grad(g, loss, 0, NULL, 2, ws, gs, NULL);
+    mpmd_sgd(g, 2, ws, gs, mpmd_scalar(g, 1.0f));
+    mpmd_keep(g, n.loss);
+    return n;
+}
+
+typedef struct outcome {
+    float loss, p[R * 4 * C], q[R * C];
+    char sha[65];
+} outcome;
+
+static int run(const net *n, const mpmd_schedule *s, int W, int parts, outcome *o, const char *label) {
+    mpmd_step *st = tu_step(n->g, s, 9, label);
+    if (!st) return 0;
+    float x[MB * R * C];
+    tu_fill(x, MB * R * W, 5);
+    int ok = mpmd_step_set_input(st, n->x, x, sizeof(float) * MB * R * W) == MPMD_OK && mpmd_step_run(st) == MPMD_OK &&
+             mpmd_step_read(st, n->loss, &o->loss, sizeof o->loss) == MPMD_OK &&
+             mpmd_step_read(st, n->p, o->p, sizeof(float) * R * parts * W) == MPMD_OK &&
+             mpmd_step_read(st, n->q, o->q, sizeof(float) * R * W) == MPMD_OK;
+    CHECK(ok, "%s: %s", label, mpmd_step_error(st));
+    mpmd_step_params_sha256(st, o->sha);
+    mpmd_step_free(st);
+    return ok;
+}
+
+static int close_to(const float *a, const float *b, int n, float tol) {
+    for (int i = 0; i < n; i++)
+        if (fabsf(a[i] - b[i]) > tol * (1.0f + fabsf(b[i]))) return 0;
+    return 1;
+}
+
+static void collectives(int M) {
+    const int W = M == 2 ? 6 : 4, parts = M; /* W: a multiple of M (reduce_scatter) */
+    char label[96];
+    /* the unsplit twin has `parts` column blocks of width W */
+    net whole = build(1, W, 1);
+    /* build(1, ...) makes 2 blocks; for M = 4 make the twin with 4 */
+    if (M != 2) {
+        mpmd_graph_free(whole.g);
+        /* the twin of M ranks: M blocks */
+        mpmd_graph *g = mpmd_graph_new();
+        whole.g = g;
+        whole.x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(MB * R, W));
+        whole.p = mpmd_param(g, "p", MPMD_SHAPE(R, parts * W), MPMD_NORMAL(1.0f));
+        whole.q = mpmd_param(g, "q", MPMD_SHAPE(R, W), MPMD_NORMAL(1.0f));
+        float ka[R * C], kb[R * 4 * C], kc[R * C], kd[R * C];
+        tu_fill(ka, R * W, 11), tu_fill(kb, R * parts * W, 12), tu_fill(kc, R * W, 13), tu_fill(kd, R * W, 14);
+        mpmd_value Ka = mpmd_constant(g, MPMD_F32, MPMD_SHAPE(R, W), ka);
+        mpmd_value Kb = mpmd_constant(g, MPMD_F32, MPMD_SHAPE(R, parts * W), kb);
+        mpmd_value Kc = mpmd_constant(g, MPMD_F32, MPMD_SHAPE(R, W), kc);
+        mpmd_value Kd = mpmd_constant(g, MPMD_F32, MPMD_SHAPE(R, W), kd);
+        mpmd_loop_begin(g, MB);
+        mpmd_value x = mpmd_microbatch(g, whole.x);
+        mpmd_value blk[4], qb[4];
+        for (int k = 0; k < parts; k++) {
+            mpmd_value pk = mpmd_slice(g, whole.p, 1, k * W, (k + 1) * W);
+            blk[k] = mpmd_mul(g, x, pk);
+            qb[k] = mpmd_mul(g, whole.q, pk);
+        }
+        mpmd_value a = blk[0], d = qb[0];
+        for (int k = 1; k < parts; k++)
+            a = mpmd_add(g, a, blk[k]), d = mpmd_add(g, d, qb[k]);
+        mpmd_value b = mpmd_concat(g, parts, blk, 1);
+        mpmd_value loss = mpmd_add(g, mpmd_sum(g, mpmd_mul(g, a, Ka), MPMD_ALL_AXES, MPMD_DROP_DIMS),
+                                   mpmd_sum(g, mpmd_mul(g, b, Kb), MPMD_ALL_AXES, MPMD_DROP_DIMS));
+        loss = mpmd_add(g, loss, mpmd_sum(g, mpmd_mul(g, a, Kc), MPMD_ALL_AXES, MPMD_DROP_DIMS));
+        loss = mpmd_add(g, loss, mpmd_sum(g, mpmd_mul(g, d, Kd), MPMD_ALL_AXES, MPMD_DROP_DIMS));
+        mpmd_value ws[2] = {whole.p, whole.q}, gs[2];
+        whole.loss = mpmd_value_and_grad(g, loss, 0, NULL, 2, ws, gs, NULL);
+        mpmd_sgd(g, 2, ws, gs, mpmd_scalar(g, 1.0f));
+        mpmd_keep(g, whole.loss);
+    }
+    net split = build(M, W, 1);
+    CHECK(mpmd_graph_status(whole.g) == MPMD_OK && mpmd_graph_status(split.g) == MPMD_OK, "M=%d: %s / %s", M,
+          mpmd_graph_error(whole.g), mpmd_graph_error(split.g));
+    outcome want, got, again;
+    snprintf(label, sizeof label, "unsplit twin of %d ranks", M);
+    int ok = run(&whole, NULL, W, parts, &want, label);
+    snprintf(label, sizeof label, "split over %d model ranks", M);
+    ok &= run(&split, NULL, W, parts, &got, label) && run(&split, NULL, W, parts, &again, label);
+    if (ok) {
+        CHECK(fabsf(got.loss - want.loss) <= 1e-5f * (1 + fabsf(want.loss)), "M=%d: loss %.9g, unsplit %.9g", M,
+              got.loss, want.loss);
+        CHECK(close_to(got.p, want.p, R * parts * W, 1e-5f),
+              "M=%d: the split parameter after the step (its gradient through all_reduce, all_gather, "
+              "reduce_scatter) is not the unsplit one's",
+              M);
+        CHECK(close_to(got.q, want.q, R * W, 1e-5f), "M=%d: q's gradient through pvary is not the unsplit one", M);
+        CHECK(!strcmp(got.sha, again.sha) && got.loss == again.loss, "M=%d: two runs differ", M);
+        /* the gradient changed the parameters: the test can fail */
+        outcome fresh;
+        mpmd_step *st = tu_step(split.g, NULL, 9, "fresh");
+        if (st) {
+            CHECK(mpmd_step_read(st, split.p, fresh.p, sizeof(float) * R * parts * W) == MPMD_OK &&
+                      !close_to(fresh.p, got.p, R * parts * W, 1e-3f),
+                  "M=%d: the step did not move p", M);
+            mpmd_step_free(st);
+        }
+    }
+    /* a 2-stage pipeline of the split graph: the split loop's bits */
+    if (M == 2) {
+        net piped = build(M, W, 2);
+        mpmd_schedule *s = NULL;
+        mpmd_error err;
+        outcome pip, loop2;
+        net flat = build(M, W, 0);
+        if (mpmd_schedule_std1f1b(2, MB, &s, &err) == MPMD_OK && run(&piped, s, W, parts, &pip, "std1f1b, split") &&
+            run(&flat, NULL, W, parts, &loop2, "loop, split"))
+            CHECK(fabsf(pip.loss - loop2.loss) <= 1e-5f * (1 + fabsf(loop2.loss)) &&
+                      close_to(pip.p, loop2.p, R * parts * W, 1e-5f),
+                  "std1f1b over split ranks: loss %.9g vs the loop's %.9g", pip.loss, loop2.loss);
+        mpmd_schedule_free(s);
+        mpmd_graph_free(piped.g), mpmd_graph_free(flat.g);
+    }
+    mpmd_graph_free(whole.g), mpmd_graph_free(split.g);
+}
+
+/* A checkpoint written split over 2 model ranks loads into the unsplit
+ * graph with the same values, and saved again gives the same bytes. */
+static void checkpoints(void) {
+    const int M = 2, W = C / M;
+    net split = build(M, W, 1), whole = build(1, W, 1);
+    mpmd_step *a = tu_step(split.g, NULL, 9, "split"), *b = tu_step(whole.g, NULL, 3, "whole");
+    char d[] = "/tmp/mpmd_tp_XXXXXX";
+    CHECK(mkdtemp(d) != NULL, "mkdtemp");
+    char p1[64], p2[64];
+    snprintf(p1, sizeof p1, "%s/a.safetensors", d), snprintf(p2, sizeof p2, "%s/b.safetensors", d);
+    mpmd_error err;
+    float x[MB * R * C];
+    tu_fill(x, MB * R * W, 5);
+    if (a && b) {
+        CHECK(mpmd_step_set_input(a, split.x, x, sizeof(float) * MB * R * W) == MPMD_OK && mpmd_step_run(a) == MPMD_OK,
+              "run: %s", mpmd_step_error(a));
+        CHECK(mpmd_step_save(a, p1, NULL, &err) == MPMD_OK, "save split: %s", err.msg);
+        CHECK(mpmd_step_load(b, p1, NULL, &err) == MPMD_OK, "load into the unsplit step: %s", err.msg);
+        CHECK(mpmd_step_save(b, p2, NULL, &err) == MPMD_OK, "save unsplit: %s", err.msg);
+        FILE *f1 = fopen(p1, "rb"), *f2 = fopen(p2, "rb");
+        int same = f1 && f2;
+        while (same) {
+            int c1 = fgetc(f1), c2 = fgetc(f2);
+            if (c1 != c2) same = 0;
+            if (c1 == EOF || c2 == EOF) break;
+        }
+        if (f1) fclose(f1);
+        if (f2) fclose(f2);
+        CHECK(same, "the split step's checkpoint, loaded unsplit and saved again, differs");
+        float pa[R * 2 * C], pb[R * 2 * C];
+        CHECK(mpmd_step_read(a, split.p, pa, sizeof(float) * R * 2 * W) == MPMD_OK &&
+                  mpmd_step_read(b, whole.p, pb, sizeof(float) * R * 2 * W) == MPMD_OK && !memcmp(pa, pb, sizeof(float) * R * 2 * W),
+              "p read whole: split and unsplit differ after the load");
+        /* and back: written whole into the split step, read whole */
+        tu_fill(pa, R * 2 * W, 99);
+        CHECK(mpmd_step_write(a, split.p, pa, sizeof(float) * R * 2 * W) == MPMD_OK &&
+                  mpmd_step_read(a, split.p, pb, sizeof(float) * R * 2 * W) == MPMD_OK &&
+                  !memcmp(pa, pb, sizeof(float) * R * 2 * W),
+              "a split parameter written whole does not read back whole");
+        CHECK(mpmd_step_read(a, split.p, pb, sizeof(float) * R * W) == MPMD_ERR_SHAPE,
+              "reading a split parameter with its part's size is an error");
+    }
+    unlink(p1), unlink(p2), rmdir(d);
+    mpmd_step_free(a), mpmd_step_free(b);
+    mpmd_graph_free(split.g), mpmd_graph_free(whole.g);
+}
+
+static void bad_input(void) {
+    mpmd_graph *g = mpmd_graph_new();
+    mpmd_set_tensor_parallel(g, 4);
+    mpmd_value p = mpmd_param_split(g, "w", MPMD_SHAPE(3, 6), MPMD_ZEROS, 1, 1);
+    CHECK(!mpmd_is_value(p) && has(mpmd_graph_error(g), "\"w\": dimension 1 (6) is not divisible by the model axis (tensor_parallel 4)"),
+          "split not divisible: %s", mpmd_graph_error(g));
+    mpmd_graph_free(g);
+
+    g = mpmd_graph_new();
+    mpmd_set_tensor_parallel(g, 2);
+    mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(4, 6));
+    CHECK(!mpmd_is_value(mpmd_all_reduce(g, x, "expert")) &&
+              has(mpmd_graph_error(g), "no mesh axis \"expert\"; the axes are \"mpmd\", \"data\" and \"model\""),
+          "unknown axis: %s", mpmd_graph_error(g));
+    mpmd_graph_free(g);
+
+    g = mpmd_graph_new();
+    mpmd_set_tensor_parallel(g, 2);
+    x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(4, 6));
+    CHECK(!mpmd_is_value(mpmd_all_gather(g, x, 0, "data")) && has(mpmd_graph_error(g), "the \"data\" axis is the step's"),
+          "data axis: %s", mpmd_graph_error(g));
+    mpmd_graph_free(g);
+
+    g = mpmd_graph_new();
+    mpmd_set_tensor_parallel(g, 4);
+    x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(4, 6));
+    CHECK(!mpmd_is_value(mpmd_reduce_scatter(g, x, 1, "model")) &&
+              has(mpmd_graph_error(g), "dimension 1 of f32[4,6] (6) is not divisible by the model axis (4 ranks)"),
+          "reduce_scatter: %s", mpmd_graph_error(g));
+    mpmd_graph_free(g);
+
+    g = mpmd_graph_new();
+    mpmd_set_tensor_parallel(g, 4);
+    x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(2, 8, 24));
+    CHECK(!mpmd_is_value(mpmd_gpt_block(g, "h0", x, 6)) &&
+              has(mpmd_graph_error(g), "\"h0/attn\": 6 heads are not divisible by the model axis (tensor_parallel 4)"),
+          "heads: %s", mpmd_graph_error(g));
+    mpmd_graph_free(g);
+
+    g = mpmd_graph_new();
+    mpmd_set_tensor_parallel(g, 3);
+    x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(2, 8, 24));
+    CHECK(!mpmd_is_value(mpmd_mlp(g, "mlp", x, 32, 24)) &&
+              has(mpmd_graph_error(g), "\"mlp\": 32 hidden features are not divisible by the model axis (tensor_parallel 3)"),
+          "mlp: %s", mpmd_graph_error(g));
+    mpmd_graph_free(g);
+
+    g = mpmd_graph_new();
+    x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(2, 8));
+    CHECK(mpmd_set_tensor_parallel(g, 2) != MPMD_OK && has(mpmd_graph_error(g), "call it before building the graph"),
+          "late: %s", mpmd_graph_error(g));
+    mpmd_graph_free(g);
+}
+
+int main(void) {
+    collectives(2);
+    collectives(4);
+    checkpoints();
+    bad_input();
+    return tu_report("test_tensor_parallel");
+}
