@@ -97,6 +97,30 @@ while read -r name stages ranks extra; do
   [ "$line" = "$dp" ] && ok "fsdp, $name S=$stages D=$ranks x 2 replicas" ||
     bad "fsdp, $name S=$stages D=$ranks $extra x 2: $line vs data parallel $dp"
 done <<<"$schedules"
+# tensor parallelism: blocks split over 2 model ranks train as the whole
+# model does (float tolerance: the split sums run in another order), the
+# same bits on every schedule; with FSDP and a pipeline too (3 axes)
+close() { # close LINE_A LINE_B REL: the final losses agree to REL
+  awk -v a="${1#final_loss=}" -v b="${2#final_loss=}" -v r="$3" \
+    'BEGIN { split(a, x, " "); split(b, y, " "); d = x[1] - y[1]; if (d < 0) d = -d; exit !(d <= r * y[1]) }'
+}
+tp=$("$gpt" "${model[@]}" --tensor-parallel 2 | tail -n 1)
+close "$tp" "$ref" 1e-5 && [ "$tp" != "$ref" ] && ok "tensor parallel 2: $tp (whole: $ref)" ||
+  bad "tensor parallel 2: $tp vs the whole model's $ref"
+for s in "std1f1b 2 2" "interleaved1f1b 4 2" "zerobubble 4 4"; do
+  set -- $s
+  line=$("$gpt" "${model[@]}" --tensor-parallel 2 --schedule "$1" --stages "$2" --ranks "$3" 2>&1 | tail -n 1)
+  [ "$line" = "$tp" ] && ok "tensor parallel 2, $1 S=$2 D=$3: the split loop's bits" ||
+    bad "tensor parallel 2, $1 S=$2: $line vs $tp"
+done
+tpdp=$("$gpt" "${model[@]}" --tensor-parallel 2 --data-parallel 2 | tail -n 1)
+line=$("$gpt" "${model[@]}" --tensor-parallel 2 --data-parallel 2 --fsdp --schedule std1f1b --stages 2 | tail -n 1)
+[ "$line" = "$tpdp" ] && ok "3 axes: std1f1b x fsdp 2 x tensor parallel 2 = data parallel 2 x tensor parallel 2" ||
+  bad "3 axes: $line vs $tpdp"
+ltp=$("$llama" "${model[@]}" --heads 4 --kv-heads 2 --tensor-parallel 2 | tail -n 1)
+lw=$("$llama" "${model[@]}" --heads 4 --kv-heads 2 | tail -n 1)
+close "$ltp" "$lw" 1e-5 && ok "llama, tensor parallel 2 (grouped-query heads split): $ltp" ||
+  bad "llama tensor parallel 2: $ltp vs $lw"
 dp3=$("$gpt" "${model[@]}" --precision bf16 --batch 12 --schedule std1f1b --stages 2 --data-parallel 3 | tail -n 1)
 line=$("$gpt" "${model[@]}" --precision bf16 --batch 12 --schedule std1f1b --stages 2 --data-parallel 3 --fsdp | tail -n 1)
 [ "$line" = "$dp3" ] && ok "fsdp, bf16, std1f1b x 3 replicas (padded shards): $line" ||
@@ -120,6 +144,18 @@ else
   line=$("$src/tests/mpirun.sh" shm 4 "$gpt" "${model[@]}" --schedule std1f1b --stages 2 --data-parallel 2 --fsdp \
     --runtime mpi 2>&1 | tail -n 1)
   [ "$line" = "$dp" ] && ok "mpirun -np 4, fsdp std1f1b x 2 replicas: $line" || bad "mpirun -np 4, fsdp: $line vs $dp"
+  line=$("$src/tests/mpirun.sh" shm 4 "$gpt" "${model[@]}" --tensor-parallel 2 --schedule std1f1b --stages 2 \
+    --runtime mpi 2>&1 | tail -n 1)
+  [ "$line" = "$tp" ] && ok "mpirun -np 4, tensor parallel 2 x std1f1b: the in-process bits" ||
+    bad "mpirun -np 4, tensor parallel: $line vs in-process $tp"
+  line=$("$src/tests/mpirun.sh" shm 8 "$gpt" "${model[@]}" --tensor-parallel 2 --data-parallel 2 --fsdp \
+    --schedule std1f1b --stages 2 --runtime mpi 2>&1 | tail -n 1)
+  [ "$line" = "$tpdp" ] && ok "mpirun -np 8, 3 axes (2 stages x fsdp 2 x tensor parallel 2): the in-process bits" ||
+    bad "mpirun -np 8, 3 axes: $line vs $tpdp"
+  out=$("$src/tests/mpirun.sh" shm 2 "$gpt" "${model[@]}" --tensor-parallel 2 --schedule std1f1b --stages 2 \
+    --runtime mpi 2>&1)
+  grep -q "the mesh needs 4 (2 ranks x 1 replicas x 2 model ranks): run mpirun -np 4" <<<"$out" &&
+    ok "mpirun -np 2 for a mesh of 4: named" || bad "mpirun -np 2, mesh of 4: $out"
   lref=$("$llama" "${model[@]}" --heads 4 --kv-heads 2 --dropout 0.1 | tail -n 1)
   line=$("$src/tests/mpirun.sh" shm 2 "$llama" "${model[@]}" --heads 4 --kv-heads 2 --dropout 0.1 --schedule std1f1b \
     --stages 2 --runtime mpi 2>&1 | tail -n 1)
@@ -148,6 +184,16 @@ resumed2=$("$gpt" "${model[@]}" --steps 6 --data-parallel 2 --fsdp --schedule st
 [ "$six" = "$resumed" ] && [ "$six" = "$resumed2" ] && cmp -s "$tmp/fsdp.safetensors" "$tmp/dp.safetensors" &&
   ok "resume: fsdp <-> plain data parallel checkpoints, the same file and the same 6 steps" ||
   bad "fsdp resume: $resumed / $resumed2 vs $six"
+# a checkpoint written split over 2 model ranks resumes whole, and one
+# written whole resumes split: within float tolerance of the straight runs
+tp6=$("$gpt" "${model[@]}" --steps 6 --tensor-parallel 2 | tail -n 1)
+"$gpt" "${model[@]}" --steps 3 --tensor-parallel 2 --save "$tmp/tp.safetensors" >/dev/null
+line=$("$gpt" "${model[@]}" --steps 6 --resume "$tmp/tp.safetensors" | tail -n 1)
+line2=$("$gpt" "${model[@]}" --steps 6 --tensor-parallel 2 --schedule std1f1b --stages 2 --resume "$tmp/tp.safetensors" |
+  tail -n 1)
+[ "$line2" = "$tp6" ] && close "$line" "$tp6" 1e-5 &&
+  ok "resume: a tensor-parallel checkpoint, split again (the same bits) and whole ($line)" ||
+  bad "tensor-parallel resume: $line2 / $line vs $tp6"
 if [ -x "$(command -v mpirun)" ] && ! grep -q "no MPI" <<<"$probe"; then
   "$src/tests/mpirun.sh" shm 4 "$gpt" "${model[@]}" --steps 3 --data-parallel 2 --fsdp --schedule std1f1b --stages 2 \
     --runtime mpi --save "$tmp/fsdp_mpi.safetensors" >/dev/null 2>&1
@@ -238,6 +284,7 @@ expect 2 "unknown schedule" --schedule fast
 expect 2 "--precision is f32, bf16 or f16" --precision fp8
 expect 2 "--remat is none, block or dots" --remat all
 expect 2 "--fsdp shards over the data-parallel replicas: give --data-parallel R with R >= 2" --fsdp
+expect 1 "\"block_0/attn\": 2 heads are not divisible by the model axis (tensor_parallel 4)" "${model[@]}" --tensor-parallel 4
 expect 2 "the directory /nonexistent does not exist" --save /nonexistent/ck.safetensors --steps 1
 expect 2 "--trace $tmp: is a directory" --schedule gpipe --stages 2 --trace "$tmp" --steps 1
 expect 2 "--fuse-steady-state applies to interleaved1f1b and kimik2, not to gpipe" --schedule gpipe --stages 2 --fuse-steady-state

@@ -125,8 +125,14 @@ static int step_holders(state_view *view, mpmd_value v, void **out, int cap) {
             void *p = mpmd_runtime_replica_value(st, r, d, v.id);
             mpmd_type whole = mpmd_split_whole_type(st->plan->g, v.id);
             if (!p && (!st->plan->be->host_memory || mpmd_runtime_partial(st, v.id)) && mpmd_runtime_holds(st, r, d, v.id))
-                p = stage(view, v.id, r, d, mpmd_type_bytes(&whole));
+                p = stage(view, v.id, r, d, mpmd_type_bytes(&whole)); /* written back to every model rank */
             if (p) out[k++] = p;
+            /* tensor parallelism: every model rank's copy of a value each holds whole */
+            for (int m = 1; p && m < st->plan->model && k < cap && st->plan->be->host_memory && !mpmd_runtime_partial(st, v.id); m++) {
+                mpmd_rank_state *rs = mpmd_runtime_state(st, r, d, m);
+                void *pm = rs && rs->glob ? rs->glob[v.id] : NULL;
+                if (pm) out[k++] = pm;
+            }
         }
     }
     return k;
@@ -187,7 +193,7 @@ static mpmd_status step_view(mpmd_step *st, const char *who, int params_only, st
                              mpmd_error *err) {
     if (!st) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no step", who);
     int replicas = st->plan->replicas > 1 ? st->plan->replicas : 1;
-    return view_build(st->plan->g, st, step_holders, st->plan->num_ranks * replicas,
+    return view_build(st->plan->g, st, step_holders, st->plan->num_ranks * replicas * st->plan->model,
                       st->runtime == MPMD_RUNTIME_MPI, params_only, who, v, err);
 }
 
