@@ -43,6 +43,15 @@
  * (The replicas average their losses and gradients, so these runs train
  * as the loop does but not with its bits.)
  *
+ * With --tensor-parallel M every Block is split over M model ranks
+ * (Megatron's way: attention by heads, the MLP by its hidden width):
+ *
+ *   6. tensor parallelism only: the loop on M model ranks, against run 1
+ *      within float tolerance (the split sums run in another order);
+ *   7. the pipeline with tensor parallelism inside: Interleaved1F1B(
+ *      num_stages=4, mpmd_dim=2) with M model ranks each, bitwise equal to
+ *      run 6, and the parameter bytes each rank holds against run 1's.
+ *
  * Exit status: 0 when every pipelined run matches the one-rank loop
  * bitwise (and every FSDP run its data-parallel twin), 1 when one does not
  * or a run fails, 2 for bad options.
@@ -51,6 +60,7 @@
 #include "mpmd.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,11 +89,14 @@ static const char *usage = "usage: tutorial [options]\n"
                            "  --print-program    also print each pipelined step's per-rank programs\n"
                            "  --fsdp             then FSDP: the loop on 4 sharded replicas, and the\n"
                            "                     pipeline on 2 ranks with 2 sharded replicas each\n"
+                           "  --tensor-parallel M  then every Block split over M model ranks (M divides\n"
+                           "                     the 8 heads): the loop, and the pipeline on 2 ranks\n"
                            "  --help             this text\n";
 
 typedef struct options {
     long long steps, d_model, seq, threads;
     int print_program, fsdp;
+    long long tensor_parallel;
     const char *backend;
     mpmd_dtype precision;
 } options;
@@ -123,6 +136,7 @@ static int parse_args(int argc, char **argv, options *o) {
     o->threads = 0;
     o->print_program = 0;
     o->fsdp = 0;
+    o->tensor_parallel = 1;
     o->backend = NULL;
     o->precision = MPMD_F32;
     for (int i = 1; i < argc; i++) {
@@ -164,10 +178,17 @@ static int parse_args(int argc, char **argv, options *o) {
             dst = &o->seq;
         else if (!strcmp(a, "--threads"))
             dst = &o->threads, lo = 0, hi = 1024;
+        else if (!strcmp(a, "--tensor-parallel"))
+            dst = &o->tensor_parallel, lo = 1, hi = HEADS;
         if (!dst) return bad_option(strncmp(a, "--", 2) ? "unexpected argument" : "unknown option", a);
         if (i + 1 >= argc) return bad_option("a value is needed after", a);
         int rc = parse_int(a, argv[++i], lo, hi, dst);
         if (rc) return rc;
+    }
+    if (HEADS % o->tensor_parallel) {
+        fprintf(stderr, "tutorial: --tensor-parallel %lld does not divide the %d attention heads\n",
+                o->tensor_parallel, HEADS);
+        return 2;
     }
     if (o->d_model % HEADS) {
         fprintf(stderr, "tutorial: --d-model %lld is not a multiple of the %d attention heads\n", o->d_model,
@@ -218,10 +239,11 @@ typedef struct model {
 /* The Transformer of NUM_LAYERS Blocks; with num_stages > 0 it is the
  * notebook's AnnotatedTransformer: a stage marker after every
  * NUM_LAYERS / num_stages Blocks, the last one after the loss. */
-static mpmd_status build_share(const options *o, int num_stages, int64_t batch, int num_mb, model *m,
-                               mpmd_error *err) {
+static mpmd_status build_split(const options *o, int num_stages, int64_t batch, int num_mb, int model_ranks,
+                               model *m, mpmd_error *err) {
     mpmd_graph *g = m->g = mpmd_graph_new();
     if (!g) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
+    if (model_ranks > 1) mpmd_set_tensor_parallel(g, model_ranks); /* the Blocks split themselves */
     const int64_t C = o->d_model, T = o->seq;
     m->x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(batch, T, C));
     m->targets = mpmd_input(g, "targets", MPMD_F32, MPMD_SHAPE(batch, T, C));
@@ -259,6 +281,11 @@ static mpmd_status build_share(const options *o, int num_stages, int64_t batch, 
     if (mpmd_graph_status(g) != MPMD_OK)
         return mpmd_error_set(err, mpmd_graph_status(g), "building the model: %s", mpmd_graph_error(g));
     return MPMD_OK;
+}
+
+static mpmd_status build_share(const options *o, int num_stages, int64_t batch, int num_mb, model *m,
+                               mpmd_error *err) {
+    return build_split(o, num_stages, batch, num_mb, 1, m, err);
 }
 
 /* The whole batch in NUM_MB microbatches. */
@@ -459,6 +486,66 @@ done:
     return rc;
 }
 
+/* Parameter bytes rank 0 holds. */
+static long long param_bytes(const mpmd_step *st) {
+    mpmd_memory_stats ms;
+    return mpmd_step_memory(st, 0, &ms) ? -1 : (long long)ms.parameters;
+}
+
+/* 6. and 7.: the Blocks split over M model ranks, the loop then the
+ * pipeline; 0 when the pipeline gave the split loop's bits. */
+static int tensor_parallel(const options *o, const float *x, const float *t, const run_result *ref) {
+    const int M = (int)o->tensor_parallel;
+    long long whole_params = -1; /* the one-rank loop's, compiled again to count them */
+    {
+        model w;
+        mpmd_error e;
+        mpmd_step *ws = NULL;
+        if (!build(o, 0, &w, &e) && (ws = mpmd_jit_with_loop(w.g, NULL, NULL, &e))) whole_params = param_bytes(ws);
+        mpmd_step_free(ws);
+        mpmd_graph_free(w.g);
+    }
+    model m[2] = {{NULL, {-1}, {-1}, {-1}}, {NULL, {-1}, {-1}, {-1}}};
+    mpmd_error err;
+    mpmd_schedule *s = NULL;
+    mpmd_step *st[2] = {NULL, NULL};
+    run_result res[2] = {{NULL, "", 0}, {NULL, "", 0}};
+    int rc = 1;
+    for (int k = 0; k < 2; k++) {
+        printf(k ? "\n== pipeline with tensor parallelism inside: Interleaved1F1B(num_stages=4, mpmd_dim=2) x %d model "
+                   "ranks ==\n"
+                 : "\n== tensor parallelism only: the loop, every Block split over %d model ranks ==\n",
+               M);
+        mpmd_step_opts so = MPMD_STEP_DEFAULTS;
+        so.backend = o->backend;
+        if (build_split(o, k ? 4 : 0, BATCH, NUM_MB, M, &m[k], &err) ||
+            (k && mpmd_schedule_interleaved1f1b(4, 2, NUM_MB, 0, &s, &err)) ||
+            !(st[k] = mpmd_jit_with_loop(m[k].g, k ? s : NULL, &so, &err))) {
+            fprintf(stderr, "tutorial: %s\n", err.msg);
+            goto done;
+        }
+        if (!(res[k].losses = malloc((size_t)o->steps * sizeof(float)))) goto done;
+        runner r = {NULL, st[k]};
+        if (train(&r, &m[k], o, x, t, &res[k])) goto done;
+        printf("  rank 0 (model rank 0) holds %lld parameter bytes, %.2fx the one-rank loop's\n", param_bytes(st[k]),
+               (double)param_bytes(st[k]) / (double)whole_params);
+    }
+    double worst = 0;
+    for (long long k = 0; k < o->steps; k++) {
+        double d = fabs((double)res[0].losses[k] - (double)ref->losses[k]) / (fabs((double)ref->losses[k]) + 1e-30);
+        if (d > worst) worst = d;
+    }
+    int same = !strcmp(res[0].sha, res[1].sha) && !memcmp(res[0].losses, res[1].losses, (size_t)o->steps * sizeof(float));
+    printf("  losses of the split loop against the one-rank loop: within %.2g (relative)\n", worst);
+    printf("  the pipeline bitwise equal to the split loop: %s\n", same ? "yes" : "no");
+    rc = same && worst < 1e-4 ? 0 : 1;
+done:
+    for (int k = 0; k < 2; k++)
+        free(res[k].losses), mpmd_step_free(st[k]), mpmd_graph_free(m[k].g);
+    mpmd_schedule_free(s);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     program_start("tutorial", argv);
     options o;
@@ -503,6 +590,7 @@ int main(int argc, char **argv) {
     runner r = {ex, NULL};
     if (train(&r, &m, &o, x, t, &ref)) goto done;
 
+
     /* 2. and 3. Pipelined over 4 ranks: 4 stages, then 8. */
     int bad = pipelined(&o, NUM_RANKS, x, t, &ref);
     bad |= pipelined(&o, NUM_LAYERS, x, t, &ref);
@@ -515,6 +603,7 @@ int main(int argc, char **argv) {
                        "sequences each in 4 microbatches",
                        4, 2, 2, NUM_MB, x, t, ref.median_ms);
     }
+    if (o.tensor_parallel > 1) bad |= tensor_parallel(&o, x, t, &ref);
     rc = bad ? 1 : 0;
 done:
     mpmd_exec_free(ex);

@@ -242,6 +242,10 @@ out=$("$build/examples/tutorial" --steps 2 --d-model 16 --seq 8 --fsdp 2>&1); rc
 [ $rc -eq 0 ] && [ "$(grep -c 'bitwise equal to it: yes' <<<"$out")" -eq 2 ] &&
   ok "tutorial --fsdp: FSDP only and the pipeline with FSDP inside equal plain data parallelism" ||
   bad "tutorial --fsdp: exit $rc: $out"
+out=$("$build/examples/tutorial" --steps 2 --d-model 16 --seq 8 --tensor-parallel 2 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q "the pipeline bitwise equal to the split loop: yes" <<<"$out" &&
+  ok "tutorial --tensor-parallel 2: $(grep 'split loop against' <<<"$out" | sed 's/^ *//')" ||
+  bad "tutorial --tensor-parallel 2: exit $rc: $out"
 for sched in std1f1b zerobubble; do
   out=$("$build/examples/basic" --schedule $sched --steps 100 2>&1); rc=$?
   first=$(grep -m1 '^step' <<<"$out" | awk '{print $4}') last=$(grep '^step' <<<"$out" | tail -n 1 | awk '{print $4}')
