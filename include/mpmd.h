@@ -780,8 +780,10 @@ mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes)
 /* The ranks holding a value (JaxPP's MpmdArray.mpmd_idxs): writes up to cap
  * rank numbers to ranks and returns how many there are. */
 int mpmd_step_where(const mpmd_step *st, mpmd_value v, int *ranks, int cap);
-/* A rank's storage of a parameter or variable (NULL if it holds none, or
- * if the backend's buffers are not host memory: CPU only). */
+/* A rank's storage of a parameter or variable (NULL if it holds none, if
+ * the backend's buffers are not host memory: CPU only, or if the rank holds
+ * a part of it only: FSDP's shard, a parameter split over the model axis;
+ * with tensor parallelism, model rank 0's copy). */
 void *mpmd_step_var_data(mpmd_step *st, int rank, mpmd_value v);
 const char *mpmd_step_error(const mpmd_step *st);
 /* As mpmd_exec_params_sha256: equal hashes mean bitwise equal parameters.

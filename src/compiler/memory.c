@@ -179,6 +179,7 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, mpmd_error *err) {
                 int cand = k >= 0 && k < nd->n_in ? buffer_of(&b, nd->in[k], -1) : -1;
                 int bi = new_buf(&b, in->node, -1, MPMD_BUF_VALUE, at, cand);
                 if (bi < 0) goto nomem;
+                m->buf[bi].bytes = mpmd_held_bytes(pl, in->node); /* FSDP: a sum of gradient shards */
                 b.cur[in->node] = m->val_buf[in->node] = bi;
             }
             break;

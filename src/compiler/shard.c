@@ -12,7 +12,9 @@
  * the same arithmetic as the all-reduce computes for those elements.
  *
  * A parameter qualifies when every use of it, of its state and of its
- * gradient chain is one of those: the body's ops (which read it gathered),
+ * gradient chain is one of those: the body's ops (which read it gathered)
+ * on ranks whose replicas meet after their tasks to combine a loop result
+ * (so that no replica updates its shard while another still gathers it),
  * its update, the chain's adds. Anything else after the loop or before it
  * (a norm of the gradients, a cast before the loop) keeps the whole group
  * unsharded, so FSDP never changes a number, only where bytes live.
@@ -78,10 +80,19 @@ mpmd_status mpmd_plan_shards(mpmd_plan *pl, mpmd_error *err) {
     pl->shard = calloc((size_t)nn + 1, 1);
     pl->gather = calloc((size_t)K + 1, sizeof *pl->gather);
     pl->gather_n = calloc((size_t)K + 1, sizeof *pl->gather_n);
-    int32_t *mark = malloc((size_t)(nn + 1) * sizeof *mark);
+    int32_t *mark = malloc((size_t)(nn + 1) * sizeof *mark), *meets = NULL;
     if (!grp || !bad || !pl->shard || !pl->gather || !pl->gather_n || !mark) goto nomem;
     for (int i = 0; i < nn; i++)
         grp[i] = -1, mark[i] = -1;
+    /* the ranks whose replicas meet after their last task (to combine a
+     * loop result): a replica updates its shard only after every replica
+     * of a rank reading it has finished gathering it, so a parameter read
+     * on a rank without such a meeting stays whole */
+    if (!(meets = calloc((size_t)pl->num_ranks + 1, sizeof *meets))) goto nomem;
+    for (int i = 0; i < nn; i++)
+        if (pl->live[i] && g->nodes[i].op == &mpmd_op_loop_reduce && g->nodes[i].ia[0] != MPMD_REDUCE_CONCAT &&
+            pl->home[i] >= 0)
+            meets[pl->home[i]] = 1;
     /* the groups: each update with its parameter, state and gradient chain */
     for (int u = 0; u < nn; u++) {
         const mpmd_node *n = &g->nodes[u];
@@ -103,7 +114,8 @@ mpmd_status mpmd_plan_shards(mpmd_plan *pl, mpmd_error *err) {
             int v = cn->in[j], u = grp[v];
             if (u < 0) continue;
             int ok = c == u || grp[c] == u ||
-                     (cn->region == MPMD_REGION_BODY && v == g->nodes[u].in[0] && cn->op != &mpmd_op_microbatch);
+                     (cn->region == MPMD_REGION_BODY && v == g->nodes[u].in[0] && cn->op != &mpmd_op_microbatch &&
+                      pl->home[c] >= 0 && meets[pl->home[c]]);
             if (!ok) bad[u] = 1;
         }
     }
@@ -126,10 +138,10 @@ mpmd_status mpmd_plan_shards(mpmd_plan *pl, mpmd_error *err) {
         }
         pl->gather_n[k] = cnt;
     }
-    free(grp), free(bad), free(mark);
+    free(grp), free(bad), free(mark), free(meets);
     return MPMD_OK;
 nomem:
-    free(grp), free(bad), free(mark);
+    free(grp), free(bad), free(mark), free(meets);
     return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory sharding the parameters");
 }
 

@@ -81,10 +81,11 @@ static void *stage(state_view *v, int node, int rank, int replica, size_t bytes)
     if (!host) return v->failed = 1, NULL;
     mpmd_step *st = v->target;
     /* an MPI process holds one part of a sharded value (FSDP) or one split
-     * over the model axis: a save gathers it whole (step_write), a load
-     * writes this process's part of the file's value (view_commit) */
+     * over the model axis: a save gathers it whole (step_write); the host
+     * copy has this process's part in its place, so that a load writes back
+     * what it does not load unchanged (view_commit) */
     mpmd_status rc = mpmd_runtime_partial(st, node) && st->runtime == MPMD_RUNTIME_MPI
-                         ? MPMD_OK
+                         ? mpmd_runtime_read_own(st, rank, replica, node, host)
                          : mpmd_runtime_read(st, rank, replica, node, host, bytes);
     if (rc) {
         free(host);

@@ -40,6 +40,7 @@
  */
 #include "runtime/transport.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -391,19 +392,26 @@ static int mpi_reduce_scatter(mpmd_rank_state *rs, int node, void *out) {
     const int staged = m->stage != NULL;
     int64_t mylo, mycnt;
     mpmd_shard_part(pl, node, rs->replica, &mylo, &mycnt);
-    /* the parts received (R x L), then (staged) the whole loop result's host copy and the result */
-    char *all = malloc((size_t)R * L + (staged ? full + L : 0) + 1);
+    if ((size_t)R * L > (size_t)INT_MAX || full > (size_t)INT_MAX) {
+        rt_fail(rs, MPMD_ERR_INVALID, "%%%d: %zu bytes to reduce-scatter; MPI counts stop at %d", node, full, INT_MAX);
+        return 1;
+    }
+    /* the parts received (R x L), then (staged) the whole loop result's host
+     * copy and the result, then the collective's counts and displacements:
+     * one buffer, which a collective the watchdog gives up on keeps whole */
+    const size_t head = (size_t)R * L + (staged ? full + L : 0);
+    const size_t ints_at = (head + sizeof(int) - 1) / sizeof(int) * sizeof(int);
+    char *all = malloc(ints_at + 4 * (size_t)R * sizeof(int) + 1);
     void **bufs = malloc((size_t)R * sizeof *bufs);
-    int *scnt = malloc(4 * (size_t)R * sizeof *scnt);
-    if (!all || !bufs || !scnt) {
-        free(all), free(bufs), free(scnt);
+    if (!all || !bufs) {
+        free(all), free(bufs);
         rt_fail(rs, MPMD_ERR_NOMEM, "out of memory reduce-scattering %%%d across replicas", node);
         return 1;
     }
-    int *sdis = scnt + R, *rcnt = scnt + 2 * R, *rdis = scnt + 3 * R;
+    int *scnt = (int *)(void *)(all + ints_at), *sdis = scnt + R, *rcnt = scnt + 2 * R, *rdis = scnt + 3 * R;
     char *src = staged ? all + (size_t)R * L : rs->glob[node];
     if (staged && pl->be->download(rs->dev, src, rs->glob[node], full)) {
-        free(all), free(bufs), free(scnt);
+        free(all), free(bufs);
         rt_fail(rs, MPMD_ERR_RUNTIME, "copying %%%d from the %s backend to reduce-scatter it failed", node,
                 pl->be->name);
         return 1;
@@ -419,7 +427,6 @@ static int mpi_reduce_scatter(mpmd_rank_state *rs, int node, void *out) {
     char what[400], vb[300];
     snprintf(what, sizeof what, "the other replicas of rank %d to reduce-scatter %s", rs->rank,
              rt_value_str(st, node, vb, sizeof vb));
-    free(scnt);
     if (coll_wait(rs, &req, all, what)) {
         free(bufs);
         return 1;
@@ -449,6 +456,11 @@ static int mpi_allgather(mpmd_rank_state *rs, const int32_t *nodes, int n, void 
     for (int q = 0; q < n; q++) {
         const int node = nodes[q];
         const size_t b = mpmd_held_bytes(pl, node);
+        if ((size_t)R * b > (size_t)INT_MAX) {
+            rt_fail(rs, MPMD_ERR_INVALID, "%%%d: %zu bytes to gather; MPI counts stop at %d", node, (size_t)R * b,
+                    INT_MAX);
+            return 1;
+        }
         /* staged: the gathered shards, then this replica's own */
         char *host = staged ? malloc((size_t)(R + 1) * b + 1) : NULL;
         if (staged && !host) {
@@ -491,6 +503,11 @@ static int mpi_model_collective(mpmd_rank_state *rs, int node, const void *in, v
     const int M = st->plan->model;
     const size_t b = rt_bytes(g, g->nodes[node].in[0]);
     const int all = rt_model_exchanges(g, node);
+    if (all && (size_t)M * b > (size_t)INT_MAX) {
+        rt_fail(rs, MPMD_ERR_INVALID, "%%%d = %s%s: %zu bytes to gather; MPI counts stop at %d", node,
+                g->nodes[node].op->name, where, (size_t)M * b, INT_MAX);
+        return 1;
+    }
     char *buf = all ? malloc((size_t)M * b + 1) : NULL;
     const void **ins = malloc((size_t)M * sizeof *ins);
     if ((all && !buf) || !ins) {

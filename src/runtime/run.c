@@ -816,6 +816,25 @@ mpmd_status mpmd_runtime_read(struct mpmd_step *st, int rank, int replica, int n
     return rc;
 }
 
+mpmd_status mpmd_runtime_read_own(struct mpmd_step *st, int rank, int replica, int node, void *dst) {
+    const size_t b = rt_bytes(st->plan->g, node), es = mpmd_dtype_size(st->plan->g->nodes[node].type.dtype);
+    char *part = calloc(1, b + 1);
+    if (!part) return MPMD_ERR_NOMEM;
+    mpmd_status rc = MPMD_OK;
+    for (int m = 0; m < st->plan->model && !rc; m++) {
+        mpmd_rank_state *rs = mpmd_runtime_state(st, rank, replica, m);
+        const void *src = held(rs, node);
+        if (!src) continue;
+        int64_t lo = 0, cnt = mpmd_type_numel(&st->plan->g->nodes[node].type);
+        if (mpmd_sharded(st->plan, node)) mpmd_shard_part(st->plan, node, replica, &lo, &cnt);
+        memset(part, 0, b);
+        if (!(rc = download(st, rs, node, part + (size_t)lo * es, src, (size_t)cnt * es)))
+            mpmd_split_copy(st->plan->g, node, m, dst, part, 1);
+    }
+    free(part);
+    return rc;
+}
+
 mpmd_status mpmd_runtime_write(struct mpmd_step *st, int rank, int replica, int node, const void *src,
                                size_t bytes) {
     (void)bytes;

@@ -99,6 +99,11 @@ mpmd_status mpmd_runtime_input_set(struct mpmd_step *st, int node);
 /* Whether a rank state holds only a part of value node (FSDP's shard, or a
  * parameter split over the model axis): no pointer to the whole value. */
 int mpmd_runtime_partial(const struct mpmd_step *st, int node);
+/* The parts of value node that (rank, replica) holds in this process (its
+ * model ranks' splits, its FSDP shard of each) into their places in dst, the
+ * whole value, leaving the rest of dst as it is: what mpmd_runtime_write
+ * writes back unchanged. */
+mpmd_status mpmd_runtime_read_own(struct mpmd_step *st, int rank, int replica, int node, void *dst);
 /* The state of (rank, replica, model rank) when this process runs it, else NULL. */
 mpmd_rank_state *mpmd_runtime_state(const struct mpmd_step *st, int rank, int replica, int model);
 /* FSDP: bytes rank's first replica in this process took from the others
