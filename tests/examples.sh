@@ -144,6 +144,10 @@ else
   line=$("$src/tests/mpirun.sh" shm 4 "$gpt" "${model[@]}" --schedule std1f1b --stages 2 --data-parallel 2 --fsdp \
     --runtime mpi 2>&1 | tail -n 1)
   [ "$line" = "$dp" ] && ok "mpirun -np 4, fsdp std1f1b x 2 replicas: $line" || bad "mpirun -np 4, fsdp: $line vs $dp"
+  line=$("$src/tests/mpirun.sh" shm 4 "$gpt" "${model[@]}" --schedule interleaved1f1b --stages 4 --ranks 2 \
+    --data-parallel 2 --fsdp --runtime mpi 2>&1 | tail -n 1)
+  [ "$line" = "$dp" ] && ok "mpirun -np 4, fsdp interleaved1f1b (gathers posted a task ahead): $line" ||
+    bad "mpirun -np 4, fsdp interleaved1f1b: $line vs $dp"
   line=$("$src/tests/mpirun.sh" shm 4 "$gpt" "${model[@]}" --tensor-parallel 2 --schedule std1f1b --stages 2 \
     --runtime mpi 2>&1 | tail -n 1)
   [ "$line" = "$tp" ] && ok "mpirun -np 4, tensor parallel 2 x std1f1b: the in-process bits" ||

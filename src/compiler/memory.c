@@ -21,7 +21,8 @@
  *   transport copies at the receive itself);
  * - a kept value lives to the end of the step, and is readable until the
  *   next run;
- * - FSDP: a parameter gathered for a task lives from its GATHER to the
+ * - FSDP: a parameter gathered for a task lives from the GATHER's `post`
+ *   (the task before it when the transport posts ahead: MPI) to the
  *   task's last op that reads it; a sharded value outside the body (its
  *   storage, a reduce-scattered or received loop result) has one shard's
  *   bytes.
@@ -87,10 +88,15 @@ static void use(builder *b, int bi, int p) {
 }
 
 /* The position before which each receive may be posted: `ahead` tasks
- * ahead, as the transport posts them (0: at the receive itself). */
+ * ahead, as the transport posts them (0: at the receive itself). A gather
+ * (FSDP) may be posted one task ahead (at the task before it) when
+ * receives are posted ahead at all: it overlaps that task. */
 static void set_posts(mpmd_program *p, int ahead) {
     int x = 0, limit = 0; /* limit: everything before it is posted before instruction x runs */
+    int last_task = -1;
     for (int y = 0; y < p->n; y++) {
+        if (p->ins[y].op == MPMD_I_GATHER) p->ins[y].post = ahead > 0 && last_task >= 0 ? last_task : y;
+        if (p->ins[y].op == MPMD_I_TASK) last_task = y;
         if (p->ins[y].op != MPMD_I_RECV) continue;
         if (ahead <= 0) {
             p->ins[y].post = y;
@@ -243,7 +249,7 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, mpmd_error *err) {
             const int k = in->stage * MPMD_TASK_KINDS + in->kind;
             for (int q = 0; q < pl->gather_n[k]; q++) {
                 int v = pl->gather[k][q];
-                int bi = new_buf(&b, v, -1, MPMD_BUF_GATHERED, at, -1);
+                int bi = new_buf(&b, v, -1, MPMD_BUF_GATHERED, m->pos[in->post], -1); /* from its posting */
                 if (bi < 0) goto nomem;
                 m->buf[bi].bytes = mpmd_gathered_bytes(pl, v);
                 if (q == 0) m->gath_buf[x] = bi;

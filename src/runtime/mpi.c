@@ -55,6 +55,7 @@ typedef struct {
     MPI_Request *rreq; /* [program length]: posted receives */
     MPI_Request *sreq; /* [program length]: sends in flight */
     int posted;        /* instructions up to here have their receives posted */
+    MPI_Request **greq; /* [program length]: FSDP gathers posted ahead (one request per parameter), or NULL */
     MPI_Request coll;  /* a combine the watchdog gave up on, and its buffer */
     void *coll_buf;
     int tag_ub;
@@ -178,6 +179,26 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
     MPI_Comm_split(MPI_COMM_WORLD, st->mpi_rank * M + st->mpi_model, st->mpi_replica, &m->data);
     MPI_Comm_split(MPI_COMM_WORLD, st->mpi_rank * st->plan->replicas + st->mpi_replica, st->mpi_model, &m->model);
     int *ub = NULL, flag = 0;
+    if (st->plan->be->host_memory && st->plan->shard) { /* FSDP's gathers, posted one task ahead */
+        if (!(m->greq = calloc((size_t)p->n + 1, sizeof *m->greq)))
+            return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+        for (int x = 0; x < p->n; x++) {
+            const mpmd_instr *in = &p->ins[x];
+            if (in->op != MPMD_I_GATHER) continue;
+            const int k = in->stage * MPMD_TASK_KINDS + in->kind, n = st->plan->gather_n[k];
+            if (!(m->greq[x] = malloc((size_t)(n ? n : 1) * sizeof **m->greq)))
+                return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+            for (int q = 0; q < n; q++) {
+                m->greq[x][q] = MPI_REQUEST_NULL;
+                if ((size_t)st->plan->replicas * mpmd_held_bytes(st->plan, st->plan->gather[k][q]) > (size_t)INT_MAX)
+                    return mpmd_error_set(err, MPMD_ERR_INVALID,
+                                          "mpmd_jit_with_loop: %%%d has %zu bytes to gather; MPI counts stop at %d",
+                                          st->plan->gather[k][q],
+                                          (size_t)st->plan->replicas * mpmd_held_bytes(st->plan, st->plan->gather[k][q]),
+                                          INT_MAX);
+            }
+        }
+    }
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
     m->tag_ub = flag && ub ? *ub : 32767;
     int64_t need = (int64_t)st->plan->g->n_nodes * (st->plan->num_micro + 1);
@@ -206,6 +227,10 @@ static void mpi_teardown(struct mpmd_step *st) {
             stage_free(st->plan->be, m->stage[x]);
         free(m->stage);
     }
+    if (m->greq)
+        for (int x = 0; x < st->plan->prog[st->mpi_rank].n; x++)
+            free(m->greq[x]);
+    free(m->greq);
     free(m->rreq), free(m->sreq), free(m->coll_buf), free(m);
     st->tx = NULL;
     st->rs[0].tx = NULL;
@@ -218,14 +243,40 @@ static mpmd_status mpi_launch(struct mpmd_step *st, void *(*rank_main)(void *)) 
     return MPMD_OK;
 }
 
+/* The gathered buffers of GATHER instruction y: every parameter's, in
+ * pl->gather order. */
+static void *gather_buffer(mpmd_rank_state *rs, int y, int q) {
+    return rs->arena + rs->mem->buf[rs->mem->gath_buf[y] + q].off;
+}
+
+/* Post GATHER y's allgathers (host memory: straight into its planned
+ * buffers, which live from here on). */
+static void gather_post(mpmd_rank_state *rs, int y) {
+    struct mpmd_step *st = rs->st;
+    mpi_state *m = rs->tx;
+    const mpmd_instr *in = &st->plan->prog[rs->rank].ins[y];
+    const int k = in->stage * MPMD_TASK_KINDS + in->kind;
+    for (int q = 0; q < st->plan->gather_n[k]; q++) {
+        const int node = st->plan->gather[k][q];
+        const int b = (int)mpmd_held_bytes(st->plan, node);
+        MPI_Iallgather(rs->glob[node], b, MPI_BYTE, gather_buffer(rs, y, q), b, MPI_BYTE, m->data, &m->greq[y][q]);
+    }
+}
+
 static void mpi_prepare(mpmd_rank_state *rs, int x) {
     struct mpmd_step *st = rs->st;
     mpi_state *m = rs->tx;
     const mpmd_program *p = &st->plan->prog[rs->rank];
     /* post every receive whose buffer the plan holds from here on (m->posted
-     * restarts at each step's end, so a second call for x posts nothing) */
+     * restarts at each step's end, so a second call for x posts nothing);
+     * and (FSDP, host memory) every gather, one task ahead */
     for (; m->posted < p->n; m->posted++) {
         const mpmd_instr *in = &p->ins[m->posted];
+        if (in->op == MPMD_I_GATHER && m->greq) {
+            if (in->post > x) break;
+            gather_post(rs, m->posted);
+            continue;
+        }
         if (in->op != MPMD_I_RECV) continue;
         if (in->post > x) break;
         MPI_Irecv(wire(rs, m->posted), (int)mpmd_held_bytes(st->plan, in->node), MPI_BYTE, in->peer,
@@ -447,12 +498,29 @@ static int mpi_reduce_scatter(mpmd_rank_state *rs, int node, void *out) {
     return bad;
 }
 
-/* Each parameter's shards from every replica, one allgather each. */
-static int mpi_allgather(mpmd_rank_state *rs, const int32_t *nodes, int n, void *const *out) {
+/* Each parameter's shards from every replica, one allgather each: posted
+ * one task ahead (host memory, mpi_prepare) and waited for here, or (a
+ * device backend) through host copies now. */
+static int mpi_allgather(mpmd_rank_state *rs, int x, const int32_t *nodes, int n, void *const *out) {
     struct mpmd_step *st = rs->st;
     const mpmd_plan *pl = st->plan;
     mpi_state *m = rs->tx;
     const int R = pl->replicas, staged = m->stage != NULL;
+    if (m->greq && m->greq[x]) {
+        for (int q = 0; q < n; q++) {
+            char what[400], vb[300];
+            snprintf(what, sizeof what, "the other replicas of rank %d to gather %s (FSDP)", rs->rank,
+                     rt_value_str(st, nodes[q], vb, sizeof vb));
+            double t0 = st->record ? rt_now() : 0;
+            if (wait_for(rs, &m->greq[x][q], what)) {
+                st->broken = 1; /* the collective still writes the arena: the step keeps it */
+                return 1;
+            }
+            if (st->record) rs->wait += rt_now() - t0;
+            rs->coll_bytes += (int64_t)((size_t)(R - 1) * mpmd_held_bytes(pl, nodes[q]));
+        }
+        return 0;
+    }
     for (int q = 0; q < n; q++) {
         const int node = nodes[q];
         const size_t b = mpmd_held_bytes(pl, node);
@@ -543,6 +611,16 @@ static void mpi_end_step(mpmd_rank_state *rs) {
             char what[400];
             send_what(rs, x, what, sizeof what);
             if (wait_for(rs, &m->sreq[x], what)) rs->st->broken = 1;
+        }
+        /* gathers posted ahead and not waited for (a failed step): they end
+         * when every replica has posted them */
+        if (m->greq && m->greq[x]) {
+            const mpmd_instr *in = &p->ins[x];
+            const int n = rs->st->plan->gather_n[in->stage * MPMD_TASK_KINDS + in->kind];
+            for (int q = 0; q < n; q++)
+                if (m->greq[x][q] != MPI_REQUEST_NULL &&
+                    wait_for(rs, &m->greq[x][q], "the other replicas to finish a gather of a failed step"))
+                    rs->st->broken = 1;
         }
         /* receives posted but not consumed (a failed step): cancel them */
         if (m->rreq[x] != MPI_REQUEST_NULL) {

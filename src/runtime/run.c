@@ -328,7 +328,7 @@ static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
         }
         for (int q = 0; q < n; q++)
             out[q] = rs->full[nodes[q]] = rs->arena + rs->mem->buf[rs->mem->gath_buf[x] + q].off;
-        tr->allgather(rs, nodes, n, out);
+        tr->allgather(rs, x, nodes, n, out);
         if (out != small) free(out);
         break;
     }

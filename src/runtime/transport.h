@@ -80,8 +80,10 @@ typedef struct mpmd_transport {
     /* FSDP: the sharded parameters nodes[0 .. n) whole, for one task: out[q]
      * gets every replica's shard of nodes[q] (rs->glob[node] on each), replica
      * d's at d x mpmd_held_bytes. A shard is read only once its replica has
-     * finished the update that wrote it. */
-    int (*allgather)(mpmd_rank_state *rs, const int32_t *nodes, int n, void *const *out);
+     * finished the update that wrote it. x: the GATHER instruction (its
+     * `post` says from where its buffers may be written: MPI posts the
+     * allgathers there, in prepare). */
+    int (*allgather)(mpmd_rank_state *rs, int x, const int32_t *nodes, int n, void *const *out);
     /* Tensor parallelism: collective `node` (all_reduce, pvary, all_gather,
      * reduce_scatter, axis_slice; ops/collective.c) of the task running on
      * this rank, over the model ranks of this rank and replica: `in` this

@@ -380,7 +380,8 @@ static int local_reduce_scatter(mpmd_rank_state *rs, int node, void *out) {
  * met; each replica then copies them all. Nobody writes a shard again
  * before every replica has met after its last gather (the loop results'
  * reduce-scatter precedes the updates: shard.c), so one meeting does. */
-static int local_allgather(mpmd_rank_state *rs, const int32_t *nodes, int n, void *const *out) {
+static int local_allgather(mpmd_rank_state *rs, int x, const int32_t *nodes, int n, void *const *out) {
+    (void)x;
     struct mpmd_step *st = rs->st;
     group *gr = data_group(rs);
     const int R = st->plan->replicas, D = st->plan->num_ranks;
