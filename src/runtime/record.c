@@ -278,6 +278,16 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
                 "  slowest stage %d: %.3f ms per microbatch, %.2fx the mean stage (imbalance); transfers %.3f ms "
                 "in all (waiting left out)\n",
                 s.slowest_stage, s.slowest_stage_ms, s.imbalance, s.transfer_ms);
+    if (st->plan->shard || st->plan->model > 1) {
+        fprintf(f, "  per rank (its replica 0, model rank 0): parameters, optimizer state, gradients at the arena's "
+                   "fullest, gathered parameters (planned bytes)\n");
+        for (int r = 0; r < s.num_ranks; r++) {
+            mpmd_memory_stats ms;
+            if (mpmd_step_memory(st, r, &ms)) continue;
+            fprintf(f, "  %4d  %12lld B %12lld B %12lld B %12lld B\n", r, (long long)ms.parameters,
+                    (long long)ms.optimizer_state, (long long)ms.loop_results, (long long)ms.gathered);
+        }
+    }
     if (st->plan->shard) {
         fprintf(f, "  FSDP over %d replicas (%d parameters sharded): bytes a replica took from the others this step\n",
                 st->plan->replicas, mpmd_plan_sharded_params(st->plan));
