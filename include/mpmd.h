@@ -417,8 +417,9 @@ mpmd_status mpmd_set_fused_attention(mpmd_graph *g, int fused);
  * mpmd_self_attention by heads (name/qkv by output columns, name/out by
  * input rows, an all-reduce after it), mpmd_mlp and mpmd_swiglu_mlp by
  * their hidden width (first dense layers by columns, the last by rows, an
- * all-reduce after it), mpmd_rope_attention by heads and key/value heads;
- * norms and embeddings stay whole on every rank. A width, head count or
+ * all-reduce after it), mpmd_rope_attention by heads and key/value heads,
+ * mpmd_embed by vocabulary rows when m divides the vocabulary (below);
+ * norms stay whole on every rank. A width, head count or
  * hidden size that m does not divide is an error naming the layer. Results
  * are those of the unsplit model up to the order of the split sums (float
  * rounding), the same run to run and in-process or under MPI. Default 1. */
@@ -446,6 +447,20 @@ MPMD_NODISCARD mpmd_value mpmd_all_reduce(mpmd_graph *g, mpmd_value x, const cha
 MPMD_NODISCARD mpmd_value mpmd_pvary(mpmd_graph *g, mpmd_value x, const char *axis);
 MPMD_NODISCARD mpmd_value mpmd_all_gather(mpmd_graph *g, mpmd_value x, int dim, const char *axis);
 MPMD_NODISCARD mpmd_value mpmd_reduce_scatter(mpmd_graph *g, mpmd_value x, int dim, const char *axis);
+/* Vocabulary parallelism over the model axis. mpmd_embedding_split: rows
+ * of an f32 table split by rows (this rank's part, [vocab / m, width], as
+ * mpmd_param_split(..., axis 0, 1 group) makes it) for ids of the whole
+ * vocabulary, each rank contributing the rows it holds, summed by an
+ * all-reduce: the whole table's rows. mpmd_cross_entropy_split: the
+ * cross-entropy of logits split along their last axis ([..., vocab / m],
+ * this rank's columns) for targets of the whole vocabulary, per position:
+ * log(sum exp(z - max)) - (z - max)[target], the max and the sums taken
+ * over every rank's columns. Both with their gradients; the rank's place
+ * on the axis is applied when the step runs. mpmd_embed splits its table
+ * this way when m > 1 divides the vocabulary. */
+MPMD_NODISCARD mpmd_value mpmd_embedding_split(mpmd_graph *g, mpmd_value table, mpmd_value ids, const char *axis);
+MPMD_NODISCARD mpmd_value mpmd_cross_entropy_split(mpmd_graph *g, mpmd_value logits, mpmd_value targets,
+                                                   const char *axis);
 
 /* ------------------------------------------------------------------------ */
 /* The microbatch loop and pipeline stages                                    */

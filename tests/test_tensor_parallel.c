@@ -10,6 +10,8 @@
  * - a split parameter is initialised, read, written and saved whole, and a
  *   checkpoint written by the split step loads into the unsplit one (and
  *   back) with the same bytes;
+ * - the vocabulary-parallel embedding and cross-entropy against the whole
+ *   ones (the loss and both gradients);
  * - bad input: a dimension the axis does not divide, an axis that does not
  *   exist or is not the graph's, a layer whose heads or width the axis does
  *   not divide, the axis set after building: each a message naming it.
@@ -249,6 +251,63 @@ static void checkpoints(void) {
     mpmd_graph_free(split.g), mpmd_graph_free(whole.g);
 }
 
+/* Vocabulary parallelism: an embedding table and an output matrix split
+ * by vocabulary rows over M ranks, the cross-entropy over split logits,
+ * against the whole ones: the loss, and both parameters after an SGD step
+ * of rate 1 (their gradients). */
+static mpmd_graph *vocab_net(int M, mpmd_value *x, mpmd_value *t, mpmd_value *e, mpmd_value *w, mpmd_value *loss) {
+    enum { V = 8, CW = 4, N = 6 };
+    mpmd_graph *g = mpmd_graph_new();
+    if (M > 1) mpmd_set_tensor_parallel(g, M);
+    *x = mpmd_input(g, "ids", MPMD_I32, MPMD_SHAPE(MB * N));
+    *t = mpmd_input(g, "targets", MPMD_I32, MPMD_SHAPE(MB * N));
+    *e = M > 1 ? mpmd_param_split(g, "e", MPMD_SHAPE(V, CW), MPMD_NORMAL(1.0f), 0, 1)
+               : mpmd_param(g, "e", MPMD_SHAPE(V, CW), MPMD_NORMAL(1.0f));
+    *w = M > 1 ? mpmd_param_split(g, "w", MPMD_SHAPE(V, CW), MPMD_NORMAL(1.0f), 0, 1)
+               : mpmd_param(g, "w", MPMD_SHAPE(V, CW), MPMD_NORMAL(1.0f));
+    mpmd_loop_begin(g, MB);
+    mpmd_value ids = mpmd_microbatch(g, *x), tg = mpmd_microbatch(g, *t), l;
+    if (M > 1) {
+        mpmd_value rows = mpmd_tanh(g, mpmd_embedding_split(g, *e, ids, "model"));
+        mpmd_value logits = mpmd_matmul(g, mpmd_pvary(g, rows, "model"), *w, MPMD_TRANS_B);
+        l = mpmd_mean(g, mpmd_cross_entropy_split(g, logits, tg, "model"), MPMD_ALL_AXES, MPMD_DROP_DIMS);
+    } else {
+        mpmd_value rows = mpmd_tanh(g, mpmd_embedding(g, *e, ids));
+        l = mpmd_mean(g, mpmd_cross_entropy(g, mpmd_matmul(g, rows, *w, MPMD_TRANS_B), tg), MPMD_ALL_AXES,
+                      MPMD_DROP_DIMS);
+    }
+    mpmd_value ws[2] = {*e, *w}, gs[2];
+    *loss = mpmd_value_and_grad(g, l, 0, NULL, 2, ws, gs, NULL);
+    mpmd_sgd(g, 2, ws, gs, mpmd_scalar(g, 1.0f));
+    mpmd_keep(g, *loss);
+    return g;
+}
+
+static void vocabulary(int M) {
+    enum { V = 8, CW = 4, N = 6 };
+    int32_t ids[MB * N], tg[MB * N];
+    for (int i = 0; i < MB * N; i++)
+        ids[i] = (i * 5 + 1) % V, tg[i] = (i * 3 + 2) % V;
+    float loss[2], e[2][V * CW], w[2][V * CW];
+    for (int k = 0; k < 2; k++) {
+        mpmd_value x, t, pe, pw, l;
+        mpmd_graph *g = vocab_net(k ? M : 1, &x, &t, &pe, &pw, &l);
+        CHECK(mpmd_graph_status(g) == MPMD_OK, "vocab M=%d: %s", M, mpmd_graph_error(g));
+        mpmd_step *st = tu_step(g, NULL, 4, "vocabulary");
+        if (st)
+            CHECK(mpmd_step_set_input(st, x, ids, sizeof ids) == MPMD_OK && mpmd_step_set_input(st, t, tg, sizeof tg) == MPMD_OK &&
+                      mpmd_step_run(st) == MPMD_OK && mpmd_step_read(st, l, &loss[k], sizeof loss[k]) == MPMD_OK &&
+                      mpmd_step_read(st, pe, e[k], sizeof e[k]) == MPMD_OK &&
+                      mpmd_step_read(st, pw, w[k], sizeof w[k]) == MPMD_OK,
+                  "vocab M=%d: %s", M, mpmd_step_error(st));
+        mpmd_step_free(st);
+        mpmd_graph_free(g);
+    }
+    CHECK(fabsf(loss[1] - loss[0]) <= 1e-5f * fabsf(loss[0]), "vocab M=%d: loss %.9g, whole %.9g", M, loss[1], loss[0]);
+    CHECK(close_to(e[1], e[0], V * CW, 1e-5f), "vocab M=%d: the split embedding's gradient is not the whole one's", M);
+    CHECK(close_to(w[1], w[0], V * CW, 1e-5f), "vocab M=%d: the split logits' gradient is not the whole one's", M);
+}
+
 static void bad_input(void) {
     mpmd_graph *g = mpmd_graph_new();
     mpmd_set_tensor_parallel(g, 4);
@@ -307,6 +366,8 @@ int main(void) {
     collectives(2);
     collectives(4);
     checkpoints();
+    vocabulary(2);
+    vocabulary(4);
     bad_input();
     return tu_report("test_tensor_parallel");
 }

@@ -193,11 +193,23 @@ static mpmd_value forward(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mp
     free(blocks);
     x = llama ? mpmd_rms_norm_layer(g, "norm_f", x, 1e-5f) : mpmd_layer_norm_layer(g, "ln_f", x, 1e-5f);
     mpmd_value logits; /* [b, T, V] */
-    if (c->tie_embeddings)
+    /* tensor parallel with a vocabulary the model ranks divide: the LM head
+     * split by vocabulary columns (as mpmd_embed splits wte by rows), and
+     * the cross-entropy over the split logits */
+    const int vsplit = c->tensor_parallel > 1 && c->vocab % c->tensor_parallel == 0;
+    if (vsplit) x = mpmd_pvary(g, x, "model");
+    if (c->tie_embeddings) {
         logits = mpmd_matmul(g, x, mpmd_cast(g, mpmd_lookup(g, "wte/embedding"), c->compute), MPMD_TRANS_B);
-    else
+    } else if (vsplit) {
+        mpmd_scope_push(g, "lm_head");
+        mpmd_value k = mpmd_param_split(g, "kernel", MPMD_SHAPE(c->width, c->vocab), MPMD_LECUN, 1, 1);
+        mpmd_scope_pop(g);
+        logits = mpmd_matmul(g, x, mpmd_cast(g, k, c->compute), 0);
+    } else {
         logits = mpmd_dense(g, "lm_head", x, c->vocab, MPMD_NO_BIAS);
-    mpmd_value loss = mpmd_mean(g, mpmd_cross_entropy(g, logits, tgt), MPMD_ALL_AXES, MPMD_DROP_DIMS);
+    }
+    mpmd_value ce = vsplit ? mpmd_cross_entropy_split(g, logits, tgt, "model") : mpmd_cross_entropy(g, logits, tgt);
+    mpmd_value loss = mpmd_mean(g, ce, MPMD_ALL_AXES, MPMD_DROP_DIMS);
     /* Each microbatch contributes its share of the batch mean. */
     if (c->microbatches > 1) loss = mpmd_mul_scalar(g, loss, 1.0f / (float)c->microbatches);
     return mpmd_enter_stage(g, loss);

@@ -210,7 +210,7 @@ extern const mpmd_op_desc mpmd_op_microbatch, mpmd_op_loop_reduce, mpmd_op_stage
 /* The dtype conversion (src/ops/elementwise.c), which every backend runs itself. */
 extern const mpmd_op_desc mpmd_op_cast;
 extern const mpmd_op_desc mpmd_op_all_reduce, mpmd_op_pvary, mpmd_op_all_gather, mpmd_op_reduce_scatter,
-    mpmd_op_axis_slice;
+    mpmd_op_axis_slice, mpmd_op_axis_embedding, mpmd_op_axis_embedding_grad, mpmd_op_axis_pick, mpmd_op_axis_pick_grad;
 
 /* The value a node defines, and the value of its i-th input. */
 static inline mpmd_value mpmd_out(const mpmd_node *n) { return (mpmd_value){n->id}; }

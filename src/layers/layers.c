@@ -156,10 +156,15 @@ mpmd_value mpmd_embed(mpmd_graph *g, const char *name, mpmd_value ids, int64_t v
         return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": vocab %lld and width %lld must be positive", fn, name,
                          (long long)vocab, (long long)width);
     mpmd_scope_push(g, name);
-    mpmd_value table = layer_param(g, "embedding", MPMD_SHAPE(vocab, width), MPMD_NORMAL(0.02f));
+    /* tensor parallel: the table split by rows of the vocabulary when the
+     * model axis divides it (vocabulary parallelism), else whole */
+    const int split = g->model_parallel > 1 && vocab % g->model_parallel == 0;
+    mpmd_value table = split ? layer_param_split(g, "embedding", MPMD_SHAPE(vocab, width), MPMD_NORMAL(0.02f), 0, 1)
+                             : layer_param(g, "embedding", MPMD_SHAPE(vocab, width), MPMD_NORMAL(0.02f));
     mpmd_scope_pop(g);
     /* rows gathered from the f32 table, then converted: the compute dtype */
-    return mpmd_cast(g, mpmd_embedding(g, table, ids), mpmd_compute_dtype(g));
+    mpmd_value rows = split ? mpmd_embedding_split(g, table, ids, "model") : mpmd_embedding(g, table, ids);
+    return mpmd_cast(g, rows, mpmd_compute_dtype(g));
 }
 
 /* dense_0 (hidden) -> gelu -> dense_1 (out). */

@@ -18,6 +18,14 @@
  *   reduce_scatter(x, d)     this rank's slice along d   gradient: all_gather
  *                            of the sum over the ranks
  *
+ * Vocabulary parallelism (an embedding table and the logits split by rows
+ * of the vocabulary) needs this rank's place on the axis, known at run
+ * time only: axis_embedding (rows of this rank's part of the table for the
+ * ids it holds, zeros for the others; summed over the ranks by an
+ * all-reduce, the whole table's rows) and axis_pick (each row's value at
+ * its target when this rank holds the target's column, else 0), with their
+ * gradients axis_embedding_grad and axis_pick_grad. They move no data.
+ *
  * The sums run in rank order on every rank, so all ranks get the same bits.
  * They are run by the step's transport (src/runtime), not by a backend
  * kernel: MPMD_OPF_COLLECTIVE.
@@ -52,8 +60,19 @@ const mpmd_op_desc mpmd_op_all_gather = {"all_gather", 1, -1, MPMD_OPF_COLLECTIV
 const mpmd_op_desc mpmd_op_reduce_scatter = {"reduce_scatter", 1, -1, MPMD_OPF_COLLECTIVE, attrs_coll,
                                              vjp_reduce_scatter};
 /* this rank's slice along ia[1] of a value equal on every rank (made by
- * all_gather's gradient; run by the transport, which knows the rank) */
+ * all_gather's gradient; run by the runtime, which knows the rank) */
 const mpmd_op_desc mpmd_op_axis_slice = {"axis_slice", 1, -1, MPMD_OPF_COLLECTIVE, attrs_coll, NULL};
+static void vjp_axis_embedding(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+static void vjp_axis_pick(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
+/* in: table part [V / M, C], ids [...] (whole vocabulary) -> [..., C] */
+const mpmd_op_desc mpmd_op_axis_embedding = {"axis_embedding", 2, -1, MPMD_OPF_COLLECTIVE, attrs_coll,
+                                             vjp_axis_embedding};
+/* in: ids [...], gy [..., C] -> the table part's gradient [V / M, C] */
+const mpmd_op_desc mpmd_op_axis_embedding_grad = {"axis_embedding_grad", 2, -1, MPMD_OPF_COLLECTIVE, attrs_coll, NULL};
+/* in: z [..., V / M], targets [...] (whole vocabulary) -> [...] */
+const mpmd_op_desc mpmd_op_axis_pick = {"axis_pick", 2, -1, MPMD_OPF_COLLECTIVE, attrs_coll, vjp_axis_pick};
+/* in: targets [...], gy [...] -> [..., V / M] */
+const mpmd_op_desc mpmd_op_axis_pick_grad = {"axis_pick_grad", 2, -1, MPMD_OPF_COLLECTIVE, attrs_coll, NULL};
 
 mpmd_status mpmd_set_tensor_parallel(mpmd_graph *g, int m) {
     if (!g) return MPMD_ERR_INVALID;
@@ -142,6 +161,69 @@ static void vjp_all_gather(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpm
 }
 static void vjp_reduce_scatter(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
     gin[0] = mpmd_all_gather(g, gy, (int)n->ia[1], "model");
+}
+
+/* ---- vocabulary parallelism -------------------------------------------- */
+
+static mpmd_value axis_op(mpmd_graph *g, const mpmd_op_desc *op, mpmd_value a, mpmd_value b, mpmd_type t) {
+    mpmd_value in[2] = {a, b};
+    if (!mpmd_check_operands(g, op->name, 2, in)) return MPMD_NONE;
+    mpmd_value y = mpmd_emit(g, op, 2, in, t);
+    mpmd_node *n = mpmd_node_of(g, y);
+    if (n) n->ia[0] = MPMD_AXIS_MODEL, n->ia[1] = 0, n->ia[2] = g->model_parallel;
+    return y;
+}
+
+static void vjp_axis_embedding(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    gin[0] = axis_op(g, &mpmd_op_axis_embedding_grad, mpmd_in(n, 1), gy, *mpmd_type_of(g, mpmd_in(n, 0)));
+    gin[1] = MPMD_NONE;
+}
+
+static void vjp_axis_pick(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
+    gin[0] = axis_op(g, &mpmd_op_axis_pick_grad, mpmd_in(n, 1), gy, *mpmd_type_of(g, mpmd_in(n, 0)));
+    gin[1] = MPMD_NONE;
+}
+
+/* Rows of a table split by rows over the model axis, for whole-vocabulary
+ * ids: this rank's rows where it holds them, summed over the ranks. */
+mpmd_value mpmd_embedding_split(mpmd_graph *g, mpmd_value table, mpmd_value ids, const char *axis) {
+    const char *fn = "mpmd_embedding_split";
+    mpmd_value in[2] = {table, ids};
+    if (!mpmd_check_operands(g, fn, 2, in) || !axis_ok(g, fn, axis)) return MPMD_NONE;
+    const mpmd_type tt = *mpmd_type_of(g, table), ti = *mpmd_type_of(g, ids);
+    if (tt.dtype != MPMD_F32 || tt.ndim != 2 || ti.dtype != MPMD_I32 || ti.ndim + 1 > MPMD_MAX_DIMS)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: table %s and ids %s; an f32 [rows, width] table and i32 ids are expected",
+                         fn, mpmd_tstr(g, table), mpmd_tstr(g, ids));
+    mpmd_type t = ti;
+    t.dtype = MPMD_F32, t.dim[t.ndim++] = tt.dim[1];
+    return mpmd_all_reduce(g, axis_op(g, &mpmd_op_axis_embedding, table, ids, t), axis);
+}
+
+/* Cross-entropy of logits split along their last axis over the model axis
+ * (this rank's columns of the vocabulary), for whole-vocabulary targets:
+ * log(sum exp(z - max)) - (z - max)[target], the max and both sums over
+ * every rank's columns. */
+mpmd_value mpmd_cross_entropy_split(mpmd_graph *g, mpmd_value logits, mpmd_value targets, const char *axis) {
+    const char *fn = "mpmd_cross_entropy_split";
+    mpmd_value in[2] = {logits, targets};
+    if (!mpmd_check_operands(g, fn, 2, in) || !axis_ok(g, fn, axis)) return MPMD_NONE;
+    const mpmd_type tl = *mpmd_type_of(g, logits), tt = *mpmd_type_of(g, targets);
+    int same = tl.ndim == tt.ndim + 1 && tt.dtype == MPMD_I32 && mpmd_dtype_is_float(tl.dtype);
+    for (int k = 0; same && k < tt.ndim; k++)
+        same = tl.dim[k] == tt.dim[k];
+    if (!same)
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: logits %s and targets %s; float [..., vocab / M] and i32 [...] are expected",
+                         fn, mpmd_tstr(g, logits), mpmd_tstr(g, targets));
+    const int last = tl.ndim - 1;
+    mpmd_value z = mpmd_cast(g, logits, MPMD_F32);
+    /* the max over every rank's columns is the same on every rank; its use
+     * in this rank's columns goes through pvary, whose gradient sums the
+     * ranks' parts (zero in exact arithmetic: the shift cancels) */
+    mpmd_value mx = mpmd_max(g, mpmd_all_gather(g, mpmd_max(g, z, 1, &last, 1), last, axis), 1, &last, 1);
+    mpmd_value zs = mpmd_sub(g, z, mpmd_pvary(g, mx, axis));
+    mpmd_value lse = mpmd_log(g, mpmd_all_reduce(g, mpmd_sum(g, mpmd_exp(g, zs), 1, &last, 0), axis));
+    mpmd_value picked = mpmd_all_reduce(g, axis_op(g, &mpmd_op_axis_pick, zs, targets, mpmd_make_type(MPMD_F32, tt.ndim, tt.dim)), axis);
+    return mpmd_sub(g, lse, picked);
 }
 
 /* ---- split parameters --------------------------------------------------- */

@@ -40,10 +40,6 @@ int rt_model_combine(const mpmd_graph *g, int node, int m, int M, const void *co
     const mpmd_type *it = &g->nodes[n->in[0]].type;
     const mpmd_dtype dt = n->type.dtype;
     const size_t es = mpmd_dtype_size(dt);
-    if (n->op == &mpmd_op_pvary) {
-        if (out != ins[m]) memcpy(out, ins[m], mpmd_type_bytes(&n->type));
-        return 0;
-    }
     if (n->op == &mpmd_op_all_reduce) {
         const int64_t cnt = mpmd_type_numel(&n->type);
         for (int64_t k = 0; k < cnt; k++) {
@@ -64,13 +60,7 @@ int rt_model_combine(const mpmd_graph *g, int node, int m, int M, const void *co
                        (const char *)ins[j] + (size_t)o * (size_t)row * es, (size_t)row * es);
         return 0;
     }
-    const int64_t part = row / M; /* reduce_scatter, axis_slice: part m of each input row */
-    if (n->op == &mpmd_op_axis_slice) {
-        for (int64_t o = 0; o < outer; o++)
-            memcpy((char *)out + (size_t)(o * part) * es, (const char *)ins[m] + (size_t)(o * row + m * part) * es,
-                   (size_t)part * es);
-        return 0;
-    }
+    const int64_t part = row / M; /* reduce_scatter: part m of each input row */
     if (n->op == &mpmd_op_reduce_scatter) {
         for (int64_t o = 0; o < outer; o++)
             for (int64_t k = 0; k < part; k++) {
@@ -85,8 +75,78 @@ int rt_model_combine(const mpmd_graph *g, int node, int m, int M, const void *co
     return 1;
 }
 
-/* Whether the collective reads the other ranks' inputs (pvary and
- * axis_slice read only their own). */
+int rt_model_local(const mpmd_graph *g, int node, int m, void *const *in, void *out) {
+    const mpmd_node *n = &g->nodes[node];
+    const mpmd_type *t0 = &g->nodes[n->in[0]].type;
+    const mpmd_dtype dt = n->type.dtype;
+    const size_t es = mpmd_dtype_size(dt);
+    if (n->op == &mpmd_op_pvary) {
+        if (out != in[0]) memcpy(out, in[0], mpmd_type_bytes(&n->type));
+        return 0;
+    }
+    if (n->op == &mpmd_op_axis_slice) { /* part m of each row around dimension ia[1] */
+        const int M = (int)n->ia[2];
+        int64_t outer, row;
+        around(t0, (int)n->ia[1], &outer, &row);
+        const int64_t part = row / M;
+        for (int64_t o = 0; o < outer; o++)
+            memcpy((char *)out + (size_t)(o * part) * es, (const char *)in[0] + (size_t)(o * row + m * part) * es,
+                   (size_t)part * es);
+        return 0;
+    }
+    if (n->op == &mpmd_op_axis_embedding) { /* table part [V/M, C], ids -> rows or zeros */
+        const int64_t rows = t0->dim[0], c = t0->dim[1], lo = (int64_t)m * rows;
+        const int64_t cnt = mpmd_type_numel(&g->nodes[n->in[1]].type);
+        const int32_t *ids = in[1];
+        for (int64_t p = 0; p < cnt; p++) {
+            float *y = (float *)out + p * c;
+            const int64_t r = (int64_t)ids[p] - lo;
+            if (r >= 0 && r < rows)
+                memcpy(y, (const float *)in[0] + r * c, (size_t)c * sizeof(float));
+            else
+                memset(y, 0, (size_t)c * sizeof(float));
+        }
+        return 0;
+    }
+    if (n->op == &mpmd_op_axis_embedding_grad) { /* ids, gy -> the part's rows, summed in position order */
+        const int64_t rows = n->type.dim[0], c = n->type.dim[1], lo = (int64_t)m * rows;
+        const int64_t cnt = mpmd_type_numel(t0);
+        const int32_t *ids = in[0];
+        memset(out, 0, mpmd_type_bytes(&n->type));
+        for (int64_t p = 0; p < cnt; p++) {
+            const int64_t r = (int64_t)ids[p] - lo;
+            if (r < 0 || r >= rows) continue;
+            float *d = (float *)out + r * c;
+            const float *gy = (const float *)in[1] + p * c;
+            for (int64_t j = 0; j < c; j++)
+                d[j] += gy[j];
+        }
+        return 0;
+    }
+    if (n->op == &mpmd_op_axis_pick) { /* z [..., V/M], targets -> z[target] here, else 0 */
+        const int64_t cols = t0->dim[t0->ndim - 1], lo = (int64_t)m * cols, cnt = mpmd_type_numel(&n->type);
+        const int32_t *tg = in[1];
+        for (int64_t p = 0; p < cnt; p++) {
+            const int64_t k = (int64_t)tg[p] - lo;
+            st(dt, out, p, k >= 0 && k < cols ? ld(t0->dtype, in[0], p * cols + k) : 0.0f);
+        }
+        return 0;
+    }
+    if (n->op == &mpmd_op_axis_pick_grad) { /* targets, gy [...] -> [..., V/M]: gy at the target here */
+        const int64_t cols = n->type.dim[n->type.ndim - 1], lo = (int64_t)m * cols, cnt = mpmd_type_numel(t0);
+        const int32_t *tg = in[0];
+        memset(out, 0, mpmd_type_bytes(&n->type));
+        for (int64_t p = 0; p < cnt; p++) {
+            const int64_t k = (int64_t)tg[p] - lo;
+            if (k >= 0 && k < cols) st(dt, out, p * cols + k, ld(g->nodes[n->in[1]].type.dtype, in[1], p));
+        }
+        return 0;
+    }
+    return 1;
+}
+
+/* Whether the collective reads the other ranks' inputs (the rest run on
+ * the rank's own: rt_model_local). */
 int rt_model_exchanges(const mpmd_graph *g, int node) {
     const mpmd_op_desc *op = g->nodes[node].op;
     return op == &mpmd_op_all_reduce || op == &mpmd_op_all_gather || op == &mpmd_op_reduce_scatter;

@@ -570,33 +570,29 @@ static int mpi_model_collective(mpmd_rank_state *rs, int node, const void *in, v
     mpi_state *m = rs->tx;
     const int M = st->plan->model;
     const size_t b = rt_bytes(g, g->nodes[node].in[0]);
-    const int all = rt_model_exchanges(g, node);
-    if (all && (size_t)M * b > (size_t)INT_MAX) {
+    if ((size_t)M * b > (size_t)INT_MAX) {
         rt_fail(rs, MPMD_ERR_INVALID, "%%%d = %s%s: %zu bytes to gather; MPI counts stop at %d", node,
                 g->nodes[node].op->name, where, (size_t)M * b, INT_MAX);
         return 1;
     }
-    char *buf = all ? malloc((size_t)M * b + 1) : NULL;
+    char *buf = malloc((size_t)M * b + 1);
     const void **ins = malloc((size_t)M * sizeof *ins);
-    if ((all && !buf) || !ins) {
+    if (!buf || !ins) {
         free(buf), free(ins);
         rt_fail(rs, MPMD_ERR_NOMEM, "out of memory in %%%d = %s%s", node, g->nodes[node].op->name, where);
         return 1;
     }
-    ins[rs->model] = in;
-    if (all) {
-        MPI_Request req;
-        MPI_Iallgather(in, (int)b, MPI_BYTE, buf, (int)b, MPI_BYTE, m->model, &req);
-        char what[400];
-        snprintf(what, sizeof what, "the other model ranks of rank %d for %%%d = %s%s", rs->rank, node,
-                 g->nodes[node].op->name, where);
-        if (coll_wait(rs, &req, buf, what)) {
-            free(ins);
-            return 1;
-        }
-        for (int j = 0; j < M; j++)
-            ins[j] = buf + (size_t)j * b;
+    MPI_Request req;
+    MPI_Iallgather(in, (int)b, MPI_BYTE, buf, (int)b, MPI_BYTE, m->model, &req);
+    char what[400];
+    snprintf(what, sizeof what, "the other model ranks of rank %d for %%%d = %s%s", rs->rank, node,
+             g->nodes[node].op->name, where);
+    if (coll_wait(rs, &req, buf, what)) {
+        free(ins);
+        return 1;
     }
+    for (int j = 0; j < M; j++)
+        ins[j] = buf + (size_t)j * b;
     int bad = rt_model_combine(g, node, rs->model, M, ins, out);
     free(buf), free(ins);
     if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: not a collective", node, g->nodes[node].op->name, where);

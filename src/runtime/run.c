@@ -270,10 +270,18 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
         if (rt_aborted(st)) return 1;
         int i = nodes[c];
         const mpmd_node *nd = &g->nodes[i];
-        if (nd->op->flags & MPMD_OPF_COLLECTIVE) { /* over the model axis: the transport's */
+        if (nd->op->flags & MPMD_OPF_COLLECTIVE) { /* the model axis: the transport's, or this rank's own */
             count_live(rs, (int64_t)rt_bytes(g, i));
             double t0 = rs->prof ? rt_now() : 0;
-            if (st->tr->model_collective(rs, i, ptr_of(rs, nd->in[0], mb), ptr_of(rs, i, mb), where)) return 1;
+            if (rt_model_exchanges(g, i)) {
+                if (st->tr->model_collective(rs, i, ptr_of(rs, nd->in[0], mb), ptr_of(rs, i, mb), where)) return 1;
+            } else {
+                void *ops[2] = {ptr_of(rs, nd->in[0], mb), nd->n_in > 1 ? ptr_of(rs, nd->in[1], mb) : NULL};
+                if (rt_model_local(g, i, rs->model, ops, ptr_of(rs, i, mb))) {
+                    rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: not a model-axis op", i, nd->op->name, where);
+                    return 1;
+                }
+            }
             if (rs->prof) rs->prof[i] += rt_now() - t0;
         } else if (!(nd->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL))) {
             void *out = nd->type.dtype != MPMD_TOKEN ? ptr_of(rs, i, mb) : NULL;

@@ -409,22 +409,10 @@ static int local_allgather(mpmd_rank_state *rs, int x, const int32_t *nodes, int
 
 /* The model ranks of this rank and replica meet with their inputs; each
  * computes its result from all of them; they meet again before any input
- * may change. pvary and axis_slice read only their own input. */
+ * may change. */
 static int local_model_collective(mpmd_rank_state *rs, int node, const void *in, void *out, const char *where) {
     struct mpmd_step *st = rs->st;
     const mpmd_graph *g = st->plan->g;
-    if (!rt_model_exchanges(g, node)) {
-        void *small[64];
-        const void **all = st->plan->model <= 64 ? (const void **)small : malloc((size_t)st->plan->model * sizeof *all);
-        if (!all) {
-            rt_fail(rs, MPMD_ERR_NOMEM, "out of memory in %%%d = %s%s", node, g->nodes[node].op->name, where);
-            return 1;
-        }
-        all[rs->model] = in;
-        int bad = rt_model_combine(g, node, rs->model, st->plan->model, all, out);
-        if (all != (const void **)small) free(all);
-        return bad;
-    }
     group *gr = model_group(rs);
     char e[512];
     gr->bufs[rs->model] = (void *)in;
