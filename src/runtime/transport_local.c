@@ -280,7 +280,7 @@ static int local_send(mpmd_rank_state *rs, const mpmd_instr *in) {
     const void *buf = rt_buffer(rs, in);
     m->src = rs->rank, m->node = in->node, m->mb = in->mb, m->buf = buf;
     m->ev = st->plan->be->event_record(rs->dev); /* the receiver waits for the kernels that wrote buf */
-    /* the same pipeline rank of the same replica */
+    /* the peer pipeline rank of the same lane (replica and model rank) */
     mailbox *dst = st->rs[rs->lane * st->plan->num_ranks + in->peer].tx;
     pthread_mutex_lock(&dst->mu);
     m->next = NULL;
@@ -293,9 +293,9 @@ static int local_send(mpmd_rank_state *rs, const mpmd_instr *in) {
     return 0;
 }
 
-/* Wait until every replica of this pipeline rank has reached the barrier
- * (or a rank failed: returns 1); `what` the replicas meet for, for the
- * watchdog's message. */
+/* Wait until every member of the group (the replicas of a pipeline rank,
+ * or its model ranks) has reached the barrier (or a rank failed: returns
+ * 1); `what` they meet for, for the watchdog's message. */
 static int group_meet(mpmd_rank_state *rs, group *gr, const char *what) {
     struct mpmd_step *st = rs->st;
     pthread_mutex_lock(&gr->mu);
