@@ -25,11 +25,11 @@ if(MPMD_HAVE_MPI AND MPMD_MPIRUN)
         set_property(TEST mpi_equivalence_${t}_${np} PROPERTY ENVIRONMENT ${MPMD_MPI_TEST_ENV})
       endforeach()
     endforeach()
-    set_property(TEST mpi_failures mpi_failed_step PROPERTY ENVIRONMENT ${MPMD_MPI_TEST_ENV})
+    set_property(TEST mpi_failures mpi_failed_step mpi_partial_load PROPERTY ENVIRONMENT ${MPMD_MPI_TEST_ENV})
   endif()
   set_tests_properties(mpi_failures PROPERTIES TIMEOUT 180)
   # mpirun jobs share the two cores: run them one at a time
-  set_property(TEST mpi_failures mpi_failed_step mpi_data_parallel_shm mpi_data_parallel_tcp
+  set_property(TEST mpi_failures mpi_failed_step mpi_partial_load mpi_data_parallel_shm mpi_data_parallel_tcp
     mpi_equivalence_shm_1 mpi_equivalence_shm_2 mpi_equivalence_shm_3 mpi_equivalence_shm_4
     mpi_equivalence_tcp_1 mpi_equivalence_tcp_2 mpi_equivalence_tcp_3 mpi_equivalence_tcp_4
     PROPERTY RESOURCE_LOCK mpirun)
