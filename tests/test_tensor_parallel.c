@@ -38,11 +38,12 @@ typedef struct net {
  *   a = all_reduce(xm), b = all_gather(xm, 1), c = reduce_scatter(xm, 1);
  * and the same written on whole tensors (M = 1: P's column blocks). stages
  * 2 (split only): a marker after xm. */
-static net build(int M, int W, int stages) {
+static net build(int M, int W, int stages, int parts) {
     net n;
     mpmd_graph *g = n.g = mpmd_graph_new();
     if (M > 1) mpmd_set_tensor_parallel(g, M);
-    const int parts = M > 1 ? M : 2; /* the unsplit twin of 2 ranks: 2 column blocks */
+    /* parts: the column blocks of P (M when split; the unsplit twin of M
+     * ranks has M blocks) */
     n.x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(MB * R, W));
     n.p = M > 1 ? mpmd_param_split(g, "p", MPMD_SHAPE(R, parts * W), MPMD_NORMAL(1.0f), 1, 1)
                 : mpmd_param(g, "p", MPMD_SHAPE(R, parts * W), MPMD_NORMAL(1.0f));
@@ -122,44 +123,8 @@ static void collectives(int M) {
     const int W = M == 2 ? 6 : 4, parts = M; /* W: a multiple of M (reduce_scatter) */
     char label[96];
     /* the unsplit twin has `parts` column blocks of width W */
-    net whole = build(1, W, 1);
-    /* build(1, ...) makes 2 blocks; for M = 4 make the twin with 4 */
-    if (M != 2) {
-        mpmd_graph_free(whole.g);
-        /* the twin of M ranks: M blocks */
-        mpmd_graph *g = mpmd_graph_new();
-        whole.g = g;
-        whole.x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(MB * R, W));
-        whole.p = mpmd_param(g, "p", MPMD_SHAPE(R, parts * W), MPMD_NORMAL(1.0f));
-        whole.q = mpmd_param(g, "q", MPMD_SHAPE(R, W), MPMD_NORMAL(1.0f));
-        float ka[R * C], kb[R * 4 * C], kc[R * C], kd[R * C];
-        tu_fill(ka, R * W, 11), tu_fill(kb, R * parts * W, 12), tu_fill(kc, R * W, 13), tu_fill(kd, R * W, 14);
-        mpmd_value Ka = mpmd_constant(g, MPMD_F32, MPMD_SHAPE(R, W), ka);
-        mpmd_value Kb = mpmd_constant(g, MPMD_F32, MPMD_SHAPE(R, parts * W), kb);
-        mpmd_value Kc = mpmd_constant(g, MPMD_F32, MPMD_SHAPE(R, W), kc);
-        mpmd_value Kd = mpmd_constant(g, MPMD_F32, MPMD_SHAPE(R, W), kd);
-        mpmd_loop_begin(g, MB);
-        mpmd_value x = mpmd_microbatch(g, whole.x);
-        mpmd_value blk[4], qb[4];
-        for (int k = 0; k < parts; k++) {
-            mpmd_value pk = mpmd_slice(g, whole.p, 1, k * W, (k + 1) * W);
-            blk[k] = mpmd_mul(g, x, pk);
-            qb[k] = mpmd_mul(g, whole.q, pk);
-        }
-        mpmd_value a = blk[0], d = qb[0];
-        for (int k = 1; k < parts; k++)
-            a = mpmd_add(g, a, blk[k]), d = mpmd_add(g, d, qb[k]);
-        mpmd_value b = mpmd_concat(g, parts, blk, 1);
-        mpmd_value loss = mpmd_add(g, mpmd_sum(g, mpmd_mul(g, a, Ka), MPMD_ALL_AXES, MPMD_DROP_DIMS),
-                                   mpmd_sum(g, mpmd_mul(g, b, Kb), MPMD_ALL_AXES, MPMD_DROP_DIMS));
-        loss = mpmd_add(g, loss, mpmd_sum(g, mpmd_mul(g, a, Kc), MPMD_ALL_AXES, MPMD_DROP_DIMS));
-        loss = mpmd_add(g, loss, mpmd_sum(g, mpmd_mul(g, d, Kd), MPMD_ALL_AXES, MPMD_DROP_DIMS));
-        mpmd_value ws[2] = {whole.p, whole.q}, gs[2];
-        whole.loss = mpmd_value_and_grad(g, loss, 0, NULL, 2, ws, gs, NULL);
-        mpmd_sgd(g, 2, ws, gs, mpmd_scalar(g, 1.0f));
-        mpmd_keep(g, whole.loss);
-    }
-    net split = build(M, W, 1);
+    net whole = build(1, W, 1, parts);
+    net split = build(M, W, 1, M);
     CHECK(mpmd_graph_status(whole.g) == MPMD_OK && mpmd_graph_status(split.g) == MPMD_OK, "M=%d: %s / %s", M,
           mpmd_graph_error(whole.g), mpmd_graph_error(split.g));
     outcome want, got, again;
@@ -188,11 +153,11 @@ static void collectives(int M) {
     }
     /* a 2-stage pipeline of the split graph: the split loop's bits */
     if (M == 2) {
-        net piped = build(M, W, 2);
+        net piped = build(M, W, 2, M);
         mpmd_schedule *s = NULL;
         mpmd_error err;
         outcome pip, loop2;
-        net flat = build(M, W, 0);
+        net flat = build(M, W, 0, M);
         if (mpmd_schedule_std1f1b(2, MB, &s, &err) == MPMD_OK && run(&piped, s, W, parts, &pip, "std1f1b, split") &&
             run(&flat, NULL, W, parts, &loop2, "loop, split"))
             CHECK(fabsf(pip.loss - loop2.loss) <= 1e-5f * (1 + fabsf(loop2.loss)) &&
@@ -208,7 +173,7 @@ static void collectives(int M) {
  * graph with the same values, and saved again gives the same bytes. */
 static void checkpoints(void) {
     const int M = 2, W = C / M;
-    net split = build(M, W, 1), whole = build(1, W, 1);
+    net split = build(M, W, 1, M), whole = build(1, W, 1, M);
     mpmd_step *a = tu_step(split.g, NULL, 9, "split"), *b = tu_step(whole.g, NULL, 3, "whole");
     char d[] = "/tmp/mpmd_tp_XXXXXX";
     CHECK(mkdtemp(d) != NULL, "mkdtemp");
