@@ -22,7 +22,9 @@
  * configuration, one per line, with the OpenBLAS kernel set (blas_core).
  *
  * Options: --model small|124m (default both), --threads N (default 1 and 2),
- * --steps N timed steps (default 5; the median is reported).
+ * --steps N timed steps (default 5; the median is reported), --profile (after
+ * the timed steps, one more step with every op timed; the op times go to
+ * stderr, largest first).
  */
 #include "program.h"
 #include "bench_util.h"
@@ -106,6 +108,8 @@ typedef struct result {
 } result;
 
 /* Time one configuration; 0 on success. */
+static int g_profile; /* --profile: one more step, profiled, its op times on stderr */
+
 static int run_one(const bench_model *bm, int threads, int steps, result *r) {
     const gpt_config *c = &bm->cfg;
     gpt_model m;
@@ -151,6 +155,16 @@ static int run_one(const bench_model *bm, int threads, int steps, result *r) {
         if (s > 0) t[s - 1] = dt;
         fprintf(stderr, "  %s threads=%d step %d: %.1f ms, loss %.4f\n", bm->name, threads, s, 1e3 * dt,
                 loss);
+    }
+    if (!rc && g_profile) {
+        if (mpmd_exec_set_profiling(ex, 1) || mpmd_exec_run(ex)) {
+            fprintf(stderr, "bench_train: %s: %s\n", bm->name, mpmd_exec_error(ex));
+            rc = 1;
+        } else {
+            fprintf(stderr, "%s threads=%d, a profiled step:\n", bm->name, threads);
+            mpmd_exec_print_profile(ex, stderr);
+        }
+        mpmd_exec_set_profiling(ex, 0);
     }
     if (!rc) {
         double ms = 1e3 * bench_median(t, steps);
@@ -212,8 +226,11 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "bench_train: --steps needs a count >= 1\n");
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--profile")) {
+            g_profile = 1;
         } else {
-            fprintf(stderr, "usage: bench_train [--model small|124m] [--threads N] [--steps N]\n");
+            fprintf(stderr,
+                    "usage: bench_train [--model small|124m] [--threads N] [--steps N] [--profile]\n");
             return 2;
         }
     }

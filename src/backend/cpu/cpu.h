@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 
 #include <stdint.h>
+#include <string.h>
 
 /* Kernel tables, each ended by an entry with op == NULL. */
 extern const mpmd_kernel mpmd_cpu_core_kernels[];
@@ -70,5 +71,75 @@ float mpmd_sum_f32(const float *x, int64_t n);
 float mpmd_dot_f32(const float *x, const float *y, int64_t n);
 /* max over n >= 1 elements */
 float mpmd_max_f32(const float *x, int64_t n);
+
+/* ---- vectorisable elementwise math ---------------------------------------- */
+
+/* The hot loops (exp-based elementwise ops, softmax and cross-entropy rows,
+ * the fixed-order sums) are built twice, for AVX2 and for the build's
+ * baseline (x86-64-v2, 4-wide SSE), and the loader picks the one the CPU
+ * runs (function multiversioning: target_clones, an ifunc; gcc and clang on
+ * x86-64 Linux). Neither clone uses fused multiply-add (AVX2 does not
+ * include FMA, and C11 mode keeps fp-contract off), and every operation in
+ * them is an IEEE add, multiply, divide, compare or bit operation per lane:
+ * the two give the same bits; only the vector width differs. */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__AVX2__)
+#define MPMD_VEC_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MPMD_VEC_CLONES
+#endif
+
+/* Bit casts and a branch-free select: the vectoriser will not if-convert
+ * floating-point code behind a branch (it "could trap"), so the clamps below
+ * select on bits instead. */
+static inline uint32_t mpmd_f2u(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static inline float mpmd_u2f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline float mpmd_select_f32(int c, float a, float b) { /* c ? a : b */
+    uint32_t m = 0u - (uint32_t)c;
+    return mpmd_u2f((mpmd_f2u(a) & m) | (mpmd_f2u(b) & ~m));
+}
+
+/* exp(x) in a form gcc vectorises (no libm call): x = n ln2 + r with
+ * |r| <= ln2/2, e^r by the Cephes minimax polynomial, times 2^n built in the
+ * exponent bits; n is read from the bits of x log2(e) + 1.5 * 2^23, whose low
+ * mantissa bits hold round(x log2(e)). Within 1 ulp of e^x on [-87, 88]
+ * (tests/test_vmath.c: 0.96 ulp at worst over 4.4 million floats of that
+ * range, spread evenly over their bit patterns). 0 below -87 (e^x < 1.7e-38) and
+ * for -inf, saturating above 88 (the kernels call it on x - max <= 0 only),
+ * NaN stays NaN. A pure function of x: the same bits on every thread count
+ * and vector width (no fused multiply-add: C11 mode keeps fp-contract off). */
+static inline float mpmd_exp_f32(float x) {
+    const float lo = -87.0f, hi = 88.0f;
+    float xc = mpmd_select_f32(lo > x, lo, x); /* NaN passes through */
+    xc = mpmd_select_f32(xc > hi, hi, xc);
+    float t = xc * 1.44269504088896341f + 12582912.0f;
+    float n = t - 12582912.0f;
+    float r = xc - n * 0.693359375f; /* ln2 split in two for an exact n ln2 */
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = (p * (r * r) + r) + 1.0f;
+    uint32_t keep = 0u - (uint32_t)(x >= lo); /* 2^n, or 0 below the range */
+    return p * mpmd_u2f(((mpmd_f2u(t) - 0x4B400000u + 127u) << 23) & keep);
+}
+
+/* 1 / (1 + e^-z), the logistic function, on mpmd_exp_f32: exactly 0 where
+ * e^-z is past the exp's range (z < -88, the value below 6e-39, the limit),
+ * 1 for z > 87 (e^-z rounds away against 1); NaN stays NaN. */
+static inline float mpmd_sigmoid_f32(float z) {
+    float s = 1.0f / (1.0f + mpmd_exp_f32(-z));
+    return mpmd_select_f32(z < -88.0f, 0.0f, s);
+}
 
 #endif

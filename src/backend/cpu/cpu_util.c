@@ -56,6 +56,7 @@ const char *mpmd_blas_warning(void) {
  * ((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7)) and the tail in index order. The
  * order depends only on n, so the result is the same on every thread count,
  * and gcc vectorises the lane loop without -ffast-math. */
+MPMD_VEC_CLONES
 float mpmd_sum_f32(const float *x, int64_t n) {
     float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int64_t i = 0;
@@ -68,6 +69,7 @@ float mpmd_sum_f32(const float *x, int64_t n) {
     return t;
 }
 
+MPMD_VEC_CLONES
 float mpmd_dot_f32(const float *x, const float *y, int64_t n) {
     float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int64_t i = 0;
@@ -80,6 +82,7 @@ float mpmd_dot_f32(const float *x, const float *y, int64_t n) {
     return t;
 }
 
+MPMD_VEC_CLONES
 float mpmd_max_f32(const float *x, int64_t n) {
     float m[8];
     int64_t i = 0;

@@ -16,57 +16,11 @@
 #include <omp.h>
 #include <string.h>
 
-/* ---- exp ------------------------------------------------------------------------ */
-
-/* Bit casts and a branch-free select: the vectoriser will not if-convert
- * floating-point code behind a branch (it "could trap"), so the clamps below
- * select on bits instead. */
-static inline uint32_t f2u(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-static inline float u2f(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-static inline float select_f32(int c, float a, float b) { /* c ? a : b */
-    uint32_t m = 0u - (uint32_t)c;
-    return u2f((f2u(a) & m) | (f2u(b) & ~m));
-}
-
-/* exp(x) in a form gcc vectorises (no libm call): x = n ln2 + r with
- * |r| <= ln2/2, e^r by the Cephes minimax polynomial, times 2^n built in the
- * exponent bits; n is read from the bits of x log2(e) + 1.5 * 2^23, whose low
- * mantissa bits hold round(x log2(e)). Relative error below 1e-7 (1.4 ulp,
- * measured over every float in [-87, 88]). 0 below -87 (e^x < 1.7e-38) and
- * for -inf, saturating above 88 (the kernels call it on x - max <= 0 only),
- * NaN stays NaN. A pure function of x: the same bits on every thread count
- * and vector width (no fused multiply-add: C11 mode keeps fp-contract off). */
-static inline float nn_exp(float x) {
-    const float lo = -87.0f, hi = 88.0f;
-    float xc = select_f32(lo > x, lo, x); /* NaN passes through */
-    xc = select_f32(xc > hi, hi, xc);
-    float t = xc * 1.44269504088896341f + 12582912.0f;
-    float n = t - 12582912.0f;
-    float r = xc - n * 0.693359375f; /* ln2 split in two for an exact n ln2 */
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = (p * (r * r) + r) + 1.0f;
-    uint32_t keep = 0u - (uint32_t)(x >= lo); /* 2^n, or 0 below the range */
-    return p * u2f(((f2u(t) - 0x4B400000u + 127u) << 23) & keep);
-}
-
 /* sum over i of exp(x[i] - m), in chunks of 256 (exp into a stack buffer,
  * mpmd_sum_f32 per chunk, chunk sums added in order): a fixed order that
  * depends only on n, and x is only read (in-place callers stay correct). */
 #define NN_CHUNK 256
+MPMD_VEC_CLONES
 static float sum_exp_shift(const float *x, int64_t n, float m) {
     float buf[NN_CHUNK];
     float s = 0.0f;
@@ -74,7 +28,7 @@ static float sum_exp_shift(const float *x, int64_t n, float m) {
         int64_t len = n - i0 < NN_CHUNK ? n - i0 : NN_CHUNK;
 #pragma omp simd
         for (int64_t k = 0; k < len; k++)
-            buf[k] = nn_exp(x[i0 + k] - m);
+            buf[k] = mpmd_exp_f32(x[i0 + k] - m);
         s += mpmd_sum_f32(buf, len);
     }
     return s;
@@ -169,11 +123,12 @@ static int k_matmul(const mpmd_kargs *a) {
 
 /* y = exp(x - max) / sum(exp(x - max)). In place (y == x) is fine: x[i] is
  * read once, before y[i] is written. */
+MPMD_VEC_CLONES
 static void softmax_row(const float *x, float *y, int64_t len, int64_t n) {
     float m = mpmd_max_f32(x, len);
 #pragma omp simd
     for (int64_t i = 0; i < len; i++)
-        y[i] = nn_exp(x[i] - m);
+        y[i] = mpmd_exp_f32(x[i] - m);
     float inv = 1.0f / mpmd_sum_f32(y, len);
 #pragma omp simd
     for (int64_t i = 0; i < len; i++)
@@ -202,11 +157,12 @@ static void softmax_grad_row(const float *y, const float *gy, float *gx, int64_t
 }
 
 /* gx = gy - exp(y) * sum(gy); gx may alias gy. */
+MPMD_VEC_CLONES
 static void log_softmax_grad_row(const float *y, const float *gy, float *gx, int64_t n) {
     float s = mpmd_sum_f32(gy, n);
 #pragma omp simd
     for (int64_t i = 0; i < n; i++)
-        gx[i] = gy[i] - nn_exp(y[i]) * s;
+        gx[i] = gy[i] - mpmd_exp_f32(y[i]) * s;
 }
 
 enum { SM_SOFTMAX, SM_CAUSAL, SM_LOG, SM_GRAD, SM_CAUSAL_GRAD, SM_LOG_GRAD };
@@ -614,6 +570,15 @@ static int k_cross_entropy(const mpmd_kargs *a) {
     return 0;
 }
 
+/* One row of the gradient below. */
+MPMD_VEC_CLONES
+static void xent_grad_row(const float *xr, float *dr, int64_t v, int64_t lab, float lse, float gr) {
+#pragma omp simd
+    for (int64_t i = 0; i < v; i++)
+        dr[i] = mpmd_exp_f32(xr[i] - lse) * gr;
+    dr[lab] -= gr;
+}
+
 /* dx = (exp(x - lse) - onehot(label)) * gy[r], with lse = y[r] + x[label]
  * recovered from the forward's output: one pass over the row. dx may alias
  * x: x[label] is read before the row is written, and x[i] before dx[i]. */
@@ -631,14 +596,8 @@ static int k_cross_entropy_grad(const mpmd_kargs *a) {
         mpmd_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
         for (int64_t r = lo; r < hi; r++) {
             const float *xr = x + r * v;
-            float *dr = dx + r * v;
             int64_t lab = labels[r];
-            float lse = yl[r] + xr[lab];
-            float gr = gy[r];
-#pragma omp simd
-            for (int64_t i = 0; i < v; i++)
-                dr[i] = nn_exp(xr[i] - lse) * gr;
-            dr[lab] -= gr;
+            xent_grad_row(xr, dx + r * v, v, lab, yl[r] + xr[lab], gy[r]);
         }
     }
     return 0;
@@ -723,6 +682,7 @@ static int att_threads(const mpmd_kargs *a, int64_t units, double per_unit_flops
 /* E = exp(scale Q_blk K[0:kend]^T - row max) for the query block [i0, i0 +
  * m), E [m, kend] row-major, masked entries 0; r[row] = 1 / sum(E[row]).
  * The forward's and the backward's recomputation alike. */
+MPMD_VEC_CLONES
 static void att_exp(const att_shape *s, const float *qb, const float *kh, int64_t i0, int64_t m, int64_t kend,
                     float *e, float *r) {
     mpmd_sgemm(1, 0, 1, m, kend, s->D, s->scale, qb, s->ld, kh, s->ld, 0.0f, e, kend);
@@ -732,7 +692,7 @@ static void att_exp(const att_shape *s, const float *qb, const float *kh, int64_
         float mx = mpmd_max_f32(x, len);
 #pragma omp simd
         for (int64_t j = 0; j < len; j++)
-            x[j] = nn_exp(x[j] - mx);
+            x[j] = mpmd_exp_f32(x[j] - mx);
         r[row] = 1.0f / mpmd_sum_f32(x, len);
         for (int64_t j = len; j < kend; j++)
             x[j] = 0.0f;
