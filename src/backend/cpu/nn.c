@@ -46,11 +46,14 @@ static int64_t last_dim(const mpmd_type *t) { return t->ndim ? t->dim[t->ndim - 
  * computes each tile with a one-thread sgemm, and hands whole tiles to the
  * threads. The same calls run whatever the thread count, hence the same bits.
  *
- * The grid: about one tile per 2^24 flops (0.15 ms), at most 16; columns are
- * cut first, into tiles at least 256 wide (a narrower tile costs a few
- * percent: each tile repacks its rows of A), then rows, at least 256 high;
- * an even count where there is a choice, so that two threads balance. Tile
- * edges are multiples of 16, the kernels' unroll. */
+ * The grid: about one tile per 2^24 flops (0.15 ms), at most 16, none
+ * narrower or lower than 256; the longer side of C is cut first, then the
+ * other: every column of tiles packs its part of B again and every row of
+ * tiles its part of A, so the operand with more to pack (A for M > N) is
+ * packed once where the tile count allows. (The LM head's weight gradient,
+ * 50257 x 768 with K = 256, went from 2 x 8 tiles to 16 x 1: A packed once
+ * instead of twice.) An even count where there is a choice, so that two
+ * threads balance. Tile edges are multiples of 16, the kernels' unroll. */
 typedef struct mm_grid {
     int64_t mb, nb; /* tile height and width */
     int64_t tm, tn; /* tiles down and across */
@@ -64,12 +67,16 @@ static mm_grid matmul_grid(int64_t m, int64_t n, int64_t k) {
     int64_t want = (int64_t)(flops / 16777216.0);
     if (want > 16) want = 16;
     if (want < 2) return gr;
-    int64_t tn = n / 256 < want ? n / 256 : want;
-    if (tn < 1) tn = 1;
-    if (tn > 1 && tn % 2) tn--;
-    int64_t tm = m / 256 < want / tn ? m / 256 : want / tn;
-    if (tm < 1) tm = 1;
-    if (tm > 1 && tm % 2 && tn % 2) tm--;
+    /* first cut the longer side, the operand with more to pack */
+    const int rows_first = m > n;
+    int64_t a1 = rows_first ? m : n, a2 = rows_first ? n : m;
+    int64_t t1 = a1 / 256 < want ? a1 / 256 : want;
+    if (t1 < 1) t1 = 1;
+    if (t1 > 1 && t1 % 2) t1--;
+    int64_t t2 = a2 / 256 < want / t1 ? a2 / 256 : want / t1;
+    if (t2 < 1) t2 = 1;
+    if (t2 > 1 && t2 % 2 && t1 % 2) t2--;
+    int64_t tm = rows_first ? t1 : t2, tn = rows_first ? t2 : t1;
     if (tm * tn == 1) { /* a mid-sized product: halves of at least 128 */
         if (n >= m && n >= 256)
             tn = 2;
