@@ -724,19 +724,27 @@ static int bench_scaling(int steps) {
                 rc = 1;
             } else {
                 double speedup = loop1_ms / tm.wall_ms, bound = D * (1.0 - wsim->bubble);
+                /* the measured bubble's wake-ups and transfers, in points */
+                double wake = 0;
+                for (int q = 0; q < D; q++)
+                    wake += ss.ranks[q].wake_ms;
+                const double wake_pts = 100 * wake / (D * ss.step_ms), xfer_pts = 100 * ss.transfer_ms / (D * ss.step_ms);
                 fprintf(stderr,
                         "  %s: %.1f ms, speedup %.2f, bound %.2f, ratio %.2f; bubble measured %.1f%%, simulated "
-                        "with the measured stage times %.1f%%\n",
+                        "with the measured stage times %.1f%%; of the measured, %.1f points wake-ups, %.1f "
+                        "transfers\n",
                         what, tm.wall_ms, speedup, bound, speedup / bound, 100 * ss.bubble,
-                        100 * ss.simulated_bubble);
+                        100 * ss.simulated_bubble, wake_pts, xfer_pts);
                 fprintf(json,
                         "{\"bench\": \"scaling\", \"runner\": \"std1f1b\", \"ranks\": %d, \"threads_per_rank\": 1, "
                         "\"cores\": %d, \"layers\": %d, \"microbatches\": %d, \"ms\": %.2f, \"speedup\": %.3f, "
                         "\"flop_bound_speedup\": %.3f, \"ratio_to_bound\": %.3f, \"bubble_measured\": %.4f, "
-                        "\"bubble_simulated\": %.4f, \"bubble_gap_points\": %.2f, \"bitwise_equal\": true, "
+                        "\"bubble_simulated\": %.4f, \"bubble_gap_points\": %.2f, \"wake_points\": %.2f, "
+                        "\"transfer_points\": %.2f, \"bitwise_equal\": true, "
                         "\"blas_core\": \"%s\", \"load_avg\": %.2f}\n",
                         D, cores, c.layers, c.microbatches, tm.wall_ms, speedup, bound, speedup / bound, ss.bubble,
-                        ss.simulated_bubble, 100 * (ss.bubble - ss.simulated_bubble), mpmd_blas_core(), loadavg());
+                        ss.simulated_bubble, 100 * (ss.bubble - ss.simulated_bubble), wake_pts, xfer_pts,
+                        mpmd_blas_core(), loadavg());
             }
             mpmd_step_stats_free(&ss);
         }

@@ -921,6 +921,8 @@ typedef struct mpmd_rank_stats {
     int tasks;
     double busy_ms;             /* running tasks and before/after-loop ops */
     double wait_ms;             /* blocked in receives */
+    double wake_ms;             /* of wait_ms, from the value's send to the rank running again: its
+                                 * wake-up (in-process ranks; 0 under MPI, whose clocks differ) */
     double bubble;              /* 1 - busy / step time */
     int64_t peak_bytes;         /* most bytes of body values held at once, measured */
     int64_t planned_peak_bytes; /* the same, predicted from the program */

@@ -200,12 +200,24 @@ static void uneven_split(void) {
           "uneven split: simulated bubble %.3f with each stage's times, textbook %.3f", stats.simulated_bubble,
           stats.analytic_bubble);
     CHECK(stats.transfer_ms >= 0, "transfers %.3f ms", stats.transfer_ms);
+    /* the wake-ups are the part of each wait after the value was sent: rank
+     * 0 waits mostly for the slow last stage to send */
+    double wait = 0, wake = 0;
+    for (int r = 0; r < 2; r++) {
+        CHECK(stats.ranks[r].wake_ms >= 0 && stats.ranks[r].wake_ms <= stats.ranks[r].wait_ms,
+              "rank %d: wake-ups %.3f ms of a %.3f ms wait", r, stats.ranks[r].wake_ms, stats.ranks[r].wait_ms);
+        wait += stats.ranks[r].wait_ms, wake += stats.ranks[r].wake_ms;
+    }
+    printf("uneven split: waits %.3f ms, of them wake-ups %.3f ms\n", wait, wake);
+    CHECK(wait > 0 && wake < wait, "the ranks waited %.3f ms, %.3f ms of it after the value was sent", wait,
+          wake);
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     mpmd_step_print_summary(st, f, &err);
     fclose(f);
-    CHECK(buf && strstr(buf, "slowest stage 1:") && strstr(buf, "(imbalance)"), "the printed summary: %s", buf);
+    CHECK(buf && strstr(buf, "slowest stage 1:") && strstr(buf, "(imbalance)") && strstr(buf, "points from a send"),
+          "the printed summary: %s", buf);
     free(buf);
     /* the per-rank programs and the messages name the parameters */
     f = open_memstream(&buf, &len);

@@ -194,6 +194,7 @@ mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_er
                 rs->busy_ms += d;
             } else if (in->op == MPMD_I_RECV) {
                 rs->wait_ms += 1e3 * ev[k].wait;
+                rs->wake_ms += 1e3 * (ev[k].late < ev[k].wait ? ev[k].late : ev[k].wait);
                 out->transfer_ms += d - 1e3 * ev[k].wait;
             } else if (in->op == MPMD_I_SEND) {
                 rs->sent_bytes += (int64_t)mpmd_held_bytes(st->plan, in->node);
@@ -265,19 +266,28 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
         plan_name(st->plan), s.step_ms, 100 * s.bubble, 100 * s.simulated_bubble, s.simulated_ms);
     if (!isnan(s.analytic_bubble))
         fprintf(f, ", %.1f%% analytic (%s)", 100 * s.analytic_bubble, s.analytic_formula);
-    fprintf(f, "\n  rank   tasks    busy ms    wait ms   bubble   peak activations      planned   memory planned    "
-               "measured\n");
+    fprintf(f, "\n  rank   tasks    busy ms    wait ms (wake)   bubble   peak activations      planned   memory "
+               "planned    measured\n");
+    double wait = 0, wake = 0;
     for (int r = 0; r < s.num_ranks; r++) {
         const mpmd_rank_stats *q = &s.ranks[r];
-        fprintf(f, "  %4d  %6d  %9.2f  %9.2f   %5.1f%%   %14lld B %10lld B   %12lld B  %10lld B\n", r, q->tasks,
-                q->busy_ms, q->wait_ms, 100 * q->bubble, (long long)q->peak_bytes, (long long)q->planned_peak_bytes,
-                (long long)q->memory_planned, (long long)q->memory_measured);
+        fprintf(f, "  %4d  %6d  %9.2f  %9.2f %6.2f   %5.1f%%   %14lld B %10lld B   %12lld B  %10lld B\n", r,
+                q->tasks, q->busy_ms, q->wait_ms, q->wake_ms, 100 * q->bubble, (long long)q->peak_bytes,
+                (long long)q->planned_peak_bytes, (long long)q->memory_planned, (long long)q->memory_measured);
+        wait += q->wait_ms, wake += q->wake_ms;
     }
     if (st->plan->num_stages > 1)
         fprintf(f,
                 "  slowest stage %d: %.3f ms per microbatch, %.2fx the mean stage (imbalance); transfers %.3f ms "
                 "in all (waiting left out)\n",
                 s.slowest_stage, s.slowest_stage_ms, s.imbalance, s.transfer_ms);
+    if (st->plan->num_stages > 1 && s.step_ms > 0 && st->runtime == MPMD_RUNTIME_LOCAL) {
+        const double pts = 100 / (s.num_ranks * s.step_ms); /* points of bubble per ms of a rank */
+        fprintf(f,
+                "  of the measured bubble: %.1f points waiting for values not yet sent, %.1f points from a send to "
+                "its receiver running again (wake-ups, %.3f ms in all), %.1f points in transfers\n",
+                pts * (wait - wake), pts * wake, wake, pts * s.transfer_ms);
+    }
     if (st->plan->shard || st->plan->model > 1) {
         fprintf(f, "  per rank (its replica 0, model rank 0): parameters, optimizer state, gradients at the arena's "
                    "fullest, gathered parameters (planned bytes)\n");

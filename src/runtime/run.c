@@ -446,7 +446,7 @@ static void *rank_main(void *arg) {
     const mpmd_program *p = &st->plan->prog[rs->rank];
     const mpmd_backend *be = st->plan->be;
     rs->nev = 0;
-    rs->wait = 0;
+    rs->wait = rs->late = 0;
     rs->live_bytes = rs->peak_bytes = 0;
     rs->coll_bytes = 0;
     be->enter(rs->dev);
@@ -483,8 +483,8 @@ static void *rank_main(void *arg) {
                 }
                 rs->ev = ne, rs->capev = cap;
             }
-            rs->ev[rs->nev++] = (mpmd_event){x, t0 - st->t_start, t1 - st->t_start, rs->wait};
-            rs->wait = 0;
+            rs->ev[rs->nev++] = (mpmd_event){x, t0 - st->t_start, t1 - st->t_start, rs->wait, rs->late};
+            rs->wait = rs->late = 0;
         }
         x++;
     }

@@ -32,6 +32,7 @@ struct mpmd_transport;
 typedef struct mpmd_event {
     int32_t instr; /* index in the rank's program */
     double t0, t1, wait;
+    double late; /* of the wait, the seconds after the value was sent (in-process receives) */
 } mpmd_event;
 
 /* ---- the step: a plan and its run state ---- */
@@ -123,6 +124,7 @@ struct mpmd_rank_state {
     mpmd_event *ev; /* recorded instructions of the last run */
     int nev, capev;
     double wait;                    /* seconds blocked in the current receive */
+    double late;                    /* of them, after the value was sent: the wake-up (in-process) */
     int64_t live_bytes, peak_bytes; /* body values held, measured */
     int nthreads;
     const mpmd_rank_memory *mem; /* the plan's memory plan of this rank */
