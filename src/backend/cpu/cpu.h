@@ -50,10 +50,19 @@ static inline void mpmd_split(int64_t n, int t, int nt, int64_t *lo, int64_t *hi
     *hi = *lo + q + (t < r ? 1 : 0);
 }
 
-/* Threads worth using for `work` elementary operations: 1 below a fixed
- * threshold (so tiny ops do not pay for a parallel region), else nthreads.
- * The result never changes what a kernel computes, only how fast. */
-static inline int mpmd_threads_for(int nthreads, int64_t work) { return work < 32768 ? 1 : nthreads; }
+/* Threads worth using for `work` elementary operations: one per
+ * MPMD_THREAD_GRAIN of them, at most nthreads (at least 1). A thread that
+ * joins a parallel region costs a wake-up (mpmd's programs make OpenMP's
+ * idle workers sleep), so a small op on a many-core rank asks for a few
+ * threads, not all of them. The result never changes what a kernel
+ * computes, only how fast. */
+#ifndef MPMD_THREAD_GRAIN
+#define MPMD_THREAD_GRAIN 32768
+#endif
+static inline int mpmd_threads_for(int nthreads, int64_t work) {
+    int64_t t = work / MPMD_THREAD_GRAIN;
+    return t < 1 ? 1 : t < nthreads ? (int)t : nthreads;
+}
 
 /* C = alpha op(A) op(B) + beta C, row-major, through OpenBLAS with
  * `nthreads` threads for this call only. OpenBLAS's result depends on its
