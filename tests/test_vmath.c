@@ -4,9 +4,10 @@
  * 1. Accuracy against libm's exp in double, over a dense sweep of the
  *    floats: mpmd_exp_f32 within 1.5 ulp of e^x on [-87, 88], the logistic
  *    within 3 ulp; their edges (0 below the range, 1 above it, NaN through).
- * 2. The same bits at every vector width: the loops built for AVX2 (as the
- *    target_clones of the kernels are) against the build's baseline, over
- *    the same sweep, where the CPU has AVX2; and the kernels themselves on
+ * 2. The same bits at every vector width: the loops built for AVX2 and for
+ *    AVX-512 (as the target_clones of the kernels are) against the build's
+ *    baseline, over the same sweep, where the CPU runs them; and the
+ *    kernels themselves on
  *    1 and 3 threads over odd lengths (each thread's lanes and tails fall on
  *    other elements).
  */
@@ -36,7 +37,7 @@ static int64_t sweep(float lo, float hi, uint32_t step, float *out, int64_t cap)
     return n;
 }
 
-/* The loops twice: built for the baseline and for AVX2. */
+/* The loops built for the baseline (x86-64-v2). */
 static void exp_base(float *o, const float *x, int64_t n) {
 #pragma omp simd
     for (int64_t i = 0; i < n; i++)
@@ -47,17 +48,37 @@ static void sig_base(float *o, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         o[i] = mpmd_sigmoid_f32(x[i]);
 }
+/* The same loops built for a wider ISA: the kernels' clones (cpu.h). */
+#define WIDE_LOOPS(isa, name)                                                                                \
+    __attribute__((target(isa))) static void exp_##name(float *o, const float *x, int64_t n) {               \
+        _Pragma("omp simd") for (int64_t i = 0; i < n; i++) o[i] = mpmd_exp_f32(x[i]);                       \
+    }                                                                                                        \
+    __attribute__((target(isa))) static void sig_##name(float *o, const float *x, int64_t n) {               \
+        _Pragma("omp simd") for (int64_t i = 0; i < n; i++) o[i] = mpmd_sigmoid_f32(x[i]);                   \
+    }
 #if defined(__x86_64__) && defined(__GNUC__)
-#define HAVE_AVX2_BUILD 1
-__attribute__((target("avx2"))) static void exp_avx2(float *o, const float *x, int64_t n) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++)
-        o[i] = mpmd_exp_f32(x[i]);
-}
-__attribute__((target("avx2"))) static void sig_avx2(float *o, const float *x, int64_t n) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++)
-        o[i] = mpmd_sigmoid_f32(x[i]);
+#define HAVE_WIDE_BUILDS 1
+WIDE_LOOPS("avx2", avx2)
+WIDE_LOOPS("avx512f", avx512)
+typedef void (*loop_fn)(float *, const float *, int64_t);
+static const struct {
+    const char *isa;
+    loop_fn exp, sig;
+} wide[2] = {{"avx2", exp_avx2, sig_avx2}, {"avx512f", exp_avx512, sig_avx512}};
+
+/* Each wider build of `which` (0 exp, 1 sigmoid) against the baseline's
+ * result `want`, bit for bit, where the CPU runs it. */
+static void compare_widths(int which, const float *x, const float *want, float *got, int64_t n) {
+    for (int w = 0; w < 2; w++) {
+        int has = w == 0 ? __builtin_cpu_supports("avx2") : __builtin_cpu_supports("avx512f");
+        if (!has) {
+            printf("this CPU has no %s: that build is not compared\n", wide[w].isa);
+            continue;
+        }
+        (which ? wide[w].sig : wide[w].exp)(got, x, n);
+        CHECK(memcmp(want, got, sizeof(float) * (size_t)n) == 0, "%s: the %s loop gives other bits",
+              which ? "sigmoid" : "exp", wide[w].isa);
+    }
 }
 #endif
 
@@ -77,11 +98,8 @@ static void test_accuracy_and_widths(void) {
     }
     CHECK(worst <= 1.5, "exp: %.2f ulp at x = %.9g", worst, at);
     printf("mpmd_exp_f32: %lld floats in [-87, 88], worst %.2f ulp (x = %.9g)\n", (long long)n, worst, at);
-#ifdef HAVE_AVX2_BUILD
-    if (__builtin_cpu_supports("avx2")) {
-        exp_avx2(y2, x, n);
-        CHECK(memcmp(y, y2, sizeof(float) * (size_t)n) == 0, "exp: the AVX2 loop gives other bits");
-    }
+#ifdef HAVE_WIDE_BUILDS
+    compare_widths(0, x, y, y2, n);
 #endif
 
     /* the logistic: every 509th bit pattern in [-88, 88] */
@@ -96,13 +114,8 @@ static void test_accuracy_and_widths(void) {
     CHECK(worst <= 3.0, "sigmoid: %.2f ulp at x = %.9g", worst, at);
     printf("mpmd_sigmoid_f32: %lld floats in [-88, 88], worst %.2f ulp (x = %.9g)\n", (long long)n, worst,
            at);
-#ifdef HAVE_AVX2_BUILD
-    if (__builtin_cpu_supports("avx2")) {
-        sig_avx2(y2, x, n);
-        CHECK(memcmp(y, y2, sizeof(float) * (size_t)n) == 0, "sigmoid: the AVX2 loop gives other bits");
-    } else {
-        printf("this CPU has no AVX2: the widths are not compared\n");
-    }
+#ifdef HAVE_WIDE_BUILDS
+    compare_widths(1, x, y, y2, n);
 #endif
     free(x);
     free(y);

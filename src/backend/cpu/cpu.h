@@ -84,15 +84,15 @@ float mpmd_max_f32(const float *x, int64_t n);
 /* ---- vectorisable elementwise math ---------------------------------------- */
 
 /* The hot loops (exp-based elementwise ops, softmax and cross-entropy rows,
- * the fixed-order sums) are built twice, for AVX2 and for the build's
- * baseline (x86-64-v2, 4-wide SSE), and the loader picks the one the CPU
- * runs (function multiversioning: target_clones, an ifunc; gcc and clang on
- * x86-64 Linux). Neither clone uses fused multiply-add (AVX2 does not
- * include FMA, and C11 mode keeps fp-contract off), and every operation in
- * them is an IEEE add, multiply, divide, compare or bit operation per lane:
- * the two give the same bits; only the vector width differs. */
+ * the fixed-order sums) are built three times, for AVX-512, for AVX2 and
+ * for the build's baseline (x86-64-v2, 4-wide SSE), and the loader picks
+ * the widest the CPU runs (function multiversioning: target_clones, an
+ * ifunc; gcc and clang on x86-64 Linux). No clone uses fused multiply-add
+ * (the build sets -ffp-contract=off), and every operation in them is an
+ * IEEE add, multiply, divide, compare or bit operation per lane: all give
+ * the same bits; only the vector width differs (tests/test_vmath.c). */
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__AVX2__)
-#define MPMD_VEC_CLONES __attribute__((target_clones("avx2", "default")))
+#define MPMD_VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define MPMD_VEC_CLONES
 #endif

@@ -82,10 +82,11 @@ static inline void adam_elem(const adam_k *k, float *p, const float *gr, float *
 }
 
 /* The Adam loop over [lo, hi) with 8-wide AVX: the same operations as the
- * SSE loop below, lane for lane (no FMA), so the same bits; the elements
- * after the last 8-block go to it. Chosen when the CPU has AVX: division
- * and square root are most of this loop, and AVX does twice the lanes per
- * instruction. */
+ * SSE loop below, lane for lane (no FMA), so the same bits; it returns
+ * where it stopped, and the rest goes to the narrower loops. Chosen when
+ * the CPU has AVX (and after the 16-wide AVX-512 loop where it has that):
+ * division and square root are most of this loop, and wider vectors do
+ * more lanes per instruction. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__AVX__)
 #include <immintrin.h>
 #define ADAM_AVX 1
@@ -108,13 +109,36 @@ __attribute__((target("avx"))) static int64_t adam_avx(const adam_k *k, float *p
     }
     return i;
 }
+
+/* The same, 16 lanes wide, where the CPU has AVX-512. */
+__attribute__((target("avx512f"))) static int64_t adam_avx512(const adam_k *k, float *p, const float *gr,
+                                                              float *mu, float *nu, int64_t lo, int64_t hi) {
+    const __m512 b1 = _mm512_set1_ps(k->b1), b2 = _mm512_set1_ps(k->b2), c1 = _mm512_set1_ps(k->c1),
+                 c2 = _mm512_set1_ps(k->c2), bc1 = _mm512_set1_ps(k->bc1), bc2 = _mm512_set1_ps(k->bc2),
+                 eps = _mm512_set1_ps(k->eps), wd = _mm512_set1_ps(k->wd), lr = _mm512_set1_ps(k->lr);
+    int64_t i = lo;
+    for (; i + 16 <= hi; i += 16) {
+        __m512 gi = _mm512_loadu_ps(gr + i), pi = _mm512_loadu_ps(p + i);
+        __m512 m = _mm512_add_ps(_mm512_mul_ps(c1, gi), _mm512_mul_ps(b1, _mm512_loadu_ps(mu + i)));
+        __m512 v = _mm512_add_ps(_mm512_mul_ps(c2, _mm512_mul_ps(gi, gi)),
+                                 _mm512_mul_ps(b2, _mm512_loadu_ps(nu + i)));
+        _mm512_storeu_ps(mu + i, m);
+        _mm512_storeu_ps(nu + i, v);
+        __m512 den = _mm512_add_ps(_mm512_sqrt_ps(_mm512_div_ps(v, bc2)), eps);
+        __m512 u = _mm512_add_ps(_mm512_div_ps(_mm512_div_ps(m, bc1), den), _mm512_mul_ps(wd, pi));
+        _mm512_storeu_ps(p + i, _mm512_sub_ps(pi, _mm512_mul_ps(lr, u)));
+    }
+    return i;
+}
 #endif
 
 static void adam_range(const adam_k *k, float *p, const float *gr, float *mu, float *nu, int64_t lo,
                        int64_t hi) {
     int64_t i = lo;
 #ifdef ADAM_AVX
-    if (__builtin_cpu_supports("avx")) i = adam_avx(k, p, gr, mu, nu, lo, hi);
+    if (__builtin_cpu_supports("avx512f"))
+        i = adam_avx512(k, p, gr, mu, nu, lo, hi);
+    if (__builtin_cpu_supports("avx")) i = adam_avx(k, p, gr, mu, nu, i, hi);
 #endif
 #if defined(__SSE2__)
     const __m128 b1 = _mm_set1_ps(k->b1), b2 = _mm_set1_ps(k->b2), c1 = _mm_set1_ps(k->c1),
