@@ -284,8 +284,9 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
     if (st->plan->num_stages > 1 && s.step_ms > 0 && st->runtime == MPMD_RUNTIME_LOCAL) {
         const double pts = 100 / (s.num_ranks * s.step_ms); /* points of bubble per ms of a rank */
         fprintf(f,
-                "  of the measured bubble: %.1f points waiting for values not yet sent, %.1f points from a send to "
-                "its receiver running again (wake-ups, %.3f ms in all), %.1f points in transfers\n",
+                "  of the measured bubble: %.1f points waiting (for values not yet sent, or in collectives), "
+                "%.1f points from a send to its receiver running again (wake-ups, %.3f ms in all), %.1f points "
+                "in transfers\n",
                 pts * (wait - wake), pts * wake, wake, pts * s.transfer_ms);
     }
     if (st->plan->shard || st->plan->model > 1) {

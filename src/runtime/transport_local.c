@@ -259,7 +259,7 @@ static int local_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
     int have_deadline = 0, timed = 0;
     double started = 0;
     double wait_from = -1; /* when this rank began to wait (recorded runs) */
-    int watched = 0;
+    double watch_until = -1; /* MPMD_SPIN_US: the time the watching stops */
     pthread_mutex_lock(&b->mu);
     for (;;) {
         msg **pp = &b->inbox;
@@ -291,19 +291,19 @@ static int local_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
         double t0 = st->record ? rt_now() : 0;
         if (st->record && wait_from < 0) wait_from = t0;
         const double spin = ((local_state *)st->tx)->spin;
-        if (!watched && spin > 0) { /* watch for a new message a while, then look again */
-            watched = 1;
+        const double now = spin > 0 ? rt_now() : 0;
+        if (spin > 0 && watch_until < 0) watch_until = now + spin;
+        if (spin > 0 && now < watch_until) { /* watch until a new message comes or the time is up */
             unsigned seen = atomic_load_explicit(&b->posted, memory_order_relaxed);
             pthread_mutex_unlock(&b->mu);
-            const double until_t = (t0 > 0 ? t0 : rt_now()) + spin;
             while (atomic_load_explicit(&b->posted, memory_order_relaxed) == seen && !rt_aborted(st)) {
                 for (int k = 0; k < 32; k++)
                     cpu_relax();
-                if (rt_now() >= until_t) break;
+                if (rt_now() >= watch_until) break;
             }
             pthread_mutex_lock(&b->mu);
             if (st->record) rs->wait += rt_now() - t0;
-            continue;
+            continue; /* look again: the message may be another one */
         }
         if (!have_deadline) {
             have_deadline = 1;

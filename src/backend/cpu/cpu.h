@@ -61,7 +61,7 @@ static inline void mpmd_split(int64_t n, int t, int nt, int64_t *lo, int64_t *hi
 #endif
 static inline int mpmd_threads_for(int nthreads, int64_t work) {
     int64_t t = work / MPMD_THREAD_GRAIN;
-    return t < 1 ? 1 : t < nthreads ? (int)t : nthreads;
+    return t < 1 || nthreads < 1 ? 1 : t < nthreads ? (int)t : nthreads;
 }
 
 /* C = alpha op(A) op(B) + beta C, row-major, through OpenBLAS with
@@ -87,11 +87,15 @@ float mpmd_max_f32(const float *x, int64_t n);
  * the fixed-order sums) are built three times, for AVX-512, for AVX2 and
  * for the build's baseline (x86-64-v2, 4-wide SSE), and the loader picks
  * the widest the CPU runs (function multiversioning: target_clones, an
- * ifunc; gcc and clang on x86-64 Linux). No clone uses fused multiply-add
- * (the build sets -ffp-contract=off), and every operation in them is an
- * IEEE add, multiply, divide, compare or bit operation per lane: all give
- * the same bits; only the vector width differs (tests/test_vmath.c). */
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__AVX2__)
+ * ifunc: gcc and clang on x86-64 with glibc; MPMD_NO_VEC_CLONES builds the
+ * baseline alone, as tests/vec_widths.cmake does to compare the widths).
+ * Only static functions are cloned (clang makes a clone's resolver only in
+ * its own file). No clone uses fused multiply-add (the build sets
+ * -ffp-contract=off), and every operation in them is an IEEE add,
+ * multiply, divide, compare or bit operation per lane: all give the same
+ * bits; only the vector width differs. */
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && !defined(__AVX2__) &&                           \
+    !defined(MPMD_NO_VEC_CLONES)
 #define MPMD_VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define MPMD_VEC_CLONES

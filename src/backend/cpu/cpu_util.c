@@ -57,7 +57,7 @@ const char *mpmd_blas_warning(void) {
  * order depends only on n, so the result is the same on every thread count,
  * and gcc vectorises the lane loop without -ffast-math. */
 MPMD_VEC_CLONES
-float mpmd_sum_f32(const float *x, int64_t n) {
+static float sum_f32(const float *x, int64_t n) {
     float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -70,7 +70,7 @@ float mpmd_sum_f32(const float *x, int64_t n) {
 }
 
 MPMD_VEC_CLONES
-float mpmd_dot_f32(const float *x, const float *y, int64_t n) {
+static float dot_f32(const float *x, const float *y, int64_t n) {
     float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -83,7 +83,7 @@ float mpmd_dot_f32(const float *x, const float *y, int64_t n) {
 }
 
 MPMD_VEC_CLONES
-float mpmd_max_f32(const float *x, int64_t n) {
+static float max_f32(const float *x, int64_t n) {
     float m[8];
     int64_t i = 0;
     if (n < 8) {
@@ -104,3 +104,10 @@ float mpmd_max_f32(const float *x, int64_t n) {
         r = x[i] > r ? x[i] : r;
     return r;
 }
+
+/* The exported names call the clones: clang builds a function's clones and
+ * its resolver only where it is defined, so a multiversioned function is
+ * kept static and reached through these. */
+float mpmd_sum_f32(const float *x, int64_t n) { return sum_f32(x, n); }
+float mpmd_dot_f32(const float *x, const float *y, int64_t n) { return dot_f32(x, y, n); }
+float mpmd_max_f32(const float *x, int64_t n) { return max_f32(x, n); }

@@ -20,9 +20,10 @@
  *
  * sum_to: see the comment above sum_to_kernel for its fixed summation order.
  *
- * gelu, sigmoid, silu and their gradients use the vectorised exp of cpu.h
- * (no libm call, so the loops vectorise); the exp, log and tanh ops use
- * libm's expf/logf/tanhf as they are (no -ffast-math), for their full range.
+ * gelu, sigmoid, silu and the gradients of gelu and silu use the
+ * vectorised exp of cpu.h (no libm call, so the loops vectorise); the exp,
+ * log and tanh ops use libm's expf/logf/tanhf as they are (no -ffast-math),
+ * for their full range.
  */
 #include "cpu.h"
 #include "backend/op_descs.h"

@@ -47,13 +47,14 @@ static int64_t last_dim(const mpmd_type *t) { return t->ndim ? t->dim[t->ndim - 
  * threads. The same calls run whatever the thread count, hence the same bits.
  *
  * The grid: about one tile per 2^24 flops (0.15 ms), at most 16, none
- * narrower or lower than 256; the longer side of C is cut first, then the
- * other: every column of tiles packs its part of B again and every row of
- * tiles its part of A, so the operand with more to pack (A for M > N) is
- * packed once where the tile count allows. (The LM head's weight gradient,
- * 50257 x 768 with K = 256, went from 2 x 8 tiles to 16 x 1: A packed once
- * instead of twice.) An even count where there is a choice, so that two
- * threads balance. Tile edges are multiples of 16, the kernels' unroll. */
+ * narrower or lower than 256, an even count where there is a choice (so
+ * that two threads balance). One side of C is cut first, then the other;
+ * of the two orders the one giving more tiles, and on a tie the one that
+ * cuts the longer side first: every column of tiles packs its rows of A
+ * again and every row of tiles its columns of B, so the operand with more
+ * to pack is packed once. (The LM head's weight gradient, 50257 x 768 with
+ * K = 256, went from 8 tiles down and 2 across to 16 down: A packed once
+ * instead of twice.) Tile edges are multiples of 16, the kernels' unroll. */
 typedef struct mm_grid {
     int64_t mb, nb; /* tile height and width */
     int64_t tm, tn; /* tiles down and across */
@@ -67,16 +68,20 @@ static mm_grid matmul_grid(int64_t m, int64_t n, int64_t k) {
     int64_t want = (int64_t)(flops / 16777216.0);
     if (want > 16) want = 16;
     if (want < 2) return gr;
-    /* first cut the longer side, the operand with more to pack */
-    const int rows_first = m > n;
-    int64_t a1 = rows_first ? m : n, a2 = rows_first ? n : m;
-    int64_t t1 = a1 / 256 < want ? a1 / 256 : want;
-    if (t1 < 1) t1 = 1;
-    if (t1 > 1 && t1 % 2) t1--;
-    int64_t t2 = a2 / 256 < want / t1 ? a2 / 256 : want / t1;
-    if (t2 < 1) t2 = 1;
-    if (t2 > 1 && t2 % 2 && t1 % 2) t2--;
-    int64_t tm = rows_first ? t1 : t2, tn = rows_first ? t2 : t1;
+    /* both orders of cutting; the one with more tiles, and on a tie the one
+     * that cuts the longer side first (the operand with more to pack) */
+    int64_t tm = 1, tn = 1;
+    for (int rows_first = 0; rows_first < 2; rows_first++) {
+        int64_t a1 = rows_first ? m : n, a2 = rows_first ? n : m;
+        int64_t t1 = a1 / 256 < want ? a1 / 256 : want;
+        if (t1 < 1) t1 = 1;
+        if (t1 > 1 && t1 % 2) t1--;
+        int64_t t2 = a2 / 256 < want / t1 ? a2 / 256 : want / t1;
+        if (t2 < 1) t2 = 1;
+        if (t2 > 1 && t2 % 2 && t1 % 2) t2--;
+        int64_t cm = rows_first ? t1 : t2, cn = rows_first ? t2 : t1;
+        if (cm * cn > tm * tn || (cm * cn == tm * tn && rows_first && m > n)) tm = cm, tn = cn;
+    }
     if (tm * tn == 1) { /* a mid-sized product: halves of at least 128 */
         if (n >= m && n >= 256)
             tn = 2;

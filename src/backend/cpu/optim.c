@@ -87,7 +87,7 @@ static inline void adam_elem(const adam_k *k, float *p, const float *gr, float *
  * the CPU has AVX (and after the 16-wide AVX-512 loop where it has that):
  * division and square root are most of this loop, and wider vectors do
  * more lanes per instruction. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__AVX__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__AVX__) && !defined(MPMD_NO_VEC_CLONES)
 #include <immintrin.h>
 #define ADAM_AVX 1
 __attribute__((target("avx"))) static int64_t adam_avx(const adam_k *k, float *p, const float *gr, float *mu,
