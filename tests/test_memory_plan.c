@@ -260,6 +260,61 @@ static void loop_plans(const gpt_model *m) {
     mpmd_step_free(st);
 }
 
+/* acc = x_0 costs no copy and no second buffer: a gradient whose one
+ * reader is its loop sum is written, for microbatch 0, straight into the
+ * accumulator. One 1024 x 1024 weight (4 MiB) and 1 or 3 microbatches of a
+ * single row: with 1 the arena holds the gradient once (4 MiB and small
+ * change, not 8); with 3, microbatches 1 and 2 still need a buffer of
+ * their own. The numbers: p - 0.5 sum_m x_m^T (its gradient), exactly. */
+static void first_fold_in_place(void) {
+    enum { N = 1024 };
+    for (int micro = 1; micro <= 3; micro += 2) {
+        mpmd_graph *g = mpmd_graph_new();
+        mpmd_value w = mpmd_param(g, "w", MPMD_SHAPE(N, N), MPMD_ZEROS);
+        mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(micro, N));
+        mpmd_loop_begin(g, micro);
+        mpmd_value h = mpmd_matmul(g, mpmd_microbatch(g, x), w, 0); /* [1, N] */
+        mpmd_value loss = mpmd_sum(g, h, 0, NULL, 0);
+        mpmd_value gw;
+        mpmd_grad(g, loss, 1, &w, &gw);
+        gw = mpmd_loop_reduce(g, gw, MPMD_REDUCE_ADD);
+        mpmd_loop_end(g);
+        mpmd_sgd(g, 1, &w, &gw, mpmd_scalar(g, 0.5f));
+        mpmd_error err;
+        mpmd_step *st = mpmd_jit_with_loop(g, NULL, NULL, &err);
+        CHECK(st != NULL, "first fold: %s", err.msg);
+        if (!st) {
+            mpmd_graph_free(g);
+            continue;
+        }
+        const size_t wbytes = (size_t)N * N * 4, arena = st->plan->mem[0].arena_bytes;
+        if (micro == 1)
+            CHECK(arena < wbytes + wbytes / 4, "1 microbatch: the arena is %zu bytes for a %zu-byte gradient",
+                  arena, wbytes);
+        else
+            CHECK(arena >= 2 * wbytes, "3 microbatches: the arena is %zu bytes, less than the sum and one more",
+                  arena);
+        float *xs = malloc(sizeof(float) * (size_t)micro * N), *out = malloc(wbytes);
+        for (int i = 0; i < micro * N; i++)
+            xs[i] = (float)(i % 7) - 3.0f;
+        CHECK(mpmd_step_set_input(st, x, xs, sizeof(float) * (size_t)micro * N) == MPMD_OK &&
+                  mpmd_step_run(st) == MPMD_OK && mpmd_step_read(st, w, out, wbytes) == MPMD_OK,
+              "first fold: %s", mpmd_step_error(st));
+        int bad = 0;
+        for (int r = 0; r < N && !bad; r++) {
+            float gsum = 0;
+            for (int m = 0; m < micro; m++)
+                gsum += xs[m * N + r];
+            for (int c = 0; c < N && !bad; c++)
+                bad = out[(size_t)r * N + c] != -0.5f * gsum;
+        }
+        CHECK(!bad, "%d microbatch(es): the weight after one step is not -0.5 sum_m x_m", micro);
+        free(xs), free(out);
+        mpmd_step_free(st);
+        mpmd_graph_free(g);
+    }
+}
+
 int main(void) {
     const tu_named_schedule *list = tu_every_schedule;
     for (int prec = 0; prec < 2; prec++)
@@ -281,7 +336,7 @@ int main(void) {
                              list[k].ranks, micro, prec ? "bf16" : "f32", replicas);
                     one(&m, list[k].name, list[k].stages, list[k].ranks, list[k].fuse, replicas, label);
                 }
-            if (prec == 0 && micro == 4) loop_plans(&m);
+            if (prec == 0 && micro == 4) loop_plans(&m), first_fold_in_place();
             gpt_model_free(&m);
         }
     return tu_report("test_memory_plan");

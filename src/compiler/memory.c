@@ -28,7 +28,9 @@
  *   bytes.
  *
  * An op that may run in place (its descriptor's `inplace` operand) takes
- * over its operand's block when the operand dies there. arena.c places the
+ * over its operand's block when the operand dies there. A value whose one
+ * reader is an ADD or MAX loop reduction is written, for microbatch 0,
+ * straight into the reduction's accumulator (acc = x_0 costs no copy). arena.c places the
  * buffers; the arena's size is the rank's peak. */
 #include "compiler/arena.h"
 #include "compiler/compiler.h"
@@ -42,6 +44,7 @@ static int needs_buffer(const mpmd_node *n) {
 
 typedef struct {
     const mpmd_plan *pl;
+    const unsigned char *folds; /* [nn] 1: the value's one reader is an ADD or MAX loop reduction */
     mpmd_rank_memory *m;
     int n;        /* microbatches (at least 1 for the tables) */
     int32_t *cur; /* [nn] the buffer a value outside the body is read from now */
@@ -113,12 +116,12 @@ static void set_posts(mpmd_program *p, int ahead) {
     }
 }
 
-static mpmd_status plan_rank(mpmd_plan *pl, int r, mpmd_error *err) {
+static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, mpmd_error *err) {
     const mpmd_graph *g = pl->g;
     const int nn = g->n_nodes, n = pl->num_micro > 0 ? pl->num_micro : 1;
     mpmd_program *p = &pl->prog[r];
     mpmd_rank_memory *m = &pl->mem[r];
-    builder b = {pl, m, n, NULL, NULL, 0};
+    builder b = {pl, folds, m, n, NULL, NULL, 0};
     mpmd_arena_item *items = NULL;
     size_t *offs = NULL;
     set_posts(p, pl->recv_ahead);
@@ -199,10 +202,20 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, mpmd_error *err) {
                     for (int j = 0; j < nd->n_in; j++)
                         use(&b, buffer_of(&b, nd->in[j], mb), pc);
                 if (needs_buffer(nd)) {
-                    int q = nd->op->inplace;
-                    int cand = q >= 0 && q < nd->n_in ? buffer_of(&b, nd->in[q], mb) : -1;
-                    int bi = new_buf(&b, i, mb, MPMD_BUF_BODY, pc, cand);
-                    if (bi < 0) goto nomem;
+                    const int red = pl->reduce_head[i];
+                    int bi;
+                    if (mb == 0 && b.folds[i] && b.cur[red] < 0) {
+                        /* the first microbatch's value is the loop result's start (acc = x_0): the op
+                         * writes it into the accumulator, and the fold has nothing to copy */
+                        bi = new_buf(&b, red, -1, MPMD_BUF_VALUE, pc, -1);
+                        if (bi < 0) goto nomem;
+                        b.cur[red] = m->val_buf[red] = bi;
+                    } else {
+                        int q = nd->op->inplace;
+                        int cand = q >= 0 && q < nd->n_in ? buffer_of(&b, nd->in[q], mb) : -1;
+                        bi = new_buf(&b, i, mb, MPMD_BUF_BODY, pc, cand);
+                        if (bi < 0) goto nomem;
+                    }
                     m->body_buf[(size_t)m->slot[i] * n + mb] = bi;
                 }
                 /* the loop reductions fold this value in right after it is made */
@@ -365,11 +378,45 @@ nomem:
                           r);
 }
 
+/* The body values whose one live reader is a single ADD or MAX loop
+ * reduction (a microbatch's gradient, its loss) and that are not kept:
+ * microbatch 0's can be written straight into the accumulator. */
+static unsigned char *fold_targets(const mpmd_plan *pl) {
+    const mpmd_graph *g = pl->g;
+    const int nn = g->n_nodes;
+    int32_t *uses = calloc((size_t)nn + 1, sizeof *uses);
+    unsigned char *f = calloc((size_t)nn + 1, 1);
+    if (!uses || !f) {
+        free(uses), free(f);
+        return NULL;
+    }
+    for (int j = 0; j < nn; j++)
+        if (pl->live[j])
+            for (int k = 0; k < g->nodes[j].n_in; k++)
+                uses[g->nodes[j].in[k]]++;
+    for (int i = 0; i < nn; i++) {
+        const mpmd_node *nd = &g->nodes[i];
+        const int red = pl->reduce_head[i];
+        f[i] = nd->region == MPMD_REGION_BODY && red >= 0 && pl->reduce_next[red] < 0 && uses[i] == 1 &&
+               g->nodes[red].ia[0] != MPMD_REDUCE_CONCAT && !(nd->flags & MPMD_NODE_KEEP) &&
+               mpmd_type_bytes(&nd->type) == mpmd_type_bytes(&g->nodes[red].type);
+    }
+    free(uses);
+    return f;
+}
+
 mpmd_status mpmd_plan_memory(mpmd_plan *pl, mpmd_error *err) {
-    if (!(pl->mem = calloc((size_t)pl->num_ranks, sizeof *pl->mem)))
+    unsigned char *folds = fold_targets(pl);
+    if (!folds || !(pl->mem = calloc((size_t)pl->num_ranks, sizeof *pl->mem))) {
+        free(folds);
         return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+    }
     for (int r = 0; r < pl->num_ranks; r++)
-        if (plan_rank(pl, r, err)) return err ? err->code : MPMD_ERR_NOMEM;
+        if (plan_rank(pl, r, folds, err)) {
+            free(folds);
+            return err ? err->code : MPMD_ERR_NOMEM;
+        }
+    free(folds);
     return MPMD_OK;
 }
 

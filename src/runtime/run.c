@@ -242,11 +242,14 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
 static int accumulate(mpmd_rank_state *rs, int i, int mb) {
     struct mpmd_step *st = rs->st;
     const mpmd_graph *g = st->plan->g;
-    for (int r = st->plan->reduce_head[i]; r >= 0; r = st->plan->reduce_next[r])
-        if (st->plan->be->fold(rs->dev, g, &g->nodes[r], rs->glob[r], ptr_of(rs, i, mb), mb)) {
+    for (int r = st->plan->reduce_head[i]; r >= 0; r = st->plan->reduce_next[r]) {
+        void *x = ptr_of(rs, i, mb);
+        if (mb == 0 && x == rs->glob[r]) continue; /* the op wrote the accumulator itself (memory.c) */
+        if (st->plan->be->fold(rs->dev, g, &g->nodes[r], rs->glob[r], x, mb)) {
             rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = loop_reduce, microbatch %d: the fold failed", r, mb);
             return 1;
         }
+    }
     return 0;
 }
 
