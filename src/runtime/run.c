@@ -253,6 +253,14 @@ static int accumulate(mpmd_rank_state *rs, int i, int mb) {
     return 0;
 }
 
+/* Value i of microbatch mb has no buffer of its own: its op wrote it
+ * straight into its loop sum's accumulator (acc = x_0, memory.c), so it
+ * is no activation to count. */
+static int in_accumulator(mpmd_rank_state *rs, int i, int mb) {
+    const int r = rs->st->plan->reduce_head[i];
+    return mb == 0 && r >= 0 && ptr_of(rs, i, 0) == rs->glob[r];
+}
+
 static void count_live(mpmd_rank_state *rs, int64_t bytes) {
     rs->live_bytes += bytes;
     if (rs->live_bytes > rs->peak_bytes) rs->peak_bytes = rs->live_bytes;
@@ -273,8 +281,9 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
         if (rt_aborted(st)) return 1;
         int i = nodes[c];
         const mpmd_node *nd = &g->nodes[i];
+        const int64_t made = in_accumulator(rs, i, mb) ? 0 : (int64_t)rt_bytes(g, i);
         if (nd->op->flags & MPMD_OPF_COLLECTIVE) { /* the model axis: the transport's, or this rank's own */
-            count_live(rs, (int64_t)rt_bytes(g, i));
+            count_live(rs, made);
             double t0 = rs->prof ? rt_now() : 0;
             if (rt_model_exchanges(g, i)) {
                 if (st->tr->model_collective(rs, i, ptr_of(rs, nd->in[0], mb), ptr_of(rs, i, mb), where)) return 1;
@@ -288,13 +297,13 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
             if (rs->prof) rs->prof[i] += rt_now() - t0;
         } else if (!(nd->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL))) {
             void *out = nd->type.dtype != MPMD_TOKEN ? ptr_of(rs, i, mb) : NULL;
-            count_live(rs, (int64_t)rt_bytes(g, i));
+            count_live(rs, made);
             if (run_kernel(rs, i, mb, out, where)) return 1;
         }
         if (st->plan->reduce_head[i] >= 0 && accumulate(rs, i, mb)) return 1;
         /* values used only inside this task die at their last use here */
         for (int f = st->plan->free_head[k][c]; f >= 0; f = st->plan->free_next[f])
-            rs->live_bytes -= (int64_t)rt_bytes(g, f);
+            if (!in_accumulator(rs, f, mb)) rs->live_bytes -= (int64_t)rt_bytes(g, f);
     }
     return 0;
 }
@@ -343,7 +352,9 @@ static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
         if (out != small) free(out);
         break;
     }
-    case MPMD_I_FREE: rs->live_bytes -= (int64_t)rt_bytes(g, in->node); break;
+    case MPMD_I_FREE:
+        if (!in_accumulator(rs, in->node, in->mb)) rs->live_bytes -= (int64_t)rt_bytes(g, in->node);
+        break;
     }
     /* sends whose buffers the program overwrites from here on */
     if (tr->send_done)
