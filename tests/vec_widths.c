@@ -7,8 +7,8 @@
  * tests/vec_widths.cmake builds it twice: against the library as it is
  * (the widest clone this CPU runs: AVX-512 or AVX2), and with those kernel
  * files compiled again with MPMD_NO_VEC_CLONES (the x86-64-v2 baseline,
- * 4-wide SSE, and AdamW's SSE loop), and checks that both print the same
- * line. Lengths are odd so that every loop has a tail.
+ * 4-wide SSE), and checks that both print the same line. Lengths are odd
+ * so that every loop has a tail.
  */
 #include "mpmd.h"
 #include "testutil.h"

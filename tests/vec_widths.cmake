@@ -1,9 +1,9 @@
 # The CPU kernels' vector widths give the same bits (src/backend/cpu/cpu.h):
 # vec_widths runs a training step through them as the library builds them
 # (the widest clone this CPU runs), vec_widths_base through the same kernel
-# files compiled again with MPMD_NO_VEC_CLONES (the x86-64-v2 baseline and
-# AdamW's SSE loop; their objects stand in for the library's, which is
-# static). Both must print the same hash of every result.
+# files compiled again with MPMD_NO_VEC_CLONES (the x86-64-v2 baseline; their
+# objects stand in for the library's, which is static). Both must print the
+# same hash of every result.
 set(_vw_kernels ${PROJECT_SOURCE_DIR}/src/backend/cpu/cpu_util.c ${PROJECT_SOURCE_DIR}/src/backend/cpu/elementwise.c
   ${PROJECT_SOURCE_DIR}/src/backend/cpu/nn.c ${PROJECT_SOURCE_DIR}/src/backend/cpu/optim.c)
 add_executable(vec_widths vec_widths.c)

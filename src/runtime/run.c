@@ -237,28 +237,27 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
     return rc;
 }
 
+/* Value i of microbatch mb has no buffer of its own: its op wrote it
+ * straight into its loop sum's accumulator (acc = x_0, memory.c), so there
+ * is nothing to fold and no activation to count. */
+static int in_accumulator(mpmd_rank_state *rs, int i, int mb) {
+    const int r = rs->st->plan->reduce_head[i];
+    return mb == 0 && r >= 0 && ptr_of(rs, i, 0) == rs->glob[r];
+}
+
 /* Fold body value i of microbatch mb into the loop reductions that read it
  * (acc = x_0, then acc op= x_m, in microbatch order). */
 static int accumulate(mpmd_rank_state *rs, int i, int mb) {
     struct mpmd_step *st = rs->st;
     const mpmd_graph *g = st->plan->g;
+    if (in_accumulator(rs, i, mb)) return 0; /* the op wrote the accumulator itself (memory.c) */
     for (int r = st->plan->reduce_head[i]; r >= 0; r = st->plan->reduce_next[r]) {
-        void *x = ptr_of(rs, i, mb);
-        if (mb == 0 && x == rs->glob[r]) continue; /* the op wrote the accumulator itself (memory.c) */
-        if (st->plan->be->fold(rs->dev, g, &g->nodes[r], rs->glob[r], x, mb)) {
+        if (st->plan->be->fold(rs->dev, g, &g->nodes[r], rs->glob[r], ptr_of(rs, i, mb), mb)) {
             rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = loop_reduce, microbatch %d: the fold failed", r, mb);
             return 1;
         }
     }
     return 0;
-}
-
-/* Value i of microbatch mb has no buffer of its own: its op wrote it
- * straight into its loop sum's accumulator (acc = x_0, memory.c), so it
- * is no activation to count. */
-static int in_accumulator(mpmd_rank_state *rs, int i, int mb) {
-    const int r = rs->st->plan->reduce_head[i];
-    return mb == 0 && r >= 0 && ptr_of(rs, i, 0) == rs->glob[r];
 }
 
 static void count_live(mpmd_rank_state *rs, int64_t bytes) {

@@ -84,7 +84,7 @@ float mpmd_max_f32(const float *x, int64_t n);
 /* ---- vectorisable elementwise math ---------------------------------------- */
 
 /* The hot loops (exp-based elementwise ops, softmax and cross-entropy rows,
- * the fixed-order sums) are built three times, for AVX-512, for AVX2 and
+ * the fixed-order sums, AdamW) are built three times, for AVX-512, for AVX2 and
  * for the build's baseline (x86-64-v2, 4-wide SSE), and the loader picks
  * the widest the CPU runs (function multiversioning: target_clones, an
  * ifunc: gcc and clang on x86-64 with glibc; MPMD_NO_VEC_CLONES builds the

@@ -6,10 +6,8 @@
  * buffers). Elements are independent, so the result is the same for any
  * split over threads; threads take contiguous blocks (mpmd_split).
  *
- * The Adam loop uses 4-wide SSE where available: sqrtps and divps are
- * correctly rounded like their scalar forms, so the vector lanes and the
- * scalar tail give the same bits as the scalar loop. (gcc does not vectorise
- * sqrtf without -fno-math-errno, and at -O2 not loops with a remainder.)
+ * The Adam loop is one elementwise loop, vectorised for each width
+ * (adam_range): the lanes and the tail give the scalar loop's bits.
  */
 #include "cpu.h"
 #include "backend/shape_plan.h"
@@ -18,10 +16,6 @@
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 /* t = t + 1 on the i32 step counter. */
 static int k_optim_step(const mpmd_kargs *a) {
@@ -81,81 +75,17 @@ static inline void adam_elem(const adam_k *k, float *p, const float *gr, float *
     p[i] = p[i] - k->lr * u;
 }
 
-/* The Adam loop over [lo, hi) with 8-wide AVX: the same operations as the
- * SSE loop below, lane for lane (no FMA), so the same bits; it returns
- * where it stopped, and the rest goes to the narrower loops. Chosen when
- * the CPU has AVX (and after the 16-wide AVX-512 loop where it has that):
- * division and square root are most of this loop, and wider vectors do
- * more lanes per instruction. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__AVX__) && !defined(MPMD_NO_VEC_CLONES)
-#include <immintrin.h>
-#define ADAM_AVX 1
-__attribute__((target("avx"))) static int64_t adam_avx(const adam_k *k, float *p, const float *gr, float *mu,
-                                                       float *nu, int64_t lo, int64_t hi) {
-    const __m256 b1 = _mm256_set1_ps(k->b1), b2 = _mm256_set1_ps(k->b2), c1 = _mm256_set1_ps(k->c1),
-                 c2 = _mm256_set1_ps(k->c2), bc1 = _mm256_set1_ps(k->bc1), bc2 = _mm256_set1_ps(k->bc2),
-                 eps = _mm256_set1_ps(k->eps), wd = _mm256_set1_ps(k->wd), lr = _mm256_set1_ps(k->lr);
-    int64_t i = lo;
-    for (; i + 8 <= hi; i += 8) {
-        __m256 gi = _mm256_loadu_ps(gr + i), pi = _mm256_loadu_ps(p + i);
-        __m256 m = _mm256_add_ps(_mm256_mul_ps(c1, gi), _mm256_mul_ps(b1, _mm256_loadu_ps(mu + i)));
-        __m256 v = _mm256_add_ps(_mm256_mul_ps(c2, _mm256_mul_ps(gi, gi)),
-                                 _mm256_mul_ps(b2, _mm256_loadu_ps(nu + i)));
-        _mm256_storeu_ps(mu + i, m);
-        _mm256_storeu_ps(nu + i, v);
-        __m256 den = _mm256_add_ps(_mm256_sqrt_ps(_mm256_div_ps(v, bc2)), eps);
-        __m256 u = _mm256_add_ps(_mm256_div_ps(_mm256_div_ps(m, bc1), den), _mm256_mul_ps(wd, pi));
-        _mm256_storeu_ps(p + i, _mm256_sub_ps(pi, _mm256_mul_ps(lr, u)));
-    }
-    return i;
-}
-
-/* The same, 16 lanes wide, where the CPU has AVX-512. */
-__attribute__((target("avx512f"))) static int64_t adam_avx512(const adam_k *k, float *p, const float *gr,
-                                                              float *mu, float *nu, int64_t lo, int64_t hi) {
-    const __m512 b1 = _mm512_set1_ps(k->b1), b2 = _mm512_set1_ps(k->b2), c1 = _mm512_set1_ps(k->c1),
-                 c2 = _mm512_set1_ps(k->c2), bc1 = _mm512_set1_ps(k->bc1), bc2 = _mm512_set1_ps(k->bc2),
-                 eps = _mm512_set1_ps(k->eps), wd = _mm512_set1_ps(k->wd), lr = _mm512_set1_ps(k->lr);
-    int64_t i = lo;
-    for (; i + 16 <= hi; i += 16) {
-        __m512 gi = _mm512_loadu_ps(gr + i), pi = _mm512_loadu_ps(p + i);
-        __m512 m = _mm512_add_ps(_mm512_mul_ps(c1, gi), _mm512_mul_ps(b1, _mm512_loadu_ps(mu + i)));
-        __m512 v = _mm512_add_ps(_mm512_mul_ps(c2, _mm512_mul_ps(gi, gi)),
-                                 _mm512_mul_ps(b2, _mm512_loadu_ps(nu + i)));
-        _mm512_storeu_ps(mu + i, m);
-        _mm512_storeu_ps(nu + i, v);
-        __m512 den = _mm512_add_ps(_mm512_sqrt_ps(_mm512_div_ps(v, bc2)), eps);
-        __m512 u = _mm512_add_ps(_mm512_div_ps(_mm512_div_ps(m, bc1), den), _mm512_mul_ps(wd, pi));
-        _mm512_storeu_ps(p + i, _mm512_sub_ps(pi, _mm512_mul_ps(lr, u)));
-    }
-    return i;
-}
-#endif
-
+/* The Adam loop: every element by adam_elem, vectorised (sqrtps and divps
+ * are correctly rounded like their scalar forms, and no FMA is formed) and
+ * built for each vector width like the loops of cpu.h; division and square
+ * root are most of its time, and wider vectors do more lanes per
+ * instruction. This file is compiled with -fno-math-errno (CMakeLists.txt),
+ * without which gcc calls sqrtf rather than vectorise it. */
+MPMD_VEC_CLONES
 static void adam_range(const adam_k *k, float *p, const float *gr, float *mu, float *nu, int64_t lo,
                        int64_t hi) {
-    int64_t i = lo;
-#ifdef ADAM_AVX
-    if (__builtin_cpu_supports("avx512f"))
-        i = adam_avx512(k, p, gr, mu, nu, lo, hi);
-    if (__builtin_cpu_supports("avx")) i = adam_avx(k, p, gr, mu, nu, i, hi);
-#endif
-#if defined(__SSE2__)
-    const __m128 b1 = _mm_set1_ps(k->b1), b2 = _mm_set1_ps(k->b2), c1 = _mm_set1_ps(k->c1),
-                 c2 = _mm_set1_ps(k->c2), bc1 = _mm_set1_ps(k->bc1), bc2 = _mm_set1_ps(k->bc2),
-                 eps = _mm_set1_ps(k->eps), wd = _mm_set1_ps(k->wd), lr = _mm_set1_ps(k->lr);
-    for (; i + 4 <= hi; i += 4) {
-        __m128 gi = _mm_loadu_ps(gr + i), pi = _mm_loadu_ps(p + i);
-        __m128 m = _mm_add_ps(_mm_mul_ps(c1, gi), _mm_mul_ps(b1, _mm_loadu_ps(mu + i)));
-        __m128 v = _mm_add_ps(_mm_mul_ps(c2, _mm_mul_ps(gi, gi)), _mm_mul_ps(b2, _mm_loadu_ps(nu + i)));
-        _mm_storeu_ps(mu + i, m);
-        _mm_storeu_ps(nu + i, v);
-        __m128 den = _mm_add_ps(_mm_sqrt_ps(_mm_div_ps(v, bc2)), eps);
-        __m128 u = _mm_add_ps(_mm_div_ps(_mm_div_ps(m, bc1), den), _mm_mul_ps(wd, pi));
-        _mm_storeu_ps(p + i, _mm_sub_ps(pi, _mm_mul_ps(lr, u)));
-    }
-#endif
-    for (; i < hi; i++)
+#pragma omp simd
+    for (int64_t i = lo; i < hi; i++)
         adam_elem(k, p, gr, mu, nu, i);
 }
 
