@@ -110,7 +110,8 @@ void mpmd_plan_free(mpmd_plan *pl) {
     if (pl->gather)
         for (int k = 0; k < pl->num_stages * MPMD_TASK_KINDS; k++)
             free(pl->gather[k]);
-    free(pl->gather), free(pl->gather_n), free(pl->shard);
+    free(pl->gather), free(pl->gather_n);
+    mpmd_mesh_free(&pl->mesh);
     free(pl->live), free(pl->runs), free(pl->home), free(pl->cross), free(pl->kern);
     if (pl->sched) mpmd_schedule_free(pl->sched);
     free(pl);
@@ -119,6 +120,8 @@ void mpmd_plan_free(mpmd_plan *pl) {
 /* The passes after clustering, the same for a schedule and for the loop. */
 static mpmd_status finish(mpmd_plan *pl, mpmd_error *err) {
     const mpmd_graph *g = pl->g;
+    if (mpmd_mesh_init(&pl->mesh, g, pl->replicas, pl->model))
+        return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
     if (mpmd_place(pl, err)) return err->code;
     if (mpmd_plan_shards(pl, err)) return err->code;
     if (mpmd_lower(pl, err)) return err->code;

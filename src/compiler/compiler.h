@@ -25,6 +25,7 @@
 
 #include "backend/backend.h"
 #include "graph/graph.h"
+#include "mesh/mesh.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -162,7 +163,8 @@ typedef struct mpmd_plan {
     int replicas; /* data-parallel replicas of every rank (mesh data axis) */
     int fsdp;     /* shard parameters, their optimizer state and gradients over the replicas */
     int model;    /* model ranks of every rank and replica (mesh model axis, the graph's) */
-    unsigned char *shard; /* [n_nodes] FSDP: 1 for a value each replica holds a shard of (shard.c) */
+    mpmd_mesh mesh;       /* which part of each value a replica and model rank hold (mesh/mesh.h; FSDP's
+                             shards set by shard.c) */
     int32_t **gather;     /* [S*4] FSDP: the sharded parameters task kind k reads, gather_n[k] */
     int32_t *gather_n;
     unsigned char *live;
@@ -198,33 +200,11 @@ static inline int mpmd_replicated(const mpmd_node *n) {
 
 /* ---- FSDP (shard.c) ---- */
 
-static inline int mpmd_sharded(const mpmd_plan *pl, int node) { return pl->shard && pl->shard[node]; }
-/* Elements of each replica's shard of value node: ceil(numel / replicas). */
-int64_t mpmd_shard_len(const mpmd_plan *pl, int node);
-/* Replica d's part of the value: its first element and element count (the
- * rest of its shard is padding, never read). */
-void mpmd_shard_part(const mpmd_plan *pl, int node, int replica, int64_t *lo, int64_t *count);
-/* Bytes of value node a rank holds outside the body: its shard's (padding
- * included) when sharded, else the value's; and a whole gathered value's
- * (every shard, padding included). */
-size_t mpmd_held_bytes(const mpmd_plan *pl, int node);
-size_t mpmd_gathered_bytes(const mpmd_plan *pl, int node);
-/* Mark the sharded values and each task's parameters to gather (nothing
- * without pl->fsdp and replicas). */
+/* Mark the values each replica holds a shard of (pl->mesh.shard) and each
+ * task's parameters to gather (nothing without pl->fsdp and replicas). */
 mpmd_status mpmd_plan_shards(mpmd_plan *pl, mpmd_error *err);
 /* How many parameters are sharded. */
 int mpmd_plan_sharded_params(const mpmd_plan *pl);
-
-/* ---- tensor parallelism (shard.c) ---- */
-
-/* Whether parameter or variable `node` is split over the model axis (a
- * graph with mpmd_set_tensor_parallel > 1), and how (mpmd_param_split). */
-int mpmd_split_of(const mpmd_graph *g, int node, int *axis, int *groups);
-/* Its whole type (the node's type is one model rank's part). */
-mpmd_type mpmd_split_whole_type(const mpmd_graph *g, int node);
-/* Model rank m's part of the whole value: copied into the whole
- * (to_whole) or out of it; a value not split is copied whole. */
-void mpmd_split_copy(const mpmd_graph *g, int node, int m, void *whole, void *part, int to_whole);
 
 /* The compiler's entry point (compile.c): check the graph against the
  * schedule, then cluster, place, lower, check the programs, build the

@@ -173,7 +173,7 @@ mpmd_status mpmd_lower(mpmd_plan *pl, mpmd_error *err) {
         for (int i = 0; i < nn && pl->replicas > 1; i++)
             if (g->nodes[i].op == &mpmd_op_loop_reduce && pl->live[i] && pl->home[i] == r &&
                 g->nodes[i].ia[0] != MPMD_REDUCE_CONCAT)
-                mpmd_program_push(&raw, mk(mpmd_sharded(pl, i) ? MPMD_I_REDUCE_SCATTER : MPMD_I_ALLREDUCE, i, -1, -1),
+                mpmd_program_push(&raw, mk(mpmd_sharded(&pl->mesh, i) ? MPMD_I_REDUCE_SCATTER : MPMD_I_ALLREDUCE, i, -1, -1),
                                   &oom);
         for (int i = 0; i < nn; i++) {
             if (g->nodes[i].op != &mpmd_op_loop_reduce || !pl->live[i] || pl->home[i] != r) continue;

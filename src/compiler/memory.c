@@ -188,7 +188,7 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, m
                 int cand = k >= 0 && k < nd->n_in ? buffer_of(&b, nd->in[k], -1) : -1;
                 int bi = new_buf(&b, in->node, -1, MPMD_BUF_VALUE, at, cand);
                 if (bi < 0) goto nomem;
-                m->buf[bi].bytes = mpmd_held_bytes(pl, in->node); /* FSDP: a sum of gradient shards */
+                m->buf[bi].bytes = mpmd_held_bytes(&pl->mesh, in->node); /* FSDP: a sum of gradient shards */
                 b.cur[in->node] = m->val_buf[in->node] = bi;
             }
             break;
@@ -241,7 +241,7 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, m
             int bi = new_buf(&b, in->node, in->mb, in->mb >= 0 ? MPMD_BUF_BODY : MPMD_BUF_VALUE, from, -1);
             if (bi < 0) goto nomem;
             m->buf[bi].received = 1;
-            if (in->mb < 0) m->buf[bi].bytes = mpmd_held_bytes(pl, in->node); /* a shard, with FSDP */
+            if (in->mb < 0) m->buf[bi].bytes = mpmd_held_bytes(&pl->mesh, in->node); /* a shard, with FSDP */
             use(&b, bi, at);
             if (in->mb >= 0)
                 m->body_buf[(size_t)m->slot[in->node] * n + in->mb] = bi;
@@ -254,7 +254,7 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, m
             use(&b, b.cur[in->node], at);
             int bi = new_buf(&b, in->node, -1, MPMD_BUF_COMBINED, at, -1);
             if (bi < 0) goto nomem;
-            m->buf[bi].bytes = mpmd_held_bytes(pl, in->node);
+            m->buf[bi].bytes = mpmd_held_bytes(&pl->mesh, in->node);
             b.cur[in->node] = m->comb_buf[in->node] = bi;
             break;
         }
@@ -264,7 +264,7 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, m
                 int v = pl->gather[k][q];
                 int bi = new_buf(&b, v, -1, MPMD_BUF_GATHERED, m->pos[in->post], -1); /* from its posting */
                 if (bi < 0) goto nomem;
-                m->buf[bi].bytes = mpmd_gathered_bytes(pl, v);
+                m->buf[bi].bytes = mpmd_gathered_bytes(&pl->mesh, v);
                 if (q == 0) m->gath_buf[x] = bi;
                 b.cur[v] = bi;
             }
@@ -359,7 +359,7 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, m
             size_t sb = mpmd_kernel_workspace(pl->kern[i], g, nd);
             if (sb > m->scratch_bytes) m->scratch_bytes = sb;
         }
-        size_t a = mpmd_backend_alloc_bytes(be, mpmd_held_bytes(pl, i) + MPMD_STORAGE_PAD);
+        size_t a = mpmd_backend_alloc_bytes(be, mpmd_held_bytes(&pl->mesh, i) + MPMD_STORAGE_PAD);
         if (nd->flags & MPMD_NODE_TRAINABLE)
             m->params_bytes += a;
         else if (mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant)

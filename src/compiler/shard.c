@@ -29,28 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t mpmd_shard_len(const mpmd_plan *pl, int node) {
-    int64_t n = mpmd_type_numel(&pl->g->nodes[node].type), R = pl->replicas;
-    return (n + R - 1) / R;
-}
-
-void mpmd_shard_part(const mpmd_plan *pl, int node, int replica, int64_t *lo, int64_t *count) {
-    int64_t n = mpmd_type_numel(&pl->g->nodes[node].type), L = mpmd_shard_len(pl, node);
-    int64_t a = (int64_t)replica * L, b = a + L < n ? a + L : n;
-    *lo = a < n ? a : n;
-    *count = b > *lo ? b - *lo : 0;
-}
-
-size_t mpmd_held_bytes(const mpmd_plan *pl, int node) {
-    const mpmd_type *t = &pl->g->nodes[node].type;
-    if (!mpmd_sharded(pl, node)) return mpmd_type_bytes(t);
-    return (size_t)mpmd_shard_len(pl, node) * mpmd_dtype_size(t->dtype);
-}
-
-size_t mpmd_gathered_bytes(const mpmd_plan *pl, int node) {
-    return (size_t)pl->replicas * mpmd_held_bytes(pl, node);
-}
-
 /* Add the gradient chain ending at v (loop results, and the after-loop adds
  * of equal shapes that sum a parameter's per-use loop results) to group u;
  * 0 when v is not such a chain. */
@@ -77,11 +55,11 @@ mpmd_status mpmd_plan_shards(mpmd_plan *pl, mpmd_error *err) {
     if (!pl->fsdp || pl->replicas < 2) return MPMD_OK;
     int32_t *grp = malloc((size_t)(nn + 1) * sizeof *grp);
     unsigned char *bad = calloc((size_t)nn + 1, 1);
-    pl->shard = calloc((size_t)nn + 1, 1);
+    pl->mesh.shard = calloc((size_t)nn + 1, 1);
     pl->gather = calloc((size_t)K + 1, sizeof *pl->gather);
     pl->gather_n = calloc((size_t)K + 1, sizeof *pl->gather_n);
     int32_t *mark = malloc((size_t)(nn + 1) * sizeof *mark), *meets = NULL;
-    if (!grp || !bad || !pl->shard || !pl->gather || !pl->gather_n || !mark) goto nomem;
+    if (!grp || !bad || !pl->mesh.shard || !pl->gather || !pl->gather_n || !mark) goto nomem;
     for (int i = 0; i < nn; i++)
         grp[i] = -1, mark[i] = -1;
     /* the ranks whose replicas meet after their last task (to combine a
@@ -120,7 +98,7 @@ mpmd_status mpmd_plan_shards(mpmd_plan *pl, mpmd_error *err) {
         }
     }
     for (int i = 0; i < nn; i++)
-        if (grp[i] >= 0 && !bad[grp[i]] && pl->live[i]) pl->shard[i] = 1;
+        if (grp[i] >= 0 && !bad[grp[i]] && pl->live[i]) pl->mesh.shard[i] = 1;
     /* each task's sharded parameters, in the order its ops first read them */
     for (int k = 0; k < K; k++) {
         int cnt = 0, bound = 1;
@@ -131,7 +109,7 @@ mpmd_status mpmd_plan_shards(mpmd_plan *pl, mpmd_error *err) {
             const mpmd_node *nd = &g->nodes[pl->cl.nodes[k][c]];
             for (int j = 0; j < nd->n_in; j++) {
                 int v = nd->in[j];
-                if (!pl->shard[v] || g->nodes[v].op != &mpmd_op_param || mark[v] == k) continue;
+                if (!pl->mesh.shard[v] || g->nodes[v].op != &mpmd_op_param || mark[v] == k) continue;
                 mark[v] = k;
                 pl->gather[k][cnt++] = v;
             }
@@ -147,59 +125,8 @@ nomem:
 
 int mpmd_plan_sharded_params(const mpmd_plan *pl) {
     int n = 0;
-    for (int i = 0; pl->shard && i < pl->g->n_nodes; i++)
-        n += pl->shard[i] && pl->g->nodes[i].op == &mpmd_op_param;
+    for (int i = 0; pl->mesh.shard && i < pl->g->n_nodes; i++)
+        n += pl->mesh.shard[i] && pl->g->nodes[i].op == &mpmd_op_param;
     return n;
 }
 
-/* ---- tensor parallelism: values split over the model axis ---------------- */
-
-int mpmd_split_of(const mpmd_graph *g, int node, int *axis, int *groups) {
-    const mpmd_node *n = &g->nodes[node];
-    if (g->model_parallel < 2 || (n->op != &mpmd_op_param && n->op != &mpmd_op_variable) ||
-        n->ia[MPMD_SPLIT_AXIS] < 1)
-        return 0;
-    *axis = (int)n->ia[MPMD_SPLIT_AXIS] - 1;
-    *groups = (int)n->ia[MPMD_SPLIT_GROUPS];
-    return 1;
-}
-
-mpmd_type mpmd_split_whole_type(const mpmd_graph *g, int node) {
-    mpmd_type t = g->nodes[node].type;
-    int axis, groups;
-    if (mpmd_split_of(g, node, &axis, &groups)) t.dim[axis] *= g->model_parallel;
-    return t;
-}
-
-/* Model rank m's part of the whole value: the axis seen as [groups, M,
- * n / (groups M)], rank m's part is [:, m, :]; outer x groups chunks of
- * n / (groups M) x inner elements. `to_whole` copies the part into the
- * whole value, else out of it. */
-void mpmd_split_copy(const mpmd_graph *g, int node, int m, void *whole, void *part, int to_whole) {
-    int axis, groups;
-    const mpmd_type *t = &g->nodes[node].type;
-    const size_t es = mpmd_dtype_size(t->dtype);
-    if (!mpmd_split_of(g, node, &axis, &groups)) {
-        if (to_whole)
-            memcpy(whole, part, mpmd_type_bytes(t));
-        else
-            memcpy(part, whole, mpmd_type_bytes(t));
-        return;
-    }
-    const int M = g->model_parallel;
-    int64_t outer = 1, inner = 1;
-    for (int k = 0; k < axis; k++)
-        outer *= t->dim[k];
-    for (int k = axis + 1; k < t->ndim; k++)
-        inner *= t->dim[k];
-    const size_t chunk = (size_t)(t->dim[axis] / groups * inner) * es; /* local dim = whole / M */
-    for (int64_t o = 0; o < outer; o++)
-        for (int gi = 0; gi < groups; gi++) {
-            char *w = (char *)whole + (((size_t)o * groups + (size_t)gi) * (size_t)M + (size_t)m) * chunk;
-            char *p = (char *)part + ((size_t)o * groups + (size_t)gi) * chunk;
-            if (to_whole)
-                memcpy(w, p, chunk);
-            else
-                memcpy(p, w, chunk);
-        }
-}

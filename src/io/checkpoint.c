@@ -84,7 +84,7 @@ static void *stage(state_view *v, int node, int rank, int replica, size_t bytes)
      * over the model axis: a save gathers it whole (step_write); the host
      * copy has this process's part in its place, so that a load writes back
      * what it does not load unchanged (view_commit) */
-    mpmd_status rc = mpmd_runtime_partial(st, node) && st->runtime == MPMD_RUNTIME_MPI
+    mpmd_status rc = mpmd_mesh_partial(&st->plan->mesh, node) && st->runtime == MPMD_RUNTIME_MPI
                          ? mpmd_runtime_read_own(st, rank, replica, node, host)
                          : mpmd_runtime_read(st, rank, replica, node, host, bytes);
     if (rc) {
@@ -123,15 +123,14 @@ static int step_holders(state_view *view, mpmd_value v, void **out, int cap) {
     for (int r = 0; r < st->plan->num_ranks; r++) {
         if (!mpmd_runs_on(st->plan, v.id, r)) continue;
         for (int d = 0; d < replicas && k < cap; d++) {
-            void *p = mpmd_runtime_replica_value(st, r, d, v.id);
+            void *p = mpmd_runtime_replica_value(st, r, d, 0, v.id);
             mpmd_type whole = mpmd_split_whole_type(st->plan->g, v.id);
-            if (!p && (!st->plan->be->host_memory || mpmd_runtime_partial(st, v.id)) && mpmd_runtime_holds(st, r, d, v.id))
+            if (!p && (!st->plan->be->host_memory || mpmd_mesh_partial(&st->plan->mesh, v.id)) && mpmd_runtime_holds(st, r, d, v.id))
                 p = stage(view, v.id, r, d, mpmd_type_bytes(&whole)); /* written back to every model rank */
             if (p) out[k++] = p;
             /* tensor parallelism: every model rank's copy of a value each holds whole */
-            for (int m = 1; p && m < st->plan->model && k < cap && st->plan->be->host_memory && !mpmd_runtime_partial(st, v.id); m++) {
-                mpmd_rank_state *rs = mpmd_runtime_state(st, r, d, m);
-                void *pm = rs && rs->glob ? rs->glob[v.id] : NULL;
+            for (int m = 1; p && m < st->plan->model && k < cap && st->plan->be->host_memory && !mpmd_mesh_partial(&st->plan->mesh, v.id); m++) {
+                void *pm = mpmd_runtime_replica_value(st, r, d, m, v.id);
                 if (pm) out[k++] = pm;
             }
         }

@@ -168,7 +168,7 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
             return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
         for (int x = 0; x < p->n; x++)
             if ((p->ins[x].op == MPMD_I_SEND || p->ins[x].op == MPMD_I_RECV) &&
-                !(m->stage[x] = stage_alloc(st->plan->be, mpmd_held_bytes(st->plan, p->ins[x].node) + 1)))
+                !(m->stage[x] = stage_alloc(st->plan->be, mpmd_held_bytes(&st->plan->mesh, p->ins[x].node) + 1)))
                 return mpmd_error_set(
                     err, MPMD_ERR_NOMEM,
                     "mpmd_jit_with_loop: out of memory for the host copies of rank %d's messages",
@@ -179,7 +179,7 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
     MPI_Comm_split(MPI_COMM_WORLD, st->mpi_rank * M + st->mpi_model, st->mpi_replica, &m->data);
     MPI_Comm_split(MPI_COMM_WORLD, st->mpi_rank * st->plan->replicas + st->mpi_replica, st->mpi_model, &m->model);
     int *ub = NULL, flag = 0;
-    if (st->plan->be->host_memory && st->plan->shard) { /* FSDP's gathers, posted one task ahead */
+    if (st->plan->be->host_memory && st->plan->mesh.shard) { /* FSDP's gathers, posted one task ahead */
         if (!(m->greq = calloc((size_t)p->n + 1, sizeof *m->greq)))
             return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
         for (int x = 0; x < p->n; x++) {
@@ -190,11 +190,11 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
                 return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
             for (int q = 0; q < n; q++) {
                 m->greq[x][q] = MPI_REQUEST_NULL;
-                if ((size_t)st->plan->replicas * mpmd_held_bytes(st->plan, st->plan->gather[k][q]) > (size_t)INT_MAX)
+                if ((size_t)st->plan->replicas * mpmd_held_bytes(&st->plan->mesh, st->plan->gather[k][q]) > (size_t)INT_MAX)
                     return mpmd_error_set(err, MPMD_ERR_INVALID,
                                           "mpmd_jit_with_loop: %%%d has %zu bytes to gather; MPI counts stop at %d",
                                           st->plan->gather[k][q],
-                                          (size_t)st->plan->replicas * mpmd_held_bytes(st->plan, st->plan->gather[k][q]),
+                                          (size_t)st->plan->replicas * mpmd_held_bytes(&st->plan->mesh, st->plan->gather[k][q]),
                                           INT_MAX);
             }
         }
@@ -258,7 +258,7 @@ static void gather_post(mpmd_rank_state *rs, int y) {
     const int k = in->stage * MPMD_TASK_KINDS + in->kind;
     for (int q = 0; q < st->plan->gather_n[k]; q++) {
         const int node = st->plan->gather[k][q];
-        const int b = (int)mpmd_held_bytes(st->plan, node);
+        const int b = (int)mpmd_held_bytes(&st->plan->mesh, node);
         MPI_Iallgather(rs->glob[node], b, MPI_BYTE, gather_buffer(rs, y, q), b, MPI_BYTE, m->data, &m->greq[y][q]);
     }
 }
@@ -279,7 +279,7 @@ static void mpi_prepare(mpmd_rank_state *rs, int x) {
         }
         if (in->op != MPMD_I_RECV) continue;
         if (in->post > x) break;
-        MPI_Irecv(wire(rs, m->posted), (int)mpmd_held_bytes(st->plan, in->node), MPI_BYTE, in->peer,
+        MPI_Irecv(wire(rs, m->posted), (int)mpmd_held_bytes(&st->plan->mesh, in->node), MPI_BYTE, in->peer,
                   tag_of(st, in->node, in->mb), m->pipe, &m->rreq[m->posted]);
     }
 }
@@ -324,7 +324,7 @@ static int mpi_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
     if (rs->st->record) rs->wait += rt_now() - t0;
     if (!bad && m->stage &&
         rs->st->plan->be->upload(rs->dev, rt_buffer(rs, in), m->stage[x],
-                                 mpmd_held_bytes(rs->st->plan, in->node))) {
+                                 mpmd_held_bytes(&rs->st->plan->mesh, in->node))) {
         rt_fail(rs, MPMD_ERR_RUNTIME,
                 "copying %s of microbatch %d, received from rank %d, to the %s backend failed", vb, in->mb,
                 in->peer, rs->st->plan->be->name);
@@ -339,14 +339,14 @@ static int mpi_send(mpmd_rank_state *rs, const mpmd_instr *in) {
     int x = (int)(in - st->plan->prog[rs->rank].ins);
     /* a device value: its host copy, once the kernels that make it are done */
     if (m->stage &&
-        st->plan->be->download(rs->dev, m->stage[x], rt_buffer(rs, in), mpmd_held_bytes(st->plan, in->node))) {
+        st->plan->be->download(rs->dev, m->stage[x], rt_buffer(rs, in), mpmd_held_bytes(&st->plan->mesh, in->node))) {
         char vb[300];
         rt_fail(rs, MPMD_ERR_RUNTIME,
                 "copying %s of microbatch %d from the %s backend to send it to rank %d failed",
                 rt_value_str(st, in->node, vb, sizeof vb), in->mb, st->plan->be->name, in->peer);
         return 1;
     }
-    MPI_Isend(wire(rs, x), (int)mpmd_held_bytes(st->plan, in->node), MPI_BYTE, in->peer,
+    MPI_Isend(wire(rs, x), (int)mpmd_held_bytes(&st->plan->mesh, in->node), MPI_BYTE, in->peer,
               tag_of(st, in->node, in->mb), m->pipe, &m->sreq[x]);
     return 0;
 }
@@ -439,10 +439,10 @@ static int mpi_reduce_scatter(mpmd_rank_state *rs, int node, void *out) {
     mpi_state *m = rs->tx;
     const int R = pl->replicas;
     const size_t es = mpmd_dtype_size(pl->g->nodes[node].type.dtype), full = rt_bytes(pl->g, node);
-    const size_t L = (size_t)mpmd_shard_len(pl, node) * es;
+    const size_t L = (size_t)mpmd_shard_len(&pl->mesh, node) * es;
     const int staged = m->stage != NULL;
     int64_t mylo, mycnt;
-    mpmd_shard_part(pl, node, rs->replica, &mylo, &mycnt);
+    mpmd_shard_part(&pl->mesh, node, rs->replica, &mylo, &mycnt);
     if ((size_t)R * L > (size_t)INT_MAX || full > (size_t)INT_MAX) {
         rt_fail(rs, MPMD_ERR_INVALID, "%%%d: %zu bytes to reduce-scatter; MPI counts stop at %d", node, full, INT_MAX);
         return 1;
@@ -469,7 +469,7 @@ static int mpi_reduce_scatter(mpmd_rank_state *rs, int node, void *out) {
     }
     for (int j = 0; j < R; j++) {
         int64_t lo, cnt;
-        mpmd_shard_part(pl, node, j, &lo, &cnt);
+        mpmd_shard_part(&pl->mesh, node, j, &lo, &cnt);
         scnt[j] = (int)((size_t)cnt * es), sdis[j] = (int)((size_t)lo * es);
         rcnt[j] = (int)((size_t)mycnt * es), rdis[j] = (int)((size_t)j * L);
     }
@@ -517,13 +517,13 @@ static int mpi_allgather(mpmd_rank_state *rs, int x, const int32_t *nodes, int n
                 return 1;
             }
             if (st->record) rs->wait += rt_now() - t0;
-            rs->coll_bytes += (int64_t)((size_t)(R - 1) * mpmd_held_bytes(pl, nodes[q]));
+            rs->coll_bytes += (int64_t)((size_t)(R - 1) * mpmd_held_bytes(&pl->mesh, nodes[q]));
         }
         return 0;
     }
     for (int q = 0; q < n; q++) {
         const int node = nodes[q];
-        const size_t b = mpmd_held_bytes(pl, node);
+        const size_t b = mpmd_held_bytes(&pl->mesh, node);
         if ((size_t)R * b > (size_t)INT_MAX) {
             rt_fail(rs, MPMD_ERR_INVALID, "%%%d: %zu bytes to gather; MPI counts stop at %d", node, (size_t)R * b,
                     INT_MAX);
@@ -668,7 +668,7 @@ static void bcast_part(struct mpmd_step *st, int rank, int replica, int model, i
 
 static mpmd_status mpi_fetch(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
     int axis, groups;
-    const int split = mpmd_split_of(st->plan->g, node, &axis, &groups), sharded = mpmd_sharded(st->plan, node);
+    const int split = mpmd_split_of(st->plan->g, node, &axis, &groups), sharded = mpmd_sharded(&st->plan->mesh, node);
     if (!split && !sharded) {
         bcast_part(st, rank, replica, 0, node, dst, bytes);
         return MPMD_OK;
@@ -684,7 +684,7 @@ static mpmd_status mpi_fetch(struct mpmd_step *st, int rank, int replica, int no
         } else {
             for (int d = 0; d < st->plan->replicas; d++) {
                 int64_t lo, cnt;
-                mpmd_shard_part(st->plan, node, d, &lo, &cnt);
+                mpmd_shard_part(&st->plan->mesh, node, d, &lo, &cnt);
                 bcast_part(st, rank, d, mr, node, part + (size_t)lo * es, (size_t)cnt * es);
             }
         }

@@ -141,7 +141,7 @@ mpmd_status mpmd_step_write_trace(const mpmd_step *st, FILE *f, mpmd_error *err)
  * microbatch (forward and backward), and of each gradient it reduce-scatters,
  * once. */
 static int64_t fsdp_textbook_bytes(const mpmd_plan *pl, int r) {
-    if (!pl->shard) return 0;
+    if (!pl->mesh.shard) return 0;
     const mpmd_graph *g = pl->g;
     double bytes = 0;
     unsigned char *seen = calloc((size_t)g->n_nodes + 1, 1);
@@ -197,7 +197,7 @@ mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_er
                 rs->wake_ms += 1e3 * (ev[k].late < ev[k].wait ? ev[k].late : ev[k].wait);
                 out->transfer_ms += d - 1e3 * ev[k].wait;
             } else if (in->op == MPMD_I_SEND) {
-                rs->sent_bytes += (int64_t)mpmd_held_bytes(st->plan, in->node);
+                rs->sent_bytes += (int64_t)mpmd_held_bytes(&st->plan->mesh, in->node);
                 out->transfer_ms += d;
             } else if (in->op == MPMD_I_GATHER || in->op == MPMD_I_REDUCE_SCATTER || in->op == MPMD_I_ALLREDUCE) {
                 rs->wait_ms += 1e3 * ev[k].wait;
@@ -289,7 +289,7 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
                 "in transfers\n",
                 pts * (wait - wake), pts * wake, wake, pts * s.transfer_ms);
     }
-    if (st->plan->shard || st->plan->model > 1) {
+    if (st->plan->mesh.shard || st->plan->model > 1) {
         fprintf(f, "  per rank (its replica 0, model rank 0): parameters, optimizer state, gradients at the arena's "
                    "fullest, gathered parameters (planned bytes)\n");
         for (int r = 0; r < s.num_ranks; r++) {
@@ -299,7 +299,7 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
                     (long long)ms.optimizer_state, (long long)ms.loop_results, (long long)ms.gathered);
         }
     }
-    if (st->plan->shard) {
+    if (st->plan->mesh.shard) {
         fprintf(f, "  FSDP over %d replicas (%d parameters sharded): bytes a replica took from the others this step\n",
                 st->plan->replicas, mpmd_plan_sharded_params(st->plan));
         for (int r = 0; r < s.num_ranks; r++)

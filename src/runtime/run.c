@@ -204,17 +204,17 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
     /* FSDP: an op after the loop on sharded values (an update, a sum of
      * gradients) runs on this replica's part of them */
     int sharded = -1;
-    if (mb < 0 && st->plan->shard) {
+    if (mb < 0 && st->plan->mesh.shard) {
         const mpmd_node *nd = &st->plan->g->nodes[i];
         for (int j = 0; j < nd->n_in && sharded < 0; j++)
-            if (st->plan->shard[nd->in[j]]) sharded = nd->in[j];
+            if (st->plan->mesh.shard[nd->in[j]]) sharded = nd->in[j];
     }
     int rc;
     if (sharded >= 0) {
         int64_t lo, cnt;
-        mpmd_shard_part(st->plan, sharded, rs->replica, &lo, &cnt);
+        mpmd_shard_part(&st->plan->mesh, sharded, rs->replica, &lo, &cnt);
         rc = mpmd_backend_run_part(be, rs->dev, st->plan->g, i, st->plan->kern[i], out, ptr_at, &ctx, rs->nthreads,
-                                   rs->scratch, mb, st->plan->shard, cnt, kerr, sizeof kerr);
+                                   rs->scratch, mb, st->plan->mesh.shard, cnt, kerr, sizeof kerr);
     } else {
         rc = mpmd_backend_run(be, rs->dev, st->plan->g, i, st->plan->kern[i], out, ptr_at, &ctx, rs->nthreads,
                               rs->scratch, mb, kerr, sizeof kerr);
@@ -567,7 +567,7 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         rs->val = calloc((size_t)mem->nslots * (n > 0 ? n : 1) + 1, sizeof *rs->val);
         rs->glob = calloc((size_t)nn + 1, sizeof *rs->glob);
         if (!rs->val || !rs->glob) goto nomem;
-        if (st->plan->shard && !(rs->full = calloc((size_t)nn + 1, sizeof *rs->full))) goto nomem;
+        if (st->plan->mesh.shard && !(rs->full = calloc((size_t)nn + 1, sizeof *rs->full))) goto nomem;
         if (!(rs->arena = st->plan->be->alloc(rs->dev, mem->arena_bytes ? mem->arena_bytes : 64))) goto nomem;
         for (size_t k = 0; k < (size_t)mem->nslots * n; k++)
             if (mem->body_buf[k] >= 0) rs->val[k] = rs->arena + mem->buf[mem->body_buf[k]].off;
@@ -577,7 +577,7 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
             const mpmd_node *nd = &g->nodes[i];
             if (!st->plan->live[i] || !mpmd_runs_on(st->plan, i, r)) continue;
             if (mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant) {
-                size_t b = rt_bytes(g, i), hb = mpmd_held_bytes(st->plan, i);
+                size_t b = rt_bytes(g, i), hb = mpmd_held_bytes(&st->plan->mesh, i);
                 void *p = st->plan->be->alloc(rs->dev, hb + MPMD_STORAGE_PAD);
                 if (!p) goto nomem;
                 rs->glob[i] = p;
@@ -607,7 +607,7 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
                     if (hb != b) {
                         int64_t lo, cnt;
                         size_t es = mpmd_dtype_size(nd->type.dtype);
-                        mpmd_shard_part(st->plan, i, rs->replica, &lo, &cnt);
+                        mpmd_shard_part(&st->plan->mesh, i, rs->replica, &lo, &cnt);
                         memset((char *)host + b, 0, hb);
                         memcpy((char *)host + b, (char *)host + (size_t)lo * es, (size_t)cnt * es);
                         src = (char *)host + b;
@@ -767,21 +767,14 @@ static void *held(mpmd_rank_state *rs, int node) {
                : NULL;
 }
 
-/* Whether a rank state holds only a part of the value (FSDP's shard, or
- * tensor parallelism's split): no direct pointer to the whole value. */
-int mpmd_runtime_partial(const struct mpmd_step *st, int node) {
-    int axis, groups;
-    return mpmd_sharded(st->plan, node) || mpmd_split_of(st->plan->g, node, &axis, &groups);
-}
-
 void *mpmd_runtime_value(struct mpmd_step *st, int rank, int node) {
     mpmd_rank_state *rs = state_of(st, rank);
-    return st->plan->be->host_memory && !mpmd_runtime_partial(st, node) ? held(rs, node) : NULL;
+    return st->plan->be->host_memory && !mpmd_mesh_partial(&st->plan->mesh, node) ? held(rs, node) : NULL;
 }
 
-void *mpmd_runtime_replica_value(struct mpmd_step *st, int rank, int replica, int node) {
-    mpmd_rank_state *rs = replica_state(st, rank, replica);
-    return st->plan->be->host_memory && !mpmd_runtime_partial(st, node) ? held(rs, node) : NULL;
+void *mpmd_runtime_replica_value(struct mpmd_step *st, int rank, int replica, int model, int node) {
+    mpmd_rank_state *rs = mpmd_runtime_state(st, rank, replica, model);
+    return st->plan->be->host_memory && !mpmd_mesh_partial(&st->plan->mesh, node) ? held(rs, node) : NULL;
 }
 
 int mpmd_runtime_holds(struct mpmd_step *st, int rank, int replica, int node) {
@@ -803,7 +796,7 @@ static mpmd_status download(struct mpmd_step *st, mpmd_rank_state *rs, int node,
 /* One model rank's value (its part of a split one) from (rank, replica,
  * model), FSDP's shards assembled from every replica: all must be here. */
 static mpmd_status read_lane(struct mpmd_step *st, int rank, int replica, int model, int node, void *dst) {
-    if (!mpmd_sharded(st->plan, node)) {
+    if (!mpmd_sharded(&st->plan->mesh, node)) {
         mpmd_rank_state *rs = mpmd_runtime_state(st, rank, replica, model);
         const void *src = held(rs, node);
         return src ? download(st, rs, node, dst, src, rt_bytes(st->plan->g, node)) : MPMD_ERR_INVALID;
@@ -814,7 +807,7 @@ static mpmd_status read_lane(struct mpmd_step *st, int rank, int replica, int mo
         const void *src = held(rs, node);
         if (!src) return MPMD_ERR_INVALID;
         int64_t lo, cnt;
-        mpmd_shard_part(st->plan, node, d, &lo, &cnt);
+        mpmd_shard_part(&st->plan->mesh, node, d, &lo, &cnt);
         mpmd_status rc = download(st, rs, node, (char *)dst + (size_t)lo * es, src, (size_t)cnt * es);
         if (rc) return rc;
     }
@@ -847,7 +840,7 @@ mpmd_status mpmd_runtime_read_own(struct mpmd_step *st, int rank, int replica, i
         const void *src = held(rs, node);
         if (!src) continue;
         int64_t lo = 0, cnt = mpmd_type_numel(&st->plan->g->nodes[node].type);
-        if (mpmd_sharded(st->plan, node)) mpmd_shard_part(st->plan, node, replica, &lo, &cnt);
+        if (mpmd_sharded(&st->plan->mesh, node)) mpmd_shard_part(&st->plan->mesh, node, replica, &lo, &cnt);
         memset(part, 0, b);
         if (!(rc = download(st, rs, node, part + (size_t)lo * es, src, (size_t)cnt * es)))
             mpmd_split_copy(st->plan->g, node, m, dst, part, 1);
@@ -869,9 +862,9 @@ mpmd_status mpmd_runtime_write(struct mpmd_step *st, int rank, int replica, int 
         mpmd_split_copy(st->plan->g, node, m, (void *)src, part, 0);
         const char *from = part;
         size_t n = b;
-        if (mpmd_sharded(st->plan, node)) { /* FSDP: this replica's part of that */
+        if (mpmd_sharded(&st->plan->mesh, node)) { /* FSDP: this replica's part of that */
             int64_t lo, cnt;
-            mpmd_shard_part(st->plan, node, replica, &lo, &cnt);
+            mpmd_shard_part(&st->plan->mesh, node, replica, &lo, &cnt);
             from += (size_t)lo * es;
             n = (size_t)cnt * es;
         }

@@ -75,9 +75,10 @@ mpmd_status mpmd_runtime_run(struct mpmd_step *st);
 /* A rank's buffer of a value outside the body (host backends only: NULL
  * elsewhere). */
 void *mpmd_runtime_value(struct mpmd_step *st, int rank, int node);
-/* The same for (rank, replica): NULL when not held in this process or not
- * host memory; and whether that rank and replica hold value node here. */
-void *mpmd_runtime_replica_value(struct mpmd_step *st, int rank, int replica, int node);
+/* The same for (rank, replica, model rank): NULL when not held in this
+ * process, only a part of it is held (mpmd_mesh_partial) or not host
+ * memory; and whether that rank and replica hold value node here. */
+void *mpmd_runtime_replica_value(struct mpmd_step *st, int rank, int replica, int model, int node);
 int mpmd_runtime_holds(struct mpmd_step *st, int rank, int replica, int node);
 /* Copy a value outside the body held by (rank, replica) in this process to
  * dst, or src into it (a parameter or variable). MPMD_ERR_INVALID when that
@@ -97,9 +98,6 @@ struct mpmd_step *mpmd_exec_step(mpmd_exec *ex);
 /* Input `node` changed in its host staging buffer: copy it to every rank of
  * this process that reads it (non-host backends). */
 mpmd_status mpmd_runtime_input_set(struct mpmd_step *st, int node);
-/* Whether a rank state holds only a part of value node (FSDP's shard, or a
- * parameter split over the model axis): no pointer to the whole value. */
-int mpmd_runtime_partial(const struct mpmd_step *st, int node);
 /* The parts of value node that (rank, replica) holds in this process (its
  * model ranks' splits, its FSDP shard of each) into their places in dst, the
  * whole value, leaving the rest of dst as it is: what mpmd_runtime_write

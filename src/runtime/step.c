@@ -458,7 +458,7 @@ mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes)
         snprintf(st->err, sizeof st->err, "mpmd_step_read: %d is not a value of the graph", (int)v.id);
         return MPMD_ERR_INVALID;
     }
-    if (st->runtime == MPMD_RUNTIME_MPI && mpmd_sharded(st->plan, v.id)) {
+    if (st->runtime == MPMD_RUNTIME_MPI && mpmd_sharded(&st->plan->mesh, v.id)) {
         snprintf(st->err, sizeof st->err,
                  "mpmd_step_read: %%%d is sharded over the replicas (fsdp) and this process holds one shard; use "
                  "mpmd_step_gather",

@@ -277,7 +277,7 @@ static int local_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
                 bad = st->plan->be->event_wait(rs->dev, m->ev);
                 st->plan->be->event_free(rs->dev, m->ev);
             }
-            if (!bad) bad = st->plan->be->copy(rs->dev, rt_buffer(rs, in), m->buf, mpmd_held_bytes(st->plan, in->node));
+            if (!bad) bad = st->plan->be->copy(rs->dev, rt_buffer(rs, in), m->buf, mpmd_held_bytes(&st->plan->mesh, in->node));
             free(m);
             if (bad)
                 rt_fail(rs, MPMD_ERR_RUNTIME, "receiving %%%d of microbatch %d from rank %d failed", in->node,
@@ -428,7 +428,7 @@ static int local_allreduce(mpmd_rank_state *rs, int node, void *out) {
 
 static int local_reduce_scatter(mpmd_rank_state *rs, int node, void *out) {
     int64_t lo, count;
-    mpmd_shard_part(rs->st->plan, node, rs->replica, &lo, &count);
+    mpmd_shard_part(&rs->st->plan->mesh, node, rs->replica, &lo, &count);
     return group_combine(rs, node, out, lo, count);
 }
 
@@ -450,7 +450,7 @@ static int local_allgather(mpmd_rank_state *rs, int x, const int32_t *nodes, int
     if (group_meet(rs, gr, "gather the parameters of a task (FSDP)")) return 1;
     if (st->record) rs->wait += rt_now() - t0;
     for (int q = 0; q < n; q++) {
-        const size_t b = mpmd_held_bytes(st->plan, nodes[q]);
+        const size_t b = mpmd_held_bytes(&st->plan->mesh, nodes[q]);
         for (int d = 0; d < R; d++) {
             const mpmd_rank_state *peer = &st->rs[(d * st->plan->model + rs->model) * D + rs->rank];
             if (st->plan->be->copy(rs->dev, (char *)out[q] + (size_t)d * b, peer->glob[nodes[q]], b)) {
