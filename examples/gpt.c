@@ -81,6 +81,8 @@ static const char *usage =
     "  --tie-embeddings      the LM head shares the token embedding\n"
     "  --lr F                AdamW learning rate (default 0.003)\n"
     "  --weight-decay F      AdamW weight decay (default 0)\n"
+    "  --clip NORM           clip the gradients to this global L2 norm before AdamW, as PyTorch's\n"
+    "                        clip_grad_norm_ (mpmd_clip_by_global_norm; default: no clipping)\n"
     "  --dropout P           drop the embeddings and each block's residual branches with rate P\n"
     "                        (masks drawn from (seed, step, replica, microbatch), the same on any\n"
     "                        schedule; default 0)\n"
@@ -114,8 +116,12 @@ static const char *usage =
     "                        heads, MLP by its hidden width; an all-reduce after each); M ranks\n"
     "                        per rank and replica (under MPI: mpirun -np D*R*M)\n"
     "  --fsdp                shard parameters, gradients and AdamW state over the R replicas\n"
-    "                        (ZeRO-3): each holds 1/R, tasks gather what they read; the same\n"
+    "                        (ZeRO-3): each holds 1/R, tasks gather what they read (in the\n"
+    "                        compute dtype: bf16 and f16 gather half f32's bytes); the same\n"
     "                        numbers as plain --data-parallel R\n"
+    "  --fsdp-gather WHEN    task (default): gather before every task that reads the parameters,\n"
+    "                        drop after (least memory); step: gather once per step and hold them\n"
+    "                        through the loop (least traffic)\n"
     "  --threads N           kernel threads: of the one rank (loop), else of each rank;\n"
     "                        0 for all cores (loop) or the cores divided among ranks (default 0)\n"
     "  --backend NAME        where the ranks compute: cpu (default) or cuda (a build with CUDA;\n"
@@ -185,6 +191,8 @@ typedef struct options {
     const char *export_weights, *export_dtype_name;
     mpmd_dtype export_dtype;
     int nan_check, fuse, mpi, quiet, json, fsdp;
+    mpmd_fsdp_gather fsdp_gather; /* --fsdp-gather task|step */
+    int fsdp_gather_given;
     int auto_layout;      /* --auto: choose schedule, stages, microbatches and remat */
     long long mem_limit;  /* --memory-limit, bytes per rank (0: none) */
     long long timeline_width; /* --timeline-width, px (0: chosen from the step) */
@@ -235,6 +243,7 @@ static const char *const valued[] = {
     "--precision",    "--export-weights", "--dtype",     "--remat",      "--memory-limit", "--timeline-width",
     "--step-timeout", "--tokens",         "--init-from", "--vocab",        "--dropout",      "--eval",
     "--generate",     "--prompt",         "--temperature", "--top-k",  "--attention",  "--tensor-parallel",
+    "--clip",         "--fsdp-gather",
 #ifdef GPT_PROGRAM_LLAMA
     "--kv-heads",     "--mlp-hidden",     "--rope-base",
 #endif
@@ -373,6 +382,17 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!(rc = parse_int(name, val, 0, INT64_MAX, &v))) o->seed = (unsigned long long)v;
         } else if (!strcmp(name, "--lr")) {
             rc = parse_float(name, val, &o->cfg.lr);
+        } else if (!strcmp(name, "--clip")) {
+            if (!(rc = parse_float(name, val, &o->cfg.clip)) && !(o->cfg.clip > 0))
+                rc = bad_option("--clip expects a global norm > 0, got \"%s\"", val);
+        } else if (!strcmp(name, "--fsdp-gather")) {
+            if (!strcmp(val, "task"))
+                o->fsdp_gather = MPMD_GATHER_PER_TASK;
+            else if (!strcmp(val, "step"))
+                o->fsdp_gather = MPMD_GATHER_PER_STEP;
+            else
+                rc = bad_option("--fsdp-gather expects task or step, got \"%s\"", val);
+            o->fsdp_gather_given = 1;
         } else if (!strcmp(name, "--weight-decay")) {
             rc = parse_float(name, val, &o->cfg.adam.weight_decay);
         } else if (!strcmp(name, "--dropout")) {
@@ -465,6 +485,7 @@ static int parse_args(int argc, char **argv, options *o) {
     if (o->save_every && !o->save) return bad_option("--save-every needs --save PATH");
     if (o->fsdp && o->replicas < 2)
         return bad_option("--fsdp shards over the data-parallel replicas: give --data-parallel R with R >= 2");
+    if (o->fsdp_gather_given && !o->fsdp) return bad_option("--fsdp-gather says when FSDP gathers: give --fsdp too");
     if (o->data && o->tokens)
         return bad_option("--data (the bytes of a text) and --tokens (a token file) are two sources of "
                           "data; give one");
@@ -801,6 +822,7 @@ int main(int argc, char **argv) {
     so.runtime = o.mpi ? MPMD_RUNTIME_MPI : MPMD_RUNTIME_LOCAL;
     so.data_parallel = (int)o.replicas;
     so.fsdp = o.fsdp;
+    so.fsdp_gather = o.fsdp_gather;
     so.backend = o.backend;
     so.step_timeout = o.step_timeout;
     if (!(t.st = mpmd_jit_with_loop(m.g, t.sched, &so, &err)))

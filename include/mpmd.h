@@ -634,6 +634,25 @@ typedef struct mpmd_adam_opts {
 mpmd_status mpmd_adamw(mpmd_graph *g, int n, const mpmd_value *params, const mpmd_value *grads, mpmd_value lr,
                        mpmd_adam_opts opts);
 
+/* The global L2 norm of n f32 values outside the loop body (the loop's
+ * gradients, say): sqrt of the sum of the squares of all their elements, an
+ * f32 scalar (optax.global_norm). The sum is exact and rounded once, so
+ * the norm is the same bits in every layout: pipelined or not, data
+ * parallel, FSDP-sharded or split over the model axis (each element counted
+ * once where it lives, the parts added over the whole mesh). Errors go to
+ * the graph (MPMD_NONE returned). */
+MPMD_NODISCARD mpmd_value mpmd_global_norm(mpmd_graph *g, int n, const mpmd_value *xs);
+/* Clip gradients by their global norm, as optax.clip_by_global_norm and
+ * PyTorch's clip_grad_norm_ (in f32): factor = min(max_norm / (norm +
+ * 1e-6), 1) and grads[i] = grads[i] * factor, replaced in place; returns
+ * the norm before clipping. Between mpmd_value_and_grad and the optimizer:
+ *
+ *     mpmd_clip_by_global_norm(g, n, gs, 1.0f);
+ *     mpmd_adamw(g, n, ps, gs, lr, MPMD_ADAM_DEFAULTS);
+ *
+ * FSDP keeps clipped parameters sharded (each replica scales its shard). */
+mpmd_value mpmd_clip_by_global_norm(mpmd_graph *g, int n, mpmd_value *grads, float max_norm);
+
 /* ------------------------------------------------------------------------ */
 /* The one-rank executor                                                     */
 /* ------------------------------------------------------------------------ */
@@ -714,6 +733,9 @@ typedef struct mpmd_step mpmd_step;
  * rank (and replica), started by mpirun. */
 typedef enum mpmd_runtime_kind { MPMD_RUNTIME_LOCAL = 0, MPMD_RUNTIME_MPI = 1 } mpmd_runtime_kind;
 
+/* When FSDP gathers the sharded parameters (mpmd_step_opts.fsdp_gather). */
+typedef enum mpmd_fsdp_gather { MPMD_GATHER_PER_TASK = 0, MPMD_GATHER_PER_STEP = 1 } mpmd_fsdp_gather;
+
 typedef struct mpmd_step_opts {
     int threads_per_rank; /* kernel threads of each rank; 0: the cores divided among the ranks */
     uint64_t seed;        /* initialiser seed (as mpmd_exec_opts.seed) */
@@ -740,19 +762,32 @@ typedef struct mpmd_step_opts {
     double step_timeout;
     /* FSDP (ZeRO-3) over the data axis: each replica holds 1/data_parallel
      * of every parameter that an optimizer updates (mpmd_sgd, mpmd_adamw),
-     * of its optimizer state and of its gradient. A task gathers the
-     * parameters it reads from every replica just before it runs and drops
-     * them after; the loop's gradients are reduce-scattered (each replica
-     * combines its part, in replica order) and each replica updates its own
-     * part. Parameters and the loss are bitwise those of plain data
-     * parallelism with the same layout. Values are read, written, hashed
-     * and saved whole (mpmd_step_read assembles the shards; under MPI use
-     * mpmd_step_gather). Needs data_parallel >= 2. A parameter that is read
-     * other than by the body's ops, its update and its gradient's sums (a
-     * gradient norm, a cast before the loop) stays whole on every replica. */
+     * of its optimizer state and of its gradient. The tasks read the
+     * parameters gathered whole from every replica's shard (fsdp_gather
+     * says when); a parameter the layers cast to the compute dtype before
+     * the loop (bf16, f16) is cast shard by shard and gathered in that
+     * dtype, half f32's bytes. The loop's gradients are reduce-scattered
+     * (each replica combines its part, in replica order, in f32) and each
+     * replica updates its own part. Parameters and the loss are bitwise
+     * those of plain data parallelism with the same layout. Values are
+     * read, written, hashed and saved whole (mpmd_step_read assembles the
+     * shards; under MPI use mpmd_step_gather). Needs data_parallel >= 2.
+     * A parameter whose value, state or gradient is read other than by the
+     * body's ops, its cast for them, its update, its gradient's sums and
+     * mpmd_clip_by_global_norm (say a gradient norm written by hand) stays
+     * whole on every replica: the run summary names each such parameter
+     * and why, and a step with nothing to shard is an error. */
     int fsdp;
+    /* When FSDP gathers: MPMD_GATHER_PER_TASK (0, the default) before every
+     * task that reads sharded parameters, dropped after the task's last
+     * read: the least memory, each parameter gathered again by every task
+     * (twice a microbatch: forward and backward). MPMD_GATHER_PER_STEP once
+     * before the rank's first task, held through the loop: one gather per
+     * step (JaxPP's choice), holding a whole compute copy of the rank's
+     * sharded parameters. */
+    mpmd_fsdp_gather fsdp_gather;
 } mpmd_step_opts;
-#define MPMD_STEP_DEFAULTS ((mpmd_step_opts){0, 0, MPMD_RUNTIME_LOCAL, 1, NULL, 0.0, 0})
+#define MPMD_STEP_DEFAULTS ((mpmd_step_opts){0, 0, MPMD_RUNTIME_LOCAL, 1, NULL, 0.0, 0, MPMD_GATHER_PER_TASK})
 
 /* The built-in schedule `kind` for graph g, its stage count (the loop
  * body's stage markers) and microbatch count taken from the graph;

@@ -190,7 +190,7 @@ static void fsdp_edges(void) {
             FILE *f = open_memstream(&text, &len);
             mpmd_step_print(st, f);
             fclose(f);
-            CHECK(text && strstr(text, "FSDP (1 parameters sharded)") && strstr(text, "reduce_scatter %") &&
+            CHECK(text && strstr(text, "FSDP (1 parameters sharded, gathered per task)") && strstr(text, "reduce_scatter %") &&
                       strstr(text, "all_gather for fwd_0"),
                   "the plan of w1 whole (its gradient's norm) and w2 sharded: %.300s", text ? text : "");
             free(text);

@@ -85,6 +85,9 @@ mpmd_status gpt_config_check(const gpt_config *c, mpmd_error *err) {
         return mpmd_error_set(
             err, bad, "gpt: the model is too large (vocab %lld, width %lld, batch %lld, seq %lld)",
             (long long)c->vocab, (long long)c->width, (long long)c->batch, (long long)c->seq);
+    if (!isfinite(c->clip) || c->clip < 0.0f)
+        return mpmd_error_set(err, bad, "gpt: clip %g; a finite global norm > 0 (or 0: none) is expected",
+                              (double)c->clip);
     if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
         return mpmd_error_set(err, bad, "gpt: dropout %g; a rate in [0, 1) is expected", (double)c->dropout);
     if (c->arch != GPT_ARCH_GPT2 && c->arch != GPT_ARCH_LLAMA)
@@ -241,7 +244,7 @@ static mpmd_status build(const gpt_config *cfg, int mode, gpt_model *m, mpmd_err
         wpe = mpmd_param(g, "embedding", MPMD_SHAPE(c->seq, c->width), MPMD_NORMAL(0.01f));
         mpmd_scope_pop(g);
     }
-    m->dropout_key = MPMD_NONE;
+    m->dropout_key = m->grad_norm = MPMD_NONE;
     if (c->dropout > 0.0f) {
         m->dropout_key = mpmd_input(g, "dropout_key", MPMD_I32, MPMD_SHAPE(2));
         mpmd_set_layer_dropout(g, c->dropout, m->dropout_key);
@@ -269,7 +272,20 @@ static mpmd_status build(const gpt_config *cfg, int mode, gpt_model *m, mpmd_err
         m->loss = mpmd_value_and_grad(g, loss, 0, NULL, np, m->params, m->grads, &m->n_params);
         for (int i = 0; i < m->n_params; i++)
             mpmd_keep(g, m->grads[i]); /* tests compare them */
-        if (mode == 2) mpmd_adamw(g, m->n_params, m->params, m->grads, mpmd_scalar(g, c->lr), c->adam);
+        if (mode == 2 && c->clip > 0) { /* the clipped gradients go to AdamW; the kept ones stay as they were */
+            mpmd_value *clipped = malloc((size_t)m->n_params * sizeof *clipped);
+            if (!clipped) {
+                gpt_model_free(m);
+                return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory");
+            }
+            memcpy(clipped, m->grads, (size_t)m->n_params * sizeof *clipped);
+            m->grad_norm = mpmd_clip_by_global_norm(g, m->n_params, clipped, c->clip);
+            mpmd_keep(g, m->grad_norm);
+            mpmd_adamw(g, m->n_params, m->params, clipped, mpmd_scalar(g, c->lr), c->adam);
+            free(clipped);
+        } else if (mode == 2) {
+            mpmd_adamw(g, m->n_params, m->params, m->grads, mpmd_scalar(g, c->lr), c->adam);
+        }
     }
     if ((st = mpmd_graph_status(g)) != MPMD_OK) {
         mpmd_error_set(err, st, "gpt: building the step failed: %s", mpmd_graph_error(g));

@@ -52,6 +52,7 @@ typedef struct gpt_config {
     int tie_embeddings; /* LM head = x @ wte^T instead of its own kernel */
     float lr;           /* AdamW learning rate */
     mpmd_adam_opts adam;
+    float clip;         /* clip the gradients to this global norm (mpmd_clip_by_global_norm); 0: none */
     mpmd_dtype compute; /* compute dtype (f32, bf16, f16): parameters and optimizer state stay f32 */
     int remat;          /* 0: keep every activation; else each block is a rematerialisation region of
                            this mpmd_remat_policy (SAVE_NOTHING: "block", SAVE_DOTS: "dots") */
@@ -107,6 +108,7 @@ typedef struct gpt_model {
     int n_params;
     mpmd_value *params; /* the parameters, in creation order (owned) */
     mpmd_value *grads;  /* their loop-reduced gradients, kept (owned) */
+    mpmd_value grad_norm; /* with clip: the gradients' global norm before clipping, kept; else MPMD_NONE */
 } gpt_model;
 
 /* Build the training step for a checked configuration. On failure (a bad

@@ -125,6 +125,12 @@ typedef struct mpmd_backend {
      * bufs must be complete (their writers synced). */
     int (*combine)(void *dev, const mpmd_graph *g, const mpmd_node *n, void *const *bufs, int replicas,
                    void *out, int64_t count);
+    /* acc (host memory, util/exact.h) += the exact sum of the squares of
+     * the f32 vectors x[i] of count[i] elements each, after everything
+     * queued on dev: the partial sums of a global norm, the same bits
+     * however they are split and added. NULL: this backend has none. */
+    int (*sumsq)(void *dev, int n, const void *const *x, const int64_t *count, uint32_t *acc, char *err,
+                 size_t len);
     /* Wait for everything queued on dev; non-zero with a message when
      * queued work failed (a kernel fault, an id out of range). */
     int (*sync)(void *dev, char *err, size_t len);

@@ -108,11 +108,11 @@ void mpmd_plan_free(mpmd_plan *pl) {
         }
     free(pl->mem);
     if (pl->gather)
-        for (int k = 0; k < pl->num_stages * MPMD_TASK_KINDS; k++)
-            free(pl->gather[k]);
-    free(pl->gather), free(pl->gather_n);
+        for (int l = 0; l < pl->n_gather; l++)
+            free(pl->gather[l]);
+    free(pl->gather), free(pl->gather_n), free(pl->whole);
     mpmd_mesh_free(&pl->mesh);
-    free(pl->live), free(pl->runs), free(pl->home), free(pl->cross), free(pl->kern);
+    free(pl->live), free(pl->runs), free(pl->home), free(pl->cross), free(pl->kern), free(pl->task_meets);
     if (pl->sched) mpmd_schedule_free(pl->sched);
     free(pl);
 }
@@ -133,11 +133,26 @@ static mpmd_status finish(mpmd_plan *pl, mpmd_error *err) {
         if (!pl->live[i] || (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL | MPMD_OPF_COLLECTIVE)) ||
             n->op == &mpmd_op_assign)
             continue;
+        if (n->op->flags & MPMD_OPF_MESH) { /* run by the runtime, on the backend's sum of squares */
+            if (!pl->be->sumsq)
+                return mpmd_error_set(err, MPMD_ERR_INVALID,
+                                      "mpmd_jit_with_loop: the %s backend cannot take %s (%%%d): it has no exact "
+                                      "sum of squares",
+                                      pl->be->name, n->op->name, i);
+            continue;
+        }
         if (!(pl->kern[i] = pl->be->find(n->op)))
             return mpmd_error_set(err, MPMD_ERR_INVALID,
                                   "mpmd_jit_with_loop: the %s backend has no kernel for %s (%%%d)",
                                   pl->be->name, n->op->name, i);
     }
+    /* the tasks whose ops meet the other model ranks (a collective): they
+     * wait on the host, so a recording of the rank's work stops there */
+    pl->task_meets = calloc((size_t)pl->num_stages * MPMD_TASK_KINDS + 1, 1);
+    if (!pl->task_meets) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+    for (int k = 0; k < pl->num_stages * MPMD_TASK_KINDS; k++)
+        for (int c = 0; c < pl->cl.count[k]; c++)
+            if (g->nodes[pl->cl.nodes[k][c]].op->flags & MPMD_OPF_COLLECTIVE) pl->task_meets[k] = 1;
     if (mpmd_lower_task_lists(pl, err)) return err->code;
     return mpmd_plan_memory(pl, err);
 }
@@ -151,7 +166,7 @@ mpmd_plan *mpmd_compile_loop(const mpmd_graph *g, const mpmd_backend *be, int re
     pl->g = g;
     pl->be = be;
     pl->replicas = replicas;
-    pl->fsdp = fsdp && replicas > 1;
+    pl->fsdp = replicas > 1 ? fsdp : MPMD_FSDP_OFF;
     pl->model = g->model_parallel > 1 ? g->model_parallel : 1;
     pl->recv_ahead = recv_ahead;
     pl->num_ranks = 1;
@@ -193,7 +208,7 @@ mpmd_plan *mpmd_compile(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_
     pl->g = g;
     pl->be = be;
     pl->replicas = replicas;
-    pl->fsdp = fsdp && replicas > 1;
+    pl->fsdp = replicas > 1 ? fsdp : MPMD_FSDP_OFF;
     pl->model = g->model_parallel > 1 ? g->model_parallel : 1;
     pl->recv_ahead = recv_ahead;
     pl->num_ranks = s->num_ranks;
@@ -249,7 +264,9 @@ void mpmd_plan_print(const mpmd_plan *pl, FILE *f) {
     fprintf(f, "%s: %d ranks, %d stages, %d microbatches", pl->sched ? pl->sched->name : "the loop",
             pl->num_ranks, pl->num_stages, pl->num_micro);
     if (pl->replicas > 1) fprintf(f, ", %d data-parallel replicas", pl->replicas);
-    if (pl->fsdp) fprintf(f, ", FSDP (%d parameters sharded)", mpmd_plan_sharded_params(pl));
+    if (pl->fsdp)
+        fprintf(f, ", FSDP (%d parameters sharded, gathered %s)", mpmd_plan_sharded_params(pl),
+                pl->fsdp == MPMD_FSDP_PER_STEP ? "once per step" : "per task");
     if (pl->model > 1) fprintf(f, ", %d model ranks (tensor parallel)", pl->model);
     fputc('\n', f);
     /* the task bodies, once: the ops of each (stage, kind) cluster */
@@ -313,10 +330,14 @@ void mpmd_plan_print(const mpmd_plan *pl, FILE *f) {
                         mpmd_type_str(&n->type, tb, sizeof tb), in->op == MPMD_I_ALLREDUCE ? "" : " (this replica's shard)");
                 break;
             case MPMD_I_GATHER: {
-                int k = in->stage * MPMD_TASK_KINDS + in->kind;
-                fprintf(f, "  all_gather for %s_%d mb %d:", kind_prefix(in->kind), in->stage, in->mb);
-                for (int q = 0; q < pl->gather_n[k]; q++)
-                    fprintf(f, " %s", mpmd_operand_str(g, pl->gather[k][q], ob, sizeof ob));
+                int ng;
+                const int32_t *list = mpmd_gather_list(pl, in, &ng);
+                if (in->stage >= 0)
+                    fprintf(f, "  all_gather for %s_%d mb %d:", kind_prefix(in->kind), in->stage, in->mb);
+                else
+                    fprintf(f, "  all_gather for the step:");
+                for (int q = 0; q < ng; q++)
+                    fprintf(f, " %s", mpmd_operand_str(g, list[q], ob, sizeof ob));
                 fputc('\n', f);
                 break;
             }

@@ -58,8 +58,9 @@ enum {
     MPMD_I_RUN_POST,    /* an after-loop op: node */
     MPMD_I_ALLREDUCE,   /* combine loop result `node` across the data-parallel replicas */
     MPMD_I_REDUCE_SCATTER, /* FSDP: the same for this replica's shard of loop result `node` only */
-    MPMD_I_GATHER          /* FSDP: gather the sharded parameters task (kind, stage, mb), the next
-                              instruction, reads (pl->gather) from every replica's shard */
+    MPMD_I_GATHER          /* FSDP: gather the sharded values of its `list` (mpmd_gather_list: what
+                              the next task reads, or per step every task of the rank) from every
+                              replica's shard */
 };
 
 typedef struct mpmd_instr {
@@ -73,6 +74,7 @@ typedef struct mpmd_instr {
     int32_t peer;  /* SEND: destination, RECV: source */
     int32_t entry; /* TASK: entry index in the rank's schedule list */
     int32_t post;  /* RECV: the instruction before which its buffer may start to fill */
+    int32_t list;  /* GATHER: which of pl->gather it gathers (mpmd_gather_list) */
     int32_t reuse; /* SEND: the instruction after which the sent buffer may be overwritten
                       (this rank then knows the receiver has it); the program's length: the
                       end of the step */
@@ -161,12 +163,17 @@ typedef struct mpmd_plan {
     mpmd_schedule *sched; /* a copy's owner: the plan keeps what it needs */
     int num_ranks, num_stages, num_micro;
     int replicas; /* data-parallel replicas of every rank (mesh data axis) */
-    int fsdp;     /* shard parameters, their optimizer state and gradients over the replicas */
+    int fsdp;     /* MPMD_FSDP_*: shard parameters, their optimizer state and gradients over the
+                     replicas, gathered per task or per step */
     int model;    /* model ranks of every rank and replica (mesh model axis, the graph's) */
     mpmd_mesh mesh;       /* which part of each value a replica and model rank hold (mesh/mesh.h; FSDP's
                              shards set by shard.c) */
-    int32_t **gather;     /* [S*4] FSDP: the sharded parameters task kind k reads, gather_n[k] */
+    /* FSDP: what each GATHER gathers (list ids: S*4 task kinds, each task's own values; then D ranks,
+       every value of the rank's tasks): gather[l] of gather_n[l] values, parameters or their casts */
+    int32_t **gather;
     int32_t *gather_n;
+    int n_gather;
+    int32_t *whole; /* [n_nodes] FSDP: why a parameter stays whole (mpmd_plan_whole_reason), 0: sharded */
     unsigned char *live;
     mpmd_clusters cl;
     int32_t *stage_rank; /* [S] */
@@ -177,6 +184,7 @@ typedef struct mpmd_plan {
     mpmd_program *prog;       /* [D] */
     const mpmd_backend *be;   /* every rank's backend */
     const mpmd_kernel **kern; /* [n_nodes] the backend's kernel of each op */
+    unsigned char *task_meets; /* [S*4] the task has collectives of the model axis (it meets its peers) */
     int32_t *reduce_head, *reduce_next; /* loop reductions reading each body value */
     int32_t **free_head;                /* [S*4][position]: in-task values dying after that op */
     int32_t *free_next;
@@ -200,11 +208,22 @@ static inline int mpmd_replicated(const mpmd_node *n) {
 
 /* ---- FSDP (shard.c) ---- */
 
+/* plan.fsdp: off, or how the sharded values are gathered */
+enum { MPMD_FSDP_OFF = 0, MPMD_FSDP_PER_TASK = 1, MPMD_FSDP_PER_STEP = 2 };
+
 /* Mark the values each replica holds a shard of (pl->mesh.shard) and each
  * task's parameters to gather (nothing without pl->fsdp and replicas). */
 mpmd_status mpmd_plan_shards(mpmd_plan *pl, mpmd_error *err);
 /* How many parameters are sharded. */
 int mpmd_plan_sharded_params(const mpmd_plan *pl);
+/* Why FSDP left parameter `node` whole, as "is read after the loop by ..."
+ * (for "\"name\" <reason>"): 1, or 0 when it is sharded or FSDP is off. */
+int mpmd_plan_whole_reason(const mpmd_plan *pl, int node, char *buf, size_t len);
+/* The values GATHER instruction `in` gathers, *n of them. */
+static inline const int32_t *mpmd_gather_list(const mpmd_plan *pl, const mpmd_instr *in, int *n) {
+    *n = pl->gather_n[in->list];
+    return pl->gather[in->list];
+}
 
 /* The compiler's entry point (compile.c): check the graph against the
  * schedule, then cluster, place, lower, check the programs, build the

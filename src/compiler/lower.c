@@ -7,8 +7,9 @@
  * results into the loop reductions as they appear), send what other ranks
  * read, and free what is dead; then the loop reductions' results go to the
  * ranks that need them, and the after-loop ops run. With FSDP a task that
- * reads sharded parameters is preceded by their gather, and a sharded loop
- * result is reduce-scattered instead of all-reduced.
+ * reads sharded parameters is preceded by their gather (or, gathered per
+ * step, the rank's first task by the gather of everything its tasks read),
+ * and a sharded loop result is reduce-scattered instead of all-reduced.
  *
  * A value produced and used inside one task is freed by the runtime right
  * after its last use in the task (the plan's free lists, made here at the
@@ -119,6 +120,13 @@ mpmd_status mpmd_lower(mpmd_plan *pl, mpmd_error *err) {
             if (g->nodes[i].region == MPMD_REGION_PRE && pl->live[i] && mpmd_runs_on(pl, i, r) &&
                 !(g->nodes[i].op->flags & MPMD_OPF_LEAF))
                 mpmd_program_push(&raw, mk(MPMD_I_RUN_PRE, i, -1, -1), &oom);
+        /* FSDP gathered per step: every value the rank's tasks read, once, before the first */
+        const int step_list = S * MPMD_TASK_KINDS + r;
+        if (pl->fsdp == MPMD_FSDP_PER_STEP && pl->gather && pl->gather_n[step_list]) {
+            mpmd_instr gi = mk(MPMD_I_GATHER, -1, -1, -1);
+            gi.stage = -1, gi.list = step_list;
+            mpmd_program_push(&raw, gi, &oom);
+        }
         /* the schedule's list; without one (the unpipelined loop), the one
          * task of stage 0 for each microbatch in order */
         const int entries = s ? s->ranks[r].num_entries : n;
@@ -151,9 +159,10 @@ mpmd_status mpmd_lower(mpmd_plan *pl, mpmd_error *err) {
                 ti.kind = (int8_t)t[q].kind;
                 ti.stage = t[q].stage;
                 ti.entry = e;
-                if (pl->gather && pl->gather_n[k]) { /* FSDP: its parameters, whole, just before it */
-                    mpmd_instr gi = ti;
+                if (pl->fsdp == MPMD_FSDP_PER_TASK && pl->gather && pl->gather_n[k]) {
+                    mpmd_instr gi = ti; /* FSDP: its sharded values, whole, just before it */
                     gi.op = MPMD_I_GATHER;
+                    gi.list = k;
                     mpmd_program_push(&raw, gi, &oom);
                 }
                 mpmd_program_push(&raw, ti, &oom);

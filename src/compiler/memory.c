@@ -229,8 +229,8 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, m
                     use(&b, buffer_of(&b, i, mb), pc);
                 }
             }
-            for (int q = 0; pl->gather && q < pl->gather_n[k]; q++) /* gathered for this task only */
-                b.cur[pl->gather[k][q]] = -1;
+            for (int q = 0; pl->fsdp == MPMD_FSDP_PER_TASK && pl->gather && q < pl->gather_n[k]; q++)
+                b.cur[pl->gather[k][q]] = -1; /* gathered for this task only */
             break;
         }
         case MPMD_I_SEND:
@@ -258,10 +258,11 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, m
             b.cur[in->node] = m->comb_buf[in->node] = bi;
             break;
         }
-        case MPMD_I_GATHER: { /* the task's parameters, whole, read by its ops (below) */
-            const int k = in->stage * MPMD_TASK_KINDS + in->kind;
-            for (int q = 0; q < pl->gather_n[k]; q++) {
-                int v = pl->gather[k][q];
+        case MPMD_I_GATHER: { /* sharded values, whole, read by the tasks' ops (above) */
+            int ng;
+            const int32_t *list = mpmd_gather_list(pl, in, &ng);
+            for (int q = 0; q < ng; q++) {
+                int v = list[q];
                 int bi = new_buf(&b, v, -1, MPMD_BUF_GATHERED, m->pos[in->post], -1); /* from its posting */
                 if (bi < 0) goto nomem;
                 m->buf[bi].bytes = mpmd_gathered_bytes(&pl->mesh, v);
@@ -274,9 +275,14 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, m
         }
     }
     /* kept values stay readable after the run (a body value: its last
-     * microbatch's) */
+     * microbatch's); a shard made before the loop (FSDP: a parameter's
+     * cast) lives through the step, since the other replicas may still be
+     * copying it after this rank's last gather of it */
     for (int bi = 0; bi < m->nbuf; bi++) {
         mpmd_buffer *x = &m->buf[bi];
+        if (x->what == MPMD_BUF_VALUE && g->nodes[x->node].region == MPMD_REGION_PRE &&
+            mpmd_sharded(&pl->mesh, x->node))
+            x->last = end;
         if (!(g->nodes[x->node].flags & MPMD_NODE_KEEP)) continue;
         if (x->what == MPMD_BUF_BODY ? x->mb == pl->num_micro - 1 : b.cur[x->node] == bi) x->last = end;
     }

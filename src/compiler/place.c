@@ -12,6 +12,9 @@
  *   all-reduce whose every copy has the same bits.
  * - Before-loop ops run on every rank that needs their result (a parameter
  *   cast before the loop puts the parameter, and its update, there too).
+ * - A global norm runs on every rank, each counting the part of its inputs
+ *   it holds (the runtime sums the parts over the mesh); it draws none of
+ *   its inputs to a rank.
  * Demand flows backwards, so one pass in reverse creation order suffices.
  */
 #include "compiler/compiler.h"
@@ -64,7 +67,7 @@ mpmd_status mpmd_place(mpmd_plan *pl, mpmd_error *err) {
      * a parameter's update runs on every rank holding a copy. */
     for (int i = nn - 1; i >= 0; i--) {
         const mpmd_node *n = &g->nodes[i];
-        if (n->region != MPMD_REGION_PRE || !pl->live[i]) continue;
+        if (n->region != MPMD_REGION_PRE || !pl->live[i] || (n->op->flags & MPMD_OPF_MESH)) continue;
         for (int j = 0; j < n->n_in; j++)
             if (g->nodes[n->in[j]].region == MPMD_REGION_PRE) or_ranks(pl, n->in[j], i);
     }
@@ -86,6 +89,13 @@ mpmd_status mpmd_place(mpmd_plan *pl, mpmd_error *err) {
             for (int j = 0; j < n->n_in; j++)
                 if ((g->nodes[n->in[j]].flags & MPMD_NODE_TRAINABLE) || (n->op == &mpmd_op_assign && j == 0))
                     or_ranks(pl, i, n->in[j]);
+        }
+        if (n->op->flags & MPMD_OPF_MESH) {
+            /* a global norm: every rank takes part (each counts what it holds
+             * of the inputs), and its inputs stay where they are */
+            for (int r = 0; r < pl->num_ranks; r++)
+                mpmd_set_runs(pl, i, r);
+            continue;
         }
         if (!any_rank(pl, i)) {
             /* Wanted by no rank: a kept result, a parameter no op reads, a

@@ -52,6 +52,7 @@ typedef struct {
     MPI_Comm pipe;     /* the ranks of this replica, rank r = pipeline rank r */
     MPI_Comm data;     /* the replicas of this pipeline rank (and model rank), in replica order */
     MPI_Comm model;    /* the model ranks of this pipeline rank and replica, in model rank order */
+    MPI_Comm mesh;     /* every process of the step (mesh_sum) */
     MPI_Request *rreq; /* [program length]: posted receives */
     MPI_Request *sreq; /* [program length]: sends in flight */
     int posted;        /* instructions up to here have their receives posted */
@@ -178,6 +179,7 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
     MPI_Comm_split(MPI_COMM_WORLD, st->mpi_replica * M + st->mpi_model, st->mpi_rank, &m->pipe);
     MPI_Comm_split(MPI_COMM_WORLD, st->mpi_rank * M + st->mpi_model, st->mpi_replica, &m->data);
     MPI_Comm_split(MPI_COMM_WORLD, st->mpi_rank * st->plan->replicas + st->mpi_replica, st->mpi_model, &m->model);
+    MPI_Comm_dup(MPI_COMM_WORLD, &m->mesh);
     int *ub = NULL, flag = 0;
     if (st->plan->be->host_memory && st->plan->mesh.shard) { /* FSDP's gathers, posted one task ahead */
         if (!(m->greq = calloc((size_t)p->n + 1, sizeof *m->greq)))
@@ -185,17 +187,17 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
         for (int x = 0; x < p->n; x++) {
             const mpmd_instr *in = &p->ins[x];
             if (in->op != MPMD_I_GATHER) continue;
-            const int k = in->stage * MPMD_TASK_KINDS + in->kind, n = st->plan->gather_n[k];
+            int n;
+            const int32_t *list = mpmd_gather_list(st->plan, in, &n);
             if (!(m->greq[x] = malloc((size_t)(n ? n : 1) * sizeof **m->greq)))
                 return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
             for (int q = 0; q < n; q++) {
                 m->greq[x][q] = MPI_REQUEST_NULL;
-                if ((size_t)st->plan->replicas * mpmd_held_bytes(&st->plan->mesh, st->plan->gather[k][q]) > (size_t)INT_MAX)
+                const size_t b = (size_t)st->plan->replicas * mpmd_held_bytes(&st->plan->mesh, list[q]);
+                if (b > (size_t)INT_MAX)
                     return mpmd_error_set(err, MPMD_ERR_INVALID,
                                           "mpmd_jit_with_loop: %%%d has %zu bytes to gather; MPI counts stop at %d",
-                                          st->plan->gather[k][q],
-                                          (size_t)st->plan->replicas * mpmd_held_bytes(&st->plan->mesh, st->plan->gather[k][q]),
-                                          INT_MAX);
+                                          list[q], b, INT_MAX);
             }
         }
     }
@@ -220,6 +222,7 @@ static void mpi_teardown(struct mpmd_step *st) {
         if (m->pipe != MPI_COMM_NULL && m->pipe) MPI_Comm_free(&m->pipe);
         if (m->data != MPI_COMM_NULL && m->data) MPI_Comm_free(&m->data);
         if (m->model != MPI_COMM_NULL && m->model) MPI_Comm_free(&m->model);
+        if (m->mesh != MPI_COMM_NULL && m->mesh) MPI_Comm_free(&m->mesh);
     }
     if (m->stage) {
         const mpmd_program *p = &st->plan->prog[st->mpi_rank];
@@ -243,8 +246,8 @@ static mpmd_status mpi_launch(struct mpmd_step *st, void *(*rank_main)(void *)) 
     return MPMD_OK;
 }
 
-/* The gathered buffers of GATHER instruction y: every parameter's, in
- * pl->gather order. */
+/* The gathered buffers of GATHER instruction y: every value's, in the
+ * order of its list (mpmd_gather_list). */
 static void *gather_buffer(mpmd_rank_state *rs, int y, int q) {
     return rs->arena + rs->mem->buf[rs->mem->gath_buf[y] + q].off;
 }
@@ -254,10 +257,10 @@ static void *gather_buffer(mpmd_rank_state *rs, int y, int q) {
 static void gather_post(mpmd_rank_state *rs, int y) {
     struct mpmd_step *st = rs->st;
     mpi_state *m = rs->tx;
-    const mpmd_instr *in = &st->plan->prog[rs->rank].ins[y];
-    const int k = in->stage * MPMD_TASK_KINDS + in->kind;
-    for (int q = 0; q < st->plan->gather_n[k]; q++) {
-        const int node = st->plan->gather[k][q];
+    int n;
+    const int32_t *list = mpmd_gather_list(st->plan, &st->plan->prog[rs->rank].ins[y], &n);
+    for (int q = 0; q < n; q++) {
+        const int node = list[q];
         const int b = (int)mpmd_held_bytes(&st->plan->mesh, node);
         MPI_Iallgather(rs->glob[node], b, MPI_BYTE, gather_buffer(rs, y, q), b, MPI_BYTE, m->data, &m->greq[y][q]);
     }
@@ -599,6 +602,23 @@ static int mpi_model_collective(mpmd_rank_state *rs, int node, const void *in, v
     return bad;
 }
 
+/* An allreduce of the words over every process (integers: the sum is
+ * exact, whatever order MPI adds them in). */
+static int mpi_mesh_sum(mpmd_rank_state *rs, uint32_t *acc, int n) {
+    mpi_state *m = rs->tx;
+    uint32_t *sum = malloc((size_t)n * sizeof *sum + 1); /* kept for mpi_settle if the watchdog gives up */
+    if (!sum) {
+        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory summing a global norm");
+        return 1;
+    }
+    MPI_Request req;
+    MPI_Iallreduce(acc, sum, n, MPI_UINT32_T, MPI_SUM, m->mesh, &req);
+    if (coll_wait(rs, &req, sum, "the other processes of the step to sum a global norm")) return 1;
+    memcpy(acc, sum, (size_t)n * sizeof *sum);
+    free(sum);
+    return 0;
+}
+
 static void mpi_end_step(mpmd_rank_state *rs) {
     mpi_state *m = rs->tx;
     const mpmd_program *p = &rs->st->plan->prog[rs->rank];
@@ -611,8 +631,8 @@ static void mpi_end_step(mpmd_rank_state *rs) {
         /* gathers posted ahead and not waited for (a failed step): they end
          * when every replica has posted them */
         if (m->greq && m->greq[x]) {
-            const mpmd_instr *in = &p->ins[x];
-            const int n = rs->st->plan->gather_n[in->stage * MPMD_TASK_KINDS + in->kind];
+            int n;
+            mpmd_gather_list(rs->st->plan, &p->ins[x], &n);
             for (int q = 0; q < n; q++)
                 if (m->greq[x][q] != MPI_REQUEST_NULL &&
                     wait_for(rs, &m->greq[x][q], "the other replicas to finish a gather of a failed step"))
@@ -709,6 +729,7 @@ const mpmd_transport mpmd_transport_mpi = {
     .reduce_scatter = mpi_reduce_scatter,
     .allgather = mpi_allgather,
     .model_collective = mpi_model_collective,
+    .mesh_sum = mpi_mesh_sum,
     .wake = NULL, /* one rank per process: no other thread here waits on it */
     .end_step = mpi_end_step,
     .settle = mpi_settle,

@@ -20,6 +20,7 @@
  * step returns the first failure's message.
  */
 #include "runtime/transport.h"
+#include "util/exact.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -237,6 +238,55 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
     return rc;
 }
 
+/* Global norm `node` (ops/clip.c) into out: this rank state's exact sum of
+ * the squares of the elements it counts (each element of each input once
+ * over the mesh: the lowest pipeline rank holding an input counts it, its
+ * replicas and model ranks each their part, mesh/mesh.h), summed over
+ * every point of the mesh by the transport, rounded once. */
+static int global_norm(mpmd_rank_state *rs, int node, void *out) {
+    struct mpmd_step *st = rs->st;
+    const mpmd_plan *pl = st->plan;
+    const mpmd_node *nd = &pl->g->nodes[node];
+    uint32_t acc[MPMD_EXACT_WORDS];
+    memset(acc, 0, sizeof acc);
+    const void *x[16];
+    int64_t cnt[16];
+    int k = 0;
+    char err[512] = "";
+    if (!pl->be->sumsq) {
+        rt_fail(rs, MPMD_ERR_INVALID, "%%%d = global_norm: the %s backend has no exact sum of squares", node,
+                pl->be->name);
+        return 1;
+    }
+    for (int j = 0; j <= nd->n_in; j++) {
+        if (k == 16 || (j == nd->n_in && k)) { /* in batches of 16 */
+            if (pl->be->sumsq(rs->dev, k, x, cnt, acc, err, sizeof err)) {
+                rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = global_norm: %s", node, err);
+                return 1;
+            }
+            k = 0;
+        }
+        if (j == nd->n_in) break;
+        const int v = nd->in[j];
+        int lowest = 0;
+        while (lowest < pl->num_ranks && !mpmd_runs_on(pl, v, lowest))
+            lowest++;
+        if (lowest != rs->rank || !rs->glob[v]) continue; /* counted where it lives first */
+        int64_t lo;
+        mpmd_mesh_count_part(&pl->mesh, v, rs->replica, rs->model, &lo, &cnt[k]);
+        x[k++] = (const char *)rs->glob[v] + (size_t)lo * sizeof(float);
+    }
+    if (st->tr->mesh_sum(rs, acc, MPMD_EXACT_WORDS)) return 1;
+    mpmd_exact_carry(acc);
+    const float norm = (float)sqrt(mpmd_exact_value(acc));
+    if (pl->be->upload(rs->dev, out, &norm, sizeof norm)) {
+        rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = global_norm: copying the norm to the %s backend failed", node,
+                pl->be->name);
+        return 1;
+    }
+    return 0;
+}
+
 /* Value i of microbatch mb has no buffer of its own: its op wrote it
  * straight into its loop sum's accumulator (acc = x_0, memory.c), so there
  * is nothing to fold and no activation to count. */
@@ -318,8 +368,11 @@ static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
     switch (in->op) {
     case MPMD_I_RUN_PRE:
     case MPMD_I_RUN_POST:
-        run_kernel(rs, in->node, -1, g->nodes[in->node].type.dtype != MPMD_TOKEN ? rs->glob[in->node] : NULL,
-                   "");
+        if (g->nodes[in->node].op->flags & MPMD_OPF_MESH)
+            global_norm(rs, in->node, rs->glob[in->node]);
+        else
+            run_kernel(rs, in->node, -1, g->nodes[in->node].type.dtype != MPMD_TOKEN ? rs->glob[in->node] : NULL,
+                       "");
         break;
     case MPMD_I_TASK: run_task(rs, in); break;
     case MPMD_I_SEND:
@@ -337,18 +390,13 @@ static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
             rs->glob[in->node] = out;
         break;
     }
-    case MPMD_I_GATHER: { /* FSDP: the next task's parameters, whole, in their planned buffers */
-        const int k = in->stage * MPMD_TASK_KINDS + in->kind, n = st->plan->gather_n[k];
-        const int32_t *nodes = st->plan->gather[k];
-        void *small[32], **out = n <= 32 ? small : malloc((size_t)n * sizeof *out);
-        if (!out) {
-            rt_fail(rs, MPMD_ERR_NOMEM, "out of memory gathering parameters");
-            break;
-        }
+    case MPMD_I_GATHER: { /* FSDP: the values the next task (or the step) reads, whole, in their
+                           * planned buffers */
+        int n;
+        const int32_t *nodes = mpmd_gather_list(st->plan, in, &n);
         for (int q = 0; q < n; q++)
-            out[q] = rs->full[nodes[q]] = rs->arena + rs->mem->buf[rs->mem->gath_buf[x] + q].off;
-        tr->allgather(rs, x, nodes, n, out);
-        if (out != small) free(out);
+            rs->gather_out[q] = rs->full[nodes[q]] = rs->arena + rs->mem->buf[rs->mem->gath_buf[x] + q].off;
+        tr->allgather(rs, x, nodes, n, rs->gather_out);
         break;
     }
     case MPMD_I_FREE:
@@ -374,9 +422,12 @@ static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
  * buffers they overwrite) is done before the replay is queued: earlier
  * than the interpreter would, never later. */
 
-static int stays_on_rank(const mpmd_instr *in) {
-    return in->op == MPMD_I_RUN_PRE || in->op == MPMD_I_RUN_POST || in->op == MPMD_I_TASK ||
-           in->op == MPMD_I_FREE;
+static int stays_on_rank(const mpmd_plan *pl, const mpmd_instr *in) {
+    if (in->op == MPMD_I_RUN_PRE || in->op == MPMD_I_RUN_POST) /* a global norm meets the mesh */
+        return !(pl->g->nodes[in->node].op->flags & MPMD_OPF_MESH);
+    if (in->op == MPMD_I_TASK) /* a task with collectives of the model axis meets its model ranks */
+        return !pl->task_meets[in->stage * MPMD_TASK_KINDS + in->kind];
+    return in->op == MPMD_I_FREE;
 }
 
 static void rt_free_graphs(mpmd_rank_state *rs, int n) {
@@ -409,7 +460,7 @@ static int run_segment(mpmd_rank_state *rs, const mpmd_program *p, int x) {
     }
     if (!rs->graph[x]) { /* record it: the interpreter queues its work into the recording */
         int e = x;
-        while (e < p->n && stays_on_rank(&p->ins[e]))
+        while (e < p->n && stays_on_rank(st->plan, &p->ins[e]))
             e++;
         const int64_t live0 = rs->live_bytes, peak0 = rs->peak_bytes;
         int c = be->capture_begin(rs->dev, err, sizeof err);
@@ -472,7 +523,7 @@ static void *rank_main(void *arg) {
     const int replayed = be->capture_begin && !st->record && !rs->prof && !rs->no_graphs;
     char serr[512];
     for (int x = 0; x < p->n && !rt_aborted(st);) {
-        if (replayed && !rs->no_graphs && stays_on_rank(&p->ins[x])) {
+        if (replayed && !rs->no_graphs && stays_on_rank(st->plan, &p->ins[x])) {
             int next = run_segment(rs, p, x);
             if (next != x) {
                 x = next;
@@ -567,7 +618,14 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         rs->val = calloc((size_t)mem->nslots * (n > 0 ? n : 1) + 1, sizeof *rs->val);
         rs->glob = calloc((size_t)nn + 1, sizeof *rs->glob);
         if (!rs->val || !rs->glob) goto nomem;
-        if (st->plan->mesh.shard && !(rs->full = calloc((size_t)nn + 1, sizeof *rs->full))) goto nomem;
+        if (st->plan->mesh.shard) {
+            int most = 0;
+            for (int l = 0; l < st->plan->n_gather; l++)
+                most = st->plan->gather_n[l] > most ? st->plan->gather_n[l] : most;
+            rs->full = calloc((size_t)nn + 1, sizeof *rs->full);
+            rs->gather_out = calloc((size_t)most + 1, sizeof *rs->gather_out);
+            if (!rs->full || !rs->gather_out) goto nomem;
+        }
         if (!(rs->arena = st->plan->be->alloc(rs->dev, mem->arena_bytes ? mem->arena_bytes : 64))) goto nomem;
         for (size_t k = 0; k < (size_t)mem->nslots * n; k++)
             if (mem->body_buf[k] >= 0) rs->val[k] = rs->arena + mem->buf[mem->body_buf[k]].off;
@@ -725,7 +783,7 @@ void mpmd_runtime_free(struct mpmd_step *st) {
             be->close(rs->dev);
             rs->dev = NULL;
         }
-        free(rs->val), free(rs->glob), free(rs->full), free(rs->ev), free(rs->prof), free(rs->marks);
+        free(rs->val), free(rs->glob), free(rs->full), free(rs->gather_out), free(rs->ev), free(rs->prof), free(rs->marks);
     }
     free(st->rs);
     st->rs = NULL;

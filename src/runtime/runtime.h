@@ -132,6 +132,7 @@ struct mpmd_rank_state {
                                     (FSDP: a sharded value's shard) */
     void **full;                 /* [nn] FSDP: a sharded parameter gathered whole for the task
                                     running now (the body reads it there), else NULL */
+    void **gather_out;           /* FSDP: a GATHER's planned buffers, one per value of the largest list */
     int64_t coll_bytes;          /* FSDP: bytes this replica took from the others this run
                                     (gathers and reduce-scatters) */
     void *scratch;

@@ -67,6 +67,11 @@ static mpmd_status step_options(const mpmd_graph *g, const mpmd_schedule *s, con
                               "mpmd_jit_with_loop: fsdp shards the parameters over the data axis, but "
                               "data_parallel is %d: set data_parallel to the number of shards (2 or more)",
                               o->data_parallel);
+    if (o->fsdp_gather != MPMD_GATHER_PER_TASK && o->fsdp_gather != MPMD_GATHER_PER_STEP)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_jit_with_loop: fsdp_gather = %d; use MPMD_GATHER_PER_TASK (0) or "
+                              "MPMD_GATHER_PER_STEP (1)",
+                              (int)o->fsdp_gather);
     if (!(*be = mpmd_backend_get(o->backend)))
         return mpmd_error_set(err, MPMD_ERR_INVALID,
                               "mpmd_jit_with_loop: unknown backend \"%s\"; this build has: %s", o->backend,
@@ -81,8 +86,10 @@ static mpmd_plan *plan_of(const mpmd_graph *g, const mpmd_schedule *s, const mpm
                           const mpmd_step_opts *o, mpmd_error *err) {
     const mpmd_transport *tr = mpmd_transport_for(o->runtime);
     int ahead = tr ? tr->recv_ahead : 2; /* a build without MPI plans MPI's two tasks ahead */
-    return s ? mpmd_compile(g, s, be, replicas, o->fsdp, ahead, err)
-             : mpmd_compile_loop(g, be, replicas, o->fsdp, ahead, err);
+    const int fsdp = !o->fsdp                                 ? MPMD_FSDP_OFF
+                     : o->fsdp_gather == MPMD_GATHER_PER_STEP ? MPMD_FSDP_PER_STEP
+                                                              : MPMD_FSDP_PER_TASK;
+    return s ? mpmd_compile(g, s, be, replicas, fsdp, ahead, err) : mpmd_compile_loop(g, be, replicas, fsdp, ahead, err);
 }
 
 mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts,

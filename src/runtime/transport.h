@@ -90,6 +90,10 @@ typedef struct mpmd_transport {
      * rank's input, `out` its result (rt_model_combine's arithmetic, the
      * same on every rank). `where` names the task for messages. */
     int (*model_collective)(mpmd_rank_state *rs, int node, const void *in, void *out, const char *where);
+    /* The sum of n words acc over every rank state of the mesh (all pipeline
+     * ranks, replicas and model ranks of the step), into acc on each: exact
+     * unsigned integer sums (util/exact.h), so their order does not matter. */
+    int (*mesh_sum)(mpmd_rank_state *rs, uint32_t *acc, int n);
     /* A rank failed (rt_fail): wake every rank blocked in the transport;
      * NULL when nothing can be woken. */
     void (*wake)(struct mpmd_step *st);

@@ -161,18 +161,16 @@ static mpmd_status local_setup(struct mpmd_step *st, mpmd_error *err) {
         ls->nbox++;
     }
     ls->ndata = R > 1 ? D * M : 0;
-    const int total = ls->ndata + (M > 1 ? D * R : 0);
-    if (total) {
-        if (!(ls->groups = calloc((size_t)total, sizeof *ls->groups))) goto nomem;
-        for (int k = 0; k < total; k++) {
-            group *gr = &ls->groups[k];
-            pthread_mutex_init(&gr->mu, NULL);
-            pthread_cond_init(&gr->cv, NULL);
-            ls->ngroups++;
-            gr->size = k < ls->ndata ? R : M;
-            gr->who = k < ls->ndata ? "replicas" : "model ranks";
-            if (!(gr->bufs = calloc((size_t)gr->size, sizeof(void *)))) goto nomem;
-        }
+    const int total = ls->ndata + (M > 1 ? D * R : 0) + 1; /* the last: every rank state (mesh_sum) */
+    if (!(ls->groups = calloc((size_t)total, sizeof *ls->groups))) goto nomem;
+    for (int k = 0; k < total; k++) {
+        group *gr = &ls->groups[k];
+        pthread_mutex_init(&gr->mu, NULL);
+        pthread_cond_init(&gr->cv, NULL);
+        ls->ngroups++;
+        gr->size = k == total - 1 ? L : k < ls->ndata ? R : M;
+        gr->who = k == total - 1 ? "ranks" : k < ls->ndata ? "replicas" : "model ranks";
+        if (!(gr->bufs = calloc((size_t)gr->size, sizeof(void *)))) goto nomem;
     }
     return MPMD_OK;
 nomem:
@@ -490,6 +488,31 @@ static int local_model_collective(mpmd_rank_state *rs, int node, const void *in,
     return group_meet(rs, gr, what); /* all have read every input */
 }
 
+/* Every rank state of the step meets with its words; each adds them all
+ * (integers: any order gives the same sum); they meet again before any
+ * may change its words. */
+static int local_mesh_sum(mpmd_rank_state *rs, uint32_t *acc, int n) {
+    struct mpmd_step *st = rs->st;
+    local_state *ls = st->tx;
+    group *gr = &ls->groups[ls->ngroups - 1];
+    uint32_t sum[64];
+    if (n > 64) {
+        rt_fail(rs, MPMD_ERR_INVALID, "a sum over the mesh of %d words (at most 64)", n);
+        return 1;
+    }
+    gr->bufs[rs - st->rs] = acc;
+    double t0 = st->record ? rt_now() : 0;
+    if (group_meet(rs, gr, "sum a global norm")) return 1;
+    if (st->record) rs->wait += rt_now() - t0;
+    memset(sum, 0, (size_t)n * sizeof *sum);
+    for (int li = 0; li < gr->size; li++)
+        for (int k = 0; k < n; k++)
+            sum[k] += ((const uint32_t *)gr->bufs[li])[k];
+    if (group_meet(rs, gr, "sum a global norm")) return 1; /* all have read every acc */
+    memcpy(acc, sum, (size_t)n * sizeof *sum);
+    return 0;
+}
+
 /* Messages a failed step left in the mailbox are dropped. */
 static void local_end_step(mpmd_rank_state *rs) {
     struct mpmd_step *st = rs->st;
@@ -544,6 +567,7 @@ const mpmd_transport mpmd_transport_local = {
     .reduce_scatter = local_reduce_scatter,
     .allgather = local_allgather,
     .model_collective = local_model_collective,
+    .mesh_sum = local_mesh_sum,
     .wake = local_wake,
     .end_step = local_end_step,
     .settle = local_settle,

@@ -9,6 +9,7 @@
  * declares cblas_sbgemm in cblas.h but is built without it (the symbol is
  * not in libopenblas), so bf16 operands are widened for sgemm. */
 #include "cpu.h"
+#include "util/exact.h"
 #include "util/half.h"
 
 #include <omp.h>
@@ -244,6 +245,35 @@ static int cpu_combine(void *dev, const mpmd_graph *g, const mpmd_node *n, void 
     return 0;
 }
 
+/* Each thread takes an equal share of all the elements, across the
+ * vectors, into an accumulator of its own; the shares are exact, so the
+ * thread count changes nothing. */
+static int cpu_sumsq(void *dev, int n, const void *const *x, const int64_t *count, uint32_t *acc, char *err,
+                     size_t len) {
+    (void)err, (void)len;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += count[i];
+    const int nt = mpmd_threads_for(dev ? ((cpu_dev *)dev)->nthreads : 1, total);
+    uint32_t part[64][MPMD_EXACT_WORDS];
+    const int T = nt < 64 ? nt : 64;
+    memset(part, 0, sizeof part[0] * (size_t)T);
+#pragma omp parallel num_threads(T)
+    {
+        int64_t lo, hi;
+        const int t = omp_get_thread_num();
+        mpmd_split(total, t, omp_get_num_threads(), &lo, &hi);
+        int64_t at = 0; /* the elements [lo, hi) of the vectors laid end to end */
+        for (int i = 0; i < n && at < hi; at += count[i], i++) {
+            const int64_t a = lo > at ? lo - at : 0, b = hi - at < count[i] ? hi - at : count[i];
+            if (b > a) mpmd_exact_add_squares(part[t], (const float *)x[i] + a, b - a);
+        }
+    }
+    for (int t = 0; t < T; t++)
+        mpmd_exact_add(acc, part[t]);
+    return 0;
+}
+
 static int cpu_sync(void *dev, char *err, size_t len) { return 0; }
 static void *cpu_event_record(void *dev) { return NULL; }
 static int cpu_event_wait(void *dev, void *ev) { return 0; }
@@ -266,6 +296,7 @@ const mpmd_backend mpmd_backend_cpu = {
     .find = mpmd_cpu_find,
     .fold = cpu_fold,
     .combine = cpu_combine,
+    .sumsq = cpu_sumsq,
     .sync = cpu_sync,
     .event_record = cpu_event_record,
     .event_wait = cpu_event_wait,

@@ -38,6 +38,8 @@ typedef struct mpmd_cuda_dev {
     int *flag_info; /* device: [3] details of that error (value, position, bound) */
     int tf32;       /* f32 products may use TF32 tensor cores (MPMD_CUDA_TF32=1) */
     int graphs;     /* record and replay rank segments as CUDA graphs (unless MPMD_CUDA_GRAPHS=0) */
+    unsigned long long *sumsq; /* device scratch of mpmd_cuda_sumsq (sumsq.cu), sumsq_cap words */
+    size_t sumsq_cap;
     mpmd_cuda_buf *bufs; /* buffers from cuda_alloc and their sizes, for the instance's count */
     int nbufs, capbufs;
     size_t in_use, peak;
@@ -114,6 +116,15 @@ static inline unsigned mpmd_cuda_blocks(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;
     return (unsigned)(b < 1 ? 1 : b);
 }
+
+/* acc (host) += the exact sum of the squares of the f32 vectors x[i]
+ * (count[i] elements each), after everything queued on d (sumsq.cu). */
+#ifdef __cplusplus
+extern "C"
+#endif
+    int
+    mpmd_cuda_sumsq(void *d, int n, const void *const *x, const int64_t *count, uint32_t *acc, char *err,
+                    size_t len);
 
 #ifdef __cplusplus
 extern "C" {

@@ -57,6 +57,7 @@ static void cuda_close(void *p) {
     if (d->blas) cublasDestroy(d->blas);
     if (d->workspace) cudaFree(d->workspace);
     if (d->flag) cudaFree(d->flag);
+    if (d->sumsq) cudaFree(d->sumsq);
     free(d->bufs);
     if (d->stream) cudaStreamDestroy(d->stream);
     free(d);
@@ -536,6 +537,7 @@ extern "C" const mpmd_backend mpmd_backend_cuda = {
     cuda_find,
     cuda_fold,
     cuda_combine,
+    mpmd_cuda_sumsq,
     cuda_sync,
     cuda_event_record,
     cuda_event_wait,
