@@ -40,19 +40,13 @@ done <<<"$shapes"
 for precision in f32 bf16; do
   p=(--precision $precision)
   # how many parameters FSDP shards (the plan is the same in-process and
-  # under MPI; the in-process pipelined run prints the count): in f32 every
-  # one. In bf16 the casts of the parameters are made once, before the loop
-  # (mpmd_cast), and a parameter read before the loop stays whole (shard.c):
-  # the bf16 runs below then compare FSDP's plain replicas under MPI, and
-  # cover uneven shards once bf16 parameters are sharded
+  # under MPI; the in-process pipelined run prints the count): every one, in
+  # bf16 too (each replica casts its shard and the replicas gather the bf16
+  # copy)
   out=$("$gpt" "${model[@]}" "${p[@]}" --data-parallel 3 --fsdp --schedule std1f1b --stages 2 2>&1)
-  sharded=$(sed -n 's/.*FSDP over 3 replicas (\([0-9]*\) parameters sharded).*/\1/p' <<<"$out")
-  if [ "$precision" = f32 ]; then
-    [ "$sharded" = "$nparams" ] && ok "f32, in-process fsdp x 3: all $nparams parameters sharded" ||
-      bad "f32, in-process fsdp x 3: ${sharded:-no count} of $nparams parameters sharded: $(grep 'FSDP over' <<<"$out")"
-  else
-    echo "note: $precision, fsdp x 3 shards ${sharded:-an unknown number} of $nparams parameters"
-  fi
+  sharded=$(sed -n 's/.*FSDP over 3 replicas (\([0-9]*\) parameters sharded.*/\1/p' <<<"$out")
+  [ "$sharded" = "$nparams" ] && ok "$precision, in-process fsdp x 3: all $nparams parameters sharded" ||
+    bad "$precision, in-process fsdp x 3: ${sharded:-no count} of $nparams parameters sharded: $(grep 'FSDP over' <<<"$out")"
   ref=$("$gpt" "${model[@]}" "${p[@]}" --quiet --data-parallel 3 | tail -n 1)
   case "$ref" in
     final_loss=*" params_sha256="*) ok "$precision, in-process loop x 3 replicas (plain): $ref" ;;

@@ -42,7 +42,8 @@ enum { MB = 4, ROWS = 2, MAXS = 4, MAXP = 3 * MAXS };
 /* widths d_0 .. d_S of the 2- and 4-stage models: sizes 3 and 2 mostly do
  * not divide, and the last stage's g and b have 2 elements (over 3
  * replicas: the third one's shard is all padding) */
-static const int64_t widths2[3] = {5, 7, 2}, widths4[5] = {5, 7, 3, 6, 2};
+static int64_t widths2[3] = {5, 7, 2};
+static const int64_t widths4[5] = {5, 7, 3, 6, 2};
 
 typedef struct model {
     mpmd_graph *g;
@@ -215,7 +216,7 @@ static void check_layout(const layout *lo, int R) {
         char *text = summary_text(st);
         if (fsdp) {
             char line[256];
-            snprintf(line, sizeof line, "FSDP over %d replicas (%d parameters sharded)", R, m.np);
+            snprintf(line, sizeof line, "FSDP over %d replicas (%d parameters sharded, gathered per task)", R, m.np);
             CHECK(text && strstr(text, line), "%s: the summary lacks \"%s\": %s", label, line,
                   text ? text : "");
             for (int r = 0; r < lo->D; r++) {
@@ -252,6 +253,14 @@ int main(void) {
     for (int R = 2; R <= 3; R++)
         for (int i = 0; i < 5; i++)
             check_layout(&lay[i], R);
+    /* 1-element parameters (the last stage's g and b): replica 0's shard is
+     * the whole value, the others' all padding, and replica 0 still takes
+     * the others' parts of its gradient */
+    widths2[2] = 1;
+    for (int R = 2; R <= 3; R++) {
+        check_layout(&lay[0], R);
+        check_layout(&lay[1], R);
+    }
     for (int i = 0; i < 5; i++)
         mpmd_schedule_free(lay[i].s);
     return tu_report("test_fsdp_bytes");

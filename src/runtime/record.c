@@ -137,23 +137,31 @@ mpmd_status mpmd_step_write_trace(const mpmd_step *st, FILE *f, mpmd_error *err)
 }
 
 /* FSDP's textbook volume for rank r per step, what one replica takes from
- * the others: (R - 1) / R of each parameter its stages gather, twice per
- * microbatch (forward and backward), and of each gradient it reduce-scatters,
- * once. */
+ * the others: (R - 1) / R of each parameter its stages gather (in the
+ * dtype it is gathered in: a cast parameter's compute dtype), twice per
+ * microbatch (forward and backward) when gathered per task, once when
+ * gathered per step; and of each gradient it reduce-scatters, once. */
 static int64_t fsdp_textbook_bytes(const mpmd_plan *pl, int r) {
     if (!pl->mesh.shard) return 0;
     const mpmd_graph *g = pl->g;
     double bytes = 0;
-    unsigned char *seen = calloc((size_t)g->n_nodes + 1, 1);
-    if (!seen) return -1;
-    for (int s = 0; s < pl->num_stages; s++) {
-        if (pl->stage_rank[s] != r) continue;
-        memset(seen, 0, (size_t)g->n_nodes);
-        for (int k = s * MPMD_TASK_KINDS; k < (s + 1) * MPMD_TASK_KINDS; k++)
-            for (int q = 0; q < pl->gather_n[k]; q++)
-                if (!seen[pl->gather[k][q]]++) bytes += 2.0 * pl->num_micro * (double)rt_bytes(g, pl->gather[k][q]);
+    if (pl->fsdp == MPMD_FSDP_PER_STEP) {
+        const int l = pl->num_stages * MPMD_TASK_KINDS + r; /* the rank's list */
+        for (int q = 0; q < pl->gather_n[l]; q++)
+            bytes += (double)rt_bytes(g, pl->gather[l][q]);
+    } else {
+        unsigned char *seen = calloc((size_t)g->n_nodes + 1, 1);
+        if (!seen) return -1;
+        for (int s = 0; s < pl->num_stages; s++) {
+            if (pl->stage_rank[s] != r) continue;
+            memset(seen, 0, (size_t)g->n_nodes);
+            for (int k = s * MPMD_TASK_KINDS; k < (s + 1) * MPMD_TASK_KINDS; k++)
+                for (int q = 0; q < pl->gather_n[k]; q++)
+                    if (!seen[pl->gather[k][q]]++)
+                        bytes += 2.0 * pl->num_micro * (double)rt_bytes(g, pl->gather[k][q]);
+        }
+        free(seen);
     }
-    free(seen);
     const mpmd_program *p = &pl->prog[r];
     for (int x = 0; x < p->n; x++)
         if (p->ins[x].op == MPMD_I_REDUCE_SCATTER) bytes += (double)rt_bytes(g, p->ins[x].node);
@@ -255,6 +263,20 @@ void mpmd_step_stats_free(mpmd_step_stats *s) {
     s->ranks = NULL;
 }
 
+/* The parameters FSDP left whole, each with why (at most 12 lines). */
+static void print_whole(const mpmd_plan *pl, FILE *f) {
+    int n = 0;
+    char why[400];
+    for (int i = 0; i < pl->g->n_nodes; i++)
+        n += mpmd_plan_whole_reason(pl, i, why, sizeof why);
+    if (!n) return;
+    fprintf(f, "  FSDP left %d parameter%s whole on every replica:\n", n, n == 1 ? "" : "s");
+    int k = 0;
+    for (int i = 0; i < pl->g->n_nodes && k < 12; i++)
+        if (mpmd_plan_whole_reason(pl, i, why, sizeof why)) fprintf(f, "    \"%s\" %s\n", pl->g->nodes[i].name, why), k++;
+    if (n > k) fprintf(f, "    and %d more\n", n - k);
+}
+
 mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *err) {
     mpmd_step_stats s;
     mpmd_status rc = mpmd_step_summary(st, &s, err);
@@ -300,12 +322,17 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
         }
     }
     if (st->plan->mesh.shard) {
-        fprintf(f, "  FSDP over %d replicas (%d parameters sharded): bytes a replica took from the others this step\n",
-                st->plan->replicas, mpmd_plan_sharded_params(st->plan));
+        const int per_step = st->plan->fsdp == MPMD_FSDP_PER_STEP;
+        fprintf(f,
+                "  FSDP over %d replicas (%d parameters sharded, gathered %s): bytes a replica took from the "
+                "others this step\n",
+                st->plan->replicas, mpmd_plan_sharded_params(st->plan), per_step ? "once per step" : "per task");
         for (int r = 0; r < s.num_ranks; r++)
-            fprintf(f, "  %4d  %14lld B measured, %14lld B textbook (params gathered twice a microbatch, "
-                       "gradients reduce-scattered once)\n",
-                    r, (long long)s.ranks[r].collective_bytes, (long long)s.ranks[r].collective_expected);
+            fprintf(f, "  %4d  %14lld B measured, %14lld B textbook (params gathered %s, gradients reduce-scattered "
+                       "once)\n",
+                    r, (long long)s.ranks[r].collective_bytes, (long long)s.ranks[r].collective_expected,
+                    per_step ? "once a step" : "twice a microbatch");
+        print_whole(st->plan, f);
     }
     mpmd_step_stats_free(&s);
     return MPMD_OK;

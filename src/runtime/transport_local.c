@@ -415,7 +415,7 @@ static int group_combine(mpmd_rank_state *rs, int node, void *out, int64_t lo, i
         group_barrier(rs, gr);
         return 1;
     }
-    if (lo != 0 || count != mpmd_type_numel(&st->plan->g->nodes[node].type))
+    if (mpmd_sharded(&st->plan->mesh, node)) /* a reduce-scatter: this replica took the others' parts */
         rs->coll_bytes += (int64_t)((size_t)(R - 1) * (size_t)count * es);
     return group_barrier(rs, gr); /* all have read every buffer */
 }
