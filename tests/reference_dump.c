@@ -100,8 +100,8 @@ static void add_value(out_file *f, const char *prefix, mpmd_step *st, const mpmd
 /* One training step of a model: parameters before, gradients, parameters
  * after, and the inputs. */
 static int dump_step(const char *dir, const char *name, mpmd_graph *g, int np, const mpmd_value *params,
-                     const mpmd_value *grads, mpmd_value loss, int nin, const mpmd_value *inputs, void **in_data,
-                     const char *config) {
+                     const mpmd_value *grads, mpmd_value loss, mpmd_value norm, int nin, const mpmd_value *inputs,
+                     void **in_data, const char *config) {
     mpmd_error err;
     mpmd_step_opts o = MPMD_STEP_DEFAULTS;
     o.threads_per_rank = 1;
@@ -137,6 +137,13 @@ static int dump_step(const char *dir, const char *name, mpmd_graph *g, int np, c
     char lb[64];
     snprintf(lb, sizeof lb, "%.9g", (double)l);
     meta(f, "loss", lb);
+    char nb[64]; /* the gradients' global norm before clipping, when the step clips */
+    if (mpmd_is_value(norm)) {
+        float nv;
+        if (mpmd_step_read(st, norm, &nv, sizeof nv)) return 1;
+        snprintf(nb, sizeof nb, "%.9g", (double)nv);
+        meta(f, "grad_norm", nb);
+    }
     meta(f, "config", config);
     mpmd_step_free(st);
     int rc = write_file(f, dir, name);
@@ -144,11 +151,15 @@ static int dump_step(const char *dir, const char *name, mpmd_graph *g, int np, c
     return rc;
 }
 
-static int dump_gpt(const char *dir) {
+/* The GPT example's step (clip > 0: its gradients clipped to that global
+ * norm before AdamW, gpt --clip), as name.safetensors. */
+static int dump_gpt(const char *dir, const char *name, float clip) {
     gpt_config c = gpt_config_default();
     c.vocab = 64, c.seq = 16, c.width = 32, c.heads = 4, c.layers = 2, c.batch = 4, c.microbatches = 2;
-    c.tie_embeddings = 1, c.lr = 1e-2f;
-    c.adam = (mpmd_adam_opts){0.9f, 0.95f, 1e-8f, 0.1f};
+    c.tie_embeddings = 1, c.lr = 1e-2f, c.clip = clip;
+    /* clipping: an eps of 0.1, above the gradients, makes AdamW's first step
+     * nearly linear in them, so the update shows whether they were clipped */
+    c.adam = (mpmd_adam_opts){0.9f, 0.95f, clip > 0 ? 0.1f : 1e-8f, 0.1f};
     gpt_model m;
     mpmd_error err;
     if (gpt_build(&c, 1, &m, &err)) {
@@ -161,13 +172,14 @@ static int dump_gpt(const char *dir) {
     char config[512];
     snprintf(config, sizeof config,
              "{\"vocab\": %lld, \"seq\": %lld, \"width\": %lld, \"heads\": %d, \"layers\": %d, \"batch\": %lld, "
-             "\"microbatches\": %d, \"lr\": %.9g, \"b1\": %.9g, \"b2\": %.9g, \"eps\": %.9g, \"wd\": %.9g}",
+             "\"microbatches\": %d, \"lr\": %.9g, \"b1\": %.9g, \"b2\": %.9g, \"eps\": %.9g, \"wd\": %.9g, "
+             "\"clip\": %.9g}",
              (long long)c.vocab, (long long)c.seq, (long long)c.width, c.heads, c.layers, (long long)c.batch,
              c.microbatches, (double)c.lr, (double)c.adam.b1, (double)c.adam.b2, (double)c.adam.eps,
-             (double)c.adam.weight_decay);
+             (double)c.adam.weight_decay, (double)c.clip);
     mpmd_value inputs[2] = {m.tokens, m.targets};
     void *data[2] = {tok, tgt};
-    int rc = dump_step(dir, "gpt", m.g, m.n_params, m.params, m.grads, m.loss, 2, inputs, data, config);
+    int rc = dump_step(dir, name, m.g, m.n_params, m.params, m.grads, m.loss, m.grad_norm, 2, inputs, data, config);
     free(tok), free(tgt);
     gpt_model_free(&m);
     return rc;
@@ -213,7 +225,7 @@ static int dump_block(const char *dir) {
              "{\"heads\": %d, \"eps\": 1e-6, \"microbatches\": %d, \"lr\": 1e-3, \"b1\": 0.9, \"b2\": 0.999, "
              "\"eps_adam\": 1e-8, \"wd\": 1e-4}",
              H, MB);
-    int rc = dump_step(dir, "block", g, np, params, grads, total, 2, inputs, data, config);
+    int rc = dump_step(dir, "block", g, np, params, grads, total, MPMD_NONE, 2, inputs, data, config);
     mpmd_graph_free(g);
     return rc;
 }
@@ -421,7 +433,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: reference_dump DIR\n");
         return 2;
     }
-    int rc = dump_gpt(argv[1]) || dump_block(argv[1]);
+    /* clipped to 0.05: below the first step's gradient norm, so the clip acts */
+    int rc = dump_gpt(argv[1], "gpt", 0.0f) || dump_gpt(argv[1], "gpt_clip", 0.05f) || dump_block(argv[1]);
     for (size_t k = 0; !rc && k < sizeof cases / sizeof cases[0]; k++)
         rc = dump_op(argv[1], &cases[k], 1000 + 10 * k);
     if (!rc) printf("reference_dump: gpt, block and %zu ops written to %s\n", sizeof cases / sizeof cases[0], argv[1]);

@@ -10,6 +10,10 @@ initial parameters, run on the same batch; then
   loss       |mpmd - ref| <= 1e-5 |ref|          (an f32 sum of float64-exact terms)
   gradients  every element: |mpmd - ref| <= 1e-6 max|ref| + 1e-3 |ref|,
              and over each tensor ||mpmd - ref|| <= 1e-4 ||ref||
+  clipped   (gpt_clip) the gradients' global norm against
+             torch.nn.utils.clip_grad_norm_ to 1e-5 (1e-6 against the norm
+             of mpmd's own gradients); the update below from mpmd's
+             gradients clipped by clip_grad_norm_
   after one AdamW step (torch.optim.AdamW in float64, given mpmd's own
              gradients, so that this checks the update alone): every element
              |mpmd - ref| <= 1e-6 max|ref| + 1e-5 |ref| (f32 rounding where
@@ -146,12 +150,35 @@ def check_model(path, loss_fn, inputs, adam):
         failures.append(f"{name}: loss mpmd {got_loss:.9g}, reference {ref_loss:.9g}")
     for p, v in params.items():
         close(f"{name}: gradient of {p}", T["grad/" + p], v.grad)
+    # with a clip: the global norm of mpmd's gradients against
+    # torch.nn.utils.clip_grad_norm_ of the reference's, and the update from
+    # mpmd's gradients clipped by PyTorch
+    factor = 1.0
+    if cfg.get("clip", 0) > 0:
+        ref_norm = torch.nn.utils.clip_grad_norm_(list(params.values()), cfg["clip"]).item()
+        got_norm = float(meta["grad_norm"])
+        if abs(got_norm - ref_norm) > 1e-5 * ref_norm:
+            failures.append(f"{name}: gradient norm mpmd {got_norm:.9g}, clip_grad_norm_ {ref_norm:.12g}")
+        if not ref_norm > cfg["clip"]:
+            failures.append(f"{name}: the norm {ref_norm:.6g} is within the clip {cfg['clip']:g}: nothing clipped")
+        mine = [T["grad/" + p].to(torch.float64).clone() for p in params]
+        for t in mine:
+            t.requires_grad_(False)
+        holders = [torch.zeros_like(t, requires_grad=True) for t in mine]
+        for h, t in zip(holders, mine):
+            h.grad = t
+        own_norm = torch.nn.utils.clip_grad_norm_(holders, cfg["clip"]).item()
+        if abs(got_norm - own_norm) > 1e-6 * own_norm:
+            failures.append(f"{name}: gradient norm mpmd {got_norm:.9g}, clip_grad_norm_ of mpmd's gradients "
+                            f"{own_norm:.12g}")
+        clipped = {p: h.grad for p, h in zip(params, holders)}
+        print(f"{name}: gradient norm {got_norm:.9g} (clip_grad_norm_: {ref_norm:.12g}), clipped to {cfg['clip']:g}")
     # one AdamW step from mpmd's gradients: the update alone
     for p in params:
         w = T["init/" + p].to(torch.float64).clone().requires_grad_(True)
         opt = torch.optim.AdamW([w], lr=cfg["lr"], betas=(cfg["b1"], cfg["b2"]), eps=cfg[adam],
                                 weight_decay=cfg["wd"])
-        w.grad = T["grad/" + p].to(torch.float64)
+        w.grad = clipped[p] if cfg.get("clip", 0) > 0 else T["grad/" + p].to(torch.float64)
         opt.step()
         close(f"{name}: {p} after one AdamW step", T["after/" + p], w.detach(), elem_rel=1e-5,
               elem_abs_share=1e-6, norm_rel=1e-5, kind="after")
@@ -246,6 +273,7 @@ def check_op(path):
 def main():
     d = sys.argv[1]
     check_model(os.path.join(d, "gpt.safetensors"), gpt_loss, ["tokens", "targets"], "eps")
+    check_model(os.path.join(d, "gpt_clip.safetensors"), gpt_loss, ["tokens", "targets"], "eps")
     check_model(os.path.join(d, "block.safetensors"), block_loss, ["x", "targets"], "eps_adam")
     ops = sorted(f for f in os.listdir(d) if f.startswith("op_"))
     for f in ops:
