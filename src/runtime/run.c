@@ -853,7 +853,7 @@ static mpmd_status download(struct mpmd_step *st, mpmd_rank_state *rs, int node,
 
 /* One model rank's value (its part of a split one) from (rank, replica,
  * model), FSDP's shards assembled from every replica: all must be here. */
-static mpmd_status read_lane(struct mpmd_step *st, int rank, int replica, int model, int node, void *dst) {
+mpmd_status mpmd_runtime_read_model(struct mpmd_step *st, int rank, int replica, int model, int node, void *dst) {
     if (!mpmd_sharded(&st->plan->mesh, node)) {
         mpmd_rank_state *rs = mpmd_runtime_state(st, rank, replica, model);
         const void *src = held(rs, node);
@@ -876,14 +876,14 @@ mpmd_status mpmd_runtime_read(struct mpmd_step *st, int rank, int replica, int n
                               size_t bytes) {
     (void)bytes; /* the whole value's: the callers check it */
     int axis, groups;
-    if (!mpmd_split_of(st->plan->g, node, &axis, &groups)) return read_lane(st, rank, replica, 0, node, dst);
+    if (!mpmd_split_of(st->plan->g, node, &axis, &groups)) return mpmd_runtime_read_model(st, rank, replica, 0, node, dst);
     /* split over the model axis: every model rank's part into the whole */
     size_t b = rt_bytes(st->plan->g, node);
     void *part = malloc(b ? b : 1);
     if (!part) return MPMD_ERR_NOMEM;
     mpmd_status rc = MPMD_OK;
     for (int m = 0; m < st->plan->model && !rc; m++)
-        if (!(rc = read_lane(st, rank, replica, m, node, part))) mpmd_split_copy(st->plan->g, node, m, dst, part, 1);
+        if (!(rc = mpmd_runtime_read_model(st, rank, replica, m, node, part))) mpmd_split_copy(st->plan->g, node, m, dst, part, 1);
     free(part);
     return rc;
 }

@@ -84,6 +84,9 @@ int mpmd_runtime_holds(struct mpmd_step *st, int rank, int replica, int node);
  * dst, or src into it (a parameter or variable). MPMD_ERR_INVALID when that
  * rank and replica hold no such value here. */
 mpmd_status mpmd_runtime_read(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes);
+/* Model rank `model`'s value (its part of a split one) from (rank,
+ * replica), FSDP's shards assembled from every replica: all must be here. */
+mpmd_status mpmd_runtime_read_model(struct mpmd_step *st, int rank, int replica, int model, int node, void *dst);
 mpmd_status mpmd_runtime_write(struct mpmd_step *st, int rank, int replica, int node, const void *src,
                                size_t bytes);
 /* Time every op of the following runs (each waited for), or stop and
