@@ -125,6 +125,21 @@ typedef struct mpmd_backend {
      * bufs must be complete (their writers synced). */
     int (*combine)(void *dev, const mpmd_graph *g, const mpmd_node *n, void *const *bufs, int replicas,
                    void *out, int64_t count);
+    /* Tensor parallelism (src/ops/collective.c): what model rank m of M
+     * computes for collective `node` (all_reduce, all_gather,
+     * reduce_scatter) from the ranks' inputs ins[0 .. M), into out, queued
+     * on dev: sums in rank order in f32, so every rank gets the same bits.
+     * The inputs are this backend's buffers, complete, and readable from
+     * dev (in-process model ranks share a device); the caller waits for
+     * the queue before any input changes. NULL: no tensor parallelism. */
+    int (*model_combine)(void *dev, const mpmd_graph *g, int node, int m, int M, const void *const *ins, void *out,
+                         char *err, size_t len);
+    /* The model-axis ops that read only the rank's own values (pvary,
+     * axis_slice, the vocabulary-parallel axis_embedding, axis_pick and
+     * their gradients) for model rank m: out from in[] (the node's inputs),
+     * queued on dev. */
+    int (*model_local)(void *dev, const mpmd_graph *g, int node, int m, void *const *in, void *out, char *err,
+                       size_t len);
     /* acc (host memory, util/exact.h) += the exact sum of the squares of
      * the f32 vectors x[i] of count[i] elements each, after everything
      * queued on dev: the partial sums of a global norm, the same bits

@@ -213,6 +213,13 @@ extern const mpmd_op_desc mpmd_op_cast;
 extern const mpmd_op_desc mpmd_op_all_reduce, mpmd_op_pvary, mpmd_op_all_gather, mpmd_op_reduce_scatter,
     mpmd_op_axis_slice, mpmd_op_axis_embedding, mpmd_op_axis_embedding_grad, mpmd_op_axis_pick, mpmd_op_axis_pick_grad;
 
+/* Whether a model-axis collective reads the other model ranks' inputs
+ * (all_reduce, all_gather, reduce_scatter: the backend's model_combine);
+ * the others read only the rank's own (model_local). */
+static inline int mpmd_collective_exchanges(const mpmd_op_desc *op) {
+    return op == &mpmd_op_all_reduce || op == &mpmd_op_all_gather || op == &mpmd_op_reduce_scatter;
+}
+
 /* The value a node defines, and the value of its i-th input. */
 static inline mpmd_value mpmd_out(const mpmd_node *n) { return (mpmd_value){n->id}; }
 static inline mpmd_value mpmd_in(const mpmd_node *n, int i) { return (mpmd_value){n->in[i]}; }

@@ -565,28 +565,38 @@ static int mpi_allgather(mpmd_rank_state *rs, int x, const int32_t *nodes, int n
     return 0;
 }
 
-/* Every model rank's input by an allgather, then rt_model_combine: the
- * in-process arithmetic, in rank order. */
+/* Every model rank's input by an allgather, then the in-process
+ * arithmetic in rank order (mpmd_backend_cpu.model_combine), on host
+ * memory: a device backend's input is copied out first and the result in. */
 static int mpi_model_collective(mpmd_rank_state *rs, int node, const void *in, void *out, const char *where) {
     struct mpmd_step *st = rs->st;
     const mpmd_graph *g = st->plan->g;
+    const mpmd_backend *be = st->plan->be;
     mpi_state *m = rs->tx;
-    const int M = st->plan->model;
-    const size_t b = rt_bytes(g, g->nodes[node].in[0]);
+    const int M = st->plan->model, staged = !be->host_memory;
+    const size_t b = rt_bytes(g, g->nodes[node].in[0]), ob = rt_bytes(g, node);
     if ((size_t)M * b > (size_t)INT_MAX) {
         rt_fail(rs, MPMD_ERR_INVALID, "%%%d = %s%s: %zu bytes to gather; MPI counts stop at %d", node,
                 g->nodes[node].op->name, where, (size_t)M * b, INT_MAX);
         return 1;
     }
-    char *buf = malloc((size_t)M * b + 1);
+    /* every rank's input, then (staged) this rank's own and the result */
+    char *buf = malloc((size_t)M * b + (staged ? b + ob : 0) + 1);
     const void **ins = malloc((size_t)M * sizeof *ins);
     if (!buf || !ins) {
         free(buf), free(ins);
         rt_fail(rs, MPMD_ERR_NOMEM, "out of memory in %%%d = %s%s", node, g->nodes[node].op->name, where);
         return 1;
     }
+    char *mine = buf + (size_t)M * b, *res = mine + b;
+    if (staged && be->download(rs->dev, mine, in, b)) {
+        free(buf), free(ins);
+        rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: copying the input from the %s backend failed", node,
+                g->nodes[node].op->name, where, be->name);
+        return 1;
+    }
     MPI_Request req;
-    MPI_Iallgather(in, (int)b, MPI_BYTE, buf, (int)b, MPI_BYTE, m->model, &req);
+    MPI_Iallgather(staged ? mine : in, (int)b, MPI_BYTE, buf, (int)b, MPI_BYTE, m->model, &req);
     char what[400];
     snprintf(what, sizeof what, "the other model ranks of rank %d for %%%d = %s%s", rs->rank, node,
              g->nodes[node].op->name, where);
@@ -596,9 +606,12 @@ static int mpi_model_collective(mpmd_rank_state *rs, int node, const void *in, v
     }
     for (int j = 0; j < M; j++)
         ins[j] = buf + (size_t)j * b;
-    int bad = rt_model_combine(g, node, rs->model, M, ins, out);
+    char e[256];
+    int bad = mpmd_backend_cpu.model_combine(NULL, g, node, rs->model, M, ins, staged ? res : out, e, sizeof e);
+    if (!bad && staged && be->upload(rs->dev, out, res, ob))
+        bad = 1, snprintf(e, sizeof e, "copying the result to the %s backend failed", be->name);
     free(buf), free(ins);
-    if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: not a collective", node, g->nodes[node].op->name, where);
+    if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", node, g->nodes[node].op->name, where, e);
     return bad;
 }
 

@@ -334,16 +334,21 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
         if (nd->op->flags & MPMD_OPF_COLLECTIVE) { /* the model axis: the transport's, or this rank's own */
             count_live(rs, made);
             double t0 = rs->prof ? rt_now() : 0;
-            if (rt_model_exchanges(g, i)) {
+            if (mpmd_collective_exchanges(nd->op)) {
                 if (st->tr->model_collective(rs, i, ptr_of(rs, nd->in[0], mb), ptr_of(rs, i, mb), where)) return 1;
             } else {
                 void *ops[2] = {ptr_of(rs, nd->in[0], mb), nd->n_in > 1 ? ptr_of(rs, nd->in[1], mb) : NULL};
-                if (rt_model_local(g, i, rs->model, ops, ptr_of(rs, i, mb))) {
-                    rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: not a model-axis op", i, nd->op->name, where);
+                char kerr[256];
+                if (st->plan->be->model_local(rs->dev, g, i, rs->model, ops, ptr_of(rs, i, mb), kerr, sizeof kerr)) {
+                    rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", i, nd->op->name, where, kerr);
                     return 1;
                 }
             }
-            if (rs->prof) rs->prof[i] += rt_now() - t0;
+            if (rs->prof) {
+                char e[256];
+                st->plan->be->sync(rs->dev, e, sizeof e);
+                rs->prof[i] += rt_now() - t0;
+            }
         } else if (!(nd->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL))) {
             void *out = nd->type.dtype != MPMD_TOKEN ? ptr_of(rs, i, mb) : NULL;
             count_live(rs, made);

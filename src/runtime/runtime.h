@@ -157,18 +157,6 @@ struct mpmd_rank_state {
     char err[MPMD_ERROR_MSG_MAX];
 };
 
-/* ---- the model axis' collectives (collective.c) ----
- * What model rank m of M computes for collective `node` (all_reduce,
- * all_gather, reduce_scatter) from the ranks' inputs ins[0 .. M) (host
- * memory): 0, or 1 for an op that is not one.
- * And whether it reads the other ranks' inputs at all. */
-int rt_model_combine(const mpmd_graph *g, int node, int m, int M, const void *const *ins, void *out);
-int rt_model_exchanges(const mpmd_graph *g, int node);
-/* The model-axis ops that read only this rank's values (pvary, axis_slice,
- * the vocabulary-parallel axis_embedding, axis_pick and their gradients):
- * out from the node's inputs in[], for model rank m. 0, or 1 for another op. */
-int rt_model_local(const mpmd_graph *g, int node, int m, void *const *in, void *out);
-
 /* ---- the interpreter's services (run.c) ---- */
 double rt_now(void);
 /* This rank fails: record the message (the step's first failure wins), set

@@ -102,10 +102,10 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
     if (step_options(g, s, opts, &o, &be, &replicas, err)) return NULL;
     const int D = s ? s->num_ranks : 1;
     char why[512];
-    if (g->model_parallel > 1 && !be->host_memory) {
+    if (g->model_parallel > 1 && (!be->model_combine || !be->model_local)) {
         mpmd_error_set(err, MPMD_ERR_INVALID,
                        "mpmd_jit_with_loop: the graph is split over %d model ranks (mpmd_set_tensor_parallel), and "
-                       "the model axis' collectives run on host-memory backends (cpu) in this version, not on %s",
+                       "the %s backend has no collectives of the model axis",
                        g->model_parallel, be->name);
         return NULL;
     }

@@ -461,8 +461,9 @@ static int local_allgather(mpmd_rank_state *rs, int x, const int32_t *nodes, int
     return 0;
 }
 
-/* The model ranks of this rank and replica meet with their inputs; each
- * computes its result from all of them; they meet again before any input
+/* The model ranks of this rank and replica meet with their inputs
+ * (complete: each synced its queue); each computes its result from all of
+ * them with its backend's model_combine; they meet again before any input
  * may change. */
 static int local_model_collective(mpmd_rank_state *rs, int node, const void *in, void *out, const char *where) {
     struct mpmd_step *st = rs->st;
@@ -479,9 +480,13 @@ static int local_model_collective(mpmd_rank_state *rs, int node, const void *in,
     double t0 = st->record ? rt_now() : 0;
     if (group_meet(rs, gr, what)) return 1;
     if (st->record) rs->wait += rt_now() - t0;
-    int bad = rt_model_combine(g, node, rs->model, st->plan->model, (const void *const *)gr->bufs, out);
+    /* each rank's combine reads every rank's input (a device backend's
+     * buffers: in-process model ranks share the device), then waits for it */
+    int bad = st->plan->be->model_combine(rs->dev, g, node, rs->model, st->plan->model, (const void *const *)gr->bufs,
+                                          out, e, sizeof e) ||
+              st->plan->be->sync(rs->dev, e, sizeof e);
     if (bad) {
-        rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: not a collective", node, g->nodes[node].op->name, where);
+        rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", node, g->nodes[node].op->name, where, e);
         group_meet(rs, gr, what);
         return 1;
     }

@@ -155,4 +155,11 @@ static inline float mpmd_sigmoid_f32(float z) {
     return mpmd_select_f32(z < -88.0f, 0.0f, s);
 }
 
+/* The model axis' collectives and the ops of the rank's own values on host
+ * memory (collective.c; mpmd_backend.model_combine and model_local). */
+int mpmd_cpu_model_combine(void *dev, const mpmd_graph *g, int node, int m, int M, const void *const *ins, void *out,
+                           char *err, size_t len);
+int mpmd_cpu_model_local(void *dev, const mpmd_graph *g, int node, int m, void *const *in, void *out, char *err,
+                         size_t len);
+
 #endif

@@ -117,6 +117,20 @@ static inline unsigned mpmd_cuda_blocks(int64_t n, int threads) {
     return (unsigned)(b < 1 ? 1 : b);
 }
 
+/* The model axis' collectives and the ops of the rank's own values on
+ * device buffers (collective.cu; mpmd_backend.model_combine and
+ * model_local). */
+#ifdef __cplusplus
+extern "C" {
+#endif
+int mpmd_cuda_model_combine(void *d, const mpmd_graph *g, int node, int m, int M, const void *const *ins, void *out,
+                            char *err, size_t len);
+int mpmd_cuda_model_local(void *d, const mpmd_graph *g, int node, int m, void *const *in, void *out, char *err,
+                          size_t len);
+#ifdef __cplusplus
+}
+#endif
+
 /* acc (host) += the exact sum of the squares of the f32 vectors x[i]
  * (count[i] elements each), after everything queued on d (sumsq.cu). */
 #ifdef __cplusplus

@@ -537,6 +537,8 @@ extern "C" const mpmd_backend mpmd_backend_cuda = {
     cuda_find,
     cuda_fold,
     cuda_combine,
+    mpmd_cuda_model_combine,
+    mpmd_cuda_model_local,
     mpmd_cuda_sumsq,
     cuda_sync,
     cuda_event_record,

@@ -1,12 +1,14 @@
-/* The arithmetic of the model axis' collectives (src/ops/collective.c), on
- * host memory: what model rank m computes from the M ranks' inputs. Both
- * transports call it (in-process on the peers' buffers, MPI on an
- * allgather of them), so a collective gives the same bits on every rank
- * and in either runtime. Sums run in rank order in f32; a 16-bit result is
- * rounded once. */
-#include "runtime/runtime.h"
+/* The CPU backend's model-axis collectives (src/ops/collective.c): what
+ * model rank m computes from the M ranks' inputs (model_combine: in-process
+ * on the peers' buffers; MPI on an allgather of them, also the host
+ * arithmetic of device backends staged through host memory), and the ops
+ * that read only the rank's own values (model_local). Sums run in rank
+ * order in f32; a 16-bit result is rounded once: the same bits on every
+ * rank and in either runtime. */
+#include "cpu.h"
 #include "util/half.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static float ld(mpmd_dtype dt, const void *p, int64_t k) {
@@ -35,7 +37,9 @@ static void around(const mpmd_type *t, int d, int64_t *outer, int64_t *row) {
     }
 }
 
-int rt_model_combine(const mpmd_graph *g, int node, int m, int M, const void *const *ins, void *out) {
+int mpmd_cpu_model_combine(void *dev, const mpmd_graph *g, int node, int m, int M, const void *const *ins, void *out,
+                           char *err, size_t len) {
+    (void)dev;
     const mpmd_node *n = &g->nodes[node];
     const mpmd_type *it = &g->nodes[n->in[0]].type;
     const mpmd_dtype dt = n->type.dtype;
@@ -72,10 +76,13 @@ int rt_model_combine(const mpmd_graph *g, int node, int m, int M, const void *co
             }
         return 0;
     }
+    snprintf(err, len, "%s is not a collective of the model axis", n->op->name);
     return 1;
 }
 
-int rt_model_local(const mpmd_graph *g, int node, int m, void *const *in, void *out) {
+int mpmd_cpu_model_local(void *dev, const mpmd_graph *g, int node, int m, void *const *in, void *out, char *err,
+                         size_t len) {
+    (void)dev;
     const mpmd_node *n = &g->nodes[node];
     const mpmd_type *t0 = &g->nodes[n->in[0]].type;
     const mpmd_dtype dt = n->type.dtype;
@@ -142,12 +149,6 @@ int rt_model_local(const mpmd_graph *g, int node, int m, void *const *in, void *
         }
         return 0;
     }
+    snprintf(err, len, "%s is not a model-axis op of the rank's own values", n->op->name);
     return 1;
-}
-
-/* Whether the collective reads the other ranks' inputs (the rest run on
- * the rank's own: rt_model_local). */
-int rt_model_exchanges(const mpmd_graph *g, int node) {
-    const mpmd_op_desc *op = g->nodes[node].op;
-    return op == &mpmd_op_all_reduce || op == &mpmd_op_all_gather || op == &mpmd_op_reduce_scatter;
 }
