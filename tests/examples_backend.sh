@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GPT example on another backend (make test-gpu runs it with cuda): the
 # final line of every schedule of the equivalence list, and of two
-# data-parallel replicas, equals the one-rank loop's on that backend; the
+# data-parallel replicas, equals the one-rank loop's on that backend; FSDP
+# (gathered per task and per step, clipped) equals plain data parallelism;
+# tensor parallelism's pipelines equal its loop; the
 # loss after a few steps is close to the CPU's (different kernels, so not
 # the same bits); and a bad input still ends with a message.
 #   examples_backend.sh BUILD_DIR BACKEND
@@ -74,6 +76,18 @@ else
     --data-parallel 2 --runtime mpi 2>&1 | tail -n 1)
   [ "$line" = "$ref" ] && ok "$backend mpirun -np 2, loop x 2 replicas: $line" ||
     bad "$backend mpirun -np 2, loop x 2 replicas: $line (in-process: $ref)"
+  # the model axis across processes (its inputs through host copies), and
+  # FSDP's shards with a clip
+  ref=$("$gpt" "${model[@]}" --backend "$backend" --precision bf16 --tensor-parallel 2 | tail -n 1)
+  line=$("$(dirname "$0")/mpirun.sh" shm 4 "$gpt" "${model[@]}" --backend "$backend" --precision bf16 \
+    --tensor-parallel 2 --schedule std1f1b --stages 2 --runtime mpi 2>&1 | tail -n 1)
+  [ "$line" = "$ref" ] && ok "$backend mpirun -np 4, std1f1b x tensor parallel 2: $line" ||
+    bad "$backend mpirun -np 4, tensor parallel 2: $line (in-process loop: $ref)"
+  ref=$("$gpt" "${model[@]}" --backend "$backend" --precision bf16 --data-parallel 2 --clip 0.05 | tail -n 1)
+  line=$("$(dirname "$0")/mpirun.sh" shm 4 "$gpt" "${model[@]}" --backend "$backend" --precision bf16 \
+    --data-parallel 2 --clip 0.05 --fsdp --schedule std1f1b --stages 2 --runtime mpi 2>&1 | tail -n 1)
+  [ "$line" = "$ref" ] && ok "$backend mpirun -np 4, --clip, std1f1b x fsdp 2: $line" ||
+    bad "$backend mpirun -np 4, --clip, fsdp 2: $line (in-process data parallel: $ref)"
 fi
 
 # two replicas of a 2-stage pipeline, each on half the batch, against the
@@ -99,6 +113,46 @@ for precision in f32 bf16; do
   [ "$line" = "$ref" ] && ok "$backend $precision fsdp std1f1b x 2 replicas: $line" ||
     bad "$backend $precision fsdp: $line vs data parallel $ref"
 done
+
+# FSDP gathered once per step, with the gradients clipped to a global norm
+# (each replica's part of the sum of squares, summed over the mesh): data
+# parallelism's bits, and a pipeline's the loop's
+for precision in f32 bf16; do
+  ref=$("$gpt" "${model[@]}" --backend "$backend" --precision $precision --clip 0.05 --data-parallel 2 2>&1 |
+    tail -n 1)
+  for when in task step; do
+    line=$("$gpt" "${model[@]}" --backend "$backend" --precision $precision --clip 0.05 --schedule std1f1b \
+      --stages 2 --data-parallel 2 --fsdp --fsdp-gather $when 2>&1 | tail -n 1)
+    [ "$line" = "$ref" ] && ok "$backend $precision --clip, fsdp gathered per $when, std1f1b x 2: $line" ||
+      bad "$backend $precision --clip, fsdp per $when: $line vs data parallel $ref"
+  done
+done
+
+# tensor parallelism on this backend: the model axis' collectives on its
+# buffers; every pipeline gives the split loop's bits, and with FSDP (3
+# axes) plain data parallelism's
+for precision in f32 bf16; do
+  tp=$("$gpt" "${model[@]}" --backend "$backend" --precision $precision --tensor-parallel 2 2>&1 | tail -n 1)
+  case "$tp" in final_loss=*" params_sha256="*) ok "$backend $precision tensor parallel 2, loop: $tp" ;;
+  *) bad "$backend $precision tensor parallel 2 printed: $tp" ;; esac
+  for s in "std1f1b 2 2" "interleaved1f1b 4 2" "zerobubble 4 4"; do
+    set -- $s
+    line=$("$gpt" "${model[@]}" --backend "$backend" --precision $precision --tensor-parallel 2 --schedule "$1" \
+      --stages "$2" --ranks "$3" 2>&1 | tail -n 1)
+    [ "$line" = "$tp" ] && ok "$backend $precision tensor parallel 2, $1 S=$2 D=$3" ||
+      bad "$backend $precision tensor parallel 2, $1 S=$2 D=$3: $line vs the split loop $tp"
+  done
+  tpdp=$("$gpt" "${model[@]}" --backend "$backend" --precision $precision --tensor-parallel 2 --data-parallel 2 \
+    --clip 0.05 2>&1 | tail -n 1)
+  line=$("$gpt" "${model[@]}" --backend "$backend" --precision $precision --tensor-parallel 2 --data-parallel 2 \
+    --clip 0.05 --fsdp --schedule std1f1b --stages 2 2>&1 | tail -n 1)
+  [ "$line" = "$tpdp" ] && ok "$backend $precision --clip, std1f1b x fsdp 2 x tensor parallel 2: $line" ||
+    bad "$backend $precision 3 axes: $line vs $tpdp"
+done
+tpc=$("$gpt" "${model[@]}" --tensor-parallel 2 --precision f32 2>&1 | tail -n 1)
+tpb=$("$gpt" "${model[@]}" --backend "$backend" --tensor-parallel 2 --precision f32 2>&1 | tail -n 1)
+close "$tpb" "$tpc" 1e-3 && ok "$backend tensor parallel 2 vs cpu, f32: $tpb / $tpc" ||
+  bad "$backend tensor parallel 2 vs cpu: $tpb / $tpc"
 
 # 20 steps (f32), then 50 steps (bf16) of a slightly larger model: the
 # loss tracks the CPU's, to f32 rounding, then to bf16's

@@ -58,6 +58,7 @@
 #include "backend/backend.h"
 #include "backend/op_descs.h"
 #include "backend/cpu/cpu.h"
+#include "util/exact.h"
 #include "graph/graph.h"
 #include "ops/nn.h"
 #include "ops/optim.h"
@@ -1484,6 +1485,157 @@ static int check_coverage(const mpmd_backend *be, const cover *cv) {
 
 /* ---- main ---------------------------------------------------------------------------- */
 
+/* ---- the model axis (model_combine, model_local) and sums of squares ----
+ * Not kernels of the graph's ops but backend operations the runtime calls
+ * (src/runtime): each against the CPU's on random inputs, bit for bit (the
+ * same arithmetic in the same order). */
+
+/* A backend buffer holding n bytes of host data. */
+static void *upload_new(const mpmd_backend *be, void *dev, const void *src, size_t n) {
+    void *p = be->alloc(dev, n + 64);
+    if (p && be->upload(dev, p, src, n)) {
+        be->free(dev, p);
+        return NULL;
+    }
+    return p;
+}
+
+static int test_model_axis(const mpmd_backend *be) {
+    enum { M = 2, T = 6, C = 8, V = 16 };
+    mpmd_graph *g = mpmd_graph_new();
+    mpmd_set_tensor_parallel(g, M);
+    mpmd_value ids = mpmd_input(g, "ids", MPMD_I32, MPMD_SHAPE(T));
+    mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(T, C));
+    mpmd_value xb = mpmd_input(g, "xb", MPMD_BF16, MPMD_SHAPE(T, C));
+    mpmd_value tab = mpmd_param_split(g, "table", MPMD_SHAPE(V, C), MPMD_NORMAL(1.0f), 0, 1);
+    mpmd_value logits = mpmd_param(g, "logits", MPMD_SHAPE(T, V / M), MPMD_NORMAL(1.0f)); /* the rank's columns */
+    mpmd_loop_begin(g, 1);
+    mpmd_value xs[2] = {mpmd_microbatch(g, x), mpmd_microbatch(g, xb)};
+    mpmd_value idb = mpmd_microbatch(g, ids);
+    for (int k = 0; k < 2; k++) {
+        TU_DROP(mpmd_all_reduce(g, xs[k], "model")); /* nodes of the graph, run one by one below */
+        TU_DROP(mpmd_all_gather(g, xs[k], 1, "model"));
+        TU_DROP(mpmd_reduce_scatter(g, xs[k], 1, "model"));
+        TU_DROP(mpmd_pvary(g, xs[k], "model"));
+    }
+    mpmd_value lsum = mpmd_sum(g, mpmd_embedding_split(g, tab, idb, "model"), MPMD_ALL_AXES, MPMD_DROP_DIMS);
+    mpmd_value ce = mpmd_sum(g, mpmd_cross_entropy_split(g, logits, idb, "model"), MPMD_ALL_AXES, MPMD_DROP_DIMS);
+    mpmd_value wrt[2] = {tab, logits}, gr[2];
+    mpmd_grad(g, mpmd_add(g, lsum, ce), 2, wrt, gr);
+    mpmd_loop_end(g);
+    /* every collective of the graph: those above, the split ops' parts and
+     * their gradients (axis_embedding, axis_pick, axis_slice, ...) */
+    int ok = mpmd_graph_status(g) == MPMD_OK, checked = 0, kinds = 0;
+    const mpmd_op_desc *seen[16];
+    if (!ok) printf("FAIL %s model axis: building: %s\n", be->name, mpmd_graph_error(g));
+    char why[256];
+    void *dev = ok ? be->open(0, 1, why, sizeof why) : NULL;
+    if (ok && !dev) printf("FAIL %s model axis: open: %s\n", be->name, why), ok = 0;
+    uint64_t seed = 99;
+    for (int i = 0; ok && i < g->n_nodes; i++) {
+        const mpmd_node *nd = &g->nodes[i];
+        if (!(nd->op->flags & MPMD_OPF_COLLECTIVE)) continue;
+        const int exch = mpmd_collective_exchanges(nd->op);
+        /* each model rank's inputs: random floats, or ids in [0, V) */
+        void *h_in[M][2], *d_in[M][2];
+        size_t ib[2] = {0, 0};
+        memset(d_in, 0, sizeof d_in);
+        for (int m = 0; m < M; m++)
+            for (int j = 0; j < nd->n_in; j++) {
+                const mpmd_type *t = &g->nodes[nd->in[j]].type;
+                const int64_t cnt = mpmd_type_numel(t);
+                ib[j] = mpmd_type_bytes(t);
+                h_in[m][j] = malloc(ib[j] + 1);
+                for (int64_t k = 0; k < cnt; k++) {
+                    double u = tu_unif(&seed);
+                    if (t->dtype == MPMD_I32)
+                        ((int32_t *)h_in[m][j])[k] = (int32_t)(u * V);
+                    else if (t->dtype == MPMD_F32)
+                        ((float *)h_in[m][j])[k] = (float)(2 * u - 1);
+                    else
+                        ((uint16_t *)h_in[m][j])[k] = t->dtype == MPMD_BF16 ? mpmd_f32_to_bf16((float)(2 * u - 1))
+                                                                           : mpmd_f32_to_f16((float)(2 * u - 1));
+                }
+                d_in[m][j] = upload_new(be, dev, h_in[m][j], ib[j]);
+                if (!d_in[m][j]) ok = 0;
+            }
+        const size_t ob = mpmd_type_bytes(&nd->type);
+        char *want = malloc(ob + 1), *got = malloc(ob + 1), err[256] = "";
+        void *d_out = be->alloc(dev, ob + 64);
+        for (int m = 0; ok && m < M; m++) {
+            const void *hin0[M], *din0[M];
+            for (int r = 0; r < M; r++)
+                hin0[r] = h_in[r][0], din0[r] = d_in[r][0];
+            int bad = exch ? mpmd_backend_cpu.model_combine(NULL, g, i, m, M, hin0, want, err, sizeof err)
+                           : mpmd_backend_cpu.model_local(NULL, g, i, m, h_in[m], want, err, sizeof err);
+            bad = bad || !d_out ||
+                  (exch ? be->model_combine(dev, g, i, m, M, din0, d_out, err, sizeof err)
+                        : be->model_local(dev, g, i, m, d_in[m], d_out, err, sizeof err)) ||
+                  be->download(dev, got, d_out, ob) || be->sync(dev, err, sizeof err);
+            if (bad || memcmp(got, want, ob)) {
+                printf("FAIL %s model axis: %%%d = %s, model rank %d: %s\n", be->name, i, nd->op->name, m,
+                       bad ? err : "not the cpu's bits");
+                ok = 0;
+            }
+        }
+        int known = 0;
+        for (int k = 0; k < kinds; k++)
+            known |= seen[k] == nd->op;
+        if (!known && kinds < 16) seen[kinds++] = nd->op;
+        checked++;
+        for (int m = 0; m < M; m++)
+            for (int j = 0; j < nd->n_in; j++) {
+                free(h_in[m][j]);
+                if (d_in[m][j]) be->free(dev, d_in[m][j]);
+            }
+        if (d_out) be->free(dev, d_out);
+        free(want), free(got);
+    }
+    /* all_reduce, all_gather, reduce_scatter, pvary, axis_embedding(_grad),
+     * axis_pick(_grad), axis_slice: every kind */
+    if (ok && kinds < 9) printf("FAIL %s model axis: only %d kinds of collective ran\n", be->name, kinds), ok = 0;
+    if (dev) be->close(dev);
+    mpmd_graph_free(g);
+    if (ok) printf("ok: %s model axis: %d collectives, each model rank's result the cpu's bits\n", be->name, checked);
+    return ok;
+}
+
+static int test_sumsq(const mpmd_backend *be) {
+    char why[256], err[256] = "";
+    void *dev = be->open(0, 2, why, sizeof why);
+    if (!dev) {
+        printf("FAIL %s sumsq: open: %s\n", be->name, why);
+        return 0;
+    }
+    enum { NV = 3 };
+    const int64_t cnt[NV] = {1, 70001, 300000}; /* over one chunk of a device block */
+    float *h[NV];
+    void *d[NV];
+    uint64_t seed = 5;
+    int ok = 1;
+    for (int v = 0; v < NV; v++) {
+        h[v] = malloc((size_t)cnt[v] * sizeof(float));
+        for (int64_t k = 0; k < cnt[v]; k++)
+            h[v][k] = (float)((tu_unif(&seed) - 0.5) * ldexp(1.0, (int)(tu_unif(&seed) * 80) - 60));
+        d[v] = upload_new(be, dev, h[v], (size_t)cnt[v] * sizeof(float));
+        ok &= d[v] != NULL;
+    }
+    uint32_t want[MPMD_EXACT_WORDS] = {0}, got[MPMD_EXACT_WORDS] = {0};
+    ok = ok && !mpmd_backend_cpu.sumsq(NULL, NV, (const void *const *)h, cnt, want, err, sizeof err) &&
+         be->sumsq && !be->sumsq(dev, NV, (const void *const *)d, cnt, got, err, sizeof err);
+    if (!ok || memcmp(want, got, sizeof want))
+        printf("FAIL %s sumsq: %s\n", be->name, ok ? "not the cpu's exact sum" : err[0] ? err : "no sumsq"), ok = 0;
+    else
+        printf("ok: %s sumsq: the exact sum of squares of %d vectors is the cpu's (%.17g)\n", be->name, NV,
+               mpmd_exact_value(got));
+    for (int v = 0; v < NV; v++) {
+        if (d[v]) be->free(dev, d[v]);
+        free(h[v]);
+    }
+    be->close(dev);
+    return ok;
+}
+
 int main(int argc, char **argv) {
     if (argc > 3) {
         fprintf(stderr,
@@ -1572,6 +1724,16 @@ int main(int argc, char **argv) {
 
     for (int b = 0; b < nb; b++) {
         const mpmd_backend *be = bes[b];
+        if (!only) { /* the runtime's operations on a backend's buffers */
+            if (test_model_axis(be))
+                passed++;
+            else
+                failed++;
+            if (test_sumsq(be))
+                passed++;
+            else
+                failed++;
+        }
         printf("test_backend_ops: %s against cpu, %d cases\n", be->name, N_CASES);
         cover cv;
         memset(&cv, 0, sizeof cv);
