@@ -969,6 +969,9 @@ typedef struct mpmd_rank_stats {
      * textbook volume for the same tasks: (R - 1) / R of each gathered
      * parameter per gather and of each gradient once; 0 without FSDP */
     int64_t collective_bytes, collective_expected;
+    /* of collective_bytes, those of the gathers (each parameter in the
+     * dtype the tasks read it in: a cast parameter's 16-bit copy) */
+    int64_t gathered_bytes;
 } mpmd_rank_stats;
 
 typedef struct mpmd_step_stats {

@@ -220,11 +220,12 @@ static void check_layout(const layout *lo, int R) {
             CHECK(text && strstr(text, line), "%s: the summary lacks \"%s\": %s", label, line,
                   text ? text : "");
             for (int r = 0; r < lo->D; r++) {
-                snprintf(line, sizeof line, "  %4d  %14lld B measured, %14lld B textbook", r,
-                         (long long)expected_measured(&m, lo, R, r, 0),
-                         (long long)expected_textbook(&m, lo, R, r));
-                CHECK(text && strstr(text, line), "%s: the summary lacks \"%s\": %s", label, line,
-                      text ? text : "");
+                snprintf(line, sizeof line, "  %4d  %14lld B measured (", r,
+                         (long long)expected_measured(&m, lo, R, r, 0));
+                const char *at = text ? strstr(text, line) : NULL;
+                CHECK(at, "%s: the summary lacks \"%s\": %s", label, line, text ? text : "");
+                snprintf(line, sizeof line, "gathered), %14lld B textbook", (long long)expected_textbook(&m, lo, R, r));
+                CHECK(at && strstr(at, line), "%s: rank %d's line lacks \"%s\": %s", label, r, line, text ? text : "");
             }
         } else {
             CHECK(text && !strstr(text, "FSDP over"), "%s, plain: the summary has an FSDP table: %s", label,

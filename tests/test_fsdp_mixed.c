@@ -67,6 +67,7 @@ typedef struct outcome {
     float loss;
     int sharded;     /* parameters sharded, from the plan's printout */
     int64_t coll[2]; /* replica 0's bytes taken from the others, per step */
+    int64_t gath[2]; /* of them, the gathers' */
     int ok;
 } outcome;
 
@@ -110,6 +111,7 @@ static outcome run(const model *m, const mpmd_schedule *s, int R, int fsdp, mpmd
         mpmd_step_stats ss;
         if (!mpmd_step_summary(st, &ss, &err)) {
             r.coll[step] = ss.ranks[0].collective_bytes;
+            r.gath[step] = ss.ranks[0].gathered_bytes;
             mpmd_step_stats_free(&ss);
         }
     }
@@ -195,6 +197,8 @@ static void bytes(void) {
                     const int64_t want = rs + one_copy * (when ? 1 : mb);
                     CHECK(f.coll[0] == want && f.coll[1] == want, "%s: %lld and %lld bytes per step, want %lld",
                           label, (long long)f.coll[0], (long long)f.coll[1], (long long)want);
+                    CHECK(f.gath[0] == want - rs && f.gath[1] == want - rs, "%s: %lld and %lld bytes gathered, want %lld",
+                          label, (long long)f.gath[0], (long long)f.gath[1], (long long)(want - rs));
                     if (mb == 2) got[di][when] = f.coll[0] - rs;
                 }
                 mpmd_graph_free(m.g);

@@ -521,6 +521,7 @@ static int mpi_allgather(mpmd_rank_state *rs, int x, const int32_t *nodes, int n
             }
             if (st->record) rs->wait += rt_now() - t0;
             rs->coll_bytes += (int64_t)((size_t)(R - 1) * mpmd_held_bytes(&pl->mesh, nodes[q]));
+            rs->gath_bytes += (int64_t)((size_t)(R - 1) * mpmd_held_bytes(&pl->mesh, nodes[q]));
         }
         return 0;
     }
@@ -561,6 +562,7 @@ static int mpi_allgather(mpmd_rank_state *rs, int x, const int32_t *nodes, int n
             }
         }
         rs->coll_bytes += (int64_t)((size_t)(R - 1) * b);
+        rs->gath_bytes += (int64_t)((size_t)(R - 1) * b);
     }
     return 0;
 }

@@ -212,7 +212,7 @@ mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_er
                 out->transfer_ms += d - 1e3 * ev[k].wait;
             }
         }
-        rs->collective_bytes = mpmd_runtime_collective_bytes(st, r);
+        rs->collective_bytes = mpmd_runtime_collective_bytes(st, r, &rs->gathered_bytes);
         rs->collective_expected = fsdp_textbook_bytes(st->plan, r);
         rs->peak_bytes = peak;
         rs->planned_peak_bytes = st->plan->prog[r].peak_bytes;
@@ -328,10 +328,10 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
                 "others this step\n",
                 st->plan->replicas, mpmd_plan_sharded_params(st->plan), per_step ? "once per step" : "per task");
         for (int r = 0; r < s.num_ranks; r++)
-            fprintf(f, "  %4d  %14lld B measured, %14lld B textbook (params gathered %s, gradients reduce-scattered "
-                       "once)\n",
-                    r, (long long)s.ranks[r].collective_bytes, (long long)s.ranks[r].collective_expected,
-                    per_step ? "once a step" : "twice a microbatch");
+            fprintf(f, "  %4d  %14lld B measured (%lld B of them gathered), %14lld B textbook (params gathered %s, "
+                       "gradients reduce-scattered once)\n",
+                    r, (long long)s.ranks[r].collective_bytes, (long long)s.ranks[r].gathered_bytes,
+                    (long long)s.ranks[r].collective_expected, per_step ? "once a step" : "twice a microbatch");
         print_whole(st->plan, f);
     }
     mpmd_step_stats_free(&s);

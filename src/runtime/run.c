@@ -517,7 +517,7 @@ static void *rank_main(void *arg) {
     rs->nev = 0;
     rs->wait = rs->late = 0;
     rs->live_bytes = rs->peak_bytes = 0;
-    rs->coll_bytes = 0;
+    rs->coll_bytes = rs->gath_bytes = 0;
     be->enter(rs->dev);
     /* a loop result combined last run is accumulated afresh in its own buffer */
     for (int i = 0; i < g->n_nodes; i++)
@@ -968,8 +968,9 @@ const double *mpmd_runtime_op_seconds(const struct mpmd_step *st, int local) {
     return local >= 0 && local < st->num_local ? st->rs[local].prof : NULL;
 }
 
-int64_t mpmd_runtime_collective_bytes(const struct mpmd_step *st, int rank) {
+int64_t mpmd_runtime_collective_bytes(const struct mpmd_step *st, int rank, int64_t *gathered) {
     mpmd_rank_state *rs = state_of(st, rank);
+    if (gathered) *gathered = rs ? rs->gath_bytes : -1;
     return rs ? rs->coll_bytes : -1;
 }
 

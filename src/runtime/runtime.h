@@ -110,7 +110,7 @@ mpmd_status mpmd_runtime_read_own(struct mpmd_step *st, int rank, int replica, i
 mpmd_rank_state *mpmd_runtime_state(const struct mpmd_step *st, int rank, int replica, int model);
 /* FSDP: bytes rank's first replica in this process took from the others
  * in its last run (-1: this process does not run the rank). */
-int64_t mpmd_runtime_collective_bytes(const struct mpmd_step *st, int rank);
+int64_t mpmd_runtime_collective_bytes(const struct mpmd_step *st, int rank, int64_t *gathered);
 /* The recorded instructions of rank's last run, and its measured peak of
  * body-value bytes. */
 const mpmd_event *mpmd_runtime_events(const struct mpmd_step *st, int rank, int *n, int64_t *peak_bytes);
@@ -136,6 +136,7 @@ struct mpmd_rank_state {
     void **full;                 /* [nn] FSDP: a sharded parameter gathered whole for the task
                                     running now (the body reads it there), else NULL */
     void **gather_out;           /* FSDP: a GATHER's planned buffers, one per value of the largest list */
+    int64_t gath_bytes;          /* FSDP: of coll_bytes, the gathers' */
     int64_t coll_bytes;          /* FSDP: bytes this replica took from the others this run
                                     (gathers and reduce-scatters) */
     void *scratch;

@@ -457,6 +457,7 @@ static int local_allgather(mpmd_rank_state *rs, int x, const int32_t *nodes, int
             }
         }
         rs->coll_bytes += (int64_t)((size_t)(R - 1) * b);
+        rs->gath_bytes += (int64_t)((size_t)(R - 1) * b);
     }
     return 0;
 }
