@@ -55,6 +55,18 @@
  *     loop measured in the same run. With 2 cores, 2 replicas are at best 2x.
  *     FSDP 2's parameters must equal DP 2's (exits 1 when not).
  *
+ * (c) FSDP in bf16: the same Std1F1B over 2 stages with R = 4 replicas,
+ *     compute in bf16 (the layers cast their f32 parameters): plain data
+ *     parallelism, FSDP gathered per task and per step (and per step with 8
+ *     microbatches), and f32 FSDP per task. One JSON line "fsdp_bf16" with
+ *     the parameter + optimizer bytes per rank (state_ratio_max against
+ *     plain: target <= 0.3), the bytes gathered per step (of the collective
+ *     bytes, mpmd_rank_stats.gathered_bytes) against f32 FSDP's (target 0.5
+ *     +- 5%: the 16-bit copies), the per-step policy's at 4 and 8
+ *     microbatches (target: equal, one copy per step) and the gathered
+ *     bytes it holds; pass, and bitwise_equal (FSDP's parameters and loss
+ *     plain data parallelism's). Exits 1 when a target or the bits fail.
+ *
  * MPMD_BENCH_SMOKE=1: a tiny GPT (2 layers, width 64, vocab 512, seq 16),
  * one step of each, to show that it runs (timing nothing; the byte checks
  * still apply). Options: --steps N, --only memory|time. Progress goes to
@@ -80,7 +92,7 @@ typedef struct result {
     char hash[65];
     int64_t state[MAX_RANKS], planned[MAX_RANKS], measured[MAX_RANKS], gathered[MAX_RANKS], params[MAX_RANKS];
     int64_t act_planned[MAX_RANKS], act_measured[MAX_RANKS];
-    int64_t coll[MAX_RANKS], coll_expected[MAX_RANKS];
+    int64_t coll[MAX_RANKS], coll_expected[MAX_RANKS], gath[MAX_RANKS];
 } result;
 
 static gpt_config model_cfg(int smoke) {
@@ -96,12 +108,12 @@ static gpt_config model_cfg(int smoke) {
 }
 
 /* Compile c (batch: one replica's share) under s (NULL: the loop) with
- * `replicas` replicas, plain or FSDP, one thread per rank; run `warm`
- * untimed and `timed` timed steps on a global batch of replicas x batch
- * sequences; with `record`, record every run and take the summary of the
- * last. Fills r; 0 on success. */
-static int measure(const gpt_config *c, const mpmd_schedule *s, int replicas, int fsdp, int warm, int timed,
-                   int record, result *r) {
+ * `replicas` replicas, plain or FSDP (gathered as `when` says), one thread
+ * per rank; run `warm` untimed and `timed` timed steps on a global batch of
+ * replicas x batch sequences; with `record`, record every run and take the
+ * summary of the last. Fills r; 0 on success. */
+static int measure(const gpt_config *c, const mpmd_schedule *s, int replicas, int fsdp, mpmd_fsdp_gather when,
+                   int warm, int timed, int record, result *r) {
     const char *mode = c->tensor_parallel > 1 ? "TP" : fsdp ? "FSDP" : "plain";
     gpt_model m;
     mpmd_error err;
@@ -115,6 +127,7 @@ static int measure(const gpt_config *c, const mpmd_schedule *s, int replicas, in
     so.seed = 1;
     so.data_parallel = replicas;
     so.fsdp = fsdp;
+    so.fsdp_gather = when;
     mpmd_step *st = mpmd_jit_with_loop(m.g, s, &so, &err);
     if (!st) {
         fprintf(stderr, "bench_shard: %s\n", err.msg);
@@ -175,6 +188,7 @@ static int measure(const gpt_config *c, const mpmd_schedule *s, int replicas, in
                     r->act_measured[q] = ss.ranks[q].peak_bytes;
                     r->coll[q] = ss.ranks[q].collective_bytes;
                     r->coll_expected[q] = ss.ranks[q].collective_expected;
+                    r->gath[q] = ss.ranks[q].gathered_bytes;
                 }
                 mpmd_step_stats_free(&ss);
             }
@@ -214,7 +228,7 @@ static int bench_memory_part(int smoke) {
         for (int f = 0; f < 2 && !rc; f++) {
             fprintf(stderr, "memory: Std1F1B(S=2, D=2, n=%d), R=%d, %s\n", c.microbatches, R,
                     f ? "FSDP" : "plain data parallelism");
-            if ((rc = measure(&c, s, R, f, 0, steps, 1, &res[f]))) break;
+            if ((rc = measure(&c, s, R, f, MPMD_GATHER_PER_TASK, 0, steps, 1, &res[f]))) break;
             result *x = &res[f];
             char b[8][96];
             double ratio[MAX_RANKS] = {0}, worst = 0, total_worst = 0;
@@ -280,7 +294,7 @@ static int bench_memory_part(int smoke) {
         t.tensor_parallel = k ? 2 : 1;
         fprintf(stderr, "memory: Std1F1B(S=4, D=4, n=%d), %s\n", t.microbatches,
                 k ? "blocks split over 2 model ranks" : "the whole model");
-        rc = measure(&t, s, 1, 0, 0, 1, 0, &tp[k]);
+        rc = measure(&t, s, 1, 0, MPMD_GATHER_PER_TASK, 0, 1, 0, &tp[k]);
     }
     if (!rc) {
         double ratio[MAX_RANKS] = {0}, worst = 0;
@@ -307,6 +321,69 @@ static int bench_memory_part(int smoke) {
     return rc;
 }
 
+/* (c) FSDP in bf16, R = 4, Std1F1B over 2 stages: plain data parallelism,
+ * FSDP gathered per task and per step (the step policy also at twice the
+ * microbatches), and f32 FSDP per task as the measure of the gathers. */
+static int bench_bf16_part(int smoke) {
+    gpt_config c = model_cfg(smoke);
+    c.batch = 8, c.microbatches = 4, c.stages = 2;
+    const int R = 4, steps = smoke ? 1 : 2;
+    enum { PLAIN, TASK, STEP, STEP2, F32_TASK, N };
+    static const char *const names[N] = {"bf16 plain", "bf16 fsdp per task", "bf16 fsdp per step",
+                                         "bf16 fsdp per step, 8 microbatches", "f32 fsdp per task"};
+    result res[N];
+    int rc = 0;
+    for (int k = 0; k < N && !rc; k++) {
+        gpt_config x = c;
+        x.compute = k == F32_TASK ? MPMD_F32 : MPMD_BF16;
+        if (k == STEP2) x.microbatches = 8;
+        mpmd_schedule *s;
+        mpmd_error err;
+        if (mpmd_schedule_std1f1b(2, x.microbatches, &s, &err)) {
+            fprintf(stderr, "bench_shard: %s\n", err.msg);
+            return 1;
+        }
+        fprintf(stderr, "memory: %s, Std1F1B(S=2, D=2, n=%d), R=%d\n", names[k], x.microbatches, R);
+        rc = measure(&x, s, R, k != PLAIN, k == STEP || k == STEP2 ? MPMD_GATHER_PER_STEP : MPMD_GATHER_PER_TASK, 0,
+                     steps, 1, &res[k]);
+        mpmd_schedule_free(s);
+    }
+    if (rc) return rc;
+    double state = 0, gath = 0, gath_min = 1e30;
+    for (int q = 0; q < res[PLAIN].ranks; q++) {
+        double a = (double)res[TASK].state[q] / (double)res[PLAIN].state[q];
+        double b = (double)res[TASK].gath[q] / (double)res[F32_TASK].gath[q];
+        state = a > state ? a : state;
+        gath = b > gath ? b : gath;
+        gath_min = b < gath_min ? b : gath_min;
+    }
+    const int equal = !strcmp(res[TASK].hash, res[PLAIN].hash) && !strcmp(res[STEP].hash, res[PLAIN].hash) &&
+                      res[TASK].loss == res[PLAIN].loss && res[STEP].loss == res[PLAIN].loss;
+    const int step_same = !memcmp(res[STEP].gath, res[STEP2].gath, sizeof res[STEP].gath);
+    const int pass = state <= 0.3 && gath_min >= 0.475 && gath <= 0.525 && step_same && equal;
+    char b[7][96];
+    printf("{\"bench\": \"fsdp_bf16\", \"model\": \"gpt-%s\", \"schedule\": \"Std1F1B(S=2, D=2, n=%d)\", "
+           "\"replicas\": %d, \"state_bytes_plain\": %s, \"state_bytes_fsdp\": %s, \"state_ratio_max\": %.4f, "
+           "\"gathered_f32_per_task\": %s, \"gathered_per_task\": %s, \"gathered_ratio\": [%.4f, %.4f], "
+           "\"gathered_per_step\": %s, \"gathered_per_step_8_microbatches\": %s, \"gathered_held_per_step\": %s, "
+           "\"targets\": \"state <= 0.3, gathered 0.5 +- 5%%, per step independent of microbatches\", "
+           "\"pass\": %s, \"bitwise_equal\": %s}\n",
+           smoke ? "tiny" : "small", c.microbatches, R, list(b[0], sizeof b[0], res[PLAIN].state, res[PLAIN].ranks),
+           list(b[1], sizeof b[1], res[TASK].state, res[TASK].ranks), state,
+           list(b[2], sizeof b[2], res[F32_TASK].gath, res[F32_TASK].ranks),
+           list(b[3], sizeof b[3], res[TASK].gath, res[TASK].ranks), gath_min, gath,
+           list(b[4], sizeof b[4], res[STEP].gath, res[STEP].ranks),
+           list(b[5], sizeof b[5], res[STEP2].gath, res[STEP2].ranks),
+           list(b[6], sizeof b[6], res[STEP].gathered, res[STEP].ranks), pass ? "true" : "false",
+           equal ? "true" : "false");
+    fflush(stdout);
+    fprintf(stderr,
+            "memory: bf16 FSDP x %d: state %.3fx plain's (target <= 0.3), gathered %.3f-%.3fx f32 FSDP's (target "
+            "0.5 +- 5%%), per step %s the microbatch count; bitwise equal: %s\n",
+            R, state, gath_min, gath, step_same ? "independent of" : "DEPENDS ON", equal ? "yes" : "no");
+    return pass ? 0 : 1;
+}
+
 static int bench_time_part(int smoke) {
     gpt_config c = model_cfg(smoke);
     c.stages = 1;
@@ -323,7 +400,7 @@ static int bench_time_part(int smoke) {
         c.microbatches = (int)(c.batch / mb_rows);
         fprintf(stderr, "time: %s, %lld sequences per replica in %d microbatches\n", lay[i].name,
                 (long long)c.batch, c.microbatches);
-        if ((rc = measure(&c, NULL, lay[i].replicas, lay[i].fsdp, 1, g_steps, 0, &res[i]))) break;
+        if ((rc = measure(&c, NULL, lay[i].replicas, lay[i].fsdp, MPMD_GATHER_PER_TASK, 1, g_steps, 0, &res[i]))) break;
         result *x = &res[i];
         printf("{\"bench\": \"fsdp_time\", \"model\": \"gpt-%s\", \"layout\": \"%s\", \"replicas\": %d, "
                "\"fsdp\": %s, \"global_batch\": %d, \"batch_per_replica\": %lld, \"microbatches\": %d, "
@@ -384,6 +461,7 @@ int main(int argc, char **argv) {
     if (smoke) g_steps = 1;
     int rc = 0;
     if (!only || !strcmp(only, "memory")) rc |= bench_memory_part(smoke);
+    if (!only || !strcmp(only, "memory")) rc |= bench_bf16_part(smoke);
     if (!only || !strcmp(only, "time")) rc |= bench_time_part(smoke);
     return rc;
 }

@@ -162,9 +162,13 @@ mpmd_value mpmd_embed(mpmd_graph *g, const char *name, mpmd_value ids, int64_t v
     mpmd_value table = split ? layer_param_split(g, "embedding", MPMD_SHAPE(vocab, width), MPMD_NORMAL(0.02f), 0, 1)
                              : layer_param(g, "embedding", MPMD_SHAPE(vocab, width), MPMD_NORMAL(0.02f));
     mpmd_scope_pop(g);
-    /* rows gathered from the f32 table, then converted: the compute dtype */
-    mpmd_value rows = split ? mpmd_embedding_split(g, table, ids, "model") : mpmd_embedding(g, table, ids);
-    return mpmd_cast(g, rows, mpmd_compute_dtype(g));
+    /* the rows in the compute dtype: gathered from the table's cast to it
+     * (the same values as casting the rows: a 16-bit copy of the table, the
+     * one FSDP gathers, and a gradient rounded to it per microbatch like
+     * every layer's), or (vocabulary parallel) from the f32 table, then cast */
+    const mpmd_dtype cd = mpmd_compute_dtype(g);
+    mpmd_value rows = split ? mpmd_embedding_split(g, table, ids, "model") : mpmd_embedding(g, like(g, table, cd), ids);
+    return mpmd_cast(g, rows, cd);
 }
 
 /* dense_0 (hidden) -> gelu -> dense_1 (out). */
