@@ -154,7 +154,7 @@ static int bench_planner(void) {
     gpt_layout best, *all = NULL;
     int n = 0;
     mpmd_error err;
-    if (gpt_plan(&c, 2, threads, 0, NULL, &best, &all, &n, &err)) {
+    if (gpt_plan(&c, 2, threads, 0, NULL, NULL, &best, &all, &n, &err)) {
         fprintf(stderr, "bench_memory: %s\n", err.msg);
         return 1;
     }
@@ -171,7 +171,7 @@ static int bench_planner(void) {
     /* a limit just under the fastest layout's peak */
     int64_t limit = best.peak_bytes - 1;
     free(all);
-    if (gpt_plan(&c, 2, threads, limit, NULL, &best, &all, &n, &err)) {
+    if (gpt_plan(&c, 2, threads, limit, NULL, NULL, &best, &all, &n, &err)) {
         fprintf(stderr, "bench_memory: %s\n", err.msg);
         return 1;
     }

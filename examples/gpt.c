@@ -128,7 +128,8 @@ static const char *usage =
     "                        rank r on GPU r %% devices)\n"
     "  --precision P         compute dtype: f32, bf16 or f16; parameters and AdamW state stay f32\n"
     "                        (default: f32 on the cpu backend, bf16 on cuda)\n"
-    "  --auto                choose the schedule, stages, microbatches and remat for --ranks D: the\n"
+    "  --auto                choose the schedule, stages, microbatches and remat for --ranks D (and\n"
+    "                        with --fsdp when it gathers, its copies timed on this machine): the\n"
     "                        fastest predicted layout (a profiled step of each, the schedules\n"
     "                        simulated with its op times) whose ranks fit --memory-limit; prints\n"
     "                        the top choices, trains the chosen one, and its predicted and\n"
@@ -800,16 +801,20 @@ int main(int argc, char **argv) {
         int threads = o.threads ? (int)o.threads : (int)(per > 0 ? per : 1);
         gpt_layout *all = NULL;
         int n_all = 0;
-        mpmd_status prc = gpt_plan(&o.cfg, (int)o.ranks, threads, o.mem_limit,
+        /* with --fsdp: when to gather weighed too, unless --fsdp-gather says */
+        const gpt_plan_fsdp pf = {(int)o.replicas, o.fsdp, o.fsdp_gather_given ? (int)o.fsdp_gather : -1};
+        mpmd_status prc = gpt_plan(&o.cfg, (int)o.ranks, threads, o.mem_limit, &pf,
                                    o.quiet ? NULL : (o.json ? stderr : stdout), &chosen, &all, &n_all, &err);
         free(all);
         if (prc) return fail(&t, "%s", err.msg);
         o.cfg = gpt_layout_config(&o.cfg, &chosen);
         snprintf(chosen_schedule, sizeof chosen_schedule, "%s", chosen.schedule);
         o.schedule = chosen_schedule;
+        if (chosen.gather[0]) o.fsdp_gather = strcmp(chosen.gather, "step") ? MPMD_GATHER_PER_TASK : MPMD_GATHER_PER_STEP;
         if (!o.quiet)
-            fprintf(o.json ? stderr : stdout, "auto: training %s, %d stages, %d microbatches, remat %s\n",
-                    chosen.schedule, chosen.stages, chosen.microbatches, chosen.remat);
+            fprintf(o.json ? stderr : stdout, "auto: training %s, %d stages, %d microbatches, remat %s%s%s\n",
+                    chosen.schedule, chosen.stages, chosen.microbatches, chosen.remat,
+                    chosen.gather[0] ? ", fsdp gathered per " : "", chosen.gather);
     }
     gpt_model m;
     if (gpt_build(c, 1, &m, &err)) return fail(&t, "%s", err.msg);

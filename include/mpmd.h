@@ -920,6 +920,10 @@ typedef struct mpmd_prediction {
     int num_ranks;
     mpmd_memory_stats *ranks; /* [num_ranks]: the planned fields (measured -1) */
     int64_t peak;             /* the largest planned total of a rank */
+    /* FSDP: the most bytes a replica of one rank takes from the others in
+     * gathers per step (the planned GATHERs: (R - 1) shards of each
+     * value), 0 without FSDP; the transfers the time above leaves out */
+    int64_t gathered_bytes;
 } mpmd_prediction;
 mpmd_status mpmd_predict(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts,
                          const mpmd_step *profiled, mpmd_prediction *out, mpmd_error *err);

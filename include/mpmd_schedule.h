@@ -224,6 +224,7 @@ typedef struct mpmd_layout {
     double predicted;   /* step time, in the planner's unit */
     int64_t peak_bytes; /* the largest rank's bytes */
     int fits;           /* set by mpmd_layouts_rank */
+    char gather[8];     /* FSDP's gathers: "task", "step"; "" where not modelled */
 } mpmd_layout;
 /* Mark which fit in `limit` bytes per rank (0: any) and sort: those that
  * fit first, fastest first; then the rest, smallest peak first. Returns how

@@ -53,6 +53,26 @@ for precision in bf16 f16; do
   done
 done
 
+# --auto with --fsdp weighs when to gather: both policies are candidates
+# (the report's gather column), the chosen layout fits the limit, and it
+# trains to the bits of that layout given by hand (with plain data
+# parallelism's numbers)
+am=(--layers 4 --width 32 --heads 2 --seq 16 --batch 8 --steps 3 --tie-embeddings --precision bf16 --data-parallel 2)
+out=$("$gpt" "${am[@]}" --auto --ranks 2 --fsdp --memory-limit 700K 2>&1)
+chosen=$(sed -n 's/^auto: training \([a-z0-9]*\), \([0-9]*\) stages, \([0-9]*\) microbatches, remat \([a-z]*\), fsdp gathered per \([a-z]*\)$/\1 \2 \3 \4 \5/p' <<<"$out")
+if [ -n "$chosen" ] && grep -q "  gather  " <<<"$out" && grep -q " task  " <<<"$out" && grep -q " step  " <<<"$out"; then
+  set -- $chosen
+  line=$("$gpt" "${am[@]}" --quiet --schedule "$1" --stages "$2" --balance-stages --ranks 2 --microbatches "$3" \
+    --remat "$4" --fsdp --fsdp-gather "$5" | tail -n 1)
+  plain=$("$gpt" "${am[@]}" --quiet --schedule "$1" --stages "$2" --balance-stages --ranks 2 --microbatches "$3" \
+    --remat "$4" | tail -n 1)
+  [ "$(tail -n 1 <<<"$out")" = "$line" ] && [ "$line" = "$plain" ] &&
+    ok "--auto --fsdp: chose $chosen (gathers weighed), the bits of that layout and of plain data parallelism" ||
+    bad "--auto --fsdp: $(tail -n 1 <<<"$out") vs the layout by hand $line, plain $plain"
+else
+  bad "--auto --fsdp: no gather policy weighed or chosen: $out"
+fi
+
 # LLaMA blocks (RMS norms, grouped-query attention, SwiGLU) in bf16
 lm=(--layers 4 --width 32 --heads 4 --kv-heads 2 --seq 16 --batch 8 --microbatches 4 --steps 3 --clip 0.05 --quiet
   --precision bf16)

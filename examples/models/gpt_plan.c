@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 const char *gpt_remat_name(int remat) {
     return remat == MPMD_REMAT_SAVE_DOTS ? "dots" : remat == MPMD_REMAT_SAVE_NOTHING ? "block" : "none";
@@ -54,8 +55,30 @@ static mpmd_step *profile(const gpt_model *m, int threads, mpmd_error *err) {
     return st;
 }
 
-mpmd_status gpt_plan(const gpt_config *base, int ranks, int threads, int64_t limit, FILE *report,
-                     gpt_layout *best, gpt_layout **all, int *n_all, mpmd_error *err) {
+/* Bytes per second of a large memcpy on this machine: the best of a few
+ * copies of 64 MiB (what an in-process FSDP gather does, replica by
+ * replica). */
+static double copy_rate(void) {
+    const size_t n = (size_t)64 << 20;
+    char *a = malloc(n), *b = malloc(n);
+    double best = 0;
+    if (a && b) {
+        memset(a, 1, n), memset(b, 2, n);
+        for (int k = 0; k < 3; k++) {
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            memcpy(b, a, n);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+            if (s > 0 && (double)n / s > best) best = (double)n / s;
+        }
+    }
+    free(a), free(b);
+    return best > 0 ? best : 1e9;
+}
+
+mpmd_status gpt_plan(const gpt_config *base, int ranks, int threads, int64_t limit, const gpt_plan_fsdp *fsdp,
+                     FILE *report, gpt_layout *best, gpt_layout **all, int *n_all, mpmd_error *err) {
     static const char *const flat[] = {"gpipe", "std1f1b", "eager1f1b", "zerobubble"};
     static const char *const twice[] = {"interleaved1f1b", "kimik2", "interleavedgpipe", "dualpipev"};
     static const int remats[] = {0, MPMD_REMAT_SAVE_DOTS, MPMD_REMAT_SAVE_NOTHING};
@@ -66,6 +89,9 @@ mpmd_status gpt_plan(const gpt_config *base, int ranks, int threads, int64_t lim
                               ranks, base->layers);
     int cap = 256, n = 0;
     gpt_layout *l = malloc((size_t)cap * sizeof *l);
+    const int sharded = fsdp && fsdp->fsdp && fsdp->replicas > 1;
+    const double rate = sharded ? copy_rate() : 0;
+    static const char *const gathers[2] = {"task", "step"};
     if (!l) return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt --auto: out of memory");
     mpmd_status rc = MPMD_OK;
     for (int twice_s = 0; twice_s < 2 && !rc; twice_s++) {
@@ -74,7 +100,7 @@ mpmd_status gpt_plan(const gpt_config *base, int ranks, int threads, int64_t lim
         for (int64_t micro = ranks; micro <= base->batch && !rc; micro *= 2) {
             if (base->batch % micro) continue;
             for (int ri = 0; ri < 3 && !rc; ri++) {
-                gpt_layout proto = {"", S, ranks, (int)micro, "", NAN, 0, 0};
+                gpt_layout proto = {"", S, ranks, (int)micro, "", NAN, 0, 0, ""};
                 snprintf(proto.remat, sizeof proto.remat, "%s", gpt_remat_name(remats[ri]));
                 gpt_config c = gpt_layout_config(base, &proto);
                 gpt_model m;
@@ -87,22 +113,29 @@ mpmd_status gpt_plan(const gpt_config *base, int ranks, int threads, int64_t lim
                 }
                 mpmd_step_opts o = MPMD_STEP_DEFAULTS;
                 o.threads_per_rank = threads;
-                for (int k = 0; k < 4; k++) {
-                    gpt_layout x = proto;
-                    snprintf(x.schedule, sizeof x.schedule, "%s", twice_s ? twice[k] : flat[k]);
+                if (sharded) o.data_parallel = fsdp->replicas, o.fsdp = 1;
+                for (int k = 0; k < 4 && !rc; k++) {
                     mpmd_schedule *s;
                     mpmd_error e2;
+                    gpt_layout x = proto;
+                    snprintf(x.schedule, sizeof x.schedule, "%s", twice_s ? twice[k] : flat[k]);
                     if (gpt_layout_schedule(&x, &s, &e2)) continue; /* this kind cannot take these counts */
-                    mpmd_prediction p;
-                    if (mpmd_predict(m.g, s, &o, prof, &p, &e2) == MPMD_OK) {
-                        x.predicted = p.step_ms;
+                    /* FSDP: each gather policy asked for; its gathers cost their bytes at the copy rate */
+                    for (int gi = 0; gi < (sharded ? 2 : 1) && !rc; gi++) {
+                        if (sharded && fsdp->gather >= 0 && fsdp->gather != gi) continue;
+                        if (sharded) {
+                            o.fsdp_gather = (mpmd_fsdp_gather)gi;
+                            snprintf(x.gather, sizeof x.gather, "%s", gathers[gi]);
+                        }
+                        mpmd_prediction p;
+                        if (mpmd_predict(m.g, s, &o, prof, &p, &e2) != MPMD_OK) continue;
+                        x.predicted = p.step_ms + (sharded ? 1e3 * (double)p.gathered_bytes / rate : 0);
                         x.peak_bytes = p.peak;
                         mpmd_prediction_free(&p);
                         if (n == cap) {
                             gpt_layout *nl = realloc(l, (size_t)(cap *= 2) * sizeof *l);
                             if (!nl) {
                                 rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt --auto: out of memory");
-                                mpmd_schedule_free(s);
                                 break;
                             }
                             l = nl;

@@ -359,6 +359,15 @@ mpmd_status mpmd_predict(const mpmd_graph *g, const mpmd_schedule *s, const mpmd
     for (int r = 0; r < D; r++) {
         planned_memory(pl, r, &out->ranks[r]);
         if (out->ranks[r].planned > out->peak) out->peak = out->ranks[r].planned;
+        int64_t gathered = 0;
+        for (int x = 0; x < pl->prog[r].n; x++) {
+            int ng;
+            if (pl->prog[r].ins[x].op != MPMD_I_GATHER) continue;
+            const int32_t *list = mpmd_gather_list(pl, &pl->prog[r].ins[x], &ng);
+            for (int q = 0; q < ng; q++)
+                gathered += (int64_t)(pl->replicas - 1) * (int64_t)mpmd_held_bytes(&pl->mesh, list[q]);
+        }
+        if (gathered > out->gathered_bytes) out->gathered_bytes = gathered;
     }
     if (profiled) {
         t = node_seconds(profiled);

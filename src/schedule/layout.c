@@ -36,11 +36,16 @@ void mpmd_layouts_report(FILE *f, const mpmd_layout *l, int n, int64_t limit, co
         bytes(f, limit);
     else
         fputs("none", f);
-    fprintf(f, " per rank\n  %-18s %6s %6s %6s %6s %12s %14s\n", "schedule", "stages", "ranks", "micro", "remat",
-            "predicted", "peak per rank");
+    int gathers = 0; /* an FSDP column when the planner weighed FSDP's gathers */
+    for (int i = 0; i < n; i++)
+        gathers |= l[i].gather[0] != 0;
+    fprintf(f, " per rank\n  %-18s %6s %6s %6s %6s%s %12s %14s\n", "schedule", "stages", "ranks", "micro", "remat",
+            gathers ? "  gather" : "", "predicted", "peak per rank");
     for (int i = 0; i < n && i < 5 && i < fit; i++) {
-        fprintf(f, "  %-18s %6d %6d %6d %6s %9.4g %-2s     ", l[i].schedule, l[i].stages, l[i].ranks,
-                l[i].microbatches, l[i].remat[0] ? l[i].remat : "-", l[i].predicted, unit);
+        fprintf(f, "  %-18s %6d %6d %6d %6s", l[i].schedule, l[i].stages, l[i].ranks, l[i].microbatches,
+                l[i].remat[0] ? l[i].remat : "-");
+        if (gathers) fprintf(f, "  %6s", l[i].gather[0] ? l[i].gather : "-");
+        fprintf(f, " %9.4g %-2s     ", l[i].predicted, unit);
         bytes(f, l[i].peak_bytes);
         fputs(i == 0 ? "   <- chosen\n" : "\n", f);
     }
@@ -48,7 +53,8 @@ void mpmd_layouts_report(FILE *f, const mpmd_layout *l, int n, int64_t limit, co
     if (n > fit) {
         fprintf(f, "  %d exceed the limit (the smallest of them needs ", n - fit);
         bytes(f, l[fit].peak_bytes);
-        fprintf(f, ": %s, %d stages, %d microbatches%s%s)\n", l[fit].schedule, l[fit].stages, l[fit].microbatches,
-                l[fit].remat[0] ? ", remat " : "", l[fit].remat);
+        fprintf(f, ": %s, %d stages, %d microbatches%s%s%s%s)\n", l[fit].schedule, l[fit].stages,
+                l[fit].microbatches, l[fit].remat[0] ? ", remat " : "", l[fit].remat,
+                l[fit].gather[0] ? ", fsdp gathered per " : "", l[fit].gather);
     }
 }
