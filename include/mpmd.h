@@ -442,7 +442,13 @@ MPMD_NODISCARD mpmd_value mpmd_param_split(mpmd_graph *g, const char *name, int 
  *   reduce_scatter  this rank's slice along dim of the sum (m divides it);
  *                   gradient: all_gather
  * The gradients take the cotangent to be equal on every model rank, as it
- * is for a loss computed the same on each (Megatron's f and g). */
+ * is for a loss computed the same on each (Megatron's f and g). These and
+ * the split embedding and cross-entropy below run inside the microbatch
+ * loop body of a graph of m >= 2 model ranks: made with m = 1 or after
+ * mpmd_loop_end they are an error at once, before mpmd_loop_begin an error
+ * when the loop begins, in a graph that never gets a loop (no stage marker
+ * either, which makes the ops before it a loop of one) an error when it
+ * compiles; each message names the call. */
 MPMD_NODISCARD mpmd_value mpmd_all_reduce(mpmd_graph *g, mpmd_value x, const char *axis);
 MPMD_NODISCARD mpmd_value mpmd_pvary(mpmd_graph *g, mpmd_value x, const char *axis);
 MPMD_NODISCARD mpmd_value mpmd_all_gather(mpmd_graph *g, mpmd_value x, int dim, const char *axis);
