@@ -433,6 +433,11 @@ int mpmd_tensor_parallel(const mpmd_graph *g);
  * see the whole parameter. */
 MPMD_NODISCARD mpmd_value mpmd_param_split(mpmd_graph *g, const char *name, int ndim, const int64_t *dims,
                                            mpmd_init init, int axis, int groups);
+/* A value's type as a step's reads, writes and checkpoints see it
+ * (mpmd_step_read, mpmd_step_write, mpmd_exec_read, mpmd_step_save): a
+ * parameter split over the model axis (and its optimizer state) whole,
+ * any other value as mpmd_value_type gives it. */
+mpmd_type mpmd_value_whole_type(const mpmd_graph *g, mpmd_value v);
 /* Collectives over a mesh axis (only "model" in the graph; the data axis is
  * the step's: data_parallel, fsdp), summing in rank order on every rank:
  *   all_reduce      the sum over the ranks; gradient: the cotangent

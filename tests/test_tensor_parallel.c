@@ -217,6 +217,13 @@ static void checkpoints(void) {
               "a split parameter written whole does not read back whole");
         CHECK(mpmd_step_read(a, split.p, pb, sizeof(float) * R * W) == MPMD_ERR_SHAPE,
               "reading a split parameter with its part's size is an error");
+        /* the graph says both sizes: the part this rank holds, the whole reads take */
+        mpmd_type part = mpmd_value_type(split.g, split.p), all = mpmd_value_whole_type(split.g, split.p);
+        mpmd_type q = mpmd_value_type(split.g, split.q), qw = mpmd_value_whole_type(split.g, split.q);
+        CHECK(part.dim[0] == R && part.dim[1] == W && all.dim[0] == R && all.dim[1] == 2 * W &&
+                  mpmd_type_bytes(&qw) == mpmd_type_bytes(&q) && qw.dim[1] == q.dim[1],
+              "mpmd_value_whole_type: p [%lld, %lld] of [%lld, %lld]", (long long)part.dim[0],
+              (long long)part.dim[1], (long long)all.dim[0], (long long)all.dim[1]);
     }
     unlink(p1), unlink(p2), rmdir(d);
     mpmd_step_free(a), mpmd_step_free(b);

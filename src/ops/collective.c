@@ -324,6 +324,16 @@ mpmd_value mpmd_cross_entropy_split(mpmd_graph *g, mpmd_value logits, mpmd_value
 
 /* ---- split parameters --------------------------------------------------- */
 
+/* (compiler/shard.c's mpmd_split_whole_type for the public API: the graph
+ * alone knows it) */
+mpmd_type mpmd_value_whole_type(const mpmd_graph *g, mpmd_value v) {
+    mpmd_type t = mpmd_value_type(g, v);
+    const mpmd_node *n = mpmd_node_of(g, v);
+    if (n && g->model_parallel > 1 && mpmd_node_is_storage(n) && n->ia[MPMD_SPLIT_AXIS] >= 1)
+        t.dim[n->ia[MPMD_SPLIT_AXIS] - 1] *= g->model_parallel;
+    return t;
+}
+
 mpmd_value mpmd_param_split(mpmd_graph *g, const char *name, int ndim, const int64_t *dims, mpmd_init init,
                             int axis, int groups) {
     const char *fn = "mpmd_param_split";
