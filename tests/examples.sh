@@ -199,6 +199,11 @@ line2=$("$gpt" "${model[@]}" --steps 6 --tensor-parallel 2 --schedule std1f1b --
   ok "resume: a tensor-parallel checkpoint, split again (the same bits) and whole ($line)" ||
   bad "tensor-parallel resume: $line2 / $line vs $tp6"
 if [ -x "$(command -v mpirun)" ] && ! grep -q "no MPI" <<<"$probe"; then
+  # each process loads its own model rank's part and its copy of the rest
+  line=$("$src/tests/mpirun.sh" shm 2 "$gpt" "${model[@]}" --steps 6 --tensor-parallel 2 --resume "$tmp/tp.safetensors" \
+    --runtime mpi 2>&1 | tail -n 1)
+  [ "$line" = "$tp6" ] && ok "mpirun -np 2, resume split over 2 model ranks: the in-process bits" ||
+    bad "mpirun -np 2, tensor-parallel resume: $line vs $tp6"
   "$src/tests/mpirun.sh" shm 4 "$gpt" "${model[@]}" --steps 3 --data-parallel 2 --fsdp --schedule std1f1b --stages 2 \
     --runtime mpi --save "$tmp/fsdp_mpi.safetensors" >/dev/null 2>&1
   resumed=$("$src/tests/mpirun.sh" shm 2 "$gpt" "${model[@]}" --steps 6 --data-parallel 2 --fsdp --runtime mpi \
