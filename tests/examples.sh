@@ -121,6 +121,20 @@ ltp=$("$llama" "${model[@]}" --heads 4 --kv-heads 2 --tensor-parallel 2 | tail -
 lw=$("$llama" "${model[@]}" --heads 4 --kv-heads 2 | tail -n 1)
 close "$ltp" "$lw" 1e-5 && ok "llama, tensor parallel 2 (grouped-query heads split): $ltp" ||
   bad "llama tensor parallel 2: $ltp vs $lw"
+# --eval with tensor parallelism: the evaluation step takes the training
+# step's split parameters whole; its held-out loss is the whole model's to
+# float tolerance, and a pipeline gives the split loop's lines bit for bit
+ew=$("$gpt" "${model[@]}" --eval 2 | tail -n 2 | tr '\n' ' ')
+etp=$("$gpt" "${model[@]}" --eval 2 --tensor-parallel 2 2>&1 | tail -n 2 | tr '\n' ' ')
+etpp=$("$gpt" "${model[@]}" --eval 2 --tensor-parallel 2 --schedule std1f1b --stages 2 2>&1 | tail -n 2 | tr '\n' ' ')
+eloss() { sed -n 's/^eval_loss=\([^ ]*\) .*/\1/p' <<<"$1"; }
+case "$etp" in
+  eval_loss=*" final_loss="*)
+    close "final_loss=$(eloss "$etp")" "final_loss=$(eloss "$ew")" 1e-5 && [ "$etpp" = "$etp" ] &&
+      ok "--eval, tensor parallel 2: $(eloss "$etp") (whole: $(eloss "$ew")), std1f1b the same" ||
+      bad "--eval, tensor parallel 2: $etp / std1f1b $etpp vs the whole model's $ew" ;;
+  *) bad "--eval --tensor-parallel 2 printed: $etp" ;;
+esac
 dp3=$("$gpt" "${model[@]}" --precision bf16 --batch 12 --schedule std1f1b --stages 2 --data-parallel 3 | tail -n 1)
 line=$("$gpt" "${model[@]}" --precision bf16 --batch 12 --schedule std1f1b --stages 2 --data-parallel 3 --fsdp | tail -n 1)
 [ "$line" = "$dp3" ] && ok "fsdp, bf16, std1f1b x 3 replicas (padded shards): $line" ||
