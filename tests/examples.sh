@@ -247,6 +247,25 @@ if [ -x "$(command -v mpirun)" ] && ! grep -q "no MPI" <<<"$probe"; then
   line=$("$src/tests/mpirun.sh" shm 2 "$gpt" "${gen[@]}" --schedule std1f1b --stages 2 --runtime mpi 2>&1)
   [ "$line" = "$g1" ] && ok "mpirun -np 2 --generate: the loop's samples" || bad "mpirun --generate: $line vs $g1"
 fi
+# split over 2 model ranks (from the same whole checkpoint): the decoder's
+# logits are the whole one's to float rounding, here the same samples; a
+# pipeline draws the split loop's; heads the axis does not divide, named
+gtp=$("$gpt" "${gen[@]}" --tensor-parallel 2 2>&1)
+gtpp=$("$gpt" "${gen[@]}" --tensor-parallel 2 --schedule std1f1b --stages 2 2>&1)
+loud=()
+for a in "${gen[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
+loud=$("$gpt" "${loud[@]}" --tensor-parallel 2 2>&1)
+[ "$gtp" = "$g1" ] && [ "$gtpp" = "$g1" ] && grep -q "the one-rank loop, over 2 model ranks" <<<"$loud" &&
+  ok "--generate --tensor-parallel 2: the whole decoder's samples, on std1f1b too" ||
+  bad "--generate --tensor-parallel 2: $gtp / std1f1b $gtpp vs $g1 ($(tail -n 1 <<<"$loud"))"
+if [ -x "$(command -v mpirun)" ] && ! grep -q "no MPI" <<<"$probe"; then
+  line=$("$src/tests/mpirun.sh" shm 4 "$gpt" "${gen[@]}" --tensor-parallel 2 --schedule std1f1b --stages 2 --runtime mpi 2>&1)
+  [ "$line" = "$gtp" ] && ok "mpirun -np 4 --generate --tensor-parallel 2: the in-process samples" ||
+    bad "mpirun --generate --tensor-parallel 2: $line vs $gtp"
+fi
+out=$("$gpt" "${gen[@]}" --tensor-parallel 4 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "2 heads are not divisible by tensor_parallel 4" <<<"$out" &&
+  ok "--generate --tensor-parallel 4 with 2 heads: exit 1, named" || bad "--generate --tensor-parallel 4: exit $rc: $out"
 for case in "--generate 8:give --resume" "--generate 8 --resume $tmp/gen.safetensors --prompt 0123456789abc:between 1 and 8" \
             "--prompt x:options of --generate N" "--generate 8 --resume $tmp/gen.safetensors --data-parallel 2:training options"; do
   args=${case%%:*} want=${case#*:}
