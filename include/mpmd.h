@@ -925,7 +925,9 @@ void mpmd_step_set_recording(mpmd_step *st, int on);
 mpmd_status mpmd_step_timeline(const mpmd_step *st, mpmd_timeline **out, mpmd_error *err);
 /* The last recorded run as Chrome trace-event JSON (opens in Perfetto): one
  * process track per rank, an event per task, send, receive (with its wait
- * nested inside), before- and after-loop op. */
+ * nested inside), before- and after-loop op, and collective over the data
+ * axis (data parallelism's all-reduces, FSDP's gathers and
+ * reduce-scatters). */
 mpmd_status mpmd_step_write_trace(const mpmd_step *st, FILE *f, mpmd_error *err);
 
 typedef struct mpmd_rank_stats {

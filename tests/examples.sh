@@ -212,6 +212,39 @@ line2=$("$gpt" "${model[@]}" --steps 6 --tensor-parallel 2 --schedule std1f1b --
 [ "$line2" = "$tp6" ] && close "$line" "$tp6" 1e-5 &&
   ok "resume: a tensor-parallel checkpoint, split again (the same bits) and whole ($line)" ||
   bad "tensor-parallel resume: $line2 / $line vs $tp6"
+# --trace is JSON a parser reads, every instruction a named event: the data
+# axis' collectives (plain replicas' all-reduces, FSDP's gathers and
+# reduce-scatters), with tensor parallelism, and a schedule file whose path
+# needs escaping
+if command -v python3 >/dev/null; then
+  "$build/mpmd" schedule gpipe --stages 2 --microbatches 4 >"$tmp/my\"gpipe.txt"
+  for extra in "--data-parallel 2 --fsdp:all_gather for fwd_0__0:reduce_scatter %" \
+               "--data-parallel 2:all_reduce %:over the replicas" "--tensor-parallel 2:fwd_1__3:bwd_0__0" \
+               "--tensor-parallel 2 --data-parallel 2 --fsdp:all_gather for bwd_1__2:reduce_scatter %"; do
+    args=${extra%%:*} rest=${extra#*:}
+    for sched in gpipe "file:$tmp/my\"gpipe.txt"; do
+      rm -f "$tmp/trace.json"
+      "$gpt" "${model[@]}" $args --schedule "$sched" --stages 2 --trace "$tmp/trace.json" >/dev/null 2>&1
+      out=$(python3 - "$tmp/trace.json" "${rest%%:*}" "${rest#*:}" <<'PY' 2>&1
+import json, sys
+with open(sys.argv[1], encoding="utf-8") as f:
+    trace = json.load(f)
+events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+names = [e.get("name") for e in events]
+bad = [n for n in names if not isinstance(n, str) or not n or not n.isprintable()]
+if bad:
+    sys.exit("unnamed events: %r" % bad[:3])
+for want in sys.argv[2:]:
+    if not any(n.startswith(want) or want in n for n in names):
+        sys.exit("no event named like %r among %d" % (want, len(names)))
+print("%d named events, schedule %s" % (len(events), trace["otherData"]["schedule"]))
+PY
+      ) && ok "--trace $args --schedule ${sched##*/}: $out" || bad "--trace $args --schedule $sched: $out"
+    done
+  done
+else
+  echo "skipped: the --trace JSON checks (no python3)"
+fi
 if [ -x "$(command -v mpirun)" ] && ! grep -q "no MPI" <<<"$probe"; then
   # each process loads its own model rank's part and its copy of the rest
   line=$("$src/tests/mpirun.sh" shm 2 "$gpt" "${model[@]}" --steps 6 --tensor-parallel 2 --resume "$tmp/tp.safetensors" \
