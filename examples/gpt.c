@@ -114,7 +114,8 @@ static const char *usage =
     "  --data-parallel R     replicas of every rank, each on batch/R sequences (default 1)\n"
     "  --tensor-parallel M   split every block over M model ranks, Megatron's way (attention by\n"
     "                        heads, MLP by its hidden width; an all-reduce after each); M ranks\n"
-    "                        per rank and replica (under MPI: mpirun -np D*R*M)\n"
+    "                        per rank and replica (under MPI: mpirun -np D*R*M); --eval,\n"
+    "                        --generate and --init-from split alike (files hold whole tensors)\n"
     "  --fsdp                shard parameters, gradients and AdamW state over the R replicas\n"
     "                        (ZeRO-3): each holds 1/R, tasks gather what they read (in the\n"
     "                        compute dtype: bf16 and f16 gather half f32's bytes); the same\n"
@@ -167,8 +168,9 @@ static const char *usage =
     "Generating (instead of training):\n"
     "  --generate N          sample N tokens after --prompt for each of --batch sequences, with a\n"
     "                        key/value cache, pipelined like training (--schedule, --stages: the\n"
-    "                        sequences are the microbatches in flight); the weights from --resume\n"
-    "                        (a checkpoint or weights file) or --init-from; GPT-2 blocks\n"
+    "                        sequences are the microbatches in flight) and split like it\n"
+    "                        (--tensor-parallel); the weights from --resume (a checkpoint or\n"
+    "                        weights file) or --init-from; GPT-2 blocks\n"
     "  --prompt TEXT         the prompt: its bytes with the byte vocabulary, else token ids\n"
     "                        separated by commas (default \"The \" or \"464\")\n"
     "  --temperature F       sampling temperature; 0 is greedy (default 1)\n"
@@ -736,11 +738,13 @@ static int generate(options *o, trainer *t) {
             }
             putchar('\n');
         }
+        char split[48] = "";
+        if (c.tensor_parallel > 1) snprintf(split, sizeof split, ", over %d model ranks", c.tensor_parallel);
         if (!o->quiet)
-            printf("generated %lld tokens for each of %lld sequences (%d in flight per microbatch, %s): prompt "
-                   "%.1f ms, then %.0f tokens/s (%.2f ms per position)\n",
+            printf("generated %lld tokens for each of %lld sequences (%d in flight per microbatch, %s%s): "
+                   "prompt %.1f ms, then %.0f tokens/s (%.2f ms per position)\n",
                    o->generate, (long long)B, (int)(B / c.microbatches),
-                   t->sched ? t->sched->name : "the one-rank loop", 1e3 * (t_gen - t0),
+                   t->sched ? t->sched->name : "the one-rank loop", split, 1e3 * (t_gen - t0),
                    (double)(B * o->generate) / (t1 - t_gen), 1e3 * (t1 - t_gen) / (double)o->generate);
     }
     free(seqs), free(tok), free(logits), free(prompt);

@@ -433,6 +433,11 @@ int mpmd_tensor_parallel(const mpmd_graph *g);
  * see the whole parameter. */
 MPMD_NODISCARD mpmd_value mpmd_param_split(mpmd_graph *g, const char *name, int ndim, const int64_t *dims,
                                            mpmd_init init, int axis, int groups);
+/* A value's type as a step's reads, writes and checkpoints see it
+ * (mpmd_step_read, mpmd_step_write, mpmd_exec_read, mpmd_step_save): a
+ * parameter split over the model axis (and its optimizer state) whole,
+ * any other value as mpmd_value_type gives it. */
+mpmd_type mpmd_value_whole_type(const mpmd_graph *g, mpmd_value v);
 /* Collectives over a mesh axis (only "model" in the graph; the data axis is
  * the step's: data_parallel, fsdp), summing in rank order on every rank:
  *   all_reduce      the sum over the ranks; gradient: the cotangent
@@ -442,7 +447,13 @@ MPMD_NODISCARD mpmd_value mpmd_param_split(mpmd_graph *g, const char *name, int 
  *   reduce_scatter  this rank's slice along dim of the sum (m divides it);
  *                   gradient: all_gather
  * The gradients take the cotangent to be equal on every model rank, as it
- * is for a loss computed the same on each (Megatron's f and g). */
+ * is for a loss computed the same on each (Megatron's f and g). These and
+ * the split embedding and cross-entropy below run inside the microbatch
+ * loop body of a graph of m >= 2 model ranks: made with m = 1 or after
+ * mpmd_loop_end they are an error at once, before mpmd_loop_begin an error
+ * when the loop begins, in a graph that never gets a loop (no stage marker
+ * either, which makes the ops before it a loop of one) an error when it
+ * compiles; each message names the call. */
 MPMD_NODISCARD mpmd_value mpmd_all_reduce(mpmd_graph *g, mpmd_value x, const char *axis);
 MPMD_NODISCARD mpmd_value mpmd_pvary(mpmd_graph *g, mpmd_value x, const char *axis);
 MPMD_NODISCARD mpmd_value mpmd_all_gather(mpmd_graph *g, mpmd_value x, int dim, const char *axis);
@@ -953,7 +964,9 @@ void mpmd_step_set_recording(mpmd_step *st, int on);
 mpmd_status mpmd_step_timeline(const mpmd_step *st, mpmd_timeline **out, mpmd_error *err);
 /* The last recorded run as Chrome trace-event JSON (opens in Perfetto): one
  * process track per rank, an event per task, send, receive (with its wait
- * nested inside), before- and after-loop op. */
+ * nested inside), before- and after-loop op, and collective over the data
+ * axis (data parallelism's all-reduces, FSDP's gathers and
+ * reduce-scatters). */
 mpmd_status mpmd_step_write_trace(const mpmd_step *st, FILE *f, mpmd_error *err);
 
 typedef struct mpmd_rank_stats {

@@ -121,6 +121,20 @@ ltp=$("$llama" "${model[@]}" --heads 4 --kv-heads 2 --tensor-parallel 2 | tail -
 lw=$("$llama" "${model[@]}" --heads 4 --kv-heads 2 | tail -n 1)
 close "$ltp" "$lw" 1e-5 && ok "llama, tensor parallel 2 (grouped-query heads split): $ltp" ||
   bad "llama tensor parallel 2: $ltp vs $lw"
+# --eval with tensor parallelism: the evaluation step takes the training
+# step's split parameters whole; its held-out loss is the whole model's to
+# float tolerance, and a pipeline gives the split loop's lines bit for bit
+ew=$("$gpt" "${model[@]}" --eval 2 | tail -n 2 | tr '\n' ' ')
+etp=$("$gpt" "${model[@]}" --eval 2 --tensor-parallel 2 2>&1 | tail -n 2 | tr '\n' ' ')
+etpp=$("$gpt" "${model[@]}" --eval 2 --tensor-parallel 2 --schedule std1f1b --stages 2 2>&1 | tail -n 2 | tr '\n' ' ')
+eloss() { sed -n 's/^eval_loss=\([^ ]*\) .*/\1/p' <<<"$1"; }
+case "$etp" in
+  eval_loss=*" final_loss="*)
+    close "final_loss=$(eloss "$etp")" "final_loss=$(eloss "$ew")" 1e-5 && [ "$etpp" = "$etp" ] &&
+      ok "--eval, tensor parallel 2: $(eloss "$etp") (whole: $(eloss "$ew")), std1f1b the same" ||
+      bad "--eval, tensor parallel 2: $etp / std1f1b $etpp vs the whole model's $ew" ;;
+  *) bad "--eval --tensor-parallel 2 printed: $etp" ;;
+esac
 dp3=$("$gpt" "${model[@]}" --precision bf16 --batch 12 --schedule std1f1b --stages 2 --data-parallel 3 | tail -n 1)
 line=$("$gpt" "${model[@]}" --precision bf16 --batch 12 --schedule std1f1b --stages 2 --data-parallel 3 --fsdp | tail -n 1)
 [ "$line" = "$dp3" ] && ok "fsdp, bf16, std1f1b x 3 replicas (padded shards): $line" ||
@@ -198,7 +212,45 @@ line2=$("$gpt" "${model[@]}" --steps 6 --tensor-parallel 2 --schedule std1f1b --
 [ "$line2" = "$tp6" ] && close "$line" "$tp6" 1e-5 &&
   ok "resume: a tensor-parallel checkpoint, split again (the same bits) and whole ($line)" ||
   bad "tensor-parallel resume: $line2 / $line vs $tp6"
+# --trace is JSON a parser reads, every instruction a named event: the data
+# axis' collectives (plain replicas' all-reduces, FSDP's gathers and
+# reduce-scatters), with tensor parallelism, and a schedule file whose path
+# needs escaping
+if command -v python3 >/dev/null; then
+  "$build/mpmd" schedule gpipe --stages 2 --microbatches 4 >"$tmp/my\"gpipe.txt"
+  for extra in "--data-parallel 2 --fsdp:all_gather for fwd_0__0:reduce_scatter %" \
+               "--data-parallel 2:all_reduce %:over the replicas" "--tensor-parallel 2:fwd_1__3:bwd_0__0" \
+               "--tensor-parallel 2 --data-parallel 2 --fsdp:all_gather for bwd_1__2:reduce_scatter %"; do
+    args=${extra%%:*} rest=${extra#*:}
+    for sched in gpipe "file:$tmp/my\"gpipe.txt"; do
+      rm -f "$tmp/trace.json"
+      "$gpt" "${model[@]}" $args --schedule "$sched" --stages 2 --trace "$tmp/trace.json" >/dev/null 2>&1
+      out=$(python3 - "$tmp/trace.json" "${rest%%:*}" "${rest#*:}" <<'PY' 2>&1
+import json, sys
+with open(sys.argv[1], encoding="utf-8") as f:
+    trace = json.load(f)
+events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+names = [e.get("name") for e in events]
+bad = [n for n in names if not isinstance(n, str) or not n or not n.isprintable()]
+if bad:
+    sys.exit("unnamed events: %r" % bad[:3])
+for want in sys.argv[2:]:
+    if not any(n.startswith(want) or want in n for n in names):
+        sys.exit("no event named like %r among %d" % (want, len(names)))
+print("%d named events, schedule %s" % (len(events), trace["otherData"]["schedule"]))
+PY
+      ) && ok "--trace $args --schedule ${sched##*/}: $out" || bad "--trace $args --schedule $sched: $out"
+    done
+  done
+else
+  echo "skipped: the --trace JSON checks (no python3)"
+fi
 if [ -x "$(command -v mpirun)" ] && ! grep -q "no MPI" <<<"$probe"; then
+  # each process loads its own model rank's part and its copy of the rest
+  line=$("$src/tests/mpirun.sh" shm 2 "$gpt" "${model[@]}" --steps 6 --tensor-parallel 2 --resume "$tmp/tp.safetensors" \
+    --runtime mpi 2>&1 | tail -n 1)
+  [ "$line" = "$tp6" ] && ok "mpirun -np 2, resume split over 2 model ranks: the in-process bits" ||
+    bad "mpirun -np 2, tensor-parallel resume: $line vs $tp6"
   "$src/tests/mpirun.sh" shm 4 "$gpt" "${model[@]}" --steps 3 --data-parallel 2 --fsdp --schedule std1f1b --stages 2 \
     --runtime mpi --save "$tmp/fsdp_mpi.safetensors" >/dev/null 2>&1
   resumed=$("$src/tests/mpirun.sh" shm 2 "$gpt" "${model[@]}" --steps 6 --data-parallel 2 --fsdp --runtime mpi \
@@ -228,6 +280,25 @@ if [ -x "$(command -v mpirun)" ] && ! grep -q "no MPI" <<<"$probe"; then
   line=$("$src/tests/mpirun.sh" shm 2 "$gpt" "${gen[@]}" --schedule std1f1b --stages 2 --runtime mpi 2>&1)
   [ "$line" = "$g1" ] && ok "mpirun -np 2 --generate: the loop's samples" || bad "mpirun --generate: $line vs $g1"
 fi
+# split over 2 model ranks (from the same whole checkpoint): the decoder's
+# logits are the whole one's to float rounding, here the same samples; a
+# pipeline draws the split loop's; heads the axis does not divide, named
+gtp=$("$gpt" "${gen[@]}" --tensor-parallel 2 2>&1)
+gtpp=$("$gpt" "${gen[@]}" --tensor-parallel 2 --schedule std1f1b --stages 2 2>&1)
+loud=()
+for a in "${gen[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
+loud=$("$gpt" "${loud[@]}" --tensor-parallel 2 2>&1)
+[ "$gtp" = "$g1" ] && [ "$gtpp" = "$g1" ] && grep -q "the one-rank loop, over 2 model ranks" <<<"$loud" &&
+  ok "--generate --tensor-parallel 2: the whole decoder's samples, on std1f1b too" ||
+  bad "--generate --tensor-parallel 2: $gtp / std1f1b $gtpp vs $g1 ($(tail -n 1 <<<"$loud"))"
+if [ -x "$(command -v mpirun)" ] && ! grep -q "no MPI" <<<"$probe"; then
+  line=$("$src/tests/mpirun.sh" shm 4 "$gpt" "${gen[@]}" --tensor-parallel 2 --schedule std1f1b --stages 2 --runtime mpi 2>&1)
+  [ "$line" = "$gtp" ] && ok "mpirun -np 4 --generate --tensor-parallel 2: the in-process samples" ||
+    bad "mpirun --generate --tensor-parallel 2: $line vs $gtp"
+fi
+out=$("$gpt" "${gen[@]}" --tensor-parallel 4 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "2 heads are not divisible by tensor_parallel 4" <<<"$out" &&
+  ok "--generate --tensor-parallel 4 with 2 heads: exit 1, named" || bad "--generate --tensor-parallel 4: exit $rc: $out"
 for case in "--generate 8:give --resume" "--generate 8 --resume $tmp/gen.safetensors --prompt 0123456789abc:between 1 and 8" \
             "--prompt x:options of --generate N" "--generate 8 --resume $tmp/gen.safetensors --data-parallel 2:training options"; do
   args=${case%%:*} want=${case#*:}

@@ -5,6 +5,9 @@
 #   stages; std1f1b under mpirun when this build has MPI) end on the
 #   one-rank loop's final line, which differs from a run from random
 #   weights; the "transformer." prefix reads the same values;
+# - split over 2 model ranks (--tensor-parallel 2) the import gives each
+#   rank its part: the first loss is the whole model's to float tolerance,
+#   and pipelines (and mpirun) end on the split loop's final line;
 # - a token file on GPT-2's vocabulary (50257 by default with --tokens)
 #   trains, pipelined equal to the loop;
 # - bad files and conflicting options end with a message naming the file or
@@ -41,6 +44,42 @@ else
   line=$("$src/tests/mpirun.sh" shm 2 "$gpt" --init-from "$tmp/gpt2.safetensors" --tokens "$tmp/tok64.bin" \
     "${model[@]}" --schedule std1f1b --stages 2 --runtime mpi 2>&1 | tail -n 1)
   [ "$line" = "$ref" ] && ok "imported, mpirun -np 2: the loop's final line" || bad "imported, mpirun -np 2: $line vs $ref"
+fi
+# split over 2 model ranks: the file's whole tensors are checked against
+# the parameters' whole shapes and each model rank gets its part; the first
+# step's loss is the whole model's to float tolerance (the split sums add
+# in another order), it trains, and a pipeline (and mpirun) ends on the
+# split loop's final line bit for bit
+close() { # close LINE_A LINE_B REL: the final losses agree to REL
+  awk -v a="${1#final_loss=}" -v b="${2#final_loss=}" -v r="$3" \
+    'BEGIN { split(a, x, " "); split(b, y, " "); d = x[1] - y[1]; if (d < 0) d = -d; exit !(d <= r * y[1]) }'
+}
+imp=(--init-from "$tmp/gpt2.safetensors" --tokens "$tmp/tok64.bin" "${model[@]}")
+one=$(final "${imp[@]}" --steps 1)
+tp1=$(final "${imp[@]}" --steps 1 --tensor-parallel 2)
+tp=$(final "${imp[@]}" --tensor-parallel 2)
+case "$tp1" in
+  final_loss=*) close "$tp1" "$one" 1e-5 && [ "$tp1" != "$one" ] && ok "imported, tensor parallel 2: first loss $tp1 (whole: $one)" ||
+    bad "imported, tensor parallel 2: first loss $tp1 vs the whole model's $one" ;;
+  *) bad "imported, tensor parallel 2 printed: $tp1" ;;
+esac
+case "$tp" in
+  final_loss=*) [ "${tp%% *}" != "${tp1%% *}" ] && close "$tp" "$ref" 1e-4 && ok "imported, tensor parallel 2 trains: $tp" ||
+    bad "imported, tensor parallel 2, 2 steps: $tp (1 step: $tp1, whole: $ref)" ;;
+  *) bad "imported, tensor parallel 2, 2 steps printed: $tp" ;;
+esac
+for sched in std1f1b zerobubble; do
+  line=$(final "${imp[@]}" --tensor-parallel 2 --schedule $sched --stages 2)
+  [ "$line" = "$tp" ] && [ "${tp#final_loss=}" != "$tp" ] &&
+    ok "imported, tensor parallel 2, $sched on 2 stages: the split loop's final line" ||
+    bad "imported, tensor parallel 2, $sched: $line vs $tp"
+done
+if [ -x "$(command -v mpirun)" ] && ! grep -q "no MPI" <<<"$probe"; then
+  line=$("$src/tests/mpirun.sh" shm 4 "$gpt" "${imp[@]}" --tensor-parallel 2 --schedule std1f1b --stages 2 --runtime mpi 2>&1 |
+    tail -n 1)
+  [ "$line" = "$tp" ] && [ "${tp#final_loss=}" != "$tp" ] &&
+    ok "imported, tensor parallel 2, mpirun -np 4: the split loop's final line" ||
+    bad "imported, tensor parallel 2, mpirun -np 4: $line vs $tp"
 fi
 random=$(final --tokens "$tmp/tok64.bin" --vocab 64 --layers 2 --width 16 --tie-embeddings "${model[@]}")
 case "$random" in

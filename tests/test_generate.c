@@ -8,10 +8,15 @@
  * - pipelined on 2 stages (gpipe and std1f1b, 2 microbatches in flight) it
  *   gives the loop's logits bit for bit at every position: the cache
  *   variables of the later stages are updated on the ranks that read them;
+ * - split over 2 model ranks (tensor_parallel 2: attention by heads, each
+ *   rank caching its own, the MLP by its hidden width, wte and the tied
+ *   head by vocabulary rows) it gives the whole decoder's logits to f32
+ *   rounding, and on 2 stages the split loop's bit for bit;
  * - sampling: temperature 0 and top-k 1 are the argmax; top-k draws only
  *   among the k largest; the draws follow the softmax (a rough frequency
  *   check) and are a pure function of (seed, sequence, position);
- * - the errors: a position past the cache, a LLaMA model. */
+ * - the errors: a position past the cache, a LLaMA model, heads the model
+ *   axis does not divide. */
 #include "gpt_generate.h"
 #include "testutil.h"
 
@@ -27,14 +32,24 @@ static gpt_config config(int stages) {
     return c;
 }
 
-/* logits of every position [T][B * V] from the decoder on schedule s */
-static int decode_all(const mpmd_schedule *s, int stages, const int32_t *tok, float *out) {
+/* logits of every position [T][B * V] from the decoder on schedule s,
+ * split over tp model ranks */
+static int decode_all(const mpmd_schedule *s, int stages, int tp, const int32_t *tok, float *out) {
     gpt_config c = config(stages);
+    c.tensor_parallel = tp;
     gpt_decoder d;
     mpmd_error err;
     if (gpt_build_decoder(&c, &d, &err)) {
         CHECK(0, "%s", err.msg);
         return 0;
+    }
+    if (tp > 1) { /* split indeed: this rank's part of qkv, read and written whole */
+        mpmd_value k = mpmd_lookup(d.g, "block_0/attn/qkv/kernel");
+        mpmd_type part = mpmd_value_type(d.g, k), whole = mpmd_value_whole_type(d.g, k);
+        CHECK(mpmd_tensor_parallel(d.g) == tp && part.dim[1] == 3 * 16 / tp && whole.dim[1] == 3 * 16,
+              "the decoder over %d model ranks: qkv kernel [%lld, %lld] of [%lld, %lld]", tp,
+              (long long)part.dim[0], (long long)part.dim[1], (long long)whole.dim[0],
+              (long long)whole.dim[1]);
     }
     mpmd_step *st = tu_step(d.g, s, 9, "the decoder");
     int ok = st != NULL;
@@ -60,7 +75,7 @@ static void test_decoder(void) {
     int32_t tok[B * T], tgt[B * T];
     gpt_random_batch(V, B, T, 3, 1, tok, tgt);
     float *loop = malloc(sizeof(float) * T * B * V), *pipe = malloc(sizeof(float) * T * B * V);
-    if (!decode_all(NULL, 1, tok, loop)) return;
+    if (!decode_all(NULL, 1, 1, tok, loop)) return;
     /* the training model's loss on the same batch, same parameters */
     gpt_config c = config(1);
     gpt_model m;
@@ -97,12 +112,28 @@ static void test_decoder(void) {
             CHECK(0, "%s", err.msg);
             continue;
         }
-        if (decode_all(s, 2, tok, pipe))
+        if (decode_all(s, 2, 1, tok, pipe))
             CHECK(memcmp(loop, pipe, sizeof(float) * T * B * V) == 0, "%s, 2 stages: logits differ from the loop's",
                   names[k]);
         mpmd_schedule_free(s);
     }
-    free(loop), free(pipe);
+    /* split over 2 model ranks: the whole decoder's logits to rounding; a
+     * pipeline of it, the split loop's bits */
+    float *split = malloc(sizeof(float) * T * B * V);
+    if (decode_all(NULL, 1, 2, tok, split)) {
+        double worst = 0;
+        for (int i = 0; i < T * B * V; i++)
+            worst = fmax(worst, fabs((double)split[i] - loop[i]) / (1 + fabs(loop[i])));
+        CHECK(worst <= 1e-5, "tensor parallel 2: logits differ from the whole decoder's by %.3g", worst);
+        mpmd_schedule *s;
+        if (mpmd_schedule_new(MPMD_SCHED_GPIPE, 2, 2, 2, 0, &s, &err) == MPMD_OK) {
+            if (decode_all(s, 2, 2, tok, pipe))
+                CHECK(memcmp(split, pipe, sizeof(float) * T * B * V) == 0,
+                      "tensor parallel 2, gpipe on 2 stages: logits differ from the split loop's");
+            mpmd_schedule_free(s);
+        }
+    }
+    free(loop), free(pipe), free(split);
 }
 
 static void test_sampling(void) {
@@ -137,6 +168,11 @@ static void test_errors(void) {
     mpmd_error err;
     CHECK(gpt_build_decoder(&c, &d, &err) == MPMD_ERR_INVALID && strstr(err.msg, "GPT-2 blocks"), "llama: %s",
           err.msg);
+    c = config(1);
+    c.tensor_parallel = 4; /* 2 heads */
+    CHECK(gpt_build_decoder(&c, &d, &err) == MPMD_ERR_INVALID &&
+              strstr(err.msg, "2 heads are not divisible by tensor_parallel 4"),
+          "heads over the model axis: %s", err.msg);
 }
 
 int main(void) {

@@ -12,6 +12,9 @@
  *   pipeline, where the tied wte lives on both ranks (every copy checked);
  * - "transformer." names, BF16 and F16 files (widened exactly), an
  *   lm_head.weight equal to wte.weight;
+ * - a model split over 2 model ranks (tensor parallelism): the file's
+ *   whole tensors against the parameters' whole shapes, every parameter
+ *   read back whole bit for bit (each rank got its part);
  * - errors that name the tensor: missing, mis-shaped, of dtype I32, an
  *   lm_head that differs from wte, an untied model, a file without wte;
  *   after a refused import the parameters are as they were. */
@@ -236,6 +239,48 @@ static void test_import_bitwise(const char *prefix, const char *dtype, int lm_he
     }
 }
 
+/* Split over 2 model ranks, alone and on a two-stage pipeline: the import
+ * checks whole shapes and writes each rank its part; read back whole (the
+ * parts assembled), every parameter is the file's tensor bit for bit. */
+static void test_import_split(void) {
+    tu_hf_opts o = tu_hf_defaults();
+    o.seed = 11;
+    write_file(&o);
+    mpmd_error err;
+    for (int stages = 1; stages <= 2; stages++) {
+        gpt_config c = small_config(8);
+        c.stages = stages, c.tensor_parallel = 2;
+        gpt_model m;
+        CHECK(gpt_build(&c, 1, &m, &err) == MPMD_OK, "%s", err.msg);
+        mpmd_step *st = compile(&m, stages);
+        CHECK(gpt_hf_import(path, &m, st, &err) == MPMD_OK, "tensor parallel 2, %d stage(s): %s", stages,
+              err.msg);
+        int bad = 0, split = 0;
+        for (int i = 0; i < m.n_params; i++) {
+            const char *name = mpmd_value_name(m.g, m.params[i]);
+            char hf[96];
+            CHECK(expected_name(name, hf, sizeof hf), "no Hugging Face name for %s", name);
+            mpmd_type t = mpmd_value_whole_type(m.g, m.params[i]), part = mpmd_value_type(m.g, m.params[i]);
+            split += mpmd_type_numel(&part) < mpmd_type_numel(&t);
+            int64_t n = mpmd_type_numel(&t);
+            float *p = malloc((size_t)n * sizeof *p);
+            CHECK(p && mpmd_step_read(st, m.params[i], p, (size_t)n * sizeof *p) == MPMD_OK, "%s: %s", name,
+                  mpmd_step_error(st));
+            for (int64_t k = 0; p && k < n; k++) {
+                float want = tu_hf_stored("F32", o.seed, hf, k);
+                if (memcmp(&p[k], &want, sizeof want) != 0 && bad++ < 5)
+                    fprintf(stderr, "%s[%lld] is %.9g; %s[%lld] is %.9g\n", name, (long long)k, p[k], hf,
+                            (long long)k, want);
+            }
+            free(p);
+        }
+        CHECK(bad == 0 && split > 0, "tensor parallel 2, %d stage(s): %d values differ (%d parameters split)",
+              stages, bad, split);
+        mpmd_step_free(st);
+        gpt_model_free(&m);
+    }
+}
+
 static void test_import_errors(void) {
     gpt_config c = small_config(8);
     tu_hf_opts o = tu_hf_defaults();
@@ -301,6 +346,7 @@ int main(void) {
     test_import_bitwise("", "F32", 0);
     test_import_bitwise("transformer.", "BF16", 1);
     test_import_bitwise("transformer.", "F16", 0);
+    test_import_split();
     test_import_errors();
     remove(path);
     return tu_report("test_gpt_import");

@@ -14,7 +14,14 @@
  *   ones (the loss and both gradients);
  * - bad input: a dimension the axis does not divide, an axis that does not
  *   exist or is not the graph's, a layer whose heads or width the axis does
- *   not divide, the axis set after building: each a message naming it.
+ *   not divide, the axis set after building: each a message naming it;
+ * - misuse of each model-axis call (the four collectives, the split
+ *   embedding and cross-entropy): in a graph of one model rank, after the
+ *   loop, before it (refused when the loop begins), in a graph that never
+ *   gets a loop (refused when it compiles): each a message naming the call
+ *   and what to do, never a crash at run time; and the legitimate use
+ *   without an explicit loop (before the first stage marker, which makes
+ *   the function a loop of one) runs, the same bits as an explicit loop.
  */
 #include "mpmd_checkpoint.h"
 #include "testutil.h"
@@ -210,6 +217,13 @@ static void checkpoints(void) {
               "a split parameter written whole does not read back whole");
         CHECK(mpmd_step_read(a, split.p, pb, sizeof(float) * R * W) == MPMD_ERR_SHAPE,
               "reading a split parameter with its part's size is an error");
+        /* the graph says both sizes: the part this rank holds, the whole reads take */
+        mpmd_type part = mpmd_value_type(split.g, split.p), all = mpmd_value_whole_type(split.g, split.p);
+        mpmd_type q = mpmd_value_type(split.g, split.q), qw = mpmd_value_whole_type(split.g, split.q);
+        CHECK(part.dim[0] == R && part.dim[1] == W && all.dim[0] == R && all.dim[1] == 2 * W &&
+                  mpmd_type_bytes(&qw) == mpmd_type_bytes(&q) && qw.dim[1] == q.dim[1],
+              "mpmd_value_whole_type: p [%lld, %lld] of [%lld, %lld]", (long long)part.dim[0],
+              (long long)part.dim[1], (long long)all.dim[0], (long long)all.dim[1]);
     }
     unlink(p1), unlink(p2), rmdir(d);
     mpmd_step_free(a), mpmd_step_free(b);
@@ -327,6 +341,178 @@ static void bad_input(void) {
     mpmd_graph_free(g);
 }
 
+/* ---- misuse of the model axis' calls ---------------------------------- */
+
+static const char *const axis_calls[6] = {"mpmd_all_reduce",      "mpmd_pvary",
+                                          "mpmd_all_gather",      "mpmd_reduce_scatter",
+                                          "mpmd_embedding_split", "mpmd_cross_entropy_split"};
+
+/* Call k of axis_calls on operands of the right shapes: x f32 [n, 4] (also
+ * the logits), table a split parameter [8, 4], ids i32 [n]. */
+static mpmd_value axis_call(mpmd_graph *g, int k, mpmd_value x, mpmd_value table, mpmd_value ids) {
+    switch (k) {
+    case 0: return mpmd_all_reduce(g, x, "model");
+    case 1: return mpmd_pvary(g, x, "model");
+    case 2: return mpmd_all_gather(g, x, 1, "model");
+    case 3: return mpmd_reduce_scatter(g, x, 1, "model");
+    case 4: return mpmd_embedding_split(g, table, ids, "model");
+    default: return mpmd_cross_entropy_split(g, x, ids, "model");
+    }
+}
+
+enum { BEFORE_LOOP = 0, IN_BODY = 1, AFTER_LOOP = 2 };
+static const char *const where_names[3] = {"before the loop", "in the body", "after the loop"};
+
+/* A graph of M model ranks with a loop of 2 microbatches and call k made
+ * `where`; *y gets what the call returned. The graph stops at the first
+ * error (the message says where). */
+static mpmd_graph *axis_graph(int M, int k, int where, mpmd_value *y) {
+    mpmd_graph *g = mpmd_graph_new();
+    if (M > 1) mpmd_set_tensor_parallel(g, M);
+    mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(8, 4)),
+               ids = mpmd_input(g, "ids", MPMD_I32, MPMD_SHAPE(8));
+    mpmd_value table = mpmd_param_split(g, "table", MPMD_SHAPE(8, 4), MPMD_NORMAL(1.0f), 0, 1);
+    *y = MPMD_NONE;
+    if (where == BEFORE_LOOP) *y = axis_call(g, k, x, table, ids);
+    mpmd_loop_begin(g, 2);
+    mpmd_value xm = mpmd_microbatch(g, x), im = mpmd_microbatch(g, ids);
+    if (where == IN_BODY) *y = axis_call(g, k, xm, table, im);
+    mpmd_value xs = mpmd_loop_reduce(g, mpmd_tanh(g, xm), MPMD_REDUCE_CONCAT);
+    mpmd_value is = mpmd_loop_reduce(g, im, MPMD_REDUCE_CONCAT);
+    mpmd_loop_end(g);
+    if (where == AFTER_LOOP) *y = axis_call(g, k, xs, table, is);
+    return g;
+}
+
+static void misuse(void) {
+    char want[512];
+    for (int k = 0; k < 6; k++) {
+        const char *fn = axis_calls[k];
+        for (int where = 0; where < 3; where++) {
+            /* one model rank: refused where it is made, wherever that is */
+            mpmd_value y;
+            mpmd_graph *g = axis_graph(1, k, where, &y);
+            snprintf(want, sizeof want,
+                     "%s: the model axis has 1 rank (call mpmd_set_tensor_parallel(g, M) with M >= 2 before "
+                     "building the graph)",
+                     fn);
+            CHECK(!mpmd_is_value(y) && !strcmp(mpmd_graph_error(g), want), "%s %s, 1 model rank: %s", fn,
+                  where_names[where], mpmd_graph_error(g));
+            mpmd_graph_free(g);
+            /* two: in the body it is built; after the loop refused at once;
+             * before it refused when the loop begins (until then a stage
+             * marker could still make it the body of a loop of one) */
+            g = axis_graph(2, k, where, &y);
+            if (where == IN_BODY) {
+                CHECK(mpmd_is_value(y) && mpmd_graph_status(g) == MPMD_OK, "%s in the body: %s", fn,
+                      mpmd_graph_error(g));
+            } else if (where == AFTER_LOOP) {
+                snprintf(want, sizeof want,
+                         "%s: collectives over the model axis run inside the microbatch loop body; this one "
+                         "is after the loop (build it between mpmd_loop_begin and mpmd_loop_end)",
+                         fn);
+                CHECK(!mpmd_is_value(y) && !strcmp(mpmd_graph_error(g), want), "%s after the loop: %s", fn,
+                      mpmd_graph_error(g));
+            } else {
+                snprintf(
+                    want, sizeof want,
+                    "%s: collectives over the model axis run inside the microbatch loop body; this one (%%",
+                    fn);
+                CHECK(mpmd_is_value(y) && !strncmp(mpmd_graph_error(g), want, strlen(want)) &&
+                          has(mpmd_graph_error(g), ") is before the loop (build it after mpmd_loop_begin)"),
+                      "%s before the loop: %s", fn, mpmd_graph_error(g));
+            }
+            mpmd_graph_free(g);
+        }
+        /* a graph that never gets a loop: refused when it compiles, by the
+         * step and by the executor */
+        mpmd_graph *g = mpmd_graph_new();
+        mpmd_set_tensor_parallel(g, 2);
+        mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(4, 4)),
+                   ids = mpmd_input(g, "ids", MPMD_I32, MPMD_SHAPE(4));
+        mpmd_value table = mpmd_param_split(g, "table", MPMD_SHAPE(8, 4), MPMD_NORMAL(1.0f), 0, 1);
+        mpmd_value l = mpmd_sum(g, axis_call(g, k, x, table, ids), MPMD_ALL_AXES, MPMD_DROP_DIMS);
+        mpmd_keep(g, l);
+        CHECK(mpmd_graph_status(g) == MPMD_OK, "%s without a loop: %s", fn, mpmd_graph_error(g));
+        mpmd_error err;
+        mpmd_step_opts o = MPMD_STEP_DEFAULTS;
+        o.threads_per_rank = 1;
+        mpmd_step *st = mpmd_jit_with_loop(g, NULL, &o, &err);
+        snprintf(want, sizeof want,
+                 "mpmd_jit_with_loop: %s: collectives over the model axis run inside the microbatch loop "
+                 "body; this one (%%",
+                 fn);
+        CHECK(!st && !strncmp(err.msg, want, strlen(want)) &&
+                  has(err.msg,
+                      ") is in a graph without a loop (build it between mpmd_loop_begin and mpmd_loop_end, "
+                      "or before a stage marker, which makes the ops before it a loop of one)"),
+              "%s without a loop, compiled: %s", fn, st ? "compiled" : err.msg);
+        mpmd_step_free(st);
+        mpmd_exec *ex = mpmd_exec_new(g, NULL, &err);
+        CHECK(!ex && has(err.msg, "mpmd_exec_new: ") && has(err.msg, fn) &&
+                  has(err.msg, "in a graph without a loop"),
+              "%s without a loop, mpmd_exec_new: %s", fn, ex ? "compiled" : err.msg);
+        mpmd_exec_free(ex);
+        mpmd_graph_free(g);
+    }
+}
+
+/* Without mpmd_loop_begin, the model axis' ops made before the first stage
+ * marker are the body of a loop of one (and so are those after it): the
+ * same bits as the function with an explicit loop of one microbatch. */
+static mpmd_graph *loop_of_one(int explicit_loop, mpmd_value *x, mpmd_value *loss) {
+    enum { N = 4, W = 6, M = 2 };
+    mpmd_graph *g = mpmd_graph_new();
+    mpmd_set_tensor_parallel(g, M);
+    *x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(N, W / M));
+    mpmd_value p = mpmd_param_split(g, "p", MPMD_SHAPE(N, W), MPMD_NORMAL(1.0f), 1, 1);
+    mpmd_value e = mpmd_param_split(g, "e", MPMD_SHAPE(8, W), MPMD_NORMAL(1.0f), 0, 1);
+    int32_t idv[N] = {7, 0, 3, 5};
+    mpmd_value ids = mpmd_constant(g, MPMD_I32, MPMD_SHAPE(N), idv);
+    mpmd_value xv = *x;
+    if (explicit_loop) {
+        mpmd_loop_begin(g, 1);
+        xv = mpmd_microbatch(g, *x);
+    }
+    mpmd_value xm = mpmd_mul(g, mpmd_pvary(g, xv, "model"), p);
+    mpmd_value a = mpmd_all_reduce(g, xm, "model"), b = mpmd_all_gather(g, xm, 1, "model");
+    mpmd_value c = mpmd_reduce_scatter(g, b, 1, "model");
+    mpmd_value rows = mpmd_embedding_split(g, e, ids, "model"); /* [N, W] */
+    mpmd_value ce = mpmd_cross_entropy_split(g, mpmd_matmul(g, rows, e, MPMD_TRANS_B), ids, "model");
+    mpmd_value l = mpmd_add(g, mpmd_sum(g, mpmd_mul(g, a, c), MPMD_ALL_AXES, MPMD_DROP_DIMS),
+                            mpmd_sum(g, ce, MPMD_ALL_AXES, MPMD_DROP_DIMS));
+    l = mpmd_add(g, l, mpmd_sum(g, mpmd_mul(g, b, b), MPMD_ALL_AXES, MPMD_DROP_DIMS));
+    l = mpmd_enter_stage(g, l); /* without a loop: the ops above become its body */
+    if (explicit_loop) {
+        l = mpmd_loop_reduce(g, l, MPMD_REDUCE_ADD);
+        mpmd_loop_end(g);
+    }
+    mpmd_keep(g, l);
+    *loss = l;
+    return g;
+}
+
+static void implicit_loop(void) {
+    float got[2] = {NAN, NAN}, x[4 * 3];
+    tu_fill(x, 4 * 3, 21);
+    for (int k = 0; k < 2; k++) {
+        mpmd_value in, loss;
+        mpmd_graph *g = loop_of_one(k, &in, &loss);
+        CHECK(mpmd_graph_status(g) == MPMD_OK && mpmd_graph_num_microbatches(g) == 1, "%s loop of one: %s",
+              k ? "an explicit" : "an implicit", mpmd_graph_error(g));
+        mpmd_step *st = tu_step(g, NULL, 5, k ? "explicit loop of one" : "implicit loop of one");
+        if (st)
+            CHECK(mpmd_step_set_input(st, in, x, sizeof x) == MPMD_OK && mpmd_step_run(st) == MPMD_OK &&
+                      mpmd_step_read(st, loss, &got[k], sizeof got[k]) == MPMD_OK,
+                  "%s loop of one: %s", k ? "an explicit" : "an implicit", mpmd_step_error(st));
+        mpmd_step_free(st);
+        mpmd_graph_free(g);
+    }
+    CHECK(isfinite(got[0]) && memcmp(&got[0], &got[1], sizeof got[0]) == 0,
+          "the model axis' ops in an implicit loop of one: loss %.9g, with an explicit loop %.9g", got[0],
+          got[1]);
+}
+
 int main(void) {
     collectives(2);
     collectives(4);
@@ -334,5 +520,7 @@ int main(void) {
     vocabulary(2);
     vocabulary(4);
     bad_input();
+    misuse();
+    implicit_loop();
     return tu_report("test_tensor_parallel");
 }

@@ -6,28 +6,62 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The model ranks a configuration splits over (1: none). */
+static int model_ranks(const gpt_config *c) { return c->tensor_parallel > 1 ? c->tensor_parallel : 1; }
+
+/* Tensor parallelism (M model ranks): attention's dense layers split as
+ * mpmd_self_attention splits the training step's, with its names and whole
+ * shapes, so that one checkpoint or weights file loads into either. qkv by
+ * output columns, this rank's heads' q, k and v columns (3 groups) from the
+ * whole input h: [b, 1, 3 C/M]. */
+static mpmd_value qkv_columns(mpmd_graph *g, mpmd_value h, int64_t C) {
+    const mpmd_dtype dt = mpmd_value_type(g, h).dtype;
+    mpmd_scope_push(g, "qkv");
+    mpmd_value k = mpmd_param_split(g, "kernel", MPMD_SHAPE(C, 3 * C), MPMD_LECUN, 1, 3);
+    mpmd_value bias = mpmd_param_split(g, "bias", MPMD_SHAPE(3 * C), MPMD_ZEROS, 0, 3);
+    mpmd_scope_pop(g);
+    mpmd_value y = mpmd_matmul(g, mpmd_pvary(g, h, "model"), mpmd_cast(g, k, dt), 0);
+    return mpmd_add(g, y, mpmd_cast(g, bias, dt));
+}
+
+/* out by input rows: this rank's heads a [b, 1, C/M] times its rows of the
+ * kernel, summed over the ranks, plus the whole bias: [b, 1, C]. */
+static mpmd_value out_rows(mpmd_graph *g, mpmd_value a, int64_t C) {
+    const mpmd_dtype dt = mpmd_value_type(g, a).dtype;
+    mpmd_scope_push(g, "out");
+    mpmd_value k = mpmd_param_split(g, "kernel", MPMD_SHAPE(C, C), MPMD_LECUN, 0, 1);
+    mpmd_value bias = mpmd_param(g, "bias", MPMD_SHAPE(C), MPMD_ZEROS);
+    mpmd_scope_pop(g);
+    mpmd_value y = mpmd_all_reduce(g, mpmd_matmul(g, a, mpmd_cast(g, k, dt), 0), "model");
+    return mpmd_add(g, y, mpmd_cast(g, bias, dt));
+}
+
 /* One block at one position: x [b, 1, C]; kc, vc the microbatch's cache rows
- * [b, T, H, Dh]; *kn, *vn get them with this position's k and v written. */
+ * [b, T, H, Dh] (this model rank's H/M heads with tensor parallelism); *kn,
+ * *vn get them with this position's k and v written. */
 static mpmd_value block(mpmd_graph *g, const gpt_config *c, const char *name, mpmd_value x, mpmd_value kc,
                         mpmd_value vc, mpmd_value valid, mpmd_value at, mpmd_value neg, mpmd_value *kn,
                         mpmd_value *vn) {
-    const int64_t C = c->width, H = c->heads, dh = C / H, b = c->batch / c->microbatches;
+    const int M = model_ranks(c);
+    const int64_t C = c->width, dh = C / c->heads, H = c->heads / M, Cl = C / M,
+                  b = c->batch / c->microbatches;
     static const int to_heads[4] = {0, 2, 1, 3}; /* [b, t, H, Dh] <-> [b, H, t, Dh] */
     mpmd_scope_push(g, name);
     mpmd_value h = mpmd_layer_norm_layer(g, "ln_0", x, 1e-5f);
     mpmd_scope_push(g, "attn");
-    mpmd_value qkv = mpmd_dense(g, "qkv", h, 3 * C, 1); /* [b, 1, 3C]: q, k, v blocks, head-major */
-    mpmd_value q = mpmd_reshape(g, mpmd_slice(g, qkv, 2, 0, C), MPMD_SHAPE(b, 1, H, dh));
-    mpmd_value k = mpmd_reshape(g, mpmd_slice(g, qkv, 2, C, 2 * C), MPMD_SHAPE(b, 1, H, dh));
-    mpmd_value v = mpmd_reshape(g, mpmd_slice(g, qkv, 2, 2 * C, 3 * C), MPMD_SHAPE(b, 1, H, dh));
+    /* [b, 1, 3 Cl]: q, k, v blocks, head-major */
+    mpmd_value qkv = M > 1 ? qkv_columns(g, h, C) : mpmd_dense(g, "qkv", h, 3 * C, 1);
+    mpmd_value q = mpmd_reshape(g, mpmd_slice(g, qkv, 2, 0, Cl), MPMD_SHAPE(b, 1, H, dh));
+    mpmd_value k = mpmd_reshape(g, mpmd_slice(g, qkv, 2, Cl, 2 * Cl), MPMD_SHAPE(b, 1, H, dh));
+    mpmd_value v = mpmd_reshape(g, mpmd_slice(g, qkv, 2, 2 * Cl, 3 * Cl), MPMD_SHAPE(b, 1, H, dh));
     *kn = mpmd_where(g, at, k, kc); /* [b, T, H, Dh]: the cache with position p written */
     *vn = mpmd_where(g, at, v, vc);
     mpmd_value s = mpmd_matmul_scaled(g, mpmd_permute(g, q, to_heads), mpmd_permute(g, *kn, to_heads),
                                       MPMD_TRANS_B, 1.0f / sqrtf((float)dh)); /* [b, H, 1, T] */
     mpmd_value p = mpmd_softmax(g, mpmd_where(g, valid, s, neg));
     mpmd_value a = mpmd_matmul(g, p, mpmd_permute(g, *vn, to_heads), 0); /* [b, H, 1, Dh] */
-    a = mpmd_reshape(g, mpmd_permute(g, a, to_heads), MPMD_SHAPE(b, 1, C));
-    x = mpmd_add(g, x, mpmd_dense(g, "out", a, C, 1));
+    a = mpmd_reshape(g, mpmd_permute(g, a, to_heads), MPMD_SHAPE(b, 1, Cl));
+    x = mpmd_add(g, x, M > 1 ? out_rows(g, a, C) : mpmd_dense(g, "out", a, C, 1));
     mpmd_scope_pop(g);
     x = mpmd_add(g, x, mpmd_mlp(g, "mlp", mpmd_layer_norm_layer(g, "ln_1", x, 1e-5f), 4 * C, C));
     mpmd_scope_pop(g);
@@ -59,10 +93,19 @@ mpmd_status gpt_build_decoder(const gpt_config *cfg, gpt_decoder *d, mpmd_error 
         return mpmd_error_set(err, MPMD_ERR_INVALID,
                               "gpt: generation decodes GPT-2 blocks; LLaMA's rotary positions are fixed when "
                               "its graph is built");
+    const int M = model_ranks(&c);
+    if (c.heads % M)
+        return mpmd_error_set(
+            err, MPMD_ERR_INVALID,
+            "gpt: generation splits attention by heads over the model axis, and %d heads are not "
+            "divisible by tensor_parallel %d",
+            c.heads, M);
     d->cfg = c;
-    const int64_t C = c.width, H = c.heads, dh = C / H, T = c.seq, B = c.batch, L = c.layers;
+    /* H: this model rank's heads (all without tensor parallelism) */
+    const int64_t C = c.width, H = c.heads / M, dh = C / c.heads, T = c.seq, B = c.batch, L = c.layers;
     mpmd_graph *g = d->g = mpmd_graph_new();
     if (!g) return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory for the decoder");
+    if (M > 1) mpmd_set_tensor_parallel(g, M); /* the embedding and the MLPs split themselves */
     mpmd_set_compute_dtype(g, c.compute);
     d->tokens = mpmd_input(g, "tokens", MPMD_I32, MPMD_SHAPE(B, 1));
     d->positions = mpmd_input(g, "positions", MPMD_I32, MPMD_SHAPE(B, 1));
@@ -109,10 +152,23 @@ mpmd_status gpt_build_decoder(const gpt_config *cfg, gpt_decoder *d, mpmd_error 
     }
     free(blocks);
     x = mpmd_layer_norm_layer(g, "ln_f", x, 1e-5f);
-    mpmd_value logits = c.tie_embeddings
-                            ? mpmd_matmul(g, x, mpmd_cast(g, mpmd_lookup(g, "wte/embedding"), c.compute),
-                                          MPMD_TRANS_B)
-                            : mpmd_dense(g, "lm_head", x, c.vocab, MPMD_NO_BIAS);
+    /* tensor parallel with a vocabulary the ranks divide: the head split by
+     * vocabulary columns as the training step's is (wte by rows), each
+     * rank's logits gathered whole */
+    const int vsplit = M > 1 && c.vocab % M == 0;
+    if (vsplit) x = mpmd_pvary(g, x, "model");
+    mpmd_value logits;
+    if (c.tie_embeddings) {
+        logits = mpmd_matmul(g, x, mpmd_cast(g, mpmd_lookup(g, "wte/embedding"), c.compute), MPMD_TRANS_B);
+    } else if (vsplit) {
+        mpmd_scope_push(g, "lm_head");
+        mpmd_value k = mpmd_param_split(g, "kernel", MPMD_SHAPE(C, c.vocab), MPMD_LECUN, 1, 1);
+        mpmd_scope_pop(g);
+        logits = mpmd_matmul(g, x, mpmd_cast(g, k, c.compute), 0);
+    } else {
+        logits = mpmd_dense(g, "lm_head", x, c.vocab, MPMD_NO_BIAS);
+    }
+    if (vsplit) logits = mpmd_all_gather(g, logits, 2, "model"); /* [b, 1, vocab] */
     logits = mpmd_cast(g, mpmd_reshape(g, logits, MPMD_SHAPE(B / c.microbatches, c.vocab)), MPMD_F32);
     logits = mpmd_enter_stage(g, logits);
     d->logits = mpmd_loop_reduce(g, logits, MPMD_REDUCE_CONCAT);

@@ -21,6 +21,12 @@
  *     logits = ln_f(x) @ head, stacked over the microbatches
  *   after the loop: each cache assigned its updated rows.
  *
+ * With tensor_parallel M > 1 the decoder splits as the training step's
+ * layers do (attention by heads, the MLP by its hidden width, wte and the
+ * head by vocabulary rows when M divides the vocabulary, each rank's
+ * logits gathered whole), each model rank caching its H/M heads; its
+ * numbers are the unsplit decoder's up to the order of the split sums.
+ *
  * T is the model's seq (the rows of wpe): prompt and continuation must fit.
  * The parameters come from a checkpoint or weights file by name
  * (mpmd_step_load_params), so the decoder needs no optimizer. GPT-2

@@ -233,13 +233,15 @@ static int64_t numel(const mpmd_type *t) {
     return n;
 }
 
-/* Check every parameter's tensor (found, loadable, shaped); src[i] gets it. */
+/* Check every parameter's tensor (found, loadable, shaped); src[i] gets it.
+ * A parameter split over the model axis (tensor parallelism) is compared
+ * whole, as mpmd_step_write takes it. */
 static mpmd_status plan_import(const char *path, const mpmd_st_header *h, const gpt_hf_info *info,
                                const gpt_model *m, const mpmd_st_tensor **src, mpmd_error *err) {
     char hf[96], want[128], got[128];
     for (int i = 0; i < m->n_params; i++) {
         const char *name = mpmd_value_name(m->g, m->params[i]);
-        mpmd_type t = mpmd_value_type(m->g, m->params[i]);
+        mpmd_type t = mpmd_value_whole_type(m->g, m->params[i]);
         if (!name || !hf_name(info->prefix, name, hf, sizeof hf))
             return mpmd_error_set(err, MPMD_ERR_INVALID,
                                   "%s: the model's parameter %s has no tensor in GPT-2's layout", path,
@@ -322,14 +324,14 @@ mpmd_status gpt_hf_import(const char *path, const gpt_model *m, mpmd_step *st, m
     /* every check passed: read and write one parameter at a time */
     int64_t most = 0;
     for (int i = 0; !rc && i < m->n_params; i++) {
-        mpmd_type t = mpmd_value_type(m->g, m->params[i]);
+        mpmd_type t = mpmd_value_whole_type(m->g, m->params[i]);
         if (numel(&t) > most) most = numel(&t);
     }
     if (!rc && (!(raw = malloc((size_t)most * 4 + 1)) || !(val = malloc((size_t)most * sizeof *val + 1))))
         rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory for a tensor of %lld elements", path,
                             (long long)most);
     for (int i = 0; !rc && i < m->n_params; i++) {
-        mpmd_type t = mpmd_value_type(m->g, m->params[i]);
+        mpmd_type t = mpmd_value_whole_type(m->g, m->params[i]);
         int64_t n = numel(&t); /* wpe: the first seq rows, which lie first in the row-major data */
         rc = read_f32(f, data_start, src[i], n, raw, val, path, err);
         if (!rc && mpmd_step_write(st, m->params[i], val, (size_t)n * sizeof *val))

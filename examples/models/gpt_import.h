@@ -78,8 +78,10 @@ mpmd_status gpt_hf_configure(const char *path, const gpt_hf_info *info, const gp
                              gpt_config *c, mpmd_error *err);
 
 /* Set every parameter of the model's compiled step `st` (each copy this
- * process holds: mpmd_step_write) from the file. First every parameter's
- * tensor is looked up and checked (a missing tensor, another shape, a
+ * process holds: mpmd_step_write; a parameter split over the model axis
+ * from the whole tensor, each model rank its part) from the file. First
+ * every parameter's tensor is looked up and checked against the whole
+ * parameter's shape (a missing tensor, another shape, a
  * dtype other than F32/F16/BF16, an untied model or an lm_head.weight that
  * differs from wte.weight is an error naming the tensor, and nothing is
  * written); then the tensors are read one at a time and written. Only a

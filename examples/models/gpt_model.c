@@ -309,7 +309,8 @@ mpmd_status gpt_copy_params(mpmd_step *dst, const gpt_model *dm, mpmd_step *src,
     for (int i = 0; i < dm->n_params && !rc; i++) {
         const char *name = mpmd_value_name(dm->g, dm->params[i]);
         mpmd_value v = mpmd_lookup(sm->g, name);
-        mpmd_type t = mpmd_value_type(dm->g, dm->params[i]), ts = mpmd_value_type(sm->g, v);
+        /* whole, as reads and writes take a parameter split over the model axis */
+        mpmd_type t = mpmd_value_whole_type(dm->g, dm->params[i]), ts = mpmd_value_whole_type(sm->g, v);
         if (!mpmd_is_value(v) || t.dtype != ts.dtype || t.ndim != ts.ndim ||
             memcmp(t.dim, ts.dim, (size_t)t.ndim * sizeof t.dim[0])) {
             rc = mpmd_error_set(err, MPMD_ERR_INVALID, "gpt: parameter \"%s\" is not in the training step, or differs",

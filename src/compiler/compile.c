@@ -120,6 +120,12 @@ void mpmd_plan_free(mpmd_plan *pl) {
 /* The passes after clustering, the same for a schedule and for the loop. */
 static mpmd_status finish(mpmd_plan *pl, mpmd_error *err) {
     const mpmd_graph *g = pl->g;
+    /* the model axis' ops run in the body's tasks only (no kernel, no
+     * transport group elsewhere); the graph refuses them where it can */
+    char why[MPMD_ERROR_MSG_MAX];
+    for (int i = 0; i < g->n_nodes; i++)
+        if (mpmd_model_axis_misplaced(g, i, why, sizeof why))
+            return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: %s", why);
     if (mpmd_mesh_init(&pl->mesh, g, pl->replicas, pl->model))
         return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
     if (mpmd_place(pl, err)) return err->code;

@@ -188,6 +188,14 @@ void mpmd_loop_begin(mpmd_graph *g, int num_microbatches) {
     g->n_micro = num_microbatches;
     g->region = MPMD_REGION_BODY;
     g->cur_stage = 0;
+    /* an op over the model axis made so far is before the loop for good
+     * (without this call, a stage marker could have made it the body) */
+    char why[MPMD_ERROR_MSG_MAX];
+    for (int i = 0; i < g->n_nodes; i++)
+        if (mpmd_model_axis_misplaced(g, i, why, sizeof why)) {
+            mpmd_fail(g, MPMD_ERR_INVALID, "%s", why);
+            return;
+        }
 }
 
 void mpmd_loop_end(mpmd_graph *g) {

@@ -71,6 +71,11 @@ enum {
 enum { MPMD_SPLIT_AXIS = 6, MPMD_SPLIT_GROUPS = 7 };
 /* Mesh axes a collective names. */
 enum { MPMD_AXIS_MPMD = 0, MPMD_AXIS_DATA = 1, MPMD_AXIS_MODEL = 2 };
+/* 1 when node i is an op over the model axis (ops/collective.c) that no
+ * step can run where it is: outside the microbatch loop body, or in a graph
+ * of one model rank; why (len bytes) gets the message, which names the
+ * public call that made it. 0 (why "") otherwise. */
+int mpmd_model_axis_misplaced(const mpmd_graph *g, int i, char *why, size_t len);
 #define MPMD_NODE_FATTR 4
 
 struct mpmd_node {

@@ -123,13 +123,20 @@ static int step_holders(state_view *view, mpmd_value v, void **out, int cap) {
     for (int r = 0; r < st->plan->num_ranks; r++) {
         if (!mpmd_runs_on(st->plan, v.id, r)) continue;
         for (int d = 0; d < replicas && k < cap; d++) {
-            void *p = mpmd_runtime_replica_value(st, r, d, 0, v.id);
+            int m0 = 0; /* the lowest model rank this process runs (under MPI: its own) */
+            while (m0 < st->plan->model && !mpmd_runtime_state(st, r, d, m0))
+                m0++;
+            if (m0 == st->plan->model) continue;
+            void *p = mpmd_runtime_replica_value(st, r, d, m0, v.id);
             mpmd_type whole = mpmd_split_whole_type(st->plan->g, v.id);
-            if (!p && (!st->plan->be->host_memory || mpmd_mesh_partial(&st->plan->mesh, v.id)) && mpmd_runtime_holds(st, r, d, v.id))
+            if (!p && (!st->plan->be->host_memory || mpmd_mesh_partial(&st->plan->mesh, v.id)) &&
+                mpmd_runtime_holds(st, r, d, v.id))
                 p = stage(view, v.id, r, d, mpmd_type_bytes(&whole)); /* written back to every model rank */
             if (p) out[k++] = p;
             /* tensor parallelism: every model rank's copy of a value each holds whole */
-            for (int m = 1; p && m < st->plan->model && k < cap && st->plan->be->host_memory && !mpmd_mesh_partial(&st->plan->mesh, v.id); m++) {
+            for (int m = m0 + 1; p && m < st->plan->model && k < cap && st->plan->be->host_memory &&
+                                 !mpmd_mesh_partial(&st->plan->mesh, v.id);
+                 m++) {
                 void *pm = mpmd_runtime_replica_value(st, r, d, m, v.id);
                 if (pm) out[k++] = pm;
             }

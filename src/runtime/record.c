@@ -71,11 +71,26 @@ mpmd_status mpmd_step_timeline(const mpmd_step *st, mpmd_timeline **out, mpmd_er
     return MPMD_OK;
 }
 
+/* s as a JSON string's characters: a schedule loaded from a file is named
+ * after its path, which may hold quotes and backslashes. */
+static void json_chars(FILE *f, const char *s) {
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(f, "\\%c", ch);
+        else if (ch < 0x20)
+            fprintf(f, "\\u%04x", ch);
+        else
+            fputc(ch, f);
+    }
+}
+
 mpmd_status mpmd_step_write_trace(const mpmd_step *st, FILE *f, mpmd_error *err) {
     if (!has_run(st, err, "mpmd_step_write_trace")) return MPMD_ERR_INVALID;
     const mpmd_graph *g = st->plan->g;
-    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"schedule\": \"%s\"}, \"traceEvents\": [\n",
-            plan_name(st->plan));
+    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"schedule\": \"");
+    json_chars(f, plan_name(st->plan));
+    fprintf(f, "\"}, \"traceEvents\": [\n");
     int first = 1;
     for (int r = 0; r < st->plan->num_ranks; r++) {
         fprintf(f,
@@ -115,6 +130,24 @@ mpmd_status mpmd_step_write_trace(const mpmd_step *st, FILE *f, mpmd_error *err)
             case MPMD_I_RUN_POST:
                 snprintf(name, sizeof name, "%s %%%d", g->nodes[in->node].op->name, in->node);
                 cat = "after_loop";
+                break;
+            /* the data axis' collectives, named as the rank's program prints them */
+            case MPMD_I_ALLREDUCE:
+            case MPMD_I_REDUCE_SCATTER:
+                snprintf(name, sizeof name, "%s %%%d over the replicas",
+                         in->op == MPMD_I_ALLREDUCE ? "all_reduce" : "reduce_scatter", in->node);
+                cat = "collective";
+                break;
+            case MPMD_I_GATHER: /* FSDP: before a task, or once for the step */
+                if (in->stage >= 0)
+                    snprintf(name, sizeof name, "all_gather for %s_%d__%d", kind_prefix(in->kind), in->stage,
+                             in->mb);
+                else
+                    snprintf(name, sizeof name, "all_gather for the step");
+                cat = "collective";
+                break;
+            default: /* an instruction this writer does not know yet: still a valid, named event */
+                snprintf(name, sizeof name, "instruction %d", (int)in->op);
                 break;
             }
             double ts = 1e6 * ev[k].t0, dur = 1e6 * (ev[k].t1 - ev[k].t0);

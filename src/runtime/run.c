@@ -805,8 +805,13 @@ mpmd_rank_state *mpmd_runtime_state(const struct mpmd_step *st, int rank, int re
     return li >= 0 && li < st->num_local ? &st->rs[li] : NULL;
 }
 
+/* (rank, replica)'s state with the lowest model rank this process runs:
+ * in-process model rank 0, under MPI the process's own (any of them) */
 static mpmd_rank_state *replica_state(const struct mpmd_step *st, int rank, int replica) {
-    return mpmd_runtime_state(st, rank, replica, 0);
+    mpmd_rank_state *rs = NULL;
+    for (int m = 0; !rs && m < st->plan->model; m++)
+        rs = mpmd_runtime_state(st, rank, replica, m);
+    return rs;
 }
 
 /* The state of pipeline rank `rank` in this process, its lowest lane here

@@ -6,7 +6,12 @@
  * at most 4096 elements a value), but operands are also deliberately wrong
  * (shapes, dtypes, MPMD_NONE, ids of no value, NULL arrays) and some shapes
  * absurd (2^80 elements). One flag byte builds the ops inside a microbatch
- * loop with stage markers instead of a flat graph. If the graph has no error,
+ * loop with stage markers instead of a flat graph. The byte of the input
+ * count also picks a model axis (none, 2 or 4 ranks, or 1 set explicitly:
+ * mpmd_set_tensor_parallel), so that the layers split themselves and the
+ * model axis' calls (collectives, split embedding and cross-entropy, split
+ * parameters) run, and for a loop one of them made before mpmd_loop_begin
+ * or after mpmd_loop_end, where it is misuse. If the graph has no error,
  * a loss is differentiated (mpmd_grad or mpmd_value_and_grad), an optimizer
  * added, and the step compiled and run on an executor (mpmd_exec), and for a
  * loop also as a pipelined step (mpmd_jit_with_loop) under a built-in
@@ -20,6 +25,11 @@
  *   the status and message never change afterwards; no error, no message;
  * - absurd shapes (more than 2^62 bytes, dims <= 0) are refused with an
  *   error, never allocated;
+ * - the model axis' calls are refused where no step can run them, with a
+ *   message naming the call: at once in a graph of one model rank or after
+ *   the loop, when the loop begins for one made before it; a flat graph
+ *   that holds one and never became a loop (no stage marker) is refused
+ *   when it compiles, and one that did compiles and runs;
  * - mpmd_grad / mpmd_sgd / mpmd_adamw return the graph's status; after a
  *   successful mpmd_grad every gradient is a value of its wrt's type;
  * - an error-free graph compiles (mpmd_exec_new); with every input set and
@@ -84,6 +94,7 @@ typedef struct {
     int64_t id_limit; /* ids and labels must lie in [0, id_limit) for the run to succeed */
     int bad_const;    /* an i32 constant holds an id out of every table's range */
     int loop;         /* building a loop body */
+    int model;        /* model ranks (mpmd_set_tensor_parallel; 1: none) */
     int names;        /* for unique names */
     int failed;       /* the graph has had an error */
     mpmd_status first;
@@ -112,6 +123,8 @@ static void die(const fz *z, const char *fmt, ...) {
 }
 
 static mpmd_type ty(const fz *z, mpmd_value v) { return mpmd_value_type(z->g, v); }
+/* as reads see it: a parameter split over the model axis whole */
+static mpmd_type whole_ty(const fz *z, mpmd_value v) { return mpmd_value_whole_type(z->g, v); }
 
 static int64_t numel(const fz *z, mpmd_value v) {
     mpmd_type t = ty(z, v);
@@ -257,7 +270,7 @@ enum {
     OP_RESHAPE, OP_PERMUTE, OP_TRANSPOSE, OP_SLICE, OP_CONCAT, OP_MATMUL, OP_MATMUL_SCALED, OP_SOFTMAX,
     OP_LOG_SOFTMAX, OP_SOFTMAX_CAUSAL, OP_LAYER_NORM, OP_EMBEDDING, OP_CROSS_ENTROPY, OP_ATTENTION, OP_DENSE,
     OP_LEAF, OP_BAD_OPERAND, OP_ABSURD, OP_SCOPE, OP_LAYER, OP_ASSIGN, OP_COMPUTE_DTYPE, OP_STAGE, OP_MISC,
-    NUM_OPS
+    NUM_OPS /* OP_MISC's steps include the model axis' calls (do_model_axis) */
 };
 /* clang-format on */
 
@@ -921,9 +934,93 @@ static mpmd_value do_llama_op(fz *z) {
     }
 }
 
+/* ---- the model axis ------------------------------------------------------------ */
+
+static const char *const axis_calls[6] = {"mpmd_all_reduce",      "mpmd_pvary",
+                                          "mpmd_all_gather",      "mpmd_reduce_scatter",
+                                          "mpmd_embedding_split", "mpmd_cross_entropy_split"};
+
+/* The model axis' call k (0..5) on operand a (and i32 ids for 4 and 5: the
+ * split table is a fresh split parameter, or a pool value). Returns what it
+ * returned, checked: refused with the 1-rank message in a graph of one
+ * model rank; else of the type it promises. */
+static mpmd_value model_axis_call(fz *z, int k, mpmd_value a, mpmd_value ids) {
+    reader *r = &z->r;
+    const int M = z->model;
+    const int was_ok = mpmd_graph_status(z->g) == MPMD_OK;
+    int dim = rd_axis(r);
+    mpmd_value table = MPMD_NONE, y;
+    if (k == 4) {
+        if (rd(r) % 4) { /* [M v, c] split by rows: this rank's [v, c] */
+            char name[32];
+            int64_t v = 1 + rd(r) % 6, c = 1 + rd(r) % 6;
+            table = result(z, "mpmd_param_split",
+                           mpmd_param_split(z->g, next_name(z, "vtable", name, sizeof name),
+                                            MPMD_SHAPE(v * M, c), MPMD_NORMAL(0.1f), 0, 1));
+        } else {
+            table = pick_kind(z, 1);
+        }
+    }
+    if (k == 2 && numel(z, a) * M > CAP_NUMEL) return MPMD_NONE;
+    switch (k) {
+    case 0: y = mpmd_all_reduce(z->g, a, "model"); break;
+    case 1: y = mpmd_pvary(z->g, a, "model"); break;
+    case 2: y = mpmd_all_gather(z->g, a, dim, "model"); break;
+    case 3: y = mpmd_reduce_scatter(z->g, a, dim, "model"); break;
+    case 4: y = mpmd_embedding_split(z->g, table, ids, "model"); break;
+    default: y = mpmd_cross_entropy_split(z->g, a, ids, "model"); break;
+    }
+    y = result(z, axis_calls[k], y);
+    int operands = mpmd_is_value(a) || k == 4;
+    if (k == 4) operands = mpmd_is_value(table) && mpmd_is_value(ids);
+    if (k == 5) operands = operands && mpmd_is_value(ids);
+    if (M < 2 && was_ok && operands && mpmd_graph_status(z->g) == MPMD_OK)
+        die(z, "%s accepted in a graph of one model rank", axis_calls[k]);
+    if (M < 2 && was_ok && operands &&
+        !strstr(mpmd_graph_error(z->g), "the model axis has 1 rank (call mpmd_set_tensor_parallel"))
+        die(z, "%s in a graph of one model rank: not the 1-rank message", axis_calls[k]);
+    if (!mpmd_is_value(y)) return MPMD_NONE;
+    mpmd_type t = ty(z, y), ta = ty(z, k == 4 ? table : a);
+    int ax = dim < 0 ? dim + ta.ndim : dim, ok = 1;
+    if (k <= 1)
+        same_type(z, a, y);
+    else if (k <= 3)
+        ok = t.ndim == ta.ndim && t.dim[ax] == (k == 2 ? ta.dim[ax] * M : ta.dim[ax] / M);
+    else if (k == 4) {
+        mpmd_type ti = ty(z, ids);
+        ok = t.ndim == ti.ndim + 1 && t.dim[t.ndim - 1] == ta.dim[1] && t.dtype == MPMD_F32;
+        limit_ids(z, ta.dim[0] * M); /* whole-vocabulary ids */
+    } else {
+        ok = t.ndim == ta.ndim - 1 && t.dtype == MPMD_F32;
+        limit_ids(z, ta.dim[ta.ndim - 1] * M);
+    }
+    if (!ok) die(z, "%s: a result of the wrong shape", axis_calls[k]);
+    return y;
+}
+
+/* A split parameter, or one of the model axis' calls on pool values. */
+static mpmd_value do_model_axis(fz *z) {
+    reader *r = &z->r;
+    unsigned k = rd(r) % 8;
+    if (k >= 6) { /* a parameter split over the axis (1 rank: whole) */
+        char name[32];
+        int64_t dims[3];
+        int nd = 1 + (int)(rd(r) % 3), axis = (int)(rd(r) % 4), groups = 1 + (int)(rd(r) % 3);
+        rd_dims(z, nd, dims);
+        if (rd(r) % 2) dims[axis % nd] *= z->model * groups; /* mostly divisible */
+        return result(z, "mpmd_param_split",
+                      mpmd_param_split(z->g, next_name(z, "ps", name, sizeof name), nd, dims,
+                                       MPMD_NORMAL(0.1f), axis, groups));
+    }
+    mpmd_value a = pick_kind(z, 1); /* (two statements: the order the bytes are read in is fixed) */
+    mpmd_value ids = pick_kind(z, 0);
+    return model_axis_call(z, (int)k, a, ids);
+}
+
 static void do_misc(fz *z) {
     reader *r = &z->r;
-    switch (rd(r) % 6) {
+    switch (rd(r) % 7) {
+    case 6: pool_add(z, do_model_axis(z)); break;
     case 5: pool_add(z, do_llama_op(z)); break;
     case 0: { /* names and lookups agree */
         mpmd_value x = z->inputs[rd(r) % (unsigned)z->ninputs];
@@ -1164,7 +1261,7 @@ static int run_exec(fz *z, const feed *f, int threads, int nk, const mpmd_value 
     if (rc != MPMD_OK && !mpmd_exec_error(ex)[0]) die(z, "a failed run without a message");
     if (rc != MPMD_OK && f->must_run) die(z, "the run failed: %s", mpmd_exec_error(ex));
     for (int k = 0; k < nk; k++) {
-        mpmd_type t = ty(z, kept[k]);
+        mpmd_type t = whole_ty(z, kept[k]);
         size_t b = mpmd_type_bytes(&t);
         out[k] = malloc(b + 1);
         if (!out[k]) abort();
@@ -1179,7 +1276,7 @@ static int run_exec(fz *z, const feed *f, int threads, int nk, const mpmd_value 
         }
     }
     if (nk > 0) { /* the wrong size, and a value that may not be kept */
-        mpmd_type t = ty(z, kept[0]);
+        mpmd_type t = whole_ty(z, kept[0]);
         void *buf = malloc(mpmd_type_bytes(&t) + 1);
         if (!buf) abort();
         if (mpmd_exec_read(ex, kept[0], buf, mpmd_type_bytes(&t) + 1) == MPMD_OK)
@@ -1187,7 +1284,7 @@ static int run_exec(fz *z, const feed *f, int threads, int nk, const mpmd_value 
         if (!mpmd_exec_error(ex)[0]) die(z, "a failed read without a message");
         free(buf);
         mpmd_value v = {(int32_t)(mpmd_graph_num_values(z->g) / 2)};
-        t = ty(z, v);
+        t = whole_ty(z, v);
         buf = malloc(mpmd_type_bytes(&t) + 1);
         if (!buf) abort();
         if (mpmd_exec_read(ex, v, buf, mpmd_type_bytes(&t)) != MPMD_OK && !mpmd_exec_error(ex)[0])
@@ -1268,11 +1365,35 @@ static int finish_flat(fz *z, unsigned flags, unsigned loss_at, unsigned extra_a
     return nk;
 }
 
+/* The graph holds an op over the model axis (its printout names the axis). */
+static int holds_model_axis_ops(const fz *z) {
+    FILE *f = tmpfile();
+    if (!f) abort();
+    mpmd_graph_print(z->g, f);
+    rewind(f);
+    char line[1024];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, " axis=model") != NULL;
+    fclose(f);
+    return found;
+}
+
 static void run_flat(fz *z, unsigned flags, unsigned seed, unsigned loss_at, unsigned extra_at,
                      unsigned keep_mask) {
     mpmd_value kept[MAX_KEPT];
     int nk = finish_flat(z, flags, loss_at, extra_at, keep_mask, kept);
     if (mpmd_graph_status(z->g) != MPMD_OK) return;
+    if (mpmd_graph_num_microbatches(z->g) == 0 && holds_model_axis_ops(z)) {
+        /* no stage marker made it a loop of one: no step can run those ops */
+        mpmd_error err;
+        z->op = "mpmd_exec_new";
+        mpmd_exec *ex = mpmd_exec_new(z->g, NULL, &err);
+        if (ex || !strstr(err.msg, "collectives over the model axis run inside the microbatch loop body") ||
+            !strstr(err.msg, "in a graph without a loop"))
+            die(z, "a graph with model-axis ops and no loop: %s", ex ? "compiled" : err.msg);
+        return;
+    }
     feed f;
     make_feed(z, &f, seed, (flags & 32) != 0, (flags & 64) && seed % 3 == 0 ? (int)(seed / 3 % 8) : -1);
     void *out1[MAX_KEPT] = {0}, *out2[MAX_KEPT] = {0};
@@ -1280,7 +1401,7 @@ static void run_flat(fz *z, unsigned flags, unsigned seed, unsigned loss_at, uns
     if (ok && (seed & 1)) { /* thread count independence, bit for bit */
         if (!run_exec(z, &f, 3, nk, kept, out2, NULL)) die(z, "ran on 1 thread, failed on 3");
         for (int k = 0; k < nk; k++) {
-            mpmd_type t = ty(z, kept[k]);
+            mpmd_type t = whole_ty(z, kept[k]);
             if (out1[k] && out2[k] && memcmp(out1[k], out2[k], mpmd_type_bytes(&t)))
                 die(z, "value %%%d differs between 1 and 3 threads", (int)kept[k].id);
         }
@@ -1293,7 +1414,7 @@ static void run_flat(fz *z, unsigned flags, unsigned seed, unsigned loss_at, uns
 /* The loop graph's end: the loss of the microbatch, closed by a last stage
  * marker, its gradients reduced over the microbatches, the loop closed, an
  * optimizer; then the executor and a pipelined step must agree bit for bit. */
-static void run_loop(fz *z, unsigned flags, unsigned seed, unsigned loss_at, unsigned sched) {
+static void run_loop(fz *z, unsigned flags, unsigned seed, unsigned loss_at, unsigned sched, int after) {
     mpmd_value v = z->pool[loss_at % (unsigned)z->npool], loss = MPMD_NONE, total = MPMD_NONE;
     if (is_float(z, v)) {
         if (ty(z, v).dtype != MPMD_F32) v = result(z, "mpmd_cast", mpmd_cast(z->g, v, MPMD_F32));
@@ -1329,6 +1450,14 @@ static void run_loop(fz *z, unsigned flags, unsigned seed, unsigned loss_at, uns
             status_result(z, "mpmd_adamw", mpmd_adamw(z->g, n, ps, gs, lr, MPMD_ADAM_DEFAULTS), 1);
         else
             status_result(z, "mpmd_sgd", mpmd_sgd(z->g, n, ps, gs, lr), 1);
+    }
+    if (after && mpmd_graph_status(z->g) == MPMD_OK && mpmd_is_value(total)) { /* misuse: refused at once */
+        int call = (int)(seed % 6);
+        mpmd_value ids = pick_kind(z, 0);
+        mpmd_value y = model_axis_call(z, call, total, ids);
+        if (mpmd_is_value(y) || (z->model > 1 && (!strstr(mpmd_graph_error(z->g), axis_calls[call]) ||
+                                                  !strstr(mpmd_graph_error(z->g), "is after the loop"))))
+            die(z, "%s after the loop: not refused, or not saying so", axis_calls[call]);
     }
     if (mpmd_graph_status(z->g) != MPMD_OK) return;
     feed f;
@@ -1397,7 +1526,19 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     unsigned seed = rd(r), loss_at = rd(r), extra_at = rd(r), keep_mask = rd(r);
     z.loop = flags & 1;
     if (!(z.g = mpmd_graph_new())) return 0;
-    int nin = 1 + (int)(rd(r) % 3);
+    /* the inputs' byte: their count, the model axis (none, 2 ranks, 4, 1 set
+     * explicitly) and, for a loop, a model-axis call made before
+     * mpmd_loop_begin (1) or after mpmd_loop_end (2), both misuse */
+    unsigned nb = rd(r);
+    int nin = 1 + (int)(nb % 3), outside = (int)(nb / 12 % 4);
+    static const int models[4] = {0, 2, 4, 1};
+    z.model = 1;
+    if (models[nb / 3 % 4]) {
+        z.model = models[nb / 3 % 4];
+        status_result(&z, "mpmd_set_tensor_parallel", mpmd_set_tensor_parallel(z.g, z.model), 1);
+        if (mpmd_tensor_parallel(z.g) != z.model)
+            die(&z, "%d model ranks set, %d read", z.model, mpmd_tensor_parallel(z.g));
+    }
     char name[32];
     for (int i = 0; i < nin; i++) {
         int64_t dims[3];
@@ -1432,9 +1573,17 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
                             mpmd_param(z.g, name, nd, dims, rd(r) % 2 ? MPMD_LECUN : MPMD_NORMAL(0.1f))));
     }
     if (z.loop) {
+        mpmd_value early = MPMD_NONE;
+        int call = outside == 1 ? (int)(rd(r) % 6) : 0;
+        if (outside == 1) early = model_axis_call(&z, call, z.inputs[0], z.inputs[z.ninputs - 1]);
         mpmd_loop_begin(z.g, 2);
         z.op = "mpmd_loop_begin";
         observe(&z);
+        if (mpmd_is_value(early) &&
+            (mpmd_graph_status(z.g) == MPMD_OK || !strstr(mpmd_graph_error(z.g), axis_calls[call]) ||
+             !strstr(mpmd_graph_error(z.g), "is before the loop")))
+            die(&z, "%s made before the loop, then mpmd_loop_begin: not refused, or without naming it",
+                axis_calls[call]);
         for (int i = 0; i < z.ninputs; i++)
             pool_add(&z, result(&z, "mpmd_microbatch", mpmd_microbatch(z.g, z.inputs[i])));
     }
@@ -1444,7 +1593,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
         step(&z, (flags & 32) != 0);
     if (mpmd_graph_status(z.g) == MPMD_OK) {
         if (z.loop)
-            run_loop(&z, flags, seed, loss_at, sched);
+            run_loop(&z, flags, seed, loss_at, sched, outside == 2);
         else
             run_flat(&z, flags, seed, loss_at, extra_at, keep_mask);
     }
