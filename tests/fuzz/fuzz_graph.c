@@ -1340,6 +1340,8 @@ static int finish_flat(fz *z, unsigned flags, unsigned loss_at, unsigned extra_a
             if (flags & 8) {
                 mpmd_value lr = result(z, "mpmd_scalar", mpmd_scalar(z->g, 0.05f));
                 int nopt = (flags & 128) ? nw : np; /* with a non-parameter: refused */
+                if (extra_at & 2) /* the gradients clipped by their global norm first */
+                    result(z, "mpmd_clip_by_global_norm", mpmd_clip_by_global_norm(z->g, nw, grads, 0.5f));
                 if (extra_at & 1)
                     status_result(
                         z, "mpmd_adamw",
@@ -1446,6 +1448,8 @@ static void run_loop(fz *z, unsigned flags, unsigned seed, unsigned loss_at, uns
     }
     if (n > 0 && (flags & 8)) {
         mpmd_value lr = result(z, "mpmd_scalar", mpmd_scalar(z->g, 0.05f));
+        if (seed >> 8 & 1) /* clipped by the global norm: the step (any schedule) must give the loop's bits */
+            result(z, "mpmd_clip_by_global_norm", mpmd_clip_by_global_norm(z->g, n, gs, 0.5f));
         if (flags & 128)
             status_result(z, "mpmd_adamw", mpmd_adamw(z->g, n, ps, gs, lr, MPMD_ADAM_DEFAULTS), 1);
         else
