@@ -228,17 +228,18 @@ static void layouts(void) {
 static void tensor_parallel(void) {
     model m = build(0.05f, 2);
     CHECK(mpmd_graph_status(m.g) == MPMD_OK, "%s", mpmd_graph_error(m.g));
-    float x[MB * ROWS * W];
-    tu_fill(x, MB * ROWS * W, 43);
-    outcome loop = run(&m, NULL, 1, 0, x, sizeof x, "tensor parallel 2, loop", 1);
+    float x[2 * MB * ROWS * W]; /* two replicas' shares below */
+    const size_t one = sizeof x / 2;
+    tu_fill(x, 2 * MB * ROWS * W, 43);
+    outcome loop = run(&m, NULL, 1, 0, x, one, "tensor parallel 2, loop", 1);
     mpmd_schedule *s;
     mpmd_error err;
     if (mpmd_schedule_std1f1b(2, MB, &s, &err)) return;
-    outcome p = run(&m, s, 1, 0, x, sizeof x, "tensor parallel 2, std1f1b", 1);
+    outcome p = run(&m, s, 1, 0, x, one, "tensor parallel 2, std1f1b", 1);
     CHECK(p.ok && p.norm == loop.norm && !strcmp(p.hash, loop.hash), "tensor parallel 2: std1f1b %.9g vs loop %.9g",
           p.norm, loop.norm);
-    outcome f = run(&m, s, 2, 1, x, 2 * sizeof x, "tensor parallel 2, fsdp 2, std1f1b", 0);
-    outcome d = run(&m, s, 2, 0, x, 2 * sizeof x, "tensor parallel 2, data parallel 2, std1f1b", 0);
+    outcome f = run(&m, s, 2, 1, x, sizeof x, "tensor parallel 2, fsdp 2, std1f1b", 0);
+    outcome d = run(&m, s, 2, 0, x, sizeof x, "tensor parallel 2, data parallel 2, std1f1b", 0);
     CHECK(f.ok && d.ok && f.norm == d.norm && !strcmp(f.hash, d.hash), "tensor parallel 2 x fsdp 2: %.9g vs %.9g",
           f.norm, d.norm);
     mpmd_schedule_free(s);
