@@ -42,14 +42,21 @@ for precision in bf16 f16; do
         bad "$precision fsdp per $when, $name S=$stages D=$ranks $extra x 2: $line vs data parallel $dp"
     done <<<"$schedules"
     [ $mpi -eq 1 ] || continue
-    line=$("$src/tests/mpirun.sh" shm 4 "$gpt" "${model[@]}" "${p[@]}" --quiet --schedule std1f1b --stages 2 \
-      --data-parallel 2 --fsdp --fsdp-gather $when --runtime mpi 2>&1 | tail -n 1)
-    [ "$line" = "$dp" ] && ok "$precision mpirun -np 4, fsdp per $when, std1f1b x 2: the in-process bits" ||
-      bad "$precision mpirun -np 4, fsdp per $when, std1f1b: $line vs $dp"
-    line=$("$src/tests/mpirun.sh" shm 4 "$gpt" "${model[@]}" "${p[@]}" --quiet --schedule interleaved1f1b --stages 4 \
-      --ranks 2 --data-parallel 2 --fsdp --fsdp-gather $when --runtime mpi 2>&1 | tail -n 1)
-    [ "$line" = "$dp" ] && ok "$precision mpirun -np 4, fsdp per $when, interleaved1f1b x 2: the in-process bits" ||
-      bad "$precision mpirun -np 4, fsdp per $when, interleaved1f1b: $line vs $dp"
+    # under mpirun: the loop on 2 processes, and every schedule of the list
+    # that runs on 2 ranks on 4 (f16: gathered per task only); mpirun reads
+    # standard input, so it gets none (the list is the loop's)
+    [ "$precision" = f16 ] && [ "$when" = step ] && continue
+    line=$("$src/tests/mpirun.sh" shm 2 "$gpt" "${model[@]}" "${p[@]}" --quiet --data-parallel 2 --fsdp \
+      --fsdp-gather $when --runtime mpi 2>&1 | tail -n 1)
+    [ "$line" = "$dp" ] && ok "$precision mpirun -np 2, fsdp per $when, loop x 2: the in-process bits" ||
+      bad "$precision mpirun -np 2, fsdp per $when, loop: $line vs $dp"
+    while read -r name stages ranks extra; do
+      [ "$ranks" = 2 ] || continue
+      line=$("$src/tests/mpirun.sh" shm 4 "$gpt" "${model[@]}" "${p[@]}" --quiet --schedule "$name" --stages "$stages" \
+        --ranks 2 $extra --data-parallel 2 --fsdp --fsdp-gather $when --runtime mpi 2>&1 </dev/null | tail -n 1)
+      [ "$line" = "$dp" ] && ok "$precision mpirun -np 4, fsdp per $when, $name S=$stages x 2: the in-process bits" ||
+        bad "$precision mpirun -np 4, fsdp per $when, $name S=$stages: $line vs $dp"
+    done <<<"$schedules"
   done
 done
 
