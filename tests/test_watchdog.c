@@ -13,8 +13,10 @@
  *   freeing it waits for the stuck rank, so nothing leaks (ASan);
  * - a negative step_timeout (no watchdog) and the default train to the
  *   loop's bits. */
+#include "runtime/runtime.h"
 #include "testutil.h"
 
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -84,6 +86,67 @@ static void same_as_loop(double timeout) {
     mpmd_graph_free(g);
 }
 
+/* The unpipelined loop has one rank, which waits on no peer: the watchdog
+ * watches its progress, so a kernel far longer than step_timeout ends the
+ * run within about the deadline, naming the rank; the step then refuses to
+ * run until the kernel has ended, and freeing it waits. */
+static void lone_rank(void) {
+    mpmd_value x;
+    mpmd_graph *g = slow_first_stage(&x);
+    mpmd_error err;
+    mpmd_step_opts o = MPMD_STEP_DEFAULTS;
+    o.threads_per_rank = 1, o.step_timeout = 0.2;
+    mpmd_step *st = mpmd_jit_with_loop(g, NULL, &o, &err);
+    CHECK(st != NULL, "%s", err.msg);
+    float *xs = malloc(sizeof(float) * 2 * M * K);
+    tu_fill(xs, 2 * M * K, 1);
+    CHECK(st && mpmd_step_set_input(st, x, xs, sizeof(float) * 2 * M * K) == MPMD_OK, "%s", err.msg);
+    double t0 = now();
+    mpmd_status rc = st ? mpmd_step_run(st) : MPMD_ERR_INVALID;
+    double took = now() - t0;
+    const char *e = st ? mpmd_step_error(st) : "";
+    printf("the lone rank's watchdog, after %.3f s: %s\n", took, e);
+    CHECK(rc == MPMD_ERR_RUNTIME && strstr(e, "rank 0: microbatch 0 of the loop has run for") &&
+              strstr(e, "without finishing") &&
+              strstr(e, "step_timeout"),
+          "a loop stuck in a kernel: %d, %s", (int)rc, e);
+    mpmd_step_free(st); /* waits for the kernel */
+    mpmd_graph_free(g);
+    free(xs);
+}
+
+/* The default watchdog, the longer of 300 s and 20 times the slowest run
+ * so far, as the run computes it (a run sets wait_limit as it starts); a
+ * NaN is refused when the step is made. */
+static void default_limit(void) {
+    mpmd_graph *g = mpmd_graph_new();
+    mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(4, 3));
+    mpmd_loop_begin(g, 2);
+    mpmd_value l = mpmd_sum(g, mpmd_matmul(g, mpmd_microbatch(g, x), mpmd_param(g, "w", MPMD_SHAPE(3, 2), MPMD_ONES), 0),
+                            MPMD_ALL_AXES, MPMD_DROP_DIMS);
+    mpmd_keep(g, mpmd_loop_reduce(g, l, MPMD_REDUCE_ADD));
+    mpmd_loop_end(g);
+    mpmd_step_opts o = MPMD_STEP_DEFAULTS;
+    o.threads_per_rank = 1;
+    mpmd_error err;
+    mpmd_step *st = mpmd_jit_with_loop(g, NULL, &o, &err);
+    float xs[12] = {0};
+    CHECK(st && !mpmd_step_set_input(st, x, xs, sizeof xs) && !mpmd_step_run(st), "%s", st ? "" : err.msg);
+    if (st) {
+        CHECK(st->wait_limit == 300, "a fast step's watchdog: %g s, want 300", st->wait_limit);
+        st->slowest_step = 20; /* as if a run had taken 20 s */
+        CHECK(!mpmd_step_run(st) && st->wait_limit == 400, "after a 20 s run: %g s, want 400", st->wait_limit);
+        st->slowest_step = 14;
+        CHECK(!mpmd_step_run(st) && st->wait_limit == 300, "after a 14 s run: %g s, want 300", st->wait_limit);
+    }
+    mpmd_step_free(st);
+    o.step_timeout = NAN;
+    st = mpmd_jit_with_loop(g, NULL, &o, &err);
+    CHECK(!st && strstr(err.msg, "step_timeout is NaN"), "a NaN watchdog: %s", st ? "accepted" : err.msg);
+    mpmd_step_free(st);
+    mpmd_graph_free(g);
+}
+
 int main(void) {
     mpmd_value x;
     mpmd_graph *g = slow_first_stage(&x);
@@ -133,7 +196,11 @@ int main(void) {
     mpmd_graph_free(g);
     free(xs);
 
+    lone_rank();
     same_as_loop(-1);
     same_as_loop(0);
+    same_as_loop(INFINITY); /* no watchdog, like -1 */
+    same_as_loop(9.3e18);   /* past what a clock holds: no watchdog either */
+    default_limit();
     return tu_report("test_watchdog");
 }

@@ -89,6 +89,12 @@ typedef struct mpmd_backend {
     /* 0 when this backend can run here; else non-zero with the reason
      * ("built without CUDA", "no CUDA device: ..."). */
     int (*available)(char *why, size_t len);
+    /* Whether this process can map what the backend's libraries map for
+     * `threads` threads computing at once, its own buffers already
+     * allocated (CPU: OpenBLAS's work buffer per thread, which it retries
+     * forever when the address-space limit refuses it): 0, or non-zero
+     * with the reason and what to do. NULL: nothing to check. */
+    int (*room)(int threads, char *why, size_t len);
     /* One instance for pipeline rank `rank` (of `ranks` in this process)
      * with `nthreads` CPU threads; NULL with a message on failure. */
     void *(*open)(int rank, int nthreads, char *err, size_t len);

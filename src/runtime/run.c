@@ -48,6 +48,26 @@ const char *rt_value_str(const struct mpmd_step *st, int node, char *buf, size_t
     return buf;
 }
 
+const char *rt_instr_str(const struct mpmd_step *st, int rank, int x, char *buf, size_t len) {
+    static const char *pre[] = {"fwd", "bwd", "bwdA", "bwdW"};
+    const mpmd_program *p = &st->plan->prog[rank];
+    if (x < 0 || x >= p->n) {
+        snprintf(buf, len, "the end of its step (its device's queue)");
+        return buf;
+    }
+    const mpmd_instr *in = &p->ins[x];
+    char vb[300];
+    if (in->op == MPMD_I_TASK && st->plan->sched)
+        snprintf(buf, len, "task %s_%d__%d", pre[in->kind], in->stage, in->mb);
+    else if (in->op == MPMD_I_TASK)
+        snprintf(buf, len, "microbatch %d of the loop", in->mb);
+    else if (in->op == MPMD_I_RUN_PRE || in->op == MPMD_I_RUN_POST)
+        snprintf(buf, len, "%s", rt_value_str(st, in->node, vb, sizeof vb));
+    else
+        snprintf(buf, len, "instruction %d of its program", x);
+    return buf;
+}
+
 /* ---- the thread budget ---------------------------------------------------- */
 
 typedef struct {
@@ -93,6 +113,7 @@ static int threads_available(int want, char *why, size_t n) {
 
 void rt_time_after(double seconds, struct timespec *t) {
     clock_gettime(CLOCK_REALTIME, t);
+    if (!(seconds <= MPMD_WAIT_MAX)) seconds = MPMD_WAIT_MAX; /* time_t holds it */
     double whole = floor(seconds);
     t->tv_sec += (time_t)whole;
     t->tv_nsec += (long)((seconds - whole) * 1e9);
@@ -516,6 +537,7 @@ static void *rank_main(void *arg) {
     const mpmd_backend *be = st->plan->be;
     rs->nev = 0;
     rs->wait = rs->late = 0;
+    __atomic_store_n(&rs->progress_us, (int64_t)(1e6 * rt_now()), __ATOMIC_RELAXED);
     rs->live_bytes = rs->peak_bytes = 0;
     rs->coll_bytes = rs->gath_bytes = 0;
     be->enter(rs->dev);
@@ -528,6 +550,8 @@ static void *rank_main(void *arg) {
     const int replayed = be->capture_begin && !st->record && !rs->prof && !rs->no_graphs;
     char serr[512];
     for (int x = 0; x < p->n && !rt_aborted(st);) {
+        __atomic_store_n(&rs->at, x, __ATOMIC_RELAXED); /* for the watchdog of a lone rank */
+        __atomic_store_n(&rs->progress_us, (int64_t)(1e6 * rt_now()), __ATOMIC_RELAXED);
         if (replayed && !rs->no_graphs && stays_on_rank(st->plan, &p->ins[x])) {
             int next = run_segment(rs, p, x);
             if (next != x) {
@@ -559,6 +583,8 @@ static void *rank_main(void *arg) {
     }
     /* the step ends when the queued work has finished; a kernel that failed
      * on the device is reported here, naming the rank */
+    __atomic_store_n(&rs->at, p->n, __ATOMIC_RELAXED);
+    __atomic_store_n(&rs->progress_us, (int64_t)(1e6 * rt_now()), __ATOMIC_RELAXED);
     int bad = be->sync(rs->dev, serr, sizeof serr);
     if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "%s", serr);
     if (rs->nmarks) read_marks(rs, !bad && !rt_aborted(st));
@@ -697,6 +723,11 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         char e[512];
         if (st->plan->be->sync(rs->dev, e, sizeof e)) goto devfail;
     }
+    /* every buffer is allocated: what the backend's libraries still map as
+     * the ranks' threads compute (OpenBLAS's work buffers) must fit too */
+    char rwhy[512];
+    if (st->plan->be->room && st->plan->be->room(st->num_local * tpr, rwhy, sizeof rwhy))
+        return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: %s", rwhy);
     return st->tr->setup(st, err);
 nomem:
     return mpmd_error_set(err, MPMD_ERR_NOMEM,
@@ -735,10 +766,13 @@ mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
             "rank stuck in a kernel, or a message a peer never took): the step cannot run until it does");
         return MPMD_ERR_RUNTIME;
     }
-    /* the watchdog: as asked, or the longer of 300 s and 20 slowest steps */
+    /* the watchdog: as asked, or the longer of 300 s and 20 slowest steps;
+     * none for a negative time, an infinite one, or one past what a clock
+     * can be set to (over 10^9 s: 31 years) */
     st->wait_limit = st->timeout_opt > 0   ? st->timeout_opt
                      : st->timeout_opt < 0 ? 0
                                            : (20 * st->slowest_step > 300 ? 20 * st->slowest_step : 300);
+    if (!(st->wait_limit <= MPMD_WAIT_MAX)) st->wait_limit = 0;
     st->abort_flag = 0;
     st->err[0] = '\0';
     st->t_start = rt_now();

@@ -124,6 +124,8 @@ struct mpmd_rank_state {
     void *dev;      /* this rank's backend instance (st->plan->be) */
     mpmd_event *ev; /* recorded instructions of the last run */
     int nev, capev;
+    int64_t progress_us;            /* when it last began an instruction (rt_now in us; the watchdog reads it) */
+    int at;                         /* that instruction */
     double wait;                    /* seconds blocked in the current receive */
     double late;                    /* of them, after the value was sent: the wake-up (in-process) */
     int64_t live_bytes, peak_bytes; /* body values held, measured */
@@ -158,6 +160,10 @@ struct mpmd_rank_state {
     char err[MPMD_ERROR_MSG_MAX];
 };
 
+/* The longest watchdog, in seconds (31 years): a longer step_timeout, or
+ * an infinite one, means none. */
+#define MPMD_WAIT_MAX 1e9
+
 /* ---- the interpreter's services (run.c) ---- */
 double rt_now(void);
 /* This rank fails: record the message (the step's first failure wins), set
@@ -176,6 +182,9 @@ void rt_time_after(double seconds, struct timespec *t);
 size_t rt_bytes(const mpmd_graph *g, int node);
 /* A value as a message names it: `%12 "x" (matmul)` or `%12 (matmul)`. */
 const char *rt_value_str(const struct mpmd_step *st, int node, char *buf, size_t len);
+/* What instruction x of rank's program runs, for messages: "task fwd_0__3",
+ * "microbatch 3 of the loop", `%12 "x" (matmul)`. Returns buf. */
+const char *rt_instr_str(const struct mpmd_step *st, int rank, int x, char *buf, size_t len);
 /* The planned buffer of the value a SEND or RECV moves on this rank: a send
  * reads it (and it stays untouched until the SEND's `reuse`), a receive
  * writes it (from its RECV's `post` on). */

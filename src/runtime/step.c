@@ -67,6 +67,10 @@ static mpmd_status step_options(const mpmd_graph *g, const mpmd_schedule *s, con
                               "mpmd_jit_with_loop: fsdp shards the parameters over the data axis, but "
                               "data_parallel is %d: set data_parallel to the number of shards (2 or more)",
                               o->data_parallel);
+    if (isnan(o->step_timeout))
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_jit_with_loop: step_timeout is NaN; give seconds, 0 for the default or a "
+                              "negative number (or INFINITY) for no watchdog");
     if (o->fsdp_gather != MPMD_GATHER_PER_TASK && o->fsdp_gather != MPMD_GATHER_PER_STEP)
         return mpmd_error_set(err, MPMD_ERR_INVALID,
                               "mpmd_jit_with_loop: fsdp_gather = %d; use MPMD_GATHER_PER_TASK (0) or "

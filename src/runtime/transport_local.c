@@ -216,6 +216,20 @@ static mpmd_status local_launch(struct mpmd_step *st, void *(*rank_main)(void *)
             struct timespec soon;
             rt_time_after(0.01, &soon);
             if (pthread_timedjoin_np(th[r], NULL, &soon) == 0) break;
+            /* a lone rank waits on no peer, so no wait of its own runs out:
+             * the watchdog watches its progress instead (a kernel that never
+             * returns: OpenBLAS retrying an allocation the address-space
+             * limit refuses, say) */
+            const mpmd_rank_state *rs = &st->rs[r];
+            const double since = rt_now() - 1e-6 * (double)__atomic_load_n(&rs->progress_us, __ATOMIC_RELAXED);
+            if (L == 1 && !rt_aborted(st) && since > st->wait_limit) {
+                char ib[400];
+                rt_instr_str(st, rs->rank, __atomic_load_n(&rs->at, __ATOMIC_RELAXED), ib, sizeof ib);
+                rt_fail(&st->rs[r], MPMD_ERR_RUNTIME,
+                        "%s has run for %.3g s without finishing: a kernel stuck, or slower than the watchdog "
+                        "allows (step_timeout)",
+                        ib, since);
+            }
             if (rt_aborted(st) && rt_now() - st->abort_time > st->wait_limit) {
                 /* kept, to be joined when they end (local_settle) */
                 memmove(th, th + r, (size_t)(started - r) * sizeof *th);

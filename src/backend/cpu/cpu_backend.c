@@ -13,6 +13,8 @@
 #include "util/half.h"
 
 #include <omp.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,6 +182,41 @@ static int cpu_available(char *why, size_t len) {
     return 0;
 }
 
+/* OpenBLAS (0.3, x86-64) maps a work buffer of 128 MiB and a page for each
+ * thread that multiplies (the ranks' threads are new each run, so each
+ * maps its own), and when the address-space limit (ulimit -v, RLIMIT_AS)
+ * refuses one it retries forever. So before a step starts its threads,
+ * the limit must leave room for their buffers and for what each thread
+ * maps besides: its stack and its malloc arena (glibc reserves 64 MiB for
+ * each thread's). */
+#define BLAS_BUFFER ((int64_t)(128 << 20) + 4096)
+#define THREAD_ARENA ((int64_t)64 << 20)
+
+static int cpu_room(int threads, char *why, size_t len) {
+    struct rlimit rl, stack;
+    if (getrlimit(RLIMIT_AS, &rl) || rl.rlim_cur == RLIM_INFINITY) return 0;
+    long page = sysconf(_SC_PAGESIZE);
+    unsigned long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    int have = f && fscanf(f, "%lu", &pages) == 1;
+    if (f) fclose(f);
+    if (!have || page <= 0) return 0; /* no way to tell what is mapped: nothing to check */
+    const int64_t stack_bytes = !getrlimit(RLIMIT_STACK, &stack) && stack.rlim_cur != RLIM_INFINITY
+                                    ? (int64_t)stack.rlim_cur
+                                    : (int64_t)8 << 20;
+    const int64_t mapped = (int64_t)pages * page, limit = (int64_t)rl.rlim_cur;
+    const int64_t need = (int64_t)threads * (BLAS_BUFFER + stack_bytes + THREAD_ARENA);
+    if (mapped + need <= limit) return 0;
+    snprintf(why, len,
+             "the address-space limit (ulimit -v) is %.0f MiB and this process maps %.0f MiB; its %d threads "
+             "that may multiply at once need about %.0f MiB more (OpenBLAS maps a %.0f MiB work buffer for each, "
+             "and retries forever when the limit refuses one; each thread's stack and malloc arena): raise the "
+             "limit to at least %.0f MiB, or run fewer threads (threads_per_rank, ranks)",
+             (double)limit / 1048576, (double)mapped / 1048576, threads, (double)need / 1048576,
+             (double)BLAS_BUFFER / 1048576, (double)(mapped + need) / 1048576 + 1);
+    return 1;
+}
+
 static void *cpu_open(int rank, int nthreads, char *err, size_t len) {
     cpu_dev *d = calloc(1, sizeof *d);
     if (!d) {
@@ -283,6 +320,7 @@ const mpmd_backend mpmd_backend_cpu = {
     .name = "cpu",
     .host_memory = 1,
     .available = cpu_available,
+    .room = cpu_room,
     .open = cpu_open,
     .close = cpu_close,
     .enter = cpu_enter,

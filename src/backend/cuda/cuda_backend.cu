@@ -524,6 +524,7 @@ extern "C" const mpmd_backend mpmd_backend_cuda = {
     "cuda", /* name */
     0,      /* host_memory */
     cuda_available,
+    NULL, /* room: the CUDA libraries' host mappings are not checked */
     cuda_open,
     cuda_close,
     cuda_enter,
