@@ -737,7 +737,17 @@ void mpmd_exec_print_profile(const mpmd_exec *ex, FILE *f);
 /* Pipelined steps: mpmd_jit_with_loop and the in-process runtime            */
 /* ------------------------------------------------------------------------ */
 
-/* A training step compiled for a pipeline: one program per rank. */
+/* A training step compiled for a pipeline: one program per rank.
+ *
+ * Threads: a step is used by one thread at a time (its own rank threads
+ * are the library's business). While a call that touches its state runs
+ * (mpmd_step_run, _set_input, _read, _write, _gather, the saves and loads
+ * of mpmd_checkpoint.h), another thread's such call on the same step fails
+ * at once with MPMD_ERR_INVALID, and mpmd_step_error on that thread says
+ * the step is in use; freeing a step another thread uses is undefined.
+ * Different steps, executors and graphs may be used from different threads
+ * at once; a graph is built by one thread at a time and must not change
+ * while a step compiled from it is made or used. */
 typedef struct mpmd_step mpmd_step;
 
 /* Where the ranks run: threads of this process, or one MPI process per

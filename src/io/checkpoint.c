@@ -334,7 +334,7 @@ static mpmd_status check_export_dtype(mpmd_dtype dtype, const char *who, mpmd_er
                           mpmd_dtype_name(dtype));
 }
 
-static mpmd_status step_write(mpmd_step *st, const char *path, const write_spec *w, const char *who,
+static mpmd_status step_write_held(mpmd_step *st, const char *path, const write_spec *w, const char *who,
                               mpmd_error *err) {
     state_view v;
     mpmd_status rc = step_view(st, who, w->weights, &v, err);
@@ -366,6 +366,16 @@ static mpmd_status step_write(mpmd_step *st, const char *path, const write_spec 
         free(bufs[i]);
     free(bufs);
     view_free(&v);
+    return rc;
+}
+
+/* step_write_held with the step held by this thread (one thread at a time) */
+static mpmd_status step_write(mpmd_step *st, const char *path, const write_spec *w, const char *who,
+                              mpmd_error *err) {
+    if (!st) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no step", who);
+    if (rt_step_enter(st, who)) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s", mpmd_step_error(st));
+    mpmd_status rc = step_write_held(st, path, w, who, err);
+    rt_step_leave(st);
     return rc;
 }
 
@@ -759,7 +769,7 @@ done:
     return rc;
 }
 
-static mpmd_status load(mpmd_step *st, const char *path, mpmd_checkpoint_info *info_out, const char *who,
+static mpmd_status load_held(mpmd_step *st, const char *path, mpmd_checkpoint_info *info_out, const char *who,
                         mpmd_error *err) {
     loading L;
     mpmd_status rc = load_open(path, &L, who, err);
@@ -771,6 +781,16 @@ static mpmd_status load(mpmd_step *st, const char *path, mpmd_checkpoint_info *i
         view_free(&v);
     }
     load_close(&L);
+    return rc;
+}
+
+/* load_held with the step held by this thread (one thread at a time) */
+static mpmd_status load(mpmd_step *st, const char *path, mpmd_checkpoint_info *info_out, const char *who,
+                        mpmd_error *err) {
+    if (!st) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no step", who);
+    if (rt_step_enter(st, who)) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s", mpmd_step_error(st));
+    mpmd_status rc = load_held(st, path, info_out, who, err);
+    rt_step_leave(st);
     return rc;
 }
 
@@ -789,8 +809,8 @@ static int source_name(const mpmd_param_load_opts *o, const char *name, char *bu
     return 1;
 }
 
-mpmd_status mpmd_step_load_params(mpmd_step *st, const char *path, const mpmd_param_load_opts *opts,
-                                  mpmd_param_load_report *out, mpmd_error *err) {
+static mpmd_status load_params_held(mpmd_step *st, const char *path, const mpmd_param_load_opts *opts,
+                                    mpmd_param_load_report *out, mpmd_error *err) {
     const char *who = "mpmd_step_load_params";
     mpmd_param_load_report r = {0, 0, 0};
     if (out) *out = r;
@@ -837,8 +857,17 @@ mpmd_status mpmd_step_load_params(mpmd_step *st, const char *path, const mpmd_pa
     return rc;
 }
 
-mpmd_status mpmd_step_copy_params(mpmd_step *dst, mpmd_step *src, const mpmd_param_load_opts *opts,
+mpmd_status mpmd_step_load_params(mpmd_step *st, const char *path, const mpmd_param_load_opts *opts,
                                   mpmd_param_load_report *out, mpmd_error *err) {
+    if (st && rt_step_enter(st, "mpmd_step_load_params"))
+        return mpmd_error_set(err, MPMD_ERR_INVALID, "%s", mpmd_step_error(st));
+    mpmd_status rc = load_params_held(st, path, opts, out, err);
+    if (st) rt_step_leave(st);
+    return rc;
+}
+
+static mpmd_status copy_params_held(mpmd_step *dst, mpmd_step *src, const mpmd_param_load_opts *opts,
+                                    mpmd_param_load_report *out, mpmd_error *err) {
     const char *who = "mpmd_step_copy_params";
     mpmd_param_load_report r = {0, 0, 0};
     if (out) *out = r;
@@ -890,6 +919,20 @@ mpmd_status mpmd_step_copy_params(mpmd_step *dst, mpmd_step *src, const mpmd_par
     if (!rc && out) *out = r;
     free(used);
     view_free(&dv), view_free(&sv);
+    return rc;
+}
+
+mpmd_status mpmd_step_copy_params(mpmd_step *dst, mpmd_step *src, const mpmd_param_load_opts *opts,
+                                  mpmd_param_load_report *out, mpmd_error *err) {
+    if (dst && rt_step_enter(dst, "mpmd_step_copy_params"))
+        return mpmd_error_set(err, MPMD_ERR_INVALID, "%s", mpmd_step_error(dst));
+    if (src && src != dst && rt_step_enter(src, "mpmd_step_copy_params")) {
+        if (dst) rt_step_leave(dst);
+        return mpmd_error_set(err, MPMD_ERR_INVALID, "%s", mpmd_step_error(src));
+    }
+    mpmd_status rc = copy_params_held(dst, src, opts, out, err);
+    if (src && src != dst) rt_step_leave(src);
+    if (dst) rt_step_leave(dst);
     return rc;
 }
 

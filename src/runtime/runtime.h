@@ -62,8 +62,15 @@ struct mpmd_step {
     pthread_mutex_t abort_mu;
     int mutex_ready;
     int ran;
+    int busy; /* a thread's call holds the step (rt_step_enter) */
     char err[MPMD_ERROR_MSG_MAX];
 };
+
+/* A public call `fn` on step st holds it while it runs (one thread at a
+ * time; the same thread may nest calls): 0, or 1 after recording, for this
+ * thread's mpmd_step_error, that another thread holds it. */
+int rt_step_enter(struct mpmd_step *st, const char *fn);
+void rt_step_leave(struct mpmd_step *st);
 
 /* ---- the interpreter's entry points (run.c; st->plan and st->tr set) ----
  * mpmd_step_new_plan (step.c) makes a step from a compiled plan on the

@@ -23,6 +23,45 @@ void mpmd_step_free(mpmd_step *st) {
     free(st);
 }
 
+/* ---- one thread at a time --------------------------------------------------
+ * A step's calls are not synchronised: one thread uses a step at a time.
+ * The calls that touch its state (runs, inputs, reads, writes, saves and
+ * loads, summaries) hold it while they run, so a second thread's call
+ * meanwhile fails at once, with a message its thread reads from
+ * mpmd_step_error, instead of racing (two runs at once deadlock until the
+ * watchdog). A call may make others on the same step (a save reads). */
+
+static _Thread_local const mpmd_step *held[8]; /* this thread's holds, innermost last */
+static _Thread_local int nheld;
+static _Thread_local const mpmd_step *refused; /* the step of this thread's last refused call */
+static _Thread_local char refused_msg[320];
+
+int rt_step_enter(mpmd_step *st, const char *fn) {
+    int mine = 0;
+    for (int i = 0; i < nheld; i++)
+        mine |= held[i] == st;
+    int idle = 0;
+    if (nheld == 8 || (!mine && !__atomic_compare_exchange_n(&st->busy, &idle, 1, 0, __ATOMIC_ACQ_REL,
+                                                              __ATOMIC_ACQUIRE))) {
+        snprintf(refused_msg, sizeof refused_msg,
+                 "%s: the step is in use by another thread (%s); a step is used by one thread at a time", fn,
+                 nheld == 8 ? "too many nested calls" : "mpmd_step_run, a read, a write, a save or a load");
+        refused = st;
+        return 1;
+    }
+    if (refused == st) refused = NULL;
+    held[nheld++] = st;
+    return 0;
+}
+
+void rt_step_leave(mpmd_step *st) {
+    int mine = 0;
+    for (int i = 0; i < nheld - 1; i++)
+        mine |= held[i] == st;
+    if (nheld > 0) nheld--;
+    if (!mine) __atomic_store_n(&st->busy, 0, __ATOMIC_RELEASE);
+}
+
 mpmd_status mpmd_schedule_for_graph(const mpmd_graph *g, mpmd_schedule_kind kind, int num_ranks,
                                     int fuse_steady_state, mpmd_schedule **out, mpmd_error *err) {
     *out = NULL;
@@ -188,12 +227,12 @@ mpmd_step *mpmd_step_new_plan(mpmd_plan *pl, int threads, uint64_t seed, mpmd_er
 }
 
 int mpmd_step_num_ranks(const mpmd_step *st) { return st->plan->num_ranks; }
-const char *mpmd_step_error(const mpmd_step *st) { return st->err; }
+const char *mpmd_step_error(const mpmd_step *st) { return st && refused == st ? refused_msg : st ? st->err : ""; }
 int64_t mpmd_step_peak_bytes(const mpmd_step *st, int rank) {
     return rank >= 0 && rank < st->plan->num_ranks ? st->plan->prog[rank].peak_bytes : -1;
 }
 
-mpmd_status mpmd_step_set_input(mpmd_step *st, mpmd_value input, const void *data, size_t bytes) {
+static mpmd_status set_input(mpmd_step *st, mpmd_value input, const void *data, size_t bytes) {
     if (!st) return MPMD_ERR_INVALID;
     if (!data) {
         snprintf(st->err, sizeof st->err, "mpmd_step_set_input: no data (NULL) for %%%d", (int)input.id);
@@ -231,7 +270,15 @@ mpmd_status mpmd_step_set_input(mpmd_step *st, mpmd_value input, const void *dat
     return MPMD_OK;
 }
 
-mpmd_status mpmd_step_run(mpmd_step *st) {
+mpmd_status mpmd_step_set_input(mpmd_step *st, mpmd_value input, const void *data, size_t bytes) {
+    if (!st) return MPMD_ERR_INVALID;
+    if (rt_step_enter(st, "mpmd_step_set_input")) return MPMD_ERR_INVALID;
+    mpmd_status rc = set_input(st, input, data, bytes);
+    rt_step_leave(st);
+    return rc;
+}
+
+static mpmd_status step_run(mpmd_step *st) {
     if (!st) return MPMD_ERR_INVALID;
     const mpmd_graph *g = st->plan->g;
     for (int i = 0; i < g->n_nodes; i++)
@@ -242,6 +289,14 @@ mpmd_status mpmd_step_run(mpmd_step *st) {
         }
     mpmd_status rc = mpmd_runtime_run(st);
     if (rc == MPMD_OK) st->ran = 1;
+    return rc;
+}
+
+mpmd_status mpmd_step_run(mpmd_step *st) {
+    if (!st) return MPMD_ERR_INVALID;
+    if (rt_step_enter(st, "mpmd_step_run")) return MPMD_ERR_INVALID;
+    mpmd_status rc = step_run(st);
+    rt_step_leave(st);
     return rc;
 }
 
@@ -438,7 +493,7 @@ static size_t whole_bytes(const mpmd_graph *g, int node) {
     return mpmd_type_bytes(&t);
 }
 
-mpmd_status mpmd_step_write(mpmd_step *st, mpmd_value v, const void *src, size_t bytes) {
+static mpmd_status step_write(mpmd_step *st, mpmd_value v, const void *src, size_t bytes) {
     if (!st) return MPMD_ERR_INVALID;
     if (!src) {
         snprintf(st->err, sizeof st->err, "mpmd_step_write: no data (NULL) for %%%d", (int)v.id);
@@ -466,7 +521,15 @@ mpmd_status mpmd_step_write(mpmd_step *st, mpmd_value v, const void *src, size_t
     return MPMD_OK;
 }
 
-mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes) {
+mpmd_status mpmd_step_write(mpmd_step *st, mpmd_value v, const void *src, size_t bytes) {
+    if (!st) return MPMD_ERR_INVALID;
+    if (rt_step_enter(st, "mpmd_step_write")) return MPMD_ERR_INVALID;
+    mpmd_status rc = step_write(st, v, src, bytes);
+    rt_step_leave(st);
+    return rc;
+}
+
+static mpmd_status step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes) {
     if (!st) return MPMD_ERR_INVALID;
     if (!dst) {
         snprintf(st->err, sizeof st->err, "mpmd_step_read: nowhere to copy %%%d (NULL)", (int)v.id);
@@ -523,6 +586,14 @@ mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes)
     return MPMD_ERR_INVALID;
 }
 
+mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes) {
+    if (!st) return MPMD_ERR_INVALID;
+    if (rt_step_enter(st, "mpmd_step_read")) return MPMD_ERR_INVALID;
+    mpmd_status rc = step_read(st, v, dst, bytes);
+    rt_step_leave(st);
+    return rc;
+}
+
 /* A value of (rank, replica) into dst on this process, by the transport: a
  * local copy, or under MPI a broadcast from the process that runs that rank
  * and replica (every process must make the same calls in the same order). */
@@ -552,8 +623,8 @@ void mpmd_step_replica_params_sha256(mpmd_step *st, int replica, char hex[65]) {
 
 void mpmd_step_params_sha256(mpmd_step *st, char hex[65]) { mpmd_step_replica_params_sha256(st, 0, hex); }
 
-mpmd_status mpmd_step_gather(mpmd_step *st, mpmd_value v, void *dst, size_t bytes) {
-    if (st->runtime != MPMD_RUNTIME_MPI) return mpmd_step_read(st, v, dst, bytes);
+static mpmd_status step_gather(mpmd_step *st, mpmd_value v, void *dst, size_t bytes) {
+    if (st->runtime != MPMD_RUNTIME_MPI) return step_read(st, v, dst, bytes);
     v = mpmd_read_target(st->plan->g, v);
     const mpmd_node *n = mpmd_node_of(st->plan->g, v);
     int r;
@@ -569,6 +640,14 @@ mpmd_status mpmd_step_gather(mpmd_step *st, mpmd_value v, void *dst, size_t byte
         return MPMD_ERR_SHAPE;
     }
     return fetch(st, r, 0, v.id, dst, bytes);
+}
+
+mpmd_status mpmd_step_gather(mpmd_step *st, mpmd_value v, void *dst, size_t bytes) {
+    if (!st) return MPMD_ERR_INVALID;
+    if (rt_step_enter(st, "mpmd_step_gather")) return MPMD_ERR_INVALID;
+    mpmd_status rc = step_gather(st, v, dst, bytes);
+    rt_step_leave(st);
+    return rc;
 }
 
 /* ---- printing ------------------------------------------------------------- */
