@@ -617,6 +617,17 @@ static int mpi_model_collective(mpmd_rank_state *rs, int node, const void *in, v
     return bad;
 }
 
+/* An allgather of the words on the job's world (the step's communicators
+ * do not exist yet). */
+static int mpi_agree(const uint64_t *mine, int n, uint64_t **all, int *procs) {
+    int ws = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &ws);
+    *procs = ws;
+    *all = malloc((size_t)ws * (size_t)n * sizeof **all + 1);
+    if (!*all) return 1;
+    return MPI_Allgather(mine, n, MPI_UINT64_T, *all, n, MPI_UINT64_T, MPI_COMM_WORLD) != MPI_SUCCESS;
+}
+
 /* An allreduce of the words over every process (integers: the sum is
  * exact, whatever order MPI adds them in). */
 static int mpi_mesh_sum(mpmd_rank_state *rs, uint32_t *acc, int n) {
@@ -745,6 +756,7 @@ const mpmd_transport mpmd_transport_mpi = {
     .allgather = mpi_allgather,
     .model_collective = mpi_model_collective,
     .mesh_sum = mpi_mesh_sum,
+    .agree = mpi_agree,
     .wake = NULL, /* one rank per process: no other thread here waits on it */
     .end_step = mpi_end_step,
     .settle = mpi_settle,

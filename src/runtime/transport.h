@@ -94,6 +94,11 @@ typedef struct mpmd_transport {
      * ranks, replicas and model ranks of the step), into acc on each: exact
      * unsigned integer sums (util/exact.h), so their order does not matter. */
     int (*mesh_sum)(mpmd_rank_state *rs, uint32_t *acc, int n);
+    /* Before a step is made (collective: every process of the job makes
+     * the same call): every process's n words into *all (malloc'ed, procs
+     * x n, process p's at p n) and the process count into *procs; 0, or
+     * nonzero when it failed. NULL: one process (nothing to compare). */
+    int (*agree)(const uint64_t *mine, int n, uint64_t **all, int *procs);
     /* A rank failed (rt_fail): wake every rank blocked in the transport;
      * NULL when nothing can be woken. */
     void (*wake)(struct mpmd_step *st);
