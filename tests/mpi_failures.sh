@@ -79,10 +79,10 @@ if ! wait_end; then
 else
   if [ "$rc" -eq 0 ] || [ "$left" -ne 0 ]; then
     echo "FAIL: after a stop: exit $rc, $left processes left"; fail=1
-  elif ! grep -Eq "waited [0-9]+ s for .*rank $vrank" "$out"; then
+  elif ! grep -Eq "waited [0-9]+(\.[0-9]+)? s for .*rank $vrank" "$out"; then
     echo "FAIL: after a stop, no message names what was awaited from rank $vrank:"; cat "$out"; fail=1
   else
-    echo "ok: a stopped rank ended the job in ${took}s (exit $rc): $(grep -Em1 "waited [0-9]+ s" "$out")"
+    echo "ok: a stopped rank ended the job in ${took}s (exit $rc): $(grep -Em1 "waited [0-9]+(\.[0-9]+)? s" "$out")"
   fi
 fi
 [ "$fail" -eq 0 ] && echo "mpi_failures: 3 passed, 0 failed" || echo "mpi_failures: failed"

@@ -311,7 +311,7 @@ static int wait_for(mpmd_rank_state *rs, MPI_Request *req, const char *what) {
         }
     }
     rt_fail(rs, MPMD_ERR_RUNTIME,
-            "waited %.3g s for %s: that rank is stuck or slower than the watchdog allows (step_timeout)",
+            "waited %.3f s for %s: that rank is stuck or slower than the watchdog allows (step_timeout)",
             now - t0, what);
     return 1;
 }

@@ -328,7 +328,7 @@ static int local_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
             pthread_mutex_unlock(&b->mu);
             char vb[300];
             rt_fail(rs, MPMD_ERR_RUNTIME,
-                    "waited %.3g s for %s of microbatch %d from rank %d, which has not sent it: that rank is "
+                    "waited %.3f s for %s of microbatch %d from rank %d, which has not sent it: that rank is "
                     "stuck or slower than the watchdog allows (step_timeout)",
                     rt_now() - started, rt_value_str(st, in->node, vb, sizeof vb), in->mb, in->peer);
             return 1;
@@ -382,7 +382,7 @@ static int group_meet(mpmd_rank_state *rs, group *gr, const char *what) {
         if (late && gen == gr->generation) {
             pthread_mutex_unlock(&gr->mu);
             rt_fail(rs, MPMD_ERR_RUNTIME,
-                    "waited %.3g s for the other %s of rank %d to %s: one is stuck or slower than the "
+                    "waited %.3f s for the other %s of rank %d to %s: one is stuck or slower than the "
                     "watchdog allows (step_timeout)",
                     rt_now() - started, gr->who, rs->rank, what);
             return 1;
