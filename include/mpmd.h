@@ -88,6 +88,8 @@
 extern "C" {
 #endif
 
+MPMD_API_BEGIN
+
 /* ------------------------------------------------------------------------ */
 /* Types and values                                                          */
 /* ------------------------------------------------------------------------ */
@@ -1029,6 +1031,8 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
 
 /* SHA-256 of a byte string (used for params_sha256; exposed for tools). */
 void mpmd_sha256(const void *data, size_t len, uint8_t out[32]);
+
+MPMD_API_END
 
 #ifdef __cplusplus
 }

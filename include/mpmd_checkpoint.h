@@ -70,6 +70,8 @@
 extern "C" {
 #endif
 
+MPMD_API_BEGIN
+
 /* The checkpoint format version this library writes and reads. */
 #define MPMD_CHECKPOINT_VERSION 1
 /* The weights-export format version this library writes and reads. */
@@ -177,6 +179,8 @@ mpmd_status mpmd_checkpoint_read_info(const char *path, mpmd_checkpoint_info *in
  * both checksums (the data is streamed, not held). With `list` not NULL,
  * print one line per tensor: name, dtype[shape], bytes. */
 mpmd_status mpmd_checkpoint_verify(const char *path, FILE *list, mpmd_error *err);
+
+MPMD_API_END
 
 #ifdef __cplusplus
 }

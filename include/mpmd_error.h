@@ -15,6 +15,19 @@
 extern "C" {
 #endif
 
+/* The library is built with hidden visibility: what it exports is exactly
+ * what its public headers declare between MPMD_API_BEGIN and MPMD_API_END
+ * (checked by a test), never its internals. */
+#if defined(__GNUC__)
+#define MPMD_API_BEGIN _Pragma("GCC visibility push(default)")
+#define MPMD_API_END _Pragma("GCC visibility pop")
+#else
+#define MPMD_API_BEGIN
+#define MPMD_API_END
+#endif
+
+MPMD_API_BEGIN
+
 typedef enum mpmd_status {
     MPMD_OK = 0,
     MPMD_ERR_INVALID = 1, /* a bad argument: a count, a name, a parameter */
@@ -48,6 +61,8 @@ mpmd_status mpmd_error_set(mpmd_error *err, mpmd_status code, const char *fmt, .
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+
+MPMD_API_END
 
 #ifdef __cplusplus
 }

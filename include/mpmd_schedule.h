@@ -47,6 +47,8 @@
 extern "C" {
 #endif
 
+MPMD_API_BEGIN
+
 /* ------------------------------------------------------------------------ */
 /* Tasks and schedules                                                       */
 /* ------------------------------------------------------------------------ */
@@ -360,6 +362,8 @@ mpmd_status mpmd_timeline_write_svg(const mpmd_timeline *tl, FILE *f);
  * thread track per rank named "rank R", an "X" event per task (a FusedTask
  * is an enclosing event with its members nested inside). */
 mpmd_status mpmd_timeline_write_trace(const mpmd_timeline *tl, FILE *f);
+
+MPMD_API_END
 
 #ifdef __cplusplus
 }
