@@ -120,10 +120,11 @@ normalise() { # file with C text
             while (line ~ /\\$/ && (getline nxt) > 0) { sub(/\\$/, "", line); line = line " " nxt }
             t = line; sub(/^[ \t]+/, "", t)
             if (skip) { if (t ~ /^#[ \t]*endif/) skip = 0; next }
+            if (t ~ /^MPMD_API_(BEGIN|END)[ \t]*$/) next  # export markers, not declarations
             if (substr(t, 1, 1) == "#") {
                 flush()
                 d = squeeze(t)
-                if (d ~ /^#ifdef __cplusplus$/) { skip = 1; next }
+                if (d ~ /^#ifdef __cplusplus$/ || d ~ /^#if defined\(__GNUC__\)$/) { skip = 1; next }
                 if (d ~ /^#include/) next
                 if (guard == "" && d ~ /^#ifndef [A-Z0-9_]+_H$/) { guard = substr(d, 9); next }
                 if (guard != "" && d == "#define " guard) next

@@ -46,7 +46,7 @@ mpmd_status mpmd_cluster(const mpmd_graph *g, const unsigned char *live, int S, 
     if (!c->stage || !c->kind || !c->nodes || !c->count || !cand || !cross || !in_a) {
         free(cand), free(cross), free(in_a);
         mpmd_clusters_free(c);
-        return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory clustering the graph");
+        return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory clustering the graph");
     }
     for (int i = 0; i < nn; i++)
         c->stage[i] = -1, cand[i] = INT32_MAX;
@@ -66,7 +66,7 @@ mpmd_status mpmd_cluster(const mpmd_graph *g, const unsigned char *live, int S, 
             char tb[160];
             mpmd_error_set(
                 err, MPMD_ERR_INVALID,
-                "mpmd_jit_with_loop: cannot place %%%d = %s (%s): it is a forward op but reads %%%d = %s, a "
+                "cannot place %%%d = %s (%s): it is a forward op but reads %%%d = %s, a "
                 "value of the backward pass; no pipeline task can run it (compute it after the loop, "
                 "from the loop's reductions)",
                 i, n->op->name, mpmd_type_str(&n->type, tb, sizeof tb), (int)u->id, u->op->name);
@@ -158,7 +158,7 @@ mpmd_status mpmd_cluster(const mpmd_graph *g, const unsigned char *live, int S, 
             free(cand), free(cross), free(in_a);
             mpmd_clusters_free(c);
             return mpmd_error_set(err, MPMD_ERR_NOMEM,
-                                  "mpmd_jit_with_loop: out of memory clustering the graph");
+                                  "out of memory clustering the graph");
         }
         c->count[k] = 0;
     }

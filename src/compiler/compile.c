@@ -61,30 +61,30 @@ static void keep_forward_tasks(mpmd_schedule *s) {
 mpmd_status mpmd_compile_check(const mpmd_graph *g, const mpmd_schedule *s, mpmd_error *err) {
     if (!g || !s)
         return mpmd_error_set(err, MPMD_ERR_INVALID,
-                              "mpmd_jit_with_loop: the graph and the schedule are required");
+                              "the graph and the schedule are required");
     if (g->status != MPMD_OK)
-        return mpmd_error_set(err, g->status, "mpmd_jit_with_loop: the graph has an error: %s", g->err);
+        return mpmd_error_set(err, g->status, "the graph has an error: %s", g->err);
     if (g->n_micro < 1)
         return mpmd_error_set(
             err, MPMD_ERR_INVALID,
-            "mpmd_jit_with_loop: the graph has no microbatch loop (mpmd_loop_begin ... mpmd_loop_end)");
+            "the graph has no microbatch loop (mpmd_loop_begin ... mpmd_loop_end)");
     if (mpmd_loop_open(g))
         return mpmd_error_set(err, MPMD_ERR_INVALID,
-                              "mpmd_jit_with_loop: the microbatch loop is still open (call mpmd_loop_end)");
+                              "the microbatch loop is still open (call mpmd_loop_end)");
     if (g->n_markers != s->num_stages)
         return mpmd_error_set(
             err, MPMD_ERR_INVALID,
-            "mpmd_jit_with_loop: the loop body has %d stage markers (mpmd_enter_stage calls, the last "
+            "the loop body has %d stage markers (mpmd_enter_stage calls, the last "
             "stage closed by one too) but the schedule %s has %d stages",
             g->n_markers, s->name, s->num_stages);
     if (g->n_micro != s->num_microbatches)
         return mpmd_error_set(
             err, MPMD_ERR_INVALID,
-            "mpmd_jit_with_loop: the graph's loop has %d microbatches but the schedule %s has %d", g->n_micro,
+            "the graph's loop has %d microbatches but the schedule %s has %d", g->n_micro,
             s->name, s->num_microbatches);
     mpmd_error verr;
     if (mpmd_schedule_validate(s, &verr, NULL) != MPMD_OK)
-        return mpmd_error_set(err, verr.code, "mpmd_jit_with_loop: %s", verr.msg);
+        return mpmd_error_set(err, verr.code, "%s", verr.msg);
     return MPMD_OK;
 }
 
@@ -125,15 +125,15 @@ static mpmd_status finish(mpmd_plan *pl, mpmd_error *err) {
     char why[MPMD_ERROR_MSG_MAX];
     for (int i = 0; i < g->n_nodes; i++)
         if (mpmd_model_axis_misplaced(g, i, why, sizeof why))
-            return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: %s", why);
+            return mpmd_error_set(err, MPMD_ERR_INVALID, "%s", why);
     if (mpmd_mesh_init(&pl->mesh, g, pl->replicas, pl->model))
-        return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+        return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
     if (mpmd_place(pl, err)) return err->code;
     if (mpmd_plan_shards(pl, err)) return err->code;
     if (mpmd_lower(pl, err)) return err->code;
     if (mpmd_program_check(pl, err)) return err->code;
     pl->kern = calloc((size_t)g->n_nodes + 1, sizeof *pl->kern);
-    if (!pl->kern) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+    if (!pl->kern) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
     for (int i = 0; i < g->n_nodes; i++) {
         const mpmd_node *n = &g->nodes[i];
         if (!pl->live[i] || (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL | MPMD_OPF_COLLECTIVE)) ||
@@ -142,20 +142,20 @@ static mpmd_status finish(mpmd_plan *pl, mpmd_error *err) {
         if (n->op->flags & MPMD_OPF_MESH) { /* run by the runtime, on the backend's sum of squares */
             if (!pl->be->sumsq)
                 return mpmd_error_set(err, MPMD_ERR_INVALID,
-                                      "mpmd_jit_with_loop: the %s backend cannot take %s (%%%d): it has no exact "
+                                      "the %s backend cannot take %s (%%%d): it has no exact "
                                       "sum of squares",
                                       pl->be->name, n->op->name, i);
             continue;
         }
         if (!(pl->kern[i] = pl->be->find(n->op)))
             return mpmd_error_set(err, MPMD_ERR_INVALID,
-                                  "mpmd_jit_with_loop: the %s backend has no kernel for %s (%%%d)",
+                                  "the %s backend has no kernel for %s (%%%d)",
                                   pl->be->name, n->op->name, i);
     }
     /* the tasks whose ops meet the other model ranks (a collective): they
      * wait on the host, so a recording of the rank's work stops there */
     pl->task_meets = calloc((size_t)pl->num_stages * MPMD_TASK_KINDS + 1, 1);
-    if (!pl->task_meets) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+    if (!pl->task_meets) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
     for (int k = 0; k < pl->num_stages * MPMD_TASK_KINDS; k++)
         for (int c = 0; c < pl->cl.count[k]; c++)
             if (g->nodes[pl->cl.nodes[k][c]].op->flags & MPMD_OPF_COLLECTIVE) pl->task_meets[k] = 1;
@@ -206,8 +206,7 @@ fail:
 
 mpmd_plan *mpmd_compile(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_backend *be, int replicas,
                         int fsdp, int recv_ahead, mpmd_error *err) {
-    if (mpmd_compile_check(g, s, err)) return NULL;
-    mpmd_error local;
+    mpmd_error local; /* g and s were checked together (mpmd_compile_check) by the caller */
     if (!err) err = &local;
     mpmd_plan *pl = calloc(1, sizeof *pl);
     if (!pl) goto nomem;
@@ -238,7 +237,7 @@ mpmd_plan *mpmd_compile(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_
         }
         if (!ops) {
             mpmd_error_set(err, MPMD_ERR_INVALID,
-                           "mpmd_jit_with_loop: stage %d of %d has no operations, so its rank would idle: a "
+                           "stage %d of %d has no operations, so its rank would idle: a "
                            "stage marker whose result was dropped (`mpmd_enter_stage(g, h);` instead of `h = "
                            "mpmd_enter_stage(g, h);`) leaves the ops after it in the stage before",
                            st, pl->num_stages);
@@ -247,14 +246,14 @@ mpmd_plan *mpmd_compile(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_
     }
     for (int k = 0; k < pl->num_stages; k++)
         if (pl->stage_rank[k] < 0) {
-            mpmd_error_set(err, MPMD_ERR_SCHEDULE, "mpmd_jit_with_loop: %s runs stage %d on no rank", s->name,
+            mpmd_error_set(err, MPMD_ERR_SCHEDULE, "%s runs stage %d on no rank", s->name,
                            k);
             goto fail;
         }
     if (finish(pl, err)) goto fail;
     return pl;
 nomem:
-    mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+    mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
 fail:
     mpmd_plan_free(pl);
     return NULL;

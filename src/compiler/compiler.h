@@ -225,10 +225,12 @@ static inline const int32_t *mpmd_gather_list(const mpmd_plan *pl, const mpmd_in
     return pl->gather[in->list];
 }
 
-/* The compiler's entry point (compile.c): check the graph against the
- * schedule, then cluster, place, lower, check the programs, build the
- * in-task free lists and look up the backend's kernels. The errors name
- * mpmd_jit_with_loop, the public call that compiles. */
+/* The compiler's entry point (compile.c): cluster, place, lower, check the
+ * programs, build the in-task free lists and look up the backend's kernels,
+ * for a graph and schedule the caller has checked together
+ * (mpmd_compile_check, once). Its messages name no call: the public call
+ * that compiles (mpmd_jit_with_loop, mpmd_predict, mpmd_exec_new) puts its
+ * own name before them. */
 mpmd_plan *mpmd_compile(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_backend *be, int replicas,
                         int fsdp, int recv_ahead, mpmd_error *err);
 /* The unpipelined loop as a plan: one rank, every body op in one task run
@@ -238,8 +240,7 @@ mpmd_plan *mpmd_compile(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_
  * mpmd_jit_with_loop without a schedule). pl->sched is NULL. */
 mpmd_plan *mpmd_compile_loop(const mpmd_graph *g, const mpmd_backend *be, int replicas, int fsdp,
                              int recv_ahead, mpmd_error *err);
-/* Its first part alone: whether g and s fit together (mpmd_jit_with_loop
- * checks this before its options, mpmd_compile again). */
+/* Whether g and s fit together: checked once, before mpmd_compile. */
 mpmd_status mpmd_compile_check(const mpmd_graph *g, const mpmd_schedule *s, mpmd_error *err);
 void mpmd_plan_free(mpmd_plan *pl);
 /* The task bodies and every rank's program, as text (mpmd_step_print). */

@@ -147,7 +147,7 @@ mpmd_status mpmd_lower(mpmd_plan *pl, mpmd_error *err) {
                         mpmd_task_str(&t[q], tb, sizeof tb);
                         rc = mpmd_error_set(
                             err, MPMD_ERR_SCHEDULE,
-                            "mpmd_jit_with_loop: %s: rank %d runs %s before the task that computes "
+                            "%s: rank %d runs %s before the task that computes "
                             "its input %%%d (%s of stage %d, microbatch %d)",
                             s ? s->name : "the loop", r, tb, u, g->nodes[u].op->name, pl->cl.stage[u], mb);
                         break;
@@ -275,7 +275,7 @@ mpmd_status mpmd_lower(mpmd_plan *pl, mpmd_error *err) {
     goto done;
 nomem:
     rc = mpmd_error_set(err, MPMD_ERR_NOMEM,
-                        "mpmd_jit_with_loop: out of memory lowering the per-rank programs");
+                        "out of memory lowering the per-rank programs");
 done:
     if (io)
         for (int k = 0; k < S * MPMD_TASK_KINDS; k++)
@@ -372,7 +372,7 @@ mpmd_status mpmd_program_check(mpmd_plan *pl, mpmd_error *err) {
                     if (m->src != in->peer) {
                         rc = mpmd_error_set(
                             err, MPMD_ERR_SCHEDULE,
-                            "mpmd_jit_with_loop: rank %d expects %%%d (microbatch %d) from rank %d, "
+                            "rank %d expects %%%d (microbatch %d) from rank %d, "
                             "but rank %d sent it",
                             r, in->node, in->mb, in->peer, m->src);
                         goto out;
@@ -405,7 +405,7 @@ mpmd_status mpmd_program_check(mpmd_plan *pl, mpmd_error *err) {
         if (!progressed) {
             char msg[MPMD_ERROR_MSG_MAX];
             size_t k =
-                (size_t)snprintf(msg, sizeof msg, "mpmd_jit_with_loop: the per-rank programs deadlock:");
+                (size_t)snprintf(msg, sizeof msg, "the per-rank programs deadlock:");
             for (int r = 0; r < D && k < sizeof msg; r++) {
                 const mpmd_program *p = &pl->prog[r];
                 if (pc[r] >= p->n) continue;
@@ -423,7 +423,7 @@ mpmd_status mpmd_program_check(mpmd_plan *pl, mpmd_error *err) {
             if (t[i].node != -1 && t[i].count > 0) {
                 rc = mpmd_error_set(
                     err, MPMD_ERR_SCHEDULE,
-                    "mpmd_jit_with_loop: rank %d sends %%%d (microbatch %d) to rank %d, which never "
+                    "rank %d sends %%%d (microbatch %d) to rank %d, which never "
                     "receives it",
                     t[i].src, t[i].node, t[i].mb, t[i].dst);
                 break;
@@ -431,7 +431,7 @@ mpmd_status mpmd_program_check(mpmd_plan *pl, mpmd_error *err) {
     }
     goto out;
 nomem:
-    rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory checking the programs");
+    rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory checking the programs");
 out:
     for (int r = 0; r < D; r++) {
         if (ua) free(ua[r]);
@@ -505,5 +505,5 @@ mpmd_status mpmd_lower_task_lists(mpmd_plan *pl, mpmd_error *err) {
     }
     return MPMD_OK;
 nomem:
-    return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+    return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
 }

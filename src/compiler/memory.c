@@ -380,7 +380,7 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, m
     return MPMD_OK;
 nomem:
     free(items), free(offs), free(b.cur), free(b.cand);
-    return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory planning rank %d's buffers",
+    return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory planning rank %d's buffers",
                           r);
 }
 
@@ -415,7 +415,7 @@ mpmd_status mpmd_plan_memory(mpmd_plan *pl, mpmd_error *err) {
     unsigned char *folds = fold_targets(pl);
     if (!folds || !(pl->mem = calloc((size_t)pl->num_ranks, sizeof *pl->mem))) {
         free(folds);
-        return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+        return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
     }
     for (int r = 0; r < pl->num_ranks; r++)
         if (plan_rank(pl, r, folds, err)) {

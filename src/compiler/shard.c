@@ -153,7 +153,7 @@ static mpmd_status gather_lists(mpmd_plan *pl, int32_t *mark, mpmd_error *err) {
     }
     return MPMD_OK;
 nomem:
-    return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory sharding the parameters");
+    return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory sharding the parameters");
 }
 
 mpmd_status mpmd_plan_shards(mpmd_plan *pl, mpmd_error *err) {
@@ -174,7 +174,7 @@ mpmd_status mpmd_plan_shards(mpmd_plan *pl, mpmd_error *err) {
     pl->whole = calloc((size_t)nn + 1, sizeof *pl->whole);
     if (!grp || !mark || !meets || !bad || !cast_ok || !rd.head || !rd.next || !rd.who || !pl->mesh.shard ||
         !pl->whole) {
-        rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory sharding the parameters");
+        rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory sharding the parameters");
         goto done;
     }
     for (int i = 0; i < nn; i++)
@@ -267,7 +267,7 @@ mpmd_status mpmd_plan_shards(mpmd_plan *pl, mpmd_error *err) {
             if (pl->whole[i]) whole++, first = first < 0 ? i : first;
         if (first >= 0) mpmd_plan_whole_reason(pl, first, why, sizeof why);
         rc = mpmd_error_set(err, MPMD_ERR_INVALID,
-                            "mpmd_jit_with_loop: fsdp is on but no parameter can be sharded: %s%s%s%s "
+                            "fsdp is on but no parameter can be sharded: %s%s%s%s "
                             "(mpmd_step_opts.fsdp shards the parameters an optimizer updates, their state and "
                             "gradients; %d parameter%s left whole)",
                             first >= 0 ? "\"" : "the graph has no parameters", first >= 0 ? g->nodes[first].name : "",

@@ -70,11 +70,8 @@ mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_e
     mpmd_error e;
     mpmd_plan *pl = mpmd_compile_loop(g, be, 1, 0, 0, &e);
     if (pl) ex->st = mpmd_step_new_plan(pl, o.threads, o.seed, &e);
-    if (!ex->st) {
-        /* the compiler and the runtime name the step's call; this is ours */
-        const char *msg = e.msg, *pre = "mpmd_jit_with_loop: ";
-        if (!strncmp(msg, pre, strlen(pre))) msg += strlen(pre);
-        mpmd_error_set(err, e.code, "mpmd_exec_new: %s", msg);
+    if (!ex->st) { /* the compiler's and the runtime's messages, under this call's name */
+        mpmd_error_set(err, e.code, "mpmd_exec_new: %s", e.msg);
         free(ex);
         return NULL;
     }

@@ -145,34 +145,34 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
         if (launched)
             return mpmd_error_set(
                 err, MPMD_ERR_INVALID,
-                "mpmd_jit_with_loop: the MPI runtime needs mpmd_mpi_init(&argc, &argv, &err) "
+                "the MPI runtime needs mpmd_mpi_init(&argc, &argv, &err) "
                 "at the start of main; this process was started by an MPI launcher (%s is "
                 "set) but never initialised MPI",
                 launched);
         return mpmd_error_set(
             err, MPMD_ERR_INVALID,
-            "mpmd_jit_with_loop: the MPI runtime needs mpmd_mpi_init(&argc, &argv, &err) at "
+            "the MPI runtime needs mpmd_mpi_init(&argc, &argv, &err) at "
             "the start of main, and the program started by mpirun (mpirun -np N program)");
     }
     mpi_state *m = calloc(1, sizeof *m);
-    if (!m) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+    if (!m) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
     st->tx = m;
     st->rs[0].tx = m;
     const mpmd_program *p = &st->plan->prog[st->mpi_rank];
     m->rreq = malloc((size_t)(p->n + 1) * sizeof *m->rreq);
     m->sreq = malloc((size_t)(p->n + 1) * sizeof *m->sreq);
-    if (!m->rreq || !m->sreq) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+    if (!m->rreq || !m->sreq) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
     for (int x = 0; x < p->n; x++)
         m->rreq[x] = m->sreq[x] = MPI_REQUEST_NULL;
     if (!st->plan->be->host_memory) {
         if (!(m->stage = calloc((size_t)p->n + 1, sizeof *m->stage)))
-            return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+            return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
         for (int x = 0; x < p->n; x++)
             if ((p->ins[x].op == MPMD_I_SEND || p->ins[x].op == MPMD_I_RECV) &&
                 !(m->stage[x] = stage_alloc(st->plan->be, mpmd_held_bytes(&st->plan->mesh, p->ins[x].node) + 1)))
                 return mpmd_error_set(
                     err, MPMD_ERR_NOMEM,
-                    "mpmd_jit_with_loop: out of memory for the host copies of rank %d's messages",
+                    "out of memory for the host copies of rank %d's messages",
                     st->mpi_rank);
     }
     const int M = st->plan->model;
@@ -183,20 +183,20 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
     int *ub = NULL, flag = 0;
     if (st->plan->be->host_memory && st->plan->mesh.shard) { /* FSDP's gathers, posted one task ahead */
         if (!(m->greq = calloc((size_t)p->n + 1, sizeof *m->greq)))
-            return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+            return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
         for (int x = 0; x < p->n; x++) {
             const mpmd_instr *in = &p->ins[x];
             if (in->op != MPMD_I_GATHER) continue;
             int n;
             const int32_t *list = mpmd_gather_list(st->plan, in, &n);
             if (!(m->greq[x] = malloc((size_t)(n ? n : 1) * sizeof **m->greq)))
-                return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+                return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
             for (int q = 0; q < n; q++) {
                 m->greq[x][q] = MPI_REQUEST_NULL;
                 const size_t b = (size_t)st->plan->replicas * mpmd_held_bytes(&st->plan->mesh, list[q]);
                 if (b > (size_t)INT_MAX)
                     return mpmd_error_set(err, MPMD_ERR_INVALID,
-                                          "mpmd_jit_with_loop: %%%d has %zu bytes to gather; MPI counts stop at %d",
+                                          "%%%d has %zu bytes to gather; MPI counts stop at %d",
                                           list[q], b, INT_MAX);
             }
         }
@@ -207,7 +207,7 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
     if (need > m->tag_ub)
         return mpmd_error_set(
             err, MPMD_ERR_INVALID,
-            "mpmd_jit_with_loop: %lld message tags needed (values x microbatches) but this MPI "
+            "%lld message tags needed (values x microbatches) but this MPI "
             "allows tags up to %d",
             (long long)need, m->tag_ub);
     return MPMD_OK;

@@ -627,7 +627,7 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
     if (want > 0 && (got = threads_available(want, twhy, sizeof twhy)) < want)
         return mpmd_error_set(
             err, MPMD_ERR_RUNTIME,
-            "mpmd_jit_with_loop: the step needs %d more threads (%d rank%s x %d threads per rank) "
+            "the step needs %d more threads (%d rank%s x %d threads per rank) "
             "but this process could start only %d (%s: the limit on processes per user, ulimit "
             "-u, or a container's pids limit); lower threads_per_rank or the rank count",
             want, st->num_local, st->num_local == 1 ? "" : "s", tpr, got, twhy);
@@ -642,7 +642,7 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         rs->nthreads = tpr;
         char why[512];
         if (!(rs->dev = st->plan->be->open(r, tpr, why, sizeof why)))
-            return mpmd_error_set(err, MPMD_ERR_RUNTIME, "mpmd_jit_with_loop: rank %d: %s", r, why);
+            return mpmd_error_set(err, MPMD_ERR_RUNTIME, "rank %d: %s", r, why);
         st->plan->be->enter(rs->dev);
         /* the arena, and every buffer's place in it */
         const mpmd_rank_memory *mem = rs->mem = &st->plan->mem[r];
@@ -727,15 +727,15 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
      * the ranks' threads compute (OpenBLAS's work buffers) must fit too */
     char rwhy[512];
     if (st->plan->be->room && st->plan->be->room(st->num_local * tpr, rwhy, sizeof rwhy))
-        return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: %s", rwhy);
+        return mpmd_error_set(err, MPMD_ERR_NOMEM, "%s", rwhy);
     return st->tr->setup(st, err);
 nomem:
     return mpmd_error_set(err, MPMD_ERR_NOMEM,
-                          "mpmd_jit_with_loop: out of memory setting up the ranks (%s backend)",
+                          "out of memory setting up the ranks (%s backend)",
                           st->plan->be->name);
 devfail:
     return mpmd_error_set(err, MPMD_ERR_RUNTIME,
-                          "mpmd_jit_with_loop: the %s backend failed setting up the ranks",
+                          "the %s backend failed setting up the ranks",
                           st->plan->be->name);
 }
 

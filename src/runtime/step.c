@@ -75,12 +75,12 @@ mpmd_status mpmd_schedule_for_graph(const mpmd_graph *g, mpmd_schedule_kind kind
 }
 
 static mpmd_status loop_check(const mpmd_graph *g, mpmd_error *err) {
-    if (!g) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: the graph is required");
+    if (!g) return mpmd_error_set(err, MPMD_ERR_INVALID, "the graph is required");
     if (g->status != MPMD_OK)
-        return mpmd_error_set(err, g->status, "mpmd_jit_with_loop: the graph has an error: %s", g->err);
+        return mpmd_error_set(err, g->status, "the graph has an error: %s", g->err);
     if (mpmd_loop_open(g))
         return mpmd_error_set(err, MPMD_ERR_INVALID,
-                              "mpmd_jit_with_loop: the microbatch loop is still open (call mpmd_loop_end)");
+                              "the microbatch loop is still open (call mpmd_loop_end)");
     return MPMD_OK;
 }
 
@@ -94,34 +94,34 @@ static mpmd_status step_options(const mpmd_graph *g, const mpmd_schedule *s, con
     *o = opts ? *opts : MPMD_STEP_DEFAULTS;
     if (o->threads_per_rank < 0)
         return mpmd_error_set(err, MPMD_ERR_INVALID,
-                              "mpmd_jit_with_loop: threads_per_rank = %d; use 0 or a positive count",
+                              "threads_per_rank = %d; use 0 or a positive count",
                               o->threads_per_rank);
     if (o->data_parallel < 0)
         return mpmd_error_set(err, MPMD_ERR_INVALID,
-                              "mpmd_jit_with_loop: data_parallel = %d; use 1 (or 0) for none, or a "
+                              "data_parallel = %d; use 1 (or 0) for none, or a "
                               "replica count",
                               o->data_parallel);
     *replicas = o->data_parallel > 1 ? o->data_parallel : 1;
     if (o->fsdp && *replicas < 2)
         return mpmd_error_set(err, MPMD_ERR_INVALID,
-                              "mpmd_jit_with_loop: fsdp shards the parameters over the data axis, but "
+                              "fsdp shards the parameters over the data axis, but "
                               "data_parallel is %d: set data_parallel to the number of shards (2 or more)",
                               o->data_parallel);
     if (isnan(o->step_timeout))
         return mpmd_error_set(err, MPMD_ERR_INVALID,
-                              "mpmd_jit_with_loop: step_timeout is NaN; give seconds, 0 for the default or a "
+                              "step_timeout is NaN; give seconds, 0 for the default or a "
                               "negative number (or INFINITY) for no watchdog");
     if (o->fsdp_gather != MPMD_GATHER_PER_TASK && o->fsdp_gather != MPMD_GATHER_PER_STEP)
         return mpmd_error_set(err, MPMD_ERR_INVALID,
-                              "mpmd_jit_with_loop: fsdp_gather = %d; use MPMD_GATHER_PER_TASK (0) or "
+                              "fsdp_gather = %d; use MPMD_GATHER_PER_TASK (0) or "
                               "MPMD_GATHER_PER_STEP (1)",
                               (int)o->fsdp_gather);
     if (!(*be = mpmd_backend_get(o->backend)))
         return mpmd_error_set(err, MPMD_ERR_INVALID,
-                              "mpmd_jit_with_loop: unknown backend \"%s\"; this build has: %s", o->backend,
+                              "unknown backend \"%s\"; this build has: %s", o->backend,
                               mpmd_backend_names());
     if (o->runtime != MPMD_RUNTIME_LOCAL && o->runtime != MPMD_RUNTIME_MPI)
-        return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: unknown runtime %d", (int)o->runtime);
+        return mpmd_error_set(err, MPMD_ERR_INVALID, "unknown runtime %d", (int)o->runtime);
     return MPMD_OK;
 }
 
@@ -190,10 +190,10 @@ static int first_difference(const uint64_t *all, int n, int p) {
 static mpmd_status agree(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *o,
                          mpmd_error *err) {
     const mpmd_transport *tr = mpmd_transport_for(MPMD_RUNTIME_MPI);
-    if (!tr || !tr->agree) return MPMD_OK;
+    if (!tr || !tr->agree || mpmd_mpi_world_size() < 2) return MPMD_OK; /* nobody to agree with */
     const int nn = g->n_nodes;
     uint64_t *node = malloc(((size_t)nn + 1) * sizeof *node), graph = 0xcbf29ce484222325ull;
-    if (!node) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+    if (!node) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
     for (int i = 0; i < nn; i++)
         node[i] = node_digest(g, i), graph = fnv(graph, &node[i], sizeof node[i]);
     const uint64_t mine[4] = {graph, (uint64_t)nn, schedule_digest(s), options_digest(o)};
@@ -201,7 +201,7 @@ static mpmd_status agree(const mpmd_graph *g, const mpmd_schedule *s, const mpmd
     int procs = 0, bad = tr->agree(mine, 4, &all, &procs);
     mpmd_status rc = MPMD_OK;
     if (bad) {
-        rc = mpmd_error_set(err, MPMD_ERR_RUNTIME, "mpmd_jit_with_loop: comparing the processes' steps failed");
+        rc = mpmd_error_set(err, MPMD_ERR_RUNTIME, "comparing the processes' steps failed");
         goto done;
     }
     int p = 1, k = -1;
@@ -216,13 +216,13 @@ static mpmd_status agree(const mpmd_graph *g, const mpmd_schedule *s, const mpmd
         uint64_t *mine2 = calloc((size_t)most + 1, sizeof *mine2), *all2 = NULL;
         int procs2 = 0;
         if (!mine2) {
-            rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+            rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
             goto done;
         }
         memcpy(mine2, node, (size_t)nn * sizeof *node);
         if (tr->agree(mine2, most, &all2, &procs2)) {
             free(mine2), free(all2);
-            rc = mpmd_error_set(err, MPMD_ERR_RUNTIME, "mpmd_jit_with_loop: comparing the processes' graphs failed");
+            rc = mpmd_error_set(err, MPMD_ERR_RUNTIME, "comparing the processes' graphs failed");
             goto done;
         }
         const int i = first_difference(all2, most, p);
@@ -248,7 +248,7 @@ static mpmd_status agree(const mpmd_graph *g, const mpmd_schedule *s, const mpmd
                  o->backend ? o->backend : "cpu");
     }
     rc = mpmd_error_set(err, MPMD_ERR_INVALID,
-                        "mpmd_jit_with_loop: the processes of this MPI job built different steps: process %d "
+                        "the processes of this MPI job built different steps: process %d "
                         "differs from process 0 in %s; every process must build the same graph, schedule and "
                         "options (check that all got the same command line)",
                         p, here);
@@ -268,8 +268,31 @@ static mpmd_plan *plan_of(const mpmd_graph *g, const mpmd_schedule *s, const mpm
     return s ? mpmd_compile(g, s, be, replicas, fsdp, ahead, err) : mpmd_compile_loop(g, be, replicas, fsdp, ahead, err);
 }
 
+/* An error of a public call: its name before the message (the compiler's
+ * and the runtime's messages name no call). */
+static void named(mpmd_error *err, const char *fn) {
+    if (!err || !err->msg[0]) return;
+    char msg[MPMD_ERROR_MSG_MAX];
+    memcpy(msg, err->msg, sizeof msg);
+    const size_t n = strlen(fn);
+    if (n + 2 >= sizeof err->msg) return;
+    memcpy(err->msg, fn, n), memcpy(err->msg + n, ": ", 2);
+    snprintf(err->msg + n + 2, sizeof err->msg - n - 2, "%.*s", (int)(sizeof err->msg - n - 3), msg);
+}
+
+static mpmd_step *jit(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts, mpmd_error *err);
+
 mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts,
                               mpmd_error *err) {
+    mpmd_error local;
+    if (!err) err = &local;
+    err->msg[0] = '\0';
+    mpmd_step *st = jit(g, s, opts, err);
+    if (!st) named(err, "mpmd_jit_with_loop");
+    return st;
+}
+
+static mpmd_step *jit(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts, mpmd_error *err) {
     /* the graph against the schedule first, then the options; without a
      * schedule, the unpipelined loop on one rank */
     mpmd_step_opts o;
@@ -280,13 +303,13 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
     char why[512];
     if (g->model_parallel > 1 && (!be->model_combine || !be->model_local)) {
         mpmd_error_set(err, MPMD_ERR_INVALID,
-                       "mpmd_jit_with_loop: the graph is split over %d model ranks (mpmd_set_tensor_parallel), and "
+                       "the graph is split over %d model ranks (mpmd_set_tensor_parallel), and "
                        "the %s backend has no collectives of the model axis",
                        g->model_parallel, be->name);
         return NULL;
     }
     if (be->available(why, sizeof why)) {
-        mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_jit_with_loop: the %s backend cannot run here: %s",
+        mpmd_error_set(err, MPMD_ERR_INVALID, "the %s backend cannot run here: %s",
                        be->name, why);
         return NULL;
     }
@@ -295,7 +318,7 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
         if (!mpmd_mpi_available()) {
             mpmd_error_set(
                 err, MPMD_ERR_INVALID,
-                "mpmd_jit_with_loop: this build of mpmd has no MPI runtime (install libopenmpi-dev and "
+                "this build of mpmd has no MPI runtime (install libopenmpi-dev and "
                 "openmpi-bin, then rebuild)");
             return NULL;
         }
@@ -304,13 +327,13 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
         if (ws != D * replicas * M) {
             if (M > 1)
                 mpmd_error_set(err, MPMD_ERR_INVALID,
-                               "mpmd_jit_with_loop: the MPI job has %d processes but the mesh needs %d (%d ranks "
+                               "the MPI job has %d processes but the mesh needs %d (%d ranks "
                                "x %d replicas x %d model ranks): run mpirun -np %d",
                                ws, D * replicas * M, D, replicas, M, D * replicas * M);
             else
                 mpmd_error_set(
                     err, MPMD_ERR_INVALID,
-                    "mpmd_jit_with_loop: the MPI job has %d processes but the mesh needs %d (%d ranks x %d "
+                    "the MPI job has %d processes but the mesh needs %d (%d ranks x %d "
                     "replicas): run mpirun -np %d",
                     ws, D * replicas, D, replicas, D * replicas);
             return NULL;
@@ -322,7 +345,7 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
     }
     mpmd_step *st = calloc(1, sizeof *st);
     if (!st) {
-        mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_jit_with_loop: out of memory");
+        mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
         return NULL;
     }
     st->runtime = o.runtime;
@@ -530,8 +553,21 @@ static double *node_seconds(const mpmd_step *profiled) {
     return t;
 }
 
+static mpmd_status predict(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts,
+                           const mpmd_step *profiled, mpmd_prediction *out, mpmd_error *err);
+
 mpmd_status mpmd_predict(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts,
                          const mpmd_step *profiled, mpmd_prediction *out, mpmd_error *err) {
+    mpmd_error local;
+    if (!err) err = &local;
+    err->msg[0] = '\0';
+    mpmd_status rc = predict(g, s, opts, profiled, out, err);
+    if (rc) named(err, "mpmd_predict");
+    return rc;
+}
+
+static mpmd_status predict(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts,
+                           const mpmd_step *profiled, mpmd_prediction *out, mpmd_error *err) {
     memset(out, 0, sizeof *out);
     out->step_ms = NAN;
     mpmd_step_opts o;
@@ -541,7 +577,7 @@ mpmd_status mpmd_predict(const mpmd_graph *g, const mpmd_schedule *s, const mpmd
     if (rc) return rc;
     if (profiled && (profiled->plan->g != g || !profiled->profiling || profiled->prof_runs < 1))
         return mpmd_error_set(err, MPMD_ERR_INVALID,
-                              "mpmd_predict: the profiled step must be of the same graph, with a run after "
+                              "the profiled step must be of the same graph, with a run after "
                               "mpmd_step_set_profiling(st, 1)");
     mpmd_plan *pl = plan_of(g, s, be, replicas, &o, err);
     if (!pl) return err ? err->code : MPMD_ERR_INVALID;
@@ -599,7 +635,7 @@ mpmd_status mpmd_predict(const mpmd_graph *g, const mpmd_schedule *s, const mpmd
     }
     goto done;
 nomem:
-    rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_predict: out of memory");
+    rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
 done:
     if (rc) mpmd_prediction_free(out);
     free(t), free(stage_time), free(pre), free(post);

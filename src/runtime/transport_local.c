@@ -175,7 +175,7 @@ static mpmd_status local_setup(struct mpmd_step *st, mpmd_error *err) {
     return MPMD_OK;
 nomem:
     return mpmd_error_set(err, MPMD_ERR_NOMEM,
-                          "mpmd_jit_with_loop: out of memory setting up the ranks (%s backend)",
+                          "out of memory setting up the ranks (%s backend)",
                           st->plan->be->name);
 }
 
