@@ -194,8 +194,11 @@ static mpmd_status local_launch(struct mpmd_step *st, void *(*rank_main)(void *)
         for (int d = 0; d < ls->groups[r].size; d++)
             ls->groups[r].bufs[d] = NULL;
     }
-    for (int r = 0; r < L; r++)
+    for (int r = 0; r < L; r++) { /* progress from now on: a thread slow to start is not stuck */
         st->rs[r].status = MPMD_OK;
+        __atomic_store_n(&st->rs[r].progress_us, (int64_t)(1e6 * rt_now()), __ATOMIC_RELAXED);
+        __atomic_store_n(&st->rs[r].at, 0, __ATOMIC_RELAXED);
+    }
     int started = 0;
     for (int r = 0; r < L; r++) {
         if (pthread_create(&th[r], NULL, rank_main, &st->rs[r]) != 0) {
