@@ -755,8 +755,7 @@ static int generate(options *o, trainer *t) {
     return 0;
 }
 
-int main(int argc, char **argv) {
-    program_start(PROG, argv);
+static int run(int argc, char **argv) {
     options o;
     int rc = parse_args(argc, argv, &o);
     if (rc < 0) return 0;
@@ -973,21 +972,30 @@ int main(int argc, char **argv) {
     if (o.export_weights && mpmd_step_export_weights(t.st, o.export_weights, o.export_dtype, &err))
         return fail(&t, "%s", err.msg);
     if (t.sched && !t.mpi && (o.trace || o.timeline)) {
+        /* written whole or not at all, as checkpoints are (mpmd_file_*) */
+        mpmd_file *out;
         if (o.trace) {
-            FILE *f = fopen(o.trace, "w");
-            if (!f) return fail(&t, "cannot write %s: %s", o.trace, strerror(errno));
-            mpmd_status ws = mpmd_step_write_trace(t.st, f, &err);
-            if (fclose(f) || ws) return fail(&t, "writing %s failed", o.trace);
+            if (mpmd_file_create(o.trace, &out, &err)) return fail(&t, "--trace: %s", err.msg);
+            /* a write error (a full disk) is left for the commit, which names its cause */
+            mpmd_status ws = mpmd_step_write_trace(t.st, mpmd_file_stream(out), &err);
+            if (ws && ws != MPMD_ERR_IO) {
+                mpmd_file_discard(out);
+                return fail(&t, "--trace %s: %s", o.trace, err.msg);
+            }
+            if (mpmd_file_commit(out, &err) || ws) return fail(&t, "--trace: %s", err.msg);
         }
         if (o.timeline) {
             mpmd_timeline *tl;
             if (mpmd_step_timeline(t.st, &tl, &err)) return fail(&t, "%s", err.msg);
             tl->width = (double)o.timeline_width;
-            FILE *f = fopen(o.timeline, "w");
-            if (!f) return fail(&t, "cannot write %s: %s", o.timeline, strerror(errno));
-            mpmd_status ws = mpmd_timeline_write_svg(tl, f);
+            if (mpmd_file_create(o.timeline, &out, &err)) {
+                mpmd_timeline_free(tl);
+                return fail(&t, "--timeline: %s", err.msg);
+            }
+            mpmd_status ws = mpmd_timeline_write_svg(tl, mpmd_file_stream(out)); /* fails on write errors only */
             mpmd_timeline_free(tl);
-            if (fclose(f) || ws) return fail(&t, "writing %s failed", o.timeline);
+            if (mpmd_file_commit(out, &err)) return fail(&t, "--timeline: %s", err.msg);
+            if (ws) return fail(&t, "--timeline: cannot write %s", o.timeline);
         }
     }
     if ((t.sched || o.fsdp) && !t.mpi && !o.quiet && !o.json) mpmd_step_print_summary(t.st, stdout, &err);
@@ -1041,4 +1049,9 @@ int main(int argc, char **argv) {
     gpt_corpus_free(&corpus);
     if (t.mpi) mpmd_mpi_finalize();
     return 0;
+}
+
+int main(int argc, char **argv) {
+    program_start(PROG, argv);
+    return program_end(PROG, run(argc, argv));
 }

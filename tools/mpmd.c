@@ -582,12 +582,17 @@ static int run(options *o) {
         mpmd_schedule_free(s);
         return report_failure(o, st, &err, report);
     }
+    /* -o FILE: written whole or not at all (mpmd_file_*), as checkpoints are */
     FILE *f = stdout;
-    if (o->output && !(f = fopen(o->output, "w"))) {
-        fprintf(stderr, "mpmd %s: cannot write %s: %s\n", o->cmd, o->output, strerror(errno));
-        mpmd_sim_free(sim);
-        mpmd_schedule_free(s);
-        return 1;
+    mpmd_file *out = NULL;
+    if (o->output) {
+        if (mpmd_file_create(o->output, &out, &err)) {
+            fprintf(stderr, "mpmd %s: %s\n", o->cmd, err.msg);
+            mpmd_sim_free(sim);
+            mpmd_schedule_free(s);
+            return 1;
+        }
+        f = mpmd_file_stream(out);
     }
     rc = 0;
     if (o->format == FMT_SVG || o->format == FMT_TRACE)
@@ -600,14 +605,12 @@ static int run(options *o) {
         mpmd_schedule_write_json(s, f);
     else
         mpmd_schedule_write_text(s, f);
-    int bad = ferror(f);
-    if (f != stdout)
-        bad |= fclose(f) != 0;
-    else
-        bad |= fflush(f) != 0;
-    if (bad && !rc) {
-        fprintf(stderr, "mpmd %s: writing %s failed\n", o->cmd, o->output ? o->output : "to stdout");
-        rc = 1;
+    /* (stdout is checked at the end, for every command: end()) */
+    if (out) {
+        if (rc)
+            mpmd_file_discard(out);
+        else if (mpmd_file_commit(out, &err)) /* checks every write: a full disk is an error */
+            fprintf(stderr, "mpmd %s: %s\n", o->cmd, err.msg), rc = 1;
     }
     mpmd_sim_free(sim);
     mpmd_schedule_free(s);
@@ -695,7 +698,20 @@ static int run_plan(const options *o) {
     return rc;
 }
 
-int main(int argc, char **argv) {
+/* main's exit status once stdout is flushed and closed: output that could
+ * not be written (a full disk, `mpmd plan > /dev/full`) is a failure, with
+ * a message, never exit 0 with the results lost. */
+static int end(int status) {
+    errno = 0;
+    int bad = fflush(stdout) != 0, e = errno; /* a failed write earlier leaves the error flag; the flush repeats it */
+    bad |= ferror(stdout) != 0;
+    if (fclose(stdout) != 0 && !bad) bad = 1, e = errno;
+    if (!bad) return status;
+    fprintf(stderr, "mpmd: writing to stdout failed%s%s\n", e ? ": " : "", e ? strerror(e) : "");
+    return status ? status : 1;
+}
+
+static int tool_main(int argc, char **argv) {
     if (argc < 2) {
         fputs(main_help, stderr);
         return EXIT_USAGE;
@@ -720,3 +736,5 @@ int main(int argc, char **argv) {
     free(o.stage_scale);
     return rc < 0 ? 0 : rc;
 }
+
+int main(int argc, char **argv) { return end(tool_main(argc, argv)); }

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# gpt, llama and the mpmd tool against a user who gets things wrong, or a
+# full disk: each section below says what it checks.
+#   cli_misuse.sh GPT LLAMA MPMD GPT_FILES
+set -uo pipefail
+abs() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+gpt=$(abs "$1") llama=$(abs "$2") mpmd=$(abs "$3") files=$(abs "$4")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+pass=0 fail=0
+ok() { echo "ok: $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+model=(--layers 2 --width 32 --heads 2 --seq 16 --batch 8 --microbatches 4 --steps 2 --tie-embeddings --quiet)
+pipe=(--schedule gpipe --stages 2)
+# run PROGRAM ARGS...: $out gets stdout and stderr, $rc the exit status
+run() { out=$("$@" 2>&1); rc=$?; }
+# refused STATUS PATTERN PROGRAM ARGS...: exits STATUS saying PATTERN
+refused() {
+  local want=$1 pat=$2; shift 2
+  run "$@"
+  if [ "$rc" -eq "$want" ] && grep -qF -- "$pat" <<<"$out"; then ok "exit $rc: $pat"; else bad "${*##*/}: exit $rc: $out"; fi
+}
+tmps() { find "$tmp" -name '*.tmp.*' | wc -l; }
+
+# ---- outputs written whole or not at all ----
+# --trace, --timeline and mpmd -o: a write that fails half way exits 1 with
+# a message and leaves the old file and no temporary file; a device is
+# written in place
+# a write that fails half way: the file-size limit (in 1 KiB blocks) makes
+# write() fail as a full disk does, SIGXFSZ ignored
+limited() { (trap '' XFSZ; ulimit -f "$1"; shift; "$@"); }
+"$gpt" "${model[@]}" "${pipe[@]}" --trace trace.json --timeline timeline.svg >/dev/null || bad "writing a trace failed"
+cp trace.json trace.orig
+cp timeline.svg timeline.orig
+[ "$(stat -c %s trace.json)" -gt 4096 ] && [ "$(stat -c %s timeline.svg)" -gt 4096 ] || bad "trace and timeline under 4 KiB"
+out=$(limited 4 "$gpt" "${model[@]}" "${pipe[@]}" --trace trace.json 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "cannot write trace.json: writing the temporary file" <<<"$out" && cmp -s trace.json trace.orig &&
+  [ "$(tmps)" -eq 0 ] && ok "--trace on a full disk: exit 1, the old trace intact, no temporary file" ||
+  bad "--trace on a full disk: exit $rc: $out ($(tmps) temporary files)"
+out=$(limited 4 "$gpt" "${model[@]}" "${pipe[@]}" --timeline timeline.svg 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "cannot write timeline.svg: writing the temporary file" <<<"$out" &&
+  cmp -s timeline.svg timeline.orig && [ "$(tmps)" -eq 0 ] &&
+  ok "--timeline on a full disk: exit 1, the old timeline intact, no temporary file" ||
+  bad "--timeline on a full disk: exit $rc: $out ($(tmps) temporary files)"
+big=(schedule interleaved1f1b --stages 8 --ranks 4 --microbatches 32 --format svg)
+"$mpmd" "${big[@]}" -o big.svg || bad "mpmd -o big.svg failed"
+cp big.svg big.orig
+out=$(limited 4 "$mpmd" "${big[@]}" --microbatches 64 -o big.svg 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "cannot write big.svg: writing the temporary file" <<<"$out" && cmp -s big.svg big.orig &&
+  [ "$(tmps)" -eq 0 ] && ok "mpmd -o on a full disk: exit 1, the old file intact, no temporary file" ||
+  bad "mpmd -o on a full disk: exit $rc: $out ($(tmps) temporary files)"
+run "$mpmd" "${big[@]}" -o /dev/full
+[ $rc -eq 1 ] && grep -q "cannot write /dev/full: writing: No space left on device" <<<"$out" && [ -c /dev/full ] &&
+  ok "mpmd -o /dev/full: exit 1, written in place (a device is never renamed over)" || bad "mpmd -o /dev/full: exit $rc: $out"
+
+# ---- a full stdout ----
+# exits non-zero with a message, whatever the command
+for cmd in "$gpt ${model[*]}" "$llama ${model[*]}" "$gpt --help" "$mpmd plan --ranks 2 --layers 4 --batch 8" \
+  "$mpmd plan --ranks 2 --layers 4 --batch 8 --format json" "$mpmd schedule gpipe --stages 2 --microbatches 4" \
+  "$mpmd simulate std1f1b --stages 2 --microbatches 4 --format json" "$mpmd --help"; do
+  out=$($cmd 2>&1 >/dev/full); rc=$?
+  [ $rc -ne 0 ] && grep -q "writing to stdout failed" <<<"$out" &&
+    ok "${cmd##*/} > /dev/full: exit $rc, $out" || bad "${cmd##*/} > /dev/full: exit $rc: $out"
+done
+
+echo "cli_misuse: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
