@@ -282,6 +282,68 @@ static int check_memory(const options *o) {
                           bytes / 1e9, params, params * 16.0 / 1e9, acts * 4.0 / 1e9, ram / 1e9);
     return 0;
 }
+/* A file as the file system sees it: one that exists by device and inode,
+ * so that "x" and "./x", symbolic and hard links to it are one file; a new
+ * one by its directory's device and inode and its name. */
+typedef struct file_id {
+    int exists;
+    dev_t dev;
+    ino_t ino;
+    const char *base; /* a new file's name in its directory */
+} file_id;
+
+static file_id file_id_of(const char *path) {
+    file_id id = {0, 0, 0, NULL};
+    struct stat sb;
+    if (!stat(path, &sb)) {
+        id.exists = 1, id.dev = sb.st_dev, id.ino = sb.st_ino;
+        return id;
+    }
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (slash == path ? 1 : (int)(slash - path)) : 1, slash ? path : ".");
+    id.base = slash ? slash + 1 : path;
+    if (!stat(dir, &sb)) id.dev = sb.st_dev, id.ino = sb.st_ino;
+    return id;
+}
+
+static int same_file(file_id a, file_id b) {
+    if (a.exists != b.exists || a.dev != b.dev || a.ino != b.ino) return 0;
+    return a.exists || !strcmp(a.base, b.base);
+}
+
+/* Every output must be a file of its own, apart from every input: two
+ * outputs would replace each other (a --trace written over the --save
+ * checkpoint), and an output over an input destroys it (--save onto the
+ * --data text, --export-weights onto the --init-from weights). One pair is
+ * fine: --save onto the --resume checkpoint continues a run in its file,
+ * which is safe because a save is atomic (a temporary file renamed over the
+ * old one once complete; the resume has read it long before). */
+static int check_files(const options *o) {
+    const char *outs[4][2] = {{"--save", o->save}, {"--export-weights", o->export_weights}, {"--trace", o->trace},
+                              {"--timeline", o->timeline}};
+    const char *sched_file = o->schedule && !strncmp(o->schedule, "file:", 5) ? o->schedule + 5 : NULL;
+    const char *ins[5][2] = {{"--data", o->data}, {"--tokens", o->tokens}, {"--init-from", o->init_from},
+                             {"--resume", o->resume}, {"--schedule file:", sched_file}};
+    for (int i = 0; i < 4; i++) {
+        if (!outs[i][1]) continue;
+        file_id a = file_id_of(outs[i][1]);
+        for (int j = i + 1; j < 4; j++)
+            if (outs[j][1] && same_file(a, file_id_of(outs[j][1])))
+                return bad_option("%s %s and %s %s are the same file: one would replace the other; give them "
+                                  "different paths",
+                                  outs[i][0], outs[i][1], outs[j][0], outs[j][1]);
+        for (int j = 0; j < 5; j++) {
+            if (!ins[j][1] || (i == 0 && j == 3)) continue; /* --save over --resume: see above */
+            if (same_file(a, file_id_of(ins[j][1])))
+                return bad_option("%s %s is the file of %s%s%s: writing it would destroy the input; give %s "
+                                  "another path",
+                                  outs[i][0], outs[i][1], ins[j][0], j == 4 ? "" : " ", ins[j][1], outs[i][0]);
+        }
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, options *o) {
     memset(o, 0, sizeof *o);
     o->cfg = gpt_config_default();
@@ -478,6 +540,8 @@ static int parse_args(int argc, char **argv, options *o) {
         if (!stat(path, &sb) && (S_ISDIR(sb.st_mode) || access(path, W_OK)))
             return bad_option("%s %s: %s", outs[k][0], path, S_ISDIR(sb.st_mode) ? "is a directory" : strerror(errno));
     }
+    int frc = check_files(o);
+    if (frc) return frc;
     if (loop && !o->auto_layout && (o->ranks || o->fuse))
         return bad_option("--ranks and --fuse-steady-state need a pipeline schedule (--schedule NAME)");
     if (loop && (o->trace || o->timeline))

@@ -23,6 +23,56 @@ refused() {
 }
 tmps() { find "$tmp" -name '*.tmp.*' | wc -l; }
 
+# ---- outputs against outputs and inputs ----
+# gpt's --save, --export-weights, --trace and --timeline against each other
+# and against --data, --tokens, --init-from, --resume and a file: schedule,
+# compared as files (./x and x, symbolic and hard links are one file):
+# refused with exit 2 before the first step, naming both options and the
+# path; --save onto the --resume checkpoint is allowed (saves are atomic);
+# llama the same; mpmd -o against its file: schedule
+head -c 20000 /dev/urandom | base64 >data.txt
+cp data.txt data.orig
+ln -s data.txt data.link
+ln data.txt data.hard
+refused 2 "--save data.txt is the file of --data data.txt" "$gpt" "${model[@]}" --data data.txt --save data.txt
+refused 2 "--save ./data.txt is the file of --data data.txt" "$gpt" "${model[@]}" --data data.txt --save ./data.txt
+refused 2 "--save data.link is the file of --data $tmp/data.txt" "$gpt" "${model[@]}" --data "$tmp/data.txt" --save data.link
+refused 2 "--export-weights data.hard is the file of --data data.txt" "$gpt" "${model[@]}" --data data.txt \
+  --export-weights data.hard
+refused 2 "--trace data.txt is the file of --data data.txt" "$gpt" "${model[@]}" "${pipe[@]}" --data data.txt --trace data.txt
+refused 2 "--save data.txt is the file of --data data.txt" "$llama" "${model[@]}" --data data.txt --save data.txt
+cmp -s data.txt data.orig && ok "the training data is untouched" || bad "the training data changed"
+refused 2 "--save ck.st and --export-weights ck.st are the same file" "$gpt" "${model[@]}" --save ck.st --export-weights ck.st
+refused 2 "--save ck.st and --trace ./ck.st are the same file" "$gpt" "${model[@]}" "${pipe[@]}" --save ck.st --trace ./ck.st
+refused 2 "--save ck.st and --timeline $tmp/ck.st are the same file" "$gpt" "${model[@]}" "${pipe[@]}" --save ck.st \
+  --timeline "$tmp/ck.st"
+refused 2 "--trace t.out and --timeline t.out are the same file" "$gpt" "${model[@]}" "${pipe[@]}" --trace t.out --timeline t.out
+[ ! -e ck.st ] && [ ! -e t.out ] && ok "nothing written by a refused run" || bad "a refused run wrote a file"
+"$files" tokens tok.bin --n 4096 --vocab 256 || exit 1
+cp tok.bin tok.orig
+refused 2 "--save tok.bin is the file of --tokens tok.bin" "$gpt" "${model[@]}" --vocab 256 --tokens tok.bin --save tok.bin
+cmp -s tok.bin tok.orig && ok "the token file is untouched" || bad "the token file changed"
+"$files" hf gpt2.safetensors --vocab 300 || exit 1
+cp gpt2.safetensors gpt2.orig
+refused 2 "--export-weights gpt2.safetensors is the file of --init-from gpt2.safetensors" \
+  "$gpt" --init-from gpt2.safetensors --tokens tok.bin --heads 2 --seq 16 --steps 1 --export-weights gpt2.safetensors
+cmp -s gpt2.safetensors gpt2.orig && ok "the --init-from weights are untouched" || bad "the --init-from weights changed"
+"$mpmd" schedule gpipe --stages 2 --microbatches 4 >sched.txt
+cp sched.txt sched.orig
+refused 2 "--trace sched.txt is the file of --schedule file:sched.txt" "$gpt" "${model[@]}" --schedule file:sched.txt \
+  --trace sched.txt
+refused 2 "-o ./sched.txt is the schedule file of file:sched.txt" "$mpmd" schedule file:sched.txt -o ./sched.txt
+cmp -s sched.txt sched.orig && ok "the schedule file is untouched" || bad "the schedule file changed"
+# --save onto the checkpoint it resumes from: continues the run in its file
+"$gpt" "${model[@]}" --save run.st >/dev/null || bad "saving run.st failed"
+run "$gpt" "${model[@]}" --steps 4 --resume run.st --save run.st
+four=$("$gpt" "${model[@]}" --steps 4 | tail -n 1)
+[ "$rc" -eq 0 ] && [ "$(tail -n 1 <<<"$out")" = "$four" ] && run "$gpt" "${model[@]}" --steps 5 --resume run.st &&
+  [ "$rc" -eq 0 ] && ok "--resume run.st --save run.st: 2 + 2 steps = 4 straight, and the file resumes again" ||
+  bad "--resume run.st --save run.st: exit $rc: $out (straight: $four)"
+refused 2 "--export-weights run.st is the file of --resume run.st" "$gpt" "${model[@]}" --steps 6 --resume run.st \
+  --export-weights run.st
+
 # ---- outputs written whole or not at all ----
 # --trace, --timeline and mpmd -o: a write that fails half way exits 1 with
 # a message and leaves the old file and no temporary file; a device is

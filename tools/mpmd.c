@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define EXIT_USAGE 2
 
@@ -386,6 +387,15 @@ static int parse_args(int argc, char **argv, options *o) {
     return 0;
 }
 
+/* Whether -o names the file a file:PATH schedule is read from: writing it
+ * would destroy the input. Existing files compare by device and inode
+ * (so "x", "./x" and links to it are one file). */
+static int output_is_input(const options *o) {
+    struct stat a, b;
+    return o->output && o->name && !strncmp(o->name, "file:", 5) && !stat(o->output, &a) && !stat(o->name + 5, &b) &&
+           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 /* Build (file: or built-in) and check the parameters against the options. */
 static int make_schedule(const options *o, mpmd_schedule **out) {
     mpmd_error err;
@@ -558,6 +568,9 @@ static int write_timeline(FILE *f, const mpmd_schedule *s, const mpmd_sim *sim, 
 }
 
 static int run(options *o) {
+    if (output_is_input(o))
+        return usage_error(o, "-o %s is the schedule file of %s: writing it would destroy the input; give -o another path",
+                           o->output, o->name);
     mpmd_schedule *s;
     int rc = make_schedule(o, &s);
     if (rc) return rc;
