@@ -146,7 +146,8 @@ static const char *usage =
     "Watching and resuming:\n"
     "  --log-every K         one progress line every K steps (default 5)\n"
     "  --quiet               no progress lines, only the final line\n"
-    "  --json                progress as JSON lines (one object per log interval) and a final object\n"
+    "  --json                progress as JSON lines (one object per log interval) and a final object;\n"
+    "                        a loss that is NaN or infinite (--no-nan-check) is null\n"
     "  --trace FILE          write the last step as a Chrome trace (open in Perfetto); pipelines only\n"
     "  --timeline FILE       draw the last step as an SVG timeline; pipelines only (its time unit\n"
     "                        follows the step's length: us, ms, s or min)\n"
@@ -634,6 +635,15 @@ static int parse_args(int argc, char **argv, options *o) {
     return check_memory(o);
 }
 
+/* A number of a JSON line: NaN and the infinities (a loss that diverged,
+ * with --no-nan-check) have no JSON form, and printf's "nan" would make the
+ * line unreadable to a JSON parser, so they are written as null. */
+static const char *json_num(char buf[32], const char *fmt, double v) {
+    if (!isfinite(v)) return "null";
+    snprintf(buf, 32, fmt, v);
+    return buf;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -959,6 +969,7 @@ static int run(int argc, char **argv) {
     int32_t *tok = malloc(nb * sizeof *tok), *tgt = malloc(nb * sizeof *tgt);
     if (!tok || !tgt) return fail(&t, "out of memory for the batch");
     float loss = NAN;
+    char jn[5][32]; /* json_num's numbers of one line */
     /* --auto: every step's run time, for the measured side of the prediction */
     double *run_ms = o.auto_layout ? malloc((size_t)(o.steps - first + 1) * sizeof *run_ms) : NULL;
     int n_run = 0;
@@ -1003,7 +1014,7 @@ static int run(int argc, char **argv) {
             if (t.root && !o.quiet && !o.json)
                 printf("eval after step %lld: loss %.4f (%d held-out batches)\n", step, eval_loss, EVAL_BATCHES);
             if (t.root && o.json)
-                printf("{\"step\": %lld, \"eval_loss\": %.6f}\n", step, eval_loss);
+                printf("{\"step\": %lld, \"eval_loss\": %s}\n", step, json_num(jn[0], "%.6f", eval_loss));
         }
         since++;
         if ((step % o.log_every == 0 || step == o.steps) && t.root && !o.quiet) {
@@ -1012,10 +1023,11 @@ static int run(int argc, char **argv) {
             double eta = (tn - t_start) / (double)(step - first + 1) * (double)(o.steps - step);
             double bubble = bubble_n ? 100 * busy_bubble / (double)bubble_n : 0;
             if (o.json)
-                printf("{\"step\": %lld, \"steps\": %lld, \"loss\": %.6f, \"tokens_per_s\": %.0f, "
-                       "\"ms_per_step\": %.2f, "
-                       "\"bubble_pct\": %.1f, \"eta_s\": %.1f}\n",
-                       step, o.steps, loss, tps, ms, bubble, eta);
+                printf("{\"step\": %lld, \"steps\": %lld, \"loss\": %s, \"tokens_per_s\": %s, "
+                       "\"ms_per_step\": %s, "
+                       "\"bubble_pct\": %s, \"eta_s\": %s}\n",
+                       step, o.steps, json_num(jn[0], "%.6f", loss), json_num(jn[1], "%.0f", tps),
+                       json_num(jn[2], "%.2f", ms), json_num(jn[3], "%.1f", bubble), json_num(jn[4], "%.1f", eta));
             else
                 printf(
                     "step %lld/%lld  loss %.4f  tokens/s %.0f  ms/step %.1f  bubble %.1f%%  eta %dm%02ds\n",
@@ -1083,7 +1095,7 @@ static int run(int argc, char **argv) {
     if (t.root) {
         if (o.json) {
             /* each rank of this process: the bytes it allocates, planned and counted by its backend */
-            printf("{\"final_loss\": %.9g, \"params_sha256\": \"%s\", \"ranks\": [", loss, hex);
+            printf("{\"final_loss\": %s, \"params_sha256\": \"%s\", \"ranks\": [", json_num(jn[0], "%.9g", loss), hex);
             for (int r = 0, k = 0; r < mpmd_step_num_ranks(t.st); r++) {
                 mpmd_memory_stats ms;
                 if (mpmd_step_memory(t.st, r, &ms) || ms.measured < 0) continue;
@@ -1091,12 +1103,12 @@ static int run(int argc, char **argv) {
                        k++ ? ", " : "", r, (long long)ms.planned, (long long)ms.measured);
             }
             printf("]");
-            if (ev) printf(", \"eval_loss\": %.9g", eval_loss);
+            if (ev) printf(", \"eval_loss\": %s", json_num(jn[0], "%.9g", eval_loss));
             if (o.auto_layout)
                 printf(", \"auto\": {\"schedule\": \"%s\", \"stages\": %d, \"microbatches\": %d, \"remat\": "
-                       "\"%s\", \"predicted_ms\": %.3f, \"measured_ms\": %.3f}",
-                       chosen.schedule, chosen.stages, chosen.microbatches, chosen.remat, chosen.predicted,
-                       measured_ms);
+                       "\"%s\", \"predicted_ms\": %s, \"measured_ms\": %s}",
+                       chosen.schedule, chosen.stages, chosen.microbatches, chosen.remat,
+                       json_num(jn[0], "%.3f", chosen.predicted), json_num(jn[1], "%.3f", measured_ms));
             printf("}\n");
         } else {
             if (ev) printf("eval_loss=%.9g\n", eval_loss);

@@ -114,5 +114,25 @@ for cmd in "$gpt ${model[*]}" "$llama ${model[*]}" "$gpt --help" "$mpmd plan --r
     ok "${cmd##*/} > /dev/full: exit $rc, $out" || bad "${cmd##*/} > /dev/full: exit $rc: $out"
 done
 
+# ---- JSON without NaN ----
+# a loss that diverged (--lr 1e6, kept going with --no-nan-check) is null in
+# every JSON line (progress, eval, final), which python's json reads
+if command -v python3 >/dev/null; then
+  out=$("$gpt" --layers 2 --width 32 --heads 2 --seq 16 --batch 8 --microbatches 4 --steps 3 --lr 1e6 --no-nan-check \
+    --json --eval 3 --log-every 1 2>&1); rc=$?
+  why=$(python3 -c '
+import json, sys
+lines = [json.loads(l) for l in sys.stdin.read().splitlines()]
+final = lines[-1]
+assert final["final_loss"] is None and final["eval_loss"] is None, final
+assert any(l.get("loss", 0) is None for l in lines[:-1]), lines
+assert any("eval_loss" in l and l["eval_loss"] is None for l in lines[:-1]), lines
+' <<<"$out" 2>&1)
+  [ $rc -eq 0 ] && [ -z "$why" ] && ok "--json with a NaN loss: every line is JSON, the loss null" ||
+    bad "--json with a NaN loss: exit $rc: $out: $why"
+else
+  echo "skipped: the JSON case (no python3)"
+fi
+
 echo "cli_misuse: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -690,11 +690,12 @@ static int run_plan(const options *o) {
     if (o->format == FMT_JSON) {
         printf("{\"ranks\": %d, \"memory_limit\": %lld, \"fit\": %d, \"layouts\": [", o->ranks,
                (long long)o->mem_limit, fit);
-        for (int i = 0; i < n; i++)
-            printf("%s\n  {\"schedule\": \"%s\", \"stages\": %d, \"microbatches\": %d, \"step\": %.10g, "
-                   "\"peak_bytes\": %lld, \"fits\": %s}",
-                   i ? "," : "", l[i].schedule, l[i].stages, l[i].microbatches, l[i].predicted,
-                   (long long)l[i].peak_bytes, l[i].fits ? "true" : "false");
+        for (int i = 0; i < n; i++) {
+            printf("%s\n  {\"schedule\": \"%s\", \"stages\": %d, \"microbatches\": %d, \"step\": ", i ? "," : "",
+                   l[i].schedule, l[i].stages, l[i].microbatches);
+            json_num(stdout, l[i].predicted); /* null, not nan, should a step ever not be finite */
+            printf(", \"peak_bytes\": %lld, \"fits\": %s}", (long long)l[i].peak_bytes, l[i].fits ? "true" : "false");
+        }
         printf("\n]}\n");
     } else {
         mpmd_layouts_report(stdout, l, n, o->mem_limit, "");
