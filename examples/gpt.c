@@ -704,16 +704,23 @@ static mpmd_status make_schedule(const options *o, mpmd_schedule **out, mpmd_err
 }
 
 /* --prompt as token ids: text bytes with the byte vocabulary (256), else
- * comma-separated ids; each below the vocabulary. Returns the count, or -1
- * after a message. */
-static int64_t parse_prompt(const options *o, int32_t *out, int64_t cap) {
-    const int64_t V = o->cfg.vocab;
+ * comma-separated ids; each below the vocabulary. The prompt and the
+ * --generate N tokens after it must fit in the model's T positions (--seq):
+ * ids are stored up to T, but all are counted, so that a message says how
+ * many the prompt has. Returns the count, or -1 after a message. */
+static int64_t parse_prompt(const options *o, int32_t *out) {
+    const int64_t V = o->cfg.vocab, T = o->cfg.seq, N = o->generate;
+    if (N >= T) {
+        bad_option("--generate %lld: the model has %lld positions (--seq %lld) for the prompt (at least 1 token) and "
+                   "the tokens generated after it; at most %lld can be generated",
+                   (long long)N, (long long)T, (long long)T, (long long)(T - 1));
+        return -1;
+    }
     const char *p = o->prompt ? o->prompt : V == 256 ? "The " : "464";
     int64_t n = 0;
     if (V == 256) {
-        for (; *p && n < cap; p++)
-            out[n++] = (unsigned char)*p;
-        if (*p) n = cap + 1;
+        for (; *p; p++, n++)
+            if (n < T) out[n] = (unsigned char)*p;
     } else {
         while (*p) {
             char *end;
@@ -725,7 +732,7 @@ static int64_t parse_prompt(const options *o, int32_t *out, int64_t cap) {
                            o->prompt, (long long)V);
                 return -1;
             }
-            if (n < cap) out[n] = (int32_t)id;
+            if (n < T) out[n] = (int32_t)id;
             n++;
             p = *end == ',' ? end + 1 : end;
             if (*end && *end != ',') {
@@ -734,9 +741,10 @@ static int64_t parse_prompt(const options *o, int32_t *out, int64_t cap) {
             }
         }
     }
-    if (n < 1 || n > cap) {
-        bad_option("--prompt has %lld tokens; between 1 and %lld fit before the %lld generated in %lld positions",
-                   (long long)n, (long long)cap, o->generate, (long long)o->cfg.seq);
+    if (n < 1 || n > T - N) {
+        bad_option("--prompt has %lld tokens, but with --generate %lld the model's %lld positions (--seq) leave room "
+                   "for between 1 and %lld",
+                   (long long)n, (long long)N, (long long)T, (long long)(T - N));
         return -1;
     }
     return n;
@@ -751,7 +759,7 @@ static int generate(options *o, trainer *t) {
     const int64_t B = c.batch, T = c.seq, V = c.vocab;
     int32_t *prompt = malloc((size_t)T * sizeof *prompt);
     if (!prompt) return fail(t, "out of memory");
-    int64_t P = parse_prompt(o, prompt, T - o->generate);
+    int64_t P = parse_prompt(o, prompt);
     if (P < 0) {
         free(prompt);
         return 2;

@@ -134,5 +134,24 @@ else
   echo "skipped: the JSON case (no python3)"
 fi
 
+# ---- prompt lengths ----
+# the prompt and the generated tokens must fit in --seq positions: the
+# messages count the prompt's tokens and the room left right (never a
+# negative count)
+"$gpt" "${model[@]}" --save gen.st >/dev/null || bad "saving gen.st failed"
+gen=(--layers 2 --width 32 --heads 2 --seq 16 --tie-embeddings --resume gen.st --batch 2 --microbatches 1)
+for case in "20:--generate 20: the model has 16 positions (--seq 16)"$'\t'"at most 15 can be generated" \
+  "1048576:--generate 1048576: the model has 16 positions"$'\t'"at most 15 can be generated" \
+  "15:--prompt has 4 tokens, but with --generate 15"$'\t'"leave room for between 1 and 1" \
+  "4 --prompt 0123456789abcdefghijkl:--prompt has 22 tokens, but with --generate 4"$'\t'"between 1 and 12"; do
+  args=${case%%:*} want=${case#*:}
+  run "$gpt" "${gen[@]}" --generate $args
+  [ $rc -eq 2 ] && grep -qF -- "${want%%$'\t'*}" <<<"$out" && grep -qF -- "${want#*$'\t'}" <<<"$out" &&
+    ! grep -q -- ' -[0-9]' <<<"$out" && ok "--generate $args: exit 2, ${want%%$'\t'*}" || bad "--generate $args: exit $rc: $out"
+done
+run "$gpt" "${gen[@]}" --generate 12 --prompt "The "
+[ $rc -eq 0 ] && grep -q "^sample 1: " <<<"$out" && ok "a prompt of 4 and 12 generated fill the 16 positions" ||
+  bad "--generate 12 with a prompt of 4 at --seq 16: exit $rc: $out"
+
 echo "cli_misuse: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
