@@ -157,7 +157,8 @@ static const char *usage =
     "  --resume PATH         continue from a checkpoint (any pipeline layout); a weights file\n"
     "                        (--export-weights) starts at step 1 from its weights, optimizer fresh\n"
     "  --export-weights PATH write the parameters alone (no optimizer state) after the last step\n"
-    "  --dtype D             dtype of --export-weights: f32, bf16 (default) or f16\n"
+    "  --dtype D             dtype of --export-weights: f32, bf16 (default) or f16 (values past f16's\n"
+    "                        65504 become infinities: a warning names how many, in which tensors)\n"
     "  --eval K              hold out the data's last tenth; every K steps and after the last, the\n"
     "                        mean loss on 4 batches of it (a forward-only step, pipelined as the\n"
     "                        training is), printed as eval_loss=<%.9g> before the final line\n"
@@ -171,7 +172,8 @@ static const char *usage =
     "                        key/value cache, pipelined like training (--schedule, --stages: the\n"
     "                        sequences are the microbatches in flight) and split like it\n"
     "                        (--tensor-parallel); the weights from --resume (a checkpoint or\n"
-    "                        weights file) or --init-from; GPT-2 blocks\n"
+    "                        weights file) or --init-from; GPT-2 blocks. Logits that are NaN or\n"
+    "                        infinite (weights that hold them) end it with an error\n"
     "  --prompt TEXT         the prompt: its bytes with the byte vocabulary, else token ids\n"
     "                        separated by commas (default \"The \" or \"464\")\n"
     "  --temperature F       sampling temperature; 0 is greedy (default 1)\n"
@@ -703,6 +705,31 @@ static mpmd_status make_schedule(const options *o, mpmd_schedule **out, mpmd_err
                              (int)o->ranks, o->cfg.microbatches, o->fuse, out, err);
 }
 
+/* --export-weights: the parameters in --dtype, with a warning naming what
+ * the file could not keep (values past f16's 65504 become infinities, and
+ * NaN stays NaN): a model loaded from it computes NaN, and nothing else
+ * would say so until then. */
+static int export_weights(const options *o, trainer *t) {
+    mpmd_error err;
+    mpmd_export_report r;
+    if (mpmd_step_export_weights_report(t->st, o->export_weights, o->export_dtype, &r, &err))
+        return fail(t, "%s", err.msg);
+    if (!t->root || (!r.overflowed && !r.nonfinite)) return 0;
+    const char *dn = mpmd_dtype_name(o->export_dtype);
+    fprintf(stderr, PROG ": warning: --export-weights %s (%s): ", o->export_weights, dn);
+    if (r.overflowed) fprintf(stderr, "%lld values too large for %s were written as infinities", (long long)r.overflowed, dn);
+    if (r.nonfinite)
+        fprintf(stderr, "%s%lld values were NaN or infinite already", r.overflowed ? ", " : "", (long long)r.nonfinite);
+    fprintf(stderr, ", in %d tensor%s: ", r.tensors, r.tensors == 1 ? "" : "s");
+    for (int i = 0; i < r.tensors && i < MPMD_EXPORT_REPORT_TENSORS; i++)
+        fprintf(stderr, "%s%s (%lld)", i ? ", " : "", r.tensor[i].name,
+                (long long)(r.tensor[i].overflowed + r.tensor[i].nonfinite));
+    if (r.tensors > MPMD_EXPORT_REPORT_TENSORS) fprintf(stderr, ", ...");
+    fprintf(stderr, "; a model loaded from it computes NaN%s\n",
+            r.overflowed ? (o->export_dtype == MPMD_F16 ? ": export as bf16 or f32" : ": export as f32") : "");
+    return 0;
+}
+
 /* --prompt as token ids: text bytes with the byte vocabulary (256), else
  * comma-separated ids; each below the vocabulary. The prompt and the
  * --generate N tokens after it must fit in the model's T positions (--seq):
@@ -796,6 +823,21 @@ static int generate(options *o, trainer *t) {
         for (int64_t b = 0; b < B; b++)
             tok[b] = seqs[b * T + pos];
         if (gpt_decode(t->st, &d, tok, pos, logits, &err)) return fail(t, "%s", err.msg);
+        /* NaN or infinite logits (weights that hold them: an f16 export that
+         * overflowed) would be sampled into garbage: refuse them */
+        for (int64_t b = 0; b < B; b++) {
+            int64_t first = -1, n = 0;
+            for (int64_t v = 0; v < V; v++)
+                if (!isfinite(logits[b * V + v])) n++, first = first < 0 ? v : first;
+            if (n)
+                return fail(t,
+                            "--generate: sequence %lld, position %lld: %lld of the %lld logits are NaN or infinite "
+                            "(the first, token %lld, is %s): the weights of %s hold NaN or infinite values, or "
+                            "overflow (an f16 export of values past 65504 holds infinities)",
+                            (long long)b, (long long)pos, (long long)n, (long long)V, (long long)first,
+                            isnan(logits[b * V + first]) ? "NaN" : logits[b * V + first] > 0 ? "+inf" : "-inf",
+                            o->resume ? o->resume : o->init_from);
+        }
         if (pos + 1 >= P)
             for (int64_t b = 0; b < B; b++)
                 seqs[b * T + pos + 1] = gpt_sample_token(logits + b * V, V, o->temperature, (int)o->top_k, o->seed, b,
@@ -1053,8 +1095,7 @@ static int run(int argc, char **argv) {
         info.seed = o.seed;
         if (mpmd_step_save(t.st, o.save, &info, &err)) return fail(&t, "%s", err.msg);
     }
-    if (o.export_weights && mpmd_step_export_weights(t.st, o.export_weights, o.export_dtype, &err))
-        return fail(&t, "%s", err.msg);
+    if (o.export_weights && (rc = export_weights(&o, &t))) return rc;
     if (t.sched && !t.mpi && (o.trace || o.timeline)) {
         /* written whole or not at all, as checkpoints are (mpmd_file_*) */
         mpmd_file *out;

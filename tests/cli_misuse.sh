@@ -153,5 +153,22 @@ run "$gpt" "${gen[@]}" --generate 12 --prompt "The "
 [ $rc -eq 0 ] && grep -q "^sample 1: " <<<"$out" && ok "a prompt of 4 and 12 generated fill the 16 positions" ||
   bad "--generate 12 with a prompt of 4 at --seq 16: exit $rc: $out"
 
+# ---- weights that hold infinities ----
+# one step at --lr 1e5 moves every parameter by about 1e5, past f16's 65504:
+# the f16 export warns with the count and the tensors, and generation from
+# it stops at the first position whose logits are not finite, naming the
+# sequence and the position (exit 1) instead of printing garbage
+wide=(--layers 2 --width 32 --heads 2 --seq 16 --tie-embeddings)
+run "$gpt" "${wide[@]}" --batch 8 --microbatches 4 --steps 1 --lr 1e5 --quiet --export-weights inf16.st --dtype f16
+[ $rc -eq 0 ] && grep -q "warning: --export-weights inf16.st (f16): [0-9]* values too large for f16 were written as infinities, in [0-9]* tensors: block_0/" <<<"$out" &&
+  ok "an f16 export that overflows warns: $(grep -o 'warning: [^:]*: [0-9]* values[^,]*' <<<"$out")" ||
+  bad "an f16 export of values past 65504: exit $rc: $out"
+run "$gpt" "${wide[@]}" --resume inf16.st --generate 4 --batch 2 --microbatches 1
+[ $rc -eq 1 ] && grep -q "sequence 0, position 0: 256 of the 256 logits are NaN or infinite" <<<"$out" &&
+  ! grep -q "^sample" <<<"$out" && ok "generation from infinite weights: exit 1, $(grep -o 'sequence 0, position 0' <<<"$out")" ||
+  bad "generation from infinite weights: exit $rc: $out"
+run "$gpt" "${wide[@]}" --batch 8 --microbatches 4 --steps 1 --lr 1e5 --quiet --export-weights bf.st --dtype bf16
+[ $rc -eq 0 ] && ! grep -q warning <<<"$out" && ok "the same weights in bf16: no warning" || bad "bf16 export: exit $rc: $out"
+
 echo "cli_misuse: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
