@@ -91,6 +91,9 @@ static const char *usage =
     "                        (a header of 256 int32: 20240520, 1, the token count; then the\n"
     "                        tokens), as llm.c's dev/data scripts write them (tinyshakespeare.py,\n"
     "                        fineweb.py); every id must be below the vocabulary\n"
+    "  --bytes-as-tokens     with --init-from: train GPT-2's weights on bytes (--data, or the generated\n"
+    "                        corpus) as token ids all the same; without it that is refused, since GPT-2\n"
+    "                        reads ids as its BPE tokens (give --tokens FILE)\n"
     "  --init-from FILE      start from GPT-2's weights: a safetensors file in Hugging Face's\n"
     "                        layout (model.safetensors of the gpt2 model repository; names wte.weight,\n"
     "                        h.0.attn.c_attn.weight, ..., with or without \"transformer.\"). Layers,\n"
@@ -197,6 +200,7 @@ typedef struct options {
     const char *export_weights, *export_dtype_name;
     mpmd_dtype export_dtype;
     int nan_check, fuse, mpi, quiet, json, fsdp;
+    int bytes_as_tokens; /* --bytes-as-tokens: GPT-2's weights (--init-from) on byte data, on purpose */
     mpmd_fsdp_gather fsdp_gather; /* --fsdp-gather task|step */
     int fsdp_gather_given;
     int auto_layout;      /* --auto: choose schedule, stages, microbatches and remat */
@@ -240,7 +244,7 @@ static int parse_float(const char *opt, const char *s, float *out) {
 
 static const char *const flags[] = {"--tie-embeddings", "--no-nan-check", "--fuse-steady-state",
                                     "--quiet",          "--json",         "--balance-stages",
-                                    "--auto",           "--fsdp"};
+                                    "--auto",           "--fsdp",         "--bytes-as-tokens"};
 static const char *const valued[] = {
     "--layers",       "--width",          "--heads",     "--seq",        "--batch",        "--microbatches",
     "--stages",       "--steps",          "--log-every", "--threads",    "--seed",         "--lr",
@@ -380,6 +384,7 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!strcmp(name, "--balance-stages")) o->cfg.balance_stages = 1;
             if (!strcmp(name, "--auto")) o->auto_layout = 1;
             if (!strcmp(name, "--fsdp")) o->fsdp = 1;
+            if (!strcmp(name, "--bytes-as-tokens")) o->bytes_as_tokens = 1;
             continue;
         }
         if (!is_one_of(name, valued, sizeof valued / sizeof valued[0]))
@@ -626,6 +631,19 @@ static int parse_args(int argc, char **argv, options *o) {
     } else if (o->tokens && !o->given.vocab) {
         o->cfg.vocab = GPT2_VOCAB;
     }
+    /* (after the file is known to be GPT-2's weights) GPT-2 reads ids as its BPE
+     * tokens, to which bytes as ids 0..255 are other tokens: almost surely a
+     * mistake, refused unless asked for */
+    if (o->init_from && !o->tokens && !o->generate && !o->bytes_as_tokens)
+        return bad_option("--init-from %s gives GPT-2's weights, which read token ids as GPT-2's BPE tokens, but "
+                          "%s%s gives bytes as ids 0..255, which are other tokens to GPT-2. Give --tokens FILE "
+                          "(GPT-2 token ids in llm.c's format, as its dev/data scripts write them), or add "
+                          "--bytes-as-tokens to train on the bytes all the same",
+                          o->init_from, o->data ? "--data " : "the generated corpus (no --data or --tokens)",
+                          o->data ? o->data : "");
+    if (o->bytes_as_tokens && (!o->init_from || o->tokens || o->generate))
+        return bad_option("--bytes-as-tokens lets --init-from's GPT-2 weights train on byte data (--data or the "
+                          "generated corpus); it does nothing here");
     if (!mpmd_mpi_available() && o->mpi)
         return bad_option(
             "--runtime mpi: this build of mpmd has no MPI (install libopenmpi-dev and rebuild)");

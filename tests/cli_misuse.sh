@@ -170,5 +170,22 @@ run "$gpt" "${wide[@]}" --resume inf16.st --generate 4 --batch 2 --microbatches 
 run "$gpt" "${wide[@]}" --batch 8 --microbatches 4 --steps 1 --lr 1e5 --quiet --export-weights bf.st --dtype bf16
 [ $rc -eq 0 ] && ! grep -q warning <<<"$out" && ok "the same weights in bf16: no warning" || bad "bf16 export: exit $rc: $out"
 
+# ---- GPT-2's weights on bytes ----
+# --init-from's weights read ids as GPT-2's BPE tokens: byte data (--data,
+# or the generated corpus) is refused before anything runs, saying what to
+# give instead; --bytes-as-tokens asks for it and trains
+head -c 4000 data.orig >bytes.txt
+"$files" hf hf300.safetensors --vocab 300 || exit 1
+hf=(--init-from hf300.safetensors --heads 2 --seq 16 --batch 4 --microbatches 2 --steps 1 --quiet)
+refused 2 "--init-from hf300.safetensors gives GPT-2's weights, which read token ids as GPT-2's BPE tokens, but --data bytes.txt gives bytes" \
+  "$gpt" "${hf[@]}" --data bytes.txt
+grep -qF -- "Give --tokens FILE" <<<"$out" && grep -qF -- "--bytes-as-tokens" <<<"$out" && ok "the message says how to go on" ||
+  bad "--init-from with --data: $out"
+refused 2 "but the generated corpus (no --data or --tokens) gives bytes as ids 0..255" "$gpt" "${hf[@]}"
+run "$gpt" "${hf[@]}" --data bytes.txt --bytes-as-tokens
+[ $rc -eq 0 ] && grep -q "^final_loss=" <<<"$out" && ok "--bytes-as-tokens: trains on the bytes" ||
+  bad "--init-from --data --bytes-as-tokens: exit $rc: $out"
+refused 2 "--bytes-as-tokens lets --init-from's GPT-2 weights train on byte data" "$gpt" "${model[@]}" --bytes-as-tokens
+
 echo "cli_misuse: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
