@@ -187,5 +187,23 @@ run "$gpt" "${hf[@]}" --data bytes.txt --bytes-as-tokens
   bad "--init-from --data --bytes-as-tokens: exit $rc: $out"
 refused 2 "--bytes-as-tokens lets --init-from's GPT-2 weights train on byte data" "$gpt" "${model[@]}" --bytes-as-tokens
 
+# ---- mpmd plan's peaks past int64 ----
+# --keep 4194304T (2^62 bytes a sample) times a rank's samples in flight is
+# past int64: such a peak saturates and fits no limit, where it used to
+# wrap to a peak of 0 that every limit admitted
+plan=(plan --ranks 4 --layers 12 --batch 32 --keep 4194304T --memory-limit 1G)
+run "$mpmd" "${plan[@]}"
+[ $rc -eq 2 ] && grep -q "^  31 exceed the limit" <<<"$out" && ! grep -q "chosen\|0.0 KiB" <<<"$out" &&
+  grep -q "no layout fits in 1073741824 bytes per rank" <<<"$out" && ok "mpmd plan --keep 4194304T: no layout fits, exit 2" ||
+  bad "mpmd plan --keep 4194304T --memory-limit 1G: exit $rc: $out"
+json=$("$mpmd" "${plan[@]}" --format json 2>/dev/null)
+small=$(grep -o '"peak_bytes": [0-9-]*' <<<"$json" | awk '$2 < 4611686018427387904' | wc -l)
+fits=$(grep -c '"fits": true' <<<"$json")
+[ "$small" -eq 0 ] && [ "$fits" -eq 0 ] && [ "$(grep -c '"peak_bytes"' <<<"$json")" -eq 31 ] &&
+  ok "mpmd plan --format json: every peak at least 2^62, none fits" || bad "mpmd plan json: $small small peaks, $fits fit: $json"
+run "$mpmd" plan --ranks 4 --layers 12 --batch 32 --keep 4194304T
+grep -q "over 8 EiB" <<<"$out" && ! grep -q " 0.0 KiB" <<<"$out" && ok "without a limit: peaks past int64 print as over 8 EiB" ||
+  bad "mpmd plan --keep 4194304T: $out"
+
 echo "cli_misuse: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -630,6 +631,13 @@ static int run(options *o) {
     return rc;
 }
 
+/* A simulated peak (a double) as a layout's byte count. One past int64
+ * (--keep near 2^62 bytes times the microbatches a rank holds) saturates at
+ * INT64_MAX, which fits no limit: a plain conversion is undefined, and on
+ * x86 gave INT64_MIN, a peak below every limit, so that the layouts needing
+ * the most memory were chosen as fitting in none at all. */
+static int64_t peak_of(double bytes) { return bytes >= 0x1p63 ? INT64_MAX : bytes > 0 ? (int64_t)bytes : 0; }
+
 /* mpmd plan: every layout simulated, ranked by mpmd_layouts_rank. */
 static int run_plan(const options *o) {
     static const char *const flat[] = {"gpipe", "std1f1b", "eager1f1b", "zerobubble"};
@@ -675,7 +683,7 @@ static int run_plan(const options *o) {
                     x->stages = S, x->ranks = o->ranks, x->microbatches = (int)micro;
                     x->predicted = sim->makespan;
                     for (int r = 0; r < o->ranks; r++)
-                        if ((int64_t)sim->peak_bytes[r] > x->peak_bytes) x->peak_bytes = (int64_t)sim->peak_bytes[r];
+                        if (peak_of(sim->peak_bytes[r]) > x->peak_bytes) x->peak_bytes = peak_of(sim->peak_bytes[r]);
                     mpmd_sim_free(sim);
                 }
                 mpmd_schedule_free(s);
@@ -703,9 +711,10 @@ static int run_plan(const options *o) {
     int rc = 0;
     if (!fit) {
         fprintf(stderr,
-                "mpmd plan: no layout fits in %lld bytes per rank; the smallest peak found is %lld bytes (%s, %d "
+                "mpmd plan: no layout fits in %lld bytes per rank; the smallest peak found is %s%lld bytes (%s, %d "
                 "stages, %d microbatches)\n",
-                (long long)o->mem_limit, (long long)l[0].peak_bytes, l[0].schedule, l[0].stages, l[0].microbatches);
+                (long long)o->mem_limit, l[0].peak_bytes == INT64_MAX ? "more than " : "", (long long)l[0].peak_bytes,
+                l[0].schedule, l[0].stages, l[0].microbatches);
         rc = EXIT_USAGE;
     }
     free(l);

@@ -1,6 +1,7 @@
 /* Ranking and reporting a planner's layouts (include/mpmd_schedule.h). */
 #include "mpmd_schedule.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 static int by_choice(const void *pa, const void *pb) {
@@ -19,7 +20,9 @@ int mpmd_layouts_rank(mpmd_layout *l, int n, int64_t limit) {
 }
 
 static void bytes(FILE *f, int64_t b) {
-    if (b >= (int64_t)1 << 30)
+    if (b == INT64_MAX) /* a planner's saturated count: more than int64 holds */
+        fputs("over 8 EiB", f);
+    else if (b >= (int64_t)1 << 30)
         fprintf(f, "%.2f GiB", (double)b / (1 << 30));
     else if (b >= (int64_t)1 << 20)
         fprintf(f, "%.1f MiB", (double)b / (1 << 20));
