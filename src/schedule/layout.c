@@ -12,6 +12,7 @@ static int by_choice(const void *pa, const void *pb) {
 }
 
 int mpmd_layouts_rank(mpmd_layout *l, int n, int64_t limit) {
+    if (!l || n < 1) return 0;
     int fit = 0;
     for (int i = 0; i < n; i++)
         fit += l[i].fits = !limit || l[i].peak_bytes <= limit;
@@ -31,6 +32,8 @@ static void bytes(FILE *f, int64_t b) {
 }
 
 void mpmd_layouts_report(FILE *f, const mpmd_layout *l, int n, int64_t limit, const char *unit) {
+    if (!f || (!l && n > 0)) return;
+    if (!unit) unit = "";
     int fit = 0;
     while (fit < n && l[fit].fits)
         fit++;
