@@ -182,8 +182,8 @@ int main(int argc, char **argv) {
         }
         double med = bench_median(t, 9);
         fprintf(stderr, "top-k %d of %lld: %.3f ms per token\n", top_ks[ki], (long long)vocab, med);
-        printf("{\"bench\": \"top_k\", \"vocab\": %lld, \"k\": %d, \"ms_per_token\": %.4f}\n", (long long)vocab,
-               top_ks[ki], med);
+        printf("{\"bench\": \"top_k\", \"vocab\": %lld, \"k\": %d, \"ms_per_token\": %.4f}\n",
+               (long long)vocab, top_ks[ki], med);
     }
     free(logits);
     return 0;

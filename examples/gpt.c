@@ -308,7 +308,8 @@ static file_id file_id_of(const char *path) {
     }
     char dir[4096];
     const char *slash = strrchr(path, '/');
-    snprintf(dir, sizeof dir, "%.*s", slash ? (slash == path ? 1 : (int)(slash - path)) : 1, slash ? path : ".");
+    snprintf(dir, sizeof dir, "%.*s", slash ? (slash == path ? 1 : (int)(slash - path)) : 1,
+             slash ? path : ".");
     id.base = slash ? slash + 1 : path;
     if (!stat(dir, &sb)) id.dev = sb.st_dev, id.ino = sb.st_ino;
     return id;
@@ -327,11 +328,16 @@ static int same_file(file_id a, file_id b) {
  * which is safe because a save is atomic (a temporary file renamed over the
  * old one once complete; the resume has read it long before). */
 static int check_files(const options *o) {
-    const char *outs[4][2] = {{"--save", o->save}, {"--export-weights", o->export_weights}, {"--trace", o->trace},
+    const char *outs[4][2] = {{"--save", o->save},
+                              {"--export-weights", o->export_weights},
+                              {"--trace", o->trace},
                               {"--timeline", o->timeline}};
     const char *sched_file = o->schedule && !strncmp(o->schedule, "file:", 5) ? o->schedule + 5 : NULL;
-    const char *ins[5][2] = {{"--data", o->data}, {"--tokens", o->tokens}, {"--init-from", o->init_from},
-                             {"--resume", o->resume}, {"--schedule file:", sched_file}};
+    const char *ins[5][2] = {{"--data", o->data},
+                             {"--tokens", o->tokens},
+                             {"--init-from", o->init_from},
+                             {"--resume", o->resume},
+                             {"--schedule file:", sched_file}};
     for (int i = 0; i < 4; i++) {
         if (!outs[i][1]) continue;
         file_id a = file_id_of(outs[i][1]);
@@ -345,7 +351,8 @@ static int check_files(const options *o) {
             if (same_file(a, file_id_of(ins[j][1])))
                 return bad_option("%s %s is the file of %s%s%s: writing it would destroy the input; give %s "
                                   "another path",
-                                  outs[i][0], outs[i][1], ins[j][0], j == 4 ? "" : " ", ins[j][1], outs[i][0]);
+                                  outs[i][0], outs[i][1], ins[j][0], j == 4 ? "" : " ", ins[j][1],
+                                  outs[i][0]);
         }
     }
     return 0;
@@ -635,15 +642,17 @@ static int parse_args(int argc, char **argv, options *o) {
      * tokens, to which bytes as ids 0..255 are other tokens: almost surely a
      * mistake, refused unless asked for */
     if (o->init_from && !o->tokens && !o->generate && !o->bytes_as_tokens)
-        return bad_option("--init-from %s gives GPT-2's weights, which read token ids as GPT-2's BPE tokens, but "
-                          "%s%s gives bytes as ids 0..255, which are other tokens to GPT-2. Give --tokens FILE "
-                          "(GPT-2 token ids in llm.c's format, as its dev/data scripts write them), or add "
-                          "--bytes-as-tokens to train on the bytes all the same",
-                          o->init_from, o->data ? "--data " : "the generated corpus (no --data or --tokens)",
-                          o->data ? o->data : "");
+        return bad_option(
+            "--init-from %s gives GPT-2's weights, which read token ids as GPT-2's BPE tokens, but "
+            "%s%s gives bytes as ids 0..255, which are other tokens to GPT-2. Give --tokens FILE "
+            "(GPT-2 token ids in llm.c's format, as its dev/data scripts write them), or add "
+            "--bytes-as-tokens to train on the bytes all the same",
+            o->init_from, o->data ? "--data " : "the generated corpus (no --data or --tokens)",
+            o->data ? o->data : "");
     if (o->bytes_as_tokens && (!o->init_from || o->tokens || o->generate))
-        return bad_option("--bytes-as-tokens lets --init-from's GPT-2 weights train on byte data (--data or the "
-                          "generated corpus); it does nothing here");
+        return bad_option(
+            "--bytes-as-tokens lets --init-from's GPT-2 weights train on byte data (--data or the "
+            "generated corpus); it does nothing here");
     if (!mpmd_mpi_available() && o->mpi)
         return bad_option(
             "--runtime mpi: this build of mpmd has no MPI (install libopenmpi-dev and rebuild)");
@@ -735,16 +744,20 @@ static int export_weights(const options *o, trainer *t) {
     if (!t->root || (!r.overflowed && !r.nonfinite)) return 0;
     const char *dn = mpmd_dtype_name(o->export_dtype);
     fprintf(stderr, PROG ": warning: --export-weights %s (%s): ", o->export_weights, dn);
-    if (r.overflowed) fprintf(stderr, "%lld values too large for %s were written as infinities", (long long)r.overflowed, dn);
+    if (r.overflowed)
+        fprintf(stderr, "%lld values too large for %s were written as infinities", (long long)r.overflowed,
+                dn);
     if (r.nonfinite)
-        fprintf(stderr, "%s%lld values were NaN or infinite already", r.overflowed ? ", " : "", (long long)r.nonfinite);
+        fprintf(stderr, "%s%lld values were NaN or infinite already", r.overflowed ? ", " : "",
+                (long long)r.nonfinite);
     fprintf(stderr, ", in %d tensor%s: ", r.tensors, r.tensors == 1 ? "" : "s");
     for (int i = 0; i < r.tensors && i < MPMD_EXPORT_REPORT_TENSORS; i++)
         fprintf(stderr, "%s%s (%lld)", i ? ", " : "", r.tensor[i].name,
                 (long long)(r.tensor[i].overflowed + r.tensor[i].nonfinite));
     if (r.tensors > MPMD_EXPORT_REPORT_TENSORS) fprintf(stderr, ", ...");
     fprintf(stderr, "; a model loaded from it computes NaN%s\n",
-            r.overflowed ? (o->export_dtype == MPMD_F16 ? ": export as bf16 or f32" : ": export as f32") : "");
+            r.overflowed ? (o->export_dtype == MPMD_F16 ? ": export as bf16 or f32" : ": export as f32")
+                         : "");
     return 0;
 }
 
@@ -756,8 +769,8 @@ static int export_weights(const options *o, trainer *t) {
 static int64_t parse_prompt(const options *o, int32_t *out) {
     const int64_t V = o->cfg.vocab, T = o->cfg.seq, N = o->generate;
     if (N >= T) {
-        bad_option("--generate %lld: the model has %lld positions (--seq %lld) for the prompt (at least 1 token) and "
-                   "the tokens generated after it; at most %lld can be generated",
+        bad_option("--generate %lld: the model has %lld positions (--seq %lld) for the prompt (at least 1 "
+                   "token) and the tokens generated after it; at most %lld can be generated",
                    (long long)N, (long long)T, (long long)T, (long long)(T - 1));
         return -1;
     }
@@ -787,8 +800,8 @@ static int64_t parse_prompt(const options *o, int32_t *out) {
         }
     }
     if (n < 1 || n > T - N) {
-        bad_option("--prompt has %lld tokens, but with --generate %lld the model's %lld positions (--seq) leave room "
-                   "for between 1 and %lld",
+        bad_option("--prompt has %lld tokens, but with --generate %lld the model's %lld positions (--seq) "
+                   "leave room for between 1 and %lld",
                    (long long)n, (long long)N, (long long)T, (long long)(T - N));
         return -1;
     }
@@ -848,13 +861,16 @@ static int generate(options *o, trainer *t) {
             for (int64_t v = 0; v < V; v++)
                 if (!isfinite(logits[b * V + v])) n++, first = first < 0 ? v : first;
             if (n)
-                return fail(t,
-                            "--generate: sequence %lld, position %lld: %lld of the %lld logits are NaN or infinite "
-                            "(the first, token %lld, is %s): the weights of %s hold NaN or infinite values, or "
-                            "overflow (an f16 export of values past 65504 holds infinities)",
-                            (long long)b, (long long)pos, (long long)n, (long long)V, (long long)first,
-                            isnan(logits[b * V + first]) ? "NaN" : logits[b * V + first] > 0 ? "+inf" : "-inf",
-                            o->resume ? o->resume : o->init_from);
+                return fail(
+                    t,
+                    "--generate: sequence %lld, position %lld: %lld of the %lld logits are NaN or infinite "
+                    "(the first, token %lld, is %s): the weights of %s hold NaN or infinite values, or "
+                    "overflow (an f16 export of values past 65504 holds infinities)",
+                    (long long)b, (long long)pos, (long long)n, (long long)V, (long long)first,
+                    isnan(logits[b * V + first]) ? "NaN"
+                    : logits[b * V + first] > 0  ? "+inf"
+                                                 : "-inf",
+                    o->resume ? o->resume : o->init_from);
         }
         if (pos + 1 >= P)
             for (int64_t b = 0; b < B; b++)
@@ -1095,7 +1111,8 @@ static int run(int argc, char **argv) {
                        "\"ms_per_step\": %s, "
                        "\"bubble_pct\": %s, \"eta_s\": %s}\n",
                        step, o.steps, json_num(jn[0], "%.6f", loss), json_num(jn[1], "%.0f", tps),
-                       json_num(jn[2], "%.2f", ms), json_num(jn[3], "%.1f", bubble), json_num(jn[4], "%.1f", eta));
+                       json_num(jn[2], "%.2f", ms), json_num(jn[3], "%.1f", bubble),
+                       json_num(jn[4], "%.1f", eta));
             else
                 printf(
                     "step %lld/%lld  loss %.4f  tokens/s %.0f  ms/step %.1f  bubble %.1f%%  eta %dm%02ds\n",
@@ -1135,7 +1152,8 @@ static int run(int argc, char **argv) {
                 mpmd_timeline_free(tl);
                 return fail(&t, "--timeline: %s", err.msg);
             }
-            mpmd_status ws = mpmd_timeline_write_svg(tl, mpmd_file_stream(out)); /* fails on write errors only */
+            mpmd_status ws =
+                mpmd_timeline_write_svg(tl, mpmd_file_stream(out)); /* fails on write errors only */
             mpmd_timeline_free(tl);
             if (mpmd_file_commit(out, &err)) return fail(&t, "--timeline: %s", err.msg);
             if (ws) return fail(&t, "--timeline: cannot write %s", o.timeline);
@@ -1162,7 +1180,8 @@ static int run(int argc, char **argv) {
     if (t.root) {
         if (o.json) {
             /* each rank of this process: the bytes it allocates, planned and counted by its backend */
-            printf("{\"final_loss\": %s, \"params_sha256\": \"%s\", \"ranks\": [", json_num(jn[0], "%.9g", loss), hex);
+            printf("{\"final_loss\": %s, \"params_sha256\": \"%s\", \"ranks\": [",
+                   json_num(jn[0], "%.9g", loss), hex);
             for (int r = 0, k = 0; r < mpmd_step_num_ranks(t.st); r++) {
                 mpmd_memory_stats ms;
                 if (mpmd_step_memory(t.st, r, &ms) || ms.measured < 0) continue;

@@ -213,16 +213,18 @@ static void files(void) {
     mpmd_status rc = write_text(path, "0123456789abcdef\n", 1000, &err);
     setrlimit(RLIMIT_FSIZE, &old);
     signal(SIGXFSZ, SIG_DFL);
-    CHECK(rc == MPMD_ERR_IO && has(err.msg, "cannot write") && has(err.msg, path) && has(err.msg, "was left as it was"),
+    CHECK(rc == MPMD_ERR_IO && has(err.msg, "cannot write") && has(err.msg, path) &&
+              has(err.msg, "was left as it was"),
           "a write over the size limit: %s", rc ? err.msg : "committed");
-    CHECK(read_text(path, buf, sizeof buf) > 0 && !strcmp(buf, "second\n"), "after a failed write: '%s'", buf);
+    CHECK(read_text(path, buf, sizeof buf) > 0 && !strcmp(buf, "second\n"), "after a failed write: '%s'",
+          buf);
     CHECK(count_tmp() == 0, "a failed write left its temporary file");
 
     /* a missing directory */
     char missing[600];
     snprintf(missing, sizeof missing, "%s/none/out.txt", dir);
-    CHECK(mpmd_file_create(missing, &file, &err) == MPMD_ERR_IO && has(err.msg, missing), "missing directory: %s",
-          err.msg);
+    CHECK(mpmd_file_create(missing, &file, &err) == MPMD_ERR_IO && has(err.msg, missing),
+          "missing directory: %s", err.msg);
 
     /* a link keeps being a link, to the new contents */
     snprintf(link, sizeof link, "%s/link.txt", dir);

@@ -51,8 +51,9 @@ int main(void) {
     mpmd_export_report r;
 
     CHECK(mpmd_exec_export_weights_report(m.ex, path, MPMD_F16, &r, &err) == MPMD_OK, "%s", err.msg);
-    CHECK(r.overflowed == 4 && r.nonfinite == 2 && r.tensors == 2, "f16: %lld overflowed, %lld non-finite, %d tensors",
-          (long long)r.overflowed, (long long)r.nonfinite, r.tensors);
+    CHECK(r.overflowed == 4 && r.nonfinite == 2 && r.tensors == 2,
+          "f16: %lld overflowed, %lld non-finite, %d tensors", (long long)r.overflowed,
+          (long long)r.nonfinite, r.tensors);
     CHECK(!strcmp(r.tensor[0].name, "a") && r.tensor[0].overflowed == 2 && r.tensor[0].nonfinite == 1 &&
               !strcmp(r.tensor[1].name, "b") && r.tensor[1].overflowed == 2 && r.tensor[1].nonfinite == 1,
           "f16 per tensor: %s %lld/%lld, %s %lld/%lld", r.tensor[0].name, (long long)r.tensor[0].overflowed,
@@ -68,8 +69,8 @@ int main(void) {
     CHECK(mpmd_exec_export_weights_report(m.ex, path, MPMD_BF16, &r, &err) == MPMD_OK, "%s", err.msg);
     CHECK(r.overflowed == 1 && r.nonfinite == 2 && r.tensors == 2 && !strcmp(r.tensor[1].name, "b") &&
               r.tensor[1].overflowed == 1,
-          "bf16: %lld overflowed, %lld non-finite, %d tensors", (long long)r.overflowed, (long long)r.nonfinite,
-          r.tensors);
+          "bf16: %lld overflowed, %lld non-finite, %d tensors", (long long)r.overflowed,
+          (long long)r.nonfinite, r.tensors);
     CHECK(mpmd_exec_export_weights_report(m.ex, path, MPMD_F32, &r, &err) == MPMD_OK, "%s", err.msg);
     CHECK(r.overflowed == 0 && r.nonfinite == 2 && r.tensors == 2, "f32: %lld overflowed, %lld non-finite",
           (long long)r.overflowed, (long long)r.nonfinite);
@@ -82,7 +83,8 @@ int main(void) {
               r.nonfinite == 0 && r.tensors == 0,
           "a clean f16 export: %lld overflowed, %lld non-finite, %d tensors", (long long)r.overflowed,
           (long long)r.nonfinite, r.tensors);
-    CHECK(mpmd_exec_export_weights_report(m.ex, path, MPMD_F16, NULL, &err) == MPMD_OK, "NULL report: %s", err.msg);
+    CHECK(mpmd_exec_export_weights_report(m.ex, path, MPMD_F16, NULL, &err) == MPMD_OK, "NULL report: %s",
+          err.msg);
 
     /* a pipelined step the same */
     mpmd_step *st = tu_step(m.g, NULL, 1, "export report");
@@ -92,7 +94,8 @@ int main(void) {
                   r.tensors == 1 && !strcmp(r.tensor[0].name, "a"),
               "a step's f16 export: %lld overflowed in %d tensors (%s)", (long long)r.overflowed, r.tensors,
               err.msg);
-        CHECK(mpmd_step_export_weights_report(st, path, MPMD_I32, &r, &err) == MPMD_ERR_INVALID && r.tensors == 0,
+        CHECK(mpmd_step_export_weights_report(st, path, MPMD_I32, &r, &err) == MPMD_ERR_INVALID &&
+                  r.tensors == 0,
               "an i32 export: %s", err.msg);
         mpmd_step_free(st);
     }

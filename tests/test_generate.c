@@ -263,15 +263,16 @@ static void test_top_k(void) {
     int ks[3] = {1, 40, 50};
     for (int ki = 0; ki < 3; ki++)
         for (uint64_t seed = 0; seed < 3; seed++)
-            mismatches += gpt_sample_token(l, n, 1.0f, ks[ki], seed, 0, 1) != sample_ref(l, n, 1.0f, ks[ki], seed, 0, 1);
+            mismatches += gpt_sample_token(l, n, 1.0f, ks[ki], seed, 0, 1) !=
+                          sample_ref(l, n, 1.0f, ks[ki], seed, 0, 1);
     CHECK(mismatches == 0, "top-k on 50257 logits: %d draws differ from the O(k V) sampler's", mismatches);
     double t0 = now_s(), sum = 0;
     for (int i = 0; i < 20; i++)
         sum += gpt_sample_token(l, n, 1.0f, (int)n - 1 - i, 5, 0, i);
     double sec = now_s() - t0;
     CHECK(sec < 3.0, "20 tokens at top-k near %lld of %lld took %.2f s", (long long)n - 1, (long long)n, sec);
-    printf("test_generate: 20 tokens at top-k near %lld of %lld in %.1f ms (token sum %.0f)\n", (long long)n - 1,
-           (long long)n, 1e3 * sec, sum);
+    printf("test_generate: 20 tokens at top-k near %lld of %lld in %.1f ms (token sum %.0f)\n",
+           (long long)n - 1, (long long)n, 1e3 * sec, sum);
     free(l);
 }
 

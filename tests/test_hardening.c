@@ -197,17 +197,19 @@ static void null_arguments_more(void) {
 
     /* the step's accessors */
     mpmd_memory_stats ms;
-    CHECK(mpmd_step_memory(NULL, 0, &ms) == MPMD_ERR_INVALID && mpmd_step_memory(st, 0, NULL) == MPMD_ERR_INVALID &&
-              mpmd_step_memory(st, 0, &ms) == MPMD_OK,
+    CHECK(mpmd_step_memory(NULL, 0, &ms) == MPMD_ERR_INVALID &&
+              mpmd_step_memory(st, 0, NULL) == MPMD_ERR_INVALID && mpmd_step_memory(st, 0, &ms) == MPMD_OK,
           "mpmd_step_memory with NULL");
     mpmd_prediction pr;
-    CHECK(mpmd_predict(g, s, NULL, NULL, NULL, &err) == MPMD_ERR_INVALID && has(err.msg, "mpmd_predict: no place"),
+    CHECK(mpmd_predict(g, s, NULL, NULL, NULL, &err) == MPMD_ERR_INVALID &&
+              has(err.msg, "mpmd_predict: no place"),
           "mpmd_predict out NULL: %s", err.msg);
     CHECK(mpmd_predict(g, s, NULL, NULL, &pr, &err) == MPMD_OK, "mpmd_predict: %s", err.msg);
     mpmd_prediction_free(&pr);
     mpmd_prediction_free(NULL);
     mpmd_step_stats ss;
-    CHECK(mpmd_step_summary(NULL, &ss, &err) == MPMD_ERR_INVALID && has(err.msg, "mpmd_step_summary: no step (NULL)"),
+    CHECK(mpmd_step_summary(NULL, &ss, &err) == MPMD_ERR_INVALID &&
+              has(err.msg, "mpmd_step_summary: no step (NULL)"),
           "mpmd_step_summary(NULL): %s", err.msg);
     CHECK(mpmd_step_summary(st, NULL, &err) == MPMD_ERR_INVALID && has(err.msg, "no place for the summary"),
           "mpmd_step_summary out NULL: %s", err.msg);
@@ -269,7 +271,8 @@ static void null_arguments_more(void) {
               mpmd_schedule_dualpipev(4, 2, 4, NULL, &err) == MPMD_ERR_INVALID &&
               mpmd_schedule_interleaved1f1b(4, 2, 4, 0, NULL, &err) == MPMD_ERR_INVALID,
           "the builders with out NULL: %s", err.msg);
-    CHECK(mpmd_schedule_parse(NULL, 5, "x", &s2, &err) == MPMD_ERR_INVALID && has(err.msg, "no text (NULL)") &&
+    CHECK(mpmd_schedule_parse(NULL, 5, "x", &s2, &err) == MPMD_ERR_INVALID &&
+              has(err.msg, "no text (NULL)") &&
               mpmd_schedule_parse("fwd_0__0 bwd_0__0", 17, "x", NULL, &err) == MPMD_ERR_INVALID &&
               mpmd_schedule_parse(NULL, 5, "x", &s2, NULL) == MPMD_ERR_INVALID,
           "mpmd_schedule_parse with NULL: %s", err.msg);
@@ -292,18 +295,20 @@ static void null_arguments_more(void) {
     mpmd_layout lay[1];
     memset(lay, 0, sizeof lay);
     int64_t b = 0;
-    CHECK(mpmd_layouts_rank(NULL, 3, 0) == 0 && mpmd_parse_bytes("5", NULL) != 0 && mpmd_parse_bytes("5", &b) == 0 &&
-              b == 5,
+    CHECK(mpmd_layouts_rank(NULL, 3, 0) == 0 && mpmd_parse_bytes("5", NULL) != 0 &&
+              mpmd_parse_bytes("5", &b) == 0 && b == 5,
           "mpmd_layouts_rank, mpmd_parse_bytes with NULL");
     mpmd_layouts_report(stdout, NULL, 3, 0, ""), mpmd_layouts_report(NULL, lay, 1, 0, "");
     mpmd_sim *sim = NULL;
     CHECK(mpmd_schedule_simulate(s, NULL, &sim, &err, NULL) == MPMD_OK, "%s", err.msg);
-    CHECK(mpmd_timeline_from_sim(NULL, sim, &tl, &err) == MPMD_ERR_INVALID && has(err.msg, "no schedule (NULL)") &&
+    CHECK(mpmd_timeline_from_sim(NULL, sim, &tl, &err) == MPMD_ERR_INVALID &&
+              has(err.msg, "no schedule (NULL)") &&
               mpmd_timeline_from_sim(s, sim, NULL, &err) == MPMD_ERR_INVALID && has(err.msg, "out is NULL") &&
               mpmd_timeline_from_sim(NULL, NULL, &tl, NULL) == MPMD_ERR_INVALID,
           "mpmd_timeline_from_sim with NULL: %s", err.msg);
     CHECK(mpmd_timeline_from_sim(s, sim, &tl, &err) == MPMD_OK, "%s", err.msg);
-    CHECK(mpmd_timeline_add(tl, 0, NULL) == MPMD_ERR_INVALID && mpmd_timeline_write_svg(NULL, stdout) == MPMD_ERR_INVALID &&
+    CHECK(mpmd_timeline_add(tl, 0, NULL) == MPMD_ERR_INVALID &&
+              mpmd_timeline_write_svg(NULL, stdout) == MPMD_ERR_INVALID &&
               mpmd_timeline_write_svg(tl, NULL) == MPMD_ERR_INVALID &&
               mpmd_timeline_write_trace(NULL, stdout) == MPMD_ERR_INVALID &&
               mpmd_timeline_write_trace(tl, NULL) == MPMD_ERR_INVALID,

@@ -393,8 +393,8 @@ static int parse_args(int argc, char **argv, options *o) {
  * (so "x", "./x" and links to it are one file). */
 static int output_is_input(const options *o) {
     struct stat a, b;
-    return o->output && o->name && !strncmp(o->name, "file:", 5) && !stat(o->output, &a) && !stat(o->name + 5, &b) &&
-           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    return o->output && o->name && !strncmp(o->name, "file:", 5) && !stat(o->output, &a) &&
+           !stat(o->name + 5, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
 /* Build (file: or built-in) and check the parameters against the options. */
@@ -570,8 +570,9 @@ static int write_timeline(FILE *f, const mpmd_schedule *s, const mpmd_sim *sim, 
 
 static int run(options *o) {
     if (output_is_input(o))
-        return usage_error(o, "-o %s is the schedule file of %s: writing it would destroy the input; give -o another path",
-                           o->output, o->name);
+        return usage_error(
+            o, "-o %s is the schedule file of %s: writing it would destroy the input; give -o another path",
+            o->output, o->name);
     mpmd_schedule *s;
     int rc = make_schedule(o, &s);
     if (rc) return rc;
@@ -683,7 +684,8 @@ static int run_plan(const options *o) {
                     x->stages = S, x->ranks = o->ranks, x->microbatches = (int)micro;
                     x->predicted = sim->makespan;
                     for (int r = 0; r < o->ranks; r++)
-                        if (peak_of(sim->peak_bytes[r]) > x->peak_bytes) x->peak_bytes = peak_of(sim->peak_bytes[r]);
+                        if (peak_of(sim->peak_bytes[r]) > x->peak_bytes)
+                            x->peak_bytes = peak_of(sim->peak_bytes[r]);
                     mpmd_sim_free(sim);
                 }
                 mpmd_schedule_free(s);
@@ -699,10 +701,11 @@ static int run_plan(const options *o) {
         printf("{\"ranks\": %d, \"memory_limit\": %lld, \"fit\": %d, \"layouts\": [", o->ranks,
                (long long)o->mem_limit, fit);
         for (int i = 0; i < n; i++) {
-            printf("%s\n  {\"schedule\": \"%s\", \"stages\": %d, \"microbatches\": %d, \"step\": ", i ? "," : "",
-                   l[i].schedule, l[i].stages, l[i].microbatches);
+            printf("%s\n  {\"schedule\": \"%s\", \"stages\": %d, \"microbatches\": %d, \"step\": ",
+                   i ? "," : "", l[i].schedule, l[i].stages, l[i].microbatches);
             json_num(stdout, l[i].predicted); /* null, not nan, should a step ever not be finite */
-            printf(", \"peak_bytes\": %lld, \"fits\": %s}", (long long)l[i].peak_bytes, l[i].fits ? "true" : "false");
+            printf(", \"peak_bytes\": %lld, \"fits\": %s}", (long long)l[i].peak_bytes,
+                   l[i].fits ? "true" : "false");
         }
         printf("\n]}\n");
     } else {
@@ -711,10 +714,11 @@ static int run_plan(const options *o) {
     int rc = 0;
     if (!fit) {
         fprintf(stderr,
-                "mpmd plan: no layout fits in %lld bytes per rank; the smallest peak found is %s%lld bytes (%s, %d "
+                "mpmd plan: no layout fits in %lld bytes per rank; the smallest peak found is %s%lld bytes "
+                "(%s, %d "
                 "stages, %d microbatches)\n",
-                (long long)o->mem_limit, l[0].peak_bytes == INT64_MAX ? "more than " : "", (long long)l[0].peak_bytes,
-                l[0].schedule, l[0].stages, l[0].microbatches);
+                (long long)o->mem_limit, l[0].peak_bytes == INT64_MAX ? "more than " : "",
+                (long long)l[0].peak_bytes, l[0].schedule, l[0].stages, l[0].microbatches);
         rc = EXIT_USAGE;
     }
     free(l);
@@ -726,7 +730,8 @@ static int run_plan(const options *o) {
  * a message, never exit 0 with the results lost. */
 static int end(int status) {
     errno = 0;
-    int bad = fflush(stdout) != 0, e = errno; /* a failed write earlier leaves the error flag; the flush repeats it */
+    int bad = fflush(stdout) != 0,
+        e = errno; /* a failed write earlier leaves the error flag; the flush repeats it */
     bad |= ferror(stdout) != 0;
     if (fclose(stdout) != 0 && !bad) bad = 1, e = errno;
     if (!bad) return status;

@@ -42,7 +42,8 @@ static inline void program_start(const char *name, char **argv) {
 
 static inline int program_end(const char *name, int status) {
     errno = 0;
-    int bad = fflush(stdout) != 0, e = errno; /* a failed write earlier leaves the error flag; the flush repeats it */
+    int bad = fflush(stdout) != 0,
+        e = errno; /* a failed write earlier leaves the error flag; the flush repeats it */
     bad |= ferror(stdout) != 0;
     if (fclose(stdout) != 0 && !bad) bad = 1, e = errno;
     if (!bad) return status;

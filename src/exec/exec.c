@@ -120,7 +120,9 @@ size_t mpmd_exec_arena_bytes(const mpmd_exec *ex) { return ex ? ex->st->plan->me
 void mpmd_exec_print_plan(const mpmd_exec *ex, FILE *f) {
     if (ex && f) mpmd_plan_print_memory(ex->st->plan, 0, f);
 }
-void mpmd_exec_params_sha256(mpmd_exec *ex, char hex[65]) { mpmd_step_params_sha256(ex ? ex->st : NULL, hex); }
+void mpmd_exec_params_sha256(mpmd_exec *ex, char hex[65]) {
+    mpmd_step_params_sha256(ex ? ex->st : NULL, hex);
+}
 
 mpmd_status mpmd_exec_set_profiling(mpmd_exec *ex, int on) {
     if (!ex) return MPMD_ERR_INVALID;

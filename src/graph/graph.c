@@ -30,7 +30,9 @@ static int known_dtype(mpmd_dtype d) { return (unsigned)d < sizeof dtypes / size
 size_t mpmd_dtype_size(mpmd_dtype d) { return known_dtype(d) ? dtypes[d].size : 0; }
 int mpmd_dtype_is_float(mpmd_dtype d) { return known_dtype(d) && dtypes[d].is_float; }
 
-size_t mpmd_type_bytes(const mpmd_type *t) { return t ? (size_t)mpmd_type_numel(t) * mpmd_dtype_size(t->dtype) : 0; }
+size_t mpmd_type_bytes(const mpmd_type *t) {
+    return t ? (size_t)mpmd_type_numel(t) * mpmd_dtype_size(t->dtype) : 0;
+}
 
 const char *mpmd_dtype_name(mpmd_dtype d) { return known_dtype(d) ? dtypes[d].name : "?"; }
 

@@ -120,8 +120,9 @@ static mpmd_status fail_tmp(mpmd_atomic_file *a, const char *step, int e, mpmd_e
     mpmd_status rc;
     if (a->tmp) {
         unlink(a->tmp);
-        rc = mpmd_error_set(err, MPMD_ERR_IO, "cannot write %s: %s the temporary file %s: %s (%s was left as it was)",
-                            a->dest, step, a->tmp, strerror(e), a->dest);
+        rc = mpmd_error_set(err, MPMD_ERR_IO,
+                            "cannot write %s: %s the temporary file %s: %s (%s was left as it was)", a->dest,
+                            step, a->tmp, strerror(e), a->dest);
     } else {
         rc = mpmd_error_set(err, MPMD_ERR_IO, "cannot write %s: %s: %s", a->dest, step, strerror(e));
     }
@@ -139,11 +140,13 @@ mpmd_status mpmd_atomic_open(const char *path, int in_place_ok, mpmd_atomic_file
     if (exists && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode)) {
         /* a device or a pipe: a rename would put a plain file in its place */
         if (!in_place_ok)
-            return mpmd_error_set(err, MPMD_ERR_IO,
-                                  "cannot write %s: it is not a regular file (a device, a pipe or a socket); give "
-                                  "the name of a file",
-                                  path);
-        if (!(a->dest = dup_str(path))) return mpmd_error_set(err, MPMD_ERR_NOMEM, "cannot write %s: out of memory", path);
+            return mpmd_error_set(
+                err, MPMD_ERR_IO,
+                "cannot write %s: it is not a regular file (a device, a pipe or a socket); give "
+                "the name of a file",
+                path);
+        if (!(a->dest = dup_str(path)))
+            return mpmd_error_set(err, MPMD_ERR_NOMEM, "cannot write %s: out of memory", path);
         a->fd = open(path, O_WRONLY | O_CLOEXEC);
         if (a->fd < 0) {
             int e = errno;
@@ -168,9 +171,9 @@ mpmd_status mpmd_atomic_open(const char *path, int in_place_ok, mpmd_atomic_file
         if (a->fd >= 0) return MPMD_OK;
         if ((e = errno) != EEXIST && e != EINTR) break;
     }
-    mpmd_status rc = mpmd_error_set(err, MPMD_ERR_IO,
-                                    "cannot write %s: creating the temporary file %s: %s (%s was left as it was)",
-                                    a->dest, a->tmp, strerror(e), a->dest);
+    mpmd_status rc = mpmd_error_set(
+        err, MPMD_ERR_IO, "cannot write %s: creating the temporary file %s: %s (%s was left as it was)",
+        a->dest, a->tmp, strerror(e), a->dest);
     release(a);
     return rc;
 }
@@ -190,7 +193,8 @@ mpmd_status mpmd_atomic_commit(mpmd_atomic_file *a, mpmd_error *err) {
     }
     if (rename(a->tmp, a->dest) != 0) {
         int e = errno;
-        mpmd_status rc = mpmd_error_set(err, MPMD_ERR_IO, "cannot write %s: renaming %s over it: %s (%s was left as it was)",
+        mpmd_status rc = mpmd_error_set(err, MPMD_ERR_IO,
+                                        "cannot write %s: renaming %s over it: %s (%s was left as it was)",
                                         a->dest, a->tmp, strerror(e), a->dest);
         unlink(a->tmp);
         release(a);
@@ -198,10 +202,11 @@ mpmd_status mpmd_atomic_commit(mpmd_atomic_file *a, mpmd_error *err) {
     }
     mpmd_status rc = MPMD_OK;
     if (sync_dir(a->dest) != 0)
-        rc = mpmd_error_set(err, MPMD_ERR_IO,
-                            "%s was written, but syncing its directory failed: %s (the new file may not survive a "
-                            "crash)",
-                            a->dest, strerror(errno));
+        rc = mpmd_error_set(
+            err, MPMD_ERR_IO,
+            "%s was written, but syncing its directory failed: %s (the new file may not survive a "
+            "crash)",
+            a->dest, strerror(errno));
     release(a);
     return rc;
 }
@@ -221,10 +226,12 @@ struct mpmd_file {
 };
 
 mpmd_status mpmd_file_create(const char *path, mpmd_file **out, mpmd_error *err) {
-    if (!out) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_file_create: no place for the file (out is NULL)");
+    if (!out)
+        return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_file_create: no place for the file (out is NULL)");
     *out = NULL;
     mpmd_file *file = calloc(1, sizeof *file);
-    if (!file) return mpmd_error_set(err, MPMD_ERR_NOMEM, "cannot write %s: out of memory", path ? path : "(null)");
+    if (!file)
+        return mpmd_error_set(err, MPMD_ERR_NOMEM, "cannot write %s: out of memory", path ? path : "(null)");
     mpmd_status rc = mpmd_atomic_open(path, 1, &file->a, err);
     if (rc) {
         free(file);

@@ -305,8 +305,8 @@ static void count_lost(const char *name, const float *src, size_t numel, mpmd_dt
 /* A weights export of a parameter view: each f32 value converted to dtype
  * (rounded to nearest even), i32 values as they are; what the conversion
  * loses counted in report (may be NULL). */
-static mpmd_status export_view(const state_view *v, const char *path, mpmd_dtype dtype, mpmd_export_report *report,
-                               const char *who, mpmd_error *err) {
+static mpmd_status export_view(const state_view *v, const char *path, mpmd_dtype dtype,
+                               mpmd_export_report *report, const char *who, mpmd_error *err) {
     if (!path || !*path) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no file name", who);
     const char *dn = export_dtype(dtype);
     mpmd_st_kv meta[3] = {{"format", WEIGHTS_FORMAT}, {"version", "1"}, {"dtype", dn}};
@@ -356,7 +356,8 @@ typedef struct write_spec {
 
 static mpmd_status write_view(const state_view *v, const char *path, const write_spec *w, const char *who,
                               mpmd_error *err) {
-    return w->weights ? export_view(v, path, w->dtype, w->report, who, err) : save_view(v, path, w->info, who, err);
+    return w->weights ? export_view(v, path, w->dtype, w->report, who, err)
+                      : save_view(v, path, w->info, who, err);
 }
 
 static mpmd_status check_export_dtype(mpmd_dtype dtype, const char *who, mpmd_error *err) {

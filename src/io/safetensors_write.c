@@ -263,7 +263,8 @@ mpmd_status mpmd_st_write(const char *path, int n, const mpmd_st_out *tensors, i
     }
     if (fail) {
         int e = errno;
-        rc = mpmd_error_set(err, MPMD_ERR_IO, "cannot write %s: writing the temporary file %s: %s (%s was left as it was)",
+        rc = mpmd_error_set(err, MPMD_ERR_IO,
+                            "cannot write %s: writing the temporary file %s: %s (%s was left as it was)",
                             af.dest, af.tmp, strerror(e), af.dest);
         mpmd_atomic_abort(&af);
     } else {

@@ -32,7 +32,9 @@ static int has_run(const mpmd_step *st, mpmd_error *err, const char *fn) {
 static const char *plan_name(const mpmd_plan *pl) { return pl->sched ? pl->sched->name : "Loop (one rank)"; }
 
 mpmd_status mpmd_step_timeline(const mpmd_step *st, mpmd_timeline **out, mpmd_error *err) {
-    if (!out) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_step_timeline: no place for the timeline (out is NULL)");
+    if (!out)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_step_timeline: no place for the timeline (out is NULL)");
     *out = NULL;
     if (!has_run(st, err, "mpmd_step_timeline")) return MPMD_ERR_INVALID;
     /* the unit from the step's length: us, ms, s or min */
@@ -210,7 +212,9 @@ static int64_t fsdp_textbook_bytes(const mpmd_plan *pl, int r) {
 }
 
 mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_error *err) {
-    if (!out) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_step_summary: no place for the summary (out is NULL)");
+    if (!out)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_step_summary: no place for the summary (out is NULL)");
     memset(out, 0, sizeof *out);
     if (!has_run(st, err, "mpmd_step_summary")) return MPMD_ERR_INVALID;
     const int D = st->plan->num_ranks;

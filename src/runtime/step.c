@@ -25,7 +25,9 @@ void mpmd_step_free(mpmd_step *st) {
 
 mpmd_status mpmd_schedule_for_graph(const mpmd_graph *g, mpmd_schedule_kind kind, int num_ranks,
                                     int fuse_steady_state, mpmd_schedule **out, mpmd_error *err) {
-    if (!out) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_schedule_for_graph: no place for the schedule (out is NULL)");
+    if (!out)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_schedule_for_graph: no place for the schedule (out is NULL)");
     *out = NULL;
     if (!g || g->status != MPMD_OK || g->n_micro < 1 || g->n_markers < 1)
         return mpmd_error_set(err, MPMD_ERR_INVALID,
@@ -346,7 +348,9 @@ static double *node_seconds(const mpmd_step *profiled) {
 
 mpmd_status mpmd_predict(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts,
                          const mpmd_step *profiled, mpmd_prediction *out, mpmd_error *err) {
-    if (!out) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_predict: no place for the prediction (out is NULL)");
+    if (!out)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_predict: no place for the prediction (out is NULL)");
     memset(out, 0, sizeof *out);
     out->step_ms = NAN;
     mpmd_step_opts o;

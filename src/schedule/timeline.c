@@ -60,7 +60,9 @@ mpmd_status mpmd_timeline_add(mpmd_timeline *tl, int rank, const mpmd_timeline_e
 
 mpmd_status mpmd_timeline_from_sim(const mpmd_schedule *s, const mpmd_sim *sim, mpmd_timeline **out,
                                    mpmd_error *err) {
-    if (!out) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_timeline_from_sim: no place for the timeline (out is NULL)");
+    if (!out)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_timeline_from_sim: no place for the timeline (out is NULL)");
     *out = NULL;
     if (!s) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_timeline_from_sim: no schedule (NULL)");
     if (!sim || sim->num_ranks != s->num_ranks)
