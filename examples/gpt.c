@@ -183,6 +183,11 @@ static const char *usage =
     "  --top-k K             sample among the K most likely tokens; 0: all (default 0)\n"
     "  --help                this text\n"
     "\n"
+    "Outputs (--save, --export-weights, --trace, --timeline) are written whole or not at all, each to a\n"
+    "file of its own: one that names another output or an input (--data, --tokens, --init-from, --resume,\n"
+    "a file: schedule) is refused, but --save may name the --resume checkpoint (the run goes on in it).\n"
+    "Output that cannot be written (a full disk, a full stdout) ends the run with exit status 1.\n"
+    "\n"
     "After the last step it prints: final_loss=<%.9g> params_sha256=<hex>\n";
 
 typedef struct options {
