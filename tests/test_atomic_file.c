@@ -234,6 +234,19 @@ static void files(void) {
     CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode), "the link was replaced by a file");
     CHECK(read_text(path, buf, sizeof buf) > 0 && !strcmp(buf, "third\n"), "through the link: '%s'", buf);
     CHECK(count_tmp() == 0, "a write through a link left a temporary file");
+    /* a link to a directory: refused like the directory, the link kept */
+    char sub[600], dlink[600];
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    snprintf(dlink, sizeof dlink, "%s/dirlink", dir);
+    CHECK(mkdir(sub, 0755) == 0 && symlink(sub, dlink) == 0, "mkdir, symlink: %s", strerror(errno));
+    rc = write_text(dlink, "x\n", 1, &err);
+    CHECK(rc == MPMD_ERR_IO && has(err.msg, "renaming"), "a link to a directory: %s",
+          rc ? err.msg : "written");
+    CHECK(lstat(dlink, &sb) == 0 && S_ISLNK(sb.st_mode) && stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode),
+          "a link to a directory was replaced");
+    CHECK(count_tmp() == 0, "a temporary file left beside the directory");
+    unlink(dlink);
+    rmdir(sub);
 
     /* a pipe (as a device: /dev/stdout) is written in place, never renamed
      * over; a checkpoint, which must seek, refuses it. A pipe of its own

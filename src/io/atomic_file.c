@@ -155,8 +155,9 @@ mpmd_status mpmd_atomic_open(const char *path, int in_place_ok, mpmd_atomic_file
         }
         return MPMD_OK;
     }
-    /* a link to a regular file: replace the file, keep the link */
-    char *real = is_link && exists && S_ISREG(sb.st_mode) ? realpath(path, NULL) : NULL;
+    /* a link: replace what it names and keep the link (a directory it names
+     * fails at the rename, as a directory named directly does) */
+    char *real = is_link && exists ? realpath(path, NULL) : NULL;
     a->dest = real ? real : dup_str(path);
     size_t tl = a->dest ? strlen(a->dest) + 64 : 0;
     a->tmp = a->dest ? malloc(tl) : NULL;

@@ -13,8 +13,8 @@
  * a failed directory sync is reported too (the new file is in place but
  * may not survive a crash).
  *
- * The destination is the path itself, or, when the path is a symbolic link
- * to a regular file, that file (the link stays a link). A path that exists
+ * The destination is the path itself, or, when the path is a symbolic link,
+ * what it names (the link stays a link). A path that exists
  * and is neither a regular file nor a directory (a device such as
  * /dev/null, /dev/stdout, a pipe) cannot be replaced by a rename, and a
  * rename must never replace a device node: such a path is written in place
