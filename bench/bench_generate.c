@@ -17,6 +17,9 @@
  * step's speed against a third of a training step (the forward's share of
  * its FLOPs; 1.0: as fast).
  *
+ * Sampling: one token drawn with top-k from GPT-2's 50257 logits, at k 50,
+ * 5000 and 50256 (the median of 9 draws).
+ *
  * Progress to stderr; one JSON object per row to stdout. MPMD_BENCH_SMOKE=1:
  * a 2-layer model and 2 positions.
  */
@@ -158,5 +161,30 @@ int main(int argc, char **argv) {
            "\"eval_ratio\": %.3f, \"blas_core\": \"%s\"}\n",
            smoke ? "gpt2-smoke" : "gpt2-small", (long long)(e.batch * e.seq), eval, train, train / 3 / eval,
            mpmd_blas_core());
+
+    /* sampling one token with top-k on GPT-2's vocabulary: the k largest are
+     * found with a heap, O(V log k), so k near V costs about what k = 50 does */
+    const int64_t vocab = 50257;
+    float *logits = malloc((size_t)vocab * sizeof *logits);
+    if (!logits) return 1;
+    uint64_t x = 1;
+    for (int64_t v = 0; v < vocab; v++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        logits[v] = (float)((double)(x >> 11) * 0x1.0p-53 * 10 - 5);
+    }
+    const int top_ks[3] = {50, 5000, (int)vocab - 1};
+    for (int ki = 0; ki < 3; ki++) {
+        double t[9];
+        for (int r = 0; r < 9; r++) {
+            double t0 = bench_now();
+            (void)gpt_sample_token(logits, vocab, 1.0f, top_ks[ki], 1, 0, r);
+            t[r] = 1e3 * (bench_now() - t0);
+        }
+        double med = bench_median(t, 9);
+        fprintf(stderr, "top-k %d of %lld: %.3f ms per token\n", top_ks[ki], (long long)vocab, med);
+        printf("{\"bench\": \"top_k\", \"vocab\": %lld, \"k\": %d, \"ms_per_token\": %.4f}\n",
+               (long long)vocab, top_ks[ki], med);
+    }
+    free(logits);
     return 0;
 }

@@ -91,6 +91,9 @@ static const char *usage =
     "                        (a header of 256 int32: 20240520, 1, the token count; then the\n"
     "                        tokens), as llm.c's dev/data scripts write them (tinyshakespeare.py,\n"
     "                        fineweb.py); every id must be below the vocabulary\n"
+    "  --bytes-as-tokens     with --init-from: train GPT-2's weights on bytes (--data, or the generated\n"
+    "                        corpus) as token ids all the same; without it that is refused, since GPT-2\n"
+    "                        reads ids as its BPE tokens (give --tokens FILE)\n"
     "  --init-from FILE      start from GPT-2's weights: a safetensors file in Hugging Face's\n"
     "                        layout (model.safetensors of the gpt2 model repository; names wte.weight,\n"
     "                        h.0.attn.c_attn.weight, ..., with or without \"transformer.\"). Layers,\n"
@@ -146,7 +149,8 @@ static const char *usage =
     "Watching and resuming:\n"
     "  --log-every K         one progress line every K steps (default 5)\n"
     "  --quiet               no progress lines, only the final line\n"
-    "  --json                progress as JSON lines (one object per log interval) and a final object\n"
+    "  --json                progress as JSON lines (one object per log interval) and a final object;\n"
+    "                        a loss that is NaN or infinite (--no-nan-check) is null\n"
     "  --trace FILE          write the last step as a Chrome trace (open in Perfetto); pipelines only\n"
     "  --timeline FILE       draw the last step as an SVG timeline; pipelines only (its time unit\n"
     "                        follows the step's length: us, ms, s or min)\n"
@@ -156,7 +160,8 @@ static const char *usage =
     "  --resume PATH         continue from a checkpoint (any pipeline layout); a weights file\n"
     "                        (--export-weights) starts at step 1 from its weights, optimizer fresh\n"
     "  --export-weights PATH write the parameters alone (no optimizer state) after the last step\n"
-    "  --dtype D             dtype of --export-weights: f32, bf16 (default) or f16\n"
+    "  --dtype D             dtype of --export-weights: f32, bf16 (default) or f16 (values past f16's\n"
+    "                        65504 become infinities: a warning names how many, in which tensors)\n"
     "  --eval K              hold out the data's last tenth; every K steps and after the last, the\n"
     "                        mean loss on 4 batches of it (a forward-only step, pipelined as the\n"
     "                        training is), printed as eval_loss=<%.9g> before the final line\n"
@@ -170,12 +175,18 @@ static const char *usage =
     "                        key/value cache, pipelined like training (--schedule, --stages: the\n"
     "                        sequences are the microbatches in flight) and split like it\n"
     "                        (--tensor-parallel); the weights from --resume (a checkpoint or\n"
-    "                        weights file) or --init-from; GPT-2 blocks\n"
+    "                        weights file) or --init-from; GPT-2 blocks. Logits that are NaN or\n"
+    "                        infinite (weights that hold them) end it with an error\n"
     "  --prompt TEXT         the prompt: its bytes with the byte vocabulary, else token ids\n"
     "                        separated by commas (default \"The \" or \"464\")\n"
     "  --temperature F       sampling temperature; 0 is greedy (default 1)\n"
     "  --top-k K             sample among the K most likely tokens; 0: all (default 0)\n"
     "  --help                this text\n"
+    "\n"
+    "Outputs (--save, --export-weights, --trace, --timeline) are written whole or not at all, each to a\n"
+    "file of its own: one that names another output or an input (--data, --tokens, --init-from, --resume,\n"
+    "a file: schedule) is refused, but --save may name the --resume checkpoint (the run goes on in it).\n"
+    "Output that cannot be written (a full disk, a full stdout) ends the run with exit status 1.\n"
     "\n"
     "After the last step it prints: final_loss=<%.9g> params_sha256=<hex>\n";
 
@@ -194,6 +205,7 @@ typedef struct options {
     const char *export_weights, *export_dtype_name;
     mpmd_dtype export_dtype;
     int nan_check, fuse, mpi, quiet, json, fsdp;
+    int bytes_as_tokens; /* --bytes-as-tokens: GPT-2's weights (--init-from) on byte data, on purpose */
     mpmd_fsdp_gather fsdp_gather; /* --fsdp-gather task|step */
     int fsdp_gather_given;
     int auto_layout;      /* --auto: choose schedule, stages, microbatches and remat */
@@ -237,7 +249,7 @@ static int parse_float(const char *opt, const char *s, float *out) {
 
 static const char *const flags[] = {"--tie-embeddings", "--no-nan-check", "--fuse-steady-state",
                                     "--quiet",          "--json",         "--balance-stages",
-                                    "--auto",           "--fsdp"};
+                                    "--auto",           "--fsdp",         "--bytes-as-tokens"};
 static const char *const valued[] = {
     "--layers",       "--width",          "--heads",     "--seq",        "--batch",        "--microbatches",
     "--stages",       "--steps",          "--log-every", "--threads",    "--seed",         "--lr",
@@ -282,6 +294,75 @@ static int check_memory(const options *o) {
                           bytes / 1e9, params, params * 16.0 / 1e9, acts * 4.0 / 1e9, ram / 1e9);
     return 0;
 }
+/* A file as the file system sees it: one that exists by device and inode,
+ * so that "x" and "./x", symbolic and hard links to it are one file; a new
+ * one by its directory's device and inode and its name. */
+typedef struct file_id {
+    int exists;
+    dev_t dev;
+    ino_t ino;
+    const char *base; /* a new file's name in its directory */
+} file_id;
+
+static file_id file_id_of(const char *path) {
+    file_id id = {0, 0, 0, NULL};
+    struct stat sb;
+    if (!stat(path, &sb)) {
+        id.exists = 1, id.dev = sb.st_dev, id.ino = sb.st_ino;
+        return id;
+    }
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (slash == path ? 1 : (int)(slash - path)) : 1,
+             slash ? path : ".");
+    id.base = slash ? slash + 1 : path;
+    if (!stat(dir, &sb)) id.dev = sb.st_dev, id.ino = sb.st_ino;
+    return id;
+}
+
+static int same_file(file_id a, file_id b) {
+    if (a.exists != b.exists || a.dev != b.dev || a.ino != b.ino) return 0;
+    return a.exists || !strcmp(a.base, b.base);
+}
+
+/* Every output must be a file of its own, apart from every input: two
+ * outputs would replace each other (a --trace written over the --save
+ * checkpoint), and an output over an input destroys it (--save onto the
+ * --data text, --export-weights onto the --init-from weights). One pair is
+ * fine: --save onto the --resume checkpoint continues a run in its file,
+ * which is safe because a save is atomic (a temporary file renamed over the
+ * old one once complete; the resume has read it long before). */
+static int check_files(const options *o) {
+    const char *outs[4][2] = {{"--save", o->save},
+                              {"--export-weights", o->export_weights},
+                              {"--trace", o->trace},
+                              {"--timeline", o->timeline}};
+    const char *sched_file = o->schedule && !strncmp(o->schedule, "file:", 5) ? o->schedule + 5 : NULL;
+    const char *ins[5][2] = {{"--data", o->data},
+                             {"--tokens", o->tokens},
+                             {"--init-from", o->init_from},
+                             {"--resume", o->resume},
+                             {"--schedule file:", sched_file}};
+    for (int i = 0; i < 4; i++) {
+        if (!outs[i][1]) continue;
+        file_id a = file_id_of(outs[i][1]);
+        for (int j = i + 1; j < 4; j++)
+            if (outs[j][1] && same_file(a, file_id_of(outs[j][1])))
+                return bad_option("%s %s and %s %s are the same file: one would replace the other; give them "
+                                  "different paths",
+                                  outs[i][0], outs[i][1], outs[j][0], outs[j][1]);
+        for (int j = 0; j < 5; j++) {
+            if (!ins[j][1] || (i == 0 && j == 3)) continue; /* --save over --resume: see above */
+            if (same_file(a, file_id_of(ins[j][1])))
+                return bad_option("%s %s is the file of %s%s%s: writing it would destroy the input; give %s "
+                                  "another path",
+                                  outs[i][0], outs[i][1], ins[j][0], j == 4 ? "" : " ", ins[j][1],
+                                  outs[i][0]);
+        }
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, options *o) {
     memset(o, 0, sizeof *o);
     o->cfg = gpt_config_default();
@@ -315,6 +396,7 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!strcmp(name, "--balance-stages")) o->cfg.balance_stages = 1;
             if (!strcmp(name, "--auto")) o->auto_layout = 1;
             if (!strcmp(name, "--fsdp")) o->fsdp = 1;
+            if (!strcmp(name, "--bytes-as-tokens")) o->bytes_as_tokens = 1;
             continue;
         }
         if (!is_one_of(name, valued, sizeof valued / sizeof valued[0]))
@@ -478,6 +560,8 @@ static int parse_args(int argc, char **argv, options *o) {
         if (!stat(path, &sb) && (S_ISDIR(sb.st_mode) || access(path, W_OK)))
             return bad_option("%s %s: %s", outs[k][0], path, S_ISDIR(sb.st_mode) ? "is a directory" : strerror(errno));
     }
+    int frc = check_files(o);
+    if (frc) return frc;
     if (loop && !o->auto_layout && (o->ranks || o->fuse))
         return bad_option("--ranks and --fuse-steady-state need a pipeline schedule (--schedule NAME)");
     if (loop && (o->trace || o->timeline))
@@ -559,6 +643,21 @@ static int parse_args(int argc, char **argv, options *o) {
     } else if (o->tokens && !o->given.vocab) {
         o->cfg.vocab = GPT2_VOCAB;
     }
+    /* (after the file is known to be GPT-2's weights) GPT-2 reads ids as its BPE
+     * tokens, to which bytes as ids 0..255 are other tokens: almost surely a
+     * mistake, refused unless asked for */
+    if (o->init_from && !o->tokens && !o->generate && !o->bytes_as_tokens)
+        return bad_option(
+            "--init-from %s gives GPT-2's weights, which read token ids as GPT-2's BPE tokens, but "
+            "%s%s gives bytes as ids 0..255, which are other tokens to GPT-2. Give --tokens FILE "
+            "(GPT-2 token ids in llm.c's format, as its dev/data scripts write them), or add "
+            "--bytes-as-tokens to train on the bytes all the same",
+            o->init_from, o->data ? "--data " : "the generated corpus (no --data or --tokens)",
+            o->data ? o->data : "");
+    if (o->bytes_as_tokens && (!o->init_from || o->tokens || o->generate))
+        return bad_option(
+            "--bytes-as-tokens lets --init-from's GPT-2 weights train on byte data (--data or the "
+            "generated corpus); it does nothing here");
     if (!mpmd_mpi_available() && o->mpi)
         return bad_option(
             "--runtime mpi: this build of mpmd has no MPI (install libopenmpi-dev and rebuild)");
@@ -568,6 +667,15 @@ static int parse_args(int argc, char **argv, options *o) {
         return 2;
     }
     return check_memory(o);
+}
+
+/* A number of a JSON line: NaN and the infinities (a loss that diverged,
+ * with --no-nan-check) have no JSON form, and printf's "nan" would make the
+ * line unreadable to a JSON parser, so they are written as null. */
+static const char *json_num(char buf[32], const char *fmt, double v) {
+    if (!isfinite(v)) return "null";
+    snprintf(buf, 32, fmt, v);
+    return buf;
 }
 
 static double now_s(void) {
@@ -629,17 +737,53 @@ static mpmd_status make_schedule(const options *o, mpmd_schedule **out, mpmd_err
                              (int)o->ranks, o->cfg.microbatches, o->fuse, out, err);
 }
 
+/* --export-weights: the parameters in --dtype, with a warning naming what
+ * the file could not keep (values past f16's 65504 become infinities, and
+ * NaN stays NaN): a model loaded from it computes NaN, and nothing else
+ * would say so until then. */
+static int export_weights(const options *o, trainer *t) {
+    mpmd_error err;
+    mpmd_export_report r;
+    if (mpmd_step_export_weights_report(t->st, o->export_weights, o->export_dtype, &r, &err))
+        return fail(t, "%s", err.msg);
+    if (!t->root || (!r.overflowed && !r.nonfinite)) return 0;
+    const char *dn = mpmd_dtype_name(o->export_dtype);
+    fprintf(stderr, PROG ": warning: --export-weights %s (%s): ", o->export_weights, dn);
+    if (r.overflowed)
+        fprintf(stderr, "%lld values too large for %s were written as infinities", (long long)r.overflowed,
+                dn);
+    if (r.nonfinite)
+        fprintf(stderr, "%s%lld values were NaN or infinite already", r.overflowed ? ", " : "",
+                (long long)r.nonfinite);
+    fprintf(stderr, ", in %d tensor%s: ", r.tensors, r.tensors == 1 ? "" : "s");
+    for (int i = 0; i < r.tensors && i < MPMD_EXPORT_REPORT_TENSORS; i++)
+        fprintf(stderr, "%s%s (%lld)", i ? ", " : "", r.tensor[i].name,
+                (long long)(r.tensor[i].overflowed + r.tensor[i].nonfinite));
+    if (r.tensors > MPMD_EXPORT_REPORT_TENSORS) fprintf(stderr, ", ...");
+    fprintf(stderr, "; a model loaded from it computes NaN%s\n",
+            r.overflowed ? (o->export_dtype == MPMD_F16 ? ": export as bf16 or f32" : ": export as f32")
+                         : "");
+    return 0;
+}
+
 /* --prompt as token ids: text bytes with the byte vocabulary (256), else
- * comma-separated ids; each below the vocabulary. Returns the count, or -1
- * after a message. */
-static int64_t parse_prompt(const options *o, int32_t *out, int64_t cap) {
-    const int64_t V = o->cfg.vocab;
+ * comma-separated ids; each below the vocabulary. The prompt and the
+ * --generate N tokens after it must fit in the model's T positions (--seq):
+ * ids are stored up to T, but all are counted, so that a message says how
+ * many the prompt has. Returns the count, or -1 after a message. */
+static int64_t parse_prompt(const options *o, int32_t *out) {
+    const int64_t V = o->cfg.vocab, T = o->cfg.seq, N = o->generate;
+    if (N >= T) {
+        bad_option("--generate %lld: the model has %lld positions (--seq %lld) for the prompt (at least 1 "
+                   "token) and the tokens generated after it; at most %lld can be generated",
+                   (long long)N, (long long)T, (long long)T, (long long)(T - 1));
+        return -1;
+    }
     const char *p = o->prompt ? o->prompt : V == 256 ? "The " : "464";
     int64_t n = 0;
     if (V == 256) {
-        for (; *p && n < cap; p++)
-            out[n++] = (unsigned char)*p;
-        if (*p) n = cap + 1;
+        for (; *p; p++, n++)
+            if (n < T) out[n] = (unsigned char)*p;
     } else {
         while (*p) {
             char *end;
@@ -651,7 +795,7 @@ static int64_t parse_prompt(const options *o, int32_t *out, int64_t cap) {
                            o->prompt, (long long)V);
                 return -1;
             }
-            if (n < cap) out[n] = (int32_t)id;
+            if (n < T) out[n] = (int32_t)id;
             n++;
             p = *end == ',' ? end + 1 : end;
             if (*end && *end != ',') {
@@ -660,9 +804,10 @@ static int64_t parse_prompt(const options *o, int32_t *out, int64_t cap) {
             }
         }
     }
-    if (n < 1 || n > cap) {
-        bad_option("--prompt has %lld tokens; between 1 and %lld fit before the %lld generated in %lld positions",
-                   (long long)n, (long long)cap, o->generate, (long long)o->cfg.seq);
+    if (n < 1 || n > T - N) {
+        bad_option("--prompt has %lld tokens, but with --generate %lld the model's %lld positions (--seq) "
+                   "leave room for between 1 and %lld",
+                   (long long)n, (long long)N, (long long)T, (long long)(T - N));
         return -1;
     }
     return n;
@@ -677,7 +822,7 @@ static int generate(options *o, trainer *t) {
     const int64_t B = c.batch, T = c.seq, V = c.vocab;
     int32_t *prompt = malloc((size_t)T * sizeof *prompt);
     if (!prompt) return fail(t, "out of memory");
-    int64_t P = parse_prompt(o, prompt, T - o->generate);
+    int64_t P = parse_prompt(o, prompt);
     if (P < 0) {
         free(prompt);
         return 2;
@@ -714,6 +859,24 @@ static int generate(options *o, trainer *t) {
         for (int64_t b = 0; b < B; b++)
             tok[b] = seqs[b * T + pos];
         if (gpt_decode(t->st, &d, tok, pos, logits, &err)) return fail(t, "%s", err.msg);
+        /* NaN or infinite logits (weights that hold them: an f16 export that
+         * overflowed) would be sampled into garbage: refuse them */
+        for (int64_t b = 0; b < B; b++) {
+            int64_t first = -1, n = 0;
+            for (int64_t v = 0; v < V; v++)
+                if (!isfinite(logits[b * V + v])) n++, first = first < 0 ? v : first;
+            if (n)
+                return fail(
+                    t,
+                    "--generate: sequence %lld, position %lld: %lld of the %lld logits are NaN or infinite "
+                    "(the first, token %lld, is %s): the weights of %s hold NaN or infinite values, or "
+                    "overflow (an f16 export of values past 65504 holds infinities)",
+                    (long long)b, (long long)pos, (long long)n, (long long)V, (long long)first,
+                    isnan(logits[b * V + first]) ? "NaN"
+                    : logits[b * V + first] > 0  ? "+inf"
+                                                 : "-inf",
+                    o->resume ? o->resume : o->init_from);
+        }
         if (pos + 1 >= P)
             for (int64_t b = 0; b < B; b++)
                 seqs[b * T + pos + 1] = gpt_sample_token(logits + b * V, V, o->temperature, (int)o->top_k, o->seed, b,
@@ -755,8 +918,7 @@ static int generate(options *o, trainer *t) {
     return 0;
 }
 
-int main(int argc, char **argv) {
-    program_start(PROG, argv);
+static int run(int argc, char **argv) {
     options o;
     int rc = parse_args(argc, argv, &o);
     if (rc < 0) return 0;
@@ -896,6 +1058,7 @@ int main(int argc, char **argv) {
     int32_t *tok = malloc(nb * sizeof *tok), *tgt = malloc(nb * sizeof *tgt);
     if (!tok || !tgt) return fail(&t, "out of memory for the batch");
     float loss = NAN;
+    char jn[5][32]; /* json_num's numbers of one line */
     /* --auto: every step's run time, for the measured side of the prediction */
     double *run_ms = o.auto_layout ? malloc((size_t)(o.steps - first + 1) * sizeof *run_ms) : NULL;
     int n_run = 0;
@@ -940,7 +1103,7 @@ int main(int argc, char **argv) {
             if (t.root && !o.quiet && !o.json)
                 printf("eval after step %lld: loss %.4f (%d held-out batches)\n", step, eval_loss, EVAL_BATCHES);
             if (t.root && o.json)
-                printf("{\"step\": %lld, \"eval_loss\": %.6f}\n", step, eval_loss);
+                printf("{\"step\": %lld, \"eval_loss\": %s}\n", step, json_num(jn[0], "%.6f", eval_loss));
         }
         since++;
         if ((step % o.log_every == 0 || step == o.steps) && t.root && !o.quiet) {
@@ -949,10 +1112,12 @@ int main(int argc, char **argv) {
             double eta = (tn - t_start) / (double)(step - first + 1) * (double)(o.steps - step);
             double bubble = bubble_n ? 100 * busy_bubble / (double)bubble_n : 0;
             if (o.json)
-                printf("{\"step\": %lld, \"steps\": %lld, \"loss\": %.6f, \"tokens_per_s\": %.0f, "
-                       "\"ms_per_step\": %.2f, "
-                       "\"bubble_pct\": %.1f, \"eta_s\": %.1f}\n",
-                       step, o.steps, loss, tps, ms, bubble, eta);
+                printf("{\"step\": %lld, \"steps\": %lld, \"loss\": %s, \"tokens_per_s\": %s, "
+                       "\"ms_per_step\": %s, "
+                       "\"bubble_pct\": %s, \"eta_s\": %s}\n",
+                       step, o.steps, json_num(jn[0], "%.6f", loss), json_num(jn[1], "%.0f", tps),
+                       json_num(jn[2], "%.2f", ms), json_num(jn[3], "%.1f", bubble),
+                       json_num(jn[4], "%.1f", eta));
             else
                 printf(
                     "step %lld/%lld  loss %.4f  tokens/s %.0f  ms/step %.1f  bubble %.1f%%  eta %dm%02ds\n",
@@ -970,24 +1135,33 @@ int main(int argc, char **argv) {
         info.seed = o.seed;
         if (mpmd_step_save(t.st, o.save, &info, &err)) return fail(&t, "%s", err.msg);
     }
-    if (o.export_weights && mpmd_step_export_weights(t.st, o.export_weights, o.export_dtype, &err))
-        return fail(&t, "%s", err.msg);
+    if (o.export_weights && (rc = export_weights(&o, &t))) return rc;
     if (t.sched && !t.mpi && (o.trace || o.timeline)) {
+        /* written whole or not at all, as checkpoints are (mpmd_file_*) */
+        mpmd_file *out;
         if (o.trace) {
-            FILE *f = fopen(o.trace, "w");
-            if (!f) return fail(&t, "cannot write %s: %s", o.trace, strerror(errno));
-            mpmd_status ws = mpmd_step_write_trace(t.st, f, &err);
-            if (fclose(f) || ws) return fail(&t, "writing %s failed", o.trace);
+            if (mpmd_file_create(o.trace, &out, &err)) return fail(&t, "--trace: %s", err.msg);
+            /* a write error (a full disk) is left for the commit, which names its cause */
+            mpmd_status ws = mpmd_step_write_trace(t.st, mpmd_file_stream(out), &err);
+            if (ws && ws != MPMD_ERR_IO) {
+                mpmd_file_discard(out);
+                return fail(&t, "--trace %s: %s", o.trace, err.msg);
+            }
+            if (mpmd_file_commit(out, &err) || ws) return fail(&t, "--trace: %s", err.msg);
         }
         if (o.timeline) {
             mpmd_timeline *tl;
             if (mpmd_step_timeline(t.st, &tl, &err)) return fail(&t, "%s", err.msg);
             tl->width = (double)o.timeline_width;
-            FILE *f = fopen(o.timeline, "w");
-            if (!f) return fail(&t, "cannot write %s: %s", o.timeline, strerror(errno));
-            mpmd_status ws = mpmd_timeline_write_svg(tl, f);
+            if (mpmd_file_create(o.timeline, &out, &err)) {
+                mpmd_timeline_free(tl);
+                return fail(&t, "--timeline: %s", err.msg);
+            }
+            mpmd_status ws =
+                mpmd_timeline_write_svg(tl, mpmd_file_stream(out)); /* fails on write errors only */
             mpmd_timeline_free(tl);
-            if (fclose(f) || ws) return fail(&t, "writing %s failed", o.timeline);
+            if (mpmd_file_commit(out, &err)) return fail(&t, "--timeline: %s", err.msg);
+            if (ws) return fail(&t, "--timeline: cannot write %s", o.timeline);
         }
     }
     if ((t.sched || o.fsdp) && !t.mpi && !o.quiet && !o.json) mpmd_step_print_summary(t.st, stdout, &err);
@@ -1011,7 +1185,8 @@ int main(int argc, char **argv) {
     if (t.root) {
         if (o.json) {
             /* each rank of this process: the bytes it allocates, planned and counted by its backend */
-            printf("{\"final_loss\": %.9g, \"params_sha256\": \"%s\", \"ranks\": [", loss, hex);
+            printf("{\"final_loss\": %s, \"params_sha256\": \"%s\", \"ranks\": [",
+                   json_num(jn[0], "%.9g", loss), hex);
             for (int r = 0, k = 0; r < mpmd_step_num_ranks(t.st); r++) {
                 mpmd_memory_stats ms;
                 if (mpmd_step_memory(t.st, r, &ms) || ms.measured < 0) continue;
@@ -1019,12 +1194,12 @@ int main(int argc, char **argv) {
                        k++ ? ", " : "", r, (long long)ms.planned, (long long)ms.measured);
             }
             printf("]");
-            if (ev) printf(", \"eval_loss\": %.9g", eval_loss);
+            if (ev) printf(", \"eval_loss\": %s", json_num(jn[0], "%.9g", eval_loss));
             if (o.auto_layout)
                 printf(", \"auto\": {\"schedule\": \"%s\", \"stages\": %d, \"microbatches\": %d, \"remat\": "
-                       "\"%s\", \"predicted_ms\": %.3f, \"measured_ms\": %.3f}",
-                       chosen.schedule, chosen.stages, chosen.microbatches, chosen.remat, chosen.predicted,
-                       measured_ms);
+                       "\"%s\", \"predicted_ms\": %s, \"measured_ms\": %s}",
+                       chosen.schedule, chosen.stages, chosen.microbatches, chosen.remat,
+                       json_num(jn[0], "%.3f", chosen.predicted), json_num(jn[1], "%.3f", measured_ms));
             printf("}\n");
         } else {
             if (ev) printf("eval_loss=%.9g\n", eval_loss);
@@ -1041,4 +1216,9 @@ int main(int argc, char **argv) {
     gpt_corpus_free(&corpus);
     if (t.mpi) mpmd_mpi_finalize();
     return 0;
+}
+
+int main(int argc, char **argv) {
+    program_start(PROG, argv);
+    return program_end(PROG, run(argc, argv));
 }

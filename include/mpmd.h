@@ -1032,6 +1032,25 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
 /* SHA-256 of a byte string (used for params_sha256; exposed for tools). */
 void mpmd_sha256(const void *data, size_t len, uint8_t out[32]);
 
+/* ---- files written whole or not at all ----
+ * What checkpoints do, for a program's own outputs (gpt's --trace and
+ * --timeline, the mpmd tool's -o): mpmd_file_create opens a new temporary
+ * file beside `path` under a name no other writer uses (created
+ * exclusively, with random digits: two threads or processes writing one
+ * path never share it); write to mpmd_file_stream(file); mpmd_file_commit
+ * checks every write, flushes the file to disk, renames it over `path` and
+ * syncs the directory, or on any failure (a full disk) removes it, leaves
+ * `path` as it was and returns MPMD_ERR_IO naming the path and the cause.
+ * mpmd_file_discard drops the temporary file instead. Both free `file`.
+ * A symbolic link to a file keeps the link and replaces the file; a path
+ * that is a device or a pipe (/dev/stdout) is written in place, since a
+ * rename cannot replace it. */
+typedef struct mpmd_file mpmd_file;
+mpmd_status mpmd_file_create(const char *path, mpmd_file **out, mpmd_error *err);
+FILE *mpmd_file_stream(mpmd_file *file);
+mpmd_status mpmd_file_commit(mpmd_file *file, mpmd_error *err);
+void mpmd_file_discard(mpmd_file *file);
+
 MPMD_API_END
 
 #ifdef __cplusplus

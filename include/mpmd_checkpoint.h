@@ -169,6 +169,29 @@ mpmd_status mpmd_exec_export_weights(mpmd_exec *ex, const char *path, mpmd_dtype
  * calls it), gathered, and written by process 0 only. */
 mpmd_status mpmd_step_export_weights(mpmd_step *st, const char *path, mpmd_dtype dtype, mpmd_error *err);
 
+/* What an export could not keep, for a program to warn about: values too
+ * large for the dtype (a magnitude of 65520 or more in F16, past BF16's
+ * largest finite value in BF16) are written as infinities, and values that
+ * were NaN or infinite already are written as they are; a model loaded
+ * from such a file computes NaN. The tensors holding any, in name order,
+ * the first MPMD_EXPORT_REPORT_TENSORS of them named with their counts. */
+#define MPMD_EXPORT_REPORT_TENSORS 8
+typedef struct mpmd_export_report {
+    int64_t overflowed; /* finite values written as infinities */
+    int64_t nonfinite;  /* values NaN or infinite before the export */
+    int tensors;        /* tensors holding any of those */
+    struct {
+        char name[128]; /* cut to fit */
+        int64_t overflowed, nonfinite;
+    } tensor[MPMD_EXPORT_REPORT_TENSORS];
+} mpmd_export_report;
+/* The exports above, counting into report (zeroed first; may be NULL).
+ * Under MPI only process 0, which writes the file, counts. */
+mpmd_status mpmd_exec_export_weights_report(mpmd_exec *ex, const char *path, mpmd_dtype dtype,
+                                            mpmd_export_report *report, mpmd_error *err);
+mpmd_status mpmd_step_export_weights_report(mpmd_step *st, const char *path, mpmd_dtype dtype,
+                                            mpmd_export_report *report, mpmd_error *err);
+
 /* Read only the metadata of a checkpoint or weights export (the header is
  * checked, checksum included; the data is not read). For a plain
  * safetensors file without mpmd metadata, info gets version 0, step 0 and

@@ -224,7 +224,7 @@ typedef struct mpmd_layout {
     int stages, ranks, microbatches;
     char remat[8];      /* "none", "dots", "block"; "" where not modelled */
     double predicted;   /* step time, in the planner's unit */
-    int64_t peak_bytes; /* the largest rank's bytes */
+    int64_t peak_bytes; /* the largest rank's bytes; INT64_MAX: more than int64 holds (fits no limit) */
     int fits;           /* set by mpmd_layouts_rank */
     char gather[8];     /* FSDP's gathers: "task", "step"; "" where not modelled */
 } mpmd_layout;

@@ -145,8 +145,9 @@ expect 2 "tensor wte.weight is [64, 16]; vocab 50257 and width 16 need [50257, 1
 expect 2 "tensor wpe.weight is [32, 16]; seq 64 needs at least [64, 16]" "${hf[@]}" --heads 2 --seq 64
 expect 2 "tensor h.2.ln_1.weight is missing" "${hf[@]}" "${model[@]}" --layers 3
 expect 2 "the number of heads cannot be inferred" "${hf[@]}" --seq 16
-expect 1 "data file $tmp/tok64.bin: byte" --init-from "$tmp/gpt2.safetensors" --data "$tmp/tok64.bin" "${model[@]}"
-expect 1 "the generated corpus: byte" --init-from "$tmp/gpt2.safetensors" "${model[@]}"
+expect 1 "data file $tmp/tok64.bin: byte" --init-from "$tmp/gpt2.safetensors" --data "$tmp/tok64.bin" "${model[@]}" \
+  --bytes-as-tokens
+expect 1 "the generated corpus: byte" --init-from "$tmp/gpt2.safetensors" "${model[@]}" --bytes-as-tokens
 expect 1 "cannot open $tmp/none.safetensors" --init-from "$tmp/none.safetensors" "${model[@]}"
 expect 1 "$tmp/tok64.bin: " --init-from "$tmp/tok64.bin" "${model[@]}"
 echo "gpt_files: $pass passed, $fail failed"

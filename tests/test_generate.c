@@ -14,7 +14,9 @@
  *   rounding, and on 2 stages the split loop's bit for bit;
  * - sampling: temperature 0 and top-k 1 are the argmax; top-k draws only
  *   among the k largest; the draws follow the softmax (a rough frequency
- *   check) and are a pure function of (seed, sequence, position);
+ *   check) and are a pure function of (seed, sequence, position); top-k
+ *   draws the tokens of the former O(k V) selection (kept here as the
+ *   reference), and k near the vocabulary costs milliseconds;
  * - the errors: a position past the cache, a LLaMA model, heads the model
  *   axis does not divide. */
 #include "gpt_generate.h"
@@ -22,6 +24,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 enum { B = 4, T = 12, V = 40 };
 
@@ -161,6 +164,118 @@ static void test_sampling(void) {
           "a draw is a function of (seed, sequence, position)");
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The sampler as it was before the top k were found with a heap: k partial
+ * selections on a copy of the logits, O(k V). The reference the faster
+ * selection must equal token for token. */
+static double draw_ref(uint64_t seed, int64_t sequence, int64_t pos) {
+    uint64_t x = seed ^ 0x67656e6572617465ull;
+    uint64_t w[2] = {(uint64_t)sequence, (uint64_t)pos};
+    for (int i = 0; i < 3; i++) {
+        x += 0x9e3779b97f4a7c15ull + (i ? w[i - 1] : 0);
+        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+        x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+        x ^= x >> 31;
+    }
+    return (double)(x >> 11) * 0x1.0p-53;
+}
+
+static int32_t sample_ref(const float *logits, int64_t vocab, float temperature, int top_k, uint64_t seed,
+                          int64_t sequence, int64_t pos) {
+    int64_t best = 0;
+    for (int64_t v = 1; v < vocab; v++)
+        if (logits[v] > logits[best]) best = v;
+    if (!(temperature > 0.0f)) return (int32_t)best;
+    double floor_v = -INFINITY;
+    if (top_k > 0 && top_k < vocab) {
+        float *tmp = malloc((size_t)vocab * sizeof *tmp);
+        memcpy(tmp, logits, (size_t)vocab * sizeof *tmp);
+        for (int k = 0; k < top_k; k++) {
+            int64_t m = k;
+            for (int64_t v = k + 1; v < vocab; v++)
+                if (tmp[v] > tmp[m]) m = v;
+            float s = tmp[k];
+            tmp[k] = tmp[m], tmp[m] = s;
+        }
+        floor_v = tmp[top_k - 1];
+        free(tmp);
+    }
+    double total = 0, mx = logits[best];
+    for (int64_t v = 0; v < vocab; v++)
+        if (logits[v] >= floor_v) total += exp(((double)logits[v] - mx) / temperature);
+    double u = draw_ref(seed, sequence, pos) * total, acc = 0;
+    int64_t last = best;
+    for (int64_t v = 0; v < vocab; v++) {
+        if (logits[v] < floor_v) continue;
+        acc += exp(((double)logits[v] - mx) / temperature);
+        last = v;
+        if (u < acc) return (int32_t)v;
+    }
+    return (int32_t)last;
+}
+
+/* top-k: the same tokens as the O(k V) sampler on logits with and without
+ * ties and infinities, every k from 1 past the vocabulary, several seeds
+ * and temperatures; and k near GPT-2's vocabulary takes milliseconds per
+ * token, not seconds (a generous bound: 20 tokens under 3 s, where the old
+ * selection took about 15 here). */
+static void test_top_k(void) {
+    const int64_t sizes[] = {1, 2, 7, 64, 1000};
+    int mismatches = 0, cases = 0;
+    uint64_t rs = 99;
+    for (int si = 0; si < 5; si++) {
+        const int64_t n = sizes[si];
+        float *l = malloc((size_t)n * sizeof *l);
+        for (int kind = 0; kind < 4; kind++) {
+            for (int64_t v = 0; v < n; v++) {
+                double u = tu_unif(&rs);
+                l[v] = kind == 0   ? (float)(8 * u - 4)               /* distinct */
+                       : kind == 1 ? (float)floor(6 * u) * 0.5f       /* many ties */
+                       : kind == 2 ? (u < 0.3 ? -INFINITY : (float)u) /* masked entries */
+                                   : 1.0f;                            /* all equal */
+            }
+            const int64_t ks[] = {0, 1, 2, 3, n / 2, n - 1, n, n + 5};
+            for (int ki = 0; ki < 8; ki++)
+                for (int t = 0; t < 3; t++)
+                    for (uint64_t seed = 0; seed < 6; seed++) {
+                        const float temp = t == 0 ? 0.5f : t == 1 ? 1.0f : 2.0f;
+                        int k = (int)(ks[ki] < 0 ? 0 : ks[ki]);
+                        int32_t a = gpt_sample_token(l, n, temp, k, seed, seed % 3, 7 + (int64_t)seed);
+                        int32_t b = sample_ref(l, n, temp, k, seed, seed % 3, 7 + (int64_t)seed);
+                        mismatches += a != b;
+                        cases++;
+                    }
+        }
+        free(l);
+    }
+    CHECK(mismatches == 0, "top-k: %d of %d draws differ from the O(k V) sampler's", mismatches, cases);
+
+    /* GPT-2's vocabulary */
+    const int64_t n = 50257;
+    float *l = malloc((size_t)n * sizeof *l);
+    for (int64_t v = 0; v < n; v++)
+        l[v] = (float)(10 * tu_unif(&rs) - 5);
+    int ks[3] = {1, 40, 50};
+    for (int ki = 0; ki < 3; ki++)
+        for (uint64_t seed = 0; seed < 3; seed++)
+            mismatches += gpt_sample_token(l, n, 1.0f, ks[ki], seed, 0, 1) !=
+                          sample_ref(l, n, 1.0f, ks[ki], seed, 0, 1);
+    CHECK(mismatches == 0, "top-k on 50257 logits: %d draws differ from the O(k V) sampler's", mismatches);
+    double t0 = now_s(), sum = 0;
+    for (int i = 0; i < 20; i++)
+        sum += gpt_sample_token(l, n, 1.0f, (int)n - 1 - i, 5, 0, i);
+    double sec = now_s() - t0;
+    CHECK(sec < 3.0, "20 tokens at top-k near %lld of %lld took %.2f s", (long long)n - 1, (long long)n, sec);
+    printf("test_generate: 20 tokens at top-k near %lld of %lld in %.1f ms (token sum %.0f)\n",
+           (long long)n - 1, (long long)n, 1e3 * sec, sum);
+    free(l);
+}
+
 static void test_errors(void) {
     gpt_config c = config(1);
     c.arch = GPT_ARCH_LLAMA;
@@ -178,6 +293,7 @@ static void test_errors(void) {
 int main(void) {
     test_decoder();
     test_sampling();
+    test_top_k();
     test_errors();
     return tu_report("test_generate");
 }

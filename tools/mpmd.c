@@ -12,9 +12,11 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define EXIT_USAGE 2
 
@@ -386,6 +388,15 @@ static int parse_args(int argc, char **argv, options *o) {
     return 0;
 }
 
+/* Whether -o names the file a file:PATH schedule is read from: writing it
+ * would destroy the input. Existing files compare by device and inode
+ * (so "x", "./x" and links to it are one file). */
+static int output_is_input(const options *o) {
+    struct stat a, b;
+    return o->output && o->name && !strncmp(o->name, "file:", 5) && !stat(o->output, &a) &&
+           !stat(o->name + 5, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 /* Build (file: or built-in) and check the parameters against the options. */
 static int make_schedule(const options *o, mpmd_schedule **out) {
     mpmd_error err;
@@ -558,6 +569,10 @@ static int write_timeline(FILE *f, const mpmd_schedule *s, const mpmd_sim *sim, 
 }
 
 static int run(options *o) {
+    if (output_is_input(o))
+        return usage_error(
+            o, "-o %s is the schedule file of %s: writing it would destroy the input; give -o another path",
+            o->output, o->name);
     mpmd_schedule *s;
     int rc = make_schedule(o, &s);
     if (rc) return rc;
@@ -582,12 +597,17 @@ static int run(options *o) {
         mpmd_schedule_free(s);
         return report_failure(o, st, &err, report);
     }
+    /* -o FILE: written whole or not at all (mpmd_file_*), as checkpoints are */
     FILE *f = stdout;
-    if (o->output && !(f = fopen(o->output, "w"))) {
-        fprintf(stderr, "mpmd %s: cannot write %s: %s\n", o->cmd, o->output, strerror(errno));
-        mpmd_sim_free(sim);
-        mpmd_schedule_free(s);
-        return 1;
+    mpmd_file *out = NULL;
+    if (o->output) {
+        if (mpmd_file_create(o->output, &out, &err)) {
+            fprintf(stderr, "mpmd %s: %s\n", o->cmd, err.msg);
+            mpmd_sim_free(sim);
+            mpmd_schedule_free(s);
+            return 1;
+        }
+        f = mpmd_file_stream(out);
     }
     rc = 0;
     if (o->format == FMT_SVG || o->format == FMT_TRACE)
@@ -600,19 +620,24 @@ static int run(options *o) {
         mpmd_schedule_write_json(s, f);
     else
         mpmd_schedule_write_text(s, f);
-    int bad = ferror(f);
-    if (f != stdout)
-        bad |= fclose(f) != 0;
-    else
-        bad |= fflush(f) != 0;
-    if (bad && !rc) {
-        fprintf(stderr, "mpmd %s: writing %s failed\n", o->cmd, o->output ? o->output : "to stdout");
-        rc = 1;
+    /* (stdout is checked at the end, for every command: end()) */
+    if (out) {
+        if (rc)
+            mpmd_file_discard(out);
+        else if (mpmd_file_commit(out, &err)) /* checks every write: a full disk is an error */
+            fprintf(stderr, "mpmd %s: %s\n", o->cmd, err.msg), rc = 1;
     }
     mpmd_sim_free(sim);
     mpmd_schedule_free(s);
     return rc;
 }
+
+/* A simulated peak (a double) as a layout's byte count. One past int64
+ * (--keep near 2^62 bytes times the microbatches a rank holds) saturates at
+ * INT64_MAX, which fits no limit: a plain conversion is undefined, and on
+ * x86 gave INT64_MIN, a peak below every limit, so that the layouts needing
+ * the most memory were chosen as fitting in none at all. */
+static int64_t peak_of(double bytes) { return bytes >= 0x1p63 ? INT64_MAX : bytes > 0 ? (int64_t)bytes : 0; }
 
 /* mpmd plan: every layout simulated, ranked by mpmd_layouts_rank. */
 static int run_plan(const options *o) {
@@ -659,7 +684,8 @@ static int run_plan(const options *o) {
                     x->stages = S, x->ranks = o->ranks, x->microbatches = (int)micro;
                     x->predicted = sim->makespan;
                     for (int r = 0; r < o->ranks; r++)
-                        if ((int64_t)sim->peak_bytes[r] > x->peak_bytes) x->peak_bytes = (int64_t)sim->peak_bytes[r];
+                        if (peak_of(sim->peak_bytes[r]) > x->peak_bytes)
+                            x->peak_bytes = peak_of(sim->peak_bytes[r]);
                     mpmd_sim_free(sim);
                 }
                 mpmd_schedule_free(s);
@@ -674,11 +700,13 @@ static int run_plan(const options *o) {
     if (o->format == FMT_JSON) {
         printf("{\"ranks\": %d, \"memory_limit\": %lld, \"fit\": %d, \"layouts\": [", o->ranks,
                (long long)o->mem_limit, fit);
-        for (int i = 0; i < n; i++)
-            printf("%s\n  {\"schedule\": \"%s\", \"stages\": %d, \"microbatches\": %d, \"step\": %.10g, "
-                   "\"peak_bytes\": %lld, \"fits\": %s}",
-                   i ? "," : "", l[i].schedule, l[i].stages, l[i].microbatches, l[i].predicted,
-                   (long long)l[i].peak_bytes, l[i].fits ? "true" : "false");
+        for (int i = 0; i < n; i++) {
+            printf("%s\n  {\"schedule\": \"%s\", \"stages\": %d, \"microbatches\": %d, \"step\": ",
+                   i ? "," : "", l[i].schedule, l[i].stages, l[i].microbatches);
+            json_num(stdout, l[i].predicted); /* null, not nan, should a step ever not be finite */
+            printf(", \"peak_bytes\": %lld, \"fits\": %s}", (long long)l[i].peak_bytes,
+                   l[i].fits ? "true" : "false");
+        }
         printf("\n]}\n");
     } else {
         mpmd_layouts_report(stdout, l, n, o->mem_limit, "");
@@ -686,16 +714,32 @@ static int run_plan(const options *o) {
     int rc = 0;
     if (!fit) {
         fprintf(stderr,
-                "mpmd plan: no layout fits in %lld bytes per rank; the smallest peak found is %lld bytes (%s, %d "
+                "mpmd plan: no layout fits in %lld bytes per rank; the smallest peak found is %s%lld bytes "
+                "(%s, %d "
                 "stages, %d microbatches)\n",
-                (long long)o->mem_limit, (long long)l[0].peak_bytes, l[0].schedule, l[0].stages, l[0].microbatches);
+                (long long)o->mem_limit, l[0].peak_bytes == INT64_MAX ? "more than " : "",
+                (long long)l[0].peak_bytes, l[0].schedule, l[0].stages, l[0].microbatches);
         rc = EXIT_USAGE;
     }
     free(l);
     return rc;
 }
 
-int main(int argc, char **argv) {
+/* main's exit status once stdout is flushed and closed: output that could
+ * not be written (a full disk, `mpmd plan > /dev/full`) is a failure, with
+ * a message, never exit 0 with the results lost. */
+static int end(int status) {
+    errno = 0;
+    int bad = fflush(stdout) != 0,
+        e = errno; /* a failed write earlier leaves the error flag; the flush repeats it */
+    bad |= ferror(stdout) != 0;
+    if (fclose(stdout) != 0 && !bad) bad = 1, e = errno;
+    if (!bad) return status;
+    fprintf(stderr, "mpmd: writing to stdout failed%s%s\n", e ? ": " : "", e ? strerror(e) : "");
+    return status ? status : 1;
+}
+
+static int tool_main(int argc, char **argv) {
     if (argc < 2) {
         fputs(main_help, stderr);
         return EXIT_USAGE;
@@ -720,3 +764,5 @@ int main(int argc, char **argv) {
     free(o.stage_scale);
     return rc < 0 ? 0 : rc;
 }
+
+int main(int argc, char **argv) { return end(tool_main(argc, argv)); }

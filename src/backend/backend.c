@@ -173,6 +173,8 @@ int mpmd_launch_widened(void *dev, const mpmd_kernel *k, const mpmd_kargs *a, mp
 const char *mpmd_backends(void) { return mpmd_backend_names(); }
 
 int mpmd_backend_check(const char *name, char *why, size_t len) {
+    char none[8];
+    if (!why) why = none, len = sizeof none; /* the answer alone, without the reason */
     const mpmd_backend *be = mpmd_backend_get(name);
     if (!be) {
         snprintf(why, len, "unknown backend \"%s\"; this build has: %s", name, mpmd_backend_names());

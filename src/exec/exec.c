@@ -107,16 +107,23 @@ mpmd_status mpmd_exec_write(mpmd_exec *ex, mpmd_value v, const void *src, size_t
     return named(ex, mpmd_step_write(ex->st, v, src, bytes), "mpmd_exec_write");
 }
 
-void *mpmd_exec_var_data(mpmd_exec *ex, mpmd_value v) { return mpmd_step_var_data(ex->st, 0, v); }
-const char *mpmd_exec_backend(const mpmd_exec *ex) { return mpmd_step_backend(ex->st); }
-const char *mpmd_exec_error(const mpmd_exec *ex) { return ex->err; }
-const mpmd_graph *mpmd_exec_graph(const mpmd_exec *ex) { return ex->st->plan->g; }
-size_t mpmd_exec_arena_bytes(const mpmd_exec *ex) { return ex->st->plan->mem[0].arena_bytes; }
-void mpmd_exec_print_plan(const mpmd_exec *ex, FILE *f) { mpmd_plan_print_memory(ex->st->plan, 0, f); }
-void mpmd_exec_params_sha256(mpmd_exec *ex, char hex[65]) { mpmd_step_params_sha256(ex->st, hex); }
+/* Without an executor (NULL) these answer nothing (NULL, 0, an empty hash)
+ * instead of crashing, as the step's accessors do. */
+void *mpmd_exec_var_data(mpmd_exec *ex, mpmd_value v) { return ex ? mpmd_step_var_data(ex->st, 0, v) : NULL; }
+const char *mpmd_exec_backend(const mpmd_exec *ex) { return ex ? mpmd_step_backend(ex->st) : NULL; }
+const char *mpmd_exec_error(const mpmd_exec *ex) { return ex ? ex->err : "no executor (NULL)"; }
+const mpmd_graph *mpmd_exec_graph(const mpmd_exec *ex) { return ex ? ex->st->plan->g : NULL; }
+size_t mpmd_exec_arena_bytes(const mpmd_exec *ex) { return ex ? ex->st->plan->mem[0].arena_bytes : 0; }
+void mpmd_exec_print_plan(const mpmd_exec *ex, FILE *f) {
+    if (ex && f) mpmd_plan_print_memory(ex->st->plan, 0, f);
+}
+void mpmd_exec_params_sha256(mpmd_exec *ex, char hex[65]) {
+    mpmd_step_params_sha256(ex ? ex->st : NULL, hex);
+}
 
 mpmd_status mpmd_exec_set_profiling(mpmd_exec *ex, int on) {
+    if (!ex) return MPMD_ERR_INVALID;
     return named(ex, mpmd_step_set_profiling(ex->st, on), "mpmd_exec_set_profiling");
 }
 
-void mpmd_exec_print_profile(const mpmd_exec *ex, FILE *f) { mpmd_step_print_profile(ex->st, f); }
+void mpmd_exec_print_profile(const mpmd_exec *ex, FILE *f) { mpmd_step_print_profile(ex ? ex->st : NULL, f); }

@@ -345,12 +345,17 @@ static void implicit_loop(mpmd_graph *g) {
 }
 
 void mpmd_enter_stage_n(mpmd_graph *g, int n, mpmd_value *xs) {
+    if (!g) { /* no graph: nothing to mark, nowhere to say so */
+        for (int i = 0; xs && i < n; i++)
+            xs[i] = MPMD_NONE;
+        return;
+    }
     if (n < 1) {
         mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_enter_stage: no values to mark");
         return;
     }
     if (!mpmd_check_operands(g, "mpmd_enter_stage", n, xs)) {
-        for (int i = 0; i < n; i++)
+        for (int i = 0; xs && i < n; i++)
             xs[i] = MPMD_NONE;
         return;
     }

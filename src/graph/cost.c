@@ -34,6 +34,7 @@ double mpmd_op_flops(const mpmd_graph *g, mpmd_value v) {
 
 double mpmd_graph_flops(const mpmd_graph *g, mpmd_value from, mpmd_value to) {
     double total = 0;
+    if (!g) return 0;
     for (int i = from.id < 0 ? 0 : from.id; i <= to.id && i < g->n_nodes; i++)
         total += mpmd_op_flops(g, (mpmd_value){i});
     return total;

@@ -8,7 +8,7 @@
 /* ---- types ---------------------------------------------------------------- */
 
 int64_t mpmd_type_numel(const mpmd_type *t) {
-    if (t->dtype == MPMD_TOKEN) return 0;
+    if (!t || t->dtype == MPMD_TOKEN) return 0; /* no type (NULL) holds nothing */
     int64_t n = 1;
     for (int i = 0; i < t->ndim; i++)
         n *= t->dim[i];
@@ -30,11 +30,18 @@ static int known_dtype(mpmd_dtype d) { return (unsigned)d < sizeof dtypes / size
 size_t mpmd_dtype_size(mpmd_dtype d) { return known_dtype(d) ? dtypes[d].size : 0; }
 int mpmd_dtype_is_float(mpmd_dtype d) { return known_dtype(d) && dtypes[d].is_float; }
 
-size_t mpmd_type_bytes(const mpmd_type *t) { return (size_t)mpmd_type_numel(t) * mpmd_dtype_size(t->dtype); }
+size_t mpmd_type_bytes(const mpmd_type *t) {
+    return t ? (size_t)mpmd_type_numel(t) * mpmd_dtype_size(t->dtype) : 0;
+}
 
 const char *mpmd_dtype_name(mpmd_dtype d) { return known_dtype(d) ? dtypes[d].name : "?"; }
 
 char *mpmd_type_str(const mpmd_type *t, char *buf, size_t len) {
+    if (!buf) return NULL;
+    if (!t) {
+        snprintf(buf, len, "(no type)");
+        return buf;
+    }
     size_t k = (size_t)snprintf(buf, len, "%s", mpmd_dtype_name(t->dtype));
     if (t->dtype == MPMD_TOKEN) return buf;
     if (k < len) k += (size_t)snprintf(buf + k, len - k, "[");
@@ -493,6 +500,7 @@ const char *mpmd_node_subject(const mpmd_graph *g, int i) {
 }
 
 void mpmd_graph_print(const mpmd_graph *g, FILE *f) {
+    if (!g || !f) return;
     char tb[160], attrs[512], ob[320];
     fprintf(f, "graph {\n");
     /* each region once, its nodes in creation order */

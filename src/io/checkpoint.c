@@ -26,6 +26,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -274,10 +275,38 @@ static mpmd_status save_view(const state_view *v, const char *path, const mpmd_c
     return prefixed(err, rc, who);
 }
 
+/* Count, in report, what the export of an f32 tensor loses: finite values
+ * the dtype cannot hold (rounded to an infinity: |x| >= 65520 in f16, past
+ * bf16's largest finite value in bf16) and values that are NaN or infinite
+ * already. */
+static void count_lost(const char *name, const float *src, size_t numel, mpmd_dtype dtype,
+                       mpmd_export_report *report) {
+    int64_t over = 0, nonfinite = 0;
+    for (size_t k = 0; k < numel; k++) {
+        if (!isfinite(src[k])) {
+            nonfinite++;
+        } else if (dtype != MPMD_F32) {
+            uint16_t h = dtype == MPMD_BF16 ? mpmd_f32_to_bf16(src[k]) : mpmd_f32_to_f16(src[k]);
+            float back = dtype == MPMD_BF16 ? mpmd_bf16_to_f32(h) : mpmd_f16_to_f32(h);
+            over += isinf(back) != 0; /* glibc's isinf says -1 for -inf */
+        }
+    }
+    if (!over && !nonfinite) return;
+    report->overflowed += over;
+    report->nonfinite += nonfinite;
+    if (report->tensors < MPMD_EXPORT_REPORT_TENSORS) {
+        snprintf(report->tensor[report->tensors].name, sizeof report->tensor[0].name, "%s", name);
+        report->tensor[report->tensors].overflowed = over;
+        report->tensor[report->tensors].nonfinite = nonfinite;
+    }
+    report->tensors++;
+}
+
 /* A weights export of a parameter view: each f32 value converted to dtype
- * (rounded to nearest even), i32 values as they are. */
-static mpmd_status export_view(const state_view *v, const char *path, mpmd_dtype dtype, const char *who,
-                               mpmd_error *err) {
+ * (rounded to nearest even), i32 values as they are; what the conversion
+ * loses counted in report (may be NULL). */
+static mpmd_status export_view(const state_view *v, const char *path, mpmd_dtype dtype,
+                               mpmd_export_report *report, const char *who, mpmd_error *err) {
     if (!path || !*path) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no file name", who);
     const char *dn = export_dtype(dtype);
     mpmd_st_kv meta[3] = {{"format", WEIGHTS_FORMAT}, {"version", "1"}, {"dtype", dn}};
@@ -288,8 +317,10 @@ static mpmd_status export_view(const state_view *v, const char *path, mpmd_dtype
     for (int i = 0; i < v->n && !rc; i++) {
         const entry *e = &v->e[i];
         outs[i] = (mpmd_st_out){e->name, st_dtype(e->type.dtype), e->type.ndim, e->type.dim, e->ptr[0]};
-        if (e->type.dtype != MPMD_F32 || dtype == MPMD_F32) continue;
+        if (e->type.dtype != MPMD_F32) continue;
         size_t numel = (size_t)mpmd_type_numel(&e->type);
+        if (report) count_lost(e->name, e->ptr[0], numel, dtype, report);
+        if (dtype == MPMD_F32) continue;
         uint16_t *h = malloc(numel ? numel * sizeof *h : 1);
         if (!h) {
             rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory converting \"%s\"", who, e->name);
@@ -320,11 +351,13 @@ typedef struct write_spec {
     int weights;
     mpmd_dtype dtype;
     const mpmd_checkpoint_info *info;
+    mpmd_export_report *report; /* a weights export's losses (NULL: not counted) */
 } write_spec;
 
 static mpmd_status write_view(const state_view *v, const char *path, const write_spec *w, const char *who,
                               mpmd_error *err) {
-    return w->weights ? export_view(v, path, w->dtype, who, err) : save_view(v, path, w->info, who, err);
+    return w->weights ? export_view(v, path, w->dtype, w->report, who, err)
+                      : save_view(v, path, w->info, who, err);
 }
 
 static mpmd_status check_export_dtype(mpmd_dtype dtype, const char *who, mpmd_error *err) {
@@ -381,30 +414,42 @@ static mpmd_status step_write(mpmd_step *st, const char *path, const write_spec 
 
 mpmd_status mpmd_step_save(mpmd_step *st, const char *path, const mpmd_checkpoint_info *info,
                            mpmd_error *err) {
-    write_spec w = {0, MPMD_F32, info};
+    write_spec w = {0, MPMD_F32, info, NULL};
     return step_write(st, path, &w, "mpmd_step_save", err);
 }
 
-mpmd_status mpmd_step_export_weights(mpmd_step *st, const char *path, mpmd_dtype dtype, mpmd_error *err) {
-    const char *who = "mpmd_step_export_weights";
+mpmd_status mpmd_step_export_weights_report(mpmd_step *st, const char *path, mpmd_dtype dtype,
+                                            mpmd_export_report *report, mpmd_error *err) {
+    const char *who = report ? "mpmd_step_export_weights_report" : "mpmd_step_export_weights";
+    if (report) memset(report, 0, sizeof *report);
     if (check_export_dtype(dtype, who, err)) return MPMD_ERR_INVALID;
-    write_spec w = {1, dtype, NULL};
+    write_spec w = {1, dtype, NULL, report};
     return step_write(st, path, &w, who, err);
+}
+
+mpmd_status mpmd_step_export_weights(mpmd_step *st, const char *path, mpmd_dtype dtype, mpmd_error *err) {
+    return mpmd_step_export_weights_report(st, path, dtype, NULL, err);
 }
 
 mpmd_status mpmd_exec_save(mpmd_exec *ex, const char *path, const mpmd_checkpoint_info *info,
                            mpmd_error *err) {
-    write_spec w = {0, MPMD_F32, info};
+    write_spec w = {0, MPMD_F32, info, NULL};
     if (!ex) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_save: no executor");
     return step_write(mpmd_exec_step(ex), path, &w, "mpmd_exec_save", err);
 }
 
-mpmd_status mpmd_exec_export_weights(mpmd_exec *ex, const char *path, mpmd_dtype dtype, mpmd_error *err) {
-    const char *who = "mpmd_exec_export_weights";
+mpmd_status mpmd_exec_export_weights_report(mpmd_exec *ex, const char *path, mpmd_dtype dtype,
+                                            mpmd_export_report *report, mpmd_error *err) {
+    const char *who = report ? "mpmd_exec_export_weights_report" : "mpmd_exec_export_weights";
+    if (report) memset(report, 0, sizeof *report);
     if (!ex) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no executor", who);
     if (check_export_dtype(dtype, who, err)) return MPMD_ERR_INVALID;
-    write_spec w = {1, dtype, NULL};
+    write_spec w = {1, dtype, NULL, report};
     return step_write(mpmd_exec_step(ex), path, &w, who, err);
+}
+
+mpmd_status mpmd_exec_export_weights(mpmd_exec *ex, const char *path, mpmd_dtype dtype, mpmd_error *err) {
+    return mpmd_exec_export_weights_report(ex, path, dtype, NULL, err);
 }
 
 /* ---- metadata ----------------------------------------------------------------- */

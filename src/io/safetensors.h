@@ -19,7 +19,8 @@
  * checked before it is used, and every failure an MPMD_ERR_FORMAT or
  * MPMD_ERR_IO message naming the file, the tensor and what is wrong.
  *
- * The writer is atomic: it writes "<path>.tmp.<pid>", flushes it to disk,
+ * The writer is atomic (src/io/atomic_file.h): it writes a temporary file
+ * beside <path> with a name no other writer uses, flushes it to disk,
  * renames it over <path> and syncs the directory; on any failure it removes
  * the temporary file and leaves an existing <path> as it was.
  */

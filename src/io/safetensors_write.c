@@ -5,6 +5,7 @@
  */
 #include "io/safetensors.h"
 
+#include "io/atomic_file.h"
 #include "util/sha256.h"
 
 #include <errno.h>
@@ -71,30 +72,12 @@ static void sb_json(strbuf *b, const char *s) {
     sb_put(b, "\"", 1);
 }
 
-static int write_all(int fd, const void *data, size_t n) {
-    const char *p = data;
-    while (n) {
-        ssize_t w = write(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (w == 0) {
-            errno = EIO;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Write a tensor's bytes little-endian (swapping through a small buffer on a
  * big-endian host) and hash what was written. */
 static int write_tensor(int fd, const void *data, uint64_t bytes, int elem, mpmd_sha256_ctx *c) {
     if (host_is_little_endian() || elem == 1) {
         mpmd_sha256_update(c, data, (size_t)bytes);
-        return write_all(fd, data, (size_t)bytes);
+        return mpmd_write_all(fd, data, (size_t)bytes);
     }
     uint8_t buf[4096];
     const uint8_t *p = data;
@@ -105,7 +88,7 @@ static int write_tensor(int fd, const void *data, uint64_t bytes, int elem, mpmd
             for (int k = 0; k < elem; k++)
                 buf[i + (size_t)k] = p[i + (size_t)(elem - 1 - k)];
         mpmd_sha256_update(c, buf, n);
-        if (write_all(fd, buf, n)) return -1;
+        if (mpmd_write_all(fd, buf, n)) return -1;
         p += n;
         bytes -= n;
     }
@@ -120,32 +103,6 @@ typedef struct {
 
 static int slot_by_name(const void *a, const void *b) {
     return strcmp(((const out_slot *)a)->t->name, ((const out_slot *)b)->t->name);
-}
-
-/* fsync the directory holding path, so the rename itself is durable. File
- * systems that cannot sync a directory (EINVAL) are fine. */
-static int sync_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char *dir;
-    if (!slash) {
-        dir = malloc(2);
-        if (dir) strcpy(dir, ".");
-    } else {
-        size_t n = slash == path ? 1 : (size_t)(slash - path);
-        dir = malloc(n + 1);
-        if (dir) {
-            memcpy(dir, path, n);
-            dir[n] = '\0';
-        }
-    }
-    if (!dir) return -1;
-    int fd = open(dir, O_RDONLY);
-    free(dir);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    if (rc != 0 && (errno == EINVAL || errno == EROFS)) rc = 0;
-    close(fd);
-    return rc;
 }
 
 mpmd_status mpmd_st_write(const char *path, int n, const mpmd_st_out *tensors, int n_meta,
@@ -268,22 +225,17 @@ mpmd_status mpmd_st_write(const char *path, int n, const mpmd_st_out *tensors, i
         b.s[i] = (char)(hn >> (8 * i) & 0xFF);
 
     /* write: the header, then the data (hashed on the way), then the header
-     * again with the checksums filled in */
-    size_t tl = strlen(path) + 32;
-    char *tmp = malloc(tl);
-    if (!tmp) {
+     * again with the checksums filled in; to a temporary file renamed over
+     * path once complete (src/io/atomic_file.h) */
+    mpmd_atomic_file af;
+    rc = mpmd_atomic_open(path, 0, &af, err);
+    if (rc) {
         free(b.s);
         free(slots);
-        return mpmd_error_set(err, MPMD_ERR_NOMEM, "safetensors write %s: out of memory", path);
+        return rc;
     }
-    snprintf(tmp, tl, "%s.tmp.%ld", path, (long)getpid());
-    const char *step = "creating";
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    int fail = fd < 0;
-    if (!fail) {
-        step = "writing";
-        fail = write_all(fd, b.s, b.len) != 0;
-    }
+    const int fd = af.fd;
+    int fail = mpmd_write_all(fd, b.s, b.len) != 0;
     mpmd_sha256_ctx c;
     mpmd_sha256_init(&c);
     for (int i = 0; i < n && !fail; i++)
@@ -309,39 +261,15 @@ mpmd_status mpmd_st_write(const char *path, int n, const mpmd_st_out *tensors, i
             }
         }
     }
-    if (!fail) {
-        step = "flushing";
-        fail = fsync(fd) != 0;
-    }
-    if (fd >= 0) {
-        int e = errno;
-        if (close(fd) != 0 && !fail) {
-            step = "closing";
-            fail = 1;
-        } else {
-            errno = e;
-        }
-    }
-    if (!fail && rename(tmp, path) != 0) {
+    if (fail) {
         int e = errno;
         rc = mpmd_error_set(err, MPMD_ERR_IO,
-                            "cannot write %s: renaming %s over it: %s (%s was left as it was)", path, tmp,
-                            strerror(e), path);
-        unlink(tmp);
-    } else if (fail) {
-        int e = errno;
-        rc = mpmd_error_set(err, MPMD_ERR_IO,
-                            "cannot write %s: %s the temporary file %s: %s (%s was left as it was)", path,
-                            step, tmp, strerror(e), path);
-        if (fd >= 0) unlink(tmp);
-    } else if (sync_dir(path) != 0) {
-        rc = mpmd_error_set(
-            err, MPMD_ERR_IO,
-            "%s was written, but syncing its directory failed: %s (the new file may not survive a "
-            "crash)",
-            path, strerror(errno));
+                            "cannot write %s: writing the temporary file %s: %s (%s was left as it was)",
+                            af.dest, af.tmp, strerror(e), af.dest);
+        mpmd_atomic_abort(&af);
+    } else {
+        rc = mpmd_atomic_commit(&af, err);
     }
-    free(tmp);
     free(b.s);
     free(slots);
     return rc;

@@ -98,6 +98,7 @@ static int check_update(mpmd_graph *g, const char *fn, int n, const mpmd_value *
 
 /* SGD (optax.sgd without momentum): p = p - lr g, one op per parameter. */
 mpmd_status mpmd_sgd(mpmd_graph *g, int n, const mpmd_value *params, const mpmd_value *grads, mpmd_value lr) {
+    if (!g) return MPMD_ERR_INVALID;
     if (!check_update(g, "mpmd_sgd", n, params, grads, lr)) return g->status;
     for (int i = 0; i < n; i++) {
         mpmd_value in[3] = {params[i], grads[i], lr};
@@ -116,6 +117,7 @@ mpmd_status mpmd_sgd(mpmd_graph *g, int n, const mpmd_value *params, const mpmd_
 mpmd_status mpmd_adamw(mpmd_graph *g, int n, const mpmd_value *params, const mpmd_value *grads, mpmd_value lr,
                        mpmd_adam_opts opts) {
     const char *fn = "mpmd_adamw";
+    if (!g) return MPMD_ERR_INVALID;
     if (!check_update(g, fn, n, params, grads, lr)) return g->status;
     if (!(opts.b1 >= 0.0f && opts.b1 < 1.0f) || !(opts.b2 >= 0.0f && opts.b2 < 1.0f)) {
         mpmd_fail(g, MPMD_ERR_INVALID, "%s: b1 = %g and b2 = %g must lie in [0, 1)", fn, opts.b1, opts.b2);

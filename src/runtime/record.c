@@ -9,11 +9,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-void mpmd_step_set_recording(mpmd_step *st, int on) { st->record = on ? 1 : 0; }
+void mpmd_step_set_recording(mpmd_step *st, int on) {
+    if (st) st->record = on ? 1 : 0;
+}
 
 static const char *kind_prefix(int k) { return k == 0 ? "fwd" : k == 1 ? "bwd" : k == 2 ? "bwdA" : "bwdW"; }
 
 static int has_run(const mpmd_step *st, mpmd_error *err, const char *fn) {
+    if (!st) {
+        mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no step (NULL)", fn);
+        return 0;
+    }
     if (!st->record || !st->ran) {
         mpmd_error_set(err, MPMD_ERR_INVALID,
                        "%s: no recorded run (call mpmd_step_set_recording(st, 1), then mpmd_step_run)", fn);
@@ -26,6 +32,9 @@ static int has_run(const mpmd_step *st, mpmd_error *err, const char *fn) {
 static const char *plan_name(const mpmd_plan *pl) { return pl->sched ? pl->sched->name : "Loop (one rank)"; }
 
 mpmd_status mpmd_step_timeline(const mpmd_step *st, mpmd_timeline **out, mpmd_error *err) {
+    if (!out)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_step_timeline: no place for the timeline (out is NULL)");
     *out = NULL;
     if (!has_run(st, err, "mpmd_step_timeline")) return MPMD_ERR_INVALID;
     /* the unit from the step's length: us, ms, s or min */
@@ -86,6 +95,7 @@ static void json_chars(FILE *f, const char *s) {
 }
 
 mpmd_status mpmd_step_write_trace(const mpmd_step *st, FILE *f, mpmd_error *err) {
+    if (!f) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_step_write_trace: no file (NULL)");
     if (!has_run(st, err, "mpmd_step_write_trace")) return MPMD_ERR_INVALID;
     const mpmd_graph *g = st->plan->g;
     fprintf(f, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"schedule\": \"");
@@ -202,6 +212,9 @@ static int64_t fsdp_textbook_bytes(const mpmd_plan *pl, int r) {
 }
 
 mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_error *err) {
+    if (!out)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_step_summary: no place for the summary (out is NULL)");
     memset(out, 0, sizeof *out);
     if (!has_run(st, err, "mpmd_step_summary")) return MPMD_ERR_INVALID;
     const int D = st->plan->num_ranks;
@@ -292,6 +305,7 @@ mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_er
 }
 
 void mpmd_step_stats_free(mpmd_step_stats *s) {
+    if (!s) return;
     free(s->ranks);
     s->ranks = NULL;
 }
@@ -311,6 +325,7 @@ static void print_whole(const mpmd_plan *pl, FILE *f) {
 }
 
 mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *err) {
+    if (!f) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_step_print_summary: no file (NULL)");
     mpmd_step_stats s;
     mpmd_status rc = mpmd_step_summary(st, &s, err);
     if (rc) return rc;
@@ -402,6 +417,7 @@ static void prof_name(const mpmd_graph *g, int i, char *buf, size_t len) {
 }
 
 void mpmd_step_print_profile(const mpmd_step *st, FILE *f) {
+    if (!st || !f) return;
     const mpmd_graph *g = st->plan->g;
     if (!st->profiling || !st->prof_runs) {
         fprintf(f, "no profiled run (mpmd_step_set_profiling or mpmd_exec_set_profiling, then a run)\n");

@@ -65,6 +65,9 @@ void rt_step_leave(mpmd_step *st) {
 
 mpmd_status mpmd_schedule_for_graph(const mpmd_graph *g, mpmd_schedule_kind kind, int num_ranks,
                                     int fuse_steady_state, mpmd_schedule **out, mpmd_error *err) {
+    if (!out)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_schedule_for_graph: no place for the schedule (out is NULL)");
     *out = NULL;
     if (!g || g->status != MPMD_OK || g->n_micro < 1 || g->n_markers < 1)
         return mpmd_error_set(err, MPMD_ERR_INVALID,
@@ -383,10 +386,15 @@ mpmd_step *mpmd_step_new_plan(mpmd_plan *pl, int threads, uint64_t seed, mpmd_er
     return st;
 }
 
-int mpmd_step_num_ranks(const mpmd_step *st) { return st->plan->num_ranks; }
-const char *mpmd_step_error(const mpmd_step *st) { return st && refused == st ? refused_msg : st ? st->err : ""; }
+/* The accessors below answer for no step (NULL) as for a rank out of
+ * range: 0, -1 or NULL, never a crash; those that return a status return
+ * MPMD_ERR_INVALID. */
+int mpmd_step_num_ranks(const mpmd_step *st) { return st ? st->plan->num_ranks : 0; }
+const char *mpmd_step_error(const mpmd_step *st) {
+    return !st ? "no step (NULL)" : refused == st ? refused_msg : st->err;
+}
 int64_t mpmd_step_peak_bytes(const mpmd_step *st, int rank) {
-    return rank >= 0 && rank < st->plan->num_ranks ? st->plan->prog[rank].peak_bytes : -1;
+    return st && rank >= 0 && rank < st->plan->num_ranks ? st->plan->prog[rank].peak_bytes : -1;
 }
 
 static mpmd_status set_input(mpmd_step *st, mpmd_value input, const void *data, size_t bytes) {
@@ -458,6 +466,7 @@ mpmd_status mpmd_step_run(mpmd_step *st) {
 }
 
 int mpmd_step_where(const mpmd_step *st, mpmd_value v, int *ranks, int cap) {
+    if (!st) return 0;
     v = mpmd_read_target(st->plan->g, v);
     const mpmd_node *n = mpmd_node_of(st->plan->g, v);
     if (!n || !st->plan->live[v.id]) return 0;
@@ -473,6 +482,7 @@ int mpmd_step_where(const mpmd_step *st, mpmd_value v, int *ranks, int cap) {
 }
 
 void *mpmd_step_var_data(mpmd_step *st, int rank, mpmd_value v) {
+    if (!st) return NULL;
     const mpmd_node *n = mpmd_node_of(st->plan->g, v);
     if (!n || !mpmd_node_is_storage(n) || rank < 0 || rank >= st->plan->num_ranks ||
         !mpmd_runs_on(st->plan, v.id, rank))
@@ -480,10 +490,10 @@ void *mpmd_step_var_data(mpmd_step *st, int rank, mpmd_value v) {
     return mpmd_runtime_value(st, rank, v.id);
 }
 
-const char *mpmd_step_backend(const mpmd_step *st) { return st->plan->be->name; }
+const char *mpmd_step_backend(const mpmd_step *st) { return st ? st->plan->be->name : NULL; }
 
 size_t mpmd_step_arena_bytes(const mpmd_step *st, int rank) {
-    return rank >= 0 && rank < st->plan->num_ranks ? st->plan->mem[rank].arena_bytes : 0;
+    return st && rank >= 0 && rank < st->plan->num_ranks ? st->plan->mem[rank].arena_bytes : 0;
 }
 
 /* The planned fields of rank's memory stats (measured -1). */
@@ -507,8 +517,9 @@ static void planned_memory(const mpmd_plan *pl, int rank, mpmd_memory_stats *out
 }
 
 mpmd_status mpmd_step_memory(const mpmd_step *st, int rank, mpmd_memory_stats *out) {
+    if (!out) return MPMD_ERR_INVALID;
     memset(out, 0, sizeof *out);
-    if (rank < 0 || rank >= st->plan->num_ranks) return MPMD_ERR_INVALID;
+    if (!st || rank < 0 || rank >= st->plan->num_ranks) return MPMD_ERR_INVALID;
     planned_memory(st->plan, rank, out);
     size_t peak = 0, own = 0;
     if (mpmd_runtime_backend_memory(st, rank, &peak, &own)) {
@@ -568,6 +579,7 @@ mpmd_status mpmd_predict(const mpmd_graph *g, const mpmd_schedule *s, const mpmd
 
 static mpmd_status predict(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts,
                            const mpmd_step *profiled, mpmd_prediction *out, mpmd_error *err) {
+    if (!out) return mpmd_error_set(err, MPMD_ERR_INVALID, "no place for the prediction (out is NULL)");
     memset(out, 0, sizeof *out);
     out->step_ms = NAN;
     mpmd_step_opts o;
@@ -644,11 +656,13 @@ done:
 }
 
 void mpmd_step_print_memory(const mpmd_step *st, int rank, FILE *f) {
+    if (!st || !f) return;
     for (int r = 0; r < st->plan->num_ranks; r++)
         if (rank < 0 || rank == r) mpmd_plan_print_memory(st->plan, r, f);
 }
 
 mpmd_status mpmd_step_set_profiling(mpmd_step *st, int on) {
+    if (!st) return MPMD_ERR_INVALID;
     if (mpmd_runtime_set_profiling(st, on)) {
         snprintf(st->err, sizeof st->err, "out of memory for the profile");
         return MPMD_ERR_NOMEM;
@@ -772,6 +786,11 @@ static mpmd_status fetch(mpmd_step *st, int rank, int replica, int node, void *d
 }
 
 void mpmd_step_replica_params_sha256(mpmd_step *st, int replica, char hex[65]) {
+    if (!hex) return;
+    if (!st) { /* no step: no hash, an empty string */
+        hex[0] = '\0';
+        return;
+    }
     int np;
     const mpmd_node **ps = mpmd_params_by_name(st->plan->g, &np);
     size_t maxb = 1;
@@ -795,6 +814,10 @@ void mpmd_step_params_sha256(mpmd_step *st, char hex[65]) { mpmd_step_replica_pa
 
 static mpmd_status step_gather(mpmd_step *st, mpmd_value v, void *dst, size_t bytes) {
     if (st->runtime != MPMD_RUNTIME_MPI) return step_read(st, v, dst, bytes);
+    if (!dst) {
+        snprintf(st->err, sizeof st->err, "mpmd_step_gather: nowhere to copy %%%d (NULL)", (int)v.id);
+        return MPMD_ERR_INVALID;
+    }
     v = mpmd_read_target(st->plan->g, v);
     const mpmd_node *n = mpmd_node_of(st->plan->g, v);
     int r;
@@ -823,10 +846,13 @@ mpmd_status mpmd_step_gather(mpmd_step *st, mpmd_value v, void *dst, size_t byte
 /* ---- printing ------------------------------------------------------------- */
 
 void mpmd_step_print_tasks(const mpmd_step *st, FILE *f) {
+    if (!st || !f) return;
     if (st->plan->sched)
         mpmd_schedule_write_text(st->plan->sched, f);
     else
         fprintf(f, "loop: one rank runs the whole body for microbatch 0 .. %d in order\n", st->plan->num_micro - 1);
 }
 
-void mpmd_step_print(const mpmd_step *st, FILE *f) { mpmd_plan_print(st->plan, f); }
+void mpmd_step_print(const mpmd_step *st, FILE *f) {
+    if (st && f) mpmd_plan_print(st->plan, f);
+}

@@ -15,6 +15,11 @@
 
 static int imin(int a, int b) { return a < b ? a : b; }
 
+/* A builder's first check: somewhere to put the schedule. */
+static mpmd_status no_place(const char *fn, mpmd_error *err) {
+    return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no place for the schedule (out is NULL)", fn);
+}
+
 /* Counts every schedule needs: S, D, n >= 1 and not absurdly large. */
 static mpmd_status check_counts(const char *what, int S, int D, int n, mpmd_error *err) {
     if (S < 1 || D < 1 || n < 1)
@@ -74,6 +79,7 @@ static mpmd_status check_single(mpmd_schedule_kind kind, int S, int n, mpmd_erro
 
 /* GPipe: rank s runs F for microbatches 0..n-1, then B for 0..n-1. */
 mpmd_status mpmd_schedule_gpipe(int S, int n, mpmd_schedule **out, mpmd_error *err) {
+    if (!out) return no_place("mpmd_schedule_gpipe", err);
     sched_builder b;
     mpmd_status st = check_single(MPMD_SCHED_GPIPE, S, n, err);
     if (!st) st = start(MPMD_SCHED_GPIPE, S, S, n, 0, 0, &b, err);
@@ -104,6 +110,7 @@ static void one_f_one_b(sched_builder *b, int s, int w, int n) {
 
 /* Std1F1B: w = min(S - s, n). */
 mpmd_status mpmd_schedule_std1f1b(int S, int n, mpmd_schedule **out, mpmd_error *err) {
+    if (!out) return no_place("mpmd_schedule_std1f1b", err);
     sched_builder b;
     mpmd_status st = check_single(MPMD_SCHED_STD1F1B, S, n, err);
     if (!st) st = start(MPMD_SCHED_STD1F1B, S, S, n, 0, 0, &b, err);
@@ -115,6 +122,7 @@ mpmd_status mpmd_schedule_std1f1b(int S, int n, mpmd_schedule **out, mpmd_error 
 
 /* Eager1F1B: w = min(2(S - s) - 1, n). */
 mpmd_status mpmd_schedule_eager1f1b(int S, int n, mpmd_schedule **out, mpmd_error *err) {
+    if (!out) return no_place("mpmd_schedule_eager1f1b", err);
     sched_builder b;
     mpmd_status st = check_single(MPMD_SCHED_EAGER1F1B, S, n, err);
     if (!st) st = start(MPMD_SCHED_EAGER1F1B, S, S, n, 0, 0, &b, err);
@@ -129,6 +137,7 @@ mpmd_status mpmd_schedule_eager1f1b(int S, int n, mpmd_schedule **out, mpmd_erro
  * microbatches left is emitted and the rotation continues after it, until
  * all 3n tasks are out. For S = 1 this gives F0 A0 W0 F1 A1 W1 ... */
 mpmd_status mpmd_schedule_zerobubble(int S, int n, mpmd_schedule **out, mpmd_error *err) {
+    if (!out) return no_place("mpmd_schedule_zerobubble", err);
     sched_builder b;
     mpmd_status st = check_single(MPMD_SCHED_ZEROBUBBLE, S, n, err);
     if (st) return st;
@@ -237,11 +246,13 @@ static mpmd_status interleaved(mpmd_schedule_kind kind, int S, int D, int n, int
 
 mpmd_status mpmd_schedule_interleaved1f1b(int S, int D, int n, int fuse_steady_state, mpmd_schedule **out,
                                           mpmd_error *err) {
+    if (!out) return no_place("mpmd_schedule_interleaved1f1b", err);
     return interleaved(MPMD_SCHED_INTERLEAVED1F1B, S, D, n, fuse_steady_state != 0, 0, out, err);
 }
 
 mpmd_status mpmd_schedule_kimik2(int S, int D, int n, int fuse_steady_state, mpmd_schedule **out,
                                  mpmd_error *err) {
+    if (!out) return no_place("mpmd_schedule_kimik2", err);
     return interleaved(MPMD_SCHED_KIMIK2, S, D, n, fuse_steady_state != 0, 1, out, err);
 }
 
@@ -253,6 +264,7 @@ mpmd_status mpmd_schedule_kimik2(int S, int D, int n, int fuse_steady_state, mpm
  * backwards each. When D divides n this is Interleaved1F1B with every step
  * a warm-up step. */
 mpmd_status mpmd_schedule_interleaved_gpipe(int S, int D, int n, mpmd_schedule **out, mpmd_error *err) {
+    if (!out) return no_place("mpmd_schedule_interleaved_gpipe", err);
     mpmd_status st = check_interleaved(MPMD_SCHED_INTERLEAVED_GPIPE, S, D, n, err);
     sched_builder b;
     if (!st) st = start(MPMD_SCHED_INTERLEAVED_GPIPE, S, D, n, 0, 0, &b, err);
@@ -286,6 +298,7 @@ static void dp_fwd_bwd(sched_builder *b, int r, int x, int y) {
 }
 
 mpmd_status mpmd_schedule_dualpipev(int S, int D, int n, mpmd_schedule **out, mpmd_error *err) {
+    if (!out) return no_place("mpmd_schedule_dualpipev", err);
     char what[96];
     snprintf(what, sizeof what, "DualPipeV(S=%d, D=%d, n=%d)", S, D, n);
     mpmd_status st = check_counts(what, S, D, n, err);
@@ -369,6 +382,7 @@ mpmd_status mpmd_schedule_dualpipev(int S, int D, int n, mpmd_schedule **out, mp
 
 mpmd_status mpmd_schedule_new(mpmd_schedule_kind kind, int S, int D, int n, int fuse_steady_state,
                               mpmd_schedule **out, mpmd_error *err) {
+    if (!out) return no_place("mpmd_schedule_new", err);
     int single = kind == MPMD_SCHED_GPIPE || kind == MPMD_SCHED_STD1F1B || kind == MPMD_SCHED_EAGER1F1B ||
                  kind == MPMD_SCHED_ZEROBUBBLE;
     if (D == 0) D = kind == MPMD_SCHED_DUALPIPEV ? (S > 1 ? S / 2 : 1) : S;

@@ -5,7 +5,7 @@
 #include <string.h>
 
 int mpmd_parse_bytes(const char *s, int64_t *out) {
-    if (!s || !isdigit((unsigned char)*s)) return 1;
+    if (!s || !out || !isdigit((unsigned char)*s)) return 1;
     int64_t v = 0;
     for (; isdigit((unsigned char)*s); s++) {
         if (v > ((int64_t)1 << 62) / 10) return 1;

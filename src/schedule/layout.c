@@ -1,6 +1,7 @@
 /* Ranking and reporting a planner's layouts (include/mpmd_schedule.h). */
 #include "mpmd_schedule.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 static int by_choice(const void *pa, const void *pb) {
@@ -11,6 +12,7 @@ static int by_choice(const void *pa, const void *pb) {
 }
 
 int mpmd_layouts_rank(mpmd_layout *l, int n, int64_t limit) {
+    if (!l || n < 1) return 0;
     int fit = 0;
     for (int i = 0; i < n; i++)
         fit += l[i].fits = !limit || l[i].peak_bytes <= limit;
@@ -19,7 +21,9 @@ int mpmd_layouts_rank(mpmd_layout *l, int n, int64_t limit) {
 }
 
 static void bytes(FILE *f, int64_t b) {
-    if (b >= (int64_t)1 << 30)
+    if (b == INT64_MAX) /* a planner's saturated count: more than int64 holds */
+        fputs("over 8 EiB", f);
+    else if (b >= (int64_t)1 << 30)
         fprintf(f, "%.2f GiB", (double)b / (1 << 30));
     else if (b >= (int64_t)1 << 20)
         fprintf(f, "%.1f MiB", (double)b / (1 << 20));
@@ -28,6 +32,8 @@ static void bytes(FILE *f, int64_t b) {
 }
 
 void mpmd_layouts_report(FILE *f, const mpmd_layout *l, int n, int64_t limit, const char *unit) {
+    if (!f || (!l && n > 0)) return;
+    if (!unit) unit = "";
     int fit = 0;
     while (fit < n && l[fit].fits)
         fit++;

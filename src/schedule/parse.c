@@ -267,7 +267,12 @@ static mpmd_status parse_line(parser *ps) {
 
 mpmd_status mpmd_schedule_parse(const char *text, size_t len, const char *source, mpmd_schedule **out,
                                 mpmd_error *err) {
+    if (!out)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_schedule_parse: no place for the schedule (out is NULL)");
     *out = NULL;
+    if (!text && len) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_schedule_parse: no text (NULL)");
+    if (!text) text = "";
     parser ps;
     memset(&ps, 0, sizeof ps);
     ps.src = source ? source : "schedule text";
@@ -334,7 +339,11 @@ done:
 }
 
 mpmd_status mpmd_schedule_load(const char *path, mpmd_schedule **out, mpmd_error *err) {
+    if (!out)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_schedule_load: no place for the schedule (out is NULL)");
     *out = NULL;
+    if (!path) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_schedule_load: no file name (NULL)");
     char source[256];
     snprintf(source, sizeof source, "file:%s", path);
     FILE *f = fopen(path, "rb");

@@ -130,11 +130,15 @@ mpmd_status sb_finish(sched_builder *b, mpmd_error *err) {
 }
 
 int mpmd_task_str(const mpmd_task *t, char *buf, size_t len) {
+    if (!buf) len = 0; /* no buffer: the length alone, as snprintf(NULL, 0, ...) */
+    if (!t) return snprintf(buf, len, "%s", "");
     const char *p = (unsigned)t->kind < MPMD_TASK_KINDS ? task_prefix[t->kind] : "task?_";
     return snprintf(buf, len, "%s%d__%d", p, (int)t->stage, (int)t->microbatch);
 }
 
 int mpmd_entry_str(const mpmd_task *tasks, int ntasks, char *buf, size_t len) {
+    if (!buf) len = 0; /* no buffer: the length alone, as snprintf(NULL, 0, ...) */
+    if (!tasks || ntasks < 1) return snprintf(buf, len, "%s", "");
     if (ntasks == 1) return mpmd_task_str(&tasks[0], buf, len);
     /* Build in a local buffer so that a short `len` still gets a correct
      * prefix and the full length is returned. */
@@ -194,6 +198,7 @@ void ss_printf(sched_str *s, const char *fmt, ...) {
 }
 
 mpmd_status mpmd_schedule_write_text(const mpmd_schedule *s, FILE *f) {
+    if (!s || !f) return MPMD_ERR_INVALID;
     char buf[MPMD_ENTRY_STR_MAX];
     for (int r = 0; r < s->num_ranks; r++) {
         fprintf(f, "rank %d:", r);
@@ -207,6 +212,7 @@ mpmd_status mpmd_schedule_write_text(const mpmd_schedule *s, FILE *f) {
 }
 
 mpmd_status mpmd_schedule_write_json(const mpmd_schedule *s, FILE *f) {
+    if (!s || !f) return MPMD_ERR_INVALID;
     char buf[MPMD_ENTRY_STR_MAX];
     fputs("[\n", f);
     for (int r = 0; r < s->num_ranks; r++) {

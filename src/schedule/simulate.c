@@ -935,8 +935,12 @@ double mpmd_schedule_analytic_bubble(const mpmd_schedule *s, const mpmd_cost_mod
                                      size_t len) {
     mpmd_cost_model defaults = MPMD_COST_DEFAULTS;
     if (!cost) cost = &defaults;
-    double p = s->num_ranks, m = s->num_microbatches;
     if (buf && len) buf[0] = 0;
+    if (!s) {
+        if (buf) snprintf(buf, len, "no schedule (NULL)");
+        return NAN;
+    }
+    double p = s->num_ranks, m = s->num_microbatches;
     switch (s->kind) {
     case MPMD_SCHED_GPIPE:
     case MPMD_SCHED_STD1F1B:

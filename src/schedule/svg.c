@@ -61,6 +61,7 @@ static int local_stage(const int32_t *stages, int nst, int32_t stage) {
 }
 
 mpmd_status mpmd_timeline_write_svg(const mpmd_timeline *tl, FILE *f) {
+    if (!tl || !f) return MPMD_ERR_INVALID;
     double makespan = 0;
     int present[MPMD_TASK_KINDS] = {0}, any_fused = 0;
     for (int r = 0; r < tl->num_ranks; r++)

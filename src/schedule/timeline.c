@@ -52,7 +52,7 @@ static mpmd_status reserve(mpmd_timeline *tl, int r, int64_t more) {
 }
 
 mpmd_status mpmd_timeline_add(mpmd_timeline *tl, int rank, const mpmd_timeline_event *ev) {
-    if (!tl || rank < 0 || rank >= tl->num_ranks || !(ev->end >= ev->start)) return MPMD_ERR_INVALID;
+    if (!tl || !ev || rank < 0 || rank >= tl->num_ranks || !(ev->end >= ev->start)) return MPMD_ERR_INVALID;
     if (reserve(tl, rank, 1)) return MPMD_ERR_NOMEM;
     tl->events[rank][tl->num_events[rank]++] = *ev;
     return MPMD_OK;
@@ -60,7 +60,11 @@ mpmd_status mpmd_timeline_add(mpmd_timeline *tl, int rank, const mpmd_timeline_e
 
 mpmd_status mpmd_timeline_from_sim(const mpmd_schedule *s, const mpmd_sim *sim, mpmd_timeline **out,
                                    mpmd_error *err) {
+    if (!out)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "mpmd_timeline_from_sim: no place for the timeline (out is NULL)");
     *out = NULL;
+    if (!s) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_timeline_from_sim: no schedule (NULL)");
     if (!sim || sim->num_ranks != s->num_ranks)
         return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_timeline_from_sim: the simulation is not of %s",
                               s->name);

@@ -24,6 +24,7 @@ static void json_string(FILE *f, const char *s) {
 static const char *const kind_cat[MPMD_TASK_KINDS] = {"F", "B", "A", "W"};
 
 mpmd_status mpmd_timeline_write_trace(const mpmd_timeline *tl, FILE *f) {
+    if (!tl || !f) return MPMD_ERR_INVALID;
     double us = tl->unit_us > 0 ? tl->unit_us : 1.0;
     fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"title\":", f);
     json_string(f, tl->title);

@@ -90,6 +90,7 @@ void mpmd_sha256_final_hex(mpmd_sha256_ctx *c, char hex[65]) {
 }
 
 void mpmd_sha256(const void *data, size_t len, uint8_t out[32]) {
+    if (!out || (!data && len)) return;
     mpmd_sha256_ctx c;
     mpmd_sha256_init(&c);
     mpmd_sha256_update(&c, data, len);
