@@ -81,6 +81,11 @@ static const char *usage =
     "  --tie-embeddings      the LM head shares the token embedding\n"
     "  --lr F                AdamW learning rate (default 0.003)\n"
     "  --weight-decay F      AdamW weight decay (default 0)\n"
+    "  --decay WHICH         the parameters weight decay applies to: matrices (the default: matrices\n"
+    "                        and embeddings, as GPT-2 trains) or all (biases and norm scales too)\n"
+    "  --beta1 F, --beta2 F  AdamW's moment decays (default 0.9 and 0.95, GPT-2's; the library's\n"
+    "                        MPMD_ADAM_DEFAULTS and PyTorch's have beta2 0.999)\n"
+    "  --eps F               AdamW's epsilon (default 1e-8)\n"
     "  --clip NORM           clip the gradients to this global L2 norm before AdamW, as PyTorch's\n"
     "                        clip_grad_norm_ (mpmd_clip_by_global_norm; default: no clipping)\n"
     "  --dropout P           drop the embeddings and each block's residual branches with rate P\n"
@@ -258,7 +263,7 @@ static const char *const valued[] = {
     "--precision",    "--export-weights", "--dtype",     "--remat",      "--memory-limit", "--timeline-width",
     "--step-timeout", "--tokens",         "--init-from", "--vocab",        "--dropout",      "--eval",
     "--generate",     "--prompt",         "--temperature", "--top-k",  "--attention",  "--tensor-parallel",
-    "--clip",         "--fsdp-gather",
+    "--clip",         "--fsdp-gather",    "--decay",     "--beta1",      "--beta2",        "--eps",
 #ifdef GPT_PROGRAM_LLAMA
     "--kv-heads",     "--mlp-hidden",     "--rope-base",
 #endif
@@ -478,6 +483,17 @@ static int parse_args(int argc, char **argv, options *o) {
             else
                 rc = bad_option("--fsdp-gather expects task or step, got \"%s\"", val);
             o->fsdp_gather_given = 1;
+        } else if (!strcmp(name, "--decay")) {
+            if (!strcmp(val, "matrices") || !strcmp(val, "all"))
+                o->cfg.decay_all = !strcmp(val, "all");
+            else
+                rc = bad_option("--decay expects matrices or all, got \"%s\"", val);
+        } else if (!strcmp(name, "--beta1") || !strcmp(name, "--beta2")) {
+            float *b = name[6] == '1' ? &o->cfg.adam.b1 : &o->cfg.adam.b2;
+            if (!(rc = parse_float(name, val, b)) && !(*b < 1.0f))
+                rc = bad_option("%s must be in [0, 1), got \"%s\"", name, val);
+        } else if (!strcmp(name, "--eps")) {
+            rc = parse_float(name, val, &o->cfg.adam.eps);
         } else if (!strcmp(name, "--weight-decay")) {
             rc = parse_float(name, val, &o->cfg.adam.weight_decay);
         } else if (!strcmp(name, "--dropout")) {

@@ -642,8 +642,13 @@ mpmd_status mpmd_sgd(mpmd_graph *g, int n, const mpmd_value *params, const mpmd_
  * State variables: "optim/step", "optim/mu/<param>", "optim/nu/<param>". */
 typedef struct mpmd_adam_opts {
     float b1, b2, eps, weight_decay;
+    /* Which of the n parameters weight decay applies to (optax's mask):
+     * NULL every one, else those with decay[i] != 0 (GPT-2 practice decays
+     * the matrices and embeddings, not the biases and norm scales). Read
+     * during the call only. */
+    const unsigned char *decay;
 } mpmd_adam_opts;
-#define MPMD_ADAM_DEFAULTS ((mpmd_adam_opts){0.9f, 0.999f, 1e-8f, 0.0f})
+#define MPMD_ADAM_DEFAULTS ((mpmd_adam_opts){0.9f, 0.999f, 1e-8f, 0.0f, NULL})
 mpmd_status mpmd_adamw(mpmd_graph *g, int n, const mpmd_value *params, const mpmd_value *grads, mpmd_value lr,
                        mpmd_adam_opts opts);
 

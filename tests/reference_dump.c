@@ -159,7 +159,7 @@ static int dump_gpt(const char *dir, const char *name, float clip) {
     c.tie_embeddings = 1, c.lr = 1e-2f, c.clip = clip;
     /* clipping: an eps of 0.1, above the gradients, makes AdamW's first step
      * nearly linear in them, so the update shows whether they were clipped */
-    c.adam = (mpmd_adam_opts){0.9f, 0.95f, clip > 0 ? 0.1f : 1e-8f, 0.1f};
+    c.adam = (mpmd_adam_opts){0.9f, 0.95f, clip > 0 ? 0.1f : 1e-8f, 0.1f, NULL};
     gpt_model m;
     mpmd_error err;
     if (gpt_build(&c, 1, &m, &err)) {
@@ -173,10 +173,10 @@ static int dump_gpt(const char *dir, const char *name, float clip) {
     snprintf(config, sizeof config,
              "{\"vocab\": %lld, \"seq\": %lld, \"width\": %lld, \"heads\": %d, \"layers\": %d, \"batch\": %lld, "
              "\"microbatches\": %d, \"lr\": %.9g, \"b1\": %.9g, \"b2\": %.9g, \"eps\": %.9g, \"wd\": %.9g, "
-             "\"clip\": %.9g}",
+             "\"clip\": %.9g, \"decay\": \"%s\"}",
              (long long)c.vocab, (long long)c.seq, (long long)c.width, c.heads, c.layers, (long long)c.batch,
              c.microbatches, (double)c.lr, (double)c.adam.b1, (double)c.adam.b2, (double)c.adam.eps,
-             (double)c.adam.weight_decay, (double)c.clip);
+             (double)c.adam.weight_decay, (double)c.clip, c.decay_all ? "all" : "matrices");
     mpmd_value inputs[2] = {m.tokens, m.targets};
     void *data[2] = {tok, tgt};
     int rc = dump_step(dir, name, m.g, m.n_params, m.params, m.grads, m.loss, m.grad_norm, 2, inputs, data, config);

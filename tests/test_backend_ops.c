@@ -737,7 +737,7 @@ static void case_adamw(cb *c) {
     acc_scalar(c, mpmd_mean(g, mpmd_cross_entropy(g, logits, labels), 0, NULL, 0));
     mpmd_value ps[MAX_WRT], gs[MAX_WRT];
     int n = grads(c, 0, ps, gs);
-    if (n > 0) mpmd_adamw(g, n, ps, gs, mpmd_scalar(g, 0.01f), (mpmd_adam_opts){0.9f, 0.999f, 1e-8f, 0.01f});
+    if (n > 0) mpmd_adamw(g, n, ps, gs, mpmd_scalar(g, 0.01f), (mpmd_adam_opts){0.9f, 0.999f, 1e-8f, 0.01f, NULL});
 }
 
 /* A stage marker (forward and backward) and assign to a variable of the

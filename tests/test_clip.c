@@ -116,7 +116,7 @@ static model build(float max_norm, int tp) {
     for (int i = 0; i < m.np; i++)
         mpmd_keep(g, m.grad[i]), mpmd_keep(g, m.clipped[i]);
     mpmd_keep(g, m.norm);
-    mpmd_adamw(g, m.np, m.p, m.clipped, mpmd_scalar(g, 1e-2f), (mpmd_adam_opts){0.9f, 0.999f, 1e-2f, 0.0f});
+    mpmd_adamw(g, m.np, m.p, m.clipped, mpmd_scalar(g, 1e-2f), (mpmd_adam_opts){0.9f, 0.999f, 1e-2f, 0.0f, NULL});
     return m;
 }
 

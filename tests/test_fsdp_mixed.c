@@ -58,7 +58,7 @@ static model build(mpmd_dtype dt, int mb, int tied, float clip, int norm_by_hand
     memcpy(gs, m.grad, sizeof gs);
     if (clip > 0) TU_DROP(mpmd_clip_by_global_norm(g, m.np, gs, clip));
     if (norm_by_hand) mpmd_keep(g, mpmd_sum(g, mpmd_square(g, m.grad[0]), MPMD_ALL_AXES, MPMD_DROP_DIMS));
-    mpmd_adamw(g, m.np, m.p, gs, mpmd_scalar(g, 1e-2f), (mpmd_adam_opts){0.9f, 0.99f, 1e-3f, 0.01f});
+    mpmd_adamw(g, m.np, m.p, gs, mpmd_scalar(g, 1e-2f), (mpmd_adam_opts){0.9f, 0.99f, 1e-3f, 0.01f, NULL});
     return m;
 }
 

@@ -176,8 +176,10 @@ def check_model(path, loss_fn, inputs, adam):
     # one AdamW step from mpmd's gradients: the update alone
     for p in params:
         w = T["init/" + p].to(torch.float64).clone().requires_grad_(True)
+        # weight decay on the matrices and embeddings only (the GPT's default), or on all
+        decayed = cfg.get("decay", "all") == "all" or w.dim() >= 2
         opt = torch.optim.AdamW([w], lr=cfg["lr"], betas=(cfg["b1"], cfg["b2"]), eps=cfg[adam],
-                                weight_decay=cfg["wd"])
+                                weight_decay=cfg["wd"] if decayed else 0.0)
         w.grad = clipped[p] if cfg.get("clip", 0) > 0 else T["grad/" + p].to(torch.float64)
         opt.step()
         close(f"{name}: {p} after one AdamW step", T["after/" + p], w.detach(), elem_rel=1e-5,

@@ -23,7 +23,7 @@ gpt_config gpt_config_default(void) {
     c.stages = 1;
     c.tie_embeddings = 0;
     c.lr = 3e-3f;
-    c.adam = (mpmd_adam_opts){0.9f, 0.95f, 1e-8f, 0.0f};
+    c.adam = (mpmd_adam_opts){0.9f, 0.95f, 1e-8f, 0.0f, NULL};
     c.compute = MPMD_F32;
     c.fused_attention = 1;
     c.rope_base = 10000.0f;
@@ -272,20 +272,32 @@ static mpmd_status build(const gpt_config *cfg, int mode, gpt_model *m, mpmd_err
         m->loss = mpmd_value_and_grad(g, loss, 0, NULL, np, m->params, m->grads, &m->n_params);
         for (int i = 0; i < m->n_params; i++)
             mpmd_keep(g, m->grads[i]); /* tests compare them */
+        /* weight decay: on the matrices and embeddings, or on everything */
+        unsigned char *decay = mode == 2 ? malloc((size_t)m->n_params + 1) : NULL;
+        if (mode == 2 && !decay) {
+            gpt_model_free(m);
+            return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory");
+        }
+        for (int i = 0; decay && i < m->n_params; i++)
+            decay[i] = c->decay_all || mpmd_value_type(g, m->params[i]).ndim >= 2;
+        mpmd_adam_opts adam = c->adam;
+        adam.decay = decay;
         if (mode == 2 && c->clip > 0) { /* the clipped gradients go to AdamW; the kept ones stay as they were */
             mpmd_value *clipped = malloc((size_t)m->n_params * sizeof *clipped);
             if (!clipped) {
+                free(decay);
                 gpt_model_free(m);
                 return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory");
             }
             memcpy(clipped, m->grads, (size_t)m->n_params * sizeof *clipped);
             m->grad_norm = mpmd_clip_by_global_norm(g, m->n_params, clipped, c->clip);
             mpmd_keep(g, m->grad_norm);
-            mpmd_adamw(g, m->n_params, m->params, clipped, mpmd_scalar(g, c->lr), c->adam);
+            mpmd_adamw(g, m->n_params, m->params, clipped, mpmd_scalar(g, c->lr), adam);
             free(clipped);
         } else if (mode == 2) {
-            mpmd_adamw(g, m->n_params, m->params, m->grads, mpmd_scalar(g, c->lr), c->adam);
+            mpmd_adamw(g, m->n_params, m->params, m->grads, mpmd_scalar(g, c->lr), adam);
         }
+        free(decay);
     }
     if ((st = mpmd_graph_status(g)) != MPMD_OK) {
         mpmd_error_set(err, st, "gpt: building the step failed: %s", mpmd_graph_error(g));

@@ -53,6 +53,8 @@ typedef struct gpt_config {
     float lr;           /* AdamW learning rate */
     mpmd_adam_opts adam;
     float clip;         /* clip the gradients to this global norm (mpmd_clip_by_global_norm); 0: none */
+    int decay_all;      /* AdamW's weight decay on every parameter; 0 (the default): on the matrices and
+                           embeddings (2 or more dimensions) only, as GPT-2 and nanoGPT train */
     mpmd_dtype compute; /* compute dtype (f32, bf16, f16): parameters and optimizer state stay f32 */
     int remat;          /* 0: keep every activation; else each block is a rematerialisation region of
                            this mpmd_remat_policy (SAVE_NOTHING: "block", SAVE_DOTS: "dots") */

@@ -113,7 +113,8 @@ mpmd_status mpmd_sgd(mpmd_graph *g, int n, const mpmd_value *params, const mpmd_
  *   nu = (1 - b2) g^2 + b2 nu
  *   u  = (mu / (1 - b1^t)) / (sqrt(nu / (1 - b2^t)) + eps) + wd p
  *   p  = p - lr u
- * With weight_decay 0 this is optax.adam. */
+ * with wd 0 for a parameter opts.decay leaves out (optax's mask). With
+ * weight_decay 0 this is optax.adam. */
 mpmd_status mpmd_adamw(mpmd_graph *g, int n, const mpmd_value *params, const mpmd_value *grads, mpmd_value lr,
                        mpmd_adam_opts opts) {
     const char *fn = "mpmd_adamw";
@@ -178,7 +179,7 @@ mpmd_status mpmd_adamw(mpmd_graph *g, int n, const mpmd_value *params, const mpm
         un->fa[MPMD_ADAM_B1] = opts.b1;
         un->fa[MPMD_ADAM_B2] = opts.b2;
         un->fa[MPMD_ADAM_EPS] = opts.eps;
-        un->fa[MPMD_ADAM_WD] = opts.weight_decay;
+        un->fa[MPMD_ADAM_WD] = !opts.decay || opts.decay[i] ? opts.weight_decay : 0.0f;
     }
     free(mu);
     return g->status;
