@@ -629,7 +629,8 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
             err, MPMD_ERR_RUNTIME,
             "the step needs %d more threads (%d rank%s x %d threads per rank) "
             "but this process could start only %d (%s: the limit on processes per user, ulimit "
-            "-u, or a container's pids limit); lower threads_per_rank or the rank count",
+            "-u, a container's pids limit, or the address-space limit, ulimit -v, leaving no room for "
+            "their stacks); lower threads_per_rank or the rank count",
             want, st->num_local, st->num_local == 1 ? "" : "s", tpr, got, twhy);
     for (int li = 0; li < st->num_local; li++) {
         mpmd_rank_state *rs = &st->rs[li];
