@@ -13,7 +13,7 @@ FUZZ_BUILD ?= build-fuzz
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # Debian packages the build needs.
 PACKAGES = cmake make gcc libc6-dev pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin \
-  python3 python3-torch python3-numpy
+  libcjson-dev libpcre2-dev python3 python3-torch python3-numpy
 
 .PHONY: all deps build test test-sanitize test-no-mpi fuzz test-gpu demo bench bench-gpu format clean
 
