@@ -77,7 +77,7 @@ static const char *usage =
     "  --batch N             sequences per step, all replicas together (default 8)\n"
     "  --microbatches N      microbatches per step and replica (default 4)\n"
     "  --vocab N             token ids are in [0, N) (default 256; 50257, GPT-2's, with --tokens;\n"
-    "                        the file's with --init-from)\n"
+    "                        the tokenizer's with --text; the file's with --init-from)\n"
     "  --tie-embeddings      the LM head shares the token embedding\n"
     "  --lr F                AdamW learning rate (default 0.003)\n"
     "  --weight-decay F      AdamW weight decay (default 0)\n"
@@ -87,10 +87,15 @@ static const char *usage =
     "                        (masks drawn from (seed, step, replica, microbatch), the same on any\n"
     "                        schedule; default 0)\n"
     "  --data FILE           train on the bytes of FILE instead of the generated corpus\n"
-    "  --tokens FILE         train on the uint16 token ids of FILE, a token file in llm.c's format\n"
-    "                        (a header of 256 int32: 20240520, 1, the token count; then the\n"
-    "                        tokens), as llm.c's dev/data scripts write them (tinyshakespeare.py,\n"
-    "                        fineweb.py); every id must be below the vocabulary\n"
+    "  --tokens FILE         train on the token ids of FILE, a token file in llm.c's format\n"
+    "                        (a header of 256 int32: 20240520, 1, the token count; then uint16\n"
+    "                        ids; or 20240801, 7, the count, then uint32 ids), as llm.c's dev/data\n"
+    "                        scripts (tinyshakespeare.py, fineweb.py) and `mpmd tokenize` write\n"
+    "                        them; every id must be below the vocabulary\n"
+    "  --text FILE           train on the UTF-8 text of FILE, encoded once in memory by --tokenizer\n"
+    "  --tokenizer FILE      a Hugging Face tokenizer.json (byte-level BPE: GPT-2's, Llama 3's,\n"
+    "                        Qwen's); special tokens written in the text become their ids, and the\n"
+    "                        vocabulary is the tokenizer's. --data, --tokens and --text: one of them\n"
     "  --init-from FILE      start from GPT-2's weights: a safetensors file in Hugging Face's\n"
     "                        layout (model.safetensors of the gpt2 model repository; names wte.weight,\n"
     "                        h.0.attn.c_attn.weight, ..., with or without \"transformer.\"). Layers,\n"
@@ -191,6 +196,8 @@ typedef struct options {
     const char *data, *schedule, *trace, *timeline, *save, *resume, *backend, *precision, *remat;
     const char *attention; /* --attention fused|composed */
     const char *tokens, *init_from; /* --tokens FILE, --init-from FILE */
+    const char *text, *tokenizer;   /* --text FILE, --tokenizer FILE */
+    mpmd_tokenizer *tok;            /* --tokenizer, loaded while the options are checked */
     const char *export_weights, *export_dtype_name;
     mpmd_dtype export_dtype;
     int nan_check, fuse, mpi, quiet, json, fsdp;
@@ -246,7 +253,7 @@ static const char *const valued[] = {
     "--precision",    "--export-weights", "--dtype",     "--remat",      "--memory-limit", "--timeline-width",
     "--step-timeout", "--tokens",         "--init-from", "--vocab",        "--dropout",      "--eval",
     "--generate",     "--prompt",         "--temperature", "--top-k",  "--attention",  "--tensor-parallel",
-    "--clip",         "--fsdp-gather",
+    "--clip",         "--fsdp-gather",    "--text",      "--tokenizer",
 #ifdef GPT_PROGRAM_LLAMA
     "--kv-heads",     "--mlp-hidden",     "--rope-base",
 #endif
@@ -426,6 +433,8 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!*val) return bad_option("%s needs a value", name);
             if (!strcmp(name, "--data")) o->data = val;
             if (!strcmp(name, "--tokens")) o->tokens = val;
+            if (!strcmp(name, "--text")) o->text = val;
+            if (!strcmp(name, "--tokenizer")) o->tokenizer = val;
             if (!strcmp(name, "--init-from")) o->init_from = val;
             if (!strcmp(name, "--schedule")) o->schedule = val, o->schedule_given = 1;
             if (!strcmp(name, "--backend")) o->backend = val;
@@ -489,9 +498,16 @@ static int parse_args(int argc, char **argv, options *o) {
     if (o->fsdp && o->replicas < 2)
         return bad_option("--fsdp shards over the data-parallel replicas: give --data-parallel R with R >= 2");
     if (o->fsdp_gather_given && !o->fsdp) return bad_option("--fsdp-gather says when FSDP gathers: give --fsdp too");
-    if (o->data && o->tokens)
-        return bad_option("--data (the bytes of a text) and --tokens (a token file) are two sources of "
-                          "data; give one");
+    if (!!o->data + !!o->tokens + !!o->text > 1)
+        return bad_option("--data (the bytes of a text), --tokens (a token file) and --text (a text through "
+                          "--tokenizer) are sources of data; give one");
+    if (o->text && !o->tokenizer)
+        return bad_option("--text FILE is encoded by a tokenizer: give --tokenizer tokenizer.json (or --data FILE "
+                          "to train on its bytes)");
+    if (o->tokenizer && !o->text)
+        return bad_option("--tokenizer encodes the text of --text FILE: give --text");
+    if (o->text && o->generate)
+        return bad_option("--generate samples from a trained model and reads no data: --text is for training");
     if ((o->prompt || o->top_k || o->temperature != 1.0f) && !o->generate)
         return bad_option("--prompt, --temperature and --top-k are options of --generate N");
     if (o->generate) {
@@ -558,6 +574,13 @@ static int parse_args(int argc, char **argv, options *o) {
             return bad_option("--init-from %s", err.msg);
     } else if (o->tokens && !o->given.vocab) {
         o->cfg.vocab = GPT2_VOCAB;
+    }
+    if (o->tokenizer) {
+        if (mpmd_tokenizer_load(o->tokenizer, &o->tok, &err)) {
+            fprintf(stderr, PROG ": --tokenizer: %s\n", err.msg);
+            return err.code == MPMD_ERR_IO || err.code == MPMD_ERR_NOMEM ? 1 : 2;
+        }
+        if (!o->given.vocab && !o->init_from) o->cfg.vocab = mpmd_tokenizer_vocab_size(o->tok);
     }
     if (!mpmd_mpi_available() && o->mpi)
         return bad_option(
@@ -759,6 +782,7 @@ int main(int argc, char **argv) {
     program_start(PROG, argv);
     options o;
     int rc = parse_args(argc, argv, &o);
+    if (rc) mpmd_tokenizer_free(o.tok);
     if (rc < 0) return 0;
     if (rc) return rc;
     const gpt_config *c = &o.cfg;
@@ -777,11 +801,15 @@ int main(int argc, char **argv) {
     snprintf(corpus_name, sizeof corpus_name, "%s%s", o.data ? "data file " : "",
              o.data ? o.data : "the generated corpus");
     if (o.tokens ? gpt_corpus_load_tokens(&corpus, o.tokens, c->vocab, c->seq + 1, &err)
+        : o.text ? gpt_corpus_from_text(&corpus, o.text, o.tok, c->vocab, c->seq + 1, &err)
         : o.data ? gpt_corpus_load(&corpus, o.data, c->seq + 1, &err)
                  : gpt_corpus_generate(&corpus, 1 << 20, 1234, &err))
-        return fail(&t, "%s", err.msg);
+        rc = 1;
+    mpmd_tokenizer_free(o.tok); /* the text is encoded once: the tokenizer's work is done */
+    o.tok = NULL;
+    if (rc) return fail(&t, "%s", err.msg);
     /* bytes are ids below 256: a smaller vocabulary (--vocab, --init-from) must hold them all */
-    if (!o.tokens && gpt_corpus_check_vocab(&corpus, c->vocab, corpus_name, &err))
+    if (!o.tokens && !o.text && gpt_corpus_check_vocab(&corpus, c->vocab, corpus_name, &err))
         return fail(&t, "%s; bytes need --vocab 256 or more", err.msg);
     /* --eval: the last tenth of the data is held out, the training sees the rest */
     gpt_corpus train = corpus, held = {0};
@@ -791,9 +819,7 @@ int main(int argc, char **argv) {
             return fail(&t, "--eval: %lld ids are too few to hold out %lld and train on sequences of %lld",
                         (long long)corpus.len, (long long)n, (long long)c->seq + 1);
         train.len = corpus.len - n;
-        held.len = n;
-        held.bytes = corpus.bytes ? corpus.bytes + train.len : NULL;
-        held.ids = corpus.ids ? corpus.ids + train.len : NULL;
+        held = gpt_corpus_tail(&corpus, train.len);
     }
     /* --auto: lay the model out by prediction, then train that layout */
     gpt_layout chosen;
@@ -876,6 +902,8 @@ int main(int argc, char **argv) {
                    o.fsdp ? ", FSDP replicas" : o.replicas > 1 ? ", data-parallel replicas" : "");
         if (o.tokens)
             printf("data: %s, %lld tokens", o.tokens, (long long)corpus.len);
+        else if (o.text)
+            printf("data: %s, %lld tokens (%s)", o.text, (long long)corpus.len, o.tokenizer);
         else
             printf("data: %s, %lld bytes", o.data ? o.data : "generated corpus", (long long)corpus.len);
         if (o.init_from)
