@@ -250,7 +250,8 @@ static int add_split(loader *l, const char *pattern, size_t n, int literal, cons
         return lfail(l, MPMD_ERR_FORMAT, "%s: more than %d Split pre-tokenizers", where, TOK_MAX_SPLITS), -1;
     int code;
     PCRE2_SIZE at;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C | (literal ? PCRE2_LITERAL : 0);
+    /* a literal takes the text as it is (PCRE2 allows no other options with it) */
+    uint32_t opts = literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C;
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, n, opts, &code, &at, NULL);
     if (!re) {
         PCRE2_UCHAR msg[256];
