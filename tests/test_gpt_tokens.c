@@ -166,7 +166,7 @@ static void test_bad_files(void) {
     expect_error(MPMD_ERR_FORMAT, 1000, 17, "uint16 ids under the uint32 magic",
                  "counts 100 tokens (400 bytes after the header) but the file has 200");
     tu_tokens_write(path, ids, N / 2, 20240801, 1, N / 2); /* the uint32 magic takes version 7 only */
-    expect_error(MPMD_ERR_FORMAT, 1000, 17, "uint32 magic, version 1", "version 1; with magic 20240801 only version 7");
+    expect_error(MPMD_ERR_FORMAT, 1000, 17, "uint32 magic, version 1", "version 1; only version 7 (uint32 token ids) is read with magic 20240801");
     tu_tokens_write(path, ids, N, GPT_TOKENS_MAGIC, 2, N);
     expect_error(MPMD_ERR_FORMAT, 1000, 17, "wrong version", "version 2");
     tu_tokens_write(path, ids, N, GPT_TOKENS_MAGIC, 1, N + 1);

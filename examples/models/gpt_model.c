@@ -537,8 +537,8 @@ mpmd_status gpt_corpus_load_tokens(gpt_corpus *c, const char *path, int64_t voca
                             "(uint32 ids): not a token file in llm.c's format",
                             path, (int)magic, GPT_TOKENS_MAGIC, GPT_TOKENS_MAGIC_WIDE);
     else if (version != want_version)
-        rc = mpmd_error_set(err, bad, "token file %s: version %d; with magic %d only version %d (uint%d token ids) is read",
-                            path, (int)version, (int)magic, want_version, wide ? 32 : 16);
+        rc = mpmd_error_set(err, bad, "token file %s: version %d; only version %d (uint%d token ids) is read with magic %d",
+                            path, (int)version, want_version, wide ? 32 : 16, (int)magic);
     else if (count < 0 || (int64_t)count * width != size - head)
         rc = mpmd_error_set(err, bad,
                             "token file %s: the header counts %d tokens (%lld bytes after the header) but "
