@@ -9,7 +9,8 @@
  * into one program per rank. Either runs on in-process ranks (threads) or,
  * with --runtime mpi under mpirun, one process per rank (and replica). Data: a corpus this
  * program generates deterministically, the bytes of a text file (--data),
- * or the GPT-2 token ids of an llm.c token file (--tokens); batches are a
+ * the token ids of an llm.c token file (--tokens), or a text file encoded
+ * by a Hugging Face tokenizer (--text, --tokenizer); batches are a
  * pure function of (seed, step). The parameters start random (from --seed)
  * or from GPT-2's weights (--init-from, Hugging Face's model.safetensors;
  * examples/models/gpt_import.h). So runs with the same model options print
