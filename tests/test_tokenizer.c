@@ -50,7 +50,7 @@ static void bl(const char *s, size_t n, char *out) {
 }
 
 typedef struct spec {
-    const char *merges[16][2]; /* plain bytes; ids 256, 257, ... in order */
+    const char *merges[16][2];  /* plain bytes; ids 256, 257, ... in order */
     const char *extra_vocab[4]; /* more plain-byte tokens, ids after the merges */
     const char *pre;            /* the pre_tokenizer's JSON (default: GPT-2's ByteLevel) */
     const char *added;          /* the added_tokens list's JSON (default []) */
@@ -60,11 +60,13 @@ typedef struct spec {
 static char *make_json(const spec *sp) {
     size_t cap = 1 << 16;
     char *j = malloc(cap), t[256], u[256];
-    int k = snprintf(j, cap, "{\"normalizer\": null, \"added_tokens\": %s, \"pre_tokenizer\": %s, "
-                             "\"decoder\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\"%s%s, \"vocab\": {",
-                     sp->added ? sp->added : "[]",
-                     sp->pre ? sp->pre : "{\"type\": \"ByteLevel\", \"add_prefix_space\": false}",
-                     sp->model_extra ? ", " : "", sp->model_extra ? sp->model_extra : "");
+    int k =
+        snprintf(j, cap,
+                 "{\"normalizer\": null, \"added_tokens\": %s, \"pre_tokenizer\": %s, "
+                 "\"decoder\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\"%s%s, \"vocab\": {",
+                 sp->added ? sp->added : "[]",
+                 sp->pre ? sp->pre : "{\"type\": \"ByteLevel\", \"add_prefix_space\": false}",
+                 sp->model_extra ? ", " : "", sp->model_extra ? sp->model_extra : "");
     for (unsigned b = 0; b < 256; b++) {
         char c[8];
         byte_char(b, c);
@@ -101,8 +103,8 @@ static mpmd_tokenizer *load(const spec *sp) {
 }
 
 /* encode text (with flags), compare with want[0 .. nw), check the round trip */
-static void expect_ids(const mpmd_tokenizer *t, const char *text, size_t len, unsigned flags, const int32_t *want,
-                       size_t nw, const char *what) {
+static void expect_ids(const mpmd_tokenizer *t, const char *text, size_t len, unsigned flags,
+                       const int32_t *want, size_t nw, const char *what) {
     int32_t *ids;
     size_t n;
     mpmd_error err;
@@ -111,7 +113,8 @@ static void expect_ids(const mpmd_tokenizer *t, const char *text, size_t len, un
         return;
     }
     int same = n == nw && (!n || !memcmp(ids, want, n * sizeof *ids));
-    CHECK(same, "%s: %zu ids (first %d), want %zu (first %d)", what, n, n ? ids[0] : -1, nw, nw ? want[0] : -1);
+    CHECK(same, "%s: %zu ids (first %d), want %zu (first %d)", what, n, n ? ids[0] : -1, nw,
+          nw ? want[0] : -1);
     char *back;
     size_t bn;
     CHECK(mpmd_tokenizer_decode(t, ids, n, &back, &bn, &err) == MPMD_OK, "%s: decode: %s", what, err.msg);
@@ -179,8 +182,16 @@ static size_t naive_bpe(const char *s, size_t n, const char *merges[][2], int nm
 }
 
 static void test_long_pieces(void) {
-    spec sp = {.merges = {{"a", "b"}, {"b", "a"}, {"ab", "ab"}, {"c", "c"}, {"ba", "c"}, {"abab", "cc"},
-                          {"a", "a"}, {"cc", "c"}, {"aa", "b"}, {"bac", "ab"}}};
+    spec sp = {.merges = {{"a", "b"},
+                          {"b", "a"},
+                          {"ab", "ab"},
+                          {"c", "c"},
+                          {"ba", "c"},
+                          {"abab", "cc"},
+                          {"a", "a"},
+                          {"cc", "c"},
+                          {"aa", "b"},
+                          {"bac", "ab"}}};
     int nm = 10;
     mpmd_tokenizer *t = load(&sp);
     static char word[800];
@@ -209,7 +220,8 @@ static void test_added(void) {
     mpmd_tokenizer *t = load(&sp);
     const char *s = "th<|eot|>th";
     expect_ids(t, s, strlen(s), MPMD_TOKENIZE_SPECIAL, IDS(256, 300, 256), "a special token, matched");
-    expect_ids(t, s, strlen(s), 0, IDS(256, '<', '|', 'e', 'o', 't', '|', '>', 256), "a special token as text");
+    expect_ids(t, s, strlen(s), 0, IDS(256, '<', '|', 'e', 'o', 't', '|', '>', 256),
+               "a special token as text");
     s = "a<x>b<x>y";
     expect_ids(t, s, strlen(s), 0, IDS('a', 301, 'b', 302), "added tokens always, the longest");
     s = "<|eot|<|eot|>>";
@@ -240,7 +252,8 @@ static void test_added(void) {
               strstr(err.msg, "id 500 at position 1 is no token") && back == NULL,
           "decode of a hole: %s", err.msg);
     bad[1] = 1001;
-    CHECK(mpmd_tokenizer_decode(t, bad, 3, &back, &bn, &err) == MPMD_ERR_INVALID && strstr(err.msg, "id 1001"),
+    CHECK(mpmd_tokenizer_decode(t, bad, 3, &back, &bn, &err) == MPMD_ERR_INVALID &&
+              strstr(err.msg, "id 1001"),
           "decode past the end: %s", err.msg);
     mpmd_tokenizer_free(t);
 }
@@ -248,14 +261,27 @@ static void test_added(void) {
 static void test_text(void) {
     spec sp = {.merges = {{" ", "\xc2"}, {" ", "\xef"}, {"'", "s"}}};
     mpmd_tokenizer *t = load(&sp);
-    static const char *const edge[] = {"", " ", "   ", "\n\n\n", "\t \t", "a", "'s", "'S's", "  x  ", "\r\n",
-                                       "\xf0\x9f\x91\xa8\xe2\x80\x8d\xf0\x9f\x91\xa9", "e\xcc\x81", "12345 678",
-                                       "\xf4\x8f\xbf\xbf", "<|endoftext|>"};
+    static const char *const edge[] = {"",
+                                       " ",
+                                       "   ",
+                                       "\n\n\n",
+                                       "\t \t",
+                                       "a",
+                                       "'s",
+                                       "'S's",
+                                       "  x  ",
+                                       "\r\n",
+                                       "\xf0\x9f\x91\xa8\xe2\x80\x8d\xf0\x9f\x91\xa9",
+                                       "e\xcc\x81",
+                                       "12345 678",
+                                       "\xf4\x8f\xbf\xbf",
+                                       "<|endoftext|>"};
     for (size_t i = 0; i < sizeof edge / sizeof *edge; i++) {
         int32_t *ids;
         size_t n;
         mpmd_error err;
-        CHECK(mpmd_tokenizer_encode(t, edge[i], strlen(edge[i]), MPMD_TOKENIZE_SPECIAL, &ids, &n, &err) == MPMD_OK,
+        CHECK(mpmd_tokenizer_encode(t, edge[i], strlen(edge[i]), MPMD_TOKENIZE_SPECIAL, &ids, &n, &err) ==
+                  MPMD_OK,
               "%s", err.msg);
         char *back;
         size_t bn;
@@ -274,10 +300,15 @@ static void test_text(void) {
         size_t k = 0;
         while (k < 200) {
             s = tu_mix64(s);
-            unsigned cp = (unsigned)(s % 5 == 0 ? s % 0x110000 : s % 5 == 1 ? s % 0x80 : s % 5 == 2 ? 0x20 : s % 0x3000);
+            unsigned cp = (unsigned)(s % 5 == 0   ? s % 0x110000
+                                     : s % 5 == 1 ? s % 0x80
+                                     : s % 5 == 2 ? 0x20
+                                                  : s % 0x3000);
             if (cp >= 0xd800 && cp <= 0xdfff) continue;
-            if (cp < 0x80) buf[k++] = (char)cp;
-            else if (cp < 0x800) buf[k++] = (char)(0xc0 | cp >> 6), buf[k++] = (char)(0x80 | (cp & 0x3f));
+            if (cp < 0x80)
+                buf[k++] = (char)cp;
+            else if (cp < 0x800)
+                buf[k++] = (char)(0xc0 | cp >> 6), buf[k++] = (char)(0x80 | (cp & 0x3f));
             else if (cp < 0x10000)
                 buf[k++] = (char)(0xe0 | cp >> 12), buf[k++] = (char)(0x80 | ((cp >> 6) & 0x3f)),
                 buf[k++] = (char)(0x80 | (cp & 0x3f));
@@ -289,8 +320,10 @@ static void test_text(void) {
         size_t n, bn;
         char *back;
         mpmd_error err;
-        CHECK(mpmd_tokenizer_encode(t, buf, k, 0, &ids, &n, &err) == MPMD_OK, "random text %d: %s", r, err.msg);
-        CHECK(mpmd_tokenizer_decode(t, ids, n, &back, &bn, &err) == MPMD_OK && bn == k && !memcmp(back, buf, k),
+        CHECK(mpmd_tokenizer_encode(t, buf, k, 0, &ids, &n, &err) == MPMD_OK, "random text %d: %s", r,
+              err.msg);
+        CHECK(mpmd_tokenizer_decode(t, ids, n, &back, &bn, &err) == MPMD_OK && bn == k &&
+                  !memcmp(back, buf, k),
               "random text %d: decode(encode(x)) != x", r);
         free(ids), free(back);
     }
@@ -298,8 +331,8 @@ static void test_text(void) {
     static const struct {
         const char *s;
         size_t at;
-    } bad[] = {{"ab\x80", 2}, {"\xc0\x80", 0}, {"x\xed\xa0\x80", 1}, {"\xf4\x90\x80\x80", 0}, {"abc\xe2\x82", 3},
-               {"\xff", 0}, {"\xe2\x28\xa1", 0}};
+    } bad[] = {{"ab\x80", 2},      {"\xc0\x80", 0}, {"x\xed\xa0\x80", 1}, {"\xf4\x90\x80\x80", 0},
+               {"abc\xe2\x82", 3}, {"\xff", 0},     {"\xe2\x28\xa1", 0}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         int32_t *ids = (int32_t *)1;
         size_t n = 7;
@@ -321,17 +354,19 @@ static void test_text(void) {
 
 static void test_splits(void) {
     /* a literal String split: "." is a dot, not any character */
-    spec sp = {.merges = {{"a", "."}, {"a", "b"}},
-               .pre = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"String\": "
-                      "\".\"}, \"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", "
-                      "\"use_regex\": false}]}"};
+    spec sp = {
+        .merges = {{"a", "."}, {"a", "b"}},
+        .pre = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"String\": "
+               "\".\"}, \"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", "
+               "\"use_regex\": false}]}"};
     mpmd_tokenizer *t = load(&sp);
     expect_ids(t, "a.ab", 4, 0, IDS('a', '.', 257), "a String split");
     mpmd_tokenizer_free(t);
     /* two Splits in a Sequence: digits apart, then a hyphen apart */
-    sp.pre = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": "
-             "\"\\\\d+\"}, \"behavior\": \"Isolated\"}, {\"type\": \"Split\", \"pattern\": {\"String\": \"b\"}, "
-             "\"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\", \"use_regex\": false}]}";
+    sp.pre =
+        "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": "
+        "\"\\\\d+\"}, \"behavior\": \"Isolated\"}, {\"type\": \"Split\", \"pattern\": {\"String\": \"b\"}, "
+        "\"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\", \"use_regex\": false}]}";
     t = load(&sp);
     expect_ids(t, "a.12ab", 6, 0, IDS(256, '1', '2', 'a', 'b'), "two Splits");
     mpmd_tokenizer_free(t);
@@ -387,7 +422,8 @@ static void test_errors(void) {
         {"\"a\": 97, ", "", "has no token for byte 0x61"},
         {"[\"a\", \"b\"]", "\"a b c\"", "model.merges[0] \"a b c\" is not two tokens"},
         {"[\"a\", \"b\"]", "[\"a\", \"zz\"]", "model.merges[0]: \"zz\" is not in the vocabulary"},
-        {"[\"a\", \"b\"]", "[\"b\", \"a\"]", "model.merges[0]: the merged token \"ba\" is not in the vocabulary"},
+        {"[\"a\", \"b\"]", "[\"b\", \"a\"]",
+         "model.merges[0]: the merged token \"ba\" is not in the vocabulary"},
         {"\"b\": 98", "\"b\": 97", "id 97 is given to both \"a\" and \"b\""},
         {"\"b\": 98", "\"b\": 1e9", "id 1000000000 is not a whole number from 0 to 16777215"},
         {"\"b\": 98", "\"b\": 98.5", "is not a whole number"},
@@ -414,16 +450,18 @@ static void test_errors(void) {
          "{\"Regex\": \"a\"}, \"behavior\": \"Removed\"}, {\"type\": \"ByteLevel\"}]}",
          "behavior is \"Removed\": only \"Isolated\""},
         {"\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false}",
-         "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"ByteLevel\"}, {\"type\": "
+         "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"ByteLevel\"}, "
+         "{\"type\": "
          "\"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Isolated\"}]}",
          "ByteLevel must come last"},
         {"\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false}",
          "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "
          "{\"Regex\": \"a\"}, \"behavior\": \"Isolated\"}]}",
          "the Sequence has no ByteLevel"},
-        {"\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false}", "\"pre_tokenizer\": null",
-         "pre_tokenizer is missing"},
-        {"\"decoder\": {\"type\": \"ByteLevel\"}", "\"decoder\": {\"type\": \"Metaspace\"}", "decoder is \"Metaspace\""},
+        {"\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false}",
+         "\"pre_tokenizer\": null", "pre_tokenizer is missing"},
+        {"\"decoder\": {\"type\": \"ByteLevel\"}", "\"decoder\": {\"type\": \"Metaspace\"}",
+         "decoder is \"Metaspace\""},
         {"\"normalizer\": null", "\"normalizer\": null, \"truncation\": {\"max_length\": 5}", "truncation"},
         {"\"model\": {", "\"modelx\": {", "model is missing or not an object"},
     };
@@ -446,7 +484,8 @@ static void test_errors(void) {
     CHECK(mpmd_tokenizer_load("no/such/tokenizer.json", &t, &err) == MPMD_ERR_IO && t == NULL &&
               strstr(err.msg, "cannot open tokenizer no/such/tokenizer.json"),
           "a missing file: %s", err.msg);
-    CHECK(mpmd_tokenizer_load(".", &t, &err) == MPMD_ERR_IO && strstr(err.msg, "tokenizer .: not a regular file"),
+    CHECK(mpmd_tokenizer_load(".", &t, &err) == MPMD_ERR_IO &&
+              strstr(err.msg, "tokenizer .: not a regular file"),
           "a directory: %s", err.msg);
     CHECK(mpmd_tokenizer_load(NULL, &t, &err) == MPMD_ERR_INVALID, "NULL path");
     CHECK(mpmd_tokenizer_encode(NULL, "x", 1, 0, NULL, NULL, &err) == MPMD_ERR_INVALID, "NULL tokenizer");
@@ -486,7 +525,8 @@ static void test_threads(void) {
     for (int i = 0; i < 4; i++)
         pthread_join(th[i], NULL);
     for (int i = 0; i < 4; i++) {
-        CHECK(jobs[i].ids && jobs[0].ids && jobs[i].n == jobs[0].n && !memcmp(jobs[i].ids, jobs[0].ids, jobs[0].n * 4),
+        CHECK(jobs[i].ids && jobs[0].ids && jobs[i].n == jobs[0].n &&
+                  !memcmp(jobs[i].ids, jobs[0].ids, jobs[0].n * 4),
               "thread %d encoded differently", i);
     }
     for (int i = 0; i < 4; i++)

@@ -65,18 +65,19 @@ static void byte_char(unsigned b, char *out) {
 
 static int small_json(const char *path, int base, int eot) {
     /* ids 0..255 the bytes, then a gap, then the merges from `base`, <|endoftext|> at `eot` */
-    static const char *const merges[][2] = {{"t", "h"}, {"th", "e"}, {"Ġ", "the"}, {"i", "n"}, {"a", "n"},
-                                            {"an", "d"}, {"Ġ", "and"}, {"e", "r"}, {"o", "n"}, {"Ġ", "a"},
-                                            {"r", "e"}, {"a", "t"}, {"e", "n"}, {"Ġ", "t"}, {"o", "u"}};
+    static const char *const merges[][2] = {{"t", "h"},  {"th", "e"},  {"Ġ", "the"}, {"i", "n"}, {"a", "n"},
+                                            {"an", "d"}, {"Ġ", "and"}, {"e", "r"},   {"o", "n"}, {"Ġ", "a"},
+                                            {"r", "e"},  {"a", "t"},   {"e", "n"},   {"Ġ", "t"}, {"o", "u"}};
     size_t nm = sizeof merges / sizeof *merges;
     FILE *f = fopen(path, "w");
     if (!f) return die("cannot write %s", path);
-    fprintf(f, "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"normalizer\":null,\n"
-               "\"added_tokens\":[{\"id\":%d,\"content\":\"<|endoftext|>\",\"single_word\":false,"
-               "\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true}],\n"
-               "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,"
-               "\"use_regex\":true},\n\"post_processor\":null,\"decoder\":{\"type\":\"ByteLevel\"},\n"
-               "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,\"vocab\":{",
+    fprintf(f,
+            "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"normalizer\":null,\n"
+            "\"added_tokens\":[{\"id\":%d,\"content\":\"<|endoftext|>\",\"single_word\":false,"
+            "\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true}],\n"
+            "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,"
+            "\"use_regex\":true},\n\"post_processor\":null,\"decoder\":{\"type\":\"ByteLevel\"},\n"
+            "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,\"vocab\":{",
             eot);
     for (unsigned b = 0; b < 256; b++) {
         char c[4];
@@ -119,7 +120,9 @@ int main(int argc, char **argv) {
             size_t i = 0;
             while (i < len && i < back_len && back[i] == text[i])
                 i++;
-            fprintf(stderr, "tokenizer_tool: decode(encode(x)) != x: %zu bytes back for %zu, first difference at byte %zu\n",
+            fprintf(stderr,
+                    "tokenizer_tool: decode(encode(x)) != x: %zu bytes back for %zu, first difference at "
+                    "byte %zu\n",
                     back_len, len, i);
             return 1;
         }

@@ -92,8 +92,9 @@ static int read_all(const char *path, size_t limit, char **out, size_t *len) {
         else if (read_err)
             fprintf(stderr, "mpmd tokenize: cannot read %s: %s\n", path, strerror(why));
         else
-            fprintf(stderr, "mpmd tokenize: %s has more than %zu bytes; split it into files of at most 2 GiB\n",
-                    path, limit);
+            fprintf(stderr,
+                    "mpmd tokenize: %s has more than %zu bytes; split it into files of at most 2 GiB\n", path,
+                    limit);
         free(buf);
         return 1;
     }
@@ -136,8 +137,10 @@ static int write_tokens(const char *path, const int32_t *ids, size_t n, int wide
     for (size_t off = 0; !fail && off < total;) {
         ssize_t w = write(fd, body + off, total - off);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) fail = 1, why = w < 0 ? errno : EIO;
-        else off += (size_t)w;
+        if (w <= 0)
+            fail = 1, why = w < 0 ? errno : EIO;
+        else
+            off += (size_t)w;
     }
     if (!fail && fsync(fd) != 0) fail = 1, why = errno;
     if (fd >= 0 && close(fd) != 0 && !fail) fail = 1, why = errno;
@@ -166,7 +169,8 @@ int tool_tokenize(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(tokenize_help, stdout);
             return 0;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "-t") || !strcmp(a, "--tokenizer")) {
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "-t") ||
+                   !strcmp(a, "--tokenizer")) {
             if (i + 1 >= argc || !*argv[i + 1]) return usage("%s needs a value", a);
             *(a[1] == 'o' || a[2] == 'o' ? &out : &tok_path) = argv[++i];
         } else if (!strncmp(a, "--output=", 9) || !strncmp(a, "--tokenizer=", 12)) {
@@ -187,7 +191,8 @@ int tool_tokenize(int argc, char **argv) {
     }
     if (!in) return usage("%s", "no input file: mpmd tokenize IN -o OUT.bin --tokenizer tokenizer.json");
     if (!out) return usage("%s", "no output file: give -o OUT.bin");
-    if (!tok_path) return usage("%s", "no tokenizer: give --tokenizer tokenizer.json (a Hugging Face model's)");
+    if (!tok_path)
+        return usage("%s", "no tokenizer: give --tokenizer tokenizer.json (a Hugging Face model's)");
 
     mpmd_error err;
     mpmd_tokenizer *tok;
@@ -213,17 +218,18 @@ int tool_tokenize(int argc, char **argv) {
         fprintf(stderr, "mpmd tokenize: %s: %s\n", in, err.msg);
         status = rc == MPMD_ERR_FORMAT ? EXIT_USAGE : 1;
     } else if (n > (size_t)INT32_MAX) {
-        fprintf(stderr, "mpmd tokenize: %s gives %zu tokens, more than a token file's count holds (2^31 - 1)\n",
-                in, n);
+        fprintf(stderr,
+                "mpmd tokenize: %s gives %zu tokens, more than a token file's count holds (2^31 - 1)\n", in,
+                n);
         status = EXIT_USAGE;
     } else {
         int wide = mpmd_tokenizer_vocab_size(tok) > 65536;
         status = write_tokens(out, ids, n, wide);
         double sec = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
         if (!status && !quiet)
-            printf("%s: %zu bytes -> %zu tokens (vocabulary %d) in %.3f s (%.1f MB/s); wrote %s (%s)\n", in, len, n,
-                   (int)mpmd_tokenizer_vocab_size(tok), sec, sec > 0 ? (double)len / sec / 1e6 : 0.0, out,
-                   wide ? "llm.c's LLaMA 3 format: uint32 ids" : "llm.c's GPT-2 format: uint16 ids");
+            printf("%s: %zu bytes -> %zu tokens (vocabulary %d) in %.3f s (%.1f MB/s); wrote %s (%s)\n", in,
+                   len, n, (int)mpmd_tokenizer_vocab_size(tok), sec, sec > 0 ? (double)len / sec / 1e6 : 0.0,
+                   out, wide ? "llm.c's LLaMA 3 format: uint32 ids" : "llm.c's GPT-2 format: uint16 ids");
     }
     free(ids);
     mpmd_tokenizer_free(tok);

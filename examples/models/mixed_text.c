@@ -55,8 +55,8 @@ static void put_cp(gen *g, unsigned cp) {
     else if (cp < 0x800)
         b[0] = (char)(0xc0 | cp >> 6), b[1] = (char)(0x80 | (cp & 0x3f)), n = 2;
     else if (cp < 0x10000)
-        b[0] = (char)(0xe0 | cp >> 12), b[1] = (char)(0x80 | ((cp >> 6) & 0x3f)), b[2] = (char)(0x80 | (cp & 0x3f)),
-        n = 3;
+        b[0] = (char)(0xe0 | cp >> 12), b[1] = (char)(0x80 | ((cp >> 6) & 0x3f)),
+        b[2] = (char)(0x80 | (cp & 0x3f)), n = 3;
     else
         b[0] = (char)(0xf0 | cp >> 18), b[1] = (char)(0x80 | ((cp >> 12) & 0x3f)),
         b[2] = (char)(0x80 | ((cp >> 6) & 0x3f)), b[3] = (char)(0x80 | (cp & 0x3f)), n = 4;
@@ -66,6 +66,8 @@ static void put_cp(gen *g, unsigned cp) {
 #define COUNT(a) (sizeof(a) / sizeof *(a))
 #define PICK(g, a) (a)[below(g, (unsigned)COUNT(a))]
 
+/* the lists stay dense: one string a line would be ten pages */
+// clang-format off
 static const char *const english[] = {
     "the", "of", "and", "to", "in", "is", "that", "for", "it", "with", "as", "was", "on", "be", "by", "this",
     "tokenizer", "pipeline", "gradient", "microbatch", "schedule", "training", "language", "model", "weights",
@@ -127,10 +129,12 @@ static const char *const specials[] = {
 static const char *const controls[] = {"\x01", "\x1f", "\x7f", "\xef\xbf\xbd", "\xee\x80\x80", "\xe2\x80\x8b",
                                        "\xe2\x80\x8d", "\xef\xb8\x8f", "\x00", "\xf4\x8f\xbf\xbd"};
 
+// clang-format on
+
 static void word(gen *g) {
     const char *w = PICK(g, english);
     unsigned style = below(g, 10);
-    if (style == 0) { /* all capitals */
+    if (style == 0) {                      /* all capitals */
         for (const char *p = w; *p; p++) { /* ASCII capitalised, other bytes as they are */
             char c = *p >= 'a' && *p <= 'z' ? (char)(*p - 32) : *p;
             put(g, &c, 1);
@@ -196,8 +200,9 @@ static void piece(gen *g) {
         }
         puts_(g, " ");
     } else { /* mixed-case identifiers and apostrophes at word starts */
-        static const char *const odd[] = {"'s", "'tis", "O'Neil", "rock'n'roll", "isn't", "ISN'T", "y'all",
-                                          "'90s", "it's'", "XMLHttpRequest", "iPhone", "McDonald's", "ABCdef"};
+        static const char *const odd[] = {"'s",     "'tis",       "O'Neil", "rock'n'roll", "isn't",
+                                          "ISN'T",  "y'all",      "'90s",   "it's'",       "XMLHttpRequest",
+                                          "iPhone", "McDonald's", "ABCdef"};
         puts_(g, PICK(g, odd));
         puts_(g, " ");
     }

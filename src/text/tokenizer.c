@@ -304,9 +304,10 @@ static int split_piece(enc *e, int level, const unsigned char *s, size_t n) {
         if (rc < 0) {
             PCRE2_UCHAR msg[200];
             char what[400];
-            if (pcre2_get_error_message(rc, msg, sizeof msg) < 0) snprintf((char *)msg, sizeof msg, "error %d", rc);
-            snprintf(what, sizeof what, "pre-tokenizer expression %d fails at byte %zu of the text: %s", level,
-                     (size_t)(s + start - e->text), (const char *)msg);
+            if (pcre2_get_error_message(rc, msg, sizeof msg) < 0)
+                snprintf((char *)msg, sizeof msg, "error %d", rc);
+            snprintf(what, sizeof what, "pre-tokenizer expression %d fails at byte %zu of the text: %s",
+                     level, (size_t)(s + start - e->text), (const char *)msg);
             return efail(e, rc == PCRE2_ERROR_NOMEMORY ? MPMD_ERR_NOMEM : MPMD_ERR_RUNTIME, what);
         }
         const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(e->md);
@@ -363,20 +364,24 @@ mpmd_status mpmd_tokenizer_encode(const mpmd_tokenizer *t, const char *text, siz
     if (n) *n = 0;
     if (!t || (!text && len) || !ids || !n)
         return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_tokenizer_encode: NULL %s",
-                              !t ? "tokenizer" : !ids ? "ids" : !n ? "n" : "text");
+                              !t     ? "tokenizer"
+                              : !ids ? "ids"
+                              : !n   ? "n"
+                                     : "text");
     if (flags & ~MPMD_TOKENIZE_SPECIAL)
         return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_tokenizer_encode: unknown flags 0x%x",
                               flags & ~MPMD_TOKENIZE_SPECIAL);
     if (len > INT32_MAX) /* positions in a piece are 32-bit */
         return mpmd_error_set(err, MPMD_ERR_INVALID,
-                              "tokenizer %s: %zu bytes of text at once; encode at most 2 GiB in one call", t->name,
-                              len);
+                              "tokenizer %s: %zu bytes of text at once; encode at most 2 GiB in one call",
+                              t->name, len);
     const unsigned char *s = (const unsigned char *)text;
     size_t ok = tok_utf8_valid_prefix(s, len);
     if (ok != len)
-        return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                              "tokenizer %s: the text is not UTF-8 at byte %zu (0x%02x); encode takes UTF-8 text",
-                              t->name, ok, s[ok]);
+        return mpmd_error_set(
+            err, MPMD_ERR_FORMAT,
+            "tokenizer %s: the text is not UTF-8 at byte %zu (0x%02x); encode takes UTF-8 text", t->name, ok,
+            s[ok]);
     enc e = {0};
     e.t = t;
     e.special = (flags & MPMD_TOKENIZE_SPECIAL) != 0;
@@ -417,13 +422,16 @@ mpmd_status mpmd_tokenizer_encode(const mpmd_tokenizer *t, const char *text, siz
 
 /* ---- decoding and lookups ------------------------------------------------------ */
 
-mpmd_status mpmd_tokenizer_decode(const mpmd_tokenizer *t, const int32_t *ids, size_t n, char **text, size_t *len,
-                                  mpmd_error *err) {
+mpmd_status mpmd_tokenizer_decode(const mpmd_tokenizer *t, const int32_t *ids, size_t n, char **text,
+                                  size_t *len, mpmd_error *err) {
     if (text) *text = NULL;
     if (len) *len = 0;
     if (!t || (!ids && n) || !text || !len)
         return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_tokenizer_decode: NULL %s",
-                              !t ? "tokenizer" : !text ? "text" : !len ? "len" : "ids");
+                              !t      ? "tokenizer"
+                              : !text ? "text"
+                              : !len  ? "len"
+                                      : "ids");
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= t->n_ids || t->kind[ids[i]] == TOK_NONE)
@@ -435,8 +443,8 @@ mpmd_status mpmd_tokenizer_decode(const mpmd_tokenizer *t, const int32_t *ids, s
     }
     char *out = malloc(total + 1);
     if (!out)
-        return mpmd_error_set(err, MPMD_ERR_NOMEM, "tokenizer %s: out of memory for %zu bytes of text", t->name,
-                              total);
+        return mpmd_error_set(err, MPMD_ERR_NOMEM, "tokenizer %s: out of memory for %zu bytes of text",
+                              t->name, total);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         memcpy(out + k, t->pool + t->tok_off[ids[i]], t->tok_len[ids[i]]);

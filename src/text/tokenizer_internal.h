@@ -120,9 +120,9 @@ typedef struct tok_split {
 } tok_split;
 
 struct mpmd_tokenizer {
-    char *name; /* the file, for messages */
-    int32_t n_ids; /* the largest id + 1 */
-    uint8_t *kind; /* [n_ids] enum tok_kind */
+    char *name;                  /* the file, for messages */
+    int32_t n_ids;               /* the largest id + 1 */
+    uint8_t *kind;               /* [n_ids] enum tok_kind */
     uint32_t *tok_off, *tok_len; /* [n_ids] each token's text (decoded bytes) in the pool */
     char *pool;
     size_t pool_len, pool_cap;

@@ -19,11 +19,12 @@
  * space, 0x7F..0xA0, 0xAD) are U+0100, U+0101, ... in byte order. */
 #define R8(a) a, a + 1, a + 2, a + 3, a + 4, a + 5, a + 6, a + 7
 const uint16_t tok_byte_char[256] = {
-    R8(0x100), R8(0x108), R8(0x110), R8(0x118), 0x120, R8(0x21), R8(0x29), R8(0x31), R8(0x39), R8(0x41),
-    R8(0x49), R8(0x51), R8(0x59), R8(0x61), R8(0x69), R8(0x71), 0x79, 0x7a, 0x7b, 0x7c, 0x7d, 0x7e, 0x121,
-    R8(0x122), R8(0x12a), R8(0x132), R8(0x13a), 0x142, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7, 0xa8, 0xa9,
-    0xaa, 0xab, 0xac, 0x143, 0xae, 0xaf, R8(0xb0), R8(0xb8), R8(0xc0), R8(0xc8), R8(0xd0), R8(0xd8), R8(0xe0),
-    R8(0xe8), R8(0xf0), R8(0xf8)};
+    R8(0x100), R8(0x108), R8(0x110), R8(0x118), 0x120,    R8(0x21),  R8(0x29),  R8(0x31),  R8(0x39),
+    R8(0x41),  R8(0x49),  R8(0x51),  R8(0x59),  R8(0x61), R8(0x69),  R8(0x71),  0x79,      0x7a,
+    0x7b,      0x7c,      0x7d,      0x7e,      0x121,    R8(0x122), R8(0x12a), R8(0x132), R8(0x13a),
+    0x142,     0xa1,      0xa2,      0xa3,      0xa4,     0xa5,      0xa6,      0xa7,      0xa8,
+    0xa9,      0xaa,      0xab,      0xac,      0x143,    0xae,      0xaf,      R8(0xb0),  R8(0xb8),
+    R8(0xc0),  R8(0xc8),  R8(0xd0),  R8(0xd8),  R8(0xe0), R8(0xe8),  R8(0xf0),  R8(0xf8)};
 #undef R8
 
 /* GPT-2's pre-tokenizer (a ByteLevel pre-tokenizer with use_regex): the
@@ -53,12 +54,12 @@ size_t tok_utf8_valid_prefix(const unsigned char *s, size_t n) {
             need = 1;
         else if (c >= 0xe0 && c <= 0xef) {
             need = 2;
-            if (c == 0xe0) lo = 0xa0;      /* no overlong 3-byte forms */
-            if (c == 0xed) hi = 0x9f;      /* no surrogates */
+            if (c == 0xe0) lo = 0xa0; /* no overlong 3-byte forms */
+            if (c == 0xed) hi = 0x9f; /* no surrogates */
         } else if (c >= 0xf0 && c <= 0xf4) {
             need = 3;
-            if (c == 0xf0) lo = 0x90;      /* no overlong 4-byte forms */
-            if (c == 0xf4) hi = 0x8f;      /* nothing past U+10FFFF */
+            if (c == 0xf0) lo = 0x90; /* no overlong 4-byte forms */
+            if (c == 0xf4) hi = 0x8f; /* nothing past U+10FFFF */
         } else
             return i;
         if (n - i <= need) return i; /* cut short */
@@ -156,7 +157,8 @@ static int32_t map_insert(mpmd_tokenizer *t, tok_strmap *m, uint32_t off, uint32
     for (;; i = (i + 1) & m->mask) {
         tok_strmap_slot *e = &m->slots[i];
         if (e->id < 0) break;
-        if (e->hash32 == (uint32_t)h && e->len == n && !memcmp(t->pool + e->off, t->pool + off, n)) return e->id;
+        if (e->hash32 == (uint32_t)h && e->len == n && !memcmp(t->pool + e->off, t->pool + off, n))
+            return e->id;
     }
     m->slots[i] = (tok_strmap_slot){off, n, id, (uint32_t)h};
     m->count++;
@@ -167,7 +169,8 @@ static int32_t map_insert(mpmd_tokenizer *t, tok_strmap *m, uint32_t off, uint32
  * of tok_byte_char. U+0100 + k is the k-th byte that does not stand for
  * itself: 0x00..0x20 (33 of them), 0x7F..0xA0 (34), then 0xAD. */
 static int byte_of_char(unsigned cp) {
-    if ((cp >= 0x21 && cp <= 0x7e) || (cp >= 0xa1 && cp <= 0xac) || (cp >= 0xae && cp <= 0xff)) return (int)cp;
+    if ((cp >= 0x21 && cp <= 0x7e) || (cp >= 0xa1 && cp <= 0xac) || (cp >= 0xae && cp <= 0xff))
+        return (int)cp;
     if (cp < 0x100 || cp > 0x143) return -1;
     unsigned k = cp - 0x100;
     return k < 33 ? (int)k : k < 67 ? (int)(0x7f + k - 33) : 0xad;
@@ -209,8 +212,9 @@ static int get_id(loader *l, const cJSON *v, const char *what, int32_t *id) {
     if (!cJSON_IsNumber(v)) return lfail(l, MPMD_ERR_FORMAT, "%s: the id is not a number", what), -1;
     double d = v->valuedouble;
     if (!(d >= 0 && d <= TOK_MAX_ID) || d != (double)(int32_t)d)
-        return lfail(l, MPMD_ERR_FORMAT, "%s: id %.17g is not a whole number from 0 to %d (the largest id mpmd accepts)",
-                     what, d, TOK_MAX_ID),
+        return lfail(l, MPMD_ERR_FORMAT,
+                     "%s: id %.17g is not a whole number from 0 to %d (the largest id mpmd accepts)", what, d,
+                     TOK_MAX_ID),
                -1;
     *id = (int32_t)d;
     return 0;
@@ -255,10 +259,11 @@ static int add_split(loader *l, const char *pattern, size_t n, int literal, cons
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, n, opts, &code, &at, NULL);
     if (!re) {
         PCRE2_UCHAR msg[256];
-        if (pcre2_get_error_message(code, msg, sizeof msg) < 0) snprintf((char *)msg, sizeof msg, "error %d", code);
+        if (pcre2_get_error_message(code, msg, sizeof msg) < 0)
+            snprintf((char *)msg, sizeof msg, "error %d", code);
         if (code == PCRE2_ERROR_NOMEMORY) return nomem(l), -1;
-        return lfail(l, MPMD_ERR_FORMAT, "%s: the expression does not compile at offset %zu: %s", where, (size_t)at,
-                     (const char *)msg),
+        return lfail(l, MPMD_ERR_FORMAT, "%s: the expression does not compile at offset %zu: %s", where,
+                     (size_t)at, (const char *)msg),
                -1;
     }
     /* JIT where the machine has it; the interpreter otherwise, same matches */
@@ -267,9 +272,10 @@ static int add_split(loader *l, const char *pattern, size_t n, int literal, cons
     return 0;
 }
 
-static int load_byte_level(loader *l, const cJSON *pt, const char *where, int in_sequence) {
+static int load_byte_level(loader *l, const cJSON *pt, const char *where) {
     int prefix, use_regex;
-    if (get_bool(l, pt, "add_prefix_space", where, 0, &prefix) || get_bool(l, pt, "use_regex", where, 1, &use_regex))
+    if (get_bool(l, pt, "add_prefix_space", where, 0, &prefix) ||
+        get_bool(l, pt, "use_regex", where, 1, &use_regex))
         return -1;
     if (prefix)
         return lfail(l, MPMD_ERR_FORMAT,
@@ -277,7 +283,6 @@ static int load_byte_level(loader *l, const cJSON *pt, const char *where, int in
                      "decoding would not give the text back)",
                      where),
                -1;
-    (void)in_sequence;
     if (use_regex) return add_split(l, gpt2_pattern, sizeof gpt2_pattern - 1, 0, where);
     return 0;
 }
@@ -287,12 +292,15 @@ static int load_split(loader *l, const cJSON *pt, const char *where) {
     const cJSON *re = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
     const cJSON *str = cJSON_GetObjectItemCaseSensitive(pat, "String");
     if (!cJSON_IsObject(pat) || (!cJSON_IsString(re) && !cJSON_IsString(str)))
-        return lfail(l, MPMD_ERR_FORMAT, "%s.pattern is not {\"Regex\": \"...\"} or {\"String\": \"...\"}", where), -1;
+        return lfail(l, MPMD_ERR_FORMAT, "%s.pattern is not {\"Regex\": \"...\"} or {\"String\": \"...\"}",
+                     where),
+               -1;
     const cJSON *beh = cJSON_GetObjectItemCaseSensitive(pt, "behavior");
     if (!cJSON_IsString(beh) || strcmp(beh->valuestring, "Isolated") != 0)
-        return lfail(l, MPMD_ERR_FORMAT, "%s.behavior is %s%s%s: only \"Isolated\" is supported (every match its own piece)",
-                     where, cJSON_IsString(beh) ? "\"" : "", cJSON_IsString(beh) ? beh->valuestring : "missing",
-                     cJSON_IsString(beh) ? "\"" : ""),
+        return lfail(l, MPMD_ERR_FORMAT,
+                     "%s.behavior is %s%s%s: only \"Isolated\" is supported (every match its own piece)",
+                     where, cJSON_IsString(beh) ? "\"" : "",
+                     cJSON_IsString(beh) ? beh->valuestring : "missing", cJSON_IsString(beh) ? "\"" : ""),
                -1;
     if (refuse_set(l, pt, "invert", where, "inverted splits are not supported")) return -1;
     const char *p = cJSON_IsString(re) ? re->valuestring : str->valuestring;
@@ -306,17 +314,20 @@ static int load_pre_tokenizer(loader *l, const cJSON *pt) {
     const char *ty = type_of(pt);
     if (!cJSON_IsObject(pt) || !ty)
         return lfail(l, MPMD_ERR_FORMAT,
-                     "pre_tokenizer is %s: a byte-level BPE needs a ByteLevel pre-tokenizer (or a Sequence that "
+                     "pre_tokenizer is %s: a byte-level BPE needs a ByteLevel pre-tokenizer (or a Sequence "
+                     "that "
                      "ends with one)",
                      cJSON_IsNull(pt) || !pt ? "missing" : "not an object with a \"type\""),
                -1;
-    if (!strcmp(ty, "ByteLevel")) return load_byte_level(l, pt, "pre_tokenizer", 0);
+    if (!strcmp(ty, "ByteLevel")) return load_byte_level(l, pt, "pre_tokenizer");
     if (strcmp(ty, "Sequence") != 0)
         return lfail(l, MPMD_ERR_FORMAT,
-                     "pre_tokenizer is \"%s\": supported are ByteLevel and a Sequence of Split and ByteLevel", ty),
+                     "pre_tokenizer is \"%s\": supported are ByteLevel and a Sequence of Split and ByteLevel",
+                     ty),
                -1;
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers");
-    if (!cJSON_IsArray(list)) return lfail(l, MPMD_ERR_FORMAT, "pre_tokenizer.pretokenizers is not a list"), -1;
+    if (!cJSON_IsArray(list))
+        return lfail(l, MPMD_ERR_FORMAT, "pre_tokenizer.pretokenizers is not a list"), -1;
     int n = cJSON_GetArraySize(list), k = 0, byte_level = 0;
     const cJSON *it;
     cJSON_ArrayForEach(it, list) {
@@ -326,25 +337,28 @@ static int load_pre_tokenizer(loader *l, const cJSON *pt) {
         if (!sub) return lfail(l, MPMD_ERR_FORMAT, "%s has no \"type\"", where), -1;
         if (!strcmp(sub, "ByteLevel")) {
             if (k != n - 1)
-                return lfail(l, MPMD_ERR_FORMAT,
-                             "%s: ByteLevel must come last in the Sequence (later pre-tokenizers would see its "
-                             "byte characters)",
-                             where),
+                return lfail(
+                           l, MPMD_ERR_FORMAT,
+                           "%s: ByteLevel must come last in the Sequence (later pre-tokenizers would see its "
+                           "byte characters)",
+                           where),
                        -1;
-            if (load_byte_level(l, it, where, 1)) return -1;
+            if (load_byte_level(l, it, where)) return -1;
             byte_level = 1;
         } else if (!strcmp(sub, "Split")) {
             if (load_split(l, it, where)) return -1;
         } else {
-            return lfail(l, MPMD_ERR_FORMAT, "%s is \"%s\": inside a Sequence only Split and ByteLevel are supported",
-                         where, sub),
+            return lfail(l, MPMD_ERR_FORMAT,
+                         "%s is \"%s\": inside a Sequence only Split and ByteLevel are supported", where,
+                         sub),
                    -1;
         }
         k++;
     }
     if (!byte_level)
         return lfail(l, MPMD_ERR_FORMAT,
-                     "pre_tokenizer: the Sequence has no ByteLevel pre-tokenizer, which a byte-level BPE needs"),
+                     "pre_tokenizer: the Sequence has no ByteLevel pre-tokenizer, which a byte-level BPE "
+                     "needs"),
                -1;
     return 0;
 }
@@ -364,7 +378,8 @@ static int load_vocab(loader *l, const cJSON *vocab, unsigned char *scratch) {
         if (t->kind[id] != TOK_NONE) {
             char q2[64];
             return lfail(l, MPMD_ERR_FORMAT, "model.vocab: id %d is given to both %s and %s", (int)id,
-                         quoted(q2, sizeof q2, t->pool + t->tok_off[id], t->tok_len[id]), quoted(q, sizeof q, s, n)),
+                         quoted(q2, sizeof q2, t->pool + t->tok_off[id], t->tok_len[id]),
+                         quoted(q, sizeof q, s, n)),
                    -1;
         }
         long k = bytes_of(s, n, scratch);
@@ -404,8 +419,10 @@ static int load_added(loader *l, const cJSON *added) {
         if (get_id(l, cJSON_GetObjectItemCaseSensitive(it, "id"), where, &id) ||
             get_bool(l, it, "special", where, 0, &special) ||
             get_bool(l, it, "normalized", where, !special, &normalized) ||
-            refuse_set(l, it, "lstrip", where, "stripping the spaces before an added token is not supported") ||
-            refuse_set(l, it, "rstrip", where, "stripping the spaces after an added token is not supported") ||
+            refuse_set(l, it, "lstrip", where,
+                       "stripping the spaces before an added token is not supported") ||
+            refuse_set(l, it, "rstrip", where,
+                       "stripping the spaces after an added token is not supported") ||
             refuse_set(l, it, "single_word", where, "single-word added tokens are not supported"))
             return -1;
         for (int j = 0; j < k; j++)
@@ -452,11 +469,13 @@ static int load_added(loader *l, const cJSON *added) {
 }
 
 /* One merge: "a b" or ["a", "b"], to its two sides. */
-static int merge_sides(loader *l, const cJSON *m, int i, const char **a, size_t *na, const char **b, size_t *nb) {
+static int merge_sides(loader *l, const cJSON *m, int i, const char **a, size_t *na, const char **b,
+                       size_t *nb) {
     if (cJSON_IsString(m)) {
         const char *s = m->valuestring, *sp = strchr(s, ' ');
         if (!sp || sp == s || !sp[1] || strchr(sp + 1, ' '))
-            return lfail(l, MPMD_ERR_FORMAT, "model.merges[%d] \"%.60s\" is not two tokens separated by one space", i, s),
+            return lfail(l, MPMD_ERR_FORMAT,
+                         "model.merges[%d] \"%.60s\" is not two tokens separated by one space", i, s),
                    -1;
         *a = s, *na = (size_t)(sp - s), *b = sp + 1, *nb = strlen(sp + 1);
         return 0;
@@ -467,7 +486,9 @@ static int merge_sides(loader *l, const cJSON *m, int i, const char **a, size_t 
         *b = m->child->next->valuestring, *nb = strlen(*b);
         return 0;
     }
-    return lfail(l, MPMD_ERR_FORMAT, "model.merges[%d] is not a string \"a b\" or a pair [\"a\", \"b\"] of tokens", i), -1;
+    return lfail(l, MPMD_ERR_FORMAT,
+                 "model.merges[%d] is not a string \"a b\" or a pair [\"a\", \"b\"] of tokens", i),
+           -1;
 }
 
 static int load_merges(loader *l, const cJSON *merges, unsigned char *scratch) {
@@ -504,8 +525,8 @@ static int load_merges(loader *l, const cJSON *merges, unsigned char *scratch) {
                        -1;
             char both[128];
             snprintf(both, sizeof both, "%.*s%.*s", (int)(na < 60 ? na : 60), a, (int)(nb < 60 ? nb : 60), b);
-            return lfail(l, MPMD_ERR_FORMAT, "model.merges[%d]: the merged token %s is not in the vocabulary", i,
-                         quoted(q, sizeof q, both, strlen(both))),
+            return lfail(l, MPMD_ERR_FORMAT, "model.merges[%d]: the merged token %s is not in the vocabulary",
+                         i, quoted(q, sizeof q, both, strlen(both))),
                    -1;
         }
         /* A pair listed twice keeps its last rank, as Hugging Face's map does. */
@@ -526,7 +547,8 @@ static int check_model(loader *l, const cJSON *model) {
     if (ty && strcmp(ty, "BPE") != 0)
         return lfail(l, MPMD_ERR_FORMAT, "model.type is \"%s\": only BPE models are supported", ty), -1;
     if (refuse_set(l, model, "dropout", "model", "BPE dropout is for training a tokenizer, not supported") ||
-        refuse_set(l, model, "byte_fallback", "model", "byte fallback (SentencePiece-style BPE) is not supported") ||
+        refuse_set(l, model, "byte_fallback", "model",
+                   "byte fallback (SentencePiece-style BPE) is not supported") ||
         refuse_set(l, model, "continuing_subword_prefix", "model", "subword prefixes are not supported") ||
         refuse_set(l, model, "end_of_word_suffix", "model", "end-of-word suffixes are not supported") ||
         get_bool(l, model, "ignore_merges", "model", 0, &l->t->ignore_merges))
@@ -545,15 +567,19 @@ static int build(loader *l, const cJSON *root) {
     if (check_model(l, model)) return -1;
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
     if (norm && !cJSON_IsNull(norm))
-        return lfail(l, MPMD_ERR_FORMAT,
-                     "normalizer is %s%s%s: not supported (mpmd applies no normalization, e.g. no Unicode NFC)",
-                     type_of(norm) ? "\"" : "", type_of(norm) ? type_of(norm) : "set", type_of(norm) ? "\"" : ""),
+        return lfail(
+                   l, MPMD_ERR_FORMAT,
+                   "normalizer is %s%s%s: not supported (mpmd applies no normalization, e.g. no Unicode NFC)",
+                   type_of(norm) ? "\"" : "", type_of(norm) ? type_of(norm) : "set",
+                   type_of(norm) ? "\"" : ""),
                -1;
-    if (refuse_set(l, root, "truncation", "tokenizer", "truncation would drop text, not supported")) return -1;
+    if (refuse_set(l, root, "truncation", "tokenizer", "truncation would drop text, not supported"))
+        return -1;
     const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
     if (!type_of(dec) || strcmp(type_of(dec), "ByteLevel") != 0)
         return lfail(l, MPMD_ERR_FORMAT, "decoder is %s%s%s: a byte-level BPE needs the ByteLevel decoder",
-                     type_of(dec) ? "\"" : "", type_of(dec) ? type_of(dec) : "missing", type_of(dec) ? "\"" : ""),
+                     type_of(dec) ? "\"" : "", type_of(dec) ? type_of(dec) : "missing",
+                     type_of(dec) ? "\"" : ""),
                -1;
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
@@ -610,10 +636,11 @@ static int build(loader *l, const cJSON *root) {
                 unsigned cp = tok_byte_char[b];
                 snprintf(ch, sizeof ch, "%c%c", (char)(0xc0 | cp >> 6), (char)(0x80 | (cp & 0x3f)));
                 if (cp < 0x80) snprintf(ch, sizeof ch, "%c", (char)cp);
-                bad = lfail(l, MPMD_ERR_FORMAT,
-                            "model.vocab has no token for byte 0x%02x (\"%s\"): a byte-level BPE needs one for "
-                            "each of the 256 bytes",
-                            b, ch);
+                bad =
+                    lfail(l, MPMD_ERR_FORMAT,
+                          "model.vocab has no token for byte 0x%02x (\"%s\"): a byte-level BPE needs one for "
+                          "each of the 256 bytes",
+                          b, ch);
                 break;
             }
         }
@@ -640,7 +667,8 @@ mpmd_status mpmd_tokenizer_load_json(const char *json, size_t len, const char *n
                                      mpmd_error *err) {
     if (out) *out = NULL;
     if (!json || !out)
-        return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_tokenizer_load_json: NULL %s", json ? "out" : "json");
+        return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_tokenizer_load_json: NULL %s",
+                              json ? "out" : "json");
     if (!name) name = "(memory)";
     loader l = {NULL, name, err, MPMD_OK};
     const char *end = NULL;
@@ -681,8 +709,10 @@ mpmd_status mpmd_tokenizer_load(const char *path, mpmd_tokenizer **out, mpmd_err
     /* a tokenizer.json is megabytes (Llama 3's: 9); 1 GiB is a wrong file */
     if (sb.st_size > (off_t)1 << 30) {
         fclose(f);
-        return mpmd_error_set(err, MPMD_ERR_FORMAT, "tokenizer %s: %lld bytes, more than the 1 GiB a tokenizer.json "
-                              "may have", path, (long long)sb.st_size);
+        return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                              "tokenizer %s: %lld bytes, more than the 1 GiB a tokenizer.json "
+                              "may have",
+                              path, (long long)sb.st_size);
     }
     size_t n = (size_t)sb.st_size;
     char *buf = malloc(n + 1);
