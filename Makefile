@@ -13,7 +13,7 @@ FUZZ_BUILD ?= build-fuzz
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # Debian packages the build needs.
 PACKAGES = cmake make gcc libc6-dev pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin \
-  python3 python3-torch python3-numpy
+  libcjson-dev libpcre2-dev python3 python3-torch python3-numpy
 
 .PHONY: all deps build test test-sanitize test-no-mpi fuzz test-gpu demo bench bench-gpu format clean
 
@@ -73,7 +73,7 @@ test-no-mpi: deps
 	cd $(NOMPI_BUILD) && MPMD_TEST_QUICK=1 ctest --output-on-failure -j $(JOBS) -E '^install_'
 
 # The fuzzers of tests/fuzz (checkpoint reader, schedule parser, graph
-# builder), each for FUZZ_SECONDS from its seed corpus, under ASan and UBSan
+# builder, the GPT example's files, tokenizer.json), each for FUZZ_SECONDS from its seed corpus, under ASan and UBSan
 # (FUZZ_SEED: libFuzzer's random seed, 0 for a new one each run);
 # a crash, a leak or a broken promise fails, its input kept in
 # $(FUZZ_BUILD)/artifacts. Needs clang and its libFuzzer (installed here).

@@ -9,7 +9,8 @@
  * into one program per rank. Either runs on in-process ranks (threads) or,
  * with --runtime mpi under mpirun, one process per rank (and replica). Data: a corpus this
  * program generates deterministically, the bytes of a text file (--data),
- * or the GPT-2 token ids of an llm.c token file (--tokens); batches are a
+ * the token ids of an llm.c token file (--tokens), or a text file encoded
+ * by a Hugging Face tokenizer (--text, --tokenizer); batches are a
  * pure function of (seed, step). The parameters start random (from --seed)
  * or from GPT-2's weights (--init-from, Hugging Face's model.safetensors;
  * examples/models/gpt_import.h). So runs with the same model options print
@@ -77,7 +78,7 @@ static const char *usage =
     "  --batch N             sequences per step, all replicas together (default 8)\n"
     "  --microbatches N      microbatches per step and replica (default 4)\n"
     "  --vocab N             token ids are in [0, N) (default 256; 50257, GPT-2's, with --tokens;\n"
-    "                        the file's with --init-from)\n"
+    "                        the tokenizer's with --text; the file's with --init-from)\n"
     "  --tie-embeddings      the LM head shares the token embedding\n"
     "  --lr F                AdamW learning rate (default 0.003)\n"
     "  --weight-decay F      AdamW weight decay (default 0)\n"
@@ -92,10 +93,15 @@ static const char *usage =
     "                        (masks drawn from (seed, step, replica, microbatch), the same on any\n"
     "                        schedule; default 0)\n"
     "  --data FILE           train on the bytes of FILE instead of the generated corpus\n"
-    "  --tokens FILE         train on the uint16 token ids of FILE, a token file in llm.c's format\n"
-    "                        (a header of 256 int32: 20240520, 1, the token count; then the\n"
-    "                        tokens), as llm.c's dev/data scripts write them (tinyshakespeare.py,\n"
-    "                        fineweb.py); every id must be below the vocabulary\n"
+    "  --tokens FILE         train on the token ids of FILE, a token file in llm.c's format\n"
+    "                        (a header of 256 int32: 20240520, 1, the token count; then uint16\n"
+    "                        ids; or 20240801, 7, the count, then uint32 ids), as llm.c's dev/data\n"
+    "                        scripts (tinyshakespeare.py, fineweb.py) and `mpmd tokenize` write\n"
+    "                        them; every id must be below the vocabulary\n"
+    "  --text FILE           train on the UTF-8 text of FILE, encoded once in memory by --tokenizer\n"
+    "  --tokenizer FILE      a Hugging Face tokenizer.json (byte-level BPE: GPT-2's, Llama 3's,\n"
+    "                        Qwen's); special tokens written in the text become their ids, and the\n"
+    "                        vocabulary is the tokenizer's. --data, --tokens and --text: one of them\n"
     "  --bytes-as-tokens     with --init-from: train GPT-2's weights on bytes (--data, or the generated\n"
     "                        corpus) as token ids all the same; without it that is refused, since GPT-2\n"
     "                        reads ids as its BPE tokens (give --tokens FILE)\n"
@@ -207,6 +213,8 @@ typedef struct options {
     const char *data, *schedule, *trace, *timeline, *save, *resume, *backend, *precision, *remat;
     const char *attention; /* --attention fused|composed */
     const char *tokens, *init_from; /* --tokens FILE, --init-from FILE */
+    const char *text, *tokenizer;   /* --text FILE, --tokenizer FILE */
+    mpmd_tokenizer *tok;            /* --tokenizer, loaded while the options are checked */
     const char *export_weights, *export_dtype_name;
     mpmd_dtype export_dtype;
     int nan_check, fuse, mpi, quiet, json, fsdp;
@@ -264,6 +272,7 @@ static const char *const valued[] = {
     "--step-timeout", "--tokens",         "--init-from", "--vocab",        "--dropout",      "--eval",
     "--generate",     "--prompt",         "--temperature", "--top-k",  "--attention",  "--tensor-parallel",
     "--clip",         "--fsdp-gather",    "--decay",     "--beta1",      "--beta2",        "--eps",
+    "--text",         "--tokenizer",
 #ifdef GPT_PROGRAM_LLAMA
     "--kv-heads",     "--mlp-hidden",     "--rope-base",
 #endif
@@ -343,11 +352,13 @@ static int check_files(const options *o) {
                               {"--trace", o->trace},
                               {"--timeline", o->timeline}};
     const char *sched_file = o->schedule && !strncmp(o->schedule, "file:", 5) ? o->schedule + 5 : NULL;
-    const char *ins[5][2] = {{"--data", o->data},
+    const char *ins[7][2] = {{"--data", o->data},
                              {"--tokens", o->tokens},
                              {"--init-from", o->init_from},
                              {"--resume", o->resume},
-                             {"--schedule file:", sched_file}};
+                             {"--schedule file:", sched_file},
+                             {"--text", o->text},
+                             {"--tokenizer", o->tokenizer}};
     for (int i = 0; i < 4; i++) {
         if (!outs[i][1]) continue;
         file_id a = file_id_of(outs[i][1]);
@@ -356,7 +367,7 @@ static int check_files(const options *o) {
                 return bad_option("%s %s and %s %s are the same file: one would replace the other; give them "
                                   "different paths",
                                   outs[i][0], outs[i][1], outs[j][0], outs[j][1]);
-        for (int j = 0; j < 5; j++) {
+        for (int j = 0; j < 7; j++) {
             if (!ins[j][1] || (i == 0 && j == 3)) continue; /* --save over --resume: see above */
             if (same_file(a, file_id_of(ins[j][1])))
                 return bad_option("%s %s is the file of %s%s%s: writing it would destroy the input; give %s "
@@ -524,6 +535,8 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!*val) return bad_option("%s needs a value", name);
             if (!strcmp(name, "--data")) o->data = val;
             if (!strcmp(name, "--tokens")) o->tokens = val;
+            if (!strcmp(name, "--text")) o->text = val;
+            if (!strcmp(name, "--tokenizer")) o->tokenizer = val;
             if (!strcmp(name, "--init-from")) o->init_from = val;
             if (!strcmp(name, "--schedule")) o->schedule = val, o->schedule_given = 1;
             if (!strcmp(name, "--backend")) o->backend = val;
@@ -589,9 +602,16 @@ static int parse_args(int argc, char **argv, options *o) {
     if (o->fsdp && o->replicas < 2)
         return bad_option("--fsdp shards over the data-parallel replicas: give --data-parallel R with R >= 2");
     if (o->fsdp_gather_given && !o->fsdp) return bad_option("--fsdp-gather says when FSDP gathers: give --fsdp too");
-    if (o->data && o->tokens)
-        return bad_option("--data (the bytes of a text) and --tokens (a token file) are two sources of "
-                          "data; give one");
+    if (!!o->data + !!o->tokens + !!o->text > 1)
+        return bad_option("--data (the bytes of a text), --tokens (a token file) and --text (a text through "
+                          "--tokenizer) are sources of data; give one");
+    if (o->text && !o->tokenizer)
+        return bad_option("--text FILE is encoded by a tokenizer: give --tokenizer tokenizer.json (or --data FILE "
+                          "to train on its bytes)");
+    if (o->tokenizer && !o->text)
+        return bad_option("--tokenizer encodes the text of --text FILE: give --text");
+    if (o->text && o->generate)
+        return bad_option("--generate samples from a trained model and reads no data: --text is for training");
     if ((o->prompt || o->top_k || o->temperature != 1.0f) && !o->generate)
         return bad_option("--prompt, --temperature and --top-k are options of --generate N");
     if (o->generate) {
@@ -659,10 +679,17 @@ static int parse_args(int argc, char **argv, options *o) {
     } else if (o->tokens && !o->given.vocab) {
         o->cfg.vocab = GPT2_VOCAB;
     }
+    if (o->tokenizer) {
+        if (mpmd_tokenizer_load(o->tokenizer, &o->tok, &err)) {
+            fprintf(stderr, PROG ": --tokenizer: %s\n", err.msg);
+            return err.code == MPMD_ERR_IO || err.code == MPMD_ERR_NOMEM ? 1 : 2;
+        }
+        if (!o->given.vocab && !o->init_from) o->cfg.vocab = mpmd_tokenizer_vocab_size(o->tok);
+    }
     /* (after the file is known to be GPT-2's weights) GPT-2 reads ids as its BPE
      * tokens, to which bytes as ids 0..255 are other tokens: almost surely a
      * mistake, refused unless asked for */
-    if (o->init_from && !o->tokens && !o->generate && !o->bytes_as_tokens)
+    if (o->init_from && !o->tokens && !o->text && !o->generate && !o->bytes_as_tokens)
         return bad_option(
             "--init-from %s gives GPT-2's weights, which read token ids as GPT-2's BPE tokens, but "
             "%s%s gives bytes as ids 0..255, which are other tokens to GPT-2. Give --tokens FILE "
@@ -670,7 +697,7 @@ static int parse_args(int argc, char **argv, options *o) {
             "--bytes-as-tokens to train on the bytes all the same",
             o->init_from, o->data ? "--data " : "the generated corpus (no --data or --tokens)",
             o->data ? o->data : "");
-    if (o->bytes_as_tokens && (!o->init_from || o->tokens || o->generate))
+    if (o->bytes_as_tokens && (!o->init_from || o->tokens || o->text || o->generate))
         return bad_option(
             "--bytes-as-tokens lets --init-from's GPT-2 weights train on byte data (--data or the "
             "generated corpus); it does nothing here");
@@ -937,6 +964,7 @@ static int generate(options *o, trainer *t) {
 static int run(int argc, char **argv) {
     options o;
     int rc = parse_args(argc, argv, &o);
+    if (rc) mpmd_tokenizer_free(o.tok);
     if (rc < 0) return 0;
     if (rc) return rc;
     const gpt_config *c = &o.cfg;
@@ -955,11 +983,15 @@ static int run(int argc, char **argv) {
     snprintf(corpus_name, sizeof corpus_name, "%s%s", o.data ? "data file " : "",
              o.data ? o.data : "the generated corpus");
     if (o.tokens ? gpt_corpus_load_tokens(&corpus, o.tokens, c->vocab, c->seq + 1, &err)
+        : o.text ? gpt_corpus_from_text(&corpus, o.text, o.tok, c->vocab, c->seq + 1, &err)
         : o.data ? gpt_corpus_load(&corpus, o.data, c->seq + 1, &err)
                  : gpt_corpus_generate(&corpus, 1 << 20, 1234, &err))
-        return fail(&t, "%s", err.msg);
+        rc = 1;
+    mpmd_tokenizer_free(o.tok); /* the text is encoded once: the tokenizer's work is done */
+    o.tok = NULL;
+    if (rc) return fail(&t, "%s", err.msg);
     /* bytes are ids below 256: a smaller vocabulary (--vocab, --init-from) must hold them all */
-    if (!o.tokens && gpt_corpus_check_vocab(&corpus, c->vocab, corpus_name, &err))
+    if (!o.tokens && !o.text && gpt_corpus_check_vocab(&corpus, c->vocab, corpus_name, &err))
         return fail(&t, "%s; bytes need --vocab 256 or more", err.msg);
     /* --eval: the last tenth of the data is held out, the training sees the rest */
     gpt_corpus train = corpus, held = {0};
@@ -969,9 +1001,7 @@ static int run(int argc, char **argv) {
             return fail(&t, "--eval: %lld ids are too few to hold out %lld and train on sequences of %lld",
                         (long long)corpus.len, (long long)n, (long long)c->seq + 1);
         train.len = corpus.len - n;
-        held.len = n;
-        held.bytes = corpus.bytes ? corpus.bytes + train.len : NULL;
-        held.ids = corpus.ids ? corpus.ids + train.len : NULL;
+        held = gpt_corpus_tail(&corpus, train.len);
     }
     /* --auto: lay the model out by prediction, then train that layout */
     gpt_layout chosen;
@@ -1054,6 +1084,8 @@ static int run(int argc, char **argv) {
                    o.fsdp ? ", FSDP replicas" : o.replicas > 1 ? ", data-parallel replicas" : "");
         if (o.tokens)
             printf("data: %s, %lld tokens", o.tokens, (long long)corpus.len);
+        else if (o.text)
+            printf("data: %s, %lld tokens (%s)", o.text, (long long)corpus.len, o.tokenizer);
         else
             printf("data: %s, %lld bytes", o.data ? o.data : "generated corpus", (long long)corpus.len);
         if (o.init_from)

@@ -135,7 +135,7 @@ expect 1 "token 64 at position 42" --tokens "$tmp/big.bin" --init-from "$tmp/gpt
 expect 1 "token file $tmp/short.bin holds 10 tokens; at least 17 are needed" --tokens "$tmp/short.bin" "${tok[@]}"
 expect 1 "token file $tmp/head.bin: 100 bytes, too short for the 1024-byte header" --tokens "$tmp/head.bin" "${tok[@]}"
 expect 1 "cannot open token file $tmp/none.bin" --tokens "$tmp/none.bin" "${tok[@]}"
-expect 2 "--data (the bytes of a text) and --tokens (a token file) are two sources of data" \
+expect 2 "--data (the bytes of a text), --tokens (a token file) and --text (a text through --tokenizer) are sources of data" \
   --data "$tmp/tok64.bin" --tokens "$tmp/tok64.bin"
 expect 2 "--init-from starts from GPT-2's weights and --resume from a checkpoint" \
   --init-from "$tmp/gpt2.safetensors" --resume "$tmp/gpt2.safetensors"

@@ -7,6 +7,7 @@
  * - two training steps of a GPT on GPT-2's vocabulary from such a file, in
  *   the loop and pipelined (the same loss, bit for bit), the first loss
  *   near ln(50257);
+ * - llm.c's uint32 format (Llama 3's vocabulary) loads its ids as they are;
  * - bad files are errors of the right kind that name the file and what is
  *   wrong: a wrong magic, a wrong version, a count that does not match the
  *   size (both ways), a token >= vocab, fewer than seq + 1 tokens, a short
@@ -39,7 +40,7 @@ static void expect_error(mpmd_status want, int64_t vocab, int64_t min_len, const
     CHECK(rc == want, "%s: status %d, expected %d (%s)", what, rc, want, err.msg);
     CHECK(strstr(err.msg, path) != NULL, "%s: the file is not named: %s", what, err.msg);
     CHECK(strstr(err.msg, needle) != NULL, "%s: \"%s\" not in: %s", what, needle, err.msg);
-    CHECK(c.ids == NULL && c.bytes == NULL && c.len == 0, "%s: a failed load left a corpus", what);
+    CHECK(c.ids == NULL && c.ids32 == NULL && c.bytes == NULL && c.len == 0, "%s: a failed load left a corpus", what);
 }
 
 static void test_load_and_sample(void) {
@@ -58,7 +59,7 @@ static void test_load_and_sample(void) {
     static uint8_t bytes[N];
     for (int k = 0; k < N; k++)
         ids[k] = bytes[k] = (uint8_t)tu_mix64((uint64_t)k);
-    gpt_corpus b = {bytes, NULL, N}, t = {NULL, ids, N};
+    gpt_corpus b = {bytes, NULL, N, NULL}, t = {NULL, ids, N, NULL};
     int32_t tb[4 * 16], gb[4 * 16], tt[4 * 16], gt[4 * 16];
     gpt_sample_batch(&b, 4, 16, 9, 3, tb, gb);
     gpt_sample_batch(&t, 4, 16, 9, 3, tt, gt);
@@ -123,14 +124,49 @@ static void test_train(void) {
     gpt_corpus_free(&corpus);
 }
 
+/* llm.c's format for larger vocabularies: magic 20240801, version 7, uint32
+ * ids, read as they are (an id past 2^31 is out of the vocabulary, not a
+ * negative id). */
+static void test_uint32(void) {
+    enum { N = 64 };
+    uint32_t ids[N];
+    uint8_t file[1024 + 4 * N] = {0};
+    const uint32_t head[3] = {GPT_TOKENS_MAGIC_WIDE, GPT_TOKENS_VERSION_WIDE, N};
+    for (int i = 0; i < N; i++)
+        ids[i] = 65536u + (uint32_t)(tu_mix64((uint64_t)i) % 70000u);
+    ids[9] = 0;
+    for (int i = 0; i < 3 + N; i++)
+        for (int b = 0; b < 4; b++)
+            file[(i < 3 ? 4 * i : 1024 + 4 * (i - 3)) + b] = (uint8_t)((i < 3 ? head[i] : ids[i - 3]) >> (8 * b));
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(file, 1, sizeof file, f) == sizeof file && fclose(f) == 0, "writing %s", path);
+    gpt_corpus c;
+    mpmd_error err;
+    CHECK(gpt_corpus_load_tokens(&c, path, 65536 + 70000, 17, &err) == MPMD_OK, "%s", err.msg);
+    CHECK(c.len == N && c.ids32 && !c.ids && !c.bytes, "a uint32 file: %lld ids", (long long)c.len);
+    for (int i = 0; i < N; i++)
+        CHECK(gpt_corpus_id(&c, i) == (int32_t)ids[i], "id %d: %d, want %u", i, gpt_corpus_id(&c, i), ids[i]);
+    gpt_corpus tail = gpt_corpus_tail(&c, 60);
+    CHECK(tail.len == 4 && gpt_corpus_id(&tail, 0) == (int32_t)ids[60], "the tail of a uint32 corpus");
+    gpt_corpus_free(&c);
+    expect_error(MPMD_ERR_FORMAT, 65536, 17, "uint32 ids past the vocabulary", "vocabulary of 65536");
+    file[1024 + 4 * 5 + 3] = 0x80; /* id 5 past 2^31 */
+    f = fopen(path, "wb");
+    CHECK(f && fwrite(file, 1, sizeof file, f) == sizeof file && fclose(f) == 0, "writing %s", path);
+    expect_error(MPMD_ERR_FORMAT, 1 << 24, 17, "an id past 2^31", "at position 5 is not an id");
+}
+
 static void test_bad_files(void) {
     enum { N = 100 };
     uint16_t ids[N];
     fill_ids(ids, N, 1000, 3);
     tu_tokens_write(path, ids, N, 20240326, 1, N); /* llm.c's model-file magic */
     expect_error(MPMD_ERR_FORMAT, 1000, 17, "wrong magic", "magic number 20240326");
-    tu_tokens_write(path, ids, N, 20240801, 7, N); /* llm.c's LLaMA-3 token files: uint32 ids */
-    expect_error(MPMD_ERR_FORMAT, 1000, 17, "LLaMA-3 magic", "LLaMA-3 format (uint32 ids)");
+    tu_tokens_write(path, ids, N, 20240801, 7, N); /* llm.c's LLaMA-3 magic on uint16 ids: half the bytes */
+    expect_error(MPMD_ERR_FORMAT, 1000, 17, "uint16 ids under the uint32 magic",
+                 "counts 100 tokens (400 bytes after the header) but the file has 200");
+    tu_tokens_write(path, ids, N / 2, 20240801, 1, N / 2); /* the uint32 magic takes version 7 only */
+    expect_error(MPMD_ERR_FORMAT, 1000, 17, "uint32 magic, version 1", "version 1; only version 7 (uint32 token ids) is read with magic 20240801");
     tu_tokens_write(path, ids, N, GPT_TOKENS_MAGIC, 2, N);
     expect_error(MPMD_ERR_FORMAT, 1000, 17, "wrong version", "version 2");
     tu_tokens_write(path, ids, N, GPT_TOKENS_MAGIC, 1, N + 1);
@@ -172,6 +208,7 @@ int main(void) {
     snprintf(path, sizeof path, "test_gpt_tokens_%d.bin", (int)getpid());
     test_load_and_sample();
     test_train();
+    test_uint32();
     test_bad_files();
     remove(path);
     return tu_report("test_gpt_tokens");

@@ -3,11 +3,13 @@
  *   mpmd schedule NAME --stages S [--ranks D] --microbatches N [--format text|json|svg|trace] [-o FILE]
  *   mpmd simulate NAME ... [--cost-f X ...] [--format text|json|svg|trace] [-o FILE]
  *   mpmd plan --ranks D --layers L --batch B [--cost-f X ...] [--keep BYTES ...] [--memory-limit BYTES]
+ *   mpmd tokenize IN -o OUT.bin --tokenizer tokenizer.json      (tools/tokenize.c)
  *
  * Exit status: 0 success; 2 a bad argument or an invalid schedule (the
  * message on stderr); 1 anything else (an output file that cannot be
  * written, out of memory). */
 #include "mpmd.h"
+#include "tokenize.h"
 
 #include <errno.h>
 #include <math.h>
@@ -32,6 +34,8 @@ static const char main_help[] =
     "             peak microbatches in flight per rank, against the analytic bubble\n"
     "  plan       choose schedule, stages and microbatches for D ranks from a model's\n"
     "             costs and bytes: the shortest simulated step that fits a memory limit\n"
+    "  tokenize   encode a text file with a Hugging Face tokenizer.json into a token file\n"
+    "             in llm.c's format (what gpt --tokens reads)\n"
     "  help       this text\n"
     "\n"
     "`mpmd <command> --help` explains a command and its options. Examples:\n"
@@ -40,6 +44,7 @@ static const char main_help[] =
     "  mpmd simulate zerobubble --stages 4 --microbatches 8\n"
     "  mpmd plan --ranks 4 --layers 12 --batch 32 --keep 6M --model-bytes 2G --memory-limit 1G\n"
     "  mpmd schedule file:my.sched --format json\n"
+    "  mpmd tokenize input.txt -o input.bin --tokenizer tokenizer.json\n"
     "\n"
     "exit status: 0 success; 2 an invalid argument or schedule (message on stderr);\n"
     "1 any other failure (e.g. an output file that cannot be written).\n";
@@ -749,9 +754,11 @@ static int tool_main(int argc, char **argv) {
         fputs(main_help, stdout);
         return 0;
     }
+    if (!strcmp(cmd, "tokenize")) return tool_tokenize(argc, argv);
     if (strcmp(cmd, "schedule") && strcmp(cmd, "simulate") && strcmp(cmd, "plan")) {
         fprintf(stderr,
-                "mpmd: unknown command '%s'; expected schedule, simulate, plan or help (see `mpmd --help`)\n", cmd);
+                "mpmd: unknown command '%s'; expected schedule, simulate, plan, tokenize or help (see `mpmd --help`)\n",
+                cmd);
         return EXIT_USAGE;
     }
     options o;

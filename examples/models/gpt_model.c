@@ -538,21 +538,24 @@ mpmd_status gpt_corpus_load_tokens(gpt_corpus *c, const char *path, int64_t voca
                               path, (long long)size, (long long)head, GPT_TOKENS_MAGIC, GPT_TOKENS_VERSION);
     }
     int32_t magic = (int32_t)le32(h), version = (int32_t)le32(h + 4), count = (int32_t)le32(h + 8);
+    /* llm.c's two formats: GPT-2's uint16 ids, and uint32 ids for larger vocabularies */
+    const int wide = magic == GPT_TOKENS_MAGIC_WIDE;
+    const int64_t width = wide ? 4 : 2;
+    const int want_version = wide ? GPT_TOKENS_VERSION_WIDE : GPT_TOKENS_VERSION;
     mpmd_status rc = MPMD_OK;
-    if (magic != GPT_TOKENS_MAGIC)
-        rc =
-            mpmd_error_set(err, bad, "token file %s: magic number %d where llm.c's token files have %d: %s",
-                           path, (int)magic, GPT_TOKENS_MAGIC,
-                           magic == 20240801 ? "llm.c's LLaMA-3 format (uint32 ids), not GPT-2's (uint16 ids)"
-                                             : "not a token file in llm.c's GPT-2 format");
-    else if (version != GPT_TOKENS_VERSION)
-        rc = mpmd_error_set(err, bad, "token file %s: version %d; only version %d (uint16 token ids) is read",
-                            path, (int)version, GPT_TOKENS_VERSION);
-    else if (count < 0 || (int64_t)count * 2 != size - head)
+    if (magic != GPT_TOKENS_MAGIC && !wide)
+        rc = mpmd_error_set(err, bad,
+                            "token file %s: magic number %d where llm.c's token files have %d (uint16 ids) or %d "
+                            "(uint32 ids): not a token file in llm.c's format",
+                            path, (int)magic, GPT_TOKENS_MAGIC, GPT_TOKENS_MAGIC_WIDE);
+    else if (version != want_version)
+        rc = mpmd_error_set(err, bad, "token file %s: version %d; only version %d (uint%d token ids) is read with magic %d",
+                            path, (int)version, want_version, wide ? 32 : 16, (int)magic);
+    else if (count < 0 || (int64_t)count * width != size - head)
         rc = mpmd_error_set(err, bad,
                             "token file %s: the header counts %d tokens (%lld bytes after the header) but "
                             "the file has %lld bytes after it: truncated, or not a token file",
-                            path, (int)count, (long long)count * 2, (long long)(size - head));
+                            path, (int)count, (long long)count * width, (long long)(size - head));
     else if (count < min_len)
         rc = mpmd_error_set(
             err, bad, "token file %s holds %d tokens; at least %lld are needed (seq + 1 for one window)",
@@ -561,27 +564,34 @@ mpmd_status gpt_corpus_load_tokens(gpt_corpus *c, const char *path, int64_t voca
         fclose(f);
         return rc;
     }
-    uint16_t *ids = malloc((size_t)count * sizeof *ids + 1);
-    if (!ids) {
+    uint8_t *raw = malloc((size_t)count * (size_t)width + 1);
+    if (!raw) {
         fclose(f);
         return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory for the %d tokens of %s", (int)count, path);
     }
-    size_t got = fread(ids, 2, (size_t)count, f);
+    size_t got = fread(raw, (size_t)width, (size_t)count, f);
     int why_errno = errno;
     int read_err = ferror(f);
     fclose(f);
     if (got != (size_t)count) {
-        free(ids);
+        free(raw);
         return mpmd_error_set(err, MPMD_ERR_IO, "cannot read token file %s: %s", path,
                               read_err ? strerror(why_errno) : "the file shrank while reading");
     }
-    /* little-endian on any host: each id is rebuilt from its own two bytes */
-    const uint8_t *raw = (const uint8_t *)ids;
-    for (int64_t k = 0; k < count; k++) {
-        uint16_t lo = raw[2 * k], hi = raw[2 * k + 1];
-        ids[k] = (uint16_t)(lo | hi << 8);
+    /* little-endian on any host: each id is rebuilt from its own bytes, in place */
+    if (wide) {
+        uint32_t *ids = (uint32_t *)(void *)raw;
+        for (int64_t k = 0; k < count; k++)
+            ids[k] = le32(raw + 4 * k);
+        c->ids32 = ids;
+    } else {
+        uint16_t *ids = (uint16_t *)(void *)raw;
+        for (int64_t k = 0; k < count; k++) {
+            uint16_t lo = raw[2 * k], hi = raw[2 * k + 1];
+            ids[k] = (uint16_t)(lo | hi << 8);
+        }
+        c->ids = ids;
     }
-    c->ids = ids;
     c->len = count;
     char name[4200];
     snprintf(name, sizeof name, "token file %s", path);
@@ -592,12 +602,13 @@ mpmd_status gpt_corpus_load_tokens(gpt_corpus *c, const char *path, int64_t voca
 
 mpmd_status gpt_corpus_check_vocab(const gpt_corpus *c, int64_t vocab, const char *what, mpmd_error *err) {
     for (int64_t k = 0; k < c->len; k++) {
-        int32_t id = gpt_corpus_id(c, k);
+        /* uint32 ids are checked as read: one past 2^31 is no negative id */
+        int64_t id = c->ids32 ? (int64_t)c->ids32[k] : (int64_t)gpt_corpus_id(c, k);
         if (id >= vocab)
             return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                                  "%s: %s %d at position %lld is not an id of the model's vocabulary of %lld "
+                                  "%s: %s %lld at position %lld is not an id of the model's vocabulary of %lld "
                                   "(ids 0 .. %lld)",
-                                  what, c->ids ? "token" : "byte", (int)id, (long long)k, (long long)vocab,
+                                  what, c->bytes ? "byte" : "token", (long long)id, (long long)k, (long long)vocab,
                                   (long long)vocab - 1);
     }
     return MPMD_OK;
@@ -607,9 +618,64 @@ void gpt_corpus_free(gpt_corpus *c) {
     if (!c) return;
     free(c->bytes);
     free(c->ids);
+    free(c->ids32);
     c->bytes = NULL;
     c->ids = NULL;
+    c->ids32 = NULL;
     c->len = 0;
+}
+
+gpt_corpus gpt_corpus_tail(const gpt_corpus *c, int64_t from) {
+    gpt_corpus t = {NULL, NULL, c->len - from, NULL};
+    if (c->bytes) t.bytes = c->bytes + from;
+    if (c->ids) t.ids = c->ids + from;
+    if (c->ids32) t.ids32 = c->ids32 + from;
+    return t;
+}
+
+mpmd_status gpt_corpus_from_text(gpt_corpus *c, const char *path, const mpmd_tokenizer *tok, int64_t vocab,
+                                 int64_t min_len, mpmd_error *err) {
+    gpt_corpus text;
+    mpmd_status rc = gpt_corpus_load(c, path, 0, err);
+    if (rc) return rc;
+    text = *c;
+    memset(c, 0, sizeof *c);
+    int32_t *ids;
+    size_t n;
+    rc = mpmd_tokenizer_encode(tok, (const char *)text.bytes, (size_t)text.len, MPMD_TOKENIZE_SPECIAL, &ids, &n,
+                               err);
+    gpt_corpus_free(&text);
+    if (rc) {
+        char msg[MPMD_ERROR_MSG_MAX];
+        snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
+        return mpmd_error_set(err, rc, "text file %s: %s", path, msg);
+    }
+    if ((int64_t)n < min_len) {
+        free(ids);
+        return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                              "text file %s gives %zu tokens; at least %lld are needed (seq + 1 for one window)",
+                              path, n, (long long)min_len);
+    }
+    /* two bytes an id while the vocabulary fits them (the ids are below it) */
+    if (mpmd_tokenizer_vocab_size(tok) <= 65536) {
+        uint16_t *small = malloc(n * sizeof *small);
+        if (!small) {
+            free(ids);
+            return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory for the %zu tokens of %s", n, path);
+        }
+        for (size_t k = 0; k < n; k++)
+            small[k] = (uint16_t)ids[k];
+        free(ids);
+        c->ids = small;
+    } else {
+        c->ids32 = (uint32_t *)ids; /* ids are >= 0: the same bits */
+    }
+    c->len = (int64_t)n;
+    char name[4200];
+    snprintf(name, sizeof name, "text file %s (encoded)", path);
+    rc = gpt_corpus_check_vocab(c, vocab, name, err);
+    if (rc) gpt_corpus_free(c);
+    return rc;
 }
 
 void gpt_sample_batch(const gpt_corpus *c, int64_t batch, int64_t seq, uint64_t seed, uint64_t step,
@@ -622,6 +688,9 @@ void gpt_sample_batch(const gpt_corpus *c, int64_t batch, int64_t seq, uint64_t 
         if (c->ids)
             for (int64_t t = 0; t < seq; t++)
                 tk[t] = c->ids[off + t], tg[t] = c->ids[off + t + 1];
+        else if (c->ids32)
+            for (int64_t t = 0; t < seq; t++)
+                tk[t] = (int32_t)c->ids32[off + t], tg[t] = (int32_t)c->ids32[off + t + 1];
         else
             for (int64_t t = 0; t < seq; t++)
                 tk[t] = c->bytes[off + t], tg[t] = c->bytes[off + t + 1];

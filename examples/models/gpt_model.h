@@ -35,6 +35,7 @@
 #define GPT_MODEL_H
 
 #include "mpmd.h"
+#include "mpmd_tokenizer.h"
 
 #include <stdint.h>
 
@@ -148,18 +149,25 @@ mpmd_status gpt_set_inputs(mpmd_step *st, const gpt_model *m, const int32_t *tok
 /* ---- data ------------------------------------------------------------------ */
 
 /* A corpus of token ids: the bytes of a text (each byte is an id in
- * [0, 256)) or the uint16 ids of a token file in llm.c's format. Exactly one
- * of `bytes` and `ids` is set; a byte corpus keeps one byte per id. */
+ * [0, 256)), the ids of a token file in llm.c's format, or a text encoded by
+ * a tokenizer. Exactly one of `bytes`, `ids` and `ids32` is set; a byte
+ * corpus keeps one byte per id, a token corpus two bytes per id while the
+ * vocabulary fits 16 bits and four past it. */
 typedef struct gpt_corpus {
-    uint8_t *bytes; /* a byte corpus: id i is bytes[i] (or NULL) */
-    uint16_t *ids;  /* a token corpus: id i is ids[i] (or NULL) */
-    int64_t len;    /* ids in the corpus */
+    uint8_t *bytes;  /* a byte corpus: id i is bytes[i] (or NULL) */
+    uint16_t *ids;   /* a token corpus: id i is ids[i] (or NULL) */
+    int64_t len;     /* ids in the corpus */
+    uint32_t *ids32; /* a token corpus of a vocabulary past 65536: id i is ids32[i] (or NULL) */
 } gpt_corpus;
 
 /* Id i of a corpus (0 <= i < len). */
 static inline int32_t gpt_corpus_id(const gpt_corpus *c, int64_t i) {
-    return c->ids ? (int32_t)c->ids[i] : (int32_t)c->bytes[i];
+    return c->ids ? (int32_t)c->ids[i] : c->ids32 ? (int32_t)c->ids32[i] : (int32_t)c->bytes[i];
 }
+
+/* The ids from position `from` on, as a corpus of its own that shares c's
+ * memory (the held-out part of --eval); not to be freed. */
+gpt_corpus gpt_corpus_tail(const gpt_corpus *c, int64_t from);
 
 /* A deterministic English-like text of `len` bytes from `seed`: sentences
  * drawn from a small grammar over a fixed vocabulary of words, so a model
@@ -175,20 +183,33 @@ mpmd_status gpt_corpus_load(gpt_corpus *c, const char *path, int64_t min_len, mp
 #define GPT2_VOCAB 50257
 
 /* llm.c's token files (its dev/data scripts write them, e.g. tinyshakespeare
- * and fineweb shards): a header of 256 little-endian int32,
+ * and fineweb shards, and so does `mpmd tokenize`): a header of 256
+ * little-endian int32,
  *   header[0] = 20240520 (the magic), header[1] = 1 (the version),
  *   header[2] = n (the token count), the rest 0,
- * then n little-endian uint16 token ids, and nothing after them. */
+ * then n little-endian uint16 token ids, and nothing after them. Its
+ * format for vocabularies past 16 bits (data_common.py's "llama-3") has
+ * magic 20240801, version 7 and uint32 ids. */
 #define GPT_TOKENS_MAGIC 20240520
 #define GPT_TOKENS_VERSION 1
+#define GPT_TOKENS_MAGIC_WIDE 20240801
+#define GPT_TOKENS_VERSION_WIDE 7
 #define GPT_TOKENS_HEADER_INTS 256
 
-/* The ids of a token file. MPMD_ERR_IO when it cannot be opened or read (or
- * is not a regular file); MPMD_ERR_FORMAT, naming the file and what is
- * wrong, for a wrong magic or version, a count that does not match the
- * file's size, fewer than min_len tokens, or a token >= vocab. */
+/* The ids of a token file (either format). MPMD_ERR_IO when it cannot be
+ * opened or read (or is not a regular file); MPMD_ERR_FORMAT, naming the
+ * file and what is wrong, for a wrong magic or version, a count that does
+ * not match the file's size, fewer than min_len tokens, or a token >= vocab. */
 mpmd_status gpt_corpus_load_tokens(gpt_corpus *c, const char *path, int64_t vocab, int64_t min_len,
                                    mpmd_error *err);
+
+/* The text of a file encoded by a tokenizer (mpmd_tokenizer.h; special
+ * tokens written in the text become their ids), in memory. MPMD_ERR_IO for
+ * a file that cannot be read; MPMD_ERR_FORMAT for text that is not UTF-8 or
+ * gives fewer than min_len tokens, or a token >= vocab; the message names
+ * the file. */
+mpmd_status gpt_corpus_from_text(gpt_corpus *c, const char *path, const mpmd_tokenizer *tok, int64_t vocab,
+                                 int64_t min_len, mpmd_error *err);
 
 /* MPMD_OK when every id of the corpus is below vocab; else MPMD_ERR_FORMAT
  * naming `what` (the file, say), the first id out of range and its

@@ -35,12 +35,12 @@ static void tokens(unsigned mode) {
     mpmd_error err;
     err.msg[0] = '\0';
     if (gpt_corpus_load_tokens(&c, path, vocab, min_len, &err) != MPMD_OK) {
-        if (!err.msg[0] || c.ids || c.bytes) abort(); /* refused: a message, nothing held */
+        if (!err.msg[0] || c.ids || c.ids32 || c.bytes) abort(); /* refused: a message, nothing held */
         return;
     }
-    if (!c.ids || c.len < min_len) abort();
+    if ((!c.ids && !c.ids32) || c.len < min_len) abort();
     for (int64_t i = 0; i < c.len; i++)
-        if (gpt_corpus_id(&c, i) >= vocab) abort();
+        if (gpt_corpus_id(&c, i) >= vocab || gpt_corpus_id(&c, i) < 0) abort();
     gpt_corpus_free(&c);
 }
 
