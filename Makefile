@@ -1,6 +1,7 @@
 # mpmd - the two commands a new user needs:
-#   make demo   install what is missing, build, train the GPT example pipelined
-#               over 4 in-process ranks (about a minute)
+#   make demo   install what it needs, build the GPT example alone (CPU,
+#               in-process ranks: no MPI, CUDA or test tools), train it
+#               pipelined over 4 in-process ranks (see README for the time)
 #   make test   install what is missing, build, run every test (then every
 #               benchmark once at its smallest sizes, and the demo in 2 steps)
 # Also: make (build into build/), make bench, make test-sanitize, make test-no-mpi, make fuzz, make format, make clean;
@@ -9,13 +10,16 @@
 BUILD ?= build
 SAN_BUILD ?= build-sanitize
 NOMPI_BUILD ?= build-nompi
+DEMO_BUILD ?= build-demo
 FUZZ_BUILD ?= build-fuzz
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # Debian packages the build needs.
 PACKAGES = cmake make gcc libc6-dev pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin \
   libcjson-dev libpcre2-dev python3 python3-torch python3-numpy
+# What the demo needs: the library and the GPT example, on the CPU.
+DEMO_PACKAGES = cmake make gcc libc6-dev pkg-config libopenblas-openmp-dev libcjson-dev libpcre2-dev
 
-.PHONY: all deps build test test-sanitize test-no-mpi fuzz test-gpu demo bench bench-gpu format clean
+.PHONY: all deps build test test-sanitize test-no-mpi fuzz test-gpu demo demo-run bench bench-gpu format clean
 
 all: build
 
@@ -48,7 +52,7 @@ build: deps $(BUILD)/CMakeCache.txt
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	MPMD_BENCH_SMOKE=1 $(MAKE) --no-print-directory bench
-	$(MAKE) --no-print-directory demo DEMO_STEPS=2
+	$(MAKE) --no-print-directory demo-run GPT=$(BUILD)/examples/gpt DEMO_OUT=$(BUILD) DEMO_STEPS=2
 
 # The tests that need a GPU (CTest label gpu; they skip where there is none).
 # A build with CUDA needs nvcc (/usr/local/cuda/bin or on PATH).
@@ -87,12 +91,22 @@ fuzz: deps
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers
 	tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_SEED)
 
+# The demo builds what it runs, in a build of its own: the library (CPU
+# backend, in-process runtime) and the GPT example, no tests, benchmarks,
+# MPI or CUDA; `make test` runs it from the full build.
 DEMO_STEPS ?= 80
-demo: build
-	./$(BUILD)/examples/gpt --layers 8 --width 256 --heads 8 --seq 64 --batch 16 --microbatches 8 --steps $(DEMO_STEPS) \
+demo:
+	@$(call install_missing,$(DEMO_PACKAGES))
+	cmake -S . -B $(DEMO_BUILD) -DCMAKE_BUILD_TYPE=Release -DMPMD_BUILD_TESTS=OFF -DMPMD_BUILD_BENCH=OFF \
+	  -DMPMD_WITH_MPI=OFF -DMPMD_WITH_CUDA=OFF
+	cmake --build $(DEMO_BUILD) -j $(JOBS) --target gpt
+	@$(MAKE) --no-print-directory demo-run GPT=$(DEMO_BUILD)/examples/gpt DEMO_OUT=$(DEMO_BUILD)
+
+demo-run:
+	./$(GPT) --layers 8 --width 256 --heads 8 --seq 64 --batch 16 --microbatches 8 --steps $(DEMO_STEPS) \
 	  --schedule std1f1b --stages 4 --ranks 4 --log-every 10 \
-	  --trace $(BUILD)/demo-trace.json --timeline $(BUILD)/demo-timeline.svg
-	@echo "the last step's trace: $(BUILD)/demo-trace.json (open in ui.perfetto.dev), timeline: $(BUILD)/demo-timeline.svg"
+	  --trace $(DEMO_OUT)/demo-trace.json --timeline $(DEMO_OUT)/demo-timeline.svg
+	@echo "the last step's trace: $(DEMO_OUT)/demo-trace.json (open in ui.perfetto.dev), timeline: $(DEMO_OUT)/demo-timeline.svg"
 
 bench: build
 	@for b in $(BUILD)/bench/bench_*; do [ -x "$$b" ] && echo "== $$b" && "$$b" || exit 1; done
@@ -116,4 +130,4 @@ format:
 	git ls-files '*.c' '*.h' '*.cu' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(SAN_BUILD) $(NOMPI_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD) $(NOMPI_BUILD) $(FUZZ_BUILD) $(DEMO_BUILD)
