@@ -1,10 +1,10 @@
-/* backend.h - what the executors need of a device: buffers, copies,
+/* backend.h - what the runtime needs of a device: buffers, copies,
  * kernels, the loop fold, the replica combine, and a queue to wait on.
  *
  * A backend is a table of functions registered by name ("cpu", "cuda").
- * Each rank opens its own instance (an mpmd_device: the CPU's thread count,
- * or a GPU, a stream and a cuBLAS handle) and every byte of a step lives in
- * buffers that instance allocated. Work is queued in order on the instance:
+ * Each rank opens its own instance (the `dev` pointer every member takes:
+ * the CPU's thread count, or a GPU, a stream and a cuBLAS handle), and
+ * every byte of a step lives in buffers that instance allocated. Work is queued in order on the instance:
  * a kernel launch, a copy or a fold may return before it has run (CUDA) or
  * after (CPU); `sync` waits for everything queued, and events order one
  * instance's queue after a point in another's (a receive after its send).
@@ -121,8 +121,8 @@ typedef struct mpmd_backend {
     int (*copy)(void *dev, void *dst, const void *src, size_t bytes);
     /* The kernel for an op, or NULL. */
     const mpmd_kernel *(*find)(const mpmd_op_desc *op);
-    /* Fold microbatch mb's x into a loop reduction's accumulator acc (the
-     * order of mpmd_loop_fold), queued on dev. */
+    /* Fold microbatch mb's x into a loop reduction's accumulator acc (in
+     * microbatch order, as mpmd_cpu_fold does), queued on dev. */
     int (*fold)(void *dev, const mpmd_graph *g, const mpmd_node *reduce, void *acc, const void *x, int mb);
     /* out = the combination of the first `count` elements of loop result
      * `n`'s replica buffers (the mean for ADD, the max for MAX), summed in

@@ -207,7 +207,8 @@ mpmd_value mpmd_grad_add(mpmd_graph *g, mpmd_value a, mpmd_value b);
 
 /* The value a parameter, variable or constant starts with, written to dst
  * (its type's size): constants their data or fill, the others their
- * initialiser under `seed`. Both executors set up storage with it. */
+ * initialiser under `seed`. The runtime sets up storage with
+ * it. */
 void mpmd_leaf_initial_value(const mpmd_node *n, void *dst, uint64_t seed);
 
 /* The structural ops, for the executor and the compiler to recognise. */

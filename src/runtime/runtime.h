@@ -55,7 +55,7 @@ struct mpmd_step {
     int broken;                      /* a rank did not stop after a failure: no more runs */
     void **inputs;                   /* [n_nodes] shared input buffers */
     unsigned char *input_set;
-    int record;            /* time every instruction (mpmd_step_record) */
+    int record;            /* time every instruction (mpmd_step_set_recording) */
     double t_start, t_end; /* wall clock of the last run */
     int abort_flag;        /* a rank failed: the others stop */
     double abort_time;     /* when it was set (rt_now) */
