@@ -140,7 +140,7 @@ static const char *usage =
     "  --threads N           kernel threads: of the one rank (loop), else of each rank;\n"
     "                        0 for all cores (loop) or the cores divided among ranks (default 0)\n"
     "  --backend NAME        where the ranks compute: cpu (default) or cuda (a build with CUDA;\n"
-    "                        rank r on GPU r %% devices)\n"
+    "                        rank r on GPU r % devices)\n"
     "  --precision P         compute dtype: f32, bf16 or f16; parameters and AdamW state stay f32\n"
     "                        (default: f32 on the cpu backend, bf16 on cuda)\n"
     "  --auto                choose the schedule, stages, microbatches and remat for --ranks D (and\n"
