@@ -219,6 +219,8 @@ mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_er
     if (!has_run(st, err, "mpmd_step_summary")) return MPMD_ERR_INVALID;
     const int D = st->plan->num_ranks;
     out->num_ranks = D;
+    out->threads_per_rank = st->threads;
+    snprintf(out->threads_reason, sizeof out->threads_reason, "%s", st->threads_why);
     out->step_ms = 1e3 * (st->t_end - st->t_start);
     out->ranks = calloc((size_t)D, sizeof *out->ranks);
     if (!out->ranks) return mpmd_error_set(err, MPMD_ERR_NOMEM, "mpmd_step_summary: out of memory");
@@ -336,6 +338,8 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
         plan_name(st->plan), s.step_ms, 100 * s.bubble, 100 * s.simulated_bubble, s.simulated_ms);
     if (!isnan(s.analytic_bubble))
         fprintf(f, ", %.1f%% analytic (%s)", 100 * s.analytic_bubble, s.analytic_formula);
+    fprintf(f, "\n  %d kernel thread%s per rank (%s)", s.threads_per_rank, s.threads_per_rank == 1 ? "" : "s",
+            s.threads_reason);
     fprintf(f, "\n  rank   tasks    busy ms    wait ms (wake)   bubble   peak activations      planned   memory "
                "planned    measured\n");
     double wait = 0, wake = 0;

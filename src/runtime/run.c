@@ -21,6 +21,7 @@
  */
 #include "runtime/transport.h"
 #include "util/exact.h"
+#include "util/pool.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -593,6 +594,38 @@ static void *rank_main(void *arg) {
 
 /* ---- set-up and a step ---------------------------------------------------- */
 
+/* Kernel threads per rank: as asked, or the cores this process may use
+ * divided among its ranks, so that the ranks' threads never outnumber the
+ * cores whatever the caller's environment. Under MPI, processes of one job
+ * on one machine that all see every core share them (a launcher that
+ * binds each process to its own cores has divided them already). The
+ * reason goes to st->threads_why for the run summary. */
+static int threads_per_rank(struct mpmd_step *st) {
+    char cores_why[96];
+    int cores = mpmd_cores_why(cores_why, sizeof cores_why), share = 1;
+    const char *local = st->runtime == MPMD_RUNTIME_MPI ? getenv("OMPI_COMM_WORLD_LOCAL_SIZE") : NULL;
+    if (!local && st->runtime == MPMD_RUNTIME_MPI) local = getenv("MPI_LOCALNRANKS");
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (local && atoi(local) > 1 && cores == online) share = atoi(local);
+    const int n = st->num_local, avail = cores / share > 0 ? cores / share : 1;
+    if (st->threads_per_rank > 0) {
+        const int over = st->threads_per_rank * n > avail;
+        snprintf(st->threads_why, sizeof st->threads_why, "threads_per_rank = %d as asked%s%s%s",
+                 st->threads_per_rank, over ? "; more threads than the " : "", over ? cores_why : "",
+                 over ? " (oversubscribed)" : "");
+        return st->threads_per_rank;
+    }
+    const int tpr = avail / n > 0 ? avail / n : 1;
+    if (share > 1)
+        snprintf(st->threads_why, sizeof st->threads_why,
+                 "%s, shared by %d processes on this machine, / %d rank%s in this process", cores_why, share, n,
+                 n == 1 ? "" : "s");
+    else
+        snprintf(st->threads_why, sizeof st->threads_why, "%s / %d rank%s in this process%s", cores_why, n,
+                 n == 1 ? "" : "s", n > avail ? ": more ranks than cores, one thread each" : "");
+    return tpr;
+}
+
 mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
     const mpmd_graph *g = st->plan->g;
     const int nn = g->n_nodes, D = st->plan->num_ranks, n = st->plan->num_micro;
@@ -616,9 +649,8 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
             if (!here) continue;
             if (!(st->inputs[i] = calloc((size_t)st->plan->replicas, rt_bytes(g, i) + 1))) goto nomem;
         }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int tpr = st->threads_per_rank > 0 ? st->threads_per_rank
-                                       : (int)(cores / st->num_local > 0 ? cores / st->num_local : 1);
+    int tpr = threads_per_rank(st);
+    st->threads = tpr;
     /* OpenMP ends the process when it cannot start a kernel's threads: make
      * sure now that this process may start them all (a rank thread each
      * in-process, and tpr - 1 workers per rank) */

@@ -39,6 +39,8 @@ typedef struct mpmd_event {
 struct mpmd_step {
     const mpmd_plan *plan; /* the compiler's product, owned by the step, never changed here */
     int threads_per_rank;
+    int threads;           /* kernel threads each rank runs (threads_per_rank or the default) */
+    char threads_why[192]; /* why that many, for the run summary */
     uint64_t seed;
     int runtime;                     /* mpmd_runtime_kind */
     int num_local;                   /* rank states run by this process */

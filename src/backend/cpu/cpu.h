@@ -12,11 +12,15 @@
  * computed by one thread, and keep every reduction's order fixed (use
  * mpmd_sum_f32 / mpmd_dot_f32, whose order does not depend on threads).
  * Every matrix product goes through mpmd_sgemm (OpenBLAS), one thread per call.
+ * Kernels run their parallel parts on the rank's pool (mpmd_cpu_parallel,
+ * mpmd_cpu_for), never in OpenMP parallel regions: OpenMP's idle workers
+ * spin unless the program's environment says otherwise before it starts.
  */
 #ifndef MPMD_CPU_H
 #define MPMD_CPU_H
 
 #include "backend/backend.h"
+#include "util/pool.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -32,9 +36,9 @@ extern const mpmd_kernel mpmd_cpu_optim_kernels[];
 const mpmd_kernel *mpmd_cpu_find(const mpmd_op_desc *op);
 
 /* n 16-bit floats (bf16, f16) to f32 and back (nearest even), on up to
- * nthreads threads. */
-void mpmd_cpu_widen(mpmd_dtype d, const void *src, float *dst, int64_t n, int nthreads);
-void mpmd_cpu_narrow(mpmd_dtype d, const float *src, void *dst, int64_t n, int nthreads);
+ * nthreads threads of dev's pool. */
+void mpmd_cpu_widen(void *dev, int nthreads, mpmd_dtype d, const void *src, float *dst, int64_t n);
+void mpmd_cpu_narrow(void *dev, int nthreads, mpmd_dtype d, const float *src, void *dst, int64_t n);
 
 /* The CPU's loop fold and replica combine (host memory, f32). */
 void mpmd_cpu_fold(const mpmd_graph *g, const mpmd_node *reduce, void *acc, const void *x, int mb);
@@ -42,6 +46,19 @@ void mpmd_cpu_combine(const mpmd_graph *g, const mpmd_node *n, void *const *bufs
                       int64_t count);
 
 /* ---- threading ---------------------------------------------------------- */
+
+/* Each rank's instance of the CPU backend owns a pool of its kernel threads
+ * (src/util/pool.h): the rank's own thread and threads_per_rank - 1
+ * workers that sleep when the rank has nothing to compute. */
+
+/* fn(ctx, t, nt) for every t in [0, nt), on the pool of dev (the kernel's
+ * a->dev; NULL runs every t on the caller in turn). */
+void mpmd_cpu_parallel(void *dev, int nt, mpmd_work_fn fn, void *ctx);
+
+/* fn(ctx, lo, hi) for each of nt contiguous, balanced blocks [lo, hi) of
+ * [0, n) that is not empty (mpmd_split's blocks), on the pool of dev. */
+typedef void (*mpmd_range_fn)(void *ctx, int64_t lo, int64_t hi);
+void mpmd_cpu_for(void *dev, int nt, int64_t n, mpmd_range_fn fn, void *ctx);
 
 /* Rows [lo, hi) of n for thread t of nt: contiguous, balanced blocks. */
 static inline void mpmd_split(int64_t n, int t, int nt, int64_t *lo, int64_t *hi) {
@@ -51,11 +68,10 @@ static inline void mpmd_split(int64_t n, int t, int nt, int64_t *lo, int64_t *hi
 }
 
 /* Threads worth using for `work` elementary operations: one per
- * MPMD_THREAD_GRAIN of them, at most nthreads (at least 1). A thread that
- * joins a parallel region costs a wake-up (mpmd's programs make OpenMP's
- * idle workers sleep), so a small op on a many-core rank asks for a few
- * threads, not all of them. The result never changes what a kernel
- * computes, only how fast. */
+ * MPMD_THREAD_GRAIN of them, at most nthreads (at least 1). A worker that
+ * joins a run costs a wake-up when it was asleep, so a small op on a
+ * many-core rank asks for a few threads, not all of them. The result never
+ * changes what a kernel computes, only how fast. */
 #ifndef MPMD_THREAD_GRAIN
 #define MPMD_THREAD_GRAIN 32768
 #endif

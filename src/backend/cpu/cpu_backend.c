@@ -12,7 +12,6 @@
 #include "util/exact.h"
 #include "util/half.h"
 
-#include <omp.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -112,6 +111,7 @@ void mpmd_cpu_combine(const mpmd_graph *g, const mpmd_node *n, void *const *bufs
 
 typedef struct cpu_dev {
     int nthreads;
+    mpmd_pool *pool; /* nthreads - 1 workers; the rank's thread is the first */
     size_t in_use, peak; /* bytes of buffers from cpu_alloc */
 } cpu_dev;
 
@@ -133,40 +133,73 @@ static void narrow_bf16(const uint32_t *src, uint16_t *dst, int64_t n) {
     }
 }
 
-void mpmd_cpu_widen(mpmd_dtype d, const void *src, float *dst, int64_t n, int nthreads) {
-    int nt = mpmd_threads_for(nthreads, n);
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t lo, hi;
-        mpmd_split(n, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        if (d == MPMD_BF16)
-            widen_bf16((const uint16_t *)src + lo, (uint32_t *)dst + lo, hi - lo);
-        else
-            for (int64_t k = lo; k < hi; k++)
-                dst[k] = load16(d, src, k);
-    }
+typedef struct {
+    mpmd_dtype d;
+    const void *src;
+    void *dst;
+} convert_job;
+
+static void widen_part(void *ctx, int64_t lo, int64_t hi) {
+    const convert_job *j = ctx;
+    if (j->d == MPMD_BF16)
+        widen_bf16((const uint16_t *)j->src + lo, (uint32_t *)j->dst + lo, hi - lo);
+    else
+        for (int64_t k = lo; k < hi; k++)
+            ((float *)j->dst)[k] = load16(j->d, j->src, k);
 }
 
-void mpmd_cpu_narrow(mpmd_dtype d, const float *src, void *dst, int64_t n, int nthreads) {
-    int nt = mpmd_threads_for(nthreads, n);
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t lo, hi;
-        mpmd_split(n, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        if (d == MPMD_BF16)
-            narrow_bf16((const uint32_t *)src + lo, (uint16_t *)dst + lo, hi - lo);
-        else
-            for (int64_t k = lo; k < hi; k++)
-                store16(d, dst, k, src[k]);
+static void narrow_part(void *ctx, int64_t lo, int64_t hi) {
+    const convert_job *j = ctx;
+    if (j->d == MPMD_BF16)
+        narrow_bf16((const uint32_t *)j->src + lo, (uint16_t *)j->dst + lo, hi - lo);
+    else
+        for (int64_t k = lo; k < hi; k++)
+            store16(j->d, j->dst, k, ((const float *)j->src)[k]);
+}
+
+void mpmd_cpu_widen(void *dev, int nthreads, mpmd_dtype d, const void *src, float *dst, int64_t n) {
+    convert_job j = {d, src, dst};
+    mpmd_cpu_for(dev, mpmd_threads_for(nthreads, n), n, widen_part, &j);
+}
+
+void mpmd_cpu_narrow(void *dev, int nthreads, mpmd_dtype d, const float *src, void *dst, int64_t n) {
+    convert_job j = {d, src, dst};
+    mpmd_cpu_for(dev, mpmd_threads_for(nthreads, n), n, narrow_part, &j);
+}
+
+void mpmd_cpu_parallel(void *dev, int nt, mpmd_work_fn fn, void *ctx) {
+    mpmd_pool_run(dev ? ((cpu_dev *)dev)->pool : NULL, nt, fn, ctx);
+}
+
+typedef struct {
+    mpmd_range_fn fn;
+    void *ctx;
+    int64_t n;
+} range_job;
+
+static void range_part(void *ctx, int t, int nt) {
+    const range_job *j = ctx;
+    int64_t lo, hi;
+    mpmd_split(j->n, t, nt, &lo, &hi);
+    if (hi > lo) j->fn(j->ctx, lo, hi);
+}
+
+void mpmd_cpu_for(void *dev, int nt, int64_t n, mpmd_range_fn fn, void *ctx) {
+    if (n <= 0) return;
+    if (nt <= 1) {
+        fn(ctx, 0, n);
+        return;
     }
+    range_job j = {fn, ctx, n};
+    mpmd_cpu_parallel(dev, nt, range_part, &j);
 }
 
 static int cpu_convert(void *dev, void *dst, mpmd_dtype to, const void *src, mpmd_dtype from, int64_t n) {
     cpu_dev *d = dev;
     if (to == MPMD_F32 && is16(from))
-        mpmd_cpu_widen(from, src, dst, n, d->nthreads);
+        mpmd_cpu_widen(d, d->nthreads, from, src, dst, n);
     else if (from == MPMD_F32 && is16(to))
-        mpmd_cpu_narrow(to, src, dst, n, d->nthreads);
+        mpmd_cpu_narrow(d, d->nthreads, to, src, dst, n);
     else
         return 1;
     return 0;
@@ -223,11 +256,18 @@ static void *cpu_open(int rank, int nthreads, char *err, size_t len) {
         snprintf(err, len, "out of memory opening the cpu backend for rank %d", rank);
         return NULL;
     }
-    d->nthreads = nthreads;
+    d->nthreads = nthreads > 0 ? nthreads : 1;
+    char why[160];
+    if (d->nthreads > 1 && !(d->pool = mpmd_pool_new(d->nthreads, why, sizeof why))) {
+        snprintf(err, len, "rank %d's kernel threads: %s", rank, why);
+        free(d);
+        return NULL;
+    }
     return d;
 }
 
 static void cpu_close(void *dev) {
+    if (dev) mpmd_pool_free(((cpu_dev *)dev)->pool);
     free(dev);
 }
 static void cpu_enter(void *dev) { (void)dev; }
@@ -282,6 +322,25 @@ static int cpu_combine(void *dev, const mpmd_graph *g, const mpmd_node *n, void 
     return 0;
 }
 
+typedef struct {
+    int n;
+    const void *const *x;
+    const int64_t *count;
+    int64_t total;
+    uint32_t (*part)[MPMD_EXACT_WORDS];
+} sumsq_job;
+
+static void sumsq_part(void *ctx, int t, int nt) {
+    const sumsq_job *j = ctx;
+    int64_t lo, hi;
+    mpmd_split(j->total, t, nt, &lo, &hi);
+    int64_t at = 0; /* the elements [lo, hi) of the vectors laid end to end */
+    for (int i = 0; i < j->n && at < hi; at += j->count[i], i++) {
+        const int64_t a = lo > at ? lo - at : 0, b = hi - at < j->count[i] ? hi - at : j->count[i];
+        if (b > a) mpmd_exact_add_squares(j->part[t], (const float *)j->x[i] + a, b - a);
+    }
+}
+
 /* Each thread takes an equal share of all the elements, across the
  * vectors, into an accumulator of its own; the shares are exact, so the
  * thread count changes nothing. */
@@ -295,17 +354,8 @@ static int cpu_sumsq(void *dev, int n, const void *const *x, const int64_t *coun
     uint32_t part[64][MPMD_EXACT_WORDS];
     const int T = nt < 64 ? nt : 64;
     memset(part, 0, sizeof part[0] * (size_t)T);
-#pragma omp parallel num_threads(T)
-    {
-        int64_t lo, hi;
-        const int t = omp_get_thread_num();
-        mpmd_split(total, t, omp_get_num_threads(), &lo, &hi);
-        int64_t at = 0; /* the elements [lo, hi) of the vectors laid end to end */
-        for (int i = 0; i < n && at < hi; at += count[i], i++) {
-            const int64_t a = lo > at ? lo - at : 0, b = hi - at < count[i] ? hi - at : count[i];
-            if (b > a) mpmd_exact_add_squares(part[t], (const float *)x[i] + a, b - a);
-        }
-    }
+    sumsq_job j = {n, x, count, total, part};
+    mpmd_cpu_parallel(dev, T, sumsq_part, &j);
     for (int t = 0; t < T; t++)
         mpmd_exact_add(acc, part[t]);
     return 0;

@@ -32,23 +32,9 @@
 #include "util/philox.h"
 
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
 /* ---- threading ------------------------------------------------------------------ */
-
-typedef void (*work_fn)(void *ctx, int t, int nt);
-
-/* Run fn(ctx, t, nt) on nt threads (directly when nt is 1). The team may be
- * smaller than asked; fn partitions by the team's real size. */
-static void parallel(int nt, work_fn fn, void *ctx) {
-    if (nt <= 1) {
-        fn(ctx, 0, 1);
-        return;
-    }
-#pragma omp parallel num_threads(nt)
-    fn(ctx, omp_get_thread_num(), omp_get_num_threads());
-}
 
 /* ---- binary ops and broadcast_to ---------------------------------------------------- */
 
@@ -152,7 +138,7 @@ static int run_binary(const mpmd_kargs *a, int kind) {
     mpmd_bcast_plan p;
     mpmd_bcast_plan_make(&p, out, a->in_type[0], kind == BIN_COPY ? NULL : a->in_type[1]);
     bin_ctx c = {&p, kind, a->out, a->in[0], kind == BIN_COPY ? a->in[0] : a->in[1], mpmd_type_numel(out)};
-    parallel(mpmd_threads_for(a->nthreads, c.numel), bin_work, &c);
+    mpmd_cpu_parallel(a->dev, mpmd_threads_for(a->nthreads, c.numel), bin_work, &c);
     return 0;
 }
 
@@ -291,7 +277,7 @@ static void un_work(void *vctx, int t, int nt) {
 /* cost: rough elementary operations per element, for the thread threshold */
 static int run_unary(const mpmd_kargs *a, int kind, int cost) {
     un_ctx c = {kind, a->out, a->in[0], mpmd_type_numel(&a->node->type), a->node->fa[0]};
-    parallel(mpmd_threads_for(a->nthreads, c.n * cost), un_work, &c);
+    mpmd_cpu_parallel(a->dev, mpmd_threads_for(a->nthreads, c.n * cost), un_work, &c);
     return 0;
 }
 
@@ -393,7 +379,7 @@ static void gr_work(void *vctx, int t, int nt) {
 
 static int run_grad(const mpmd_kargs *a, int kind, int cost) {
     gr_ctx c = {kind, a->out, a->in[0], a->in[1], mpmd_type_numel(&a->node->type)};
-    parallel(mpmd_threads_for(a->nthreads, c.n * cost), gr_work, &c);
+    mpmd_cpu_parallel(a->dev, mpmd_threads_for(a->nthreads, c.n * cost), gr_work, &c);
     return 0;
 }
 
@@ -430,7 +416,7 @@ static void where_work(void *vctx, int t, int nt) {
 
 static int k_where(const mpmd_kargs *a) {
     where_ctx w = {a->out, a->in[0], a->in[1], a->in[2], mpmd_type_numel(&a->node->type)};
-    parallel(mpmd_threads_for(a->nthreads, w.n), where_work, &w);
+    mpmd_cpu_parallel(a->dev, mpmd_threads_for(a->nthreads, w.n), where_work, &w);
     return 0;
 }
 
@@ -466,7 +452,7 @@ static int k_dropout(const mpmd_kargs *a) {
     float rate = a->node->fa[0];
     drop_ctx d = {a->out, a->in[0], mpmd_type_numel(&a->node->type), {(uint32_t)key[0], (uint32_t)key[1]},
                   (uint32_t)a->mb, (uint32_t)a->node->ia[0], mpmd_dropout_threshold(rate), 1.0f / (1.0f - rate)};
-    parallel(mpmd_threads_for(a->nthreads, d.n * 8), drop_work, &d);
+    mpmd_cpu_parallel(a->dev, mpmd_threads_for(a->nthreads, d.n * 8), drop_work, &d);
     return 0;
 }
 
@@ -582,10 +568,10 @@ static int k_sum_to(const mpmd_kargs *a) {
     if (!p.red[p.ng - 1]) {
         int64_t blocks = (p.size[p.ng - 1] + 15) / 16;
         if (nt > blocks) nt = (int)blocks;
-        parallel(nt, sum_cols_work, &c);
+        mpmd_cpu_parallel(a->dev, nt, sum_cols_work, &c);
     } else {
         if (nt > p.out_numel) nt = (int)p.out_numel;
-        parallel(nt, sum_runs_work, &c);
+        mpmd_cpu_parallel(a->dev, nt, sum_runs_work, &c);
     }
     return 0;
 }
@@ -596,26 +582,36 @@ static int k_sum_to(const mpmd_kargs *a) {
 
 /* Element k converted through f32 (exact from any 16-bit float), then
  * rounded to the output dtype, nearest even. */
+typedef struct {
+    mpmd_dtype from, to;
+    const void *x;
+    void *y;
+} cast_job;
+
+static void cast_part(void *ctx, int64_t lo, int64_t hi) {
+    const cast_job *j = ctx;
+    for (int64_t k = lo; k < hi; k++) {
+        float v = j->from == MPMD_F32    ? ((const float *)j->x)[k]
+                  : j->from == MPMD_BF16 ? mpmd_bf16_to_f32(((const uint16_t *)j->x)[k])
+                                         : mpmd_f16_to_f32(((const uint16_t *)j->x)[k]);
+        if (j->to == MPMD_F32)
+            ((float *)j->y)[k] = v;
+        else if (j->to == MPMD_BF16)
+            ((uint16_t *)j->y)[k] = mpmd_f32_to_bf16(v);
+        else
+            ((uint16_t *)j->y)[k] = mpmd_f32_to_f16(v);
+    }
+}
+
 static int k_cast(const mpmd_kargs *a) {
     mpmd_dtype from = a->in_type[0]->dtype, to = a->node->type.dtype;
     int64_t n = mpmd_type_numel(&a->node->type);
     const void *x = a->in[0];
     void *y = a->out;
-    if (from == MPMD_F32) return mpmd_cpu_narrow(to, x, y, n, a->nthreads), 0;
-    if (to == MPMD_F32) return mpmd_cpu_widen(from, x, y, n, a->nthreads), 0;
-    int nt = mpmd_threads_for(a->nthreads, n);
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t k = 0; k < n; k++) {
-        float v = from == MPMD_F32    ? ((const float *)x)[k]
-                  : from == MPMD_BF16 ? mpmd_bf16_to_f32(((const uint16_t *)x)[k])
-                                      : mpmd_f16_to_f32(((const uint16_t *)x)[k]);
-        if (to == MPMD_F32)
-            ((float *)y)[k] = v;
-        else if (to == MPMD_BF16)
-            ((uint16_t *)y)[k] = mpmd_f32_to_bf16(v);
-        else
-            ((uint16_t *)y)[k] = mpmd_f32_to_f16(v);
-    }
+    if (from == MPMD_F32) return mpmd_cpu_narrow(a->dev, a->nthreads, to, x, y, n), 0;
+    if (to == MPMD_F32) return mpmd_cpu_widen(a->dev, a->nthreads, from, x, y, n), 0;
+    cast_job j = {from, to, x, y};
+    mpmd_cpu_for(a->dev, mpmd_threads_for(a->nthreads, n), n, cast_part, &j);
     return 0;
 }
 

@@ -100,31 +100,40 @@ static mm_grid matmul_grid(int64_t m, int64_t n, int64_t k) {
  * batch item (the dimensions: mpmd_matmul_dims_make, shared with CUDA).
  * Work units are (item, tile) pairs, split over the threads in contiguous
  * runs; each is one single-threaded sgemm. */
+typedef struct {
+    const mpmd_matmul_dims *md;
+    const mm_grid *gr;
+    float alpha;
+    const float *A, *B;
+    float *C;
+} matmul_job;
+
+/* units [lo, hi) of (item, tile) */
+static void matmul_part(void *ctx, int64_t lo, int64_t hi) {
+    const matmul_job *j = ctx;
+    const mpmd_matmul_dims *md = j->md;
+    const mm_grid gr = *j->gr;
+    const int64_t m = md->m, n = md->n, k = md->k, lda = md->lda, ldb = md->ldb, per_item = gr.tm * gr.tn;
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t item = u / per_item, t = u % per_item;
+        int64_t m0 = (t / gr.tn) * gr.mb, n0 = (t % gr.tn) * gr.nb;
+        int64_t mm = m - m0 < gr.mb ? m - m0 : gr.mb, nn = n - n0 < gr.nb ? n - n0 : gr.nb;
+        const float *Ai = j->A + item * md->sa + (md->tra ? m0 : m0 * lda);
+        const float *Bi = j->B + item * md->sb + (md->trb ? n0 * ldb : n0);
+        mpmd_sgemm(1, md->tra, md->trb, mm, nn, k, j->alpha, Ai, lda, Bi, ldb, 0.0f,
+                   j->C + item * md->sc + m0 * n + n0, n);
+    }
+}
+
 static int k_matmul(const mpmd_kargs *a) {
     mpmd_matmul_dims md;
     mpmd_matmul_dims_make(&md, a->in_type[0], a->in_type[1], a->node->ia[0]);
-    const int tra = md.tra, trb = md.trb;
     const float alpha = mpmd_matmul_alpha(a->node);
-    const int64_t m = md.m, n = md.n, k = md.k, batch = md.batch;
-    const float *A = a->in[0], *B = a->in[1];
-    float *C = a->out;
-    const int64_t lda = md.lda, ldb = md.ldb, sa = md.sa, sb = md.sb, sc = md.sc;
-    mm_grid gr = matmul_grid(m, n, k);
-    int64_t per_item = gr.tm * gr.tn, units = batch * per_item;
+    mm_grid gr = matmul_grid(md.m, md.n, md.k);
+    int64_t per_item = gr.tm * gr.tn, units = md.batch * per_item;
     int nt = a->nthreads < units ? a->nthreads : (int)units;
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t lo, hi;
-        mpmd_split(units, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        for (int64_t u = lo; u < hi; u++) {
-            int64_t item = u / per_item, t = u % per_item;
-            int64_t m0 = (t / gr.tn) * gr.mb, n0 = (t % gr.tn) * gr.nb;
-            int64_t mm = m - m0 < gr.mb ? m - m0 : gr.mb, nn = n - n0 < gr.nb ? n - n0 : gr.nb;
-            const float *Ai = A + item * sa + (tra ? m0 : m0 * lda);
-            const float *Bi = B + item * sb + (trb ? n0 * ldb : n0);
-            mpmd_sgemm(1, tra, trb, mm, nn, k, alpha, Ai, lda, Bi, ldb, 0.0f, C + item * sc + m0 * n + n0, n);
-        }
-    }
+    matmul_job j = {&md, &gr, alpha, a->in[0], a->in[1], a->out};
+    mpmd_cpu_for(a->dev, nt, units, matmul_part, &j);
     return 0;
 }
 
@@ -181,31 +190,39 @@ enum { SM_SOFTMAX, SM_CAUSAL, SM_LOG, SM_GRAD, SM_CAUSAL_GRAD, SM_LOG_GRAD };
 
 /* All six ops over rows: parallel over rows, each row on one thread. In the
  * causal ones, row r of a [..., T, T] tensor is query r % T. */
-static int softmax_family(const mpmd_kargs *a, int kind) {
-    const mpmd_type *t = a->in_type[0];
-    int64_t n = last_dim(t), rows = n ? mpmd_type_numel(t) / n : 0;
+typedef struct {
+    const mpmd_kargs *a;
+    int kind;
+} softmax_job;
+
+static void softmax_rows(void *ctx, int64_t lo, int64_t hi) {
+    const softmax_job *j = ctx;
+    const mpmd_kargs *a = j->a;
+    const int kind = j->kind;
+    const int64_t n = last_dim(a->in_type[0]);
     const float *x = a->in[0];
     const float *gy = (kind >= SM_GRAD) ? (const float *)a->in[1] : NULL;
     float *y = a->out;
-    int nt = mpmd_threads_for(a->nthreads, rows * n * 4);
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t lo, hi;
-        mpmd_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        for (int64_t r = lo; r < hi; r++) {
-            const float *xr = x + r * n;
-            float *yr = y + r * n;
-            int64_t len = (kind == SM_CAUSAL || kind == SM_CAUSAL_GRAD) ? r % n + 1 : n;
-            switch (kind) {
-            case SM_SOFTMAX:
-            case SM_CAUSAL: softmax_row(xr, yr, len, n); break;
-            case SM_LOG: log_softmax_row(xr, yr, n); break;
-            case SM_GRAD:
-            case SM_CAUSAL_GRAD: softmax_grad_row(xr, gy + r * n, yr, len, n); break;
-            case SM_LOG_GRAD: log_softmax_grad_row(xr, gy + r * n, yr, n); break;
-            }
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        int64_t len = (kind == SM_CAUSAL || kind == SM_CAUSAL_GRAD) ? r % n + 1 : n;
+        switch (kind) {
+        case SM_SOFTMAX:
+        case SM_CAUSAL: softmax_row(xr, yr, len, n); break;
+        case SM_LOG: log_softmax_row(xr, yr, n); break;
+        case SM_GRAD:
+        case SM_CAUSAL_GRAD: softmax_grad_row(xr, gy + r * n, yr, len, n); break;
+        case SM_LOG_GRAD: log_softmax_grad_row(xr, gy + r * n, yr, n); break;
         }
     }
+}
+
+static int softmax_family(const mpmd_kargs *a, int kind) {
+    const mpmd_type *t = a->in_type[0];
+    int64_t n = last_dim(t), rows = n ? mpmd_type_numel(t) / n : 0;
+    softmax_job j = {a, kind};
+    mpmd_cpu_for(a->dev, mpmd_threads_for(a->nthreads, rows * n * 4), rows, softmax_rows, &j);
     return 0;
 }
 
@@ -238,78 +255,75 @@ static void ln_stats(const float *x, int64_t n, float eps, float *mean, float *r
     *rstd = 1.0f / sqrtf(v / (float)n + eps);
 }
 
-/* y = (x - mean) * rstd * gamma + beta, per row; y may alias x. */
-static int k_layer_norm(const mpmd_kargs *a) {
+/* The row kernels below run over rows [lo, hi) with the kernel's
+ * arguments as their context (over_rows). */
+static int over_rows(const mpmd_kargs *a, int64_t per_elem, mpmd_range_fn fn) {
     const mpmd_type *t = a->in_type[0];
-    int64_t n = last_dim(t), rows = mpmd_type_numel(t) / n;
-    const float *x = a->in[0], *gamma = a->in[1], *beta = a->in[2];
-    float *y = a->out;
-    float eps = a->node->fa[0];
-    int nt = mpmd_threads_for(a->nthreads, rows * n * 4);
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t lo, hi;
-        mpmd_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        for (int64_t r = lo; r < hi; r++) {
-            const float *xr = x + r * n;
-            float *yr = y + r * n;
-            float mu, rs;
-            ln_stats(xr, n, eps, &mu, &rs);
-#pragma omp simd
-            for (int64_t i = 0; i < n; i++)
-                yr[i] = ((xr[i] - mu) * rs) * gamma[i] + beta[i];
-        }
-    }
+    int64_t n = last_dim(t), rows = n ? mpmd_type_numel(t) / n : 0;
+    mpmd_cpu_for(a->dev, mpmd_threads_for(a->nthreads, rows * n * per_elem), rows, fn, (void *)a);
     return 0;
 }
+
+/* y = (x - mean) * rstd * gamma + beta, per row; y may alias x. */
+static void layer_norm_rows(void *ctx, int64_t lo, int64_t hi) {
+    const mpmd_kargs *a = ctx;
+    const int64_t n = last_dim(a->in_type[0]);
+    const float *x = a->in[0], *gamma = a->in[1], *beta = a->in[2];
+    float *y = a->out;
+    const float eps = a->node->fa[0];
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        float mu, rs;
+        ln_stats(xr, n, eps, &mu, &rs);
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++)
+            yr[i] = ((xr[i] - mu) * rs) * gamma[i] + beta[i];
+    }
+}
+static int k_layer_norm(const mpmd_kargs *a) { return over_rows(a, 4, layer_norm_rows); }
 
 /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = gy * gamma,
  * xhat = (x - mean) * rstd, per row (statistics recomputed). Both sums run
  * in eight interleaved lanes in a fixed order. dx may alias gy: each row's
  * gy is fully read by the sums before the row is written. */
-static int k_layer_norm_grad_x(const mpmd_kargs *a) {
-    const mpmd_type *t = a->in_type[0];
-    int64_t n = last_dim(t), rows = mpmd_type_numel(t) / n;
+static void layer_norm_grad_x_rows(void *ctx, int64_t lo, int64_t hi) {
+    const mpmd_kargs *a = ctx;
+    const int64_t n = last_dim(a->in_type[0]);
     const float *x = a->in[0], *gamma = a->in[1], *gy = a->in[2];
     float *dx = a->out;
-    float eps = a->node->fa[0];
-    int nt = mpmd_threads_for(a->nthreads, rows * n * 6);
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t lo, hi;
-        mpmd_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        for (int64_t r = lo; r < hi; r++) {
-            const float *xr = x + r * n, *gr = gy + r * n;
-            float *dr = dx + r * n;
-            float mu, rs;
-            ln_stats(xr, n, eps, &mu, &rs);
-            float s1[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s2[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            int64_t i = 0;
-            for (; i + 8 <= n; i += 8)
-                for (int j = 0; j < 8; j++) {
-                    float gg = gr[i + j] * gamma[i + j];
-                    float xh = (xr[i + j] - mu) * rs;
-                    s1[j] += gg;
-                    s2[j] += gg * xh;
-                }
-            float sg = ((s1[0] + s1[4]) + (s1[2] + s1[6])) + ((s1[1] + s1[5]) + (s1[3] + s1[7]));
-            float sgx = ((s2[0] + s2[4]) + (s2[2] + s2[6])) + ((s2[1] + s2[5]) + (s2[3] + s2[7]));
-            for (; i < n; i++) {
-                float gg = gr[i] * gamma[i];
-                sg += gg;
-                sgx += gg * ((xr[i] - mu) * rs);
+    const float eps = a->node->fa[0];
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = x + r * n, *gr = gy + r * n;
+        float *dr = dx + r * n;
+        float mu, rs;
+        ln_stats(xr, n, eps, &mu, &rs);
+        float s1[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s2[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            for (int j = 0; j < 8; j++) {
+                float gg = gr[i + j] * gamma[i + j];
+                float xh = (xr[i + j] - mu) * rs;
+                s1[j] += gg;
+                s2[j] += gg * xh;
             }
-            float mg = sg / (float)n, mgx = sgx / (float)n;
+        float sg = ((s1[0] + s1[4]) + (s1[2] + s1[6])) + ((s1[1] + s1[5]) + (s1[3] + s1[7]));
+        float sgx = ((s2[0] + s2[4]) + (s2[2] + s2[6])) + ((s2[1] + s2[5]) + (s2[3] + s2[7]));
+        for (; i < n; i++) {
+            float gg = gr[i] * gamma[i];
+            sg += gg;
+            sgx += gg * ((xr[i] - mu) * rs);
+        }
+        float mg = sg / (float)n, mgx = sgx / (float)n;
 #pragma omp simd
-            for (int64_t k = 0; k < n; k++) {
-                float gg = gr[k] * gamma[k];
-                float xh = (xr[k] - mu) * rs;
-                dr[k] = rs * ((gg - mg) - xh * mgx);
-            }
+        for (int64_t k = 0; k < n; k++) {
+            float gg = gr[k] * gamma[k];
+            float xh = (xr[k] - mu) * rs;
+            dr[k] = rs * ((gg - mg) - xh * mgx);
         }
     }
-    return 0;
 }
+static int k_layer_norm_grad_x(const mpmd_kargs *a) { return over_rows(a, 6, layer_norm_grad_x_rows); }
 
 /* ---- RMS norm ------------------------------------------------------------------------------ */
 
@@ -320,62 +334,50 @@ static float rms_r(const float *x, int64_t n, float eps) {
 }
 
 /* y = x * r * scale, per row; y may alias x. */
-static int k_rms_norm(const mpmd_kargs *a) {
-    const mpmd_type *t = a->in_type[0];
-    int64_t n = last_dim(t), rows = mpmd_type_numel(t) / n;
+static void rms_norm_rows(void *ctx, int64_t lo, int64_t hi) {
+    const mpmd_kargs *a = ctx;
+    const int64_t n = last_dim(a->in_type[0]);
     const float *x = a->in[0], *scale = a->in[1];
     float *y = a->out;
-    float eps = a->node->fa[0];
-    int nt = mpmd_threads_for(a->nthreads, rows * n * 3);
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t lo, hi;
-        mpmd_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        for (int64_t r = lo; r < hi; r++) {
-            const float *xr = x + r * n;
-            float *yr = y + r * n;
-            float rs = rms_r(xr, n, eps);
+    const float eps = a->node->fa[0];
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        float rs = rms_r(xr, n, eps);
 #pragma omp simd
-            for (int64_t i = 0; i < n; i++)
-                yr[i] = (xr[i] * rs) * scale[i];
-        }
+        for (int64_t i = 0; i < n; i++)
+            yr[i] = (xr[i] * rs) * scale[i];
     }
-    return 0;
 }
+static int k_rms_norm(const mpmd_kargs *a) { return over_rows(a, 3, rms_norm_rows); }
 
 /* dx = r * (g - xhat * mean(g * xhat)), g = gy * scale, xhat = x * r, per
  * row. dx may alias gy: the row's sum reads all of gy before it is written. */
-static int k_rms_norm_grad_x(const mpmd_kargs *a) {
-    const mpmd_type *t = a->in_type[0];
-    int64_t n = last_dim(t), rows = mpmd_type_numel(t) / n;
+static void rms_norm_grad_x_rows(void *ctx, int64_t lo, int64_t hi) {
+    const mpmd_kargs *a = ctx;
+    const int64_t n = last_dim(a->in_type[0]);
     const float *x = a->in[0], *scale = a->in[1], *gy = a->in[2];
     float *dx = a->out;
-    float eps = a->node->fa[0];
-    int nt = mpmd_threads_for(a->nthreads, rows * n * 5);
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t lo, hi;
-        mpmd_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        for (int64_t r = lo; r < hi; r++) {
-            const float *xr = x + r * n, *gr = gy + r * n;
-            float *dr = dx + r * n;
-            float rs = rms_r(xr, n, eps);
-            float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            int64_t i = 0;
-            for (; i + 8 <= n; i += 8)
-                for (int j = 0; j < 8; j++)
-                    s[j] += (gr[i + j] * scale[i + j]) * (xr[i + j] * rs);
-            float sgx = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
-            for (; i < n; i++)
-                sgx += (gr[i] * scale[i]) * (xr[i] * rs);
-            float mgx = sgx / (float)n;
+    const float eps = a->node->fa[0];
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = x + r * n, *gr = gy + r * n;
+        float *dr = dx + r * n;
+        float rs = rms_r(xr, n, eps);
+        float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            for (int j = 0; j < 8; j++)
+                s[j] += (gr[i + j] * scale[i + j]) * (xr[i + j] * rs);
+        float sgx = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+        for (; i < n; i++)
+            sgx += (gr[i] * scale[i]) * (xr[i] * rs);
+        float mgx = sgx / (float)n;
 #pragma omp simd
-            for (int64_t k = 0; k < n; k++)
-                dr[k] = rs * ((gr[k] * scale[k]) - (xr[k] * rs) * mgx);
-        }
+        for (int64_t k = 0; k < n; k++)
+            dr[k] = rs * ((gr[k] * scale[k]) - (xr[k] * rs) * mgx);
     }
-    return 0;
 }
+static int k_rms_norm_grad_x(const mpmd_kargs *a) { return over_rows(a, 5, rms_norm_grad_x_rows); }
 
 /* ---- the scale gradient of both norms ------------------------------------------------------ */
 
@@ -389,39 +391,54 @@ static size_t scratch_norm_grad_scale(const mpmd_graph *g, const mpmd_node *n) {
     return (size_t)(mpmd_type_numel(t) / last_dim(t)) * 2 * sizeof(float);
 }
 
+typedef struct {
+    const mpmd_kargs *a;
+    int rms;
+} norm_scale_job;
+
+/* each row's (mean, rstd) into scratch */
+static void norm_stats_rows(void *ctx, int64_t lo, int64_t hi) {
+    const norm_scale_job *j = ctx;
+    const mpmd_kargs *a = j->a;
+    const int64_t n = last_dim(a->in_type[0]);
+    const float *x = a->in[0];
+    float *stats = a->scratch;
+    const float eps = a->node->fa[0];
+    for (int64_t r = lo; r < hi; r++) {
+        if (j->rms)
+            stats[2 * r] = 0.0f, stats[2 * r + 1] = rms_r(x + r * n, n, eps);
+        else
+            ln_stats(x + r * n, n, eps, &stats[2 * r], &stats[2 * r + 1]);
+    }
+}
+
+/* the column blocks [lo, hi) of 16, over every row in order */
+static void norm_scale_cols(void *ctx, int64_t lo, int64_t hi) {
+    const norm_scale_job *j = ctx;
+    const mpmd_kargs *a = j->a;
+    const mpmd_type *t = a->in_type[0];
+    const int64_t n = last_dim(t), rows = mpmd_type_numel(t) / n;
+    const float *x = a->in[0], *gy = a->in[1], *stats = a->scratch;
+    float *dg = a->out;
+    int64_t c0 = lo * 16, c1 = hi * 16 < n ? hi * 16 : n;
+    for (int64_t c = c0; c < c1; c++)
+        dg[c] = 0.0f;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n, *gr = gy + r * n;
+        float mu = stats[2 * r], rs = stats[2 * r + 1];
+#pragma omp simd
+        for (int64_t c = c0; c < c1; c++)
+            dg[c] += gr[c] * ((xr[c] - mu) * rs);
+    }
+}
+
 static int norm_grad_scale(const mpmd_kargs *a, int rms) {
     const mpmd_type *t = a->in_type[0];
     int64_t n = last_dim(t), rows = mpmd_type_numel(t) / n;
-    const float *x = a->in[0], *gy = a->in[1];
-    float *dg = a->out;
-    float *stats = a->scratch; /* mean, rstd per row */
-    float eps = a->node->fa[0];
-    int64_t blocks = (n + 15) / 16;
     int nt = mpmd_threads_for(a->nthreads, rows * n * 4);
-#pragma omp parallel num_threads(nt)
-    {
-        int tid = omp_get_thread_num(), tn = omp_get_num_threads();
-        int64_t lo, hi;
-        mpmd_split(rows, tid, tn, &lo, &hi);
-        for (int64_t r = lo; r < hi; r++) {
-            if (rms)
-                stats[2 * r] = 0.0f, stats[2 * r + 1] = rms_r(x + r * n, n, eps);
-            else
-                ln_stats(x + r * n, n, eps, &stats[2 * r], &stats[2 * r + 1]);
-        }
-#pragma omp barrier
-        mpmd_split(blocks, tid, tn, &lo, &hi);
-        int64_t c0 = lo * 16, c1 = hi * 16 < n ? hi * 16 : n;
-        for (int64_t c = c0; c < c1; c++)
-            dg[c] = 0.0f;
-        for (int64_t r = 0; r < rows; r++) {
-            const float *xr = x + r * n, *gr = gy + r * n;
-            float mu = stats[2 * r], rs = stats[2 * r + 1];
-#pragma omp simd
-            for (int64_t c = c0; c < c1; c++)
-                dg[c] += gr[c] * ((xr[c] - mu) * rs);
-        }
-    }
+    norm_scale_job j = {a, rms};
+    mpmd_cpu_for(a->dev, nt, rows, norm_stats_rows, &j);
+    mpmd_cpu_for(a->dev, nt, (n + 15) / 16, norm_scale_cols, &j);
     return 0;
 }
 
@@ -505,21 +522,22 @@ static int check_ids(const mpmd_kargs *a, const char *what, const char *op, cons
 }
 
 /* y[p, :] = table[ids[p], :], parallel over positions. */
-static int k_embedding(const mpmd_kargs *a) {
-    const mpmd_type *tt = a->in_type[0], *ti = a->in_type[1];
-    int64_t v = tt->dim[0], c = tt->dim[1], n = mpmd_type_numel(ti);
+static void embedding_rows(void *ctx, int64_t lo, int64_t hi) {
+    const mpmd_kargs *a = ctx;
+    const int64_t c = a->in_type[0]->dim[1];
     const float *table = a->in[0];
     const int32_t *ids = a->in[1];
     float *y = a->out;
+    for (int64_t p = lo; p < hi; p++)
+        memcpy(y + p * c, table + (int64_t)ids[p] * c, (size_t)c * sizeof(float));
+}
+
+static int k_embedding(const mpmd_kargs *a) {
+    const mpmd_type *tt = a->in_type[0], *ti = a->in_type[1];
+    int64_t v = tt->dim[0], c = tt->dim[1], n = mpmd_type_numel(ti);
+    const int32_t *ids = a->in[1];
     if (check_ids(a, "id", "embedding", ids, ti, v)) return 1;
-    int nt = mpmd_threads_for(a->nthreads, n * c);
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t lo, hi;
-        mpmd_split(n, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        for (int64_t p = lo; p < hi; p++)
-            memcpy(y + p * c, table + (int64_t)ids[p] * c, (size_t)c * sizeof(float));
-    }
+    mpmd_cpu_for(a->dev, mpmd_threads_for(a->nthreads, n * c), n, embedding_rows, (void *)a);
     return 0;
 }
 
@@ -527,32 +545,36 @@ static int k_embedding(const mpmd_kargs *a) {
  * Threads zero their share of rows, then split the columns into blocks of
  * 16 and each walks every position: each element's sum runs in position
  * order whatever the thread count. */
-static int k_embedding_grad(const mpmd_kargs *a) {
-    const mpmd_type *ti = a->in_type[0];
-    int64_t v = a->node->type.dim[0], c = a->node->type.dim[1], n = mpmd_type_numel(ti);
+static void embedding_zero_rows(void *ctx, int64_t lo, int64_t hi) {
+    const mpmd_kargs *a = ctx;
+    const int64_t c = a->node->type.dim[1];
+    memset((float *)a->out + lo * c, 0, (size_t)((hi - lo) * c) * sizeof(float));
+}
+
+/* the column blocks [lo, hi) of 16, over every position in order */
+static void embedding_grad_cols(void *ctx, int64_t lo, int64_t hi) {
+    const mpmd_kargs *a = ctx;
+    const int64_t c = a->node->type.dim[1], n = mpmd_type_numel(a->in_type[0]);
     const int32_t *ids = a->in[0];
     const float *gy = a->in[1];
     float *dt = a->out;
-    if (check_ids(a, "id", "embedding_grad", ids, ti, v)) return 1;
-    int64_t blocks = (c + 15) / 16;
-    int nt = mpmd_threads_for(a->nthreads, v * c + n * c);
-#pragma omp parallel num_threads(nt)
-    {
-        int tid = omp_get_thread_num(), tn = omp_get_num_threads();
-        int64_t lo, hi;
-        mpmd_split(v, tid, tn, &lo, &hi);
-        memset(dt + lo * c, 0, (size_t)((hi - lo) * c) * sizeof(float));
-#pragma omp barrier
-        mpmd_split(blocks, tid, tn, &lo, &hi);
-        int64_t c0 = lo * 16, c1 = hi * 16 < c ? hi * 16 : c;
-        for (int64_t p = 0; p < n; p++) {
-            float *dr = dt + (int64_t)ids[p] * c;
-            const float *gr = gy + p * c;
+    int64_t c0 = lo * 16, c1 = hi * 16 < c ? hi * 16 : c;
+    for (int64_t p = 0; p < n; p++) {
+        float *dr = dt + (int64_t)ids[p] * c;
+        const float *gr = gy + p * c;
 #pragma omp simd
-            for (int64_t j = c0; j < c1; j++)
-                dr[j] += gr[j];
-        }
+        for (int64_t j = c0; j < c1; j++)
+            dr[j] += gr[j];
     }
+}
+
+static int k_embedding_grad(const mpmd_kargs *a) {
+    const mpmd_type *ti = a->in_type[0];
+    int64_t v = a->node->type.dim[0], c = a->node->type.dim[1], n = mpmd_type_numel(ti);
+    if (check_ids(a, "id", "embedding_grad", a->in[0], ti, v)) return 1;
+    int nt = mpmd_threads_for(a->nthreads, v * c + n * c);
+    mpmd_cpu_for(a->dev, nt, v, embedding_zero_rows, (void *)a);
+    mpmd_cpu_for(a->dev, nt, (c + 15) / 16, embedding_grad_cols, (void *)a);
     return 0;
 }
 
@@ -560,26 +582,23 @@ static int k_embedding_grad(const mpmd_kargs *a) {
 
 /* y[r] = (max + log(sum(exp(x - max)))) - x[label]: two passes over each row
  * (max, then the exp-sum), parallel over rows. */
-static int k_cross_entropy(const mpmd_kargs *a) {
-    const mpmd_type *tl = a->in_type[0];
-    int64_t v = last_dim(tl), rows = mpmd_type_numel(tl) / v;
+static void cross_entropy_rows(void *ctx, int64_t lo, int64_t hi) {
+    const mpmd_kargs *a = ctx;
+    const int64_t v = last_dim(a->in_type[0]);
     const float *x = a->in[0];
     const int32_t *labels = a->in[1];
     float *y = a->out;
-    if (check_ids(a, "label", "cross_entropy", labels, a->in_type[1], v)) return 1;
-    int nt = mpmd_threads_for(a->nthreads, rows * v * 4);
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t lo, hi;
-        mpmd_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        for (int64_t r = lo; r < hi; r++) {
-            const float *xr = x + r * v;
-            float m = mpmd_max_f32(xr, v);
-            float lse = m + logf(sum_exp_shift(xr, v, m));
-            y[r] = lse - xr[labels[r]];
-        }
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = x + r * v;
+        float m = mpmd_max_f32(xr, v);
+        float lse = m + logf(sum_exp_shift(xr, v, m));
+        y[r] = lse - xr[labels[r]];
     }
-    return 0;
+}
+
+static int k_cross_entropy(const mpmd_kargs *a) {
+    if (check_ids(a, "label", "cross_entropy", a->in[1], a->in_type[1], last_dim(a->in_type[0]))) return 1;
+    return over_rows(a, 4, cross_entropy_rows);
 }
 
 /* One row of the gradient below. */
@@ -594,25 +613,23 @@ static void xent_grad_row(const float *xr, float *dr, int64_t v, int64_t lab, fl
 /* dx = (exp(x - lse) - onehot(label)) * gy[r], with lse = y[r] + x[label]
  * recovered from the forward's output: one pass over the row. dx may alias
  * x: x[label] is read before the row is written, and x[i] before dx[i]. */
-static int k_cross_entropy_grad(const mpmd_kargs *a) {
-    const mpmd_type *tl = a->in_type[0];
-    int64_t v = last_dim(tl), rows = mpmd_type_numel(tl) / v;
+static void cross_entropy_grad_rows(void *ctx, int64_t lo, int64_t hi) {
+    const mpmd_kargs *a = ctx;
+    const int64_t v = last_dim(a->in_type[0]);
     const float *x = a->in[0], *yl = a->in[2], *gy = a->in[3];
     const int32_t *labels = a->in[1];
     float *dx = a->out;
-    if (check_ids(a, "label", "cross_entropy_grad", labels, a->in_type[1], v)) return 1;
-    int nt = mpmd_threads_for(a->nthreads, rows * v * 4);
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t lo, hi;
-        mpmd_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        for (int64_t r = lo; r < hi; r++) {
-            const float *xr = x + r * v;
-            int64_t lab = labels[r];
-            xent_grad_row(xr, dx + r * v, v, lab, yl[r] + xr[lab], gy[r]);
-        }
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = x + r * v;
+        int64_t lab = labels[r];
+        xent_grad_row(xr, dx + r * v, v, lab, yl[r] + xr[lab], gy[r]);
     }
-    return 0;
+}
+
+static int k_cross_entropy_grad(const mpmd_kargs *a) {
+    if (check_ids(a, "label", "cross_entropy_grad", a->in[1], a->in_type[1], last_dim(a->in_type[0])))
+        return 1;
+    return over_rows(a, 4, cross_entropy_grad_rows);
 }
 
 /* ---- attention ------------------------------------------------------------------------------ */
@@ -716,36 +733,40 @@ static int att_no_scratch(const mpmd_kargs *a, const char *op, size_t need) {
     return 1;
 }
 
-/* o = attention(q, k, v), parallel over (b, h, query block). */
-static int k_attention(const mpmd_kargs *a) {
+/* o = attention(q, k, v), parallel over (b, h, query block); part t
+ * uses scratch slot t. */
+static void attention_part(void *ctx, int tid, int nt) {
+    const mpmd_kargs *a = ctx;
     const att_shape s = att_shape_of(a->in_type[0], a->node);
     const float *q = a->in[0], *k = a->in[1], *v = a->in[2];
     float *o = a->out;
     const int64_t units = att_units(&s, 0), slot = att_slot_floats(&s, 0);
+    float *e = (float *)a->scratch + tid * slot, *r = e + round_up(s.qb * s.T, 16);
+    int64_t lo, hi;
+    mpmd_split(units, tid, nt, &lo, &hi);
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t bh = u / s.nqb, i0 = (u % s.nqb) * s.qb;
+        int64_t m = s.T - i0 < s.qb ? s.T - i0 : s.qb, kend = s.causal ? i0 + m : s.T;
+        int64_t base = ((bh / s.H) * s.T * s.H + bh % s.H) * s.D; /* (b, t = 0, h) */
+        float *ob = o + base + i0 * s.ld;
+        att_exp(&s, q + base + i0 * s.ld, k + base, i0, m, kend, e, r);
+        mpmd_sgemm(1, 0, 0, m, s.D, kend, 1.0f, e, kend, v + base, s.ld, 0.0f, ob, s.ld);
+        for (int64_t row = 0; row < m; row++) {
+            float *orow = ob + row * s.ld, rr = r[row];
+#pragma omp simd
+            for (int64_t d = 0; d < s.D; d++)
+                orow[d] *= rr;
+        }
+    }
+}
+
+static int k_attention(const mpmd_kargs *a) {
+    const att_shape s = att_shape_of(a->in_type[0], a->node);
+    const int64_t units = att_units(&s, 0);
     if (units == 0) return 0;
     if (!a->scratch) return att_no_scratch(a, "attention", scratch_attention(a->g, a->node));
     int nt = att_threads(a, units, 4.0 * (double)s.qb * (double)s.T * (double)s.D);
-#pragma omp parallel num_threads(nt)
-    {
-        int tid = omp_get_thread_num();
-        float *e = (float *)a->scratch + tid * slot, *r = e + round_up(s.qb * s.T, 16);
-        int64_t lo, hi;
-        mpmd_split(units, tid, omp_get_num_threads(), &lo, &hi);
-        for (int64_t u = lo; u < hi; u++) {
-            int64_t bh = u / s.nqb, i0 = (u % s.nqb) * s.qb;
-            int64_t m = s.T - i0 < s.qb ? s.T - i0 : s.qb, kend = s.causal ? i0 + m : s.T;
-            int64_t base = ((bh / s.H) * s.T * s.H + bh % s.H) * s.D; /* (b, t = 0, h) */
-            float *ob = o + base + i0 * s.ld;
-            att_exp(&s, q + base + i0 * s.ld, k + base, i0, m, kend, e, r);
-            mpmd_sgemm(1, 0, 0, m, s.D, kend, 1.0f, e, kend, v + base, s.ld, 0.0f, ob, s.ld);
-            for (int64_t row = 0; row < m; row++) {
-                float *orow = ob + row * s.ld, rr = r[row];
-#pragma omp simd
-                for (int64_t d = 0; d < s.D; d++)
-                    orow[d] *= rr;
-            }
-        }
-    }
+    mpmd_cpu_parallel(a->dev, nt, attention_part, (void *)a);
     return 0;
 }
 
@@ -755,53 +776,56 @@ static int k_attention(const mpmd_kargs *a) {
  * (0 where masked), and
  *   dQ_blk = scale dS K,  dK += scale dS^T Q_blk,  dV += P^T dO_blk
  * over the block's keys [0, kend); dK and dV start at 0. */
-static int k_attention_grad(const mpmd_kargs *a) {
+static void attention_grad_part(void *ctx, int tid, int nt) {
+    const mpmd_kargs *a = ctx;
     const att_shape s = att_shape_of(a->in_type[0], a->node);
     const float *q = a->in[0], *k = a->in[1], *v = a->in[2], *o = a->in[3], *go = a->in[4];
     const int64_t plane = s.B * s.T * s.ld;
     float *dq = a->out, *dk = dq + plane, *dv = dk + plane;
     const int64_t units = att_units(&s, 1), slot = att_slot_floats(&s, 1);
+    float *p = (float *)a->scratch + tid * slot, *dp = p + round_up(s.qb * s.T, 16);
+    float *r = dp + round_up(s.qb * s.T, 16);
+    int64_t lo, hi;
+    mpmd_split(units, tid, nt, &lo, &hi);
+    for (int64_t bh = lo; bh < hi; bh++) {
+        int64_t base = ((bh / s.H) * s.T * s.H + bh % s.H) * s.D; /* (b, t = 0, h) */
+        for (int64_t t = 0; t < s.T; t++) {
+            memset(dk + base + t * s.ld, 0, (size_t)s.D * sizeof(float));
+            memset(dv + base + t * s.ld, 0, (size_t)s.D * sizeof(float));
+        }
+        for (int64_t i0 = 0; i0 < s.T; i0 += s.qb) {
+            int64_t m = s.T - i0 < s.qb ? s.T - i0 : s.qb, kend = s.causal ? i0 + m : s.T;
+            const float *qb = q + base + i0 * s.ld, *gb = go + base + i0 * s.ld;
+            att_exp(&s, qb, k + base, i0, m, kend, p, r);
+            mpmd_sgemm(1, 0, 1, m, kend, s.D, 1.0f, gb, s.ld, v + base, s.ld, 0.0f, dp, kend);
+            for (int64_t row = 0; row < m; row++) {
+                float *pr = p + row * kend, *dr = dp + row * kend, rr = r[row];
+                float di = mpmd_dot_f32(gb + row * s.ld, o + base + (i0 + row) * s.ld, s.D);
+                int64_t len = s.causal ? i0 + row + 1 : kend;
+#pragma omp simd
+                for (int64_t j = 0; j < len; j++) {
+                    float pj = pr[j] * rr;
+                    pr[j] = pj;
+                    dr[j] = pj * (dr[j] - di);
+                }
+                for (int64_t j = len; j < kend; j++)
+                    dr[j] = 0.0f;
+            }
+            mpmd_sgemm(1, 0, 0, m, s.D, kend, s.scale, dp, kend, k + base, s.ld, 0.0f, dq + base + i0 * s.ld,
+                       s.ld);
+            mpmd_sgemm(1, 1, 0, kend, s.D, m, s.scale, dp, kend, qb, s.ld, 1.0f, dk + base, s.ld);
+            mpmd_sgemm(1, 1, 0, kend, s.D, m, 1.0f, p, kend, gb, s.ld, 1.0f, dv + base, s.ld);
+        }
+    }
+}
+
+static int k_attention_grad(const mpmd_kargs *a) {
+    const att_shape s = att_shape_of(a->in_type[0], a->node);
+    const int64_t units = att_units(&s, 1);
     if (units == 0 || s.T == 0) return 0; /* nothing to write */
     if (!a->scratch) return att_no_scratch(a, "attention_grad", scratch_attention_grad(a->g, a->node));
     int nt = att_threads(a, units, 10.0 * (double)s.T * (double)s.T * (double)s.D);
-#pragma omp parallel num_threads(nt)
-    {
-        int tid = omp_get_thread_num();
-        float *p = (float *)a->scratch + tid * slot, *dp = p + round_up(s.qb * s.T, 16);
-        float *r = dp + round_up(s.qb * s.T, 16);
-        int64_t lo, hi;
-        mpmd_split(units, tid, omp_get_num_threads(), &lo, &hi);
-        for (int64_t bh = lo; bh < hi; bh++) {
-            int64_t base = ((bh / s.H) * s.T * s.H + bh % s.H) * s.D; /* (b, t = 0, h) */
-            for (int64_t t = 0; t < s.T; t++) {
-                memset(dk + base + t * s.ld, 0, (size_t)s.D * sizeof(float));
-                memset(dv + base + t * s.ld, 0, (size_t)s.D * sizeof(float));
-            }
-            for (int64_t i0 = 0; i0 < s.T; i0 += s.qb) {
-                int64_t m = s.T - i0 < s.qb ? s.T - i0 : s.qb, kend = s.causal ? i0 + m : s.T;
-                const float *qb = q + base + i0 * s.ld, *gb = go + base + i0 * s.ld;
-                att_exp(&s, qb, k + base, i0, m, kend, p, r);
-                mpmd_sgemm(1, 0, 1, m, kend, s.D, 1.0f, gb, s.ld, v + base, s.ld, 0.0f, dp, kend);
-                for (int64_t row = 0; row < m; row++) {
-                    float *pr = p + row * kend, *dr = dp + row * kend, rr = r[row];
-                    float di = mpmd_dot_f32(gb + row * s.ld, o + base + (i0 + row) * s.ld, s.D);
-                    int64_t len = s.causal ? i0 + row + 1 : kend;
-#pragma omp simd
-                    for (int64_t j = 0; j < len; j++) {
-                        float pj = pr[j] * rr;
-                        pr[j] = pj;
-                        dr[j] = pj * (dr[j] - di);
-                    }
-                    for (int64_t j = len; j < kend; j++)
-                        dr[j] = 0.0f;
-                }
-                mpmd_sgemm(1, 0, 0, m, s.D, kend, s.scale, dp, kend, k + base, s.ld, 0.0f,
-                           dq + base + i0 * s.ld, s.ld);
-                mpmd_sgemm(1, 1, 0, kend, s.D, m, s.scale, dp, kend, qb, s.ld, 1.0f, dk + base, s.ld);
-                mpmd_sgemm(1, 1, 0, kend, s.D, m, 1.0f, p, kend, gb, s.ld, 1.0f, dv + base, s.ld);
-            }
-        }
-    }
+    mpmd_cpu_parallel(a->dev, nt, attention_grad_part, (void *)a);
     return 0;
 }
 

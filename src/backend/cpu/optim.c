@@ -14,7 +14,6 @@
 #include "../../ops/optim.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdint.h>
 
 /* t = t + 1 on the i32 step counter. */
@@ -39,22 +38,21 @@ static void sgd_range(float *p, const float *gr, float lr, int64_t lo, int64_t h
         p[i] = p[i] - lr * gr[i];
 }
 
+typedef struct {
+    float *p;
+    const float *gr;
+    float lr;
+} sgd_job;
+
+static void sgd_part(void *ctx, int64_t lo, int64_t hi) {
+    const sgd_job *j = ctx;
+    sgd_range(j->p, j->gr, j->lr, lo, hi);
+}
+
 static int k_sgd(const mpmd_kargs *a) {
-    float *p = (float *)a->in[0];
-    const float *gr = (const float *)a->in[1];
-    const float lr = *(const float *)a->in[2];
+    sgd_job j = {(float *)a->in[0], (const float *)a->in[1], *(const float *)a->in[2]};
     int64_t n = mpmd_type_numel(a->in_type[0]);
-    int nt = mpmd_threads_for(a->nthreads, n);
-    if (nt <= 1) {
-        sgd_range(p, gr, lr, 0, n);
-        return 0;
-    }
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t lo, hi;
-        mpmd_split(n, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        sgd_range(p, gr, lr, lo, hi);
-    }
+    mpmd_cpu_for(a->dev, mpmd_threads_for(a->nthreads, n), n, sgd_part, &j);
     return 0;
 }
 
@@ -89,6 +87,18 @@ static void adam_range(const adam_k *k, float *p, const float *gr, float *mu, fl
         adam_elem(k, p, gr, mu, nu, i);
 }
 
+typedef struct {
+    const adam_k *k;
+    float *p;
+    const float *gr;
+    float *mu, *nu;
+} adam_job;
+
+static void adam_part(void *ctx, int64_t lo, int64_t hi) {
+    const adam_job *j = ctx;
+    adam_range(j->k, j->p, j->gr, j->mu, j->nu, lo, hi);
+}
+
 static int k_adamw(const mpmd_kargs *a) {
     const mpmd_node *nd = a->node;
     float *p = (float *)a->in[0];
@@ -107,17 +117,8 @@ static int k_adamw(const mpmd_kargs *a) {
     k.bc2 = 1.0f - powf(k.b2, (float)t);
     k.lr = *(const float *)a->in[5];
     int64_t n = mpmd_type_numel(a->in_type[0]);
-    int nt = mpmd_threads_for(a->nthreads, 8 * n);
-    if (nt <= 1) {
-        adam_range(&k, p, gr, mu, nu, 0, n);
-        return 0;
-    }
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t lo, hi;
-        mpmd_split(n, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        adam_range(&k, p, gr, mu, nu, lo, hi);
-    }
+    adam_job j = {&k, p, gr, mu, nu};
+    mpmd_cpu_for(a->dev, mpmd_threads_for(a->nthreads, 8 * n), n, adam_part, &j);
     return 0;
 }
 

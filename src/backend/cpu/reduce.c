@@ -23,7 +23,6 @@
 #include "backend/op_descs.h"
 #include "backend/shape_plan.h"
 
-#include <omp.h>
 #include <string.h>
 
 /* ---- iteration helpers -------------------------------------------------------- */
@@ -190,6 +189,22 @@ static void reduce_outer(const rlayout *L, int is_max, float scale, const float 
 }
 
 /* sum, mean (scale fa[0]) and max over the axes in ia[0]. */
+typedef struct {
+    const rlayout *L;
+    int is_max;
+    float scale;
+    const float *x;
+    float *y;
+} reduce_job;
+
+static void reduce_part(void *ctx, int64_t lo, int64_t hi) {
+    const reduce_job *j = ctx;
+    if (j->L->inner)
+        reduce_inner(j->L, j->is_max, j->scale, j->x, j->y, lo, hi);
+    else
+        reduce_outer(j->L, j->is_max, j->scale, j->x, j->y, lo, hi);
+}
+
 static int k_reduce(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
     const float *x = a->in[0];
@@ -207,17 +222,8 @@ static int k_reduce(const mpmd_kargs *a) {
     rlayout_make(a->in_type[0], n->ia[0], &L);
     int nt = mpmd_threads_for(a->nthreads, numel);
     if (nt > n_out) nt = (int)n_out;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        int64_t lo, hi;
-        mpmd_split(n_out, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        if (lo < hi) {
-            if (L.inner)
-                reduce_inner(&L, is_max, scale, x, y, lo, hi);
-            else
-                reduce_outer(&L, is_max, scale, x, y, lo, hi);
-        }
-    }
+    reduce_job j = {&L, is_max, scale, x, y};
+    mpmd_cpu_for(a->dev, nt, n_out, reduce_part, &j);
     return 0;
 }
 
@@ -301,6 +307,20 @@ static size_t s_max_grad(const mpmd_graph *g, const mpmd_node *n) {
     return 2 * (size_t)mpmd_type_numel(gt) * sizeof(float);
 }
 
+typedef struct {
+    const rlayout *L;
+    const float *x, *dy;
+    float *dx, *mx, *cn;
+} max_grad_job;
+
+static void max_grad_part(void *ctx, int64_t lo, int64_t hi) {
+    const max_grad_job *j = ctx;
+    if (j->L->inner)
+        max_grad_inner(j->L, j->x, j->dy, j->dx, lo, hi);
+    else
+        max_grad_outer(j->L, j->x, j->dy, j->dx, j->mx, j->cn, lo, hi);
+}
+
 static int k_max_grad(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
     const float *x = a->in[0], *dy = a->in[1];
@@ -318,17 +338,8 @@ static int k_max_grad(const mpmd_kargs *a) {
     }
     int nt = mpmd_threads_for(a->nthreads, numel);
     if (nt > n_out) nt = (int)n_out;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        int64_t lo, hi;
-        mpmd_split(n_out, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        if (lo < hi) {
-            if (L.inner)
-                max_grad_inner(&L, x, dy, dx, lo, hi);
-            else
-                max_grad_outer(&L, x, dy, dx, mx, cn, lo, hi);
-        }
-    }
+    max_grad_job j = {&L, x, dy, dx, mx, cn};
+    mpmd_cpu_for(a->dev, nt, n_out, max_grad_part, &j);
     return 0;
 }
 
@@ -338,24 +349,30 @@ static int k_max_grad(const mpmd_kargs *a) {
  * dst + i*ds (strides in elements). Threads split the concatenated
  * elements into contiguous ranges, so a few long runs and many short ones
  * both spread over the threads. */
-static void copy_runs(int nthreads, uint32_t *dst, int64_t ds, const uint32_t *src, int64_t ss,
+typedef struct {
+    uint32_t *dst;
+    int64_t ds;
+    const uint32_t *src;
+    int64_t ss, run;
+} runs_job;
+
+static void runs_part(void *ctx, int64_t lo, int64_t hi) {
+    const runs_job *j = ctx;
+    int64_t i = lo / j->run, c = lo % j->run, pos = lo;
+    while (pos < hi) {
+        int64_t k = j->run - c < hi - pos ? j->run - c : hi - pos;
+        memcpy(j->dst + i * j->ds + c, j->src + i * j->ss + c, (size_t)k * 4);
+        pos += k;
+        i++;
+        c = 0;
+    }
+}
+
+static void copy_runs(const mpmd_kargs *a, uint32_t *dst, int64_t ds, const uint32_t *src, int64_t ss,
                       int64_t n_runs, int64_t run) {
     int64_t total = n_runs * run;
-    if (total == 0) return;
-    int nt = mpmd_threads_for(nthreads, total);
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        int64_t lo, hi;
-        mpmd_split(total, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        int64_t i = lo / run, c = lo % run, pos = lo;
-        while (pos < hi) {
-            int64_t k = run - c < hi - pos ? run - c : hi - pos;
-            memcpy(dst + i * ds + c, src + i * ss + c, (size_t)k * 4);
-            pos += k;
-            i++;
-            c = 0;
-        }
-    }
+    runs_job j = {dst, ds, src, ss, run};
+    mpmd_cpu_for(a->dev, mpmd_threads_for(a->nthreads, total), total, runs_part, &j);
 }
 
 /* reshape: the same bytes; copy only when not given the input's buffer
@@ -363,7 +380,7 @@ static void copy_runs(int nthreads, uint32_t *dst, int64_t ds, const uint32_t *s
 static int k_reshape(const mpmd_kargs *a) {
     if (a->out == a->in[0]) return 0;
     if (mpmd_dtype_size(a->node->type.dtype) == 4)
-        copy_runs(a->nthreads, a->out, 0, a->in[0], 0, 1, mpmd_type_numel(&a->node->type));
+        copy_runs(a, a->out, 0, a->in[0], 0, 1, mpmd_type_numel(&a->node->type));
     else
         memcpy(a->out, a->in[0], mpmd_type_bytes(&a->node->type));
     return 0;
@@ -375,13 +392,34 @@ static int k_slice(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
     int64_t outer, d, inner, start = n->ia[1], w = n->ia[2] - n->ia[1];
     mpmd_axis_split(a->in_type[0], (int)n->ia[0], &outer, &d, &inner);
-    copy_runs(a->nthreads, a->out, w * inner, (const uint32_t *)a->in[0] + start * inner, d * inner, outer,
-              w * inner);
+    copy_runs(a, a->out, w * inner, (const uint32_t *)a->in[0] + start * inner, d * inner, outer, w * inner);
     return 0;
 }
 
 /* slice_grad: dx[o, j, i] = dy[o, j - start, i] for start <= j < stop, else
  * 0. Threads split dx's elements; each row o is [zeros | dy run | zeros]. */
+typedef struct {
+    const float *dy;
+    float *dx;
+    int64_t row, s0, s1, wrow; /* row: dx's, wrow: dy's */
+} slice_grad_job;
+
+static void slice_grad_part(void *ctx, int64_t lo, int64_t hi) {
+    const slice_grad_job *j = ctx;
+    int64_t pos = lo;
+    while (pos < hi) {
+        int64_t o = pos / j->row, c = pos % j->row;
+        /* the segment of this row holding c: [0,s0) zeros, [s0,s1) copy, [s1,row) zeros */
+        int64_t end = c < j->s0 ? j->s0 : c < j->s1 ? j->s1 : j->row;
+        if (end - c > hi - pos) end = c + (hi - pos);
+        if (c >= j->s0 && c < j->s1)
+            memcpy(j->dx + pos, j->dy + o * j->wrow + (c - j->s0), (size_t)(end - c) * sizeof(float));
+        else
+            memset(j->dx + pos, 0, (size_t)(end - c) * sizeof(float));
+        pos += end - c;
+    }
+}
+
 static int k_slice_grad(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
     int64_t outer, d, inner, w = n->ia[2] - n->ia[1];
@@ -389,25 +427,8 @@ static int k_slice_grad(const mpmd_kargs *a) {
     int64_t row = d * inner, s0 = n->ia[1] * inner, s1 = n->ia[2] * inner, total = outer * row;
     const float *dy = a->in[0];
     float *dx = a->out;
-    if (total == 0) return 0;
-    int nt = mpmd_threads_for(a->nthreads, total);
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        int64_t lo, hi;
-        mpmd_split(total, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        int64_t pos = lo;
-        while (pos < hi) {
-            int64_t o = pos / row, c = pos % row;
-            /* the segment of this row holding c: [0,s0) zeros, [s0,s1) copy, [s1,row) zeros */
-            int64_t end = c < s0 ? s0 : c < s1 ? s1 : row;
-            if (end - c > hi - pos) end = c + (hi - pos);
-            if (c >= s0 && c < s1)
-                memcpy(dx + pos, dy + o * w * inner + (c - s0), (size_t)(end - c) * sizeof(float));
-            else
-                memset(dx + pos, 0, (size_t)(end - c) * sizeof(float));
-            pos += end - c;
-        }
-    }
+    slice_grad_job j = {dy, dx, row, s0, s1, w * inner};
+    mpmd_cpu_for(a->dev, mpmd_threads_for(a->nthreads, total), total, slice_grad_part, &j);
     return 0;
 }
 
@@ -419,8 +440,7 @@ static int k_concat(const mpmd_kargs *a) {
     mpmd_axis_split(&n->type, ax, &outer, &dt, &inner);
     for (int k = 0; k < n->n_in; k++) {
         int64_t dk = a->in_type[k]->dim[ax];
-        copy_runs(a->nthreads, (uint32_t *)a->out + off * inner, dt * inner, a->in[k], dk * inner, outer,
-                  dk * inner);
+        copy_runs(a, (uint32_t *)a->out + off * inner, dt * inner, a->in[k], dk * inner, outer, dk * inner);
         off += dk;
     }
     return 0;
@@ -435,6 +455,47 @@ static int k_concat(const mpmd_kargs *a) {
 
 #define TILE 32
 
+typedef struct {
+    const uint32_t *x;
+    uint32_t *y;
+    const odo *walk;               /* rows, or the axes besides the two transposed */
+    int64_t len;                   /* rows: elements per row */
+    int64_t ntile, na, nb, sa, tb; /* tiles: see k_permute */
+} perm_job;
+
+static void perm_rows_part(void *ctx, int64_t lo, int64_t hi) {
+    const perm_job *j = ctx;
+    odo o = *j->walk;
+    odo_seek(&o, lo);
+    for (int64_t r = lo; r < hi; r++, odo_next(&o))
+        memcpy(j->y + r * j->len, j->x + o.a, (size_t)j->len * 4);
+}
+
+static void perm_tiles_part(void *ctx, int64_t lo, int64_t hi) {
+    const perm_job *j = ctx;
+    const int64_t ntile = j->ntile, na = j->na, nb = j->nb, sa = j->sa, tb = j->tb;
+    uint32_t buf[TILE * TILE];
+    odo o = *j->walk;
+    odo_seek(&o, lo / ntile);
+    for (int64_t it = lo; it < hi; it++) {
+        int64_t t = it % ntile;
+        if (it > lo && t == 0) odo_next(&o);
+        const uint32_t *xs = j->x + o.a;
+        uint32_t *ys = j->y + o.b;
+        int64_t a0 = t * TILE, an = a0 + TILE < na ? TILE : na - a0;
+        for (int64_t b0 = 0; b0 < nb; b0 += TILE) {
+            int64_t bn = b0 + TILE < nb ? TILE : nb - b0;
+            for (int64_t i = 0; i < an; i++) {
+                const uint32_t *src = xs + (a0 + i) * sa + b0;
+                for (int64_t k = 0; k < bn; k++)
+                    buf[k * TILE + i] = src[k];
+            }
+            for (int64_t k = 0; k < bn; k++)
+                memcpy(ys + (b0 + k) * tb + a0, buf + k * TILE, (size_t)an * 4);
+        }
+    }
+}
+
 /* permute: y[i_0, ..., i_{m-1}] = x at input index j with j[q[k]] = i_k. */
 static int k_permute(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
@@ -445,7 +506,7 @@ static int k_permute(const mpmd_kargs *a) {
     mpmd_perm_plan P;
     mpmd_perm_plan_make(&P, a->in_type[0], n->ia);
     if (P.identity) { /* nothing moves: one copy */
-        copy_runs(a->nthreads, y, 0, x, 0, 1, numel);
+        copy_runs(a, y, 0, x, 0, 1, numel);
         return 0;
     }
     int m = P.m;
@@ -460,15 +521,8 @@ static int k_permute(const mpmd_kargs *a) {
             odo_push(&rows, P.in_size[P.q[k]], istr[P.q[k]], 0);
         int64_t nrows = numel / len;
         if (nt > nrows) nt = (int)nrows;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-        {
-            int64_t lo, hi;
-            mpmd_split(nrows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-            odo o = rows;
-            odo_seek(&o, lo);
-            for (int64_t r = lo; r < hi; r++, odo_next(&o))
-                memcpy(y + r * len, x + o.a, (size_t)len * 4);
-        }
+        perm_job j = {x, y, &rows, len, 0, 0, 0, 0, 0};
+        mpmd_cpu_for(a->dev, nt, nrows, perm_rows_part, &j);
         return 0;
     }
     /* The last axis moves: a 2-D transpose of input axis ia (the output's
@@ -486,31 +540,8 @@ static int k_permute(const mpmd_kargs *a) {
         if (k != p) odo_push(&rest, P.in_size[P.q[k]], istr[P.q[k]], ostr[k]);
     int64_t ntile = (na + TILE - 1) / TILE, items = odo_count(&rest) * ntile;
     if (nt > items) nt = (int)items;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        uint32_t buf[TILE * TILE];
-        int64_t lo, hi;
-        mpmd_split(items, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        odo o = rest;
-        if (lo < hi) odo_seek(&o, lo / ntile);
-        for (int64_t it = lo; it < hi; it++) {
-            int64_t t = it % ntile;
-            if (it > lo && t == 0) odo_next(&o);
-            const uint32_t *xs = x + o.a;
-            uint32_t *ys = y + o.b;
-            int64_t a0 = t * TILE, an = a0 + TILE < na ? TILE : na - a0;
-            for (int64_t b0 = 0; b0 < nb; b0 += TILE) {
-                int64_t bn = b0 + TILE < nb ? TILE : nb - b0;
-                for (int64_t i = 0; i < an; i++) {
-                    const uint32_t *src = xs + (a0 + i) * sa + b0;
-                    for (int64_t j = 0; j < bn; j++)
-                        buf[j * TILE + i] = src[j];
-                }
-                for (int64_t j = 0; j < bn; j++)
-                    memcpy(ys + (b0 + j) * tb + a0, buf + j * TILE, (size_t)an * 4);
-            }
-        }
-    }
+    perm_job j = {x, y, &rest, 0, ntile, na, nb, sa, tb};
+    mpmd_cpu_for(a->dev, nt, items, perm_tiles_part, &j);
     return 0;
 }
 
