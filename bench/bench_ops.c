@@ -31,6 +31,7 @@
 enum { TOKENS = 256, WIDTH = 768, HEADS = 12, SEQ = 64, MLP = 3072, VOCAB = 50257 };
 
 static int g_threads = 1;
+static void *g_dev; /* the CPU backend's instance: its pool runs the kernels' threads */
 static const char *g_filter = NULL;
 
 static void *xmalloc(size_t bytes) {
@@ -91,7 +92,7 @@ static void bench_node(const mpmd_graph *g, mpmd_value v, const char *label, dou
     size_t sb = e->scratch ? e->scratch(g, n) : 0;
     void *scratch = sb ? xmalloc(sb) : NULL;
     char err[512] = "";
-    mpmd_kargs a = {g, n, out, in, ty, g_threads, scratch, 0, err, sizeof err, NULL};
+    mpmd_kargs a = {g, n, out, in, ty, g_threads, scratch, 0, err, sizeof err, g_dev};
     double t[64];
     int reps = 0;
     if (e->fn(&a)) { /* warm-up; also checks the inputs */
@@ -324,6 +325,12 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    char why[256];
+    const mpmd_backend *cpu = mpmd_backend_get("cpu");
+    if (!cpu || !(g_dev = cpu->open(0, g_threads, why, sizeof why))) {
+        fprintf(stderr, "bench_ops: opening the CPU backend: %s\n", cpu ? why : "not built");
+        return 1;
+    }
     bench_sgemm();
     bench_matmuls();
     bench_layer_norm();
@@ -332,5 +339,6 @@ int main(int argc, char **argv) {
     bench_cross_entropy();
     bench_embedding();
     bench_gelu();
+    cpu->close(g_dev);
     return 0;
 }

@@ -15,8 +15,8 @@
  * Then the contention row: gpt2-small with another process keeping one core
  * busy (a child this benchmark starts and stops), on the default thread
  * count (every core) and on one thread; target: the default at most 1.1
- * times one thread's step (mpmd's programs make OpenMP's idle workers sleep:
- * examples/models/program.h).
+ * times one thread's step (the library's idle kernel threads stop watching
+ * for work when that does not pay: src/util/pool.h).
  *
  * Progress goes to stderr; after it, stdout gets one JSON object per
  * configuration, one per line, with the OpenBLAS kernel set (blas_core).

@@ -765,8 +765,15 @@ typedef enum mpmd_runtime_kind { MPMD_RUNTIME_LOCAL = 0, MPMD_RUNTIME_MPI = 1 } 
 typedef enum mpmd_fsdp_gather { MPMD_GATHER_PER_TASK = 0, MPMD_GATHER_PER_STEP = 1 } mpmd_fsdp_gather;
 
 typedef struct mpmd_step_opts {
-    int threads_per_rank; /* kernel threads of each rank; 0: the cores divided among the ranks */
-    uint64_t seed;        /* initialiser seed (as mpmd_exec_opts.seed) */
+    /* Kernel threads of each rank; 0: the cores this process may use (its
+     * affinity mask, its cgroup's CPU quota; under MPI shared with the
+     * job's other processes on the machine) divided among its ranks, so
+     * threads never outnumber cores. Each rank's threads beyond its own are
+     * workers that watch for work briefly after each kernel, then sleep,
+     * so an idle rank leaves its cores to busy ones (how long they watch:
+     * MPMD_POOL_SPIN_US, OMP_WAIT_POLICY; docs/guide.md, "Threads"). */
+    int threads_per_rank;
+    uint64_t seed; /* initialiser seed (as mpmd_exec_opts.seed) */
     mpmd_runtime_kind runtime;
     /* The mesh's data axis: replicas of every pipeline rank (0 or 1: none).
      * Each replica runs the same programs on its share of the batch; after
@@ -1022,6 +1029,8 @@ typedef struct mpmd_step_stats {
     double transfer_ms; /* time in sends and receives, waiting left out, summed over ranks */
     double analytic_bubble;  /* the schedule's textbook bubble, NAN if none */
     char analytic_formula[128];
+    int threads_per_rank;      /* kernel threads each rank ran on (the CPU backend's) */
+    char threads_reason[192];  /* why that many: as asked, or the cores this process may use per rank */
     mpmd_rank_stats *ranks; /* [num_ranks], owned: mpmd_step_stats_free */
 } mpmd_step_stats;
 
@@ -1030,7 +1039,8 @@ mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_er
 void mpmd_step_stats_free(mpmd_step_stats *s);
 /* The summary as a table: per rank tasks, busy and wait time, bubble, peak
  * activation bytes measured and planned, memory planned and measured;
- * measured, simulated and analytic bubble of the whole step; the slowest
+ * measured, simulated and analytic bubble of the whole step; the kernel
+ * threads per rank and why that many; the slowest
  * stage and the imbalance; the time in transfers. */
 mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *err);
 

@@ -2,20 +2,12 @@
  *
  * program_start(name, argv):
  *
- * - OpenMP's worker threads spin between parallel regions by default
- *   (libgomp: about 300,000 rounds before they sleep). On a core another
- *   process holds, a spinning worker takes the time slices the rank's own
- *   work needs: measured on 2 cores with one kept busy, a GPT step on two
- *   threads took 3.7 times as long as on one. libgomp reads its wait policy
- *   once, when it is loaded, so a program cannot change it for itself: when
- *   OMP_WAIT_POLICY is not set, program_start sets it to passive (workers
- *   sleep at once) and starts the program again with the same arguments.
- *   A program that sets OMP_WAIT_POLICY itself keeps its choice.
  * - When OpenBLAS runs generic kernels on a CPU with AVX2 or AVX-512, it
  *   prints mpmd_blas_warning() once, to stderr.
  *
- * Call it first in main, before MPI or any threads start. A library user's
- * program can do the same, or export OMP_WAIT_POLICY=passive.
+ * Nothing here concerns threads: the library's kernel threads sleep when
+ * idle whatever the environment says (src/util/pool.h), so a program that
+ * links libmpmd needs no setting of its own.
  *
  * program_end(name, status): main's exit status once stdout is flushed and
  * closed. Output that could not be written (a full disk, `gpt > /dev/full`)
@@ -33,9 +25,7 @@
 #include <unistd.h>
 
 static inline void program_start(const char *name, char **argv) {
-    if (!getenv("OMP_WAIT_POLICY") && setenv("OMP_WAIT_POLICY", "passive", 1) == 0) {
-        execv("/proc/self/exe", argv); /* returns only when it could not: go on as we are */
-    }
+    (void)argv;
     const char *w = mpmd_blas_warning();
     if (w) fprintf(stderr, "%s: warning: %s\n", name, w);
 }
