@@ -182,7 +182,9 @@ static const char *usage =
     "                        other names get .step000120 appended) and keep the K newest, an older\n"
     "                        one deleted only once a newer one is written; PATH is the last step's\n"
     "  --resume PATH         continue from a checkpoint (any pipeline layout); a weights file\n"
-    "                        (--export-weights) starts at step 1 from its weights, optimizer fresh\n"
+    "                        (--export-weights) starts at step 1 from its weights, optimizer fresh.\n"
+    "                        The model options must be those it was trained with (a checkpoint\n"
+    "                        records them); lr, batch, the layout and precision may change\n"
     "  --resume latest       continue from the newest checkpoint of --save PATH (PATH or its\n"
     "                        series) that loads, a damaged one skipped with a warning; none yet:\n"
     "                        start at step 1. So one command line starts and restarts a run\n"
@@ -920,11 +922,24 @@ static int generate(options *o, trainer *t) {
     so.step_timeout = o->step_timeout;
     if (!(t->st = mpmd_jit_with_loop(d.g, t->sched, &so, &err))) return fail(t, "%s", err.msg);
     if (o->resume) {
+        /* the parameters load by name and shape alone: --heads or
+         * --tie-embeddings of another model would load and decode wrong */
+        mpmd_checkpoint_info info;
+        if (mpmd_checkpoint_read_info(o->resume, &info, &err) ||
+            gpt_config_check_recorded(&o->cfg, info.config, o->resume, &err))
+            return fail(t, "%s", err.msg);
         mpmd_param_load_report rep;
         if (mpmd_step_load_params(t->st, o->resume, NULL, &rep, &err)) return fail(t, "%s", err.msg);
         if (rep.missing)
             return fail(t, "%s lacks %d of the model's %d parameters: give the model options it was trained with",
                         o->resume, rep.missing, d.n_params);
+        /* a weights export holds parameters only: one this model does not
+         * read (an untied LM head under --tie-embeddings) is of another model */
+        if (info.weights_only && rep.unexpected)
+            return fail(t,
+                        "%s holds %d parameter%s this model does not have (an LM head of its own: trained "
+                        "without --tie-embeddings?): give the model options it was trained with",
+                        o->resume, rep.unexpected, rep.unexpected == 1 ? "" : "s");
     } else {
         gpt_model view = gpt_decoder_model(&d);
         if (gpt_hf_import(o->init_from, &view, t->st, &err)) return fail(t, "--init-from %s", err.msg);
@@ -1021,6 +1036,7 @@ static mpmd_checkpoint_info checkpoint_info(const options *o, long long step) {
     mpmd_checkpoint_info info = MPMD_CHECKPOINT_INFO_INIT;
     info.step = step;
     info.seed = o->seed;
+    gpt_config_record(&o->cfg, info.config, sizeof info.config); /* what --resume and --generate check */
     return info;
 }
 
@@ -1049,11 +1065,11 @@ static int periodic_save(trainer *t, const options *o, long long step) {
     return 0;
 }
 
-/* --resume: load the checkpoint at `path`, after checking its seed against
- * this run's; *first becomes the step to train next. On failure err says
- * why and *fatal whether --resume latest may try an older file instead (a
- * file that cannot be read or verifies wrong) or must stop (a checkpoint of
- * another seed or model). */
+/* --resume: load the checkpoint at `path`, after checking the model it
+ * records and its seed against this run's; *first becomes the step to train
+ * next. On failure err says why and *fatal whether --resume latest may try
+ * an older file instead (a file that cannot be read or verifies wrong) or
+ * must stop (a checkpoint of another model or seed). */
 static mpmd_status resume_from(trainer *t, const options *o, const char *path, long long *first, int *fatal,
                                mpmd_error *err) {
     mpmd_checkpoint_info info;
@@ -1061,6 +1077,7 @@ static mpmd_status resume_from(trainer *t, const options *o, const char *path, l
     mpmd_status rc = mpmd_checkpoint_read_info(path, &info, err);
     if (rc) return rc;
     *fatal = 1;
+    if ((rc = gpt_config_check_recorded(&o->cfg, info.config, path, err))) return rc;
     /* a weights export (info.weights_only) gives the parameters alone:
      * fresh optimizer state, step 0, no seed to keep */
     if (!info.weights_only && info.seed != o->seed)

@@ -23,6 +23,15 @@
 #       sent to mpirun, stop every process after the same step, and
 #       --resume latest continues bit for bit.
 #
+#   gpt_checkpoints.sh BUILD_DIR SOURCE_DIR model
+#     a checkpoint records the options that shape the model: resuming or
+#     generating with another (--heads, --width, --seq, --tie-embeddings,
+#     llama's --kv-heads and --rope-base, the other program) is refused
+#     naming both values; an untied weights export under --generate
+#     --tie-embeddings is refused; what may change (lr, batch, layout,
+#     precision) may; a checkpoint without the record (an older one) loads
+#     as before.
+#
 # MPMD_TEST_QUICK=1 (the sanitizer build) uses a smaller model where a
 # checkpoint must take a while to write.
 set -uo pipefail
@@ -371,9 +380,86 @@ EOF
   fi
 }
 
+model() {
+  local d=$tmp/model out rc
+  mkdir -p "$d"
+  local m=(--layers 2 --width 32 --seq 16 --batch 4 --microbatches 2 --quiet)
+  expect() { # expect STATUS PATTERN PROGRAM ARGS...
+    local want=$1 pat=$2
+    shift 2
+    out=$("$@" 2>&1)
+    rc=$?
+    if [ "$rc" -eq "$want" ] && grep -qF -- "$pat" <<<"$out"; then ok "exit $rc: $pat"; else bad "$*: exit $rc, $out"; fi
+  }
+  "$gpt" "${m[@]}" --heads 2 --steps 3 --save "$d/h2.safetensors" >/dev/null
+  expect 1 "gpt: $d/h2.safetensors was trained with --heads 2; this run has --heads 4" \
+    "$gpt" "${m[@]}" --heads 4 --steps 6 --resume "$d/h2.safetensors"
+  expect 1 "was trained with --width 32, --heads 2; this run has --width 64, --heads 4" \
+    "$gpt" "${m[@]}" --heads 4 --width 64 --steps 6 --resume "$d/h2.safetensors"
+  expect 1 "was trained with --seq 16; this run has --seq 8" "$gpt" "${m[@]}" --heads 2 --seq 8 --steps 6 \
+    --resume "$d/h2.safetensors"
+  expect 1 "was trained with --vocab 256; this run has --vocab 300" "$gpt" "${m[@]}" --heads 2 --vocab 300 --steps 6 \
+    --resume "$d/h2.safetensors"
+  expect 1 "$d/h2.safetensors was trained with no --tie-embeddings (an LM head of its own); this run has --tie-embeddings" \
+    "$gpt" "${m[@]}" --heads 2 --generate 4 --resume "$d/h2.safetensors" --tie-embeddings
+  expect 1 "was trained with --heads 2; this run has --heads 4" "$gpt" "${m[@]}" --heads 4 --generate 4 \
+    --resume "$d/h2.safetensors"
+  "$gpt" "${m[@]}" --heads 2 --steps 3 --save "$d/t.safetensors" --tie-embeddings >/dev/null
+  expect 1 "was trained with --tie-embeddings; this run has no --tie-embeddings" "$gpt" "${m[@]}" --heads 2 --steps 6 \
+    --resume "$d/t.safetensors"
+  # what may change: lr, batch, the layout, precision
+  local line
+  line=$("$gpt" "${m[@]}" --heads 2 --steps 5 --resume "$d/h2.safetensors" --lr 0.001 --batch 8 --microbatches 4 \
+    --schedule gpipe --stages 2 --precision bf16 2>&1 | tail -n 1)
+  case "$line" in final_loss=*) ok "resumed with another lr, batch, layout and precision: $line" ;;
+    *) bad "resuming with training options changed: $line" ;; esac
+  # a weights export records no model: an untied head under --tie-embeddings is refused by its tensors
+  "$gpt" "${m[@]}" --heads 2 --steps 3 --export-weights "$d/w.safetensors" --dtype f32 >/dev/null
+  expect 1 "$d/w.safetensors holds 1 parameter this model does not have (an LM head of its own" \
+    "$gpt" "${m[@]}" --heads 2 --generate 4 --resume "$d/w.safetensors" --tie-embeddings
+  expect 0 "sample 3: The " "$gpt" "${m[@]}" --heads 2 --generate 4 --resume "$d/w.safetensors"
+  # llama
+  "$llama" "${m[@]}" --heads 4 --kv-heads 2 --steps 3 --save "$d/l.safetensors" >/dev/null
+  expect 1 "llama: $d/l.safetensors was trained with --kv-heads 2; this run has --kv-heads 4" \
+    "$llama" "${m[@]}" --heads 4 --steps 5 --resume "$d/l.safetensors"
+  expect 1 "was trained with --mlp-hidden 88; this run has --mlp-hidden 64" \
+    "$llama" "${m[@]}" --heads 4 --kv-heads 2 --mlp-hidden 64 --steps 5 --resume "$d/l.safetensors"
+  expect 1 "was trained with --rope-base 10000; this run has --rope-base 500" \
+    "$llama" "${m[@]}" --heads 4 --kv-heads 2 --rope-base 500 --steps 5 --resume "$d/l.safetensors"
+  expect 0 "final_loss=" "$llama" "${m[@]}" --heads 4 --kv-heads 2 --seq 8 --steps 5 --resume "$d/l.safetensors"
+  expect 1 "gpt: $d/l.safetensors was trained with llama blocks (the llama program); this run builds gpt2 blocks" \
+    "$gpt" "${m[@]}" --heads 4 --steps 5 --resume "$d/l.safetensors"
+  # a checkpoint without the record (as older ones are): loads as before,
+  # a wrong --heads included, and the right options continue bit for bit
+  python3 - "$d/h2.safetensors" "$d/old.safetensors" <<'EOF'
+import hashlib, json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+(n,) = struct.unpack("<Q", raw[:8])
+header = json.loads(raw[8:8 + n])
+data = raw[8 + n:]
+meta = header["__metadata__"]
+del meta["config"]
+meta["header_sha256"] = "0" * 64
+text = json.dumps(header, separators=(",", ":"))
+text += " " * (-(8 + len(text)) % 8)
+head = struct.pack("<Q", len(text)) + text.encode()
+meta["header_sha256"] = hashlib.sha256(head).hexdigest()
+text2 = json.dumps(header, separators=(",", ":"))
+text2 += " " * (len(text) - len(text2))
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(text2)) + text2.encode() + data)
+EOF
+  expect 0 "final_loss=" "$gpt" "${m[@]}" --heads 4 --steps 6 --resume "$d/old.safetensors"
+  local straight
+  straight=$(final "$gpt" "${m[@]}" --heads 2 --steps 6)
+  line=$(final "$gpt" "${m[@]}" --heads 2 --steps 6 --resume "$d/old.safetensors")
+  [ "$line" = "$straight" ] && ok "a checkpoint without the record continues as before: $line" ||
+    bad "a checkpoint without the record: $line vs $straight"
+}
+
 case "$what" in
   signals) signals ;;
-  *) echo "gpt_checkpoints.sh: signals, got '$what'" >&2; exit 2 ;;
+  model) model ;;
+  *) echo "gpt_checkpoints.sh: signals or model, got '$what'" >&2; exit 2 ;;
 esac
 echo "gpt_checkpoints $what: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -2,7 +2,8 @@
  * and what is a member of a series; rotation keeps the newest files older
  * than the one just written and leaves later and foreign files alone; the
  * list --resume latest tries is newest first, a damaged file in its place
- * with why.
+ * with why; the model a checkpoint records and every option of a run that
+ * differs from it, named with both values.
  */
 #include "gpt_model.h"
 #include "gpt_save.h"
@@ -153,7 +154,7 @@ static void test_list(void) {
     }
     gpt_candidates_free(cand, n);
     /* the path itself damaged: tried (and skipped) first */
-    truncate(path, 5);
+    CHECK(truncate(path, 5) == 0, "truncate %s", path);
     CHECK(gpt_series_list(path, &cand, &n, &err) == MPMD_OK && n == 4 && cand[0].bad &&
               strstr(cand[0].path, "/run.safetensors"),
           "a damaged --save file is listed first");
@@ -171,6 +172,74 @@ static void test_list(void) {
     gpt_model_free(&m);
 }
 
+static void expect_refusal(const gpt_config *run, const char *rec, const char *want) {
+    mpmd_error err;
+    err.msg[0] = '\0';
+    mpmd_status rc = gpt_config_check_recorded(run, rec, "run.safetensors", &err);
+    CHECK(rc != MPMD_OK && strstr(err.msg, want), "recorded \"%s\": %d \"%s\", want \"%s\"", rec, (int)rc,
+          err.msg, want);
+}
+
+static void test_config(void) {
+    gpt_config c = gpt_config_default();
+    c.heads = 4;
+    char rec[MPMD_CHECKPOINT_CONFIG_MAX];
+    gpt_config_record(&c, rec, sizeof rec);
+    CHECK(!strcmp(rec, "arch=gpt2 layers=4 width=128 heads=4 vocab=256 seq=64 tie-embeddings=0"),
+          "gpt record: %s", rec);
+    mpmd_error err;
+    CHECK(gpt_config_check_recorded(&c, rec, "f", &err) == MPMD_OK, "its own record: %s", err.msg);
+    /* what may change on resume */
+    gpt_config d = c;
+    d.lr = 1e-4f, d.batch = 32, d.microbatches = 8, d.stages = 4, d.compute = MPMD_BF16, d.dropout = 0.1f;
+    d.remat = 1, d.fused_attention = 0, d.tensor_parallel = 2, d.clip = 1.0f;
+    CHECK(gpt_config_check_recorded(&d, rec, "f", &err) == MPMD_OK, "training options changed: %s", err.msg);
+    /* what may not */
+    d = c, d.heads = 2;
+    expect_refusal(&d, rec, "run.safetensors was trained with --heads 4; this run has --heads 2");
+    d = c, d.layers = 6, d.width = 64;
+    expect_refusal(
+        &d, rec,
+        "run.safetensors was trained with --layers 4, --width 128; this run has --layers 6, --width 64");
+    d = c, d.vocab = 50257;
+    expect_refusal(&d, rec, "with --vocab 256; this run has --vocab 50257");
+    d = c, d.seq = 32;
+    expect_refusal(&d, rec, "with --seq 64; this run has --seq 32");
+    d = c, d.tie_embeddings = 1;
+    expect_refusal(&d, rec,
+                   "with no --tie-embeddings (an LM head of its own); this run has --tie-embeddings");
+    gpt_config t = c;
+    t.tie_embeddings = 1;
+    gpt_config_record(&t, rec, sizeof rec);
+    expect_refusal(&c, rec, "with --tie-embeddings; this run has no --tie-embeddings");
+    /* llama: grouped-query heads, the SwiGLU width and the rotary base count; seq does not (no position
+     * table) */
+    gpt_config l = c;
+    l.arch = GPT_ARCH_LLAMA, l.kv_heads = 2, l.rope_base = 500000.0f;
+    gpt_config_record(&l, rec, sizeof rec);
+    CHECK(!strcmp(rec, "arch=llama layers=4 width=128 heads=4 vocab=256 seq=64 tie-embeddings=0 kv-heads=2 "
+                       "mlp-hidden=344 rope-base=500000"),
+          "llama record: %s", rec);
+    d = l, d.seq = 16;
+    CHECK(gpt_config_check_recorded(&d, rec, "f", &err) == MPMD_OK, "llama, another seq: %s", err.msg);
+    d = l, d.kv_heads = 0; /* all 4 */
+    expect_refusal(&d, rec, "with --kv-heads 2; this run has --kv-heads 4");
+    d = l, d.mlp_hidden = 256;
+    expect_refusal(&d, rec, "with --mlp-hidden 344; this run has --mlp-hidden 256");
+    d = l, d.rope_base = 10000.0f;
+    expect_refusal(&d, rec, "with --rope-base 500000; this run has --rope-base 10000");
+    expect_refusal(&c, rec,
+                   "run.safetensors was trained with llama blocks (the llama program); this run builds gpt2");
+    /* files that record no model load as before */
+    const char *none[] = {"", "layers=4 stages=2", "free text for people"};
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
+        CHECK(gpt_config_check_recorded(&c, none[i], "f", &err) == MPMD_OK, "\"%s\" is not checked", none[i]);
+    CHECK(gpt_config_check_recorded(&c, NULL, "f", &err) == MPMD_OK, "no config");
+    CHECK(gpt_config_check_recorded(&c, "arch=gpt2 heads=four", "run.safetensors", &err) == MPMD_ERR_FORMAT &&
+              strstr(err.msg, "run.safetensors records heads=four, not a number"),
+          "a malformed record: %s", err.msg);
+}
+
 int main(void) {
     const char *base = getenv("TMPDIR");
     snprintf(dir, sizeof dir, "%s/mpmd_gpt_save_XXXXXX", base && *base ? base : "/tmp");
@@ -181,6 +250,7 @@ int main(void) {
     test_names();
     test_rotation();
     test_list();
+    test_config();
     rmdir(dir);
     return tu_report("test_gpt_save");
 }

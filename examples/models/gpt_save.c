@@ -184,6 +184,103 @@ void gpt_candidates_free(gpt_candidate *c, int n) {
     free(c);
 }
 
+/* ---- the model a checkpoint was trained with ------------------------------------------ */
+
+static int kv_heads(const gpt_config *c) { return c->kv_heads > 0 ? c->kv_heads : c->heads; }
+
+static const char *arch_name(int arch) { return arch == GPT_ARCH_LLAMA ? "llama" : "gpt2"; }
+
+void gpt_config_record(const gpt_config *c, char *out, size_t cap) {
+    int n = snprintf(out, cap, "arch=%s layers=%d width=%lld heads=%d vocab=%lld seq=%lld tie-embeddings=%d",
+                     arch_name(c->arch), c->layers, (long long)c->width, c->heads, (long long)c->vocab,
+                     (long long)c->seq, c->tie_embeddings ? 1 : 0);
+    if (c->arch == GPT_ARCH_LLAMA && n > 0 && (size_t)n < cap)
+        snprintf(out + n, cap - (size_t)n, " kv-heads=%d mlp-hidden=%lld rope-base=%.9g", kv_heads(c),
+                 (long long)gpt_mlp_hidden(c), (double)c->rope_base);
+}
+
+/* The value of `key` in a recorded config ("k=v k=v ..."), copied to buf;
+ * 0 when absent. */
+static int recorded_value(const char *rec, const char *key, char *buf, size_t cap) {
+    size_t kl = strlen(key);
+    for (const char *p = rec; *p;) {
+        while (*p == ' ')
+            p++;
+        const char *end = strchr(p, ' ');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len > kl && p[kl] == '=' && strncmp(p, key, kl) == 0) {
+            snprintf(buf, cap, "%.*s", (int)(len - kl - 1), p + kl + 1);
+            return 1;
+        }
+        p += len;
+    }
+    return 0;
+}
+
+/* Append "a" to list a and "b" to list b, comma-separated. */
+static void both(char *a, char *b, size_t cap, const char *x, const char *y) {
+    size_t la = strlen(a), lb = strlen(b);
+    snprintf(a + la, cap - la, "%s%s", la ? ", " : "", x);
+    snprintf(b + lb, cap - lb, "%s%s", lb ? ", " : "", y);
+}
+
+mpmd_status gpt_config_check_recorded(const gpt_config *c, const char *recorded, const char *file,
+                                      mpmd_error *err) {
+    char v[64];
+    if (!recorded || !recorded_value(recorded, "arch", v, sizeof v)) return MPMD_OK;
+    if (strcmp(v, arch_name(c->arch)) != 0)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "%s was trained with %s blocks (the %s program); this run builds %s blocks",
+                              file, v, strcmp(v, "llama") ? "gpt" : "llama", arch_name(c->arch));
+    struct {
+        const char *key;
+        long long have;
+        int when; /* 1: always, 2: gpt2 only, 3: llama only */
+    } ints[] = {
+        {"layers", c->layers, 1},
+        {"width", c->width, 1},
+        {"heads", c->heads, 1},
+        {"vocab", c->vocab, 1},
+        {"seq", c->seq, 2},
+        {"kv-heads", kv_heads(c), 3},
+        {"mlp-hidden", gpt_mlp_hidden(c), 3},
+    };
+    char was[600] = "", is[600] = "", x[96], y[96];
+    int llama = c->arch == GPT_ARCH_LLAMA;
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        if ((ints[i].when == 2 && llama) || (ints[i].when == 3 && !llama)) continue;
+        if (!recorded_value(recorded, ints[i].key, v, sizeof v)) continue;
+        char *end;
+        errno = 0;
+        long long got = strtoll(v, &end, 10);
+        if (errno || end == v || *end)
+            return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s records %s=%s, not a number", file, ints[i].key,
+                                  v);
+        if (got == ints[i].have) continue;
+        snprintf(x, sizeof x, "--%s %lld", ints[i].key, got);
+        snprintf(y, sizeof y, "--%s %lld", ints[i].key, ints[i].have);
+        both(was, is, sizeof was, x, y);
+    }
+    if (recorded_value(recorded, "tie-embeddings", v, sizeof v) &&
+        (strcmp(v, "1") == 0) != (c->tie_embeddings != 0))
+        both(was, is, sizeof was,
+             c->tie_embeddings ? "no --tie-embeddings (an LM head of its own)" : "--tie-embeddings",
+             c->tie_embeddings ? "--tie-embeddings" : "no --tie-embeddings");
+    if (llama && recorded_value(recorded, "rope-base", v, sizeof v)) {
+        char *end;
+        double got = strtod(v, &end);
+        if (end == v || *end)
+            return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s records rope-base=%s, not a number", file, v);
+        if ((float)got != c->rope_base) {
+            snprintf(x, sizeof x, "--rope-base %.9g", got);
+            snprintf(y, sizeof y, "--rope-base %.9g", (double)c->rope_base);
+            both(was, is, sizeof was, x, y);
+        }
+    }
+    if (!was[0]) return MPMD_OK;
+    return mpmd_error_set(err, MPMD_ERR_INVALID, "%s was trained with %s; this run has %s", file, was, is);
+}
+
 /* ---- stopping on a signal ---------------------------------------------------------- */
 
 /* What the handler reads: lock-free atomics (async-signal-safe) and names

@@ -25,6 +25,7 @@
 #ifndef GPT_SAVE_H
 #define GPT_SAVE_H
 
+#include "gpt_model.h"
 #include "mpmd.h"
 #include "mpmd_checkpoint.h"
 
@@ -61,6 +62,27 @@ typedef struct gpt_candidate {
  * path itself: first). MPMD_ERR_IO when the directory cannot be read. */
 mpmd_status gpt_series_list(const char *path, gpt_candidate **out, int *n, mpmd_error *err);
 void gpt_candidates_free(gpt_candidate *c, int n);
+
+/* ---- the model a checkpoint was trained with ------------------------------------ */
+
+/* What rebuilds the model, for a checkpoint's info.config:
+ *
+ *     arch=gpt2 layers=4 width=128 heads=4 vocab=256 seq=64 tie-embeddings=0
+ *     arch=llama ... kv-heads=2 mlp-hidden=344 rope-base=10000   (llama adds these)
+ *
+ * Other options (lr, batch, microbatches, the layout, precision, dropout,
+ * remat) may change when a run resumes and are not recorded. */
+void gpt_config_record(const gpt_config *c, char *out, size_t cap);
+
+/* Check the config a checkpoint recorded (gpt_config_record) against the
+ * run's: MPMD_ERR_INVALID naming every option that differs with both
+ * values ("run.safetensors was trained with --heads 2; this run has
+ * --heads 4"). seq counts for gpt (its position table has seq rows), not
+ * for llama (rotary positions). A config that records no "arch=" (an older
+ * checkpoint, a weights export, another program's text) is not checked:
+ * MPMD_OK. */
+mpmd_status gpt_config_check_recorded(const gpt_config *c, const char *recorded, const char *file,
+                                      mpmd_error *err);
 
 /* ---- a background writer ---------------------------------------------------- */
 
