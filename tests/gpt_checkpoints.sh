@@ -4,7 +4,8 @@
 #   gpt_checkpoints.sh BUILD_DIR SOURCE_DIR signals
 #     - SIGTERM between steps stops after that step with exit status 143
 #       and a checkpoint that --resume latest continues bit for bit as a
-#       straight run; SIGINT without --save exits 130 saving nothing;
+#       straight run; SIGINT without --save exits 130 saving nothing, and
+#       is left ignored when the program starts with it ignored;
 #     - SIGTERM while a checkpoint is written: the write completes, the stop
 #       is saved, no temporary file is left and every file verifies;
 #     - a second signal while a checkpoint is written stops at once and
@@ -136,8 +137,12 @@ signals() {
   # ---- SIGINT, no --save ----------------------------------------------------
   d=$tmp/int
   mkdir -p "$d"
+  # (with job control: a script's background job starts with SIGINT ignored,
+  # and the program leaves a signal ignored that it was started with)
+  set -m
   "$gpt" "${small[@]}" --steps 100000 --log-every 5 >"$d/out" 2>"$d/err" &
   pid=$!
+  set +m
   pids+=("$pid")
   wait_for "$d/out" "^step 5/" 120
   kill -INT "$pid"
@@ -145,6 +150,20 @@ signals() {
   rc=$?
   [ "$rc" -eq 130 ] && grep -q "gpt: SIGINT: stopped after step [0-9]* of 100000 (no --save: nothing saved)" "$d/err" &&
     ok "SIGINT without --save: exit 130, nothing saved" || bad "SIGINT: exit $rc, $(cat "$d/err")"
+  "$gpt" "${small[@]}" --steps 100000 --log-every 5 >"$d/out2" 2>"$d/err2" &
+  pid=$!
+  pids+=("$pid")
+  wait_for "$d/out2" "^step 5/" 120
+  kill -INT "$pid"
+  sleep 0.5
+  local alive=no
+  kill -0 "$pid" 2>/dev/null && alive=yes
+  kill -TERM "$pid"
+  wait "$pid"
+  rc=$?
+  [ "$alive" = yes ] && [ "$rc" -eq 143 ] && ! grep -q SIGINT "$d/err2" &&
+    ok "SIGINT ignored from the start (a script's background job) stays ignored; SIGTERM stops the run" ||
+    bad "an ignored SIGINT: alive $alive, exit $rc, $(cat "$d/err2")"
 
   # ---- SIGTERM while a checkpoint is written ---------------------------------
   d=$tmp/during

@@ -360,9 +360,15 @@ void gpt_stop_install(const char *prog, int say_it) {
     sigaddset(&sa.sa_mask, SIGINT);
     sigaddset(&sa.sa_mask, SIGUSR1);
     sa.sa_flags = SA_RESTART; /* reads and writes of the run go on */
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
+    const int sigs[] = {SIGTERM, SIGINT, SIGUSR1};
+    for (int i = 0; i < 3; i++) {
+        /* one this process was started with ignored stays so: a shell
+         * starts a script's background jobs with SIGINT ignored, so that
+         * Ctrl-C does not reach them (Python's handler does the same) */
+        struct sigaction old;
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+        sigaction(sigs[i], &sa, NULL);
+    }
     signal(SIGXFSZ, SIG_IGN);
 }
 

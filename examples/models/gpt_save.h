@@ -18,9 +18,10 @@
  * step (gpt_stop_requested); a second one ends the process at once with
  * exit status 128 + the signal, first removing the temporary file of a
  * checkpoint being written (gpt_stop_arm_temp), so that a stray
- * "<path>.tmp.<pid>..." is not left behind. SIGXFSZ is ignored, so that a
- * file-size limit (ulimit -f) fails a save like a full disk instead of
- * killing the run.
+ * "<path>.tmp.<pid>..." is not left behind. A signal the process was
+ * started with ignored (SIGINT in a script's background job) stays
+ * ignored. SIGXFSZ is ignored, so that a file-size limit (ulimit -f) fails
+ * a save like a full disk instead of killing the run.
  */
 #ifndef GPT_SAVE_H
 #define GPT_SAVE_H
