@@ -416,20 +416,17 @@ void gpt_saver_start(gpt_saver *s, mpmd_checkpoint_snapshot *snap, const char *p
     s->rc = MPMD_OK;
     s->err.msg[0] = '\0';
     atomic_store(&s->finished, 0);
-    if (pthread_create(&s->thread, NULL, saver_main, s) == 0) {
-        s->running = 1;
-        return;
-    }
-    saver_main(s); /* no thread: write it now */
+    s->running = 1;
+    s->threaded = pthread_create(&s->thread, NULL, saver_main, s) == 0;
+    if (!s->threaded) saver_main(s); /* no thread: write it now */
 }
 
 int gpt_saver_busy(gpt_saver *s) { return s->running && !atomic_load(&s->finished); }
 
 mpmd_status gpt_saver_join(gpt_saver *s) {
-    if (s->running) {
-        pthread_join(s->thread, NULL);
-        s->running = 0;
-    }
+    if (s->threaded) pthread_join(s->thread, NULL);
+    s->threaded = 0;
+    s->running = 0;
     mpmd_status rc = s->rc;
     s->rc = MPMD_OK;
     return rc;

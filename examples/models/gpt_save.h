@@ -91,7 +91,8 @@ mpmd_status gpt_config_check_recorded(const gpt_config *c, const char *recorded,
  * memory) and the thread writing it. */
 typedef struct gpt_saver {
     pthread_t thread;
-    int running;         /* a thread was started and not joined yet */
+    int running;         /* a write was started and its outcome not taken yet (gpt_saver_join) */
+    int threaded;        /* on `thread`, not joined yet */
     atomic_int finished; /* the thread has returned */
     mpmd_checkpoint_snapshot *snap;
     char path[4200];
