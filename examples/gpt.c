@@ -22,18 +22,23 @@
  * float tolerance, not bits.)
  *
  * Exit status: 0 on success, 2 for bad options, 1 for a failure while
- * building or training (including a NaN/Inf loss, unless --no-nan-check).
+ * building or training (including a NaN/Inf loss, unless --no-nan-check),
+ * 128 + the signal when SIGTERM, SIGINT or SIGUSR1 stopped the run (143,
+ * 130, 138): after the step it was in, with a checkpoint when --save is
+ * given; a second signal stops it at once (examples/models/gpt_save.h).
  */
 #include "program.h"
 #include "gpt_generate.h"
 #include "gpt_import.h"
 #include "gpt_model.h"
 #include "gpt_plan.h"
+#include "gpt_save.h"
 #include "mpmd.h"
 #include "mpmd_checkpoint.h"
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,9 +172,22 @@ static const char *usage =
     "                        follows the step's length: us, ms, s or min)\n"
     "  --timeline-width PX   the timeline's time axis in px (default: about 1100)\n"
     "  --save PATH           write a checkpoint (safetensors) after the last step\n"
-    "  --save-every K        also every K steps (needs --save)\n"
+    "  --save-every K        also every K steps (needs --save), written by a background thread\n"
+    "                        while training goes on; one at a time: a save due while the last one\n"
+    "                        is still being written is skipped, with a message. A failed one (a\n"
+    "                        full disk) is a warning: the previous checkpoint stays, training goes\n"
+    "                        on; a failed save after the last step is an error\n"
+    "  --keep-last K         with --save-every: write the periodic checkpoints as a series of files\n"
+    "                        named by step (PATH run.safetensors: run.step000120.safetensors, ...;\n"
+    "                        other names get .step000120 appended) and keep the K newest, an older\n"
+    "                        one deleted only once a newer one is written; PATH is the last step's\n"
     "  --resume PATH         continue from a checkpoint (any pipeline layout); a weights file\n"
-    "                        (--export-weights) starts at step 1 from its weights, optimizer fresh\n"
+    "                        (--export-weights) starts at step 1 from its weights, optimizer fresh.\n"
+    "                        The model options must be those it was trained with (a checkpoint\n"
+    "                        records them); lr, batch, the layout and precision may change\n"
+    "  --resume latest       continue from the newest checkpoint of --save PATH (PATH or its\n"
+    "                        series) that loads, a damaged one skipped with a warning; none yet:\n"
+    "                        start at step 1. So one command line starts and restarts a run\n"
     "  --export-weights PATH write the parameters alone (no optimizer state) after the last step\n"
     "  --dtype D             dtype of --export-weights: f32, bf16 (default) or f16 (values past f16's\n"
     "                        65504 become infinities: a warning names how many, in which tensors)\n"
@@ -180,6 +198,14 @@ static const char *usage =
     "  --step-timeout S      the watchdog: a rank that waits S seconds for a peer ends the run with\n"
     "                        a message naming the rank and what it awaited; off: wait forever\n"
     "                        (default: the longer of 300 s and 20 times the slowest step)\n"
+    "\n"
+    "Stopping: on SIGTERM (a scheduler's), SIGINT (Ctrl-C) or SIGUSR1 the step in progress is\n"
+    "  finished and saved to --save (with --keep-last as its series' file of that step), and the\n"
+    "  program exits with status 128 + the signal: 143, 130, 138. Under mpirun every process stops\n"
+    "  after the same step, whichever of them the signal reached. Open MPI's mpirun passes SIGUSR1\n"
+    "  on at once; a SIGTERM only --mca odls_base_sigkill_timeout S seconds later (1 by default),\n"
+    "  holding their output meanwhile, and it kills them S seconds after that. A second signal\n"
+    "  stops at once, removing the checkpoint being written.\n"
     "\n"
     "Generating (instead of training):\n"
     "  --generate N          sample N tokens after --prompt for each of --batch sequences, with a\n"
@@ -204,6 +230,8 @@ static const char *usage =
 typedef struct options {
     gpt_config cfg;
     long long steps, log_every, threads, ranks, replicas, save_every;
+    long long keep_last;  /* --keep-last K: a series of periodic checkpoints, the K newest kept (0: none) */
+    int resume_latest;    /* --resume latest: the newest checkpoint of --save's series that loads */
     long long eval_every; /* --eval K: the held-out loss every K steps and after the last (0: none) */
     long long generate;   /* --generate N: sample N tokens after a prompt instead of training (0: train) */
     const char *prompt;   /* --prompt: text (byte vocabulary) or comma-separated token ids */
@@ -272,7 +300,7 @@ static const char *const valued[] = {
     "--step-timeout", "--tokens",         "--init-from", "--vocab",        "--dropout",      "--eval",
     "--generate",     "--prompt",         "--temperature", "--top-k",  "--attention",  "--tensor-parallel",
     "--clip",         "--fsdp-gather",    "--decay",     "--beta1",      "--beta2",        "--eps",
-    "--text",         "--tokenizer",
+    "--text",         "--tokenizer",      "--keep-last",
 #ifdef GPT_PROGRAM_LLAMA
     "--kv-heads",     "--mlp-hidden",     "--rope-base",
 #endif
@@ -470,6 +498,8 @@ static int parse_args(int argc, char **argv, options *o) {
             rc = parse_int(name, val, 1, 1LL << 31, &o->eval_every);
         } else if (!strcmp(name, "--save-every")) {
             rc = parse_int(name, val, 1, 1LL << 31, &o->save_every);
+        } else if (!strcmp(name, "--keep-last")) {
+            rc = parse_int(name, val, 1, 1000000, &o->keep_last);
         } else if (!strcmp(name, "--threads")) {
             rc = parse_int(name, val, 0, 1024, &o->threads);
         } else if (!strcmp(name, "--ranks")) {
@@ -599,6 +629,13 @@ static int parse_args(int argc, char **argv, options *o) {
         return bad_option(
             "--trace and --timeline need --runtime local (each MPI process sees only its rank)");
     if (o->save_every && !o->save) return bad_option("--save-every needs --save PATH");
+    if (o->keep_last && !o->save_every)
+        return bad_option(
+            "--keep-last keeps the newest periodic checkpoints: give --save-every K (and --save PATH)");
+    o->resume_latest = o->resume && !strcmp(o->resume, "latest");
+    if (o->resume_latest && !o->save)
+        return bad_option("--resume latest continues from the newest checkpoint of --save PATH: give --save "
+                          "(a file named latest: --resume ./latest)");
     if (o->fsdp && o->replicas < 2)
         return bad_option("--fsdp shards over the data-parallel replicas: give --data-parallel R with R >= 2");
     if (o->fsdp_gather_given && !o->fsdp) return bad_option("--fsdp-gather says when FSDP gathers: give --fsdp too");
@@ -733,6 +770,7 @@ typedef struct trainer {
     mpmd_step *st;
     mpmd_schedule *sched; /* NULL: the loop */
     int mpi, root;
+    gpt_saver *saver; /* the periodic checkpoint being written, or NULL */
 } trainer;
 
 /* --eval: the mean loss of EVAL_BATCHES fixed batches of the held-out data
@@ -770,6 +808,9 @@ static int fail(const trainer *t, const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
+    /* a checkpoint being written is finished, not cut off at exit (which
+     * would leave its temporary file) */
+    if (t && t->saver) gpt_saver_join(t->saver);
     if (t && t->mpi) mpmd_mpi_abort(1);
     return 1;
 }
@@ -881,11 +922,24 @@ static int generate(options *o, trainer *t) {
     so.step_timeout = o->step_timeout;
     if (!(t->st = mpmd_jit_with_loop(d.g, t->sched, &so, &err))) return fail(t, "%s", err.msg);
     if (o->resume) {
+        /* the parameters load by name and shape alone: --heads or
+         * --tie-embeddings of another model would load and decode wrong */
+        mpmd_checkpoint_info info;
+        if (mpmd_checkpoint_read_info(o->resume, &info, &err) ||
+            gpt_config_check_recorded(&o->cfg, info.config, o->resume, &err))
+            return fail(t, "%s", err.msg);
         mpmd_param_load_report rep;
         if (mpmd_step_load_params(t->st, o->resume, NULL, &rep, &err)) return fail(t, "%s", err.msg);
         if (rep.missing)
             return fail(t, "%s lacks %d of the model's %d parameters: give the model options it was trained with",
                         o->resume, rep.missing, d.n_params);
+        /* a weights export holds parameters only: one this model does not
+         * read (an untied LM head under --tie-embeddings) is of another model */
+        if (info.weights_only && rep.unexpected)
+            return fail(t,
+                        "%s holds %d parameter%s this model does not have (an LM head of its own: trained "
+                        "without --tie-embeddings?): give the model options it was trained with",
+                        o->resume, rep.unexpected, rep.unexpected == 1 ? "" : "s");
     } else {
         gpt_model view = gpt_decoder_model(&d);
         if (gpt_hf_import(o->init_from, &view, t->st, &err)) return fail(t, "--init-from %s", err.msg);
@@ -961,6 +1015,134 @@ static int generate(options *o, trainer *t) {
     return 0;
 }
 
+/* The outcome of the periodic checkpoint written in the background (on
+ * process 0): a failure (a full disk) is a warning; the previous checkpoint
+ * is still there, and training goes on. */
+static void report_save(gpt_saver *sv) {
+    if (gpt_saver_join(sv))
+        fprintf(stderr, PROG ": warning: the checkpoint of step %lld was not saved: %s; training goes on\n",
+                sv->step, sv->err.msg);
+}
+
+/* The file a checkpoint of `step` goes to: with --keep-last its series'
+ * file, else --save itself. */
+static int save_path(const options *o, long long step, char *out, size_t cap) {
+    if (o->keep_last) return gpt_series_name(o->save, step, out, cap);
+    int n = snprintf(out, cap, "%s", o->save);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+static mpmd_checkpoint_info checkpoint_info(const options *o, long long step) {
+    mpmd_checkpoint_info info = MPMD_CHECKPOINT_INFO_INIT;
+    info.step = step;
+    info.seed = o->seed;
+    gpt_config_record(&o->cfg, info.config, sizeof info.config); /* what --resume and --generate check */
+    return info;
+}
+
+/* A periodic checkpoint: the state copied to host memory here (collective
+ * under MPI), written by a thread of its own while training goes on. */
+static int periodic_save(trainer *t, const options *o, long long step) {
+    mpmd_checkpoint_info info = checkpoint_info(o, step);
+    mpmd_checkpoint_snapshot *snap;
+    mpmd_error err;
+    char path[4200];
+    if (save_path(o, step, path, sizeof path)) return fail(t, "--save %s: the name is too long", o->save);
+    mpmd_status rc = mpmd_step_snapshot(t->st, &info, &snap, &err);
+    if (rc == MPMD_ERR_NOMEM) { /* no room for the copy: as a failed save */
+        if (t->root)
+            fprintf(stderr,
+                    PROG ": warning: the checkpoint of step %lld was not saved: %s; training goes on\n", step,
+                    err.msg);
+        return 0;
+    }
+    if (rc) return fail(t, "step %lld: %s", step, err.msg);
+    if (t->mpi && !t->root) { /* process 0 writes; here the snapshot holds nothing */
+        mpmd_checkpoint_snapshot_free(snap);
+        return 0;
+    }
+    gpt_saver_start(t->saver, snap, path, step, o->keep_last ? o->save : NULL, (int)o->keep_last, PROG);
+    return 0;
+}
+
+/* --resume: load the checkpoint at `path`, after checking the model it
+ * records and its seed against this run's; *first becomes the step to train
+ * next. On failure err says why and *fatal whether --resume latest may try
+ * an older file instead (a file that cannot be read or verifies wrong) or
+ * must stop (a checkpoint of another model or seed). */
+static mpmd_status resume_from(trainer *t, const options *o, const char *path, long long *first, int *fatal,
+                               mpmd_error *err) {
+    mpmd_checkpoint_info info;
+    *fatal = 0;
+    mpmd_status rc = mpmd_checkpoint_read_info(path, &info, err);
+    if (rc) return rc;
+    *fatal = 1;
+    if ((rc = gpt_config_check_recorded(&o->cfg, info.config, path, err))) return rc;
+    /* a weights export (info.weights_only) gives the parameters alone:
+     * fresh optimizer state, step 0, no seed to keep */
+    if (!info.weights_only && info.seed != o->seed)
+        return mpmd_error_set(
+            err, MPMD_ERR_INVALID,
+            "%s was trained with --seed %llu (its batches follow that seed); resume with it", path,
+            (unsigned long long)info.seed);
+    if (info.step + 1 > o->steps)
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "%s holds %lld steps already; --steps %lld counts from the start of training",
+                              path, (long long)info.step, o->steps);
+    rc = mpmd_step_load(t->st, path, &info, err);
+    *fatal = rc && rc != MPMD_ERR_FORMAT && rc != MPMD_ERR_IO;
+    if (!rc) *first = info.step + 1;
+    return rc;
+}
+
+/* --resume latest: the checkpoints of --save, newest first, until one
+ * loads; each that does not is named with why. Under MPI the processes
+ * agree on every try, so that all continue from the same file. Returns 0
+ * (from[0] = 0 when there is none yet: start at step 1) or fail()'s 1. */
+static int resume_latest(trainer *t, const options *o, long long *first, char *from, size_t cap) {
+    gpt_candidate *c;
+    int n, skipped = 0;
+    mpmd_error err;
+    from[0] = '\0';
+    if (gpt_series_list(o->save, &c, &n, &err)) return fail(t, "--resume latest: %s", err.msg);
+    for (int i = 0; i < n; i++) {
+        int fatal = 0;
+        mpmd_status rc = MPMD_ERR_FORMAT;
+        if (c[i].bad)
+            snprintf(err.msg, sizeof err.msg, "%s", c[i].why);
+        else
+            rc = resume_from(t, o, c[i].path, first, &fatal, &err);
+        if (rc && fatal) {
+            gpt_candidates_free(c, n);
+            return fail(t, "%s", err.msg);
+        }
+        int failed[1] = {rc != MPMD_OK};
+        mpmd_error e2;
+        if (t->mpi && mpmd_mpi_any(failed, 1, &e2)) {
+            gpt_candidates_free(c, n);
+            return fail(t, "%s", e2.msg);
+        }
+        if (!failed[0]) {
+            snprintf(from, cap, "%s", c[i].path);
+            gpt_candidates_free(c, n);
+            return 0;
+        }
+        if (t->root)
+            fprintf(stderr, PROG ": warning: --resume latest: skipping %s: %s\n", c[i].path,
+                    rc ? err.msg : "another process could not load it");
+        skipped++;
+    }
+    gpt_candidates_free(c, n);
+    if (skipped)
+        return fail(
+            t,
+            "--resume latest: none of the %d checkpoints of %s loads (each is named above); move them "
+            "away to start afresh",
+            skipped, o->save);
+    *first = 1;
+    return 0;
+}
+
 static int run(int argc, char **argv) {
     options o;
     int rc = parse_args(argc, argv, &o);
@@ -977,6 +1159,7 @@ static int run(int argc, char **argv) {
         t.root = mpmd_mpi_world_rank() == 0;
     }
     if (o.generate) return generate(&o, &t);
+    gpt_stop_install(PROG, t.root);
 
     gpt_corpus corpus = {0};
     char corpus_name[4200];
@@ -1055,18 +1238,13 @@ static int run(int argc, char **argv) {
         if (!(ev = mpmd_jit_with_loop(em.g, t.sched, &so, &err))) return fail(&t, "--eval: %s", err.msg);
     }
     long long first = 1;
-    if (o.resume) {
-        mpmd_checkpoint_info info;
-        if (mpmd_step_load(t.st, o.resume, &info, &err)) return fail(&t, "%s", err.msg);
-        /* a weights export (info.weights_only) gives the parameters alone:
-         * fresh optimizer state, step 0, no seed to keep */
-        if (!info.weights_only && info.seed != o.seed)
-            return fail(&t, "%s was trained with --seed %llu (its batches follow that seed); resume with it",
-                        o.resume, (unsigned long long)info.seed);
-        first = info.step + 1;
-        if (first > o.steps)
-            return fail(&t, "%s holds %lld steps already; --steps %lld counts from the start of training",
-                        o.resume, (long long)info.step, o.steps);
+    char from[4200] = ""; /* the checkpoint this run continues */
+    if (o.resume_latest) {
+        if (resume_latest(&t, &o, &first, from, sizeof from)) return 1;
+    } else if (o.resume) {
+        int fatal;
+        if (resume_from(&t, &o, o.resume, &first, &fatal, &err)) return fail(&t, "%s", err.msg);
+        snprintf(from, sizeof from, "%s", o.resume);
     }
     if (o.init_from && gpt_hf_import(o.init_from, &m, t.st, &err)) return fail(&t, "--init-from %s", err.msg);
 
@@ -1094,9 +1272,11 @@ static int run(int argc, char **argv) {
         else
             printf("; the loss starts near ln(%lld) = %.3f\n", (long long)c->vocab, log((double)c->vocab));
         if (first > 1)
-            printf("resumed from %s after step %lld\n", o.resume, first - 1);
-        else if (o.resume)
-            printf("started from the weights in %s (fresh optimizer state)\n", o.resume);
+            printf("resumed from %s after step %lld\n", from, first - 1);
+        else if (from[0])
+            printf("started from the weights in %s (fresh optimizer state)\n", from);
+        else if (o.resume_latest)
+            printf("--resume latest: no checkpoint of %s yet, starting at step 1\n", o.save);
         fflush(stdout);
     }
 
@@ -1114,6 +1294,11 @@ static int run(int argc, char **argv) {
     double t_log = now_s(), t_start = t_log, busy_bubble = 0;
     long long since = 0, bubble_n = 0;
     float eval_loss = NAN;
+    gpt_saver saver;
+    memset(&saver, 0, sizeof saver);
+    t.saver = &saver;
+    int stop_sig = 0; /* the signal that stopped the run before its last step */
+    long long last = o.steps;
     for (long long step = first; step <= o.steps; step++) {
         gpt_sample_batch(&train, gb, c->seq, o.seed, (uint64_t)step, tok, tgt);
         if (gpt_set_inputs(t.st, &m, tok, tgt, nb * sizeof *tok, o.seed, (uint64_t)step, (int)o.replicas))
@@ -1127,6 +1312,7 @@ static int run(int argc, char **argv) {
             if (t.root)
                 fprintf(stderr, "step %lld: loss is %s (use --no-nan-check to go on)\n", step,
                         isnan(loss) ? "nan" : "inf");
+            gpt_saver_join(&saver);
             if (t.mpi) mpmd_mpi_abort(1);
             return 1;
         }
@@ -1139,11 +1325,32 @@ static int run(int argc, char **argv) {
                 mpmd_step_stats_free(&s);
             }
         }
+        if (saver.running && !gpt_saver_busy(&saver)) report_save(&saver);
+        /* a stop request (a signal may reach some processes of a job, or
+         * reach them in different steps) and whether a checkpoint is still
+         * being written (only process 0 writes), agreed: every process
+         * stops after the same step and takes the same snapshots */
+        int sig = gpt_stop_requested();
+        int agreed[4] = {sig == SIGTERM, sig == SIGINT, sig == SIGUSR1, gpt_saver_busy(&saver)};
+        if (t.mpi && mpmd_mpi_any(agreed, 4, &err)) return fail(&t, "step %lld: %s", step, err.msg);
+        if ((agreed[0] || agreed[1] || agreed[2]) && step < o.steps) {
+            stop_sig = agreed[0] ? SIGTERM : agreed[1] ? SIGINT : SIGUSR1;
+            last = step;
+            break;
+        }
         if (o.save && o.save_every && step % o.save_every == 0 && step < o.steps) {
-            mpmd_checkpoint_info info = MPMD_CHECKPOINT_INFO_INIT;
-            info.step = step;
-            info.seed = o.seed;
-            if (mpmd_step_save(t.st, o.save, &info, &err)) return fail(&t, "step %lld: %s", step, err.msg);
+            /* one checkpoint in flight at most (a bound on the memory its
+             * copy takes): one due while the last is being written is
+             * skipped rather than stalling training */
+            if (agreed[3]) {
+                if (t.root)
+                    fprintf(stderr,
+                            PROG ": step %lld: the checkpoint of step %lld is still being written; this "
+                                 "one is skipped\n",
+                            step, saver.step);
+            } else if (periodic_save(&t, &o, step)) {
+                return 1;
+            }
         }
         if (ev && (step % o.eval_every == 0 || step == o.steps)) {
             if (evaluate(&t, ev, &em, &m, &held, gb, o.seed, (int)o.replicas, tok, tgt, &eval_loss, &err))
@@ -1177,11 +1384,44 @@ static int run(int argc, char **argv) {
             bubble_n = 0;
         }
     }
+    if (saver.running) report_save(&saver); /* the last periodic checkpoint, finished */
+    if (stop_sig) {
+        const char *name = stop_sig == SIGTERM ? "SIGTERM" : stop_sig == SIGINT ? "SIGINT" : "SIGUSR1";
+        char path[4200] = "";
+        if (o.save) {
+            mpmd_checkpoint_info info = checkpoint_info(&o, last);
+            if (save_path(&o, last, path, sizeof path))
+                return fail(&t, "--save %s: the name is too long", o.save);
+            if (gpt_save_now(t.st, path, &info, o.keep_last ? o.save : NULL, (int)o.keep_last, PROG, &err))
+                return fail(&t, "%s: the checkpoint of step %lld: %s", name, last, err.msg);
+            /* no process ends before process 0 has written the file */
+            int none[1] = {0};
+            if (t.mpi && mpmd_mpi_any(none, 1, &err)) return fail(&t, "%s", err.msg);
+        }
+        if (t.root) {
+            if (o.save)
+                fprintf(stderr,
+                        PROG ": %s: stopped after step %lld of %lld; saved %s (go on with --resume %s)\n",
+                        name, last, o.steps, path, o.keep_last ? "latest" : path);
+            else
+                fprintf(stderr, PROG ": %s: stopped after step %lld of %lld (no --save: nothing saved)\n",
+                        name, last, o.steps);
+        }
+        free(tok);
+        free(tgt);
+        free(run_ms);
+        mpmd_step_free(t.st);
+        mpmd_step_free(ev);
+        mpmd_schedule_free(t.sched);
+        gpt_model_free(&m);
+        gpt_model_free(&em);
+        gpt_corpus_free(&corpus);
+        if (t.mpi) mpmd_mpi_finalize();
+        return 128 + stop_sig;
+    }
     if (o.save) {
-        mpmd_checkpoint_info info = MPMD_CHECKPOINT_INFO_INIT;
-        info.step = o.steps;
-        info.seed = o.seed;
-        if (mpmd_step_save(t.st, o.save, &info, &err)) return fail(&t, "%s", err.msg);
+        mpmd_checkpoint_info info = checkpoint_info(&o, o.steps);
+        if (gpt_save_now(t.st, o.save, &info, NULL, 0, PROG, &err)) return fail(&t, "%s", err.msg);
     }
     if (o.export_weights && (rc = export_weights(&o, &t))) return rc;
     if (t.sched && !t.mpi && (o.trace || o.timeline)) {

@@ -897,6 +897,14 @@ int mpmd_mpi_world_size(void); /* 1 without MPI */
 /* End the whole job now with this exit code (every process): what a
  * program does when a rank fails, so that no process waits forever. */
 void mpmd_mpi_abort(int code);
+/* Agree on flags across the job: every process calls it with the same n,
+ * and on return flags[i] is 1 on every process when it was non-zero on
+ * any, else 0 (an all-reduce with logical or). So the processes of one job
+ * decide together, e.g. to stop after the same step when a signal reached
+ * only some of them. Collective like a step's run: call it from the thread
+ * that runs the steps. Without MPI, or before mpmd_mpi_init, the job is
+ * this process: each flag becomes 1 or 0 as it is. */
+mpmd_status mpmd_mpi_any(int *flags, int n, mpmd_error *err);
 /* The per-rank programs as text (JaxPP's per-rank jaxprs): tasks with their
  * microbatch, sends and receives with peers, frees. */
 void mpmd_step_print(const mpmd_step *st, FILE *f);

@@ -129,6 +129,39 @@ mpmd_status mpmd_step_save(mpmd_step *st, const char *path, const mpmd_checkpoin
                            mpmd_error *err);
 mpmd_status mpmd_step_load(mpmd_step *st, const char *path, mpmd_checkpoint_info *info_out, mpmd_error *err);
 
+/* Saving in two halves, so that training need not wait for the disk: a
+ * snapshot copies the state to host memory (what mpmd_step_save would
+ * write, with info), and mpmd_checkpoint_snapshot_write writes it to a
+ * file later, on any thread, while the step runs on. The file is byte for
+ * byte the one mpmd_step_save writes at the moment of the snapshot, with
+ * the same atomic protocol and errors.
+ *
+ *     mpmd_checkpoint_snapshot *snap;
+ *     if (mpmd_step_snapshot(st, &info, &snap, &err)) ...      // the training thread
+ *     ... mpmd_checkpoint_snapshot_write(snap, "run.safetensors", &err) ...  // a writer thread
+ *     mpmd_checkpoint_snapshot_free(snap);
+ *
+ * The snapshot holds the whole state in host memory (mpmd_checkpoint_
+ * snapshot_bytes) and nothing of the step: it may be written after the
+ * step ran again or was freed. mpmd_step_snapshot must not run at the same
+ * time as a run of the step; under the MPI runtime it is collective like
+ * mpmd_step_save (every value gathered), and only process 0's snapshot
+ * holds the bytes: on the other processes it holds none and writing it
+ * returns MPMD_OK without writing. Two writes to one path must not run at
+ * the same time (they would share the temporary file). */
+typedef struct mpmd_checkpoint_snapshot mpmd_checkpoint_snapshot;
+mpmd_status mpmd_step_snapshot(mpmd_step *st, const mpmd_checkpoint_info *info,
+                               mpmd_checkpoint_snapshot **out, mpmd_error *err);
+mpmd_status mpmd_exec_snapshot(mpmd_exec *ex, const mpmd_checkpoint_info *info,
+                               mpmd_checkpoint_snapshot **out, mpmd_error *err);
+mpmd_status mpmd_checkpoint_snapshot_write(const mpmd_checkpoint_snapshot *snap, const char *path,
+                                           mpmd_error *err);
+/* Bytes of state the snapshot holds in this process (0 for NULL and on MPI
+ * processes other than 0). */
+int64_t mpmd_checkpoint_snapshot_bytes(const mpmd_checkpoint_snapshot *snap);
+/* NULL is fine. */
+void mpmd_checkpoint_snapshot_free(mpmd_checkpoint_snapshot *snap);
+
 /* Parameters alone, by name, as PyTorch's load_state_dict(strict=False):
  * into an eval step (no optimizer), a step with another optimizer, or part
  * of a model. Every parameter of the step whose name the file has (under

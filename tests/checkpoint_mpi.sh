@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checkpoints under mpirun: a step saved by 2 MPI processes (gathered, written
-# by process 0) is byte for byte the file an in-process 2-rank step writes,
-# and resuming it under mpirun ends with the final line of a run that never
-# stopped.
+# by process 0) is byte for byte the file an in-process 2-rank step writes
+# (and so is a snapshot's, mpmd_step_snapshot, which only process 0 writes;
+# mpmd_mpi_any agrees on flags some processes raise), and resuming it under
+# mpirun ends with the final line of a run that never stopped.
 #   checkpoint_mpi.sh TEST_CHECKPOINT SOURCE_DIR
 set -euo pipefail
 bin=$1 src=$2

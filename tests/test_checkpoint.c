@@ -5,7 +5,9 @@
  * never stopped; every truncation and byte flip of a file, and a long list
  * of malformed headers, are clear errors that leave the target unchanged; a
  * checkpoint of another model lists every mismatch; a failed save leaves the
- * previous file intact and no temporary file behind.
+ * previous file intact and no temporary file behind; a snapshot written on
+ * another thread, after the step trained on or was freed, is the file a
+ * save at the snapshot's moment writes.
  *
  * `test_checkpoint --write-sample PATH` writes the sample checkpoint that
  * tests/checkpoint_check.py decodes with Python's json module; the modes
@@ -20,6 +22,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -912,6 +915,124 @@ static void test_resume_fresh(void) {
     }
 }
 
+/* ---- snapshots ---------------------------------------------------------------------- */
+
+typedef struct snap_job {
+    const mpmd_checkpoint_snapshot *snap;
+    const char *path;
+    mpmd_status rc;
+    mpmd_error err;
+} snap_job;
+
+static void *snap_write_main(void *arg) {
+    snap_job *j = arg;
+    j->rc = mpmd_checkpoint_snapshot_write(j->snap, j->path, &j->err);
+    return NULL;
+}
+
+static int same_file(const char *a, const char *b) {
+    size_t la, lb;
+    uint8_t *x = read_file(a, &la), *y = read_file(b, &lb);
+    int same = x && y && la == lb && memcmp(x, y, la) == 0;
+    free(x), free(y);
+    return same;
+}
+
+/* A snapshot is the file mpmd_step_save writes at its moment, whether it
+ * is written on another thread while the step trains on, or after the step
+ * is freed; in a 2-rank pipeline (the tied embedding on both ranks) and a
+ * one-rank executor. */
+static void test_snapshot(void) {
+    for (int k = 0; k < 2; k++) {
+        int ranks = k == 0 ? 2 : 0;
+        gpt_config c = tiny_cfg(ranks ? 2 : 1);
+        runner r;
+        if (!runner_new(&r, &c, ranks, 7)) return;
+        for (int64_t s = 1; s <= SPLIT; s++)
+            runner_step(&r, s);
+        char saved[400], early[400], late[400], after[400];
+        path_in(saved, sizeof saved, "snap_saved.safetensors");
+        path_in(early, sizeof early, "snap_thread.safetensors");
+        path_in(late, sizeof late, "snap_freed.safetensors");
+        path_in(after, sizeof after, "snap_after.safetensors");
+        mpmd_error err;
+        CHECK(runner_save(&r, saved, SPLIT, &err) == MPMD_OK, "%s", err.msg);
+        mpmd_checkpoint_info info = MPMD_CHECKPOINT_INFO_INIT;
+        info.step = SPLIT;
+        info.seed = 7;
+        snprintf(info.config, sizeof info.config, "layers=%d stages=%d", r.m.cfg.layers, r.m.cfg.stages);
+        mpmd_checkpoint_snapshot *snap = NULL;
+        mpmd_status rc = r.ex ? mpmd_exec_snapshot(r.ex, &info, &snap, &err)
+                              : mpmd_step_snapshot(r.st, &info, &snap, &err);
+        CHECK(rc == MPMD_OK && snap, "%s: snapshot: %s", layout_name(ranks), err.msg);
+        if (!snap) {
+            runner_free(&r);
+            return;
+        }
+        /* the state: parameters and both moments of each, and optim/step */
+        int64_t want = 0;
+        mpmd_value vals[256];
+        int n = mpmd_graph_state(r.m.g, vals, 256);
+        for (int i = 0; i < n; i++) {
+            mpmd_type t = mpmd_value_type(r.m.g, vals[i]);
+            want += (int64_t)mpmd_type_bytes(&t);
+        }
+        CHECK(mpmd_checkpoint_snapshot_bytes(snap) >= want &&
+                  mpmd_checkpoint_snapshot_bytes(snap) < want + 8 * n,
+              "%s: the snapshot holds %lld bytes for %lld of state", layout_name(ranks),
+              (long long)mpmd_checkpoint_snapshot_bytes(snap), (long long)want);
+        /* written on a thread while the step runs on */
+        snap_job job = {snap, early, MPMD_OK, {0}};
+        pthread_t th;
+        int started = pthread_create(&th, NULL, snap_write_main, &job) == 0;
+        CHECK(started, "pthread_create");
+        for (int64_t s = SPLIT + 1; s <= TOTAL_STEPS; s++)
+            runner_step(&r, s);
+        if (started) pthread_join(th, NULL);
+        CHECK(job.rc == MPMD_OK, "%s: snapshot write: %s", layout_name(ranks), job.err.msg);
+        CHECK(same_file(saved, early),
+              "%s: the snapshot written on a thread differs from mpmd_step_save's file", layout_name(ranks));
+        CHECK(runner_save(&r, after, TOTAL_STEPS, &err) == MPMD_OK, "%s", err.msg);
+        CHECK(!same_file(saved, after), "%s: training on changed nothing (the test would prove nothing)",
+              layout_name(ranks));
+        runner_free(&r);
+        /* the step is gone; the snapshot still writes */
+        CHECK(mpmd_checkpoint_snapshot_write(snap, late, &err) == MPMD_OK, "%s: %s", layout_name(ranks),
+              err.msg);
+        CHECK(same_file(saved, late), "%s: the snapshot written after the step was freed differs",
+              layout_name(ranks));
+        /* a failed write: the error of a save, nothing left behind */
+        rc = mpmd_checkpoint_snapshot_write(snap, "/nonexistent/dir/x.safetensors", &err);
+        CHECK(rc == MPMD_ERR_IO &&
+                  has(err.msg, "mpmd_checkpoint_snapshot_write: cannot write /nonexistent/dir/x.safetensors"),
+              "%s: a write into a missing directory: %d %s", layout_name(ranks), (int)rc, err.msg);
+        mpmd_checkpoint_snapshot_free(snap);
+        unlink(saved), unlink(early), unlink(late), unlink(after);
+    }
+    CHECK(count_tmp(tmpdir) == 0, "snapshots left temporary files");
+    mpmd_error err;
+    mpmd_checkpoint_snapshot *snap = (mpmd_checkpoint_snapshot *)&err; /* set to NULL on failure */
+    CHECK(mpmd_exec_snapshot(NULL, NULL, &snap, &err) == MPMD_ERR_INVALID && snap == NULL, "no executor");
+    CHECK(mpmd_checkpoint_snapshot_write(NULL, "x", &err) == MPMD_ERR_INVALID && has(err.msg, "no snapshot"),
+          "a NULL snapshot: %s", err.msg);
+    CHECK(mpmd_checkpoint_snapshot_bytes(NULL) == 0, "bytes of NULL");
+    mpmd_checkpoint_snapshot_free(NULL);
+    gpt_config c = tiny_cfg(1);
+    runner r;
+    if (!runner_new(&r, &c, 0, 7)) return;
+    mpmd_checkpoint_info bad = MPMD_CHECKPOINT_INFO_INIT;
+    bad.step = -1;
+    CHECK(mpmd_exec_snapshot(r.ex, &bad, &snap, &err) == MPMD_ERR_INVALID && snap == NULL &&
+              has(err.msg, "info.step is -1"),
+          "a negative step: %s", err.msg);
+    runner_free(&r);
+    /* one process: mpmd_mpi_any is each flag as 0 or 1 */
+    int flags[3] = {5, 0, -1};
+    CHECK(mpmd_mpi_any(flags, 3, &err) == MPMD_OK && flags[0] == 1 && flags[1] == 0 && flags[2] == 1,
+          "mpmd_mpi_any without MPI: %d %d %d", flags[0], flags[1], flags[2]);
+    CHECK(mpmd_mpi_any(NULL, 2, &err) == MPMD_ERR_INVALID, "mpmd_mpi_any(NULL, 2)");
+}
+
 /* ---- a checkpoint of another model ------------------------------------------------ */
 
 static void expect_mismatch(const char *path, gpt_config c, int with_opt, int ranks, const char *const *want,
@@ -1457,6 +1578,35 @@ static int mpi_run(const char *load, const char *save, int64_t first, int64_t la
         snprintf(wpath, sizeof wpath, "%s.bf16", save);
         snprintf(ref, sizeof ref, "%s.ref.bf16", save);
         CHECK(mpmd_step_export_weights(r.st, wpath, MPMD_BF16, &err) == MPMD_OK, "export: %s", err.msg);
+        /* a snapshot, collective like the save: process 0's writes the
+         * saved file's bytes, the others hold nothing and write nothing */
+        char spath[600];
+        snprintf(spath, sizeof spath, "%s.snap%d", save, mpmd_mpi_world_rank());
+        mpmd_checkpoint_info info = MPMD_CHECKPOINT_INFO_INIT;
+        info.step = last;
+        info.seed = 7;
+        snprintf(info.config, sizeof info.config, "layers=%d stages=%d", r.m.cfg.layers, r.m.cfg.stages);
+        mpmd_checkpoint_snapshot *snap = NULL;
+        CHECK(mpmd_step_snapshot(r.st, &info, &snap, &err) == MPMD_OK, "snapshot: %s", err.msg);
+        int root = mpmd_mpi_world_rank() == 0;
+        CHECK(root == (mpmd_checkpoint_snapshot_bytes(snap) > 0), "process %d: the snapshot holds %lld bytes",
+              mpmd_mpi_world_rank(), (long long)mpmd_checkpoint_snapshot_bytes(snap));
+        CHECK(mpmd_checkpoint_snapshot_write(snap, spath, &err) == MPMD_OK, "snapshot write: %s", err.msg);
+        mpmd_checkpoint_snapshot_free(snap);
+        /* every process agrees on flags only some of them raise */
+        int flags[3] = {mpmd_mpi_world_rank() == 1, 0, root ? 7 : 0}, mpi = g_runtime == MPMD_RUNTIME_MPI;
+        CHECK(mpmd_mpi_any(flags, 3, &err) == MPMD_OK && flags[0] == mpi && flags[1] == 0 && flags[2] == 1,
+              "process %d: mpmd_mpi_any gave %d %d %d", mpmd_mpi_world_rank(), flags[0], flags[1], flags[2]);
+        if (root) {
+            size_t la, lb;
+            uint8_t *a = read_file(save, &la), *b = read_file(spath, &lb);
+            CHECK(a && b && la == lb && memcmp(a, b, la) == 0,
+                  "the snapshot's file differs from the saved one");
+            free(a), free(b);
+            unlink(spath);
+        } else {
+            CHECK(access(spath, F_OK) != 0, "process %d wrote %s", mpmd_mpi_world_rank(), spath);
+        }
         if (mpmd_mpi_world_rank() == 0) {
             gpt_config c1 = tiny_cfg(1);
             runner one;
@@ -1536,6 +1686,7 @@ int main(int argc, char **argv) {
     test_layouts();
     test_data_parallel_load();
     test_resume_fresh();
+    test_snapshot();
     test_weights_export();
     test_weights_gpt();
     rm_tree(tmpdir);

@@ -1,9 +1,9 @@
 /* One thread at a time per step: while one thread runs a step, another
- * thread's run, input, read, write, save and load of that step fail at once
- * (well inside the first run's time: no deadlock until the watchdog), with
- * a message that thread reads from mpmd_step_error, while the first run
- * finishes with its own result; afterwards the second thread uses the step
- * normally. Two steps run from two threads at once. */
+ * thread's run, input, read, write, save, snapshot and load of that step
+ * fail at once (well inside the first run's time: no deadlock until the
+ * watchdog), with a message that thread reads from mpmd_step_error, while
+ * the first run finishes with its own result; afterwards the second thread
+ * uses the step normally. Two steps run from two threads at once. */
 #include "mpmd_checkpoint.h"
 #include "testutil.h"
 
@@ -96,6 +96,10 @@ int main(void) {
     mpmd_status rc_save = mpmd_step_save(st, "/nonexistent/x.safetensors", NULL, &err);
     char save_msg[1100];
     snprintf(save_msg, sizeof save_msg, "%s", err.msg);
+    mpmd_checkpoint_snapshot *snap = NULL;
+    mpmd_status rc_snap = mpmd_step_snapshot(st, NULL, &snap, &err);
+    char snap_msg[1100];
+    snprintf(snap_msg, sizeof snap_msg, "%s", err.msg);
     const double refused_in = now() - t0;
     /* another step, from this thread, while the first runs */
     mpmd_status rc_other = mpmd_step_run(other);
@@ -109,6 +113,10 @@ int main(void) {
           "a read, input or write meanwhile: %d %d %d", (int)rc_read, (int)rc_in, (int)rc_write);
     CHECK(rc_save == MPMD_ERR_INVALID && strstr(save_msg, "mpmd_step_save: the step is in use by another thread"),
           "a save meanwhile: %d, %s", (int)rc_save, save_msg);
+    CHECK(rc_snap == MPMD_ERR_INVALID && !snap &&
+              strstr(snap_msg, "mpmd_step_snapshot: the step is in use by another thread"),
+          "a snapshot meanwhile: %d, %s", (int)rc_snap, snap_msg);
+    mpmd_checkpoint_snapshot_free(snap);
     CHECK(r.t1 > t0 + refused_in, "the first run ended before the refusals: the test did not overlap them");
     CHECK(refused_in < 0.5 * alone, "the refusals took %.3f s of a %.3f s run: not at once", refused_in, alone);
     CHECK(r.rc == MPMD_OK, "the first run failed (%d)", (int)r.rc);

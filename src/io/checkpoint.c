@@ -245,16 +245,23 @@ static void type_str(const char *dtype, int ndim, const int64_t *dim, char *buf,
 
 /* ---- saving ------------------------------------------------------------------- */
 
-static mpmd_status save_view(const state_view *v, const char *path, const mpmd_checkpoint_info *info,
-                             const char *who, mpmd_error *err) {
-    if (!path || !*path) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no file name", who);
-    mpmd_checkpoint_info none = MPMD_CHECKPOINT_INFO_INIT;
-    if (!info) info = &none;
+/* The info of a save, checked: a step count >= 0 and a terminated config. */
+static mpmd_status check_info(const mpmd_checkpoint_info *info, const char *who, mpmd_error *err) {
     if (info->step < 0)
         return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: info.step is %lld; a step count is >= 0", who,
                               (long long)info->step);
     if (!memchr(info->config, '\0', sizeof info->config))
         return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: info.config is not terminated", who);
+    return MPMD_OK;
+}
+
+/* Write n entries (sorted by name, each from ptr[0]) as a checkpoint. */
+static mpmd_status save_entries(const entry *es, int n, const char *path, const mpmd_checkpoint_info *info,
+                                const char *who, mpmd_error *err) {
+    if (!path || !*path) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no file name", who);
+    mpmd_checkpoint_info none = MPMD_CHECKPOINT_INFO_INIT;
+    if (!info) info = &none;
+    if (check_info(info, who, err)) return MPMD_ERR_INVALID;
     char step[32], seed[32], rng[96];
     snprintf(step, sizeof step, "%lld", (long long)info->step);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)info->seed);
@@ -264,15 +271,20 @@ static mpmd_status save_view(const state_view *v, const char *path, const mpmd_c
     mpmd_st_kv meta[6] = {{"format", FORMAT_NAME}, {"version", "1"},   {"step", step},
                           {"seed", seed},          {"rng_state", rng}, {"config", info->config}};
     int n_meta = info->config[0] ? 6 : 5;
-    mpmd_st_out *outs = malloc((size_t)(v->n ? v->n : 1) * sizeof *outs);
+    mpmd_st_out *outs = malloc((size_t)(n ? n : 1) * sizeof *outs);
     if (!outs) return mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory", who);
-    for (int i = 0; i < v->n; i++) {
-        const entry *e = &v->e[i];
+    for (int i = 0; i < n; i++) {
+        const entry *e = &es[i];
         outs[i] = (mpmd_st_out){e->name, st_dtype(e->type.dtype), e->type.ndim, e->type.dim, e->ptr[0]};
     }
-    mpmd_status rc = mpmd_st_write(path, v->n, outs, n_meta, meta, 1, err);
+    mpmd_status rc = mpmd_st_write(path, n, outs, n_meta, meta, 1, err);
     free(outs);
     return prefixed(err, rc, who);
+}
+
+static mpmd_status save_view(const state_view *v, const char *path, const mpmd_checkpoint_info *info,
+                             const char *who, mpmd_error *err) {
+    return save_entries(v->e, v->n, path, info, who, err);
 }
 
 /* Count, in report, what the export of an f32 tensor loses: finite values
@@ -450,6 +462,138 @@ mpmd_status mpmd_exec_export_weights_report(mpmd_exec *ex, const char *path, mpm
 
 mpmd_status mpmd_exec_export_weights(mpmd_exec *ex, const char *path, mpmd_dtype dtype, mpmd_error *err) {
     return mpmd_exec_export_weights_report(ex, path, dtype, NULL, err);
+}
+
+/* ---- snapshots: a checkpoint copied to host memory, written later ------------ */
+
+/* What mpmd_step_save would write, held in memory: every entry's name,
+ * type and bytes (ptr[0] points into data), owned, so that writing it
+ * needs nothing of the step and may run on another thread while the step
+ * trains on. */
+struct mpmd_checkpoint_snapshot {
+    mpmd_checkpoint_info info;
+    int writes; /* 0 under MPI on a process other than 0: nothing to write */
+    int n;
+    entry *e;    /* sorted by name */
+    void **ptrs; /* e[i].ptr = ptrs + i */
+    char *names; /* the names, back to back */
+    unsigned char *data;
+    int64_t bytes; /* of data */
+};
+
+void mpmd_checkpoint_snapshot_free(mpmd_checkpoint_snapshot *s) {
+    if (!s) return;
+    free(s->e);
+    free(s->ptrs);
+    free(s->names);
+    free(s->data);
+    free(s);
+}
+
+int64_t mpmd_checkpoint_snapshot_bytes(const mpmd_checkpoint_snapshot *s) { return s ? s->bytes : 0; }
+
+/* Each entry starts 8-aligned in the snapshot's data. */
+static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+static mpmd_status snapshot_held(mpmd_step *st, const mpmd_checkpoint_info *info,
+                                 mpmd_checkpoint_snapshot **out, const char *who, mpmd_error *err) {
+    if (!out) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: out is NULL", who);
+    *out = NULL;
+    mpmd_checkpoint_info none = MPMD_CHECKPOINT_INFO_INIT;
+    if (!info) info = &none;
+    if (check_info(info, who, err)) return MPMD_ERR_INVALID;
+    state_view v;
+    mpmd_status rc = step_view(st, who, 0, &v, err);
+    if (rc) return rc;
+    int mpi = st->runtime == MPMD_RUNTIME_MPI;
+    mpmd_checkpoint_snapshot *s = calloc(1, sizeof *s);
+    size_t total = 0, names = 0, largest = 1;
+    for (int i = 0; i < v.n; i++) {
+        size_t b = mpmd_type_bytes(&v.e[i].type);
+        total += align8(b);
+        names += strlen(v.e[i].name) + 1;
+        if (b > largest) largest = b;
+    }
+    if (s) {
+        s->info = *info;
+        s->writes = !mpi || mpmd_mpi_world_rank() == 0;
+        s->n = v.n;
+        s->e = malloc((size_t)(v.n ? v.n : 1) * sizeof *s->e);
+        s->ptrs = malloc((size_t)(v.n ? v.n : 1) * sizeof *s->ptrs);
+        s->names = malloc(names ? names : 1);
+        /* a process that writes nothing still takes part in every gather,
+         * through one buffer of the largest value */
+        s->data = malloc(s->writes ? (total ? total : 1) : largest);
+        s->bytes = s->writes ? (int64_t)total : 0;
+    }
+    if (!s || !s->e || !s->ptrs || !s->names || !s->data)
+        rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory for a copy of the %zu bytes of state",
+                            who, total);
+    size_t at = 0, nat = 0;
+    for (int i = 0; i < v.n && !rc; i++) {
+        const entry *e = &v.e[i];
+        size_t b = mpmd_type_bytes(&e->type);
+        unsigned char *dst = s->writes ? s->data + at : s->data;
+        if (mpi) {
+            /* collective: every process gathers every value, in name order */
+            rc = mpmd_step_gather(st, e->value, dst, b);
+            if (rc) mpmd_error_set(err, rc, "%s: gathering \"%s\": %s", who, e->name, mpmd_step_error(st));
+        } else if (b) {
+            memcpy(dst, e->ptr[0], b);
+        }
+        size_t nl = strlen(e->name) + 1;
+        memcpy(s->names + nat, e->name, nl);
+        s->e[i] = *e;
+        s->e[i].name = s->names + nat;
+        s->e[i].nptr = 1;
+        s->e[i].ptr = s->ptrs + i;
+        s->ptrs[i] = dst;
+        nat += nl;
+        at += align8(b);
+    }
+    view_free(&v);
+    if (rc) {
+        mpmd_checkpoint_snapshot_free(s);
+        return rc;
+    }
+    if (!s->writes) { /* keep no bytes a write will not use */
+        free(s->data);
+        s->data = NULL;
+        s->n = 0;
+    }
+    *out = s;
+    return MPMD_OK;
+}
+
+/* snapshot_held with the step held by this thread (one thread at a time) */
+static mpmd_status snapshot_of(mpmd_step *st, const mpmd_checkpoint_info *info,
+                               mpmd_checkpoint_snapshot **out, const char *who, mpmd_error *err) {
+    if (out) *out = NULL;
+    if (!st) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no step", who);
+    if (rt_step_enter(st, who)) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s", mpmd_step_error(st));
+    mpmd_status rc = snapshot_held(st, info, out, who, err);
+    rt_step_leave(st);
+    return rc;
+}
+
+mpmd_status mpmd_step_snapshot(mpmd_step *st, const mpmd_checkpoint_info *info,
+                               mpmd_checkpoint_snapshot **out, mpmd_error *err) {
+    return snapshot_of(st, info, out, "mpmd_step_snapshot", err);
+}
+
+mpmd_status mpmd_exec_snapshot(mpmd_exec *ex, const mpmd_checkpoint_info *info,
+                               mpmd_checkpoint_snapshot **out, mpmd_error *err) {
+    if (out) *out = NULL;
+    if (!ex) return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_snapshot: no executor");
+    return snapshot_of(mpmd_exec_step(ex), info, out, "mpmd_exec_snapshot", err);
+}
+
+mpmd_status mpmd_checkpoint_snapshot_write(const mpmd_checkpoint_snapshot *s, const char *path,
+                                           mpmd_error *err) {
+    const char *who = "mpmd_checkpoint_snapshot_write";
+    if (!s) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no snapshot", who);
+    if (!s->writes) return MPMD_OK;
+    return save_entries(s->e, s->n, path, &s->info, who, err);
 }
 
 /* ---- metadata ----------------------------------------------------------------- */

@@ -103,6 +103,20 @@ void mpmd_mpi_abort(int code) {
     exit(code);
 }
 
+mpmd_status mpmd_mpi_any(int *flags, int n, mpmd_error *err) {
+    if (n < 0 || (n && !flags))
+        return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_mpi_any: %d flags at %p", n, (void *)flags);
+    for (int i = 0; i < n; i++)
+        flags[i] = flags[i] != 0;
+    int inited = 0, fin = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&fin);
+    if (!inited || fin || n == 0) return MPMD_OK;
+    if (MPI_Allreduce(MPI_IN_PLACE, flags, n, MPI_INT, MPI_LOR, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return mpmd_error_set(err, MPMD_ERR_RUNTIME, "mpmd_mpi_any: MPI_Allreduce of %d flags failed", n);
+    return MPMD_OK;
+}
+
 /* A message's host copy: page-locked where the backend has such memory
  * (faster copies to and from the GPU). */
 static void *stage_alloc(const mpmd_backend *be, size_t bytes) {
@@ -777,5 +791,12 @@ void mpmd_mpi_finalize(void) {}
 int mpmd_mpi_world_rank(void) { return 0; }
 int mpmd_mpi_world_size(void) { return 1; }
 void mpmd_mpi_abort(int code) { exit(code); }
+mpmd_status mpmd_mpi_any(int *flags, int n, mpmd_error *err) {
+    if (n < 0 || (n && !flags))
+        return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_mpi_any: %d flags at %p", n, (void *)flags);
+    for (int i = 0; i < n; i++)
+        flags[i] = flags[i] != 0; /* the job is this process */
+    return MPMD_OK;
+}
 
 #endif
