@@ -381,6 +381,32 @@ MPMD_NODISCARD mpmd_value mpmd_rms_norm(mpmd_graph *g, mpmd_value x, mpmd_value 
  * GPT-NeoX and Hugging Face's LLaMA). base is usually 10000; offset is the
  * first position (0 in training, the cache length when generating). */
 MPMD_NODISCARD mpmd_value mpmd_rope(mpmd_graph *g, mpmd_value x, float base, int64_t offset);
+/* Llama 3.1's adjustment of the rotary frequencies for long contexts
+ * (Hugging Face's rope_scaling of rope_type "llama3"). With w_i = base^(-2i/D)
+ * and its wavelength l_i = 2 pi / w_i, L = original_positions:
+ *   l_i < L / high_freq_factor   w_i           (high frequencies kept)
+ *   l_i > L / low_freq_factor    w_i / factor  (low frequencies stretched)
+ *   otherwise                    (1 - s) w_i / factor + s w_i,
+ *                                s = (L / l_i - low_freq_factor) / (high_freq_factor - low_freq_factor).
+ * factor 0 is no adjustment; otherwise factor >= 1, 0 < low_freq_factor <
+ * high_freq_factor and L >= 1 (else an error naming the numbers). */
+typedef struct mpmd_rope_scaling {
+    float factor; /* 0: none */
+    float low_freq_factor, high_freq_factor;
+    int64_t original_positions; /* original_max_position_embeddings */
+} mpmd_rope_scaling;
+#define MPMD_ROPE_NO_SCALING ((mpmd_rope_scaling){0.0f, 0.0f, 0.0f, 0})
+/* mpmd_rope with the positions a value of the step (generation: each
+ * sequence at its own place, set every run) instead of an attribute: row
+ * (..., t) of x [..., T, H, D] turns by the angle p w_i, p the i32
+ * positions[..., t] (positions [..., T]: x's dimensions but the last two)
+ * or positions[t] (positions [T]: the same for every leading index). Any
+ * int32 position turns (a negative one the other way). scaling: NULL or a
+ * factor of 0 for the plain frequencies. A position gives the same angles
+ * as mpmd_rope's offset + t, so the two agree bit for bit. The positions
+ * get no gradient. */
+MPMD_NODISCARD mpmd_value mpmd_rope_at(mpmd_graph *g, mpmd_value x, mpmd_value positions, float base,
+                                       const mpmd_rope_scaling *scaling);
 
 /* Rows of table [V, C] picked by i32 ids [...]: result [..., C]. An id
  * outside [0, V) is a run-time error naming the id. */
