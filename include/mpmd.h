@@ -655,8 +655,43 @@ MPMD_NODISCARD mpmd_value mpmd_llama_block(mpmd_graph *g, const char *name, mpmd
 /* Dropout in the blocks above (transformer, GPT-2, LLaMA) built after this
  * call: each residual branch's output (attention, MLP) goes through
  * mpmd_dropout(rate, key) before it is added. rate 0 (the default) turns
- * it off; key as mpmd_dropout's. */
+ * it off; key as mpmd_dropout's. Blocks that decode (below) drop nothing. */
 mpmd_status mpmd_set_layer_dropout(mpmd_graph *g, float rate, mpmd_value key);
+/* Llama 3.1's rotary frequencies (mpmd_rope_scaling) in the rotary layers
+ * built after this call (mpmd_rope_attention, mpmd_llama_block); NULL or a
+ * factor of 0 (the default) for the plain ones. A scaling out of range is
+ * an error on the graph, named with its numbers. */
+mpmd_status mpmd_set_rope_scaling(mpmd_graph *g, const mpmd_rope_scaling *scaling);
+
+/* ---- generation: decoding with a key/value cache ----
+ * mpmd_set_decode turns the causal attention layers built after it
+ * (mpmd_self_attention with causal set, mpmd_rope_attention, and the
+ * blocks made of them: mpmd_gpt_block, mpmd_llama_block, a causal
+ * mpmd_transformer_block) into their decoding form, flax's decode=True:
+ * their input x [b, t, C] holds t new positions of each of b sequences,
+ * at the places `positions` says, and the positions before them come from
+ * a cache the layer keeps. positions is an i32 value [B, t] made before
+ * the loop (an input, set every run): in a graph without a loop B = b; in
+ * the loop body B = b x microbatches and each layer reads its microbatch's
+ * rows. Each layer keeps the keys and values of every position run so far
+ * in two variables named after it, "<layer>/cache/k" and
+ * "<layer>/cache/v" ("block_3/attn/cache/k"), [B, length, key/value heads
+ * (this model rank's with tensor parallelism), head size] in x's dtype,
+ * zeros at first. A run writes its keys and values at their positions (the
+ * caches are assigned with mpmd_assign after the loop, on the ranks of the
+ * layer's stage, or at once without a loop), and each new position p
+ * attends to the cached positions 0..p; rotary layers turn q and k by the
+ * positions (mpmd_rope_at). So feeding a sequence's positions 0, 1, 2, ...
+ * in turn, one or a few per run, gives what its full forward pass gives
+ * at each position (to float rounding: the sums run in other orders).
+ * A position outside [0, length) is a run-time error naming it; the
+ * positions of one run must differ within a sequence. Non-causal attention
+ * cannot decode (an error naming the layer), the blocks' dropout is off,
+ * and a graph with stage markers needs mpmd_loop_begin before its layers.
+ * positions MPMD_NONE turns decoding off for the layers built after (length
+ * ignored). Errors (positions not an i32 [B, t] before the loop, length
+ * outside [1, 2^24]) go to the graph and are returned. */
+mpmd_status mpmd_set_decode(mpmd_graph *g, mpmd_value positions, int64_t length);
 
 /* Optimizers, built after the loop. lr is an f32 scalar value (a constant,
  * an input, or computed), so a learning-rate schedule needs no rebuild. */

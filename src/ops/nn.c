@@ -372,9 +372,7 @@ mpmd_value mpmd_rope_op(mpmd_graph *g, const char *fn, mpmd_value x, mpmd_value 
                              fn, mpmd_tstr(g, positions), mpmd_tstr(g, x));
     }
     const mpmd_rope_scaling none = MPMD_ROPE_NO_SCALING, *s = scaling ? scaling : &none;
-    if (s->factor != 0.0f &&
-        (!(s->factor >= 1.0f) || isinf(s->factor) || !(s->low_freq_factor > 0.0f) ||
-         !(s->high_freq_factor > s->low_freq_factor) || isinf(s->high_freq_factor) || s->original_positions < 1))
+    if (!mpmd_rope_scaling_ok(s))
         return mpmd_fail(g, MPMD_ERR_INVALID,
                          "%s: Llama 3.1 rope scaling factor %g, low_freq_factor %g, high_freq_factor %g, original "
                          "positions %lld; a finite factor >= 1, 0 < low < high and positions >= 1 are expected "
@@ -390,6 +388,12 @@ mpmd_value mpmd_rope_op(mpmd_graph *g, const char *fn, mpmd_value x, mpmd_value 
             n->ia[2] = s->original_positions;
     }
     return r;
+}
+
+int mpmd_rope_scaling_ok(const mpmd_rope_scaling *s) {
+    return s->factor == 0.0f || (s->factor >= 1.0f && !isinf(s->factor) && s->low_freq_factor > 0.0f &&
+                                 s->high_freq_factor > s->low_freq_factor && !isinf(s->high_freq_factor) &&
+                                 s->original_positions >= 1);
 }
 
 mpmd_value mpmd_rope(mpmd_graph *g, mpmd_value x, float base, int64_t offset) {

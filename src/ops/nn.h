@@ -54,6 +54,8 @@ extern const mpmd_op_desc mpmd_op_attention, mpmd_op_attention_grad;
  * fn names the public call in messages. */
 mpmd_value mpmd_rope_op(mpmd_graph *g, const char *fn, mpmd_value x, mpmd_value positions, float base,
                         const mpmd_rope_scaling *scaling, int64_t offset);
+/* 1 when a scaling is none (factor 0) or in range (mpmd.h's rule). */
+int mpmd_rope_scaling_ok(const mpmd_rope_scaling *s);
 
 /* The scale of a matmul node: alpha in C = alpha op(A) op(B). */
 static inline float mpmd_matmul_alpha(const mpmd_node *n) { return (n->ia[1] & 1) ? n->fa[0] : 1.0f; }
