@@ -1117,6 +1117,92 @@ FILE *mpmd_file_stream(mpmd_file *file);
 mpmd_status mpmd_file_commit(mpmd_file *file, mpmd_error *err);
 void mpmd_file_discard(mpmd_file *file);
 
+/* ------------------------------------------------------------------------ */
+/* Generation                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Text out of a trained model: a decode step (a graph built with
+ * mpmd_set_decode, compiled like any step: the loop, a pipeline whose
+ * microbatches are groups of sequences in flight, model ranks, MPI) run
+ * one position at a time by mpmd_generate, each next token drawn by
+ * mpmd_sample_token. A LLaMA decoder:
+ *
+ *     mpmd_value tok = mpmd_input(g, "tokens", MPMD_I32, MPMD_SHAPE(B, 1));
+ *     mpmd_value pos = mpmd_input(g, "positions", MPMD_I32, MPMD_SHAPE(B, 1));
+ *     mpmd_set_decode(g, pos, T);                  // caches of T positions
+ *     mpmd_loop_begin(g, M);                       // M groups of sequences
+ *     mpmd_value x = mpmd_embed(g, "wte", mpmd_microbatch(g, tok), V, C);
+ *     for (...) x = mpmd_llama_block(g, name, x, H, KV, F, 10000.0f, 1e-5f);
+ *     x = mpmd_rms_norm_layer(g, "norm_f", x, 1e-5f);
+ *     mpmd_value l = mpmd_reshape(g, mpmd_dense(g, "lm_head", x, V, 0), MPMD_SHAPE(B / M, V));
+ *     mpmd_decoder d = {tok, pos, mpmd_loop_reduce(g, l, MPMD_REDUCE_CONCAT), T};
+ *     mpmd_loop_end(g);
+ *     mpmd_keep(g, d.logits);
+ *     ... compile, load the weights (mpmd_step_load_params), then
+ *     mpmd_generate(st, &d, prompts, lens, &opts, out, out_lens);
+ */
+
+/* How a token is drawn from a row of logits. */
+typedef struct mpmd_sampling {
+    float temperature; /* 0: greedy (the first largest logit); else softmax(logits / temperature) */
+    int top_k;         /* draw among the k largest logits (all those equal to the k-th kept); 0: all */
+    uint64_t seed;     /* a draw is a pure function of (seed, sequence, position) */
+} mpmd_sampling;
+#define MPMD_GREEDY ((mpmd_sampling){0.0f, 0, 0})
+
+/* The token drawn from logits [vocab] as sequence `sequence`'s token at
+ * `position` (s NULL: greedy). Greedy takes the first largest logit.
+ * Otherwise, with m the largest logit and F the k-th largest (-inf without
+ * top-k), every token with logit >= F weighs exp((logit - m) / temperature)
+ * (in double), and a uniform number u in [0, 1) drawn from (seed, sequence,
+ * position) by splitmix64 picks the first token whose running sum of
+ * weights passes u times their total: the same token for the same inputs
+ * on any machine, layout or thread. Returns the token, or -1 when logits is
+ * NULL, vocab is outside [1, 2^31) or the top-k scratch cannot be had. */
+int32_t mpmd_sample_token(const float *logits, int64_t vocab, const mpmd_sampling *s, int64_t sequence,
+                          int64_t position);
+
+/* A decode step's values, as mpmd_generate feeds and reads them. */
+typedef struct mpmd_decoder {
+    mpmd_value tokens;    /* i32 input [B, 1]: each sequence's token at the position run */
+    mpmd_value positions; /* i32 input [B, 1]: that position (mpmd_set_decode's positions) */
+    mpmd_value logits;    /* f32 kept value [B, V]: each sequence's logits for the position after */
+    int64_t length;       /* mpmd_set_decode's length: positions 0 .. length - 1 */
+} mpmd_decoder;
+
+/* What to draw and when to stop. on_token (NULL: none) is called with each
+ * token drawn, sequence by sequence at each position, in order: return 0 to
+ * go on, anything else to end the generation after this position
+ * (mpmd_generate returns MPMD_OK). */
+typedef struct mpmd_generate_opts {
+    mpmd_sampling sampling;
+    int64_t max_new; /* tokens drawn after each prompt, at most (the caches' length may end a sequence first) */
+    int32_t eos;     /* a sequence ends once it draws this token (kept as its last); -1: none */
+    int (*on_token)(void *user, int64_t sequence, int64_t position, int32_t token);
+    void *user;
+} mpmd_generate_opts;
+#define MPMD_GENERATE_DEFAULTS ((mpmd_generate_opts){MPMD_GREEDY, 16, -1, NULL, NULL})
+
+/* Generate after B prompts (B the decoder's sequences; prompts[b] holds
+ * lens[b] >= 1 token ids of the vocabulary, at most d->length). Every
+ * sequence runs in lockstep, one position per run of st: position p gets
+ * its prompt's token while the prompt lasts, then the token drawn from the
+ * logits of position p - 1 (mpmd_sample_token with opts' sampling,
+ * sequence b, position p). A sequence ends after max_new tokens, after
+ * drawing eos, or when it fills the caches; the generation ends when all
+ * have. out gets, for sequence b at out + b * d->length, its prompt and the
+ * tokens drawn, and out_lens[b] their count. Each run starts over from
+ * position 0, so a step generates any number of times; inputs of st other
+ * than the decoder's stay as the caller set them. Under MPI a collective
+ * call (every process gets the logits, draws the same tokens and calls
+ * on_token). opts NULL: MPMD_GENERATE_DEFAULTS. Errors (arguments, a prompt
+ * that does not fit or holds an id outside the vocabulary, a failed run,
+ * logits that are NaN or infinite, which weights holding them give) are
+ * returned and kept on the step (mpmd_step_error), naming the sequence and
+ * the position. */
+mpmd_status mpmd_generate(mpmd_step *st, const mpmd_decoder *d, const int32_t *const *prompts, const int64_t *lens,
+                          const mpmd_generate_opts *opts, int32_t *out, int64_t *out_lens);
+
 MPMD_API_END
 
 #ifdef __cplusplus
