@@ -24,7 +24,6 @@
  * building or training (including a NaN/Inf loss, unless --no-nan-check).
  */
 #include "program.h"
-#include "gpt_generate.h"
 #include "gpt_import.h"
 #include "gpt_model.h"
 #include "gpt_plan.h"
@@ -55,7 +54,7 @@ static const char *usage =
     "Train a LLaMA-style model (pre-norm blocks of RMS norms, rotary grouped-query attention and a\n"
     "SwiGLU MLP, no biases, no position table) with AdamW, on one rank or as a pipeline: byte-level\n"
     "on a generated corpus (or --data FILE), or on GPT-2 token ids (--tokens FILE). It takes gpt's\n"
-    "options but --init-from and --generate, which read and decode GPT-2 blocks.\n"
+    "options but --init-from, which reads GPT-2's weights.\n"
     "\n"
     "Model and data:\n"
     "  --kv-heads N          key/value heads, dividing --heads (grouped-query attention;\n"
@@ -177,15 +176,19 @@ static const char *usage =
     "\n"
     "Generating (instead of training):\n"
     "  --generate N          sample N tokens after --prompt for each of --batch sequences, with a\n"
-    "                        key/value cache, pipelined like training (--schedule, --stages: the\n"
-    "                        sequences are the microbatches in flight) and split like it\n"
-    "                        (--tensor-parallel); the weights from --resume (a checkpoint or\n"
-    "                        weights file) or --init-from; GPT-2 blocks. Logits that are NaN or\n"
-    "                        infinite (weights that hold them) end it with an error\n"
+    "                        key/value cache in every block (mpmd_generate), pipelined like\n"
+    "                        training (--schedule, --stages: groups of sequences are the\n"
+    "                        microbatches in flight) and split like it (--tensor-parallel); the\n"
+    "                        weights from --resume (a checkpoint or weights file) or --init-from.\n"
+    "                        One sequence prints its tokens as they come; several print their\n"
+    "                        lines in order, each once its sequence has ended. Logits that are\n"
+    "                        NaN or infinite (weights that hold them) end it with an error\n"
     "  --prompt TEXT         the prompt: its bytes with the byte vocabulary, else token ids\n"
-    "                        separated by commas (default \"The \" or \"464\")\n"
+    "                        separated by commas (default \"The \" or \"464\"); given several\n"
+    "                        times, sequence b starts from prompt b modulo their count\n"
     "  --temperature F       sampling temperature; 0 is greedy (default 1)\n"
     "  --top-k K             sample among the K most likely tokens; 0: all (default 0)\n"
+    "  --eos ID              a sequence ends once it draws token ID (printed as its last)\n"
     "  --help                this text\n"
     "\n"
     "Outputs (--save, --export-weights, --trace, --timeline) are written whole or not at all, each to a\n"
@@ -195,12 +198,17 @@ static const char *usage =
     "\n"
     "After the last step it prints: final_loss=<%.9g> params_sha256=<hex>\n";
 
+/* --prompt may be given this many times: sequence b starts from prompt b % n. */
+#define MAX_PROMPTS 256
+
 typedef struct options {
     gpt_config cfg;
     long long steps, log_every, threads, ranks, replicas, save_every;
     long long eval_every; /* --eval K: the held-out loss every K steps and after the last (0: none) */
     long long generate;   /* --generate N: sample N tokens after a prompt instead of training (0: train) */
-    const char *prompt;   /* --prompt: text (byte vocabulary) or comma-separated token ids */
+    const char *prompt[MAX_PROMPTS]; /* --prompt (repeated): text (byte vocabulary) or comma-separated token ids */
+    int n_prompts;
+    long long eos;        /* --eos ID: a sequence ends once it draws ID (-1: none) */
     float temperature;    /* --temperature (0: greedy) */
     long long top_k;      /* --top-k (0: every token) */
     unsigned long long seed;
@@ -263,6 +271,7 @@ static const char *const valued[] = {
     "--precision",    "--export-weights", "--dtype",     "--remat",      "--memory-limit", "--timeline-width",
     "--step-timeout", "--tokens",         "--init-from", "--vocab",        "--dropout",      "--eval",
     "--generate",     "--prompt",         "--temperature", "--top-k",  "--attention",  "--tensor-parallel",
+    "--eos",
     "--clip",         "--fsdp-gather",    "--decay",     "--beta1",      "--beta2",        "--eps",
 #ifdef GPT_PROGRAM_LLAMA
     "--kv-heads",     "--mlp-hidden",     "--rope-base",
@@ -378,6 +387,7 @@ static int parse_args(int argc, char **argv, options *o) {
     o->nan_check = 1;
     o->schedule = "loop";
     o->temperature = 1.0f;
+    o->eos = -1;
     for (int i = 1; i < argc; i++) {
         char name[64];
         const char *arg = argv[i], *val = NULL;
@@ -454,7 +464,10 @@ static int parse_args(int argc, char **argv, options *o) {
         } else if (!strcmp(name, "--temperature")) {
             rc = parse_float(name, val, &o->temperature);
         } else if (!strcmp(name, "--prompt")) {
-            o->prompt = val;
+            if (o->n_prompts == MAX_PROMPTS) return bad_option("--prompt is given more than %d times", MAX_PROMPTS);
+            o->prompt[o->n_prompts++] = val;
+        } else if (!strcmp(name, "--eos")) {
+            rc = parse_int(name, val, 0, INT32_MAX, &o->eos);
         } else if (!strcmp(name, "--eval")) {
             rc = parse_int(name, val, 1, 1LL << 31, &o->eval_every);
         } else if (!strcmp(name, "--save-every")) {
@@ -592,8 +605,8 @@ static int parse_args(int argc, char **argv, options *o) {
     if (o->data && o->tokens)
         return bad_option("--data (the bytes of a text) and --tokens (a token file) are two sources of "
                           "data; give one");
-    if ((o->prompt || o->top_k || o->temperature != 1.0f) && !o->generate)
-        return bad_option("--prompt, --temperature and --top-k are options of --generate N");
+    if ((o->n_prompts || o->top_k || o->temperature != 1.0f || o->eos >= 0) && !o->generate)
+        return bad_option("--prompt, --temperature, --top-k and --eos are options of --generate N");
     if (o->generate) {
         if (!o->resume && !o->init_from)
             return bad_option("--generate samples from trained weights: give --resume FILE (a checkpoint or "
@@ -601,9 +614,6 @@ static int parse_args(int argc, char **argv, options *o) {
         if (o->replicas > 1 || o->auto_layout || o->eval_every || o->save || o->export_weights)
             return bad_option("--generate runs a trained model: --data-parallel, --auto, --eval, --save and "
                               "--export-weights are training options");
-        if (ARCH != GPT_ARCH_GPT2)
-            return bad_option("--generate decodes GPT-2 blocks; llama's rotary positions are fixed when its "
-                              "graph is built");
     }
     if (o->init_from && ARCH != GPT_ARCH_GPT2)
         return bad_option("--init-from reads GPT-2's weights, which have no LLaMA blocks");
@@ -677,6 +687,9 @@ static int parse_args(int argc, char **argv, options *o) {
     if (!mpmd_mpi_available() && o->mpi)
         return bad_option(
             "--runtime mpi: this build of mpmd has no MPI (install libopenmpi-dev and rebuild)");
+    if (o->eos >= o->cfg.vocab)
+        return bad_option("--eos %lld is not a token of the vocabulary (ids 0 .. %lld)", o->eos,
+                          (long long)o->cfg.vocab - 1);
     if (gpt_config_check(&o->cfg, &err)) {
         fprintf(stderr, "%s\n(run gpt --help for the options)\n",
                 err.msg); /* the message names the program */
@@ -782,12 +795,13 @@ static int export_weights(const options *o, trainer *t) {
     return 0;
 }
 
-/* --prompt as token ids: text bytes with the byte vocabulary (256), else
+/* A --prompt as token ids: text bytes with the byte vocabulary (256), else
  * comma-separated ids; each below the vocabulary. The prompt and the
  * --generate N tokens after it must fit in the model's T positions (--seq):
  * ids are stored up to T, but all are counted, so that a message says how
- * many the prompt has. Returns the count, or -1 after a message. */
-static int64_t parse_prompt(const options *o, int32_t *out) {
+ * many the prompt has. k names the prompt when there are several. Returns
+ * the count, or -1 after a message. */
+static int64_t parse_prompt(const options *o, int k, int32_t *out) {
     const int64_t V = o->cfg.vocab, T = o->cfg.seq, N = o->generate;
     if (N >= T) {
         bad_option("--generate %lld: the model has %lld positions (--seq %lld) for the prompt (at least 1 "
@@ -795,7 +809,9 @@ static int64_t parse_prompt(const options *o, int32_t *out) {
                    (long long)N, (long long)T, (long long)T, (long long)(T - 1));
         return -1;
     }
-    const char *p = o->prompt ? o->prompt : V == 256 ? "The " : "464";
+    const char *text = o->n_prompts ? o->prompt[k] : V == 256 ? "The " : "464", *p = text;
+    char which[32] = "";
+    if (o->n_prompts > 1) snprintf(which, sizeof which, " (the %d%s)", k + 1, k == 0 ? "st" : k == 1 ? "nd" : k == 2 ? "rd" : "th");
     int64_t n = 0;
     if (V == 256) {
         for (; *p; p++, n++)
@@ -806,43 +822,104 @@ static int64_t parse_prompt(const options *o, int32_t *out) {
             errno = 0;
             long long id = strtoll(p, &end, 10);
             if (end == p || errno || id < 0 || id >= V) {
-                bad_option("--prompt: \"%s\" is not a list of token ids below %lld separated by commas "
+                bad_option("--prompt%s: \"%s\" is not a list of token ids below %lld separated by commas "
                            "(the vocabulary is not bytes)",
-                           o->prompt, (long long)V);
+                           which, text, (long long)V);
                 return -1;
             }
             if (n < T) out[n] = (int32_t)id;
             n++;
             p = *end == ',' ? end + 1 : end;
             if (*end && *end != ',') {
-                bad_option("--prompt: unexpected \"%s\" among the token ids", end);
+                bad_option("--prompt%s: unexpected \"%s\" among the token ids", which, end);
                 return -1;
             }
         }
     }
     if (n < 1 || n > T - N) {
-        bad_option("--prompt has %lld tokens, but with --generate %lld the model's %lld positions (--seq) "
+        bad_option("--prompt%s has %lld tokens, but with --generate %lld the model's %lld positions (--seq) "
                    "leave room for between 1 and %lld",
-                   (long long)n, (long long)N, (long long)T, (long long)(T - N));
+                   which, (long long)n, (long long)N, (long long)T, (long long)(T - N));
         return -1;
     }
     return n;
 }
 
+/* Token id as the samples print it: a byte (escaped when not printable)
+ * with the byte vocabulary, else ",id" (the id alone first in a line). */
+static void print_token(int64_t V, int32_t id, int first) {
+    if (V != 256)
+        printf("%s%d", first ? "" : ",", id);
+    else if (id == '\n')
+        fputs("\\n", stdout);
+    else if (id == '\\')
+        fputs("\\\\", stdout);
+    else if (id >= 32 && id < 127)
+        putchar(id);
+    else
+        printf("\\x%02x", id);
+}
+
+/* What --generate prints, as the tokens come (mpmd_generate's on_token):
+ * one sequence streams its tokens on its line; several print each line
+ * once its sequence and those before it have ended. */
+typedef struct printer {
+    int root, stream;
+    int64_t B, T, V, N, eos;
+    const int64_t *plen; /* the prompts' lengths */
+    const int32_t *out;  /* mpmd_generate's sequences and lengths, updated before each call */
+    const int64_t *len;
+    unsigned char *done;
+    int64_t next;        /* the first sequence whose line is not printed */
+    int64_t drawn;       /* tokens drawn so far */
+    double t_first;      /* when the first token was drawn */
+} printer;
+
+static void print_line(const printer *pr, int64_t b) {
+    printf("sample %lld: ", (long long)b);
+    for (int64_t i = 0; i < pr->len[b]; i++)
+        print_token(pr->V, pr->out[b * pr->T + i], i == 0);
+    putchar('\n');
+}
+
+static int on_token(void *user, int64_t b, int64_t pos, int32_t tok) {
+    printer *pr = user;
+    if (pr->drawn++ == 0) pr->t_first = now_s();
+    if (pr->root && pr->stream) {
+        if (pos == pr->plen[b]) { /* the first token: the line and its prompt first */
+            printf("sample %lld: ", (long long)b);
+            for (int64_t i = 0; i < pos; i++)
+                print_token(pr->V, pr->out[b * pr->T + i], i == 0);
+        }
+        print_token(pr->V, tok, 0);
+        fflush(stdout);
+    }
+    if (tok == pr->eos || pos + 1 - pr->plen[b] >= pr->N || pos + 1 == pr->T) pr->done[b] = 1;
+    for (; pr->next < pr->B && pr->done[pr->next]; pr->next++)
+        if (pr->root) pr->stream ? (void)putchar('\n') : print_line(pr, pr->next);
+    if (pr->root && !pr->stream) fflush(stdout);
+    return 0;
+}
+
 /* --generate N: every sequence (--batch of them, --microbatches in flight)
- * starts from the prompt; position by position the decoder runs the known
- * token and, past the prompt, the next one is drawn from its logits. */
+ * starts from its prompt (--prompt, repeated: sequence b takes prompt b %
+ * count); mpmd_generate runs them position by position through the decode
+ * step, the known tokens first, then the tokens drawn. */
 static int generate(options *o, trainer *t) {
     gpt_config c = o->cfg;
     mpmd_error err;
     const int64_t B = c.batch, T = c.seq, V = c.vocab;
-    int32_t *prompt = malloc((size_t)T * sizeof *prompt);
-    if (!prompt) return fail(t, "out of memory");
-    int64_t P = parse_prompt(o, prompt);
-    if (P < 0) {
-        free(prompt);
-        return 2;
-    }
+    const int np = o->n_prompts ? o->n_prompts : 1;
+    int32_t *pbuf = malloc((size_t)(np * T) * sizeof *pbuf), *out = malloc((size_t)(B * T) * sizeof *out);
+    int64_t *plen = malloc((size_t)np * sizeof *plen), *blen = malloc((size_t)B * sizeof *blen),
+            *len = malloc((size_t)B * sizeof *len);
+    const int32_t **prompts = malloc((size_t)B * sizeof *prompts);
+    unsigned char *done = calloc((size_t)B, 1);
+    if (!pbuf || !out || !plen || !blen || !len || !prompts || !done) return fail(t, "out of memory");
+    for (int k = 0; k < np; k++)
+        if ((plen[k] = parse_prompt(o, k, pbuf + k * T)) < 0) return 2;
+    for (int64_t b = 0; b < B; b++)
+        prompts[b] = pbuf + (b % np) * T, blen[b] = plen[b % np];
     gpt_decoder d;
     if (gpt_build_decoder(&c, &d, &err)) return fail(t, "%s", err.msg);
     if (strcmp(o->schedule, "loop") != 0 && make_schedule(o, &t->sched, &err)) return fail(t, "%s", err.msg);
@@ -863,70 +940,41 @@ static int generate(options *o, trainer *t) {
         gpt_model view = gpt_decoder_model(&d);
         if (gpt_hf_import(o->init_from, &view, t->st, &err)) return fail(t, "--init-from %s", err.msg);
     }
-    int32_t *seqs = malloc((size_t)(B * T) * sizeof *seqs), *tok = malloc((size_t)B * sizeof *tok);
-    float *logits = malloc((size_t)(B * V) * sizeof *logits);
-    if (!seqs || !tok || !logits) return fail(t, "out of memory");
-    for (int64_t b = 0; b < B; b++)
-        memcpy(seqs + b * T, prompt, (size_t)P * sizeof *prompt);
-    const int64_t end = P + o->generate;
-    double t0 = now_s(), t_gen = t0;
-    for (int64_t pos = 0; pos + 1 < end; pos++) {
-        if (pos == P - 1) t_gen = now_s(); /* the prompt is in the cache */
-        for (int64_t b = 0; b < B; b++)
-            tok[b] = seqs[b * T + pos];
-        if (gpt_decode(t->st, &d, tok, pos, logits, &err)) return fail(t, "%s", err.msg);
-        /* NaN or infinite logits (weights that hold them: an f16 export that
-         * overflowed) would be sampled into garbage: refuse them */
-        for (int64_t b = 0; b < B; b++) {
-            int64_t first = -1, n = 0;
-            for (int64_t v = 0; v < V; v++)
-                if (!isfinite(logits[b * V + v])) n++, first = first < 0 ? v : first;
-            if (n)
-                return fail(
-                    t,
-                    "--generate: sequence %lld, position %lld: %lld of the %lld logits are NaN or infinite "
-                    "(the first, token %lld, is %s): the weights of %s hold NaN or infinite values, or "
-                    "overflow (an f16 export of values past 65504 holds infinities)",
-                    (long long)b, (long long)pos, (long long)n, (long long)V, (long long)first,
-                    isnan(logits[b * V + first]) ? "NaN"
-                    : logits[b * V + first] > 0  ? "+inf"
-                                                 : "-inf",
-                    o->resume ? o->resume : o->init_from);
-        }
-        if (pos + 1 >= P)
-            for (int64_t b = 0; b < B; b++)
-                seqs[b * T + pos + 1] = gpt_sample_token(logits + b * V, V, o->temperature, (int)o->top_k, o->seed, b,
-                                                         pos + 1);
-    }
+    printer pr = {t->root, B == 1, B, T, V, o->generate, o->eos, blen, out, len, done, 0, 0, 0};
+    mpmd_generate_opts go = MPMD_GENERATE_DEFAULTS;
+    go.sampling = (mpmd_sampling){o->temperature, (int)o->top_k, o->seed};
+    go.max_new = o->generate, go.eos = (int32_t)o->eos;
+    go.on_token = on_token, go.user = &pr;
+    double t0 = now_s();
+    mpmd_status rc = mpmd_generate(t->st, &d.io, prompts, blen, &go, out, len);
     double t1 = now_s();
-    if (t->root) {
-        for (int64_t b = 0; b < B; b++) {
-            printf("sample %lld: ", (long long)b);
-            for (int64_t i = 0; i < end; i++) {
-                int32_t id = seqs[b * T + i];
-                if (V != 256)
-                    printf("%s%d", i ? "," : "", id);
-                else if (id == '\n')
-                    fputs("\\n", stdout);
-                else if (id == '\\')
-                    fputs("\\\\", stdout);
-                else if (id >= 32 && id < 127)
-                    putchar(id);
-                else
-                    printf("\\x%02x", id);
-            }
-            putchar('\n');
-        }
+    if (rc) {
+        const char *msg = mpmd_step_error(t->st);
+        if (!strncmp(msg, "mpmd_generate: ", 15)) msg += 15;
+        if (t->root && pr.stream && pr.drawn) putchar('\n'); /* end a line cut short */
+        if (rc == MPMD_ERR_RUNTIME && strstr(msg, "NaN or infinite"))
+            return fail(t,
+                        "--generate: %s: the weights of %s hold NaN or infinite values, or overflow (an f16 "
+                        "export of values past 65504 holds infinities)",
+                        msg, o->resume ? o->resume : o->init_from);
+        return fail(t, "--generate: %s", msg);
+    }
+    for (; pr.next < B; pr.next++) /* (every sequence has ended; nothing is left but by an early stop) */
+        if (t->root) pr.stream ? (void)putchar('\n') : print_line(&pr, pr.next);
+    if (t->root && !o->quiet) {
         char split[48] = "";
         if (c.tensor_parallel > 1) snprintf(split, sizeof split, ", over %d model ranks", c.tensor_parallel);
-        if (!o->quiet)
-            printf("generated %lld tokens for each of %lld sequences (%d in flight per microbatch, %s%s): "
-                   "prompt %.1f ms, then %.0f tokens/s (%.2f ms per position)\n",
-                   o->generate, (long long)B, (int)(B / c.microbatches),
-                   t->sched ? t->sched->name : "the one-rank loop", split, 1e3 * (t_gen - t0),
-                   (double)(B * o->generate) / (t1 - t_gen), 1e3 * (t1 - t_gen) / (double)o->generate);
+        int64_t after = pr.drawn > B ? pr.drawn - B : 0, most = 0;
+        for (int64_t b = 0; b < B; b++)
+            most = len[b] - blen[b] > most ? len[b] - blen[b] : most;
+        printf("generated %lld tokens (at most %lld for each of %lld sequences, %d in flight per microbatch, %s%s): "
+               "the first after %.1f ms, then %.0f tokens/s (%.2f ms per position)\n",
+               (long long)pr.drawn, o->generate, (long long)B, (int)(B / c.microbatches),
+               t->sched ? t->sched->name : "the one-rank loop", split, 1e3 * (pr.t_first - t0),
+               t1 > pr.t_first ? (double)after / (t1 - pr.t_first) : 0.0,
+               most > 1 ? 1e3 * (t1 - pr.t_first) / (double)(most - 1) : 0.0);
     }
-    free(seqs), free(tok), free(logits), free(prompt);
+    free(pbuf), free(out), free(plen), free(blen), free(len), free(prompts), free(done);
     mpmd_step_free(t->st);
     mpmd_schedule_free(t->sched);
     gpt_decoder_free(&d);
