@@ -12,7 +12,7 @@ NOMPI_BUILD ?= build-nompi
 FUZZ_BUILD ?= build-fuzz
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # Debian packages the build needs.
-PACKAGES = cmake make gcc libc6-dev pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin \
+PACKAGES = cmake make gcc libc6-dev pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libcjson-dev \
   python3 python3-torch python3-numpy
 
 .PHONY: all deps build test test-sanitize test-no-mpi fuzz test-gpu demo bench bench-gpu format clean

@@ -11,8 +11,9 @@
  * program generates deterministically, the bytes of a text file (--data),
  * or the GPT-2 token ids of an llm.c token file (--tokens); batches are a
  * pure function of (seed, step). The parameters start random (from --seed)
- * or from GPT-2's weights (--init-from, Hugging Face's model.safetensors;
- * examples/models/gpt_import.h). So runs with the same model options print
+ * or from Hugging Face's weights (--init-from: GPT-2's model.safetensors,
+ * examples/models/gpt_import.h; llama a LLaMA-family model directory,
+ * examples/models/llama_import.h). So runs with the same model options print
  * the same final line whatever the schedule, ranks or runtime:
  *
  *     final_loss=<loss of the last step> params_sha256=<hash of the parameters>
@@ -20,11 +21,16 @@
  * (With --data-parallel R the replicas' sums run in another order: equal to
  * float tolerance, not bits.)
  *
+ * With --generate N the program samples from the model instead of training
+ * it: the same blocks in decode mode (gpt_build_decoder), run by the
+ * library's mpmd_generate.
+ *
  * Exit status: 0 on success, 2 for bad options, 1 for a failure while
  * building or training (including a NaN/Inf loss, unless --no-nan-check).
  */
 #include "program.h"
 #include "gpt_import.h"
+#include "llama_import.h"
 #include "gpt_model.h"
 #include "gpt_plan.h"
 #include "mpmd.h"
@@ -43,18 +49,33 @@
 #ifdef GPT_PROGRAM_LLAMA
 #define PROG "llama"
 #define ARCH GPT_ARCH_LLAMA
+#define INIT_WHAT "a LLaMA model's weights"
+#define INIT_LAYOUT "LLaMA"
 #else
 #define PROG "gpt"
 #define ARCH GPT_ARCH_GPT2
+#define INIT_WHAT "GPT-2's weights"
+#define INIT_LAYOUT "GPT-2"
 #endif
+
+/* --init-from's weights into the parameters of a model (or a decoder's):
+ * GPT-2's file for gpt, a LLaMA-family model directory for llama. */
+static mpmd_status init_from(const char *path, const gpt_model *m, mpmd_step *st, mpmd_error *err) {
+#ifdef GPT_PROGRAM_LLAMA
+    return llama_hf_import(path, m, st, err);
+#else
+    return gpt_hf_import(path, m, st, err);
+#endif
+}
 
 static const char *usage =
 #ifdef GPT_PROGRAM_LLAMA
     "usage: llama [options]\n"
     "Train a LLaMA-style model (pre-norm blocks of RMS norms, rotary grouped-query attention and a\n"
     "SwiGLU MLP, no biases, no position table) with AdamW, on one rank or as a pipeline: byte-level\n"
-    "on a generated corpus (or --data FILE), or on GPT-2 token ids (--tokens FILE). It takes gpt's\n"
-    "options but --init-from, which reads GPT-2's weights.\n"
+    "on a generated corpus (or --data FILE), or on GPT-2 token ids (--tokens FILE), from random\n"
+    "weights or from a LLaMA-family model's (--init-from DIR). It takes gpt's options and three of\n"
+    "its own (the first below).\n"
     "\n"
     "Model and data:\n"
     "  --kv-heads N          key/value heads, dividing --heads (grouped-query attention;\n"
@@ -95,6 +116,20 @@ static const char *usage =
     "                        (a header of 256 int32: 20240520, 1, the token count; then the\n"
     "                        tokens), as llm.c's dev/data scripts write them (tinyshakespeare.py,\n"
     "                        fineweb.py); every id must be below the vocabulary\n"
+#ifdef GPT_PROGRAM_LLAMA
+    "  --bytes-as-tokens     with --init-from: train the model's weights on bytes (--data, or the\n"
+    "                        generated corpus) as token ids all the same; without it that is refused,\n"
+    "                        since the model reads ids as its tokenizer's (give --tokens FILE)\n"
+    "  --init-from DIR       start from a LLaMA-family model's weights in Hugging Face's layout: a\n"
+    "                        directory with config.json and model.safetensors (or the shards of\n"
+    "                        model.safetensors.index.json), as the hub ships Llama 2 and 3.x,\n"
+    "                        TinyLlama, SmolLM and Mistral-style models (F32, F16 or BF16). Layers,\n"
+    "                        width, heads, key/value heads, vocabulary, MLP width, rope_theta and\n"
+    "                        rope_scaling (llama3), rms_norm_eps and tied embeddings come from\n"
+    "                        config.json (options given must agree); seq is at most\n"
+    "                        max_position_embeddings (default min(64, it)); PyTorch's [out, in]\n"
+    "                        Linear weights are transposed in; the optimizer starts fresh\n"
+#else
     "  --bytes-as-tokens     with --init-from: train GPT-2's weights on bytes (--data, or the generated\n"
     "                        corpus) as token ids all the same; without it that is refused, since GPT-2\n"
     "                        reads ids as its BPE tokens (give --tokens FILE)\n"
@@ -104,6 +139,7 @@ static const char *usage =
     "                        width and vocabulary come from the file (options given must agree);\n"
     "                        heads are width/64 unless given; seq is at most the file's positions\n"
     "                        (default min(64, positions)); embeddings tied; the optimizer starts fresh\n"
+#endif
     "  --steps N             train up to step N, counted from the start of training (default 60)\n"
     "  --seed N              seed of the initial parameters and of the batches (default 0)\n"
     "\n"
@@ -301,11 +337,17 @@ static int check_memory(const options *o) {
                   (double)c->batch * c->heads * (double)c->seq * (double)c->seq * c->layers * 2.0 +
                   tokens * (double)c->vocab * 2.0;
     double bytes = (params * 16.0 + acts * 4.0) * (o->mpi ? 1.0 / (double)c->stages : (double)o->replicas);
+    if (o->generate) { /* no gradients or AdamW moments: the parameters, and each block's key/value cache */
+        acts = 2.0 * (double)c->layers * (double)c->batch * (double)c->seq * (double)c->width;
+        bytes = (params + acts) * 4.0 * (o->mpi ? 1.0 / (double)c->stages : 1.0);
+    }
     double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (ram > 0 && bytes > ram)
-        return bad_option("the model needs about %.1f GB here (%.3g parameters: %.1f GB with gradients and "
-                          "AdamW state; activations %.1f GB) but this machine has %.1f GB of memory",
-                          bytes / 1e9, params, params * 16.0 / 1e9, acts * 4.0 / 1e9, ram / 1e9);
+        return bad_option("the model needs about %.1f GB here (%.3g parameters: %.1f GB%s; %s %.1f GB) but this "
+                          "machine has %.1f GB of memory",
+                          bytes / 1e9, params, params * (o->generate ? 4.0 : 16.0) / 1e9,
+                          o->generate ? "" : " with gradients and AdamW state",
+                          o->generate ? "key/value caches" : "activations", acts * 4.0 / 1e9, ram / 1e9);
     return 0;
 }
 /* A file as the file system sees it: one that exists by device and inode,
@@ -403,7 +445,7 @@ static int parse_args(int argc, char **argv, options *o) {
         }
         if (is_one_of(name, flags, sizeof flags / sizeof flags[0])) {
             if (eq) return bad_option("%s takes no value", name);
-            if (!strcmp(name, "--tie-embeddings")) o->cfg.tie_embeddings = 1;
+            if (!strcmp(name, "--tie-embeddings")) o->cfg.tie_embeddings = o->given.tie_embeddings = 1;
             if (!strcmp(name, "--no-nan-check")) o->nan_check = 0;
             if (!strcmp(name, "--fuse-steady-state")) o->fuse = 1;
             if (!strcmp(name, "--quiet")) o->quiet = 1;
@@ -514,11 +556,14 @@ static int parse_args(int argc, char **argv, options *o) {
                 return bad_option("--dropout is a rate in [0, 1), got %s", val);
         } else if (!strcmp(name, "--kv-heads")) {
             if (!(rc = parse_int(name, val, 1, 1 << 12, &v))) o->cfg.kv_heads = (int)v;
+            o->given.kv_heads = 1;
         } else if (!strcmp(name, "--mlp-hidden")) {
             if (!(rc = parse_int(name, val, 1, 1 << 20, &v))) o->cfg.mlp_hidden = v;
+            o->given.mlp_hidden = 1;
         } else if (!strcmp(name, "--rope-base")) {
             if (!(rc = parse_float(name, val, &o->cfg.rope_base)) && !(o->cfg.rope_base > 1.0f))
                 return bad_option("--rope-base must be greater than 1, got %s", val);
+            o->given.rope_base = 1;
         } else if (!strcmp(name, "--step-timeout")) {
             char *end;
             double sec = strtod(val, &end);
@@ -615,10 +660,8 @@ static int parse_args(int argc, char **argv, options *o) {
             return bad_option("--generate runs a trained model: --data-parallel, --auto, --eval, --save and "
                               "--export-weights are training options");
     }
-    if (o->init_from && ARCH != GPT_ARCH_GPT2)
-        return bad_option("--init-from reads GPT-2's weights, which have no LLaMA blocks");
     if (o->init_from && o->resume)
-        return bad_option("--init-from starts from GPT-2's weights and --resume from a checkpoint; give one");
+        return bad_option("--init-from starts from " INIT_WHAT " and --resume from a checkpoint; give one");
     if (o->export_dtype_name && !o->export_weights) return bad_option("--dtype needs --export-weights PATH");
     const char *xd = o->export_dtype_name ? o->export_dtype_name : "bf16";
     if (!strcmp(xd, "f32"))
@@ -659,6 +702,15 @@ static int parse_args(int argc, char **argv, options *o) {
     o->cfg.batch /= o->replicas; /* the graph is one replica's step */
     mpmd_error err;
     if (o->init_from) { /* the file's model: its shapes, the options given checked against them */
+#ifdef GPT_PROGRAM_LLAMA
+        llama_hf_info info;
+        if (llama_hf_inspect(o->init_from, &info, &err)) {
+            fprintf(stderr, PROG ": --init-from %s\n", err.msg);
+            return 1;
+        }
+        if (llama_hf_configure(o->init_from, &info, &o->given, &o->cfg, &err))
+            return bad_option("--init-from %s", err.msg);
+#else
         gpt_hf_info info;
         if (gpt_hf_inspect(o->init_from, &info, &err)) {
             fprintf(stderr, PROG ": --init-from %s\n", err.msg);
@@ -666,12 +718,22 @@ static int parse_args(int argc, char **argv, options *o) {
         }
         if (gpt_hf_configure(o->init_from, &info, &o->given, &o->cfg, &err))
             return bad_option("--init-from %s", err.msg);
+#endif
     } else if (o->tokens && !o->given.vocab) {
         o->cfg.vocab = GPT2_VOCAB;
     }
     /* (after the file is known to be GPT-2's weights) GPT-2 reads ids as its BPE
      * tokens, to which bytes as ids 0..255 are other tokens: almost surely a
      * mistake, refused unless asked for */
+#ifdef GPT_PROGRAM_LLAMA
+    if (o->init_from && !o->tokens && !o->generate && !o->bytes_as_tokens)
+        return bad_option(
+            "--init-from %s gives a LLaMA model's weights, which read token ids as its tokenizer's, but "
+            "%s%s gives bytes as ids 0..255, which are other tokens to it. Give --tokens FILE (its token "
+            "ids in llm.c's format), or add --bytes-as-tokens to train on the bytes all the same",
+            o->init_from, o->data ? "--data " : "the generated corpus (no --data or --tokens)",
+            o->data ? o->data : "");
+#else
     if (o->init_from && !o->tokens && !o->generate && !o->bytes_as_tokens)
         return bad_option(
             "--init-from %s gives GPT-2's weights, which read token ids as GPT-2's BPE tokens, but "
@@ -680,9 +742,10 @@ static int parse_args(int argc, char **argv, options *o) {
             "--bytes-as-tokens to train on the bytes all the same",
             o->init_from, o->data ? "--data " : "the generated corpus (no --data or --tokens)",
             o->data ? o->data : "");
+#endif
     if (o->bytes_as_tokens && (!o->init_from || o->tokens || o->generate))
         return bad_option(
-            "--bytes-as-tokens lets --init-from's GPT-2 weights train on byte data (--data or the "
+            "--bytes-as-tokens lets --init-from's " INIT_LAYOUT " weights train on byte data (--data or the "
             "generated corpus); it does nothing here");
     if (!mpmd_mpi_available() && o->mpi)
         return bad_option(
@@ -938,7 +1001,7 @@ static int generate(options *o, trainer *t) {
                         o->resume, rep.missing, d.n_params);
     } else {
         gpt_model view = gpt_decoder_model(&d);
-        if (gpt_hf_import(o->init_from, &view, t->st, &err)) return fail(t, "--init-from %s", err.msg);
+        if (init_from(o->init_from, &view, t->st, &err)) return fail(t, "--init-from %s", err.msg);
     }
     printer pr = {t->root, B == 1, B, T, V, o->generate, o->eos, blen, out, len, done, 0, 0, 0};
     mpmd_generate_opts go = MPMD_GENERATE_DEFAULTS;
@@ -1086,7 +1149,7 @@ static int run(int argc, char **argv) {
             return fail(&t, "%s holds %lld steps already; --steps %lld counts from the start of training",
                         o.resume, (long long)info.step, o.steps);
     }
-    if (o.init_from && gpt_hf_import(o.init_from, &m, t.st, &err)) return fail(&t, "--init-from %s", err.msg);
+    if (o.init_from && init_from(o.init_from, &m, t.st, &err)) return fail(&t, "--init-from %s", err.msg);
 
     if (t.root && !o.quiet && !o.json) {
         printf(PROG ": %d layers, width %lld, %d heads, seq %lld, batch %lld in %d microbatches, %lld "
@@ -1105,7 +1168,7 @@ static int run(int argc, char **argv) {
         else
             printf("data: %s, %lld bytes", o.data ? o.data : "generated corpus", (long long)corpus.len);
         if (o.init_from)
-            printf("; weights from %s (GPT-2 in Hugging Face's layout), fresh optimizer state\n",
+            printf("; weights from %s (" INIT_LAYOUT " in Hugging Face's layout), fresh optimizer state\n",
                    o.init_from);
         else
             printf("; the loss starts near ln(%lld) = %.3f\n", (long long)c->vocab, log((double)c->vocab));
