@@ -632,7 +632,8 @@ MPMD_NODISCARD mpmd_value mpmd_embed(mpmd_graph *g, const char *name, mpmd_value
 /* MLP "name": dense(hidden) -> gelu -> dense(out). */
 MPMD_NODISCARD mpmd_value mpmd_mlp(mpmd_graph *g, const char *name, mpmd_value x, int64_t hidden, int64_t out);
 /* Self-attention "name" on x [B, T, C]: one dense to q, k, v (name/qkv),
- * mpmd_attention over `heads` heads, dense back to C (name/out). */
+ * mpmd_attention over `heads` heads, dense back to C (name/out). Causal,
+ * after mpmd_set_decode it decodes against a key/value cache (below). */
 MPMD_NODISCARD mpmd_value mpmd_self_attention(mpmd_graph *g, const char *name, mpmd_value x, int heads, int causal);
 /* The JaxPP tutorial's Block "name" (post-LN): x = LN(x + attn(x));
  * x = LN(x + Dense(Dense(x, 4C) -> gelu, C)). */
@@ -647,7 +648,9 @@ MPMD_NODISCARD mpmd_value mpmd_swiglu_mlp(mpmd_graph *g, const char *name, mpmd_
 /* Causal self-attention "name" with rotary embeddings on x [B, T, C]:
  * name/{q,k,v,o} without bias; kv_heads key/value heads (grouped-query
  * attention when fewer than `heads`, which they must divide; each is shared
- * by heads / kv_heads query heads). */
+ * by heads / kv_heads query heads). Llama 3.1's frequencies with
+ * mpmd_set_rope_scaling; after mpmd_set_decode it decodes against a
+ * key/value cache, turning q and k by the run-time positions. */
 MPMD_NODISCARD mpmd_value mpmd_rope_attention(mpmd_graph *g, const char *name, mpmd_value x, int heads, int kv_heads, float rope_base);
 /* A LLaMA block "name" (pre-norm, causal): x = x + attn(RMS(x)) with rotary
  * attention; x = x + swiglu(RMS(x)) of width `hidden`. */
