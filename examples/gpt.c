@@ -242,7 +242,7 @@ typedef struct options {
     long long steps, log_every, threads, ranks, replicas, save_every;
     long long eval_every; /* --eval K: the held-out loss every K steps and after the last (0: none) */
     long long generate;   /* --generate N: sample N tokens after a prompt instead of training (0: train) */
-    const char *prompt[MAX_PROMPTS]; /* --prompt (repeated): text (byte vocabulary) or comma-separated token ids */
+    const char *prompt[MAX_PROMPTS]; /* --prompt (repeated): text (byte vocabulary) or token ids */
     int n_prompts;
     long long eos;        /* --eos ID: a sequence ends once it draws ID (-1: none) */
     float temperature;    /* --temperature (0: greedy) */
@@ -307,11 +307,11 @@ static const char *const valued[] = {
     "--precision",    "--export-weights", "--dtype",     "--remat",      "--memory-limit", "--timeline-width",
     "--step-timeout", "--tokens",         "--init-from", "--vocab",        "--dropout",      "--eval",
     "--generate",     "--prompt",         "--temperature", "--top-k",  "--attention",  "--tensor-parallel",
-    "--eos",
     "--clip",         "--fsdp-gather",    "--decay",     "--beta1",      "--beta2",        "--eps",
 #ifdef GPT_PROGRAM_LLAMA
     "--kv-heads",     "--mlp-hidden",     "--rope-base",
 #endif
+    "--eos",
 };
 
 static int is_one_of(const char *name, const char *const *list, size_t n) {
@@ -343,11 +343,12 @@ static int check_memory(const options *o) {
     }
     double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (ram > 0 && bytes > ram)
-        return bad_option("the model needs about %.1f GB here (%.3g parameters: %.1f GB%s; %s %.1f GB) but this "
-                          "machine has %.1f GB of memory",
-                          bytes / 1e9, params, params * (o->generate ? 4.0 : 16.0) / 1e9,
-                          o->generate ? "" : " with gradients and AdamW state",
-                          o->generate ? "key/value caches" : "activations", acts * 4.0 / 1e9, ram / 1e9);
+        return bad_option(
+            "the model needs about %.1f GB here (%.3g parameters: %.1f GB%s; %s %.1f GB) but this "
+            "machine has %.1f GB of memory",
+            bytes / 1e9, params, params * (o->generate ? 4.0 : 16.0) / 1e9,
+            o->generate ? "" : " with gradients and AdamW state",
+            o->generate ? "key/value caches" : "activations", acts * 4.0 / 1e9, ram / 1e9);
     return 0;
 }
 /* A file as the file system sees it: one that exists by device and inode,
@@ -506,7 +507,8 @@ static int parse_args(int argc, char **argv, options *o) {
         } else if (!strcmp(name, "--temperature")) {
             rc = parse_float(name, val, &o->temperature);
         } else if (!strcmp(name, "--prompt")) {
-            if (o->n_prompts == MAX_PROMPTS) return bad_option("--prompt is given more than %d times", MAX_PROMPTS);
+            if (o->n_prompts == MAX_PROMPTS)
+                return bad_option("--prompt is given more than %d times", MAX_PROMPTS);
             o->prompt[o->n_prompts++] = val;
         } else if (!strcmp(name, "--eos")) {
             rc = parse_int(name, val, 0, INT32_MAX, &o->eos);
@@ -744,9 +746,9 @@ static int parse_args(int argc, char **argv, options *o) {
             o->data ? o->data : "");
 #endif
     if (o->bytes_as_tokens && (!o->init_from || o->tokens || o->generate))
-        return bad_option(
-            "--bytes-as-tokens lets --init-from's " INIT_LAYOUT " weights train on byte data (--data or the "
-            "generated corpus); it does nothing here");
+        return bad_option("--bytes-as-tokens lets --init-from's " INIT_LAYOUT
+                          " weights train on byte data (--data or the "
+                          "generated corpus); it does nothing here");
     if (!mpmd_mpi_available() && o->mpi)
         return bad_option(
             "--runtime mpi: this build of mpmd has no MPI (install libopenmpi-dev and rebuild)");
@@ -874,7 +876,12 @@ static int64_t parse_prompt(const options *o, int k, int32_t *out) {
     }
     const char *text = o->n_prompts ? o->prompt[k] : V == 256 ? "The " : "464", *p = text;
     char which[32] = "";
-    if (o->n_prompts > 1) snprintf(which, sizeof which, " (the %d%s)", k + 1, k == 0 ? "st" : k == 1 ? "nd" : k == 2 ? "rd" : "th");
+    if (o->n_prompts > 1)
+        snprintf(which, sizeof which, " (the %d%s)", k + 1,
+                 k == 0   ? "st"
+                 : k == 1 ? "nd"
+                 : k == 2 ? "rd"
+                          : "th");
     int64_t n = 0;
     if (V == 256) {
         for (; *p; p++, n++)
@@ -933,9 +940,9 @@ typedef struct printer {
     const int32_t *out;  /* mpmd_generate's sequences and lengths, updated before each call */
     const int64_t *len;
     unsigned char *done;
-    int64_t next;        /* the first sequence whose line is not printed */
-    int64_t drawn;       /* tokens drawn so far */
-    double t_first;      /* when the first token was drawn */
+    int64_t next;   /* the first sequence whose line is not printed */
+    int64_t drawn;  /* tokens drawn so far */
+    double t_first; /* when the first token was drawn */
 } printer;
 
 static void print_line(const printer *pr, int64_t b) {
@@ -1030,7 +1037,8 @@ static int generate(options *o, trainer *t) {
         int64_t after = pr.drawn > B ? pr.drawn - B : 0, most = 0;
         for (int64_t b = 0; b < B; b++)
             most = len[b] - blen[b] > most ? len[b] - blen[b] : most;
-        printf("generated %lld tokens (at most %lld for each of %lld sequences, %d in flight per microbatch, %s%s): "
+        printf("generated %lld tokens (at most %lld for each of %lld sequences, %d in flight per microbatch, "
+               "%s%s): "
                "the first after %.1f ms, then %.0f tokens/s (%.2f ms per position)\n",
                (long long)pr.drawn, o->generate, (long long)B, (int)(B / c.microbatches),
                t->sched ? t->sched->name : "the one-rank loop", split, 1e3 * (pr.t_first - t0),

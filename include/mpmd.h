@@ -1179,7 +1179,7 @@ typedef struct mpmd_decoder {
  * (mpmd_generate returns MPMD_OK). */
 typedef struct mpmd_generate_opts {
     mpmd_sampling sampling;
-    int64_t max_new; /* tokens drawn after each prompt, at most (the caches' length may end a sequence first) */
+    int64_t max_new; /* tokens drawn after each prompt, at most (fewer when the caches fill) */
     int32_t eos;     /* a sequence ends once it draws this token (kept as its last); -1: none */
     int (*on_token)(void *user, int64_t sequence, int64_t position, int32_t token);
     void *user;
@@ -1203,8 +1203,9 @@ typedef struct mpmd_generate_opts {
  * logits that are NaN or infinite, which weights holding them give) are
  * returned and kept on the step (mpmd_step_error), naming the sequence and
  * the position. */
-mpmd_status mpmd_generate(mpmd_step *st, const mpmd_decoder *d, const int32_t *const *prompts, const int64_t *lens,
-                          const mpmd_generate_opts *opts, int32_t *out, int64_t *out_lens);
+mpmd_status mpmd_generate(mpmd_step *st, const mpmd_decoder *d, const int32_t *const *prompts,
+                          const int64_t *lens, const mpmd_generate_opts *opts, int32_t *out,
+                          int64_t *out_lens);
 
 MPMD_API_END
 

@@ -111,12 +111,15 @@ int main(int argc, char **argv) {
             int32_t got = seq[b * T + p + 1];
             checked++;
             if (got != best && bad++ < 20)
-                printf("FAIL: sequence %lld, position %lld: generated %d (logit %.9g), the forward's argmax is %lld "
+                printf("FAIL: sequence %lld, position %lld: generated %d (logit %.9g), the forward's argmax "
+                       "is %lld "
                        "(logit %.9g)\n",
-                       (long long)b, (long long)p + 1, (int)got, (double)l[got], (long long)best, (double)l[best]);
+                       (long long)b, (long long)p + 1, (int)got, (double)l[got], (long long)best,
+                       (double)l[best]);
         }
-    if (!bad) printf("ok: the %lld tokens generated after the prompts of %lld sequences are the forward's argmax\n",
-                     (long long)checked, (long long)B);
+    if (!bad)
+        printf("ok: the %lld tokens generated after the prompts of %lld sequences are the forward's argmax\n",
+               (long long)checked, (long long)B);
     free(logits), free(seq), free(len);
     mpmd_step_free(st);
     gpt_model_free(&m);

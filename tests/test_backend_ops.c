@@ -663,9 +663,10 @@ static void case_llama_ops(cb *c) {
     acc(c, mpmd_rope(g, in_flt(c, "q", -2.0f, 2.0f, D(2, 9, 3, 16)), 10000.0f, 4));
     /* at run-time positions: one per row, and one per t shared by the batch, Llama 3.1's scaling on one */
     const mpmd_rope_scaling l3 = {8.0f, 1.0f, 4.0f, 64};
-    acc(c, mpmd_rope_at(g, in_flt(c, "qa", -2.0f, 2.0f, D(2, 9, 3, 16)), in_i32(c, "pos", 5000, D(2, 9)), 500000.0f,
-                        &l3));
-    acc(c, mpmd_rope_at(g, in_flt(c, "qb", -2.0f, 2.0f, D(2, 9, 3, 16)), in_i32(c, "pos9", 70, D(9)), 10000.0f, NULL));
+    acc(c, mpmd_rope_at(g, in_flt(c, "qa", -2.0f, 2.0f, D(2, 9, 3, 16)), in_i32(c, "pos", 5000, D(2, 9)),
+                        500000.0f, &l3));
+    acc(c, mpmd_rope_at(g, in_flt(c, "qb", -2.0f, 2.0f, D(2, 9, 3, 16)), in_i32(c, "pos9", 70, D(9)),
+                        10000.0f, NULL));
     grads(c, 1, NULL, NULL);
 }
 

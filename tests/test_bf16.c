@@ -379,7 +379,8 @@ static void g_llama(bb *b) {
     acc(b, mpmd_rms_norm(g, x, mpmd_cast(g, scale, b->dt), 1e-6f));
     acc(b, mpmd_rope(g, fin(b, "q", -2.0f, 2.0f, D(2, 9, 3, 16)), 10000.0f, 4));
     const mpmd_rope_scaling l3 = {8.0f, 1.0f, 4.0f, 64};
-    acc(b, mpmd_rope_at(g, fin(b, "qa", -2.0f, 2.0f, D(2, 9, 3, 16)), iin(b, "pos", 5000, D(2, 9)), 500000.0f, &l3));
+    acc(b, mpmd_rope_at(g, fin(b, "qa", -2.0f, 2.0f, D(2, 9, 3, 16)), iin(b, "pos", 5000, D(2, 9)), 500000.0f,
+                        &l3));
 }
 
 /* Attention (causal and not) and a GPT-2 block, as the layers make them. */

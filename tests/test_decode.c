@@ -25,7 +25,8 @@
 
 enum { B = 4, T = 7, C = 16, HEADS = 4, KV = 2, HID = 24 };
 enum { LLAMA, LLAMA_SCALED, GPT, TUTORIAL, N_KINDS };
-static const char *const kind_name[N_KINDS] = {"llama", "llama (llama3 rope scaling)", "gpt-2", "tutorial block"};
+static const char *const kind_name[N_KINDS] = {"llama", "llama (llama3 rope scaling)", "gpt-2",
+                                               "tutorial block"};
 
 /* Two blocks of a kind on x [b, t, C], a stage marker after the first when
  * `staged` (the second closed by the caller). */
@@ -127,11 +128,13 @@ static int decode(const decoder *d, const float *x, int runs, const int32_t (*po
         size_t xb = sizeof(float) * B * t * C, pb = sizeof(int32_t) * B * t;
         float *o = out + (size_t)r * B * t * C;
         if (st)
-            ok = mpmd_step_set_input(st, xv, xs, xb) == MPMD_OK && mpmd_step_set_input(st, pv, ps, pb) == MPMD_OK &&
-                 mpmd_step_run(st) == MPMD_OK && mpmd_step_read(st, yv, o, xb) == MPMD_OK;
+            ok = mpmd_step_set_input(st, xv, xs, xb) == MPMD_OK &&
+                 mpmd_step_set_input(st, pv, ps, pb) == MPMD_OK && mpmd_step_run(st) == MPMD_OK &&
+                 mpmd_step_read(st, yv, o, xb) == MPMD_OK;
         else
-            ok = mpmd_exec_set_input(ex, xv, xs, xb) == MPMD_OK && mpmd_exec_set_input(ex, pv, ps, pb) == MPMD_OK &&
-                 mpmd_exec_run(ex) == MPMD_OK && mpmd_exec_read(ex, yv, o, xb) == MPMD_OK;
+            ok = mpmd_exec_set_input(ex, xv, xs, xb) == MPMD_OK &&
+                 mpmd_exec_set_input(ex, pv, ps, pb) == MPMD_OK && mpmd_exec_run(ex) == MPMD_OK &&
+                 mpmd_exec_read(ex, yv, o, xb) == MPMD_OK;
         CHECK(ok, "%s, run %d: %s", kind_name[d->kind], r, st ? mpmd_step_error(st) : mpmd_exec_error(ex));
     }
     mpmd_step_free(st);
@@ -191,7 +194,8 @@ static void test_kinds(void) {
         d.step = 1;
         if (decode(&d, x, T + 1, (const int32_t(*)[B][2])late, out)) {
             double w = worst_vs_full(1, T + 1, (const int32_t(*)[B][2])late, out, y);
-            CHECK(w <= 2e-5, "%s, sequences at their own positions: %.3g from the full forward", kind_name[kind], w);
+            CHECK(w <= 2e-5, "%s, sequences at their own positions: %.3g from the full forward",
+                  kind_name[kind], w);
         }
         if (kind != LLAMA && kind != GPT) continue;
         /* the loop of 2 microbatches; pipelined, its bits */
@@ -210,8 +214,8 @@ static void test_kinds(void) {
             }
             d.s = s;
             if (decode(&d, x, T, (const int32_t(*)[B][2])one, out))
-                CHECK(memcmp(out, loop, sizeof(float) * T * B * C) == 0, "%s, %s on 2 stages: not the loop's bits",
-                      kind_name[kind], k ? "std1f1b" : "gpipe");
+                CHECK(memcmp(out, loop, sizeof(float) * T * B * C) == 0,
+                      "%s, %s on 2 stages: not the loop's bits", kind_name[kind], k ? "std1f1b" : "gpipe");
             d.s = NULL;
             /* split over 2 model ranks: the whole decoder's numbers to
              * rounding; pipelined, the split loop's bits */
@@ -225,7 +229,8 @@ static void test_kinds(void) {
                 d.s = s;
                 if (decode(&d, x, T, (const int32_t(*)[B][2])one, out))
                     CHECK(memcmp(out, split, sizeof(float) * T * B * C) == 0,
-                          "%s over 2 model ranks, gpipe on 2 stages: not the split loop's bits", kind_name[kind]);
+                          "%s over 2 model ranks, gpipe on 2 stages: not the split loop's bits",
+                          kind_name[kind]);
                 d.s = NULL;
             }
             d.tp = 1;
@@ -250,8 +255,9 @@ static void test_errors(void) {
     mpmd_exec *ex = tu_exec(g, 1);
     float x[C] = {0};
     int32_t p = 5;
-    CHECK(mpmd_exec_set_input(ex, xv, x, sizeof x) == MPMD_OK && mpmd_exec_set_input(ex, pv, &p, sizeof p) == MPMD_OK &&
-              mpmd_exec_run(ex) != MPMD_OK && strstr(mpmd_exec_error(ex), "5"),
+    CHECK(mpmd_exec_set_input(ex, xv, x, sizeof x) == MPMD_OK &&
+              mpmd_exec_set_input(ex, pv, &p, sizeof p) == MPMD_OK && mpmd_exec_run(ex) != MPMD_OK &&
+              strstr(mpmd_exec_error(ex), "5"),
           "position 5 of a cache of 5: %s", mpmd_exec_error(ex));
     mpmd_exec_free(ex);
     mpmd_graph_free(g);
@@ -282,12 +288,8 @@ static void test_errors(void) {
             mpmd_set_decode(g, pv, 8);
             TU_DROP(mpmd_self_attention(g, "attn", xv, HEADS, MPMD_NOT_CAUSAL));
             break;
-        case 2:
-            mpmd_set_decode(g, mpmd_input(g, "p3", MPMD_I32, MPMD_SHAPE(2, 1, 1)), 8);
-            break;
-        case 3:
-            mpmd_set_decode(g, pv, 0);
-            break;
+        case 2: mpmd_set_decode(g, mpmd_input(g, "p3", MPMD_I32, MPMD_SHAPE(2, 1, 1)), 8); break;
+        case 3: mpmd_set_decode(g, pv, 0); break;
         case 4:
             mpmd_loop_begin(g, 2);
             mpmd_set_decode(g, mpmd_microbatch(g, pv), 8);
@@ -304,8 +306,8 @@ static void test_errors(void) {
             TU_DROP(mpmd_gpt_block(g, "blk", xv, HEADS));
             break;
         }
-        CHECK(mpmd_graph_status(g) != MPMD_OK && strstr(mpmd_graph_error(g), cs[k].want), "case %zu: \"%s\" (want \"%s\")",
-              k, mpmd_graph_error(g), cs[k].want);
+        CHECK(mpmd_graph_status(g) != MPMD_OK && strstr(mpmd_graph_error(g), cs[k].want),
+              "case %zu: \"%s\" (want \"%s\")", k, mpmd_graph_error(g), cs[k].want);
         mpmd_graph_free(g);
     }
 }

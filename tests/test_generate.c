@@ -56,8 +56,9 @@ static int decode_all(int kind, const mpmd_schedule *s, int stages, int tp, cons
         mpmd_value k = mpmd_lookup(d.g, kind == GPT2 ? "block_0/attn/qkv/kernel" : "block_0/attn/q/kernel");
         mpmd_type part = mpmd_value_type(d.g, k), whole = mpmd_value_whole_type(d.g, k);
         CHECK(mpmd_tensor_parallel(d.g) == tp && part.dim[1] * tp == whole.dim[1],
-              "%s over %d model ranks: [%lld, %lld] of [%lld, %lld]", kind_name[kind], tp, (long long)part.dim[0],
-              (long long)part.dim[1], (long long)whole.dim[0], (long long)whole.dim[1]);
+              "%s over %d model ranks: [%lld, %lld] of [%lld, %lld]", kind_name[kind], tp,
+              (long long)part.dim[0], (long long)part.dim[1], (long long)whole.dim[0],
+              (long long)whole.dim[1]);
     }
     mpmd_step *st = tu_step(d.g, s, 9, "the decoder");
     int ok = st != NULL;
@@ -66,7 +67,8 @@ static int decode_all(int kind, const mpmd_schedule *s, int stages, int tp, cons
         for (int b = 0; b < B; b++)
             col[b] = tok[b * T + p], pos[b] = p;
         ok = mpmd_step_set_input(st, d.io.tokens, col, sizeof col) == MPMD_OK &&
-             mpmd_step_set_input(st, d.io.positions, pos, sizeof pos) == MPMD_OK && mpmd_step_run(st) == MPMD_OK &&
+             mpmd_step_set_input(st, d.io.positions, pos, sizeof pos) == MPMD_OK &&
+             mpmd_step_run(st) == MPMD_OK &&
              mpmd_step_read(st, d.io.logits, out + (size_t)p * B * V, sizeof(float) * B * V) == MPMD_OK;
         CHECK(ok, "%s, position %d: %s", kind_name[kind], p, mpmd_step_error(st));
     }
@@ -93,7 +95,8 @@ static int forward(int kind, const int32_t *tok, float *out) {
     }
     mpmd_step *st = tu_step(m.g, NULL, 9, "the forward");
     int ok = st && mpmd_step_set_input(st, m.tokens, tok, sizeof(int32_t) * B * T) == MPMD_OK &&
-             mpmd_step_run(st) == MPMD_OK && mpmd_step_read(st, m.logits, out, sizeof(float) * B * T * V) == MPMD_OK;
+             mpmd_step_run(st) == MPMD_OK &&
+             mpmd_step_read(st, m.logits, out, sizeof(float) * B * T * V) == MPMD_OK;
     CHECK(ok, "%s forward: %s", kind_name[kind], st ? mpmd_step_error(st) : "");
     mpmd_step_free(st);
     gpt_model_free(&m);
@@ -104,7 +107,8 @@ static void test_decoder(int kind) {
     int32_t tok[B * T], tgt[B * T];
     gpt_random_batch(V, B, T, 3, 1, tok, tgt);
     const size_t n = (size_t)T * B * V;
-    float *loop = malloc(sizeof(float) * n), *pipe = malloc(sizeof(float) * n), *full = malloc(sizeof(float) * n);
+    float *loop = malloc(sizeof(float) * n), *pipe = malloc(sizeof(float) * n),
+          *full = malloc(sizeof(float) * n);
     if (decode_all(kind, NULL, 1, 1, tok, loop) && forward(kind, tok, full)) {
         double w = 0;
         for (int p = 0; p < T; p++)
@@ -123,8 +127,8 @@ static void test_decoder(int kind) {
             continue;
         }
         if (decode_all(kind, s, 2, 1, tok, pipe))
-            CHECK(memcmp(loop, pipe, sizeof(float) * n) == 0, "%s, %s on 2 stages: logits differ from the loop's",
-                  kind_name[kind], names[k]);
+            CHECK(memcmp(loop, pipe, sizeof(float) * n) == 0,
+                  "%s, %s on 2 stages: logits differ from the loop's", kind_name[kind], names[k]);
         mpmd_schedule_free(s);
     }
     /* split over 2 model ranks: the whole decoder's logits to rounding; a
@@ -134,12 +138,14 @@ static void test_decoder(int kind) {
         double w = 0;
         for (size_t i = 0; i < n; i++)
             w = worse(w, split[i], loop[i]);
-        CHECK(w <= 1e-5, "%s, tensor parallel 2: logits differ from the whole decoder's by %.3g", kind_name[kind], w);
+        CHECK(w <= 1e-5, "%s, tensor parallel 2: logits differ from the whole decoder's by %.3g",
+              kind_name[kind], w);
         mpmd_schedule *s;
         if (mpmd_schedule_new(MPMD_SCHED_GPIPE, 2, 2, 2, 0, &s, &err) == MPMD_OK) {
             if (decode_all(kind, s, 2, 2, tok, pipe))
                 CHECK(memcmp(split, pipe, sizeof(float) * n) == 0,
-                      "%s, tensor parallel 2, gpipe on 2 stages: logits differ from the split loop's", kind_name[kind]);
+                      "%s, tensor parallel 2, gpipe on 2 stages: logits differ from the split loop's",
+                      kind_name[kind]);
             mpmd_schedule_free(s);
         }
     }
@@ -164,7 +170,8 @@ static void test_greedy(int kind) {
     mpmd_generate_opts o = MPMD_GENERATE_DEFAULTS;
     o.max_new = T;
     float *logits = malloc(sizeof(float) * B * T * V);
-    if (st && mpmd_generate(st, &d.io, prompts, lens, &o, out, out_lens) == MPMD_OK && forward(kind, out, logits)) {
+    if (st && mpmd_generate(st, &d.io, prompts, lens, &o, out, out_lens) == MPMD_OK &&
+        forward(kind, out, logits)) {
         int diff = 0, n = 0;
         for (int b = 0; b < B; b++)
             for (int64_t p = lens[b] - 1; p + 1 < out_lens[b]; p++, n++) {

@@ -76,7 +76,8 @@ static int forward(const int32_t *seq, float *logits) {
     mpmd_keep(g, l);
     mpmd_step *st = tu_step(g, NULL, 3, "forward");
     int ok = st && mpmd_step_set_input(st, tok, seq, sizeof(int32_t) * B * T) == MPMD_OK &&
-             mpmd_step_run(st) == MPMD_OK && mpmd_step_read(st, l, logits, sizeof(float) * B * T * V) == MPMD_OK;
+             mpmd_step_run(st) == MPMD_OK &&
+             mpmd_step_read(st, l, logits, sizeof(float) * B * T * V) == MPMD_OK;
     CHECK(ok, "forward: %s", st ? mpmd_step_error(st) : "");
     mpmd_step_free(st);
     mpmd_graph_free(g);
@@ -110,7 +111,8 @@ static void test_greedy(void) {
     seen sn = {0, -1, {0}, {0}, {0}};
     mpmd_generate_opts o = MPMD_GENERATE_DEFAULTS;
     o.max_new = T, o.on_token = on_token, o.user = &sn;
-    CHECK(mpmd_generate(dc.st, &dc.d, prompts, lens, &o, out, out_lens) == MPMD_OK, "%s", mpmd_step_error(dc.st));
+    CHECK(mpmd_generate(dc.st, &dc.d, prompts, lens, &o, out, out_lens) == MPMD_OK, "%s",
+          mpmd_step_error(dc.st));
     /* every sequence filled the caches, its prompt first */
     int drawn = 0;
     for (int b = 0; b < B; b++) {
@@ -122,7 +124,8 @@ static void test_greedy(void) {
     int order = sn.n == drawn;
     for (int i = 0; order && i < sn.n; i++)
         order = out[sn.seq[i] * T + sn.pos[i]] == sn.tok[i] &&
-                (i == 0 || sn.pos[i] > sn.pos[i - 1] || (sn.pos[i] == sn.pos[i - 1] && sn.seq[i] > sn.seq[i - 1]));
+                (i == 0 || sn.pos[i] > sn.pos[i - 1] ||
+                 (sn.pos[i] == sn.pos[i - 1] && sn.seq[i] > sn.seq[i - 1]));
     CHECK(order, "on_token: %d calls for %d tokens, in order", sn.n, drawn);
     /* the full forward over the generated sequences: each drawn token its argmax */
     float *logits = malloc(sizeof(float) * B * T * V);
@@ -136,8 +139,8 @@ static void test_greedy(void) {
                     if (l[v] > l[best]) best = v;
                 diff += best != out[b * T + p + 1], checked++;
             }
-    CHECK(diff == 0 && checked == drawn, "greedy: %d of %d tokens differ from the full forward's argmax", diff,
-          checked);
+    CHECK(diff == 0 && checked == drawn, "greedy: %d of %d tokens differ from the full forward's argmax",
+          diff, checked);
     free(logits);
     /* the distinct tokens drawn: a model that says something */
     int distinct = 0, hit[V] = {0};
@@ -173,8 +176,8 @@ static void test_greedy(void) {
     CHECK(same, "max_new 2: each prompt and the first 2 tokens of the full run");
     o.max_new = T, o.eos = out[T + lens[1]];
     CHECK(mpmd_generate(dc.st, &dc.d, prompts, lens, &o, o2, l2) == MPMD_OK, "%s", mpmd_step_error(dc.st));
-    CHECK(l2[1] == lens[1] + 1 && o2[T + lens[1]] == o.eos, "eos %d: sequence 1 ends after it (%lld tokens)", o.eos,
-          (long long)l2[1]);
+    CHECK(l2[1] == lens[1] + 1 && o2[T + lens[1]] == o.eos, "eos %d: sequence 1 ends after it (%lld tokens)",
+          o.eos, (long long)l2[1]);
     for (int b = 0; b < B; b++) { /* the others end at their first eos, if any */
         int64_t want = T;
         for (int64_t p = lens[b]; p < T && want == T; p++)
@@ -189,8 +192,8 @@ static void test_greedy(void) {
     int64_t last = sn.pos[2], total = 0;
     for (int b = 0; b < B; b++) {
         total += l2[b] - lens[b];
-        CHECK(l2[b] <= (last + 1 > lens[b] ? last + 1 : lens[b]), "stopped at position %lld: sequence %d has %lld", (long long)last, b,
-              (long long)l2[b]);
+        CHECK(l2[b] <= (last + 1 > lens[b] ? last + 1 : lens[b]),
+              "stopped at position %lld: sequence %d has %lld", (long long)last, b, (long long)l2[b]);
     }
     CHECK(sn.n >= 3 && total == sn.n, "on_token stop: %d calls, %lld tokens", sn.n, (long long)total);
     decoder_free(&dc);
@@ -216,7 +219,8 @@ static void test_sampled(void) {
     int same = 1;
     for (int b = 0; b < B; b++)
         same &= la[b] == lens[b] + 6 && la[b] == lb[b] && la[b] == lc[b] &&
-                !memcmp(a + b * T, b2 + b * T, (size_t)la[b] * 4) && !memcmp(a + b * T, c + b * T, (size_t)la[b] * 4);
+                !memcmp(a + b * T, b2 + b * T, (size_t)la[b] * 4) &&
+                !memcmp(a + b * T, c + b * T, (size_t)la[b] * 4);
     CHECK(same, "sampled twice and pipelined: the same tokens");
     o.sampling.seed = 43;
     CHECK(mpmd_generate(dc.st, &dc.d, prompts, lens, &o, b2, lb) == MPMD_OK, "%s", mpmd_step_error(dc.st));
@@ -252,11 +256,12 @@ static void test_errors(void) {
     /* NaN in the head: named, with the sequence and the position */
     float *k = calloc((size_t)C * V, sizeof *k);
     k[5] = NAN;
-    CHECK(mpmd_step_write(dc.st, mpmd_lookup(dc.g, "lm_head/kernel"), k, sizeof(float) * C * V) == MPMD_OK, "%s",
-          mpmd_step_error(dc.st));
+    CHECK(mpmd_step_write(dc.st, mpmd_lookup(dc.g, "lm_head/kernel"), k, sizeof(float) * C * V) == MPMD_OK,
+          "%s", mpmd_step_error(dc.st));
     CHECK(mpmd_generate(dc.st, &dc.d, prompts, lens, &o, out, ol) == MPMD_ERR_RUNTIME &&
-              strstr(mpmd_step_error(dc.st), "sequence 0, position 0: 1 of the 37 logits are NaN or infinite (the "
-                                             "first, token 5, is NaN)"),
+              strstr(mpmd_step_error(dc.st),
+                     "sequence 0, position 0: 1 of the 37 logits are NaN or infinite (the "
+                     "first, token 5, is NaN)"),
           "%s", mpmd_step_error(dc.st));
     free(k);
     CHECK(mpmd_generate(NULL, &dc.d, prompts, lens, &o, out, ol) == MPMD_ERR_INVALID, "no step");

@@ -605,8 +605,8 @@ static float *run_rope_at(const float *x, const int64_t *xd, const int32_t *pos,
     float *out = malloc(mpmd_type_bytes(&tx));
     mpmd_exec *ex = tu_exec(g, 2);
     int ok = mpmd_exec_set_input(ex, xv, x, mpmd_type_bytes(&tx)) == MPMD_OK &&
-             mpmd_exec_set_input(ex, pv, pos, mpmd_type_bytes(&tp)) == MPMD_OK && mpmd_exec_run(ex) == MPMD_OK &&
-             mpmd_exec_read(ex, y, out, mpmd_type_bytes(&tx)) == MPMD_OK;
+             mpmd_exec_set_input(ex, pv, pos, mpmd_type_bytes(&tp)) == MPMD_OK &&
+             mpmd_exec_run(ex) == MPMD_OK && mpmd_exec_read(ex, y, out, mpmd_type_bytes(&tx)) == MPMD_OK;
     CHECK(ok, "rope_at: %s", mpmd_exec_error(ex));
     mpmd_exec_free(ex);
     mpmd_graph_free(g);
@@ -635,8 +635,9 @@ static void test_rope_at(void) {
             double lambda = 6.283185307179586 / pow(base, -2.0 * (double)i / (double)D);
             branch[lambda < 64.0 / 4 ? 0 : lambda > 64.0 ? 1 : 2]++;
         }
-        if (sc) CHECK(branch[0] && branch[1] && branch[2], "the scaled case reaches every branch (%d %d %d)",
-                      branch[0], branch[1], branch[2]);
+        if (sc)
+            CHECK(branch[0] && branch[1] && branch[2], "the scaled case reaches every branch (%d %d %d)",
+                  branch[0], branch[1], branch[2]);
         for (int64_t r = 0; r < B * T; r++)
             for (int64_t h = 0; h < H; h++) {
                 const float *xr = x + (r * H + h) * D;
@@ -661,7 +662,8 @@ static void test_rope_at(void) {
     CHECK(mpmd_exec_set_input(ex, xv, x, (size_t)n * sizeof *x) == MPMD_OK && mpmd_exec_run(ex) == MPMD_OK &&
               mpmd_exec_read(ex, r, z, (size_t)n * sizeof *z) == MPMD_OK,
           "rope: %s", mpmd_exec_error(ex));
-    CHECK(y && memcmp(y, z, (size_t)n * sizeof *z) == 0, "rope_at at positions 37.. differs from rope offset 37");
+    CHECK(y && memcmp(y, z, (size_t)n * sizeof *z) == 0,
+          "rope_at at positions 37.. differs from rope offset 37");
     mpmd_exec_free(ex);
     mpmd_graph_free(g);
     free(x), free(y), free(z);
@@ -677,7 +679,8 @@ static void test_rope_at_grads(void) {
     const mpmd_rope_scaling l3 = {4.0f, 1.0f, 2.0f, 40};
     mpmd_type t = tu_f32(MPMD_SHAPE(2, 4, 2, 6));
     CHECK(tu_gradcheck("rope_at", 1, &t, g_rope_at, NULL, 1e-2, 1e-2), "rope_at");
-    CHECK(tu_gradcheck("rope_at, llama3 scaling", 1, &t, g_rope_at, (void *)&l3, 1e-2, 1e-2), "rope_at scaled");
+    CHECK(tu_gradcheck("rope_at, llama3 scaling", 1, &t, g_rope_at, (void *)&l3, 1e-2, 1e-2),
+          "rope_at scaled");
 }
 
 /* Positions of another type or shape, and a scaling out of range, are

@@ -109,20 +109,23 @@ mpmd_status gpt_config_check(const gpt_config *c, mpmd_error *err) {
             return mpmd_error_set(err, bad, "gpt: MLP width %lld is outside [1, 2^20] (0: the default)",
                                   (long long)c->mlp_hidden);
         if (!(c->norm_eps >= 0.0f && c->norm_eps < 1.0f))
-            return mpmd_error_set(err, bad, "gpt: RMS norm epsilon %g; a value in [0, 1) is expected (0: 1e-5)",
+            return mpmd_error_set(err, bad,
+                                  "gpt: RMS norm epsilon %g; a value in [0, 1) is expected (0: 1e-5)",
                                   (double)c->norm_eps);
         const mpmd_rope_scaling *r = &c->rope_scaling;
-        if (r->factor != 0.0f &&
-            !(r->factor >= 1.0f && isfinite(r->factor) && r->low_freq_factor > 0.0f &&
-              r->high_freq_factor > r->low_freq_factor && isfinite(r->high_freq_factor) && r->original_positions >= 1))
-            return mpmd_error_set(err, bad,
-                                  "gpt: rope scaling factor %g, low_freq_factor %g, high_freq_factor %g, original "
-                                  "positions %lld; a finite factor >= 1, 0 < low < high and positions >= 1 are "
-                                  "expected",
-                                  (double)r->factor, (double)r->low_freq_factor, (double)r->high_freq_factor,
-                                  (long long)r->original_positions);
+        if (r->factor != 0.0f && !(r->factor >= 1.0f && isfinite(r->factor) && r->low_freq_factor > 0.0f &&
+                                   r->high_freq_factor > r->low_freq_factor &&
+                                   isfinite(r->high_freq_factor) && r->original_positions >= 1))
+            return mpmd_error_set(
+                err, bad,
+                "gpt: rope scaling factor %g, low_freq_factor %g, high_freq_factor %g, original "
+                "positions %lld; a finite factor >= 1, 0 < low < high and positions >= 1 are "
+                "expected",
+                (double)r->factor, (double)r->low_freq_factor, (double)r->high_freq_factor,
+                (long long)r->original_positions);
     } else if (c->kv_heads || c->mlp_hidden || c->rope_scaling.factor != 0.0f) {
-        return mpmd_error_set(err, bad, "gpt: key/value heads, the MLP width and rope scaling are LLaMA options; "
+        return mpmd_error_set(err, bad,
+                              "gpt: key/value heads, the MLP width and rope scaling are LLaMA options; "
                               "GPT-2 blocks have all heads, a 4C MLP and a position table");
     }
     if (!mpmd_dtype_is_float(c->compute))
@@ -195,8 +198,8 @@ static float norm_eps(const gpt_config *c) { return c->norm_eps > 0.0f ? c->norm
  * tensor parallelism over a vocabulary the model ranks divide, the head is
  * split by vocabulary columns (as mpmd_embed splits wte by rows) and the
  * logits are this rank's columns [b, t, V / M]: *vsplit says so. */
-static mpmd_value logits_of(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mpmd_value key, mpmd_value tok,
-                            mpmd_value pos, int *vsplit) {
+static mpmd_value logits_of(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mpmd_value key,
+                            mpmd_value tok, mpmd_value pos, int *vsplit) {
     const int llama = c->arch == GPT_ARCH_LLAMA;
     mpmd_value x = mpmd_embed(g, "wte", tok, c->vocab, c->width); /* [b, t, C], compute dtype */
     if (!llama && mpmd_is_value(pos)) /* a decoder's positions: their rows of wpe */
@@ -253,7 +256,8 @@ static mpmd_value forward(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mp
 
 /* The logits of one microbatch as f32 [b, t, V], whole on every model rank,
  * after the last stage marker. */
-static mpmd_value whole_logits(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mpmd_value tok, mpmd_value pos) {
+static mpmd_value whole_logits(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mpmd_value tok,
+                               mpmd_value pos) {
     int vsplit;
     mpmd_value logits = logits_of(g, c, wpe, MPMD_NONE, tok, pos, &vsplit);
     if (vsplit) logits = mpmd_all_gather(g, logits, 2, "model");
@@ -366,7 +370,9 @@ mpmd_status gpt_build(const gpt_config *c, int with_optimizer, gpt_model *m, mpm
 
 mpmd_status gpt_build_eval(const gpt_config *c, gpt_model *m, mpmd_error *err) { return build(c, 0, m, err); }
 
-mpmd_status gpt_build_logits(const gpt_config *c, gpt_model *m, mpmd_error *err) { return build(c, -1, m, err); }
+mpmd_status gpt_build_logits(const gpt_config *c, gpt_model *m, mpmd_error *err) {
+    return build(c, -1, m, err);
+}
 
 /* ---- generation ------------------------------------------------------------ */
 
@@ -394,7 +400,8 @@ mpmd_status gpt_build_decoder(const gpt_config *cfg, gpt_decoder *d, mpmd_error 
     d->cfg = c;
     mpmd_graph *g = d->g = mpmd_graph_new();
     if (!g) return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory for the decoder");
-    if (c.tensor_parallel > 1) mpmd_set_tensor_parallel(g, c.tensor_parallel); /* as the training step splits */
+    if (c.tensor_parallel > 1)
+        mpmd_set_tensor_parallel(g, c.tensor_parallel); /* as the training step splits */
     mpmd_set_compute_dtype(g, c.compute);
     if (c.rope_scaling.factor != 0.0f) mpmd_set_rope_scaling(g, &c.rope_scaling);
     mpmd_value tokens = mpmd_input(g, "tokens", MPMD_I32, MPMD_SHAPE(c.batch, 1));

@@ -50,7 +50,8 @@ static char *read_small(const char *path, mpmd_error *err) {
     struct stat sb;
     if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode) || sb.st_size > LLAMA_HF_MAX_JSON) {
         fclose(f);
-        mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: not a regular file of at most %ld bytes", path, LLAMA_HF_MAX_JSON);
+        mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: not a regular file of at most %ld bytes", path,
+                       LLAMA_HF_MAX_JSON);
         return NULL;
     }
     char *buf = malloc((size_t)sb.st_size + 1);
@@ -94,8 +95,8 @@ static int is_file(const char *path) {
 /* ---- config.json ----------------------------------------------------------- */
 
 /* An integer field in [lo, hi]; `def` when absent (def < lo: required). */
-static mpmd_status int_field(const cJSON *cfg, const char *path, const char *key, int64_t lo, int64_t hi, int64_t def,
-                             int64_t *out, mpmd_error *err) {
+static mpmd_status int_field(const cJSON *cfg, const char *path, const char *key, int64_t lo, int64_t hi,
+                             int64_t def, int64_t *out, mpmd_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
     if (!v || cJSON_IsNull(v)) {
         if (def < lo) return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: field \"%s\" is missing", path, key);
@@ -104,15 +105,15 @@ static mpmd_status int_field(const cJSON *cfg, const char *path, const char *key
     }
     double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
     if (!(d >= (double)lo && d <= (double)hi) || d != floor(d))
-        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: \"%s\" must be an integer in [%lld, %lld]", path, key,
-                              (long long)lo, (long long)hi);
+        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: \"%s\" must be an integer in [%lld, %lld]", path,
+                              key, (long long)lo, (long long)hi);
     *out = (int64_t)d;
     return MPMD_OK;
 }
 
 /* A number field in (lo, hi); def when absent. */
-static mpmd_status num_field(const cJSON *cfg, const char *path, const char *key, double lo, double hi, double def,
-                             double *out, mpmd_error *err) {
+static mpmd_status num_field(const cJSON *cfg, const char *path, const char *key, double lo, double hi,
+                             double def, double *out, mpmd_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
     if (!v || cJSON_IsNull(v)) {
         *out = def;
@@ -120,23 +121,26 @@ static mpmd_status num_field(const cJSON *cfg, const char *path, const char *key
     }
     double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
     if (!(d > lo && d < hi))
-        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: \"%s\" must be a number in (%g, %g)", path, key, lo, hi);
+        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: \"%s\" must be a number in (%g, %g)", path, key, lo,
+                              hi);
     *out = d;
     return MPMD_OK;
 }
 
 /* A boolean field, def when absent; `want` >= 0: only that value is read
  * (the blocks have no other), the message says why. */
-static mpmd_status bool_field(const cJSON *cfg, const char *path, const char *key, int def, int want, const char *why,
-                              int *out, mpmd_error *err) {
+static mpmd_status bool_field(const cJSON *cfg, const char *path, const char *key, int def, int want,
+                              const char *why, int *out, mpmd_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
     int b = def;
     if (v && !cJSON_IsNull(v)) {
-        if (!cJSON_IsBool(v)) return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: \"%s\" must be true or false", path, key);
+        if (!cJSON_IsBool(v))
+            return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: \"%s\" must be true or false", path, key);
         b = cJSON_IsTrue(v);
     }
     if (want >= 0 && b != want)
-        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: \"%s\" is %s: %s", path, key, b ? "true" : "false", why);
+        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: \"%s\" is %s: %s", path, key, b ? "true" : "false",
+                              why);
     *out = b;
     return MPMD_OK;
 }
@@ -146,17 +150,21 @@ static mpmd_status rope_scaling(const cJSON *cfg, const char *path, mpmd_rope_sc
     *s = MPMD_ROPE_NO_SCALING;
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling");
     if (!r || cJSON_IsNull(r)) return MPMD_OK;
-    if (!cJSON_IsObject(r)) return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: \"rope_scaling\" must be null or an object", path);
+    if (!cJSON_IsObject(r))
+        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: \"rope_scaling\" must be null or an object", path);
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(r, "rope_type");
     if (!t) t = cJSON_GetObjectItemCaseSensitive(r, "type");
     const char *type = cJSON_GetStringValue(t);
-    if (!type) return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: \"rope_scaling\" has no \"rope_type\" (or \"type\") string", path);
+    if (!type)
+        return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                              "%s: \"rope_scaling\" has no \"rope_type\" (or \"type\") string", path);
     if (!strcmp(type, "default")) return MPMD_OK;
     if (strcmp(type, "llama3") != 0)
-        return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                              "%s: rope_scaling type \"%.40s\" is not supported: the rotary embeddings know Llama 3.1's "
-                              "\"llama3\" frequencies (or none)",
-                              path, type);
+        return mpmd_error_set(
+            err, MPMD_ERR_FORMAT,
+            "%s: rope_scaling type \"%.40s\" is not supported: the rotary embeddings know Llama 3.1's "
+            "\"llama3\" frequencies (or none)",
+            path, type);
     double factor, low, high;
     int64_t orig;
     mpmd_status rc;
@@ -166,10 +174,11 @@ static mpmd_status rope_scaling(const cJSON *cfg, const char *path, mpmd_rope_sc
         (rc = int_field(r, path, "original_max_position_embeddings", 1, INT32_MAX, 8192, &orig, err)))
         return rc;
     if (!(factor >= 1.0) || !(high > low))
-        return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                              "%s: rope_scaling \"llama3\" with factor %g, low_freq_factor %g, high_freq_factor %g: a "
-                              "factor >= 1 and low_freq_factor < high_freq_factor are expected",
-                              path, factor, low, high);
+        return mpmd_error_set(
+            err, MPMD_ERR_FORMAT,
+            "%s: rope_scaling \"llama3\" with factor %g, low_freq_factor %g, high_freq_factor %g: a "
+            "factor >= 1 and low_freq_factor < high_freq_factor are expected",
+            path, factor, low, high);
     *s = (mpmd_rope_scaling){(float)factor, (float)low, (float)high, orig};
     return MPMD_OK;
 }
@@ -178,10 +187,11 @@ static mpmd_status parse_config(const cJSON *cfg, const char *path, llama_hf_inf
     memset(info, 0, sizeof *info);
     const char *mt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cfg, "model_type"));
     if (mt && strcmp(mt, "llama") && strcmp(mt, "mistral"))
-        return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                              "%s: model_type \"%.40s\" is not a LLaMA-family model (llama or mistral) of this "
-                              "importer's blocks",
-                              path, mt);
+        return mpmd_error_set(
+            err, MPMD_ERR_FORMAT,
+            "%s: model_type \"%.40s\" is not a LLaMA-family model (llama or mistral) of this "
+            "importer's blocks",
+            path, mt);
     int64_t layers, heads, kv, width, hidden, vocab, positions, head_dim, window;
     double theta, eps;
     int b;
@@ -203,9 +213,11 @@ static mpmd_status parse_config(const cJSON *cfg, const char *path, llama_hf_inf
         (rc = rope_scaling(cfg, path, &info->rope_scaling, err)))
         return rc;
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(cfg, "hidden_act");
-    if (act && !cJSON_IsNull(act) && (!cJSON_GetStringValue(act) || strcmp(cJSON_GetStringValue(act), "silu")))
-        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: hidden_act %s%.40s%s: the MLP is SwiGLU, with silu", path,
-                              cJSON_IsString(act) ? "\"" : "", cJSON_IsString(act) ? act->valuestring : "(not a string)",
+    if (act && !cJSON_IsNull(act) &&
+        (!cJSON_GetStringValue(act) || strcmp(cJSON_GetStringValue(act), "silu")))
+        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: hidden_act %s%.40s%s: the MLP is SwiGLU, with silu",
+                              path, cJSON_IsString(act) ? "\"" : "",
+                              cJSON_IsString(act) ? act->valuestring : "(not a string)",
                               cJSON_IsString(act) ? "\"" : "");
     if (width % heads || head_dim != width / heads)
         return mpmd_error_set(err, MPMD_ERR_FORMAT,
@@ -213,14 +225,15 @@ static mpmd_status parse_config(const cJSON *cfg, const char *path, llama_hf_inf
                               "hidden_size / num_attention_heads",
                               path, (long long)head_dim, (long long)width, (long long)heads);
     if (heads % kv)
-        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: %lld key/value heads do not divide the %lld attention heads",
-                              path, (long long)kv, (long long)heads);
+        return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                              "%s: %lld key/value heads do not divide the %lld attention heads", path,
+                              (long long)kv, (long long)heads);
     info->layers = (int)layers, info->heads = (int)heads, info->kv_heads = (int)kv;
     info->width = width, info->hidden = hidden, info->vocab = vocab, info->positions = positions;
     info->rope_theta = (float)theta, info->rms_norm_eps = (float)eps, info->sliding_window = window;
     if (!(info->rope_theta > 1.0f) || isinf(info->rope_theta))
-        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: rope_theta %g; a base > 1 that f32 holds is expected", path,
-                              theta);
+        return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                              "%s: rope_theta %g; a base > 1 that f32 holds is expected", path, theta);
     return MPMD_OK;
 }
 
@@ -229,10 +242,11 @@ mpmd_status llama_hf_inspect(const char *path, llama_hf_info *info, mpmd_error *
     model_dir(path, dir, sizeof dir);
     snprintf(file, sizeof file, "%s/config.json", dir);
     if (!is_file(file))
-        return mpmd_error_set(err, MPMD_ERR_IO,
-                              "%s: no config.json there: a Hugging Face model directory (config.json and "
-                              "model.safetensors, or model.safetensors.index.json and its shards) is expected",
-                              dir);
+        return mpmd_error_set(
+            err, MPMD_ERR_IO,
+            "%s: no config.json there: a Hugging Face model directory (config.json and "
+            "model.safetensors, or model.safetensors.index.json and its shards) is expected",
+            dir);
     cJSON *cfg = read_json(file, err);
     if (!cfg) return MPMD_ERR_FORMAT;
     mpmd_status rc = parse_config(cfg, file, info, err);
@@ -245,12 +259,12 @@ mpmd_status llama_hf_inspect(const char *path, llama_hf_info *info, mpmd_error *
         info->sharded = 1;
         return MPMD_OK;
     }
-    return mpmd_error_set(err, MPMD_ERR_IO, "%s: no model.safetensors nor model.safetensors.index.json: no weights",
-                          dir);
+    return mpmd_error_set(err, MPMD_ERR_IO,
+                          "%s: no model.safetensors nor model.safetensors.index.json: no weights", dir);
 }
 
-mpmd_status llama_hf_configure(const char *path, const llama_hf_info *info, const gpt_hf_given *given, gpt_config *c,
-                               mpmd_error *err) {
+mpmd_status llama_hf_configure(const char *path, const llama_hf_info *info, const gpt_hf_given *given,
+                               gpt_config *c, mpmd_error *err) {
     char dir[4096];
     model_dir(path, dir, sizeof dir);
     const mpmd_status bad = MPMD_ERR_SHAPE;
@@ -262,34 +276,36 @@ mpmd_status llama_hf_configure(const char *path, const llama_hf_info *info, cons
         {given->layers, c->layers, info->layers, "--layers", "num_hidden_layers"},
         {given->width, c->width, info->width, "--width", "hidden_size"},
         {given->heads, c->heads, info->heads, "--heads", "num_attention_heads"},
-        {given->kv_heads, c->kv_heads ? c->kv_heads : c->heads, info->kv_heads, "--kv-heads", "num_key_value_heads"},
+        {given->kv_heads, c->kv_heads ? c->kv_heads : c->heads, info->kv_heads, "--kv-heads",
+         "num_key_value_heads"},
         {given->vocab, c->vocab, info->vocab, "--vocab", "vocab_size"},
         {given->mlp_hidden, c->mlp_hidden, info->hidden, "--mlp-hidden", "intermediate_size"},
         {given->tie_embeddings, c->tie_embeddings, info->tied, "--tie-embeddings", "tie_word_embeddings"},
     };
     for (size_t k = 0; k < sizeof checks / sizeof checks[0]; k++)
         if (checks[k].given && checks[k].asked != checks[k].have)
-            return mpmd_error_set(err, bad, "%s/config.json: %s is %lld, but %s %lld was given", dir, checks[k].field,
-                                  checks[k].have, checks[k].option, checks[k].asked);
+            return mpmd_error_set(err, bad, "%s/config.json: %s is %lld, but %s %lld was given", dir,
+                                  checks[k].field, checks[k].have, checks[k].option, checks[k].asked);
     if (given->rope_base && c->rope_base != info->rope_theta)
         return mpmd_error_set(err, bad, "%s/config.json: rope_theta is %g, but --rope-base %g was given", dir,
                               (double)info->rope_theta, (double)c->rope_base);
     if (given->seq && c->seq > info->positions)
-        return mpmd_error_set(err, bad,
-                              "%s/config.json: max_position_embeddings is %lld; --seq %lld is past the positions the "
-                              "model knows",
-                              dir, (long long)info->positions, (long long)c->seq);
+        return mpmd_error_set(
+            err, bad,
+            "%s/config.json: max_position_embeddings is %lld; --seq %lld is past the positions the "
+            "model knows",
+            dir, (long long)info->positions, (long long)c->seq);
     c->arch = GPT_ARCH_LLAMA;
     c->layers = info->layers, c->width = info->width, c->heads = info->heads, c->kv_heads = info->kv_heads;
     c->vocab = info->vocab, c->mlp_hidden = info->hidden, c->tie_embeddings = info->tied;
     c->rope_base = info->rope_theta, c->norm_eps = info->rms_norm_eps, c->rope_scaling = info->rope_scaling;
     if (c->seq > info->positions) c->seq = info->positions;
     if (info->sliding_window && info->sliding_window < c->seq)
-        return mpmd_error_set(err, bad,
-                              "%s/config.json: sliding_window is %lld, shorter than seq %lld: the attention sees "
-                              "every position before it (give --seq %lld or less)",
-                              dir, (long long)info->sliding_window, (long long)c->seq,
-                              (long long)info->sliding_window);
+        return mpmd_error_set(
+            err, bad,
+            "%s/config.json: sliding_window is %lld, shorter than seq %lld: the attention sees "
+            "every position before it (give --seq %lld or less)",
+            dir, (long long)info->sliding_window, (long long)c->seq, (long long)info->sliding_window);
     return MPMD_OK;
 }
 
@@ -329,8 +345,9 @@ static int open_shard(weights *w, const char *name, mpmd_error *err) {
     for (int i = 0; i < w->n; i++)
         if (!strcmp(w->files[i].name, name)) return i;
     if (!*name || strchr(name, '/') || !strcmp(name, "..") || w->n == LLAMA_HF_MAX_SHARDS) {
-        mpmd_error_set(err, MPMD_ERR_FORMAT, "%s/model.safetensors.index.json names \"%.60s\": a file of the "
-                                              "directory (no '/') is expected, %d at most",
+        mpmd_error_set(err, MPMD_ERR_FORMAT,
+                       "%s/model.safetensors.index.json names \"%.60s\": a file of the "
+                       "directory (no '/') is expected, %d at most",
                        w->dir, name, LLAMA_HF_MAX_SHARDS);
         return -1;
     }
@@ -367,13 +384,15 @@ static mpmd_status weights_open(const char *path, const llama_hf_info *info, wei
     if (!(w->index = read_json(file, err))) return MPMD_ERR_FORMAT;
     w->map = cJSON_GetObjectItemCaseSensitive(w->index, "weight_map");
     if (!cJSON_IsObject(w->map))
-        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: no \"weight_map\" object (tensor name -> shard file)", file);
+        return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                              "%s: no \"weight_map\" object (tensor name -> shard file)", file);
     return MPMD_OK;
 }
 
 /* The tensor `name`, found in its file (opened on first use); NULL with
  * *s -1 when the source lacks it, or after an error (rc set). */
-static const mpmd_st_tensor *find_tensor(weights *w, const char *name, int *s, mpmd_status *rc, mpmd_error *err) {
+static const mpmd_st_tensor *find_tensor(weights *w, const char *name, int *s, mpmd_status *rc,
+                                         mpmd_error *err) {
     *s = -1;
     const char *file = "model.safetensors";
     if (w->map) {
@@ -381,7 +400,8 @@ static const mpmd_st_tensor *find_tensor(weights *w, const char *name, int *s, m
         if (!v) return NULL;
         if (!(file = cJSON_GetStringValue(v))) {
             *rc = mpmd_error_set(err, MPMD_ERR_FORMAT,
-                                 "%s/model.safetensors.index.json: weight_map[\"%s\"] is not a file name", w->dir, name);
+                                 "%s/model.safetensors.index.json: weight_map[\"%s\"] is not a file name",
+                                 w->dir, name);
             return NULL;
         }
     }
@@ -393,8 +413,8 @@ static const mpmd_st_tensor *find_tensor(weights *w, const char *name, int *s, m
     const mpmd_st_tensor *t = mpmd_st_find(&w->files[k].h, name);
     if (!t && w->map)
         *rc = mpmd_error_set(err, MPMD_ERR_FORMAT,
-                             "%s/model.safetensors.index.json puts tensor %s in %s, which does not hold it", w->dir,
-                             name, file);
+                             "%s/model.safetensors.index.json puts tensor %s in %s, which does not hold it",
+                             w->dir, name, file);
     *s = t ? k : -1;
     return t;
 }
@@ -402,10 +422,11 @@ static const mpmd_st_tensor *find_tensor(weights *w, const char *name, int *s, m
 /* Hugging Face's name of our parameter `name` into out, and whether its
  * Linear weight is transposed; 0 when there is none. */
 static int hf_name(const char *name, char *out, size_t len, int *transposed) {
-    static const char *const top[][2] = {
-        {"wte/embedding", "model.embed_tokens.weight"}, {"norm_f/scale", "model.norm.weight"}, {"lm_head/kernel", "lm_head.weight"}};
+    static const char *const top[][2] = {{"wte/embedding", "model.embed_tokens.weight"},
+                                         {"norm_f/scale", "model.norm.weight"},
+                                         {"lm_head/kernel", "lm_head.weight"}};
     static const char *const block[][2] = {
-        {"rms_0/scale", "input_layernorm.weight"},   {"attn/q/kernel", "self_attn.q_proj.weight"},
+        {"rms_0/scale", "input_layernorm.weight"},    {"attn/q/kernel", "self_attn.q_proj.weight"},
         {"attn/k/kernel", "self_attn.k_proj.weight"}, {"attn/v/kernel", "self_attn.v_proj.weight"},
         {"attn/o/kernel", "self_attn.o_proj.weight"}, {"rms_1/scale", "post_attention_layernorm.weight"},
         {"mlp/gate/kernel", "mlp.gate_proj.weight"},  {"mlp/up/kernel", "mlp.up_proj.weight"},
@@ -439,16 +460,18 @@ static int loadable(const mpmd_st_tensor *t) {
 }
 
 /* The n elements of tensor t as f32 (raw holds n * elem_size bytes). */
-static mpmd_status read_f32(const weights *w, const shard *s, const mpmd_st_tensor *t, int64_t n, uint8_t *raw,
-                            float *out, mpmd_error *err) {
+static mpmd_status read_f32(const weights *w, const shard *s, const mpmd_st_tensor *t, int64_t n,
+                            uint8_t *raw, float *out, mpmd_error *err) {
     size_t bytes = (size_t)n * (size_t)t->elem_size;
-    if (fseeko(s->f, (off_t)(s->data_start + (long long)t->begin), SEEK_SET) != 0 || fread(raw, 1, bytes, s->f) != bytes)
+    if (fseeko(s->f, (off_t)(s->data_start + (long long)t->begin), SEEK_SET) != 0 ||
+        fread(raw, 1, bytes, s->f) != bytes)
         return mpmd_error_set(err, MPMD_ERR_IO, "%s/%s: cannot read tensor %s: %s", w->dir, s->name, t->name,
                               ferror(s->f) ? strerror(errno) : "the file shrank while reading");
     if (t->elem_size == 4) { /* F32, little-endian on any host */
         for (int64_t k = 0; k < n; k++) {
             const uint8_t *b = raw + 4 * k;
-            out[k] = mpmd_bits_f32((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
+            out[k] = mpmd_bits_f32((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+                                   (uint32_t)b[3] << 24);
         }
         return MPMD_OK;
     }
@@ -461,24 +484,28 @@ static mpmd_status read_f32(const weights *w, const shard *s, const mpmd_st_tens
 }
 
 /* Every parameter's tensor, found and checked: src[i] and shard[i]. */
-static mpmd_status plan_import(weights *w, const gpt_model *m, const mpmd_st_tensor **src, int *in, mpmd_error *err) {
+static mpmd_status plan_import(weights *w, const gpt_model *m, const mpmd_st_tensor **src, int *in,
+                               mpmd_error *err) {
     char hf[128], want[96], got[96];
     for (int i = 0; i < m->n_params; i++) {
         const char *name = mpmd_value_name(m->g, m->params[i]);
         mpmd_type t = mpmd_value_whole_type(m->g, m->params[i]);
         int tr;
         if (!name || !hf_name(name, hf, sizeof hf, &tr))
-            return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: the model's parameter %s has no tensor in LLaMA's layout",
-                                  w->dir, name ? name : "(unnamed)");
+            return mpmd_error_set(err, MPMD_ERR_INVALID,
+                                  "%s: the model's parameter %s has no tensor in LLaMA's layout", w->dir,
+                                  name ? name : "(unnamed)");
         mpmd_status rc = MPMD_OK;
         const mpmd_st_tensor *s = src[i] = find_tensor(w, hf, &in[i], &rc, err);
         if (rc) return rc;
         if (!s)
-            return mpmd_error_set(err, MPMD_ERR_SHAPE, "%s: tensor %s (for the model's %s) is missing", w->dir, hf, name);
+            return mpmd_error_set(err, MPMD_ERR_SHAPE, "%s: tensor %s (for the model's %s) is missing",
+                                  w->dir, hf, name);
         const char *file = w->files[in[i]].name;
         if (!loadable(s))
-            return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s/%s: tensor %s has dtype %s; F32, F16 or BF16 is expected",
-                                  w->dir, file, hf, s->dtype);
+            return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                                  "%s/%s: tensor %s has dtype %s; F32, F16 or BF16 is expected", w->dir, file,
+                                  hf, s->dtype);
         /* a Linear weight is [out, in]: our kernel [in, out] transposed */
         int64_t need[2] = {t.dim[tr ? 1 : 0], t.ndim > 1 ? t.dim[tr ? 0 : 1] : 0};
         int same = s->ndim == t.ndim && s->dim[0] == need[0] && (t.ndim == 1 || s->dim[1] == need[1]);
@@ -487,8 +514,9 @@ static mpmd_status plan_import(weights *w, const gpt_model *m, const mpmd_st_ten
             shape_str(t.ndim, need, want, sizeof want);
             char ours[96];
             shape_str(t.ndim, t.dim, ours, sizeof ours);
-            return mpmd_error_set(err, MPMD_ERR_SHAPE, "%s/%s: tensor %s is %s; the model's %s %s needs %s%s", w->dir, file,
-                                  hf, got, name, ours, want, tr ? " (PyTorch's Linear weights are [out, in])" : "");
+            return mpmd_error_set(err, MPMD_ERR_SHAPE, "%s/%s: tensor %s is %s; the model's %s %s needs %s%s",
+                                  w->dir, file, hf, got, name, ours, want,
+                                  tr ? " (PyTorch's Linear weights are [out, in])" : "");
         }
     }
     return MPMD_OK;
@@ -506,10 +534,11 @@ static mpmd_status check_tied_head(weights *w, mpmd_error *err) {
     shape_str(e->ndim, e->dim, es, sizeof es);
     shape_str(h->ndim, h->dim, hs, sizeof hs);
     if (h->ndim != 2 || e->ndim != 2 || h->dim[0] != e->dim[0] || h->dim[1] != e->dim[1] || !loadable(h))
-        return mpmd_error_set(err, MPMD_ERR_SHAPE,
-                              "%s: tensor lm_head.weight is %s %s, model.embed_tokens.weight %s %s: config.json ties "
-                              "them (tie_word_embeddings), and they cannot be one",
-                              w->dir, h->dtype, hs, e->dtype, es);
+        return mpmd_error_set(
+            err, MPMD_ERR_SHAPE,
+            "%s: tensor lm_head.weight is %s %s, model.embed_tokens.weight %s %s: config.json ties "
+            "them (tie_word_embeddings), and they cannot be one",
+            w->dir, h->dtype, hs, e->dtype, es);
     int64_t n = e->dim[0] * e->dim[1];
     uint8_t *raw = malloc((size_t)n * 4);
     float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
@@ -518,10 +547,11 @@ static mpmd_status check_tied_head(weights *w, mpmd_error *err) {
     if (!rc) rc = read_f32(w, &w->files[ke], e, n, raw, a, err);
     if (!rc) rc = read_f32(w, &w->files[kh], h, n, raw, b, err);
     if (!rc && memcmp(a, b, (size_t)n * sizeof *a) != 0)
-        rc = mpmd_error_set(err, MPMD_ERR_SHAPE,
-                            "%s: tensor lm_head.weight differs from model.embed_tokens.weight, but config.json ties "
-                            "them (tie_word_embeddings): an untied head in a tied model's files",
-                            w->dir);
+        rc = mpmd_error_set(
+            err, MPMD_ERR_SHAPE,
+            "%s: tensor lm_head.weight differs from model.embed_tokens.weight, but config.json ties "
+            "them (tie_word_embeddings): an untied head in a tied model's files",
+            w->dir);
     free(raw), free(a), free(b);
     return rc;
 }

@@ -88,8 +88,8 @@ mpmd_status llama_hf_inspect(const char *dir, llama_hf_info *info, mpmd_error *e
  * disagrees is MPMD_ERR_SHAPE naming config.json's field and both values.
  * seq at most max_position_embeddings (the default cut to it; a larger seq
  * given is an error). */
-mpmd_status llama_hf_configure(const char *dir, const llama_hf_info *info, const gpt_hf_given *given, gpt_config *c,
-                               mpmd_error *err);
+mpmd_status llama_hf_configure(const char *dir, const llama_hf_info *info, const gpt_hf_given *given,
+                               gpt_config *c, mpmd_error *err);
 
 /* Set every parameter of the model's compiled step `st` (each copy this
  * process holds: mpmd_step_write; a parameter split over the model axis from

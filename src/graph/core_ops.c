@@ -335,11 +335,12 @@ static void implicit_loop(mpmd_graph *g) {
         mpmd_node *n = &g->nodes[i];
         if (n->region != MPMD_REGION_PRE || (n->op->flags & MPMD_OPF_LEAF)) continue;
         if (n->op == &mpmd_op_assign) { /* it would store a body value once per microbatch */
-            mpmd_fail(g, MPMD_ERR_INVALID,
-                      "mpmd_enter_stage: \"%s\" is assigned before the first stage marker of a graph without "
-                      "mpmd_loop_begin (a decoding layer's cache, say), and the marker makes those ops the loop "
-                      "body, where nothing is assigned; begin the loop (mpmd_loop_begin) before building them",
-                      mpmd_node_subject(g, i) ? mpmd_node_subject(g, i) : "a variable");
+            mpmd_fail(
+                g, MPMD_ERR_INVALID,
+                "mpmd_enter_stage: \"%s\" is assigned before the first stage marker of a graph without "
+                "mpmd_loop_begin (a decoding layer's cache, say), and the marker makes those ops the loop "
+                "body, where nothing is assigned; begin the loop (mpmd_loop_begin) before building them",
+                mpmd_node_subject(g, i) ? mpmd_node_subject(g, i) : "a variable");
             return;
         }
         n->region = MPMD_REGION_BODY;

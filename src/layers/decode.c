@@ -59,10 +59,11 @@ mpmd_status mpmd_set_decode(mpmd_graph *g, mpmd_value positions, int64_t length)
         return g->status;
     }
     if (pn->region != MPMD_REGION_PRE) {
-        mpmd_fail(g, MPMD_ERR_INVALID,
-                  "%s: positions %%%d is not a before-loop value (an input: the layers in the loop read their "
-                  "microbatch's rows of it)",
-                  fn, (int)positions.id);
+        mpmd_fail(
+            g, MPMD_ERR_INVALID,
+            "%s: positions %%%d is not a before-loop value (an input: the layers in the loop read their "
+            "microbatch's rows of it)",
+            fn, (int)positions.id);
         return g->status;
     }
     if (length < 1 || length > DECODE_MAX_LEN) {
@@ -97,35 +98,38 @@ mpmd_value mpmd_decode_positions(mpmd_graph *g, const char *fn, const char *name
     if (g->region == MPMD_REGION_BODY) {
         if (g->n_micro < 1 || mpmd_type_of(g, pos)->dim[0] % g->n_micro)
             return mpmd_fail(g, MPMD_ERR_SHAPE,
-                             "%s \"%s\": decode positions %s do not split into %d microbatches of sequences", fn,
-                             name, mpmd_tstr(g, pos), g->n_micro);
+                             "%s \"%s\": decode positions %s do not split into %d microbatches of sequences",
+                             fn, name, mpmd_tstr(g, pos), g->n_micro);
         pos = mpmd_microbatch(g, pos);
     } else if (g->region != MPMD_REGION_PRE) {
-        return mpmd_fail(g, MPMD_ERR_INVALID, "%s \"%s\": a layer that decodes belongs before or in the loop, "
-                                              "not after it", fn, name);
+        return mpmd_fail(g, MPMD_ERR_INVALID,
+                         "%s \"%s\": a layer that decodes belongs before or in the loop, "
+                         "not after it",
+                         fn, name);
     }
     const mpmd_type *tp = mpmd_type_of(g, pos);
     if (!tp) return MPMD_NONE;
     if (tp->dim[0] != b || tp->dim[1] != t) {
         char per[200] = "";
-        if (g->region == MPMD_REGION_BODY) snprintf(per, sizeof per, " (%s per microbatch)", mpmd_tstr(g, pos));
+        if (g->region == MPMD_REGION_BODY)
+            snprintf(per, sizeof per, " (%s per microbatch)", mpmd_tstr(g, pos));
         return mpmd_fail(g, MPMD_ERR_SHAPE,
                          "%s \"%s\": decode positions are %s%s for an input of %lld sequences of %lld new "
                          "positions; [%lld, %lld] is expected",
-                         fn, name, mpmd_tstr(g, g->decode_positions), per, (long long)b, (long long)t, (long long)b,
-                         (long long)t);
+                         fn, name, mpmd_tstr(g, g->decode_positions), per, (long long)b, (long long)t,
+                         (long long)b, (long long)t);
     }
     return pos;
 }
 
 /* The cache variable "<scope>/cache/<which>" [B, L, KV, Dh] in dtype dt. */
-static mpmd_value cache_var(mpmd_graph *g, const char *fn, const char *which, int64_t b, int64_t kv, int64_t dh,
-                            mpmd_dtype dt) {
+static mpmd_value cache_var(mpmd_graph *g, const char *fn, const char *which, int64_t b, int64_t kv,
+                            int64_t dh, mpmd_dtype dt) {
     char name[600];
     int n = snprintf(name, sizeof name, "%s%scache/%s", g->scope, g->scope[0] ? "/" : "", which);
     if (n < 0 || (size_t)n >= sizeof name)
-        return mpmd_fail(g, MPMD_ERR_INVALID, "%s: the layer's scope \"%s\" is too long for its cache's name", fn,
-                         g->scope);
+        return mpmd_fail(g, MPMD_ERR_INVALID, "%s: the layer's scope \"%s\" is too long for its cache's name",
+                         fn, g->scope);
     const int64_t B = g->region == MPMD_REGION_BODY ? b * g->n_micro : b;
     return mpmd_variable(g, name, dt, MPMD_SHAPE(B, g->decode_len, kv, dh), MPMD_ZEROS);
 }
@@ -142,7 +146,8 @@ static mpmd_value cache_write(mpmd_graph *g, const char *fn, const char *which, 
     mpmd_value old = body ? mpmd_microbatch(g, var) : var;
     /* [b, L, t] @ [b, t, KV Dh]: row j is k[i] where pos[i] == j, zeros elsewhere */
     static const int swap_last[3] = {0, 2, 1};
-    mpmd_value rows = mpmd_matmul(g, mpmd_permute(g, at, swap_last), mpmd_reshape(g, x, MPMD_SHAPE(b, t, kv * dh)), 0);
+    mpmd_value rows =
+        mpmd_matmul(g, mpmd_permute(g, at, swap_last), mpmd_reshape(g, x, MPMD_SHAPE(b, t, kv * dh)), 0);
     mpmd_value cache = mpmd_where(g, written, mpmd_reshape(g, rows, MPMD_SHAPE(b, L, kv, dh)), old);
     if (body) {
         mpmd_value all = mpmd_loop_reduce(g, cache, MPMD_REDUCE_CONCAT);
@@ -169,14 +174,17 @@ mpmd_value mpmd_decode_attention(mpmd_graph *g, const char *fn, mpmd_value q, mp
     mpmd_value at = mpmd_compare(g, g->decode_row, p, MPMD_CMP_EQ);
     mpmd_value valid = mpmd_compare(g, g->decode_row, p, MPMD_CMP_LE);
     /* rows of the cache written by this run: [b, L, 1, 1] */
-    mpmd_value written = mpmd_reshape(g, mpmd_sum(g, at, MPMD_AXES(1), MPMD_DROP_DIMS), MPMD_SHAPE(b, L, 1, 1));
+    mpmd_value written =
+        mpmd_reshape(g, mpmd_sum(g, at, MPMD_AXES(1), MPMD_DROP_DIMS), MPMD_SHAPE(b, L, 1, 1));
     at = mpmd_cast(g, at, dt), written = mpmd_cast(g, written, dt);
     mpmd_value K = cache_write(g, fn, "k", k, at, written), V = cache_write(g, fn, "v", v, at, written);
     /* q [b, t, KV, rep, Dh] -> [b, KV, rep t, Dh]; K, V [b, L, KV, Dh] -> [b, KV, L, Dh] */
     static const int q_perm[5] = {0, 2, 3, 1, 4}, o_perm[5] = {0, 3, 1, 2, 4}, kv_perm[4] = {0, 2, 1, 3};
-    mpmd_value qg = mpmd_reshape(g, mpmd_permute(g, mpmd_reshape(g, q, MPMD_SHAPE(b, t, kv, rep, dh)), q_perm),
-                                 MPMD_SHAPE(b, kv, rep * t, dh));
-    mpmd_value s = mpmd_matmul_scaled(g, qg, mpmd_permute(g, K, kv_perm), MPMD_TRANS_B, 1.0f / sqrtf((float)dh));
+    mpmd_value qg =
+        mpmd_reshape(g, mpmd_permute(g, mpmd_reshape(g, q, MPMD_SHAPE(b, t, kv, rep, dh)), q_perm),
+                     MPMD_SHAPE(b, kv, rep * t, dh));
+    mpmd_value s =
+        mpmd_matmul_scaled(g, qg, mpmd_permute(g, K, kv_perm), MPMD_TRANS_B, 1.0f / sqrtf((float)dh));
     /* [b, KV, rep, t, L]: each query row masked by its own position */
     s = mpmd_where(g, mpmd_reshape(g, mpmd_cast(g, valid, dt), MPMD_SHAPE(b, 1, 1, t, L)),
                    mpmd_reshape(g, s, MPMD_SHAPE(b, kv, rep, t, L)), mpmd_cast(g, g->decode_neg, dt));

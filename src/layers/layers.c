@@ -206,10 +206,11 @@ mpmd_value mpmd_self_attention(mpmd_graph *g, const char *name, mpmd_value x, in
     mpmd_value pos = MPMD_NONE;
     if (mpmd_decoding(g)) {
         if (!causal)
-            return mpmd_fail(g, MPMD_ERR_INVALID,
-                             "%s \"%s\": decoding (mpmd_set_decode) runs causal attention only: a new position "
-                             "cannot see the ones after it",
-                             fn, name);
+            return mpmd_fail(
+                g, MPMD_ERR_INVALID,
+                "%s \"%s\": decoding (mpmd_set_decode) runs causal attention only: a new position "
+                "cannot see the ones after it",
+                fn, name);
         if (!mpmd_is_value(pos = mpmd_decode_positions(g, fn, name, b, t))) return MPMD_NONE;
     }
     /* tensor parallel: this rank's heads; qkv by columns (its q, k and v
@@ -220,8 +221,9 @@ mpmd_value mpmd_self_attention(mpmd_graph *g, const char *name, mpmd_value x, in
     mpmd_value q = mpmd_reshape(g, mpmd_slice(g, qkv, 2, 0, cl), MPMD_SHAPE(b, t, hl, dh));
     mpmd_value k = mpmd_reshape(g, mpmd_slice(g, qkv, 2, cl, 2 * cl), MPMD_SHAPE(b, t, hl, dh));
     mpmd_value v = mpmd_reshape(g, mpmd_slice(g, qkv, 2, 2 * cl, 3 * cl), MPMD_SHAPE(b, t, hl, dh));
-    mpmd_value a = mpmd_is_value(pos) ? mpmd_decode_attention(g, fn, q, k, v, pos)
-                               : mpmd_reshape(g, mpmd_attention(g, q, k, v, causal), MPMD_SHAPE(b, t, cl));
+    mpmd_value a = mpmd_is_value(pos)
+                       ? mpmd_decode_attention(g, fn, q, k, v, pos)
+                       : mpmd_reshape(g, mpmd_attention(g, q, k, v, causal), MPMD_SHAPE(b, t, cl));
     mpmd_value y = dense(g, "out", a, c, 1, DENSE_ROWS, 1);
     mpmd_scope_pop(g);
     return y;
@@ -295,8 +297,10 @@ mpmd_value mpmd_rope_attention(mpmd_graph *g, const char *name, mpmd_value x, in
         mpmd_scope_pop(g);
         return y;
     }
-    q = sc->factor != 0.0f ? mpmd_rope_op(g, fn, q, MPMD_NONE, rope_base, sc, 0) : mpmd_rope(g, q, rope_base, 0);
-    k = sc->factor != 0.0f ? mpmd_rope_op(g, fn, k, MPMD_NONE, rope_base, sc, 0) : mpmd_rope(g, k, rope_base, 0);
+    q = sc->factor != 0.0f ? mpmd_rope_op(g, fn, q, MPMD_NONE, rope_base, sc, 0)
+                           : mpmd_rope(g, q, rope_base, 0);
+    k = sc->factor != 0.0f ? mpmd_rope_op(g, fn, k, MPMD_NONE, rope_base, sc, 0)
+                           : mpmd_rope(g, k, rope_base, 0);
     if (rep > 1) { /* [B, T, KV, Dh] -> [B, T, KV, rep, Dh] -> [B, T, H, Dh] */
         k = mpmd_reshape(g, mpmd_broadcast_to(g, mpmd_reshape(g, k, MPMD_SHAPE(b, t, kv_heads, 1, dh)),
                                               MPMD_SHAPE(b, t, kv_heads, rep, dh)),
@@ -314,8 +318,9 @@ mpmd_value mpmd_rope_attention(mpmd_graph *g, const char *name, mpmd_value x, in
 /* A residual branch's output through the graph's layer dropout, if set
  * (never while decoding: generation runs the trained model as it is). */
 static mpmd_value branch(mpmd_graph *g, mpmd_value y) {
-    return g->layer_dropout > 0.0f && !mpmd_decoding(g) ? mpmd_dropout(g, y, g->layer_dropout, g->layer_dropout_key)
-                                                        : y;
+    return g->layer_dropout > 0.0f && !mpmd_decoding(g)
+               ? mpmd_dropout(g, y, g->layer_dropout, g->layer_dropout_key)
+               : y;
 }
 
 mpmd_status mpmd_set_rope_scaling(mpmd_graph *g, const mpmd_rope_scaling *scaling) {
@@ -323,11 +328,12 @@ mpmd_status mpmd_set_rope_scaling(mpmd_graph *g, const mpmd_rope_scaling *scalin
     if (g->status != MPMD_OK) return g->status;
     const mpmd_rope_scaling none = MPMD_ROPE_NO_SCALING, *s = scaling ? scaling : &none;
     if (!mpmd_rope_scaling_ok(s)) {
-        mpmd_fail(g, MPMD_ERR_INVALID,
-                  "mpmd_set_rope_scaling: factor %g, low_freq_factor %g, high_freq_factor %g, original positions "
-                  "%lld; a finite factor >= 1, 0 < low < high and positions >= 1 are expected (factor 0: none)",
-                  (double)s->factor, (double)s->low_freq_factor, (double)s->high_freq_factor,
-                  (long long)s->original_positions);
+        mpmd_fail(
+            g, MPMD_ERR_INVALID,
+            "mpmd_set_rope_scaling: factor %g, low_freq_factor %g, high_freq_factor %g, original positions "
+            "%lld; a finite factor >= 1, 0 < low < high and positions >= 1 are expected (factor 0: none)",
+            (double)s->factor, (double)s->low_freq_factor, (double)s->high_freq_factor,
+            (long long)s->original_positions);
         return g->status;
     }
     g->rope_scaling = *s;

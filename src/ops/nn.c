@@ -52,8 +52,8 @@ static void attrs_rope(const mpmd_graph *g, const mpmd_node *n, char *buf, size_
     int k = n->n_in == 1 ? snprintf(buf, len, " base=%g offset=%lld", (double)n->fa[0], (long long)n->ia[0])
                          : snprintf(buf, len, " base=%g", (double)n->fa[0]);
     if (n->fa[1] > 0.0f && k >= 0 && (size_t)k < len)
-        k += snprintf(buf + k, len - (size_t)k, " llama3(factor=%g low=%g high=%g original=%lld)", (double)n->fa[1],
-                      (double)n->fa[2], (double)n->fa[3], (long long)n->ia[2]);
+        k += snprintf(buf + k, len - (size_t)k, " llama3(factor=%g low=%g high=%g original=%lld)",
+                      (double)n->fa[1], (double)n->fa[2], (double)n->fa[3], (long long)n->ia[2]);
     if (n->ia[1] && k >= 0 && (size_t)k < len) snprintf(buf + k, len - (size_t)k, " inverse");
 }
 static void vjp_embedding(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
@@ -366,19 +366,21 @@ mpmd_value mpmd_rope_op(mpmd_graph *g, const char *fn, mpmd_value x, mpmd_value 
         for (int d = 0; same && d < tp->ndim; d++)
             same = tp->dim[d] == t.dim[rows ? d : t.ndim - 3];
         if (!same)
-            return mpmd_fail(g, MPMD_ERR_SHAPE,
-                             "%s: positions are %s for x %s; i32 [..., T] (x's dimensions but the last two) or [T] "
-                             "is expected",
-                             fn, mpmd_tstr(g, positions), mpmd_tstr(g, x));
+            return mpmd_fail(
+                g, MPMD_ERR_SHAPE,
+                "%s: positions are %s for x %s; i32 [..., T] (x's dimensions but the last two) or [T] "
+                "is expected",
+                fn, mpmd_tstr(g, positions), mpmd_tstr(g, x));
     }
     const mpmd_rope_scaling none = MPMD_ROPE_NO_SCALING, *s = scaling ? scaling : &none;
     if (!mpmd_rope_scaling_ok(s))
-        return mpmd_fail(g, MPMD_ERR_INVALID,
-                         "%s: Llama 3.1 rope scaling factor %g, low_freq_factor %g, high_freq_factor %g, original "
-                         "positions %lld; a finite factor >= 1, 0 < low < high and positions >= 1 are expected "
-                         "(factor 0: no scaling)",
-                         fn, (double)s->factor, (double)s->low_freq_factor, (double)s->high_freq_factor,
-                         (long long)s->original_positions);
+        return mpmd_fail(
+            g, MPMD_ERR_INVALID,
+            "%s: Llama 3.1 rope scaling factor %g, low_freq_factor %g, high_freq_factor %g, original "
+            "positions %lld; a finite factor >= 1, 0 < low < high and positions >= 1 are expected "
+            "(factor 0: no scaling)",
+            fn, (double)s->factor, (double)s->low_freq_factor, (double)s->high_freq_factor,
+            (long long)s->original_positions);
     mpmd_value r = mpmd_emit(g, at ? &mpmd_op_rope_at : &mpmd_op_rope, at ? 2 : 1, in, t);
     mpmd_node *n = mpmd_node_of(g, r);
     if (n) {

@@ -126,8 +126,9 @@ static mpmd_status check_decoder(mpmd_step *st, const mpmd_decoder *d, int64_t *
     const mpmd_node *tn = mpmd_node_of(g, d->tokens), *pn = mpmd_node_of(g, d->positions),
                     *ln = mpmd_node_of(g, d->logits);
     if (!tn || !pn || !ln || tn->op != &mpmd_op_input || pn->op != &mpmd_op_input)
-        return fail(st, MPMD_ERR_INVALID, "the decoder's tokens and positions must be inputs of the step's graph, "
-                                          "and its logits a value of it");
+        return fail(st, MPMD_ERR_INVALID,
+                    "the decoder's tokens and positions must be inputs of the step's graph, "
+                    "and its logits a value of it");
     const mpmd_type *tt = &tn->type, *pt = &pn->type, *lt = &ln->type;
     if (tt->dtype != MPMD_I32 || tt->ndim != 2 || tt->dim[1] != 1 || !mpmd_type_equal(tt, pt))
         return fail(st, MPMD_ERR_SHAPE, "tokens %s and positions %s: both i32 [sequences, 1] are expected",
@@ -135,7 +136,8 @@ static mpmd_status check_decoder(mpmd_step *st, const mpmd_decoder *d, int64_t *
     if (lt->dtype != MPMD_F32 || lt->ndim != 2 || lt->dim[0] != tt->dim[0])
         return fail(st, MPMD_ERR_SHAPE, "logits %s for %lld sequences: f32 [%lld, vocabulary] is expected",
                     mpmd_type_str(lt, (char[64]){0}, 64), (long long)tt->dim[0], (long long)tt->dim[0]);
-    if (d->length < 1) return fail(st, MPMD_ERR_INVALID, "the decoder's length is %lld", (long long)d->length);
+    if (d->length < 1)
+        return fail(st, MPMD_ERR_INVALID, "the decoder's length is %lld", (long long)d->length);
     *B = tt->dim[0], *V = lt->dim[1];
     return MPMD_OK;
 }
@@ -143,28 +145,35 @@ static mpmd_status check_decoder(mpmd_step *st, const mpmd_decoder *d, int64_t *
 /* The checks that come before the first run: prompts that fit and hold
  * tokens of the vocabulary. */
 static mpmd_status check_prompts(mpmd_step *st, const mpmd_decoder *d, int64_t B, int64_t V,
-                                 const int32_t *const *prompts, const int64_t *lens, const mpmd_generate_opts *o) {
+                                 const int32_t *const *prompts, const int64_t *lens,
+                                 const mpmd_generate_opts *o) {
     if (!prompts || !lens) return fail(st, MPMD_ERR_INVALID, "no prompts (NULL)");
-    if (o->max_new < 0) return fail(st, MPMD_ERR_INVALID, "max_new is %lld; 0 or more", (long long)o->max_new);
+    if (o->max_new < 0)
+        return fail(st, MPMD_ERR_INVALID, "max_new is %lld; 0 or more", (long long)o->max_new);
     if (o->sampling.top_k < 0 || !(o->sampling.temperature >= 0.0f) || isinf(o->sampling.temperature))
-        return fail(st, MPMD_ERR_INVALID, "temperature %g and top_k %d: a finite temperature >= 0 and top_k >= 0",
+        return fail(st, MPMD_ERR_INVALID,
+                    "temperature %g and top_k %d: a finite temperature >= 0 and top_k >= 0",
                     (double)o->sampling.temperature, o->sampling.top_k);
-    if (o->eos >= V) return fail(st, MPMD_ERR_INVALID, "eos %d is outside the vocabulary [0, %lld)", (int)o->eos,
-                                 (long long)V);
+    if (o->eos >= V)
+        return fail(st, MPMD_ERR_INVALID, "eos %d is outside the vocabulary [0, %lld)", (int)o->eos,
+                    (long long)V);
     for (int64_t b = 0; b < B; b++) {
         if (lens[b] < 1 || lens[b] > d->length || !prompts[b])
-            return fail(st, MPMD_ERR_INVALID, "prompt %lld has %lld tokens%s; between 1 and %lld (the caches' length)",
+            return fail(st, MPMD_ERR_INVALID,
+                        "prompt %lld has %lld tokens%s; between 1 and %lld (the caches' length)",
                         (long long)b, (long long)lens[b], prompts[b] ? "" : " (NULL)", (long long)d->length);
         for (int64_t i = 0; i < lens[b]; i++)
             if (prompts[b][i] < 0 || prompts[b][i] >= V)
-                return fail(st, MPMD_ERR_INVALID, "prompt %lld: token %lld is %d, outside the vocabulary [0, %lld)",
-                            (long long)b, (long long)i, (int)prompts[b][i], (long long)V);
+                return fail(st, MPMD_ERR_INVALID,
+                            "prompt %lld: token %lld is %d, outside the vocabulary [0, %lld)", (long long)b,
+                            (long long)i, (int)prompts[b][i], (long long)V);
     }
     return MPMD_OK;
 }
 
-static mpmd_status generate(mpmd_step *st, const mpmd_decoder *d, const int32_t *const *prompts, const int64_t *lens,
-                            const mpmd_generate_opts *o, int32_t *out, int64_t *out_lens) {
+static mpmd_status generate(mpmd_step *st, const mpmd_decoder *d, const int32_t *const *prompts,
+                            const int64_t *lens, const mpmd_generate_opts *o, int32_t *out,
+                            int64_t *out_lens) {
     int64_t B = 0, V = 0;
     mpmd_status rc = check_decoder(st, d, &B, &V);
     if (!rc) rc = check_prompts(st, d, B, V, prompts, lens, o);
@@ -175,7 +184,8 @@ static mpmd_status generate(mpmd_step *st, const mpmd_decoder *d, const int32_t 
     unsigned char *done = calloc((size_t)B, 1);
     if (!tok || !pos || !logits || !done) {
         free(tok), free(pos), free(logits), free(done);
-        return fail(st, MPMD_ERR_NOMEM, "out of memory for %lld sequences of %lld logits", (long long)B, (long long)V);
+        return fail(st, MPMD_ERR_NOMEM, "out of memory for %lld sequences of %lld logits", (long long)B,
+                    (long long)V);
     }
     int64_t live = B;
     for (int64_t b = 0; b < B; b++) {
@@ -191,7 +201,8 @@ static mpmd_status generate(mpmd_step *st, const mpmd_decoder *d, const int32_t 
         }
         if ((rc = mpmd_step_set_input(st, d->tokens, tok, (size_t)B * sizeof *tok)) ||
             (rc = mpmd_step_set_input(st, d->positions, pos, (size_t)B * sizeof *pos)) ||
-            (rc = mpmd_step_run(st)) || (rc = mpmd_step_gather(st, d->logits, logits, (size_t)(B * V) * sizeof *logits))) {
+            (rc = mpmd_step_run(st)) ||
+            (rc = mpmd_step_gather(st, d->logits, logits, (size_t)(B * V) * sizeof *logits))) {
             fail(st, rc, "position %lld: %.900s", (long long)p, st->err);
             break;
         }
@@ -202,11 +213,14 @@ static mpmd_status generate(mpmd_step *st, const mpmd_decoder *d, const int32_t 
             for (int64_t v = 0; v < V; v++) /* (weights that hold them: sampled, they would be garbage) */
                 if (!isfinite(l[v])) bad++, at = at < 0 ? v : at;
             if (bad) {
-                rc = fail(st, MPMD_ERR_RUNTIME,
-                          "sequence %lld, position %lld: %lld of the %lld logits are NaN or infinite (the first, "
-                          "token %lld, is %s)",
-                          (long long)b, (long long)p, (long long)bad, (long long)V, (long long)at,
-                          isnan(l[at]) ? "NaN" : l[at] > 0 ? "+inf" : "-inf");
+                rc = fail(
+                    st, MPMD_ERR_RUNTIME,
+                    "sequence %lld, position %lld: %lld of the %lld logits are NaN or infinite (the first, "
+                    "token %lld, is %s)",
+                    (long long)b, (long long)p, (long long)bad, (long long)V, (long long)at,
+                    isnan(l[at]) ? "NaN"
+                    : l[at] > 0  ? "+inf"
+                                 : "-inf");
                 break;
             }
             if (p + 1 != out_lens[b]) continue; /* inside its prompt */
@@ -225,13 +239,15 @@ static mpmd_status generate(mpmd_step *st, const mpmd_decoder *d, const int32_t 
     return rc;
 }
 
-mpmd_status mpmd_generate(mpmd_step *st, const mpmd_decoder *d, const int32_t *const *prompts, const int64_t *lens,
-                          const mpmd_generate_opts *opts, int32_t *out, int64_t *out_lens) {
+mpmd_status mpmd_generate(mpmd_step *st, const mpmd_decoder *d, const int32_t *const *prompts,
+                          const int64_t *lens, const mpmd_generate_opts *opts, int32_t *out,
+                          int64_t *out_lens) {
     if (!st) return MPMD_ERR_INVALID;
     if (rt_step_enter(st, "mpmd_generate")) return MPMD_ERR_INVALID;
     const mpmd_generate_opts defaults = MPMD_GENERATE_DEFAULTS;
-    mpmd_status rc = !d || !out || !out_lens ? fail(st, MPMD_ERR_INVALID, "no decoder, out or out_lens (NULL)")
-                                             : generate(st, d, prompts, lens, opts ? opts : &defaults, out, out_lens);
+    mpmd_status rc = !d || !out || !out_lens
+                         ? fail(st, MPMD_ERR_INVALID, "no decoder, out or out_lens (NULL)")
+                         : generate(st, d, prompts, lens, opts ? opts : &defaults, out, out_lens);
     rt_step_leave(st);
     return rc;
 }

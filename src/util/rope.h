@@ -50,7 +50,8 @@ MPMD_ROPE_FN double mpmd_rope_inv_freq(mpmd_rope_freqs f, int64_t i, int64_t D) 
     double wavelen = two_pi / w;
     if (wavelen < f.original_positions / f.high_freq_factor) return w;
     if (wavelen > f.original_positions / f.low_freq_factor) return w / f.factor;
-    double s = (f.original_positions / wavelen - f.low_freq_factor) / (f.high_freq_factor - f.low_freq_factor);
+    double s =
+        (f.original_positions / wavelen - f.low_freq_factor) / (f.high_freq_factor - f.low_freq_factor);
     return (1.0 - s) * w / f.factor + s * w;
 }
 
