@@ -971,27 +971,26 @@ static int on_token(void *user, int64_t b, int64_t pos, int32_t tok) {
     return 0;
 }
 
-/* --generate N: every sequence (--batch of them, --microbatches in flight)
- * starts from its prompt (--prompt, repeated: sequence b takes prompt b %
- * count); mpmd_generate runs them position by position through the decode
- * step, the known tokens first, then the tokens drawn. */
-static int generate(options *o, trainer *t) {
+/* The buffers of --generate: the prompts (np of T ids each) and their
+ * lengths, each sequence's prompt and length, mpmd_generate's output and
+ * the printer's flags. */
+typedef struct gen_buffers {
+    int32_t *pbuf, *out;
+    int64_t *plen, *blen, *len;
+    const int32_t **prompts;
+    unsigned char *done;
+} gen_buffers;
+
+static int generate_with(options *o, trainer *t, gen_buffers *gb, gpt_decoder *d) {
     gpt_config c = o->cfg;
     mpmd_error err;
     const int64_t B = c.batch, T = c.seq, V = c.vocab;
     const int np = o->n_prompts ? o->n_prompts : 1;
-    int32_t *pbuf = malloc((size_t)(np * T) * sizeof *pbuf), *out = malloc((size_t)(B * T) * sizeof *out);
-    int64_t *plen = malloc((size_t)np * sizeof *plen), *blen = malloc((size_t)B * sizeof *blen),
-            *len = malloc((size_t)B * sizeof *len);
-    const int32_t **prompts = malloc((size_t)B * sizeof *prompts);
-    unsigned char *done = calloc((size_t)B, 1);
-    if (!pbuf || !out || !plen || !blen || !len || !prompts || !done) return fail(t, "out of memory");
     for (int k = 0; k < np; k++)
-        if ((plen[k] = parse_prompt(o, k, pbuf + k * T)) < 0) return 2;
+        if ((gb->plen[k] = parse_prompt(o, k, gb->pbuf + k * T)) < 0) return 2;
     for (int64_t b = 0; b < B; b++)
-        prompts[b] = pbuf + (b % np) * T, blen[b] = plen[b % np];
-    gpt_decoder d;
-    if (gpt_build_decoder(&c, &d, &err)) return fail(t, "%s", err.msg);
+        gb->prompts[b] = gb->pbuf + (b % np) * T, gb->blen[b] = gb->plen[b % np];
+    if (gpt_build_decoder(&c, d, &err)) return fail(t, "%s", err.msg);
     if (strcmp(o->schedule, "loop") != 0 && make_schedule(o, &t->sched, &err)) return fail(t, "%s", err.msg);
     mpmd_step_opts so = MPMD_STEP_DEFAULTS;
     so.threads_per_rank = (int)o->threads;
@@ -999,24 +998,26 @@ static int generate(options *o, trainer *t) {
     so.runtime = o->mpi ? MPMD_RUNTIME_MPI : MPMD_RUNTIME_LOCAL;
     so.backend = o->backend;
     so.step_timeout = o->step_timeout;
-    if (!(t->st = mpmd_jit_with_loop(d.g, t->sched, &so, &err))) return fail(t, "%s", err.msg);
+    if (!(t->st = mpmd_jit_with_loop(d->g, t->sched, &so, &err))) return fail(t, "%s", err.msg);
     if (o->resume) {
         mpmd_param_load_report rep;
         if (mpmd_step_load_params(t->st, o->resume, NULL, &rep, &err)) return fail(t, "%s", err.msg);
         if (rep.missing)
-            return fail(t, "%s lacks %d of the model's %d parameters: give the model options it was trained with",
-                        o->resume, rep.missing, d.n_params);
+            return fail(
+                t, "%s lacks %d of the model's %d parameters: give the model options it was trained with",
+                o->resume, rep.missing, d->n_params);
     } else {
-        gpt_model view = gpt_decoder_model(&d);
+        gpt_model view = gpt_decoder_model(d);
         if (init_from(o->init_from, &view, t->st, &err)) return fail(t, "--init-from %s", err.msg);
     }
-    printer pr = {t->root, B == 1, B, T, V, o->generate, o->eos, blen, out, len, done, 0, 0, 0};
+    printer pr = {t->root,  B == 1,  B,       T,        V, o->generate, o->eos,
+                  gb->blen, gb->out, gb->len, gb->done, 0, 0,           0};
     mpmd_generate_opts go = MPMD_GENERATE_DEFAULTS;
     go.sampling = (mpmd_sampling){o->temperature, (int)o->top_k, o->seed};
     go.max_new = o->generate, go.eos = (int32_t)o->eos;
     go.on_token = on_token, go.user = &pr;
     double t0 = now_s();
-    mpmd_status rc = mpmd_generate(t->st, &d.io, prompts, blen, &go, out, len);
+    mpmd_status rc = mpmd_generate(t->st, &d->io, gb->prompts, gb->blen, &go, gb->out, gb->len);
     double t1 = now_s();
     if (rc) {
         const char *msg = mpmd_step_error(t->st);
@@ -1036,21 +1037,45 @@ static int generate(options *o, trainer *t) {
         if (c.tensor_parallel > 1) snprintf(split, sizeof split, ", over %d model ranks", c.tensor_parallel);
         int64_t after = pr.drawn > B ? pr.drawn - B : 0, most = 0;
         for (int64_t b = 0; b < B; b++)
-            most = len[b] - blen[b] > most ? len[b] - blen[b] : most;
+            most = gb->len[b] - gb->blen[b] > most ? gb->len[b] - gb->blen[b] : most;
         printf("generated %lld tokens (at most %lld for each of %lld sequences, %d in flight per microbatch, "
-               "%s%s): "
-               "the first after %.1f ms, then %.0f tokens/s (%.2f ms per position)\n",
+               "%s%s): the first after %.1f ms, then %.0f tokens/s (%.2f ms per position)\n",
                (long long)pr.drawn, o->generate, (long long)B, (int)(B / c.microbatches),
                t->sched ? t->sched->name : "the one-rank loop", split, 1e3 * (pr.t_first - t0),
                t1 > pr.t_first ? (double)after / (t1 - pr.t_first) : 0.0,
                most > 1 ? 1e3 * (t1 - pr.t_first) / (double)(most - 1) : 0.0);
     }
-    free(pbuf), free(out), free(plen), free(blen), free(len), free(prompts), free(done);
-    mpmd_step_free(t->st);
-    mpmd_schedule_free(t->sched);
-    gpt_decoder_free(&d);
-    if (t->mpi) mpmd_mpi_finalize();
     return 0;
+}
+
+/* --generate N: every sequence (--batch of them, --microbatches in flight)
+ * starts from its prompt (--prompt, repeated: sequence b takes prompt b %
+ * count); mpmd_generate runs them position by position through the decode
+ * step, the known tokens first, then the tokens drawn. Everything made is
+ * freed on every way out. */
+static int generate(options *o, trainer *t) {
+    const int64_t B = o->cfg.batch, T = o->cfg.seq;
+    const int np = o->n_prompts ? o->n_prompts : 1;
+    gen_buffers gb = {malloc((size_t)(np * T) * sizeof(int32_t)),
+                      malloc((size_t)(B * T) * sizeof(int32_t)),
+                      malloc((size_t)np * sizeof(int64_t)),
+                      malloc((size_t)B * sizeof(int64_t)),
+                      malloc((size_t)B * sizeof(int64_t)),
+                      malloc((size_t)B * sizeof(int32_t *)),
+                      calloc((size_t)B, 1)};
+    gpt_decoder d;
+    memset(&d, 0, sizeof d);
+    int rc = gb.pbuf && gb.out && gb.plen && gb.blen && gb.len && gb.prompts && gb.done
+                 ? generate_with(o, t, &gb, &d)
+                 : fail(t, "out of memory");
+    free(gb.pbuf), free(gb.out), free(gb.plen), free(gb.blen), free(gb.len), free(gb.prompts), free(gb.done);
+    mpmd_step_free(t->st);
+    t->st = NULL;
+    mpmd_schedule_free(t->sched);
+    t->sched = NULL;
+    gpt_decoder_free(&d);
+    if (t->mpi && rc == 0) mpmd_mpi_finalize();
+    return rc;
 }
 
 static int run(int argc, char **argv) {
