@@ -1,7 +1,7 @@
 /* bench_generate - inference: generation with the key/value cache, and the
  * evaluation step against the training step.
  *
- * Generation (examples/models/gpt_generate.h) of the GPT-2 124M shape (12
+ * Generation (mpmd_generate on gpt_build_decoder's step) of the GPT-2 124M shape (12
  * layers, width 768, 12 heads, vocab 50257, tied; random weights, seq 256)
  * at batch 1 and batch 8: N positions decoded after a one-token prompt,
  * tokens/s = batch / (the median time of a position). Three runners each:
@@ -25,16 +25,33 @@
  */
 #include "program.h"
 #include "bench_util.h"
-#include "gpt_generate.h"
+#include "gpt_model.h"
 #include "mpmd.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Decode `n` positions greedily from token 0; the per-position times go to
- * ms[] (the first, the cold one, left out by the caller) and the tokens
- * drawn to out [batch x n]. */
+/* The time of each position: on_token's calls for sequence 0 come once
+ * per position, right after its run. */
+typedef struct clock_ctx {
+    double last, *ms;
+} clock_ctx;
+
+static int on_token(void *user, int64_t sequence, int64_t position, int32_t token) {
+    (void)token;
+    clock_ctx *c = user;
+    if (sequence == 0) {
+        double now = bench_now();
+        c->ms[position - 1] = 1e3 * (now - c->last);
+        c->last = now;
+    }
+    return 0;
+}
+
+/* Decode `n` positions greedily after the one-token prompt 0; the
+ * per-position times go to ms[] (the first, the cold one, left out by the
+ * caller) and the tokens drawn to out [batch x n]. */
 static int decode(const gpt_config *c, const mpmd_schedule *s, int threads, int n, double *ms, int32_t *out) {
     gpt_decoder d;
     mpmd_error err;
@@ -47,21 +64,23 @@ static int decode(const gpt_config *c, const mpmd_schedule *s, int threads, int 
     mpmd_step *st = mpmd_jit_with_loop(d.g, s, &o, &err);
     int rc = st == NULL;
     if (rc) fprintf(stderr, "bench_generate: %s\n", err.msg);
-    const int64_t B = c->batch, V = c->vocab;
-    int32_t *tok = calloc((size_t)B, sizeof *tok);
-    float *logits = malloc((size_t)(B * V) * sizeof *logits);
-    if (!rc && (!tok || !logits)) rc = 1;
-    for (int p = 0; !rc && p < n; p++) {
-        double t0 = bench_now();
-        if ((rc = gpt_decode(st, &d, tok, p, logits, &err) != MPMD_OK)) {
-            fprintf(stderr, "bench_generate: %s\n", err.msg);
-            break;
-        }
-        ms[p] = 1e3 * (bench_now() - t0);
-        for (int64_t b = 0; b < B; b++)
-            out[b * n + p] = tok[b] = gpt_sample_token(logits + b * V, V, 0.0f, 0, 1, b, p + 1);
-    }
-    free(tok), free(logits);
+    const int64_t B = c->batch, T = c->seq;
+    const int32_t zero = 0;
+    const int32_t **prompts = malloc((size_t)B * sizeof *prompts);
+    int64_t *lens = malloc((size_t)B * sizeof *lens), *out_lens = malloc((size_t)B * sizeof *out_lens);
+    int32_t *seqs = malloc((size_t)(B * T) * sizeof *seqs);
+    if (!rc && (!prompts || !lens || !out_lens || !seqs)) rc = 1;
+    for (int64_t b = 0; !rc && b < B; b++)
+        prompts[b] = &zero, lens[b] = 1;
+    clock_ctx ck = {bench_now(), ms};
+    mpmd_generate_opts go = MPMD_GENERATE_DEFAULTS;
+    go.max_new = n, go.on_token = on_token, go.user = &ck;
+    if (!rc && (rc = mpmd_generate(st, &d.io, prompts, lens, &go, seqs, out_lens) != MPMD_OK))
+        fprintf(stderr, "bench_generate: %s\n", mpmd_step_error(st));
+    for (int64_t b = 0; !rc && b < B; b++)
+        for (int p = 0; p < n; p++)
+            out[b * n + p] = seqs[b * T + 1 + p];
+    free(prompts), free(lens), free(out_lens), free(seqs);
     mpmd_step_free(st);
     gpt_decoder_free(&d);
     return rc;
@@ -177,7 +196,8 @@ int main(int argc, char **argv) {
         double t[9];
         for (int r = 0; r < 9; r++) {
             double t0 = bench_now();
-            (void)gpt_sample_token(logits, vocab, 1.0f, top_ks[ki], 1, 0, r);
+            const mpmd_sampling sm = {1.0f, top_ks[ki], 1};
+            (void)mpmd_sample_token(logits, vocab, &sm, 0, r);
             t[r] = 1e3 * (bench_now() - t0);
         }
         double med = bench_median(t, 9);

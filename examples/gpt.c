@@ -12,14 +12,19 @@
  * the token ids of an llm.c token file (--tokens), or a text file encoded
  * by a Hugging Face tokenizer (--text, --tokenizer); batches are a
  * pure function of (seed, step). The parameters start random (from --seed)
- * or from GPT-2's weights (--init-from, Hugging Face's model.safetensors;
- * examples/models/gpt_import.h). So runs with the same model options print
+ * or from Hugging Face's weights (--init-from: GPT-2's model.safetensors,
+ * examples/models/gpt_import.h; llama a LLaMA-family model directory,
+ * examples/models/llama_import.h). So runs with the same model options print
  * the same final line whatever the schedule, ranks or runtime:
  *
  *     final_loss=<loss of the last step> params_sha256=<hash of the parameters>
  *
  * (With --data-parallel R the replicas' sums run in another order: equal to
  * float tolerance, not bits.)
+ *
+ * With --generate N the program samples from the model instead of training
+ * it: the same blocks in decode mode (gpt_build_decoder), run by the
+ * library's mpmd_generate.
  *
  * Exit status: 0 on success, 2 for bad options, 1 for a failure while
  * building or training (including a NaN/Inf loss, unless --no-nan-check),
@@ -28,8 +33,8 @@
  * given; a second signal stops it at once (examples/models/gpt_save.h).
  */
 #include "program.h"
-#include "gpt_generate.h"
 #include "gpt_import.h"
+#include "llama_import.h"
 #include "gpt_model.h"
 #include "gpt_plan.h"
 #include "gpt_save.h"
@@ -50,18 +55,33 @@
 #ifdef GPT_PROGRAM_LLAMA
 #define PROG "llama"
 #define ARCH GPT_ARCH_LLAMA
+#define INIT_WHAT "a LLaMA model's weights"
+#define INIT_LAYOUT "LLaMA"
 #else
 #define PROG "gpt"
 #define ARCH GPT_ARCH_GPT2
+#define INIT_WHAT "GPT-2's weights"
+#define INIT_LAYOUT "GPT-2"
 #endif
+
+/* --init-from's weights into the parameters of a model (or a decoder's):
+ * GPT-2's file for gpt, a LLaMA-family model directory for llama. */
+static mpmd_status init_from(const char *path, const gpt_model *m, mpmd_step *st, mpmd_error *err) {
+#ifdef GPT_PROGRAM_LLAMA
+    return llama_hf_import(path, m, st, err);
+#else
+    return gpt_hf_import(path, m, st, err);
+#endif
+}
 
 static const char *usage =
 #ifdef GPT_PROGRAM_LLAMA
     "usage: llama [options]\n"
     "Train a LLaMA-style model (pre-norm blocks of RMS norms, rotary grouped-query attention and a\n"
     "SwiGLU MLP, no biases, no position table) with AdamW, on one rank or as a pipeline: byte-level\n"
-    "on a generated corpus (or --data FILE), or on GPT-2 token ids (--tokens FILE). It takes gpt's\n"
-    "options but --init-from and --generate, which read and decode GPT-2 blocks.\n"
+    "on a generated corpus (or --data FILE), or on GPT-2 token ids (--tokens FILE), from random\n"
+    "weights or from a LLaMA-family model's (--init-from DIR). It takes gpt's options and three of\n"
+    "its own (the first below).\n"
     "\n"
     "Model and data:\n"
     "  --kv-heads N          key/value heads, dividing --heads (grouped-query attention;\n"
@@ -107,6 +127,20 @@ static const char *usage =
     "  --tokenizer FILE      a Hugging Face tokenizer.json (byte-level BPE: GPT-2's, Llama 3's,\n"
     "                        Qwen's); special tokens written in the text become their ids, and the\n"
     "                        vocabulary is the tokenizer's. --data, --tokens and --text: one of them\n"
+#ifdef GPT_PROGRAM_LLAMA
+    "  --bytes-as-tokens     with --init-from: train the model's weights on bytes (--data, or the\n"
+    "                        generated corpus) as token ids all the same; without it that is refused,\n"
+    "                        since the model reads ids as its tokenizer's (give --tokens FILE)\n"
+    "  --init-from DIR       start from a LLaMA-family model's weights in Hugging Face's layout: a\n"
+    "                        directory with config.json and model.safetensors (or the shards of\n"
+    "                        model.safetensors.index.json), as the hub ships Llama 2 and 3.x,\n"
+    "                        TinyLlama, SmolLM and Mistral-style models (F32, F16 or BF16). Layers,\n"
+    "                        width, heads, key/value heads, vocabulary, MLP width, rope_theta and\n"
+    "                        rope_scaling (llama3), rms_norm_eps and tied embeddings come from\n"
+    "                        config.json (options given must agree); seq is at most\n"
+    "                        max_position_embeddings (default min(64, it)); PyTorch's [out, in]\n"
+    "                        Linear weights are transposed in; the optimizer starts fresh\n"
+#else
     "  --bytes-as-tokens     with --init-from: train GPT-2's weights on bytes (--data, or the generated\n"
     "                        corpus) as token ids all the same; without it that is refused, since GPT-2\n"
     "                        reads ids as its BPE tokens (give --tokens FILE)\n"
@@ -116,6 +150,7 @@ static const char *usage =
     "                        width and vocabulary come from the file (options given must agree);\n"
     "                        heads are width/64 unless given; seq is at most the file's positions\n"
     "                        (default min(64, positions)); embeddings tied; the optimizer starts fresh\n"
+#endif
     "  --steps N             train up to step N, counted from the start of training (default 60)\n"
     "  --seed N              seed of the initial parameters and of the batches (default 0)\n"
     "\n"
@@ -209,15 +244,19 @@ static const char *usage =
     "\n"
     "Generating (instead of training):\n"
     "  --generate N          sample N tokens after --prompt for each of --batch sequences, with a\n"
-    "                        key/value cache, pipelined like training (--schedule, --stages: the\n"
-    "                        sequences are the microbatches in flight) and split like it\n"
-    "                        (--tensor-parallel); the weights from --resume (a checkpoint or\n"
-    "                        weights file) or --init-from; GPT-2 blocks. Logits that are NaN or\n"
-    "                        infinite (weights that hold them) end it with an error\n"
+    "                        key/value cache in every block (mpmd_generate), pipelined like\n"
+    "                        training (--schedule, --stages: groups of sequences are the\n"
+    "                        microbatches in flight) and split like it (--tensor-parallel); the\n"
+    "                        weights from --resume (a checkpoint or weights file) or --init-from.\n"
+    "                        One sequence prints its tokens as they come; several print their\n"
+    "                        lines in order, each once its sequence has ended. Logits that are\n"
+    "                        NaN or infinite (weights that hold them) end it with an error\n"
     "  --prompt TEXT         the prompt: its bytes with the byte vocabulary, else token ids\n"
-    "                        separated by commas (default \"The \" or \"464\")\n"
+    "                        separated by commas (default \"The \" or \"464\"); given several\n"
+    "                        times, sequence b starts from prompt b modulo their count\n"
     "  --temperature F       sampling temperature; 0 is greedy (default 1)\n"
     "  --top-k K             sample among the K most likely tokens; 0: all (default 0)\n"
+    "  --eos ID              a sequence ends once it draws token ID (printed as its last)\n"
     "  --help                this text\n"
     "\n"
     "Outputs (--save, --export-weights, --trace, --timeline) are written whole or not at all, each to a\n"
@@ -227,6 +266,9 @@ static const char *usage =
     "\n"
     "After the last step it prints: final_loss=<%.9g> params_sha256=<hex>\n";
 
+/* --prompt may be given this many times: sequence b starts from prompt b % n. */
+#define MAX_PROMPTS 256
+
 typedef struct options {
     gpt_config cfg;
     long long steps, log_every, threads, ranks, replicas, save_every;
@@ -234,7 +276,9 @@ typedef struct options {
     int resume_latest;    /* --resume latest: the newest checkpoint of --save's series that loads */
     long long eval_every; /* --eval K: the held-out loss every K steps and after the last (0: none) */
     long long generate;   /* --generate N: sample N tokens after a prompt instead of training (0: train) */
-    const char *prompt;   /* --prompt: text (byte vocabulary) or comma-separated token ids */
+    const char *prompt[MAX_PROMPTS]; /* --prompt (repeated): text (byte vocabulary) or token ids */
+    int n_prompts;
+    long long eos;        /* --eos ID: a sequence ends once it draws ID (-1: none) */
     float temperature;    /* --temperature (0: greedy) */
     long long top_k;      /* --top-k (0: every token) */
     unsigned long long seed;
@@ -304,6 +348,7 @@ static const char *const valued[] = {
 #ifdef GPT_PROGRAM_LLAMA
     "--kv-heads",     "--mlp-hidden",     "--rope-base",
 #endif
+    "--eos",
 };
 
 static int is_one_of(const char *name, const char *const *list, size_t n) {
@@ -329,11 +374,18 @@ static int check_memory(const options *o) {
                   (double)c->batch * c->heads * (double)c->seq * (double)c->seq * c->layers * 2.0 +
                   tokens * (double)c->vocab * 2.0;
     double bytes = (params * 16.0 + acts * 4.0) * (o->mpi ? 1.0 / (double)c->stages : (double)o->replicas);
+    if (o->generate) { /* no gradients or AdamW moments: the parameters, and each block's key/value cache */
+        acts = 2.0 * (double)c->layers * (double)c->batch * (double)c->seq * (double)c->width;
+        bytes = (params + acts) * 4.0 * (o->mpi ? 1.0 / (double)c->stages : 1.0);
+    }
     double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (ram > 0 && bytes > ram)
-        return bad_option("the model needs about %.1f GB here (%.3g parameters: %.1f GB with gradients and "
-                          "AdamW state; activations %.1f GB) but this machine has %.1f GB of memory",
-                          bytes / 1e9, params, params * 16.0 / 1e9, acts * 4.0 / 1e9, ram / 1e9);
+        return bad_option(
+            "the model needs about %.1f GB here (%.3g parameters: %.1f GB%s; %s %.1f GB) but this "
+            "machine has %.1f GB of memory",
+            bytes / 1e9, params, params * (o->generate ? 4.0 : 16.0) / 1e9,
+            o->generate ? "" : " with gradients and AdamW state",
+            o->generate ? "key/value caches" : "activations", acts * 4.0 / 1e9, ram / 1e9);
     return 0;
 }
 /* A file as the file system sees it: one that exists by device and inode,
@@ -417,6 +469,7 @@ static int parse_args(int argc, char **argv, options *o) {
     o->nan_check = 1;
     o->schedule = "loop";
     o->temperature = 1.0f;
+    o->eos = -1;
     for (int i = 1; i < argc; i++) {
         char name[64];
         const char *arg = argv[i], *val = NULL;
@@ -432,7 +485,7 @@ static int parse_args(int argc, char **argv, options *o) {
         }
         if (is_one_of(name, flags, sizeof flags / sizeof flags[0])) {
             if (eq) return bad_option("%s takes no value", name);
-            if (!strcmp(name, "--tie-embeddings")) o->cfg.tie_embeddings = 1;
+            if (!strcmp(name, "--tie-embeddings")) o->cfg.tie_embeddings = o->given.tie_embeddings = 1;
             if (!strcmp(name, "--no-nan-check")) o->nan_check = 0;
             if (!strcmp(name, "--fuse-steady-state")) o->fuse = 1;
             if (!strcmp(name, "--quiet")) o->quiet = 1;
@@ -493,7 +546,11 @@ static int parse_args(int argc, char **argv, options *o) {
         } else if (!strcmp(name, "--temperature")) {
             rc = parse_float(name, val, &o->temperature);
         } else if (!strcmp(name, "--prompt")) {
-            o->prompt = val;
+            if (o->n_prompts == MAX_PROMPTS)
+                return bad_option("--prompt is given more than %d times", MAX_PROMPTS);
+            o->prompt[o->n_prompts++] = val;
+        } else if (!strcmp(name, "--eos")) {
+            rc = parse_int(name, val, 0, INT32_MAX, &o->eos);
         } else if (!strcmp(name, "--eval")) {
             rc = parse_int(name, val, 1, 1LL << 31, &o->eval_every);
         } else if (!strcmp(name, "--save-every")) {
@@ -542,11 +599,14 @@ static int parse_args(int argc, char **argv, options *o) {
                 return bad_option("--dropout is a rate in [0, 1), got %s", val);
         } else if (!strcmp(name, "--kv-heads")) {
             if (!(rc = parse_int(name, val, 1, 1 << 12, &v))) o->cfg.kv_heads = (int)v;
+            o->given.kv_heads = 1;
         } else if (!strcmp(name, "--mlp-hidden")) {
             if (!(rc = parse_int(name, val, 1, 1 << 20, &v))) o->cfg.mlp_hidden = v;
+            o->given.mlp_hidden = 1;
         } else if (!strcmp(name, "--rope-base")) {
             if (!(rc = parse_float(name, val, &o->cfg.rope_base)) && !(o->cfg.rope_base > 1.0f))
                 return bad_option("--rope-base must be greater than 1, got %s", val);
+            o->given.rope_base = 1;
         } else if (!strcmp(name, "--step-timeout")) {
             char *end;
             double sec = strtod(val, &end);
@@ -649,8 +709,8 @@ static int parse_args(int argc, char **argv, options *o) {
         return bad_option("--tokenizer encodes the text of --text FILE: give --text");
     if (o->text && o->generate)
         return bad_option("--generate samples from a trained model and reads no data: --text is for training");
-    if ((o->prompt || o->top_k || o->temperature != 1.0f) && !o->generate)
-        return bad_option("--prompt, --temperature and --top-k are options of --generate N");
+    if ((o->n_prompts || o->top_k || o->temperature != 1.0f || o->eos >= 0) && !o->generate)
+        return bad_option("--prompt, --temperature, --top-k and --eos are options of --generate N");
     if (o->generate) {
         if (!o->resume && !o->init_from)
             return bad_option("--generate samples from trained weights: give --resume FILE (a checkpoint or "
@@ -658,14 +718,9 @@ static int parse_args(int argc, char **argv, options *o) {
         if (o->replicas > 1 || o->auto_layout || o->eval_every || o->save || o->export_weights)
             return bad_option("--generate runs a trained model: --data-parallel, --auto, --eval, --save and "
                               "--export-weights are training options");
-        if (ARCH != GPT_ARCH_GPT2)
-            return bad_option("--generate decodes GPT-2 blocks; llama's rotary positions are fixed when its "
-                              "graph is built");
     }
-    if (o->init_from && ARCH != GPT_ARCH_GPT2)
-        return bad_option("--init-from reads GPT-2's weights, which have no LLaMA blocks");
     if (o->init_from && o->resume)
-        return bad_option("--init-from starts from GPT-2's weights and --resume from a checkpoint; give one");
+        return bad_option("--init-from starts from " INIT_WHAT " and --resume from a checkpoint; give one");
     if (o->export_dtype_name && !o->export_weights) return bad_option("--dtype needs --export-weights PATH");
     const char *xd = o->export_dtype_name ? o->export_dtype_name : "bf16";
     if (!strcmp(xd, "f32"))
@@ -706,6 +761,15 @@ static int parse_args(int argc, char **argv, options *o) {
     o->cfg.batch /= o->replicas; /* the graph is one replica's step */
     mpmd_error err;
     if (o->init_from) { /* the file's model: its shapes, the options given checked against them */
+#ifdef GPT_PROGRAM_LLAMA
+        llama_hf_info info;
+        if (llama_hf_inspect(o->init_from, &info, &err)) {
+            fprintf(stderr, PROG ": --init-from %s\n", err.msg);
+            return 1;
+        }
+        if (llama_hf_configure(o->init_from, &info, &o->given, &o->cfg, &err))
+            return bad_option("--init-from %s", err.msg);
+#else
         gpt_hf_info info;
         if (gpt_hf_inspect(o->init_from, &info, &err)) {
             fprintf(stderr, PROG ": --init-from %s\n", err.msg);
@@ -713,6 +777,7 @@ static int parse_args(int argc, char **argv, options *o) {
         }
         if (gpt_hf_configure(o->init_from, &info, &o->given, &o->cfg, &err))
             return bad_option("--init-from %s", err.msg);
+#endif
     } else if (o->tokens && !o->given.vocab) {
         o->cfg.vocab = GPT2_VOCAB;
     }
@@ -726,6 +791,16 @@ static int parse_args(int argc, char **argv, options *o) {
     /* (after the file is known to be GPT-2's weights) GPT-2 reads ids as its BPE
      * tokens, to which bytes as ids 0..255 are other tokens: almost surely a
      * mistake, refused unless asked for */
+#ifdef GPT_PROGRAM_LLAMA
+    if (o->init_from && !o->tokens && !o->text && !o->generate && !o->bytes_as_tokens)
+        return bad_option(
+            "--init-from %s gives a LLaMA model's weights, which read token ids as its tokenizer's, but "
+            "%s%s gives bytes as ids 0..255, which are other tokens to it. Give --tokens FILE (its token "
+            "ids in llm.c's format) or --text FILE with --tokenizer (its tokenizer.json), or add "
+            "--bytes-as-tokens to train on the bytes all the same",
+            o->init_from, o->data ? "--data " : "the generated corpus (no --data or --tokens)",
+            o->data ? o->data : "");
+#else
     if (o->init_from && !o->tokens && !o->text && !o->generate && !o->bytes_as_tokens)
         return bad_option(
             "--init-from %s gives GPT-2's weights, which read token ids as GPT-2's BPE tokens, but "
@@ -734,13 +809,17 @@ static int parse_args(int argc, char **argv, options *o) {
             "--bytes-as-tokens to train on the bytes all the same",
             o->init_from, o->data ? "--data " : "the generated corpus (no --data or --tokens)",
             o->data ? o->data : "");
+#endif
     if (o->bytes_as_tokens && (!o->init_from || o->tokens || o->text || o->generate))
-        return bad_option(
-            "--bytes-as-tokens lets --init-from's GPT-2 weights train on byte data (--data or the "
-            "generated corpus); it does nothing here");
+        return bad_option("--bytes-as-tokens lets --init-from's " INIT_LAYOUT
+                          " weights train on byte data (--data or the "
+                          "generated corpus); it does nothing here");
     if (!mpmd_mpi_available() && o->mpi)
         return bad_option(
             "--runtime mpi: this build of mpmd has no MPI (install libopenmpi-dev and rebuild)");
+    if (o->eos >= o->cfg.vocab)
+        return bad_option("--eos %lld is not a token of the vocabulary (ids 0 .. %lld)", o->eos,
+                          (long long)o->cfg.vocab - 1);
     if (gpt_config_check(&o->cfg, &err)) {
         fprintf(stderr, "%s\n(run gpt --help for the options)\n",
                 err.msg); /* the message names the program */
@@ -850,12 +929,13 @@ static int export_weights(const options *o, trainer *t) {
     return 0;
 }
 
-/* --prompt as token ids: text bytes with the byte vocabulary (256), else
+/* A --prompt as token ids: text bytes with the byte vocabulary (256), else
  * comma-separated ids; each below the vocabulary. The prompt and the
  * --generate N tokens after it must fit in the model's T positions (--seq):
  * ids are stored up to T, but all are counted, so that a message says how
- * many the prompt has. Returns the count, or -1 after a message. */
-static int64_t parse_prompt(const options *o, int32_t *out) {
+ * many the prompt has. k names the prompt when there are several. Returns
+ * the count, or -1 after a message. */
+static int64_t parse_prompt(const options *o, int k, int32_t *out) {
     const int64_t V = o->cfg.vocab, T = o->cfg.seq, N = o->generate;
     if (N >= T) {
         bad_option("--generate %lld: the model has %lld positions (--seq %lld) for the prompt (at least 1 "
@@ -863,7 +943,14 @@ static int64_t parse_prompt(const options *o, int32_t *out) {
                    (long long)N, (long long)T, (long long)T, (long long)(T - 1));
         return -1;
     }
-    const char *p = o->prompt ? o->prompt : V == 256 ? "The " : "464";
+    const char *text = o->n_prompts ? o->prompt[k] : V == 256 ? "The " : "464", *p = text;
+    char which[32] = "";
+    if (o->n_prompts > 1)
+        snprintf(which, sizeof which, " (the %d%s)", k + 1,
+                 k == 0   ? "st"
+                 : k == 1 ? "nd"
+                 : k == 2 ? "rd"
+                          : "th");
     int64_t n = 0;
     if (V == 256) {
         for (; *p; p++, n++)
@@ -874,45 +961,105 @@ static int64_t parse_prompt(const options *o, int32_t *out) {
             errno = 0;
             long long id = strtoll(p, &end, 10);
             if (end == p || errno || id < 0 || id >= V) {
-                bad_option("--prompt: \"%s\" is not a list of token ids below %lld separated by commas "
+                bad_option("--prompt%s: \"%s\" is not a list of token ids below %lld separated by commas "
                            "(the vocabulary is not bytes)",
-                           o->prompt, (long long)V);
+                           which, text, (long long)V);
                 return -1;
             }
             if (n < T) out[n] = (int32_t)id;
             n++;
             p = *end == ',' ? end + 1 : end;
             if (*end && *end != ',') {
-                bad_option("--prompt: unexpected \"%s\" among the token ids", end);
+                bad_option("--prompt%s: unexpected \"%s\" among the token ids", which, end);
                 return -1;
             }
         }
     }
     if (n < 1 || n > T - N) {
-        bad_option("--prompt has %lld tokens, but with --generate %lld the model's %lld positions (--seq) "
+        bad_option("--prompt%s has %lld tokens, but with --generate %lld the model's %lld positions (--seq) "
                    "leave room for between 1 and %lld",
-                   (long long)n, (long long)N, (long long)T, (long long)(T - N));
+                   which, (long long)n, (long long)N, (long long)T, (long long)(T - N));
         return -1;
     }
     return n;
 }
 
-/* --generate N: every sequence (--batch of them, --microbatches in flight)
- * starts from the prompt; position by position the decoder runs the known
- * token and, past the prompt, the next one is drawn from its logits. */
-static int generate(options *o, trainer *t) {
+/* Token id as the samples print it: a byte (escaped when not printable)
+ * with the byte vocabulary, else ",id" (the id alone first in a line). */
+static void print_token(int64_t V, int32_t id, int first) {
+    if (V != 256)
+        printf("%s%d", first ? "" : ",", id);
+    else if (id == '\n')
+        fputs("\\n", stdout);
+    else if (id == '\\')
+        fputs("\\\\", stdout);
+    else if (id >= 32 && id < 127)
+        putchar(id);
+    else
+        printf("\\x%02x", id);
+}
+
+/* What --generate prints, as the tokens come (mpmd_generate's on_token):
+ * one sequence streams its tokens on its line; several print each line
+ * once its sequence and those before it have ended. */
+typedef struct printer {
+    int root, stream;
+    int64_t B, T, V, N, eos;
+    const int64_t *plen; /* the prompts' lengths */
+    const int32_t *out;  /* mpmd_generate's sequences and lengths, updated before each call */
+    const int64_t *len;
+    unsigned char *done;
+    int64_t next;   /* the first sequence whose line is not printed */
+    int64_t drawn;  /* tokens drawn so far */
+    double t_first; /* when the first token was drawn */
+} printer;
+
+static void print_line(const printer *pr, int64_t b) {
+    printf("sample %lld: ", (long long)b);
+    for (int64_t i = 0; i < pr->len[b]; i++)
+        print_token(pr->V, pr->out[b * pr->T + i], i == 0);
+    putchar('\n');
+}
+
+static int on_token(void *user, int64_t b, int64_t pos, int32_t tok) {
+    printer *pr = user;
+    if (pr->drawn++ == 0) pr->t_first = now_s();
+    if (pr->root && pr->stream) {
+        if (pos == pr->plen[b]) { /* the first token: the line and its prompt first */
+            printf("sample %lld: ", (long long)b);
+            for (int64_t i = 0; i < pos; i++)
+                print_token(pr->V, pr->out[b * pr->T + i], i == 0);
+        }
+        print_token(pr->V, tok, 0);
+        fflush(stdout);
+    }
+    if (tok == pr->eos || pos + 1 - pr->plen[b] >= pr->N || pos + 1 == pr->T) pr->done[b] = 1;
+    for (; pr->next < pr->B && pr->done[pr->next]; pr->next++)
+        if (pr->root) pr->stream ? (void)putchar('\n') : print_line(pr, pr->next);
+    if (pr->root && !pr->stream) fflush(stdout);
+    return 0;
+}
+
+/* The buffers of --generate: the prompts (np of T ids each) and their
+ * lengths, each sequence's prompt and length, mpmd_generate's output and
+ * the printer's flags. */
+typedef struct gen_buffers {
+    int32_t *pbuf, *out;
+    int64_t *plen, *blen, *len;
+    const int32_t **prompts;
+    unsigned char *done;
+} gen_buffers;
+
+static int generate_with(options *o, trainer *t, gen_buffers *gb, gpt_decoder *d) {
     gpt_config c = o->cfg;
     mpmd_error err;
     const int64_t B = c.batch, T = c.seq, V = c.vocab;
-    int32_t *prompt = malloc((size_t)T * sizeof *prompt);
-    if (!prompt) return fail(t, "out of memory");
-    int64_t P = parse_prompt(o, prompt);
-    if (P < 0) {
-        free(prompt);
-        return 2;
-    }
-    gpt_decoder d;
-    if (gpt_build_decoder(&c, &d, &err)) return fail(t, "%s", err.msg);
+    const int np = o->n_prompts ? o->n_prompts : 1;
+    for (int k = 0; k < np; k++)
+        if ((gb->plen[k] = parse_prompt(o, k, gb->pbuf + k * T)) < 0) return 2;
+    for (int64_t b = 0; b < B; b++)
+        gb->prompts[b] = gb->pbuf + (b % np) * T, gb->blen[b] = gb->plen[b % np];
+    if (gpt_build_decoder(&c, d, &err)) return fail(t, "%s", err.msg);
     if (strcmp(o->schedule, "loop") != 0 && make_schedule(o, &t->sched, &err)) return fail(t, "%s", err.msg);
     mpmd_step_opts so = MPMD_STEP_DEFAULTS;
     so.threads_per_rank = (int)o->threads;
@@ -920,7 +1067,7 @@ static int generate(options *o, trainer *t) {
     so.runtime = o->mpi ? MPMD_RUNTIME_MPI : MPMD_RUNTIME_LOCAL;
     so.backend = o->backend;
     so.step_timeout = o->step_timeout;
-    if (!(t->st = mpmd_jit_with_loop(d.g, t->sched, &so, &err))) return fail(t, "%s", err.msg);
+    if (!(t->st = mpmd_jit_with_loop(d->g, t->sched, &so, &err))) return fail(t, "%s", err.msg);
     if (o->resume) {
         /* the parameters load by name and shape alone: --heads or
          * --tie-embeddings of another model would load and decode wrong */
@@ -932,7 +1079,7 @@ static int generate(options *o, trainer *t) {
         if (mpmd_step_load_params(t->st, o->resume, NULL, &rep, &err)) return fail(t, "%s", err.msg);
         if (rep.missing)
             return fail(t, "%s lacks %d of the model's %d parameters: give the model options it was trained with",
-                        o->resume, rep.missing, d.n_params);
+                        o->resume, rep.missing, d->n_params);
         /* a weights export holds parameters only: one this model does not
          * read (an untied LM head under --tie-embeddings) is of another model */
         if (info.weights_only && rep.unexpected)
@@ -941,77 +1088,44 @@ static int generate(options *o, trainer *t) {
                         "without --tie-embeddings?): give the model options it was trained with",
                         o->resume, rep.unexpected, rep.unexpected == 1 ? "" : "s");
     } else {
-        gpt_model view = gpt_decoder_model(&d);
-        if (gpt_hf_import(o->init_from, &view, t->st, &err)) return fail(t, "--init-from %s", err.msg);
+        gpt_model view = gpt_decoder_model(d);
+        if (init_from(o->init_from, &view, t->st, &err)) return fail(t, "--init-from %s", err.msg);
     }
-    int32_t *seqs = malloc((size_t)(B * T) * sizeof *seqs), *tok = malloc((size_t)B * sizeof *tok);
-    float *logits = malloc((size_t)(B * V) * sizeof *logits);
-    if (!seqs || !tok || !logits) return fail(t, "out of memory");
-    for (int64_t b = 0; b < B; b++)
-        memcpy(seqs + b * T, prompt, (size_t)P * sizeof *prompt);
-    const int64_t end = P + o->generate;
-    double t0 = now_s(), t_gen = t0;
-    for (int64_t pos = 0; pos + 1 < end; pos++) {
-        if (pos == P - 1) t_gen = now_s(); /* the prompt is in the cache */
-        for (int64_t b = 0; b < B; b++)
-            tok[b] = seqs[b * T + pos];
-        if (gpt_decode(t->st, &d, tok, pos, logits, &err)) return fail(t, "%s", err.msg);
-        /* NaN or infinite logits (weights that hold them: an f16 export that
-         * overflowed) would be sampled into garbage: refuse them */
-        for (int64_t b = 0; b < B; b++) {
-            int64_t first = -1, n = 0;
-            for (int64_t v = 0; v < V; v++)
-                if (!isfinite(logits[b * V + v])) n++, first = first < 0 ? v : first;
-            if (n)
-                return fail(
-                    t,
-                    "--generate: sequence %lld, position %lld: %lld of the %lld logits are NaN or infinite "
-                    "(the first, token %lld, is %s): the weights of %s hold NaN or infinite values, or "
-                    "overflow (an f16 export of values past 65504 holds infinities)",
-                    (long long)b, (long long)pos, (long long)n, (long long)V, (long long)first,
-                    isnan(logits[b * V + first]) ? "NaN"
-                    : logits[b * V + first] > 0  ? "+inf"
-                                                 : "-inf",
-                    o->resume ? o->resume : o->init_from);
-        }
-        if (pos + 1 >= P)
-            for (int64_t b = 0; b < B; b++)
-                seqs[b * T + pos + 1] = gpt_sample_token(logits + b * V, V, o->temperature, (int)o->top_k, o->seed, b,
-                                                         pos + 1);
-    }
+    printer pr = {t->root,  B == 1,  B,       T,        V, o->generate, o->eos,
+                  gb->blen, gb->out, gb->len, gb->done, 0, 0,           0};
+    mpmd_generate_opts go = MPMD_GENERATE_DEFAULTS;
+    go.sampling = (mpmd_sampling){o->temperature, (int)o->top_k, o->seed};
+    go.max_new = o->generate, go.eos = (int32_t)o->eos;
+    go.on_token = on_token, go.user = &pr;
+    double t0 = now_s();
+    mpmd_status rc = mpmd_generate(t->st, &d->io, gb->prompts, gb->blen, &go, gb->out, gb->len);
     double t1 = now_s();
-    if (t->root) {
-        for (int64_t b = 0; b < B; b++) {
-            printf("sample %lld: ", (long long)b);
-            for (int64_t i = 0; i < end; i++) {
-                int32_t id = seqs[b * T + i];
-                if (V != 256)
-                    printf("%s%d", i ? "," : "", id);
-                else if (id == '\n')
-                    fputs("\\n", stdout);
-                else if (id == '\\')
-                    fputs("\\\\", stdout);
-                else if (id >= 32 && id < 127)
-                    putchar(id);
-                else
-                    printf("\\x%02x", id);
-            }
-            putchar('\n');
-        }
+    if (rc) {
+        const char *msg = mpmd_step_error(t->st);
+        if (!strncmp(msg, "mpmd_generate: ", 15)) msg += 15;
+        if (t->root && pr.stream && pr.drawn) putchar('\n'); /* end a line cut short */
+        if (rc == MPMD_ERR_RUNTIME && strstr(msg, "NaN or infinite"))
+            return fail(t,
+                        "--generate: %s: the weights of %s hold NaN or infinite values, or overflow (an f16 "
+                        "export of values past 65504 holds infinities)",
+                        msg, o->resume ? o->resume : o->init_from);
+        return fail(t, "--generate: %s", msg);
+    }
+    for (; pr.next < B; pr.next++) /* (every sequence has ended; nothing is left but by an early stop) */
+        if (t->root) pr.stream ? (void)putchar('\n') : print_line(&pr, pr.next);
+    if (t->root && !o->quiet) {
         char split[48] = "";
         if (c.tensor_parallel > 1) snprintf(split, sizeof split, ", over %d model ranks", c.tensor_parallel);
-        if (!o->quiet)
-            printf("generated %lld tokens for each of %lld sequences (%d in flight per microbatch, %s%s): "
-                   "prompt %.1f ms, then %.0f tokens/s (%.2f ms per position)\n",
-                   o->generate, (long long)B, (int)(B / c.microbatches),
-                   t->sched ? t->sched->name : "the one-rank loop", split, 1e3 * (t_gen - t0),
-                   (double)(B * o->generate) / (t1 - t_gen), 1e3 * (t1 - t_gen) / (double)o->generate);
+        int64_t after = pr.drawn > B ? pr.drawn - B : 0, most = 0;
+        for (int64_t b = 0; b < B; b++)
+            most = gb->len[b] - gb->blen[b] > most ? gb->len[b] - gb->blen[b] : most;
+        printf("generated %lld tokens (at most %lld for each of %lld sequences, %d in flight per microbatch, "
+               "%s%s): the first after %.1f ms, then %.0f tokens/s (%.2f ms per position)\n",
+               (long long)pr.drawn, o->generate, (long long)B, (int)(B / c.microbatches),
+               t->sched ? t->sched->name : "the one-rank loop", split, 1e3 * (pr.t_first - t0),
+               t1 > pr.t_first ? (double)after / (t1 - pr.t_first) : 0.0,
+               most > 1 ? 1e3 * (t1 - pr.t_first) / (double)(most - 1) : 0.0);
     }
-    free(seqs), free(tok), free(logits), free(prompt);
-    mpmd_step_free(t->st);
-    mpmd_schedule_free(t->sched);
-    gpt_decoder_free(&d);
-    if (t->mpi) mpmd_mpi_finalize();
     return 0;
 }
 
@@ -1143,6 +1257,36 @@ static int resume_latest(trainer *t, const options *o, long long *first, char *f
     return 0;
 }
 
+/* --generate N: every sequence (--batch of them, --microbatches in flight)
+ * starts from its prompt (--prompt, repeated: sequence b takes prompt b %
+ * count); mpmd_generate runs them position by position through the decode
+ * step, the known tokens first, then the tokens drawn. Everything made is
+ * freed on every way out. */
+static int generate(options *o, trainer *t) {
+    const int64_t B = o->cfg.batch, T = o->cfg.seq;
+    const int np = o->n_prompts ? o->n_prompts : 1;
+    gen_buffers gb = {malloc((size_t)(np * T) * sizeof(int32_t)),
+                      malloc((size_t)(B * T) * sizeof(int32_t)),
+                      malloc((size_t)np * sizeof(int64_t)),
+                      malloc((size_t)B * sizeof(int64_t)),
+                      malloc((size_t)B * sizeof(int64_t)),
+                      malloc((size_t)B * sizeof(int32_t *)),
+                      calloc((size_t)B, 1)};
+    gpt_decoder d;
+    memset(&d, 0, sizeof d);
+    int rc = gb.pbuf && gb.out && gb.plen && gb.blen && gb.len && gb.prompts && gb.done
+                 ? generate_with(o, t, &gb, &d)
+                 : fail(t, "out of memory");
+    free(gb.pbuf), free(gb.out), free(gb.plen), free(gb.blen), free(gb.len), free(gb.prompts), free(gb.done);
+    mpmd_step_free(t->st);
+    t->st = NULL;
+    mpmd_schedule_free(t->sched);
+    t->sched = NULL;
+    gpt_decoder_free(&d);
+    if (t->mpi && rc == 0) mpmd_mpi_finalize();
+    return rc;
+}
+
 static int run(int argc, char **argv) {
     options o;
     int rc = parse_args(argc, argv, &o);
@@ -1246,7 +1390,7 @@ static int run(int argc, char **argv) {
         if (resume_from(&t, &o, o.resume, &first, &fatal, &err)) return fail(&t, "%s", err.msg);
         snprintf(from, sizeof from, "%s", o.resume);
     }
-    if (o.init_from && gpt_hf_import(o.init_from, &m, t.st, &err)) return fail(&t, "--init-from %s", err.msg);
+    if (o.init_from && init_from(o.init_from, &m, t.st, &err)) return fail(&t, "--init-from %s", err.msg);
 
     if (t.root && !o.quiet && !o.json) {
         printf(PROG ": %d layers, width %lld, %d heads, seq %lld, batch %lld in %d microbatches, %lld "
@@ -1267,7 +1411,7 @@ static int run(int argc, char **argv) {
         else
             printf("data: %s, %lld bytes", o.data ? o.data : "generated corpus", (long long)corpus.len);
         if (o.init_from)
-            printf("; weights from %s (GPT-2 in Hugging Face's layout), fresh optimizer state\n",
+            printf("; weights from %s (" INIT_LAYOUT " in Hugging Face's layout), fresh optimizer state\n",
                    o.init_from);
         else
             printf("; the loss starts near ln(%lld) = %.3f\n", (long long)c->vocab, log((double)c->vocab));

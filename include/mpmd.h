@@ -381,6 +381,32 @@ MPMD_NODISCARD mpmd_value mpmd_rms_norm(mpmd_graph *g, mpmd_value x, mpmd_value 
  * GPT-NeoX and Hugging Face's LLaMA). base is usually 10000; offset is the
  * first position (0 in training, the cache length when generating). */
 MPMD_NODISCARD mpmd_value mpmd_rope(mpmd_graph *g, mpmd_value x, float base, int64_t offset);
+/* Llama 3.1's adjustment of the rotary frequencies for long contexts
+ * (Hugging Face's rope_scaling of rope_type "llama3"). With w_i = base^(-2i/D)
+ * and its wavelength l_i = 2 pi / w_i, L = original_positions:
+ *   l_i < L / high_freq_factor   w_i           (high frequencies kept)
+ *   l_i > L / low_freq_factor    w_i / factor  (low frequencies stretched)
+ *   otherwise                    (1 - s) w_i / factor + s w_i,
+ *                                s = (L / l_i - low_freq_factor) / (high_freq_factor - low_freq_factor).
+ * factor 0 is no adjustment; otherwise factor >= 1, 0 < low_freq_factor <
+ * high_freq_factor and L >= 1 (else an error naming the numbers). */
+typedef struct mpmd_rope_scaling {
+    float factor; /* 0: none */
+    float low_freq_factor, high_freq_factor;
+    int64_t original_positions; /* original_max_position_embeddings */
+} mpmd_rope_scaling;
+#define MPMD_ROPE_NO_SCALING ((mpmd_rope_scaling){0.0f, 0.0f, 0.0f, 0})
+/* mpmd_rope with the positions a value of the step (generation: each
+ * sequence at its own place, set every run) instead of an attribute: row
+ * (..., t) of x [..., T, H, D] turns by the angle p w_i, p the i32
+ * positions[..., t] (positions [..., T]: x's dimensions but the last two)
+ * or positions[t] (positions [T]: the same for every leading index). Any
+ * int32 position turns (a negative one the other way). scaling: NULL or a
+ * factor of 0 for the plain frequencies. A position gives the same angles
+ * as mpmd_rope's offset + t, so the two agree bit for bit. The positions
+ * get no gradient. */
+MPMD_NODISCARD mpmd_value mpmd_rope_at(mpmd_graph *g, mpmd_value x, mpmd_value positions, float base,
+                                       const mpmd_rope_scaling *scaling);
 
 /* Rows of table [V, C] picked by i32 ids [...]: result [..., C]. An id
  * outside [0, V) is a run-time error naming the id. */
@@ -606,7 +632,8 @@ MPMD_NODISCARD mpmd_value mpmd_embed(mpmd_graph *g, const char *name, mpmd_value
 /* MLP "name": dense(hidden) -> gelu -> dense(out). */
 MPMD_NODISCARD mpmd_value mpmd_mlp(mpmd_graph *g, const char *name, mpmd_value x, int64_t hidden, int64_t out);
 /* Self-attention "name" on x [B, T, C]: one dense to q, k, v (name/qkv),
- * mpmd_attention over `heads` heads, dense back to C (name/out). */
+ * mpmd_attention over `heads` heads, dense back to C (name/out). Causal,
+ * after mpmd_set_decode it decodes against a key/value cache (below). */
 MPMD_NODISCARD mpmd_value mpmd_self_attention(mpmd_graph *g, const char *name, mpmd_value x, int heads, int causal);
 /* The JaxPP tutorial's Block "name" (post-LN): x = LN(x + attn(x));
  * x = LN(x + Dense(Dense(x, 4C) -> gelu, C)). */
@@ -621,7 +648,9 @@ MPMD_NODISCARD mpmd_value mpmd_swiglu_mlp(mpmd_graph *g, const char *name, mpmd_
 /* Causal self-attention "name" with rotary embeddings on x [B, T, C]:
  * name/{q,k,v,o} without bias; kv_heads key/value heads (grouped-query
  * attention when fewer than `heads`, which they must divide; each is shared
- * by heads / kv_heads query heads). */
+ * by heads / kv_heads query heads). Llama 3.1's frequencies with
+ * mpmd_set_rope_scaling; after mpmd_set_decode it decodes against a
+ * key/value cache, turning q and k by the run-time positions. */
 MPMD_NODISCARD mpmd_value mpmd_rope_attention(mpmd_graph *g, const char *name, mpmd_value x, int heads, int kv_heads, float rope_base);
 /* A LLaMA block "name" (pre-norm, causal): x = x + attn(RMS(x)) with rotary
  * attention; x = x + swiglu(RMS(x)) of width `hidden`. */
@@ -629,8 +658,43 @@ MPMD_NODISCARD mpmd_value mpmd_llama_block(mpmd_graph *g, const char *name, mpmd
 /* Dropout in the blocks above (transformer, GPT-2, LLaMA) built after this
  * call: each residual branch's output (attention, MLP) goes through
  * mpmd_dropout(rate, key) before it is added. rate 0 (the default) turns
- * it off; key as mpmd_dropout's. */
+ * it off; key as mpmd_dropout's. Blocks that decode (below) drop nothing. */
 mpmd_status mpmd_set_layer_dropout(mpmd_graph *g, float rate, mpmd_value key);
+/* Llama 3.1's rotary frequencies (mpmd_rope_scaling) in the rotary layers
+ * built after this call (mpmd_rope_attention, mpmd_llama_block); NULL or a
+ * factor of 0 (the default) for the plain ones. A scaling out of range is
+ * an error on the graph, named with its numbers. */
+mpmd_status mpmd_set_rope_scaling(mpmd_graph *g, const mpmd_rope_scaling *scaling);
+
+/* ---- generation: decoding with a key/value cache ----
+ * mpmd_set_decode turns the causal attention layers built after it
+ * (mpmd_self_attention with causal set, mpmd_rope_attention, and the
+ * blocks made of them: mpmd_gpt_block, mpmd_llama_block, a causal
+ * mpmd_transformer_block) into their decoding form, flax's decode=True:
+ * their input x [b, t, C] holds t new positions of each of b sequences,
+ * at the places `positions` says, and the positions before them come from
+ * a cache the layer keeps. positions is an i32 value [B, t] made before
+ * the loop (an input, set every run): in a graph without a loop B = b; in
+ * the loop body B = b x microbatches and each layer reads its microbatch's
+ * rows. Each layer keeps the keys and values of every position run so far
+ * in two variables named after it, "<layer>/cache/k" and
+ * "<layer>/cache/v" ("block_3/attn/cache/k"), [B, length, key/value heads
+ * (this model rank's with tensor parallelism), head size] in x's dtype,
+ * zeros at first. A run writes its keys and values at their positions (the
+ * caches are assigned with mpmd_assign after the loop, on the ranks of the
+ * layer's stage, or at once without a loop), and each new position p
+ * attends to the cached positions 0..p; rotary layers turn q and k by the
+ * positions (mpmd_rope_at). So feeding a sequence's positions 0, 1, 2, ...
+ * in turn, one or a few per run, gives what its full forward pass gives
+ * at each position (to float rounding: the sums run in other orders).
+ * A position outside [0, length) is a run-time error naming it; the
+ * positions of one run must differ within a sequence. Non-causal attention
+ * cannot decode (an error naming the layer), the blocks' dropout is off,
+ * and a graph with stage markers needs mpmd_loop_begin before its layers.
+ * positions MPMD_NONE turns decoding off for the layers built after (length
+ * ignored). Errors (positions not an i32 [B, t] before the loop, length
+ * outside [1, 2^24]) go to the graph and are returned. */
+mpmd_status mpmd_set_decode(mpmd_graph *g, mpmd_value positions, int64_t length);
 
 /* Optimizers, built after the loop. lr is an f32 scalar value (a constant,
  * an input, or computed), so a learning-rate schedule needs no rebuild. */
@@ -1073,6 +1137,93 @@ mpmd_status mpmd_file_create(const char *path, mpmd_file **out, mpmd_error *err)
 FILE *mpmd_file_stream(mpmd_file *file);
 mpmd_status mpmd_file_commit(mpmd_file *file, mpmd_error *err);
 void mpmd_file_discard(mpmd_file *file);
+
+/* ------------------------------------------------------------------------ */
+/* Generation                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Text out of a trained model: a decode step (a graph built with
+ * mpmd_set_decode, compiled like any step: the loop, a pipeline whose
+ * microbatches are groups of sequences in flight, model ranks, MPI) run
+ * one position at a time by mpmd_generate, each next token drawn by
+ * mpmd_sample_token. A LLaMA decoder:
+ *
+ *     mpmd_value tok = mpmd_input(g, "tokens", MPMD_I32, MPMD_SHAPE(B, 1));
+ *     mpmd_value pos = mpmd_input(g, "positions", MPMD_I32, MPMD_SHAPE(B, 1));
+ *     mpmd_set_decode(g, pos, T);                  // caches of T positions
+ *     mpmd_loop_begin(g, M);                       // M groups of sequences
+ *     mpmd_value x = mpmd_embed(g, "wte", mpmd_microbatch(g, tok), V, C);
+ *     for (...) x = mpmd_llama_block(g, name, x, H, KV, F, 10000.0f, 1e-5f);
+ *     x = mpmd_rms_norm_layer(g, "norm_f", x, 1e-5f);
+ *     mpmd_value l = mpmd_reshape(g, mpmd_dense(g, "lm_head", x, V, 0), MPMD_SHAPE(B / M, V));
+ *     mpmd_decoder d = {tok, pos, mpmd_loop_reduce(g, l, MPMD_REDUCE_CONCAT), T};
+ *     mpmd_loop_end(g);
+ *     mpmd_keep(g, d.logits);
+ *     ... compile, load the weights (mpmd_step_load_params), then
+ *     mpmd_generate(st, &d, prompts, lens, &opts, out, out_lens);
+ */
+
+/* How a token is drawn from a row of logits. */
+typedef struct mpmd_sampling {
+    float temperature; /* 0: greedy (the first largest logit); else softmax(logits / temperature) */
+    int top_k;         /* draw among the k largest logits (all those equal to the k-th kept); 0: all */
+    uint64_t seed;     /* a draw is a pure function of (seed, sequence, position) */
+} mpmd_sampling;
+#define MPMD_GREEDY ((mpmd_sampling){0.0f, 0, 0})
+
+/* The token drawn from logits [vocab] as sequence `sequence`'s token at
+ * `position` (s NULL: greedy). Greedy takes the first largest logit.
+ * Otherwise, with m the largest logit and F the k-th largest (-inf without
+ * top-k), every token with logit >= F weighs exp((logit - m) / temperature)
+ * (in double), and a uniform number u in [0, 1) drawn from (seed, sequence,
+ * position) by splitmix64 picks the first token whose running sum of
+ * weights passes u times their total: the same token for the same inputs
+ * on any machine, layout or thread. Returns the token, or -1 when logits is
+ * NULL, vocab is outside [1, 2^31) or the top-k scratch cannot be had. */
+int32_t mpmd_sample_token(const float *logits, int64_t vocab, const mpmd_sampling *s, int64_t sequence,
+                          int64_t position);
+
+/* A decode step's values, as mpmd_generate feeds and reads them. */
+typedef struct mpmd_decoder {
+    mpmd_value tokens;    /* i32 input [B, 1]: each sequence's token at the position run */
+    mpmd_value positions; /* i32 input [B, 1]: that position (mpmd_set_decode's positions) */
+    mpmd_value logits;    /* f32 kept value [B, V]: each sequence's logits for the position after */
+    int64_t length;       /* mpmd_set_decode's length: positions 0 .. length - 1 */
+} mpmd_decoder;
+
+/* What to draw and when to stop. on_token (NULL: none) is called with each
+ * token drawn, sequence by sequence at each position, in order: return 0 to
+ * go on, anything else to end the generation after this position
+ * (mpmd_generate returns MPMD_OK). */
+typedef struct mpmd_generate_opts {
+    mpmd_sampling sampling;
+    int64_t max_new; /* tokens drawn after each prompt, at most (fewer when the caches fill) */
+    int32_t eos;     /* a sequence ends once it draws this token (kept as its last); -1: none */
+    int (*on_token)(void *user, int64_t sequence, int64_t position, int32_t token);
+    void *user;
+} mpmd_generate_opts;
+#define MPMD_GENERATE_DEFAULTS ((mpmd_generate_opts){MPMD_GREEDY, 16, -1, NULL, NULL})
+
+/* Generate after B prompts (B the decoder's sequences; prompts[b] holds
+ * lens[b] >= 1 token ids of the vocabulary, at most d->length). Every
+ * sequence runs in lockstep, one position per run of st: position p gets
+ * its prompt's token while the prompt lasts, then the token drawn from the
+ * logits of position p - 1 (mpmd_sample_token with opts' sampling,
+ * sequence b, position p). A sequence ends after max_new tokens, after
+ * drawing eos, or when it fills the caches; the generation ends when all
+ * have. out gets, for sequence b at out + b * d->length, its prompt and the
+ * tokens drawn, and out_lens[b] their count. Each run starts over from
+ * position 0, so a step generates any number of times; inputs of st other
+ * than the decoder's stay as the caller set them. Under MPI a collective
+ * call (every process gets the logits, draws the same tokens and calls
+ * on_token). opts NULL: MPMD_GENERATE_DEFAULTS. Errors (arguments, a prompt
+ * that does not fit or holds an id outside the vocabulary, a failed run,
+ * logits that are NaN or infinite, which weights holding them give) are
+ * returned and kept on the step (mpmd_step_error), naming the sequence and
+ * the position. */
+mpmd_status mpmd_generate(mpmd_step *st, const mpmd_decoder *d, const int32_t *const *prompts,
+                          const int64_t *lens, const mpmd_generate_opts *opts, int32_t *out,
+                          int64_t *out_lens);
 
 MPMD_API_END
 

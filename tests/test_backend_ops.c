@@ -230,6 +230,7 @@ static const op_entry op_table[] = {
     {&mpmd_op_rms_norm_grad_x, T_NORM},
     {&mpmd_op_rms_norm_grad_scale, T_SUM},
     {&mpmd_op_rope, T_ELEM},
+    {&mpmd_op_rope_at, T_ELEM},
     {&mpmd_op_embedding, T_EXACT},
     {&mpmd_op_embedding_grad, T_SUM},
     {&mpmd_op_cross_entropy, T_XENT},
@@ -660,6 +661,12 @@ static void case_llama_ops(cb *c) {
     mpmd_value scale = mpmd_param(g, "scale", D(130), (mpmd_init){MPMD_INIT_UNIFORM, 0.5f, 1.5f});
     acc(c, mpmd_rms_norm(g, x, lp(c, scale), 1e-6f));
     acc(c, mpmd_rope(g, in_flt(c, "q", -2.0f, 2.0f, D(2, 9, 3, 16)), 10000.0f, 4));
+    /* at run-time positions: one per row, and one per t shared by the batch, Llama 3.1's scaling on one */
+    const mpmd_rope_scaling l3 = {8.0f, 1.0f, 4.0f, 64};
+    acc(c, mpmd_rope_at(g, in_flt(c, "qa", -2.0f, 2.0f, D(2, 9, 3, 16)), in_i32(c, "pos", 5000, D(2, 9)),
+                        500000.0f, &l3));
+    acc(c, mpmd_rope_at(g, in_flt(c, "qb", -2.0f, 2.0f, D(2, 9, 3, 16)), in_i32(c, "pos9", 70, D(9)),
+                        10000.0f, NULL));
     grads(c, 1, NULL, NULL);
 }
 

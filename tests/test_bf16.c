@@ -151,6 +151,7 @@ static const op_tol op_tols[] = {
     {&mpmd_op_rms_norm_grad_x, 2},
     {&mpmd_op_rms_norm_grad_scale, 2},
     {&mpmd_op_rope, 2},
+    {&mpmd_op_rope_at, 2},
     {&mpmd_op_attention, 2},
     {&mpmd_op_attention_grad, 2},
 };
@@ -377,6 +378,9 @@ static void g_llama(bb *b) {
     mpmd_value scale = mpmd_param(g, "rms_scale", D(130), (mpmd_init){MPMD_INIT_UNIFORM, 0.5f, 1.5f});
     acc(b, mpmd_rms_norm(g, x, mpmd_cast(g, scale, b->dt), 1e-6f));
     acc(b, mpmd_rope(g, fin(b, "q", -2.0f, 2.0f, D(2, 9, 3, 16)), 10000.0f, 4));
+    const mpmd_rope_scaling l3 = {8.0f, 1.0f, 4.0f, 64};
+    acc(b, mpmd_rope_at(g, fin(b, "qa", -2.0f, 2.0f, D(2, 9, 3, 16)), iin(b, "pos", 5000, D(2, 9)), 500000.0f,
+                        &l3));
 }
 
 /* Attention (causal and not) and a GPT-2 block, as the layers make them. */

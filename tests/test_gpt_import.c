@@ -202,7 +202,7 @@ static void test_inspect_and_configure(void) {
     }
     /* options that agree are fine, and a seq below the positions is kept */
     c = gpt_config_default();
-    gpt_hf_given g = {1, 1, 1, 1, 1};
+    gpt_hf_given g = {1, 1, 1, 1, 1, 0, 0, 0, 0};
     c.layers = 2, c.width = 16, c.heads = 2, c.vocab = 64, c.seq = 8;
     CHECK(gpt_hf_configure(path, &info, &g, &c, &err) == MPMD_OK && c.seq == 8, "agreeing options: %s",
           err.msg);

@@ -574,6 +574,150 @@ static void test_rope_grads(void) {
     CHECK(tu_gradcheck("rope offset 5, in place", 1, &t, g_rope_mid, &r1, 1e-2, 1e-2), "rope");
 }
 
+/* ---- rotary embedding at run-time positions (mpmd_rope_at) ---------------------------------- */
+
+/* The Llama 3.1 frequency of pair i (D the head size), written here in
+ * double from the rule in mpmd.h (mpmd_rope_scaling). */
+static double ref_inv_freq(double base, const mpmd_rope_scaling *s, int64_t i, int64_t D) {
+    double w = pow(base, -2.0 * (double)i / (double)D);
+    if (!s || s->factor == 0.0f) return w;
+    double L = (double)s->original_positions, lambda = 6.283185307179586 / w;
+    if (lambda < L / s->high_freq_factor) return w;
+    if (lambda > L / s->low_freq_factor) return w / s->factor;
+    double sm = (L / lambda - s->low_freq_factor) / (s->high_freq_factor - s->low_freq_factor);
+    return (1.0 - sm) * w / s->factor + sm * w;
+}
+
+/* y = rope_at(x, positions) on the executor; x [B, T, H, D], positions of
+ * pdims (i32); NULL after a failed check. */
+static float *run_rope_at(const float *x, const int64_t *xd, const int32_t *pos, int pnd, const int64_t *pd,
+                          float base, const mpmd_rope_scaling *s) {
+    mpmd_graph *g = mpmd_graph_new();
+    mpmd_value xv = mpmd_input(g, "x", MPMD_F32, 4, xd), pv = mpmd_input(g, "positions", MPMD_I32, pnd, pd);
+    mpmd_value y = mpmd_rope_at(g, xv, pv, base, s);
+    mpmd_keep(g, y);
+    if (mpmd_graph_status(g)) {
+        CHECK(0, "rope_at: %s", mpmd_graph_error(g));
+        mpmd_graph_free(g);
+        return NULL;
+    }
+    mpmd_type tx = mpmd_value_type(g, xv), tp = mpmd_value_type(g, pv);
+    float *out = malloc(mpmd_type_bytes(&tx));
+    mpmd_exec *ex = tu_exec(g, 2);
+    int ok = mpmd_exec_set_input(ex, xv, x, mpmd_type_bytes(&tx)) == MPMD_OK &&
+             mpmd_exec_set_input(ex, pv, pos, mpmd_type_bytes(&tp)) == MPMD_OK &&
+             mpmd_exec_run(ex) == MPMD_OK && mpmd_exec_read(ex, y, out, mpmd_type_bytes(&tx)) == MPMD_OK;
+    CHECK(ok, "rope_at: %s", mpmd_exec_error(ex));
+    mpmd_exec_free(ex);
+    mpmd_graph_free(g);
+    if (!ok) free(out);
+    return ok ? out : NULL;
+}
+
+/* x [B, T, H, D] with a position per row (negative, large and repeated ones
+ * among them), plain and with Llama 3.1's scaling (every branch of the rule:
+ * D 16 at base 500000 puts wavelengths on both sides of L / 4 and L / 1
+ * for L 64), against the rotation in double; positions [T] equal to offset
+ * + t give mpmd_rope's bits; the gradient by finite differences. */
+static void test_rope_at(void) {
+    const int64_t xd[4] = {2, 3, 2, 16}, pd[2] = {2, 3}, B = 2, T = 3, H = 2, D = 16;
+    const int32_t pos[6] = {0, 5, -7, 70000, 3, 3};
+    const mpmd_rope_scaling l3 = {8.0f, 1.0f, 4.0f, 64};
+    const int64_t n = B * T * H * D;
+    float *x = fill_new(n, 71);
+    for (int sc = 0; sc < 2; sc++) {
+        const mpmd_rope_scaling *s = sc ? &l3 : NULL;
+        const float base = sc ? 500000.0f : 10000.0f;
+        float *y = run_rope_at(x, xd, pos, 2, pd, base, s);
+        double *want = malloc((size_t)n * sizeof *want);
+        int branch[3] = {0, 0, 0};
+        for (int64_t i = 0; sc && i < D / 2; i++) {
+            double lambda = 6.283185307179586 / pow(base, -2.0 * (double)i / (double)D);
+            branch[lambda < 64.0 / 4 ? 0 : lambda > 64.0 ? 1 : 2]++;
+        }
+        if (sc)
+            CHECK(branch[0] && branch[1] && branch[2], "the scaled case reaches every branch (%d %d %d)",
+                  branch[0], branch[1], branch[2]);
+        for (int64_t r = 0; r < B * T; r++)
+            for (int64_t h = 0; h < H; h++) {
+                const float *xr = x + (r * H + h) * D;
+                double *wr = want + (r * H + h) * D;
+                for (int64_t i = 0; i < D / 2; i++) {
+                    double ang = (double)pos[r] * ref_inv_freq(base, s, i, D);
+                    wr[i] = xr[i] * cos(ang) - xr[i + D / 2] * sin(ang);
+                    wr[i + D / 2] = xr[i] * sin(ang) + xr[i + D / 2] * cos(ang);
+                }
+            }
+        if (y) check_close(sc ? "rope_at, llama3 scaling" : "rope_at", y, want, n, 1e-6, 1e-5);
+        free(y), free(want);
+    }
+    /* positions [T] = 37 + t: mpmd_rope's offset form, bit for bit */
+    const int32_t seq[3] = {37, 38, 39};
+    float *y = run_rope_at(x, xd, seq, 1, (const int64_t[]){T}, 500.0f, NULL);
+    mpmd_graph *g = mpmd_graph_new();
+    mpmd_value xv = mpmd_input(g, "x", MPMD_F32, 4, xd), r = mpmd_rope(g, xv, 500.0f, 37);
+    mpmd_keep(g, r);
+    mpmd_exec *ex = tu_exec(g, 1);
+    float *z = malloc((size_t)n * sizeof *z);
+    CHECK(mpmd_exec_set_input(ex, xv, x, (size_t)n * sizeof *x) == MPMD_OK && mpmd_exec_run(ex) == MPMD_OK &&
+              mpmd_exec_read(ex, r, z, (size_t)n * sizeof *z) == MPMD_OK,
+          "rope: %s", mpmd_exec_error(ex));
+    CHECK(y && memcmp(y, z, (size_t)n * sizeof *z) == 0,
+          "rope_at at positions 37.. differs from rope offset 37");
+    mpmd_exec_free(ex);
+    mpmd_graph_free(g);
+    free(x), free(y), free(z);
+}
+
+static mpmd_value g_rope_at(mpmd_graph *g, const mpmd_value *p, void *ctx) {
+    static const int32_t pos[8] = {4, 0, -3, 900, 17, 17, 2, 1};
+    mpmd_value pv = mpmd_constant(g, MPMD_I32, MPMD_SHAPE(2, 4), pos);
+    return mpmd_mul_scalar(g, mpmd_rope_at(g, mpmd_add_scalar(g, p[0], 0.25f), pv, 300.0f, ctx), 3.0f);
+}
+
+static void test_rope_at_grads(void) {
+    const mpmd_rope_scaling l3 = {4.0f, 1.0f, 2.0f, 40};
+    mpmd_type t = tu_f32(MPMD_SHAPE(2, 4, 2, 6));
+    CHECK(tu_gradcheck("rope_at", 1, &t, g_rope_at, NULL, 1e-2, 1e-2), "rope_at");
+    CHECK(tu_gradcheck("rope_at, llama3 scaling", 1, &t, g_rope_at, (void *)&l3, 1e-2, 1e-2),
+          "rope_at scaled");
+}
+
+/* Positions of another type or shape, and a scaling out of range, are
+ * errors naming the call and what is wrong. */
+static void test_rope_at_errors(void) {
+    struct {
+        int pnd;
+        int64_t pd[3];
+        mpmd_dtype dt;
+        mpmd_rope_scaling s;
+        const char *want;
+    } cs[] = {
+        {2, {2, 3}, MPMD_F32, {0, 0, 0, 0}, "i32 [..., T]"},
+        {2, {3, 2}, MPMD_I32, {0, 0, 0, 0}, "positions are i32[3,2] for x f32[2,3,2,16]"},
+        {1, {2}, MPMD_I32, {0, 0, 0, 0}, "i32 [..., T]"},
+        {3, {2, 3, 1}, MPMD_I32, {0, 0, 0, 0}, "i32 [..., T]"},
+        {2, {2, 3}, MPMD_I32, {0.5f, 1.0f, 4.0f, 64}, "factor 0.5"},
+        {2, {2, 3}, MPMD_I32, {8.0f, 4.0f, 4.0f, 64}, "low < high"},
+        {2, {2, 3}, MPMD_I32, {8.0f, 1.0f, 4.0f, 0}, "original positions 0"},
+    };
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        mpmd_graph *g = mpmd_graph_new();
+        mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(2, 3, 2, 16));
+        mpmd_value p = mpmd_input(g, "p", cs[k].dt, cs[k].pnd, cs[k].pd);
+        TU_DROP(mpmd_rope_at(g, x, p, 10000.0f, &cs[k].s));
+        CHECK(mpmd_graph_status(g) != MPMD_OK && strstr(mpmd_graph_error(g), "mpmd_rope_at") &&
+                  strstr(mpmd_graph_error(g), cs[k].want),
+              "case %zu: \"%s\" (want \"%s\")", k, mpmd_graph_error(g), cs[k].want);
+        mpmd_graph_free(g);
+    }
+    mpmd_graph *g = mpmd_graph_new();
+    mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(2, 3, 2, 16));
+    TU_DROP(mpmd_rope_at(g, x, MPMD_NONE, 10000.0f, NULL));
+    CHECK(strstr(mpmd_graph_error(g), "mpmd_rope_at: no positions"), "%s", mpmd_graph_error(g));
+    mpmd_graph_free(g);
+}
+
 /* ---- take ------------------------------------------------------------------------------------ */
 
 typedef struct take_ctx {
@@ -1168,6 +1312,9 @@ int main(void) {
     test_rms_norm_grads();
     test_rope_values();
     test_rope_grads();
+    test_rope_at();
+    test_rope_at_grads();
+    test_rope_at_errors();
     test_take();
     test_embedding_values();
     test_embedding_grads();

@@ -66,6 +66,7 @@ mpmd_status gpt_hf_inspect(const char *path, gpt_hf_info *info, mpmd_error *err)
  * the file). */
 typedef struct gpt_hf_given {
     int layers, width, heads, vocab, seq;
+    int kv_heads, mlp_hidden, rope_base, tie_embeddings; /* LLaMA's (llama_import.h) */
 } gpt_hf_given;
 
 /* Make `c` the file's model: layers, width and vocab from the file (an

@@ -27,6 +27,7 @@ gpt_config gpt_config_default(void) {
     c.compute = MPMD_F32;
     c.fused_attention = 1;
     c.rope_base = 10000.0f;
+    c.norm_eps = 1e-5f;
     return c;
 }
 
@@ -107,9 +108,25 @@ mpmd_status gpt_config_check(const gpt_config *c, mpmd_error *err) {
         if (c->mlp_hidden < 0 || c->mlp_hidden > (1 << 20))
             return mpmd_error_set(err, bad, "gpt: MLP width %lld is outside [1, 2^20] (0: the default)",
                                   (long long)c->mlp_hidden);
-    } else if (c->kv_heads || c->mlp_hidden) {
-        return mpmd_error_set(err, bad, "gpt: key/value heads and the MLP width are LLaMA options; GPT-2 blocks "
-                              "have all heads and a 4C MLP");
+        if (!(c->norm_eps >= 0.0f && c->norm_eps < 1.0f))
+            return mpmd_error_set(err, bad,
+                                  "gpt: RMS norm epsilon %g; a value in [0, 1) is expected (0: 1e-5)",
+                                  (double)c->norm_eps);
+        const mpmd_rope_scaling *r = &c->rope_scaling;
+        if (r->factor != 0.0f && !(r->factor >= 1.0f && isfinite(r->factor) && r->low_freq_factor > 0.0f &&
+                                   r->high_freq_factor > r->low_freq_factor &&
+                                   isfinite(r->high_freq_factor) && r->original_positions >= 1))
+            return mpmd_error_set(
+                err, bad,
+                "gpt: rope scaling factor %g, low_freq_factor %g, high_freq_factor %g, original "
+                "positions %lld; a finite factor >= 1, 0 < low < high and positions >= 1 are "
+                "expected",
+                (double)r->factor, (double)r->low_freq_factor, (double)r->high_freq_factor,
+                (long long)r->original_positions);
+    } else if (c->kv_heads || c->mlp_hidden || c->rope_scaling.factor != 0.0f) {
+        return mpmd_error_set(err, bad,
+                              "gpt: key/value heads, the MLP width and rope scaling are LLaMA options; "
+                              "GPT-2 blocks have all heads, a 4C MLP and a position table");
     }
     if (!mpmd_dtype_is_float(c->compute))
         return mpmd_error_set(err, bad, "gpt: the compute dtype is %s; it must be f32, bf16 or f16",
@@ -170,13 +187,25 @@ void gpt_stage_blocks(const gpt_config *c, int *blocks) {
     free(cost), free(first);
 }
 
-/* The forward pass of one microbatch: tokens [b, T] -> mean loss. wpe and
- * key are MPMD_NONE where the model has none. */
-static mpmd_value forward(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mpmd_value key, mpmd_value tok,
-                          mpmd_value tgt) {
+/* LLaMA's RMS norm epsilon (its config's rms_norm_eps; 1e-5 by default). */
+static float norm_eps(const gpt_config *c) { return c->norm_eps > 0.0f ? c->norm_eps : 1e-5f; }
+
+/* The model on one microbatch of tokens tok [b, t]: the embeddings, the
+ * blocks (a stage marker after each stage's last), the final norm and the
+ * LM head, up to the logits [b, t, V] in the compute dtype. pos: the
+ * positions [b, t] of a decoder (GPT-2's wpe rows), else MPMD_NONE (wpe's
+ * first t rows). wpe and key are MPMD_NONE where the model has none. With
+ * tensor parallelism over a vocabulary the model ranks divide, the head is
+ * split by vocabulary columns (as mpmd_embed splits wte by rows) and the
+ * logits are this rank's columns [b, t, V / M]: *vsplit says so. */
+static mpmd_value logits_of(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mpmd_value key,
+                            mpmd_value tok, mpmd_value pos, int *vsplit) {
     const int llama = c->arch == GPT_ARCH_LLAMA;
-    mpmd_value x = mpmd_embed(g, "wte", tok, c->vocab, c->width); /* [b, T, C], compute dtype */
-    if (!llama) x = mpmd_add(g, x, mpmd_cast(g, wpe, c->compute)); /* [T, C] broadcast over the batch */
+    mpmd_value x = mpmd_embed(g, "wte", tok, c->vocab, c->width); /* [b, t, C], compute dtype */
+    if (!llama && mpmd_is_value(pos)) /* a decoder's positions: their rows of wpe */
+        x = mpmd_add(g, x, mpmd_cast(g, mpmd_embedding(g, wpe, pos), c->compute));
+    else if (!llama)
+        x = mpmd_add(g, x, mpmd_cast(g, wpe, c->compute)); /* [T, C] broadcast over the batch */
     if (c->dropout > 0.0f) x = mpmd_dropout(g, x, c->dropout, key);
     int *blocks = malloc((size_t)c->stages * sizeof *blocks);
     if (!blocks) return MPMD_NONE;
@@ -185,7 +214,8 @@ static mpmd_value forward(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mp
         char name[32];
         snprintf(name, sizeof name, "block_%d", i);
         if (c->remat) mpmd_remat_begin(g, (mpmd_remat_policy)c->remat);
-        x = llama ? mpmd_llama_block(g, name, x, c->heads, kv_heads_of(c), gpt_mlp_hidden(c), c->rope_base, 1e-5f)
+        x = llama ? mpmd_llama_block(g, name, x, c->heads, kv_heads_of(c), gpt_mlp_hidden(c), c->rope_base,
+                                     norm_eps(c))
                   : mpmd_gpt_block(g, name, x, c->heads);
         if (c->remat) mpmd_remat_end(g);
         if (--left == 0 && s + 1 < c->stages) { /* this stage's last block */
@@ -194,16 +224,13 @@ static mpmd_value forward(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mp
         }
     }
     free(blocks);
-    x = llama ? mpmd_rms_norm_layer(g, "norm_f", x, 1e-5f) : mpmd_layer_norm_layer(g, "ln_f", x, 1e-5f);
+    x = llama ? mpmd_rms_norm_layer(g, "norm_f", x, norm_eps(c)) : mpmd_layer_norm_layer(g, "ln_f", x, 1e-5f);
     mpmd_value logits; /* [b, T, V] */
-    /* tensor parallel with a vocabulary the model ranks divide: the LM head
-     * split by vocabulary columns (as mpmd_embed splits wte by rows), and
-     * the cross-entropy over the split logits */
-    const int vsplit = c->tensor_parallel > 1 && c->vocab % c->tensor_parallel == 0;
-    if (vsplit) x = mpmd_pvary(g, x, "model");
+    const int split = *vsplit = c->tensor_parallel > 1 && c->vocab % c->tensor_parallel == 0;
+    if (split) x = mpmd_pvary(g, x, "model");
     if (c->tie_embeddings) {
         logits = mpmd_matmul(g, x, mpmd_cast(g, mpmd_lookup(g, "wte/embedding"), c->compute), MPMD_TRANS_B);
-    } else if (vsplit) {
+    } else if (split) {
         mpmd_scope_push(g, "lm_head");
         mpmd_value k = mpmd_param_split(g, "kernel", MPMD_SHAPE(c->width, c->vocab), MPMD_LECUN, 1, 1);
         mpmd_scope_pop(g);
@@ -211,6 +238,15 @@ static mpmd_value forward(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mp
     } else {
         logits = mpmd_dense(g, "lm_head", x, c->vocab, MPMD_NO_BIAS);
     }
+    return logits;
+}
+
+/* The forward pass of one microbatch: tokens [b, T] -> mean loss. */
+static mpmd_value forward(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mpmd_value key, mpmd_value tok,
+                          mpmd_value tgt) {
+    int vsplit;
+    mpmd_value logits = logits_of(g, c, wpe, key, tok, MPMD_NONE, &vsplit);
+    /* split logits: the cross-entropy over the ranks' columns */
     mpmd_value ce = vsplit ? mpmd_cross_entropy_split(g, logits, tgt, "model") : mpmd_cross_entropy(g, logits, tgt);
     mpmd_value loss = mpmd_mean(g, ce, MPMD_ALL_AXES, MPMD_DROP_DIMS);
     /* Each microbatch contributes its share of the batch mean. */
@@ -218,13 +254,23 @@ static mpmd_value forward(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mp
     return mpmd_enter_stage(g, loss);
 }
 
+/* The logits of one microbatch as f32 [b, t, V], whole on every model rank,
+ * after the last stage marker. */
+static mpmd_value whole_logits(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mpmd_value tok,
+                               mpmd_value pos) {
+    int vsplit;
+    mpmd_value logits = logits_of(g, c, wpe, MPMD_NONE, tok, pos, &vsplit);
+    if (vsplit) logits = mpmd_all_gather(g, logits, 2, "model");
+    return mpmd_enter_stage(g, mpmd_cast(g, logits, MPMD_F32));
+}
+
 /* mode 2: the training step; 1: without AdamW; 0: the loss alone (no
- * gradients, no dropout: evaluation). */
+ * gradients, no dropout: evaluation); -1: the logits alone (no targets). */
 static mpmd_status build(const gpt_config *cfg, int mode, gpt_model *m, mpmd_error *err) {
     memset(m, 0, sizeof *m);
     gpt_config fwd;
     const gpt_config *c = cfg;
-    if (mode == 0) fwd = *cfg, fwd.dropout = 0.0f, c = &fwd;
+    if (mode <= 0) fwd = *cfg, fwd.dropout = 0.0f, c = &fwd;
     mpmd_status st = gpt_config_check(c, err);
     if (st) return st;
     m->cfg = *c;
@@ -233,9 +279,10 @@ static mpmd_status build(const gpt_config *cfg, int mode, gpt_model *m, mpmd_err
     if (c->tensor_parallel > 1) mpmd_set_tensor_parallel(g, c->tensor_parallel); /* the blocks split themselves */
     mpmd_set_compute_dtype(g, c->compute); /* the layers cast their f32 parameters to it */
     mpmd_set_fused_attention(g, c->fused_attention);
+    if (c->rope_scaling.factor != 0.0f) mpmd_set_rope_scaling(g, &c->rope_scaling);
 
     m->tokens = mpmd_input(g, "tokens", MPMD_I32, MPMD_SHAPE(c->batch, c->seq));
-    m->targets = mpmd_input(g, "targets", MPMD_I32, MPMD_SHAPE(c->batch, c->seq));
+    m->targets = mode < 0 ? MPMD_NONE : mpmd_input(g, "targets", MPMD_I32, MPMD_SHAPE(c->batch, c->seq));
     /* The position table is made before the loop: mpmd_param is not
      * callable in the body (layers create theirs the same way). */
     mpmd_value wpe = MPMD_NONE;
@@ -244,7 +291,7 @@ static mpmd_status build(const gpt_config *cfg, int mode, gpt_model *m, mpmd_err
         wpe = mpmd_param(g, "embedding", MPMD_SHAPE(c->seq, c->width), MPMD_NORMAL(0.01f));
         mpmd_scope_pop(g);
     }
-    m->dropout_key = m->grad_norm = MPMD_NONE;
+    m->dropout_key = m->grad_norm = m->logits = MPMD_NONE;
     if (c->dropout > 0.0f) {
         m->dropout_key = mpmd_input(g, "dropout_key", MPMD_I32, MPMD_SHAPE(2));
         mpmd_set_layer_dropout(g, c->dropout, m->dropout_key);
@@ -253,8 +300,13 @@ static mpmd_status build(const gpt_config *cfg, int mode, gpt_model *m, mpmd_err
     /* (two statements: the graph's order must not depend on the compiler's
      * order of evaluating arguments) */
     mpmd_value tok = mpmd_microbatch(g, m->tokens);
-    mpmd_value tgt = mpmd_microbatch(g, m->targets);
-    mpmd_value loss = forward(g, c, wpe, m->dropout_key, tok, tgt);
+    mpmd_value loss = MPMD_NONE;
+    if (mode < 0) {
+        m->logits = mpmd_loop_reduce(g, whole_logits(g, c, wpe, tok, MPMD_NONE), MPMD_REDUCE_CONCAT);
+    } else {
+        mpmd_value tgt = mpmd_microbatch(g, m->targets);
+        loss = forward(g, c, wpe, m->dropout_key, tok, tgt);
+    }
 
     int np = mpmd_graph_params(g, NULL, 0);
     m->params = calloc((size_t)(np > 0 ? np : 1), sizeof *m->params);
@@ -263,7 +315,12 @@ static mpmd_status build(const gpt_config *cfg, int mode, gpt_model *m, mpmd_err
         gpt_model_free(m);
         return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory");
     }
-    if (mode == 0) { /* the loop's summed loss, nothing else */
+    m->loss = MPMD_NONE;
+    if (mode < 0) { /* the logits of every position, nothing else */
+        mpmd_loop_end(g);
+        mpmd_keep(g, m->logits);
+        m->n_params = mpmd_graph_params(g, m->params, np);
+    } else if (mode == 0) { /* the loop's summed loss, nothing else */
         m->loss = mpmd_loop_reduce(g, loss, MPMD_REDUCE_ADD);
         mpmd_loop_end(g);
         mpmd_keep(g, m->loss);
@@ -312,6 +369,72 @@ mpmd_status gpt_build(const gpt_config *c, int with_optimizer, gpt_model *m, mpm
 }
 
 mpmd_status gpt_build_eval(const gpt_config *c, gpt_model *m, mpmd_error *err) { return build(c, 0, m, err); }
+
+mpmd_status gpt_build_logits(const gpt_config *c, gpt_model *m, mpmd_error *err) {
+    return build(c, -1, m, err);
+}
+
+/* ---- generation ------------------------------------------------------------ */
+
+gpt_model gpt_decoder_model(const gpt_decoder *d) {
+    gpt_model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = d->cfg, m.g = d->g, m.n_params = d->n_params, m.params = d->params;
+    m.tokens = m.targets = m.loss = m.dropout_key = m.grad_norm = m.logits = MPMD_NONE;
+    return m;
+}
+
+void gpt_decoder_free(gpt_decoder *d) {
+    if (!d) return;
+    mpmd_graph_free(d->g);
+    free(d->params);
+    memset(d, 0, sizeof *d);
+}
+
+mpmd_status gpt_build_decoder(const gpt_config *cfg, gpt_decoder *d, mpmd_error *err) {
+    memset(d, 0, sizeof *d);
+    gpt_config c = *cfg;
+    c.dropout = 0.0f, c.remat = 0;
+    mpmd_status st = gpt_config_check(&c, err);
+    if (st) return st;
+    d->cfg = c;
+    mpmd_graph *g = d->g = mpmd_graph_new();
+    if (!g) return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory for the decoder");
+    if (c.tensor_parallel > 1)
+        mpmd_set_tensor_parallel(g, c.tensor_parallel); /* as the training step splits */
+    mpmd_set_compute_dtype(g, c.compute);
+    if (c.rope_scaling.factor != 0.0f) mpmd_set_rope_scaling(g, &c.rope_scaling);
+    mpmd_value tokens = mpmd_input(g, "tokens", MPMD_I32, MPMD_SHAPE(c.batch, 1));
+    mpmd_value positions = mpmd_input(g, "positions", MPMD_I32, MPMD_SHAPE(c.batch, 1));
+    mpmd_value wpe = MPMD_NONE;
+    if (c.arch == GPT_ARCH_GPT2) {
+        mpmd_scope_push(g, "wpe");
+        wpe = mpmd_param(g, "embedding", MPMD_SHAPE(c.seq, c.width), MPMD_NORMAL(0.01f));
+        mpmd_scope_pop(g);
+    }
+    /* the blocks' attention decodes: caches of seq positions */
+    mpmd_set_decode(g, positions, c.seq);
+    mpmd_loop_begin(g, c.microbatches);
+    mpmd_value tok = mpmd_microbatch(g, tokens);
+    mpmd_value pos = c.arch == GPT_ARCH_GPT2 ? mpmd_microbatch(g, positions) : MPMD_NONE;
+    mpmd_value logits = whole_logits(g, &c, wpe, tok, pos); /* [b, 1, V] */
+    logits = mpmd_reshape(g, logits, MPMD_SHAPE(c.batch / c.microbatches, c.vocab));
+    d->io = (mpmd_decoder){tokens, positions, mpmd_loop_reduce(g, logits, MPMD_REDUCE_CONCAT), c.seq};
+    mpmd_loop_end(g);
+    mpmd_keep(g, d->io.logits);
+    int np = mpmd_graph_params(g, NULL, 0);
+    if (!(d->params = calloc((size_t)(np > 0 ? np : 1), sizeof *d->params))) {
+        gpt_decoder_free(d);
+        return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory for the decoder");
+    }
+    d->n_params = mpmd_graph_params(g, d->params, np);
+    if ((st = mpmd_graph_status(g)) != MPMD_OK) {
+        mpmd_error_set(err, st, "gpt: building the decoder failed: %s", mpmd_graph_error(g));
+        gpt_decoder_free(d);
+        return st;
+    }
+    return MPMD_OK;
+}
 
 mpmd_status gpt_copy_params(mpmd_step *dst, const gpt_model *dm, mpmd_step *src, const gpt_model *sm,
                             mpmd_error *err) {

@@ -68,6 +68,8 @@ typedef struct gpt_config {
     int kv_heads;       /* LLaMA: key/value heads (grouped-query attention), dividing heads; 0: heads */
     int64_t mlp_hidden; /* LLaMA: the SwiGLU width; 0: 8C/3 rounded up to a multiple of 8 */
     float rope_base;    /* LLaMA: the rotary embeddings' base (default 10000) */
+    float norm_eps;     /* LLaMA: the RMS norms' epsilon (default 1e-5; 0 means 1e-5) */
+    mpmd_rope_scaling rope_scaling; /* LLaMA: Llama 3.1's rotary frequencies (factor 0, the default: none) */
 } gpt_config;
 
 /* The two block families gpt_build makes:
@@ -112,6 +114,7 @@ typedef struct gpt_model {
     mpmd_value *params; /* the parameters, in creation order (owned) */
     mpmd_value *grads;  /* their loop-reduced gradients, kept (owned) */
     mpmd_value grad_norm; /* with clip: the gradients' global norm before clipping, kept; else MPMD_NONE */
+    mpmd_value logits;    /* gpt_build_logits: f32 [batch, seq, vocab], kept; else MPMD_NONE */
 } gpt_model;
 
 /* Build the training step for a checked configuration. On failure (a bad
@@ -126,6 +129,42 @@ void gpt_model_free(gpt_model *m);
  * m->loss) and nothing else: no gradients, no optimizer, no dropout (grads
  * stays NULL). Compiled with a schedule it is a forward-only pipeline. */
 mpmd_status gpt_build_eval(const gpt_config *c, gpt_model *m, mpmd_error *err);
+
+/* The forward pass alone with its logits: input "tokens" only, the logits
+ * of every position stacked over the microbatches and kept as m->logits, f32
+ * [batch, seq, vocab] (gathered whole over the model ranks); no loss. What a
+ * decoder's tokens are checked against. */
+mpmd_status gpt_build_logits(const gpt_config *c, gpt_model *m, mpmd_error *err);
+
+/* ---- generation ------------------------------------------------------------
+ *
+ * The decode step of the same model (mpmd_set_decode): its blocks, with the
+ * training step's parameter names, decoding one position per run against
+ * key/value caches of `seq` positions, for `batch` sequences in
+ * `microbatches` microbatches (the groups of sequences in flight through a
+ * pipeline), the stage markers where gpt_build puts them, split over model
+ * ranks as the training step is. Run it with mpmd_generate (d->io):
+ *
+ *   inputs  "tokens", "positions"  i32 [batch, 1]
+ *   loop over the microbatches: the model (GPT-2: wte[token] + wpe[position])
+ *     up to the logits [b, vocab], f32, gathered whole over the model ranks
+ *   kept    the logits stacked, f32 [batch, vocab]
+ *   variables  block_<i>/attn/cache/{k,v}, assigned after the loop
+ *
+ * No dropout, no remat, no optimizer: the parameters come from a
+ * checkpoint or weights file by name (mpmd_step_load_params) or an import. */
+typedef struct gpt_decoder {
+    gpt_config cfg; /* the model; batch = sequences, seq = the caches' positions */
+    mpmd_graph *g;
+    mpmd_decoder io; /* tokens, positions, logits and length, as mpmd_generate takes them */
+    int n_params;
+    mpmd_value *params; /* the parameters, as gpt_model's (owned) */
+} gpt_decoder;
+
+mpmd_status gpt_build_decoder(const gpt_config *c, gpt_decoder *d, mpmd_error *err);
+void gpt_decoder_free(gpt_decoder *d);
+/* The decoder seen as a gpt_model with its parameters (the importers take one). */
+gpt_model gpt_decoder_model(const gpt_decoder *d);
 
 /* Copy every parameter of dm (step dst) from the same-named parameter of
  * sm (step src): a collective call under MPI (mpmd_step_gather), then

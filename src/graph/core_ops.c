@@ -334,6 +334,15 @@ static void implicit_loop(mpmd_graph *g) {
     for (int i = 0; i < n0; i++) {
         mpmd_node *n = &g->nodes[i];
         if (n->region != MPMD_REGION_PRE || (n->op->flags & MPMD_OPF_LEAF)) continue;
+        if (n->op == &mpmd_op_assign) { /* it would store a body value once per microbatch */
+            mpmd_fail(
+                g, MPMD_ERR_INVALID,
+                "mpmd_enter_stage: \"%s\" is assigned before the first stage marker of a graph without "
+                "mpmd_loop_begin (a decoding layer's cache, say), and the marker makes those ops the loop "
+                "body, where nothing is assigned; begin the loop (mpmd_loop_begin) before building them",
+                mpmd_node_subject(g, i) ? mpmd_node_subject(g, i) : "a variable");
+            return;
+        }
         n->region = MPMD_REGION_BODY;
         n->stage = 0;
     }
@@ -360,6 +369,11 @@ void mpmd_enter_stage_n(mpmd_graph *g, int n, mpmd_value *xs) {
         return;
     }
     if (g->region == MPMD_REGION_PRE && g->n_micro == 0) implicit_loop(g);
+    if (g->status != MPMD_OK) {
+        for (int i = 0; i < n; i++)
+            xs[i] = MPMD_NONE;
+        return;
+    }
     if (g->region != MPMD_REGION_BODY) {
         mpmd_fail(g, MPMD_ERR_INVALID,
                   "mpmd_enter_stage: stage markers belong inside the microbatch loop body, not after "

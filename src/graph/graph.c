@@ -82,6 +82,7 @@ mpmd_graph *mpmd_graph_new(void) {
     g->model_parallel = 1;
     g->emit_stage = -1;
     g->emit_fwd = -1;
+    g->decode_positions = g->decode_table = g->decode_row = g->decode_neg = MPMD_NONE;
     return g;
 }
 

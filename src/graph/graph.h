@@ -125,6 +125,15 @@ struct mpmd_graph {
     int32_t *alias;
     int n_alias;
     mpmd_value layer_dropout_key;
+    /* generation (mpmd_set_decode, src/layers/decode.c): while decode_len >
+     * 0 the attention layers run new positions against key/value caches of
+     * decode_len positions, at decode_positions (an i32 [B, t] before the
+     * loop); table f32 [L, 1] and row f32 [L] hold 0 .. L-1 (the masks),
+     * neg is -inf (a masked score) */
+    int64_t decode_len;
+    mpmd_value decode_positions, decode_table, decode_row, decode_neg;
+    /* the rotary layers' frequency adjustment (mpmd_set_rope_scaling) */
+    mpmd_rope_scaling rope_scaling;
     /* tagging of nodes emitted by a VJP rule */
     int emit_bwd, emit_stage, emit_fwd;
     int remat; /* the open rematerialisation region's policy, 0: none */

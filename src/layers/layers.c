@@ -4,7 +4,9 @@
  * names the scope too. Layers add no kernels and no gradient rules of their
  * own: they are ordinary ops, differentiated op by op.
  */
-#include "../graph/graph.h"
+#include "layers.h"
+
+#include "../ops/nn.h"
 
 /* A layer's parameter. Layers are called while the loop body is traced (as
  * in mpmd.h's example), but mpmd_param refuses to be called in the body;
@@ -200,6 +202,17 @@ mpmd_value mpmd_self_attention(mpmd_graph *g, const char *name, mpmd_value x, in
                          (long long)c, mpmd_tstr(g, x));
     int64_t dh = c / heads;
     if (!model_divides(g, fn, name, "heads", heads)) return MPMD_NONE;
+    /* decoding (mpmd_set_decode): t new positions against the layer's cache */
+    mpmd_value pos = MPMD_NONE;
+    if (mpmd_decoding(g)) {
+        if (!causal)
+            return mpmd_fail(
+                g, MPMD_ERR_INVALID,
+                "%s \"%s\": decoding (mpmd_set_decode) runs causal attention only: a new position "
+                "cannot see the ones after it",
+                fn, name);
+        if (!mpmd_is_value(pos = mpmd_decode_positions(g, fn, name, b, t))) return MPMD_NONE;
+    }
     /* tensor parallel: this rank's heads; qkv by columns (its q, k and v
      * columns: three groups), out by rows */
     const int64_t hl = heads / g->model_parallel, cl = hl * dh;
@@ -208,7 +221,9 @@ mpmd_value mpmd_self_attention(mpmd_graph *g, const char *name, mpmd_value x, in
     mpmd_value q = mpmd_reshape(g, mpmd_slice(g, qkv, 2, 0, cl), MPMD_SHAPE(b, t, hl, dh));
     mpmd_value k = mpmd_reshape(g, mpmd_slice(g, qkv, 2, cl, 2 * cl), MPMD_SHAPE(b, t, hl, dh));
     mpmd_value v = mpmd_reshape(g, mpmd_slice(g, qkv, 2, 2 * cl, 3 * cl), MPMD_SHAPE(b, t, hl, dh));
-    mpmd_value a = mpmd_reshape(g, mpmd_attention(g, q, k, v, causal), MPMD_SHAPE(b, t, cl));
+    mpmd_value a = mpmd_is_value(pos)
+                       ? mpmd_decode_attention(g, fn, q, k, v, pos)
+                       : mpmd_reshape(g, mpmd_attention(g, q, k, v, causal), MPMD_SHAPE(b, t, cl));
     mpmd_value y = dense(g, "out", a, c, 1, DENSE_ROWS, 1);
     mpmd_scope_pop(g);
     return y;
@@ -256,6 +271,9 @@ mpmd_value mpmd_rope_attention(mpmd_graph *g, const char *name, mpmd_value x, in
                          name, kv_heads, heads);
     int64_t dh = c / heads, rep = heads / kv_heads;
     if (!model_divides(g, fn, name, "key/value heads", kv_heads)) return MPMD_NONE;
+    /* decoding (mpmd_set_decode): t new positions against the layer's cache */
+    mpmd_value pos = MPMD_NONE;
+    if (mpmd_decoding(g) && !mpmd_is_value(pos = mpmd_decode_positions(g, fn, name, b, t))) return MPMD_NONE;
     /* tensor parallel: this rank's query heads and the key/value heads they
      * share; q, k, v by columns, o by rows */
     const int M = g->model_parallel;
@@ -268,8 +286,21 @@ mpmd_value mpmd_rope_attention(mpmd_graph *g, const char *name, mpmd_value x, in
                                 MPMD_SHAPE(b, t, kv_heads, dh));
     mpmd_value v = mpmd_reshape(g, dense(g, "v", x, kv_heads * M * dh, 0, DENSE_COLUMNS_VARIED, 1),
                                 MPMD_SHAPE(b, t, kv_heads, dh));
-    q = mpmd_rope(g, q, rope_base, 0);
-    k = mpmd_rope(g, k, rope_base, 0);
+    /* rotary: at the decode positions, or at 0 .. T-1 (mpmd_rope's form
+     * when no scaling is set, so that graphs without it stay as they were) */
+    const mpmd_rope_scaling *sc = &g->rope_scaling;
+    if (mpmd_is_value(pos)) {
+        q = mpmd_rope_op(g, fn, q, pos, rope_base, sc, 0);
+        k = mpmd_rope_op(g, fn, k, pos, rope_base, sc, 0);
+        mpmd_value a = mpmd_decode_attention(g, fn, q, k, v, pos);
+        mpmd_value y = dense(g, "o", a, c, 0, DENSE_ROWS, 1);
+        mpmd_scope_pop(g);
+        return y;
+    }
+    q = sc->factor != 0.0f ? mpmd_rope_op(g, fn, q, MPMD_NONE, rope_base, sc, 0)
+                           : mpmd_rope(g, q, rope_base, 0);
+    k = sc->factor != 0.0f ? mpmd_rope_op(g, fn, k, MPMD_NONE, rope_base, sc, 0)
+                           : mpmd_rope(g, k, rope_base, 0);
     if (rep > 1) { /* [B, T, KV, Dh] -> [B, T, KV, rep, Dh] -> [B, T, H, Dh] */
         k = mpmd_reshape(g, mpmd_broadcast_to(g, mpmd_reshape(g, k, MPMD_SHAPE(b, t, kv_heads, 1, dh)),
                                               MPMD_SHAPE(b, t, kv_heads, rep, dh)),
@@ -284,9 +315,29 @@ mpmd_value mpmd_rope_attention(mpmd_graph *g, const char *name, mpmd_value x, in
     return y;
 }
 
-/* A residual branch's output through the graph's layer dropout, if set. */
+/* A residual branch's output through the graph's layer dropout, if set
+ * (never while decoding: generation runs the trained model as it is). */
 static mpmd_value branch(mpmd_graph *g, mpmd_value y) {
-    return g->layer_dropout > 0.0f ? mpmd_dropout(g, y, g->layer_dropout, g->layer_dropout_key) : y;
+    return g->layer_dropout > 0.0f && !mpmd_decoding(g)
+               ? mpmd_dropout(g, y, g->layer_dropout, g->layer_dropout_key)
+               : y;
+}
+
+mpmd_status mpmd_set_rope_scaling(mpmd_graph *g, const mpmd_rope_scaling *scaling) {
+    if (!g) return MPMD_ERR_INVALID;
+    if (g->status != MPMD_OK) return g->status;
+    const mpmd_rope_scaling none = MPMD_ROPE_NO_SCALING, *s = scaling ? scaling : &none;
+    if (!mpmd_rope_scaling_ok(s)) {
+        mpmd_fail(
+            g, MPMD_ERR_INVALID,
+            "mpmd_set_rope_scaling: factor %g, low_freq_factor %g, high_freq_factor %g, original positions "
+            "%lld; a finite factor >= 1, 0 < low < high and positions >= 1 are expected (factor 0: none)",
+            (double)s->factor, (double)s->low_freq_factor, (double)s->high_freq_factor,
+            (long long)s->original_positions);
+        return g->status;
+    }
+    g->rope_scaling = *s;
+    return MPMD_OK;
 }
 
 /* Flax's LayerNorm epsilon for the tutorial Block, GPT-2's for gpt_block. */

@@ -49,8 +49,12 @@ static void vjp_rope(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_valu
 
 static void attrs_rope(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
     (void)g;
-    snprintf(buf, len, " base=%g offset=%lld%s", (double)n->fa[0], (long long)n->ia[0],
-             n->ia[1] ? " inverse" : "");
+    int k = n->n_in == 1 ? snprintf(buf, len, " base=%g offset=%lld", (double)n->fa[0], (long long)n->ia[0])
+                         : snprintf(buf, len, " base=%g", (double)n->fa[0]);
+    if (n->fa[1] > 0.0f && k >= 0 && (size_t)k < len)
+        k += snprintf(buf + k, len - (size_t)k, " llama3(factor=%g low=%g high=%g original=%lld)",
+                      (double)n->fa[1], (double)n->fa[2], (double)n->fa[3], (long long)n->ia[2]);
+    if (n->ia[1] && k >= 0 && (size_t)k < len) snprintf(buf + k, len - (size_t)k, " inverse");
 }
 static void vjp_embedding(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 static void vjp_cross_entropy(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
@@ -72,6 +76,7 @@ const mpmd_op_desc mpmd_op_rms_norm = {"rms_norm", 2, 0, 0, attrs_eps, vjp_rms_n
 const mpmd_op_desc mpmd_op_rms_norm_grad_x = {"rms_norm_grad_x", 3, 2, 0, attrs_eps, NULL};
 const mpmd_op_desc mpmd_op_rms_norm_grad_scale = {"rms_norm_grad_scale", 2, -1, 0, attrs_eps, NULL};
 const mpmd_op_desc mpmd_op_rope = {"rope", 1, 0, 0, attrs_rope, vjp_rope};
+const mpmd_op_desc mpmd_op_rope_at = {"rope_at", 2, 0, 0, attrs_rope, vjp_rope};
 const mpmd_op_desc mpmd_op_embedding = {"embedding", 2, -1, 0, NULL, vjp_embedding};
 const mpmd_op_desc mpmd_op_embedding_grad = {"embedding_grad", 2, -1, 0, attrs_vocab, NULL};
 const mpmd_op_desc mpmd_op_cross_entropy = {"cross_entropy", 2, -1, 0, NULL, vjp_cross_entropy};
@@ -330,9 +335,17 @@ static void vjp_rms_norm(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_
 
 /* ---- rotary position embedding --------------------------------------------------------------- */
 
-mpmd_value mpmd_rope(mpmd_graph *g, mpmd_value x, float base, int64_t offset) {
-    const char *fn = "mpmd_rope";
-    if (!mpmd_check_operands(g, fn, 1, &x)) return MPMD_NONE;
+/* One constructor for both forms: positions MPMD_NONE turns row t of x by
+ * position offset + t ("rope"); an i32 value turns each row by its own
+ * position ("rope_at"). The attributes: fa[0] = base, fa[1..3] = the
+ * Llama 3.1 factor, low and high frequency factors (factor 0: none), ia[0]
+ * = offset, ia[1] = 1 for the inverse rotation, ia[2] = the original
+ * positions L (src/util/rope.h has the math). */
+mpmd_value mpmd_rope_op(mpmd_graph *g, const char *fn, mpmd_value x, mpmd_value positions, float base,
+                        const mpmd_rope_scaling *scaling, int64_t offset) {
+    mpmd_value in[2] = {x, positions};
+    const int at = mpmd_is_value(positions);
+    if (!mpmd_check_operands(g, fn, at ? 2 : 1, in)) return MPMD_NONE;
     const mpmd_type t = *mpmd_type_of(g, x);
     if (!mpmd_dtype_is_float(t.dtype) || t.ndim < 3)
         return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: x must be a float [..., T, H, D] (mpmd_attention's layout), got %s",
@@ -346,19 +359,67 @@ mpmd_value mpmd_rope(mpmd_graph *g, mpmd_value x, float base, int64_t offset) {
     if (offset < 0 || offset > ((int64_t)1 << 40))
         return mpmd_fail(g, MPMD_ERR_INVALID, "%s: position offset %lld is outside [0, 2^40]", fn,
                          (long long)offset);
-    mpmd_value r = mpmd_emit(g, &mpmd_op_rope, 1, &x, t);
+    if (at) {
+        /* [..., T] (a position per row) or [T] (the same for every leading index) */
+        const mpmd_type *tp = mpmd_type_of(g, positions);
+        int rows = tp->ndim == t.ndim - 2, same = tp->dtype == MPMD_I32 && (rows || tp->ndim == 1);
+        for (int d = 0; same && d < tp->ndim; d++)
+            same = tp->dim[d] == t.dim[rows ? d : t.ndim - 3];
+        if (!same)
+            return mpmd_fail(
+                g, MPMD_ERR_SHAPE,
+                "%s: positions are %s for x %s; i32 [..., T] (x's dimensions but the last two) or [T] "
+                "is expected",
+                fn, mpmd_tstr(g, positions), mpmd_tstr(g, x));
+    }
+    const mpmd_rope_scaling none = MPMD_ROPE_NO_SCALING, *s = scaling ? scaling : &none;
+    if (!mpmd_rope_scaling_ok(s))
+        return mpmd_fail(
+            g, MPMD_ERR_INVALID,
+            "%s: Llama 3.1 rope scaling factor %g, low_freq_factor %g, high_freq_factor %g, original "
+            "positions %lld; a finite factor >= 1, 0 < low < high and positions >= 1 are expected "
+            "(factor 0: no scaling)",
+            fn, (double)s->factor, (double)s->low_freq_factor, (double)s->high_freq_factor,
+            (long long)s->original_positions);
+    mpmd_value r = mpmd_emit(g, at ? &mpmd_op_rope_at : &mpmd_op_rope, at ? 2 : 1, in, t);
     mpmd_node *n = mpmd_node_of(g, r);
-    if (n) n->fa[0] = base, n->ia[0] = offset, n->ia[1] = 0;
+    if (n) {
+        n->fa[0] = base, n->ia[0] = offset, n->ia[1] = 0;
+        if (s->factor != 0.0f)
+            n->fa[1] = s->factor, n->fa[2] = s->low_freq_factor, n->fa[3] = s->high_freq_factor,
+            n->ia[2] = s->original_positions;
+    }
     return r;
 }
 
-/* A rotation's adjoint is its inverse: gx = rope(gy) turning the other way. */
+int mpmd_rope_scaling_ok(const mpmd_rope_scaling *s) {
+    return s->factor == 0.0f || (s->factor >= 1.0f && !isinf(s->factor) && s->low_freq_factor > 0.0f &&
+                                 s->high_freq_factor > s->low_freq_factor && !isinf(s->high_freq_factor) &&
+                                 s->original_positions >= 1);
+}
+
+mpmd_value mpmd_rope(mpmd_graph *g, mpmd_value x, float base, int64_t offset) {
+    return mpmd_rope_op(g, "mpmd_rope", x, MPMD_NONE, base, NULL, offset);
+}
+
+mpmd_value mpmd_rope_at(mpmd_graph *g, mpmd_value x, mpmd_value positions, float base,
+                        const mpmd_rope_scaling *scaling) {
+    if (g && g->status == MPMD_OK && !mpmd_is_value(positions))
+        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_rope_at: no positions (an i32 value is expected)");
+    return mpmd_rope_op(g, "mpmd_rope_at", x, positions, base, scaling, 0);
+}
+
+/* A rotation's adjoint is its inverse: gx = the same op turning the other
+ * way (at the same positions, which get no gradient). */
 static void vjp_rope(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
-    float base = n->fa[0];
-    int64_t offset = n->ia[0], inverse = !n->ia[1];
-    gin[0] = emit_internal(g, &mpmd_op_rope, 1, &gy, n->type);
+    mpmd_value in[2] = {gy, n->n_in == 2 ? mpmd_in(n, 1) : MPMD_NONE};
+    gin[0] = emit_internal(g, n->op, n->n_in, in, n->type);
     mpmd_node *d = mpmd_node_of(g, gin[0]);
-    if (d) d->fa[0] = base, d->ia[0] = offset, d->ia[1] = inverse;
+    if (d) {
+        memcpy(d->fa, n->fa, sizeof d->fa);
+        memcpy(d->ia, n->ia, sizeof d->ia);
+        d->ia[1] = !n->ia[1];
+    }
 }
 
 /* ---- take: gather along an axis ------------------------------------------------------------ */

@@ -8,7 +8,12 @@
  *   layer_norm      inputs x, gamma, beta; fa[0] = eps
  *   rms_norm        inputs x, scale; fa[0] = eps
  *   rope            input x [..., T, H, D]; fa[0] = base, ia[0] = the first
- *                   position, ia[1] = 1: the inverse rotation (its gradient)
+ *                   position, ia[1] = 1: the inverse rotation (its gradient);
+ *                   fa[1..3] = Llama 3.1's factor, low and high frequency
+ *                   factors (factor 0: none), ia[2] = its original positions
+ *   rope_at         inputs x [..., T, H, D], positions i32 [..., T] or [T];
+ *                   attributes as rope's (ia[0] unused): row t of x turned
+ *                   by its own position
  *   embedding       inputs table [V, C], ids i32 [...]
  *   cross_entropy   inputs logits [..., V], labels i32 [...]
  *   attention       inputs q, k, v [B, T, H, D] (one type); ia[0] = 1: causal,
@@ -39,10 +44,18 @@ extern const mpmd_op_desc mpmd_op_softmax, mpmd_op_log_softmax, mpmd_op_softmax_
 extern const mpmd_op_desc mpmd_op_softmax_grad, mpmd_op_softmax_causal_grad, mpmd_op_log_softmax_grad;
 extern const mpmd_op_desc mpmd_op_layer_norm, mpmd_op_layer_norm_grad_x, mpmd_op_layer_norm_grad_gamma;
 extern const mpmd_op_desc mpmd_op_rms_norm, mpmd_op_rms_norm_grad_x, mpmd_op_rms_norm_grad_scale;
-extern const mpmd_op_desc mpmd_op_rope;
+extern const mpmd_op_desc mpmd_op_rope, mpmd_op_rope_at;
 extern const mpmd_op_desc mpmd_op_embedding, mpmd_op_embedding_grad;
 extern const mpmd_op_desc mpmd_op_cross_entropy, mpmd_op_cross_entropy_grad;
 extern const mpmd_op_desc mpmd_op_attention, mpmd_op_attention_grad;
+
+/* The rope ops' constructor (mpmd_rope, mpmd_rope_at and the rotary
+ * layers): positions MPMD_NONE for the offset form; scaling NULL for none;
+ * fn names the public call in messages. */
+mpmd_value mpmd_rope_op(mpmd_graph *g, const char *fn, mpmd_value x, mpmd_value positions, float base,
+                        const mpmd_rope_scaling *scaling, int64_t offset);
+/* 1 when a scaling is none (factor 0) or in range (mpmd.h's rule). */
+int mpmd_rope_scaling_ok(const mpmd_rope_scaling *s);
 
 /* The scale of a matmul node: alpha in C = alpha op(A) op(B). */
 static inline float mpmd_matmul_alpha(const mpmd_node *n) { return (n->ia[1] & 1) ? n->fa[0] : 1.0f; }

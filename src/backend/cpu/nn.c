@@ -11,9 +11,9 @@
 #include "backend/shape_plan.h"
 
 #include "../../ops/nn.h"
+#include "../../util/rope.h"
 
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
 /* sum over i of exp(x[i] - m), in chunks of 256 (exp into a stack buffer,
@@ -447,41 +447,47 @@ static int k_rms_norm_grad_scale(const mpmd_kargs *a) { return norm_grad_scale(a
 
 /* ---- rotary position embedding ------------------------------------------------------------ */
 
-/* x [..., T, H, D]: cos and sin of the angle (offset + t) base^(-2i/D) for
- * t < T, i < D/2 go to scratch first (computed in double, rounded once),
- * then each (row, head) turns its pairs (i, i + D/2). The inverse turns by
- * -angle. out may alias x: a pair is read before it is written. */
+/* x [..., T, H, D]: the angles of the P positions the op turns by go to
+ * scratch first, cos and sin of p w_i for i < D/2 (src/util/rope.h: w_i in
+ * double, the cos and sin in double, rounded once), then each (row, head)
+ * turns its pairs (i, i + D/2):
+ *   y[i] = x[i] cos - x[i + D/2] sin,  y[i + D/2] = x[i] sin + x[i + D/2] cos.
+ * rope: P = T positions offset + t, row r at r % T. rope_at: the positions
+ * read from its i32 input, P of them ([..., T]: one per row, [T]: row r at
+ * r % T). The inverse turns by -angle. out may alias x: a pair is read
+ * before it is written. */
+static int64_t rope_positions(const mpmd_node *n) {
+    const mpmd_type *t = &n->type;
+    if (n->op == &mpmd_op_rope) return t->dim[t->ndim - 3];
+    int64_t p = 1;
+    for (int d = 0; d < t->ndim - 2; d++)
+        p *= t->dim[d];
+    return p; /* at most: [T] positions use the first T entries */
+}
+
 static size_t scratch_rope(const mpmd_graph *g, const mpmd_node *n) {
     (void)g;
     const mpmd_type *t = &n->type;
-    return (size_t)t->dim[t->ndim - 3] * (size_t)(t->dim[t->ndim - 1] / 2) * 2 * sizeof(float);
+    return (size_t)rope_positions(n) * (size_t)(t->dim[t->ndim - 1] / 2) * 2 * sizeof(float);
 }
 
-static int k_rope(const mpmd_kargs *a) {
-    const mpmd_type *t = &a->node->type;
-    int64_t T = t->dim[t->ndim - 3], H = t->dim[t->ndim - 2], D = t->dim[t->ndim - 1], half = D / 2;
-    int64_t outer = mpmd_type_numel(t) / (T * H * D);
-    const float *x = a->in[0];
-    float *y = a->out, *cs = a->scratch, *sn = cs + T * half;
-    double base = a->node->fa[0], sign = a->node->ia[1] ? -1.0 : 1.0;
-    int64_t offset = a->node->ia[0];
-    for (int64_t i = 0; i < half; i++) {
-        double inv = pow(base, -2.0 * (double)i / (double)D);
-        for (int64_t p = 0; p < T; p++) {
-            double ang = (double)(offset + p) * inv;
-            cs[p * half + i] = (float)cos(ang);
-            sn[p * half + i] = (float)(sign * sin(ang));
-        }
-    }
-    int64_t rows = outer * T;
-    int nt = mpmd_threads_for(a->nthreads, rows * H * D * 3);
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t p = r % T;
-        const float *c = cs + p * half, *s = sn + p * half;
+typedef struct {
+    const float *x;
+    float *y;
+    const float *cs, *sn;
+    int64_t P, H, D;
+} rope_job;
+
+/* rows [lo, hi) of [..., T]: each head's pairs turned by its position's angles */
+static void rope_rows(void *ctx, int64_t lo, int64_t hi) {
+    const rope_job *j = ctx;
+    const int64_t H = j->H, D = j->D, half = D / 2;
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t p = r % j->P;
+        const float *c = j->cs + p * half, *s = j->sn + p * half;
         for (int64_t h = 0; h < H; h++) {
-            const float *xr = x + (r * H + h) * D;
-            float *yr = y + (r * H + h) * D;
+            const float *xr = j->x + (r * H + h) * D;
+            float *yr = j->y + (r * H + h) * D;
 #pragma omp simd
             for (int64_t i = 0; i < half; i++) {
                 float x1 = xr[i], x2 = xr[i + half];
@@ -490,6 +496,32 @@ static int k_rope(const mpmd_kargs *a) {
             }
         }
     }
+}
+
+static int k_rope(const mpmd_kargs *a) {
+    const mpmd_node *n = a->node;
+    const mpmd_type *t = &n->type;
+    int64_t T = t->dim[t->ndim - 3], H = t->dim[t->ndim - 2], D = t->dim[t->ndim - 1], half = D / 2;
+    int64_t outer = mpmd_type_numel(t) / (T * H * D);
+    const int at = n->op == &mpmd_op_rope_at;
+    /* P positions: row r of the [..., T] rows uses position r % P */
+    const int64_t P = at ? mpmd_type_numel(a->in_type[1]) : T;
+    const int32_t *pos = at ? a->in[1] : NULL;
+    const float *x = a->in[0];
+    float *y = a->out, *cs = a->scratch, *sn = cs + P * half;
+    const double sign = n->ia[1] ? -1.0 : 1.0;
+    const mpmd_rope_freqs f = {n->fa[0], n->fa[1], n->fa[2], n->fa[3], (double)n->ia[2]};
+    for (int64_t i = 0; i < half; i++) {
+        double inv = mpmd_rope_inv_freq(f, i, D);
+        for (int64_t p = 0; p < P; p++) {
+            double ang = (double)(at ? (int64_t)pos[p] : n->ia[0] + p) * inv;
+            cs[p * half + i] = (float)cos(ang);
+            sn[p * half + i] = (float)(sign * sin(ang));
+        }
+    }
+    int64_t rows = outer * T;
+    rope_job j = {x, y, cs, sn, P, H, D};
+    mpmd_cpu_for(a->dev, mpmd_threads_for(a->nthreads, rows * H * D * 3), rows, rope_rows, &j);
     return 0;
 }
 
@@ -846,6 +878,7 @@ const mpmd_kernel mpmd_cpu_nn_kernels[] = {
     {&mpmd_op_rms_norm_grad_x, k_rms_norm_grad_x, NULL, 0},
     {&mpmd_op_rms_norm_grad_scale, k_rms_norm_grad_scale, scratch_norm_grad_scale, 0},
     {&mpmd_op_rope, k_rope, scratch_rope, 0},
+    {&mpmd_op_rope_at, k_rope, scratch_rope, 0},
     {&mpmd_op_embedding, k_embedding, NULL, 0},
     {&mpmd_op_embedding_grad, k_embedding_grad, NULL, 0},
     {&mpmd_op_cross_entropy, k_cross_entropy, NULL, 0},

@@ -52,6 +52,7 @@
 extern "C" {
 #include "ops/nn.h"
 }
+#include "util/rope.h"
 
 #include <initializer_list>
 #include <limits.h>
@@ -1225,41 +1226,55 @@ static int k_rms_norm_grad_scale(const mpmd_kargs *a) { return norm_grad_scale<t
 /* ---- rotary position embedding ------------------------------------------------------------ */
 
 /* x [..., T, H, D]: each (row, head) turns its pairs (i, i + D/2) by the
- * angle (offset + t) base^(-2i/D) of its position t (the inverse by
- * -angle). As on the CPU, cos and sin of every (t, i) go to scratch first,
- * computed in double and rounded once (the device's pow, cos and sin are
- * within 2 ulp of double: the same floats but for a rounding boundary),
- * then one thread per pair turns it with separately rounded products and
- * sums (__fmul_rn, no fused multiply-add), as the CPU does. out may alias x:
- * a pair is read before it is written, by the same thread. */
+ * angle p w_i of its position p (src/util/rope.h; the inverse by -angle).
+ * rope: P = T positions offset + t, row r at r % T; rope_at: the P
+ * positions of its i32 input on the device ([..., T]: one per row, [T]:
+ * row r at r % T). As on the CPU, cos and sin of every (position, i) go to
+ * scratch first, computed in double and rounded once (the device's pow,
+ * cos and sin are within 2 ulp of double: the same floats but for a
+ * rounding boundary), then one thread per pair turns it with separately
+ * rounded products and sums (__fmul_rn, no fused multiply-add), as the CPU
+ * does. out may alias x: a pair is read before it is written, by the same
+ * thread. */
 #define ROPE_THREADS 256
 #define ROPE_MAX_BLOCKS (1 << 16)
+
+static int64_t rope_positions(const mpmd_node *n) {
+    const mpmd_type *t = &n->type;
+    if (n->op == &mpmd_op_rope) return t->dim[t->ndim - 3];
+    int64_t p = 1;
+    for (int d = 0; d < t->ndim - 2; d++)
+        p *= t->dim[d];
+    return p; /* at most: [T] positions use the first T entries */
+}
 
 static size_t scratch_rope(const mpmd_graph *g, const mpmd_node *n) {
     (void)g;
     const mpmd_type *t = &n->type;
-    return (size_t)t->dim[t->ndim - 3] * (size_t)(t->dim[t->ndim - 1] / 2) * 2 * sizeof(float);
+    return (size_t)rope_positions(n) * (size_t)(t->dim[t->ndim - 1] / 2) * 2 * sizeof(float);
 }
 
-/* cs[p half + i] = cos(angle), sn[p half + i] = sign sin(angle), p < T, i < half */
-__global__ void rope_table(float *cs, float *sn, int64_t T, int64_t half, int64_t D, double base, double sign,
-                           int64_t offset) {
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < T * half;
+/* cs[p half + i] = cos(angle), sn[p half + i] = sign sin(angle), p < P, i <
+ * half; position p is pos[p] when pos is given, else offset + p */
+__global__ void rope_table(float *cs, float *sn, int64_t P, int64_t half, int64_t D, mpmd_rope_freqs f, double sign,
+                           int64_t offset, const int32_t *pos) {
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < P * half;
          e += (int64_t)gridDim.x * blockDim.x) {
         int64_t p = e / half, i = e - p * half;
-        double inv = pow(base, -2.0 * (double)i / (double)D);
-        double ang = (double)(offset + p) * inv;
+        double inv = mpmd_rope_inv_freq(f, i, D);
+        double ang = (double)(pos ? (int64_t)pos[p] : offset + p) * inv;
         cs[e] = (float)cos(ang);
         sn[e] = (float)(sign * sin(ang));
     }
 }
 
 /* Pair e = (row of the [..., T, H] positions, i): y1 = x1 c - x2 s, y2 =
- * x1 s + x2 c. I: 32-bit indices when every element index fits. */
+ * x1 s + x2 c, the row's angles those of position row % P. I: 32-bit
+ * indices when every element index fits. */
 template <typename S, typename I>
-__global__ void rope_rotate(rd<S> x, wr<S> y, const float *cs, const float *sn, I pairs, I half, I H, I T) {
+__global__ void rope_rotate(rd<S> x, wr<S> y, const float *cs, const float *sn, I pairs, I half, I H, I P) {
     for (I e = (I)(blockIdx.x * blockDim.x + threadIdx.x); e < pairs; e += (I)(gridDim.x * blockDim.x)) {
-        I rh = e / half, i = e - rh * half, p = (rh / H) % T;
+        I rh = e / half, i = e - rh * half, p = (rh / H) % P;
         I i1 = rh * 2 * half + i, i2 = i1 + half, k = p * half + i;
         float x1 = x[i1], x2 = x[i2], c = cs[k], s = sn[k];
         y.put(i1, __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
@@ -1268,21 +1283,25 @@ __global__ void rope_rotate(rd<S> x, wr<S> y, const float *cs, const float *sn, 
 }
 
 static int k_rope(const mpmd_kargs *a) {
-    const mpmd_type *t = &a->node->type;
+    const mpmd_node *n = a->node;
+    const mpmd_type *t = &n->type;
     int64_t T = t->dim[t->ndim - 3], H = t->dim[t->ndim - 2], D = t->dim[t->ndim - 1], half = D / 2;
     int64_t numel = mpmd_type_numel(t);
     if (numel == 0 || half == 0) return 0;
+    const bool at = n->op == &mpmd_op_rope_at;
+    const int64_t P = at ? mpmd_type_numel(a->in_type[1]) : T;
     float *cs = (float *)a->scratch;
     if (!cs) {
-        snprintf(a->err, a->err_len, "rope: the executor gave no scratch buffer (%zu bytes needed)",
-                 (size_t)(T * half) * 2 * sizeof(float));
+        snprintf(a->err, a->err_len, "%s: the executor gave no scratch buffer (%zu bytes needed)", n->op->name,
+                 (size_t)(P * half) * 2 * sizeof(float));
         return 1;
     }
-    float *sn = cs + T * half;
+    float *sn = cs + P * half;
     cudaStream_t st = mpmd_cuda_of(a)->stream;
-    double base = a->node->fa[0], sign = a->node->ia[1] ? -1.0 : 1.0;
-    rope_table<<<cap_grid((T * half + ROPE_THREADS - 1) / ROPE_THREADS), ROPE_THREADS, 0, st>>>(
-        cs, sn, T, half, D, base, sign, a->node->ia[0]);
+    const mpmd_rope_freqs f = {n->fa[0], n->fa[1], n->fa[2], n->fa[3], (double)n->ia[2]};
+    double sign = n->ia[1] ? -1.0 : 1.0;
+    rope_table<<<cap_grid((P * half + ROPE_THREADS - 1) / ROPE_THREADS), ROPE_THREADS, 0, st>>>(
+        cs, sn, P, half, D, f, sign, n->ia[0], at ? (const int32_t *)a->in[1] : NULL);
     mpmd_dtype dx = a->in_type[0]->dtype, dy = t->dtype;
     int64_t pairs = numel / 2, blocks = (pairs + ROPE_THREADS - 1) / ROPE_THREADS;
     unsigned grid = cap_grid(blocks < ROPE_MAX_BLOCKS ? blocks : ROPE_MAX_BLOCKS);
@@ -1294,11 +1313,11 @@ static int k_rope(const mpmd_kargs *a) {
         wr<S> y = wr_of<S>(a->out, dy);
         if (small)
             rope_rotate<S, uint32_t><<<grid, ROPE_THREADS, 0, st>>>(x, y, cs, sn, (uint32_t)pairs,
-                                                                    (uint32_t)half, (uint32_t)H, (uint32_t)T);
+                                                                    (uint32_t)half, (uint32_t)H, (uint32_t)P);
         else
-            rope_rotate<S, int64_t><<<grid, ROPE_THREADS, 0, st>>>(x, y, cs, sn, pairs, half, H, T);
+            rope_rotate<S, int64_t><<<grid, ROPE_THREADS, 0, st>>>(x, y, cs, sn, pairs, half, H, P);
     });
-    return mpmd_cuda_launched(a, "rope");
+    return mpmd_cuda_launched(a, n->op->name);
 }
 
 /* ---- embedding ------------------------------------------------------------------------------- */
@@ -1819,6 +1838,7 @@ extern "C" const mpmd_kernel mpmd_cuda_nn_kernels[] = {
     {&mpmd_op_rms_norm_grad_x, k_rms_norm_grad_x, NULL, NN_16BIT},
     {&mpmd_op_rms_norm_grad_scale, k_rms_norm_grad_scale, scratch_norm_grad_scale, NN_16BIT},
     {&mpmd_op_rope, k_rope, scratch_rope, NN_16BIT},
+    {&mpmd_op_rope_at, k_rope, scratch_rope, NN_16BIT},
     {&mpmd_op_embedding, k_embedding, NULL, NN_16BIT},
     {&mpmd_op_embedding_grad, k_embedding_grad, scratch_embedding_grad, NN_16BIT},
     {&mpmd_op_cross_entropy, k_cross_entropy, NULL, NN_16BIT},
