@@ -205,7 +205,8 @@ static void check_ops(const mpmd_schedule *s, const mpmd_sim *sim, const char *l
 
 static void test_dispatch_order(void) {
     double scale8[8] = {1, 1.5, 0.5, 2, 1, 1, 3, 0.25};
-    mpmd_cost_model costs[3] = {MPMD_COST_DEFAULTS, MPMD_COST_DEFAULTS, {{1.0, 3.0, 2.0, 0.5}, 0.25, scale8, 0.0, 0.0, 0.0, NULL}};
+    mpmd_cost_model costs[3] = {
+        MPMD_COST_DEFAULTS, MPMD_COST_DEFAULTS, {{1.0, 3.0, 2.0, 0.5}, 0.25, scale8, 0.0, 0.0, 0.0, NULL}};
     costs[1].transfer = 0.5;
     static const struct {
         mpmd_schedule_kind kind;
@@ -356,10 +357,21 @@ static void test_memory(void) {
     static const struct {
         const char *s;
         int64_t want; /* -1: refused */
-    } bytes[] = {{"0", 0},          {"1048576", 1048576},    {"2G", 2LL << 30}, {"512M", 512LL << 20},
-                 {"3k", 3072},      {"1KiB", 1024},          {"7GB", 7LL << 30}, {"5T", 5LL << 40},
-                 {"64B", 64},       {"", -1},                {"-1", -1},        {"1.5G", -1},
-                 {"2X", -1},        {"G", -1},               {"99999999999999999999", -1},
+    } bytes[] = {{"0", 0},
+                 {"1048576", 1048576},
+                 {"2G", 2LL << 30},
+                 {"512M", 512LL << 20},
+                 {"3k", 3072},
+                 {"1KiB", 1024},
+                 {"7GB", 7LL << 30},
+                 {"5T", 5LL << 40},
+                 {"64B", 64},
+                 {"", -1},
+                 {"-1", -1},
+                 {"1.5G", -1},
+                 {"2X", -1},
+                 {"G", -1},
+                 {"99999999999999999999", -1},
                  {"4194305T", -1}};
     for (size_t k = 0; k < sizeof bytes / sizeof bytes[0]; k++) {
         int64_t v = -7;
@@ -396,7 +408,8 @@ static void test_stage_latency(void) {
     c.stage_latency = two;
     mpmd_schedule *s = make(MPMD_SCHED_STD1F1B, 2, 2, 1);
     mpmd_sim *sim = s ? simulate(s, &c) : NULL;
-    CHECK(sim && sim->makespan == 3 + 5 + 11 + 7, "one microbatch: makespan %g, want 26", sim ? sim->makespan : -1);
+    CHECK(sim && sim->makespan == 3 + 5 + 11 + 7, "one microbatch: makespan %g, want 26",
+          sim ? sim->makespan : -1);
     mpmd_sim_free(sim);
     two[5] = -1;
     mpmd_error err;
@@ -484,7 +497,36 @@ static void test_timeline(void) {
     mpmd_schedule_free(s);
 }
 
+/* The planner's report: the five fastest that fit, then each FSDP gather
+ * policy's fastest when none of the five gathers so. */
+static void test_layouts_report(void) {
+    mpmd_layout l[8];
+    memset(l, 0, sizeof l);
+    for (int i = 0; i < 8; i++) {
+        snprintf(l[i].schedule, sizeof l[i].schedule, "gpipe");
+        l[i].stages = l[i].ranks = 2, l[i].microbatches = 4;
+        snprintf(l[i].gather, sizeof l[i].gather, "%s", i == 6 ? "task" : "step");
+        l[i].predicted = 8 - i, l[i].peak_bytes = 1000 + i;
+    }
+    l[7].peak_bytes = 5000; /* over the limit */
+    CHECK(mpmd_layouts_rank(l, 8, 4096) == 7 && l[0].predicted == 2 && l[0].gather[0] == 't' && !l[7].fits,
+          "ranked: fastest first, the one over the limit last");
+    l[0].predicted = 7.5, mpmd_layouts_rank(l, 8, 4096); /* the task row falls to sixth */
+    CHECK(!strcmp(l[5].gather, "task"), "task sixth");
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    mpmd_layouts_report(f, l, 8, 4096, "ms");
+    fclose(f);
+    CHECK(count(buf, "<- chosen") == 1 && count(buf, "    task ") == 1 &&
+              strstr(buf, "<- fastest gathering per task") && !strstr(buf, "gathering per step") &&
+              strstr(buf, "2 more fit") && strstr(buf, "1 exceed the limit"),
+          "the report: %s", buf);
+    free(buf);
+}
+
 int main(void) {
+    test_layouts_report();
     test_analytic_bubbles();
     test_dispatch_order();
     test_cost_model();

@@ -3,6 +3,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int by_choice(const void *pa, const void *pb) {
     const mpmd_layout *a = pa, *b = pb;
@@ -31,6 +32,15 @@ static void bytes(FILE *f, int64_t b) {
         fprintf(f, "%.1f KiB", (double)b / 1024);
 }
 
+static void row(FILE *f, const mpmd_layout *l, int gathers, const char *unit, const char *note) {
+    fprintf(f, "  %-18s %6d %6d %6d %6s", l->schedule, l->stages, l->ranks, l->microbatches,
+            l->remat[0] ? l->remat : "-");
+    if (gathers) fprintf(f, "  %6s", l->gather[0] ? l->gather : "-");
+    fprintf(f, " %9.4g %-2s     ", l->predicted, unit);
+    bytes(f, l->peak_bytes);
+    fprintf(f, "%s\n", note);
+}
+
 void mpmd_layouts_report(FILE *f, const mpmd_layout *l, int n, int64_t limit, const char *unit) {
     if (!f || (!l && n > 0)) return;
     if (!unit) unit = "";
@@ -45,17 +55,21 @@ void mpmd_layouts_report(FILE *f, const mpmd_layout *l, int n, int64_t limit, co
     int gathers = 0; /* an FSDP column when the planner weighed FSDP's gathers */
     for (int i = 0; i < n; i++)
         gathers |= l[i].gather[0] != 0;
-    fprintf(f, " per rank\n  %-18s %6s %6s %6s %6s%s %12s %14s\n", "schedule", "stages", "ranks", "micro", "remat",
-            gathers ? "  gather" : "", "predicted", "peak per rank");
-    for (int i = 0; i < n && i < 5 && i < fit; i++) {
-        fprintf(f, "  %-18s %6d %6d %6d %6s", l[i].schedule, l[i].stages, l[i].ranks, l[i].microbatches,
-                l[i].remat[0] ? l[i].remat : "-");
-        if (gathers) fprintf(f, "  %6s", l[i].gather[0] ? l[i].gather : "-");
-        fprintf(f, " %9.4g %-2s     ", l[i].predicted, unit);
-        bytes(f, l[i].peak_bytes);
-        fputs(i == 0 ? "   <- chosen\n" : "\n", f);
-    }
+    fprintf(f, " per rank\n  %-18s %6s %6s %6s %6s%s %12s %14s\n", "schedule", "stages", "ranks", "micro",
+            "remat", gathers ? "  gather" : "", "predicted", "peak per rank");
+    for (int i = 0; i < n && i < 5 && i < fit; i++)
+        row(f, &l[i], gathers, unit, i == 0 ? "   <- chosen" : "");
     if (fit > 5) fprintf(f, "  %d more fit, predicted slower than those\n", fit - 5);
+    /* each gather policy's best layout, so the report shows what the policy
+       not among the fastest five would cost */
+    for (int i = 5; gathers && i < fit; i++) {
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++)
+            seen = strcmp(l[j].gather, l[i].gather) == 0;
+        char note[48];
+        snprintf(note, sizeof note, "   <- fastest gathering per %s", l[i].gather);
+        if (!seen) row(f, &l[i], gathers, unit, note);
+    }
     if (n > fit) {
         fprintf(f, "  %d exceed the limit (the smallest of them needs ", n - fit);
         bytes(f, l[fit].peak_bytes);
