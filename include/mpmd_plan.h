@@ -143,11 +143,11 @@ enum { MPMD_PLAN_FSDP_OFF = 0, MPMD_PLAN_FSDP_TASK = 1, MPMD_PLAN_FSDP_STEP = 2 
 /* A layout: tp x pp x dp GPUs. */
 typedef struct mpmd_run_layout {
     int tp, pp, dp; /* model ranks per stage, pipeline ranks, data-parallel replicas */
-    int fsdp;       /* MPMD_PLAN_FSDP_* (dp > 1) */
+    int fsdp;       /* MPMD_PLAN_FSDP_OFF, _TASK or _STEP (dp > 1) */
     int stages;     /* a multiple of pp (1 with pp 1) */
     int schedule;   /* an mpmd_schedule_kind, or MPMD_PLAN_LOOP with pp 1 */
     int microbatch; /* sequences per microbatch; batch / (dp x microbatch) microbatches */
-    int remat;      /* MPMD_PLAN_REMAT_* */
+    int remat;      /* MPMD_PLAN_REMAT_NONE, _DOTS or _BLOCK */
 } mpmd_run_layout;
 
 /* What the planner predicts for a layout. Times in seconds; bytes per GPU. */
@@ -207,16 +207,17 @@ typedef struct mpmd_planner_opts {
     int tp, pp, dp;      /* 0: every divisor that works */
     int stages_per_rank; /* 0: 1, and for the interleaved schedules every v >= 2 with v x pp <= layers */
     int microbatch;      /* 0: every divisor of a replica's batch */
-    int fsdp;            /* -1: off and both gathers; else MPMD_PLAN_FSDP_* */
+    int fsdp;            /* -1: off and both gathers; else MPMD_PLAN_FSDP_OFF, _TASK or _STEP */
     uint32_t schedules;  /* bits (1u << mpmd_schedule_kind); 0: every built-in schedule */
-    uint32_t remats;     /* bits (1u << MPMD_PLAN_REMAT_*); 0: all three */
+    uint32_t remats;     /* bits (1u << MPMD_PLAN_REMAT_NONE, _DOTS, _BLOCK); 0: all three */
     double memory_limit; /* bytes per GPU; 0: the cluster's memory */
 } mpmd_planner_opts;
 #define MPMD_PLANNER_OPTS_DEFAULTS ((mpmd_planner_opts){0, 0, 0, 0, 0, 0, -1, 0, 0, 0.0})
 
 typedef struct mpmd_planner_result {
     int n;                        /* layouts predicted */
-    mpmd_run_prediction *layouts; /* [n]: those that fit, fastest first; then the rest, smallest peak first */
+    mpmd_run_prediction *layouts; /* [n]: those that fit, fastest first; then those left bounded, by bound;
+                                     then those over the limit, smallest peak first */
     int fit;                      /* how many fit */
     double memory_limit;          /* bytes per GPU the search used */
     int gpus;
