@@ -90,9 +90,9 @@ mpmd_status mpmd_cluster_preset(const char *name, mpmd_cluster *out, mpmd_error 
  * Keys: base (a preset to start from), name, gpus_per_node, peak_f32,
  * peak_bf16, peak_f16 (FLOP/s), memory (bytes), memory_bandwidth,
  * node_bandwidth, net_bandwidth (bytes/s), node_latency, net_latency
- * (seconds). Numbers take a suffix: k, M, G, T, P (powers of 1000), Ki,
- * Mi, Gi, Ti (powers of 1024; "GiB" and "GB" read the same), and for
- * latencies s, ms, us, ns. Every key but base and name must end up set,
+ * (seconds). Numbers take a suffix: k, M, G, T, P (powers of 1000) or Ki,
+ * Mi, Gi, Ti (powers of 1024), a trailing B allowed ("80GiB" is 80 x 2^30,
+ * "2039GB" 2039 x 10^9); latencies s, ms, us, ns. Every key but base and name must end up set,
  * positive and finite. Errors name SOURCE:LINE and the key
  * (MPMD_ERR_FORMAT); `source` names the text in them. */
 mpmd_status mpmd_cluster_parse(const char *text, const char *source, mpmd_cluster *out, mpmd_error *err);

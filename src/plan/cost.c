@@ -189,41 +189,43 @@ static double static_per_param(const mpmd_transformer *m, const mpmd_run_layout 
     return l->fsdp == MPMD_PLAN_FSDP_STEP ? own + (cast ? cast : 4) : own;
 }
 
-static int invalid(mpmd_run_prediction *out, const char *fmt, int a, int b, int c) {
-    snprintf(out->why, sizeof out->why, fmt, a, b, c);
-    out->valid = 0;
-    return 1;
-}
-
 /* The layout's counts against the model and the GPUs; 1 (and out->why) when it cannot run. */
 static int check_layout(const mpmd_transformer *m, const mpmd_run_layout *l, mpmd_run_prediction *out) {
+    char *why = out->why;
+    const size_t len = sizeof out->why;
+    const int ffn = m->ffn ? m->ffn : 4 * m->hidden;
+    const int64_t group = (int64_t)l->dp * (l->microbatch > 0 ? l->microbatch : 1);
+    out->valid = 0;
     if (l->tp < 1 || l->pp < 1 || l->dp < 1 || l->stages < 1 || l->microbatch < 1)
-        return invalid(out, "tp %d, pp %d, dp %d: every count must be at least 1", l->tp, l->pp, l->dp);
-    if (m->heads % l->tp || (m->ffn ? m->ffn : 4 * m->hidden) % l->tp)
-        return invalid(out, "tp %d does not divide the %d heads or the MLP width %d", l->tp, m->heads,
-                       m->ffn ? m->ffn : 4 * m->hidden);
-    if (l->stages % l->pp || l->stages > m->layers)
-        return invalid(out,
-                       "%d stages on %d pipeline ranks for %d layers: the stages must be a multiple of the "
-                       "ranks and at most the layers",
-                       l->stages, l->pp, m->layers);
-    if (m->batch % ((int64_t)l->dp * l->microbatch))
-        return invalid(out, "dp %d x microbatch %d does not divide the batch (%d)", l->dp, l->microbatch,
-                       (int)(m->batch > 0x7fffffff ? 0x7fffffff : m->batch));
-    if ((l->pp == 1) != (l->schedule == MPMD_PLAN_LOOP))
-        return invalid(out,
-                       "pp %d with schedule %d: one pipeline rank runs the loop (-1), more run a schedule",
-                       l->pp, l->schedule, 0);
-    if (l->fsdp != MPMD_PLAN_FSDP_OFF && l->dp < 2)
-        return invalid(out, "FSDP needs replicas to shard over (dp %d)", l->dp, 0, 0);
-    if (l->remat < MPMD_PLAN_REMAT_NONE || l->remat > MPMD_PLAN_REMAT_BLOCK || l->fsdp < 0 || l->fsdp > 2)
-        return invalid(out, "remat %d or fsdp %d is not one of the planner's", l->remat, l->fsdp, 0);
-    int64_t n = m->batch / ((int64_t)l->dp * l->microbatch);
-    if (n > (1 << 24))
-        return invalid(out, "%d microbatches are more than a schedule takes",
-                       (int)(n > 0x7fffffff ? 0x7fffffff : n), 0, 0);
-    out->microbatches = (int)n;
-    return 0;
+        snprintf(why, len, "tp %d, pp %d, dp %d, %d stages, microbatch %d: every count must be at least 1",
+                 l->tp, l->pp, l->dp, l->stages, l->microbatch);
+    else if (m->heads % l->tp || ffn % l->tp)
+        snprintf(why, len, "tp %d does not divide the %d heads or the MLP width %d", l->tp, m->heads, ffn);
+    else if (l->stages % l->pp || l->stages > m->layers)
+        snprintf(
+            why, len,
+            "%d stages on %d pipeline ranks for %d layers: the stages must be a multiple of the ranks and at "
+            "most the layers",
+            l->stages, l->pp, m->layers);
+    else if (m->batch % group)
+        snprintf(why, len, "dp %d x microbatch %d does not divide the batch (%lld)", l->dp, l->microbatch,
+                 (long long)m->batch);
+    else if ((l->pp == 1) != (l->schedule == MPMD_PLAN_LOOP))
+        snprintf(why, len,
+                 "pp %d with schedule %d: one pipeline rank runs the loop (-1), more run a schedule", l->pp,
+                 l->schedule);
+    else if (l->fsdp != MPMD_PLAN_FSDP_OFF && l->dp < 2)
+        snprintf(why, len, "FSDP needs replicas to shard over (dp %d)", l->dp);
+    else if (l->remat < MPMD_PLAN_REMAT_NONE || l->remat > MPMD_PLAN_REMAT_BLOCK || l->fsdp < 0 ||
+             l->fsdp > 2)
+        snprintf(why, len, "remat %d or fsdp %d is not one of the planner's", l->remat, l->fsdp);
+    else if (m->batch / group > (1 << 24))
+        snprintf(why, len, "%lld microbatches are more than a schedule takes", (long long)(m->batch / group));
+    else {
+        out->microbatches = (int)(m->batch / group);
+        return 0;
+    }
+    return 1;
 }
 
 /* The rank of stage i (docs/schedules.md: DualPipeV's V, else i mod pp). */
