@@ -29,6 +29,19 @@ int mpmd_run_layout_str(const mpmd_run_layout *l, int microbatches, char *buf, s
                     microbatches, remat_name(l->remat));
 }
 
+/* Bytes with a binary unit: 12.3 KiB, 4.56 MiB, 78.12 GiB. */
+static const char *bytes(double b, char *buf, size_t n) {
+    if (!isfinite(b))
+        snprintf(buf, n, "-");
+    else if (b >= GIB)
+        snprintf(buf, n, "%.2f GiB", b / GIB);
+    else if (b >= 1024.0 * 1024)
+        snprintf(buf, n, "%.2f MiB", b / (1024.0 * 1024));
+    else
+        snprintf(buf, n, "%.1f KiB", b / 1024);
+    return buf;
+}
+
 /* A time with its unit: 12.3 ms, 4.56 s. */
 static const char *secs(double t, char *b, size_t n) {
     if (!isfinite(t))
@@ -66,11 +79,11 @@ static void header(FILE *f, const mpmd_cluster *c, const mpmd_transformer *m) {
 
 static void row(FILE *f, const mpmd_run_prediction *p, const char *tail) {
     const mpmd_run_layout *l = &p->layout;
-    char t[32];
-    fprintf(f, "  %4d %4d %4d %5s  %-16s %6d %5d %6d  %5s %10s %6.1f%% %8.1f %9.2f GiB%s\n", l->tp, l->pp,
-            l->dp, fsdp_name(l->fsdp), sched_name(l->schedule), l->stages, l->microbatch, p->microbatches,
+    char t[32], b[32];
+    fprintf(f, "  %4d %4d %4d %5s  %-16s %6d %5d %6d  %5s %10s %6.1f%% %8.1f %13s%s\n", l->tp, l->pp, l->dp,
+            fsdp_name(l->fsdp), sched_name(l->schedule), l->stages, l->microbatch, p->microbatches,
             remat_name(l->remat), secs(p->step, t, sizeof t), 100 * p->mfu, p->hw_flops_per_gpu / 1e12,
-            p->peak / GIB, tail);
+            bytes(p->peak, b, sizeof b), tail);
 }
 
 /* The part of the step where b loses most against the choice a. */
@@ -130,14 +143,15 @@ static void detail(FILE *f, const mpmd_cluster *c, const mpmd_transformer *m, co
                 n += (size_t)snprintf(list + n, sizeof list - n, ",...");
             layers += st[i].layers, params += st[i].params, held += st[i].static_bytes, kept += st[i].keep_f;
         }
-        fprintf(f, "  %4d  %-20s %6d %10.3gG %7.2f GiB %9.3f GiB %7.2f GiB\n", rk, list, layers, params / 1e9,
-                held / GIB, kept / GIB, peak[rk] / GIB);
+        char b[3][32];
+        fprintf(f, "  %4d  %-20s %6d %10.4gG %11s %13s %11s\n", rk, list, layers, params / 1e9,
+                bytes(held, b[0], 32), bytes(kept, b[1], 32), bytes(peak[rk], b[2], 32));
     }
     fprintf(
         f,
-        "  (stage e holds the embedding, h the LM head; held: parameters, gradient sums, AdamW moments and "
-        "the %s copy; kept: per microbatch in flight)\n",
-        m->dtype == MPMD_PLAN_F32 ? "f32" : "16-bit");
+        "  (stage e holds the embedding, h the LM head; held: parameters, gradient sums, AdamW moments%s; "
+        "kept: per microbatch in flight)\n",
+        m->dtype == MPMD_PLAN_F32 ? "" : " and the 16-bit copies");
     free(peak), free(st);
 }
 
@@ -197,9 +211,10 @@ void mpmd_planner_report(FILE *f, const mpmd_cluster *c, const mpmd_transformer 
         char what[200];
         const mpmd_run_prediction *p = &r->layouts[r->fit + bounded];
         mpmd_run_layout_str(&p->layout, p->microbatches, what, sizeof what);
-        fprintf(f, "  %d exceed %.2f GiB a GPU; the smallest of them needs %s%.2f GiB (%s)\n",
-                r->n - r->fit - bounded, r->memory_limit / GIB, p->simulated ? "" : "at least ",
-                p->peak / GIB, what);
+        char b[2][32];
+        fprintf(f, "  %d exceed %s a GPU; the smallest of them needs %s%s (%s)\n", r->n - r->fit - bounded,
+                bytes(r->memory_limit, b[0], 32), p->simulated ? "" : "at least ", bytes(p->peak, b[1], 32),
+                what);
     }
 }
 
