@@ -186,7 +186,7 @@ mpmd_status mpmd_planner_search(const mpmd_cluster *c, const mpmd_transformer *m
     if (!c) return mpmd_error_set(err, MPMD_ERR_INVALID, "no cluster (NULL)");
     const double limit = o->memory_limit > 0 ? o->memory_limit : c->memory;
     found f = {0};
-    for (int tp = 1; tp <= o->gpus && !rc; tp++) {
+    for (int tp = 1; tp <= o->gpus && tp <= m->heads && !rc; tp++) { /* tp divides the heads */
         if (o->gpus % tp || (o->tp && tp != o->tp)) continue;
         if (m->heads % tp || (m->ffn ? m->ffn : 4 * m->hidden) % tp) continue;
         for (int pp = 1; pp <= o->gpus / tp && pp <= m->layers && !rc; pp++) {
