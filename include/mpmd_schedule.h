@@ -212,9 +212,19 @@ typedef struct mpmd_cost_model {
      * optimizer state). */
     double keep_f, keep_w, static_bytes;
     const double *stage_latency; /* NULL or [num_stages * 4]: stage s's F, B, A, W at s * 4 + kind; borrowed */
+    /* Stages that differ (a planner's model: the embedding's and the LM
+     * head's stages, links of other kinds), each borrowed, NULL where not
+     * used. link_time[s]: the time the value crossing between stages s and
+     * s + 1 takes (the activation forward, its gradient back) when they run
+     * on different ranks, added to `transfer`; the last entry is not read.
+     * stage_memory[3 s + k]: stage s's keep_f, keep_w and static bytes
+     * (k = 0, 1, 2), in place of the uniform three above. */
+    const double *link_time;    /* NULL or [num_stages] */
+    const double *stage_memory; /* NULL or [num_stages * 3] */
 } mpmd_cost_model;
 /* JaxPP's latencies: F = 1, B = 2, A = 1, W = 1; free transfers; no memory. */
-#define MPMD_COST_DEFAULTS ((mpmd_cost_model){{1.0, 2.0, 1.0, 1.0}, 0.0, NULL, 0.0, 0.0, 0.0, NULL})
+#define MPMD_COST_DEFAULTS                                                                                   \
+    ((mpmd_cost_model){{1.0, 2.0, 1.0, 1.0}, 0.0, NULL, 0.0, 0.0, 0.0, NULL, NULL, NULL})
 
 /* ---- Layouts: a planner's candidates ----
  * A planner (gpt --auto, mpmd plan) predicts a step time and the largest
@@ -264,8 +274,9 @@ typedef struct mpmd_sim {
      * has run and whose backward has not finished (B, or W when split). */
     int32_t *peak_in_flight;
     /* [num_ranks]: the most bytes the rank holds, by the cost model's memory
-     * terms: static_bytes per stage of the rank, plus the kept bytes of its
-     * forwards whose backward has not finished, at their fullest. */
+     * terms: static_bytes per stage of the rank (each stage's own with
+     * stage_memory), plus the kept bytes of its forwards whose backward has
+     * not finished, at their fullest. */
     double *peak_bytes;
     double bubble; /* 1 - sum(busy) / (D * makespan) */
     /* The textbook bubble of this kind of schedule and its formula with the
@@ -274,7 +285,7 @@ typedef struct mpmd_sim {
      * not divide n). It assumes equal stages and free transfers. */
     double analytic_bubble;
     char analytic_formula[128];
-    mpmd_cost_model cost; /* the model used; cost.stage_scale points into the result */
+    mpmd_cost_model cost; /* the model used; its arrays (stage_scale, ...) are the result's own copies */
 } mpmd_sim;
 
 /* Check a schedule against the rules of docs/schedules.md ("What the

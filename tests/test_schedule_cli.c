@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L /* WEXITSTATUS, getpid */
 #include "testutil.h"
 
+#include <math.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -378,7 +379,8 @@ static void test_outputs(void) {
 
     /* plan: the chosen layout fits, and no layout that fits is faster */
     rc = run("plan --ranks 4 --layers 12 --batch 32 --keep 6M --model-bytes 2G --memory-limit 1G");
-    CHECK(rc == 0 && strstr(out_text, "31 layouts, memory limit 1.00 GiB per rank") && strstr(out_text, "<- chosen"),
+    CHECK(rc == 0 && strstr(out_text, "43 layouts, memory limit 1.00 GiB per rank") &&
+              strstr(out_text, "<- chosen"),
           "plan: exit %d: %s", rc, out_text);
     rc = run("plan --ranks 4 --layers 12 --batch 32 --keep 6M --model-bytes 2G --memory-limit 600M -f json");
     {
@@ -479,6 +481,110 @@ static void test_errors(void) {
           err_text);
 }
 
+/* The smallest "step" of a plan's JSON (layouts given by their costs). */
+static double least_step(const char *json, int *n) {
+    double least = INFINITY;
+    *n = 0;
+    for (const char *p = json; (p = strstr(p, "\"step\": ")); p += 8, ++*n)
+        if (atof(p + 8) < least) least = atof(p + 8);
+    return least;
+}
+
+/* mpmd plan with a model given by its costs: the backward's halves follow
+ * --cost-b, stage counts are any multiple of the ranks, remat is derived. */
+static void test_plan_costs(void) {
+    /* remat given through --cost-b alone: 64 samples of F 1 + B 3 on 4 ranks
+     * take at least 64 units; ZeroBubble once read its split halves from the
+     * defaults (A 1 + W 1) and was predicted at 48.88 */
+    int rc = run("plan --ranks 4 --layers 8 --batch 64 --cost-b 3 -f json"), n;
+    double least = least_step(out_text, &n);
+    CHECK(rc == 0 && n > 0 && least >= 64 && strstr(out_text, "zerobubble"),
+          "plan --cost-b 3: the fastest of %d layouts at %g, below the compute floor 64", n, least);
+    rc = run("plan --ranks 4 --layers 8 --batch 64 --cost-a 1 --cost-w 2 -f json");
+    least = least_step(out_text, &n);
+    CHECK(rc == 0 && least >= 64, "plan --cost-a 1 --cost-w 2: fastest %g, below 64", least);
+    expect_usage_error("plan --ranks 4 --layers 8 --batch 64 --cost-b 3 --cost-a 1 --cost-w 1",
+                       "--cost-b 3 is not --cost-a 1 + --cost-w 1");
+    expect_usage_error("plan --ranks 4 --layers 8 --batch 64 --cost-b 1 --cost-a 2",
+                       "--cost-b 1 is less than --cost-a 2");
+    /* any multiple of the ranks, up to the layers */
+    rc = run("plan --ranks 2 --layers 6 --batch 8 -f json");
+    CHECK(rc == 0 && strstr(out_text, "\"schedule\": \"interleaved1f1b\", \"stages\": 6") &&
+              !strstr(out_text, "\"stages\": 8"),
+          "plan: 6 stages (3 a rank) tried, never more stages than layers:\n%.400s", out_text);
+    /* remat: the backward pays the forward again, and keeps less */
+    rc = run("plan --ranks 2 --layers 2 --batch 2 --keep 1M --remat-keep 100k -f json");
+    CHECK(rc == 0 && strstr(out_text, "\"remat\": \"block\"") && strstr(out_text, "\"remat\": \"none\""),
+          "plan --remat-keep: both policies tried:\n%.400s", out_text);
+    rc = run("plan --ranks 1 --layers 1 --batch 1 --cost-f 1 --cost-b 2 --keep 1M --remat-keep 100k -f json");
+    CHECK(rc == 0 && strstr(out_text, "\"remat\": \"none\", \"step\": 3,") &&
+              strstr(out_text, "\"remat\": \"block\", \"step\": 4,"),
+          "plan: one sample, F 1 + B 2, and 1 more with remat:\n%s", out_text);
+}
+
+/* mpmd plan with a transformer on a cluster, and its bad inputs. */
+static void test_plan_cluster(void) {
+    int rc = run("plan --cluster dgx-a100 --model gpt3-175b --batch 64 --gpus 64 --tp 8 --pp 8 --remat block "
+                 "--schedules interleaved1f1b --stages-per-rank 3 --microbatch 1");
+    CHECK(rc == 0 && strstr(out_text, "1 layout predicted, 1 fit") && strstr(out_text, "<- chosen") &&
+              strstr(out_text, "interleaved1f1b      24") &&
+              strstr(out_text, "efficiency matrix products 0.75") && strstr(out_text, "  rank  stages") &&
+              strstr(out_text, "0e,8,16") && strstr(out_text, "7,15,23h"),
+          "plan --cluster: exit %d:\n%s%s", rc, out_text, err_text);
+    rc = run("plan --cluster dgx-h100 --layers 8 --hidden 512 --heads 8 --vocab 1000 --seq 128 --batch 32 "
+             "--gpus 16 "
+             "-f json");
+    jp j;
+    memset(&j, 0, sizeof j);
+    char first;
+    CHECK(rc == 0 && json_one(out_text, &first, &j) && first == '{' &&
+              strstr(out_text, "\"cluster\": \"dgx-h100\""),
+          "plan --cluster -f json: exit %d, one object:\n%.300s", rc, out_text);
+    jp_free(&j);
+    /* nothing fits: exit 2, the smallest peak named, and still the report */
+    rc = run("plan --cluster dgx-a100 --model gpt3-175b --gpus 8");
+    CHECK(rc == 2 && strstr(err_text, "no layout fits in 80.00 GiB per GPU; the smallest peak found is") &&
+              strstr(out_text, "exceed 80.00 GiB a GPU"),
+          "plan: 175B on 8 GPUs fits nowhere: exit %d\n%s", rc, err_text);
+    /* descriptions that are wrong, named with file and line */
+    char path[80], args[300];
+    snprintf(path, sizeof path, "plan_cli_%d.cluster", (int)getpid());
+    FILE *f = fopen(path, "w");
+    fputs("# my cluster\nbase = dgx-a100\nnet_bandwidth = 12.5G\nnode_latency = fast\n", f);
+    fclose(f);
+    snprintf(args, sizeof args, "plan --cluster %s --model gpt3-175b --gpus 64", path);
+    char where[160];
+    snprintf(where, sizeof where, "%s:4: node_latency: expected a positive number of seconds", path);
+    expect_usage_error(args, where);
+    f = fopen(path, "w");
+    fputs("gpus_per_node = 8\npeak_bf16 = 312T\n", f);
+    fclose(f);
+    snprintf(where, sizeof where, "%s: no peak_f32 given", path);
+    expect_usage_error(args, where);
+    f = fopen(path, "w");
+    fputs("base = dgx-a100\nnvlink = 600G\n", f);
+    fclose(f);
+    snprintf(where, sizeof where, "%s:2: unknown key \"nvlink\"", path);
+    expect_usage_error(args, where);
+    remove(path);
+    expect_usage_error("plan --cluster nosuch --model gpt3-175b --gpus 8",
+                       "--cluster nosuch: neither a preset");
+    expect_usage_error(
+        "plan --cluster dgx-a100 --layers 4 --hidden 100 --heads 3 --vocab 10 --seq 8 --batch 4 --gpus 2",
+        "the model's 3 heads do not divide its hidden width 100");
+    expect_usage_error("plan --cluster dgx-a100 --layers 4 --hidden 64 --heads 4 --seq 8 --batch 4 --gpus 2",
+                       "the model's vocab must be at least 1");
+    expect_usage_error("plan --cluster dgx-a100 --model gpt3-175b --gpus 64 --tp 3", "tp 3 x pp 0 x dp 0");
+    expect_usage_error("plan --cluster dgx-a100 --model gpt3-175b", "--cluster needs --gpus N");
+    expect_usage_error("plan --cluster dgx-a100 --model gpt3-175b --gpus 8 --ranks 8",
+                       "describe a model by its costs");
+    expect_usage_error("plan --ranks 4 --layers 8 --batch 8 --hidden 64", "need --cluster");
+    expect_usage_error("plan --cluster dgx-a100 --model gpt3-175b --gpus 8 --schedules std1f1b,onef1b",
+                       "--schedules: unknown name 'onef1b'");
+    expect_usage_error("plan --cluster dgx-a100 --model gpt3-175b --gpus 8 --fsdp sometimes",
+                       "--fsdp: expected no");
+}
+
 /* The parser above rejects what is not exactly one JSON value. */
 static void test_json_parser(void) {
     static const char *const good[] = {"[]", " [[\"a\", \"b\"], []]\n", "{\"a\": [1, -2.5e-3, true, null]}",
@@ -505,6 +611,8 @@ int main(void) {
     test_help();
     test_outputs();
     test_errors();
+    test_plan_costs();
+    test_plan_cluster();
     free(out_text);
     free(err_text);
     remove(out_path);

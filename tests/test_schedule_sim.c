@@ -205,8 +205,9 @@ static void check_ops(const mpmd_schedule *s, const mpmd_sim *sim, const char *l
 
 static void test_dispatch_order(void) {
     double scale8[8] = {1, 1.5, 0.5, 2, 1, 1, 3, 0.25};
-    mpmd_cost_model costs[3] = {
-        MPMD_COST_DEFAULTS, MPMD_COST_DEFAULTS, {{1.0, 3.0, 2.0, 0.5}, 0.25, scale8, 0.0, 0.0, 0.0, NULL}};
+    mpmd_cost_model costs[3] = {MPMD_COST_DEFAULTS,
+                                MPMD_COST_DEFAULTS,
+                                {{1.0, 3.0, 2.0, 0.5}, 0.25, scale8, 0.0, 0.0, 0.0, NULL, NULL, NULL}};
     costs[1].transfer = 0.5;
     static const struct {
         mpmd_schedule_kind kind;
@@ -386,6 +387,45 @@ static void test_memory(void) {
 
 /* Each stage's own times: the same makespans as latency x stage_scale when
  * they agree, and a one-microbatch pipeline takes the sum of its tasks. */
+/* Stages that differ: each boundary's own transfer time and each stage's
+ * own bytes, by hand on Std1F1B(2) and GPipe(2). */
+static void test_stage_links_and_memory(void) {
+    mpmd_schedule *s = make(MPMD_SCHED_STD1F1B, 2, 2, 1);
+    const double link[2] = {0.5, 99}; /* the last entry is never read */
+    mpmd_cost_model c = MPMD_COST_DEFAULTS;
+    c.link_time = link;
+    c.transfer = 0.25;
+    mpmd_sim *sim = simulate(s, &c);
+    /* F0 1, link 0.75, F1 1, B1 2, link 0.75, B0 2 */
+    CHECK(sim && fabs(sim->makespan - 7.5) < 1e-12, "one microbatch over a 0.5 link: %g, by hand 7.5",
+          sim ? sim->makespan : -1);
+    mpmd_sim_free(sim);
+    mpmd_schedule_free(s);
+    s = make(MPMD_SCHED_GPIPE, 2, 2, 3);
+    const double mem[6] = {100, 0, 1e6, 10, 0, 2e6}; /* keep_f, keep_w, static of stages 0 and 1 */
+    c = MPMD_COST_DEFAULTS;
+    c.stage_memory = mem;
+    c.keep_f = 1e9, c.static_bytes = 1e9; /* not read: stage_memory is */
+    sim = simulate(s, &c);
+    /* GPipe keeps every forward until its backward: 3 microbatches on each rank */
+    CHECK(sim && sim->peak_bytes[0] == 1e6 + 300 && sim->peak_bytes[1] == 2e6 + 30,
+          "each stage its own bytes: %.0f and %.0f, by hand 1000300 and 2000030",
+          sim ? sim->peak_bytes[0] : -1, sim ? sim->peak_bytes[1] : -1);
+    mpmd_sim_free(sim);
+    const double bad[6] = {100, 200, 0, 0, 0, 0};
+    c.stage_memory = bad;
+    mpmd_error err;
+    CHECK(mpmd_schedule_simulate(s, &c, &sim, &err, NULL) == MPMD_ERR_INVALID &&
+              strstr(err.msg, "stage 0's keep_w (200 bytes kept until W) is part of its keep_f (100)"),
+          "a stage's keep_w above its keep_f: %s", err.msg);
+    const double neg[2] = {-1, 0};
+    c.stage_memory = NULL, c.link_time = neg;
+    CHECK(mpmd_schedule_simulate(s, &c, &sim, &err, NULL) == MPMD_ERR_INVALID &&
+              strstr(err.msg, "the link time between stages 0 and 1 must be finite and >= 0"),
+          "a negative link: %s", err.msg);
+    mpmd_schedule_free(s);
+}
+
 static void test_stage_latency(void) {
     double scale[4] = {1, 1.5, 0.5, 2}, own[16];
     mpmd_cost_model a = MPMD_COST_DEFAULTS, b = MPMD_COST_DEFAULTS;
@@ -533,6 +573,7 @@ int main(void) {
     test_peak_in_flight();
     test_memory();
     test_stage_latency();
+    test_stage_links_and_memory();
     test_timeline();
     return tu_report("test_schedule_sim");
 }

@@ -2,13 +2,15 @@
  *
  *   mpmd schedule NAME --stages S [--ranks D] --microbatches N [--format text|json|svg|trace] [-o FILE]
  *   mpmd simulate NAME ... [--cost-f X ...] [--format text|json|svg|trace] [-o FILE]
- *   mpmd plan --ranks D --layers L --batch B [--cost-f X ...] [--keep BYTES ...] [--memory-limit BYTES]
+ *   mpmd plan --cluster NAME|FILE --model NAME|FILE --gpus N [...]   (tools/plan.c)
+ *   mpmd plan --ranks D --layers L --batch B [--cost-f X ...]           (tools/plan.c)
  *   mpmd tokenize IN -o OUT.bin --tokenizer tokenizer.json      (tools/tokenize.c)
  *
  * Exit status: 0 success; 2 a bad argument or an invalid schedule (the
  * message on stderr); 1 anything else (an output file that cannot be
  * written, out of memory). */
 #include "mpmd.h"
+#include "plan.h"
 #include "tokenize.h"
 
 #include <errno.h>
@@ -32,8 +34,10 @@ static const char main_help[] =
     "             JSON, or its timeline as an SVG picture or a Chrome trace\n"
     "  simulate   time a schedule with a cost model: makespan, bubble, busy time and\n"
     "             peak microbatches in flight per rank, against the analytic bubble\n"
-    "  plan       choose schedule, stages and microbatches for D ranks from a model's\n"
-    "             costs and bytes: the shortest simulated step that fits a memory limit\n"
+    "  plan       choose a layout: for a transformer on a GPU cluster, the mesh (pipeline,\n"
+    "             tensor and data parallel, FSDP), stages, schedule, microbatches and remat\n"
+    "             by predicted step time, MFU and memory; or for D ranks from a model's own\n"
+    "             costs and bytes\n"
     "  tokenize   encode a text file with a Hugging Face tokenizer.json into a token file\n"
     "             in llm.c's format (what gpt --tokens reads)\n"
     "  help       this text\n"
@@ -42,6 +46,7 @@ static const char main_help[] =
     "  mpmd schedule std1f1b --stages 4 --microbatches 8\n"
     "  mpmd schedule interleaved1f1b --stages 8 --ranks 4 --microbatches 8 --format svg -o i1f1b.svg\n"
     "  mpmd simulate zerobubble --stages 4 --microbatches 8\n"
+    "  mpmd plan --cluster dgx-a100 --model gpt3-175b --gpus 1024\n"
     "  mpmd plan --ranks 4 --layers 12 --batch 32 --keep 6M --model-bytes 2G --memory-limit 1G\n"
     "  mpmd schedule file:my.sched --format json\n"
     "  mpmd tokenize input.txt -o input.bin --tokenizer tokenizer.json\n"
@@ -159,36 +164,6 @@ static const char simulate_options[] =
     "\n"
     "exit status: 0 success; 2 an invalid argument or schedule; 1 a write failure.\n";
 
-static const char plan_help[] =
-    "usage: mpmd plan --ranks D --layers L --batch B [--cost-f X] [--cost-b X] [--cost-a X]\n"
-    "                 [--cost-w X] [--transfer X] [--keep BYTES] [--keep-w-share X]\n"
-    "                 [--model-bytes BYTES] [--memory-limit BYTES] [--format text|json]\n"
-    "\n"
-    "Choose a pipeline layout for D ranks: every schedule, stage count (D, and 2D for the\n"
-    "interleaved schedules and DualPipeV, at most L) and microbatch count (D, 2D, 4D, ...\n"
-    "dividing B) is simulated, and the shortest step whose every rank fits the memory\n"
-    "limit wins. The model is given whole, per sample: a stage runs 1/S of it on B/N\n"
-    "samples. The top choices are printed with their simulated step and largest rank,\n"
-    "then why the others lose. (gpt --auto does the same for the GPT from a profiled\n"
-    "run, with rematerialisation, and trains the choice.)\n"
-    "\n"
-    "  --ranks D            ranks to lay the model on (required)\n"
-    "  --layers L           layers of the model: at most L stages (required)\n"
-    "  --batch B            samples per step (required)\n"
-    "  --cost-f X           forward time of one sample through the whole model (default 1)\n"
-    "  --cost-b X           its full backward (default 2); --cost-a, --cost-w its split\n"
-    "                       halves (default 1 and 1)\n"
-    "  --transfer X         latency of every transfer between ranks (default 0)\n"
-    "  --keep BYTES         what one sample's forward keeps for its backward, whole model\n"
-    "  --keep-w-share X     the share of those bwdA leaves for bwdW (default 0.5)\n"
-    "  --model-bytes BYTES  parameters and optimizer state of the whole model\n"
-    "  --memory-limit BYTES per rank (default: none); BYTES like 512M or 2G\n"
-    "  -f, --format FMT     text (default) or json (every layout, ranked)\n"
-    "  -h, --help           this text\n"
-    "\n"
-    "exit status: 0 success; 2 an invalid argument, or no layout fits (the smallest peak\n"
-    "found in the message); 1 out of memory.\n";
-
 enum format { FMT_TEXT, FMT_JSON, FMT_SVG, FMT_TRACE };
 
 typedef struct options {
@@ -201,10 +176,6 @@ typedef struct options {
     mpmd_cost_model cost;
     double *stage_scale;
     int n_stage_scale;
-    /* plan */
-    int layers, batch;
-    double keep, keep_w_share, model_bytes;
-    int64_t mem_limit;
 } options;
 
 /* A bad argument: the message on stderr, exit status 2. */
@@ -268,8 +239,7 @@ static int parse_scale_list(options *o, const char *s) {
 
 /* Parse argv[2..]; returns -1 when help was printed, 0 ok, else an exit status. */
 static int parse_args(int argc, char **argv, options *o) {
-    int plan = strcmp(o->cmd, "plan") == 0;
-    int simulate = plan || strcmp(o->cmd, "simulate") == 0; /* plan takes simulate's cost options */
+    int simulate = strcmp(o->cmd, "simulate") == 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         /* --opt=value as well as --opt value */
@@ -285,36 +255,7 @@ static int parse_args(int argc, char **argv, options *o) {
 #define VALUE() (eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL))
 #define NEED(v)                                                                                              \
     if (!(v)) return usage_error(o, "%s needs a value", opt)
-        if (plan && (!strcmp(opt, "-h") || !strcmp(opt, "--help"))) {
-            fputs(plan_help, stdout);
-            return -1;
-        } else if (plan && (!strcmp(opt, "--layers") || !strcmp(opt, "--batch"))) {
-            const char *v = VALUE();
-            NEED(v);
-            if (parse_count(o, opt, v, !strcmp(opt, "--layers") ? &o->layers : &o->batch)) return EXIT_USAGE;
-        } else if (plan && (!strcmp(opt, "--keep") || !strcmp(opt, "--model-bytes") ||
-                            !strcmp(opt, "--memory-limit"))) {
-            const char *v = VALUE();
-            NEED(v);
-            int64_t b;
-            if (mpmd_parse_bytes(v, &b))
-                return usage_error(o, "%s: expected a byte count like 512M or 2G, got '%s'", opt, v);
-            if (!strcmp(opt, "--keep"))
-                o->keep = (double)b;
-            else if (!strcmp(opt, "--model-bytes"))
-                o->model_bytes = (double)b;
-            else
-                o->mem_limit = b;
-        } else if (plan && !strcmp(opt, "--keep-w-share")) {
-            const char *v = VALUE();
-            NEED(v);
-            if (parse_cost(o, opt, v, &o->keep_w_share)) return EXIT_USAGE;
-            if (o->keep_w_share > 1) return usage_error(o, "--keep-w-share is a share in [0, 1], got '%s'", v);
-        } else if (plan && (!strcmp(opt, "-S") || !strcmp(opt, "--stages") || !strcmp(opt, "-n") ||
-                            !strcmp(opt, "--microbatches") || !strcmp(opt, "--stage-scale") ||
-                            !strcmp(opt, "--fuse-steady-state") || !strcmp(opt, "-o") || !strcmp(opt, "--output"))) {
-            return usage_error(o, "%s: plan chooses the layout itself (see `mpmd plan --help`)", opt);
-        } else if (!strcmp(opt, "-h") || !strcmp(opt, "--help")) {
+        if (!strcmp(opt, "-h") || !strcmp(opt, "--help")) {
             fputs(simulate ? simulate_usage : schedule_usage, stdout);
             fputs(common_help, stdout);
             fputs(simulate ? simulate_options : schedule_formats, stdout);
@@ -361,8 +302,8 @@ static int parse_args(int argc, char **argv, options *o) {
             const char *v = VALUE();
             NEED(v);
             if (parse_cost(o, "--transfer", v, &o->cost.transfer)) return EXIT_USAGE;
-        } else if (simulate && (!strcmp(opt, "--keep-f") || !strcmp(opt, "--keep-w") ||
-                                !strcmp(opt, "--stage-bytes"))) {
+        } else if (simulate &&
+                   (!strcmp(opt, "--keep-f") || !strcmp(opt, "--keep-w") || !strcmp(opt, "--stage-bytes"))) {
             const char *v = VALUE();
             NEED(v);
             int64_t b;
@@ -380,8 +321,6 @@ static int parse_args(int argc, char **argv, options *o) {
             if (rc) return rc;
         } else if (a[0] == '-' && a[1]) {
             return usage_error(o, "unknown option '%s'", a);
-        } else if (plan) {
-            return usage_error(o, "unexpected '%s'; plan takes options only", a);
         } else if (!o->name) {
             o->name = a;
         } else {
@@ -637,99 +576,6 @@ static int run(options *o) {
     return rc;
 }
 
-/* A simulated peak (a double) as a layout's byte count. One past int64
- * (--keep near 2^62 bytes times the microbatches a rank holds) saturates at
- * INT64_MAX, which fits no limit: a plain conversion is undefined, and on
- * x86 gave INT64_MIN, a peak below every limit, so that the layouts needing
- * the most memory were chosen as fitting in none at all. */
-static int64_t peak_of(double bytes) { return bytes >= 0x1p63 ? INT64_MAX : bytes > 0 ? (int64_t)bytes : 0; }
-
-/* mpmd plan: every layout simulated, ranked by mpmd_layouts_rank. */
-static int run_plan(const options *o) {
-    static const char *const flat[] = {"gpipe", "std1f1b", "eager1f1b", "zerobubble"};
-    static const char *const twice[] = {"interleaved1f1b", "kimik2", "interleavedgpipe", "dualpipev"};
-    if (!o->ranks || !o->layers || !o->batch)
-        return usage_error(o, "--ranks, --layers and --batch are required");
-    if (o->ranks > o->layers) return usage_error(o, "%d ranks for %d layers: each rank needs a layer", o->ranks, o->layers);
-    int cap = 64, n = 0;
-    mpmd_layout *l = malloc((size_t)cap * sizeof *l);
-    if (!l) return 1;
-    for (int t = 0; t < 2; t++) {
-        int S = o->ranks * (t + 1);
-        if (S > o->layers || (t && o->ranks < 2)) continue;
-        for (long micro = o->ranks; micro <= o->batch; micro *= 2) {
-            if (o->batch % micro) continue;
-            double b = (double)o->batch / (double)micro / S; /* samples x share of the model per task */
-            mpmd_cost_model c = o->cost;
-            for (int k = 0; k < MPMD_TASK_KINDS; k++)
-                c.latency[k] = o->cost.latency[k] * b;
-            c.keep_f = o->keep * b;
-            c.keep_w = c.keep_f * o->keep_w_share;
-            c.static_bytes = o->model_bytes / S;
-            for (int k = 0; k < 4; k++) {
-                mpmd_schedule *s;
-                mpmd_error err;
-                const char *name = t ? twice[k] : flat[k];
-                if (mpmd_schedule_new((mpmd_schedule_kind)mpmd_schedule_kind_from_name(name), S, o->ranks, (int)micro,
-                                      0, &s, &err))
-                    continue; /* this kind cannot take these counts */
-                mpmd_sim *sim;
-                if (mpmd_schedule_simulate(s, &c, &sim, &err, NULL) == MPMD_OK) {
-                    if (n == cap) {
-                        mpmd_layout *nl = realloc(l, (size_t)(cap *= 2) * sizeof *l);
-                        if (!nl) {
-                            free(l), mpmd_sim_free(sim), mpmd_schedule_free(s);
-                            return 1;
-                        }
-                        l = nl;
-                    }
-                    mpmd_layout *x = &l[n++];
-                    memset(x, 0, sizeof *x);
-                    snprintf(x->schedule, sizeof x->schedule, "%s", name);
-                    x->stages = S, x->ranks = o->ranks, x->microbatches = (int)micro;
-                    x->predicted = sim->makespan;
-                    for (int r = 0; r < o->ranks; r++)
-                        if (peak_of(sim->peak_bytes[r]) > x->peak_bytes)
-                            x->peak_bytes = peak_of(sim->peak_bytes[r]);
-                    mpmd_sim_free(sim);
-                }
-                mpmd_schedule_free(s);
-            }
-        }
-    }
-    if (!n) {
-        free(l);
-        return usage_error(o, "no layout of %d ranks fits %d layers and a batch of %d", o->ranks, o->layers, o->batch);
-    }
-    int fit = mpmd_layouts_rank(l, n, o->mem_limit);
-    if (o->format == FMT_JSON) {
-        printf("{\"ranks\": %d, \"memory_limit\": %lld, \"fit\": %d, \"layouts\": [", o->ranks,
-               (long long)o->mem_limit, fit);
-        for (int i = 0; i < n; i++) {
-            printf("%s\n  {\"schedule\": \"%s\", \"stages\": %d, \"microbatches\": %d, \"step\": ",
-                   i ? "," : "", l[i].schedule, l[i].stages, l[i].microbatches);
-            json_num(stdout, l[i].predicted); /* null, not nan, should a step ever not be finite */
-            printf(", \"peak_bytes\": %lld, \"fits\": %s}", (long long)l[i].peak_bytes,
-                   l[i].fits ? "true" : "false");
-        }
-        printf("\n]}\n");
-    } else {
-        mpmd_layouts_report(stdout, l, n, o->mem_limit, "");
-    }
-    int rc = 0;
-    if (!fit) {
-        fprintf(stderr,
-                "mpmd plan: no layout fits in %lld bytes per rank; the smallest peak found is %s%lld bytes "
-                "(%s, %d "
-                "stages, %d microbatches)\n",
-                (long long)o->mem_limit, l[0].peak_bytes == INT64_MAX ? "more than " : "",
-                (long long)l[0].peak_bytes, l[0].schedule, l[0].stages, l[0].microbatches);
-        rc = EXIT_USAGE;
-    }
-    free(l);
-    return rc;
-}
-
 /* main's exit status once stdout is flushed and closed: output that could
  * not be written (a full disk, `mpmd plan > /dev/full`) is a failure, with
  * a message, never exit 0 with the results lost. */
@@ -755,7 +601,8 @@ static int tool_main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "tokenize")) return tool_tokenize(argc, argv);
-    if (strcmp(cmd, "schedule") && strcmp(cmd, "simulate") && strcmp(cmd, "plan")) {
+    if (!strcmp(cmd, "plan")) return tool_plan(argc, argv);
+    if (strcmp(cmd, "schedule") && strcmp(cmd, "simulate")) {
         fprintf(stderr,
                 "mpmd: unknown command '%s'; expected schedule, simulate, plan, tokenize or help (see `mpmd --help`)\n",
                 cmd);
@@ -765,9 +612,8 @@ static int tool_main(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     o.cmd = cmd;
     o.cost = MPMD_COST_DEFAULTS;
-    o.keep_w_share = 0.5;
     int rc = parse_args(argc, argv, &o);
-    if (rc == 0) rc = strcmp(cmd, "plan") ? run(&o) : run_plan(&o);
+    if (rc == 0) rc = run(&o);
     free(o.stage_scale);
     return rc < 0 ? 0 : rc;
 }

@@ -43,9 +43,8 @@ typedef struct sim_ctx {
     int32_t S, n, D;
     uint8_t *flags;      /* [S * n] */
     double *fend, *bend; /* [S * n]: when F, and B-or-A, outputs exist (valid once DONE_*) */
-    const mpmd_cost_model *cost; /* the task times */
+    const mpmd_cost_model *cost; /* the task times, the links and the memory terms */
     double transfer;
-    double keep_f, keep_w; /* memory terms of the cost model */
     int32_t *pos;        /* [D]: next entry */
     double *clock;       /* [D] */
     uint8_t *queued;     /* [D]: in the heap */
@@ -305,6 +304,18 @@ static inline int made_earlier(const mpmd_task *u, int i, const dep *d) {
     return 0;
 }
 
+/* The time of the value crossing between stages s and s + 1 (0 without link_time). */
+static inline double link_of(const mpmd_cost_model *m, int32_t s) {
+    return m->link_time ? m->link_time[s] : 0.0;
+}
+
+/* Stage s's memory terms: what its F keeps (k = 0), what of that stays from
+ * A until W (k = 1), what it holds all step (k = 2). */
+static inline double stage_mem(const mpmd_cost_model *m, int32_t s, int k) {
+    if (m->stage_memory) return m->stage_memory[(size_t)s * 3 + (size_t)k];
+    return k == 0 ? m->keep_f : k == 1 ? m->keep_w : m->static_bytes;
+}
+
 /* Can rank r start its next unit? If so *start gets its start time. If
  * not, *missing (when not NULL) gets the first input it waits for. */
 static int unit_ready(const sim_ctx *c, int r, double *start, dep *missing) {
@@ -325,7 +336,8 @@ static int unit_ready(const sim_ctx *c, int r, double *start, dep *missing) {
             }
             if (!c->fend) continue; /* untimed: only "is it there" matters */
             double ready = d[k].bwd ? c->bend[x] : c->fend[x];
-            if (c->s->stage_rank[d[k].stage] != r) ready += c->transfer;
+            if (c->s->stage_rank[d[k].stage] != r) /* the link: below a gradient, above an activation */
+                ready += c->transfer + link_of(c->cost, d[k].bwd ? d[k].stage - 1 : d[k].stage);
             if (ready > t0) t0 = ready;
         }
     }
@@ -417,27 +429,28 @@ static void dispatch(sim_ctx *c, int r, double start) {
     double kept = c->kept[r], kpeak = c->out ? c->out->peak_bytes[r] : 0;
     for (int i = 0; i < nt; i++) {
         size_t x = idx(c, u[i].stage, u[i].microbatch);
+        const double keep_f = stage_mem(c->cost, u[i].stage, 0), keep_w = stage_mem(c->cost, u[i].stage, 1);
         switch (u[i].kind) {
         case MPMD_TASK_F:
             c->flags[x] |= DONE_F;
             c->fend[x] = end;
             if (++infl > peak) peak = infl;
-            if ((kept += c->keep_f) > kpeak) kpeak = kept;
+            if ((kept += keep_f) > kpeak) kpeak = kept;
             break;
         case MPMD_TASK_B:
             c->flags[x] |= DONE_BWD;
             c->bend[x] = end;
             infl--;
-            kept -= c->keep_f;
+            kept -= keep_f;
             break;
         case MPMD_TASK_A:
             c->flags[x] |= DONE_BWD;
             c->bend[x] = end;
-            kept -= c->keep_f - c->keep_w;
+            kept -= keep_f - keep_w;
             break;
         default: /* W: the last use of the stage's saved inputs */
             infl--;
-            kept -= c->keep_w;
+            kept -= keep_w;
             break;
         }
     }
@@ -695,6 +708,28 @@ static mpmd_status check_cost(const mpmd_schedule *s, const mpmd_cost_model *cos
                 return mpmd_error_set(err, MPMD_ERR_INVALID,
                                       "%s: the cost multiplier of stage %d must be finite and >= 0, got %g",
                                       s->name, i, cost->stage_scale[i]);
+    if (cost->link_time)
+        for (int i = 0; i + 1 < s->num_stages; i++)
+            if (!isfinite(cost->link_time[i]) || cost->link_time[i] < 0)
+                return mpmd_error_set(
+                    err, MPMD_ERR_INVALID,
+                    "%s: the link time between stages %d and %d must be finite and >= 0, got %g", s->name, i,
+                    i + 1, cost->link_time[i]);
+    if (cost->stage_memory)
+        for (int i = 0; i < s->num_stages; i++) {
+            const double *m = cost->stage_memory + (size_t)i * 3;
+            for (int k = 0; k < 3; k++)
+                if (!isfinite(m[k]) || m[k] < 0)
+                    return mpmd_error_set(err, MPMD_ERR_INVALID,
+                                          "%s: stage %d's %s must be finite and >= 0, got %g", s->name, i,
+                                          mem_names[k], m[k]);
+            if (m[1] > m[0])
+                return mpmd_error_set(
+                    err, MPMD_ERR_INVALID,
+                    "%s: stage %d's keep_w (%g bytes kept until W) is part of its keep_f (%g) and "
+                    "cannot exceed it",
+                    s->name, i, m[1], m[0]);
+        }
     return MPMD_OK;
 }
 
@@ -805,8 +840,6 @@ static mpmd_status check_and_run(const mpmd_schedule *s, const mpmd_cost_model *
     }
     c.cost = cost;
     c.transfer = cost->transfer;
-    c.keep_f = cost->keep_f;
-    c.keep_w = cost->keep_w;
     c.out = out;
     if (out && record) {
         out->ops = sched_mem_alloc((size_t)(units > 0 ? units : 1) * sizeof *out->ops);
@@ -864,7 +897,17 @@ void mpmd_sim_free(mpmd_sim *sim) {
     free(sim->peak_bytes);
     free((double *)sim->cost.stage_scale);
     free((double *)sim->cost.stage_latency);
+    free((double *)sim->cost.link_time);
+    free((double *)sim->cost.stage_memory);
     free(sim);
+}
+
+/* A malloc'ed copy of n doubles (NULL for NULL, or when out of memory). */
+static double *copy_of(const double *a, size_t n) {
+    if (!a) return NULL;
+    double *b = malloc((n ? n : 1) * sizeof *b);
+    if (b) memcpy(b, a, n * sizeof *b);
+    return b;
 }
 
 mpmd_status mpmd_schedule_simulate(const mpmd_schedule *s, const mpmd_cost_model *cost, mpmd_sim **out,
@@ -899,16 +942,13 @@ mpmd_status mpmd_schedule_simulate(const mpmd_schedule *s, const mpmd_cost_model
             if (sc) memcpy(sc, cost->stage_scale, (size_t)s->num_stages * sizeof *sc);
             sim->cost.stage_scale = sc;
         }
-        sim->cost.stage_latency = NULL;
-        if (cost->stage_latency) {
-            size_t nb = (size_t)s->num_stages * MPMD_TASK_KINDS * sizeof(double);
-            double *sl = malloc(nb);
-            if (sl) memcpy(sl, cost->stage_latency, nb);
-            sim->cost.stage_latency = sl;
-        }
+        sim->cost.stage_latency = copy_of(cost->stage_latency, (size_t)s->num_stages * MPMD_TASK_KINDS);
+        sim->cost.link_time = copy_of(cost->link_time, (size_t)s->num_stages);
+        sim->cost.stage_memory = copy_of(cost->stage_memory, (size_t)s->num_stages * 3);
     }
     if (!sim || !sim->busy || !sim->peak_in_flight || !sim->peak_bytes ||
-        (cost->stage_scale && !sim->cost.stage_scale) || (cost->stage_latency && !sim->cost.stage_latency)) {
+        (cost->stage_scale && !sim->cost.stage_scale) || (cost->stage_latency && !sim->cost.stage_latency) ||
+        (cost->link_time && !sim->cost.link_time) || (cost->stage_memory && !sim->cost.stage_memory)) {
         mpmd_sim_free(sim);
         return mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory for the simulation", s->name);
     }
@@ -924,7 +964,7 @@ mpmd_status mpmd_schedule_simulate(const mpmd_schedule *s, const mpmd_cost_model
                               s->name);
     }
     for (int k = 0; k < s->num_stages; k++) /* every stage's own bytes, on its rank */
-        if (s->stage_rank[k] >= 0) sim->peak_bytes[s->stage_rank[k]] += cost->static_bytes;
+        if (s->stage_rank[k] >= 0) sim->peak_bytes[s->stage_rank[k]] += stage_mem(cost, k, 2);
     sim->analytic_bubble =
         mpmd_schedule_analytic_bubble(s, cost, sim->analytic_formula, sizeof sim->analytic_formula);
     *out = sim;
