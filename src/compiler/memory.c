@@ -46,8 +46,8 @@ typedef struct {
     const mpmd_plan *pl;
     const unsigned char *folds; /* [nn] 1: the value's one reader is an ADD or MAX loop reduction */
     mpmd_rank_memory *m;
-    int n;        /* microbatches (at least 1 for the tables) */
-    int32_t *cur; /* [nn] the buffer a value outside the body is read from now */
+    int n;         /* microbatches (at least 1 for the tables) */
+    int32_t *cur;  /* [nn] the buffer a value outside the body is read from now */
     int32_t *cand; /* [nbuf] the operand buffer an in-place op may take over, -1 */
     int cap;
 } builder;
@@ -116,27 +116,24 @@ static void set_posts(mpmd_program *p, int ahead) {
     }
 }
 
-static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, mpmd_error *err) {
-    const mpmd_graph *g = pl->g;
-    const int nn = g->n_nodes, n = pl->num_micro > 0 ? pl->num_micro : 1;
-    mpmd_program *p = &pl->prog[r];
-    mpmd_rank_memory *m = &pl->mem[r];
-    builder b = {pl, folds, m, n, NULL, NULL, 0};
-    mpmd_arena_item *items = NULL;
-    size_t *offs = NULL;
-    set_posts(p, pl->recv_ahead);
-
-    /* slots: the body values this rank computes or receives */
+/* Phase 1: number the program at op granularity (m->pos), give every body
+ * value this rank computes or receives a slot, and chain the sends by the
+ * instruction at which their buffers may be reused. -1: out of memory. */
+static int number_positions(builder *b, const mpmd_program *p) {
+    const mpmd_plan *pl = b->pl;
+    const int nn = pl->g->n_nodes;
+    mpmd_rank_memory *m = b->m;
     m->slot = malloc((size_t)(nn + 1) * sizeof *m->slot);
     m->slot_node = malloc((size_t)(nn + 1) * sizeof *m->slot_node);
     m->val_buf = malloc((size_t)(nn + 1) * sizeof *m->val_buf);
     m->comb_buf = malloc((size_t)(nn + 1) * sizeof *m->comb_buf);
     m->gath_buf = malloc((size_t)(p->n + 1) * sizeof *m->gath_buf);
     m->pos = malloc((size_t)(p->n + 1) * sizeof *m->pos);
-    b.cur = malloc((size_t)(nn + 1) * sizeof *b.cur);
-    if (!m->slot || !m->slot_node || !m->val_buf || !m->comb_buf || !m->gath_buf || !m->pos || !b.cur) goto nomem;
+    b->cur = malloc((size_t)(nn + 1) * sizeof *b->cur);
+    if (!m->slot || !m->slot_node || !m->val_buf || !m->comb_buf || !m->gath_buf || !m->pos || !b->cur)
+        return -1;
     for (int i = 0; i < nn; i++)
-        m->slot[i] = m->val_buf[i] = m->comb_buf[i] = b.cur[i] = -1;
+        m->slot[i] = m->val_buf[i] = m->comb_buf[i] = b->cur[i] = -1;
     for (int x = 0; x <= p->n; x++)
         m->gath_buf[x] = -1;
     int P = 0;
@@ -159,7 +156,7 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, m
     m->pos[p->n] = P;
     m->reuse_head = malloc((size_t)(p->n + 1) * sizeof *m->reuse_head);
     m->reuse_next = malloc((size_t)(p->n + 1) * sizeof *m->reuse_next);
-    if (!m->reuse_head || !m->reuse_next) goto nomem;
+    if (!m->reuse_head || !m->reuse_next) return -1;
     for (int x = 0; x <= p->n; x++)
         m->reuse_head[x] = m->reuse_next[x] = -1;
     for (int x = p->n - 1; x >= 0; x--)
@@ -168,12 +165,64 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, m
             m->reuse_head[p->ins[x].reuse] = x;
         }
     m->npos = P + 1;
-    const int end = P;
-    if (!(m->body_buf = malloc(((size_t)m->nslots * n + 1) * sizeof *m->body_buf))) goto nomem;
-    for (size_t k = 0; k < (size_t)m->nslots * n; k++)
+    if (!(m->body_buf = malloc(((size_t)m->nslots * b->n + 1) * sizeof *m->body_buf))) return -1;
+    for (size_t k = 0; k < (size_t)m->nslots * b->n; k++)
         m->body_buf[k] = -1;
+    return 0;
+}
 
-    /* the walk: buffers with their first writes and last reads */
+/* A task's ops at positions at, at + 1, ...: each reads its operands there
+ * and makes its buffer, and the loop reductions fold its value in right
+ * after. -1: out of memory. */
+static int walk_task(builder *b, const mpmd_instr *in, int at) {
+    const mpmd_plan *pl = b->pl;
+    const mpmd_graph *g = pl->g;
+    mpmd_rank_memory *m = b->m;
+    const int k = in->stage * MPMD_TASK_KINDS + in->kind, mb = in->mb;
+    for (int c = 0; c < pl->cl.count[k]; c++) {
+        const int i = pl->cl.nodes[k][c], pc = at + c;
+        const mpmd_node *nd = &g->nodes[i];
+        if (!(nd->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)))
+            for (int j = 0; j < nd->n_in; j++)
+                use(b, buffer_of(b, nd->in[j], mb), pc);
+        if (needs_buffer(nd)) {
+            const int red = pl->reduce_head[i];
+            int bi;
+            if (mb == 0 && b->folds[i] && b->cur[red] < 0) {
+                /* the first microbatch's value is the loop result's start (acc = x_0): the op
+                 * writes it into the accumulator, and the fold has nothing to copy */
+                bi = new_buf(b, red, -1, MPMD_BUF_VALUE, pc, -1);
+                if (bi < 0) return -1;
+                b->cur[red] = m->val_buf[red] = bi;
+            } else {
+                int q = nd->op->inplace;
+                int cand = q >= 0 && q < nd->n_in ? buffer_of(b, nd->in[q], mb) : -1;
+                bi = new_buf(b, i, mb, MPMD_BUF_BODY, pc, cand);
+                if (bi < 0) return -1;
+            }
+            m->body_buf[(size_t)m->slot[i] * b->n + mb] = bi;
+        }
+        for (int red = pl->reduce_head[i]; red >= 0; red = pl->reduce_next[red]) {
+            if (b->cur[red] < 0) {
+                int bi = new_buf(b, red, -1, MPMD_BUF_VALUE, pc, -1);
+                if (bi < 0) return -1;
+                b->cur[red] = m->val_buf[red] = bi;
+            }
+            use(b, b->cur[red], pc);
+            use(b, buffer_of(b, i, mb), pc);
+        }
+    }
+    for (int q = 0; pl->fsdp == MPMD_FSDP_PER_TASK && pl->gather && q < pl->gather_n[k]; q++)
+        b->cur[pl->gather[k][q]] = -1; /* gathered for this task only */
+    return 0;
+}
+
+/* Phase 2, the walk: every buffer with its first write and last read.
+ * -1: out of memory. */
+static int walk(builder *b, const mpmd_program *p) {
+    const mpmd_plan *pl = b->pl;
+    const mpmd_graph *g = pl->g;
+    mpmd_rank_memory *m = b->m;
     for (int x = 0; x < p->n; x++) {
         const mpmd_instr *in = &p->ins[x];
         const int at = m->pos[x];
@@ -182,80 +231,43 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, m
         case MPMD_I_RUN_POST: {
             const mpmd_node *nd = &g->nodes[in->node];
             for (int j = 0; j < nd->n_in; j++)
-                use(&b, buffer_of(&b, nd->in[j], -1), at);
+                use(b, buffer_of(b, nd->in[j], -1), at);
             if (needs_buffer(nd)) {
                 int k = nd->op->inplace;
-                int cand = k >= 0 && k < nd->n_in ? buffer_of(&b, nd->in[k], -1) : -1;
-                int bi = new_buf(&b, in->node, -1, MPMD_BUF_VALUE, at, cand);
-                if (bi < 0) goto nomem;
+                int cand = k >= 0 && k < nd->n_in ? buffer_of(b, nd->in[k], -1) : -1;
+                int bi = new_buf(b, in->node, -1, MPMD_BUF_VALUE, at, cand);
+                if (bi < 0) return -1;
                 m->buf[bi].bytes = mpmd_held_bytes(&pl->mesh, in->node); /* FSDP: a sum of gradient shards */
-                b.cur[in->node] = m->val_buf[in->node] = bi;
+                b->cur[in->node] = m->val_buf[in->node] = bi;
             }
             break;
         }
-        case MPMD_I_TASK: {
-            const int k = in->stage * MPMD_TASK_KINDS + in->kind, mb = in->mb;
-            for (int c = 0; c < pl->cl.count[k]; c++) {
-                const int i = pl->cl.nodes[k][c], pc = at + c;
-                const mpmd_node *nd = &g->nodes[i];
-                if (!(nd->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)))
-                    for (int j = 0; j < nd->n_in; j++)
-                        use(&b, buffer_of(&b, nd->in[j], mb), pc);
-                if (needs_buffer(nd)) {
-                    const int red = pl->reduce_head[i];
-                    int bi;
-                    if (mb == 0 && b.folds[i] && b.cur[red] < 0) {
-                        /* the first microbatch's value is the loop result's start (acc = x_0): the op
-                         * writes it into the accumulator, and the fold has nothing to copy */
-                        bi = new_buf(&b, red, -1, MPMD_BUF_VALUE, pc, -1);
-                        if (bi < 0) goto nomem;
-                        b.cur[red] = m->val_buf[red] = bi;
-                    } else {
-                        int q = nd->op->inplace;
-                        int cand = q >= 0 && q < nd->n_in ? buffer_of(&b, nd->in[q], mb) : -1;
-                        bi = new_buf(&b, i, mb, MPMD_BUF_BODY, pc, cand);
-                        if (bi < 0) goto nomem;
-                    }
-                    m->body_buf[(size_t)m->slot[i] * n + mb] = bi;
-                }
-                /* the loop reductions fold this value in right after it is made */
-                for (int red = pl->reduce_head[i]; red >= 0; red = pl->reduce_next[red]) {
-                    if (b.cur[red] < 0) {
-                        int bi = new_buf(&b, red, -1, MPMD_BUF_VALUE, pc, -1);
-                        if (bi < 0) goto nomem;
-                        b.cur[red] = m->val_buf[red] = bi;
-                    }
-                    use(&b, b.cur[red], pc);
-                    use(&b, buffer_of(&b, i, mb), pc);
-                }
-            }
-            for (int q = 0; pl->fsdp == MPMD_FSDP_PER_TASK && pl->gather && q < pl->gather_n[k]; q++)
-                b.cur[pl->gather[k][q]] = -1; /* gathered for this task only */
+        case MPMD_I_TASK:
+            if (walk_task(b, in, at)) return -1;
             break;
-        }
         case MPMD_I_SEND:
-            use(&b, in->mb >= 0 ? buffer_of(&b, in->node, in->mb) : b.cur[in->node], m->pos[in->reuse]);
+            use(b, in->mb >= 0 ? buffer_of(b, in->node, in->mb) : b->cur[in->node], m->pos[in->reuse]);
             break;
         case MPMD_I_RECV: {
             const int from = m->pos[in->post];
-            int bi = new_buf(&b, in->node, in->mb, in->mb >= 0 ? MPMD_BUF_BODY : MPMD_BUF_VALUE, from, -1);
-            if (bi < 0) goto nomem;
+            int bi = new_buf(b, in->node, in->mb, in->mb >= 0 ? MPMD_BUF_BODY : MPMD_BUF_VALUE, from, -1);
+            if (bi < 0) return -1;
             m->buf[bi].received = 1;
             if (in->mb < 0) m->buf[bi].bytes = mpmd_held_bytes(&pl->mesh, in->node); /* a shard, with FSDP */
-            use(&b, bi, at);
+            use(b, bi, at);
             if (in->mb >= 0)
-                m->body_buf[(size_t)m->slot[in->node] * n + in->mb] = bi;
+                m->body_buf[(size_t)m->slot[in->node] * b->n + in->mb] = bi;
             else
-                b.cur[in->node] = m->val_buf[in->node] = bi;
+                b->cur[in->node] = m->val_buf[in->node] = bi;
             break;
         }
         case MPMD_I_ALLREDUCE:
         case MPMD_I_REDUCE_SCATTER: {
-            use(&b, b.cur[in->node], at);
-            int bi = new_buf(&b, in->node, -1, MPMD_BUF_COMBINED, at, -1);
-            if (bi < 0) goto nomem;
+            use(b, b->cur[in->node], at);
+            int bi = new_buf(b, in->node, -1, MPMD_BUF_COMBINED, at, -1);
+            if (bi < 0) return -1;
             m->buf[bi].bytes = mpmd_held_bytes(&pl->mesh, in->node);
-            b.cur[in->node] = m->comb_buf[in->node] = bi;
+            b->cur[in->node] = m->comb_buf[in->node] = bi;
             break;
         }
         case MPMD_I_GATHER: { /* sharded values, whole, read by the tasks' ops (above) */
@@ -263,11 +275,11 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, m
             const int32_t *list = mpmd_gather_list(pl, in, &ng);
             for (int q = 0; q < ng; q++) {
                 int v = list[q];
-                int bi = new_buf(&b, v, -1, MPMD_BUF_GATHERED, m->pos[in->post], -1); /* from its posting */
-                if (bi < 0) goto nomem;
+                int bi = new_buf(b, v, -1, MPMD_BUF_GATHERED, m->pos[in->post], -1); /* from its posting */
+                if (bi < 0) return -1;
                 m->buf[bi].bytes = mpmd_gathered_bytes(&pl->mesh, v);
                 if (q == 0) m->gath_buf[x] = bi;
-                b.cur[v] = bi;
+                b->cur[v] = bi;
             }
             break;
         }
@@ -278,27 +290,36 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, m
      * microbatch's); a shard made before the loop (FSDP: a parameter's
      * cast) lives through the step, since the other replicas may still be
      * copying it after this rank's last gather of it */
+    const int end = m->npos - 1;
     for (int bi = 0; bi < m->nbuf; bi++) {
         mpmd_buffer *x = &m->buf[bi];
         if (x->what == MPMD_BUF_VALUE && g->nodes[x->node].region == MPMD_REGION_PRE &&
             mpmd_sharded(&pl->mesh, x->node))
             x->last = end;
         if (!(g->nodes[x->node].flags & MPMD_NODE_KEEP)) continue;
-        if (x->what == MPMD_BUF_BODY ? x->mb == pl->num_micro - 1 : b.cur[x->node] == bi) x->last = end;
+        if (x->what == MPMD_BUF_BODY ? x->mb == pl->num_micro - 1 : b->cur[x->node] == bi) x->last = end;
     }
+    return 0;
+}
 
-    /* Live bytes position by position, by kind: [0] body values made here,
-     * [1] received, [2] loop results, [3] other values. The most bytes of
-     * body values alive at once (the program's peak of activations), and
-     * the arena at its fullest with what fills it. */
+/* Phase 3: live bytes position by position, by kind: [0] body values made
+ * here, [1] received, [2] loop results, [3] other values, [4] gathered.
+ * The arena at its fullest with what fills it; the most bytes of body
+ * values alive at once (the program's peak of activations, the values'
+ * own bytes, unrounded), and of those kept past their task. -1: out of
+ * memory. */
+static int live_peaks(builder *b, mpmd_program *p) {
+    const mpmd_plan *pl = b->pl;
+    const mpmd_graph *g = pl->g;
+    mpmd_rank_memory *m = b->m;
     enum { KINDS = 5 };
     int64_t *delta = calloc(((size_t)m->npos + 1) * KINDS, sizeof *delta);
-    if (!delta) goto nomem;
+    if (!delta) return -1;
     for (int bi = 0; bi < m->nbuf; bi++) {
         const mpmd_buffer *x = &m->buf[bi];
-        int kind = x->received                 ? 1
-                   : x->what == MPMD_BUF_BODY     ? 0
-                   : x->what == MPMD_BUF_GATHERED ? 4
+        int kind = x->received                                                                      ? 1
+                   : x->what == MPMD_BUF_BODY                                                       ? 0
+                   : x->what == MPMD_BUF_GATHERED                                                   ? 4
                    : (x->what == MPMD_BUF_COMBINED || g->nodes[x->node].op == &mpmd_op_loop_reduce) ? 2
                                                                                                     : 3;
         size_t rb = (x->bytes + MPMD_ARENA_ALIGN - 1) / MPMD_ARENA_ALIGN * MPMD_ARENA_ALIGN;
@@ -319,10 +340,8 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, m
         }
     }
     free(delta);
-    /* the activations' peaks count the values' own bytes, unrounded: all
-     * body values, and those kept past their task */
     delta = calloc(((size_t)m->npos + 1) * 2, sizeof *delta);
-    if (!delta) goto nomem;
+    if (!delta) return -1;
     for (int bi = 0; bi < m->nbuf; bi++) {
         const mpmd_buffer *x = &m->buf[bi];
         if (x->what != MPMD_BUF_BODY) continue;
@@ -338,27 +357,44 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, m
         if ((klive += delta[(size_t)q * 2 + 1]) > (int64_t)m->kept_peak) m->kept_peak = (size_t)klive;
     }
     free(delta);
+    return 0;
+}
 
-    items = malloc(((size_t)m->nbuf + 1) * sizeof *items);
-    offs = malloc(((size_t)m->nbuf + 1) * sizeof *offs);
-    if (!items || !offs) goto nomem;
-    for (int bi = 0; bi < m->nbuf; bi++) {
-        const mpmd_buffer *x = &m->buf[bi];
-        items[bi] = (mpmd_arena_item){x->bytes, x->def, x->last, -1};
-        int c = b.cand[bi];
-        if (c >= 0 && m->buf[c].last == x->def && m->buf[c].bytes == x->bytes &&
-            !(g->nodes[m->buf[c].node].flags & MPMD_NODE_KEEP))
-            items[bi].alias = c;
+/* Phase 4: the buffers' offsets in the arena (an in-place op's result takes
+ * its operand's block when the operand dies there). -1: out of memory. */
+static int place(builder *b) {
+    const mpmd_graph *g = b->pl->g;
+    mpmd_rank_memory *m = b->m;
+    mpmd_arena_item *items = malloc(((size_t)m->nbuf + 1) * sizeof *items);
+    size_t *offs = malloc(((size_t)m->nbuf + 1) * sizeof *offs);
+    size_t arena = (size_t)-1;
+    if (items && offs) {
+        for (int bi = 0; bi < m->nbuf; bi++) {
+            const mpmd_buffer *x = &m->buf[bi];
+            items[bi] = (mpmd_arena_item){x->bytes, x->def, x->last, -1};
+            int c = b->cand[bi];
+            if (c >= 0 && m->buf[c].last == x->def && m->buf[c].bytes == x->bytes &&
+                !(g->nodes[m->buf[c].node].flags & MPMD_NODE_KEEP))
+                items[bi].alias = c;
+        }
+        arena = mpmd_arena_plan(m->nbuf, items, m->npos, offs);
     }
-    size_t arena = mpmd_arena_plan(m->nbuf, items, m->npos, offs);
-    if (arena == (size_t)-1) goto nomem;
-    m->arena_bytes = arena;
-    for (int bi = 0; bi < m->nbuf; bi++)
-        m->buf[bi].off = offs[bi];
-    /* the kernels' workspace, and everything the rank allocates, as the
-     * runtime allocates it (run.c) and the backend rounds it */
+    if (arena != (size_t)-1) {
+        m->arena_bytes = arena;
+        for (int bi = 0; bi < m->nbuf; bi++)
+            m->buf[bi].off = offs[bi];
+    }
+    free(items), free(offs);
+    return arena == (size_t)-1 ? -1 : 0;
+}
+
+/* Phase 5: the kernels' workspace, and everything the rank allocates
+ * besides the arena, as the runtime allocates it (run.c) and the backend
+ * rounds it. */
+static void count_allocations(const mpmd_plan *pl, int r, mpmd_rank_memory *m) {
+    const mpmd_graph *g = pl->g;
     const mpmd_backend *be = pl->be;
-    for (int i = 0; i < nn; i++) {
+    for (int i = 0; i < g->n_nodes; i++) {
         const mpmd_node *nd = &g->nodes[i];
         if (!pl->live[i] || !mpmd_runs_on(pl, i, r)) continue;
         if (pl->kern[i]) {
@@ -376,12 +412,18 @@ static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, m
     m->total_bytes = m->params_bytes + m->state_bytes + m->input_bytes +
                      mpmd_backend_alloc_bytes(be, m->arena_bytes ? m->arena_bytes : 64) +
                      (m->scratch_bytes ? mpmd_backend_alloc_bytes(be, m->scratch_bytes) : 0);
-    free(items), free(offs), free(b.cur), free(b.cand);
+}
+
+static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, mpmd_error *err) {
+    const int n = pl->num_micro > 0 ? pl->num_micro : 1;
+    mpmd_program *p = &pl->prog[r];
+    builder b = {pl, folds, &pl->mem[r], n, NULL, NULL, 0};
+    set_posts(p, pl->recv_ahead);
+    int bad = number_positions(&b, p) || walk(&b, p) || live_peaks(&b, p) || place(&b);
+    if (!bad) count_allocations(pl, r, b.m);
+    free(b.cur), free(b.cand);
+    if (bad) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory planning rank %d's buffers", r);
     return MPMD_OK;
-nomem:
-    free(items), free(offs), free(b.cur), free(b.cand);
-    return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory planning rank %d's buffers",
-                          r);
 }
 
 /* The body values whose one live reader is a single ADD or MAX loop
@@ -432,7 +474,8 @@ void mpmd_plan_print_memory(const mpmd_plan *pl, int r, FILE *f) {
     static const char *what[] = {"body", "value", "combined", "gathered"};
     char tb[160];
     fprintf(f,
-            "rank %d memory plan: %zu bytes on the %s backend: parameters %zu, optimizer state and constants %zu, "
+            "rank %d memory plan: %zu bytes on the %s backend: parameters %zu, optimizer state and constants "
+            "%zu, "
             "inputs %zu, arena %zu (%d buffers over %d positions; at its fullest %zu live: activations %zu, "
             "received %zu, loop results %zu, gathered parameters %zu, other %zu), workspace %zu\n",
             r, m->total_bytes, pl->be->name, m->params_bytes, m->state_bytes, m->input_bytes, m->arena_bytes,
@@ -443,7 +486,8 @@ void mpmd_plan_print_memory(const mpmd_plan *pl, int r, FILE *f) {
         const mpmd_node *n = &g->nodes[x->node];
         char mb[24] = "";
         if (x->mb >= 0) snprintf(mb, sizeof mb, " mb %d", x->mb);
-        fprintf(f, "  %%%-5d %-14s %-22s %-8s offset %10zu  %10zu bytes  live [%d, %d]%s\n", x->node, n->op->name,
-                mpmd_type_str(&n->type, tb, sizeof tb), what[x->what], x->off, x->bytes, x->def, x->last, mb);
+        fprintf(f, "  %%%-5d %-14s %-22s %-8s offset %10zu  %10zu bytes  live [%d, %d]%s\n", x->node,
+                n->op->name, mpmd_type_str(&n->type, tb, sizeof tb), what[x->what], x->off, x->bytes, x->def,
+                x->last, mb);
     }
 }
