@@ -105,54 +105,43 @@ static int slot_by_name(const void *a, const void *b) {
     return strcmp(((const out_slot *)a)->t->name, ((const out_slot *)b)->t->name);
 }
 
-mpmd_status mpmd_st_write(const char *path, int n, const mpmd_st_out *tensors, int n_meta,
-                          const mpmd_st_kv *meta, int checksums, mpmd_error *err) {
-    if (!path || !*path) return mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write: no file name");
-    if (n < 0 || n_meta < 0 || (n && !tensors) || (n_meta && !meta))
-        return mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: bad tensor or metadata count",
-                              path);
-    out_slot *slots = malloc((size_t)(n ? n : 1) * sizeof *slots);
-    if (!slots) return mpmd_error_set(err, MPMD_ERR_NOMEM, "safetensors write %s: out of memory", path);
-    mpmd_status rc = MPMD_OK;
-    for (int i = 0; i < n && !rc; i++) {
+/* The tensors and keys as given: names, dtypes, shapes, data, no two
+ * tensors or keys alike; slots[] sorted by name with their offsets. */
+static mpmd_status check_outputs(const char *path, int n, const mpmd_st_out *tensors, int n_meta,
+                                 const mpmd_st_kv *meta, int checksums, out_slot *slots, mpmd_error *err) {
+    for (int i = 0; i < n; i++) {
         const mpmd_st_out *t = &tensors[i];
         slots[i].t = t;
         slots[i].elem = t->dtype ? mpmd_st_dtype_size(t->dtype) : 0;
         if (!t->name || !*t->name)
-            rc =
-                mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: tensor %d has no name", path, i);
-        else if (!slots[i].elem)
-            rc = mpmd_error_set(err, MPMD_ERR_INVALID,
-                                "safetensors write %s: tensor \"%s\" has unknown dtype %s", path, t->name,
-                                t->dtype ? t->dtype : "(null)");
-        else if (t->ndim < 0 || t->ndim > MPMD_ST_MAX_DIMS || (t->ndim && !t->dim))
-            rc = mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: tensor \"%s\" has %d dims",
-                                path, t->name, t->ndim);
+            return mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: tensor %d has no name", path,
+                                  i);
+        if (!slots[i].elem)
+            return mpmd_error_set(err, MPMD_ERR_INVALID,
+                                  "safetensors write %s: tensor \"%s\" has unknown dtype %s", path, t->name,
+                                  t->dtype ? t->dtype : "(null)");
+        if (t->ndim < 0 || t->ndim > MPMD_ST_MAX_DIMS || (t->ndim && !t->dim))
+            return mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: tensor \"%s\" has %d dims",
+                                  path, t->name, t->ndim);
         uint64_t bytes = (uint64_t)slots[i].elem;
-        for (int d = 0; !rc && d < t->ndim; d++) {
+        for (int d = 0; d < t->ndim; d++) {
             if (t->dim[d] < 0)
-                rc = mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: tensor \"%s\" has dim %lld",
-                                    path, t->name, (long long)t->dim[d]);
+                return mpmd_error_set(err, MPMD_ERR_INVALID,
+                                      "safetensors write %s: tensor \"%s\" has dim %lld", path, t->name,
+                                      (long long)t->dim[d]);
             bytes *= (uint64_t)t->dim[d];
         }
-        if (!rc && bytes && !t->data)
-            rc = mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: tensor \"%s\" has no data",
-                                path, t->name);
+        if (bytes && !t->data)
+            return mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: tensor \"%s\" has no data",
+                                  path, t->name);
         slots[i].bytes = bytes;
-    }
-    if (rc) {
-        free(slots);
-        return rc;
     }
     qsort(slots, (size_t)n, sizeof *slots, slot_by_name);
     uint64_t at = 0;
     for (int i = 0; i < n; i++) {
-        if (i && strcmp(slots[i - 1].t->name, slots[i].t->name) == 0) {
-            rc = mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: two tensors are named \"%s\"",
-                                path, slots[i].t->name);
-            free(slots);
-            return rc;
-        }
+        if (i && strcmp(slots[i - 1].t->name, slots[i].t->name) == 0)
+            return mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: two tensors are named \"%s\"",
+                                  path, slots[i].t->name);
         slots[i].begin = at;
         at += slots[i].bytes;
     }
@@ -161,114 +150,124 @@ mpmd_status mpmd_st_write(const char *path, int n, const mpmd_st_out *tensors, i
                     (checksums && (!strcmp(meta[i].key, "sha256") || !strcmp(meta[i].key, "header_sha256")));
         for (int j = 0; j < i && !clash; j++)
             clash = !strcmp(meta[i].key, meta[j].key);
-        if (clash) {
-            free(slots);
+        if (clash)
             return mpmd_error_set(
                 err, MPMD_ERR_INVALID,
                 "safetensors write %s: metadata key \"%s\" is missing, repeated or reserved", path,
                 meta[i].key ? meta[i].key : "(null)");
-        }
     }
+    return MPMD_OK;
+}
 
-    /* the header, with placeholder checksums of 64 '0's (fixed length) */
+/* The header into b: its length, the metadata with placeholder checksums
+ * of 64 '0's (fixed length; where they go in *data_hash_at and
+ * *header_hash_at), the tensors, padded so the data starts 8-aligned. */
+static void build_header(strbuf *b, int n, const out_slot *slots, int n_meta, const mpmd_st_kv *meta,
+                         int checksums, size_t *data_hash_at, size_t *header_hash_at) {
     static const char zeros[] = "0000000000000000000000000000000000000000000000000000000000000000";
-    strbuf b = {0};
-    size_t data_hash_at = 0, header_hash_at = 0;
-    sb_put(&b, "\0\0\0\0\0\0\0\0", 8);
-    sb_str(&b, "{");
+    sb_put(b, "\0\0\0\0\0\0\0\0", 8);
+    sb_str(b, "{");
     if (n_meta || checksums) {
-        sb_str(&b, "\"__metadata__\":{");
+        sb_str(b, "\"__metadata__\":{");
         for (int i = 0; i < n_meta; i++) {
-            if (i) sb_str(&b, ",");
-            sb_json(&b, meta[i].key);
-            sb_str(&b, ":");
-            sb_json(&b, meta[i].value);
+            if (i) sb_str(b, ",");
+            sb_json(b, meta[i].key);
+            sb_str(b, ":");
+            sb_json(b, meta[i].value);
         }
         if (checksums) {
-            sb_str(&b, n_meta ? ",\"sha256\":\"" : "\"sha256\":\"");
-            data_hash_at = b.len;
-            sb_str(&b, zeros);
-            sb_str(&b, "\",\"header_sha256\":\"");
-            header_hash_at = b.len;
-            sb_str(&b, zeros);
-            sb_str(&b, "\"");
+            sb_str(b, n_meta ? ",\"sha256\":\"" : "\"sha256\":\"");
+            *data_hash_at = b->len;
+            sb_str(b, zeros);
+            sb_str(b, "\",\"header_sha256\":\"");
+            *header_hash_at = b->len;
+            sb_str(b, zeros);
+            sb_str(b, "\"");
         }
-        sb_str(&b, "}");
+        sb_str(b, "}");
     }
     for (int i = 0; i < n; i++) {
         const mpmd_st_out *t = slots[i].t;
-        if (i || n_meta || checksums) sb_str(&b, ",");
-        sb_json(&b, t->name);
-        sb_str(&b, ":{\"dtype\":\"");
-        sb_str(&b, t->dtype);
-        sb_str(&b, "\",\"shape\":[");
+        if (i || n_meta || checksums) sb_str(b, ",");
+        sb_json(b, t->name);
+        sb_str(b, ":{\"dtype\":\"");
+        sb_str(b, t->dtype);
+        sb_str(b, "\",\"shape\":[");
         for (int d = 0; d < t->ndim; d++) {
-            if (d) sb_str(&b, ",");
-            sb_u64(&b, (uint64_t)t->dim[d]);
+            if (d) sb_str(b, ",");
+            sb_u64(b, (uint64_t)t->dim[d]);
         }
-        sb_str(&b, "],\"data_offsets\":[");
-        sb_u64(&b, slots[i].begin);
-        sb_str(&b, ",");
-        sb_u64(&b, slots[i].begin + slots[i].bytes);
-        sb_str(&b, "]}");
+        sb_str(b, "],\"data_offsets\":[");
+        sb_u64(b, slots[i].begin);
+        sb_str(b, ",");
+        sb_u64(b, slots[i].begin + slots[i].bytes);
+        sb_str(b, "]}");
     }
-    sb_str(&b, "}");
-    while (b.len % 8)
-        sb_str(&b, " "); /* the data section starts 8-aligned */
-    if (b.oom) {
-        free(b.s);
-        free(slots);
-        return mpmd_error_set(err, MPMD_ERR_NOMEM, "safetensors write %s: out of memory", path);
-    }
-    uint64_t hn = b.len - 8;
+    sb_str(b, "}");
+    while (b->len % 8)
+        sb_str(b, " ");
+    if (b->oom) return;
+    uint64_t hn = b->len - 8;
     for (int i = 0; i < 8; i++)
-        b.s[i] = (char)(hn >> (8 * i) & 0xFF);
+        b->s[i] = (char)(hn >> (8 * i) & 0xFF);
+}
 
-    /* write: the header, then the data (hashed on the way), then the header
-     * again with the checksums filled in; to a temporary file renamed over
-     * path once complete (src/io/atomic_file.h) */
-    mpmd_atomic_file af;
-    rc = mpmd_atomic_open(path, 0, &af, err);
-    if (rc) {
-        free(b.s);
-        free(slots);
-        return rc;
-    }
-    const int fd = af.fd;
-    int fail = mpmd_write_all(fd, b.s, b.len) != 0;
+/* Write the header, then the data (hashed on the way), then the header
+ * again with the checksums filled in. Nonzero: a write failed (errno). */
+static int write_file(int fd, strbuf *b, int n, const out_slot *slots, int checksums, size_t data_hash_at,
+                      size_t header_hash_at) {
+    int fail = mpmd_write_all(fd, b->s, b->len) != 0;
     mpmd_sha256_ctx c;
     mpmd_sha256_init(&c);
     for (int i = 0; i < n && !fail; i++)
         fail = write_tensor(fd, slots[i].t->data, slots[i].bytes, slots[i].elem, &c) != 0;
-    if (!fail && checksums) {
-        uint8_t d[32];
-        char hex[65];
-        mpmd_sha256_final(&c, d);
-        mpmd_sha256_hex(d, hex);
-        memcpy(b.s + data_hash_at, hex, 64);
-        mpmd_st_header_hash((const uint8_t *)b.s, b.len, header_hash_at, header_hash_at + 64, d);
-        mpmd_sha256_hex(d, hex);
-        memcpy(b.s + header_hash_at, hex, 64);
-        size_t done = 0;
-        while (!fail && done < b.len) {
-            ssize_t w = pwrite(fd, b.s + done, b.len - done, (off_t)done);
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) {
-                if (w == 0) errno = EIO;
-                fail = 1;
-            } else {
-                done += (size_t)w;
-            }
+    if (fail || !checksums) return fail;
+    uint8_t d[32];
+    char hex[65];
+    mpmd_sha256_final(&c, d);
+    mpmd_sha256_hex(d, hex);
+    memcpy(b->s + data_hash_at, hex, 64);
+    mpmd_st_header_hash((const uint8_t *)b->s, b->len, header_hash_at, header_hash_at + 64, d);
+    mpmd_sha256_hex(d, hex);
+    memcpy(b->s + header_hash_at, hex, 64);
+    size_t done = 0;
+    while (done < b->len) {
+        ssize_t w = pwrite(fd, b->s + done, b->len - done, (off_t)done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = EIO;
+            return 1;
         }
+        done += (size_t)w;
     }
-    if (fail) {
-        int e = errno;
-        rc = mpmd_error_set(err, MPMD_ERR_IO,
-                            "cannot write %s: writing the temporary file %s: %s (%s was left as it was)",
-                            af.dest, af.tmp, strerror(e), af.dest);
-        mpmd_atomic_abort(&af);
-    } else {
-        rc = mpmd_atomic_commit(&af, err);
+    return 0;
+}
+
+mpmd_status mpmd_st_write(const char *path, int n, const mpmd_st_out *tensors, int n_meta,
+                          const mpmd_st_kv *meta, int checksums, mpmd_error *err) {
+    if (!path || !*path) return mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write: no file name");
+    if (n < 0 || n_meta < 0 || (n && !tensors) || (n_meta && !meta))
+        return mpmd_error_set(err, MPMD_ERR_INVALID, "safetensors write %s: bad tensor or metadata count",
+                              path);
+    out_slot *slots = malloc((size_t)(n ? n : 1) * sizeof *slots);
+    if (!slots) return mpmd_error_set(err, MPMD_ERR_NOMEM, "safetensors write %s: out of memory", path);
+    mpmd_status rc = check_outputs(path, n, tensors, n_meta, meta, checksums, slots, err);
+    strbuf b = {0};
+    size_t data_hash_at = 0, header_hash_at = 0;
+    if (!rc) build_header(&b, n, slots, n_meta, meta, checksums, &data_hash_at, &header_hash_at);
+    if (!rc && b.oom) rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "safetensors write %s: out of memory", path);
+    /* to a temporary file renamed over path once complete (src/io/atomic_file.h) */
+    mpmd_atomic_file af;
+    if (!rc && !(rc = mpmd_atomic_open(path, 0, &af, err))) {
+        if (write_file(af.fd, &b, n, slots, checksums, data_hash_at, header_hash_at)) {
+            int e = errno;
+            rc = mpmd_error_set(err, MPMD_ERR_IO,
+                                "cannot write %s: writing the temporary file %s: %s (%s was left as it was)",
+                                af.dest, af.tmp, strerror(e), af.dest);
+            mpmd_atomic_abort(&af);
+        } else {
+            rc = mpmd_atomic_commit(&af, err);
+        }
     }
     free(b.s);
     free(slots);
