@@ -60,22 +60,12 @@ static int local_stage(const int32_t *stages, int nst, int32_t stage) {
     return k;
 }
 
-mpmd_status mpmd_timeline_write_svg(const mpmd_timeline *tl, FILE *f) {
-    if (!tl || !f) return MPMD_ERR_INVALID;
-    double makespan = 0;
-    int present[MPMD_TASK_KINDS] = {0}, any_fused = 0;
-    for (int r = 0; r < tl->num_ranks; r++)
-        for (int i = 0; i < tl->num_events[r]; i++) {
-            const mpmd_timeline_event *ev = &tl->events[r][i];
-            if (ev->end > makespan) makespan = ev->end;
-            if ((unsigned)ev->task.kind < MPMD_TASK_KINDS) present[ev->task.kind] = 1;
-            if (ev->group >= 0) any_fused = 1;
-        }
-    /* Scale: the width asked for; else aim at ~1100 px of time, giving a
-     * unit at least 22 px (room for two digits) while that keeps the
-     * picture under ~2000 px; a simulation's steps at most 40 px each (a
-     * measured run's units are chosen from its length: it fills the
-     * drawing); and keep pictures of huge runs bounded. */
+/* Pixels per unit of time: the width asked for; else aim at ~1100 px of
+ * time, giving a unit at least 22 px (room for two digits) while that
+ * keeps the picture under ~2000 px; a simulation's steps at most 40 px
+ * each (a measured run's units are chosen from its length: it fills the
+ * drawing); and keep pictures of huge runs bounded. */
+static double svg_scale(const mpmd_timeline *tl, double makespan) {
     double scale = makespan > 0 ? 1100.0 / makespan : 40;
     if (tl->width > 0 && makespan > 0) {
         scale = tl->width / makespan;
@@ -84,28 +74,11 @@ mpmd_status mpmd_timeline_write_svg(const mpmd_timeline *tl, FILE *f) {
             scale = 2000.0 / makespan < 22 ? 2000.0 / makespan : 22;
         if (scale > 40 && !strcmp(tl->unit, "step")) scale = 40;
     }
-    if (scale < 0.01) scale = 0.01;
-    double plot_w = makespan * scale;
-    double width = LEFT + plot_w + RIGHT;
-    if (width < 760) width = 760;
-    double rows_h = (double)tl->num_ranks * (ROW_H + ROW_GAP);
-    double height = ROWS_Y + rows_h + AXIS_H;
+    return scale < 0.01 ? 0.01 : scale;
+}
 
-    fprintf(
-        f,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
-        "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
-        width, height, width, height);
-    fputs("<defs><pattern id=\"idle\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
-          "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#f2f2f2\"/>"
-          "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#d6d6d6\" "
-          "stroke-width=\"2.5\"/></pattern></defs>\n",
-          f);
-    fprintf(f, "<rect width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", width, height);
-    fputs("<text x=\"12\" y=\"19\" font-size=\"15\" font-weight=\"bold\" fill=\"#222\">", f);
-    xml_text(f, tl->title);
-    fputs("</text>\n", f);
-
+/* The legend: the kinds present, fused, idle, what the labels mean. */
+static void write_legend(FILE *f, const mpmd_timeline *tl, const int *present, int any_fused) {
     /* Legend: the kinds present, fused, idle. */
     double lx = 12;
     for (int k = 0; k < MPMD_TASK_KINDS; k++) {
@@ -141,7 +114,11 @@ mpmd_status mpmd_timeline_write_svg(const mpmd_timeline *tl, FILE *f) {
     fprintf(f,
             "<text x=\"%.0f\" y=\"%d\" font-size=\"11\" fill=\"#555\">number in a box: microbatch%s</text>\n",
             lx, TOP_LEGEND, any_stages ? "; sK: stage K (lighter: the rank's later stages)" : "");
+}
 
+/* Grid lines and the time axis under the rows. */
+static void write_axis(FILE *f, const mpmd_timeline *tl, double makespan, double scale, double rows_h,
+                       double plot_w) {
     /* Grid lines and axis. */
     double step = tick_step(makespan);
     double axis_y = ROWS_Y + rows_h + 4;
@@ -158,81 +135,123 @@ mpmd_status mpmd_timeline_write_svg(const mpmd_timeline *tl, FILE *f) {
             "<text x=\"%.2f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\" fill=\"#333\">time "
             "(%s)</text>\n",
             LEFT, axis_y, LEFT + plot_w, axis_y, LEFT + plot_w / 2, axis_y + 32, tl->unit);
+}
 
-    int32_t *stages = NULL;
-    int cap_st = 0;
+/* Rank r's row: its label, idle background, a box per task, frames
+ * around FusedTask groups. stages/cap_st: a scratch list of the row's
+ * distinct stages. */
+static void write_row(FILE *f, const mpmd_timeline *tl, int r, double scale, double plot_w,
+                      int32_t **stages_p, int *cap_st) {
     char name[MPMD_ENTRY_STR_MAX];
-    for (int r = 0; r < tl->num_ranks; r++) {
-        double y = ROWS_Y + (double)r * (ROW_H + ROW_GAP);
-        const mpmd_timeline_event *ev = tl->events[r];
-        int n = tl->num_events[r];
-        /* The row's distinct stages, for shading and stage labels. */
-        int nst = 0;
-        for (int i = 0; i < n; i++) {
-            int seen = 0;
-            for (int j = 0; j < nst && !seen; j++)
-                seen = stages[j] == ev[i].task.stage;
-            if (seen) continue;
-            if (nst == cap_st) {
-                int c = cap_st ? cap_st * 2 : 8;
-                int32_t *p = realloc(stages, (size_t)c * sizeof *p);
-                if (!p) break;
-                stages = p;
-                cap_st = c;
-            }
-            stages[nst++] = ev[i].task.stage;
+    int32_t *stages = *stages_p;
+    const double y = ROWS_Y + (double)r * (ROW_H + ROW_GAP);
+    const mpmd_timeline_event *ev = tl->events[r];
+    const int n = tl->num_events[r];
+    /* The row's distinct stages, for shading and stage labels. */
+    int nst = 0;
+    for (int i = 0; i < n; i++) {
+        int seen = 0;
+        for (int j = 0; j < nst && !seen; j++)
+            seen = stages[j] == ev[i].task.stage;
+        if (seen) continue;
+        if (nst == *cap_st) {
+            int c = *cap_st ? *cap_st * 2 : 8;
+            int32_t *p = realloc(stages, (size_t)c * sizeof *p);
+            if (!p) break;
+            *stages_p = stages = p;
+            *cap_st = c;
         }
-        int show_stage = nst > 1 || tl->rank_stages[r] > 1;
-        fprintf(
-            f,
+        stages[nst++] = ev[i].task.stage;
+    }
+    int show_stage = nst > 1 || tl->rank_stages[r] > 1;
+    fprintf(f,
             "<text x=\"%d\" y=\"%.1f\" font-size=\"12\" text-anchor=\"end\" fill=\"#222\">rank %d</text>\n"
             "<rect x=\"%d\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" fill=\"url(#idle)\"/>\n",
             LEFT - 8, y + ROW_H / 2.0 + 4, r, LEFT, y, plot_w, ROW_H);
-        for (int i = 0; i < n; i++) {
-            const mpmd_timeline_event *e = &ev[i];
-            int k = (unsigned)e->task.kind < MPMD_TASK_KINDS ? e->task.kind : 0;
-            int light = local_stage(stages, nst, e->task.stage) > 0;
-            double x = LEFT + e->start * scale, w = (e->end - e->start) * scale;
-            mpmd_task_str(&e->task, name, sizeof name);
-            fprintf(f,
-                    "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"#ffffff\" "
-                    "stroke-width=\"%.1f\"><title>%s  [%g, %g)</title></rect>\n",
-                    x, y, w, ROW_H, light ? light_fill[k] : base_fill[k], w > 4 ? 1.0 : 0.0, name, e->start,
-                    e->end);
-            char mb[16], st[16];
-            snprintf(mb, sizeof mb, "%d", (int)e->task.microbatch);
-            snprintf(st, sizeof st, "s%d", (int)e->task.stage);
-            /* ~7.5 px per bold 12 px digit, ~5.5 px per 9 px character. */
-            double need = 7.5 * (double)strlen(mb) + 3;
-            if (show_stage && 5.5 * (double)strlen(st) + 3 > need) need = 5.5 * (double)strlen(st) + 3;
-            if (w >= need) {
-                const char *tc = text_fill[light || k == MPMD_TASK_B];
-                if (show_stage)
-                    fprintf(f,
-                            "<text x=\"%.2f\" y=\"%.1f\" font-size=\"12\" font-weight=\"bold\" "
-                            "text-anchor=\"middle\" fill=\"%s\">%s</text>"
-                            "<text x=\"%.2f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"middle\" "
-                            "fill=\"%s\">%s</text>\n",
-                            x + w / 2, y + 13, tc, mb, x + w / 2, y + 24, tc, st);
-                else
-                    fprintf(f,
-                            "<text x=\"%.2f\" y=\"%.1f\" font-size=\"12\" font-weight=\"bold\" "
-                            "text-anchor=\"middle\" fill=\"%s\">%s</text>\n",
-                            x + w / 2, y + ROW_H / 2.0 + 4.5, tc, mb);
-            }
-            /* After a group's last member, frame the whole group. */
-            if (e->group >= 0 && (i + 1 == n || ev[i + 1].group != e->group)) {
-                int j = i;
-                while (j > 0 && ev[j - 1].group == e->group)
-                    j--;
-                double gx = LEFT + ev[j].start * scale, gw = (e->end - ev[j].start) * scale;
+    for (int i = 0; i < n; i++) {
+        const mpmd_timeline_event *e = &ev[i];
+        int k = (unsigned)e->task.kind < MPMD_TASK_KINDS ? e->task.kind : 0;
+        int light = local_stage(stages, nst, e->task.stage) > 0;
+        double x = LEFT + e->start * scale, w = (e->end - e->start) * scale;
+        mpmd_task_str(&e->task, name, sizeof name);
+        fprintf(f,
+                "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"#ffffff\" "
+                "stroke-width=\"%.1f\"><title>%s  [%g, %g)</title></rect>\n",
+                x, y, w, ROW_H, light ? light_fill[k] : base_fill[k], w > 4 ? 1.0 : 0.0, name, e->start,
+                e->end);
+        char mb[16], st[16];
+        snprintf(mb, sizeof mb, "%d", (int)e->task.microbatch);
+        snprintf(st, sizeof st, "s%d", (int)e->task.stage);
+        /* ~7.5 px per bold 12 px digit, ~5.5 px per 9 px character. */
+        double need = 7.5 * (double)strlen(mb) + 3;
+        if (show_stage && 5.5 * (double)strlen(st) + 3 > need) need = 5.5 * (double)strlen(st) + 3;
+        if (w >= need) {
+            const char *tc = text_fill[light || k == MPMD_TASK_B];
+            if (show_stage)
                 fprintf(f,
-                        "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" rx=\"3\" fill=\"none\" "
-                        "stroke=\"#111\" stroke-width=\"2\"/>\n",
-                        gx + 1, y + 1, gw > 2 ? gw - 2 : gw, ROW_H - 2);
-            }
+                        "<text x=\"%.2f\" y=\"%.1f\" font-size=\"12\" font-weight=\"bold\" "
+                        "text-anchor=\"middle\" fill=\"%s\">%s</text>"
+                        "<text x=\"%.2f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"middle\" "
+                        "fill=\"%s\">%s</text>\n",
+                        x + w / 2, y + 13, tc, mb, x + w / 2, y + 24, tc, st);
+            else
+                fprintf(f,
+                        "<text x=\"%.2f\" y=\"%.1f\" font-size=\"12\" font-weight=\"bold\" "
+                        "text-anchor=\"middle\" fill=\"%s\">%s</text>\n",
+                        x + w / 2, y + ROW_H / 2.0 + 4.5, tc, mb);
+        }
+        /* After a group's last member, frame the whole group. */
+        if (e->group >= 0 && (i + 1 == n || ev[i + 1].group != e->group)) {
+            int j = i;
+            while (j > 0 && ev[j - 1].group == e->group)
+                j--;
+            double gx = LEFT + ev[j].start * scale, gw = (e->end - ev[j].start) * scale;
+            fprintf(f,
+                    "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" rx=\"3\" fill=\"none\" "
+                    "stroke=\"#111\" stroke-width=\"2\"/>\n",
+                    gx + 1, y + 1, gw > 2 ? gw - 2 : gw, ROW_H - 2);
         }
     }
+}
+
+mpmd_status mpmd_timeline_write_svg(const mpmd_timeline *tl, FILE *f) {
+    if (!tl || !f) return MPMD_ERR_INVALID;
+    double makespan = 0;
+    int present[MPMD_TASK_KINDS] = {0}, any_fused = 0;
+    for (int r = 0; r < tl->num_ranks; r++)
+        for (int i = 0; i < tl->num_events[r]; i++) {
+            const mpmd_timeline_event *ev = &tl->events[r][i];
+            if (ev->end > makespan) makespan = ev->end;
+            if ((unsigned)ev->task.kind < MPMD_TASK_KINDS) present[ev->task.kind] = 1;
+            if (ev->group >= 0) any_fused = 1;
+        }
+    double scale = svg_scale(tl, makespan);
+    double plot_w = makespan * scale;
+    double width = LEFT + plot_w + RIGHT;
+    if (width < 760) width = 760;
+    double rows_h = (double)tl->num_ranks * (ROW_H + ROW_GAP);
+    double height = ROWS_Y + rows_h + AXIS_H;
+
+    fprintf(
+        f,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+        "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
+        width, height, width, height);
+    fputs("<defs><pattern id=\"idle\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+          "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#f2f2f2\"/>"
+          "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#d6d6d6\" "
+          "stroke-width=\"2.5\"/></pattern></defs>\n",
+          f);
+    fprintf(f, "<rect width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", width, height);
+    fputs("<text x=\"12\" y=\"19\" font-size=\"15\" font-weight=\"bold\" fill=\"#222\">", f);
+    xml_text(f, tl->title);
+    fputs("</text>\n", f);
+    write_legend(f, tl, present, any_fused);
+    write_axis(f, tl, makespan, scale, rows_h, plot_w);
+    int32_t *stages = NULL;
+    int cap_st = 0;
+    for (int r = 0; r < tl->num_ranks; r++)
+        write_row(f, tl, r, scale, plot_w, &stages, &cap_st);
     free(stages);
     fputs("</svg>\n", f);
     return ferror(f) ? MPMD_ERR_IO : MPMD_OK;
