@@ -72,10 +72,11 @@ static int chain(const mpmd_graph *g, int v, int u, int32_t *grp, int depth, int
         grp[v] = u;
         return 1;
     }
-    if (n->op == &mpmd_op_add && n->n_in == 2 &&
-        mpmd_type_equal(&g->nodes[n->in[0]].type, &n->type) && mpmd_type_equal(&g->nodes[n->in[1]].type, &n->type)) {
+    if (n->op == &mpmd_op_add && n->n_in == 2 && mpmd_type_equal(&g->nodes[n->in[0]].type, &n->type) &&
+        mpmd_type_equal(&g->nodes[n->in[1]].type, &n->type)) {
         grp[v] = u;
-        return chain(g, n->in[0], u, grp, depth + 1, culprit) && chain(g, n->in[1], u, grp, depth + 1, culprit);
+        return chain(g, n->in[0], u, grp, depth + 1, culprit) &&
+               chain(g, n->in[1], u, grp, depth + 1, culprit);
     }
     if (n->op == &mpmd_op_mul && n->n_in == 2) {
         for (int j = 0; j < 2; j++)
@@ -156,13 +157,68 @@ nomem:
     return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory sharding the parameters");
 }
 
+/* Every reader of a group's value must be the group's update, one of its
+ * chain's ops, a clip's global norm, or (the parameter) a body op or a
+ * cast of it that only body ops read: bad[u] says why group u stays whole
+ * where one is not. */
+static void check_readers(const mpmd_plan *pl, const readers *rd, const int32_t *meets, const int32_t *grp,
+                          const unsigned char *cast_ok, int32_t *bad) {
+    const mpmd_graph *g = pl->g;
+    const int nn = g->n_nodes;
+    for (int c = 0; c < nn; c++) {
+        const mpmd_node *cn = &g->nodes[c];
+        if (!pl->live[c]) continue;
+        for (int j = 0; j < cn->n_in; j++) {
+            int v = cn->in[j], u = grp[v];
+            if (u < 0 || c == u || grp[c] == u) continue;
+            const int param = v == g->nodes[u].in[0];
+            if (cn->op == &mpmd_op_global_norm && g->nodes[v].region == MPMD_REGION_POST) continue;
+            if (param && cast_ok[c]) continue;
+            if (param && cn->region == MPMD_REGION_BODY && cn->op != &mpmd_op_microbatch) {
+                if (pl->home[c] >= 0 && meets[pl->home[c]]) continue;
+                if (!bad[u]) bad[u] = WHY_NO_MEETING | (c + 1) << 4;
+                continue;
+            }
+            int why = cn->region == MPMD_REGION_PRE    ? WHY_READ_BEFORE
+                      : cn->region == MPMD_REGION_POST ? WHY_READ_AFTER
+                                                       : WHY_READ_OTHER;
+            if (param && cn->op == &mpmd_op_cast && cn->region == MPMD_REGION_PRE) {
+                int culprit = c, w2 = why; /* the cast's own readers say why */
+                body_reads_only(pl, rd, meets, c, &culprit, &w2);
+                if (!bad[u]) bad[u] = w2 | (culprit + 1) << 4;
+                continue;
+            }
+            if (!bad[u]) bad[u] = why | (c + 1) << 4;
+        }
+    }
+}
+
+/* FSDP was asked for and nothing can be sharded: why, from the first
+ * parameter left whole. */
+static mpmd_status none_sharded_error(const mpmd_plan *pl, mpmd_error *err) {
+    const mpmd_graph *g = pl->g;
+    char why[400] = "";
+    int whole = 0, first = -1;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (pl->whole[i]) whole++, first = first < 0 ? i : first;
+    if (first >= 0) mpmd_plan_whole_reason(pl, first, why, sizeof why);
+    return mpmd_error_set(err, MPMD_ERR_INVALID,
+                          "fsdp is on but no parameter can be sharded: %s%s%s%s "
+                          "(mpmd_step_opts.fsdp shards the parameters an optimizer updates, their state and "
+                          "gradients; %d parameter%s left whole)",
+                          first >= 0 ? "\"" : "the graph has no parameters",
+                          first >= 0 ? g->nodes[first].name : "", first >= 0 ? "\" " : "", why, whole,
+                          whole == 1 ? "" : "s");
+}
+
 mpmd_status mpmd_plan_shards(mpmd_plan *pl, mpmd_error *err) {
     const mpmd_graph *g = pl->g;
     const int nn = g->n_nodes;
     if (!pl->fsdp || pl->replicas < 2) return MPMD_OK;
     mpmd_status rc = MPMD_OK;
     int32_t *grp = malloc((size_t)(nn + 1) * sizeof *grp), *mark = malloc((size_t)(nn + 1) * sizeof *mark);
-    int32_t *meets = calloc((size_t)pl->num_ranks + 1, sizeof *meets), *bad = calloc((size_t)nn + 1, sizeof *bad);
+    int32_t *meets = calloc((size_t)pl->num_ranks + 1, sizeof *meets),
+            *bad = calloc((size_t)nn + 1, sizeof *bad);
     unsigned char *cast_ok = calloc((size_t)nn + 1, 1);
     readers rd = {malloc((size_t)(nn + 1) * sizeof(int32_t)), NULL, NULL};
     int edges = 0;
@@ -189,8 +245,8 @@ mpmd_status mpmd_plan_shards(mpmd_plan *pl, mpmd_error *err) {
      * of a rank reading it has finished gathering it, so a parameter read
      * on a rank without such a meeting stays whole */
     for (int i = 0; i < nn; i++)
-        if (pl->live[i] && g->nodes[i].op == &mpmd_op_loop_reduce && g->nodes[i].ia[0] != MPMD_REDUCE_CONCAT &&
-            pl->home[i] >= 0)
+        if (pl->live[i] && g->nodes[i].op == &mpmd_op_loop_reduce &&
+            g->nodes[i].ia[0] != MPMD_REDUCE_CONCAT && pl->home[i] >= 0)
             meets[pl->home[i]] = 1;
     /* the groups: each update with its parameter, state and gradient chain;
      * bad[u] = why | culprit << 4 when the group stays whole */
@@ -218,35 +274,7 @@ mpmd_status mpmd_plan_shards(mpmd_plan *pl, mpmd_error *err) {
                      grp[cn->in[0]] >= 0 && g->nodes[cn->in[0]].op == &mpmd_op_param &&
                      body_reads_only(pl, &rd, meets, c, &culprit, &why);
     }
-    /* every reader of a group's value must be the group's update, one of its
-     * chain's ops, a clip's global norm, or (the parameter) a body op or a
-     * cast of it that only body ops read */
-    for (int c = 0; c < nn; c++) {
-        const mpmd_node *cn = &g->nodes[c];
-        if (!pl->live[c]) continue;
-        for (int j = 0; j < cn->n_in; j++) {
-            int v = cn->in[j], u = grp[v];
-            if (u < 0 || c == u || grp[c] == u) continue;
-            const int param = v == g->nodes[u].in[0];
-            if (cn->op == &mpmd_op_global_norm && g->nodes[v].region == MPMD_REGION_POST) continue;
-            if (param && cast_ok[c]) continue;
-            if (param && cn->region == MPMD_REGION_BODY && cn->op != &mpmd_op_microbatch) {
-                if (pl->home[c] >= 0 && meets[pl->home[c]]) continue;
-                if (!bad[u]) bad[u] = WHY_NO_MEETING | (c + 1) << 4;
-                continue;
-            }
-            int why = cn->region == MPMD_REGION_PRE    ? WHY_READ_BEFORE
-                      : cn->region == MPMD_REGION_POST ? WHY_READ_AFTER
-                                                       : WHY_READ_OTHER;
-            if (param && cn->op == &mpmd_op_cast && cn->region == MPMD_REGION_PRE) {
-                int culprit = c, w2 = why; /* the cast's own readers say why */
-                body_reads_only(pl, &rd, meets, c, &culprit, &w2);
-                if (!bad[u]) bad[u] = w2 | (culprit + 1) << 4;
-                continue;
-            }
-            if (!bad[u]) bad[u] = why | (c + 1) << 4;
-        }
-    }
+    check_readers(pl, &rd, meets, grp, cast_ok, bad);
     for (int i = 0; i < nn; i++) {
         if (!pl->live[i]) continue;
         if (grp[i] >= 0 && !bad[grp[i]]) pl->mesh.shard[i] = 1;
@@ -261,17 +289,7 @@ mpmd_status mpmd_plan_shards(mpmd_plan *pl, mpmd_error *err) {
             pl->whole[i] = bad[grp[i]];
     }
     if (!mpmd_plan_sharded_params(pl)) {
-        char why[400] = "";
-        int whole = 0, first = -1;
-        for (int i = 0; i < nn; i++)
-            if (pl->whole[i]) whole++, first = first < 0 ? i : first;
-        if (first >= 0) mpmd_plan_whole_reason(pl, first, why, sizeof why);
-        rc = mpmd_error_set(err, MPMD_ERR_INVALID,
-                            "fsdp is on but no parameter can be sharded: %s%s%s%s "
-                            "(mpmd_step_opts.fsdp shards the parameters an optimizer updates, their state and "
-                            "gradients; %d parameter%s left whole)",
-                            first >= 0 ? "\"" : "the graph has no parameters", first >= 0 ? g->nodes[first].name : "",
-                            first >= 0 ? "\" " : "", why, whole, whole == 1 ? "" : "s");
+        rc = none_sharded_error(pl, err);
         goto done;
     }
     rc = gather_lists(pl, mark, err);
@@ -295,7 +313,9 @@ int mpmd_plan_whole_reason(const mpmd_plan *pl, int node, char *buf, size_t len)
     const char *op = c >= 0 ? pl->g->nodes[c].op->name : "";
     switch (why) {
     case WHY_NO_UPDATE: snprintf(buf, len, "is not updated by mpmd_sgd or mpmd_adamw"); break;
-    case WHY_TWO_UPDATES: snprintf(buf, len, "shares a parameter or optimizer state with the update %s", ob); break;
+    case WHY_TWO_UPDATES:
+        snprintf(buf, len, "shares a parameter or optimizer state with the update %s", ob);
+        break;
     case WHY_GRADIENT:
         snprintf(buf, len,
                  "has an update whose gradient %s (%s) is not a sum of loop results (their adds, a scalar "
@@ -310,8 +330,8 @@ int mpmd_plan_whole_reason(const mpmd_plan *pl, int node, char *buf, size_t len)
                  ob, op);
         break;
     case WHY_NO_MEETING:
-        snprintf(buf, len, "is read in the loop by %s (%s) on rank %d, whose replicas combine no loop result", ob,
-                 op, pl->home[c]);
+        snprintf(buf, len, "is read in the loop by %s (%s) on rank %d, whose replicas combine no loop result",
+                 ob, op, pl->home[c]);
         break;
     default: snprintf(buf, len, "is read by %s (%s)", ob, op); break;
     }
