@@ -218,8 +218,12 @@ static const char *usage =
     "                        one deleted only once a newer one is written; PATH is the last step's\n"
     "  --resume PATH         continue from a checkpoint (any pipeline layout); a weights file\n"
     "                        (--export-weights) starts at step 1 from its weights, optimizer fresh.\n"
-    "                        The model options must be those it was trained with (a checkpoint\n"
-    "                        records them); lr, batch, the layout and precision may change\n"
+    "                        A checkpoint records its model (layers, width, heads, vocab, seq,\n"
+    "                        tied embeddings; llama's key/value heads, MLP width, rope base, RMS\n"
+    "                        epsilon and rope scaling): the options left out are taken from it, and\n"
+    "                        one given that differs is refused naming both values (a weights file\n"
+    "                        records none: give its options). lr, batch, the layout and precision\n"
+    "                        may change\n"
     "  --resume latest       continue from the newest checkpoint of --save PATH (PATH or its\n"
     "                        series) that loads, a damaged one skipped with a warning; none yet:\n"
     "                        start at step 1. So one command line starts and restarts a run\n"
@@ -787,6 +791,30 @@ static int parse_args(int argc, char **argv, options *o) {
             return err.code == MPMD_ERR_IO || err.code == MPMD_ERR_NOMEM ? 1 : 2;
         }
         if (!o->given.vocab && !o->init_from) o->cfg.vocab = mpmd_tokenizer_vocab_size(o->tok);
+    }
+    /* --resume (and --generate from a checkpoint): the model it records, the options given checked against
+     * it. A file whose header does not read is left to the resume itself, which names why; --resume
+     * latest takes the record of the newest checkpoint of --save that reads */
+    if (o->resume) {
+        const char *file = o->resume;
+        mpmd_checkpoint_info info;
+        int have = 0;
+        gpt_candidate *cand = NULL;
+        int n_cand = 0;
+        if (o->resume_latest) {
+            if (!gpt_series_list(o->save, &cand, &n_cand, &err))
+                for (int k = 0; k < n_cand && !have; k++)
+                    if (!cand[k].bad) info = cand[k].info, file = cand[k].path, have = 1;
+        } else {
+            have = !mpmd_checkpoint_read_info(o->resume, &info, &err);
+        }
+        mpmd_status crc =
+            have ? gpt_config_from_record(&o->cfg, &o->given, info.config, file, &err) : MPMD_OK;
+        gpt_candidates_free(cand, n_cand);
+        if (crc) {
+            fprintf(stderr, PROG ": %s\n", err.msg);
+            return 1;
+        }
     }
     /* (after the file is known to be GPT-2's weights) GPT-2 reads ids as its BPE
      * tokens, to which bytes as ids 0..255 are other tokens: almost surely a
