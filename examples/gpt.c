@@ -894,8 +894,7 @@ static int parse_args(int argc, char **argv, options *o) {
                               (long long)o->cfg.vocab - 1);
     }
     if (gpt_config_check(&o->cfg, &err)) {
-        fprintf(stderr, "%s\n(run gpt --help for the options)\n",
-                err.msg); /* the message names the program */
+        fprintf(stderr, PROG ": %s\n(run " PROG " --help for the options)\n", err.msg);
         return 2;
     }
     return check_memory(o);
