@@ -20,7 +20,8 @@
 #      record: a prompt in text, the sample printed as text that encodes
 #      back to the ids the program drew (--print-ids), the same on a
 #      pipeline; --eos "<|endoftext|>" ends the sample right after that
-#      token, the text without it cut there;
+#      token, the text without it cut there; a prompt's UTF-8, newline and
+#      backslash print as the help says, streamed or not;
 #   4. the errors of text prompts: a prompt that is not ids without a
 #      tokenizer, an --eos text that is no token, a tokenizer whose ids are
 #      past the model's vocabulary, --eos text without a tokenizer.
@@ -166,6 +167,16 @@ if [ "$(grep '^sample 0: ' "$tmp/eos.out")" = "$want" ] && [ "${eids##*,}" = 400
 else
   bad "--eos \"<|endoftext|>\": $(cat "$tmp/eos.out"), expected $want"
 fi
+
+# a sample line stays one line: UTF-8 as it is (a character whose bytes are two tokens printed once
+# whole, streamed or not), a newline as \n, a backslash as \\
+for b in 1 2; do
+  "$llama" --resume "$tmp/tuned.st" "${tok[@]}" --generate 1 --batch $b --microbatches 1 --quiet \
+    --prompt "$(printf 'h\xc3\xa9 \xe2\x9c\x93 a\\b\nc')" >"$tmp/esc" 2>&1
+  line=$(grep '^sample 0: ' "$tmp/esc")
+  [[ "$line" == 'sample 0: hé ✓ a\\b\nc'* ]] && ok "--batch $b: the prompt's text as the line shows it: $line" ||
+    bad "--batch $b: escapes: $(cat "$tmp/esc")"
+done
 
 # 4. errors
 expect() { # expect STATUS PATTERN ARGS...
