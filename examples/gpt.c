@@ -24,7 +24,10 @@
  *
  * With --generate N the program samples from the model instead of training
  * it: the same blocks in decode mode (gpt_build_decoder), run by the
- * library's mpmd_generate.
+ * library's mpmd_generate; with --tokenizer the prompts are text it encodes
+ * and the samples print as the text of their tokens. --resume (training or
+ * generating) takes the model options a checkpoint records
+ * (gpt_config_from_record).
  *
  * Exit status: 0 on success, 2 for bad options, 1 for a failure while
  * building or training (including a NaN/Inf loss, unless --no-nan-check),
@@ -294,7 +297,7 @@ typedef struct options {
     int resume_latest;    /* --resume latest: the newest checkpoint of --save's series that loads */
     long long eval_every; /* --eval K: the held-out loss every K steps and after the last (0: none) */
     long long generate;   /* --generate N: sample N tokens after a prompt instead of training (0: train) */
-    const char *prompt[MAX_PROMPTS]; /* --prompt (repeated): text (byte vocabulary) or token ids */
+    const char *prompt[MAX_PROMPTS]; /* --prompt (repeated): text (--tokenizer, bytes) or token ids */
     int n_prompts;
     long long eos;        /* --eos: a sequence ends once it draws this id (-1: none) */
     const char *eos_arg;  /* --eos as given: an id, or with --tokenizer a token's text */
