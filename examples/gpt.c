@@ -24,7 +24,10 @@
  *
  * With --generate N the program samples from the model instead of training
  * it: the same blocks in decode mode (gpt_build_decoder), run by the
- * library's mpmd_generate.
+ * library's mpmd_generate; with --tokenizer the prompts are text it encodes
+ * and the samples print as the text of their tokens. --resume (training or
+ * generating) takes the model options a checkpoint records
+ * (gpt_config_from_record).
  *
  * Exit status: 0 on success, 2 for bad options, 1 for a failure while
  * building or training (including a NaN/Inf loss, unless --no-nan-check),
@@ -126,7 +129,8 @@ static const char *usage =
     "  --text FILE           train on the UTF-8 text of FILE, encoded once in memory by --tokenizer\n"
     "  --tokenizer FILE      a Hugging Face tokenizer.json (byte-level BPE: GPT-2's, Llama 3's,\n"
     "                        Qwen's); special tokens written in the text become their ids, and the\n"
-    "                        vocabulary is the tokenizer's. --data, --tokens and --text: one of them\n"
+    "                        vocabulary is the tokenizer's. --data, --tokens and --text: one of them.\n"
+    "                        (With --generate: the prompts and samples as text, below)\n"
 #ifdef GPT_PROGRAM_LLAMA
     "  --bytes-as-tokens     with --init-from: train the model's weights on bytes (--data, or the\n"
     "                        generated corpus) as token ids all the same; without it that is refused,\n"
@@ -218,8 +222,12 @@ static const char *usage =
     "                        one deleted only once a newer one is written; PATH is the last step's\n"
     "  --resume PATH         continue from a checkpoint (any pipeline layout); a weights file\n"
     "                        (--export-weights) starts at step 1 from its weights, optimizer fresh.\n"
-    "                        The model options must be those it was trained with (a checkpoint\n"
-    "                        records them); lr, batch, the layout and precision may change\n"
+    "                        A checkpoint records its model (layers, width, heads, vocab, seq,\n"
+    "                        tied embeddings; llama's key/value heads, MLP width, rope base, RMS\n"
+    "                        epsilon and rope scaling): the options left out are taken from it, and\n"
+    "                        one given that differs is refused naming both values (a weights file\n"
+    "                        records none: give its options). lr, batch, the layout and precision\n"
+    "                        may change\n"
     "  --resume latest       continue from the newest checkpoint of --save PATH (PATH or its\n"
     "                        series) that loads, a damaged one skipped with a warning; none yet:\n"
     "                        start at step 1. So one command line starts and restarts a run\n"
@@ -248,15 +256,28 @@ static const char *usage =
     "                        training (--schedule, --stages: groups of sequences are the\n"
     "                        microbatches in flight) and split like it (--tensor-parallel); the\n"
     "                        weights from --resume (a checkpoint or weights file) or --init-from.\n"
-    "                        One sequence prints its tokens as they come; several print their\n"
+    "                        Each sequence prints a line \"sample B: \" and its prompt and tokens;\n"
+    "                        one sequence prints its tokens as they come, several print their\n"
     "                        lines in order, each once its sequence has ended. Logits that are\n"
     "                        NaN or infinite (weights that hold them) end it with an error\n"
-    "  --prompt TEXT         the prompt: its bytes with the byte vocabulary, else token ids\n"
-    "                        separated by commas (default \"The \" or \"464\"); given several\n"
-    "                        times, sequence b starts from prompt b modulo their count\n"
+    "  --tokenizer FILE      with --generate: the model's tokenizer.json. --prompt is text, encoded\n"
+    "                        by it (special tokens written in it become their ids), and the samples\n"
+    "                        print as text: UTF-8 as it is, a newline as \\n, a backslash as \\\\,\n"
+    "                        other control bytes and bytes that are not UTF-8 as \\xNN, an id that\n"
+    "                        is no token of it as \\<ID>\n"
+    "  --prompt TEXT         the prompt. With --tokenizer: text. Without: its bytes when the\n"
+    "                        vocabulary is bytes (256), else token ids separated by commas, each\n"
+    "                        below the vocabulary (default \"The\" with --tokenizer, else \"The \" or\n"
+    "                        \"464\"). Given several times, sequence b starts from prompt b modulo\n"
+    "                        their count\n"
     "  --temperature F       sampling temperature; 0 is greedy (default 1)\n"
     "  --top-k K             sample among the K most likely tokens; 0: all (default 0)\n"
-    "  --eos ID              a sequence ends once it draws token ID (printed as its last)\n"
+    "  --eos TOKEN           a sequence ends once it draws TOKEN (printed as its last): with\n"
+    "                        --tokenizer a token's whole text (--eos \"<|endoftext|>\"; a number is\n"
+    "                        text too), without it a token id\n"
+    "  --print-ids           after each sample's line, its token ids (prompt and drawn) on a line\n"
+    "                        \"ids B: 1,2,...\" (without --tokenizer and the byte vocabulary the\n"
+    "                        sample line shows them already)\n"
     "  --help                this text\n"
     "\n"
     "Outputs (--save, --export-weights, --trace, --timeline) are written whole or not at all, each to a\n"
@@ -276,9 +297,11 @@ typedef struct options {
     int resume_latest;    /* --resume latest: the newest checkpoint of --save's series that loads */
     long long eval_every; /* --eval K: the held-out loss every K steps and after the last (0: none) */
     long long generate;   /* --generate N: sample N tokens after a prompt instead of training (0: train) */
-    const char *prompt[MAX_PROMPTS]; /* --prompt (repeated): text (byte vocabulary) or token ids */
+    const char *prompt[MAX_PROMPTS]; /* --prompt (repeated): text (--tokenizer, bytes) or token ids */
     int n_prompts;
-    long long eos;        /* --eos ID: a sequence ends once it draws ID (-1: none) */
+    long long eos;        /* --eos: a sequence ends once it draws this id (-1: none) */
+    const char *eos_arg;  /* --eos as given: an id, or with --tokenizer a token's text */
+    int print_ids;        /* --print-ids: each sample's token ids too, on a line of its own */
     float temperature;    /* --temperature (0: greedy) */
     long long top_k;      /* --top-k (0: every token) */
     unsigned long long seed;
@@ -332,9 +355,9 @@ static int parse_float(const char *opt, const char *s, float *out) {
     return 0;
 }
 
-static const char *const flags[] = {"--tie-embeddings", "--no-nan-check", "--fuse-steady-state",
-                                    "--quiet",          "--json",         "--balance-stages",
-                                    "--auto",           "--fsdp",         "--bytes-as-tokens"};
+static const char *const flags[] = {
+    "--tie-embeddings", "--no-nan-check", "--fuse-steady-state", "--quiet",    "--json", "--balance-stages",
+    "--auto",           "--fsdp",         "--bytes-as-tokens",   "--print-ids"};
 static const char *const valued[] = {
     "--layers",       "--width",          "--heads",     "--seq",        "--batch",        "--microbatches",
     "--stages",       "--steps",          "--log-every", "--threads",    "--seed",         "--lr",
@@ -494,6 +517,7 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!strcmp(name, "--auto")) o->auto_layout = 1;
             if (!strcmp(name, "--fsdp")) o->fsdp = 1;
             if (!strcmp(name, "--bytes-as-tokens")) o->bytes_as_tokens = 1;
+            if (!strcmp(name, "--print-ids")) o->print_ids = 1;
             continue;
         }
         if (!is_one_of(name, valued, sizeof valued / sizeof valued[0]))
@@ -550,7 +574,8 @@ static int parse_args(int argc, char **argv, options *o) {
                 return bad_option("--prompt is given more than %d times", MAX_PROMPTS);
             o->prompt[o->n_prompts++] = val;
         } else if (!strcmp(name, "--eos")) {
-            rc = parse_int(name, val, 0, INT32_MAX, &o->eos);
+            if (!*val) return bad_option("--eos needs a value");
+            o->eos_arg = val; /* an id, or a token's text: known once --tokenizer is read */
         } else if (!strcmp(name, "--eval")) {
             rc = parse_int(name, val, 1, 1LL << 31, &o->eval_every);
         } else if (!strcmp(name, "--save-every")) {
@@ -703,14 +728,19 @@ static int parse_args(int argc, char **argv, options *o) {
         return bad_option("--data (the bytes of a text), --tokens (a token file) and --text (a text through "
                           "--tokenizer) are sources of data; give one");
     if (o->text && !o->tokenizer)
-        return bad_option("--text FILE is encoded by a tokenizer: give --tokenizer tokenizer.json (or --data FILE "
-                          "to train on its bytes)");
-    if (o->tokenizer && !o->text)
-        return bad_option("--tokenizer encodes the text of --text FILE: give --text");
+        return bad_option(
+            "--text FILE is encoded by a tokenizer: give --tokenizer tokenizer.json (or --data FILE "
+            "to train on its bytes)");
     if (o->text && o->generate)
-        return bad_option("--generate samples from a trained model and reads no data: --text is for training");
-    if ((o->n_prompts || o->top_k || o->temperature != 1.0f || o->eos >= 0) && !o->generate)
-        return bad_option("--prompt, --temperature, --top-k and --eos are options of --generate N");
+        return bad_option("--generate samples from a trained model and reads no data: --text is for training "
+                          "(--tokenizer alone makes --prompt text and the samples text)");
+    if (o->tokenizer && !o->text && !o->generate)
+        return bad_option(
+            "--tokenizer encodes the text of --text FILE: give --text (or, with --generate N, the "
+            "prompts and samples)");
+    if ((o->n_prompts || o->top_k || o->temperature != 1.0f || o->eos_arg || o->print_ids) && !o->generate)
+        return bad_option(
+            "--prompt, --temperature, --top-k, --eos and --print-ids are options of --generate N");
     if (o->generate) {
         if (!o->resume && !o->init_from)
             return bad_option("--generate samples from trained weights: give --resume FILE (a checkpoint or "
@@ -788,6 +818,30 @@ static int parse_args(int argc, char **argv, options *o) {
         }
         if (!o->given.vocab && !o->init_from) o->cfg.vocab = mpmd_tokenizer_vocab_size(o->tok);
     }
+    /* --resume (and --generate from a checkpoint): the model it records, the options given checked against
+     * it. A file whose header does not read is left to the resume itself, which names why; --resume
+     * latest takes the record of the newest checkpoint of --save that reads */
+    if (o->resume) {
+        const char *file = o->resume;
+        mpmd_checkpoint_info info;
+        int have = 0;
+        gpt_candidate *cand = NULL;
+        int n_cand = 0;
+        if (o->resume_latest) {
+            if (!gpt_series_list(o->save, &cand, &n_cand, &err))
+                for (int k = 0; k < n_cand && !have; k++)
+                    if (!cand[k].bad) info = cand[k].info, file = cand[k].path, have = 1;
+        } else {
+            have = !mpmd_checkpoint_read_info(o->resume, &info, &err);
+        }
+        mpmd_status crc =
+            have ? gpt_config_from_record(&o->cfg, &o->given, info.config, file, &err) : MPMD_OK;
+        gpt_candidates_free(cand, n_cand);
+        if (crc) {
+            fprintf(stderr, PROG ": %s\n", err.msg);
+            return 1;
+        }
+    }
     /* (after the file is known to be GPT-2's weights) GPT-2 reads ids as its BPE
      * tokens, to which bytes as ids 0..255 are other tokens: almost surely a
      * mistake, refused unless asked for */
@@ -817,12 +871,33 @@ static int parse_args(int argc, char **argv, options *o) {
     if (!mpmd_mpi_available() && o->mpi)
         return bad_option(
             "--runtime mpi: this build of mpmd has no MPI (install libopenmpi-dev and rebuild)");
-    if (o->eos >= o->cfg.vocab)
-        return bad_option("--eos %lld is not a token of the vocabulary (ids 0 .. %lld)", o->eos,
-                          (long long)o->cfg.vocab - 1);
+    if (o->eos_arg && o->tok) { /* a token's text, as the tokenizer writes it */
+        int32_t id = mpmd_tokenizer_id_of(o->tok, o->eos_arg);
+        if (id < 0)
+            return bad_option(
+                "--eos \"%s\" is no token of --tokenizer %s: with a tokenizer, --eos is a token's "
+                "whole text (like \"<|endoftext|>\")",
+                o->eos_arg, o->tokenizer);
+        if (id >= o->cfg.vocab)
+            return bad_option(
+                "--eos \"%s\" is token %d of --tokenizer %s, outside the model's vocabulary (ids 0 "
+                ".. %lld)",
+                o->eos_arg, id, o->tokenizer, (long long)o->cfg.vocab - 1);
+        o->eos = id;
+    } else if (o->eos_arg) {
+        char *end;
+        errno = 0;
+        o->eos = strtoll(o->eos_arg, &end, 10);
+        if (errno || end == o->eos_arg || *end || o->eos < 0)
+            return bad_option("--eos \"%s\" is not a token id: a token's text (like \"<|endoftext|>\") needs "
+                              "--tokenizer tokenizer.json",
+                              o->eos_arg);
+        if (o->eos >= o->cfg.vocab)
+            return bad_option("--eos %lld is not a token of the vocabulary (ids 0 .. %lld)", o->eos,
+                              (long long)o->cfg.vocab - 1);
+    }
     if (gpt_config_check(&o->cfg, &err)) {
-        fprintf(stderr, "%s\n(run gpt --help for the options)\n",
-                err.msg); /* the message names the program */
+        fprintf(stderr, PROG ": %s\n(run " PROG " --help for the options)\n", err.msg);
         return 2;
     }
     return check_memory(o);
@@ -929,8 +1004,10 @@ static int export_weights(const options *o, trainer *t) {
     return 0;
 }
 
-/* A --prompt as token ids: text bytes with the byte vocabulary (256), else
- * comma-separated ids; each below the vocabulary. The prompt and the
+/* A --prompt as token ids: with --tokenizer its text encoded (special
+ * tokens written in it become their ids, as --text's do), else its bytes
+ * with the byte vocabulary (256), else comma-separated ids; each below the
+ * vocabulary. The prompt and the
  * --generate N tokens after it must fit in the model's T positions (--seq):
  * ids are stored up to T, but all are counted, so that a message says how
  * many the prompt has. k names the prompt when there are several. Returns
@@ -943,7 +1020,7 @@ static int64_t parse_prompt(const options *o, int k, int32_t *out) {
                    (long long)N, (long long)T, (long long)T, (long long)(T - 1));
         return -1;
     }
-    const char *text = o->n_prompts ? o->prompt[k] : V == 256 ? "The " : "464", *p = text;
+    const char *text = o->n_prompts ? o->prompt[k] : o->tok ? "The" : V == 256 ? "The " : "464", *p = text;
     char which[32] = "";
     if (o->n_prompts > 1)
         snprintf(which, sizeof which, " (the %d%s)", k + 1,
@@ -952,7 +1029,28 @@ static int64_t parse_prompt(const options *o, int k, int32_t *out) {
                  : k == 2 ? "rd"
                           : "th");
     int64_t n = 0;
-    if (V == 256) {
+    if (o->tok) {
+        int32_t *ids;
+        size_t len;
+        mpmd_error err;
+        if (mpmd_tokenizer_encode(o->tok, text, strlen(text), MPMD_TOKENIZE_SPECIAL, &ids, &len, &err)) {
+            bad_option("--prompt%s: %s", which, err.msg);
+            return -1;
+        }
+        for (size_t i = 0; i < len; i++) {
+            if (ids[i] >= V) {
+                bad_option(
+                    "--prompt%s: \"%s\" encodes to token %d (at %zu), outside the model's vocabulary (ids "
+                    "0 .. %lld): is --tokenizer %s the model's?",
+                    which, text, ids[i], i, (long long)V - 1, o->tokenizer);
+                free(ids);
+                return -1;
+            }
+            if ((int64_t)i < T) out[i] = ids[i];
+        }
+        free(ids);
+        n = (int64_t)len;
+    } else if (V == 256) {
         for (; *p; p++, n++)
             if (n < T) out[n] = (unsigned char)*p;
     } else {
@@ -961,9 +1059,10 @@ static int64_t parse_prompt(const options *o, int k, int32_t *out) {
             errno = 0;
             long long id = strtoll(p, &end, 10);
             if (end == p || errno || id < 0 || id >= V) {
-                bad_option("--prompt%s: \"%s\" is not a list of token ids below %lld separated by commas "
-                           "(the vocabulary is not bytes)",
-                           which, text, (long long)V);
+                bad_option(
+                    "--prompt%s: \"%s\" is not a list of token ids below %lld separated by commas "
+                    "(the vocabulary is not bytes; give --tokenizer tokenizer.json for a prompt in text)",
+                    which, text, (long long)V);
                 return -1;
             }
             if (n < T) out[n] = (int32_t)id;
@@ -999,11 +1098,92 @@ static void print_token(int64_t V, int32_t id, int first) {
         printf("\\x%02x", id);
 }
 
+/* With --tokenizer the samples are text: the tokens' bytes, a character
+ * printed once all of its bytes have come (a token may end inside one).
+ * What a line shows: UTF-8 characters as they are, a newline as \n, a
+ * backslash as \\, other control bytes and bytes that are not UTF-8 as
+ * \xNN, and an id that is no token of the tokenizer (a model's vocabulary
+ * may be larger) as \<ID>. The bytes of a character still incomplete. */
+typedef struct text_out {
+    unsigned char pend[4];
+    int n;
+} text_out;
+
+/* The length of the UTF-8 character at p (n bytes there): 1..4; 0 when its
+ * bytes so far are a valid start but n is too short; -1 when p[0] starts
+ * no valid character. */
+static int utf8_char(const unsigned char *p, size_t n) {
+    unsigned c = p[0];
+    int len = c < 0x80                 ? 1
+              : c >= 0xc2 && c <= 0xdf ? 2
+              : c >= 0xe0 && c <= 0xef ? 3
+              : c >= 0xf0 && c <= 0xf4 ? 4
+                                       : -1;
+    if (len <= 1) return len;
+    for (int i = 1; i < len; i++) {
+        if ((size_t)i >= n) return 0;
+        unsigned lo = 0x80, hi = 0xbf;
+        if (i == 1 && c == 0xe0) lo = 0xa0; /* no overlong forms, surrogates or code points past U+10FFFF */
+        if (i == 1 && c == 0xed) hi = 0x9f;
+        if (i == 1 && c == 0xf0) lo = 0x90;
+        if (i == 1 && c == 0xf4) hi = 0x8f;
+        if (p[i] < lo || p[i] > hi) return -1;
+    }
+    return len;
+}
+
+static void put_byte_escaped(unsigned c) {
+    if (c == '\n')
+        fputs("\\n", stdout);
+    else if (c == '\\')
+        fputs("\\\\", stdout);
+    else if (c < 32 || c == 127 || c >= 128)
+        printf("\\x%02x", c);
+    else
+        putchar((int)c);
+}
+
+/* Print the whole characters of the pending bytes; with `flush` the rest too (escaped). */
+static void text_drain(text_out *t, int flush) {
+    int i = 0;
+    while (i < t->n) {
+        int len = utf8_char(t->pend + i, (size_t)(t->n - i));
+        if (len == 0 && !flush) break;
+        if (len <= 1) {
+            put_byte_escaped(t->pend[i++]);
+        } else {
+            fwrite(t->pend + i, 1, (size_t)len, stdout);
+            i += len;
+        }
+    }
+    memmove(t->pend, t->pend + i, (size_t)(t->n - i));
+    t->n -= i;
+}
+
+static void text_token(text_out *t, const mpmd_tokenizer *tok, int32_t id) {
+    size_t len;
+    const char *b = mpmd_tokenizer_token_of(tok, id, &len);
+    if (!b) {
+        text_drain(t, 1);
+        printf("\\<%d>", id);
+        return;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (t->n == (int)sizeof t->pend) text_drain(t, 0);
+        if (t->n == (int)sizeof t->pend) text_drain(t, 1); /* (never: 4 bytes hold a character) */
+        t->pend[t->n++] = (unsigned char)b[i];
+        text_drain(t, 0);
+    }
+}
+
 /* What --generate prints, as the tokens come (mpmd_generate's on_token):
  * one sequence streams its tokens on its line; several print each line
  * once its sequence and those before it have ended. */
 typedef struct printer {
     int root, stream;
+    const mpmd_tokenizer *tok; /* --tokenizer: the samples as text */
+    int print_ids;             /* --print-ids: each sample's ids on a line "ids B: ..." after it */
+    text_out text;             /* the streamed line's incomplete character */
     int64_t B, T, V, N, eos;
     const int64_t *plen; /* the prompts' lengths */
     const int32_t *out;  /* mpmd_generate's sequences and lengths, updated before each call */
@@ -1014,11 +1194,31 @@ typedef struct printer {
     double t_first; /* when the first token was drawn */
 } printer;
 
-static void print_line(const printer *pr, int64_t b) {
+/* One token of sample b's line. */
+static void print_sample_token(printer *pr, text_out *t, int32_t id, int first) {
+    if (pr->tok)
+        text_token(t, pr->tok, id);
+    else
+        print_token(pr->V, id, first);
+}
+
+/* The end of sample b's line, and with --print-ids its ids' line. */
+static void end_line(printer *pr, text_out *t, int64_t b) {
+    if (pr->tok) text_drain(t, 1);
+    putchar('\n');
+    if (!pr->print_ids) return;
+    printf("ids %lld: ", (long long)b);
+    for (int64_t i = 0; i < pr->len[b]; i++)
+        printf("%s%d", i ? "," : "", pr->out[b * pr->T + i]);
+    putchar('\n');
+}
+
+static void print_line(printer *pr, int64_t b) {
+    text_out t = {{0}, 0};
     printf("sample %lld: ", (long long)b);
     for (int64_t i = 0; i < pr->len[b]; i++)
-        print_token(pr->V, pr->out[b * pr->T + i], i == 0);
-    putchar('\n');
+        print_sample_token(pr, &t, pr->out[b * pr->T + i], i == 0);
+    end_line(pr, &t, b);
 }
 
 static int on_token(void *user, int64_t b, int64_t pos, int32_t tok) {
@@ -1028,14 +1228,14 @@ static int on_token(void *user, int64_t b, int64_t pos, int32_t tok) {
         if (pos == pr->plen[b]) { /* the first token: the line and its prompt first */
             printf("sample %lld: ", (long long)b);
             for (int64_t i = 0; i < pos; i++)
-                print_token(pr->V, pr->out[b * pr->T + i], i == 0);
+                print_sample_token(pr, &pr->text, pr->out[b * pr->T + i], i == 0);
         }
-        print_token(pr->V, tok, 0);
+        print_sample_token(pr, &pr->text, tok, 0);
         fflush(stdout);
     }
     if (tok == pr->eos || pos + 1 - pr->plen[b] >= pr->N || pos + 1 == pr->T) pr->done[b] = 1;
     for (; pr->next < pr->B && pr->done[pr->next]; pr->next++)
-        if (pr->root) pr->stream ? (void)putchar('\n') : print_line(pr, pr->next);
+        if (pr->root) pr->stream ? end_line(pr, &pr->text, pr->next) : print_line(pr, pr->next);
     if (pr->root && !pr->stream) fflush(stdout);
     return 0;
 }
@@ -1091,8 +1291,8 @@ static int generate_with(options *o, trainer *t, gen_buffers *gb, gpt_decoder *d
         gpt_model view = gpt_decoder_model(d);
         if (init_from(o->init_from, &view, t->st, &err)) return fail(t, "--init-from %s", err.msg);
     }
-    printer pr = {t->root,  B == 1,  B,       T,        V, o->generate, o->eos,
-                  gb->blen, gb->out, gb->len, gb->done, 0, 0,           0};
+    printer pr = {t->root, B == 1,   o->tok,  o->print_ids, {{0}, 0}, B, T, V, o->generate,
+                  o->eos,  gb->blen, gb->out, gb->len,      gb->done, 0, 0, 0};
     mpmd_generate_opts go = MPMD_GENERATE_DEFAULTS;
     go.sampling = (mpmd_sampling){o->temperature, (int)o->top_k, o->seed};
     go.max_new = o->generate, go.eos = (int32_t)o->eos;
@@ -1103,7 +1303,10 @@ static int generate_with(options *o, trainer *t, gen_buffers *gb, gpt_decoder *d
     if (rc) {
         const char *msg = mpmd_step_error(t->st);
         if (!strncmp(msg, "mpmd_generate: ", 15)) msg += 15;
-        if (t->root && pr.stream && pr.drawn) putchar('\n'); /* end a line cut short */
+        if (t->root && pr.stream && pr.drawn) { /* end a line cut short */
+            if (pr.tok) text_drain(&pr.text, 1);
+            putchar('\n');
+        }
         if (rc == MPMD_ERR_RUNTIME && strstr(msg, "NaN or infinite"))
             return fail(t,
                         "--generate: %s: the weights of %s hold NaN or infinite values, or overflow (an f16 "
@@ -1112,7 +1315,7 @@ static int generate_with(options *o, trainer *t, gen_buffers *gb, gpt_decoder *d
         return fail(t, "--generate: %s", msg);
     }
     for (; pr.next < B; pr.next++) /* (every sequence has ended; nothing is left but by an early stop) */
-        if (t->root) pr.stream ? (void)putchar('\n') : print_line(&pr, pr.next);
+        if (t->root) pr.stream ? end_line(&pr, &pr.text, pr.next) : print_line(&pr, pr.next);
     if (t->root && !o->quiet) {
         char split[48] = "";
         if (c.tensor_parallel > 1) snprintf(split, sizeof split, ", over %d model ranks", c.tensor_parallel);
@@ -1283,6 +1486,8 @@ static int generate(options *o, trainer *t) {
     mpmd_schedule_free(t->sched);
     t->sched = NULL;
     gpt_decoder_free(&d);
+    mpmd_tokenizer_free(o->tok);
+    o->tok = NULL;
     if (t->mpi && rc == 0) mpmd_mpi_finalize();
     return rc;
 }

@@ -205,5 +205,31 @@ run "$mpmd" plan --ranks 4 --layers 12 --batch 32 --keep 4194304T
 grep -q "over 8 EiB" <<<"$out" && ! grep -q " 0.0 KiB" <<<"$out" && ok "without a limit: peaks past int64 print as over 8 EiB" ||
   bad "mpmd plan --keep 4194304T: $out"
 
+# ---- what --help lists, and whose messages ----
+# every option gpt's and llama's --help lists is one the program parses (not
+# refused as an unknown option: llama lists only what it takes), each tried
+# as --OPTION=x before an unknown option that stops the run; llama's errors
+# name llama, not gpt (a model check, the --auto planner)
+for prog in "$gpt" "$llama"; do
+  name=${prog##*/}
+  opts=$("$prog" --help | grep -o '^  --[a-z0-9-]*' | sed 's/^  //' | sort -u)
+  n=0 unknown=""
+  for o in $opts; do
+    n=$((n + 1))
+    run "$prog" "$o=x" --not-an-option
+    grep -qF "unknown option \"$o\"" <<<"$out" && unknown+=" $o"
+  done
+  [ "$n" -ge 50 ] && [ -z "$unknown" ] && ok "$name --help: its $n options all parse" ||
+    bad "$name --help lists $n options; refused as unknown:$unknown"
+done
+run "$gpt" --kv-heads 2
+grep -qF 'unknown option "--kv-heads"' <<<"$out" && ! "$gpt" --help | grep -q -- "--kv-heads" &&
+  ok "gpt refuses llama's --kv-heads and does not list it" || bad "gpt --kv-heads: $out"
+refused 2 "llama: 3 heads do not divide the width 32" "$llama" "${model[@]}" --heads 3 --width 32
+grep -q "gpt" <<<"$out" && bad "llama's model error names gpt: $out"
+refused 2 "(run llama --help for the options)" "$llama" "${model[@]}" --heads 3 --width 32
+refused 1 "llama: --auto: 5 ranks for 2 layers; each rank needs a layer" "$llama" "${model[@]}" --auto --ranks 5
+grep -q "gpt" <<<"$out" && bad "llama's --auto error names gpt: $out"
+
 echo "cli_misuse: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

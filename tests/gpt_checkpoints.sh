@@ -25,10 +25,12 @@
 #       --resume latest continues bit for bit.
 #
 #   gpt_checkpoints.sh BUILD_DIR SOURCE_DIR model
-#     a checkpoint records the options that shape the model: resuming or
+#     a checkpoint records the options that shape the model: those left out
+#     of a resume come from it (the same run as with them given); resuming or
 #     generating with another (--heads, --width, --seq, --tie-embeddings,
 #     llama's --kv-heads and --rope-base, the other program) is refused
-#     naming both values; an untied weights export under --generate
+#     naming both values; llama's record holds norm-eps and rope-scaling, and
+#     one without them (older) loads with the defaults; an untied weights export under --generate
 #     --tie-embeddings is refused; what may change (lr, batch, layout,
 #     precision) may; a checkpoint without the record (an older one) loads
 #     as before.
@@ -424,8 +426,13 @@ model() {
   expect 1 "was trained with --heads 2; this run has --heads 4" "$gpt" "${m[@]}" --heads 4 --generate 4 \
     --resume "$d/h2.safetensors"
   "$gpt" "${m[@]}" --heads 2 --steps 3 --save "$d/t.safetensors" --tie-embeddings >/dev/null
-  expect 1 "was trained with --tie-embeddings; this run has no --tie-embeddings" "$gpt" "${m[@]}" --heads 2 --steps 6 \
-    --resume "$d/t.safetensors"
+  # the options a checkpoint records and the command line leaves out come from it: the same run as with
+  # them all given (here --tie-embeddings, --heads and --seq)
+  local given left
+  given=$(final "$gpt" "${m[@]}" --heads 2 --tie-embeddings --steps 6 --resume "$d/t.safetensors")
+  left=$(final "$gpt" --batch 4 --microbatches 2 --quiet --steps 6 --resume "$d/t.safetensors")
+  [[ "$given" == final_loss=* ]] && [ "$left" = "$given" ] &&
+    ok "the model options from the checkpoint's record: $left" || bad "options from the record: $left vs $given"
   # what may change: lr, batch, the layout, precision
   local line
   line=$("$gpt" "${m[@]}" --heads 2 --steps 5 --resume "$d/h2.safetensors" --lr 0.001 --batch 8 --microbatches 4 \
@@ -440,7 +447,12 @@ model() {
   # llama
   "$llama" "${m[@]}" --heads 4 --kv-heads 2 --steps 3 --save "$d/l.safetensors" >/dev/null
   expect 1 "llama: $d/l.safetensors was trained with --kv-heads 2; this run has --kv-heads 4" \
-    "$llama" "${m[@]}" --heads 4 --steps 5 --resume "$d/l.safetensors"
+    "$llama" "${m[@]}" --heads 4 --kv-heads 4 --steps 5 --resume "$d/l.safetensors"
+  given=$(final "$llama" "${m[@]}" --heads 4 --kv-heads 2 --steps 5 --resume "$d/l.safetensors")
+  left=$(final "$llama" --batch 4 --microbatches 2 --quiet --steps 5 --resume "$d/l.safetensors")
+  [[ "$given" == final_loss=* ]] && [ "$left" = "$given" ] &&
+    ok "llama's model options (--kv-heads, --mlp-hidden, ...) from the record: $left" ||
+    bad "llama options from the record: $left vs $given"
   expect 1 "was trained with --mlp-hidden 88; this run has --mlp-hidden 64" \
     "$llama" "${m[@]}" --heads 4 --kv-heads 2 --mlp-hidden 64 --steps 5 --resume "$d/l.safetensors"
   expect 1 "was trained with --rope-base 10000; this run has --rope-base 500" \
@@ -450,14 +462,20 @@ model() {
     "$gpt" "${m[@]}" --heads 4 --steps 5 --resume "$d/l.safetensors"
   # a checkpoint without the record (as older ones are): loads as before,
   # a wrong --heads included, and the right options continue bit for bit
-  python3 - "$d/h2.safetensors" "$d/old.safetensors" <<'EOF'
+  # old_record IN OUT [CONFIG]: IN with its recorded config deleted (or replaced by CONFIG), the header's
+  # digest made anew
+  old_record() {
+    python3 - "$@" <<'EOF'
 import hashlib, json, struct, sys
 raw = open(sys.argv[1], "rb").read()
 (n,) = struct.unpack("<Q", raw[:8])
 header = json.loads(raw[8:8 + n])
 data = raw[8 + n:]
 meta = header["__metadata__"]
-del meta["config"]
+if len(sys.argv) > 3:
+    meta["config"] = sys.argv[3]
+else:
+    del meta["config"]
 meta["header_sha256"] = "0" * 64
 text = json.dumps(header, separators=(",", ":"))
 text += " " * (-(8 + len(text)) % 8)
@@ -467,12 +485,24 @@ text2 = json.dumps(header, separators=(",", ":"))
 text2 += " " * (len(text) - len(text2))
 open(sys.argv[2], "wb").write(struct.pack("<Q", len(text2)) + text2.encode() + data)
 EOF
+  }
+  old_record "$d/h2.safetensors" "$d/old.safetensors"
   expect 0 "final_loss=" "$gpt" "${m[@]}" --heads 4 --steps 6 --resume "$d/old.safetensors"
   local straight
   straight=$(final "$gpt" "${m[@]}" --heads 2 --steps 6)
   line=$(final "$gpt" "${m[@]}" --heads 2 --steps 6 --resume "$d/old.safetensors")
   [ "$line" = "$straight" ] && ok "a checkpoint without the record continues as before: $line" ||
     bad "a checkpoint without the record: $line vs $straight"
+  # a llama checkpoint recorded before norm-eps and rope-scaling were: the defaults (1e-5, none), the
+  # same run as the full record's
+  local rec
+  rec=$(python3 -c 'import json, struct, sys; raw = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", raw[:8])[0]
+print(json.loads(raw[8:8 + n])["__metadata__"]["config"])' "$d/l.safetensors")
+  case "$rec" in *" norm-eps=1e-05 rope-scaling=none") ok "llama's record: $rec" ;; *) bad "llama's record: $rec" ;; esac
+  old_record "$d/l.safetensors" "$d/lold.safetensors" "${rec% norm-eps=*}"
+  line=$(final "$llama" --batch 4 --microbatches 2 --quiet --steps 5 --resume "$d/lold.safetensors")
+  [ "$line" = "$left" ] && ok "a llama record without norm-eps and rope-scaling: the defaults, $line" ||
+    bad "a llama record without norm-eps and rope-scaling: $line vs $left"
 }
 
 case "$what" in

@@ -218,7 +218,7 @@ static void test_config(void) {
     l.arch = GPT_ARCH_LLAMA, l.kv_heads = 2, l.rope_base = 500000.0f;
     gpt_config_record(&l, rec, sizeof rec);
     CHECK(!strcmp(rec, "arch=llama layers=4 width=128 heads=4 vocab=256 seq=64 tie-embeddings=0 kv-heads=2 "
-                       "mlp-hidden=344 rope-base=500000"),
+                       "mlp-hidden=344 rope-base=500000 norm-eps=1e-05 rope-scaling=none"),
           "llama record: %s", rec);
     d = l, d.seq = 16;
     CHECK(gpt_config_check_recorded(&d, rec, "f", &err) == MPMD_OK, "llama, another seq: %s", err.msg);
@@ -230,6 +230,19 @@ static void test_config(void) {
     expect_refusal(&d, rec, "with --rope-base 500000; this run has --rope-base 10000");
     expect_refusal(&c, rec,
                    "run.safetensors was trained with llama blocks (the llama program); this run builds gpt2");
+    /* the RMS epsilon and Llama 3.1's rope scaling (from --init-from's config.json) count too */
+    gpt_config s3 = l;
+    s3.norm_eps = 1e-6f, s3.rope_scaling = (mpmd_rope_scaling){8.0f, 1.0f, 4.0f, 8192};
+    char rec3[MPMD_CHECKPOINT_CONFIG_MAX];
+    gpt_config_record(&s3, rec3, sizeof rec3);
+    CHECK(strstr(rec3, " norm-eps=1e-06 rope-scaling=8,1,4,8192") != NULL, "llama 3.1 record: %s", rec3);
+    CHECK(gpt_config_check_recorded(&s3, rec3, "f", &err) == MPMD_OK, "its own record: %s", err.msg);
+    d = s3, d.norm_eps = 0; /* the default, 1e-5 */
+    expect_refusal(&d, rec3, "with RMS norm epsilon 1e-06; this run has RMS norm epsilon 1e-05");
+    d = s3, d.rope_scaling = MPMD_ROPE_NO_SCALING;
+    expect_refusal(&d, rec3, "with rope scaling 8,1,4,8192; this run has rope scaling none");
+    d = s3, d.rope_scaling.original_positions = 4096;
+    expect_refusal(&d, rec3, "with rope scaling 8,1,4,8192; this run has rope scaling 8,1,4,4096");
     /* files that record no model load as before */
     const char *none[] = {"", "layers=4 stages=2", "free text for people"};
     for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
@@ -238,6 +251,90 @@ static void test_config(void) {
     CHECK(gpt_config_check_recorded(&c, "arch=gpt2 heads=four", "run.safetensors", &err) == MPMD_ERR_FORMAT &&
               strstr(err.msg, "run.safetensors records heads=four, not a number"),
           "a malformed record: %s", err.msg);
+    CHECK(gpt_config_check_recorded(&l, "arch=llama rope-scaling=8,1", "run.safetensors", &err) ==
+                  MPMD_ERR_FORMAT &&
+              strstr(err.msg, "run.safetensors records rope-scaling=8,1, neither none nor"),
+          "a malformed rope-scaling: %s", err.msg);
+}
+
+/* gpt_config_from_record: the model of a checkpoint, whatever the command line left out; what it gave
+ * must agree */
+static void test_from_record(void) {
+    gpt_config l = gpt_config_default();
+    l.arch = GPT_ARCH_LLAMA, l.layers = 3, l.width = 64, l.heads = 4, l.kv_heads = 2, l.vocab = 300,
+    l.seq = 24;
+    l.tie_embeddings = 1, l.mlp_hidden = 96, l.rope_base = 500000.0f, l.norm_eps = 1e-6f;
+    l.rope_scaling = (mpmd_rope_scaling){8.0f, 1.0f, 4.0f, 64};
+    char rec[MPMD_CHECKPOINT_CONFIG_MAX];
+    gpt_config_record(&l, rec, sizeof rec);
+    gpt_hf_given none, given;
+    memset(&none, 0, sizeof none);
+    mpmd_error err;
+    /* nothing given: every model option from the record; the training options stay */
+    gpt_config r = gpt_config_default();
+    r.arch = GPT_ARCH_LLAMA, r.lr = 1e-4f, r.batch = 2, r.microbatches = 1;
+    CHECK(gpt_config_from_record(&r, &none, rec, "run.safetensors", &err) == MPMD_OK, "from the record: %s",
+          err.msg);
+    CHECK(r.layers == 3 && r.width == 64 && r.heads == 4 && r.kv_heads == 2 && r.vocab == 300 &&
+              r.seq == 24 && r.tie_embeddings == 1 && gpt_mlp_hidden(&r) == 96 && r.rope_base == 500000.0f &&
+              r.norm_eps == 1e-6f && r.rope_scaling.factor == 8.0f &&
+              r.rope_scaling.low_freq_factor == 1.0f && r.rope_scaling.high_freq_factor == 4.0f &&
+              r.rope_scaling.original_positions == 64,
+          "the record's model: layers %d width %lld heads %d kv %d vocab %lld seq %lld tied %d mlp %lld base "
+          "%g "
+          "eps %g scaling %g/%lld",
+          r.layers, (long long)r.width, r.heads, r.kv_heads, (long long)r.vocab, (long long)r.seq,
+          r.tie_embeddings, (long long)gpt_mlp_hidden(&r), (double)r.rope_base, (double)r.norm_eps,
+          (double)r.rope_scaling.factor, (long long)r.rope_scaling.original_positions);
+    CHECK(r.lr == 1e-4f && r.batch == 2 && r.microbatches == 1, "training options kept");
+    /* options given that agree are fine; a llama run may give another seq (rotary positions) */
+    r = gpt_config_default(), r.arch = GPT_ARCH_LLAMA, r.layers = 3, r.seq = 48;
+    memset(&given, 0, sizeof given);
+    given.layers = 1, given.seq = 1;
+    CHECK(gpt_config_from_record(&r, &given, rec, "f", &err) == MPMD_OK && r.seq == 48 && r.width == 64,
+          "agreeing options: %s (seq %lld)", err.msg, (long long)r.seq);
+    /* options given that contradict it: refused with both values, c untouched */
+    r = gpt_config_default(), r.arch = GPT_ARCH_LLAMA, r.layers = 4, r.kv_heads = 4;
+    memset(&given, 0, sizeof given);
+    given.layers = 1, given.kv_heads = 1;
+    gpt_config before = r;
+    CHECK(gpt_config_from_record(&r, &given, rec, "run.safetensors", &err) == MPMD_ERR_INVALID &&
+              strstr(err.msg,
+                     "run.safetensors was trained with --layers 3, --kv-heads 2; this run has --layers "
+                     "4, --kv-heads 4"),
+          "contradicting options: %s", err.msg);
+    CHECK(!memcmp(&r, &before, sizeof r), "a refused record leaves the config as it was");
+    /* an older record (no norm-eps, no rope-scaling): the defaults */
+    r = gpt_config_default(), r.arch = GPT_ARCH_LLAMA;
+    CHECK(gpt_config_from_record(&r, &none,
+                                 "arch=llama layers=2 width=32 heads=4 vocab=256 seq=16 tie-embeddings=0 "
+                                 "kv-heads=2 mlp-hidden=88 rope-base=10000",
+                                 "old.safetensors", &err) == MPMD_OK &&
+              r.layers == 2 && r.kv_heads == 2 && r.norm_eps == gpt_config_default().norm_eps &&
+              r.rope_scaling.factor == 0.0f,
+          "an older record: %s", err.msg);
+    /* a gpt2 record: seq counts (the position table); a record of llama blocks is refused */
+    gpt_config g = gpt_config_default();
+    g.seq = 32;
+    char grec[MPMD_CHECKPOINT_CONFIG_MAX];
+    gpt_config_record(&g, grec, sizeof grec);
+    r = gpt_config_default(), r.seq = 8;
+    memset(&given, 0, sizeof given);
+    given.seq = 1;
+    CHECK(gpt_config_from_record(&r, &given, grec, "g.safetensors", &err) == MPMD_ERR_INVALID &&
+              strstr(err.msg, "with --seq 32; this run has --seq 8"),
+          "gpt2 seq: %s", err.msg);
+    r = gpt_config_default();
+    CHECK(gpt_config_from_record(&r, &none, grec, "g.safetensors", &err) == MPMD_OK && r.seq == 32,
+          "gpt2 seq from the record: %s", err.msg);
+    CHECK(gpt_config_from_record(&r, &none, rec, "l.safetensors", &err) == MPMD_ERR_INVALID &&
+              strstr(err.msg, "l.safetensors was trained with llama blocks"),
+          "llama record into gpt2: %s", err.msg);
+    /* no record: nothing changes */
+    r = gpt_config_default(), before = r;
+    CHECK(gpt_config_from_record(&r, &none, "", "w.safetensors", &err) == MPMD_OK &&
+              !memcmp(&r, &before, sizeof r),
+          "no record");
 }
 
 int main(void) {
@@ -248,6 +345,7 @@ int main(void) {
         return 1;
     }
     test_names();
+    test_from_record();
     test_rotation();
     test_list();
     test_config();

@@ -41,76 +41,74 @@ static int kv_heads_of(const gpt_config *c) { return c->kv_heads > 0 ? c->kv_hea
 mpmd_status gpt_config_check(const gpt_config *c, mpmd_error *err) {
     const mpmd_status bad = MPMD_ERR_INVALID;
     if (c->vocab < 1 || c->vocab > INT32_MAX)
-        return mpmd_error_set(err, bad, "gpt: vocab is %lld; it must be in [1, %d]", (long long)c->vocab,
+        return mpmd_error_set(err, bad, "vocab is %lld; it must be in [1, %d]", (long long)c->vocab,
                               INT32_MAX);
-    if (c->seq < 1)
-        return mpmd_error_set(err, bad, "gpt: seq is %lld; it must be at least 1", (long long)c->seq);
+    if (c->seq < 1) return mpmd_error_set(err, bad, "seq is %lld; it must be at least 1", (long long)c->seq);
     if (c->width < 1)
-        return mpmd_error_set(err, bad, "gpt: width is %lld; it must be at least 1", (long long)c->width);
-    if (c->heads < 1) return mpmd_error_set(err, bad, "gpt: heads is %d; it must be at least 1", c->heads);
+        return mpmd_error_set(err, bad, "width is %lld; it must be at least 1", (long long)c->width);
+    if (c->heads < 1) return mpmd_error_set(err, bad, "heads is %d; it must be at least 1", c->heads);
     if (c->width % c->heads != 0)
-        return mpmd_error_set(
-            err, bad, "gpt: %d heads do not divide the width %lld (width must be a multiple of heads)",
-            c->heads, (long long)c->width);
-    if (c->layers < 1) return mpmd_error_set(err, bad, "gpt: layers is %d; it must be at least 1", c->layers);
+        return mpmd_error_set(err, bad,
+                              "%d heads do not divide the width %lld (width must be a multiple of heads)",
+                              c->heads, (long long)c->width);
+    if (c->layers < 1) return mpmd_error_set(err, bad, "layers is %d; it must be at least 1", c->layers);
     if (c->batch < 1)
-        return mpmd_error_set(err, bad, "gpt: batch is %lld; it must be at least 1", (long long)c->batch);
+        return mpmd_error_set(err, bad, "batch is %lld; it must be at least 1", (long long)c->batch);
     if (c->microbatches < 1)
-        return mpmd_error_set(err, bad, "gpt: microbatches is %d; it must be at least 1", c->microbatches);
+        return mpmd_error_set(err, bad, "microbatches is %d; it must be at least 1", c->microbatches);
     if (c->batch % c->microbatches != 0)
-        return mpmd_error_set(err, bad, "gpt: a batch of %lld sequences is not divisible by %d microbatches",
+        return mpmd_error_set(err, bad, "a batch of %lld sequences is not divisible by %d microbatches",
                               (long long)c->batch, c->microbatches);
-    if (c->stages < 1) return mpmd_error_set(err, bad, "gpt: stages is %d; it must be at least 1", c->stages);
+    if (c->stages < 1) return mpmd_error_set(err, bad, "stages is %d; it must be at least 1", c->stages);
     if (!c->balance_stages && c->layers % c->stages != 0)
-        return mpmd_error_set(
-            err, bad,
-            "gpt: %d layers cannot be split evenly into %d stages (balance_stages splits them "
-            "by cost instead)",
-            c->layers, c->stages);
+        return mpmd_error_set(err, bad,
+                              "%d layers cannot be split evenly into %d stages (balance_stages splits them "
+                              "by cost instead)",
+                              c->layers, c->stages);
     if (c->stages > c->layers)
-        return mpmd_error_set(err, bad, "gpt: %d stages for %d layers; every stage needs a layer", c->stages,
+        return mpmd_error_set(err, bad, "%d stages for %d layers; every stage needs a layer", c->stages,
                               c->layers);
     if (!isfinite(c->lr) || c->lr < 0.0f)
-        return mpmd_error_set(err, bad, "gpt: learning rate %g; a finite value >= 0 is expected", c->lr);
+        return mpmd_error_set(err, bad, "learning rate %g; a finite value >= 0 is expected", c->lr);
     if (!(c->adam.b1 >= 0.0f && c->adam.b1 < 1.0f) || !(c->adam.b2 >= 0.0f && c->adam.b2 < 1.0f))
-        return mpmd_error_set(err, bad, "gpt: adam b1 = %g and b2 = %g must lie in [0, 1)", c->adam.b1,
+        return mpmd_error_set(err, bad, "adam b1 = %g and b2 = %g must lie in [0, 1)", c->adam.b1,
                               c->adam.b2);
     if (!isfinite(c->adam.eps) || c->adam.eps < 0.0f || !isfinite(c->adam.weight_decay) ||
         c->adam.weight_decay < 0.0f)
-        return mpmd_error_set(err, bad, "gpt: adam eps = %g and weight decay = %g must be finite and >= 0",
+        return mpmd_error_set(err, bad, "adam eps = %g and weight decay = %g must be finite and >= 0",
                               c->adam.eps, c->adam.weight_decay);
     /* Keep every tensor well inside 64-bit sizes and memory reason. */
     double big = (double)c->vocab * (double)c->width + (double)c->batch * c->seq * (double)c->vocab +
                  (double)c->batch * c->seq * 4.0 * (double)c->width;
     if (big > 4e9)
         return mpmd_error_set(
-            err, bad, "gpt: the model is too large (vocab %lld, width %lld, batch %lld, seq %lld)",
+            err, bad, "the model is too large (vocab %lld, width %lld, batch %lld, seq %lld)",
             (long long)c->vocab, (long long)c->width, (long long)c->batch, (long long)c->seq);
     if (!isfinite(c->clip) || c->clip < 0.0f)
-        return mpmd_error_set(err, bad, "gpt: clip %g; a finite global norm > 0 (or 0: none) is expected",
+        return mpmd_error_set(err, bad, "clip %g; a finite global norm > 0 (or 0: none) is expected",
                               (double)c->clip);
     if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
-        return mpmd_error_set(err, bad, "gpt: dropout %g; a rate in [0, 1) is expected", (double)c->dropout);
+        return mpmd_error_set(err, bad, "dropout %g; a rate in [0, 1) is expected", (double)c->dropout);
     if (c->arch != GPT_ARCH_GPT2 && c->arch != GPT_ARCH_LLAMA)
-        return mpmd_error_set(err, bad, "gpt: architecture %d is neither GPT-2 (%d) nor LLaMA (%d)", c->arch,
+        return mpmd_error_set(err, bad, "architecture %d is neither GPT-2 (%d) nor LLaMA (%d)", c->arch,
                               GPT_ARCH_GPT2, GPT_ARCH_LLAMA);
     if (c->arch == GPT_ARCH_LLAMA) {
         int kv = kv_heads_of(c);
         if (kv < 1 || c->heads % kv)
-            return mpmd_error_set(err, bad, "gpt: %d key/value heads do not divide the %d heads", kv, c->heads);
+            return mpmd_error_set(err, bad, "%d key/value heads do not divide the %d heads", kv, c->heads);
         if ((c->width / c->heads) % 2)
             return mpmd_error_set(err, bad,
-                                  "gpt: the head size %lld (width %lld / %d heads) must be even for rotary "
+                                  "the head size %lld (width %lld / %d heads) must be even for rotary "
                                   "embeddings",
                                   (long long)(c->width / c->heads), (long long)c->width, c->heads);
         if (!(c->rope_base > 1.0f) || !isfinite(c->rope_base))
-            return mpmd_error_set(err, bad, "gpt: rotary base %g; a finite value > 1 is expected", (double)c->rope_base);
+            return mpmd_error_set(err, bad, "rotary base %g; a finite value > 1 is expected",
+                                  (double)c->rope_base);
         if (c->mlp_hidden < 0 || c->mlp_hidden > (1 << 20))
-            return mpmd_error_set(err, bad, "gpt: MLP width %lld is outside [1, 2^20] (0: the default)",
+            return mpmd_error_set(err, bad, "MLP width %lld is outside [1, 2^20] (0: the default)",
                                   (long long)c->mlp_hidden);
         if (!(c->norm_eps >= 0.0f && c->norm_eps < 1.0f))
-            return mpmd_error_set(err, bad,
-                                  "gpt: RMS norm epsilon %g; a value in [0, 1) is expected (0: 1e-5)",
+            return mpmd_error_set(err, bad, "RMS norm epsilon %g; a value in [0, 1) is expected (0: 1e-5)",
                                   (double)c->norm_eps);
         const mpmd_rope_scaling *r = &c->rope_scaling;
         if (r->factor != 0.0f && !(r->factor >= 1.0f && isfinite(r->factor) && r->low_freq_factor > 0.0f &&
@@ -118,18 +116,18 @@ mpmd_status gpt_config_check(const gpt_config *c, mpmd_error *err) {
                                    isfinite(r->high_freq_factor) && r->original_positions >= 1))
             return mpmd_error_set(
                 err, bad,
-                "gpt: rope scaling factor %g, low_freq_factor %g, high_freq_factor %g, original "
+                "rope scaling factor %g, low_freq_factor %g, high_freq_factor %g, original "
                 "positions %lld; a finite factor >= 1, 0 < low < high and positions >= 1 are "
                 "expected",
                 (double)r->factor, (double)r->low_freq_factor, (double)r->high_freq_factor,
                 (long long)r->original_positions);
     } else if (c->kv_heads || c->mlp_hidden || c->rope_scaling.factor != 0.0f) {
         return mpmd_error_set(err, bad,
-                              "gpt: key/value heads, the MLP width and rope scaling are LLaMA options; "
+                              "key/value heads, the MLP width and rope scaling are LLaMA options; "
                               "GPT-2 blocks have all heads, a 4C MLP and a position table");
     }
     if (!mpmd_dtype_is_float(c->compute))
-        return mpmd_error_set(err, bad, "gpt: the compute dtype is %s; it must be f32, bf16 or f16",
+        return mpmd_error_set(err, bad, "the compute dtype is %s; it must be f32, bf16 or f16",
                               mpmd_dtype_name(c->compute));
     return MPMD_OK;
 }
@@ -275,7 +273,7 @@ static mpmd_status build(const gpt_config *cfg, int mode, gpt_model *m, mpmd_err
     if (st) return st;
     m->cfg = *c;
     mpmd_graph *g = m->g = mpmd_graph_new();
-    if (!g) return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory for the graph");
+    if (!g) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory for the graph");
     if (c->tensor_parallel > 1) mpmd_set_tensor_parallel(g, c->tensor_parallel); /* the blocks split themselves */
     mpmd_set_compute_dtype(g, c->compute); /* the layers cast their f32 parameters to it */
     mpmd_set_fused_attention(g, c->fused_attention);
@@ -313,7 +311,7 @@ static mpmd_status build(const gpt_config *cfg, int mode, gpt_model *m, mpmd_err
     m->grads = calloc((size_t)(np > 0 ? np : 1), sizeof *m->grads);
     if (!m->params || !m->grads) {
         gpt_model_free(m);
-        return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory");
+        return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
     }
     m->loss = MPMD_NONE;
     if (mode < 0) { /* the logits of every position, nothing else */
@@ -333,7 +331,7 @@ static mpmd_status build(const gpt_config *cfg, int mode, gpt_model *m, mpmd_err
         unsigned char *decay = mode == 2 ? malloc((size_t)m->n_params + 1) : NULL;
         if (mode == 2 && !decay) {
             gpt_model_free(m);
-            return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory");
+            return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
         }
         for (int i = 0; decay && i < m->n_params; i++)
             decay[i] = c->decay_all || mpmd_value_type(g, m->params[i]).ndim >= 2;
@@ -344,7 +342,7 @@ static mpmd_status build(const gpt_config *cfg, int mode, gpt_model *m, mpmd_err
             if (!clipped) {
                 free(decay);
                 gpt_model_free(m);
-                return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory");
+                return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
             }
             memcpy(clipped, m->grads, (size_t)m->n_params * sizeof *clipped);
             m->grad_norm = mpmd_clip_by_global_norm(g, m->n_params, clipped, c->clip);
@@ -357,7 +355,7 @@ static mpmd_status build(const gpt_config *cfg, int mode, gpt_model *m, mpmd_err
         free(decay);
     }
     if ((st = mpmd_graph_status(g)) != MPMD_OK) {
-        mpmd_error_set(err, st, "gpt: building the step failed: %s", mpmd_graph_error(g));
+        mpmd_error_set(err, st, "building the step failed: %s", mpmd_graph_error(g));
         gpt_model_free(m);
         return st;
     }
@@ -399,7 +397,7 @@ mpmd_status gpt_build_decoder(const gpt_config *cfg, gpt_decoder *d, mpmd_error 
     if (st) return st;
     d->cfg = c;
     mpmd_graph *g = d->g = mpmd_graph_new();
-    if (!g) return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory for the decoder");
+    if (!g) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory for the decoder");
     if (c.tensor_parallel > 1)
         mpmd_set_tensor_parallel(g, c.tensor_parallel); /* as the training step splits */
     mpmd_set_compute_dtype(g, c.compute);
@@ -425,11 +423,11 @@ mpmd_status gpt_build_decoder(const gpt_config *cfg, gpt_decoder *d, mpmd_error 
     int np = mpmd_graph_params(g, NULL, 0);
     if (!(d->params = calloc((size_t)(np > 0 ? np : 1), sizeof *d->params))) {
         gpt_decoder_free(d);
-        return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory for the decoder");
+        return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory for the decoder");
     }
     d->n_params = mpmd_graph_params(g, d->params, np);
     if ((st = mpmd_graph_status(g)) != MPMD_OK) {
-        mpmd_error_set(err, st, "gpt: building the decoder failed: %s", mpmd_graph_error(g));
+        mpmd_error_set(err, st, "building the decoder failed: %s", mpmd_graph_error(g));
         gpt_decoder_free(d);
         return st;
     }
@@ -448,23 +446,23 @@ mpmd_status gpt_copy_params(mpmd_step *dst, const gpt_model *dm, mpmd_step *src,
         mpmd_type t = mpmd_value_whole_type(dm->g, dm->params[i]), ts = mpmd_value_whole_type(sm->g, v);
         if (!mpmd_is_value(v) || t.dtype != ts.dtype || t.ndim != ts.ndim ||
             memcmp(t.dim, ts.dim, (size_t)t.ndim * sizeof t.dim[0])) {
-            rc = mpmd_error_set(err, MPMD_ERR_INVALID, "gpt: parameter \"%s\" is not in the training step, or differs",
-                                name);
+            rc = mpmd_error_set(err, MPMD_ERR_INVALID,
+                                "parameter \"%s\" is not in the training step, or differs", name);
             break;
         }
         size_t bytes = mpmd_type_bytes(&t);
         if (bytes > cap) {
             float *nb = realloc(buf, bytes);
             if (!nb) {
-                rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt: out of memory copying \"%s\"", name);
+                rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory copying \"%s\"", name);
                 break;
             }
             buf = nb, cap = bytes;
         }
         if ((rc = mpmd_step_gather(src, v, buf, bytes)))
-            mpmd_error_set(err, rc, "gpt: reading \"%s\": %s", name, mpmd_step_error(src));
+            mpmd_error_set(err, rc, "reading \"%s\": %s", name, mpmd_step_error(src));
         else if ((rc = mpmd_step_write(dst, dm->params[i], buf, bytes)))
-            mpmd_error_set(err, rc, "gpt: writing \"%s\": %s", name, mpmd_step_error(dst));
+            mpmd_error_set(err, rc, "writing \"%s\": %s", name, mpmd_step_error(dst));
     }
     free(buf);
     return rc;
@@ -544,11 +542,10 @@ static void noun_phrase(rng *r, uint8_t *out, int64_t len, int64_t *k, int cap) 
 mpmd_status gpt_corpus_generate(gpt_corpus *c, int64_t len, uint64_t seed, mpmd_error *err) {
     memset(c, 0, sizeof *c);
     if (len < 1)
-        return mpmd_error_set(err, MPMD_ERR_INVALID, "gpt corpus: length %lld; at least 1", (long long)len);
+        return mpmd_error_set(err, MPMD_ERR_INVALID, "corpus: length %lld; at least 1", (long long)len);
     c->bytes = malloc((size_t)len);
     if (!c->bytes)
-        return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt corpus: out of memory for %lld bytes",
-                              (long long)len);
+        return mpmd_error_set(err, MPMD_ERR_NOMEM, "corpus: out of memory for %lld bytes", (long long)len);
     c->len = len;
     rng r = {mix64(seed ^ 0x636f72707573ull)};
     int64_t k = 0;

@@ -85,14 +85,14 @@ mpmd_status gpt_plan(const gpt_config *base, int ranks, int threads, int64_t lim
     *all = NULL;
     *n_all = 0;
     if (ranks < 1 || ranks > base->layers)
-        return mpmd_error_set(err, MPMD_ERR_INVALID, "gpt --auto: %d ranks for %d layers; each rank needs a layer",
-                              ranks, base->layers);
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "--auto: %d ranks for %d layers; each rank needs a layer", ranks, base->layers);
     int cap = 256, n = 0;
     gpt_layout *l = malloc((size_t)cap * sizeof *l);
     const int sharded = fsdp && fsdp->fsdp && fsdp->replicas > 1;
     const double rate = sharded ? copy_rate() : 0;
     static const char *const gathers[2] = {"task", "step"};
-    if (!l) return mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt --auto: out of memory");
+    if (!l) return mpmd_error_set(err, MPMD_ERR_NOMEM, "--auto: out of memory");
     mpmd_status rc = MPMD_OK;
     for (int twice_s = 0; twice_s < 2 && !rc; twice_s++) {
         int S = ranks * (twice_s + 1);
@@ -135,7 +135,7 @@ mpmd_status gpt_plan(const gpt_config *base, int ranks, int threads, int64_t lim
                         if (n == cap) {
                             gpt_layout *nl = realloc(l, (size_t)(cap *= 2) * sizeof *l);
                             if (!nl) {
-                                rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "gpt --auto: out of memory");
+                                rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "--auto: out of memory");
                                 break;
                             }
                             l = nl;
@@ -151,7 +151,7 @@ mpmd_status gpt_plan(const gpt_config *base, int ranks, int threads, int64_t lim
     }
     if (!rc && n == 0)
         rc = mpmd_error_set(err, MPMD_ERR_INVALID,
-                            "gpt --auto: no layout of %d ranks fits this model (batch %lld, %d layers)", ranks,
+                            "--auto: no layout of %d ranks fits this model (batch %lld, %d layers)", ranks,
                             (long long)base->batch, base->layers);
     if (rc) {
         free(l);
@@ -166,7 +166,7 @@ mpmd_status gpt_plan(const gpt_config *base, int ranks, int threads, int64_t lim
         char b[64];
         snprintf(b, sizeof b, "%lld bytes", (long long)l[0].peak_bytes);
         rc = mpmd_error_set(err, MPMD_ERR_INVALID,
-                            "gpt --auto: no layout fits in %lld bytes per rank; the smallest peak found is %s "
+                            "--auto: no layout fits in %lld bytes per rank; the smallest peak found is %s "
                             "(%s, %d stages, %d microbatches, remat %s)",
                             (long long)limit, b, l[0].schedule, l[0].stages, l[0].microbatches, l[0].remat);
     } else {

@@ -190,13 +190,55 @@ static int kv_heads(const gpt_config *c) { return c->kv_heads > 0 ? c->kv_heads 
 
 static const char *arch_name(int arch) { return arch == GPT_ARCH_LLAMA ? "llama" : "gpt2"; }
 
+/* The RMS norms' epsilon the blocks use (gpt_model.c: 0 means 1e-5). */
+static float norm_eps(const gpt_config *c) { return c->norm_eps > 0.0f ? c->norm_eps : 1e-5f; }
+
+/* A float as the shortest %g that reads back as it (1e-05, not 9.99999975e-06). */
+static const char *float_text(float f, char buf[32]) {
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(buf, 32, "%.*g", digits, (double)f);
+        if ((float)strtod(buf, NULL) == f) break;
+    }
+    return buf;
+}
+
+/* rope-scaling's value: "none", or "factor,low_freq_factor,high_freq_factor,original_positions". */
+static void scaling_text(const mpmd_rope_scaling *r, char *out, size_t cap) {
+    if (r->factor == 0.0f)
+        snprintf(out, cap, "none");
+    else {
+        char a[32], b[32], c[32];
+        snprintf(out, cap, "%s,%s,%s,%lld", float_text(r->factor, a), float_text(r->low_freq_factor, b),
+                 float_text(r->high_freq_factor, c), (long long)r->original_positions);
+    }
+}
+
+/* rope-scaling's value back; 0 when it is neither form. */
+static int scaling_parse(const char *v, mpmd_rope_scaling *r) {
+    if (!strcmp(v, "none")) {
+        *r = MPMD_ROPE_NO_SCALING;
+        return 1;
+    }
+    float f, lo, hi;
+    long long orig;
+    int used = 0;
+    if (sscanf(v, "%g,%g,%g,%lld%n", &f, &lo, &hi, &orig, &used) != 4 || v[used] || !(f != 0.0f)) return 0;
+    *r = (mpmd_rope_scaling){f, lo, hi, (int64_t)orig};
+    return 1;
+}
+
 void gpt_config_record(const gpt_config *c, char *out, size_t cap) {
     int n = snprintf(out, cap, "arch=%s layers=%d width=%lld heads=%d vocab=%lld seq=%lld tie-embeddings=%d",
                      arch_name(c->arch), c->layers, (long long)c->width, c->heads, (long long)c->vocab,
                      (long long)c->seq, c->tie_embeddings ? 1 : 0);
-    if (c->arch == GPT_ARCH_LLAMA && n > 0 && (size_t)n < cap)
-        snprintf(out + n, cap - (size_t)n, " kv-heads=%d mlp-hidden=%lld rope-base=%.9g", kv_heads(c),
-                 (long long)gpt_mlp_hidden(c), (double)c->rope_base);
+    if (c->arch == GPT_ARCH_LLAMA && n > 0 && (size_t)n < cap) {
+        char rs[128], base[32], eps[32];
+        scaling_text(&c->rope_scaling, rs, sizeof rs);
+        snprintf(out + n, cap - (size_t)n,
+                 " kv-heads=%d mlp-hidden=%lld rope-base=%s norm-eps=%s rope-scaling=%s", kv_heads(c),
+                 (long long)gpt_mlp_hidden(c), float_text(c->rope_base, base), float_text(norm_eps(c), eps),
+                 rs);
+    }
 }
 
 /* The value of `key` in a recorded config ("k=v k=v ..."), copied to buf;
@@ -277,8 +319,92 @@ mpmd_status gpt_config_check_recorded(const gpt_config *c, const char *recorded,
             both(was, is, sizeof was, x, y);
         }
     }
+    /* norm-eps and rope-scaling: no options of their own (they come from --init-from's config.json);
+     * a checkpoint from before they were recorded has neither, and builds with the defaults */
+    if (llama && recorded_value(recorded, "norm-eps", v, sizeof v)) {
+        char *end;
+        double got = strtod(v, &end);
+        if (end == v || *end)
+            return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s records norm-eps=%s, not a number", file, v);
+        if ((float)got != norm_eps(c)) {
+            char a[32], b[32];
+            snprintf(x, sizeof x, "RMS norm epsilon %s", float_text((float)got, a));
+            snprintf(y, sizeof y, "RMS norm epsilon %s", float_text(norm_eps(c), b));
+            both(was, is, sizeof was, x, y);
+        }
+    }
+    if (llama && recorded_value(recorded, "rope-scaling", v, sizeof v)) {
+        mpmd_rope_scaling got;
+        if (!scaling_parse(v, &got))
+            return mpmd_error_set(err, MPMD_ERR_FORMAT,
+                                  "%s records rope-scaling=%s, neither none nor factor,low,high,positions",
+                                  file, v);
+        const mpmd_rope_scaling *r = &c->rope_scaling;
+        int none = r->factor == 0.0f && got.factor == 0.0f;
+        if (!none && (got.factor != r->factor || got.low_freq_factor != r->low_freq_factor ||
+                      got.high_freq_factor != r->high_freq_factor ||
+                      got.original_positions != r->original_positions)) {
+            char a[64], b[64];
+            scaling_text(&got, a, sizeof a);
+            scaling_text(r, b, sizeof b);
+            snprintf(x, sizeof x, "rope scaling %s", a);
+            snprintf(y, sizeof y, "rope scaling %s", b);
+            both(was, is, sizeof was, x, y);
+        }
+    }
     if (!was[0]) return MPMD_OK;
     return mpmd_error_set(err, MPMD_ERR_INVALID, "%s was trained with %s; this run has %s", file, was, is);
+}
+
+mpmd_status gpt_config_from_record(gpt_config *c, const gpt_hf_given *given, const char *recorded,
+                                   const char *file, mpmd_error *err) {
+    char v[128];
+    if (!recorded || !recorded_value(recorded, "arch", v, sizeof v)) return MPMD_OK;
+    gpt_config r = *c;
+    int llama = c->arch == GPT_ARCH_LLAMA, same_arch = !strcmp(v, arch_name(c->arch));
+    struct {
+        const char *key;
+        int given;
+    } ints[] = {{"layers", given->layers},        {"width", given->width}, {"heads", given->heads},
+                {"vocab", given->vocab},          {"seq", given->seq},     {"kv-heads", given->kv_heads},
+                {"mlp-hidden", given->mlp_hidden}};
+    /* what the record holds and the command line left to it (a value that does not parse is left as it
+     * is: gpt_config_check_recorded names it) */
+    for (size_t i = 0; same_arch && i < sizeof ints / sizeof ints[0]; i++) {
+        if (ints[i].given || !recorded_value(recorded, ints[i].key, v, sizeof v)) continue;
+        if (!llama && i >= 5) continue;
+        char *end;
+        errno = 0;
+        long long got = strtoll(v, &end, 10);
+        if (errno || end == v || *end) continue;
+        switch (i) {
+        case 0: r.layers = (int)got; break;
+        case 1: r.width = got; break;
+        case 2: r.heads = (int)got; break;
+        case 3: r.vocab = got; break;
+        case 4: r.seq = got; break;
+        case 5: r.kv_heads = (int)got; break;
+        default: r.mlp_hidden = got; break;
+        }
+    }
+    if (same_arch && !given->tie_embeddings && recorded_value(recorded, "tie-embeddings", v, sizeof v))
+        r.tie_embeddings = !strcmp(v, "1");
+    if (same_arch && llama) {
+        char *end;
+        double got;
+        if (!given->rope_base && recorded_value(recorded, "rope-base", v, sizeof v) &&
+            (got = strtod(v, &end), end != v && !*end))
+            r.rope_base = (float)got;
+        if (recorded_value(recorded, "norm-eps", v, sizeof v) && (got = strtod(v, &end), end != v && !*end))
+            r.norm_eps = (float)got;
+        mpmd_rope_scaling rs;
+        if (recorded_value(recorded, "rope-scaling", v, sizeof v) && scaling_parse(v, &rs))
+            r.rope_scaling = rs;
+    }
+    /* what is left to differ: the options given (and another arch), each named with both values */
+    mpmd_status rc = gpt_config_check_recorded(&r, recorded, file, err);
+    if (!rc) *c = r;
+    return rc;
 }
 
 /* ---- stopping on a signal ---------------------------------------------------------- */

@@ -26,6 +26,7 @@
 #ifndef GPT_SAVE_H
 #define GPT_SAVE_H
 
+#include "gpt_import.h"
 #include "gpt_model.h"
 #include "mpmd.h"
 #include "mpmd_checkpoint.h"
@@ -69,10 +70,13 @@ void gpt_candidates_free(gpt_candidate *c, int n);
 /* What rebuilds the model, for a checkpoint's info.config:
  *
  *     arch=gpt2 layers=4 width=128 heads=4 vocab=256 seq=64 tie-embeddings=0
- *     arch=llama ... kv-heads=2 mlp-hidden=344 rope-base=10000   (llama adds these)
+ *     arch=llama ... kv-heads=2 mlp-hidden=344 rope-base=10000 norm-eps=1e-05 rope-scaling=none
+ *                                                                 (llama adds these)
  *
- * Other options (lr, batch, microbatches, the layout, precision, dropout,
- * remat) may change when a run resumes and are not recorded. */
+ * rope-scaling is "none" or Llama 3.1's "factor,low_freq_factor,
+ * high_freq_factor,original_positions" (8,1,4,8192). Other options (lr,
+ * batch, microbatches, the layout, precision, dropout, remat) may change
+ * when a run resumes and are not recorded. */
 void gpt_config_record(const gpt_config *c, char *out, size_t cap);
 
 /* Check the config a checkpoint recorded (gpt_config_record) against the
@@ -84,6 +88,18 @@ void gpt_config_record(const gpt_config *c, char *out, size_t cap);
  * MPMD_OK. */
 mpmd_status gpt_config_check_recorded(const gpt_config *c, const char *recorded, const char *file,
                                       mpmd_error *err);
+
+/* Make `c` the model a checkpoint recorded (--resume, --generate from a
+ * checkpoint): every model option the record holds and `given` does not
+ * say the command line set is taken from it (layers, width, heads, vocab,
+ * seq, tie-embeddings; llama's kv-heads, mlp-hidden, rope-base, norm-eps
+ * and rope-scaling); then gpt_config_check_recorded, so an option given
+ * that contradicts the record is MPMD_ERR_INVALID naming both values, and
+ * `c` is unchanged. A key the record lacks (a checkpoint written before
+ * norm-eps and rope-scaling were recorded) leaves c's value: the default.
+ * A record without "arch=" changes nothing (MPMD_OK). */
+mpmd_status gpt_config_from_record(gpt_config *c, const gpt_hf_given *given, const char *recorded,
+                                   const char *file, mpmd_error *err);
 
 /* ---- a background writer ---------------------------------------------------- */
 
