@@ -77,7 +77,8 @@ test-no-mpi: deps
 	cd $(NOMPI_BUILD) && MPMD_TEST_QUICK=1 ctest --output-on-failure -j $(JOBS) -E '^install_'
 
 # The fuzzers of tests/fuzz (checkpoint reader, schedule parser, graph
-# builder, the GPT example's files, tokenizer.json), each for FUZZ_SECONDS from its seed corpus, under ASan and UBSan
+# builder, the GPT example's files, LLaMA model directories, tokenizer.json,
+# the planner's descriptions), each for FUZZ_SECONDS from its seed corpus, under ASan and UBSan
 # (FUZZ_SEED: libFuzzer's random seed, 0 for a new one each run);
 # a crash, a leak or a broken promise fails, its input kept in
 # $(FUZZ_BUILD)/artifacts. Needs clang and its libFuzzer (installed here).
