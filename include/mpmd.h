@@ -4,44 +4,38 @@
  * and runs it: on one rank with a microbatch loop, or (with a schedule) as
  * one program per pipeline rank. This header is the whole public API.
  *
- * A step in brief: a two-layer MLP trained with SGD, 4 microbatches, as a
- * two-stage pipeline.
+ * A step in brief (README.md's first example, the same lines): a
+ * two-layer MLP trained with AdamW, 4 microbatches, as a two-stage
+ * pipeline.
+ *
+ *     #include "mpmd.h"
  *
  *     mpmd_graph *g = mpmd_graph_new();
  *     mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(64, 16));
  *     mpmd_value y = mpmd_input(g, "y", MPMD_F32, MPMD_SHAPE(64, 1));
  *
- *     mpmd_loop_begin(g, 4);                       // the microbatch loop
- *     mpmd_value xb = mpmd_microbatch(g, x);       // f32[16,16]
- *     mpmd_value yb = mpmd_microbatch(g, y);
- *     mpmd_value h = mpmd_relu(g, mpmd_dense(g, "dense_0", xb, 32, 1));
- *     h = mpmd_enter_stage(g, h);                  // stage 0 ends here
- *     mpmd_value p = mpmd_dense(g, "dense_1", h, 1, 1);
- *     mpmd_value d = mpmd_sub(g, p, yb);
- *     mpmd_value loss = mpmd_mean(g, mpmd_square(g, d), 0, NULL, 0);
- *     loss = mpmd_enter_stage(g, loss);            // stage 1 ends here
+ *     mpmd_loop_begin(g, 4);                          // 4 microbatches of 16 rows
+ *     mpmd_value xb = mpmd_microbatch(g, x), yb = mpmd_microbatch(g, y);
+ *     mpmd_value h = mpmd_relu(g, mpmd_dense(g, "dense_0", xb, 32, MPMD_BIAS));
+ *     h = mpmd_enter_stage(g, h);                     // stage 0 ends here
+ *     mpmd_value d = mpmd_sub(g, mpmd_dense(g, "dense_1", h, 1, MPMD_BIAS), yb);
+ *     mpmd_value loss = mpmd_mean(g, mpmd_square(g, d), MPMD_ALL_AXES, MPMD_DROP_DIMS);
+ *     loss = mpmd_enter_stage(g, loss);               // stage 1 ends here
  *
- *     int np = mpmd_graph_params(g, NULL, 0);      // every trainable param
- *     mpmd_value params[8], grads[8];
- *     mpmd_graph_params(g, params, np);
- *     mpmd_grad(g, loss, np, params, grads);       // backward ops, same body
- *     mpmd_value total = mpmd_loop_reduce(g, loss, MPMD_REDUCE_ADD);
- *     for (int i = 0; i < np; i++)
- *         grads[i] = mpmd_loop_reduce(g, grads[i], MPMD_REDUCE_ADD);
- *     mpmd_loop_end(g);
+ *     mpmd_value params[4], grads[4];                 // treduce(value_and_grad(...)): backward ops in the
+ *     int np;                                         // same body, loss and gradients summed over microbatches
+ *     mpmd_value total = mpmd_value_and_grad(g, loss, 0, NULL, 4, params, grads, &np);
+ *     mpmd_adamw(g, np, params, grads, mpmd_scalar(g, 1e-3f), MPMD_ADAM_DEFAULTS);
  *
- *     mpmd_sgd(g, np, params, grads, mpmd_scalar(g, 0.1f));  // after the loop
- *     mpmd_keep(g, total);
- *     if (mpmd_graph_status(g)) { fprintf(stderr, "%s\n", mpmd_graph_error(g)); ... }
- *
- *     mpmd_schedule *sched;                           // 2 stages on 2 ranks
+ *     mpmd_schedule *sched;                           // 2 stages on 2 ranks, 4 microbatches
  *     mpmd_error err;
  *     mpmd_schedule_std1f1b(2, 4, &sched, &err);
- *     mpmd_step *st = mpmd_jit_with_loop(g, sched, NULL, &err);  // a program per rank
+ *     mpmd_step *st = mpmd_jit_with_loop(g, sched, NULL, &err);   // one program per rank
  *     mpmd_step_set_input(st, x, xdata, sizeof xdata);
  *     mpmd_step_set_input(st, y, ydata, sizeof ydata);
  *     mpmd_step_run(st);                              // one step, one thread per rank
- *     float l; mpmd_step_read(st, total, &l, sizeof l);
+ *     float l;
+ *     mpmd_step_read(st, total, &l, sizeof l);
  *
  * The same graph runs unpipelined, the reference the pipeline matches bit
  * for bit: mpmd_exec_new(g, NULL, &err), mpmd_exec_set_input, mpmd_exec_run.
@@ -898,8 +892,9 @@ mpmd_status mpmd_schedule_for_graph(const mpmd_graph *g, mpmd_schedule_kind kind
  * stage markers into forward and backward tasks per stage (A and W where the
  * schedule splits the backward), place parameters and the code before and
  * after the loop on the ranks, lower the schedule into one program per
- * rank, checked by simulation before anything runs, and plan every buffer
- * of each rank in one arena. The graph must have one microbatch loop with
+ * rank, checked by simulation before anything runs, and plan each rank's
+ * intermediate values in one arena (its parameters, optimizer state,
+ * inputs and the kernels' workspace are allocated beside it). The graph must have one microbatch loop with
  * as many stage markers per microbatch as the schedule has stages, and as
  * many microbatches as the schedule. The step copies what it needs of the
  * schedule; the graph must outlive it. On error NULL, with err saying what
