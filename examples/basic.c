@@ -1,4 +1,7 @@
-/* basic - the counterpart of JaxPP's examples/basic.py.
+/* basic - a setup check: a pipelined step and the unpipelined loop, side by
+ * side. It serves as JaxPP's examples/basic.py serves JaxPP (run it first
+ * on a new machine), but it is not a port of it: the model, the task and
+ * the output are its own.
  *
  * A small model of the tutorial's transformer Blocks (attention, residual,
  * LayerNorm, Dense 4x, gelu, Dense, residual, LayerNorm), one pipeline stage
@@ -11,7 +14,7 @@
  * The prefix mean needs causal attention; the standardisation fits the
  * Block's closing LayerNorm.
  *
- * As basic.py does, the step runs twice side by side on the same batches:
+ * The step runs twice side by side on the same batches:
  * pipelined (a schedule over ranks, mpmd_jit_with_loop) and unpipelined
  * (the same call without a schedule); every step's losses must have the same
  * bits, and so must the parameters at the end. Both losses are printed every

@@ -761,8 +761,10 @@ static int parse_args(int argc, char **argv, options *o) {
         o->export_dtype = MPMD_F16;
     else
         return bad_option("--dtype is f32, bf16 or f16, got \"%s\"", xd);
+    mpmd_backend_defaults best = {MPMD_F32, 1}; /* an unknown backend is refused when the step is made */
+    mpmd_backend_defaults_of(o->backend, &best);
     if (!o->precision)
-        o->cfg.compute = o->backend && !strcmp(o->backend, "cuda") ? MPMD_BF16 : MPMD_F32;
+        o->cfg.compute = best.compute;
     else if (!strcmp(o->precision, "f32"))
         o->cfg.compute = MPMD_F32;
     else if (!strcmp(o->precision, "bf16"))
@@ -772,7 +774,7 @@ static int parse_args(int argc, char **argv, options *o) {
     else
         return bad_option("--precision is f32, bf16 or f16, got \"%s\"", o->precision);
     if (!o->attention)
-        o->cfg.fused_attention = !(o->backend && !strcmp(o->backend, "cuda"));
+        o->cfg.fused_attention = best.fused_attention;
     else if (!strcmp(o->attention, "fused") || !strcmp(o->attention, "composed"))
         o->cfg.fused_attention = !strcmp(o->attention, "fused");
     else

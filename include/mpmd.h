@@ -513,7 +513,7 @@ MPMD_NODISCARD mpmd_value mpmd_microbatch(mpmd_graph *g, mpmd_value x);
 typedef enum mpmd_reduce_op {
     MPMD_REDUCE_ADD = 0, /* acc = x_0; acc = acc + x_m for m = 1..n-1, elementwise */
     MPMD_REDUCE_MAX,     /* acc = x_0; acc = max(acc, x_m) */
-    MPMD_REDUCE_CONCAT   /* x_0 .. x_{n-1} stacked along axis 0 */
+    MPMD_REDUCE_CONCAT   /* x_0 .. x_{n-1} concatenated along axis 0 (not a scalar) */
 } mpmd_reduce_op;
 
 /* Reduce a body value over the microbatches; the result is an after-loop
@@ -768,6 +768,17 @@ const char *mpmd_exec_backend(const mpmd_exec *ex);
  * can run here, else non-zero with the reason in why. */
 const char *mpmd_backends(void);
 int mpmd_backend_check(const char *name, char *why, size_t len);
+/* What backend `name` runs best, for a program's defaults: the compute
+ * dtype (MPMD_BF16 on "cuda", whose tensor cores multiply bf16; MPMD_F32
+ * on "cpu", which widens 16-bit operands to f32 around its kernels) and
+ * whether mpmd_attention's fused op (1) or the composed ops (0) are its
+ * faster attention. NULL or "" is "cpu"; MPMD_ERR_INVALID for a name this
+ * build lacks or a NULL out. */
+typedef struct mpmd_backend_defaults {
+    mpmd_dtype compute;
+    int fused_attention;
+} mpmd_backend_defaults;
+mpmd_status mpmd_backend_defaults_of(const char *name, mpmd_backend_defaults *out);
 /* The BLAS behind the CPU backend: OpenBLAS's kernel set ("Haswell",
  * "SkylakeX", ...; OPENBLAS_CORETYPE chooses another). And NULL, or a
  * warning to print when that set is a generic one on a CPU with AVX2 or

@@ -23,8 +23,8 @@
  *     for (int64_t step = got.step + 1; step <= total_steps; step++) ...  // steps 4, 5, ...
  *
  * Guarantees.
- * - Saving is atomic: the file is written as "<path>.tmp.<pid>" in the same
- *   directory, synced to disk, and renamed over <path>; on any failure the
+ * - Saving is atomic: the file is written as "<path>.tmp.<pid>.<random>"
+ *   in the same directory, synced to disk, and renamed over <path>; on any failure the
  *   temporary file is removed and an existing <path> is left as it was.
  * - Loading changes nothing unless everything is right: the file is parsed
  *   and checked (structure, checksums of header and data, every name, dtype

@@ -18,7 +18,8 @@ static void huge_shapes(void) {
     mpmd_graph *g = mpmd_graph_new();
     mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(1LL << 31, 1LL << 31));
     mpmd_value y = mpmd_mul_scalar(g, x, 2.0f);
-    CHECK(!mpmd_is_value(y) && mpmd_graph_status(g) == MPMD_ERR_SHAPE && has(mpmd_graph_error(g), "more elements than fit"),
+    CHECK(!mpmd_is_value(y) && mpmd_graph_status(g) == MPMD_ERR_SHAPE &&
+              has(mpmd_graph_error(g), "more elements than fit"),
           "2^31 x 2^31: %s", mpmd_graph_error(g));
     mpmd_graph_free(g);
 
@@ -50,7 +51,8 @@ static void huge_shapes(void) {
     g = mpmd_graph_new();
     float d[4] = {0};
     y = mpmd_constant(g, MPMD_F32, MPMD_SHAPE(1LL << 40, 1LL << 40), d);
-    CHECK(!mpmd_is_value(y) && has(mpmd_graph_error(g), "mpmd_constant: the shape has more elements than fit"),
+    CHECK(!mpmd_is_value(y) &&
+              has(mpmd_graph_error(g), "mpmd_constant: the shape has more elements than fit"),
           "constant 2^40 x 2^40: %s", mpmd_graph_error(g));
     mpmd_graph_free(g);
 
@@ -71,7 +73,8 @@ static void huge_shapes(void) {
     mpmd_graph_free(g);
     g = mpmd_graph_new();
     mpmd_scope_push(g, NULL);
-    CHECK(has(mpmd_graph_error(g), "mpmd_scope_push: no name (NULL)"), "scope_push NULL: %s", mpmd_graph_error(g));
+    CHECK(has(mpmd_graph_error(g), "mpmd_scope_push: no name (NULL)"), "scope_push NULL: %s",
+          mpmd_graph_error(g));
     mpmd_graph_free(g);
 }
 
@@ -85,7 +88,8 @@ static void null_arguments(void) {
               mpmd_graph_status(NULL) == MPMD_ERR_INVALID && has(mpmd_graph_error(NULL), "no graph") &&
               mpmd_grad(NULL, a, 1, &a, &b) == MPMD_ERR_INVALID,
           "calls without a graph");
-    mpmd_loop_begin(NULL, 2), mpmd_loop_end(NULL), mpmd_keep(NULL, a), mpmd_scope_push(NULL, "s"), mpmd_scope_pop(NULL);
+    mpmd_loop_begin(NULL, 2), mpmd_loop_end(NULL), mpmd_keep(NULL, a), mpmd_scope_push(NULL, "s"),
+        mpmd_scope_pop(NULL);
 
     mpmd_graph *g = mpmd_graph_new();
     mpmd_value x = mpmd_input(g, "x", MPMD_F32, 2, NULL);
@@ -96,7 +100,8 @@ static void null_arguments(void) {
     g = mpmd_graph_new();
     x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(2));
     mpmd_value l = mpmd_sum(g, x, MPMD_ALL_AXES, MPMD_DROP_DIMS);
-    CHECK(mpmd_grad(g, l, 1, NULL, NULL) == MPMD_ERR_INVALID && has(mpmd_graph_error(g), "wrt or grads is NULL"),
+    CHECK(mpmd_grad(g, l, 1, NULL, NULL) == MPMD_ERR_INVALID &&
+              has(mpmd_graph_error(g), "wrt or grads is NULL"),
           "grad NULL: %s", mpmd_graph_error(g));
     mpmd_graph_free(g);
 
@@ -118,7 +123,8 @@ static void null_arguments(void) {
     CHECK(mpmd_exec_read(ex, x, buf, sizeof buf) == MPMD_ERR_INVALID &&
               has(mpmd_exec_error(ex), "input \"x\" was never set"),
           "read of an input never set: %s", mpmd_exec_error(ex));
-    CHECK(mpmd_exec_set_input(ex, x, NULL, 128) == MPMD_ERR_INVALID && has(mpmd_exec_error(ex), "no data (NULL)"),
+    CHECK(mpmd_exec_set_input(ex, x, NULL, 128) == MPMD_ERR_INVALID &&
+              has(mpmd_exec_error(ex), "no data (NULL)"),
           "set_input NULL: %s", mpmd_exec_error(ex));
     CHECK(mpmd_exec_set_input(ex, x, buf, sizeof buf) == MPMD_OK && mpmd_exec_run(ex) == MPMD_OK &&
               mpmd_exec_read(ex, y, NULL, sizeof buf) == MPMD_ERR_INVALID && has(mpmd_exec_error(ex), "NULL"),
@@ -158,8 +164,8 @@ static void null_arguments(void) {
     CHECK(mpmd_schedule_validate(NULL, &err, NULL) == MPMD_ERR_INVALID && has(err.msg, "no schedule (NULL)"),
           "validate NULL: %s", err.msg);
     mpmd_sim *sim;
-    CHECK(mpmd_schedule_simulate(NULL, NULL, &sim, &err, NULL) == MPMD_ERR_INVALID && !sim, "simulate NULL: %s",
-          err.msg);
+    CHECK(mpmd_schedule_simulate(NULL, NULL, &sim, &err, NULL) == MPMD_ERR_INVALID && !sim,
+          "simulate NULL: %s", err.msg);
 }
 
 /* A two-stage pipeline of two dense layers, run once with recording on. */
@@ -334,6 +340,17 @@ static void null_arguments_more(void) {
     mpmd_graph_free(g2);
     CHECK(mpmd_backend_check("nope", NULL, 60) == 1 && mpmd_backend_check("cpu", NULL, 0) == 0,
           "mpmd_backend_check without a buffer");
+    mpmd_backend_defaults bd = {MPMD_I32, -1}, bn = {MPMD_I32, -1};
+    CHECK(
+        mpmd_backend_defaults_of("cpu", &bd) == MPMD_OK && bd.compute == MPMD_F32 &&
+            bd.fused_attention == 1 && mpmd_backend_defaults_of(NULL, &bn) == MPMD_OK &&
+            bn.compute == MPMD_F32 && mpmd_backend_defaults_of("nope", &bd) == MPMD_ERR_INVALID &&
+            mpmd_backend_defaults_of("cpu", NULL) == MPMD_ERR_INVALID,
+        "mpmd_backend_defaults_of: the CPU computes in f32 with the fused attention; unknown names refused");
+    if (strstr(mpmd_backends(), "cuda"))
+        CHECK(mpmd_backend_defaults_of("cuda", &bd) == MPMD_OK && bd.compute == MPMD_BF16 &&
+                  !bd.fused_attention,
+              "mpmd_backend_defaults_of: CUDA computes in bf16 with the composed attention");
     uint8_t d32[32] = {1};
     mpmd_sha256("a", 1, NULL);
     mpmd_sha256(NULL, 4, d32);

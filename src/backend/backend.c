@@ -1,6 +1,7 @@
 /* The registry of backends and the one way a kernel is run. */
 #include "backend/backend.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,12 +20,18 @@ const mpmd_backend *mpmd_backend_get(const char *name) {
     return NULL;
 }
 
-const char *mpmd_backend_names(void) {
-#ifdef MPMD_HAVE_CUDA
-    return "cpu, cuda";
-#else
-    return "cpu";
-#endif
+static char names[128];
+static pthread_once_t names_once = PTHREAD_ONCE_INIT;
+
+static void list_names(void) {
+    size_t at = 0;
+    for (size_t i = 0; i < sizeof registry / sizeof registry[0] && at < sizeof names; i++)
+        at += (size_t)snprintf(names + at, sizeof names - at, "%s%s", i ? ", " : "", registry[i]->name);
+}
+
+const char *mpmd_backend_names(void) { /* the registry's names */
+    pthread_once(&names_once, list_names);
+    return names;
 }
 
 int mpmd_backend_run(const mpmd_backend *be, void *dev, const mpmd_graph *g, int node, const mpmd_kernel *k,
@@ -171,6 +178,14 @@ int mpmd_launch_widened(void *dev, const mpmd_kernel *k, const mpmd_kargs *a, mp
 }
 
 const char *mpmd_backends(void) { return mpmd_backend_names(); }
+
+mpmd_status mpmd_backend_defaults_of(const char *name, mpmd_backend_defaults *out) {
+    const mpmd_backend *be = mpmd_backend_get(name);
+    if (!be || !out) return MPMD_ERR_INVALID;
+    out->compute = be->compute;
+    out->fused_attention = be->fused_attention;
+    return MPMD_OK;
+}
 
 int mpmd_backend_check(const char *name, char *why, size_t len) {
     char none[8];

@@ -86,6 +86,11 @@ typedef struct mpmd_backend {
     /* Buffers are ordinary host memory (the CPU): inputs may be shared
      * between ranks and storage read in place. */
     int host_memory;
+    /* What runs best here, for programs' defaults (mpmd_backend_defaults_of):
+     * the compute dtype, and whether the fused attention op (1) or the
+     * composed ops (0) are the faster attention. */
+    mpmd_dtype compute;
+    int fused_attention;
     /* 0 when this backend can run here; else non-zero with the reason
      * ("built without CUDA", "no CUDA device: ..."). */
     int (*available)(char *why, size_t len);

@@ -369,6 +369,8 @@ static void cpu_event_free(void *dev, void *ev) {}
 const mpmd_backend mpmd_backend_cpu = {
     .name = "cpu",
     .host_memory = 1,
+    .compute = MPMD_F32, /* no bf16 arithmetic: 16-bit operands are widened around f32 kernels */
+    .fused_attention = 1,
     .available = cpu_available,
     .room = cpu_room,
     .open = cpu_open,

@@ -521,8 +521,10 @@ static void cuda_graph_free(void *p, void *graph) {
 }
 
 extern "C" const mpmd_backend mpmd_backend_cuda = {
-    "cuda", /* name */
-    0,      /* host_memory */
+    "cuda",     /* name */
+    0,          /* host_memory */
+    MPMD_BF16,  /* compute: tensor cores */
+    0,          /* fused_attention: the composed ops run on cuBLAS */
     cuda_available,
     NULL, /* room: the CUDA libraries' host mappings are not checked */
     cuda_open,
