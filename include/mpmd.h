@@ -980,7 +980,8 @@ mpmd_status mpmd_mpi_any(int *flags, int n, mpmd_error *err);
 void mpmd_step_print(const mpmd_step *st, FILE *f);
 /* Each rank's task list, one line per rank, in the schedule's text form. */
 void mpmd_step_print_tasks(const mpmd_step *st, FILE *f);
-/* Planned peak bytes of body values alive at once on a rank. */
+/* Planned peak bytes of body values alive at once on a rank, counted as
+ * the runtime counts them (mpmd_rank_stats.peak_bytes: the same bytes). */
 int64_t mpmd_step_peak_bytes(const mpmd_step *st, int rank);
 /* The bytes of a rank's arena: every buffer its program writes (values of
  * the body and around it, receives, loop results) at offsets fixed by the

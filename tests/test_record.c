@@ -283,7 +283,9 @@ int main(void) {
         CHECK(stats.ranks[r].busy_ms >= sum - 1e-9 && stats.ranks[r].tasks == 16,
               "rank %d busy %.4f vs tasks %.4f", r, stats.ranks[r].busy_ms, sum);
         CHECK(stats.ranks[r].busy_ms <= stats.step_ms * 1.0001, "rank %d busy beyond the step", r);
-        CHECK(stats.ranks[r].peak_bytes > 0 && stats.ranks[r].planned_peak_bytes > 0, "peaks");
+        CHECK(stats.ranks[r].peak_bytes > 0 && stats.ranks[r].planned_peak_bytes == stats.ranks[r].peak_bytes,
+              "rank %d: activations measured %lld, planned %lld", r, (long long)stats.ranks[r].peak_bytes,
+              (long long)stats.ranks[r].planned_peak_bytes);
     }
     CHECK(stats.bubble >= 0 && stats.bubble < 1, "bubble %g", stats.bubble);
     CHECK(fabs(stats.analytic_bubble - 3.0 / 11.0) < 1e-9, "analytic %g", stats.analytic_bubble);

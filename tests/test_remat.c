@@ -59,6 +59,9 @@ static int train(const gpt_model *m, const mpmd_schedule *s, outcome *out, const
             out->planned[r] = stats.ranks[r].planned_peak_bytes;
             out->measured[r] = stats.ranks[r].peak_bytes;
             out->arena[r] = mpmd_step_arena_bytes(st, r);
+            /* the plan counts activations as the runtime does: the same bytes */
+            CHECK(out->planned[r] == out->measured[r], "%s rank %d: activations planned %lld, measured %lld", label,
+                  r, (long long)out->planned[r], (long long)out->measured[r]);
         }
         mpmd_step_stats_free(&stats);
     }

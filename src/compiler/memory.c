@@ -49,6 +49,11 @@ typedef struct {
     int n;         /* microbatches (at least 1 for the tables) */
     int32_t *cur;  /* [nn] the buffer a value outside the body is read from now */
     int32_t *cand; /* [nbuf] the operand buffer an in-place op may take over, -1 */
+    /* [nbuf] a body value's span as the runtime counts its activations:
+     * from its op or its RECV instruction (not the receive's posting) to
+     * its last reader inside its task, or, for a value other tasks read, to
+     * its FREE or the SEND it dies with (-1: its buffer's last) */
+    int32_t *act_from, *act_to;
     int cap;
 } builder;
 
@@ -60,7 +65,11 @@ static int new_buf(builder *b, int node, int mb, int what, int def, int cand) {
         int32_t *nc = realloc(b->cand, (size_t)cap * sizeof *nc);
         if (nb) m->buf = nb;
         if (nc) b->cand = nc;
-        if (!nb || !nc) return -1;
+        int32_t *af = nb && nc ? realloc(b->act_from, (size_t)cap * sizeof *af) : NULL;
+        if (af) b->act_from = af;
+        int32_t *at = af ? realloc(b->act_to, (size_t)cap * sizeof *at) : NULL;
+        if (at) b->act_to = at;
+        if (!at) return -1;
         b->cap = cap;
     }
     mpmd_buffer *x = &m->buf[m->nbuf];
@@ -69,6 +78,7 @@ static int new_buf(builder *b, int node, int mb, int what, int def, int cand) {
     x->def = x->last = def;
     x->bytes = mpmd_type_bytes(&b->pl->g->nodes[node].type);
     b->cand[m->nbuf] = cand;
+    b->act_from[m->nbuf] = def, b->act_to[m->nbuf] = -1;
     return m->nbuf++;
 }
 
@@ -217,6 +227,15 @@ static int walk_task(builder *b, const mpmd_instr *in, int at) {
     return 0;
 }
 
+/* A body value other tasks read stops counting as activations at the
+ * instruction after which the rank drops it (its FREE, or the SEND that is
+ * its last use here), as the runtime counts it; its buffer may be reused
+ * sooner, at its last reader's op. */
+static void activations_end(builder *b, const mpmd_instr *in, int at) {
+    int bi = in->mb >= 0 ? buffer_of(b, in->node, in->mb) : -1;
+    if (bi >= 0 && b->m->buf[bi].what == MPMD_BUF_BODY) b->act_to[bi] = at;
+}
+
 /* Phase 2, the walk: every buffer with its first write and last read.
  * -1: out of memory. */
 static int walk(builder *b, const mpmd_program *p) {
@@ -247,12 +266,15 @@ static int walk(builder *b, const mpmd_program *p) {
             break;
         case MPMD_I_SEND:
             use(b, in->mb >= 0 ? buffer_of(b, in->node, in->mb) : b->cur[in->node], m->pos[in->reuse]);
+            if (in->moved) activations_end(b, in, at);
             break;
+        case MPMD_I_FREE: activations_end(b, in, at); break;
         case MPMD_I_RECV: {
             const int from = m->pos[in->post];
             int bi = new_buf(b, in->node, in->mb, in->mb >= 0 ? MPMD_BUF_BODY : MPMD_BUF_VALUE, from, -1);
             if (bi < 0) return -1;
             m->buf[bi].received = 1;
+            b->act_from[bi] = at;
             if (in->mb < 0) m->buf[bi].bytes = mpmd_held_bytes(&pl->mesh, in->node); /* a shard, with FSDP */
             use(b, bi, at);
             if (in->mb >= 0)
@@ -283,7 +305,7 @@ static int walk(builder *b, const mpmd_program *p) {
             }
             break;
         }
-        default: break; /* FREE: the lifetimes above say it */
+        default: break;
         }
     }
     /* kept values stay readable after the run (a body value: its last
@@ -346,9 +368,12 @@ static int live_peaks(builder *b, mpmd_program *p) {
         const mpmd_buffer *x = &m->buf[bi];
         if (x->what != MPMD_BUF_BODY) continue;
         int kept = x->received || pl->cross[x->node];
-        for (int k = 0; k <= kept; k++) {
-            delta[(size_t)x->def * 2 + k] += (int64_t)x->bytes;
-            delta[((size_t)x->last + 1) * 2 + k] -= (int64_t)x->bytes;
+        const int from = b->act_from[bi], to = b->act_to[bi] >= 0 ? b->act_to[bi] : x->last;
+        delta[(size_t)from * 2] += (int64_t)x->bytes;
+        delta[((size_t)to + 1) * 2] -= (int64_t)x->bytes;
+        if (kept) {
+            delta[(size_t)x->def * 2 + 1] += (int64_t)x->bytes;
+            delta[((size_t)x->last + 1) * 2 + 1] -= (int64_t)x->bytes;
         }
     }
     int64_t blive = 0, klive = 0;
@@ -417,11 +442,11 @@ static void count_allocations(const mpmd_plan *pl, int r, mpmd_rank_memory *m) {
 static mpmd_status plan_rank(mpmd_plan *pl, int r, const unsigned char *folds, mpmd_error *err) {
     const int n = pl->num_micro > 0 ? pl->num_micro : 1;
     mpmd_program *p = &pl->prog[r];
-    builder b = {pl, folds, &pl->mem[r], n, NULL, NULL, 0};
+    builder b = {pl, folds, &pl->mem[r], n, NULL, NULL, NULL, NULL, 0};
     set_posts(p, pl->recv_ahead);
     int bad = number_positions(&b, p) || walk(&b, p) || live_peaks(&b, p) || place(&b);
     if (!bad) count_allocations(pl, r, b.m);
-    free(b.cur), free(b.cand);
+    free(b.cur), free(b.cand), free(b.act_from), free(b.act_to);
     if (bad) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory planning rank %d's buffers", r);
     return MPMD_OK;
 }
