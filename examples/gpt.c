@@ -927,7 +927,21 @@ typedef struct trainer {
     mpmd_schedule *sched; /* NULL: the loop */
     int mpi, root;
     gpt_saver *saver; /* the periodic checkpoint being written, or NULL */
+    /* what a run made, freed on every way out (trainer_free): the data,
+     * the model and the --eval model with its step (NULL: none yet) */
+    gpt_corpus *corpus;
+    gpt_model *m, *em;
+    mpmd_step *ev;
 } trainer;
+
+static void trainer_free(trainer *t) {
+    mpmd_step_free(t->st), mpmd_step_free(t->ev);
+    mpmd_schedule_free(t->sched);
+    if (t->m) gpt_model_free(t->m);
+    if (t->em) gpt_model_free(t->em);
+    if (t->corpus) gpt_corpus_free(t->corpus);
+    t->st = t->ev = NULL, t->sched = NULL, t->m = t->em = NULL, t->corpus = NULL;
+}
 
 /* --eval: the mean loss of EVAL_BATCHES fixed batches of the held-out data
  * (batch e drawn with step e of a seed of its own), under the training
@@ -954,7 +968,7 @@ static mpmd_status evaluate(trainer *t, mpmd_step *ev, const gpt_model *em, cons
 
 /* One message to stderr from every process that fails; under MPI the whole
  * job ends (no process waits for a dead peer). */
-static int fail(const trainer *t, const char *fmt, ...) {
+static int fail(trainer *t, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     if (t && t->mpi)
@@ -968,6 +982,7 @@ static int fail(const trainer *t, const char *fmt, ...) {
      * would leave its temporary file) */
     if (t && t->saver) gpt_saver_join(t->saver);
     if (t && t->mpi) mpmd_mpi_abort(1);
+    if (t) trainer_free(t);
     return 1;
 }
 
@@ -1513,6 +1528,7 @@ static int run(int argc, char **argv) {
     gpt_stop_install(PROG, t.root);
 
     gpt_corpus corpus = {0};
+    t.corpus = &corpus;
     char corpus_name[4200];
     snprintf(corpus_name, sizeof corpus_name, "%s%s", o.data ? "data file " : "",
              o.data ? o.data : "the generated corpus");
@@ -1564,6 +1580,7 @@ static int run(int argc, char **argv) {
     }
     gpt_model m;
     if (gpt_build(c, 1, &m, &err)) return fail(&t, "%s", err.msg);
+    t.m = &m;
 
     /* --schedule loop: no schedule, the unpipelined loop on one rank */
     if (strcmp(o.schedule, "loop") != 0 && make_schedule(&o, &t.sched, &err)) return fail(&t, "%s", err.msg);
@@ -1586,7 +1603,8 @@ static int run(int argc, char **argv) {
     mpmd_step *ev = NULL;
     if (o.eval_every) {
         if (gpt_build_eval(c, &em, &err)) return fail(&t, "%s", err.msg);
-        if (!(ev = mpmd_jit_with_loop(em.g, t.sched, &so, &err))) return fail(&t, "--eval: %s", err.msg);
+        t.em = &em;
+        if (!(t.ev = ev = mpmd_jit_with_loop(em.g, t.sched, &so, &err))) return fail(&t, "--eval: %s", err.msg);
     }
     long long first = 1;
     char from[4200] = ""; /* the checkpoint this run continues */
@@ -1761,12 +1779,7 @@ static int run(int argc, char **argv) {
         free(tok);
         free(tgt);
         free(run_ms);
-        mpmd_step_free(t.st);
-        mpmd_step_free(ev);
-        mpmd_schedule_free(t.sched);
-        gpt_model_free(&m);
-        gpt_model_free(&em);
-        gpt_corpus_free(&corpus);
+        trainer_free(&t);
         if (t.mpi) mpmd_mpi_finalize();
         return 128 + stop_sig;
     }
@@ -1847,12 +1860,7 @@ static int run(int argc, char **argv) {
     }
     free(tok);
     free(tgt);
-    mpmd_step_free(t.st);
-    mpmd_step_free(ev);
-    mpmd_schedule_free(t.sched);
-    gpt_model_free(&m);
-    gpt_model_free(&em);
-    gpt_corpus_free(&corpus);
+    trainer_free(&t);
     if (t.mpi) mpmd_mpi_finalize();
     return 0;
 }
