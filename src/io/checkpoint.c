@@ -85,7 +85,7 @@ static void *stage(state_view *v, int node, int rank, int replica, size_t bytes)
      * over the model axis: a save gathers it whole (step_write); the host
      * copy has this process's part in its place, so that a load writes back
      * what it does not load unchanged (view_commit) */
-    mpmd_status rc = mpmd_mesh_partial(&st->plan->mesh, node) && st->runtime == MPMD_RUNTIME_MPI
+    mpmd_status rc = mpmd_mesh_partial(&st->plan->mesh, node) && !rt_whole(st)
                          ? mpmd_runtime_read_own(st, rank, replica, node, host)
                          : mpmd_runtime_read(st, rank, replica, node, host, bytes);
     if (rc) {
@@ -202,7 +202,7 @@ static mpmd_status step_view(mpmd_step *st, const char *who, int params_only, st
     if (!st) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no step", who);
     int replicas = st->plan->replicas > 1 ? st->plan->replicas : 1;
     return view_build(st->plan->g, st, step_holders, st->plan->num_ranks * replicas * st->plan->model,
-                      st->runtime == MPMD_RUNTIME_MPI, params_only, who, v, err);
+                      !rt_whole(st), params_only, who, v, err);
 }
 
 /* Put "who: " in front of an error message filled by a helper. */
@@ -384,7 +384,7 @@ static mpmd_status step_write_held(mpmd_step *st, const char *path, const write_
     state_view v;
     mpmd_status rc = step_view(st, who, w->weights, &v, err);
     if (rc) return rc;
-    if (st->runtime != MPMD_RUNTIME_MPI) {
+    if (rt_whole(st)) {
         rc = write_view(&v, path, w, who, err);
         view_free(&v);
         return rc;
@@ -406,7 +406,7 @@ static mpmd_status step_write_held(mpmd_step *st, const char *path, const write_
         e->ptr[0] = bufs[i];
         e->nptr = 1;
     }
-    if (!rc && mpmd_mpi_world_rank() == 0) rc = write_view(&v, path, w, who, err);
+    if (!rc && rt_writer(st)) rc = write_view(&v, path, w, who, err);
     for (int i = 0; bufs && i < v.n; i++)
         free(bufs[i]);
     free(bufs);
@@ -505,7 +505,7 @@ static mpmd_status snapshot_held(mpmd_step *st, const mpmd_checkpoint_info *info
     state_view v;
     mpmd_status rc = step_view(st, who, 0, &v, err);
     if (rc) return rc;
-    int mpi = st->runtime == MPMD_RUNTIME_MPI;
+    int mpi = !rt_whole(st);
     mpmd_checkpoint_snapshot *s = calloc(1, sizeof *s);
     size_t total = 0, names = 0, largest = 1;
     for (int i = 0; i < v.n; i++) {
@@ -516,7 +516,7 @@ static mpmd_status snapshot_held(mpmd_step *st, const mpmd_checkpoint_info *info
     }
     if (s) {
         s->info = *info;
-        s->writes = !mpi || mpmd_mpi_world_rank() == 0;
+        s->writes = rt_writer(st);
         s->n = v.n;
         s->e = malloc((size_t)(v.n ? v.n : 1) * sizeof *s->e);
         s->ptrs = malloc((size_t)(v.n ? v.n : 1) * sizeof *s->ptrs);
@@ -1061,7 +1061,7 @@ static mpmd_status copy_params_held(mpmd_step *dst, mpmd_step *src, const mpmd_p
     mpmd_param_load_report r = {0, 0, 0};
     if (out) *out = r;
     if (!dst || !src) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no step", who);
-    if (dst->runtime == MPMD_RUNTIME_MPI || src->runtime == MPMD_RUNTIME_MPI)
+    if (!rt_whole(dst) || !rt_whole(src))
         return mpmd_error_set(err, MPMD_ERR_INVALID,
                               "%s: both steps must run in this process (under MPI, save and load a file)", who);
     state_view dv, sv;
@@ -1093,8 +1093,9 @@ static mpmd_status copy_params_held(mpmd_step *dst, mpmd_step *src, const mpmd_p
         const mpmd_type *a = &sv.e[at].type, *b = &dv.e[i].type;
         if (!mpmd_type_equal(a, b)) {
             char ta[160], tb[160];
-            rc = mpmd_error_set(err, MPMD_ERR_SHAPE, "%s: \"%s\" is %s in the source but parameter \"%s\" is %s",
-                                who, name, mpmd_type_str(a, ta, sizeof ta), dv.e[i].name, mpmd_type_str(b, tb, sizeof tb));
+            rc = mpmd_error_set(
+                err, MPMD_ERR_SHAPE, "%s: \"%s\" is %s in the source but parameter \"%s\" is %s", who, name,
+                mpmd_type_str(a, ta, sizeof ta), dv.e[i].name, mpmd_type_str(b, tb, sizeof tb));
             break;
         }
         for (int k = 0; k < dv.e[i].nptr; k++)

@@ -2,24 +2,28 @@
  * programs (tasks, before- and after-loop ops, frees), and the step's
  * accessors of rank-held values.
  *
- * What crosses ranks (sends, receives, the cross-replica sum of loop
- * results, fetching a value held elsewhere) and how the ranks of a run are
- * started go through the step's transport, st->tr (transport.h): in-process
- * threads with mailboxes (transport_local.c) or MPI processes (mpi.c). This
- * file calls a transport only through that table; the transports use the
- * services below (runtime.h).
+ * Which ranks run in this process and how a run of them starts and ends is
+ * the step's launcher's, st->la (launcher.h): threads of this process
+ * (launcher.c) or one MPI process each (launch_mpi.c). What crosses ranks
+ * (sends, receives, the collectives over a mesh axis) goes over its wire,
+ * st->wire (wire.h): mailboxes (wire_local.c) or MPI (wire_mpi.c). This
+ * file calls them only through those tables; the wires use the services
+ * below (runtime.h).
  *
  * Buffers, kernels and copies come from the step's backend, one instance
  * per rank. Every buffer a rank's program writes is at a fixed offset of
  * the rank's one arena, as the plan's memory plan says (compiler/memory.c);
  * parameters, variables, constants, inputs and the kernels' workspace have
- * buffers of their own. Nothing is allocated while a step runs.
+ * buffers of their own. Nothing is allocated while a step runs: no buffer,
+ * and no host memory either (the wires plan theirs at set-up, a launch
+ * wider than the stack's operand lists uses the rank's `room`); recording
+ * and profiling grow their event lists.
  *
  * A rank that fails records its message and wakes every rank (through the
- * transport); the others stop at their next instruction or wait, and the
+ * wire); the others stop at their next instruction or wait, and the
  * step returns the first failure's message.
  */
-#include "runtime/transport.h"
+#include "runtime/launcher.h"
 #include "util/exact.h"
 #include "util/pool.h"
 
@@ -151,7 +155,7 @@ void rt_fail(mpmd_rank_state *rs, mpmd_status code, const char *fmt, ...) {
         __atomic_store_n(&st->abort_flag, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&st->abort_mu);
-    if (st->tr->wake) st->tr->wake(st);
+    if (st->wire->wake) st->wire->wake(st);
 }
 
 /* ---- values ------------------------------------------------------------- */
@@ -236,11 +240,12 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
     if (sharded >= 0) {
         int64_t lo, cnt;
         mpmd_shard_part(&st->plan->mesh, sharded, rs->replica, &lo, &cnt);
-        rc = mpmd_backend_run_part(be, rs->dev, st->plan->g, i, st->plan->kern[i], out, ptr_at, &ctx, rs->nthreads,
-                                   rs->scratch, mb, st->plan->mesh.shard, cnt, kerr, sizeof kerr);
+        rc = mpmd_backend_run_part(be, rs->dev, st->plan->g, i, st->plan->kern[i], out, ptr_at, &ctx,
+                                   rs->nthreads, rs->scratch, mb, st->plan->mesh.shard, cnt, &rs->room, kerr,
+                                   sizeof kerr);
     } else {
-        rc = mpmd_backend_run(be, rs->dev, st->plan->g, i, st->plan->kern[i], out, ptr_at, &ctx, rs->nthreads,
-                              rs->scratch, mb, kerr, sizeof kerr);
+        rc = mpmd_backend_run_part(be, rs->dev, st->plan->g, i, st->plan->kern[i], out, ptr_at, &ctx,
+                                   rs->nthreads, rs->scratch, mb, NULL, 0, &rs->room, kerr, sizeof kerr);
     }
     if (marked) {
         void *m1 = be->mark(rs->dev);
@@ -264,7 +269,7 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
  * the squares of the elements it counts (each element of each input once
  * over the mesh: the lowest pipeline rank holding an input counts it, its
  * replicas and model ranks each their part, mesh/mesh.h), summed over
- * every point of the mesh by the transport, rounded once. */
+ * every point of the mesh by the wire, rounded once. */
 static int global_norm(mpmd_rank_state *rs, int node, void *out) {
     struct mpmd_step *st = rs->st;
     const mpmd_plan *pl = st->plan;
@@ -298,7 +303,7 @@ static int global_norm(mpmd_rank_state *rs, int node, void *out) {
         mpmd_mesh_count_part(&pl->mesh, v, rs->replica, rs->model, &lo, &cnt[k]);
         x[k++] = (const char *)rs->glob[v] + (size_t)lo * sizeof(float);
     }
-    if (st->tr->mesh_sum(rs, acc, MPMD_EXACT_WORDS)) return 1;
+    if (st->wire->mesh_sum(rs, acc, MPMD_EXACT_WORDS)) return 1;
     mpmd_exact_carry(acc);
     const float norm = (float)sqrt(mpmd_exact_value(acc));
     if (pl->be->upload(rs->dev, out, &norm, sizeof norm)) {
@@ -353,11 +358,12 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
         int i = nodes[c];
         const mpmd_node *nd = &g->nodes[i];
         const int64_t made = in_accumulator(rs, i, mb) ? 0 : (int64_t)rt_bytes(g, i);
-        if (nd->op->flags & MPMD_OPF_COLLECTIVE) { /* the model axis: the transport's, or this rank's own */
+        if (nd->op->flags & MPMD_OPF_COLLECTIVE) { /* the model axis: the wire's, or this rank's own */
             count_live(rs, made);
             double t0 = rs->prof ? rt_now() : 0;
             if (mpmd_collective_exchanges(nd->op)) {
-                if (st->tr->model_collective(rs, i, ptr_of(rs, nd->in[0], mb), ptr_of(rs, i, mb), where)) return 1;
+                if (st->wire->model_collective(rs, i, ptr_of(rs, nd->in[0], mb), ptr_of(rs, i, mb), where))
+                    return 1;
             } else {
                 void *ops[2] = {ptr_of(rs, nd->in[0], mb), nd->n_in > 1 ? ptr_of(rs, nd->in[1], mb) : NULL};
                 char kerr[256];
@@ -384,14 +390,14 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
     return 0;
 }
 
-/* Instruction x of the rank's program: the transport's look-ahead, the
+/* Instruction x of the rank's program: the wire's look-ahead, the
  * instruction, then the sends whose buffers it lets go. */
 static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
     struct mpmd_step *st = rs->st;
     const mpmd_graph *g = st->plan->g;
-    const mpmd_transport *tr = st->tr;
+    const mpmd_wire *wire = st->wire;
     const mpmd_instr *in = &p->ins[x];
-    if (tr->prepare) tr->prepare(rs, x); /* MPI: post the receives the next tasks need */
+    if (wire->prepare) wire->prepare(rs, x); /* MPI: post the receives the next tasks need */
     switch (in->op) {
     case MPMD_I_RUN_PRE:
     case MPMD_I_RUN_POST:
@@ -403,17 +409,17 @@ static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
         break;
     case MPMD_I_TASK: run_task(rs, in); break;
     case MPMD_I_SEND:
-        if (!tr->send(rs, in) && in->moved) rs->live_bytes -= (int64_t)rt_bytes(g, in->node);
+        if (!wire->send(rs, in) && in->moved) rs->live_bytes -= (int64_t)rt_bytes(g, in->node);
         break;
     case MPMD_I_RECV:
-        if (!tr->recv(rs, in) && in->mb >= 0) count_live(rs, (int64_t)rt_bytes(g, in->node));
+        if (!wire->recv(rs, in) && in->mb >= 0) count_live(rs, (int64_t)rt_bytes(g, in->node));
         break;
     case MPMD_I_ALLREDUCE:
     case MPMD_I_REDUCE_SCATTER: {
         /* the sum (FSDP: this replica's shard of it) lands in the combined
          * result's buffer, read from then on */
         void *out = rs->arena + rs->mem->buf[rs->mem->comb_buf[in->node]].off;
-        if (!(in->op == MPMD_I_ALLREDUCE ? tr->allreduce : tr->reduce_scatter)(rs, in->node, out))
+        if (!(in->op == MPMD_I_ALLREDUCE ? wire->allreduce : wire->reduce_scatter)(rs, in->node, out))
             rs->glob[in->node] = out;
         break;
     }
@@ -423,7 +429,7 @@ static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
         const int32_t *nodes = mpmd_gather_list(st->plan, in, &n);
         for (int q = 0; q < n; q++)
             rs->gather_out[q] = rs->full[nodes[q]] = rs->arena + rs->mem->buf[rs->mem->gath_buf[x] + q].off;
-        tr->allgather(rs, x, nodes, n, rs->gather_out);
+        wire->allgather(rs, x, nodes, n, rs->gather_out);
         break;
     }
     case MPMD_I_FREE:
@@ -431,9 +437,9 @@ static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
         break;
     }
     /* sends whose buffers the program overwrites from here on */
-    if (tr->send_done)
+    if (wire->send_done)
         for (int sx = rs->mem->reuse_head[x]; sx >= 0; sx = rs->mem->reuse_next[sx])
-            tr->send_done(rs, sx);
+            wire->send_done(rs, sx);
 }
 
 /* ---- recorded segments ----------------------------------------------------
@@ -472,7 +478,7 @@ static void rt_free_graphs(mpmd_rank_state *rs, int n) {
 static int run_segment(mpmd_rank_state *rs, const mpmd_program *p, int x) {
     struct mpmd_step *st = rs->st;
     const mpmd_backend *be = st->plan->be;
-    const mpmd_transport *tr = st->tr;
+    const mpmd_wire *wire = st->wire;
     char err[512];
     if (!rs->graph) {
         rs->graph = calloc((size_t)p->n + 1, sizeof *rs->graph);
@@ -507,7 +513,7 @@ static int run_segment(mpmd_rank_state *rs, const mpmd_program *p, int x) {
             if (rs->status != MPMD_OK) rs->no_graphs = 1;
             return p->n;
         }
-        if (!gr) { /* nothing was run: interpret from here (the transport's look-ahead and waits,
+        if (!gr) { /* nothing was run: interpret from here (the wire's look-ahead and waits,
                     * done while recording, run again: both may be repeated) */
             rs->no_graphs = 1;
             return x;
@@ -515,10 +521,10 @@ static int run_segment(mpmd_rank_state *rs, const mpmd_program *p, int x) {
         rs->graph[x] = gr, rs->seg_end[x] = e, rs->seg_delta[x] = delta, rs->seg_peak[x] = peak;
     } else {
         for (int y = x; y < rs->seg_end[x]; y++) {
-            if (tr->prepare) tr->prepare(rs, y);
-            if (tr->send_done)
+            if (wire->prepare) wire->prepare(rs, y);
+            if (wire->send_done)
                 for (int sx = rs->mem->reuse_head[y]; sx >= 0; sx = rs->mem->reuse_next[sx])
-                    tr->send_done(rs, sx);
+                    wire->send_done(rs, sx);
         }
     }
     if (be->replay(rs->dev, rs->graph[x], err, sizeof err)) {
@@ -603,10 +609,9 @@ static void *rank_main(void *arg) {
 static int threads_per_rank(struct mpmd_step *st) {
     char cores_why[96];
     int cores = mpmd_cores_why(cores_why, sizeof cores_why), share = 1;
-    const char *local = st->runtime == MPMD_RUNTIME_MPI ? getenv("OMPI_COMM_WORLD_LOCAL_SIZE") : NULL;
-    if (!local && st->runtime == MPMD_RUNTIME_MPI) local = getenv("MPI_LOCALNRANKS");
+    const int local = st->la->local_procs ? st->la->local_procs() : 0;
     long online = sysconf(_SC_NPROCESSORS_ONLN);
-    if (local && atoi(local) > 1 && cores == online) share = atoi(local);
+    if (local > 1 && cores == online) share = local;
     const int n = st->num_local, avail = cores / share > 0 ? cores / share : 1;
     if (st->threads_per_rank > 0) {
         const int over = st->threads_per_rank * n > avail;
@@ -631,7 +636,7 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
     const int nn = g->n_nodes, D = st->plan->num_ranks, n = st->plan->num_micro;
     /* the rank states of this process: world indices first .. first + num_local - 1 */
     int first = 0;
-    st->num_local = st->tr->layout(st, &first);
+    st->num_local = st->la->layout(st, &first);
     st->rs = calloc((size_t)st->num_local, sizeof *st->rs);
     st->inputs = calloc((size_t)nn + 1, sizeof *st->inputs);
     st->input_set = calloc((size_t)nn + 1, 1);
@@ -654,7 +659,7 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
     /* OpenMP ends the process when it cannot start a kernel's threads: make
      * sure now that this process may start them all (a rank thread each
      * in-process, and tpr - 1 workers per rank) */
-    int want = (st->tr->launch_threads ? st->num_local : 0) + st->num_local * (tpr - 1), got;
+    int want = (st->la->launch_threads ? st->num_local : 0) + st->num_local * (tpr - 1), got;
     char twhy[160];
     if (want > 0 && (got = threads_available(want, twhy, sizeof twhy)) < want)
         return mpmd_error_set(
@@ -753,6 +758,17 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         }
         if (mem->scratch_bytes && !(rs->scratch = st->plan->be->alloc(rs->dev, mem->scratch_bytes)))
             goto nomem;
+        /* the operand lists of the widest kernel launch (mpmd_launch_room) */
+        int widest = 0;
+        for (int i = 0; i < nn; i++)
+            if (st->plan->kern[i] && g->nodes[i].n_in > widest) widest = g->nodes[i].n_in;
+        if (widest > MPMD_LAUNCH_SMALL) {
+            rs->room.cap = widest;
+            if (!(rs->room.in = malloc((size_t)widest * sizeof *rs->room.in)) ||
+                !(rs->room.ty = malloc((size_t)widest * sizeof *rs->room.ty)) ||
+                !(rs->room.flat = malloc((size_t)widest * sizeof *rs->room.flat)))
+                goto nomem;
+        }
         char e[512];
         if (st->plan->be->sync(rs->dev, e, sizeof e)) goto devfail;
     }
@@ -761,7 +777,8 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
     char rwhy[512];
     if (st->plan->be->room && st->plan->be->room(st->num_local * tpr, rwhy, sizeof rwhy))
         return mpmd_error_set(err, MPMD_ERR_NOMEM, "%s", rwhy);
-    return st->tr->setup(st, err);
+    mpmd_status rc = st->wire->setup(st, err);
+    return rc || !st->la->setup ? rc : st->la->setup(st, err);
 nomem:
     return mpmd_error_set(err, MPMD_ERR_NOMEM,
                           "out of memory setting up the ranks (%s backend)",
@@ -789,9 +806,18 @@ mpmd_status mpmd_runtime_input_set(struct mpmd_step *st, int node) {
     return MPMD_OK;
 }
 
+/* What a run the watchdog cut short left: 1 once the launcher's ranks have
+ * stopped (waiting up to `wait` seconds) and the wire's messages settled. */
+static int settle(struct mpmd_step *st, double wait) {
+    const double t0 = rt_now();
+    if (st->la->settle && !st->la->settle(st, wait)) return 0;
+    const double left = wait - (rt_now() - t0);
+    return st->wire->settle(st, left > 0 ? left : 0);
+}
+
 mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
     const int L = st->num_local;
-    if (st->broken) st->broken = !st->tr->settle(st, 0);
+    if (st->broken) st->broken = !settle(st, 0);
     if (st->broken) {
         snprintf(
             st->err, sizeof st->err,
@@ -809,12 +835,13 @@ mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
     st->abort_flag = 0;
     st->err[0] = '\0';
     st->t_start = rt_now();
-    /* every rank state of this process runs its program (the transport
+    /* every rank state of this process runs its program (the wire
      * starts them), then what is left in flight is settled */
-    mpmd_status rc = st->tr->launch(st, rank_main);
+    if (st->wire->start) st->wire->start(st);
+    mpmd_status rc = st->la->launch(st, rank_main);
     if (rc) return rc;
     for (int r = 0; r < L; r++)
-        st->tr->end_step(&st->rs[r]);
+        st->wire->end_step(&st->rs[r]);
     st->t_end = rt_now();
     for (int r = 0; r < L; r++) {
         if (st->rs[r].status != MPMD_OK && rc == MPMD_OK) rc = st->rs[r].status;
@@ -830,10 +857,11 @@ void mpmd_runtime_free(struct mpmd_step *st) {
     if (!st->rs) return;
     /* what the watchdog left: wait for it (the longer of 30 s and the
      * watchdog's time), or leave everything it may still use */
-    if (st->broken) st->broken = !st->tr->settle(st, st->wait_limit > 30 ? st->wait_limit : 30);
+    if (st->broken) st->broken = !settle(st, st->wait_limit > 30 ? st->wait_limit : 30);
     if (st->broken) return; /* a rank thread or a message may still use all of it: leave it be */
     const mpmd_graph *g = st->plan->g;
-    if (st->tr) st->tr->teardown(st);
+    if (st->la && st->la->teardown) st->la->teardown(st);
+    if (st->wire) st->wire->teardown(st);
     const mpmd_backend *be = st->plan->be;
     for (int r = 0; r < st->num_local; r++) {
         mpmd_rank_state *rs = &st->rs[r];
@@ -852,6 +880,7 @@ void mpmd_runtime_free(struct mpmd_step *st) {
             read_marks(rs, 0);
             if (rs->arena) be->free(rs->dev, rs->arena);
             if (rs->scratch) be->free(rs->dev, rs->scratch);
+            free(rs->room.in), free((void *)rs->room.ty), free(rs->room.flat);
             be->close(rs->dev);
             rs->dev = NULL;
         }

@@ -2,7 +2,7 @@
  * graph and the schedule into a plan (compiler/, mpmd_compile) and sets up
  * the run state around it (run.c, mpmd_runtime_init); the mpmd_step_*
  * accessors, runs, reads and printouts. */
-#include "runtime/transport.h"
+#include "runtime/launcher.h"
 #include "schedule/schedule_internal.h"
 #include "util/sha256.h"
 
@@ -123,9 +123,7 @@ static mpmd_status step_options(const mpmd_graph *g, const mpmd_schedule *s, con
         return mpmd_error_set(err, MPMD_ERR_INVALID,
                               "unknown backend \"%s\"; this build has: %s", o->backend,
                               mpmd_backend_names());
-    if (o->runtime != MPMD_RUNTIME_LOCAL && o->runtime != MPMD_RUNTIME_MPI)
-        return mpmd_error_set(err, MPMD_ERR_INVALID, "unknown runtime %d", (int)o->runtime);
-    return MPMD_OK;
+    return mpmd_launcher_check(o->runtime, err);
 }
 
 /* ---- the processes of one job agree --------------------------------------
@@ -190,10 +188,9 @@ static int first_difference(const uint64_t *all, int n, int p) {
     return -1;
 }
 
-static mpmd_status agree(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *o,
-                         mpmd_error *err) {
-    const mpmd_transport *tr = mpmd_transport_for(MPMD_RUNTIME_MPI);
-    if (!tr || !tr->agree || mpmd_mpi_world_size() < 2) return MPMD_OK; /* nobody to agree with */
+static mpmd_status agree(const mpmd_launcher *tr, const mpmd_graph *g, const mpmd_schedule *s,
+                         const mpmd_step_opts *o, mpmd_error *err) {
+    if (!tr->agree || !tr->procs || tr->procs() < 2) return MPMD_OK; /* nobody to agree with */
     const int nn = g->n_nodes;
     uint64_t *node = malloc(((size_t)nn + 1) * sizeof *node), graph = 0xcbf29ce484222325ull;
     if (!node) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
@@ -260,11 +257,10 @@ done:
     return rc;
 }
 
-/* The plan itself (receives posted as the runtime's transport posts them). */
+/* The plan itself (receives posted as the launcher's wire posts them). */
 static mpmd_plan *plan_of(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_backend *be, int replicas,
                           const mpmd_step_opts *o, mpmd_error *err) {
-    const mpmd_transport *tr = mpmd_transport_for(o->runtime);
-    int ahead = tr ? tr->recv_ahead : 2; /* a build without MPI plans MPI's two tasks ahead */
+    const int ahead = mpmd_launcher_recv_ahead(o->runtime);
     const int fsdp = !o->fsdp                                 ? MPMD_FSDP_OFF
                      : o->fsdp_gather == MPMD_GATHER_PER_STEP ? MPMD_FSDP_PER_STEP
                                                               : MPMD_FSDP_PER_TASK;
@@ -316,46 +312,20 @@ static mpmd_step *jit(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_st
                        be->name, why);
         return NULL;
     }
-    int mpi_rank = 0, mpi_replica = 0, mpi_model = 0;
-    if (o.runtime == MPMD_RUNTIME_MPI) {
-        if (!mpmd_mpi_available()) {
-            mpmd_error_set(
-                err, MPMD_ERR_INVALID,
-                "this build of mpmd has no MPI runtime (install libopenmpi-dev and "
-                "openmpi-bin, then rebuild)");
-            return NULL;
-        }
-        int w = mpmd_mpi_world_rank(), ws = mpmd_mpi_world_size();
-        const int M = g->model_parallel > 1 ? g->model_parallel : 1;
-        if (ws != D * replicas * M) {
-            if (M > 1)
-                mpmd_error_set(err, MPMD_ERR_INVALID,
-                               "the MPI job has %d processes but the mesh needs %d (%d ranks "
-                               "x %d replicas x %d model ranks): run mpirun -np %d",
-                               ws, D * replicas * M, D, replicas, M, D * replicas * M);
-            else
-                mpmd_error_set(
-                    err, MPMD_ERR_INVALID,
-                    "the MPI job has %d processes but the mesh needs %d (%d ranks x %d "
-                    "replicas): run mpirun -np %d",
-                    ws, D * replicas, D, replicas, D * replicas);
-            return NULL;
-        }
-        mpi_rank = w % D;
-        mpi_replica = w / D / M;
-        mpi_model = w / D % M;
-        if (agree(g, s, &o, err)) return NULL;
-    }
+    /* which point of the mesh this process runs; under MPI, the processes
+     * compare what they built */
+    const mpmd_launcher *la = mpmd_launcher_for(o.runtime); /* there is one: step_options checked */
+    const int M = g->model_parallel > 1 ? g->model_parallel : 1;
+    mpmd_point here;
+    if (la->place(D, replicas, M, &here, err) || agree(la, g, s, &o, err)) return NULL;
     mpmd_step *st = calloc(1, sizeof *st);
     if (!st) {
         mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    st->runtime = o.runtime;
-    st->tr = mpmd_transport_for(o.runtime); /* there is one: checked above */
-    st->mpi_rank = mpi_rank;
-    st->mpi_replica = mpi_replica;
-    st->mpi_model = mpi_model;
+    st->la = la;
+    st->wire = la->wire;
+    st->here = here;
     st->threads_per_rank = o.threads_per_rank;
     st->seed = o.seed;
     st->timeout_opt = o.step_timeout;
@@ -375,8 +345,8 @@ mpmd_step *mpmd_step_new_plan(mpmd_plan *pl, int threads, uint64_t seed, mpmd_er
         return NULL;
     }
     st->plan = pl;
-    st->runtime = MPMD_RUNTIME_LOCAL;
-    st->tr = &mpmd_transport_local;
+    st->la = mpmd_launcher_for(MPMD_RUNTIME_LOCAL);
+    st->wire = st->la->wire;
     st->threads_per_rank = threads;
     st->seed = seed;
     if (mpmd_runtime_init(st, err)) {
@@ -425,7 +395,7 @@ static mpmd_status set_input(mpmd_step *st, mpmd_value input, const void *data, 
     char *dst = st->inputs[input.id];
     if (!dst) return MPMD_OK; /* MPI: this process's rank does not read this input */
     for (size_t d = 0; d < R; d++) {
-        if (st->runtime == MPMD_RUNTIME_MPI && (int)d != st->mpi_replica) continue;
+        if (!rt_whole(st) && (int)d != rt_here(st).replica) continue;
         /* the same data for every replica, or replica d's share */
         memcpy(dst + d * want, (const char *)data + (bytes == want ? 0 : d * want), want);
     }
@@ -725,11 +695,12 @@ static mpmd_status step_read(mpmd_step *st, mpmd_value v, void *dst, size_t byte
         snprintf(st->err, sizeof st->err, "mpmd_step_read: %d is not a value of the graph", (int)v.id);
         return MPMD_ERR_INVALID;
     }
-    if (st->runtime == MPMD_RUNTIME_MPI && mpmd_sharded(&st->plan->mesh, v.id)) {
-        snprintf(st->err, sizeof st->err,
-                 "mpmd_step_read: %%%d is sharded over the replicas (fsdp) and this process holds one shard; use "
-                 "mpmd_step_gather",
-                 (int)v.id);
+    if (!rt_whole(st) && mpmd_sharded(&st->plan->mesh, v.id)) {
+        snprintf(
+            st->err, sizeof st->err,
+            "mpmd_step_read: %%%d is sharded over the replicas (fsdp) and this process holds one shard; use "
+            "mpmd_step_gather",
+            (int)v.id);
         return MPMD_ERR_INVALID;
     }
     if (n->op == &mpmd_op_input && !st->input_set[v.id]) {
@@ -756,15 +727,15 @@ static mpmd_status step_read(mpmd_step *st, mpmd_value v, void *dst, size_t byte
     int ranks[64];
     int nr = mpmd_step_where(st, v, ranks, 64);
     for (int k = 0; k < nr && k < 64; k++) {
-        int replica = st->runtime == MPMD_RUNTIME_MPI ? st->mpi_replica : 0;
+        int replica = rt_whole(st) ? 0 : rt_here(st).replica;
         mpmd_status rc = mpmd_runtime_read(st, ranks[k], replica, v.id, dst, bytes);
         if (rc != MPMD_ERR_INVALID) return rc;
     }
-    if (st->runtime == MPMD_RUNTIME_MPI && nr > 0)
+    if (!rt_whole(st) && nr > 0)
         snprintf(
             st->err, sizeof st->err,
             "mpmd_step_read: %%%d is held by rank %d, not by this process (rank %d); use mpmd_step_gather",
-            (int)v.id, ranks[0], st->mpi_rank);
+            (int)v.id, ranks[0], rt_here(st).rank);
     else
         snprintf(st->err, sizeof st->err, "mpmd_step_read: %%%d is held by no rank", (int)v.id);
     return MPMD_ERR_INVALID;
@@ -778,11 +749,11 @@ mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes)
     return rc;
 }
 
-/* A value of (rank, replica) into dst on this process, by the transport: a
+/* A value of (rank, replica) into dst on this process, by the launcher: a
  * local copy, or under MPI a broadcast from the process that runs that rank
  * and replica (every process must make the same calls in the same order). */
 static mpmd_status fetch(mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
-    return st->tr->fetch(st, rank, replica, node, dst, bytes);
+    return st->la->fetch(st, rank, replica, node, dst, bytes);
 }
 
 void mpmd_step_replica_params_sha256(mpmd_step *st, int replica, char hex[65]) {
@@ -813,7 +784,7 @@ void mpmd_step_replica_params_sha256(mpmd_step *st, int replica, char hex[65]) {
 void mpmd_step_params_sha256(mpmd_step *st, char hex[65]) { mpmd_step_replica_params_sha256(st, 0, hex); }
 
 static mpmd_status step_gather(mpmd_step *st, mpmd_value v, void *dst, size_t bytes) {
-    if (st->runtime != MPMD_RUNTIME_MPI) return step_read(st, v, dst, bytes);
+    if (rt_whole(st)) return step_read(st, v, dst, bytes);
     if (!dst) {
         snprintf(st->err, sizeof st->err, "mpmd_step_gather: nowhere to copy %%%d (NULL)", (int)v.id);
         return MPMD_ERR_INVALID;
