@@ -68,6 +68,12 @@ typedef struct mpmd_launcher {
 /* The launcher of a runtime kind (mpmd_runtime_kind); NULL when the kind is
  * unknown or this build has none (MPI without MPMD_HAVE_MPI). */
 const mpmd_launcher *mpmd_launcher_for(int runtime);
+/* Before a step is made, under a launcher of several processes: every
+ * process compares digests of the graph, schedule and options it built with
+ * every other's (collective); an error naming the first difference
+ * (step_agree.c). */
+mpmd_status mpmd_step_agree(const mpmd_launcher *la, const mpmd_graph *g, const mpmd_schedule *s,
+                            const mpmd_step_opts *o, mpmd_error *err);
 /* MPMD_OK when this build has a launcher of that kind, else why not. */
 mpmd_status mpmd_launcher_check(int runtime, mpmd_error *err);
 /* How many tasks ahead the kind's wire posts its receives (the plan keeps

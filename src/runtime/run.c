@@ -1,6 +1,7 @@
-/* The interpreter: sets up the rank states of this process and runs their
- * programs (tasks, before- and after-loop ops, frees), and the step's
- * accessors of rank-held values.
+/* The interpreter: runs the programs of this process's rank states (tasks,
+ * before- and after-loop ops, sends, receives, collectives, frees). Their
+ * set-up is setup.c; the values they hold are read and written from
+ * outside a run by rank_values.c.
  *
  * Which ranks run in this process and how a run of them starts and ends is
  * the step's launcher's, st->la (launcher.h): threads of this process
@@ -73,47 +74,6 @@ const char *rt_instr_str(const struct mpmd_step *st, int rank, int x, char *buf,
     return buf;
 }
 
-/* ---- the thread budget ---------------------------------------------------- */
-
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int release;
-} probe;
-
-static void *probe_wait(void *arg) {
-    probe *p = arg;
-    pthread_mutex_lock(&p->mu);
-    while (!p->release)
-        pthread_cond_wait(&p->cv, &p->mu);
-    pthread_mutex_unlock(&p->mu);
-    return NULL;
-}
-
-/* How many of `want` threads this process can have at once (want when all
- * of them): each started and kept waiting until the last, then released.
- * When one cannot be started, why says so (strerror). */
-static int threads_available(int want, char *why, size_t n) {
-    probe p = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
-    pthread_t *th = malloc((size_t)want * sizeof *th);
-    if (!th) {
-        snprintf(why, n, "out of memory");
-        return 0;
-    }
-    int got = 0, e = 0; /* default attributes: as the rank and OpenMP threads get */
-    while (got < want && !(e = pthread_create(&th[got], NULL, probe_wait, &p)))
-        got++;
-    if (e) snprintf(why, n, "%s", strerror(e));
-    pthread_mutex_lock(&p.mu);
-    p.release = 1;
-    pthread_cond_broadcast(&p.cv);
-    pthread_mutex_unlock(&p.mu);
-    for (int i = 0; i < got; i++)
-        pthread_join(th[i], NULL);
-    free(th);
-    return got;
-}
-
 /* ---- the watchdog -------------------------------------------------------- */
 
 void rt_time_after(double seconds, struct timespec *t) {
@@ -160,19 +120,19 @@ void rt_fail(mpmd_rank_state *rs, mpmd_status code, const char *fmt, ...) {
 
 /* ---- values ------------------------------------------------------------- */
 
-static void *ptr_of(mpmd_rank_state *rs, int v, int mb) {
+void *rt_value_ptr(mpmd_rank_state *rs, int v, int mb) {
     struct mpmd_step *st = rs->st;
     const mpmd_node *n = &st->plan->g->nodes[v];
     if (n->region != MPMD_REGION_BODY || n->op == &mpmd_op_constant)
         return mb >= 0 && rs->full && rs->full[v] ? rs->full[v] : rs->glob[v]; /* FSDP: gathered */
     if (n->op == &mpmd_op_microbatch)
-        return (char *)ptr_of(rs, n->in[0], mb) + (size_t)mb * rt_bytes(st->plan->g, v);
+        return (char *)rt_value_ptr(rs, n->in[0], mb) + (size_t)mb * rt_bytes(st->plan->g, v);
     int s = rs->mem->slot[v];
     return s >= 0 && mb >= 0 ? rs->val[(size_t)s * st->plan->num_micro + mb] : NULL;
 }
 
 void *rt_buffer(mpmd_rank_state *rs, const mpmd_instr *in) {
-    return in->mb >= 0 ? ptr_of(rs, in->node, in->mb) : rs->glob[in->node];
+    return in->mb >= 0 ? rt_value_ptr(rs, in->node, in->mb) : rs->glob[in->node];
 }
 
 typedef struct {
@@ -182,7 +142,7 @@ typedef struct {
 
 static void *ptr_at(void *ctx, int v) {
     at_mb *a = ctx;
-    return ptr_of(a->rs, v, a->mb);
+    return rt_value_ptr(a->rs, v, a->mb);
 }
 
 /* ---- profiles ------------------------------------------------------------- */
@@ -319,7 +279,7 @@ static int global_norm(mpmd_rank_state *rs, int node, void *out) {
  * is nothing to fold and no activation to count. */
 static int in_accumulator(mpmd_rank_state *rs, int i, int mb) {
     const int r = rs->st->plan->reduce_head[i];
-    return mb == 0 && r >= 0 && ptr_of(rs, i, 0) == rs->glob[r];
+    return mb == 0 && r >= 0 && rt_value_ptr(rs, i, 0) == rs->glob[r];
 }
 
 /* Fold body value i of microbatch mb into the loop reductions that read it
@@ -329,7 +289,7 @@ static int accumulate(mpmd_rank_state *rs, int i, int mb) {
     const mpmd_graph *g = st->plan->g;
     if (in_accumulator(rs, i, mb)) return 0; /* the op wrote the accumulator itself (memory.c) */
     for (int r = st->plan->reduce_head[i]; r >= 0; r = st->plan->reduce_next[r]) {
-        if (st->plan->be->fold(rs->dev, g, &g->nodes[r], rs->glob[r], ptr_of(rs, i, mb), mb)) {
+        if (st->plan->be->fold(rs->dev, g, &g->nodes[r], rs->glob[r], rt_value_ptr(rs, i, mb), mb)) {
             rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = loop_reduce, microbatch %d: the fold failed", r, mb);
             return 1;
         }
@@ -362,12 +322,12 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
             count_live(rs, made);
             double t0 = rs->prof ? rt_now() : 0;
             if (mpmd_collective_exchanges(nd->op)) {
-                if (st->wire->model_collective(rs, i, ptr_of(rs, nd->in[0], mb), ptr_of(rs, i, mb), where))
+                if (st->wire->model_collective(rs, i, rt_value_ptr(rs, nd->in[0], mb), rt_value_ptr(rs, i, mb), where))
                     return 1;
             } else {
-                void *ops[2] = {ptr_of(rs, nd->in[0], mb), nd->n_in > 1 ? ptr_of(rs, nd->in[1], mb) : NULL};
+                void *ops[2] = {rt_value_ptr(rs, nd->in[0], mb), nd->n_in > 1 ? rt_value_ptr(rs, nd->in[1], mb) : NULL};
                 char kerr[256];
-                if (st->plan->be->model_local(rs->dev, g, i, rs->model, ops, ptr_of(rs, i, mb), kerr, sizeof kerr)) {
+                if (st->plan->be->model_local(rs->dev, g, i, rs->model, ops, rt_value_ptr(rs, i, mb), kerr, sizeof kerr)) {
                     rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", i, nd->op->name, where, kerr);
                     return 1;
                 }
@@ -378,7 +338,7 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
                 rs->prof[i] += rt_now() - t0;
             }
         } else if (!(nd->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL))) {
-            void *out = nd->type.dtype != MPMD_TOKEN ? ptr_of(rs, i, mb) : NULL;
+            void *out = nd->type.dtype != MPMD_TOKEN ? rt_value_ptr(rs, i, mb) : NULL;
             count_live(rs, made);
             if (run_kernel(rs, i, mb, out, where)) return 1;
         }
@@ -598,213 +558,7 @@ static void *rank_main(void *arg) {
     return NULL;
 }
 
-/* ---- set-up and a step ---------------------------------------------------- */
-
-/* Kernel threads per rank: as asked, or the cores this process may use
- * divided among its ranks, so that the ranks' threads never outnumber the
- * cores whatever the caller's environment. Under MPI, processes of one job
- * on one machine that all see every core share them (a launcher that
- * binds each process to its own cores has divided them already). The
- * reason goes to st->threads_why for the run summary. */
-static int threads_per_rank(struct mpmd_step *st) {
-    char cores_why[96];
-    int cores = mpmd_cores_why(cores_why, sizeof cores_why), share = 1;
-    const int local = st->la->local_procs ? st->la->local_procs() : 0;
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    if (local > 1 && cores == online) share = local;
-    const int n = st->num_local, avail = cores / share > 0 ? cores / share : 1;
-    if (st->threads_per_rank > 0) {
-        const int over = st->threads_per_rank * n > avail;
-        snprintf(st->threads_why, sizeof st->threads_why, "threads_per_rank = %d as asked%s%s%s",
-                 st->threads_per_rank, over ? "; more threads than the " : "", over ? cores_why : "",
-                 over ? " (oversubscribed)" : "");
-        return st->threads_per_rank;
-    }
-    const int tpr = avail / n > 0 ? avail / n : 1;
-    if (share > 1)
-        snprintf(st->threads_why, sizeof st->threads_why,
-                 "%s, shared by %d processes on this machine, / %d rank%s in this process", cores_why, share, n,
-                 n == 1 ? "" : "s");
-    else
-        snprintf(st->threads_why, sizeof st->threads_why, "%s / %d rank%s in this process%s", cores_why, n,
-                 n == 1 ? "" : "s", n > avail ? ": more ranks than cores, one thread each" : "");
-    return tpr;
-}
-
-mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
-    const mpmd_graph *g = st->plan->g;
-    const int nn = g->n_nodes, D = st->plan->num_ranks, n = st->plan->num_micro;
-    /* the rank states of this process: world indices first .. first + num_local - 1 */
-    int first = 0;
-    st->num_local = st->la->layout(st, &first);
-    st->rs = calloc((size_t)st->num_local, sizeof *st->rs);
-    st->inputs = calloc((size_t)nn + 1, sizeof *st->inputs);
-    st->input_set = calloc((size_t)nn + 1, 1);
-    if (!st->rs || !st->inputs || !st->input_set) goto nomem;
-    pthread_mutex_init(&st->abort_mu, NULL);
-    st->mutex_ready = 1;
-    /* inputs: one host share per replica, replica d at d * size; a host
-     * backend's ranks read it in place, others get a copy each. Only a
-     * process with a rank that reads the input holds it. */
-    for (int i = 0; i < nn; i++)
-        if (g->nodes[i].op == &mpmd_op_input) {
-            int here = 0;
-            for (int li = 0; li < st->num_local && !here; li++)
-                here = mpmd_runs_on(st->plan, i, (first + li) % D);
-            if (!here) continue;
-            if (!(st->inputs[i] = calloc((size_t)st->plan->replicas, rt_bytes(g, i) + 1))) goto nomem;
-        }
-    int tpr = threads_per_rank(st);
-    st->threads = tpr;
-    /* OpenMP ends the process when it cannot start a kernel's threads: make
-     * sure now that this process may start them all (a rank thread each
-     * in-process, and tpr - 1 workers per rank) */
-    int want = (st->la->launch_threads ? st->num_local : 0) + st->num_local * (tpr - 1), got;
-    char twhy[160];
-    if (want > 0 && (got = threads_available(want, twhy, sizeof twhy)) < want)
-        return mpmd_error_set(
-            err, MPMD_ERR_RUNTIME,
-            "the step needs %d more threads (%d rank%s x %d threads per rank) "
-            "but this process could start only %d (%s: the limit on processes per user, ulimit "
-            "-u, a container's pids limit, or the address-space limit, ulimit -v, leaving no room for "
-            "their stacks); lower threads_per_rank or the rank count",
-            want, st->num_local, st->num_local == 1 ? "" : "s", tpr, got, twhy);
-    for (int li = 0; li < st->num_local; li++) {
-        mpmd_rank_state *rs = &st->rs[li];
-        rs->rank = (first + li) % D;
-        rs->lane = (first + li) / D;
-        rs->replica = rs->lane / st->plan->model;
-        rs->model = rs->lane % st->plan->model;
-        int r = rs->rank;
-        rs->st = st;
-        rs->nthreads = tpr;
-        char why[512];
-        if (!(rs->dev = st->plan->be->open(r, tpr, why, sizeof why)))
-            return mpmd_error_set(err, MPMD_ERR_RUNTIME, "rank %d: %s", r, why);
-        st->plan->be->enter(rs->dev);
-        /* the arena, and every buffer's place in it */
-        const mpmd_rank_memory *mem = rs->mem = &st->plan->mem[r];
-        rs->val = calloc((size_t)mem->nslots * (n > 0 ? n : 1) + 1, sizeof *rs->val);
-        rs->glob = calloc((size_t)nn + 1, sizeof *rs->glob);
-        if (!rs->val || !rs->glob) goto nomem;
-        if (st->plan->mesh.shard) {
-            int most = 0;
-            for (int l = 0; l < st->plan->n_gather; l++)
-                most = st->plan->gather_n[l] > most ? st->plan->gather_n[l] : most;
-            rs->full = calloc((size_t)nn + 1, sizeof *rs->full);
-            rs->gather_out = calloc((size_t)most + 1, sizeof *rs->gather_out);
-            if (!rs->full || !rs->gather_out) goto nomem;
-        }
-        if (!(rs->arena = st->plan->be->alloc(rs->dev, mem->arena_bytes ? mem->arena_bytes : 64))) goto nomem;
-        for (size_t k = 0; k < (size_t)mem->nslots * n; k++)
-            if (mem->body_buf[k] >= 0) rs->val[k] = rs->arena + mem->buf[mem->body_buf[k]].off;
-        for (int i = 0; i < nn; i++)
-            if (mem->val_buf[i] >= 0) rs->glob[i] = rs->arena + mem->buf[mem->val_buf[i]].off;
-        for (int i = 0; i < nn; i++) {
-            const mpmd_node *nd = &g->nodes[i];
-            if (!st->plan->live[i] || !mpmd_runs_on(st->plan, i, r)) continue;
-            if (mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant) {
-                size_t b = rt_bytes(g, i), hb = mpmd_held_bytes(&st->plan->mesh, i);
-                void *p = st->plan->be->alloc(rs->dev, hb + MPMD_STORAGE_PAD);
-                if (!p) goto nomem;
-                rs->glob[i] = p;
-                int axis, groups;
-                const int split = mpmd_split_of(g, i, &axis, &groups);
-                if (st->plan->be->host_memory && hb == b && !split) {
-                    mpmd_leaf_initial_value(nd, p, st->seed);
-                } else { /* a device buffer, (tensor parallel) this model rank's part of the whole
-                          * value, or (FSDP) this replica's shard of it */
-                    void *host = malloc(b + hb + 1);
-                    if (!host) goto nomem;
-                    if (split) { /* the whole value, initialised as if unsplit, then this rank's part */
-                        mpmd_node whole = *nd;
-                        whole.type = mpmd_split_whole_type(g, i);
-                        void *w = malloc(mpmd_type_bytes(&whole.type) + 1);
-                        if (!w) {
-                            free(host);
-                            goto nomem;
-                        }
-                        mpmd_leaf_initial_value(&whole, w, st->seed);
-                        mpmd_split_copy(g, i, rs->model, w, host, 0);
-                        free(w);
-                    } else {
-                        mpmd_leaf_initial_value(nd, host, st->seed);
-                    }
-                    const void *src = host;
-                    if (hb != b) {
-                        int64_t lo, cnt;
-                        size_t es = mpmd_dtype_size(nd->type.dtype);
-                        mpmd_shard_part(&st->plan->mesh, i, rs->replica, &lo, &cnt);
-                        memset((char *)host + b, 0, hb);
-                        memcpy((char *)host + b, (char *)host + (size_t)lo * es, (size_t)cnt * es);
-                        src = (char *)host + b;
-                    }
-                    int bad = st->plan->be->upload(rs->dev, p, src, hb);
-                    free(host);
-                    if (bad) goto devfail;
-                }
-            } else if (nd->op == &mpmd_op_input) {
-                if (st->plan->be->host_memory) {
-                    rs->glob[i] = (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i);
-                } else {
-                    if (!(rs->glob[i] = st->plan->be->alloc(rs->dev, rt_bytes(g, i) + MPMD_STORAGE_PAD)))
-                        goto nomem;
-                    if (st->plan->be->upload(rs->dev, rs->glob[i],
-                                             (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i),
-                                             rt_bytes(g, i)))
-                        goto devfail;
-                }
-            }
-        }
-        if (mem->scratch_bytes && !(rs->scratch = st->plan->be->alloc(rs->dev, mem->scratch_bytes)))
-            goto nomem;
-        /* the operand lists of the widest kernel launch (mpmd_launch_room) */
-        int widest = 0;
-        for (int i = 0; i < nn; i++)
-            if (st->plan->kern[i] && g->nodes[i].n_in > widest) widest = g->nodes[i].n_in;
-        if (widest > MPMD_LAUNCH_SMALL) {
-            rs->room.cap = widest;
-            if (!(rs->room.in = malloc((size_t)widest * sizeof *rs->room.in)) ||
-                !(rs->room.ty = malloc((size_t)widest * sizeof *rs->room.ty)) ||
-                !(rs->room.flat = malloc((size_t)widest * sizeof *rs->room.flat)))
-                goto nomem;
-        }
-        char e[512];
-        if (st->plan->be->sync(rs->dev, e, sizeof e)) goto devfail;
-    }
-    /* every buffer is allocated: what the backend's libraries still map as
-     * the ranks' threads compute (OpenBLAS's work buffers) must fit too */
-    char rwhy[512];
-    if (st->plan->be->room && st->plan->be->room(st->num_local * tpr, rwhy, sizeof rwhy))
-        return mpmd_error_set(err, MPMD_ERR_NOMEM, "%s", rwhy);
-    mpmd_status rc = st->wire->setup(st, err);
-    return rc || !st->la->setup ? rc : st->la->setup(st, err);
-nomem:
-    return mpmd_error_set(err, MPMD_ERR_NOMEM,
-                          "out of memory setting up the ranks (%s backend)",
-                          st->plan->be->name);
-devfail:
-    return mpmd_error_set(err, MPMD_ERR_RUNTIME,
-                          "the %s backend failed setting up the ranks",
-                          st->plan->be->name);
-}
-
-mpmd_status mpmd_runtime_input_set(struct mpmd_step *st, int node) {
-    if (st->plan->be->host_memory) return MPMD_OK;
-    size_t b = rt_bytes(st->plan->g, node);
-    for (int li = 0; li < st->num_local; li++) {
-        mpmd_rank_state *rs = &st->rs[li];
-        if (!rs->glob || !rs->glob[node]) continue;
-        st->plan->be->enter(rs->dev);
-        if (st->plan->be->upload(rs->dev, rs->glob[node], (char *)st->inputs[node] + (size_t)rs->replica * b,
-                                 b)) {
-            snprintf(st->err, sizeof st->err, "copying input \"%s\" to rank %d on the %s backend failed",
-                     st->plan->g->nodes[node].name, rs->rank, st->plan->be->name);
-            return MPMD_ERR_RUNTIME;
-        }
-    }
-    return MPMD_OK;
-}
+/* ---- a step ---------------------------------------------------------------- */
 
 /* What a run the watchdog cut short left: 1 once the launcher's ranks have
  * stopped (waiting up to `wait` seconds) and the wire's messages settled. */
@@ -888,196 +642,4 @@ void mpmd_runtime_free(struct mpmd_step *st) {
     }
     free(st->rs);
     st->rs = NULL;
-}
-
-/* The state of (rank, replica, model rank) when this process runs it, else
- * NULL. The rank states here are consecutive world indices ((replica M +
- * model) D + rank), from rs[0]'s. */
-mpmd_rank_state *mpmd_runtime_state(const struct mpmd_step *st, int rank, int replica, int model) {
-    const int D = st->plan->num_ranks, M = st->plan->model;
-    if (!st->rs || rank < 0 || rank >= D || replica < 0 || replica >= st->plan->replicas || model < 0 || model >= M)
-        return NULL;
-    int li = ((replica * M + model) * D + rank) - (st->rs[0].lane * D + st->rs[0].rank);
-    return li >= 0 && li < st->num_local ? &st->rs[li] : NULL;
-}
-
-/* (rank, replica)'s state with the lowest model rank this process runs:
- * in-process model rank 0, under MPI the process's own (any of them) */
-static mpmd_rank_state *replica_state(const struct mpmd_step *st, int rank, int replica) {
-    mpmd_rank_state *rs = NULL;
-    for (int m = 0; !rs && m < st->plan->model; m++)
-        rs = mpmd_runtime_state(st, rank, replica, m);
-    return rs;
-}
-
-/* The state of pipeline rank `rank` in this process, its lowest lane here
- * (in-process: replica 0, model rank 0); NULL when this process runs no
- * lane of it. */
-static mpmd_rank_state *state_of(const struct mpmd_step *st, int rank) {
-    if (!st->rs || rank < 0 || rank >= st->plan->num_ranks) return NULL;
-    const int D = st->plan->num_ranks, M = st->plan->model, first = st->rs[0].lane * D + st->rs[0].rank;
-    int lane = first / D + (rank < first % D);
-    return mpmd_runtime_state(st, rank, lane / M, lane % M);
-}
-
-/* Where (rank state rs) holds value `node` after a run: a value outside
- * the body, or a kept body value's last microbatch. */
-static void *held(mpmd_rank_state *rs, int node) {
-    if (!rs || !rs->glob) return NULL;
-    if (rs->glob[node]) return rs->glob[node];
-    const mpmd_plan *pl = rs->st->plan;
-    return pl->g->nodes[node].region == MPMD_REGION_BODY && pl->num_micro > 0
-               ? ptr_of(rs, node, pl->num_micro - 1)
-               : NULL;
-}
-
-void *mpmd_runtime_value(struct mpmd_step *st, int rank, int node) {
-    mpmd_rank_state *rs = state_of(st, rank);
-    return st->plan->be->host_memory && !mpmd_mesh_partial(&st->plan->mesh, node) ? held(rs, node) : NULL;
-}
-
-void *mpmd_runtime_replica_value(struct mpmd_step *st, int rank, int replica, int model, int node) {
-    mpmd_rank_state *rs = mpmd_runtime_state(st, rank, replica, model);
-    return st->plan->be->host_memory && !mpmd_mesh_partial(&st->plan->mesh, node) ? held(rs, node) : NULL;
-}
-
-int mpmd_runtime_holds(struct mpmd_step *st, int rank, int replica, int node) {
-    return held(replica_state(st, rank, replica), node) != NULL;
-}
-
-static mpmd_status download(struct mpmd_step *st, mpmd_rank_state *rs, int node, void *dst, const void *src,
-                            size_t bytes) {
-    char e[512];
-    st->plan->be->enter(rs->dev);
-    if (st->plan->be->download(rs->dev, dst, src, bytes) || st->plan->be->sync(rs->dev, e, sizeof e)) {
-        snprintf(st->err, sizeof st->err, "copying %%%d from rank %d (replica %d, model rank %d) on the %s backend "
-                 "failed", node, rs->rank, rs->replica, rs->model, st->plan->be->name);
-        return MPMD_ERR_RUNTIME;
-    }
-    return MPMD_OK;
-}
-
-/* One model rank's value (its part of a split one) from (rank, replica,
- * model), FSDP's shards assembled from every replica: all must be here. */
-mpmd_status mpmd_runtime_read_model(struct mpmd_step *st, int rank, int replica, int model, int node, void *dst) {
-    if (!mpmd_sharded(&st->plan->mesh, node)) {
-        mpmd_rank_state *rs = mpmd_runtime_state(st, rank, replica, model);
-        const void *src = held(rs, node);
-        return src ? download(st, rs, node, dst, src, rt_bytes(st->plan->g, node)) : MPMD_ERR_INVALID;
-    }
-    const size_t es = mpmd_dtype_size(st->plan->g->nodes[node].type.dtype);
-    for (int d = 0; d < st->plan->replicas; d++) {
-        mpmd_rank_state *rs = mpmd_runtime_state(st, rank, d, model);
-        const void *src = held(rs, node);
-        if (!src) return MPMD_ERR_INVALID;
-        int64_t lo, cnt;
-        mpmd_shard_part(&st->plan->mesh, node, d, &lo, &cnt);
-        mpmd_status rc = download(st, rs, node, (char *)dst + (size_t)lo * es, src, (size_t)cnt * es);
-        if (rc) return rc;
-    }
-    return MPMD_OK;
-}
-
-mpmd_status mpmd_runtime_read(struct mpmd_step *st, int rank, int replica, int node, void *dst,
-                              size_t bytes) {
-    (void)bytes; /* the whole value's: the callers check it */
-    int axis, groups;
-    if (!mpmd_split_of(st->plan->g, node, &axis, &groups)) return mpmd_runtime_read_model(st, rank, replica, 0, node, dst);
-    /* split over the model axis: every model rank's part into the whole */
-    size_t b = rt_bytes(st->plan->g, node);
-    void *part = malloc(b ? b : 1);
-    if (!part) return MPMD_ERR_NOMEM;
-    mpmd_status rc = MPMD_OK;
-    for (int m = 0; m < st->plan->model && !rc; m++)
-        if (!(rc = mpmd_runtime_read_model(st, rank, replica, m, node, part))) mpmd_split_copy(st->plan->g, node, m, dst, part, 1);
-    free(part);
-    return rc;
-}
-
-mpmd_status mpmd_runtime_read_own(struct mpmd_step *st, int rank, int replica, int node, void *dst) {
-    const size_t b = rt_bytes(st->plan->g, node), es = mpmd_dtype_size(st->plan->g->nodes[node].type.dtype);
-    char *part = calloc(1, b + 1);
-    if (!part) return MPMD_ERR_NOMEM;
-    mpmd_status rc = MPMD_OK;
-    for (int m = 0; m < st->plan->model && !rc; m++) {
-        mpmd_rank_state *rs = mpmd_runtime_state(st, rank, replica, m);
-        const void *src = held(rs, node);
-        if (!src) continue;
-        int64_t lo = 0, cnt = mpmd_type_numel(&st->plan->g->nodes[node].type);
-        if (mpmd_sharded(&st->plan->mesh, node)) mpmd_shard_part(&st->plan->mesh, node, replica, &lo, &cnt);
-        memset(part, 0, b);
-        if (!(rc = download(st, rs, node, part + (size_t)lo * es, src, (size_t)cnt * es)))
-            mpmd_split_copy(st->plan->g, node, m, dst, part, 1);
-    }
-    free(part);
-    return rc;
-}
-
-mpmd_status mpmd_runtime_write(struct mpmd_step *st, int rank, int replica, int node, const void *src,
-                               size_t bytes) {
-    (void)bytes;
-    const size_t b = rt_bytes(st->plan->g, node), es = mpmd_dtype_size(st->plan->g->nodes[node].type.dtype);
-    void *part = malloc(b ? b : 1);
-    if (!part) return MPMD_ERR_NOMEM;
-    mpmd_status rc = MPMD_ERR_INVALID;
-    for (int m = 0; m < st->plan->model; m++) { /* every model rank of (rank, replica) here: its part */
-        mpmd_rank_state *rs = mpmd_runtime_state(st, rank, replica, m);
-        if (!rs || !rs->glob[node]) continue;
-        mpmd_split_copy(st->plan->g, node, m, (void *)src, part, 0);
-        const char *from = part;
-        size_t n = b;
-        if (mpmd_sharded(&st->plan->mesh, node)) { /* FSDP: this replica's part of that */
-            int64_t lo, cnt;
-            mpmd_shard_part(&st->plan->mesh, node, replica, &lo, &cnt);
-            from += (size_t)lo * es;
-            n = (size_t)cnt * es;
-        }
-        st->plan->be->enter(rs->dev);
-        if (st->plan->be->upload(rs->dev, rs->glob[node], from, n)) {
-            snprintf(st->err, sizeof st->err, "copying %%%d to rank %d on the %s backend failed", node, rank,
-                     st->plan->be->name);
-            rc = MPMD_ERR_RUNTIME;
-            break;
-        }
-        rc = MPMD_OK;
-    }
-    free(part);
-    return rc;
-}
-
-mpmd_status mpmd_runtime_set_profiling(struct mpmd_step *st, int on) {
-    st->profiling = 0;
-    st->prof_runs = 0;
-    for (int r = 0; r < st->num_local; r++) {
-        free(st->rs[r].prof);
-        st->rs[r].prof = NULL;
-        if (on && !(st->rs[r].prof = calloc((size_t)st->plan->g->n_nodes + 1, sizeof *st->rs[r].prof)))
-            return MPMD_ERR_NOMEM;
-    }
-    st->profiling = on;
-    return MPMD_OK;
-}
-
-int mpmd_runtime_backend_memory(const struct mpmd_step *st, int rank, size_t *peak, size_t *own) {
-    mpmd_rank_state *rs = state_of(st, rank);
-    if (!rs || !rs->dev) return 0;
-    st->plan->be->memory(rs->dev, peak, own);
-    return 1;
-}
-
-const double *mpmd_runtime_op_seconds(const struct mpmd_step *st, int local) {
-    return local >= 0 && local < st->num_local ? st->rs[local].prof : NULL;
-}
-
-int64_t mpmd_runtime_collective_bytes(const struct mpmd_step *st, int rank, int64_t *gathered) {
-    mpmd_rank_state *rs = state_of(st, rank);
-    if (gathered) *gathered = rs ? rs->gath_bytes : -1;
-    return rs ? rs->coll_bytes : -1;
-}
-
-const mpmd_event *mpmd_runtime_events(const struct mpmd_step *st, int rank, int *n, int64_t *peak_bytes) {
-    mpmd_rank_state *rs = state_of(st, rank);
-    *n = rs ? rs->nev : 0;
-    if (peak_bytes) *peak_bytes = rs ? rs->peak_bytes : 0;
-    return rs ? rs->ev : NULL;
 }

@@ -13,6 +13,8 @@
  *   launch_mpi.c    the MPI launcher (a process per point)
  *   wire_local.c    the in-process wire: mailboxes, replica groups
  *   wire_mpi.c      the MPI wire (with MPMD_HAVE_MPI)
+ *   rank_values.c   the ranks' values read and written from outside a run
+ *   step_agree.c    the processes of one job compare what they built
  *   record.c        recorded runs: timelines, traces, summaries
  *
  * The plan (compiler/compiler.h, st->plan) is read here and never changed;
@@ -214,6 +216,10 @@ const char *rt_value_str(const struct mpmd_step *st, int node, char *buf, size_t
 /* What instruction x of rank's program runs, for messages: "task fwd_0__3",
  * "microbatch 3 of the loop", `%12 "x" (matmul)`. Returns buf. */
 const char *rt_instr_str(const struct mpmd_step *st, int rank, int x, char *buf, size_t len);
+/* The buffer of value v for microbatch mb (-1: outside the body) on this
+ * rank: its arena slot, its storage, or (FSDP, in a task) its gathered
+ * whole. */
+void *rt_value_ptr(mpmd_rank_state *rs, int v, int mb);
 /* The planned buffer of the value a SEND or RECV moves on this rank: a send
  * reads it (and it stays untouched until the SEND's `reuse`), a receive
  * writes it (from its RECV's `post` on). */
