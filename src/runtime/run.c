@@ -67,8 +67,11 @@ const char *rt_instr_str(const struct mpmd_step *st, int rank, int x, char *buf,
         snprintf(buf, len, "task %s_%d__%d", pre[in->kind], in->stage, in->mb);
     else if (in->op == MPMD_I_TASK)
         snprintf(buf, len, "microbatch %d of the loop", in->mb);
-    else if (in->op == MPMD_I_RUN_PRE || in->op == MPMD_I_RUN_POST)
+    else if (in->op == MPMD_I_RUN_PRE || in->op == MPMD_I_RUN_POST ||
+             ((in->op == MPMD_I_SEND || in->op == MPMD_I_RECV) && in->mb < 0))
         snprintf(buf, len, "%s", rt_value_str(st, in->node, vb, sizeof vb));
+    else if (in->op == MPMD_I_SEND || in->op == MPMD_I_RECV)
+        snprintf(buf, len, "%s of microbatch %d", rt_value_str(st, in->node, vb, sizeof vb), in->mb);
     else
         snprintf(buf, len, "instruction %d of its program", x);
     return buf;
@@ -129,6 +132,10 @@ void *rt_value_ptr(mpmd_rank_state *rs, int v, int mb) {
         return (char *)rt_value_ptr(rs, n->in[0], mb) + (size_t)mb * rt_bytes(st->plan->g, v);
     int s = rs->mem->slot[v];
     return s >= 0 && mb >= 0 ? rs->val[(size_t)s * st->plan->num_micro + mb] : NULL;
+}
+
+int rt_tag(const struct mpmd_step *st, int node, int mb) {
+    return node * (st->plan->num_micro + 1) + (mb + 1);
 }
 
 void *rt_buffer(mpmd_rank_state *rs, const mpmd_instr *in) {
@@ -350,6 +357,23 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
     return 0;
 }
 
+/* Before instruction x: every receive whose buffer the plan holds from x
+ * on (its RECV's `post`) is posted to the wire, in program order, once a
+ * run (rs->posted), and the wire's own look-ahead runs (FSDP gathers). */
+static void post_ahead(mpmd_rank_state *rs, const mpmd_program *p, int x) {
+    struct mpmd_step *st = rs->st;
+    const mpmd_wire *wire = st->wire;
+    if (wire->prepare) wire->prepare(rs, x);
+    if (!wire->post_recv) return;
+    for (; rs->posted < p->n; rs->posted++) {
+        const mpmd_instr *in = &p->ins[rs->posted];
+        if (in->op != MPMD_I_RECV) continue;
+        if (in->post > x) break;
+        wire->post_recv(rs, rs->posted, rt_buffer(rs, in), mpmd_held_bytes(&st->plan->mesh, in->node),
+                        in->peer, rt_tag(st, in->node, in->mb));
+    }
+}
+
 /* Instruction x of the rank's program: the wire's look-ahead, the
  * instruction, then the sends whose buffers it lets go. */
 static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
@@ -357,7 +381,7 @@ static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
     const mpmd_graph *g = st->plan->g;
     const mpmd_wire *wire = st->wire;
     const mpmd_instr *in = &p->ins[x];
-    if (wire->prepare) wire->prepare(rs, x); /* MPI: post the receives the next tasks need */
+    post_ahead(rs, p, x); /* MPI: post the receives the next tasks need */
     switch (in->op) {
     case MPMD_I_RUN_PRE:
     case MPMD_I_RUN_POST:
@@ -369,17 +393,24 @@ static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
         break;
     case MPMD_I_TASK: run_task(rs, in); break;
     case MPMD_I_SEND:
-        if (!wire->send(rs, in) && in->moved) rs->live_bytes -= (int64_t)rt_bytes(g, in->node);
+        if (!wire->send(rs, x, rt_buffer(rs, in), mpmd_held_bytes(&st->plan->mesh, in->node), in->peer,
+                        rt_tag(st, in->node, in->mb)) &&
+            in->moved)
+            rs->live_bytes -= (int64_t)rt_bytes(g, in->node);
         break;
     case MPMD_I_RECV:
-        if (!wire->recv(rs, in) && in->mb >= 0) count_live(rs, (int64_t)rt_bytes(g, in->node));
+        if (!wire->recv(rs, x, rt_buffer(rs, in), mpmd_held_bytes(&st->plan->mesh, in->node), in->peer,
+                        rt_tag(st, in->node, in->mb)) &&
+            in->mb >= 0)
+            count_live(rs, (int64_t)rt_bytes(g, in->node));
         break;
     case MPMD_I_ALLREDUCE:
     case MPMD_I_REDUCE_SCATTER: {
         /* the sum (FSDP: this replica's shard of it) lands in the combined
          * result's buffer, read from then on */
         void *out = rs->arena + rs->mem->buf[rs->mem->comb_buf[in->node]].off;
-        if (!(in->op == MPMD_I_ALLREDUCE ? wire->allreduce : wire->reduce_scatter)(rs, in->node, out))
+        if (!(in->op == MPMD_I_ALLREDUCE ? wire->allreduce : wire->reduce_scatter)(rs, in->node,
+                                                                                   rs->glob[in->node], out))
             rs->glob[in->node] = out;
         break;
     }
@@ -410,7 +441,7 @@ static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
  * per kernel, and none of the interpreter's work per op. The buffers and
  * arguments are the same every run (the memory plan fixes every address;
  * the step counter and learning rate live on the device), so the replay
- * does what the interpreter would. The transport's host-side work for
+ * does what the interpreter would. The wire's host-side work for
  * these instructions (posting receives ahead, finishing sends whose
  * buffers they overwrite) is done before the replay is queued: earlier
  * than the interpreter would, never later. */
@@ -481,7 +512,7 @@ static int run_segment(mpmd_rank_state *rs, const mpmd_program *p, int x) {
         rs->graph[x] = gr, rs->seg_end[x] = e, rs->seg_delta[x] = delta, rs->seg_peak[x] = peak;
     } else {
         for (int y = x; y < rs->seg_end[x]; y++) {
-            if (wire->prepare) wire->prepare(rs, y);
+            post_ahead(rs, p, y);
             if (wire->send_done)
                 for (int sx = rs->mem->reuse_head[y]; sx >= 0; sx = rs->mem->reuse_next[sx])
                     wire->send_done(rs, sx);
@@ -507,6 +538,7 @@ static void *rank_main(void *arg) {
     __atomic_store_n(&rs->progress_us, (int64_t)(1e6 * rt_now()), __ATOMIC_RELAXED);
     rs->live_bytes = rs->peak_bytes = 0;
     rs->coll_bytes = rs->gath_bytes = 0;
+    rs->posted = 0; /* receives posted to the wire so far (post_ahead) */
     be->enter(rs->dev);
     /* a loop result combined last run is accumulated afresh in its own buffer */
     for (int i = 0; i < g->n_nodes; i++)

@@ -172,6 +172,7 @@ struct mpmd_rank_state {
     int64_t coll_bytes;          /* FSDP: bytes this replica took from the others this run
                                     (gathers and reduce-scatters) */
     void *scratch;
+    int posted;            /* this run's receives up to here are posted to the wire (run.c, post_ahead) */
     mpmd_launch_room room; /* the operand lists of launches wider than the stack's (backend.h) */
     double *prof;          /* [nn] seconds in each op over the profiled runs, or NULL */
     /* a profiled run on an asynchronous backend: each op's pair of marks
@@ -220,6 +221,10 @@ const char *rt_instr_str(const struct mpmd_step *st, int rank, int x, char *buf,
  * rank: its arena slot, its storage, or (FSDP, in a task) its gathered
  * whole. */
 void *rt_value_ptr(mpmd_rank_state *rs, int v, int mb);
+/* The tag of a message carrying value `node` of microbatch mb (-1: outside
+ * the body): the same on both ends, distinct per (value, microbatch), from
+ * 1 to n_nodes x (num_micro + 1). */
+int rt_tag(const struct mpmd_step *st, int node, int mb);
 /* The planned buffer of the value a SEND or RECV moves on this rank: a send
  * reads it (and it stays untouched until the SEND's `reuse`), a receive
  * writes it (from its RECV's `post` on). */

@@ -45,32 +45,41 @@ typedef struct mpmd_wire {
      * there is nothing to do (in-process: groups a failed run left start
      * empty). */
     void (*start)(struct mpmd_step *st);
-    /* Before instruction x of the rank's program runs; NULL when there is
-     * nothing to do. MPI: posts the receives of the next two tasks. */
-    void (*prepare)(mpmd_rank_state *rs, int x);
+    /* Point to point. A message is named on its rank by its slot (the
+     * index of its SEND or RECV instruction: what a wire keeps per message,
+     * it plans per slot at set-up) and on the wire by its tag (rt_tag: the
+     * value and microbatch, the same on both ends); peer is the pipeline
+     * rank of the same lane (replica and model rank). rt_instr_str(st,
+     * rs->rank, slot) names the message in errors. */
+    /* `bytes` of buf to peer; never blocks. buf stays untouched until
+     * send_done(slot). An asynchronous backend's writes to it are ordered
+     * with st->plan->be->event_record / event_wait (the MPI wire on a device
+     * backend instead waits for them as it copies buf to the host). */
+    int (*send)(mpmd_rank_state *rs, int slot, const void *buf, size_t bytes, int peer, int tag);
+    /* The plan is about to overwrite the buffer of send `slot` (after its
+     * SEND's `reuse`): finish with it. NULL: nothing to do. */
+    void (*send_done)(mpmd_rank_state *rs, int slot);
     /* Receives are posted this many tasks ahead (the RECV's `post`: its
      * buffer may be written from there on); 0: at the receive itself. */
     int recv_ahead;
-    /* The value (in->node, in->mb) to rank in->peer of the same replica,
-     * from rt_buffer(rs, in); never blocks. An asynchronous backend's writes
-     * are ordered with st->plan->be->event_record / event_wait. */
-    int (*send)(mpmd_rank_state *rs, const mpmd_instr *in);
-    /* After instruction `reuse` of a SEND: the buffer of send instruction x
-     * is about to be overwritten; finish with it. NULL: nothing to do. */
-    void (*send_done)(mpmd_rank_state *rs, int x);
-    /* The value (in->node, in->mb) from rank in->peer into rt_buffer(rs,
-     * in); blocks until it is there (rs->wait counts the time when
-     * recording). `in` points into the rank's program. */
-    int (*recv)(mpmd_rank_state *rs, const mpmd_instr *in);
-    /* Combine loop result rs->glob[node] across the data-parallel replicas of
-     * this pipeline rank with st->plan->be->combine, in replica order, into
-     * `out` (the combined result's planned buffer): every replica gets the
-     * same bits. */
-    int (*allreduce)(mpmd_rank_state *rs, int node, void *out);
+    /* The interpreter posts receive `slot` into buf from its RECV's `post`
+     * on; NULL: the wire takes the message at recv. */
+    void (*post_recv)(mpmd_rank_state *rs, int slot, void *buf, size_t bytes, int peer, int tag);
+    /* Receive `slot`, `bytes` from peer into buf; blocks until they are
+     * there (rs->wait counts the time when recording). */
+    int (*recv)(mpmd_rank_state *rs, int slot, void *buf, size_t bytes, int peer, int tag);
+    /* Before instruction x runs, the wire's own look-ahead; NULL when there
+     * is none (MPI: posts FSDP gathers one task ahead). */
+    void (*prepare)(mpmd_rank_state *rs, int x);
+    /* Combine loop result `in` (this replica's, of value node) across the
+     * data-parallel replicas of this pipeline rank with
+     * st->plan->be->combine, in replica order, into `out` (the combined
+     * result's planned buffer): every replica gets the same bits. */
+    int (*allreduce)(mpmd_rank_state *rs, int node, const void *in, void *out);
     /* FSDP: the same combine, of this replica's part of the value only
      * (mpmd_shard_part), into `out` (its shard): the bits allreduce gives
      * those elements. */
-    int (*reduce_scatter)(mpmd_rank_state *rs, int node, void *out);
+    int (*reduce_scatter)(mpmd_rank_state *rs, int node, const void *in, void *out);
     /* FSDP: the sharded parameters nodes[0 .. n) whole, for one task: out[q]
      * gets every replica's shard of nodes[q] (rs->glob[node] on each), replica
      * d's at d x mpmd_held_bytes. A shard is read only once its replica has

@@ -4,10 +4,10 @@
  * A send puts the address of the value's planned buffer on the sender in
  * the destination rank's mailbox (a list under a mutex, with a condition
  * variable for the receiver); the receive copies it into its own planned
- * buffer. The sender's plan leaves that buffer untouched until the sender
- * knows the copy is done (the SEND's `reuse`), so no buffer is owned by
- * the wire. Sends never block, so the programs' check (every receive
- * has its send, nothing deadlocks) is all that is needed.
+ * buffer. The message itself is the sender's record for that send
+ * instruction, made at set-up: a send allocates nothing. The sender's plan leaves that buffer untouched until
+ * the sender knows the copy is done (the SEND's `reuse`), so no buffer is owned by the wire. Sends never
+ * block, so the programs' check (every receive has its send, nothing deadlocks) is all that is needed.
  *
  * A message carries the backend event after which its buffer is complete;
  * the receiver's queue waits for it before copying, so an asynchronous
@@ -51,10 +51,10 @@
 
 typedef struct msg {
     struct msg *next;
-    int32_t src, node, mb;
-    const void *buf; /* the sender's planned buffer */
-    void *ev;        /* the backend event after which buf is complete, or NULL */
-    double sent;     /* when it was posted (recorded runs) */
+    int32_t src, tag; /* the sender's pipeline rank, rt_tag */
+    const void *buf;  /* the sender's planned buffer */
+    void *ev;         /* the backend event after which buf is complete, or NULL */
+    double sent;      /* when it was posted (recorded runs) */
 } msg;
 
 /* One rank's mailbox, on cache lines of its own (the ranks' threads lock
@@ -191,7 +191,7 @@ static void local_wake(struct mpmd_step *st) {
     }
 }
 
-static int local_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
+static int local_recv(mpmd_rank_state *rs, int slot, void *buf, size_t bytes, int peer, int tag) {
     struct mpmd_step *st = rs->st;
     mailbox *b = rs->tx;
     struct timespec until;
@@ -202,7 +202,7 @@ static int local_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
     pthread_mutex_lock(&b->mu);
     for (;;) {
         msg **pp = &b->inbox;
-        while (*pp && !((*pp)->src == in->peer && (*pp)->node == in->node && (*pp)->mb == in->mb))
+        while (*pp && !((*pp)->src == peer && (*pp)->tag == tag))
             pp = &(*pp)->next;
         if (*pp) {
             msg *m = *pp;
@@ -216,12 +216,12 @@ static int local_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
                 bad = st->plan->be->event_wait(rs->dev, m->ev);
                 st->plan->be->event_free(rs->dev, m->ev);
             }
-            if (!bad)
-                bad = st->plan->be->copy(rs->dev, rt_buffer(rs, in), m->buf,
-                                         mpmd_held_bytes(&st->plan->mesh, in->node));
-            if (bad)
-                rt_fail(rs, MPMD_ERR_RUNTIME, "receiving %%%d of microbatch %d from rank %d failed", in->node,
-                        in->mb, in->peer);
+            if (!bad) bad = st->plan->be->copy(rs->dev, buf, m->buf, bytes);
+            if (bad) {
+                char ib[400];
+                rt_fail(rs, MPMD_ERR_RUNTIME, "receiving %s from rank %d failed",
+                        rt_instr_str(st, rs->rank, slot, ib, sizeof ib), peer);
+            }
             return bad;
         }
         if (rt_aborted(st)) {
@@ -254,26 +254,27 @@ static int local_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
         if (st->record) rs->wait += rt_now() - t0;
         if (w == ETIMEDOUT) {
             pthread_mutex_unlock(&b->mu);
-            char vb[300];
-            rt_fail(rs, MPMD_ERR_RUNTIME,
-                    "waited %.3f s for %s of microbatch %d from rank %d, which has not sent it: that rank is "
-                    "stuck or slower than the watchdog allows (step_timeout)",
-                    rt_now() - started, rt_value_str(st, in->node, vb, sizeof vb), in->mb, in->peer);
+            char ib[400];
+            rt_fail(
+                rs, MPMD_ERR_RUNTIME,
+                "waited %.3f s for %s from rank %d, which has not sent it: that rank is stuck or slower than "
+                "the watchdog allows (step_timeout)",
+                rt_now() - started, rt_instr_str(st, rs->rank, slot, ib, sizeof ib), peer);
             return 1;
         }
     }
 }
 
-static int local_send(mpmd_rank_state *rs, const mpmd_instr *in) {
+static int local_send(mpmd_rank_state *rs, int slot, const void *buf, size_t bytes, int peer, int tag) {
+    (void)bytes; /* the receiver copies as many as it expects */
     struct mpmd_step *st = rs->st;
     mailbox *own = rs->tx;
-    msg *m = &own->out[in - st->plan->prog[rs->rank].ins];
-    const void *buf = rt_buffer(rs, in);
-    m->src = rs->rank, m->node = in->node, m->mb = in->mb, m->buf = buf;
+    msg *m = &own->out[slot];
+    m->src = rs->rank, m->tag = tag, m->buf = buf;
     m->sent = st->record ? rt_now() : 0;
     m->ev = st->plan->be->event_record(rs->dev); /* the receiver waits for the kernels that wrote buf */
     /* the peer pipeline rank of the same lane (replica and model rank) */
-    mailbox *dst = st->rs[rs->lane * st->plan->num_ranks + in->peer].tx;
+    mailbox *dst = st->rs[rs->lane * st->plan->num_ranks + peer].tx;
     pthread_mutex_lock(&dst->mu);
     m->next = NULL;
     msg **pp = &dst->inbox;
@@ -324,14 +325,15 @@ static int group_barrier(mpmd_rank_state *rs, group *gr) {
 /* The replicas of one pipeline rank combine a loop result: every replica
  * computes the same sum, in replica order, so all copies have equal bits;
  * elements lo .. lo + count - 1 of it (all of it, or FSDP's shard). */
-static int group_combine(mpmd_rank_state *rs, int node, void *out, int64_t lo, int64_t count) {
+static int group_combine(mpmd_rank_state *rs, int node, const void *in, void *out, int64_t lo,
+                         int64_t count) {
     struct mpmd_step *st = rs->st;
     group *gr = data_group(rs);
     const int R = st->plan->replicas;
     const size_t es = mpmd_dtype_size(st->plan->g->nodes[node].type.dtype);
     char e[512];
     void **part = ((mailbox *)rs->tx)->part;
-    gr->bufs[rs->replica] = rs->glob[node];
+    gr->bufs[rs->replica] = (void *)in;
     /* every replica's buffer is complete before any replica reads it */
     if (st->plan->be->sync(rs->dev, e, sizeof e)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "%s", e);
@@ -352,14 +354,14 @@ static int group_combine(mpmd_rank_state *rs, int node, void *out, int64_t lo, i
     return group_barrier(rs, gr); /* all have read every buffer */
 }
 
-static int local_allreduce(mpmd_rank_state *rs, int node, void *out) {
-    return group_combine(rs, node, out, 0, mpmd_type_numel(&rs->st->plan->g->nodes[node].type));
+static int local_allreduce(mpmd_rank_state *rs, int node, const void *in, void *out) {
+    return group_combine(rs, node, in, out, 0, mpmd_type_numel(&rs->st->plan->g->nodes[node].type));
 }
 
-static int local_reduce_scatter(mpmd_rank_state *rs, int node, void *out) {
+static int local_reduce_scatter(mpmd_rank_state *rs, int node, const void *in, void *out) {
     int64_t lo, count;
     mpmd_shard_part(&rs->st->plan->mesh, node, rs->replica, &lo, &count);
-    return group_combine(rs, node, out, lo, count);
+    return group_combine(rs, node, in, out, lo, count);
 }
 
 /* Every replica's shards are complete (their updates synced) once all have
@@ -494,6 +496,7 @@ const mpmd_wire mpmd_wire_local = {
     .recv_ahead = 0,
     .send = local_send,
     .send_done = NULL, /* the receiver's copy is ordered before the sender learns of it */
+    .post_recv = NULL, /* a receive takes its message from the mailbox */
     .recv = local_recv,
     .allreduce = local_allreduce,
     .reduce_scatter = local_reduce_scatter,

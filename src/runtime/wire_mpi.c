@@ -29,6 +29,12 @@
  * elements), and a task's sharded parameters are gathered with an
  * allgather of the shards just before it.
  *
+ * The requests of every send, receive and gather, the host copies, and one
+ * scratch area as large as the program's largest collective needs (the
+ * parts an allgather or all-to-all receives, and on a device backend the
+ * host copies they are combined in) are made at set-up: a running step
+ * allocates nothing here.
+ *
  * Built only when CMake finds MPI (MPMD_HAVE_MPI).
  */
 #include "runtime/wire.h"
@@ -48,7 +54,8 @@ typedef struct {
     MPI_Comm mesh;      /* every process of the step (mesh_sum) */
     MPI_Request *rreq;  /* [program length]: posted receives */
     MPI_Request *sreq;  /* [program length]: sends in flight */
-    int posted;         /* instructions up to here have their receives posted */
+    int posted;         /* instructions up to here have their gathers posted (prepare) */
+    int *peer;          /* [program length]: the rank each send in flight goes to (messages) */
     MPI_Request **greq; /* [program length]: FSDP gathers posted ahead (one request per parameter), or NULL */
     MPI_Request coll;   /* a collective the watchdog gave up on (it still writes `space`) */
     int coll_open;
@@ -70,17 +77,6 @@ static void stage_free(const mpmd_backend *be, void *p) {
         be->host_free(p);
     else
         free(p);
-}
-
-/* Where instruction x's message is sent from or received into: its host
- * copy on a device backend, else the planned buffer itself. */
-static void *wire(mpmd_rank_state *rs, int x) {
-    mpi_state *m = rs->tx;
-    return m->stage ? m->stage[x] : rt_buffer(rs, &rs->st->plan->prog[rs->rank].ins[x]);
-}
-
-static int tag_of(const struct mpmd_step *st, int node, int mb) {
-    return node * (st->plan->num_micro + 1) + (mb + 1);
 }
 
 /* The bytes of m->space: the most that one collective of program p takes,
@@ -147,7 +143,8 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
     const mpmd_program *p = &st->plan->prog[st->rs[0].rank];
     m->rreq = malloc((size_t)(p->n + 1) * sizeof *m->rreq);
     m->sreq = malloc((size_t)(p->n + 1) * sizeof *m->sreq);
-    if (!m->rreq || !m->sreq) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
+    m->peer = calloc((size_t)p->n + 1, sizeof *m->peer);
+    if (!m->rreq || !m->sreq || !m->peer) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
     for (int x = 0; x < p->n; x++)
         m->rreq[x] = m->sreq[x] = MPI_REQUEST_NULL;
     if (!st->plan->be->host_memory) {
@@ -224,7 +221,7 @@ static void mpi_teardown(struct mpmd_step *st) {
         for (int x = 0; x < st->plan->prog[st->rs[0].rank].n; x++)
             free(m->greq[x]);
     free(m->greq);
-    free(m->rreq), free(m->sreq), free(m->space), free(m->parts), free(m);
+    free(m->rreq), free(m->sreq), free(m->peer), free(m->space), free(m->parts), free(m);
     st->tx = NULL;
     st->rs[0].tx = NULL;
 }
@@ -254,20 +251,14 @@ static void mpi_prepare(mpmd_rank_state *rs, int x) {
     struct mpmd_step *st = rs->st;
     mpi_state *m = rs->tx;
     const mpmd_program *p = &st->plan->prog[rs->rank];
-    /* post every receive whose buffer the plan holds from here on (m->posted
-     * restarts at each step's end, so a second call for x posts nothing);
-     * and (FSDP, host memory) every gather, one task ahead */
+    /* (FSDP, host memory) post every gather one task ahead (m->posted
+     * restarts at each step's end, so a second call for x posts nothing) */
+    if (!m->greq) return;
     for (; m->posted < p->n; m->posted++) {
         const mpmd_instr *in = &p->ins[m->posted];
-        if (in->op == MPMD_I_GATHER && m->greq) {
-            if (in->post > x) break;
-            gather_post(rs, m->posted);
-            continue;
-        }
-        if (in->op != MPMD_I_RECV) continue;
+        if (in->op != MPMD_I_GATHER) continue;
         if (in->post > x) break;
-        MPI_Irecv(wire(rs, m->posted), (int)mpmd_held_bytes(&st->plan->mesh, in->node), MPI_BYTE, in->peer,
-                  tag_of(st, in->node, in->mb), m->pipe, &m->rreq[m->posted]);
+        gather_post(rs, m->posted);
     }
 }
 
@@ -300,49 +291,49 @@ static int wait_for(mpmd_rank_state *rs, MPI_Request *req, const char *what) {
     return 1;
 }
 
-static int mpi_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
+/* Receive `slot` straight into buf, or (a device backend) into its host
+ * copy. */
+static void mpi_post_recv(mpmd_rank_state *rs, int slot, void *buf, size_t bytes, int peer, int tag) {
     mpi_state *m = rs->tx;
-    int x = (int)(in - rs->st->plan->prog[rs->rank].ins); /* its receive was posted by mpi_prepare */
+    MPI_Irecv(m->stage ? m->stage[slot] : buf, (int)bytes, MPI_BYTE, peer, tag, m->pipe, &m->rreq[slot]);
+}
+
+static int mpi_recv(mpmd_rank_state *rs, int slot, void *buf, size_t bytes, int peer, int tag) {
+    (void)tag; /* posted by mpi_post_recv */
+    mpi_state *m = rs->tx;
     double t0 = rs->st->record ? rt_now() : 0;
-    char what[400], vb[300];
-    snprintf(what, sizeof what, "%s of microbatch %d from rank %d, which has not sent it",
-             rt_value_str(rs->st, in->node, vb, sizeof vb), in->mb, in->peer);
-    int bad = wait_for(rs, &m->rreq[x], what);
+    char what[400], ib[300];
+    rt_instr_str(rs->st, rs->rank, slot, ib, sizeof ib);
+    snprintf(what, sizeof what, "%s from rank %d, which has not sent it", ib, peer);
+    int bad = wait_for(rs, &m->rreq[slot], what);
     if (rs->st->record) rs->wait += rt_now() - t0;
-    if (!bad && m->stage &&
-        rs->st->plan->be->upload(rs->dev, rt_buffer(rs, in), m->stage[x],
-                                 mpmd_held_bytes(&rs->st->plan->mesh, in->node))) {
-        rt_fail(rs, MPMD_ERR_RUNTIME,
-                "copying %s of microbatch %d, received from rank %d, to the %s backend failed", vb, in->mb,
-                in->peer, rs->st->plan->be->name);
+    if (!bad && m->stage && rs->st->plan->be->upload(rs->dev, buf, m->stage[slot], bytes)) {
+        rt_fail(rs, MPMD_ERR_RUNTIME, "copying %s, received from rank %d, to the %s backend failed", ib, peer,
+                rs->st->plan->be->name);
         bad = 1;
     }
     return bad;
 }
 
-static int mpi_send(mpmd_rank_state *rs, const mpmd_instr *in) {
+static int mpi_send(mpmd_rank_state *rs, int slot, const void *buf, size_t bytes, int peer, int tag) {
     struct mpmd_step *st = rs->st;
     mpi_state *m = rs->tx;
-    int x = (int)(in - st->plan->prog[rs->rank].ins);
     /* a device value: its host copy, once the kernels that make it are done */
-    if (m->stage && st->plan->be->download(rs->dev, m->stage[x], rt_buffer(rs, in),
-                                           mpmd_held_bytes(&st->plan->mesh, in->node))) {
-        char vb[300];
-        rt_fail(rs, MPMD_ERR_RUNTIME,
-                "copying %s of microbatch %d from the %s backend to send it to rank %d failed",
-                rt_value_str(st, in->node, vb, sizeof vb), in->mb, st->plan->be->name, in->peer);
+    if (m->stage && st->plan->be->download(rs->dev, m->stage[slot], buf, bytes)) {
+        char ib[300];
+        rt_fail(rs, MPMD_ERR_RUNTIME, "copying %s from the %s backend to send it to rank %d failed",
+                rt_instr_str(st, rs->rank, slot, ib, sizeof ib), st->plan->be->name, peer);
         return 1;
     }
-    MPI_Isend(wire(rs, x), (int)mpmd_held_bytes(&st->plan->mesh, in->node), MPI_BYTE, in->peer,
-              tag_of(st, in->node, in->mb), m->pipe, &m->sreq[x]);
+    m->peer[slot] = peer;
+    MPI_Isend(m->stage ? m->stage[slot] : buf, (int)bytes, MPI_BYTE, peer, tag, m->pipe, &m->sreq[slot]);
     return 0;
 }
 
 static void send_what(mpmd_rank_state *rs, int x, char *what, size_t n) {
-    const mpmd_instr *in = &rs->st->plan->prog[rs->rank].ins[x];
-    char vb[300];
-    snprintf(what, n, "rank %d to take %s of microbatch %d, sent to it", in->peer,
-             rt_value_str(rs->st, in->node, vb, sizeof vb), in->mb);
+    char ib[300];
+    snprintf(what, n, "rank %d to take %s, sent to it", ((mpi_state *)rs->tx)->peer[x],
+             rt_instr_str(rs->st, rs->rank, x, ib, sizeof ib));
 }
 
 static void mpi_send_done(mpmd_rank_state *rs, int x) {
@@ -352,7 +343,7 @@ static void mpi_send_done(mpmd_rank_state *rs, int x) {
     if (wait_for(rs, &m->sreq[x], what)) rs->st->broken = 1; /* the send still reads its buffer */
 }
 
-static int mpi_allreduce(mpmd_rank_state *rs, int node, void *out) {
+static int mpi_allreduce(mpmd_rank_state *rs, int node, const void *in, void *out) {
     struct mpmd_step *st = rs->st;
     mpi_state *m = rs->tx;
     const int R = st->plan->replicas;
@@ -365,13 +356,13 @@ static int mpi_allreduce(mpmd_rank_state *rs, int node, void *out) {
     void **bufs = m->parts;
     char *mine = staged ? all + (size_t)R * b : NULL;
     double t0 = st->record ? rt_now() : 0;
-    if (staged && st->plan->be->download(rs->dev, mine, rs->glob[node], b)) {
+    if (staged && st->plan->be->download(rs->dev, mine, in, b)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "copying %%%d from the %s backend to combine it across replicas failed",
                 node, st->plan->be->name);
         return 1;
     }
     MPI_Request req;
-    MPI_Iallgather(staged ? mine : rs->glob[node], (int)b, MPI_BYTE, all, (int)b, MPI_BYTE, m->data, &req);
+    MPI_Iallgather(staged ? mine : in, (int)b, MPI_BYTE, all, (int)b, MPI_BYTE, m->data, &req);
     char what[400], vb[300];
     snprintf(what, sizeof what, "the other replicas of rank %d to combine %s", rs->rank,
              rt_value_str(st, node, vb, sizeof vb));
@@ -412,7 +403,7 @@ static int coll_wait(mpmd_rank_state *rs, MPI_Request *req, const char *what) {
 /* Replica d's part of every replica's loop result: an all-to-all of the
  * parts (each replica sends part j to replica j), then the combine of the
  * R parts in replica order. */
-static int mpi_reduce_scatter(mpmd_rank_state *rs, int node, void *out) {
+static int mpi_reduce_scatter(mpmd_rank_state *rs, int node, const void *in, void *out) {
     struct mpmd_step *st = rs->st;
     const mpmd_plan *pl = st->plan;
     mpi_state *m = rs->tx;
@@ -435,8 +426,9 @@ static int mpi_reduce_scatter(mpmd_rank_state *rs, int node, void *out) {
     char *all = m->space;
     void **bufs = m->parts;
     int *scnt = (int *)(void *)(all + ints_at), *sdis = scnt + R, *rcnt = scnt + 2 * R, *rdis = scnt + 3 * R;
-    char *src = staged ? all + (size_t)R * L : rs->glob[node];
-    if (staged && pl->be->download(rs->dev, src, rs->glob[node], full)) {
+    char *host = staged ? all + (size_t)R * L : NULL; /* the whole loop result's host copy */
+    const void *src = staged ? host : in;
+    if (staged && pl->be->download(rs->dev, host, in, full)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "copying %%%d from the %s backend to reduce-scatter it failed", node,
                 pl->be->name);
         return 1;
@@ -608,7 +600,7 @@ static void mpi_end_step(mpmd_rank_state *rs) {
             MPI_Wait(&m->rreq[x], MPI_STATUS_IGNORE);
         }
     }
-    m->posted = 0; /* the next step posts its receives from the start */
+    m->posted = 0; /* the next step posts its gathers from the start */
 }
 
 static int mpi_settle(struct mpmd_step *st, double wait) {
@@ -642,6 +634,7 @@ const mpmd_wire mpmd_wire_mpi = {
     .start = NULL,
     .prepare = mpi_prepare,
     .recv_ahead = 2,
+    .post_recv = mpi_post_recv,
     .send = mpi_send,
     .send_done = mpi_send_done,
     .recv = mpi_recv,
