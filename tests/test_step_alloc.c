@@ -10,8 +10,9 @@
  * The steps: a 2-stage pipeline with data parallelism (the replicas'
  * sum), FSDP (reduce-scatter and gather), a gradient clip (the sum over
  * the mesh) and a concatenation of 10 values (a launch wider than the
- * stack's operand lists). In-process by default; with --mpi, the same
- * steps under mpirun -np 4 on the MPI runtime. */
+ * stack's operand lists); and one split over 2 model ranks (the model
+ * axis's collectives). In-process by default; with --mpi, the same steps
+ * under mpirun -np 4 on the MPI runtime (4 points each). */
 #include "testutil.h"
 
 #include <stdatomic.h>
@@ -86,10 +87,37 @@ static mpmd_graph *build(int clip, mpmd_value *x_out) {
     return g;
 }
 
+/* Two stages, the second split over 2 model ranks: its weight's columns,
+ * gathered whole and summed across the ranks (all_gather, all_reduce). */
+static mpmd_graph *build_split(mpmd_value *x_out) {
+    mpmd_graph *g = mpmd_graph_new();
+    mpmd_set_tensor_parallel(g, 2);
+    mpmd_value x = *x_out = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(ROWS, W));
+    mpmd_value w[2] = {mpmd_param(g, "w1", MPMD_SHAPE(W, W), MPMD_NORMAL(0.5f)),
+                       mpmd_param_split(g, "w2", MPMD_SHAPE(W, W), MPMD_NORMAL(0.5f), 1, 1)};
+    mpmd_loop_begin(g, MB);
+    mpmd_value h = mpmd_tanh(g, mpmd_matmul(g, mpmd_microbatch(g, x), w[0], 0));
+    h = mpmd_enter_stage(g, h);
+    mpmd_value hm = mpmd_tanh(g, mpmd_matmul(g, h, w[1], 0)); /* [ROWS, W / 2] on each model rank */
+    mpmd_value a = mpmd_all_gather(g, hm, 1, "model"), b = mpmd_all_reduce(g, hm, "model");
+    mpmd_value loss =
+        mpmd_add(g, mpmd_sum(g, mpmd_mul(g, a, a), 0, NULL, 0), mpmd_sum(g, mpmd_mul(g, b, b), 0, NULL, 0));
+    loss = mpmd_enter_stage(g, loss);
+    mpmd_value gs[2];
+    mpmd_grad(g, loss, 2, w, gs);
+    mpmd_value total = mpmd_loop_reduce(g, loss, MPMD_REDUCE_ADD);
+    for (int i = 0; i < 2; i++)
+        gs[i] = mpmd_loop_reduce(g, gs[i], MPMD_REDUCE_ADD);
+    mpmd_loop_end(g);
+    mpmd_sgd(g, 2, w, gs, mpmd_scalar(g, 0.01f));
+    mpmd_keep(g, total);
+    return g;
+}
+
 /* Host allocations while `runs` runs of the step after its first. */
 static long allocations(const char *label, int mpi, int replicas, int fsdp, int clip) {
     mpmd_value in;
-    mpmd_graph *g = build(clip, &in);
+    mpmd_graph *g = replicas == 1 ? build_split(&in) : build(clip, &in);
     mpmd_schedule *s = NULL;
     mpmd_error err;
     CHECK(mpmd_schedule_for_graph(g, MPMD_SCHED_STD1F1B, 2, 0, &s, &err) == MPMD_OK, "%s: %s", label,
@@ -138,9 +166,11 @@ int main(int argc, char **argv) {
         {"2 ranks x 2 replicas", 0, 0},
         {"2 ranks x 2 replicas, clipped", 0, 1},
         {"2 ranks x 2 replicas, fsdp", 1, 0},
+        {"2 ranks x 2 model ranks", 0, 0},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        long n = allocations(cases[c].label, mpi, 2, cases[c].fsdp, cases[c].clip);
+        const int replicas = strstr(cases[c].label, "model") ? 1 : 2;
+        long n = allocations(cases[c].label, mpi, replicas, cases[c].fsdp, cases[c].clip);
         CHECK(n == 0, "%s (%s): %ld host allocations in 3 runs of the step", cases[c].label,
               mpi ? "MPI" : "in-process", n);
         if (!mpi || mpmd_mpi_world_rank() == 0)
