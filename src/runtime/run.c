@@ -357,20 +357,39 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
     return 0;
 }
 
-/* Before instruction x: every receive whose buffer the plan holds from x
- * on (its RECV's `post`) is posted to the wire, in program order, once a
- * run (rs->posted), and the wire's own look-ahead runs (FSDP gathers). */
+/* GATHER instruction y's lists: its values (returned, *n of them), this
+ * replica's shard of each (rs->gather_in) and the planned buffer each is
+ * gathered whole into (rs->gather_out). */
+static const int32_t *gather_args(mpmd_rank_state *rs, int y, int *n) {
+    const int32_t *nodes = mpmd_gather_list(rs->st->plan, &rs->st->plan->prog[rs->rank].ins[y], n);
+    for (int q = 0; q < *n; q++) {
+        rs->gather_in[q] = rs->glob[nodes[q]];
+        rs->gather_out[q] = rs->arena + rs->mem->buf[rs->mem->gath_buf[y] + q].off;
+    }
+    return nodes;
+}
+
+/* Before instruction x: every receive and gather whose buffers the plan
+ * holds from x on (its `post`) is posted to the wire, in program order,
+ * once a run (rs->posted); a wire that posts neither ahead takes them at
+ * the instruction itself. */
 static void post_ahead(mpmd_rank_state *rs, const mpmd_program *p, int x) {
     struct mpmd_step *st = rs->st;
     const mpmd_wire *wire = st->wire;
-    if (wire->prepare) wire->prepare(rs, x);
-    if (!wire->post_recv) return;
+    if (!wire->post_recv && !wire->post_gather) return;
     for (; rs->posted < p->n; rs->posted++) {
         const mpmd_instr *in = &p->ins[rs->posted];
-        if (in->op != MPMD_I_RECV) continue;
+        if (!(in->op == MPMD_I_RECV && wire->post_recv) && !(in->op == MPMD_I_GATHER && wire->post_gather))
+            continue;
         if (in->post > x) break;
-        wire->post_recv(rs, rs->posted, rt_buffer(rs, in), mpmd_held_bytes(&st->plan->mesh, in->node),
-                        in->peer, rt_tag(st, in->node, in->mb));
+        if (in->op == MPMD_I_RECV) {
+            wire->post_recv(rs, rs->posted, rt_buffer(rs, in), mpmd_held_bytes(&st->plan->mesh, in->node),
+                            in->peer, rt_tag(st, in->node, in->mb));
+        } else {
+            int n;
+            const int32_t *nodes = gather_args(rs, rs->posted, &n);
+            wire->post_gather(rs, rs->posted, n, nodes, (const void *const *)rs->gather_in, rs->gather_out);
+        }
     }
 }
 
@@ -417,10 +436,10 @@ static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
     case MPMD_I_GATHER: { /* FSDP: the values the next task (or the step) reads, whole, in their
                            * planned buffers */
         int n;
-        const int32_t *nodes = mpmd_gather_list(st->plan, in, &n);
+        const int32_t *nodes = gather_args(rs, x, &n);
         for (int q = 0; q < n; q++)
-            rs->gather_out[q] = rs->full[nodes[q]] = rs->arena + rs->mem->buf[rs->mem->gath_buf[x] + q].off;
-        wire->allgather(rs, x, nodes, n, rs->gather_out);
+            rs->full[nodes[q]] = rs->gather_out[q];
+        wire->allgather(rs, x, n, nodes, (const void *const *)rs->gather_in, rs->gather_out);
         break;
     }
     case MPMD_I_FREE:
@@ -670,7 +689,8 @@ void mpmd_runtime_free(struct mpmd_step *st) {
             be->close(rs->dev);
             rs->dev = NULL;
         }
-        free(rs->val), free(rs->glob), free(rs->full), free(rs->gather_out), free(rs->ev), free(rs->prof), free(rs->marks);
+        free(rs->val), free(rs->glob), free(rs->full), free(rs->gather_in), free(rs->gather_out),
+            free(rs->ev), free(rs->prof), free(rs->marks);
     }
     free(st->rs);
     st->rs = NULL;

@@ -167,6 +167,7 @@ struct mpmd_rank_state {
                                     (FSDP: a sharded value's shard) */
     void **full;                 /* [nn] FSDP: a sharded parameter gathered whole for the task
                                     running now (the body reads it there), else NULL */
+    void **gather_in; /* FSDP: a GATHER's shards of this replica, one per value of the largest list */
     void **gather_out;           /* FSDP: a GATHER's planned buffers, one per value of the largest list */
     int64_t gath_bytes;          /* FSDP: of coll_bytes, the gathers' */
     int64_t coll_bytes;          /* FSDP: bytes this replica took from the others this run

@@ -145,8 +145,9 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
             for (int l = 0; l < st->plan->n_gather; l++)
                 most = st->plan->gather_n[l] > most ? st->plan->gather_n[l] : most;
             rs->full = calloc((size_t)nn + 1, sizeof *rs->full);
+            rs->gather_in = calloc((size_t)most + 1, sizeof *rs->gather_in);
             rs->gather_out = calloc((size_t)most + 1, sizeof *rs->gather_out);
-            if (!rs->full || !rs->gather_out) goto nomem;
+            if (!rs->full || !rs->gather_in || !rs->gather_out) goto nomem;
         }
         if (!(rs->arena = st->plan->be->alloc(rs->dev, mem->arena_bytes ? mem->arena_bytes : 64))) goto nomem;
         for (size_t k = 0; k < (size_t)mem->nslots * n; k++)

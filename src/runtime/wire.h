@@ -68,9 +68,6 @@ typedef struct mpmd_wire {
     /* Receive `slot`, `bytes` from peer into buf; blocks until they are
      * there (rs->wait counts the time when recording). */
     int (*recv)(mpmd_rank_state *rs, int slot, void *buf, size_t bytes, int peer, int tag);
-    /* Before instruction x runs, the wire's own look-ahead; NULL when there
-     * is none (MPI: posts FSDP gathers one task ahead). */
-    void (*prepare)(mpmd_rank_state *rs, int x);
     /* Combine loop result `in` (this replica's, of value node) across the
      * data-parallel replicas of this pipeline rank with
      * st->plan->be->combine, in replica order, into `out` (the combined
@@ -80,13 +77,18 @@ typedef struct mpmd_wire {
      * (mpmd_shard_part), into `out` (its shard): the bits allreduce gives
      * those elements. */
     int (*reduce_scatter)(mpmd_rank_state *rs, int node, const void *in, void *out);
-    /* FSDP: the sharded parameters nodes[0 .. n) whole, for one task: out[q]
-     * gets every replica's shard of nodes[q] (rs->glob[node] on each), replica
-     * d's at d x mpmd_held_bytes. A shard is read only once its replica has
-     * finished the update that wrote it. x: the GATHER instruction (its
-     * `post` says from where its buffers may be written: MPI posts the
-     * allgathers there, in prepare). */
-    int (*allgather)(mpmd_rank_state *rs, int x, const int32_t *nodes, int n, void *const *out);
+    /* FSDP: the sharded parameters nodes[0 .. n) whole, for one task
+     * (GATHER instruction `slot`): out[q] gets every replica's shard of
+     * nodes[q], this replica's being mine[q], replica d's at d x
+     * mpmd_held_bytes. A shard is read only once its replica has finished
+     * the update that wrote it. */
+    int (*allgather)(mpmd_rank_state *rs, int slot, int n, const int32_t *nodes, const void *const *mine,
+                     void *const *out);
+    /* The interpreter posts that gather from its GATHER's `post` on (out
+     * may be written from there; mine and out are read during the call
+     * only); NULL: the wire gathers at allgather. */
+    void (*post_gather)(mpmd_rank_state *rs, int slot, int n, const int32_t *nodes, const void *const *mine,
+                        void *const *out);
     /* Tensor parallelism: collective `node` (all_reduce, pvary, all_gather,
      * reduce_scatter, axis_slice; ops/collective.c) of the task running on
      * this rank, over the model ranks of this rank and replica: `in` this

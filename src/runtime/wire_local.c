@@ -67,6 +67,7 @@ typedef struct {
     msg *out;           /* [program length]: the message of this rank's send instruction x, made at set-up
                            (each send runs once a run, and its message is taken before the run ends) */
     void **part;        /* [replicas]: a combine's operands */
+    unsigned gathers;   /* FSDP gathers this run: their parity picks the group's bank */
 } mailbox;
 
 /* The replicas of one pipeline rank (and model rank) meet here to combine
@@ -79,6 +80,8 @@ typedef struct {
     const char *who; /* "replicas" or "model ranks", for messages */
     unsigned generation;
     void **bufs; /* [size] */
+    const void **shards; /* data groups under FSDP: [2 banks][size][most] the members' shards of a gather */
+    int most;            /* the longest gather list */
 } group;
 
 typedef struct {
@@ -131,6 +134,7 @@ static void local_teardown(struct mpmd_step *st) {
         pthread_mutex_destroy(&ls->groups[r].mu);
         pthread_cond_destroy(&ls->groups[r].cv);
         free(ls->groups[r].bufs);
+        free(ls->groups[r].shards);
     }
     free(ls->box);
     free(ls->groups);
@@ -169,6 +173,12 @@ static mpmd_status local_setup(struct mpmd_step *st, mpmd_error *err) {
         gr->size = k == total - 1 ? L : k < ls->ndata ? R : M;
         gr->who = k == total - 1 ? "ranks" : k < ls->ndata ? "replicas" : "model ranks";
         if (!(gr->bufs = calloc((size_t)gr->size, sizeof(void *)))) goto nomem;
+        if (k < ls->ndata && st->plan->mesh.shard) { /* FSDP's gathers */
+            for (int l = 0; l < st->plan->n_gather; l++)
+                gr->most = st->plan->gather_n[l] > gr->most ? st->plan->gather_n[l] : gr->most;
+            if (!(gr->shards = calloc(2 * (size_t)gr->size * (size_t)(gr->most + 1), sizeof *gr->shards)))
+                goto nomem;
+        }
     }
     return MPMD_OK;
 nomem:
@@ -365,14 +375,21 @@ static int local_reduce_scatter(mpmd_rank_state *rs, int node, const void *in, v
 }
 
 /* Every replica's shards are complete (their updates synced) once all have
- * met; each replica then copies them all. Nobody writes a shard again
- * before every replica has met after its last gather (the loop results'
- * reduce-scatter precedes the updates: shard.c), so one meeting does. */
-static int local_allgather(mpmd_rank_state *rs, int x, const int32_t *nodes, int n, void *const *out) {
-    (void)x;
+ * met; each replica then copies them all, finding the others' shards in
+ * the group (each puts its list there before the meeting). Nobody writes a
+ * shard again before every replica has met after its last gather (the loop
+ * results' reduce-scatter precedes the updates: shard.c), so one meeting
+ * does; the lists alternate between two banks, so a replica that runs on
+ * to its next gather writes the bank nobody reads. */
+static int local_allgather(mpmd_rank_state *rs, int slot, int n, const int32_t *nodes,
+                           const void *const *mine, void *const *out) {
+    (void)slot;
     struct mpmd_step *st = rs->st;
     group *gr = data_group(rs);
-    const int R = st->plan->replicas, D = st->plan->num_ranks;
+    mailbox *b = rs->tx;
+    const int R = st->plan->replicas;
+    const void **bank = gr->shards + (size_t)(b->gathers++ & 1) * (size_t)R * (size_t)gr->most;
+    memcpy(bank + (size_t)rs->replica * (size_t)gr->most, mine, (size_t)n * sizeof *mine);
     char e[512];
     if (st->plan->be->sync(rs->dev, e, sizeof e)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "%s", e);
@@ -382,16 +399,16 @@ static int local_allgather(mpmd_rank_state *rs, int x, const int32_t *nodes, int
     if (group_meet(rs, gr, "gather the parameters of a task (FSDP)")) return 1;
     if (st->record) rs->wait += rt_now() - t0;
     for (int q = 0; q < n; q++) {
-        const size_t b = mpmd_held_bytes(&st->plan->mesh, nodes[q]);
+        const size_t bytes = mpmd_held_bytes(&st->plan->mesh, nodes[q]);
         for (int d = 0; d < R; d++) {
-            const mpmd_rank_state *peer = &st->rs[(d * st->plan->model + rs->model) * D + rs->rank];
-            if (st->plan->be->copy(rs->dev, (char *)out[q] + (size_t)d * b, peer->glob[nodes[q]], b)) {
+            const void *shard = bank[(size_t)d * (size_t)gr->most + (size_t)q];
+            if (st->plan->be->copy(rs->dev, (char *)out[q] + (size_t)d * bytes, shard, bytes)) {
                 rt_fail(rs, MPMD_ERR_RUNTIME, "gathering %%%d from replica %d failed", nodes[q], d);
                 return 1;
             }
         }
-        rs->coll_bytes += (int64_t)((size_t)(R - 1) * b);
-        rs->gath_bytes += (int64_t)((size_t)(R - 1) * b);
+        rs->coll_bytes += (int64_t)((size_t)(R - 1) * bytes);
+        rs->gath_bytes += (int64_t)((size_t)(R - 1) * bytes);
     }
     return 0;
 }
@@ -477,9 +494,12 @@ static int local_settle(struct mpmd_step *st, double wait) {
 }
 
 /* A step that failed may have left replicas counted at a barrier they then
- * left: every group starts the run empty. */
+ * left: every group starts the run empty, and every rank's gathers count
+ * from 0. */
 static void local_start(struct mpmd_step *st) {
     local_state *ls = st->tx;
+    for (int li = 0; ls && li < ls->nbox; li++)
+        ls->box[li].gathers = 0;
     for (int r = 0; ls && r < ls->ngroups; r++) {
         ls->groups[r].arrived = 0;
         for (int d = 0; d < ls->groups[r].size; d++)
@@ -492,7 +512,6 @@ const mpmd_wire mpmd_wire_local = {
     .setup = local_setup,
     .teardown = local_teardown,
     .start = local_start,
-    .prepare = NULL,
     .recv_ahead = 0,
     .send = local_send,
     .send_done = NULL, /* the receiver's copy is ordered before the sender learns of it */
@@ -501,6 +520,7 @@ const mpmd_wire mpmd_wire_local = {
     .allreduce = local_allreduce,
     .reduce_scatter = local_reduce_scatter,
     .allgather = local_allgather,
+    .post_gather = NULL, /* the replicas meet at the gather */
     .model_collective = local_model_collective,
     .mesh_sum = local_mesh_sum,
     .wake = local_wake,

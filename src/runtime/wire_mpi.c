@@ -54,7 +54,6 @@ typedef struct {
     MPI_Comm mesh;      /* every process of the step (mesh_sum) */
     MPI_Request *rreq;  /* [program length]: posted receives */
     MPI_Request *sreq;  /* [program length]: sends in flight */
-    int posted;         /* instructions up to here have their gathers posted (prepare) */
     int *peer;          /* [program length]: the rank each send in flight goes to (messages) */
     MPI_Request **greq; /* [program length]: FSDP gathers posted ahead (one request per parameter), or NULL */
     MPI_Request coll;   /* a collective the watchdog gave up on (it still writes `space`) */
@@ -226,39 +225,16 @@ static void mpi_teardown(struct mpmd_step *st) {
     st->rs[0].tx = NULL;
 }
 
-/* The gathered buffers of GATHER instruction y: every value's, in the
- * order of its list (mpmd_gather_list). */
-static void *gather_buffer(mpmd_rank_state *rs, int y, int q) {
-    return rs->arena + rs->mem->buf[rs->mem->gath_buf[y] + q].off;
-}
-
-/* Post GATHER y's allgathers (host memory: straight into its planned
+/* Post GATHER `slot`'s allgathers (host memory: straight into its planned
  * buffers, which live from here on). */
-static void gather_post(mpmd_rank_state *rs, int y) {
+static void mpi_post_gather(mpmd_rank_state *rs, int slot, int n, const int32_t *nodes,
+                            const void *const *mine, void *const *out) {
     struct mpmd_step *st = rs->st;
     mpi_state *m = rs->tx;
-    int n;
-    const int32_t *list = mpmd_gather_list(st->plan, &st->plan->prog[rs->rank].ins[y], &n);
+    if (!m->greq) return; /* a device backend: gathered through host copies at the gather */
     for (int q = 0; q < n; q++) {
-        const int node = list[q];
-        const int b = (int)mpmd_held_bytes(&st->plan->mesh, node);
-        MPI_Iallgather(rs->glob[node], b, MPI_BYTE, gather_buffer(rs, y, q), b, MPI_BYTE, m->data,
-                       &m->greq[y][q]);
-    }
-}
-
-static void mpi_prepare(mpmd_rank_state *rs, int x) {
-    struct mpmd_step *st = rs->st;
-    mpi_state *m = rs->tx;
-    const mpmd_program *p = &st->plan->prog[rs->rank];
-    /* (FSDP, host memory) post every gather one task ahead (m->posted
-     * restarts at each step's end, so a second call for x posts nothing) */
-    if (!m->greq) return;
-    for (; m->posted < p->n; m->posted++) {
-        const mpmd_instr *in = &p->ins[m->posted];
-        if (in->op != MPMD_I_GATHER) continue;
-        if (in->post > x) break;
-        gather_post(rs, m->posted);
+        const int b = (int)mpmd_held_bytes(&st->plan->mesh, nodes[q]);
+        MPI_Iallgather(mine[q], b, MPI_BYTE, out[q], b, MPI_BYTE, m->data, &m->greq[slot][q]);
     }
 }
 
@@ -461,9 +437,10 @@ static int mpi_reduce_scatter(mpmd_rank_state *rs, int node, const void *in, voi
 }
 
 /* Each parameter's shards from every replica, one allgather each: posted
- * one task ahead (host memory, mpi_prepare) and waited for here, or (a
+ * one task ahead (host memory, mpi_post_gather) and waited for here, or (a
  * device backend) through host copies now. */
-static int mpi_allgather(mpmd_rank_state *rs, int x, const int32_t *nodes, int n, void *const *out) {
+static int mpi_allgather(mpmd_rank_state *rs, int x, int n, const int32_t *nodes, const void *const *mine,
+                         void *const *out) {
     struct mpmd_step *st = rs->st;
     const mpmd_plan *pl = st->plan;
     mpi_state *m = rs->tx;
@@ -494,14 +471,14 @@ static int mpi_allgather(mpmd_rank_state *rs, int x, const int32_t *nodes, int n
         }
         /* staged: the gathered shards, then this replica's own */
         char *host = staged ? m->space : NULL;
-        if (staged && pl->be->download(rs->dev, host + (size_t)R * b, rs->glob[node], b)) {
+        if (staged && pl->be->download(rs->dev, host + (size_t)R * b, mine[q], b)) {
             rt_fail(rs, MPMD_ERR_RUNTIME, "copying %%%d from the %s backend to gather it failed", node,
                     pl->be->name);
             return 1;
         }
         MPI_Request req;
-        MPI_Iallgather(staged ? host + (size_t)R * b : rs->glob[node], (int)b, MPI_BYTE,
-                       staged ? host : out[q], (int)b, MPI_BYTE, m->data, &req);
+        MPI_Iallgather(staged ? host + (size_t)R * b : mine[q], (int)b, MPI_BYTE, staged ? host : out[q],
+                       (int)b, MPI_BYTE, m->data, &req);
         char what[400], vb[300];
         snprintf(what, sizeof what, "the other replicas of rank %d to gather %s (FSDP)", rs->rank,
                  rt_value_str(st, node, vb, sizeof vb));
@@ -600,7 +577,6 @@ static void mpi_end_step(mpmd_rank_state *rs) {
             MPI_Wait(&m->rreq[x], MPI_STATUS_IGNORE);
         }
     }
-    m->posted = 0; /* the next step posts its gathers from the start */
 }
 
 static int mpi_settle(struct mpmd_step *st, double wait) {
@@ -632,7 +608,6 @@ const mpmd_wire mpmd_wire_mpi = {
     .setup = mpi_setup,
     .teardown = mpi_teardown,
     .start = NULL,
-    .prepare = mpi_prepare,
     .recv_ahead = 2,
     .post_recv = mpi_post_recv,
     .send = mpi_send,
@@ -641,6 +616,7 @@ const mpmd_wire mpmd_wire_mpi = {
     .allreduce = mpi_allreduce,
     .reduce_scatter = mpi_reduce_scatter,
     .allgather = mpi_allgather,
+    .post_gather = mpi_post_gather,
     .model_collective = mpi_model_collective,
     .mesh_sum = mpi_mesh_sum,
     .wake = NULL, /* one rank per process: no other thread here waits on it */
