@@ -16,15 +16,17 @@
  *                 to combine (FSDP: all-to-all to reduce-scatter,
  *                 allgather); only with MPMD_HAVE_MPI
  *
- * A wire uses the interpreter's services (runtime.h: rt_fail, the planned
- * buffer of a value with rt_buffer) and the step's backend (st->plan->be:
- * copies, events, combine), never another wire. It owns no buffers of
- * values: a send is read from the sender's planned buffer, which the plan
- * leaves untouched until the SEND's `reuse` instruction (when the sender
- * knows that the receiver has it), and a receive lands in the receiver's
- * planned buffer. What it needs per message (message records, requests,
- * staging copies) it plans in setup from the rank's program, so a running
- * step allocates nothing.
+ * The interpreter hands a wire the buffers, sizes, peers and tags of what
+ * moves; while a run goes, the wire reads neither the rank's program nor
+ * its values (set-up, end of step and teardown walk the program's slots). A wire uses the interpreter's
+ * services (runtime.h: rt_fail, rt_instr_str for messages) and the step's
+ * backend (st->plan->be: copies, events, combine), never another wire. It
+ * owns no buffers of values: a send is read from the sender's planned
+ * buffer, which the plan leaves untouched until the SEND's `reuse`
+ * instruction (when the sender knows that the receiver has it), and a
+ * receive lands in the receiver's planned buffer. What it needs per message
+ * (message records, requests, staging copies) it plans in setup from the
+ * rank's program, so a running step allocates nothing.
  *
  * Functions that fail call rt_fail (so every rank stops) and return nonzero.
  */
