@@ -994,7 +994,7 @@ void mpmd_step_print_memory(const mpmd_step *st, int rank, FILE *f);
 
 /* A rank's memory: what the plan says it allocates from its backend (each
  * allocation rounded as the backend rounds it), what fills its arena at the
- * fullest point, and what the backend counted. Nothing is allocated while a
+ * fullest point, and what the backend counted. No buffer is allocated while a
  * step runs, so measured equals planned once the step is set up. */
 typedef struct mpmd_memory_stats {
     int64_t parameters;      /* trainable parameters */

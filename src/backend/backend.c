@@ -37,12 +37,14 @@ const char *mpmd_backend_names(void) { /* the registry's names */
 int mpmd_backend_run(const mpmd_backend *be, void *dev, const mpmd_graph *g, int node, const mpmd_kernel *k,
                      void *out, mpmd_ptr_fn ptr, void *ctx, int nthreads, void *scratch, int mb, char *err,
                      size_t errlen) {
-    return mpmd_backend_run_part(be, dev, g, node, k, out, ptr, ctx, nthreads, scratch, mb, NULL, 0, err, errlen);
+    return mpmd_backend_run_part(be, dev, g, node, k, out, ptr, ctx, nthreads, scratch, mb, NULL, 0, NULL,
+                                 err, errlen);
 }
 
-int mpmd_backend_run_part(const mpmd_backend *be, void *dev, const mpmd_graph *g, int node, const mpmd_kernel *k,
-                          void *out, mpmd_ptr_fn ptr, void *ctx, int nthreads, void *scratch, int mb,
-                          const unsigned char *part, int64_t count, char *err, size_t errlen) {
+int mpmd_backend_run_part(const mpmd_backend *be, void *dev, const mpmd_graph *g, int node,
+                          const mpmd_kernel *k, void *out, mpmd_ptr_fn ptr, void *ctx, int nthreads,
+                          void *scratch, int mb, const unsigned char *part, int64_t count,
+                          const mpmd_launch_room *room, char *err, size_t errlen) {
     const mpmd_node *n = &g->nodes[node];
     if (n->op == &mpmd_op_assign) {
         void *dst = ptr(ctx, n->in[0]), *src = ptr(ctx, n->in[1]);
@@ -61,13 +63,13 @@ int mpmd_backend_run_part(const mpmd_backend *be, void *dev, const mpmd_graph *g
         if (part[node]) shadow.type = (mpmd_type){n->type.dtype, 1, {count}};
         n = &shadow;
     }
-    void *in_small[8];
-    const mpmd_type *ty_small[8];
-    mpmd_type flat_small[8];
-    const int many = n->n_in > 8;
-    void **in = many ? malloc((size_t)n->n_in * sizeof *in) : in_small;
-    const mpmd_type **ty = many ? malloc((size_t)n->n_in * sizeof *ty) : ty_small;
-    mpmd_type *flat = many ? malloc((size_t)n->n_in * sizeof *flat) : flat_small;
+    void *in_small[MPMD_LAUNCH_SMALL];
+    const mpmd_type *ty_small[MPMD_LAUNCH_SMALL];
+    mpmd_type flat_small[MPMD_LAUNCH_SMALL];
+    const int roomy = room && room->cap >= n->n_in, many = n->n_in > MPMD_LAUNCH_SMALL && !roomy;
+    void **in = many ? malloc((size_t)n->n_in * sizeof *in) : roomy ? room->in : in_small;
+    const mpmd_type **ty = many ? malloc((size_t)n->n_in * sizeof *ty) : roomy ? room->ty : ty_small;
+    mpmd_type *flat = many ? malloc((size_t)n->n_in * sizeof *flat) : roomy ? room->flat : flat_small;
     int rc = 0;
     if (!in || !ty || !flat) {
         snprintf(err, errlen, "out of memory gathering the %d inputs", n->n_in);

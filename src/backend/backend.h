@@ -215,12 +215,27 @@ int mpmd_backend_run(const mpmd_backend *be, void *dev, const mpmd_graph *g, int
                      void *out, mpmd_ptr_fn ptr, void *ctx, int nthreads, void *scratch, int mb, char *err,
                      size_t errlen);
 
+/* Host room for a launch's operand lists (pointers, types and flattened
+ * types, cap of each) when a node has more operands than fit on the stack
+ * (MPMD_LAUNCH_SMALL): the runtime plans one per rank for the graph's
+ * widest node, so that a launch allocates nothing. */
+enum { MPMD_LAUNCH_SMALL = 8 };
+typedef struct mpmd_launch_room {
+    void **in;
+    const mpmd_type **ty;
+    mpmd_type *flat;
+    int cap;
+} mpmd_launch_room;
+
 /* The same for a part of the values (FSDP's shards, run after the loop by
  * element-wise ops): node `node` and each operand i with part[i] set are
- * seen as flat vectors of `count` elements; the others as they are. */
-int mpmd_backend_run_part(const mpmd_backend *be, void *dev, const mpmd_graph *g, int node, const mpmd_kernel *k,
-                          void *out, mpmd_ptr_fn ptr, void *ctx, int nthreads, void *scratch, int mb,
-                          const unsigned char *part, int64_t count, char *err, size_t errlen);
+ * seen as flat vectors of `count` elements (part NULL: none is); the
+ * others as they are. A node of more than MPMD_LAUNCH_SMALL operands lists
+ * them in `room` (NULL, or too small: allocated for the call). */
+int mpmd_backend_run_part(const mpmd_backend *be, void *dev, const mpmd_graph *g, int node,
+                          const mpmd_kernel *k, void *out, mpmd_ptr_fn ptr, void *ctx, int nthreads,
+                          void *scratch, int mb, const unsigned char *part, int64_t count,
+                          const mpmd_launch_room *room, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -15,14 +15,14 @@
  * - a send needs its buffer until the instruction after which the sender
  *   knows the receiver has it (the SEND's `reuse`, from the programs'
  *   vector clocks, lower.c): the receiver copies from it, or MPI sends from
- *   it, with no buffer of the transport's in between;
- * - a receive is written from the instruction where the transport may post
+ *   it, with no buffer of the wire's in between;
+ * - a receive is written from the instruction where the wire may post
  *   it (the RECV's `post`: MPI posts receives ahead, the in-process
  *   transport copies at the receive itself);
  * - a kept value lives to the end of the step, and is readable until the
  *   next run;
  * - FSDP: a parameter gathered for a task lives from the GATHER's `post`
- *   (the task before it when the transport posts ahead: MPI) to the
+ *   (the task before it when the wire posts ahead: MPI) to the
  *   task's last op that reads it; a sharded value outside the body (its
  *   storage, a reduce-scattered or received loop result) has one shard's
  *   bytes.
@@ -101,7 +101,7 @@ static void use(builder *b, int bi, int p) {
 }
 
 /* The position before which each receive may be posted: `ahead` tasks
- * ahead, as the transport posts them (0: at the receive itself). A gather
+ * ahead, as the wire posts them (0: at the receive itself). A gather
  * (FSDP) may be posted one task ahead (at the task before it) when
  * receives are posted ahead at all: it overlaps that task. */
 static void set_posts(mpmd_program *p, int ahead) {

@@ -32,7 +32,7 @@ enum {
     MPMD_OPF_LEAF = 1u << 0,        /* input, param, variable, constant: no kernel of its own */
     MPMD_OPF_SIDE_EFFECT = 1u << 1, /* writes persistent state; never removed */
     MPMD_OPF_STRUCTURAL = 1u << 2,  /* handled by the executor (microbatch, loop_reduce) */
-    MPMD_OPF_COLLECTIVE = 1u << 3,  /* run by the step's transport over the model axis (ops/collective.c) */
+    MPMD_OPF_COLLECTIVE = 1u << 3,  /* run by the step's wire over the model axis (ops/collective.c) */
     MPMD_OPF_MESH = 1u << 4         /* run by the runtime over every point of the mesh (ops/clip.c) */
 };
 

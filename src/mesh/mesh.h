@@ -21,7 +21,7 @@
  *   whole.
  *
  * The compiler decides which values are sharded (compiler/shard.c) and
- * fills it in once; the runtime, the transports and the checkpoints
+ * fills it in once; the runtime, the wires and the checkpoints
  * read it and never change it. */
 #ifndef MPMD_MESH_H
 #define MPMD_MESH_H

@@ -27,7 +27,7 @@
  * gradients axis_embedding_grad and axis_pick_grad. They move no data.
  *
  * The sums run in rank order on every rank, so all ranks get the same bits.
- * They are run by the step's transport (src/runtime), not by a backend
+ * They are run by the step's wire (src/runtime), not by a backend
  * kernel: MPMD_OPF_COLLECTIVE.
  *
  * They exist only where a step runs them: in a graph split over M >= 2

@@ -355,7 +355,7 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
                 "  slowest stage %d: %.3f ms per microbatch, %.2fx the mean stage (imbalance); transfers %.3f ms "
                 "in all (waiting left out)\n",
                 s.slowest_stage, s.slowest_stage_ms, s.imbalance, s.transfer_ms);
-    if (st->plan->num_stages > 1 && s.step_ms > 0 && st->runtime == MPMD_RUNTIME_LOCAL) {
+    if (st->plan->num_stages > 1 && s.step_ms > 0 && rt_whole(st)) { /* wake-ups: in-process */
         const double pts = 100 / (s.num_ranks * s.step_ms); /* points of bubble per ms of a rank */
         fprintf(f,
                 "  of the measured bubble: %.1f points waiting (for values not yet sent, or in collectives), "

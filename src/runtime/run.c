@@ -1,25 +1,30 @@
-/* The interpreter: sets up the rank states of this process and runs their
- * programs (tasks, before- and after-loop ops, frees), and the step's
- * accessors of rank-held values.
+/* The interpreter: runs the programs of this process's rank states (tasks,
+ * before- and after-loop ops, sends, receives, collectives, frees). Their
+ * set-up is setup.c; the values they hold are read and written from
+ * outside a run by rank_values.c.
  *
- * What crosses ranks (sends, receives, the cross-replica sum of loop
- * results, fetching a value held elsewhere) and how the ranks of a run are
- * started go through the step's transport, st->tr (transport.h): in-process
- * threads with mailboxes (transport_local.c) or MPI processes (mpi.c). This
- * file calls a transport only through that table; the transports use the
- * services below (runtime.h).
+ * Which ranks run in this process and how a run of them starts and ends is
+ * the step's launcher's, st->la (launcher.h): threads of this process
+ * (launcher.c) or one MPI process each (launch_mpi.c). What crosses ranks
+ * (sends, receives, the collectives over a mesh axis) goes over its wire,
+ * st->wire (wire.h): mailboxes (wire_local.c) or MPI (wire_mpi.c). This
+ * file calls them only through those tables; the wires use the services
+ * below (runtime.h).
  *
  * Buffers, kernels and copies come from the step's backend, one instance
  * per rank. Every buffer a rank's program writes is at a fixed offset of
  * the rank's one arena, as the plan's memory plan says (compiler/memory.c);
  * parameters, variables, constants, inputs and the kernels' workspace have
- * buffers of their own. Nothing is allocated while a step runs.
+ * buffers of their own. Nothing is allocated while a step runs: no buffer,
+ * and no host memory either (the wires plan theirs at set-up, a launch
+ * wider than the stack's operand lists uses the rank's `room`); recording
+ * and profiling grow their event lists.
  *
  * A rank that fails records its message and wakes every rank (through the
- * transport); the others stop at their next instruction or wait, and the
+ * wire); the others stop at their next instruction or wait, and the
  * step returns the first failure's message.
  */
-#include "runtime/transport.h"
+#include "runtime/launcher.h"
 #include "util/exact.h"
 #include "util/pool.h"
 
@@ -62,52 +67,14 @@ const char *rt_instr_str(const struct mpmd_step *st, int rank, int x, char *buf,
         snprintf(buf, len, "task %s_%d__%d", pre[in->kind], in->stage, in->mb);
     else if (in->op == MPMD_I_TASK)
         snprintf(buf, len, "microbatch %d of the loop", in->mb);
-    else if (in->op == MPMD_I_RUN_PRE || in->op == MPMD_I_RUN_POST)
+    else if (in->op == MPMD_I_RUN_PRE || in->op == MPMD_I_RUN_POST ||
+             ((in->op == MPMD_I_SEND || in->op == MPMD_I_RECV) && in->mb < 0))
         snprintf(buf, len, "%s", rt_value_str(st, in->node, vb, sizeof vb));
+    else if (in->op == MPMD_I_SEND || in->op == MPMD_I_RECV)
+        snprintf(buf, len, "%s of microbatch %d", rt_value_str(st, in->node, vb, sizeof vb), in->mb);
     else
         snprintf(buf, len, "instruction %d of its program", x);
     return buf;
-}
-
-/* ---- the thread budget ---------------------------------------------------- */
-
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int release;
-} probe;
-
-static void *probe_wait(void *arg) {
-    probe *p = arg;
-    pthread_mutex_lock(&p->mu);
-    while (!p->release)
-        pthread_cond_wait(&p->cv, &p->mu);
-    pthread_mutex_unlock(&p->mu);
-    return NULL;
-}
-
-/* How many of `want` threads this process can have at once (want when all
- * of them): each started and kept waiting until the last, then released.
- * When one cannot be started, why says so (strerror). */
-static int threads_available(int want, char *why, size_t n) {
-    probe p = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
-    pthread_t *th = malloc((size_t)want * sizeof *th);
-    if (!th) {
-        snprintf(why, n, "out of memory");
-        return 0;
-    }
-    int got = 0, e = 0; /* default attributes: as the rank and OpenMP threads get */
-    while (got < want && !(e = pthread_create(&th[got], NULL, probe_wait, &p)))
-        got++;
-    if (e) snprintf(why, n, "%s", strerror(e));
-    pthread_mutex_lock(&p.mu);
-    p.release = 1;
-    pthread_cond_broadcast(&p.cv);
-    pthread_mutex_unlock(&p.mu);
-    for (int i = 0; i < got; i++)
-        pthread_join(th[i], NULL);
-    free(th);
-    return got;
 }
 
 /* ---- the watchdog -------------------------------------------------------- */
@@ -151,24 +118,28 @@ void rt_fail(mpmd_rank_state *rs, mpmd_status code, const char *fmt, ...) {
         __atomic_store_n(&st->abort_flag, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&st->abort_mu);
-    if (st->tr->wake) st->tr->wake(st);
+    if (st->wire->wake) st->wire->wake(st);
 }
 
 /* ---- values ------------------------------------------------------------- */
 
-static void *ptr_of(mpmd_rank_state *rs, int v, int mb) {
+void *rt_value_ptr(mpmd_rank_state *rs, int v, int mb) {
     struct mpmd_step *st = rs->st;
     const mpmd_node *n = &st->plan->g->nodes[v];
     if (n->region != MPMD_REGION_BODY || n->op == &mpmd_op_constant)
         return mb >= 0 && rs->full && rs->full[v] ? rs->full[v] : rs->glob[v]; /* FSDP: gathered */
     if (n->op == &mpmd_op_microbatch)
-        return (char *)ptr_of(rs, n->in[0], mb) + (size_t)mb * rt_bytes(st->plan->g, v);
+        return (char *)rt_value_ptr(rs, n->in[0], mb) + (size_t)mb * rt_bytes(st->plan->g, v);
     int s = rs->mem->slot[v];
     return s >= 0 && mb >= 0 ? rs->val[(size_t)s * st->plan->num_micro + mb] : NULL;
 }
 
+int rt_tag(const struct mpmd_step *st, int node, int mb) {
+    return node * (st->plan->num_micro + 1) + (mb + 1);
+}
+
 void *rt_buffer(mpmd_rank_state *rs, const mpmd_instr *in) {
-    return in->mb >= 0 ? ptr_of(rs, in->node, in->mb) : rs->glob[in->node];
+    return in->mb >= 0 ? rt_value_ptr(rs, in->node, in->mb) : rs->glob[in->node];
 }
 
 typedef struct {
@@ -178,7 +149,7 @@ typedef struct {
 
 static void *ptr_at(void *ctx, int v) {
     at_mb *a = ctx;
-    return ptr_of(a->rs, v, a->mb);
+    return rt_value_ptr(a->rs, v, a->mb);
 }
 
 /* ---- profiles ------------------------------------------------------------- */
@@ -236,11 +207,12 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
     if (sharded >= 0) {
         int64_t lo, cnt;
         mpmd_shard_part(&st->plan->mesh, sharded, rs->replica, &lo, &cnt);
-        rc = mpmd_backend_run_part(be, rs->dev, st->plan->g, i, st->plan->kern[i], out, ptr_at, &ctx, rs->nthreads,
-                                   rs->scratch, mb, st->plan->mesh.shard, cnt, kerr, sizeof kerr);
+        rc = mpmd_backend_run_part(be, rs->dev, st->plan->g, i, st->plan->kern[i], out, ptr_at, &ctx,
+                                   rs->nthreads, rs->scratch, mb, st->plan->mesh.shard, cnt, &rs->room, kerr,
+                                   sizeof kerr);
     } else {
-        rc = mpmd_backend_run(be, rs->dev, st->plan->g, i, st->plan->kern[i], out, ptr_at, &ctx, rs->nthreads,
-                              rs->scratch, mb, kerr, sizeof kerr);
+        rc = mpmd_backend_run_part(be, rs->dev, st->plan->g, i, st->plan->kern[i], out, ptr_at, &ctx,
+                                   rs->nthreads, rs->scratch, mb, NULL, 0, &rs->room, kerr, sizeof kerr);
     }
     if (marked) {
         void *m1 = be->mark(rs->dev);
@@ -264,7 +236,7 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
  * the squares of the elements it counts (each element of each input once
  * over the mesh: the lowest pipeline rank holding an input counts it, its
  * replicas and model ranks each their part, mesh/mesh.h), summed over
- * every point of the mesh by the transport, rounded once. */
+ * every point of the mesh by the wire, rounded once. */
 static int global_norm(mpmd_rank_state *rs, int node, void *out) {
     struct mpmd_step *st = rs->st;
     const mpmd_plan *pl = st->plan;
@@ -298,7 +270,7 @@ static int global_norm(mpmd_rank_state *rs, int node, void *out) {
         mpmd_mesh_count_part(&pl->mesh, v, rs->replica, rs->model, &lo, &cnt[k]);
         x[k++] = (const char *)rs->glob[v] + (size_t)lo * sizeof(float);
     }
-    if (st->tr->mesh_sum(rs, acc, MPMD_EXACT_WORDS)) return 1;
+    if (st->wire->mesh_sum(rs, acc, MPMD_EXACT_WORDS)) return 1;
     mpmd_exact_carry(acc);
     const float norm = (float)sqrt(mpmd_exact_value(acc));
     if (pl->be->upload(rs->dev, out, &norm, sizeof norm)) {
@@ -314,7 +286,7 @@ static int global_norm(mpmd_rank_state *rs, int node, void *out) {
  * is nothing to fold and no activation to count. */
 static int in_accumulator(mpmd_rank_state *rs, int i, int mb) {
     const int r = rs->st->plan->reduce_head[i];
-    return mb == 0 && r >= 0 && ptr_of(rs, i, 0) == rs->glob[r];
+    return mb == 0 && r >= 0 && rt_value_ptr(rs, i, 0) == rs->glob[r];
 }
 
 /* Fold body value i of microbatch mb into the loop reductions that read it
@@ -324,7 +296,7 @@ static int accumulate(mpmd_rank_state *rs, int i, int mb) {
     const mpmd_graph *g = st->plan->g;
     if (in_accumulator(rs, i, mb)) return 0; /* the op wrote the accumulator itself (memory.c) */
     for (int r = st->plan->reduce_head[i]; r >= 0; r = st->plan->reduce_next[r]) {
-        if (st->plan->be->fold(rs->dev, g, &g->nodes[r], rs->glob[r], ptr_of(rs, i, mb), mb)) {
+        if (st->plan->be->fold(rs->dev, g, &g->nodes[r], rs->glob[r], rt_value_ptr(rs, i, mb), mb)) {
             rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = loop_reduce, microbatch %d: the fold failed", r, mb);
             return 1;
         }
@@ -353,15 +325,16 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
         int i = nodes[c];
         const mpmd_node *nd = &g->nodes[i];
         const int64_t made = in_accumulator(rs, i, mb) ? 0 : (int64_t)rt_bytes(g, i);
-        if (nd->op->flags & MPMD_OPF_COLLECTIVE) { /* the model axis: the transport's, or this rank's own */
+        if (nd->op->flags & MPMD_OPF_COLLECTIVE) { /* the model axis: the wire's, or this rank's own */
             count_live(rs, made);
             double t0 = rs->prof ? rt_now() : 0;
             if (mpmd_collective_exchanges(nd->op)) {
-                if (st->tr->model_collective(rs, i, ptr_of(rs, nd->in[0], mb), ptr_of(rs, i, mb), where)) return 1;
+                if (st->wire->model_collective(rs, i, rt_value_ptr(rs, nd->in[0], mb), rt_value_ptr(rs, i, mb), where))
+                    return 1;
             } else {
-                void *ops[2] = {ptr_of(rs, nd->in[0], mb), nd->n_in > 1 ? ptr_of(rs, nd->in[1], mb) : NULL};
+                void *ops[2] = {rt_value_ptr(rs, nd->in[0], mb), nd->n_in > 1 ? rt_value_ptr(rs, nd->in[1], mb) : NULL};
                 char kerr[256];
-                if (st->plan->be->model_local(rs->dev, g, i, rs->model, ops, ptr_of(rs, i, mb), kerr, sizeof kerr)) {
+                if (st->plan->be->model_local(rs->dev, g, i, rs->model, ops, rt_value_ptr(rs, i, mb), kerr, sizeof kerr)) {
                     rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", i, nd->op->name, where, kerr);
                     return 1;
                 }
@@ -372,7 +345,7 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
                 rs->prof[i] += rt_now() - t0;
             }
         } else if (!(nd->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL))) {
-            void *out = nd->type.dtype != MPMD_TOKEN ? ptr_of(rs, i, mb) : NULL;
+            void *out = nd->type.dtype != MPMD_TOKEN ? rt_value_ptr(rs, i, mb) : NULL;
             count_live(rs, made);
             if (run_kernel(rs, i, mb, out, where)) return 1;
         }
@@ -384,14 +357,50 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
     return 0;
 }
 
-/* Instruction x of the rank's program: the transport's look-ahead, the
+/* GATHER instruction y's lists: its values (returned, *n of them), this
+ * replica's shard of each (rs->gather_in) and the planned buffer each is
+ * gathered whole into (rs->gather_out). */
+static const int32_t *gather_args(mpmd_rank_state *rs, int y, int *n) {
+    const int32_t *nodes = mpmd_gather_list(rs->st->plan, &rs->st->plan->prog[rs->rank].ins[y], n);
+    for (int q = 0; q < *n; q++) {
+        rs->gather_in[q] = rs->glob[nodes[q]];
+        rs->gather_out[q] = rs->arena + rs->mem->buf[rs->mem->gath_buf[y] + q].off;
+    }
+    return nodes;
+}
+
+/* Before instruction x: every receive and gather whose buffers the plan
+ * holds from x on (its `post`) is posted to the wire, in program order,
+ * once a run (rs->posted); a wire that posts neither ahead takes them at
+ * the instruction itself. */
+static void post_ahead(mpmd_rank_state *rs, const mpmd_program *p, int x) {
+    struct mpmd_step *st = rs->st;
+    const mpmd_wire *wire = st->wire;
+    if (!wire->post_recv && !wire->post_gather) return;
+    for (; rs->posted < p->n; rs->posted++) {
+        const mpmd_instr *in = &p->ins[rs->posted];
+        if (!(in->op == MPMD_I_RECV && wire->post_recv) && !(in->op == MPMD_I_GATHER && wire->post_gather))
+            continue;
+        if (in->post > x) break;
+        if (in->op == MPMD_I_RECV) {
+            wire->post_recv(rs, rs->posted, rt_buffer(rs, in), mpmd_held_bytes(&st->plan->mesh, in->node),
+                            in->peer, rt_tag(st, in->node, in->mb));
+        } else {
+            int n;
+            const int32_t *nodes = gather_args(rs, rs->posted, &n);
+            wire->post_gather(rs, rs->posted, n, nodes, (const void *const *)rs->gather_in, rs->gather_out);
+        }
+    }
+}
+
+/* Instruction x of the rank's program: the wire's look-ahead, the
  * instruction, then the sends whose buffers it lets go. */
 static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
     struct mpmd_step *st = rs->st;
     const mpmd_graph *g = st->plan->g;
-    const mpmd_transport *tr = st->tr;
+    const mpmd_wire *wire = st->wire;
     const mpmd_instr *in = &p->ins[x];
-    if (tr->prepare) tr->prepare(rs, x); /* MPI: post the receives the next tasks need */
+    post_ahead(rs, p, x); /* MPI: post the receives the next tasks need */
     switch (in->op) {
     case MPMD_I_RUN_PRE:
     case MPMD_I_RUN_POST:
@@ -403,27 +412,34 @@ static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
         break;
     case MPMD_I_TASK: run_task(rs, in); break;
     case MPMD_I_SEND:
-        if (!tr->send(rs, in) && in->moved) rs->live_bytes -= (int64_t)rt_bytes(g, in->node);
+        if (!wire->send(rs, x, rt_buffer(rs, in), mpmd_held_bytes(&st->plan->mesh, in->node), in->peer,
+                        rt_tag(st, in->node, in->mb)) &&
+            in->moved)
+            rs->live_bytes -= (int64_t)rt_bytes(g, in->node);
         break;
     case MPMD_I_RECV:
-        if (!tr->recv(rs, in) && in->mb >= 0) count_live(rs, (int64_t)rt_bytes(g, in->node));
+        if (!wire->recv(rs, x, rt_buffer(rs, in), mpmd_held_bytes(&st->plan->mesh, in->node), in->peer,
+                        rt_tag(st, in->node, in->mb)) &&
+            in->mb >= 0)
+            count_live(rs, (int64_t)rt_bytes(g, in->node));
         break;
     case MPMD_I_ALLREDUCE:
     case MPMD_I_REDUCE_SCATTER: {
         /* the sum (FSDP: this replica's shard of it) lands in the combined
          * result's buffer, read from then on */
         void *out = rs->arena + rs->mem->buf[rs->mem->comb_buf[in->node]].off;
-        if (!(in->op == MPMD_I_ALLREDUCE ? tr->allreduce : tr->reduce_scatter)(rs, in->node, out))
+        if (!(in->op == MPMD_I_ALLREDUCE ? wire->allreduce : wire->reduce_scatter)(rs, in->node,
+                                                                                   rs->glob[in->node], out))
             rs->glob[in->node] = out;
         break;
     }
     case MPMD_I_GATHER: { /* FSDP: the values the next task (or the step) reads, whole, in their
                            * planned buffers */
         int n;
-        const int32_t *nodes = mpmd_gather_list(st->plan, in, &n);
+        const int32_t *nodes = gather_args(rs, x, &n);
         for (int q = 0; q < n; q++)
-            rs->gather_out[q] = rs->full[nodes[q]] = rs->arena + rs->mem->buf[rs->mem->gath_buf[x] + q].off;
-        tr->allgather(rs, x, nodes, n, rs->gather_out);
+            rs->full[nodes[q]] = rs->gather_out[q];
+        wire->allgather(rs, x, n, nodes, (const void *const *)rs->gather_in, rs->gather_out);
         break;
     }
     case MPMD_I_FREE:
@@ -431,9 +447,9 @@ static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
         break;
     }
     /* sends whose buffers the program overwrites from here on */
-    if (tr->send_done)
+    if (wire->send_done)
         for (int sx = rs->mem->reuse_head[x]; sx >= 0; sx = rs->mem->reuse_next[sx])
-            tr->send_done(rs, sx);
+            wire->send_done(rs, sx);
 }
 
 /* ---- recorded segments ----------------------------------------------------
@@ -444,7 +460,7 @@ static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
  * per kernel, and none of the interpreter's work per op. The buffers and
  * arguments are the same every run (the memory plan fixes every address;
  * the step counter and learning rate live on the device), so the replay
- * does what the interpreter would. The transport's host-side work for
+ * does what the interpreter would. The wire's host-side work for
  * these instructions (posting receives ahead, finishing sends whose
  * buffers they overwrite) is done before the replay is queued: earlier
  * than the interpreter would, never later. */
@@ -472,7 +488,7 @@ static void rt_free_graphs(mpmd_rank_state *rs, int n) {
 static int run_segment(mpmd_rank_state *rs, const mpmd_program *p, int x) {
     struct mpmd_step *st = rs->st;
     const mpmd_backend *be = st->plan->be;
-    const mpmd_transport *tr = st->tr;
+    const mpmd_wire *wire = st->wire;
     char err[512];
     if (!rs->graph) {
         rs->graph = calloc((size_t)p->n + 1, sizeof *rs->graph);
@@ -507,7 +523,7 @@ static int run_segment(mpmd_rank_state *rs, const mpmd_program *p, int x) {
             if (rs->status != MPMD_OK) rs->no_graphs = 1;
             return p->n;
         }
-        if (!gr) { /* nothing was run: interpret from here (the transport's look-ahead and waits,
+        if (!gr) { /* nothing was run: interpret from here (the wire's look-ahead and waits,
                     * done while recording, run again: both may be repeated) */
             rs->no_graphs = 1;
             return x;
@@ -515,10 +531,10 @@ static int run_segment(mpmd_rank_state *rs, const mpmd_program *p, int x) {
         rs->graph[x] = gr, rs->seg_end[x] = e, rs->seg_delta[x] = delta, rs->seg_peak[x] = peak;
     } else {
         for (int y = x; y < rs->seg_end[x]; y++) {
-            if (tr->prepare) tr->prepare(rs, y);
-            if (tr->send_done)
+            post_ahead(rs, p, y);
+            if (wire->send_done)
                 for (int sx = rs->mem->reuse_head[y]; sx >= 0; sx = rs->mem->reuse_next[sx])
-                    tr->send_done(rs, sx);
+                    wire->send_done(rs, sx);
         }
     }
     if (be->replay(rs->dev, rs->graph[x], err, sizeof err)) {
@@ -541,6 +557,7 @@ static void *rank_main(void *arg) {
     __atomic_store_n(&rs->progress_us, (int64_t)(1e6 * rt_now()), __ATOMIC_RELAXED);
     rs->live_bytes = rs->peak_bytes = 0;
     rs->coll_bytes = rs->gath_bytes = 0;
+    rs->posted = 0; /* receives posted to the wire so far (post_ahead) */
     be->enter(rs->dev);
     /* a loop result combined last run is accumulated afresh in its own buffer */
     for (int i = 0; i < g->n_nodes; i++)
@@ -592,206 +609,20 @@ static void *rank_main(void *arg) {
     return NULL;
 }
 
-/* ---- set-up and a step ---------------------------------------------------- */
+/* ---- a step ---------------------------------------------------------------- */
 
-/* Kernel threads per rank: as asked, or the cores this process may use
- * divided among its ranks, so that the ranks' threads never outnumber the
- * cores whatever the caller's environment. Under MPI, processes of one job
- * on one machine that all see every core share them (a launcher that
- * binds each process to its own cores has divided them already). The
- * reason goes to st->threads_why for the run summary. */
-static int threads_per_rank(struct mpmd_step *st) {
-    char cores_why[96];
-    int cores = mpmd_cores_why(cores_why, sizeof cores_why), share = 1;
-    const char *local = st->runtime == MPMD_RUNTIME_MPI ? getenv("OMPI_COMM_WORLD_LOCAL_SIZE") : NULL;
-    if (!local && st->runtime == MPMD_RUNTIME_MPI) local = getenv("MPI_LOCALNRANKS");
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    if (local && atoi(local) > 1 && cores == online) share = atoi(local);
-    const int n = st->num_local, avail = cores / share > 0 ? cores / share : 1;
-    if (st->threads_per_rank > 0) {
-        const int over = st->threads_per_rank * n > avail;
-        snprintf(st->threads_why, sizeof st->threads_why, "threads_per_rank = %d as asked%s%s%s",
-                 st->threads_per_rank, over ? "; more threads than the " : "", over ? cores_why : "",
-                 over ? " (oversubscribed)" : "");
-        return st->threads_per_rank;
-    }
-    const int tpr = avail / n > 0 ? avail / n : 1;
-    if (share > 1)
-        snprintf(st->threads_why, sizeof st->threads_why,
-                 "%s, shared by %d processes on this machine, / %d rank%s in this process", cores_why, share, n,
-                 n == 1 ? "" : "s");
-    else
-        snprintf(st->threads_why, sizeof st->threads_why, "%s / %d rank%s in this process%s", cores_why, n,
-                 n == 1 ? "" : "s", n > avail ? ": more ranks than cores, one thread each" : "");
-    return tpr;
-}
-
-mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
-    const mpmd_graph *g = st->plan->g;
-    const int nn = g->n_nodes, D = st->plan->num_ranks, n = st->plan->num_micro;
-    /* the rank states of this process: world indices first .. first + num_local - 1 */
-    int first = 0;
-    st->num_local = st->tr->layout(st, &first);
-    st->rs = calloc((size_t)st->num_local, sizeof *st->rs);
-    st->inputs = calloc((size_t)nn + 1, sizeof *st->inputs);
-    st->input_set = calloc((size_t)nn + 1, 1);
-    if (!st->rs || !st->inputs || !st->input_set) goto nomem;
-    pthread_mutex_init(&st->abort_mu, NULL);
-    st->mutex_ready = 1;
-    /* inputs: one host share per replica, replica d at d * size; a host
-     * backend's ranks read it in place, others get a copy each. Only a
-     * process with a rank that reads the input holds it. */
-    for (int i = 0; i < nn; i++)
-        if (g->nodes[i].op == &mpmd_op_input) {
-            int here = 0;
-            for (int li = 0; li < st->num_local && !here; li++)
-                here = mpmd_runs_on(st->plan, i, (first + li) % D);
-            if (!here) continue;
-            if (!(st->inputs[i] = calloc((size_t)st->plan->replicas, rt_bytes(g, i) + 1))) goto nomem;
-        }
-    int tpr = threads_per_rank(st);
-    st->threads = tpr;
-    /* OpenMP ends the process when it cannot start a kernel's threads: make
-     * sure now that this process may start them all (a rank thread each
-     * in-process, and tpr - 1 workers per rank) */
-    int want = (st->tr->launch_threads ? st->num_local : 0) + st->num_local * (tpr - 1), got;
-    char twhy[160];
-    if (want > 0 && (got = threads_available(want, twhy, sizeof twhy)) < want)
-        return mpmd_error_set(
-            err, MPMD_ERR_RUNTIME,
-            "the step needs %d more threads (%d rank%s x %d threads per rank) "
-            "but this process could start only %d (%s: the limit on processes per user, ulimit "
-            "-u, a container's pids limit, or the address-space limit, ulimit -v, leaving no room for "
-            "their stacks); lower threads_per_rank or the rank count",
-            want, st->num_local, st->num_local == 1 ? "" : "s", tpr, got, twhy);
-    for (int li = 0; li < st->num_local; li++) {
-        mpmd_rank_state *rs = &st->rs[li];
-        rs->rank = (first + li) % D;
-        rs->lane = (first + li) / D;
-        rs->replica = rs->lane / st->plan->model;
-        rs->model = rs->lane % st->plan->model;
-        int r = rs->rank;
-        rs->st = st;
-        rs->nthreads = tpr;
-        char why[512];
-        if (!(rs->dev = st->plan->be->open(r, tpr, why, sizeof why)))
-            return mpmd_error_set(err, MPMD_ERR_RUNTIME, "rank %d: %s", r, why);
-        st->plan->be->enter(rs->dev);
-        /* the arena, and every buffer's place in it */
-        const mpmd_rank_memory *mem = rs->mem = &st->plan->mem[r];
-        rs->val = calloc((size_t)mem->nslots * (n > 0 ? n : 1) + 1, sizeof *rs->val);
-        rs->glob = calloc((size_t)nn + 1, sizeof *rs->glob);
-        if (!rs->val || !rs->glob) goto nomem;
-        if (st->plan->mesh.shard) {
-            int most = 0;
-            for (int l = 0; l < st->plan->n_gather; l++)
-                most = st->plan->gather_n[l] > most ? st->plan->gather_n[l] : most;
-            rs->full = calloc((size_t)nn + 1, sizeof *rs->full);
-            rs->gather_out = calloc((size_t)most + 1, sizeof *rs->gather_out);
-            if (!rs->full || !rs->gather_out) goto nomem;
-        }
-        if (!(rs->arena = st->plan->be->alloc(rs->dev, mem->arena_bytes ? mem->arena_bytes : 64))) goto nomem;
-        for (size_t k = 0; k < (size_t)mem->nslots * n; k++)
-            if (mem->body_buf[k] >= 0) rs->val[k] = rs->arena + mem->buf[mem->body_buf[k]].off;
-        for (int i = 0; i < nn; i++)
-            if (mem->val_buf[i] >= 0) rs->glob[i] = rs->arena + mem->buf[mem->val_buf[i]].off;
-        for (int i = 0; i < nn; i++) {
-            const mpmd_node *nd = &g->nodes[i];
-            if (!st->plan->live[i] || !mpmd_runs_on(st->plan, i, r)) continue;
-            if (mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant) {
-                size_t b = rt_bytes(g, i), hb = mpmd_held_bytes(&st->plan->mesh, i);
-                void *p = st->plan->be->alloc(rs->dev, hb + MPMD_STORAGE_PAD);
-                if (!p) goto nomem;
-                rs->glob[i] = p;
-                int axis, groups;
-                const int split = mpmd_split_of(g, i, &axis, &groups);
-                if (st->plan->be->host_memory && hb == b && !split) {
-                    mpmd_leaf_initial_value(nd, p, st->seed);
-                } else { /* a device buffer, (tensor parallel) this model rank's part of the whole
-                          * value, or (FSDP) this replica's shard of it */
-                    void *host = malloc(b + hb + 1);
-                    if (!host) goto nomem;
-                    if (split) { /* the whole value, initialised as if unsplit, then this rank's part */
-                        mpmd_node whole = *nd;
-                        whole.type = mpmd_split_whole_type(g, i);
-                        void *w = malloc(mpmd_type_bytes(&whole.type) + 1);
-                        if (!w) {
-                            free(host);
-                            goto nomem;
-                        }
-                        mpmd_leaf_initial_value(&whole, w, st->seed);
-                        mpmd_split_copy(g, i, rs->model, w, host, 0);
-                        free(w);
-                    } else {
-                        mpmd_leaf_initial_value(nd, host, st->seed);
-                    }
-                    const void *src = host;
-                    if (hb != b) {
-                        int64_t lo, cnt;
-                        size_t es = mpmd_dtype_size(nd->type.dtype);
-                        mpmd_shard_part(&st->plan->mesh, i, rs->replica, &lo, &cnt);
-                        memset((char *)host + b, 0, hb);
-                        memcpy((char *)host + b, (char *)host + (size_t)lo * es, (size_t)cnt * es);
-                        src = (char *)host + b;
-                    }
-                    int bad = st->plan->be->upload(rs->dev, p, src, hb);
-                    free(host);
-                    if (bad) goto devfail;
-                }
-            } else if (nd->op == &mpmd_op_input) {
-                if (st->plan->be->host_memory) {
-                    rs->glob[i] = (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i);
-                } else {
-                    if (!(rs->glob[i] = st->plan->be->alloc(rs->dev, rt_bytes(g, i) + MPMD_STORAGE_PAD)))
-                        goto nomem;
-                    if (st->plan->be->upload(rs->dev, rs->glob[i],
-                                             (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i),
-                                             rt_bytes(g, i)))
-                        goto devfail;
-                }
-            }
-        }
-        if (mem->scratch_bytes && !(rs->scratch = st->plan->be->alloc(rs->dev, mem->scratch_bytes)))
-            goto nomem;
-        char e[512];
-        if (st->plan->be->sync(rs->dev, e, sizeof e)) goto devfail;
-    }
-    /* every buffer is allocated: what the backend's libraries still map as
-     * the ranks' threads compute (OpenBLAS's work buffers) must fit too */
-    char rwhy[512];
-    if (st->plan->be->room && st->plan->be->room(st->num_local * tpr, rwhy, sizeof rwhy))
-        return mpmd_error_set(err, MPMD_ERR_NOMEM, "%s", rwhy);
-    return st->tr->setup(st, err);
-nomem:
-    return mpmd_error_set(err, MPMD_ERR_NOMEM,
-                          "out of memory setting up the ranks (%s backend)",
-                          st->plan->be->name);
-devfail:
-    return mpmd_error_set(err, MPMD_ERR_RUNTIME,
-                          "the %s backend failed setting up the ranks",
-                          st->plan->be->name);
-}
-
-mpmd_status mpmd_runtime_input_set(struct mpmd_step *st, int node) {
-    if (st->plan->be->host_memory) return MPMD_OK;
-    size_t b = rt_bytes(st->plan->g, node);
-    for (int li = 0; li < st->num_local; li++) {
-        mpmd_rank_state *rs = &st->rs[li];
-        if (!rs->glob || !rs->glob[node]) continue;
-        st->plan->be->enter(rs->dev);
-        if (st->plan->be->upload(rs->dev, rs->glob[node], (char *)st->inputs[node] + (size_t)rs->replica * b,
-                                 b)) {
-            snprintf(st->err, sizeof st->err, "copying input \"%s\" to rank %d on the %s backend failed",
-                     st->plan->g->nodes[node].name, rs->rank, st->plan->be->name);
-            return MPMD_ERR_RUNTIME;
-        }
-    }
-    return MPMD_OK;
+/* What a run the watchdog cut short left: 1 once the launcher's ranks have
+ * stopped (waiting up to `wait` seconds) and the wire's messages settled. */
+static int settle(struct mpmd_step *st, double wait) {
+    const double t0 = rt_now();
+    if (st->la->settle && !st->la->settle(st, wait)) return 0;
+    const double left = wait - (rt_now() - t0);
+    return st->wire->settle(st, left > 0 ? left : 0);
 }
 
 mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
     const int L = st->num_local;
-    if (st->broken) st->broken = !st->tr->settle(st, 0);
+    if (st->broken) st->broken = !settle(st, 0);
     if (st->broken) {
         snprintf(
             st->err, sizeof st->err,
@@ -809,12 +640,13 @@ mpmd_status mpmd_runtime_run(struct mpmd_step *st) {
     st->abort_flag = 0;
     st->err[0] = '\0';
     st->t_start = rt_now();
-    /* every rank state of this process runs its program (the transport
+    /* every rank state of this process runs its program (the wire
      * starts them), then what is left in flight is settled */
-    mpmd_status rc = st->tr->launch(st, rank_main);
+    if (st->wire->start) st->wire->start(st);
+    mpmd_status rc = st->la->launch(st, rank_main);
     if (rc) return rc;
     for (int r = 0; r < L; r++)
-        st->tr->end_step(&st->rs[r]);
+        st->wire->end_step(&st->rs[r]);
     st->t_end = rt_now();
     for (int r = 0; r < L; r++) {
         if (st->rs[r].status != MPMD_OK && rc == MPMD_OK) rc = st->rs[r].status;
@@ -830,10 +662,11 @@ void mpmd_runtime_free(struct mpmd_step *st) {
     if (!st->rs) return;
     /* what the watchdog left: wait for it (the longer of 30 s and the
      * watchdog's time), or leave everything it may still use */
-    if (st->broken) st->broken = !st->tr->settle(st, st->wait_limit > 30 ? st->wait_limit : 30);
+    if (st->broken) st->broken = !settle(st, st->wait_limit > 30 ? st->wait_limit : 30);
     if (st->broken) return; /* a rank thread or a message may still use all of it: leave it be */
     const mpmd_graph *g = st->plan->g;
-    if (st->tr) st->tr->teardown(st);
+    if (st->la && st->la->teardown) st->la->teardown(st);
+    if (st->wire) st->wire->teardown(st);
     const mpmd_backend *be = st->plan->be;
     for (int r = 0; r < st->num_local; r++) {
         mpmd_rank_state *rs = &st->rs[r];
@@ -852,203 +685,13 @@ void mpmd_runtime_free(struct mpmd_step *st) {
             read_marks(rs, 0);
             if (rs->arena) be->free(rs->dev, rs->arena);
             if (rs->scratch) be->free(rs->dev, rs->scratch);
+            free(rs->room.in), free((void *)rs->room.ty), free(rs->room.flat);
             be->close(rs->dev);
             rs->dev = NULL;
         }
-        free(rs->val), free(rs->glob), free(rs->full), free(rs->gather_out), free(rs->ev), free(rs->prof), free(rs->marks);
+        free(rs->val), free(rs->glob), free(rs->full), free(rs->gather_in), free(rs->gather_out),
+            free(rs->ev), free(rs->prof), free(rs->marks);
     }
     free(st->rs);
     st->rs = NULL;
-}
-
-/* The state of (rank, replica, model rank) when this process runs it, else
- * NULL. The rank states here are consecutive world indices ((replica M +
- * model) D + rank), from rs[0]'s. */
-mpmd_rank_state *mpmd_runtime_state(const struct mpmd_step *st, int rank, int replica, int model) {
-    const int D = st->plan->num_ranks, M = st->plan->model;
-    if (!st->rs || rank < 0 || rank >= D || replica < 0 || replica >= st->plan->replicas || model < 0 || model >= M)
-        return NULL;
-    int li = ((replica * M + model) * D + rank) - (st->rs[0].lane * D + st->rs[0].rank);
-    return li >= 0 && li < st->num_local ? &st->rs[li] : NULL;
-}
-
-/* (rank, replica)'s state with the lowest model rank this process runs:
- * in-process model rank 0, under MPI the process's own (any of them) */
-static mpmd_rank_state *replica_state(const struct mpmd_step *st, int rank, int replica) {
-    mpmd_rank_state *rs = NULL;
-    for (int m = 0; !rs && m < st->plan->model; m++)
-        rs = mpmd_runtime_state(st, rank, replica, m);
-    return rs;
-}
-
-/* The state of pipeline rank `rank` in this process, its lowest lane here
- * (in-process: replica 0, model rank 0); NULL when this process runs no
- * lane of it. */
-static mpmd_rank_state *state_of(const struct mpmd_step *st, int rank) {
-    if (!st->rs || rank < 0 || rank >= st->plan->num_ranks) return NULL;
-    const int D = st->plan->num_ranks, M = st->plan->model, first = st->rs[0].lane * D + st->rs[0].rank;
-    int lane = first / D + (rank < first % D);
-    return mpmd_runtime_state(st, rank, lane / M, lane % M);
-}
-
-/* Where (rank state rs) holds value `node` after a run: a value outside
- * the body, or a kept body value's last microbatch. */
-static void *held(mpmd_rank_state *rs, int node) {
-    if (!rs || !rs->glob) return NULL;
-    if (rs->glob[node]) return rs->glob[node];
-    const mpmd_plan *pl = rs->st->plan;
-    return pl->g->nodes[node].region == MPMD_REGION_BODY && pl->num_micro > 0
-               ? ptr_of(rs, node, pl->num_micro - 1)
-               : NULL;
-}
-
-void *mpmd_runtime_value(struct mpmd_step *st, int rank, int node) {
-    mpmd_rank_state *rs = state_of(st, rank);
-    return st->plan->be->host_memory && !mpmd_mesh_partial(&st->plan->mesh, node) ? held(rs, node) : NULL;
-}
-
-void *mpmd_runtime_replica_value(struct mpmd_step *st, int rank, int replica, int model, int node) {
-    mpmd_rank_state *rs = mpmd_runtime_state(st, rank, replica, model);
-    return st->plan->be->host_memory && !mpmd_mesh_partial(&st->plan->mesh, node) ? held(rs, node) : NULL;
-}
-
-int mpmd_runtime_holds(struct mpmd_step *st, int rank, int replica, int node) {
-    return held(replica_state(st, rank, replica), node) != NULL;
-}
-
-static mpmd_status download(struct mpmd_step *st, mpmd_rank_state *rs, int node, void *dst, const void *src,
-                            size_t bytes) {
-    char e[512];
-    st->plan->be->enter(rs->dev);
-    if (st->plan->be->download(rs->dev, dst, src, bytes) || st->plan->be->sync(rs->dev, e, sizeof e)) {
-        snprintf(st->err, sizeof st->err, "copying %%%d from rank %d (replica %d, model rank %d) on the %s backend "
-                 "failed", node, rs->rank, rs->replica, rs->model, st->plan->be->name);
-        return MPMD_ERR_RUNTIME;
-    }
-    return MPMD_OK;
-}
-
-/* One model rank's value (its part of a split one) from (rank, replica,
- * model), FSDP's shards assembled from every replica: all must be here. */
-mpmd_status mpmd_runtime_read_model(struct mpmd_step *st, int rank, int replica, int model, int node, void *dst) {
-    if (!mpmd_sharded(&st->plan->mesh, node)) {
-        mpmd_rank_state *rs = mpmd_runtime_state(st, rank, replica, model);
-        const void *src = held(rs, node);
-        return src ? download(st, rs, node, dst, src, rt_bytes(st->plan->g, node)) : MPMD_ERR_INVALID;
-    }
-    const size_t es = mpmd_dtype_size(st->plan->g->nodes[node].type.dtype);
-    for (int d = 0; d < st->plan->replicas; d++) {
-        mpmd_rank_state *rs = mpmd_runtime_state(st, rank, d, model);
-        const void *src = held(rs, node);
-        if (!src) return MPMD_ERR_INVALID;
-        int64_t lo, cnt;
-        mpmd_shard_part(&st->plan->mesh, node, d, &lo, &cnt);
-        mpmd_status rc = download(st, rs, node, (char *)dst + (size_t)lo * es, src, (size_t)cnt * es);
-        if (rc) return rc;
-    }
-    return MPMD_OK;
-}
-
-mpmd_status mpmd_runtime_read(struct mpmd_step *st, int rank, int replica, int node, void *dst,
-                              size_t bytes) {
-    (void)bytes; /* the whole value's: the callers check it */
-    int axis, groups;
-    if (!mpmd_split_of(st->plan->g, node, &axis, &groups)) return mpmd_runtime_read_model(st, rank, replica, 0, node, dst);
-    /* split over the model axis: every model rank's part into the whole */
-    size_t b = rt_bytes(st->plan->g, node);
-    void *part = malloc(b ? b : 1);
-    if (!part) return MPMD_ERR_NOMEM;
-    mpmd_status rc = MPMD_OK;
-    for (int m = 0; m < st->plan->model && !rc; m++)
-        if (!(rc = mpmd_runtime_read_model(st, rank, replica, m, node, part))) mpmd_split_copy(st->plan->g, node, m, dst, part, 1);
-    free(part);
-    return rc;
-}
-
-mpmd_status mpmd_runtime_read_own(struct mpmd_step *st, int rank, int replica, int node, void *dst) {
-    const size_t b = rt_bytes(st->plan->g, node), es = mpmd_dtype_size(st->plan->g->nodes[node].type.dtype);
-    char *part = calloc(1, b + 1);
-    if (!part) return MPMD_ERR_NOMEM;
-    mpmd_status rc = MPMD_OK;
-    for (int m = 0; m < st->plan->model && !rc; m++) {
-        mpmd_rank_state *rs = mpmd_runtime_state(st, rank, replica, m);
-        const void *src = held(rs, node);
-        if (!src) continue;
-        int64_t lo = 0, cnt = mpmd_type_numel(&st->plan->g->nodes[node].type);
-        if (mpmd_sharded(&st->plan->mesh, node)) mpmd_shard_part(&st->plan->mesh, node, replica, &lo, &cnt);
-        memset(part, 0, b);
-        if (!(rc = download(st, rs, node, part + (size_t)lo * es, src, (size_t)cnt * es)))
-            mpmd_split_copy(st->plan->g, node, m, dst, part, 1);
-    }
-    free(part);
-    return rc;
-}
-
-mpmd_status mpmd_runtime_write(struct mpmd_step *st, int rank, int replica, int node, const void *src,
-                               size_t bytes) {
-    (void)bytes;
-    const size_t b = rt_bytes(st->plan->g, node), es = mpmd_dtype_size(st->plan->g->nodes[node].type.dtype);
-    void *part = malloc(b ? b : 1);
-    if (!part) return MPMD_ERR_NOMEM;
-    mpmd_status rc = MPMD_ERR_INVALID;
-    for (int m = 0; m < st->plan->model; m++) { /* every model rank of (rank, replica) here: its part */
-        mpmd_rank_state *rs = mpmd_runtime_state(st, rank, replica, m);
-        if (!rs || !rs->glob[node]) continue;
-        mpmd_split_copy(st->plan->g, node, m, (void *)src, part, 0);
-        const char *from = part;
-        size_t n = b;
-        if (mpmd_sharded(&st->plan->mesh, node)) { /* FSDP: this replica's part of that */
-            int64_t lo, cnt;
-            mpmd_shard_part(&st->plan->mesh, node, replica, &lo, &cnt);
-            from += (size_t)lo * es;
-            n = (size_t)cnt * es;
-        }
-        st->plan->be->enter(rs->dev);
-        if (st->plan->be->upload(rs->dev, rs->glob[node], from, n)) {
-            snprintf(st->err, sizeof st->err, "copying %%%d to rank %d on the %s backend failed", node, rank,
-                     st->plan->be->name);
-            rc = MPMD_ERR_RUNTIME;
-            break;
-        }
-        rc = MPMD_OK;
-    }
-    free(part);
-    return rc;
-}
-
-mpmd_status mpmd_runtime_set_profiling(struct mpmd_step *st, int on) {
-    st->profiling = 0;
-    st->prof_runs = 0;
-    for (int r = 0; r < st->num_local; r++) {
-        free(st->rs[r].prof);
-        st->rs[r].prof = NULL;
-        if (on && !(st->rs[r].prof = calloc((size_t)st->plan->g->n_nodes + 1, sizeof *st->rs[r].prof)))
-            return MPMD_ERR_NOMEM;
-    }
-    st->profiling = on;
-    return MPMD_OK;
-}
-
-int mpmd_runtime_backend_memory(const struct mpmd_step *st, int rank, size_t *peak, size_t *own) {
-    mpmd_rank_state *rs = state_of(st, rank);
-    if (!rs || !rs->dev) return 0;
-    st->plan->be->memory(rs->dev, peak, own);
-    return 1;
-}
-
-const double *mpmd_runtime_op_seconds(const struct mpmd_step *st, int local) {
-    return local >= 0 && local < st->num_local ? st->rs[local].prof : NULL;
-}
-
-int64_t mpmd_runtime_collective_bytes(const struct mpmd_step *st, int rank, int64_t *gathered) {
-    mpmd_rank_state *rs = state_of(st, rank);
-    if (gathered) *gathered = rs ? rs->gath_bytes : -1;
-    return rs ? rs->coll_bytes : -1;
-}
-
-const mpmd_event *mpmd_runtime_events(const struct mpmd_step *st, int rank, int *n, int64_t *peak_bytes) {
-    mpmd_rank_state *rs = state_of(st, rank);
-    *n = rs ? rs->nev : 0;
-    if (peak_bytes) *peak_bytes = rs ? rs->peak_bytes : 0;
-    return rs ? rs->ev : NULL;
 }

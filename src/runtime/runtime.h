@@ -1,21 +1,26 @@
 /* runtime.h - the step (a compiled plan and the run state around it), a
  * rank's run-time state, the interpreter's entry points (mpmd_runtime_*),
- * and the services of the interpreter (run.c) that the transports use:
- * failing a rank, the planned buffer of a value sent or received.
+ * and the services of the interpreter (run.c) that the wires use: failing
+ * a rank, the planned buffer of a value sent or received.
  *
- *   step.c             the public step API: mpmd_jit_with_loop (compile a
- *                      plan, then mpmd_runtime_init) and mpmd_step_*
- *   run.c              the interpreter: sets up the ranks, runs their
- *                      programs, and reaches other ranks only through the
- *                      step's transport (st->tr, transport.h)
- *   transport_local.c  the in-process transport: mailboxes, replica groups
- *   mpi.c              the MPI transport (with MPMD_HAVE_MPI)
- *   record.c           recorded runs: timelines, traces, summaries
+ *   step.c          the public step API: mpmd_jit_with_loop (compile a
+ *                   plan, then mpmd_runtime_init) and mpmd_step_*
+ *   run.c           the interpreter: sets up the ranks, runs their
+ *                   programs; the step's launcher (st->la, launcher.h)
+ *                   starts them, its wire (st->wire, wire.h) reaches the
+ *                   other ranks
+ *   launcher.c      the launchers; the in-process one (a thread per point)
+ *   launch_mpi.c    the MPI launcher (a process per point)
+ *   wire_local.c    the in-process wire: mailboxes, replica groups
+ *   wire_mpi.c      the MPI wire (with MPMD_HAVE_MPI)
+ *   rank_values.c   the ranks' values read and written from outside a run
+ *   step_agree.c    the processes of one job compare what they built
+ *   record.c        recorded runs: timelines, traces, summaries
  *
  * The plan (compiler/compiler.h, st->plan) is read here and never changed;
- * the run state below is the runtime's own. The transports include this
- * header and transport.h, never each other; run.c calls them only through
- * the mpmd_transport table.
+ * the run state below is the runtime's own. The wires include this header
+ * and wire.h, never each other; run.c calls them only through the
+ * mpmd_wire table, and the launcher through mpmd_launcher.
  */
 #ifndef MPMD_RUNTIME_H
 #define MPMD_RUNTIME_H
@@ -25,7 +30,12 @@
 #include <pthread.h>
 
 typedef struct mpmd_rank_state mpmd_rank_state;
-struct mpmd_transport;
+struct mpmd_launcher;
+struct mpmd_wire;
+/* A point of the mesh: (pipeline rank, replica, model rank). */
+typedef struct mpmd_point {
+    int rank, replica, model;
+} mpmd_point;
 
 /* One executed instruction of a recorded run: seconds since the step began,
  * and (receives) the part spent blocked waiting for the message. */
@@ -42,20 +52,20 @@ struct mpmd_step {
     int threads;           /* kernel threads each rank runs (threads_per_rank or the default) */
     char threads_why[192]; /* why that many, for the run summary */
     uint64_t seed;
-    int runtime;                     /* mpmd_runtime_kind */
-    int num_local;                   /* rank states run by this process */
-    int mpi_rank, mpi_replica;       /* MPI: the rank and replica of this process (else 0) */
-    int mpi_model;                   /* MPI: its model rank (else 0) */
-    const struct mpmd_transport *tr; /* what crosses ranks (transport.h), set by mpmd_jit_with_loop */
-    void *tx;                        /* the transport's state */
-    mpmd_rank_state *rs;             /* [num_local]: in-process, (rank r, replica d, model rank m) at
-                                        ((d M + m) D + r) */
-    int profiling, prof_runs;        /* time every op (mpmd_exec_set_profiling) */
-    double timeout_opt;              /* mpmd_step_opts.step_timeout */
-    double wait_limit;               /* this run's watchdog in seconds (0: none) */
-    double slowest_step;             /* the longest successful run so far, seconds */
-    int broken;                      /* a rank did not stop after a failure: no more runs */
-    void **inputs;                   /* [n_nodes] shared input buffers */
+    int num_local;                  /* rank states run by this process */
+    const struct mpmd_launcher *la; /* which points run here, and how (launcher.h) */
+    void *lx;                       /* the launcher's state */
+    struct mpmd_point here;         /* the point this process runs first (launcher's place) */
+    const struct mpmd_wire *wire;   /* what crosses ranks (wire.h): la->wire */
+    void *tx;                       /* the wire's state */
+    mpmd_rank_state *rs;            /* [num_local]: in-process, (rank r, replica d, model rank m) at
+                                       ((d M + m) D + r) */
+    int profiling, prof_runs;       /* time every op (mpmd_exec_set_profiling) */
+    double timeout_opt;             /* mpmd_step_opts.step_timeout */
+    double wait_limit;              /* this run's watchdog in seconds (0: none) */
+    double slowest_step;            /* the longest successful run so far, seconds */
+    int broken;                     /* a rank did not stop after a failure: no more runs */
+    void **inputs;                  /* [n_nodes] shared input buffers */
     unsigned char *input_set;
     int record;            /* time every instruction (mpmd_step_set_recording) */
     double t_start, t_end; /* wall clock of the last run */
@@ -74,9 +84,20 @@ struct mpmd_step {
 int rt_step_enter(struct mpmd_step *st, const char *fn);
 void rt_step_leave(struct mpmd_step *st);
 
+/* ---- the step's points, as its launcher (launcher.c) places them ---- */
+/* Every point of the step runs in this process (a value is read whole
+ * here); 0: each process runs one point (MPI), and whole values are
+ * gathered by the launcher (mpmd_step_gather, saves). */
+int rt_whole(const struct mpmd_step *st);
+/* The point this process runs first (its only one where points are
+ * processes). */
+mpmd_point rt_here(const struct mpmd_step *st);
+/* This process writes the files of a save (the job's first process). */
+int rt_writer(const struct mpmd_step *st);
+
 /* ---- the interpreter's entry points (run.c; st->plan and st->tr set) ----
  * mpmd_step_new_plan (step.c) makes a step from a compiled plan on the
- * in-process transport (mpmd_exec: the loop's plan). */
+ * in-process wire (mpmd_exec: the loop's plan). */
 struct mpmd_step *mpmd_step_new_plan(mpmd_plan *pl, int threads, uint64_t seed, mpmd_error *err);
 mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err);
 void mpmd_runtime_free(struct mpmd_step *st);
@@ -129,7 +150,7 @@ struct mpmd_rank_state {
     int replica;    /* data-parallel replica */
     int model;      /* model rank (tensor parallelism), 0 without */
     int lane;       /* replica x model ranks + model: the ranks of one lane are a pipeline */
-    void *tx;       /* this rank's state in the step's transport */
+    void *tx;       /* this rank's state in the step's wire */
     void *dev;      /* this rank's backend instance (st->plan->be) */
     mpmd_event *ev; /* recorded instructions of the last run */
     int nev, capev;
@@ -146,12 +167,15 @@ struct mpmd_rank_state {
                                     (FSDP: a sharded value's shard) */
     void **full;                 /* [nn] FSDP: a sharded parameter gathered whole for the task
                                     running now (the body reads it there), else NULL */
+    void **gather_in; /* FSDP: a GATHER's shards of this replica, one per value of the largest list */
     void **gather_out;           /* FSDP: a GATHER's planned buffers, one per value of the largest list */
     int64_t gath_bytes;          /* FSDP: of coll_bytes, the gathers' */
     int64_t coll_bytes;          /* FSDP: bytes this replica took from the others this run
                                     (gathers and reduce-scatters) */
     void *scratch;
-    double *prof; /* [nn] seconds in each op over the profiled runs, or NULL */
+    int posted;            /* this run's receives up to here are posted to the wire (run.c, post_ahead) */
+    mpmd_launch_room room; /* the operand lists of launches wider than the stack's (backend.h) */
+    double *prof;          /* [nn] seconds in each op over the profiled runs, or NULL */
     /* a profiled run on an asynchronous backend: each op's pair of marks
      * (backend.mark), read into prof when the run has finished */
     struct rt_mark *marks;
@@ -176,7 +200,7 @@ struct mpmd_rank_state {
 /* ---- the interpreter's services (run.c) ---- */
 double rt_now(void);
 /* This rank fails: record the message (the step's first failure wins), set
- * the abort flag and wake every rank blocked in the transport. */
+ * the abort flag and wake every rank blocked in the wire. */
 void rt_fail(mpmd_rank_state *rs, mpmd_status code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
@@ -194,6 +218,14 @@ const char *rt_value_str(const struct mpmd_step *st, int node, char *buf, size_t
 /* What instruction x of rank's program runs, for messages: "task fwd_0__3",
  * "microbatch 3 of the loop", `%12 "x" (matmul)`. Returns buf. */
 const char *rt_instr_str(const struct mpmd_step *st, int rank, int x, char *buf, size_t len);
+/* The buffer of value v for microbatch mb (-1: outside the body) on this
+ * rank: its arena slot, its storage, or (FSDP, in a task) its gathered
+ * whole. */
+void *rt_value_ptr(mpmd_rank_state *rs, int v, int mb);
+/* The tag of a message carrying value `node` of microbatch mb (-1: outside
+ * the body): the same on both ends, distinct per (value, microbatch), from
+ * 1 to n_nodes x (num_micro + 1). */
+int rt_tag(const struct mpmd_step *st, int node, int mb);
 /* The planned buffer of the value a SEND or RECV moves on this rank: a send
  * reads it (and it stays untouched until the SEND's `reuse`), a receive
  * writes it (from its RECV's `post` on). */

@@ -2,7 +2,7 @@
  * graph and the schedule into a plan (compiler/, mpmd_compile) and sets up
  * the run state around it (run.c, mpmd_runtime_init); the mpmd_step_*
  * accessors, runs, reads and printouts. */
-#include "runtime/transport.h"
+#include "runtime/launcher.h"
 #include "schedule/schedule_internal.h"
 #include "util/sha256.h"
 
@@ -123,148 +123,13 @@ static mpmd_status step_options(const mpmd_graph *g, const mpmd_schedule *s, con
         return mpmd_error_set(err, MPMD_ERR_INVALID,
                               "unknown backend \"%s\"; this build has: %s", o->backend,
                               mpmd_backend_names());
-    if (o->runtime != MPMD_RUNTIME_LOCAL && o->runtime != MPMD_RUNTIME_MPI)
-        return mpmd_error_set(err, MPMD_ERR_INVALID, "unknown runtime %d", (int)o->runtime);
-    return MPMD_OK;
+    return mpmd_launcher_check(o->runtime, err);
 }
 
-/* ---- the processes of one job agree --------------------------------------
- * Under MPI every process builds the graph itself: a process given other
- * options (a learning rate, a width, a seed) would train a model no
- * configuration gives, or die in a message of the wrong size. Before a
- * step is made, the processes compare digests of what they built. */
-
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
-static uint64_t fnv_str(uint64_t h, const char *s) { return fnv(h, s ? s : "", s ? strlen(s) + 1 : 1); }
-
-/* Node i, field by field (what it computes: op, type, operands,
- * attributes, name, initialiser, data, place in the step). */
-static uint64_t node_digest(const mpmd_graph *g, int i) {
-    const mpmd_node *n = &g->nodes[i];
-    uint64_t h = fnv_str(0xcbf29ce484222325ull, n->op->name);
-    int32_t head[6] = {(int32_t)n->type.dtype, n->type.ndim, n->n_in, n->region, n->stage, n->flags};
-    h = fnv(h, head, sizeof head);
-    h = fnv(h, n->type.dim, (size_t)n->type.ndim * sizeof n->type.dim[0]);
-    h = fnv(h, n->in, (size_t)n->n_in * sizeof *n->in);
-    h = fnv(h, n->ia, sizeof n->ia);
-    h = fnv(h, n->fa, sizeof n->fa);
-    h = fnv_str(h, n->name);
-    int32_t kind = (int32_t)n->init.kind;
-    h = fnv(h, &kind, sizeof kind);
-    h = fnv(h, &n->init.a, sizeof n->init.a);
-    h = fnv(h, &n->init.b, sizeof n->init.b);
-    if (n->data) h = fnv(h, n->data, mpmd_type_bytes(&n->type));
-    return h;
-}
-
-static uint64_t schedule_digest(const mpmd_schedule *s) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    if (!s) return h;
-    h = fnv_str(h, s->name);
-    for (int r = 0; r < s->num_ranks; r++) {
-        const mpmd_schedule_rank *k = &s->ranks[r];
-        h = fnv(h, k->entry_start, (size_t)(k->num_entries + 1) * sizeof *k->entry_start);
-        h = fnv(h, k->tasks, (size_t)k->num_tasks * sizeof *k->tasks);
-    }
-    return fnv(h, s->stage_rank, (size_t)s->num_stages * sizeof *s->stage_rank);
-}
-
-static uint64_t options_digest(const mpmd_step_opts *o) {
-    uint64_t h = fnv(0xcbf29ce484222325ull, &o->seed, sizeof o->seed);
-    int32_t v[4] = {o->data_parallel, o->fsdp, (int32_t)o->fsdp_gather, (int32_t)o->runtime};
-    h = fnv(h, v, sizeof v);
-    return fnv_str(h, o->backend ? o->backend : "cpu");
-}
-
-/* The first node from which process p's digests differ from process 0's
- * (all: procs x n), or -1. */
-static int first_difference(const uint64_t *all, int n, int p) {
-    for (int i = 0; i < n; i++)
-        if (all[(size_t)p * n + i] != all[i]) return i;
-    return -1;
-}
-
-static mpmd_status agree(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *o,
-                         mpmd_error *err) {
-    const mpmd_transport *tr = mpmd_transport_for(MPMD_RUNTIME_MPI);
-    if (!tr || !tr->agree || mpmd_mpi_world_size() < 2) return MPMD_OK; /* nobody to agree with */
-    const int nn = g->n_nodes;
-    uint64_t *node = malloc(((size_t)nn + 1) * sizeof *node), graph = 0xcbf29ce484222325ull;
-    if (!node) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < nn; i++)
-        node[i] = node_digest(g, i), graph = fnv(graph, &node[i], sizeof node[i]);
-    const uint64_t mine[4] = {graph, (uint64_t)nn, schedule_digest(s), options_digest(o)};
-    uint64_t *all = NULL;
-    int procs = 0, bad = tr->agree(mine, 4, &all, &procs);
-    mpmd_status rc = MPMD_OK;
-    if (bad) {
-        rc = mpmd_error_set(err, MPMD_ERR_RUNTIME, "comparing the processes' steps failed");
-        goto done;
-    }
-    int p = 1, k = -1;
-    for (; p < procs && (k = first_difference(all, 4, p)) < 0; p++)
-        ;
-    if (k < 0) goto done;
-    char here[400] = "";
-    if (k <= 1) { /* the graphs: which node, node by node over the longest */
-        int most = 0;
-        for (int q = 0; q < procs; q++)
-            most = (int)all[(size_t)q * 4 + 1] > most ? (int)all[(size_t)q * 4 + 1] : most;
-        uint64_t *mine2 = calloc((size_t)most + 1, sizeof *mine2), *all2 = NULL;
-        int procs2 = 0;
-        if (!mine2) {
-            rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
-            goto done;
-        }
-        memcpy(mine2, node, (size_t)nn * sizeof *node);
-        if (tr->agree(mine2, most, &all2, &procs2)) {
-            free(mine2), free(all2);
-            rc = mpmd_error_set(err, MPMD_ERR_RUNTIME, "comparing the processes' graphs failed");
-            goto done;
-        }
-        const int i = first_difference(all2, most, p);
-        char ob[256], tb[160];
-        char val[64] = ""; /* a scalar constant's value (a learning rate, say) */
-        if (i >= 0 && i < nn && g->nodes[i].data && g->nodes[i].type.dtype == MPMD_F32 &&
-            mpmd_type_numel(&g->nodes[i].type) == 1)
-            snprintf(val, sizeof val, ", %.9g here", (double)*(const float *)g->nodes[i].data);
-        if (i >= 0 && i < nn)
-            snprintf(here, sizeof here, "its graph, from %s = %s %s%s on (%d values here, %d on process 0)",
-                     mpmd_operand_str(g, i, ob, sizeof ob), g->nodes[i].op->name,
-                     mpmd_type_str(&g->nodes[i].type, tb, sizeof tb), val, nn, (int)all[1]);
-        else
-            snprintf(here, sizeof here, "its graph, from value %%%d on (%d values here, %d on process 0)", i, nn,
-                     (int)all[1]);
-        free(mine2), free(all2);
-    } else if (k == 2) {
-        snprintf(here, sizeof here, "the schedule (here %s)", s ? s->name : "the loop");
-    } else {
-        snprintf(here, sizeof here,
-                 "the step's options (here seed %llu, data_parallel %d, fsdp %d, fsdp_gather %d, backend %s)",
-                 (unsigned long long)o->seed, o->data_parallel, o->fsdp, (int)o->fsdp_gather,
-                 o->backend ? o->backend : "cpu");
-    }
-    rc = mpmd_error_set(err, MPMD_ERR_INVALID,
-                        "the processes of this MPI job built different steps: process %d "
-                        "differs from process 0 in %s; every process must build the same graph, schedule and "
-                        "options (check that all got the same command line)",
-                        p, here);
-done:
-    free(node), free(all);
-    return rc;
-}
-
-/* The plan itself (receives posted as the runtime's transport posts them). */
+/* The plan itself (receives posted as the launcher's wire posts them). */
 static mpmd_plan *plan_of(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_backend *be, int replicas,
                           const mpmd_step_opts *o, mpmd_error *err) {
-    const mpmd_transport *tr = mpmd_transport_for(o->runtime);
-    int ahead = tr ? tr->recv_ahead : 2; /* a build without MPI plans MPI's two tasks ahead */
+    const int ahead = mpmd_launcher_recv_ahead(o->runtime);
     const int fsdp = !o->fsdp                                 ? MPMD_FSDP_OFF
                      : o->fsdp_gather == MPMD_GATHER_PER_STEP ? MPMD_FSDP_PER_STEP
                                                               : MPMD_FSDP_PER_TASK;
@@ -316,46 +181,20 @@ static mpmd_step *jit(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_st
                        be->name, why);
         return NULL;
     }
-    int mpi_rank = 0, mpi_replica = 0, mpi_model = 0;
-    if (o.runtime == MPMD_RUNTIME_MPI) {
-        if (!mpmd_mpi_available()) {
-            mpmd_error_set(
-                err, MPMD_ERR_INVALID,
-                "this build of mpmd has no MPI runtime (install libopenmpi-dev and "
-                "openmpi-bin, then rebuild)");
-            return NULL;
-        }
-        int w = mpmd_mpi_world_rank(), ws = mpmd_mpi_world_size();
-        const int M = g->model_parallel > 1 ? g->model_parallel : 1;
-        if (ws != D * replicas * M) {
-            if (M > 1)
-                mpmd_error_set(err, MPMD_ERR_INVALID,
-                               "the MPI job has %d processes but the mesh needs %d (%d ranks "
-                               "x %d replicas x %d model ranks): run mpirun -np %d",
-                               ws, D * replicas * M, D, replicas, M, D * replicas * M);
-            else
-                mpmd_error_set(
-                    err, MPMD_ERR_INVALID,
-                    "the MPI job has %d processes but the mesh needs %d (%d ranks x %d "
-                    "replicas): run mpirun -np %d",
-                    ws, D * replicas, D, replicas, D * replicas);
-            return NULL;
-        }
-        mpi_rank = w % D;
-        mpi_replica = w / D / M;
-        mpi_model = w / D % M;
-        if (agree(g, s, &o, err)) return NULL;
-    }
+    /* which point of the mesh this process runs; under MPI, the processes
+     * compare what they built */
+    const mpmd_launcher *la = mpmd_launcher_for(o.runtime); /* there is one: step_options checked */
+    const int M = g->model_parallel > 1 ? g->model_parallel : 1;
+    mpmd_point here;
+    if (la->place(D, replicas, M, &here, err) || mpmd_step_agree(la, g, s, &o, err)) return NULL;
     mpmd_step *st = calloc(1, sizeof *st);
     if (!st) {
         mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    st->runtime = o.runtime;
-    st->tr = mpmd_transport_for(o.runtime); /* there is one: checked above */
-    st->mpi_rank = mpi_rank;
-    st->mpi_replica = mpi_replica;
-    st->mpi_model = mpi_model;
+    st->la = la;
+    st->wire = la->wire;
+    st->here = here;
     st->threads_per_rank = o.threads_per_rank;
     st->seed = o.seed;
     st->timeout_opt = o.step_timeout;
@@ -375,8 +214,8 @@ mpmd_step *mpmd_step_new_plan(mpmd_plan *pl, int threads, uint64_t seed, mpmd_er
         return NULL;
     }
     st->plan = pl;
-    st->runtime = MPMD_RUNTIME_LOCAL;
-    st->tr = &mpmd_transport_local;
+    st->la = mpmd_launcher_for(MPMD_RUNTIME_LOCAL);
+    st->wire = st->la->wire;
     st->threads_per_rank = threads;
     st->seed = seed;
     if (mpmd_runtime_init(st, err)) {
@@ -425,7 +264,7 @@ static mpmd_status set_input(mpmd_step *st, mpmd_value input, const void *data, 
     char *dst = st->inputs[input.id];
     if (!dst) return MPMD_OK; /* MPI: this process's rank does not read this input */
     for (size_t d = 0; d < R; d++) {
-        if (st->runtime == MPMD_RUNTIME_MPI && (int)d != st->mpi_replica) continue;
+        if (!rt_whole(st) && (int)d != rt_here(st).replica) continue;
         /* the same data for every replica, or replica d's share */
         memcpy(dst + d * want, (const char *)data + (bytes == want ? 0 : d * want), want);
     }
@@ -725,11 +564,12 @@ static mpmd_status step_read(mpmd_step *st, mpmd_value v, void *dst, size_t byte
         snprintf(st->err, sizeof st->err, "mpmd_step_read: %d is not a value of the graph", (int)v.id);
         return MPMD_ERR_INVALID;
     }
-    if (st->runtime == MPMD_RUNTIME_MPI && mpmd_sharded(&st->plan->mesh, v.id)) {
-        snprintf(st->err, sizeof st->err,
-                 "mpmd_step_read: %%%d is sharded over the replicas (fsdp) and this process holds one shard; use "
-                 "mpmd_step_gather",
-                 (int)v.id);
+    if (!rt_whole(st) && mpmd_sharded(&st->plan->mesh, v.id)) {
+        snprintf(
+            st->err, sizeof st->err,
+            "mpmd_step_read: %%%d is sharded over the replicas (fsdp) and this process holds one shard; use "
+            "mpmd_step_gather",
+            (int)v.id);
         return MPMD_ERR_INVALID;
     }
     if (n->op == &mpmd_op_input && !st->input_set[v.id]) {
@@ -756,15 +596,15 @@ static mpmd_status step_read(mpmd_step *st, mpmd_value v, void *dst, size_t byte
     int ranks[64];
     int nr = mpmd_step_where(st, v, ranks, 64);
     for (int k = 0; k < nr && k < 64; k++) {
-        int replica = st->runtime == MPMD_RUNTIME_MPI ? st->mpi_replica : 0;
+        int replica = rt_whole(st) ? 0 : rt_here(st).replica;
         mpmd_status rc = mpmd_runtime_read(st, ranks[k], replica, v.id, dst, bytes);
         if (rc != MPMD_ERR_INVALID) return rc;
     }
-    if (st->runtime == MPMD_RUNTIME_MPI && nr > 0)
+    if (!rt_whole(st) && nr > 0)
         snprintf(
             st->err, sizeof st->err,
             "mpmd_step_read: %%%d is held by rank %d, not by this process (rank %d); use mpmd_step_gather",
-            (int)v.id, ranks[0], st->mpi_rank);
+            (int)v.id, ranks[0], rt_here(st).rank);
     else
         snprintf(st->err, sizeof st->err, "mpmd_step_read: %%%d is held by no rank", (int)v.id);
     return MPMD_ERR_INVALID;
@@ -778,11 +618,11 @@ mpmd_status mpmd_step_read(mpmd_step *st, mpmd_value v, void *dst, size_t bytes)
     return rc;
 }
 
-/* A value of (rank, replica) into dst on this process, by the transport: a
+/* A value of (rank, replica) into dst on this process, by the launcher: a
  * local copy, or under MPI a broadcast from the process that runs that rank
  * and replica (every process must make the same calls in the same order). */
 static mpmd_status fetch(mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
-    return st->tr->fetch(st, rank, replica, node, dst, bytes);
+    return st->la->fetch(st, rank, replica, node, dst, bytes);
 }
 
 void mpmd_step_replica_params_sha256(mpmd_step *st, int replica, char hex[65]) {
@@ -813,7 +653,7 @@ void mpmd_step_replica_params_sha256(mpmd_step *st, int replica, char hex[65]) {
 void mpmd_step_params_sha256(mpmd_step *st, char hex[65]) { mpmd_step_replica_params_sha256(st, 0, hex); }
 
 static mpmd_status step_gather(mpmd_step *st, mpmd_value v, void *dst, size_t bytes) {
-    if (st->runtime != MPMD_RUNTIME_MPI) return step_read(st, v, dst, bytes);
+    if (rt_whole(st)) return step_read(st, v, dst, bytes);
     if (!dst) {
         snprintf(st->err, sizeof st->err, "mpmd_step_gather: nowhere to copy %%%d (NULL)", (int)v.id);
         return MPMD_ERR_INVALID;

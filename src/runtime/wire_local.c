@@ -1,14 +1,13 @@
-#define _GNU_SOURCE /* pthread_timedjoin_np, pthread_tryjoin_np */
-/* The in-process transport: every (rank, replica) is a thread of this
- * process.
+/* The in-process wire: every (rank, replica) is a thread of this process
+ * (the in-process launcher, launcher.c).
  *
  * A send puts the address of the value's planned buffer on the sender in
  * the destination rank's mailbox (a list under a mutex, with a condition
  * variable for the receiver); the receive copies it into its own planned
- * buffer. The sender's plan leaves that buffer untouched until the sender
- * knows the copy is done (the SEND's `reuse`), so no buffer is owned by
- * the transport. Sends never block, so the programs' check (every receive
- * has its send, nothing deadlocks) is all that is needed.
+ * buffer. The message itself is the sender's record for that send
+ * instruction, made at set-up: a send allocates nothing. The sender's plan leaves that buffer untouched until
+ * the sender knows the copy is done (the SEND's `reuse`), so no buffer is owned by the wire. Sends never
+ * block, so the programs' check (every receive has its send, nothing deadlocks) is all that is needed.
  *
  * A message carries the backend event after which its buffer is complete;
  * the receiver's queue waits for it before copying, so an asynchronous
@@ -37,7 +36,7 @@
  * 300 us 2% faster, and with 8 ranks on 2 cores 50 us made the step 1.5%
  * slower (the watching thread holds a core another rank needs).
  */
-#include "runtime/transport.h"
+#include "runtime/wire.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -52,10 +51,10 @@
 
 typedef struct msg {
     struct msg *next;
-    int32_t src, node, mb;
-    const void *buf; /* the sender's planned buffer */
-    void *ev;        /* the backend event after which buf is complete, or NULL */
-    double sent;     /* when it was posted (recorded runs) */
+    int32_t src, tag; /* the sender's pipeline rank, rt_tag */
+    const void *buf;  /* the sender's planned buffer */
+    void *ev;         /* the backend event after which buf is complete, or NULL */
+    double sent;      /* when it was posted (recorded runs) */
 } msg;
 
 /* One rank's mailbox, on cache lines of its own (the ranks' threads lock
@@ -65,6 +64,10 @@ typedef struct {
     pthread_cond_t cv;
     msg *inbox;
     atomic_uint posted; /* messages put in the inbox so far, for receives that watch it */
+    msg *out;           /* [program length]: the message of this rank's send instruction x, made at set-up
+                           (each send runs once a run, and its message is taken before the run ends) */
+    void **part;        /* [replicas]: a combine's operands */
+    unsigned gathers;   /* FSDP gathers this run: their parity picks the group's bank */
 } mailbox;
 
 /* The replicas of one pipeline rank (and model rank) meet here to combine
@@ -77,6 +80,8 @@ typedef struct {
     const char *who; /* "replicas" or "model ranks", for messages */
     unsigned generation;
     void **bufs; /* [size] */
+    const void **shards; /* data groups under FSDP: [2 banks][size][most] the members' shards of a gather */
+    int most;            /* the longest gather list */
 } group;
 
 typedef struct {
@@ -86,8 +91,6 @@ typedef struct {
                       them (data groups, when replicas > 1), then [num_ranks x replicas] model groups,
                       (rank r, replica d) at r R + d (when model ranks > 1) */
     int ngroups, ndata;
-    pthread_t *stuck; /* rank threads the watchdog gave up waiting for */
-    int nstuck;
     double spin; /* seconds a receive watches its mailbox before it sleeps */
 } local_state;
 
@@ -99,11 +102,6 @@ static double spin_seconds(void) {
     double us = v && *v ? strtod(v, &end) : 0;
     if (!v || !*v || *end || !(us >= 0 && us <= 1e6)) us = 0;
     return us * 1e-6;
-}
-
-static int local_layout(const struct mpmd_step *st, int *first) {
-    *first = 0;
-    return st->plan->num_ranks * st->plan->replicas * st->plan->model;
 }
 
 static group *data_group(mpmd_rank_state *rs) {
@@ -126,8 +124,8 @@ static void local_teardown(struct mpmd_step *st) {
             msg *m = b->inbox;
             b->inbox = m->next;
             if (m->ev) st->plan->be->event_free(rs->dev, m->ev);
-            free(m);
         }
+        free(b->out), free(b->part);
         pthread_mutex_destroy(&b->mu);
         pthread_cond_destroy(&b->cv);
         rs->tx = NULL;
@@ -136,10 +134,10 @@ static void local_teardown(struct mpmd_step *st) {
         pthread_mutex_destroy(&ls->groups[r].mu);
         pthread_cond_destroy(&ls->groups[r].cv);
         free(ls->groups[r].bufs);
+        free(ls->groups[r].shards);
     }
     free(ls->box);
     free(ls->groups);
-    free(ls->stuck);
     free(ls);
     st->tx = NULL;
 }
@@ -159,6 +157,10 @@ static mpmd_status local_setup(struct mpmd_step *st, mpmd_error *err) {
         pthread_cond_init(&ls->box[li].cv, NULL);
         st->rs[li].tx = &ls->box[li];
         ls->nbox++;
+        const int n = st->plan->prog[st->rs[li].rank].n;
+        if (!(ls->box[li].out = calloc((size_t)n + 1, sizeof(msg))) ||
+            !(ls->box[li].part = calloc((size_t)R, sizeof(void *))))
+            goto nomem;
     }
     ls->ndata = R > 1 ? D * M : 0;
     const int total = ls->ndata + (M > 1 ? D * R : 0) + 1; /* the last: every rank state (mesh_sum) */
@@ -171,85 +173,17 @@ static mpmd_status local_setup(struct mpmd_step *st, mpmd_error *err) {
         gr->size = k == total - 1 ? L : k < ls->ndata ? R : M;
         gr->who = k == total - 1 ? "ranks" : k < ls->ndata ? "replicas" : "model ranks";
         if (!(gr->bufs = calloc((size_t)gr->size, sizeof(void *)))) goto nomem;
+        if (k < ls->ndata && st->plan->mesh.shard) { /* FSDP's gathers */
+            for (int l = 0; l < st->plan->n_gather; l++)
+                gr->most = st->plan->gather_n[l] > gr->most ? st->plan->gather_n[l] : gr->most;
+            if (!(gr->shards = calloc(2 * (size_t)gr->size * (size_t)(gr->most + 1), sizeof *gr->shards)))
+                goto nomem;
+        }
     }
     return MPMD_OK;
 nomem:
-    return mpmd_error_set(err, MPMD_ERR_NOMEM,
-                          "out of memory setting up the ranks (%s backend)",
+    return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory setting up the ranks (%s backend)",
                           st->plan->be->name);
-}
-
-static mpmd_status local_launch(struct mpmd_step *st, void *(*rank_main)(void *)) {
-    const int L = st->num_local;
-    pthread_t *th = malloc((size_t)L * sizeof *th);
-    if (!th) {
-        snprintf(st->err, sizeof st->err, "out of memory starting %d rank threads", L);
-        return MPMD_ERR_NOMEM;
-    }
-    /* A step that failed may have left replicas counted at a barrier they
-     * then left: every group starts the run empty. */
-    local_state *ls = st->tx;
-    for (int r = 0; ls && r < ls->ngroups; r++) {
-        ls->groups[r].arrived = 0;
-        for (int d = 0; d < ls->groups[r].size; d++)
-            ls->groups[r].bufs[d] = NULL;
-    }
-    for (int r = 0; r < L; r++) { /* progress from now on: a thread slow to start is not stuck */
-        st->rs[r].status = MPMD_OK;
-        __atomic_store_n(&st->rs[r].progress_us, (int64_t)(1e6 * rt_now()), __ATOMIC_RELAXED);
-        __atomic_store_n(&st->rs[r].at, 0, __ATOMIC_RELAXED);
-    }
-    int started = 0;
-    for (int r = 0; r < L; r++) {
-        if (pthread_create(&th[r], NULL, rank_main, &st->rs[r]) != 0) {
-            rt_fail(&st->rs[r], MPMD_ERR_RUNTIME, "could not start the thread of rank %d", st->rs[r].rank);
-            break;
-        }
-        started++;
-    }
-    /* A rank that fails wakes the others; one stuck in a kernel never
-     * returns: after a failure, wait for each at most the watchdog's time,
-     * then leave the step broken rather than hang the caller. */
-    for (int r = 0; r < started; r++) {
-        if (st->wait_limit <= 0) {
-            pthread_join(th[r], NULL);
-            continue;
-        }
-        for (;;) {
-            struct timespec soon;
-            rt_time_after(0.01, &soon);
-            if (pthread_timedjoin_np(th[r], NULL, &soon) == 0) break;
-            /* a lone rank waits on no peer, so no wait of its own runs out:
-             * the watchdog watches its progress instead (a kernel that never
-             * returns: OpenBLAS retrying an allocation the address-space
-             * limit refuses, say) */
-            const mpmd_rank_state *rs = &st->rs[r];
-            const double since = rt_now() - 1e-6 * (double)__atomic_load_n(&rs->progress_us, __ATOMIC_RELAXED);
-            if (L == 1 && !rt_aborted(st) && since > st->wait_limit) {
-                char ib[400];
-                rt_instr_str(st, rs->rank, __atomic_load_n(&rs->at, __ATOMIC_RELAXED), ib, sizeof ib);
-                rt_fail(&st->rs[r], MPMD_ERR_RUNTIME,
-                        "%s has run for %.3g s without finishing: a kernel stuck, or slower than the watchdog "
-                        "allows (step_timeout)",
-                        ib, since);
-            }
-            if (rt_aborted(st) && rt_now() - st->abort_time > st->wait_limit) {
-                /* kept, to be joined when they end (local_settle) */
-                memmove(th, th + r, (size_t)(started - r) * sizeof *th);
-                ls->stuck = th;
-                ls->nstuck = started - r;
-                st->broken = 1;
-                size_t n = strlen(st->err);
-                snprintf(st->err + n, sizeof st->err - n,
-                         "; rank %d did not stop within %.3g s after that (stuck in a kernel?): the step cannot run "
-                         "again until it does",
-                         st->rs[r].rank, st->wait_limit);
-                return MPMD_ERR_RUNTIME;
-            }
-        }
-    }
-    free(th);
-    return MPMD_OK;
 }
 
 static void local_wake(struct mpmd_step *st) {
@@ -267,18 +201,18 @@ static void local_wake(struct mpmd_step *st) {
     }
 }
 
-static int local_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
+static int local_recv(mpmd_rank_state *rs, int slot, void *buf, size_t bytes, int peer, int tag) {
     struct mpmd_step *st = rs->st;
     mailbox *b = rs->tx;
     struct timespec until;
     int have_deadline = 0, timed = 0;
     double started = 0;
-    double wait_from = -1; /* when this rank began to wait (recorded runs) */
+    double wait_from = -1;   /* when this rank began to wait (recorded runs) */
     double watch_until = -1; /* MPMD_SPIN_US: the time the watching stops */
     pthread_mutex_lock(&b->mu);
     for (;;) {
         msg **pp = &b->inbox;
-        while (*pp && !((*pp)->src == in->peer && (*pp)->node == in->node && (*pp)->mb == in->mb))
+        while (*pp && !((*pp)->src == peer && (*pp)->tag == tag))
             pp = &(*pp)->next;
         if (*pp) {
             msg *m = *pp;
@@ -292,11 +226,12 @@ static int local_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
                 bad = st->plan->be->event_wait(rs->dev, m->ev);
                 st->plan->be->event_free(rs->dev, m->ev);
             }
-            if (!bad) bad = st->plan->be->copy(rs->dev, rt_buffer(rs, in), m->buf, mpmd_held_bytes(&st->plan->mesh, in->node));
-            free(m);
-            if (bad)
-                rt_fail(rs, MPMD_ERR_RUNTIME, "receiving %%%d of microbatch %d from rank %d failed", in->node,
-                        in->mb, in->peer);
+            if (!bad) bad = st->plan->be->copy(rs->dev, buf, m->buf, bytes);
+            if (bad) {
+                char ib[400];
+                rt_fail(rs, MPMD_ERR_RUNTIME, "receiving %s from rank %d failed",
+                        rt_instr_str(st, rs->rank, slot, ib, sizeof ib), peer);
+            }
             return bad;
         }
         if (rt_aborted(st)) {
@@ -329,29 +264,27 @@ static int local_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
         if (st->record) rs->wait += rt_now() - t0;
         if (w == ETIMEDOUT) {
             pthread_mutex_unlock(&b->mu);
-            char vb[300];
-            rt_fail(rs, MPMD_ERR_RUNTIME,
-                    "waited %.3f s for %s of microbatch %d from rank %d, which has not sent it: that rank is "
-                    "stuck or slower than the watchdog allows (step_timeout)",
-                    rt_now() - started, rt_value_str(st, in->node, vb, sizeof vb), in->mb, in->peer);
+            char ib[400];
+            rt_fail(
+                rs, MPMD_ERR_RUNTIME,
+                "waited %.3f s for %s from rank %d, which has not sent it: that rank is stuck or slower than "
+                "the watchdog allows (step_timeout)",
+                rt_now() - started, rt_instr_str(st, rs->rank, slot, ib, sizeof ib), peer);
             return 1;
         }
     }
 }
 
-static int local_send(mpmd_rank_state *rs, const mpmd_instr *in) {
+static int local_send(mpmd_rank_state *rs, int slot, const void *buf, size_t bytes, int peer, int tag) {
+    (void)bytes; /* the receiver copies as many as it expects */
     struct mpmd_step *st = rs->st;
-    msg *m = malloc(sizeof *m);
-    if (!m) {
-        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory sending %%%d", in->node);
-        return 1;
-    }
-    const void *buf = rt_buffer(rs, in);
-    m->src = rs->rank, m->node = in->node, m->mb = in->mb, m->buf = buf;
+    mailbox *own = rs->tx;
+    msg *m = &own->out[slot];
+    m->src = rs->rank, m->tag = tag, m->buf = buf;
     m->sent = st->record ? rt_now() : 0;
     m->ev = st->plan->be->event_record(rs->dev); /* the receiver waits for the kernels that wrote buf */
     /* the peer pipeline rank of the same lane (replica and model rank) */
-    mailbox *dst = st->rs[rs->lane * st->plan->num_ranks + in->peer].tx;
+    mailbox *dst = st->rs[rs->lane * st->plan->num_ranks + peer].tx;
     pthread_mutex_lock(&dst->mu);
     m->next = NULL;
     msg **pp = &dst->inbox;
@@ -380,8 +313,8 @@ static int group_meet(mpmd_rank_state *rs, group *gr, const char *what) {
         int timed = rt_deadline(st, &until), late = 0;
         double started = rt_now();
         while (gen == gr->generation && !rt_aborted(st) && !late)
-            late = (timed ? pthread_cond_timedwait(&gr->cv, &gr->mu, &until) : pthread_cond_wait(&gr->cv, &gr->mu)) ==
-                   ETIMEDOUT;
+            late = (timed ? pthread_cond_timedwait(&gr->cv, &gr->mu, &until)
+                          : pthread_cond_wait(&gr->cv, &gr->mu)) == ETIMEDOUT;
         if (late && gen == gr->generation) {
             pthread_mutex_unlock(&gr->mu);
             rt_fail(rs, MPMD_ERR_RUNTIME,
@@ -395,38 +328,32 @@ static int group_meet(mpmd_rank_state *rs, group *gr, const char *what) {
     return rt_aborted(st);
 }
 
-static int group_barrier(mpmd_rank_state *rs, group *gr) { return group_meet(rs, gr, "combine the loop results"); }
+static int group_barrier(mpmd_rank_state *rs, group *gr) {
+    return group_meet(rs, gr, "combine the loop results");
+}
 
 /* The replicas of one pipeline rank combine a loop result: every replica
  * computes the same sum, in replica order, so all copies have equal bits;
  * elements lo .. lo + count - 1 of it (all of it, or FSDP's shard). */
-static int group_combine(mpmd_rank_state *rs, int node, void *out, int64_t lo, int64_t count) {
+static int group_combine(mpmd_rank_state *rs, int node, const void *in, void *out, int64_t lo,
+                         int64_t count) {
     struct mpmd_step *st = rs->st;
     group *gr = data_group(rs);
     const int R = st->plan->replicas;
     const size_t es = mpmd_dtype_size(st->plan->g->nodes[node].type.dtype);
     char e[512];
-    void *part_small[16], **part = R <= 16 ? part_small : malloc((size_t)R * sizeof *part);
-    if (!part) {
-        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory combining %%%d across replicas", node);
-        return 1;
-    }
-    gr->bufs[rs->replica] = rs->glob[node];
+    void **part = ((mailbox *)rs->tx)->part;
+    gr->bufs[rs->replica] = (void *)in;
     /* every replica's buffer is complete before any replica reads it */
     if (st->plan->be->sync(rs->dev, e, sizeof e)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "%s", e);
-        if (part != part_small) free(part);
         return 1;
     }
-    if (group_barrier(rs, gr)) {
-        if (part != part_small) free(part);
-        return 1;
-    }
+    if (group_barrier(rs, gr)) return 1;
     for (int d = 0; d < R; d++)
         part[d] = (char *)gr->bufs[d] + (size_t)lo * es;
     int bad = st->plan->be->combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], part, R, out, count) ||
               st->plan->be->sync(rs->dev, e, sizeof e);
-    if (part != part_small) free(part);
     if (bad) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "combining %%%d across replicas failed", node);
         group_barrier(rs, gr);
@@ -437,25 +364,32 @@ static int group_combine(mpmd_rank_state *rs, int node, void *out, int64_t lo, i
     return group_barrier(rs, gr); /* all have read every buffer */
 }
 
-static int local_allreduce(mpmd_rank_state *rs, int node, void *out) {
-    return group_combine(rs, node, out, 0, mpmd_type_numel(&rs->st->plan->g->nodes[node].type));
+static int local_allreduce(mpmd_rank_state *rs, int node, const void *in, void *out) {
+    return group_combine(rs, node, in, out, 0, mpmd_type_numel(&rs->st->plan->g->nodes[node].type));
 }
 
-static int local_reduce_scatter(mpmd_rank_state *rs, int node, void *out) {
+static int local_reduce_scatter(mpmd_rank_state *rs, int node, const void *in, void *out) {
     int64_t lo, count;
     mpmd_shard_part(&rs->st->plan->mesh, node, rs->replica, &lo, &count);
-    return group_combine(rs, node, out, lo, count);
+    return group_combine(rs, node, in, out, lo, count);
 }
 
 /* Every replica's shards are complete (their updates synced) once all have
- * met; each replica then copies them all. Nobody writes a shard again
- * before every replica has met after its last gather (the loop results'
- * reduce-scatter precedes the updates: shard.c), so one meeting does. */
-static int local_allgather(mpmd_rank_state *rs, int x, const int32_t *nodes, int n, void *const *out) {
-    (void)x;
+ * met; each replica then copies them all, finding the others' shards in
+ * the group (each puts its list there before the meeting). Nobody writes a
+ * shard again before every replica has met after its last gather (the loop
+ * results' reduce-scatter precedes the updates: shard.c), so one meeting
+ * does; the lists alternate between two banks, so a replica that runs on
+ * to its next gather writes the bank nobody reads. */
+static int local_allgather(mpmd_rank_state *rs, int slot, int n, const int32_t *nodes,
+                           const void *const *mine, void *const *out) {
+    (void)slot;
     struct mpmd_step *st = rs->st;
     group *gr = data_group(rs);
-    const int R = st->plan->replicas, D = st->plan->num_ranks;
+    mailbox *b = rs->tx;
+    const int R = st->plan->replicas;
+    const void **bank = gr->shards + (size_t)(b->gathers++ & 1) * (size_t)R * (size_t)gr->most;
+    memcpy(bank + (size_t)rs->replica * (size_t)gr->most, mine, (size_t)n * sizeof *mine);
     char e[512];
     if (st->plan->be->sync(rs->dev, e, sizeof e)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "%s", e);
@@ -465,16 +399,16 @@ static int local_allgather(mpmd_rank_state *rs, int x, const int32_t *nodes, int
     if (group_meet(rs, gr, "gather the parameters of a task (FSDP)")) return 1;
     if (st->record) rs->wait += rt_now() - t0;
     for (int q = 0; q < n; q++) {
-        const size_t b = mpmd_held_bytes(&st->plan->mesh, nodes[q]);
+        const size_t bytes = mpmd_held_bytes(&st->plan->mesh, nodes[q]);
         for (int d = 0; d < R; d++) {
-            const mpmd_rank_state *peer = &st->rs[(d * st->plan->model + rs->model) * D + rs->rank];
-            if (st->plan->be->copy(rs->dev, (char *)out[q] + (size_t)d * b, peer->glob[nodes[q]], b)) {
+            const void *shard = bank[(size_t)d * (size_t)gr->most + (size_t)q];
+            if (st->plan->be->copy(rs->dev, (char *)out[q] + (size_t)d * bytes, shard, bytes)) {
                 rt_fail(rs, MPMD_ERR_RUNTIME, "gathering %%%d from replica %d failed", nodes[q], d);
                 return 1;
             }
         }
-        rs->coll_bytes += (int64_t)((size_t)(R - 1) * b);
-        rs->gath_bytes += (int64_t)((size_t)(R - 1) * b);
+        rs->coll_bytes += (int64_t)((size_t)(R - 1) * bytes);
+        rs->gath_bytes += (int64_t)((size_t)(R - 1) * bytes);
     }
     return 0;
 }
@@ -483,7 +417,8 @@ static int local_allgather(mpmd_rank_state *rs, int x, const int32_t *nodes, int
  * (complete: each synced its queue); each computes its result from all of
  * them with its backend's model_combine; they meet again before any input
  * may change. */
-static int local_model_collective(mpmd_rank_state *rs, int node, const void *in, void *out, const char *where) {
+static int local_model_collective(mpmd_rank_state *rs, int node, const void *in, void *out,
+                                  const char *where) {
     struct mpmd_step *st = rs->st;
     const mpmd_graph *g = st->plan->g;
     group *gr = model_group(rs);
@@ -500,8 +435,8 @@ static int local_model_collective(mpmd_rank_state *rs, int node, const void *in,
     if (st->record) rs->wait += rt_now() - t0;
     /* each rank's combine reads every rank's input (a device backend's
      * buffers: in-process model ranks share the device), then waits for it */
-    int bad = st->plan->be->model_combine(rs->dev, g, node, rs->model, st->plan->model, (const void *const *)gr->bufs,
-                                          out, e, sizeof e) ||
+    int bad = st->plan->be->model_combine(rs->dev, g, node, rs->model, st->plan->model,
+                                          (const void *const *)gr->bufs, out, e, sizeof e) ||
               st->plan->be->sync(rs->dev, e, sizeof e);
     if (bad) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", node, g->nodes[node].op->name, where, e);
@@ -545,54 +480,50 @@ static void local_end_step(mpmd_rank_state *rs) {
         msg *m = b->inbox;
         b->inbox = m->next;
         if (m->ev) st->plan->be->event_free(rs->dev, m->ev);
-        free(m);
     }
     pthread_mutex_unlock(&b->mu);
 }
 
+/* The rank threads of a run the watchdog cut short have stopped (the
+ * launcher's settle): drop what they left in the mailboxes. */
 static int local_settle(struct mpmd_step *st, double wait) {
-    local_state *ls = st->tx;
-    struct timespec until;
-    rt_time_after(wait, &until);
-    int left = 0;
-    for (int i = 0; i < ls->nstuck; i++)
-        if ((wait > 0 ? pthread_timedjoin_np(ls->stuck[i], NULL, &until) : pthread_tryjoin_np(ls->stuck[i], NULL)) !=
-            0)
-            ls->stuck[left++] = ls->stuck[i];
-    ls->nstuck = left;
-    if (left) return 0;
-    free(ls->stuck);
-    ls->stuck = NULL;
+    (void)wait;
     for (int r = 0; r < st->num_local; r++)
         local_end_step(&st->rs[r]);
     return 1;
 }
 
-/* Every (rank, replica) is here: a download from that rank's backend. */
-static mpmd_status local_fetch(struct mpmd_step *st, int rank, int replica, int node, void *dst,
-                               size_t bytes) {
-    return mpmd_runtime_read(st, rank, replica, node, dst, bytes);
+/* A step that failed may have left replicas counted at a barrier they then
+ * left: every group starts the run empty, and every rank's gathers count
+ * from 0. */
+static void local_start(struct mpmd_step *st) {
+    local_state *ls = st->tx;
+    for (int li = 0; ls && li < ls->nbox; li++)
+        ls->box[li].gathers = 0;
+    for (int r = 0; ls && r < ls->ngroups; r++) {
+        ls->groups[r].arrived = 0;
+        for (int d = 0; d < ls->groups[r].size; d++)
+            ls->groups[r].bufs[d] = NULL;
+    }
 }
 
-const mpmd_transport mpmd_transport_local = {
+const mpmd_wire mpmd_wire_local = {
     .name = "local",
-    .layout = local_layout,
     .setup = local_setup,
     .teardown = local_teardown,
-    .launch = local_launch,
-    .launch_threads = 1,
-    .prepare = NULL,
+    .start = local_start,
     .recv_ahead = 0,
     .send = local_send,
     .send_done = NULL, /* the receiver's copy is ordered before the sender learns of it */
+    .post_recv = NULL, /* a receive takes its message from the mailbox */
     .recv = local_recv,
     .allreduce = local_allreduce,
     .reduce_scatter = local_reduce_scatter,
     .allgather = local_allgather,
+    .post_gather = NULL, /* the replicas meet at the gather */
     .model_collective = local_model_collective,
     .mesh_sum = local_mesh_sum,
     .wake = local_wake,
     .end_step = local_end_step,
     .settle = local_settle,
-    .fetch = local_fetch,
 };

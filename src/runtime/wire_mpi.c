@@ -1,8 +1,6 @@
-/* The MPI transport (transport.h): one process per (rank, replica),
- * started by mpirun; and the public mpmd_mpi_* functions (include/mpmd.h).
- *
- * Every process compiles the same plan and runs the program of its rank,
- * on the calling thread (MPI_THREAD_FUNNELED).
+/* The MPI wire (wire.h) between the processes of the MPI launcher
+ * (launch_mpi.c), one process per point of the mesh, each running the
+ * program of its rank on the calling thread (MPI_THREAD_FUNNELED).
  *
  * A transfer is a non-blocking point-to-point message on the communicator
  * of its replica's pipeline; its tag is (value, microbatch), so nothing can
@@ -31,14 +29,15 @@
  * elements), and a task's sharded parameters are gathered with an
  * allgather of the shards just before it.
  *
- * A value held by another process is fetched with a broadcast from the
- * process that holds it (a sharded one: a broadcast from each replica).
+ * The requests of every send, receive and gather, the host copies, and one
+ * scratch area as large as the program's largest collective needs (the
+ * parts an allgather or all-to-all receives, and on a device backend the
+ * host copies they are combined in) are made at set-up: a running step
+ * allocates nothing here.
  *
- * Built only when CMake finds MPI (MPMD_HAVE_MPI); otherwise there is no
- * MPI transport (mpmd_transport_for says so) and the public functions say
- * that this build has no MPI.
+ * Built only when CMake finds MPI (MPMD_HAVE_MPI).
  */
-#include "runtime/transport.h"
+#include "runtime/wire.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -49,73 +48,23 @@
 #include <mpi.h>
 
 typedef struct {
-    MPI_Comm pipe;     /* the ranks of this replica, rank r = pipeline rank r */
-    MPI_Comm data;     /* the replicas of this pipeline rank (and model rank), in replica order */
-    MPI_Comm model;    /* the model ranks of this pipeline rank and replica, in model rank order */
-    MPI_Comm mesh;     /* every process of the step (mesh_sum) */
-    MPI_Request *rreq; /* [program length]: posted receives */
-    MPI_Request *sreq; /* [program length]: sends in flight */
-    int posted;        /* instructions up to here have their receives posted */
+    MPI_Comm pipe;      /* the ranks of this replica, rank r = pipeline rank r */
+    MPI_Comm data;      /* the replicas of this pipeline rank (and model rank), in replica order */
+    MPI_Comm model;     /* the model ranks of this pipeline rank and replica, in model rank order */
+    MPI_Comm mesh;      /* every process of the step (mesh_sum) */
+    MPI_Request *rreq;  /* [program length]: posted receives */
+    MPI_Request *sreq;  /* [program length]: sends in flight */
+    int *peer;          /* [program length]: the rank each send in flight goes to (messages) */
     MPI_Request **greq; /* [program length]: FSDP gathers posted ahead (one request per parameter), or NULL */
-    MPI_Request coll;  /* a combine the watchdog gave up on, and its buffer */
-    void *coll_buf;
+    MPI_Request coll;   /* a collective the watchdog gave up on (it still writes `space`) */
+    int coll_open;
+    char *space;      /* a collective's received parts and host copies: the most any of this
+                         rank's takes (coll_space), planned at set-up */
+    void **parts;     /* [max(replicas, model ranks)]: a combine's operands */
+    uint32_t sum[64]; /* mesh_sum's result */
     int tag_ub;
     char **stage; /* [program length]: host copies of sends and receives (device backends), else NULL */
 } mpi_state;
-
-int mpmd_mpi_available(void) { return 1; }
-
-mpmd_status mpmd_mpi_init(int *argc, char ***argv, mpmd_error *err) {
-    int inited = 0;
-    MPI_Initialized(&inited);
-    if (inited) return MPMD_OK;
-    int provided;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-        return mpmd_error_set(err, MPMD_ERR_RUNTIME, "mpmd_mpi_init: MPI_Init_thread failed");
-    return MPMD_OK;
-}
-
-void mpmd_mpi_finalize(void) {
-    int inited = 0, fin = 0;
-    MPI_Initialized(&inited);
-    MPI_Finalized(&fin);
-    if (inited && !fin) MPI_Finalize();
-}
-
-int mpmd_mpi_world_rank(void) {
-    int inited = 0, r = 0;
-    MPI_Initialized(&inited);
-    if (inited) MPI_Comm_rank(MPI_COMM_WORLD, &r);
-    return r;
-}
-
-int mpmd_mpi_world_size(void) {
-    int inited = 0, n = 1;
-    MPI_Initialized(&inited);
-    if (inited) MPI_Comm_size(MPI_COMM_WORLD, &n);
-    return n;
-}
-
-void mpmd_mpi_abort(int code) {
-    int inited = 0;
-    MPI_Initialized(&inited);
-    if (inited) MPI_Abort(MPI_COMM_WORLD, code);
-    exit(code);
-}
-
-mpmd_status mpmd_mpi_any(int *flags, int n, mpmd_error *err) {
-    if (n < 0 || (n && !flags))
-        return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_mpi_any: %d flags at %p", n, (void *)flags);
-    for (int i = 0; i < n; i++)
-        flags[i] = flags[i] != 0;
-    int inited = 0, fin = 0;
-    MPI_Initialized(&inited);
-    MPI_Finalized(&fin);
-    if (!inited || fin || n == 0) return MPMD_OK;
-    if (MPI_Allreduce(MPI_IN_PLACE, flags, n, MPI_INT, MPI_LOR, MPI_COMM_WORLD) != MPI_SUCCESS)
-        return mpmd_error_set(err, MPMD_ERR_RUNTIME, "mpmd_mpi_any: MPI_Allreduce of %d flags failed", n);
-    return MPMD_OK;
-}
 
 /* A message's host copy: page-locked where the backend has such memory
  * (faster copies to and from the GPU). */
@@ -129,21 +78,41 @@ static void stage_free(const mpmd_backend *be, void *p) {
         free(p);
 }
 
-/* Where instruction x's message is sent from or received into: its host
- * copy on a device backend, else the planned buffer itself. */
-static void *wire(mpmd_rank_state *rs, int x) {
-    mpi_state *m = rs->tx;
-    return m->stage ? m->stage[x] : rt_buffer(rs, &rs->st->plan->prog[rs->rank].ins[x]);
-}
-
-static int tag_of(const struct mpmd_step *st, int node, int mb) {
-    return node * (st->plan->num_micro + 1) + (mb + 1);
-}
-
-/* This process runs one rank state: its world index. */
-static int mpi_layout(const struct mpmd_step *st, int *first) {
-    *first = (st->mpi_replica * st->plan->model + st->mpi_model) * st->plan->num_ranks + st->mpi_rank;
-    return 1;
+/* The bytes of m->space: the most that one collective of program p takes,
+ * in the layouts that mpi_allreduce, mpi_reduce_scatter, mpi_allgather
+ * (device backends) and mpi_model_collective describe. */
+static size_t coll_space(const struct mpmd_step *st, const mpmd_program *p, int staged) {
+    const mpmd_plan *pl = st->plan;
+    const size_t R = (size_t)pl->replicas, M = (size_t)pl->model;
+    size_t most = 1;
+#define MOST(b) most = (b) > most ? (b) : most
+    for (int x = 0; x < p->n; x++) {
+        const mpmd_instr *in = &p->ins[x];
+        if (in->op == MPMD_I_ALLREDUCE) {
+            const size_t b = rt_bytes(pl->g, in->node);
+            MOST(R * b + (staged ? 2 * b : 0) + 1);
+        } else if (in->op == MPMD_I_REDUCE_SCATTER) {
+            const size_t es = mpmd_dtype_size(pl->g->nodes[in->node].type.dtype),
+                         full = rt_bytes(pl->g, in->node);
+            const size_t L = (size_t)mpmd_shard_len(&pl->mesh, in->node) * es;
+            const size_t head = R * L + (staged ? full + L : 0);
+            MOST((head + sizeof(int) - 1) / sizeof(int) * sizeof(int) + 4 * R * sizeof(int) + 1);
+        } else if (in->op == MPMD_I_GATHER && staged) {
+            int n;
+            const int32_t *list = mpmd_gather_list(pl, in, &n);
+            for (int q = 0; q < n; q++)
+                MOST((R + 1) * mpmd_held_bytes(&pl->mesh, list[q]) + 1);
+        }
+    }
+    /* the model axis's collectives, wherever in the graph (a few, small) */
+    for (int i = 0; M > 1 && i < pl->g->n_nodes; i++) {
+        const mpmd_node *nd = &pl->g->nodes[i];
+        if (!(nd->op->flags & MPMD_OPF_COLLECTIVE) || !mpmd_collective_exchanges(nd->op)) continue;
+        const size_t b = rt_bytes(pl->g, nd->in[0]), ob = rt_bytes(pl->g, i);
+        MOST(M * b + (!pl->be->host_memory ? b + ob : 0) + 1);
+    }
+#undef MOST
+    return most;
 }
 
 static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
@@ -157,25 +126,24 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
                                : getenv("SLURM_PROCID")       ? "SLURM_PROCID"
                                                               : NULL;
         if (launched)
-            return mpmd_error_set(
-                err, MPMD_ERR_INVALID,
-                "the MPI runtime needs mpmd_mpi_init(&argc, &argv, &err) "
-                "at the start of main; this process was started by an MPI launcher (%s is "
-                "set) but never initialised MPI",
-                launched);
-        return mpmd_error_set(
-            err, MPMD_ERR_INVALID,
-            "the MPI runtime needs mpmd_mpi_init(&argc, &argv, &err) at "
-            "the start of main, and the program started by mpirun (mpirun -np N program)");
+            return mpmd_error_set(err, MPMD_ERR_INVALID,
+                                  "the MPI runtime needs mpmd_mpi_init(&argc, &argv, &err) "
+                                  "at the start of main; this process was started by an MPI launcher (%s is "
+                                  "set) but never initialised MPI",
+                                  launched);
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "the MPI runtime needs mpmd_mpi_init(&argc, &argv, &err) at "
+                              "the start of main, and the program started by mpirun (mpirun -np N program)");
     }
     mpi_state *m = calloc(1, sizeof *m);
     if (!m) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
     st->tx = m;
     st->rs[0].tx = m;
-    const mpmd_program *p = &st->plan->prog[st->mpi_rank];
+    const mpmd_program *p = &st->plan->prog[st->rs[0].rank];
     m->rreq = malloc((size_t)(p->n + 1) * sizeof *m->rreq);
     m->sreq = malloc((size_t)(p->n + 1) * sizeof *m->sreq);
-    if (!m->rreq || !m->sreq) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
+    m->peer = calloc((size_t)p->n + 1, sizeof *m->peer);
+    if (!m->rreq || !m->sreq || !m->peer) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
     for (int x = 0; x < p->n; x++)
         m->rreq[x] = m->sreq[x] = MPI_REQUEST_NULL;
     if (!st->plan->be->host_memory) {
@@ -183,16 +151,17 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
             return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory");
         for (int x = 0; x < p->n; x++)
             if ((p->ins[x].op == MPMD_I_SEND || p->ins[x].op == MPMD_I_RECV) &&
-                !(m->stage[x] = stage_alloc(st->plan->be, mpmd_held_bytes(&st->plan->mesh, p->ins[x].node) + 1)))
-                return mpmd_error_set(
-                    err, MPMD_ERR_NOMEM,
-                    "out of memory for the host copies of rank %d's messages",
-                    st->mpi_rank);
+                !(m->stage[x] =
+                      stage_alloc(st->plan->be, mpmd_held_bytes(&st->plan->mesh, p->ins[x].node) + 1)))
+                return mpmd_error_set(err, MPMD_ERR_NOMEM,
+                                      "out of memory for the host copies of rank %d's messages",
+                                      st->rs[0].rank);
     }
     const int M = st->plan->model;
-    MPI_Comm_split(MPI_COMM_WORLD, st->mpi_replica * M + st->mpi_model, st->mpi_rank, &m->pipe);
-    MPI_Comm_split(MPI_COMM_WORLD, st->mpi_rank * M + st->mpi_model, st->mpi_replica, &m->data);
-    MPI_Comm_split(MPI_COMM_WORLD, st->mpi_rank * st->plan->replicas + st->mpi_replica, st->mpi_model, &m->model);
+    MPI_Comm_split(MPI_COMM_WORLD, st->rs[0].replica * M + st->rs[0].model, st->rs[0].rank, &m->pipe);
+    MPI_Comm_split(MPI_COMM_WORLD, st->rs[0].rank * M + st->rs[0].model, st->rs[0].replica, &m->data);
+    MPI_Comm_split(MPI_COMM_WORLD, st->rs[0].rank * st->plan->replicas + st->rs[0].replica, st->rs[0].model,
+                   &m->model);
     MPI_Comm_dup(MPI_COMM_WORLD, &m->mesh);
     int *ub = NULL, flag = 0;
     if (st->plan->be->host_memory && st->plan->mesh.shard) { /* FSDP's gathers, posted one task ahead */
@@ -210,20 +179,23 @@ static mpmd_status mpi_setup(struct mpmd_step *st, mpmd_error *err) {
                 const size_t b = (size_t)st->plan->replicas * mpmd_held_bytes(&st->plan->mesh, list[q]);
                 if (b > (size_t)INT_MAX)
                     return mpmd_error_set(err, MPMD_ERR_INVALID,
-                                          "%%%d has %zu bytes to gather; MPI counts stop at %d",
-                                          list[q], b, INT_MAX);
+                                          "%%%d has %zu bytes to gather; MPI counts stop at %d", list[q], b,
+                                          INT_MAX);
             }
         }
     }
+    const int R = st->plan->replicas;
+    if (!(m->space = malloc(coll_space(st, p, m->stage != NULL))) ||
+        !(m->parts = calloc((size_t)(R > M ? R : M), sizeof *m->parts)))
+        return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory for rank %d's collectives", st->rs[0].rank);
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
     m->tag_ub = flag && ub ? *ub : 32767;
     int64_t need = (int64_t)st->plan->g->n_nodes * (st->plan->num_micro + 1);
     if (need > m->tag_ub)
-        return mpmd_error_set(
-            err, MPMD_ERR_INVALID,
-            "%lld message tags needed (values x microbatches) but this MPI "
-            "allows tags up to %d",
-            (long long)need, m->tag_ub);
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "%lld message tags needed (values x microbatches) but this MPI "
+                              "allows tags up to %d",
+                              (long long)need, m->tag_ub);
     return MPMD_OK;
 }
 
@@ -239,65 +211,30 @@ static void mpi_teardown(struct mpmd_step *st) {
         if (m->mesh != MPI_COMM_NULL && m->mesh) MPI_Comm_free(&m->mesh);
     }
     if (m->stage) {
-        const mpmd_program *p = &st->plan->prog[st->mpi_rank];
+        const mpmd_program *p = &st->plan->prog[st->rs[0].rank];
         for (int x = 0; x < p->n; x++)
             stage_free(st->plan->be, m->stage[x]);
         free(m->stage);
     }
     if (m->greq)
-        for (int x = 0; x < st->plan->prog[st->mpi_rank].n; x++)
+        for (int x = 0; x < st->plan->prog[st->rs[0].rank].n; x++)
             free(m->greq[x]);
     free(m->greq);
-    free(m->rreq), free(m->sreq), free(m->coll_buf), free(m);
+    free(m->rreq), free(m->sreq), free(m->peer), free(m->space), free(m->parts), free(m);
     st->tx = NULL;
     st->rs[0].tx = NULL;
 }
 
-/* The one rank state of this process runs on the calling thread. */
-static mpmd_status mpi_launch(struct mpmd_step *st, void *(*rank_main)(void *)) {
-    st->rs[0].status = MPMD_OK;
-    rank_main(&st->rs[0]);
-    return MPMD_OK;
-}
-
-/* The gathered buffers of GATHER instruction y: every value's, in the
- * order of its list (mpmd_gather_list). */
-static void *gather_buffer(mpmd_rank_state *rs, int y, int q) {
-    return rs->arena + rs->mem->buf[rs->mem->gath_buf[y] + q].off;
-}
-
-/* Post GATHER y's allgathers (host memory: straight into its planned
+/* Post GATHER `slot`'s allgathers (host memory: straight into its planned
  * buffers, which live from here on). */
-static void gather_post(mpmd_rank_state *rs, int y) {
+static void mpi_post_gather(mpmd_rank_state *rs, int slot, int n, const int32_t *nodes,
+                            const void *const *mine, void *const *out) {
     struct mpmd_step *st = rs->st;
     mpi_state *m = rs->tx;
-    int n;
-    const int32_t *list = mpmd_gather_list(st->plan, &st->plan->prog[rs->rank].ins[y], &n);
+    if (!m->greq) return; /* a device backend: gathered through host copies at the gather */
     for (int q = 0; q < n; q++) {
-        const int node = list[q];
-        const int b = (int)mpmd_held_bytes(&st->plan->mesh, node);
-        MPI_Iallgather(rs->glob[node], b, MPI_BYTE, gather_buffer(rs, y, q), b, MPI_BYTE, m->data, &m->greq[y][q]);
-    }
-}
-
-static void mpi_prepare(mpmd_rank_state *rs, int x) {
-    struct mpmd_step *st = rs->st;
-    mpi_state *m = rs->tx;
-    const mpmd_program *p = &st->plan->prog[rs->rank];
-    /* post every receive whose buffer the plan holds from here on (m->posted
-     * restarts at each step's end, so a second call for x posts nothing);
-     * and (FSDP, host memory) every gather, one task ahead */
-    for (; m->posted < p->n; m->posted++) {
-        const mpmd_instr *in = &p->ins[m->posted];
-        if (in->op == MPMD_I_GATHER && m->greq) {
-            if (in->post > x) break;
-            gather_post(rs, m->posted);
-            continue;
-        }
-        if (in->op != MPMD_I_RECV) continue;
-        if (in->post > x) break;
-        MPI_Irecv(wire(rs, m->posted), (int)mpmd_held_bytes(&st->plan->mesh, in->node), MPI_BYTE, in->peer,
-                  tag_of(st, in->node, in->mb), m->pipe, &m->rreq[m->posted]);
+        const int b = (int)mpmd_held_bytes(&st->plan->mesh, nodes[q]);
+        MPI_Iallgather(mine[q], b, MPI_BYTE, out[q], b, MPI_BYTE, m->data, &m->greq[slot][q]);
     }
 }
 
@@ -330,49 +267,49 @@ static int wait_for(mpmd_rank_state *rs, MPI_Request *req, const char *what) {
     return 1;
 }
 
-static int mpi_recv(mpmd_rank_state *rs, const mpmd_instr *in) {
+/* Receive `slot` straight into buf, or (a device backend) into its host
+ * copy. */
+static void mpi_post_recv(mpmd_rank_state *rs, int slot, void *buf, size_t bytes, int peer, int tag) {
     mpi_state *m = rs->tx;
-    int x = (int)(in - rs->st->plan->prog[rs->rank].ins); /* its receive was posted by mpi_prepare */
+    MPI_Irecv(m->stage ? m->stage[slot] : buf, (int)bytes, MPI_BYTE, peer, tag, m->pipe, &m->rreq[slot]);
+}
+
+static int mpi_recv(mpmd_rank_state *rs, int slot, void *buf, size_t bytes, int peer, int tag) {
+    (void)tag; /* posted by mpi_post_recv */
+    mpi_state *m = rs->tx;
     double t0 = rs->st->record ? rt_now() : 0;
-    char what[400], vb[300];
-    snprintf(what, sizeof what, "%s of microbatch %d from rank %d, which has not sent it",
-             rt_value_str(rs->st, in->node, vb, sizeof vb), in->mb, in->peer);
-    int bad = wait_for(rs, &m->rreq[x], what);
+    char what[400], ib[300];
+    rt_instr_str(rs->st, rs->rank, slot, ib, sizeof ib);
+    snprintf(what, sizeof what, "%s from rank %d, which has not sent it", ib, peer);
+    int bad = wait_for(rs, &m->rreq[slot], what);
     if (rs->st->record) rs->wait += rt_now() - t0;
-    if (!bad && m->stage &&
-        rs->st->plan->be->upload(rs->dev, rt_buffer(rs, in), m->stage[x],
-                                 mpmd_held_bytes(&rs->st->plan->mesh, in->node))) {
-        rt_fail(rs, MPMD_ERR_RUNTIME,
-                "copying %s of microbatch %d, received from rank %d, to the %s backend failed", vb, in->mb,
-                in->peer, rs->st->plan->be->name);
+    if (!bad && m->stage && rs->st->plan->be->upload(rs->dev, buf, m->stage[slot], bytes)) {
+        rt_fail(rs, MPMD_ERR_RUNTIME, "copying %s, received from rank %d, to the %s backend failed", ib, peer,
+                rs->st->plan->be->name);
         bad = 1;
     }
     return bad;
 }
 
-static int mpi_send(mpmd_rank_state *rs, const mpmd_instr *in) {
+static int mpi_send(mpmd_rank_state *rs, int slot, const void *buf, size_t bytes, int peer, int tag) {
     struct mpmd_step *st = rs->st;
     mpi_state *m = rs->tx;
-    int x = (int)(in - st->plan->prog[rs->rank].ins);
     /* a device value: its host copy, once the kernels that make it are done */
-    if (m->stage &&
-        st->plan->be->download(rs->dev, m->stage[x], rt_buffer(rs, in), mpmd_held_bytes(&st->plan->mesh, in->node))) {
-        char vb[300];
-        rt_fail(rs, MPMD_ERR_RUNTIME,
-                "copying %s of microbatch %d from the %s backend to send it to rank %d failed",
-                rt_value_str(st, in->node, vb, sizeof vb), in->mb, st->plan->be->name, in->peer);
+    if (m->stage && st->plan->be->download(rs->dev, m->stage[slot], buf, bytes)) {
+        char ib[300];
+        rt_fail(rs, MPMD_ERR_RUNTIME, "copying %s from the %s backend to send it to rank %d failed",
+                rt_instr_str(st, rs->rank, slot, ib, sizeof ib), st->plan->be->name, peer);
         return 1;
     }
-    MPI_Isend(wire(rs, x), (int)mpmd_held_bytes(&st->plan->mesh, in->node), MPI_BYTE, in->peer,
-              tag_of(st, in->node, in->mb), m->pipe, &m->sreq[x]);
+    m->peer[slot] = peer;
+    MPI_Isend(m->stage ? m->stage[slot] : buf, (int)bytes, MPI_BYTE, peer, tag, m->pipe, &m->sreq[slot]);
     return 0;
 }
 
 static void send_what(mpmd_rank_state *rs, int x, char *what, size_t n) {
-    const mpmd_instr *in = &rs->st->plan->prog[rs->rank].ins[x];
-    char vb[300];
-    snprintf(what, n, "rank %d to take %s of microbatch %d, sent to it", in->peer,
-             rt_value_str(rs->st, in->node, vb, sizeof vb), in->mb);
+    char ib[300];
+    snprintf(what, n, "rank %d to take %s, sent to it", ((mpi_state *)rs->tx)->peer[x],
+             rt_instr_str(rs->st, rs->rank, x, ib, sizeof ib));
 }
 
 static void mpi_send_done(mpmd_rank_state *rs, int x) {
@@ -382,7 +319,7 @@ static void mpi_send_done(mpmd_rank_state *rs, int x) {
     if (wait_for(rs, &m->sreq[x], what)) rs->st->broken = 1; /* the send still reads its buffer */
 }
 
-static int mpi_allreduce(mpmd_rank_state *rs, int node, void *out) {
+static int mpi_allreduce(mpmd_rank_state *rs, int node, const void *in, void *out) {
     struct mpmd_step *st = rs->st;
     mpi_state *m = rs->tx;
     const int R = st->plan->replicas;
@@ -391,30 +328,23 @@ static int mpi_allreduce(mpmd_rank_state *rs, int node, void *out) {
     /* staged: this replica's host copy and the combined result after the
      * gathered ones, in the one buffer a collective the watchdog gives up
      * on keeps (coll_buf) */
-    char *all = malloc((size_t)R * b + (staged ? 2 * b : 0) + 1);
-    void **bufs = malloc((size_t)R * sizeof *bufs);
-    char *mine = staged && all ? all + (size_t)R * b : NULL;
-    if (!all || !bufs) {
-        free(all), free(bufs);
-        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory combining %%%d across replicas", node);
-        return 1;
-    }
+    char *all = m->space;
+    void **bufs = m->parts;
+    char *mine = staged ? all + (size_t)R * b : NULL;
     double t0 = st->record ? rt_now() : 0;
-    if (staged && st->plan->be->download(rs->dev, mine, rs->glob[node], b)) {
-        free(all), free(bufs);
+    if (staged && st->plan->be->download(rs->dev, mine, in, b)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "copying %%%d from the %s backend to combine it across replicas failed",
                 node, st->plan->be->name);
         return 1;
     }
     MPI_Request req;
-    MPI_Iallgather(staged ? mine : rs->glob[node], (int)b, MPI_BYTE, all, (int)b, MPI_BYTE, m->data, &req);
+    MPI_Iallgather(staged ? mine : in, (int)b, MPI_BYTE, all, (int)b, MPI_BYTE, m->data, &req);
     char what[400], vb[300];
     snprintf(what, sizeof what, "the other replicas of rank %d to combine %s", rs->rank,
              rt_value_str(st, node, vb, sizeof vb));
     if (wait_for(rs, &req, what)) {
         st->broken = 1; /* the collective still writes `all`: kept until it ends (mpi_settle) */
-        m->coll = req, m->coll_buf = all;
-        free(bufs);
+        m->coll = req, m->coll_open = 1;
         return 1;
     }
     if (st->record) rs->wait += rt_now() - t0;
@@ -428,19 +358,18 @@ static int mpi_allreduce(mpmd_rank_state *rs, int node, void *out) {
     else
         bad = st->plan->be->combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], bufs, R, out,
                                     mpmd_type_numel(&st->plan->g->nodes[node].type));
-    free(all), free(bufs);
     if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "combining %%%d across replicas failed", node);
     return bad;
 }
 
-/* Wait for a collective on the replicas' communicator whose buffer is
- * `buf` (freed here, or kept for mpi_settle when the watchdog gives up). */
-static int coll_wait(mpmd_rank_state *rs, MPI_Request *req, void *buf, const char *what) {
+/* Wait for a collective (writing into m->space or the arena, both kept
+ * until it ends when the watchdog gives up: mpi_settle). */
+static int coll_wait(mpmd_rank_state *rs, MPI_Request *req, const char *what) {
     mpi_state *m = rs->tx;
     double t0 = rs->st->record ? rt_now() : 0;
     if (wait_for(rs, req, what)) {
-        rs->st->broken = 1; /* the collective still writes buf: kept until it ends (mpi_settle) */
-        m->coll = *req, m->coll_buf = buf ? buf : malloc(1); /* (a token: mpi_settle waits for req) */
+        rs->st->broken = 1;
+        m->coll = *req, m->coll_open = 1;
         return 1;
     }
     if (rs->st->record) rs->wait += rt_now() - t0;
@@ -450,7 +379,7 @@ static int coll_wait(mpmd_rank_state *rs, MPI_Request *req, void *buf, const cha
 /* Replica d's part of every replica's loop result: an all-to-all of the
  * parts (each replica sends part j to replica j), then the combine of the
  * R parts in replica order. */
-static int mpi_reduce_scatter(mpmd_rank_state *rs, int node, void *out) {
+static int mpi_reduce_scatter(mpmd_rank_state *rs, int node, const void *in, void *out) {
     struct mpmd_step *st = rs->st;
     const mpmd_plan *pl = st->plan;
     mpi_state *m = rs->tx;
@@ -461,7 +390,8 @@ static int mpi_reduce_scatter(mpmd_rank_state *rs, int node, void *out) {
     int64_t mylo, mycnt;
     mpmd_shard_part(&pl->mesh, node, rs->replica, &mylo, &mycnt);
     if ((size_t)R * L > (size_t)INT_MAX || full > (size_t)INT_MAX) {
-        rt_fail(rs, MPMD_ERR_INVALID, "%%%d: %zu bytes to reduce-scatter; MPI counts stop at %d", node, full, INT_MAX);
+        rt_fail(rs, MPMD_ERR_INVALID, "%%%d: %zu bytes to reduce-scatter; MPI counts stop at %d", node, full,
+                INT_MAX);
         return 1;
     }
     /* the parts received (R x L), then (staged) the whole loop result's host
@@ -469,17 +399,12 @@ static int mpi_reduce_scatter(mpmd_rank_state *rs, int node, void *out) {
      * one buffer, which a collective the watchdog gives up on keeps whole */
     const size_t head = (size_t)R * L + (staged ? full + L : 0);
     const size_t ints_at = (head + sizeof(int) - 1) / sizeof(int) * sizeof(int);
-    char *all = malloc(ints_at + 4 * (size_t)R * sizeof(int) + 1);
-    void **bufs = malloc((size_t)R * sizeof *bufs);
-    if (!all || !bufs) {
-        free(all), free(bufs);
-        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory reduce-scattering %%%d across replicas", node);
-        return 1;
-    }
+    char *all = m->space;
+    void **bufs = m->parts;
     int *scnt = (int *)(void *)(all + ints_at), *sdis = scnt + R, *rcnt = scnt + 2 * R, *rdis = scnt + 3 * R;
-    char *src = staged ? all + (size_t)R * L : rs->glob[node];
-    if (staged && pl->be->download(rs->dev, src, rs->glob[node], full)) {
-        free(all), free(bufs);
+    char *host = staged ? all + (size_t)R * L : NULL; /* the whole loop result's host copy */
+    const void *src = staged ? host : in;
+    if (staged && pl->be->download(rs->dev, host, in, full)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "copying %%%d from the %s backend to reduce-scatter it failed", node,
                 pl->be->name);
         return 1;
@@ -495,10 +420,7 @@ static int mpi_reduce_scatter(mpmd_rank_state *rs, int node, void *out) {
     char what[400], vb[300];
     snprintf(what, sizeof what, "the other replicas of rank %d to reduce-scatter %s", rs->rank,
              rt_value_str(st, node, vb, sizeof vb));
-    if (coll_wait(rs, &req, all, what)) {
-        free(bufs);
-        return 1;
-    }
+    if (coll_wait(rs, &req, what)) return 1;
     for (int d = 0; d < R; d++)
         bufs[d] = all + (size_t)d * L;
     int bad;
@@ -509,16 +431,16 @@ static int mpi_reduce_scatter(mpmd_rank_state *rs, int node, void *out) {
     } else {
         bad = pl->be->combine(rs->dev, pl->g, &pl->g->nodes[node], bufs, R, out, mycnt);
     }
-    free(all), free(bufs);
     rs->coll_bytes += (int64_t)((size_t)(R - 1) * (size_t)mycnt * es);
     if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "reduce-scattering %%%d across replicas failed", node);
     return bad;
 }
 
 /* Each parameter's shards from every replica, one allgather each: posted
- * one task ahead (host memory, mpi_prepare) and waited for here, or (a
+ * one task ahead (host memory, mpi_post_gather) and waited for here, or (a
  * device backend) through host copies now. */
-static int mpi_allgather(mpmd_rank_state *rs, int x, const int32_t *nodes, int n, void *const *out) {
+static int mpi_allgather(mpmd_rank_state *rs, int x, int n, const int32_t *nodes, const void *const *mine,
+                         void *const *out) {
     struct mpmd_step *st = rs->st;
     const mpmd_plan *pl = st->plan;
     mpi_state *m = rs->tx;
@@ -543,33 +465,26 @@ static int mpi_allgather(mpmd_rank_state *rs, int x, const int32_t *nodes, int n
         const int node = nodes[q];
         const size_t b = mpmd_held_bytes(&pl->mesh, node);
         if ((size_t)R * b > (size_t)INT_MAX) {
-            rt_fail(rs, MPMD_ERR_INVALID, "%%%d: %zu bytes to gather; MPI counts stop at %d", node, (size_t)R * b,
-                    INT_MAX);
+            rt_fail(rs, MPMD_ERR_INVALID, "%%%d: %zu bytes to gather; MPI counts stop at %d", node,
+                    (size_t)R * b, INT_MAX);
             return 1;
         }
         /* staged: the gathered shards, then this replica's own */
-        char *host = staged ? malloc((size_t)(R + 1) * b + 1) : NULL;
-        if (staged && !host) {
-            rt_fail(rs, MPMD_ERR_NOMEM, "out of memory gathering %%%d", node);
-            return 1;
-        }
-        if (staged && pl->be->download(rs->dev, host + (size_t)R * b, rs->glob[node], b)) {
-            free(host);
+        char *host = staged ? m->space : NULL;
+        if (staged && pl->be->download(rs->dev, host + (size_t)R * b, mine[q], b)) {
             rt_fail(rs, MPMD_ERR_RUNTIME, "copying %%%d from the %s backend to gather it failed", node,
                     pl->be->name);
             return 1;
         }
         MPI_Request req;
-        MPI_Iallgather(staged ? host + (size_t)R * b : rs->glob[node], (int)b, MPI_BYTE, staged ? host : out[q],
+        MPI_Iallgather(staged ? host + (size_t)R * b : mine[q], (int)b, MPI_BYTE, staged ? host : out[q],
                        (int)b, MPI_BYTE, m->data, &req);
         char what[400], vb[300];
         snprintf(what, sizeof what, "the other replicas of rank %d to gather %s (FSDP)", rs->rank,
                  rt_value_str(st, node, vb, sizeof vb));
-        if (coll_wait(rs, &req, host, what)) return 1;
+        if (coll_wait(rs, &req, what)) return 1;
         if (staged) {
-            int bad = pl->be->upload(rs->dev, out[q], host, (size_t)R * b);
-            free(host);
-            if (bad) {
+            if (pl->be->upload(rs->dev, out[q], host, (size_t)R * b)) {
                 rt_fail(rs, MPMD_ERR_RUNTIME, "copying the gathered %%%d to the %s backend failed", node,
                         pl->be->name);
                 return 1;
@@ -597,16 +512,10 @@ static int mpi_model_collective(mpmd_rank_state *rs, int node, const void *in, v
         return 1;
     }
     /* every rank's input, then (staged) this rank's own and the result */
-    char *buf = malloc((size_t)M * b + (staged ? b + ob : 0) + 1);
-    const void **ins = malloc((size_t)M * sizeof *ins);
-    if (!buf || !ins) {
-        free(buf), free(ins);
-        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory in %%%d = %s%s", node, g->nodes[node].op->name, where);
-        return 1;
-    }
+    char *buf = m->space;
+    const void **ins = (const void **)m->parts;
     char *mine = buf + (size_t)M * b, *res = mine + b;
     if (staged && be->download(rs->dev, mine, in, b)) {
-        free(buf), free(ins);
         rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: copying the input from the %s backend failed", node,
                 g->nodes[node].op->name, where, be->name);
         return 1;
@@ -616,46 +525,30 @@ static int mpi_model_collective(mpmd_rank_state *rs, int node, const void *in, v
     char what[400];
     snprintf(what, sizeof what, "the other model ranks of rank %d for %%%d = %s%s", rs->rank, node,
              g->nodes[node].op->name, where);
-    if (coll_wait(rs, &req, buf, what)) {
-        free(ins);
-        return 1;
-    }
+    if (coll_wait(rs, &req, what)) return 1;
     for (int j = 0; j < M; j++)
         ins[j] = buf + (size_t)j * b;
     char e[256];
-    int bad = mpmd_backend_cpu.model_combine(NULL, g, node, rs->model, M, ins, staged ? res : out, e, sizeof e);
+    int bad =
+        mpmd_backend_cpu.model_combine(NULL, g, node, rs->model, M, ins, staged ? res : out, e, sizeof e);
     if (!bad && staged && be->upload(rs->dev, out, res, ob))
         bad = 1, snprintf(e, sizeof e, "copying the result to the %s backend failed", be->name);
-    free(buf), free(ins);
     if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", node, g->nodes[node].op->name, where, e);
     return bad;
-}
-
-/* An allgather of the words on the job's world (the step's communicators
- * do not exist yet). */
-static int mpi_agree(const uint64_t *mine, int n, uint64_t **all, int *procs) {
-    int ws = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &ws);
-    *procs = ws;
-    *all = malloc((size_t)ws * (size_t)n * sizeof **all + 1);
-    if (!*all) return 1;
-    return MPI_Allgather(mine, n, MPI_UINT64_T, *all, n, MPI_UINT64_T, MPI_COMM_WORLD) != MPI_SUCCESS;
 }
 
 /* An allreduce of the words over every process (integers: the sum is
  * exact, whatever order MPI adds them in). */
 static int mpi_mesh_sum(mpmd_rank_state *rs, uint32_t *acc, int n) {
     mpi_state *m = rs->tx;
-    uint32_t *sum = malloc((size_t)n * sizeof *sum + 1); /* kept for mpi_settle if the watchdog gives up */
-    if (!sum) {
-        rt_fail(rs, MPMD_ERR_NOMEM, "out of memory summing a global norm");
+    if (n > (int)(sizeof m->sum / sizeof *m->sum)) {
+        rt_fail(rs, MPMD_ERR_INVALID, "a sum over the mesh of %d words (at most 64)", n);
         return 1;
     }
     MPI_Request req;
-    MPI_Iallreduce(acc, sum, n, MPI_UINT32_T, MPI_SUM, m->mesh, &req);
-    if (coll_wait(rs, &req, sum, "the other processes of the step to sum a global norm")) return 1;
-    memcpy(acc, sum, (size_t)n * sizeof *sum);
-    free(sum);
+    MPI_Iallreduce(acc, m->sum, n, MPI_UINT32_T, MPI_SUM, m->mesh, &req);
+    if (coll_wait(rs, &req, "the other processes of the step to sum a global norm")) return 1;
+    memcpy(acc, m->sum, (size_t)n * sizeof *acc);
     return 0;
 }
 
@@ -684,12 +577,11 @@ static void mpi_end_step(mpmd_rank_state *rs) {
             MPI_Wait(&m->rreq[x], MPI_STATUS_IGNORE);
         }
     }
-    m->posted = 0; /* the next step posts its receives from the start */
 }
 
 static int mpi_settle(struct mpmd_step *st, double wait) {
     mpi_state *m = st->tx;
-    const mpmd_program *p = &st->plan->prog[st->mpi_rank];
+    const mpmd_program *p = &st->plan->prog[st->rs[0].rank];
     const double t0 = rt_now();
     for (;;) {
         int done = 1;
@@ -699,10 +591,10 @@ static int mpi_settle(struct mpmd_step *st, double wait) {
                 MPI_Test(&m->sreq[x], &flag, MPI_STATUS_IGNORE);
                 done &= flag;
             }
-        if (m->coll_buf) {
+        if (m->coll_open) {
             int flag = 0;
             MPI_Test(&m->coll, &flag, MPI_STATUS_IGNORE);
-            if (flag) free(m->coll_buf), m->coll_buf = NULL;
+            if (flag) m->coll_open = 0;
             done &= flag;
         }
         if (done || rt_now() - t0 >= wait) return done;
@@ -711,92 +603,25 @@ static int mpi_settle(struct mpmd_step *st, double wait) {
     }
 }
 
-/* The part of `node` (rank, replica, model) holds, from the process that
- * runs it, broadcast to every process: bytes [lo, lo + n) of the model
- * rank's value. */
-static void bcast_part(struct mpmd_step *st, int rank, int replica, int model, int node, char *dst, size_t n) {
-    const int root = (replica * st->plan->model + model) * st->plan->num_ranks + rank;
-    if (st->mpi_rank == rank && st->mpi_replica == replica && st->mpi_model == model) {
-        const void *src = st->rs[0].glob[node];
-        if (src)
-            st->plan->be->download(st->rs[0].dev, dst, src, n);
-        else
-            memset(dst, 0, n);
-    }
-    if (n) MPI_Bcast(dst, (int)n, MPI_BYTE, root, MPI_COMM_WORLD);
-}
-
-static mpmd_status mpi_fetch(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes) {
-    int axis, groups;
-    const int split = mpmd_split_of(st->plan->g, node, &axis, &groups), sharded = mpmd_sharded(&st->plan->mesh, node);
-    if (!split && !sharded) {
-        bcast_part(st, rank, replica, 0, node, dst, bytes);
-        return MPMD_OK;
-    }
-    /* every model rank's part (tensor parallelism), each assembled from
-     * every replica's shard (FSDP) */
-    const size_t b = rt_bytes(st->plan->g, node), es = mpmd_dtype_size(st->plan->g->nodes[node].type.dtype);
-    char *part = split ? malloc(b + 1) : dst;
-    if (!part) return MPMD_ERR_NOMEM;
-    for (int mr = 0; mr < st->plan->model; mr++) {
-        if (!sharded) {
-            bcast_part(st, rank, replica, mr, node, part, b);
-        } else {
-            for (int d = 0; d < st->plan->replicas; d++) {
-                int64_t lo, cnt;
-                mpmd_shard_part(&st->plan->mesh, node, d, &lo, &cnt);
-                bcast_part(st, rank, d, mr, node, part + (size_t)lo * es, (size_t)cnt * es);
-            }
-        }
-        if (split) mpmd_split_copy(st->plan->g, node, mr, dst, part, 1);
-    }
-    if (split) free(part);
-    return MPMD_OK;
-}
-
-const mpmd_transport mpmd_transport_mpi = {
+const mpmd_wire mpmd_wire_mpi = {
     .name = "mpi",
-    .layout = mpi_layout,
     .setup = mpi_setup,
     .teardown = mpi_teardown,
-    .launch = mpi_launch,
-    .prepare = mpi_prepare,
+    .start = NULL,
     .recv_ahead = 2,
+    .post_recv = mpi_post_recv,
     .send = mpi_send,
     .send_done = mpi_send_done,
     .recv = mpi_recv,
     .allreduce = mpi_allreduce,
     .reduce_scatter = mpi_reduce_scatter,
     .allgather = mpi_allgather,
+    .post_gather = mpi_post_gather,
     .model_collective = mpi_model_collective,
     .mesh_sum = mpi_mesh_sum,
-    .agree = mpi_agree,
     .wake = NULL, /* one rank per process: no other thread here waits on it */
     .end_step = mpi_end_step,
     .settle = mpi_settle,
-    .fetch = mpi_fetch,
 };
-
-#else /* no MPI in this build */
-
-int mpmd_mpi_available(void) { return 0; }
-mpmd_status mpmd_mpi_init(int *argc, char ***argv, mpmd_error *err) {
-    (void)argc, (void)argv;
-    return mpmd_error_set(
-        err, MPMD_ERR_INVALID,
-        "this build of mpmd has no MPI runtime (install libopenmpi-dev and openmpi-bin, then "
-        "rebuild)");
-}
-void mpmd_mpi_finalize(void) {}
-int mpmd_mpi_world_rank(void) { return 0; }
-int mpmd_mpi_world_size(void) { return 1; }
-void mpmd_mpi_abort(int code) { exit(code); }
-mpmd_status mpmd_mpi_any(int *flags, int n, mpmd_error *err) {
-    if (n < 0 || (n && !flags))
-        return mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_mpi_any: %d flags at %p", n, (void *)flags);
-    for (int i = 0; i < n; i++)
-        flags[i] = flags[i] != 0; /* the job is this process */
-    return MPMD_OK;
-}
 
 #endif
