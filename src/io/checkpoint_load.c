@@ -213,8 +213,12 @@ static mpmd_status match(const state_view *v, const mpmd_st_header *h, const cha
     r.len = (size_t)snprintf(
         r.buf, r.cap,
         "%s: %.300s does not fit this model: %d missing, %d unexpected, %d with another dtype "
-        "or shape (file vs model)",
-        who, h->path, missing, unexpected, wrong);
+        "or shape (file vs model)%s",
+        who, h->path, missing, unexpected, wrong,
+        wrong ? ""
+              : " (a strict load: mpmd_step_load_params sets the parameters the file has and leaves the "
+                "rest, as "
+                "PyTorch's load_state_dict(strict=False))");
     if (r.len >= r.cap) r.len = r.cap - 1;
     char item[600], a[160], b[160];
     for (int i = 0, j = 0; i < v->n || j < h->n_tensors;) {
@@ -381,7 +385,7 @@ done:
 }
 
 static mpmd_status load_held(mpmd_step *st, const char *path, mpmd_checkpoint_info *info_out, const char *who,
-                        mpmd_error *err) {
+                             mpmd_error *err) {
     loading L;
     mpmd_status rc = load_open(path, &L, who, err);
     if (rc) return rc;
@@ -450,8 +454,9 @@ static mpmd_status load_params_held(mpmd_step *st, const char *path, const mpmd_
             char a[160], b[160];
             ckpt_type_str(t->dtype, t->ndim, t->dim, a, sizeof a);
             ckpt_type_str(ckpt_st_dtype(v.e[i].type.dtype), v.e[i].type.ndim, v.e[i].type.dim, b, sizeof b);
-            rc = mpmd_error_set(err, MPMD_ERR_SHAPE, "%s: %.300s: \"%s\" is %s in the file but parameter \"%s\" is %s",
-                                who, path, name, a, v.e[i].name, b);
+            rc = mpmd_error_set(err, MPMD_ERR_SHAPE,
+                                "%s: %.300s: \"%s\" is %s in the file but parameter \"%s\" is %s", who, path,
+                                name, a, v.e[i].name, b);
             break;
         }
         src_of[i] = t;
@@ -485,7 +490,8 @@ static mpmd_status copy_params_held(mpmd_step *dst, mpmd_step *src, const mpmd_p
     if (!dst || !src) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no step", who);
     if (!rt_whole(dst) || !rt_whole(src))
         return mpmd_error_set(err, MPMD_ERR_INVALID,
-                              "%s: both steps must run in this process (under MPI, save and load a file)", who);
+                              "%s: both steps must run in this process (under MPI, save and load a file)",
+                              who);
     state_view dv, sv;
     mpmd_status rc = ckpt_step_view(dst, who, 1, &dv, err);
     if (rc) return rc;
