@@ -255,71 +255,54 @@ struct FMulS {
     float s;
     __device__ float operator()(float x) const { return x * s; }
 };
-struct FNeg {
-    __device__ float operator()(float x) const { return -x; }
-};
-struct FExp {
-    __device__ float operator()(float x) const { return expf(x); }
-};
-struct FLog {
-    __device__ float operator()(float x) const { return logf(x); }
-};
-struct FTanh {
-    __device__ float operator()(float x) const { return tanhf(x); }
-};
-struct FSqrt {
-    __device__ float operator()(float x) const { return sqrtf(x); }
-};
-struct FRsqrt {
-    __device__ float operator()(float x) const { return 1.0f / sqrtf(x); }
-};
-struct FSquare {
-    __device__ float operator()(float x) const { return x * x; }
-};
+
+/* ---- formulas of the unary ops (src/ops/elementwise_ops.h) ------------------------------- */
+
+/* un_<name>(x) = y, and for MPMD_UNARY_GRAD_OPS gr_<name>(gy, v) = the
+ * cotangent of x, v being y or x as the list says; the CPU's formulas
+ * (src/backend/cpu/elementwise.c) with CUDA's maths functions. */
+__device__ __forceinline__ float un_neg(float x) { return -x; }
+__device__ __forceinline__ float un_exp(float x) { return expf(x); }
+__device__ __forceinline__ float un_log(float x) { return logf(x); }
+__device__ __forceinline__ float un_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ float un_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ float un_rsqrt(float x) { return 1.0f / sqrtf(x); }
+__device__ __forceinline__ float un_square(float x) { return x * x; }
 /* max(x, 0), NaN passes through */
-struct FRelu {
-    __device__ float operator()(float x) const { return x < 0.0f ? 0.0f : x; }
-};
-struct FGelu {
-    __device__ float operator()(float x) const { return gelu1(x); }
-};
+__device__ __forceinline__ float un_relu(float x) { return x < 0.0f ? 0.0f : x; }
+__device__ __forceinline__ float un_gelu(float x) { return gelu1(x); }
 /* 1 / (1 + e^-x); e^-x = inf gives 0, the limit */
-struct FSigmoid {
-    __device__ float operator()(float x) const { return 1.0f / (1.0f + expf(-x)); }
-};
+__device__ __forceinline__ float un_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* x / (1 + e^-x) */
-struct FSilu {
-    __device__ float operator()(float x) const { return x / (1.0f + expf(-x)); }
-};
+__device__ __forceinline__ float un_silu(float x) { return x / (1.0f + expf(-x)); }
+
+__device__ __forceinline__ float gr_tanh(float g, float y) { return g * (1.0f - y * y); }
+__device__ __forceinline__ float gr_sqrt(float g, float y) { return g * 0.5f / y; }
+__device__ __forceinline__ float gr_rsqrt(float g, float y) { return -0.5f * g * (y * y * y); }
+__device__ __forceinline__ float gr_square(float g, float x) { return 2.0f * x * g; }
+__device__ __forceinline__ float gr_relu(float g, float y) { return y > 0.0f ? g : 0.0f; }
+__device__ __forceinline__ float gr_gelu(float g, float x) { return g * gelu_grad1(x); }
+__device__ __forceinline__ float gr_sigmoid(float g, float y) { return g * (y * (1.0f - y)); }
+/* gy s (1 + x (1 - s)), s = sigmoid(x) */
+__device__ __forceinline__ float gr_silu(float g, float x) {
+    float s = 1.0f / (1.0f + expf(-x));
+    return g * (s * (1.0f + x * (1.0f - s)));
+}
+
+/* A functor per formula: F_<name> (f(x)) and G_<name> (f(gy, v)). */
+#define UN_FUNCTOR(name, ...)                                                                                \
+    struct F_##name {                                                                                        \
+        __device__ float operator()(float x) const { return un_##name(x); }                                  \
+    };
+#define GR_FUNCTOR(name, ...)                                                                                \
+    UN_FUNCTOR(name)                                                                                         \
+    struct G_##name {                                                                                        \
+        __device__ float operator()(float g, float v) const { return gr_##name(g, v); }                      \
+    };
+MPMD_UNARY_OPS(UN_FUNCTOR)
+MPMD_UNARY_GRAD_OPS(GR_FUNCTOR)
 
 /* fused backward: f(gy, v) */
-struct GTanh {
-    __device__ float operator()(float g, float y) const { return g * (1.0f - y * y); }
-}; /* v = tanh(x) */
-struct GSqrt {
-    __device__ float operator()(float g, float y) const { return g * 0.5f / y; }
-}; /* v = sqrt(x) */
-struct GRsqrt {
-    __device__ float operator()(float g, float y) const { return -0.5f * g * (y * y * y); }
-}; /* v = x^-1/2 */
-struct GSquare {
-    __device__ float operator()(float g, float x) const { return 2.0f * x * g; }
-}; /* v = x */
-struct GRelu {
-    __device__ float operator()(float g, float y) const { return y > 0.0f ? g : 0.0f; }
-}; /* v = relu(x) */
-struct GGelu {
-    __device__ float operator()(float g, float x) const { return g * gelu_grad1(x); }
-}; /* v = x */
-struct GSigmoid {
-    __device__ float operator()(float g, float y) const { return g * (y * (1.0f - y)); }
-}; /* v = sigmoid(x) */
-struct GSilu {
-    __device__ float operator()(float g, float x) const {
-        float s = 1.0f / (1.0f + expf(-x));
-        return g * (s * (1.0f + x * (1.0f - s)));
-    }
-}; /* v = x: gy s (1 + x (1 - s)), s = sigmoid(x) */
 struct GWhereT {
     __device__ float operator()(float g, float c) const { return c != 0.0f ? g : 0.0f; }
 }; /* v = the mask: gy where it is set */
@@ -425,17 +408,7 @@ enum {
     BIN_LT,
     BIN_LE,
     BIN_GT,
-    BIN_GE,
-    GR_TANH,
-    GR_SQRT,
-    GR_RSQRT,
-    GR_SQUARE,
-    GR_RELU,
-    GR_GELU,
-    GR_SIGMOID,
-    GR_SILU,
-    GR_WHERE_T,
-    GR_WHERE_F
+    BIN_GE
 };
 
 /* The coalesced output (mpmd_bcast_plan_make, src/backend/shape_plan.c, as
@@ -573,16 +546,6 @@ static int launch_map2(const mpmd_kargs *a, int kind, T *o, const T *x, int sa, 
     case BIN_LE:
     case BIN_GT:
     case BIN_GE: launch_map2_f(s, o, x, sa, y, sb, n, FCmp{kind - BIN_EQ}); break;
-    case GR_TANH: launch_map2_f(s, o, x, sa, y, sb, n, GTanh()); break;
-    case GR_SQRT: launch_map2_f(s, o, x, sa, y, sb, n, GSqrt()); break;
-    case GR_RSQRT: launch_map2_f(s, o, x, sa, y, sb, n, GRsqrt()); break;
-    case GR_SQUARE: launch_map2_f(s, o, x, sa, y, sb, n, GSquare()); break;
-    case GR_RELU: launch_map2_f(s, o, x, sa, y, sb, n, GRelu()); break;
-    case GR_GELU: launch_map2_f(s, o, x, sa, y, sb, n, GGelu()); break;
-    case GR_SIGMOID: launch_map2_f(s, o, x, sa, y, sb, n, GSigmoid()); break;
-    case GR_SILU: launch_map2_f(s, o, x, sa, y, sb, n, GSilu()); break;
-    case GR_WHERE_T: launch_map2_f(s, o, x, sa, y, sb, n, GWhereT()); break;
-    case GR_WHERE_F: launch_map2_f(s, o, x, sa, y, sb, n, GWhereF()); break;
     }
     return mpmd_cuda_launched(a, a->node->op->name);
 }
@@ -644,49 +607,40 @@ static int k_div(const mpmd_kargs *a) { return run_binary(a, BIN_DIV); }
 static int k_maximum(const mpmd_kargs *a) { return run_binary(a, BIN_MAX); }
 static int k_minimum(const mpmd_kargs *a) { return run_binary(a, BIN_MIN); }
 static int k_max_weight(const mpmd_kargs *a) { return run_binary(a, BIN_MAXW); }
-/* compare: ia[0] = the mpmd_cmp, checked by mpmd_compare */
-static int k_compare(const mpmd_kargs *a) { return run_binary(a, BIN_EQ + (int)a->node->ia[0]); }
+/* compare: the attribute cmp, checked by mpmd_compare */
+static int k_compare(const mpmd_kargs *a) { return run_binary(a, BIN_EQ + mpmd_attr_cmp(a->node)); }
 /* broadcast_to: out[i] = a[broadcast index of i] */
 static int k_broadcast_to(const mpmd_kargs *a) { return run_binary(a, BIN_COPY); }
 
 /* ---- unary ops ------------------------------------------------------------------------------ */
 
-static int k_add_scalar(const mpmd_kargs *a) { return run_map1(a, FAddS{a->node->fa[0]}); }
-static int k_mul_scalar(const mpmd_kargs *a) { return run_map1(a, FMulS{a->node->fa[0]}); }
-static int k_neg(const mpmd_kargs *a) { return run_map1(a, FNeg()); }
-static int k_exp(const mpmd_kargs *a) { return run_map1(a, FExp()); }
-static int k_log(const mpmd_kargs *a) { return run_map1(a, FLog()); }
-static int k_tanh(const mpmd_kargs *a) { return run_map1(a, FTanh()); }
-static int k_sqrt(const mpmd_kargs *a) { return run_map1(a, FSqrt()); }
-static int k_rsqrt(const mpmd_kargs *a) { return run_map1(a, FRsqrt()); }
-static int k_square(const mpmd_kargs *a) { return run_map1(a, FSquare()); }
-static int k_relu(const mpmd_kargs *a) { return run_map1(a, FRelu()); }
-static int k_gelu(const mpmd_kargs *a) { return run_map1(a, FGelu()); }
-static int k_sigmoid(const mpmd_kargs *a) { return run_map1(a, FSigmoid()); }
-static int k_silu(const mpmd_kargs *a) { return run_map1(a, FSilu()); }
+static int k_add_scalar(const mpmd_kargs *a) { return run_map1(a, FAddS{mpmd_attr_scalar(a->node)}); }
+static int k_mul_scalar(const mpmd_kargs *a) { return run_map1(a, FMulS{mpmd_attr_scalar(a->node)}); }
+#define UN_KERNEL(name, ...)                                                                                 \
+    static int k_##name(const mpmd_kargs *a) { return run_map1(a, F_##name()); }
+MPMD_UNARY_OPS(UN_KERNEL)
+MPMD_UNARY_GRAD_OPS(UN_KERNEL)
 
 /* ---- fused backward ops: out = f(gy, v), same shape and dtype ---------------------------------- */
 
-static int run_grad(const mpmd_kargs *a, int kind) {
+template <class G> static int run_grad(const mpmd_kargs *a, G f) {
     int d = common_dtype(a, 2);
     if (d < 0) return 1;
     return by_dtype(d, [&](auto tag) {
         typedef typename decltype(tag)::type T;
-        return launch_map2<T>(a, kind, (T *)a->out, (const T *)a->in[0], 1, (const T *)a->in[1], 1,
-                              numel_of(&a->node->type));
+        launch_map2_f(mpmd_cuda_of(a)->stream, (T *)a->out, (const T *)a->in[0], 1, (const T *)a->in[1], 1,
+                      numel_of(&a->node->type), f);
+        return mpmd_cuda_launched(a, a->node->op->name);
     });
 }
 
-static int k_tanh_grad(const mpmd_kargs *a) { return run_grad(a, GR_TANH); }
-static int k_sqrt_grad(const mpmd_kargs *a) { return run_grad(a, GR_SQRT); }
-static int k_rsqrt_grad(const mpmd_kargs *a) { return run_grad(a, GR_RSQRT); }
-static int k_square_grad(const mpmd_kargs *a) { return run_grad(a, GR_SQUARE); }
-static int k_relu_grad(const mpmd_kargs *a) { return run_grad(a, GR_RELU); }
-static int k_gelu_grad(const mpmd_kargs *a) { return run_grad(a, GR_GELU); }
-static int k_sigmoid_grad(const mpmd_kargs *a) { return run_grad(a, GR_SIGMOID); }
-static int k_silu_grad(const mpmd_kargs *a) { return run_grad(a, GR_SILU); }
-/* where_grad(gy, cond): ia[0] = 0: gy where cond != 0, else 0; 1: the other way */
-static int k_where_grad(const mpmd_kargs *a) { return run_grad(a, a->node->ia[0] ? GR_WHERE_F : GR_WHERE_T); }
+#define GR_KERNEL(name, ...)                                                                                 \
+    static int k_##name##_grad(const mpmd_kargs *a) { return run_grad(a, G_##name()); }
+MPMD_UNARY_GRAD_OPS(GR_KERNEL)
+/* where_grad(gy, cond), attribute side: 0: gy where cond != 0, else 0; 1: the other way */
+static int k_where_grad(const mpmd_kargs *a) {
+    return mpmd_attr_where_side(a->node) ? run_grad(a, GWhereF()) : run_grad(a, GWhereT());
+}
 
 /* ---- where: out = cond != 0 ? a : b, three operands of out's shape ------------------------------ */
 
@@ -761,8 +715,9 @@ static int k_dropout(const mpmd_kargs *a) {
                  mpmd_dtype_name(a->in_type[1]->dtype));
         return 1;
     }
-    float rate = a->node->fa[0];
-    uint32_t thr = mpmd_dropout_threshold(rate), mb = (uint32_t)a->mb, stream = (uint32_t)a->node->ia[0];
+    float rate = mpmd_attr_dropout_rate(a->node);
+    uint32_t thr = mpmd_dropout_threshold(rate), mb = (uint32_t)a->mb,
+             stream = (uint32_t)mpmd_attr_dropout_stream(a->node);
     float scale = 1.0f / (1.0f - rate);
     return by_dtype(d, [&](auto tag) {
         typedef typename decltype(tag)::type T;
@@ -1084,27 +1039,8 @@ extern "C" const mpmd_kernel mpmd_cuda_elementwise_kernels[] = {
     {&mpmd_op_div, k_div, NULL, F16S},
     {&mpmd_op_add_scalar, k_add_scalar, NULL, F16S},
     {&mpmd_op_mul_scalar, k_mul_scalar, NULL, F16S},
-    {&mpmd_op_neg, k_neg, NULL, F16S},
-    {&mpmd_op_exp, k_exp, NULL, F16S},
-    {&mpmd_op_log, k_log, NULL, F16S},
-    {&mpmd_op_tanh, k_tanh, NULL, F16S},
-    {&mpmd_op_sqrt, k_sqrt, NULL, F16S},
-    {&mpmd_op_rsqrt, k_rsqrt, NULL, F16S},
-    {&mpmd_op_square, k_square, NULL, F16S},
-    {&mpmd_op_relu, k_relu, NULL, F16S},
-    {&mpmd_op_gelu, k_gelu, NULL, F16S},
     {&mpmd_op_broadcast_to, k_broadcast_to, NULL, F16S},
     {&mpmd_op_sum_to, k_sum_to, scratch_sum_to, F16S},
-    {&mpmd_op_tanh_grad, k_tanh_grad, NULL, F16S},
-    {&mpmd_op_sqrt_grad, k_sqrt_grad, NULL, F16S},
-    {&mpmd_op_rsqrt_grad, k_rsqrt_grad, NULL, F16S},
-    {&mpmd_op_square_grad, k_square_grad, NULL, F16S},
-    {&mpmd_op_relu_grad, k_relu_grad, NULL, F16S},
-    {&mpmd_op_gelu_grad, k_gelu_grad, NULL, F16S},
-    {&mpmd_op_sigmoid, k_sigmoid, NULL, F16S},
-    {&mpmd_op_silu, k_silu, NULL, F16S},
-    {&mpmd_op_sigmoid_grad, k_sigmoid_grad, NULL, F16S},
-    {&mpmd_op_silu_grad, k_silu_grad, NULL, F16S},
     {&mpmd_op_maximum, k_maximum, NULL, F16S},
     {&mpmd_op_minimum, k_minimum, NULL, F16S},
     {&mpmd_op_max_weight, k_max_weight, NULL, F16S},
@@ -1112,5 +1048,8 @@ extern "C" const mpmd_kernel mpmd_cuda_elementwise_kernels[] = {
     {&mpmd_op_where, k_where, NULL, F16S},
     {&mpmd_op_where_grad, k_where_grad, NULL, F16S},
     {&mpmd_op_dropout, k_dropout, NULL, F16S},
-    {0, 0, 0, 0},
+#define UN_ROW(name, ...) {&mpmd_op_##name, k_##name, NULL, F16S},
+#define GR_ROW(name, ...)                                                                                    \
+    {&mpmd_op_##name, k_##name, NULL, F16S}, {&mpmd_op_##name##_grad, k_##name##_grad, NULL, F16S},
+    MPMD_UNARY_OPS(UN_ROW) MPMD_UNARY_GRAD_OPS(GR_ROW){0, 0, 0, 0},
 };
