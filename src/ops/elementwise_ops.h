@@ -32,20 +32,24 @@
 #ifndef MPMD_ELEMENTWISE_OPS_H
 #define MPMD_ELEMENTWISE_OPS_H
 
-/* X(name, reads, tol, domain, cost, gcost) */
-#define MPMD_UNARY_OPS(X)                                                                                    \
-    X(neg, OUT, EXACT, ANY, 1, 0) /* -x */                                                                   \
-    X(exp, OUT, ELEM, ANY, 16, 0) /* e^x */                                                                  \
-    X(log, OUT, ELEM, POS, 16, 0) /* ln x */
+/* X(name, reads, tol, domain, cost, gcost); a table, aligned by hand */
+// clang-format off
+#define MPMD_UNARY_OPS(X)                                                                                           \
+    X(neg, OUT, EXACT, ANY, 1, 0)            /* -x */                                                               \
+    X(exp, OUT, ELEM, ANY, 16, 0)            /* e^x */                                                              \
+    X(log, OUT, ELEM, POS, 16, 0)            /* ln x */                                                             \
+    /* new rows above this line */
 
-#define MPMD_UNARY_GRAD_OPS(X)                                                                               \
-    X(tanh, OUT, ELEM, ANY, 16, 1)    /* gx = gy (1 - y^2) */                                                \
-    X(sqrt, OUT, ELEM, POS, 4, 2)     /* gx = gy / (2 y) */                                                  \
-    X(rsqrt, OUT, ELEM, POS, 4, 1)    /* y = x^(-1/2): gx = -gy y^3 / 2 */                                   \
-    X(square, IN, ELEM, ANY, 1, 1)    /* gx = 2 x gy */                                                      \
-    X(relu, OUT, EXACT, ANY, 1, 1)    /* gx = gy where y > 0, else 0 (relu'(0) = 0) */                       \
-    X(gelu, IN, ELEM, ANY, 16, 16)    /* tanh form; gx = gy gelu'(x) */                                      \
-    X(sigmoid, OUT, ELEM, ANY, 16, 1) /* gx = gy y (1 - y) */                                                \
-    X(silu, IN, ELEM, ANY, 16, 16)    /* x sigmoid(x); gx = gy s (1 + x (1 - s)), s = sigmoid(x) */
+#define MPMD_UNARY_GRAD_OPS(X)                                                                                      \
+    X(tanh, OUT, ELEM, ANY, 16, 1)           /* gx = gy (1 - y^2) */                                                \
+    X(sqrt, OUT, ELEM, POS, 4, 2)            /* gx = gy / (2 y) */                                                  \
+    X(rsqrt, OUT, ELEM, POS, 4, 1)           /* y = x^(-1/2): gx = -gy y^3 / 2 */                                   \
+    X(square, IN, ELEM, ANY, 1, 1)           /* gx = 2 x gy */                                                      \
+    X(relu, OUT, EXACT, ANY, 1, 1)           /* gx = gy where y > 0, else 0 (relu'(0) = 0) */                       \
+    X(gelu, IN, ELEM, ANY, 16, 16)           /* tanh form; gx = gy gelu'(x) */                                      \
+    X(sigmoid, OUT, ELEM, ANY, 16, 1)        /* gx = gy y (1 - y) */                                                \
+    X(silu, IN, ELEM, ANY, 16, 16)           /* x sigmoid(x); gx = gy s (1 + x (1 - s)), s = sigmoid(x) */          \
+    /* new rows above this line */
+// clang-format on
 
 #endif
