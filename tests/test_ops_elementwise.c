@@ -180,6 +180,8 @@ static double ref_silu(double x) { return x / (1.0 + exp(-x)); }
 static double dref_silu(double x) {
     return 1 / (1 + exp(-x)) + x * exp(-x) / ((1 + exp(-x)) * (1 + exp(-x)));
 }
+static double ref_softplus(double x) { return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
+static double dref_softplus(double x) { return 1 / (1 + exp(-x)); }
 
 static mpmd_value make_add_scalar(mpmd_graph *g, mpmd_value x) { return mpmd_add_scalar(g, x, 0.375f); }
 static mpmd_value make_mul_scalar(mpmd_graph *g, mpmd_value x) { return mpmd_mul_scalar(g, x, -1.75f); }
@@ -250,6 +252,21 @@ static void test_unary_forward(void) {
     float *xp = xs;
     run_graph(g, 1, 1, &in, &xp, v, ys);
     CHECK(isnan(ys[0]) && ys[1] == 0.0f && ys[2] == 2.0f, "relu: %g %g %g", ys[0], ys[1], ys[2]);
+    mpmd_graph_free(g);
+    /* softplus does not overflow: x for large x, e^x for very negative x
+     * (not 0: log1p), 0 at -inf's side, NaN stays */
+    g = mpmd_graph_new();
+    in = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(3));
+    v = mpmd_softplus(g, in);
+    mpmd_keep(g, v);
+    float xl[3] = {1e30f, 100.0f, -20.0f}, yl[3];
+    xp = xl;
+    run_graph(g, 1, 1, &in, &xp, v, yl);
+    CHECK(yl[0] == 1e30f && yl[1] == 100.0f && fabs(yl[2] - exp(-20.0)) <= 1e-6 * exp(-20.0),
+          "softplus: %g %g %g", yl[0], yl[1], yl[2]);
+    xl[0] = NAN, xl[1] = -1e30f;
+    run_graph(g, 1, 1, &in, &xp, v, yl);
+    CHECK(isnan(yl[0]) && yl[1] == 0.0f, "softplus(NaN) = %g, softplus(-1e30) = %g", yl[0], yl[1]);
     mpmd_graph_free(g);
     free(x), free(y);
 }

@@ -49,6 +49,7 @@
     X(gelu, IN, ELEM, ANY, 16, 16)           /* tanh form; gx = gy gelu'(x) */                                      \
     X(sigmoid, OUT, ELEM, ANY, 16, 1)        /* gx = gy y (1 - y) */                                                \
     X(silu, IN, ELEM, ANY, 16, 16)           /* x sigmoid(x); gx = gy s (1 + x (1 - s)), s = sigmoid(x) */          \
+    X(softplus, IN, ELEM, ANY, 32, 16)       /* log(1 + e^x); gx = gy sigmoid(x) */                                 \
     /* new rows above this line */
 // clang-format on
 

@@ -223,6 +223,13 @@ static inline float gr_silu(float gy, float x) {
     return gy * (s * (1.0f + x * (1.0f - s)));
 }
 
+/* log(1 + e^x) = max(x, 0) + log(1 + e^-|x|): e^-|x| <= 1 never overflows,
+ * and log1p keeps it where it is below an ulp of 1 (very negative x); NaN
+ * passes */
+static inline float un_softplus(float x) { return (x > 0.0f ? x : 0.0f) + log1pf(expf(-fabsf(x))); }
+/* d softplus / dx = sigmoid(x) */
+static inline float gr_softplus(float gy, float x) { return gy * mpmd_sigmoid_f32(x); }
+
 /* ---- unary ops ------------------------------------------------------------------------ */
 
 enum un_kind {

@@ -289,6 +289,12 @@ __device__ __forceinline__ float gr_silu(float g, float x) {
     return g * (s * (1.0f + x * (1.0f - s)));
 }
 
+/* max(x, 0) + log(1 + e^-|x|), as the CPU */
+__device__ __forceinline__ float un_softplus(float x) {
+    return (x > 0.0f ? x : 0.0f) + log1pf(expf(-fabsf(x)));
+}
+__device__ __forceinline__ float gr_softplus(float g, float x) { return g * (1.0f / (1.0f + expf(-x))); }
+
 /* A functor per formula: F_<name> (f(x)) and G_<name> (f(gy, v)). */
 #define UN_FUNCTOR(name, ...)                                                                                \
     struct F_##name {                                                                                        \
