@@ -1417,11 +1417,9 @@ static int test_case(const mpmd_backend *be, const cdata *cd, const run *ref, co
 
 /* Every op of a CPU kernel table must be in op_table. */
 static int check_cpu_tables(void) {
-    const mpmd_kernel *const t[] = {mpmd_cpu_core_kernels, mpmd_cpu_elementwise_kernels,
-                                    mpmd_cpu_reduce_kernels, mpmd_cpu_nn_kernels, mpmd_cpu_optim_kernels};
     int ok = 1;
-    for (size_t j = 0; j < sizeof t / sizeof t[0]; j++)
-        for (const mpmd_kernel *e = t[j]; e->op; e++)
+    for (const mpmd_kernel *const *t = mpmd_cpu_kernel_tables; *t; t++)
+        for (const mpmd_kernel *e = *t; e->op; e++)
             if (op_index(e->op) < 0) {
                 printf(
                     "FAIL coverage: the cpu has a kernel for \"%s\", which is not in op_table: add it with a "

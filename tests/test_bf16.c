@@ -650,11 +650,8 @@ static void part_ops(void) {
         run_gcase(ci, MPMD_F16, os);
     }
     /* coverage: every op of the CPU's tables checked in both dtypes */
-    const mpmd_kernel *const tables[] = {mpmd_cpu_core_kernels, mpmd_cpu_elementwise_kernels,
-                                         mpmd_cpu_reduce_kernels, mpmd_cpu_nn_kernels,
-                                         mpmd_cpu_optim_kernels};
-    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
-        for (const mpmd_kernel *e = tables[t]; e->op; e++) {
+    for (const mpmd_kernel *const *t = mpmd_cpu_kernel_tables; *t; t++)
+        for (const mpmd_kernel *e = *t; e->op; e++) {
             if (not_checked_here(e->op)) continue;
             int ti = tol_index(e->op);
             CHECK(ti >= 0, "coverage: the cpu has a kernel for %s, which has no tolerance in op_tols",
