@@ -170,27 +170,22 @@ static const op_entry op_table[] = {
     {&mpmd_op_stage_marker, T_EXACT},
     {&mpmd_op_assign, T_EXACT},
     /* elementwise */
-    {&mpmd_op_add, T_ELEM},
-    {&mpmd_op_sub, T_ELEM},
-    {&mpmd_op_mul, T_ELEM},
-    {&mpmd_op_div, T_ELEM},
     {&mpmd_op_add_scalar, T_ELEM},
     {&mpmd_op_mul_scalar, T_ELEM},
     {&mpmd_op_broadcast_to, T_EXACT},
     {&mpmd_op_sum_to, T_SUM},
     {&mpmd_op_cast, T_EXACT}, /* correctly rounded: one right answer */
-    {&mpmd_op_maximum, T_EXACT},
-    {&mpmd_op_minimum, T_EXACT},
     {&mpmd_op_compare, T_EXACT},
     {&mpmd_op_max_weight, T_EXACT},
     {&mpmd_op_where, T_EXACT},
     {&mpmd_op_where_grad, T_EXACT},
     {&mpmd_op_dropout, T_ELEM},
-/* the unary lists of src/ops/elementwise_ops.h, each op (and its fused
+/* the lists of src/ops/elementwise_ops.h, each op (and a unary op's fused
  * backward op) at the list's tolerance */
 #define UNARY_ROW(name, reads, tol, ...) {&mpmd_op_##name, T_##tol},
 #define UNARY_GRAD_ROW(name, reads, tol, ...) {&mpmd_op_##name, T_##tol}, {&mpmd_op_##name##_grad, T_##tol},
-    MPMD_UNARY_OPS(UNARY_ROW) MPMD_UNARY_GRAD_OPS(UNARY_GRAD_ROW)
+#define BINARY_ROW(name, tol) {&mpmd_op_##name, T_##tol},
+    MPMD_BINARY_OPS(BINARY_ROW) MPMD_UNARY_OPS(UNARY_ROW) MPMD_UNARY_GRAD_OPS(UNARY_GRAD_ROW)
     /* reductions and shapes */
     {&mpmd_op_sum, T_SUM},
     {&mpmd_op_mean, T_SUM},
@@ -1437,7 +1432,7 @@ static int check_cpu_tables(void) {
 static const mpmd_op_desc *const listed_ops[] = {
 #define LISTED(name, ...) &mpmd_op_##name,
 #define LISTED_GRAD(name, ...) &mpmd_op_##name, &mpmd_op_##name##_grad,
-    MPMD_UNARY_OPS(LISTED) MPMD_UNARY_GRAD_OPS(LISTED_GRAD)};
+    MPMD_BINARY_OPS(LISTED) MPMD_UNARY_OPS(LISTED) MPMD_UNARY_GRAD_OPS(LISTED_GRAD)};
 
 static int check_lists(const mpmd_backend *be) {
     int ok = 1;

@@ -89,10 +89,6 @@ typedef struct op_tol {
 } op_tol;
 
 static const op_tol op_tols[] = {
-    {&mpmd_op_add, 1},
-    {&mpmd_op_sub, 1},
-    {&mpmd_op_mul, 1},
-    {&mpmd_op_div, 1},
     {&mpmd_op_add_scalar, 1},
     {&mpmd_op_mul_scalar, 1},
     {&mpmd_op_broadcast_to, 0},
@@ -121,21 +117,20 @@ static const op_tol op_tols[] = {
     {&mpmd_op_cross_entropy, 2}, /* an f32 loss from 16-bit logits: must equal the f32 kernel's */
     {&mpmd_op_cross_entropy_grad, 2},
     {&mpmd_op_stage_marker, 0},
-    {&mpmd_op_maximum, 0},
-    {&mpmd_op_minimum, 0},
     {&mpmd_op_compare, 0},
     {&mpmd_op_max_weight, 0},
     {&mpmd_op_where, 0},
     {&mpmd_op_where_grad, 0},
     {&mpmd_op_dropout, 1},
-/* the unary lists of src/ops/elementwise_ops.h: a formula (ELEM) 1, a
+/* the lists of src/ops/elementwise_ops.h: a formula (ELEM) 1, a
  * selection (EXACT) 0 */
 // clang-format off
 #define ULPS_ELEM 1
 #define ULPS_EXACT 0
 #define UNARY_TOL(name, reads, tol, ...) {&mpmd_op_##name, ULPS_##tol},
 #define UNARY_GRAD_TOL(name, reads, tol, ...) {&mpmd_op_##name, ULPS_##tol}, {&mpmd_op_##name##_grad, ULPS_##tol},
-    MPMD_UNARY_OPS(UNARY_TOL) MPMD_UNARY_GRAD_OPS(UNARY_GRAD_TOL)
+#define BINARY_TOL(name, tol) {&mpmd_op_##name, ULPS_##tol},
+    MPMD_BINARY_OPS(BINARY_TOL) MPMD_UNARY_OPS(UNARY_TOL) MPMD_UNARY_GRAD_OPS(UNARY_GRAD_TOL)
     // clang-format on
     {&mpmd_op_rms_norm, 2},
     {&mpmd_op_rms_norm_grad_x, 2},

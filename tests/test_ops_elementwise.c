@@ -55,30 +55,30 @@ static void run_graph(mpmd_graph *g, int threads, int n_in, const mpmd_value *in
 
 /* ---- binary ops: forward against a naive broadcasting loop ------------------------------------ */
 
-enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_MAX, OP_MIN, N_BIN };
-static const char *bin_names[] = {"add", "sub", "mul", "div", "maximum", "minimum"};
+/* The binary ops under test: the list MPMD_BINARY_OPS of
+ * src/ops/elementwise_ops.h, each with its float reference ref_<name>. */
+static float ref_add(float x, float y) { return x + y; }
+static float ref_sub(float x, float y) { return x - y; }
+static float ref_mul(float x, float y) { return x * y; }
+static float ref_div(float x, float y) { return x / y; }
+static float ref_maximum(float x, float y) { return x > y ? x : y; }
+static float ref_minimum(float x, float y) { return x < y ? x : y; }
+
+typedef struct bin_op {
+    const char *name;
+    mpmd_value (*make)(mpmd_graph *g, mpmd_value a, mpmd_value b);
+    float (*ref)(float x, float y);
+} bin_op;
+static const bin_op bin_ops[] = {
+#define BIN_ROW(name, tol) {#name, mpmd_##name, ref_##name},
+    MPMD_BINARY_OPS(BIN_ROW)};
+#define N_BIN ((int)(sizeof bin_ops / sizeof bin_ops[0]))
 
 static mpmd_value make_bin(mpmd_graph *g, int op, mpmd_value a, mpmd_value b) {
-    switch (op) {
-    case OP_ADD: return mpmd_add(g, a, b);
-    case OP_SUB: return mpmd_sub(g, a, b);
-    case OP_MUL: return mpmd_mul(g, a, b);
-    case OP_MAX: return mpmd_maximum(g, a, b);
-    case OP_MIN: return mpmd_minimum(g, a, b);
-    default: return mpmd_div(g, a, b);
-    }
+    return bin_ops[op].make(g, a, b);
 }
-
-static float ref_bin(int op, float x, float y) {
-    switch (op) {
-    case OP_ADD: return x + y;
-    case OP_SUB: return x - y;
-    case OP_MUL: return x * y;
-    case OP_MAX: return x > y ? x : y;
-    case OP_MIN: return x < y ? x : y;
-    default: return x / y;
-    }
-}
+static float ref_bin(int op, float x, float y) { return bin_ops[op].ref(x, y); }
+static int is_bin(int op, const char *name) { return strcmp(bin_ops[op].name, name) == 0; }
 
 typedef struct shape_pair {
     int na;
@@ -125,7 +125,7 @@ static void test_binary_forward(void) {
                                 mpmd_input(g, "b", MPMD_F32, p->nb, p->b)};
             mpmd_value v = make_bin(g, op, in[0], in[1]);
             mpmd_type vt = mpmd_value_type(g, v);
-            CHECK(mpmd_type_equal(&vt, &to), "case %zu %s: result type %s", c, bin_names[op],
+            CHECK(mpmd_type_equal(&vt, &to), "case %zu %s: result type %s", c, bin_ops[op].name,
                   mpmd_tstr(g, v));
             mpmd_keep(g, v);
             float *data[2] = {a, b};
@@ -135,10 +135,10 @@ static void test_binary_forward(void) {
             for (int64_t i = 0; i < no; i++) {
                 float e = ref_bin(op, a[bidx(&to, &ta, i)], b[bidx(&to, &tb, i)]);
                 if (memcmp(&e, &y[i], sizeof e) != 0 && bad++ < 3)
-                    fprintf(stderr, "case %zu %s: element %lld is %.9g, expected %.9g\n", c, bin_names[op],
+                    fprintf(stderr, "case %zu %s: element %lld is %.9g, expected %.9g\n", c, bin_ops[op].name,
                             (long long)i, y[i], e);
             }
-            CHECK(bad == 0, "case %zu %s: %d elements differ", c, bin_names[op], bad);
+            CHECK(bad == 0, "case %zu %s: %d elements differ", c, bin_ops[op].name, bad);
             mpmd_graph_free(g);
         }
         free(a), free(b), free(y);
@@ -457,7 +457,7 @@ static mpmd_value gc_bin(mpmd_graph *g, const mpmd_value *p, void *ctx) {
     mpmd_value k = mpmd_constant(g, MPMD_F32, c->other.ndim, c->other.dim, d);
     free(d);
     mpmd_value x = p[0];
-    if (c->op == OP_MAX || c->op == OP_MIN) {
+    if (is_bin(c->op, "maximum") || is_bin(c->op, "minimum")) {
         /* the parameter shifted by -6 or +6 element by element: each side
          * wins somewhere, and no finite difference step crosses a kink
          * (the operands differ by ~4 or more) */
@@ -470,7 +470,7 @@ static mpmd_value gc_bin(mpmd_graph *g, const mpmd_value *p, void *ctx) {
         free(sh);
     }
     if (c->wrt == 0) return make_bin(g, c->op, x, k);
-    return make_bin(g, c->op, k, c->op == OP_DIV ? positive(g, x) : x);
+    return make_bin(g, c->op, k, is_bin(c->op, "div") ? positive(g, x) : x);
 }
 
 static mpmd_value gc_un(mpmd_graph *g, const mpmd_value *p, void *ctx) {
@@ -509,7 +509,7 @@ static void test_gradients(void) {
             for (int wrt = 0; wrt < 2; wrt++) {
                 bin_ctx ctx = {op, wrt, in[1 - wrt]};
                 char label[64];
-                snprintf(label, sizeof label, "%s case %zu, d/d%s", bin_names[op], c, wrt ? "b" : "a");
+                snprintf(label, sizeof label, "%s case %zu, d/d%s", bin_ops[op].name, c, wrt ? "b" : "a");
                 tu_gradcheck(label, 1, &in[wrt], gc_bin, &ctx, h, tol);
             }
         }
@@ -723,7 +723,7 @@ static void test_kernels(void) {
         static const char *pats[] = {"same", "row", "col", "outer", "general", "scalar"};
         char lab[64];
         for (int pat = 0; pat < 6; pat++) {
-            snprintf(lab, sizeof lab, "%s %s", bin_names[op], pats[pat]);
+            snprintf(lab, sizeof lab, "%s %s", bin_ops[op].name, pats[pat]);
             k = (kcase){lab, mpmd_graph_new(), MPMD_NONE, 0, {NULL, NULL}};
             switch (pat) {
             case 0:

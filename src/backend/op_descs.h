@@ -18,17 +18,19 @@ extern "C" {
 #endif
 
 /* elementwise */
-extern const mpmd_op_desc mpmd_op_add, mpmd_op_sub, mpmd_op_mul, mpmd_op_div;
 extern const mpmd_op_desc mpmd_op_add_scalar, mpmd_op_mul_scalar;
 extern const mpmd_op_desc mpmd_op_broadcast_to, mpmd_op_sum_to;
-/* the unary ops of the lists in src/ops/elementwise_ops.h */
+/* the binary and unary ops of the lists in src/ops/elementwise_ops.h */
+#define MPMD_BINARY_DECL(name, ...) extern const mpmd_op_desc mpmd_op_##name;
+MPMD_BINARY_OPS(MPMD_BINARY_DECL)
+#undef MPMD_BINARY_DECL
 #define MPMD_UNARY_DECL(name, ...) extern const mpmd_op_desc mpmd_op_##name;
 #define MPMD_UNARY_GRAD_DECL(name, ...) extern const mpmd_op_desc mpmd_op_##name, mpmd_op_##name##_grad;
 MPMD_UNARY_OPS(MPMD_UNARY_DECL)
 MPMD_UNARY_GRAD_OPS(MPMD_UNARY_GRAD_DECL)
 #undef MPMD_UNARY_DECL
 #undef MPMD_UNARY_GRAD_DECL
-extern const mpmd_op_desc mpmd_op_maximum, mpmd_op_minimum, mpmd_op_compare, mpmd_op_max_weight;
+extern const mpmd_op_desc mpmd_op_compare, mpmd_op_max_weight;
 extern const mpmd_op_desc mpmd_op_where, mpmd_op_where_grad, mpmd_op_dropout;
 
 /* The elementwise ops' attributes, by name rather than by slot: the

@@ -70,10 +70,8 @@ static void attrs_scalar(const mpmd_graph *g, const mpmd_node *n, char *buf, siz
 
 /* Binary ops may write over input 0: when the executor lets them, the
  * output has input 0's size, hence its shape up to leading 1s. */
-const mpmd_op_desc mpmd_op_add = {"add", 2, 0, 0, NULL, vjp_add};
-const mpmd_op_desc mpmd_op_sub = {"sub", 2, 0, 0, NULL, vjp_sub};
-const mpmd_op_desc mpmd_op_mul = {"mul", 2, 0, 0, NULL, vjp_mul};
-const mpmd_op_desc mpmd_op_div = {"div", 2, 0, 0, NULL, vjp_div};
+#define BINARY_DESC(name, tol) const mpmd_op_desc mpmd_op_##name = {#name, 2, 0, 0, NULL, vjp_##name};
+MPMD_BINARY_OPS(BINARY_DESC)
 const mpmd_op_desc mpmd_op_add_scalar = {"add_scalar", 1, 0, 0, attrs_scalar, vjp_add_scalar};
 const mpmd_op_desc mpmd_op_mul_scalar = {"mul_scalar", 1, 0, 0, attrs_scalar, vjp_mul_scalar};
 const mpmd_op_desc mpmd_op_broadcast_to = {"broadcast_to", 1, -1, 0, NULL, vjp_broadcast_to};
@@ -94,8 +92,6 @@ const mpmd_op_desc mpmd_op_cast = {"cast", 1, -1, 0, NULL, vjp_cast};
 MPMD_UNARY_OPS(UNARY_DESC)
 MPMD_UNARY_GRAD_OPS(UNARY_GRAD_DESC)
 
-const mpmd_op_desc mpmd_op_maximum = {"maximum", 2, 0, 0, NULL, vjp_maximum};
-const mpmd_op_desc mpmd_op_minimum = {"minimum", 2, 0, 0, NULL, vjp_minimum};
 /* compare (attribute cmp, op_descs.h): 1 where a <cmp> b holds, else 0 */
 const mpmd_op_desc mpmd_op_compare = {"compare", 2, 0, 0, attrs_compare, vjp_compare};
 /* max_weight(a, b): 1 where a > b, 1/2 where a == b, else 0: the share of a
@@ -186,24 +182,11 @@ static mpmd_value binary(mpmd_graph *g, const mpmd_op_desc *op, const char *fn, 
     return mpmd_emit(g, op, 2, in, out);
 }
 
-mpmd_value mpmd_add(mpmd_graph *g, mpmd_value a, mpmd_value b) {
-    return binary(g, &mpmd_op_add, "mpmd_add", a, b);
-}
-mpmd_value mpmd_sub(mpmd_graph *g, mpmd_value a, mpmd_value b) {
-    return binary(g, &mpmd_op_sub, "mpmd_sub", a, b);
-}
-mpmd_value mpmd_mul(mpmd_graph *g, mpmd_value a, mpmd_value b) {
-    return binary(g, &mpmd_op_mul, "mpmd_mul", a, b);
-}
-mpmd_value mpmd_div(mpmd_graph *g, mpmd_value a, mpmd_value b) {
-    return binary(g, &mpmd_op_div, "mpmd_div", a, b);
-}
-mpmd_value mpmd_maximum(mpmd_graph *g, mpmd_value a, mpmd_value b) {
-    return binary(g, &mpmd_op_maximum, "mpmd_maximum", a, b);
-}
-mpmd_value mpmd_minimum(mpmd_graph *g, mpmd_value a, mpmd_value b) {
-    return binary(g, &mpmd_op_minimum, "mpmd_minimum", a, b);
-}
+#define BINARY_CTOR(name, tol)                                                                               \
+    mpmd_value mpmd_##name(mpmd_graph *g, mpmd_value a, mpmd_value b) {                                      \
+        return binary(g, &mpmd_op_##name, "mpmd_" #name, a, b);                                              \
+    }
+MPMD_BINARY_OPS(BINARY_CTOR)
 
 mpmd_value mpmd_compare(mpmd_graph *g, mpmd_value a, mpmd_value b, mpmd_cmp cmp) {
     if ((int)cmp < 0 || (int)cmp > MPMD_CMP_GE)

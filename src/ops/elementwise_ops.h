@@ -1,10 +1,11 @@
-/* elementwise_ops.h - the lists of the elementwise family's unary ops, from
+/* elementwise_ops.h - the lists of the elementwise family's binary and unary ops, from
  * which everything per op is generated: the descriptors and public
  * constructors (src/ops/elementwise.c), their declarations
  * (src/backend/op_descs.h), the CPU and CUDA kernel tables
  * (src/backend/cpu/elementwise.c, src/backend/cuda/elementwise.cu) and
- * the tests' rows (tests/test_backend_ops.c, tests/test_ops_elementwise.c).
- * "Adding an op" in docs/guide.md walks through one.
+ * the tests' rows (tests/test_backend_ops.c, tests/test_bf16.c,
+ * tests/test_ops_elementwise.c). "Adding an op" in docs/pipeline.md walks
+ * through one.
  *
  * Each list is an X-macro: MPMD_UNARY_GRAD_OPS(X) calls X once per op with
  * its columns, and the including file defines X to emit what it needs.
@@ -31,6 +32,23 @@
  */
 #ifndef MPMD_ELEMENTWISE_OPS_H
 #define MPMD_ELEMENTWISE_OPS_H
+
+/* MPMD_BINARY_OPS: y = f(a, b) with numpy broadcasting (the public
+ * constructor mpmd_<name>(g, a, b)), whose gradient rule vjp_<name> is
+ * written in src/ops/elementwise.c. Each backend writes the formula once,
+ * bn_<name>(x, y). Columns: name; tol as above (EXACT: a selection). */
+
+/* X(name, tol) */
+// clang-format off
+#define MPMD_BINARY_OPS(X)                                                                                          \
+    X(add, ELEM)                             /* a + b */                                                            \
+    X(sub, ELEM)                             /* a - b */                                                            \
+    X(mul, ELEM)                             /* a b */                                                              \
+    X(div, ELEM)                             /* a / b */                                                            \
+    X(maximum, EXACT)                        /* the larger, NaN wins; a tie splits the cotangent */                 \
+    X(minimum, EXACT)                        /* the smaller, NaN wins; a tie splits the cotangent */                \
+    /* new rows above this line */
+// clang-format on
 
 /* X(name, reads, tol, domain, cost, gcost); a table, aligned by hand */
 // clang-format off

@@ -36,15 +36,19 @@
 
 /* ---- binary ops and broadcast_to ---------------------------------------------------- */
 
+/* the formulas of MPMD_BINARY_OPS (src/ops/elementwise_ops.h) */
+static inline float bn_add(float x, float y) { return x + y; }
+static inline float bn_sub(float x, float y) { return x - y; }
+static inline float bn_mul(float x, float y) { return x * y; }
+static inline float bn_div(float x, float y) { return x / y; }
+/* a NaN operand gives NaN (x != x: x is NaN; else y, NaN or not) */
+static inline float bn_maximum(float x, float y) { return x > y || x != x ? x : y; }
+static inline float bn_minimum(float x, float y) { return x < y || x != x ? x : y; }
+
 /* BIN_EQ .. BIN_GE in mpmd_cmp's order */
 enum bin_kind {
-    BIN_ADD,
-    BIN_SUB,
-    BIN_MUL,
-    BIN_DIV,
-    BIN_COPY,
-    BIN_MAX,
-    BIN_MIN,
+#define BIN_ENUM(name, tol) BIN_##name,
+    MPMD_BINARY_OPS(BIN_ENUM) BIN_COPY,
     BIN_MAXW,
     BIN_EQ,
     BIN_NE,
@@ -85,14 +89,10 @@ enum bin_kind {
 
 static void row_op(int kind, float *o, const float *a, int64_t sa, const float *b, int64_t sb, int64_t n) {
     switch (kind) {
-    case BIN_ADD: ROW_LOOP(x + y); break;
-    case BIN_SUB: ROW_LOOP(x - y); break;
-    case BIN_MUL: ROW_LOOP(x * y); break;
-    case BIN_DIV: ROW_LOOP(x / y); break;
+#define BIN_CASE(name, tol)                                                                                  \
+    case BIN_##name: ROW_LOOP(bn_##name(x, y)); break;
+        MPMD_BINARY_OPS(BIN_CASE)
     case BIN_COPY: ROW_LOOP(((void)y, x)); break;
-    /* a NaN operand gives NaN (x != x: x is NaN; else y, NaN or not) */
-    case BIN_MAX: ROW_LOOP(x > y || x != x ? x : y); break;
-    case BIN_MIN: ROW_LOOP(x < y || x != x ? x : y); break;
     case BIN_MAXW: ROW_LOOP(x > y ? 1.0f : x == y ? 0.5f : 0.0f); break;
     case BIN_EQ: ROW_LOOP(x == y ? 1.0f : 0.0f); break;
     case BIN_NE: ROW_LOOP(x != y ? 1.0f : 0.0f); break;
@@ -154,12 +154,9 @@ static int run_binary(const mpmd_kargs *a, int kind) {
     return 0;
 }
 
-static int k_add(const mpmd_kargs *a) { return run_binary(a, BIN_ADD); }
-static int k_sub(const mpmd_kargs *a) { return run_binary(a, BIN_SUB); }
-static int k_mul(const mpmd_kargs *a) { return run_binary(a, BIN_MUL); }
-static int k_div(const mpmd_kargs *a) { return run_binary(a, BIN_DIV); }
-static int k_maximum(const mpmd_kargs *a) { return run_binary(a, BIN_MAX); }
-static int k_minimum(const mpmd_kargs *a) { return run_binary(a, BIN_MIN); }
+#define BIN_KERNEL(name, tol)                                                                                \
+    static int k_##name(const mpmd_kargs *a) { return run_binary(a, BIN_##name); }
+MPMD_BINARY_OPS(BIN_KERNEL)
 static int k_max_weight(const mpmd_kargs *a) { return run_binary(a, BIN_MAXW); }
 static int k_compare(const mpmd_kargs *a) { return run_binary(a, BIN_EQ + mpmd_attr_cmp(a->node)); }
 /* broadcast_to: out[i] = a[broadcast index of i] */
@@ -578,17 +575,11 @@ static int k_cast(const mpmd_kargs *a) {
 /* ---- the table ------------------------------------------------------------------------------ */
 
 const mpmd_kernel mpmd_cpu_elementwise_kernels[] = {
-    {&mpmd_op_add, k_add, NULL, 0},
-    {&mpmd_op_sub, k_sub, NULL, 0},
-    {&mpmd_op_mul, k_mul, NULL, 0},
-    {&mpmd_op_div, k_div, NULL, 0},
     {&mpmd_op_add_scalar, k_add_scalar, NULL, 0},
     {&mpmd_op_mul_scalar, k_mul_scalar, NULL, 0},
     {&mpmd_op_broadcast_to, k_broadcast_to, NULL, 0},
     {&mpmd_op_sum_to, k_sum_to, NULL, 0},
     {&mpmd_op_cast, k_cast, NULL, MPMD_KERNEL_BF16 | MPMD_KERNEL_F16},
-    {&mpmd_op_maximum, k_maximum, NULL, 0},
-    {&mpmd_op_minimum, k_minimum, NULL, 0},
     {&mpmd_op_max_weight, k_max_weight, NULL, 0},
     {&mpmd_op_compare, k_compare, NULL, 0},
     {&mpmd_op_where, k_where, NULL, 0},
@@ -597,5 +588,6 @@ const mpmd_kernel mpmd_cpu_elementwise_kernels[] = {
 #define UN_ROW(name, ...) {&mpmd_op_##name, k_##name, NULL, 0},
 #define GR_ROW(name, ...)                                                                                    \
     {&mpmd_op_##name, k_##name, NULL, 0}, {&mpmd_op_##name##_grad, k_##name##_grad, NULL, 0},
-    MPMD_UNARY_OPS(UN_ROW) MPMD_UNARY_GRAD_OPS(GR_ROW){0},
+#define BIN_ROW(name, tol) {&mpmd_op_##name, k_##name, NULL, 0},
+    MPMD_BINARY_OPS(BIN_ROW) MPMD_UNARY_OPS(UN_ROW) MPMD_UNARY_GRAD_OPS(GR_ROW){0},
 };

@@ -65,28 +65,23 @@ __device__ __forceinline__ float gelu_grad1(float x) {
     return s + 2.0f * x * s * (1.0f - s) * GELU_K * (1.0f + 3.0f * GELU_C * x * x);
 }
 
-/* binary: f(x, y) */
-struct FAdd {
-    __device__ float operator()(float x, float y) const { return x + y; }
-};
-struct FSub {
-    __device__ float operator()(float x, float y) const { return x - y; }
-};
-struct FMul {
-    __device__ float operator()(float x, float y) const { return x * y; }
-};
-struct FDiv {
-    __device__ float operator()(float x, float y) const { return x / y; }
-};
+/* binary: f(x, y); the formulas of MPMD_BINARY_OPS (src/ops/elementwise_ops.h)
+ * as the CPU's, and a functor B_<name> for each */
+__device__ __forceinline__ float bn_add(float x, float y) { return x + y; }
+__device__ __forceinline__ float bn_sub(float x, float y) { return x - y; }
+__device__ __forceinline__ float bn_mul(float x, float y) { return x * y; }
+__device__ __forceinline__ float bn_div(float x, float y) { return x / y; }
+/* a NaN operand gives NaN (x != x: x is NaN; else y, NaN or not) */
+__device__ __forceinline__ float bn_maximum(float x, float y) { return x > y || x != x ? x : y; }
+__device__ __forceinline__ float bn_minimum(float x, float y) { return x < y || x != x ? x : y; }
+#define BIN_FUNCTOR(name, tol)                                                                               \
+    struct B_##name {                                                                                        \
+        __device__ float operator()(float x, float y) const { return bn_##name(x, y); }                      \
+    };
+MPMD_BINARY_OPS(BIN_FUNCTOR)
+
 struct FCopy {
     __device__ float operator()(float x, float y) const { return (void)y, x; }
-};
-/* a NaN operand gives NaN (x != x: x is NaN; else y, NaN or not) */
-struct FMax {
-    __device__ float operator()(float x, float y) const { return x > y || x != x ? x : y; }
-};
-struct FMin {
-    __device__ float operator()(float x, float y) const { return x < y || x != x ? x : y; }
 };
 /* the share of a maximum's cotangent that goes to x: 1, 1/2 on a tie, else 0 */
 struct FMaxW {
@@ -264,13 +259,8 @@ template <class F> static int run_map1(const mpmd_kargs *a, F f) {
 
 /* BIN_EQ .. BIN_GE in mpmd_cmp's order */
 enum {
-    BIN_ADD,
-    BIN_SUB,
-    BIN_MUL,
-    BIN_DIV,
-    BIN_COPY,
-    BIN_MAX,
-    BIN_MIN,
+#define BIN_ENUM(name, tol) BIN_##name,
+    MPMD_BINARY_OPS(BIN_ENUM) BIN_COPY,
     BIN_MAXW,
     BIN_EQ,
     BIN_NE,
@@ -401,13 +391,10 @@ static int launch_map2(const mpmd_kargs *a, int kind, T *o, const T *x, int sa, 
                        int64_t n) {
     cudaStream_t s = mpmd_cuda_of(a)->stream;
     switch (kind) {
-    case BIN_ADD: launch_map2_f(s, o, x, sa, y, sb, n, FAdd()); break;
-    case BIN_SUB: launch_map2_f(s, o, x, sa, y, sb, n, FSub()); break;
-    case BIN_MUL: launch_map2_f(s, o, x, sa, y, sb, n, FMul()); break;
-    case BIN_DIV: launch_map2_f(s, o, x, sa, y, sb, n, FDiv()); break;
+#define BIN_MAP2_CASE(name, tol)                                                                             \
+    case BIN_##name: launch_map2_f(s, o, x, sa, y, sb, n, B_##name()); break;
+        MPMD_BINARY_OPS(BIN_MAP2_CASE)
     case BIN_COPY: launch_map2_f(s, o, x, sa, y, sb, n, FCopy()); break;
-    case BIN_MAX: launch_map2_f(s, o, x, sa, y, sb, n, FMax()); break;
-    case BIN_MIN: launch_map2_f(s, o, x, sa, y, sb, n, FMin()); break;
     case BIN_MAXW: launch_map2_f(s, o, x, sa, y, sb, n, FMaxW()); break;
     case BIN_EQ:
     case BIN_NE:
@@ -445,12 +432,9 @@ template <typename T> static int run_binary_t(const mpmd_kargs *a, int kind) {
     int width = bcast_width<T>(ba, o, x, y);
     cudaStream_t s = mpmd_cuda_of(a)->stream;
     switch (kind) {
-    case BIN_ADD: launch_bcast(s, o, x, y, ba, width, FAdd()); break;
-    case BIN_SUB: launch_bcast(s, o, x, y, ba, width, FSub()); break;
-    case BIN_MUL: launch_bcast(s, o, x, y, ba, width, FMul()); break;
-    case BIN_DIV: launch_bcast(s, o, x, y, ba, width, FDiv()); break;
-    case BIN_MAX: launch_bcast(s, o, x, y, ba, width, FMax()); break;
-    case BIN_MIN: launch_bcast(s, o, x, y, ba, width, FMin()); break;
+#define BIN_BCAST_CASE(name, tol)                                                                            \
+    case BIN_##name: launch_bcast(s, o, x, y, ba, width, B_##name()); break;
+        MPMD_BINARY_OPS(BIN_BCAST_CASE)
     case BIN_MAXW: launch_bcast(s, o, x, y, ba, width, FMaxW()); break;
     case BIN_EQ:
     case BIN_NE:
@@ -469,12 +453,9 @@ static int run_binary(const mpmd_kargs *a, int kind) {
     return by_dtype(d, [&](auto tag) { return run_binary_t<typename decltype(tag)::type>(a, kind); });
 }
 
-static int k_add(const mpmd_kargs *a) { return run_binary(a, BIN_ADD); }
-static int k_sub(const mpmd_kargs *a) { return run_binary(a, BIN_SUB); }
-static int k_mul(const mpmd_kargs *a) { return run_binary(a, BIN_MUL); }
-static int k_div(const mpmd_kargs *a) { return run_binary(a, BIN_DIV); }
-static int k_maximum(const mpmd_kargs *a) { return run_binary(a, BIN_MAX); }
-static int k_minimum(const mpmd_kargs *a) { return run_binary(a, BIN_MIN); }
+#define BIN_KERNEL(name, tol)                                                                                \
+    static int k_##name(const mpmd_kargs *a) { return run_binary(a, BIN_##name); }
+MPMD_BINARY_OPS(BIN_KERNEL)
 static int k_max_weight(const mpmd_kargs *a) { return run_binary(a, BIN_MAXW); }
 /* compare: the attribute cmp, checked by mpmd_compare */
 static int k_compare(const mpmd_kargs *a) { return run_binary(a, BIN_EQ + mpmd_attr_cmp(a->node)); }
@@ -605,15 +586,9 @@ static int k_dropout(const mpmd_kargs *a) {
 #define F16S (MPMD_KERNEL_BF16 | MPMD_KERNEL_F16)
 
 extern "C" const mpmd_kernel mpmd_cuda_elementwise_kernels[] = {
-    {&mpmd_op_add, k_add, NULL, F16S},
-    {&mpmd_op_sub, k_sub, NULL, F16S},
-    {&mpmd_op_mul, k_mul, NULL, F16S},
-    {&mpmd_op_div, k_div, NULL, F16S},
     {&mpmd_op_add_scalar, k_add_scalar, NULL, F16S},
     {&mpmd_op_mul_scalar, k_mul_scalar, NULL, F16S},
     {&mpmd_op_broadcast_to, k_broadcast_to, NULL, F16S},
-    {&mpmd_op_maximum, k_maximum, NULL, F16S},
-    {&mpmd_op_minimum, k_minimum, NULL, F16S},
     {&mpmd_op_max_weight, k_max_weight, NULL, F16S},
     {&mpmd_op_compare, k_compare, NULL, F16S},
     {&mpmd_op_where, k_where, NULL, F16S},
@@ -622,5 +597,6 @@ extern "C" const mpmd_kernel mpmd_cuda_elementwise_kernels[] = {
 #define UN_ROW(name, ...) {&mpmd_op_##name, k_##name, NULL, F16S},
 #define GR_ROW(name, ...)                                                                                    \
     {&mpmd_op_##name, k_##name, NULL, F16S}, {&mpmd_op_##name##_grad, k_##name##_grad, NULL, F16S},
-    MPMD_UNARY_OPS(UN_ROW) MPMD_UNARY_GRAD_OPS(GR_ROW){0, 0, 0, 0},
+#define BIN_ROW(name, tol) {&mpmd_op_##name, k_##name, NULL, F16S},
+    MPMD_BINARY_OPS(BIN_ROW) MPMD_UNARY_OPS(UN_ROW) MPMD_UNARY_GRAD_OPS(GR_ROW){0, 0, 0, 0},
 };
