@@ -55,6 +55,33 @@ static inline void mpmd_attr_set_dropout(mpmd_node *n, float rate, int64_t strea
     n->ia[0] = stream;
 }
 
+/* The reduction and shape ops' attributes, likewise.
+ *   sum, mean, max, max_grad  axes: the bitmask of the reduced input axes;
+ *                             keepdims; scale: mean's 1/count (1 otherwise)
+ *   slice, slice_grad         axis and the range [start, stop) on it
+ *   concat                    axis
+ *   permute                   perm: out.dim[i] = a.dim[perm[i]] */
+static inline int64_t mpmd_attr_axes(const mpmd_node *n) { return n->ia[0]; }
+static inline int mpmd_attr_keepdims(const mpmd_node *n) { return (int)n->ia[1]; }
+static inline float mpmd_attr_scale(const mpmd_node *n) { return n->fa[0]; }
+static inline void mpmd_attr_set_reduce(mpmd_node *n, int64_t axes, int keepdims) {
+    n->ia[0] = axes;
+    n->ia[1] = keepdims;
+}
+static inline void mpmd_attr_set_scale(mpmd_node *n, float scale) { n->fa[0] = scale; }
+static inline int mpmd_attr_axis(const mpmd_node *n) { return (int)n->ia[0]; }
+static inline void mpmd_attr_set_axis(mpmd_node *n, int axis) { n->ia[0] = axis; }
+static inline int64_t mpmd_attr_start(const mpmd_node *n) { return n->ia[1]; }
+static inline int64_t mpmd_attr_stop(const mpmd_node *n) { return n->ia[2]; }
+static inline void mpmd_attr_set_slice(mpmd_node *n, int axis, int64_t start, int64_t stop) {
+    n->ia[0] = axis;
+    n->ia[1] = start;
+    n->ia[2] = stop;
+}
+static inline int mpmd_attr_perm(const mpmd_node *n, int i) { return (int)n->ia[i]; }
+static inline const int64_t *mpmd_attr_perms(const mpmd_node *n) { return n->ia; }
+static inline void mpmd_attr_set_perm(mpmd_node *n, int i, int p) { n->ia[i] = p; }
+
 /* reduce and shape */
 extern const mpmd_op_desc mpmd_op_sum, mpmd_op_mean, mpmd_op_max, mpmd_op_max_grad;
 extern const mpmd_op_desc mpmd_op_reshape, mpmd_op_permute, mpmd_op_slice, mpmd_op_slice_grad, mpmd_op_concat;

@@ -435,11 +435,11 @@ static size_t s_reduce(const mpmd_graph *g, const mpmd_node *n) {
     const mpmd_type *xt = mpmd_type_of(g, mpmd_in(n, 0));
     if (!xt || mpmd_type_numel(xt) == 0) return 0;
     RPlan P;
-    rplan_make(xt, n->ia[0], &P);
+    rplan_make(xt, mpmd_attr_axes(n), &P);
     return P.S > 1 ? (size_t)(P.S * P.n_out) * sizeof(float) : 0;
 }
 
-/* sum, mean (times fa[0]) and max over the axes in ia[0]; x and y in one
+/* sum, mean (times its scale) and max over the reduced axes; x and y in one
  * float dtype (y has x's, src/ops/reduce.c). */
 static int k_reduce(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
@@ -456,7 +456,7 @@ static int k_reduce(const mpmd_kargs *a) {
         return mpmd_cuda_launched(a, n->op->name);
     }
     RPlan P;
-    rplan_make(a->in_type[0], n->ia[0], &P);
+    rplan_make(a->in_type[0], mpmd_attr_axes(n), &P);
     if (P.S > 1 && !a->scratch) {
         snprintf(a->err, a->err_len, "%s: the executor gave no scratch buffer (%lld bytes needed)",
                  n->op->name, (long long)(P.S * P.n_out * (i64)sizeof(float)));
@@ -464,7 +464,7 @@ static int k_reduce(const mpmd_kargs *a) {
     }
     Sink sink;
     sink.y = a->out;
-    sink.scale = n->op == &mpmd_op_mean ? n->fa[0] : 1.0f;
+    sink.scale = n->op == &mpmd_op_mean ? mpmd_attr_scale(n) : 1.0f;
     sink.stats = NULL;
     sink.dy = NULL;
     const int is_max = n->op == &mpmd_op_max;
@@ -485,7 +485,7 @@ static size_t s_max_grad(const mpmd_graph *g, const mpmd_node *n) {
     const mpmd_type *xt = mpmd_type_of(g, mpmd_in(n, 0));
     if (!xt || mpmd_type_numel(xt) == 0) return 0;
     RPlan P;
-    rplan_make(xt, n->ia[0], &P);
+    rplan_make(xt, mpmd_attr_axes(n), &P);
     if (rplan_ident(&P)) return 0;
     return (size_t)P.n_out * sizeof(float2) + (P.S > 1 ? (size_t)(P.S * P.n_out) * sizeof(MaxCnt) : 0);
 }
@@ -540,7 +540,7 @@ static int k_max_grad(const mpmd_kargs *a) {
     const i64 numel = mpmd_type_numel(a->in_type[0]);
     if (numel == 0) return 0;
     RPlan P;
-    rplan_make(a->in_type[0], n->ia[0], &P);
+    rplan_make(a->in_type[0], mpmd_attr_axes(n), &P);
     int rc = 0;
     with_float_type(xd, [&](auto xtag) {
         with_float_type(dd, [&](auto dtag) {

@@ -104,10 +104,10 @@ static int k_reshape(const mpmd_kargs *a) {
 static int k_slice(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
     int64_t outer, d, inner;
-    const i64 start = n->ia[1], w = n->ia[2] - n->ia[1];
+    const i64 start = mpmd_attr_start(n), w = mpmd_attr_stop(n) - mpmd_attr_start(n);
     const i64 es = elem_size(a, a->in_type[0]->dtype);
     if (!es) return 1;
-    mpmd_axis_split(a->in_type[0], (int)n->ia[0], &outer, &d, &inner);
+    mpmd_axis_split(a->in_type[0], mpmd_attr_axis(n), &outer, &d, &inner);
     copy_runs(mpmd_cuda_of(a)->stream, a->out, w * inner, (const char *)a->in[0] + start * inner * es,
               d * inner, outer, w * inner, es);
     return mpmd_cuda_launched(a, "slice");
@@ -139,8 +139,8 @@ static void slice_grad_as(cudaStream_t st, void *dx, const void *dy, i64 total, 
 static int k_slice_grad(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
     int64_t outer, d, inner;
-    mpmd_axis_split(&n->type, (int)n->ia[0], &outer, &d, &inner);
-    const i64 row = d * inner, s0 = n->ia[1] * inner, s1 = n->ia[2] * inner, total = outer * row;
+    mpmd_axis_split(&n->type, mpmd_attr_axis(n), &outer, &d, &inner);
+    const i64 row = d * inner, s0 = mpmd_attr_start(n) * inner, s1 = mpmd_attr_stop(n) * inner, total = outer * row;
     const i64 es = elem_size(a, n->type.dtype);
     if (!es) return 1;
     if (total == 0) return 0;
@@ -157,7 +157,7 @@ static int k_slice_grad(const mpmd_kargs *a) {
 /* concat: y[o, off_k + j, i] = x_k[o, j, i]: per operand k, one run per o. */
 static int k_concat(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
-    const int ax = (int)n->ia[0];
+    const int ax = mpmd_attr_axis(n);
     int64_t outer, dt, inner;
     i64 off = 0;
     const i64 es = elem_size(a, n->type.dtype);
@@ -289,7 +289,7 @@ static int k_permute(const mpmd_kargs *a) {
     if (numel == 0) return 0;
     cudaStream_t st = mpmd_cuda_of(a)->stream;
     PermPlan Q;
-    perm_plan(a->in_type[0], a->node->ia, &Q);
+    perm_plan(a->in_type[0], mpmd_attr_perms(a->node), &Q);
     const i64 es = elem_size(a, a->node->type.dtype);
     if (!es) return 1;
     if (Q.mode == PERM_COPY) {
