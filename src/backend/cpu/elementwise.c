@@ -22,7 +22,7 @@
  *
  * The unary ops and their fused backward ops are generated from the lists
  * of src/ops/elementwise_ops.h: each op's formula is written once, in the
- * "formulas" section, and its enum value, switch case, kernel and table
+ * "formulas" section, and its loop function, kernel and table
  * row come from the list.
  */
 #include "cpu.h"
@@ -229,36 +229,33 @@ static inline float gr_softplus(float gy, float x) { return gy * mpmd_sigmoid_f3
 
 /* ---- unary ops ------------------------------------------------------------------------ */
 
-enum un_kind {
-    UN_ADDS,
-    UN_MULS,
-#define UN_ENUM(name, ...) UN_##name,
-    MPMD_UNARY_OPS(UN_ENUM) MPMD_UNARY_GRAD_OPS(UN_ENUM)
-};
-
-#define UN_CASE(name, ...)                                                                                   \
-    case UN_##name: _Pragma("omp simd") for (int64_t i = 0; i < n; i++) o[i] = un_##name(x[i]); break;
+/* One loop function per op (an op added to the list leaves the code of the
+ * others as it was), run on the range [lo, hi) of a thread. */
+typedef void (*un_loop)(float *o, const float *x, int64_t n, float s);
 
 MPMD_VEC_CLONES
-static void unary_run(int kind, float *o, const float *x, int64_t n, float s) {
-    switch (kind) {
-    case UN_ADDS: /* x + s */
+static void un_loop_add_scalar(float *o, const float *x, int64_t n, float s) { /* x + s */
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++)
-            o[i] = x[i] + s;
-        break;
-    case UN_MULS: /* x s */
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++)
-            o[i] = x[i] * s;
-        break;
-        MPMD_UNARY_OPS(UN_CASE)
-        MPMD_UNARY_GRAD_OPS(UN_CASE)
-    }
+    for (int64_t i = 0; i < n; i++)
+        o[i] = x[i] + s;
 }
+MPMD_VEC_CLONES
+static void un_loop_mul_scalar(float *o, const float *x, int64_t n, float s) { /* x s */
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++)
+        o[i] = x[i] * s;
+}
+#define UN_LOOP(name, ...)                                                                                   \
+    MPMD_VEC_CLONES                                                                                          \
+    static void un_loop_##name(float *o, const float *x, int64_t n, float s) {                               \
+        (void)s;                                                                                             \
+        _Pragma("omp simd") for (int64_t i = 0; i < n; i++) o[i] = un_##name(x[i]);                          \
+    }
+MPMD_UNARY_OPS(UN_LOOP)
+MPMD_UNARY_GRAD_OPS(UN_LOOP)
 
 typedef struct un_ctx {
-    int kind;
+    un_loop loop;
     float *o;
     const float *x;
     int64_t n;
@@ -269,58 +266,55 @@ static void un_work(void *vctx, int t, int nt) {
     const un_ctx *c = vctx;
     int64_t lo, hi;
     mpmd_split(c->n, t, nt, &lo, &hi);
-    if (lo < hi) unary_run(c->kind, c->o + lo, c->x + lo, hi - lo, c->s);
+    if (lo < hi) c->loop(c->o + lo, c->x + lo, hi - lo, c->s);
 }
 
 /* cost: rough elementary operations per element, for the thread threshold */
-static int run_unary(const mpmd_kargs *a, int kind, int cost) {
-    un_ctx c = {kind, a->out, a->in[0], mpmd_type_numel(&a->node->type), mpmd_attr_scalar(a->node)};
+static int run_unary(const mpmd_kargs *a, un_loop loop, int cost) {
+    un_ctx c = {loop, a->out, a->in[0], mpmd_type_numel(&a->node->type), mpmd_attr_scalar(a->node)};
     mpmd_cpu_parallel(a->dev, mpmd_threads_for(a->nthreads, c.n * cost), un_work, &c);
     return 0;
 }
 
-static int k_add_scalar(const mpmd_kargs *a) { return run_unary(a, UN_ADDS, 1); }
-static int k_mul_scalar(const mpmd_kargs *a) { return run_unary(a, UN_MULS, 1); }
+static int k_add_scalar(const mpmd_kargs *a) { return run_unary(a, un_loop_add_scalar, 1); }
+static int k_mul_scalar(const mpmd_kargs *a) { return run_unary(a, un_loop_mul_scalar, 1); }
 #define UN_KERNEL(name, reads, tol, domain, cost, gcost)                                                     \
-    static int k_##name(const mpmd_kargs *a) { return run_unary(a, UN_##name, cost); }
+    static int k_##name(const mpmd_kargs *a) { return run_unary(a, un_loop_##name, cost); }
 MPMD_UNARY_OPS(UN_KERNEL)
 MPMD_UNARY_GRAD_OPS(UN_KERNEL)
 
 /* ---- fused backward ops: out = f(gy, v), same shape ---------------------------------------- */
 
-enum grad_kind {
-    GR_WHERE_T,
-    GR_WHERE_F,
-#define GR_ENUM(name, ...) GR_##name,
-    MPMD_UNARY_GRAD_OPS(GR_ENUM)
-};
+typedef void (*gr_loop)(float *o, const float *gy, const float *v, int64_t n);
 
-#define GR_CASE(name, ...)                                                                                   \
-    case GR_##name: _Pragma("omp simd") for (int64_t i = 0; i < n; i++) o[i] = gr_##name(gy[i], v[i]); break;
+#define GR_LOOP(name, ...)                                                                                   \
+    MPMD_VEC_CLONES                                                                                          \
+    static void gr_loop_##name(float *o, const float *gy, const float *v, int64_t n) {                       \
+        _Pragma("omp simd") for (int64_t i = 0; i < n; i++) o[i] = gr_##name(gy[i], v[i]);                   \
+    }
+MPMD_UNARY_GRAD_OPS(GR_LOOP)
 
+/* v = the mask:  gy where it is set, else 0 */
 MPMD_VEC_CLONES
-static void grad_run(int kind, float *o, const float *gy, const float *v, int64_t n) {
-    switch (kind) {
-        MPMD_UNARY_GRAD_OPS(GR_CASE)
-    case GR_WHERE_T: /* v = the mask:  gy where it is set, else 0 */
+static void gr_loop_where_t(float *o, const float *gy, const float *v, int64_t n) {
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++) {
-            float gi = gy[i];
-            o[i] = v[i] != 0.0f ? gi : 0.0f;
-        }
-        break;
-    case GR_WHERE_F: /* gy where the mask is clear, else 0 */
+    for (int64_t i = 0; i < n; i++) {
+        float gi = gy[i];
+        o[i] = v[i] != 0.0f ? gi : 0.0f;
+    }
+}
+/* gy where the mask is clear, else 0 */
+MPMD_VEC_CLONES
+static void gr_loop_where_f(float *o, const float *gy, const float *v, int64_t n) {
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++) {
-            float gi = gy[i];
-            o[i] = v[i] != 0.0f ? 0.0f : gi;
-        }
-        break;
+    for (int64_t i = 0; i < n; i++) {
+        float gi = gy[i];
+        o[i] = v[i] != 0.0f ? 0.0f : gi;
     }
 }
 
 typedef struct gr_ctx {
-    int kind;
+    gr_loop loop;
     float *o;
     const float *gy, *v;
     int64_t n;
@@ -330,20 +324,20 @@ static void gr_work(void *vctx, int t, int nt) {
     const gr_ctx *c = vctx;
     int64_t lo, hi;
     mpmd_split(c->n, t, nt, &lo, &hi);
-    if (lo < hi) grad_run(c->kind, c->o + lo, c->gy + lo, c->v + lo, hi - lo);
+    if (lo < hi) c->loop(c->o + lo, c->gy + lo, c->v + lo, hi - lo);
 }
 
-static int run_grad(const mpmd_kargs *a, int kind, int cost) {
-    gr_ctx c = {kind, a->out, a->in[0], a->in[1], mpmd_type_numel(&a->node->type)};
+static int run_grad(const mpmd_kargs *a, gr_loop loop, int cost) {
+    gr_ctx c = {loop, a->out, a->in[0], a->in[1], mpmd_type_numel(&a->node->type)};
     mpmd_cpu_parallel(a->dev, mpmd_threads_for(a->nthreads, c.n * cost), gr_work, &c);
     return 0;
 }
 
 #define GR_KERNEL(name, reads, tol, domain, cost, gcost)                                                     \
-    static int k_##name##_grad(const mpmd_kargs *a) { return run_grad(a, GR_##name, gcost); }
+    static int k_##name##_grad(const mpmd_kargs *a) { return run_grad(a, gr_loop_##name, gcost); }
 MPMD_UNARY_GRAD_OPS(GR_KERNEL)
 static int k_where_grad(const mpmd_kargs *a) {
-    return run_grad(a, mpmd_attr_where_side(a->node) ? GR_WHERE_F : GR_WHERE_T, 1);
+    return run_grad(a, mpmd_attr_where_side(a->node) ? gr_loop_where_f : gr_loop_where_t, 1);
 }
 
 /* ---- where: out = cond != 0 ? a : b, three operands of out's shape ----------------------------- */
