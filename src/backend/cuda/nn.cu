@@ -4,7 +4,7 @@
  * position embedding, embedding lookup and its scatter-add gradient,
  * cross-entropy and its gradient. This file holds the softmax family and
  * cross-entropy; nn_norm.cu the norms, nn_embed.cu rotary embedding and
- * embedding; nn.cuh what they share. The rules below hold for all.
+ * embedding; nn_rows.cuh what they share. The rules below hold for all.
  *
  * Row ops (the last axis is the row) give each row to one group of threads:
  * a warp for rows of up to 1024 (eight rows to a block of 256), else a whole
@@ -49,7 +49,7 @@
  * cross_entropy_grad), 0 (cross_entropy), or left out of the sums
  * (embedding_grad).
  */
-#include "nn.cuh"
+#include "nn_rows.cuh"
 
 /* ---- softmax family ---------------------------------------------------------------------- */
 

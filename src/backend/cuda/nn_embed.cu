@@ -2,7 +2,7 @@
  * scatter-add gradient (ops in src/ops/nn.c): the neural-network family's
  * rules (nn.cu).
  */
-#include "nn.cuh"
+#include "nn_rows.cuh"
 
 /* ---- rotary position embedding ------------------------------------------------------------ */
 

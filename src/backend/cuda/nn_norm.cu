@@ -2,7 +2,7 @@
  * src/ops/nn.c): the neural-network family's rules (nn.cu), with the
  * scale gradients summed over rows without atomics.
  */
-#include "nn.cuh"
+#include "nn_rows.cuh"
 
 /* ---- layer norm ------------------------------------------------------------------------------ */
 

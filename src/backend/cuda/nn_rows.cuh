@@ -1,10 +1,10 @@
-/* nn.cuh - what the CUDA kernels of the neural-network family share
+/* nn_rows.cuh - what the CUDA kernels of the neural-network family share
  * (nn.cu, nn_norm.cu, nn_embed.cu; the family's rules are stated at the top
  * of nn.cu): storage types that load 16-bit floats as f32 and round once on
  * store, row scheduling, and the fixed-order group reductions.
  */
-#ifndef MPMD_CUDA_NN_CUH
-#define MPMD_CUDA_NN_CUH
+#ifndef MPMD_CUDA_NN_ROWS_CUH
+#define MPMD_CUDA_NN_ROWS_CUH
 
 #include "cuda.h"
 
