@@ -53,8 +53,8 @@ static att_shape att_shape_of(const mpmd_type *t, const mpmd_node *n) {
     if (s.qb > s.T) s.qb = s.T;
     s.nqb = s.qb ? (s.T + s.qb - 1) / s.qb : 0;
     s.ld = s.H * s.D;
-    s.causal = n->ia[0] != 0;
-    s.scale = n->fa[0];
+    s.causal = mpmd_attention_causal(n);
+    s.scale = mpmd_attention_scale(n);
     return s;
 }
 

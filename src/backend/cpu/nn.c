@@ -127,7 +127,7 @@ static void matmul_part(void *ctx, int64_t lo, int64_t hi) {
 
 static int k_matmul(const mpmd_kargs *a) {
     mpmd_matmul_dims md;
-    mpmd_matmul_dims_make(&md, a->in_type[0], a->in_type[1], a->node->ia[0]);
+    mpmd_matmul_dims_make(&md, a->in_type[0], a->in_type[1], mpmd_matmul_flags(a->node));
     const float alpha = mpmd_matmul_alpha(a->node);
     mm_grid gr = matmul_grid(md.m, md.n, md.k);
     int64_t per_item = gr.tm * gr.tn, units = md.batch * per_item;
@@ -270,7 +270,7 @@ static void layer_norm_rows(void *ctx, int64_t lo, int64_t hi) {
     const int64_t n = last_dim(a->in_type[0]);
     const float *x = a->in[0], *gamma = a->in[1], *beta = a->in[2];
     float *y = a->out;
-    const float eps = a->node->fa[0];
+    const float eps = mpmd_norm_eps(a->node);
     for (int64_t r = lo; r < hi; r++) {
         const float *xr = x + r * n;
         float *yr = y + r * n;
@@ -292,7 +292,7 @@ static void layer_norm_grad_x_rows(void *ctx, int64_t lo, int64_t hi) {
     const int64_t n = last_dim(a->in_type[0]);
     const float *x = a->in[0], *gamma = a->in[1], *gy = a->in[2];
     float *dx = a->out;
-    const float eps = a->node->fa[0];
+    const float eps = mpmd_norm_eps(a->node);
     for (int64_t r = lo; r < hi; r++) {
         const float *xr = x + r * n, *gr = gy + r * n;
         float *dr = dx + r * n;
@@ -339,7 +339,7 @@ static void rms_norm_rows(void *ctx, int64_t lo, int64_t hi) {
     const int64_t n = last_dim(a->in_type[0]);
     const float *x = a->in[0], *scale = a->in[1];
     float *y = a->out;
-    const float eps = a->node->fa[0];
+    const float eps = mpmd_norm_eps(a->node);
     for (int64_t r = lo; r < hi; r++) {
         const float *xr = x + r * n;
         float *yr = y + r * n;
@@ -358,7 +358,7 @@ static void rms_norm_grad_x_rows(void *ctx, int64_t lo, int64_t hi) {
     const int64_t n = last_dim(a->in_type[0]);
     const float *x = a->in[0], *scale = a->in[1], *gy = a->in[2];
     float *dx = a->out;
-    const float eps = a->node->fa[0];
+    const float eps = mpmd_norm_eps(a->node);
     for (int64_t r = lo; r < hi; r++) {
         const float *xr = x + r * n, *gr = gy + r * n;
         float *dr = dx + r * n;
@@ -403,7 +403,7 @@ static void norm_stats_rows(void *ctx, int64_t lo, int64_t hi) {
     const int64_t n = last_dim(a->in_type[0]);
     const float *x = a->in[0];
     float *stats = a->scratch;
-    const float eps = a->node->fa[0];
+    const float eps = mpmd_norm_eps(a->node);
     for (int64_t r = lo; r < hi; r++) {
         if (j->rms)
             stats[2 * r] = 0.0f, stats[2 * r + 1] = rms_r(x + r * n, n, eps);
@@ -509,12 +509,13 @@ static int k_rope(const mpmd_kargs *a) {
     const int32_t *pos = at ? a->in[1] : NULL;
     const float *x = a->in[0];
     float *y = a->out, *cs = a->scratch, *sn = cs + P * half;
-    const double sign = n->ia[1] ? -1.0 : 1.0;
-    const mpmd_rope_freqs f = {n->fa[0], n->fa[1], n->fa[2], n->fa[3], (double)n->ia[2]};
+    const double sign = mpmd_rope_inverse(n) ? -1.0 : 1.0;
+    const mpmd_rope_freqs f = {mpmd_rope_base(n), mpmd_rope_factor(n), mpmd_rope_low_freq_factor(n),
+                               mpmd_rope_high_freq_factor(n), (double)mpmd_rope_original_positions(n)};
     for (int64_t i = 0; i < half; i++) {
         double inv = mpmd_rope_inv_freq(f, i, D);
         for (int64_t p = 0; p < P; p++) {
-            double ang = (double)(at ? (int64_t)pos[p] : n->ia[0] + p) * inv;
+            double ang = (double)(at ? (int64_t)pos[p] : mpmd_rope_offset(n) + p) * inv;
             cs[p * half + i] = (float)cos(ang);
             sn[p * half + i] = (float)(sign * sin(ang));
         }

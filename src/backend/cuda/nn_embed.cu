@@ -79,10 +79,11 @@ static int k_rope(const mpmd_kargs *a) {
     }
     float *sn = cs + P * half;
     cudaStream_t st = mpmd_cuda_of(a)->stream;
-    const mpmd_rope_freqs f = {n->fa[0], n->fa[1], n->fa[2], n->fa[3], (double)n->ia[2]};
-    double sign = n->ia[1] ? -1.0 : 1.0;
+    const mpmd_rope_freqs f = {mpmd_rope_base(n), mpmd_rope_factor(n), mpmd_rope_low_freq_factor(n),
+                               mpmd_rope_high_freq_factor(n), (double)mpmd_rope_original_positions(n)};
+    double sign = mpmd_rope_inverse(n) ? -1.0 : 1.0;
     rope_table<<<cap_grid((P * half + ROPE_THREADS - 1) / ROPE_THREADS), ROPE_THREADS, 0, st>>>(
-        cs, sn, P, half, D, f, sign, n->ia[0], at ? (const int32_t *)a->in[1] : NULL);
+        cs, sn, P, half, D, f, sign, mpmd_rope_offset(n), at ? (const int32_t *)a->in[1] : NULL);
     mpmd_dtype dx = a->in_type[0]->dtype, dy = t->dtype;
     int64_t pairs = numel / 2, blocks = (pairs + ROPE_THREADS - 1) / ROPE_THREADS;
     unsigned grid = cap_grid(blocks < ROPE_MAX_BLOCKS ? blocks : ROPE_MAX_BLOCKS);

@@ -249,7 +249,7 @@ template <bool RMS, bool G> static int norm_rows(const mpmd_kargs *a) {
     const void *zp = third ? a->in[2] : a->in[0];
     mpmd_dtype dx = t->dtype, dgm = a->in_type[1]->dtype, d3 = third ? a->in_type[2]->dtype : dx;
     mpmd_dtype dy = a->node->type.dtype;
-    float eps = a->node->fa[0];
+    float eps = mpmd_norm_eps(a->node);
     by_storage(storage_of({dx, dgm, d3, dy}), [&](auto tag) {
         typedef typename decltype(tag)::type S;
         rd<S> x = rd_of<S>(a->in[0], dx), gamma = rd_of<S>(a->in[1], dgm), z = rd_of<S>(zp, d3);
@@ -393,7 +393,7 @@ template <bool RMS> static int norm_grad_scale(const mpmd_kargs *a) {
     }
     int64_t rows = numel / n, rpc = lng_rows_per_chunk(rows), chunks = (rows + rpc - 1) / rpc;
     float *stats = (float *)a->scratch, *partial = stats + 2 * rows;
-    float eps = a->node->fa[0];
+    float eps = mpmd_norm_eps(a->node);
     row_shape rs = row_shape_for(rows, n);
     by_storage(storage_of({dx, dg, dd}), [&](auto tag) {
         typedef typename decltype(tag)::type S;
