@@ -272,6 +272,9 @@ MPMD_NODISCARD mpmd_value mpmd_gelu(mpmd_graph *g, mpmd_value a);
 /* 1 / (1 + e^-a), and silu (swish) a / (1 + e^-a) */
 MPMD_NODISCARD mpmd_value mpmd_sigmoid(mpmd_graph *g, mpmd_value a);
 MPMD_NODISCARD mpmd_value mpmd_silu(mpmd_graph *g, mpmd_value a);
+/* log(1 + e^a), computed without overflow (a for large a); its gradient is
+ * sigmoid(a) */
+MPMD_NODISCARD mpmd_value mpmd_softplus(mpmd_graph *g, mpmd_value a);
 /* Elementwise larger and smaller of a and b (NaN wins); at a tie each
  * operand gets half of the cotangent. */
 MPMD_NODISCARD mpmd_value mpmd_maximum(mpmd_graph *g, mpmd_value a, mpmd_value b);

@@ -170,41 +170,22 @@ static const op_entry op_table[] = {
     {&mpmd_op_stage_marker, T_EXACT},
     {&mpmd_op_assign, T_EXACT},
     /* elementwise */
-    {&mpmd_op_add, T_ELEM},
-    {&mpmd_op_sub, T_ELEM},
-    {&mpmd_op_mul, T_ELEM},
-    {&mpmd_op_div, T_ELEM},
     {&mpmd_op_add_scalar, T_ELEM},
     {&mpmd_op_mul_scalar, T_ELEM},
-    {&mpmd_op_neg, T_EXACT},
-    {&mpmd_op_exp, T_ELEM},
-    {&mpmd_op_log, T_ELEM},
-    {&mpmd_op_tanh, T_ELEM},
-    {&mpmd_op_sqrt, T_ELEM},
-    {&mpmd_op_rsqrt, T_ELEM},
-    {&mpmd_op_square, T_ELEM},
-    {&mpmd_op_relu, T_EXACT},
-    {&mpmd_op_gelu, T_ELEM},
     {&mpmd_op_broadcast_to, T_EXACT},
     {&mpmd_op_sum_to, T_SUM},
-    {&mpmd_op_tanh_grad, T_ELEM},
-    {&mpmd_op_sqrt_grad, T_ELEM},
-    {&mpmd_op_rsqrt_grad, T_ELEM},
-    {&mpmd_op_square_grad, T_ELEM},
-    {&mpmd_op_relu_grad, T_EXACT},
-    {&mpmd_op_gelu_grad, T_ELEM},
     {&mpmd_op_cast, T_EXACT}, /* correctly rounded: one right answer */
-    {&mpmd_op_sigmoid, T_ELEM},
-    {&mpmd_op_silu, T_ELEM},
-    {&mpmd_op_sigmoid_grad, T_ELEM},
-    {&mpmd_op_silu_grad, T_ELEM},
-    {&mpmd_op_maximum, T_EXACT},
-    {&mpmd_op_minimum, T_EXACT},
     {&mpmd_op_compare, T_EXACT},
     {&mpmd_op_max_weight, T_EXACT},
     {&mpmd_op_where, T_EXACT},
     {&mpmd_op_where_grad, T_EXACT},
     {&mpmd_op_dropout, T_ELEM},
+/* the lists of src/ops/elementwise_ops.h, each op (and a unary op's fused
+ * backward op) at the list's tolerance */
+#define UNARY_ROW(name, reads, tol, ...) {&mpmd_op_##name, T_##tol},
+#define UNARY_GRAD_ROW(name, reads, tol, ...) {&mpmd_op_##name, T_##tol}, {&mpmd_op_##name##_grad, T_##tol},
+#define BINARY_ROW(name, tol) {&mpmd_op_##name, T_##tol},
+    MPMD_BINARY_OPS(BINARY_ROW) MPMD_UNARY_OPS(UNARY_ROW) MPMD_UNARY_GRAD_OPS(UNARY_GRAD_ROW)
     /* reductions and shapes */
     {&mpmd_op_sum, T_SUM},
     {&mpmd_op_mean, T_SUM},
@@ -398,20 +379,18 @@ static mpmd_value marker(mpmd_graph *g, mpmd_value x) {
 
 /* ---- the cases ---------------------------------------------------------------- */
 
-/* Every unary op on its own, with in-place reruns on the input. */
+/* Every unary op on its own, with in-place reruns on the input: the ops of
+ * the lists in src/ops/elementwise_ops.h (on u, or on p where the list
+ * says POS), and the scalar ops. */
 static void case_unary(cb *c) {
     mpmd_graph *g = c->g;
     mpmd_value u = in_flt(c, "u", -2.0f, 2.0f, D(7, 33));
     mpmd_value p = in_flt(c, "p", 0.25f, 3.0f, D(7, 33)); /* positive: log, sqrt, rsqrt */
-    acc(c, mpmd_exp(g, u));
-    acc(c, mpmd_log(g, p));
-    acc(c, mpmd_sqrt(g, p));
-    acc(c, mpmd_rsqrt(g, p));
-    acc(c, mpmd_tanh(g, u));
-    acc(c, mpmd_square(g, u));
-    acc(c, mpmd_relu(g, u));
-    acc(c, mpmd_gelu(g, u));
-    acc(c, mpmd_neg(g, u));
+    mpmd_value on[2] = {u, p};
+    enum { ANY, POS };
+#define UNARY_ACC(name, reads, tol, domain, ...) acc(c, mpmd_##name(g, on[domain]));
+    MPMD_UNARY_OPS(UNARY_ACC)
+    MPMD_UNARY_GRAD_OPS(UNARY_ACC)
     acc(c, mpmd_add_scalar(g, u, 0.75f));
     acc(c, mpmd_mul_scalar(g, u, -1.5f));
     grads(c, 1, NULL, NULL);
@@ -1433,11 +1412,9 @@ static int test_case(const mpmd_backend *be, const cdata *cd, const run *ref, co
 
 /* Every op of a CPU kernel table must be in op_table. */
 static int check_cpu_tables(void) {
-    const mpmd_kernel *const t[] = {mpmd_cpu_core_kernels, mpmd_cpu_elementwise_kernels,
-                                    mpmd_cpu_reduce_kernels, mpmd_cpu_nn_kernels, mpmd_cpu_optim_kernels};
     int ok = 1;
-    for (size_t j = 0; j < sizeof t / sizeof t[0]; j++)
-        for (const mpmd_kernel *e = t[j]; e->op; e++)
+    for (const mpmd_kernel *const *t = mpmd_cpu_kernel_tables; *t; t++)
+        for (const mpmd_kernel *e = *t; e->op; e++)
             if (op_index(e->op) < 0) {
                 printf(
                     "FAIL coverage: the cpu has a kernel for \"%s\", which is not in op_table: add it with a "
@@ -1445,6 +1422,26 @@ static int check_cpu_tables(void) {
                     e->op->name);
                 ok = 0;
             }
+    return ok;
+}
+
+/* The op lists of src/ops/elementwise_ops.h are what every backend must
+ * run: each op of them (and each fused backward op) needs a kernel on be.
+ * A table lookup, so it holds for a backend this machine cannot run too
+ * (cuda without a GPU). */
+static const mpmd_op_desc *const listed_ops[] = {
+#define LISTED(name, ...) &mpmd_op_##name,
+#define LISTED_GRAD(name, ...) &mpmd_op_##name, &mpmd_op_##name##_grad,
+    MPMD_BINARY_OPS(LISTED) MPMD_UNARY_OPS(LISTED) MPMD_UNARY_GRAD_OPS(LISTED_GRAD)};
+
+static int check_lists(const mpmd_backend *be) {
+    int ok = 1;
+    for (size_t i = 0; i < sizeof listed_ops / sizeof listed_ops[0]; i++)
+        if (!be->find(listed_ops[i])) {
+            printf("FAIL %s: op \"%s\" of src/ops/elementwise_ops.h has no kernel on this backend\n",
+                   be->name, listed_ops[i]->name);
+            ok = 0;
+        }
     return ok;
 }
 
@@ -1659,7 +1656,7 @@ int main(int argc, char **argv) {
     }
 #endif
     const mpmd_backend *bes[8];
-    int nb = 0;
+    int nb = 0, list_fails = 0;
     char why[512];
     if (argc >= 2) {
         const mpmd_backend *be = argv[1][0] ? mpmd_backend_get(argv[1]) : NULL;
@@ -1668,6 +1665,7 @@ int main(int argc, char **argv) {
                    mpmd_backend_names());
             return 1;
         }
+        if (!check_lists(be)) return 1;
         why[0] = '\0';
         if (be->available(why, sizeof why)) {
             printf("test_backend_ops: %s: skipped: %s\n", be->name, why);
@@ -1688,6 +1686,7 @@ int main(int argc, char **argv) {
                 printf("FAIL: mpmd_backend_names lists \"%s\" but mpmd_backend_get does not find it\n", name);
                 return 1;
             }
+            if (!check_lists(be)) list_fails++;
             why[0] = '\0';
             if (be->available(why, sizeof why)) {
                 printf("test_backend_ops: %s: skipped: %s\n", be->name, why);
@@ -1697,7 +1696,7 @@ int main(int argc, char **argv) {
         }
     }
 
-    int passed = 0, failed = 0;
+    int passed = 0, failed = list_fails;
     if (check_cpu_tables())
         passed++;
     else

@@ -89,29 +89,10 @@ typedef struct op_tol {
 } op_tol;
 
 static const op_tol op_tols[] = {
-    {&mpmd_op_add, 1},
-    {&mpmd_op_sub, 1},
-    {&mpmd_op_mul, 1},
-    {&mpmd_op_div, 1},
     {&mpmd_op_add_scalar, 1},
     {&mpmd_op_mul_scalar, 1},
-    {&mpmd_op_neg, 0},
-    {&mpmd_op_exp, 1},
-    {&mpmd_op_log, 1},
-    {&mpmd_op_tanh, 1},
-    {&mpmd_op_sqrt, 1},
-    {&mpmd_op_rsqrt, 1},
-    {&mpmd_op_square, 1},
-    {&mpmd_op_relu, 0},
-    {&mpmd_op_gelu, 1},
     {&mpmd_op_broadcast_to, 0},
     {&mpmd_op_sum_to, 2},
-    {&mpmd_op_tanh_grad, 1},
-    {&mpmd_op_sqrt_grad, 1},
-    {&mpmd_op_rsqrt_grad, 1},
-    {&mpmd_op_square_grad, 1},
-    {&mpmd_op_relu_grad, 0},
-    {&mpmd_op_gelu_grad, 1},
     {&mpmd_op_sum, 2},
     {&mpmd_op_mean, 2},
     {&mpmd_op_max, 0},
@@ -136,17 +117,21 @@ static const op_tol op_tols[] = {
     {&mpmd_op_cross_entropy, 2}, /* an f32 loss from 16-bit logits: must equal the f32 kernel's */
     {&mpmd_op_cross_entropy_grad, 2},
     {&mpmd_op_stage_marker, 0},
-    {&mpmd_op_sigmoid, 1},
-    {&mpmd_op_silu, 1},
-    {&mpmd_op_sigmoid_grad, 1},
-    {&mpmd_op_silu_grad, 1},
-    {&mpmd_op_maximum, 0},
-    {&mpmd_op_minimum, 0},
     {&mpmd_op_compare, 0},
     {&mpmd_op_max_weight, 0},
     {&mpmd_op_where, 0},
     {&mpmd_op_where_grad, 0},
     {&mpmd_op_dropout, 1},
+/* the lists of src/ops/elementwise_ops.h: a formula (ELEM) 1, a
+ * selection (EXACT) 0 */
+// clang-format off
+#define ULPS_ELEM 1
+#define ULPS_EXACT 0
+#define UNARY_TOL(name, reads, tol, ...) {&mpmd_op_##name, ULPS_##tol},
+#define UNARY_GRAD_TOL(name, reads, tol, ...) {&mpmd_op_##name, ULPS_##tol}, {&mpmd_op_##name##_grad, ULPS_##tol},
+#define BINARY_TOL(name, tol) {&mpmd_op_##name, ULPS_##tol},
+    MPMD_BINARY_OPS(BINARY_TOL) MPMD_UNARY_OPS(UNARY_TOL) MPMD_UNARY_GRAD_OPS(UNARY_GRAD_TOL)
+    // clang-format on
     {&mpmd_op_rms_norm, 2},
     {&mpmd_op_rms_norm_grad_x, 2},
     {&mpmd_op_rms_norm_grad_scale, 2},
@@ -251,15 +236,13 @@ static void g_unary(bb *b) {
     mpmd_graph *g = b->g;
     mpmd_value u = fin(b, "u", -2.0f, 2.0f, D(7, 33));
     mpmd_value p = fin(b, "p", 0.25f, 3.0f, D(7, 33));
-    acc(b, mpmd_exp(g, u));
-    acc(b, mpmd_log(g, p));
-    acc(b, mpmd_sqrt(g, p));
-    acc(b, mpmd_rsqrt(g, p));
-    acc(b, mpmd_tanh(g, u));
-    acc(b, mpmd_square(g, u));
-    acc(b, mpmd_relu(g, u));
-    acc(b, mpmd_gelu(g, u));
-    acc(b, mpmd_neg(g, u));
+    /* every op of the lists in src/ops/elementwise_ops.h, on p where the
+     * list says POS */
+    mpmd_value on[2] = {u, p};
+    enum { ANY, POS };
+#define UNARY_ACC(name, reads, tol, domain, ...) acc(b, mpmd_##name(g, on[domain]));
+    MPMD_UNARY_OPS(UNARY_ACC)
+    MPMD_UNARY_GRAD_OPS(UNARY_ACC)
     acc(b, mpmd_add_scalar(g, u, 0.75f));
     acc(b, mpmd_mul_scalar(g, u, -1.5f));
     acc(b, mpmd_exp(g, marker(g, mpmd_mul_scalar(g, u, 0.5f))));
@@ -662,11 +645,8 @@ static void part_ops(void) {
         run_gcase(ci, MPMD_F16, os);
     }
     /* coverage: every op of the CPU's tables checked in both dtypes */
-    const mpmd_kernel *const tables[] = {mpmd_cpu_core_kernels, mpmd_cpu_elementwise_kernels,
-                                         mpmd_cpu_reduce_kernels, mpmd_cpu_nn_kernels,
-                                         mpmd_cpu_optim_kernels};
-    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
-        for (const mpmd_kernel *e = tables[t]; e->op; e++) {
+    for (const mpmd_kernel *const *t = mpmd_cpu_kernel_tables; *t; t++)
+        for (const mpmd_kernel *e = *t; e->op; e++) {
             if (not_checked_here(e->op)) continue;
             int ti = tol_index(e->op);
             CHECK(ti >= 0, "coverage: the cpu has a kernel for %s, which has no tolerance in op_tols",

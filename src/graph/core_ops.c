@@ -42,11 +42,12 @@ static void attrs_microbatch(const mpmd_graph *g, const mpmd_node *n, char *buf,
 static void vjp_marker(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 
 const mpmd_op_desc mpmd_op_input = {"input", 0, -1, MPMD_OPF_LEAF, NULL, NULL};
-const mpmd_op_desc mpmd_op_param = {"param", 0, -1, MPMD_OPF_LEAF, attrs_init, NULL};
-const mpmd_op_desc mpmd_op_variable = {"variable", 0, -1, MPMD_OPF_LEAF, attrs_init, NULL};
+const mpmd_op_desc mpmd_op_param = {"param", 0, -1, MPMD_OPF_LEAF | MPMD_OPF_STORAGE, attrs_init, NULL};
+const mpmd_op_desc mpmd_op_variable = {"variable", 0, -1, MPMD_OPF_LEAF | MPMD_OPF_STORAGE, attrs_init, NULL};
 const mpmd_op_desc mpmd_op_constant = {"constant", 0, -1, MPMD_OPF_LEAF, attrs_constant, NULL};
 const mpmd_op_desc mpmd_op_microbatch = {"microbatch", 1, -1, MPMD_OPF_STRUCTURAL, attrs_microbatch, NULL};
-const mpmd_op_desc mpmd_op_loop_reduce = {"loop_reduce", 1, -1, MPMD_OPF_STRUCTURAL, attrs_reduce, NULL};
+const mpmd_op_desc mpmd_op_loop_reduce = {"loop_reduce", 1,   -1, MPMD_OPF_STRUCTURAL | MPMD_OPF_LOOP_OUT,
+                                          attrs_reduce,  NULL};
 const mpmd_op_desc mpmd_op_stage_marker = {"enter_stage", 1, 0, 0, attrs_marker, vjp_marker};
 const mpmd_op_desc mpmd_op_assign = {"assign", 2, -1, MPMD_OPF_SIDE_EFFECT, NULL, NULL};
 
@@ -306,6 +307,73 @@ mpmd_value mpmd_loop_reduce(mpmd_graph *g, mpmd_value x, mpmd_reduce_op op) {
     mpmd_node *n = mpmd_node_of(g, r);
     if (n) n->ia[0] = op;
     return r;
+}
+
+/* ---- keeping values: in a loopless graph, through the implicit loop of one ---- */
+
+/* In the implicit loop of one, keeping a body value keeps its loop result,
+ * read in its place: the sum (float) or the stack (i32) over the one
+ * microbatch, which is the value itself, bit for bit. */
+void mpmd_keep_implicit(mpmd_graph *g, mpmd_value v) {
+    const mpmd_type t = *mpmd_type_of(g, v);
+    if (t.dtype == MPMD_TOKEN) {
+        mpmd_fail(g, MPMD_ERR_INVALID,
+                  "mpmd_keep: %%%d is a token, an ordering of effects with no value to read", (int)v.id);
+        return;
+    }
+    if (!mpmd_dtype_is_float(t.dtype) && t.ndim < 1) {
+        mpmd_fail(g, MPMD_ERR_INVALID,
+                  "mpmd_keep: %%%d (%s) is an integer scalar of a loopless graph's body; keep "
+                  "it as a tensor of one element",
+                  (int)v.id, mpmd_tstr(g, v));
+        return;
+    }
+    mpmd_value r =
+        mpmd_loop_reduce(g, v, mpmd_dtype_is_float(t.dtype) ? MPMD_REDUCE_ADD : MPMD_REDUCE_CONCAT);
+    mpmd_node *rn = mpmd_node_of(g, r);
+    if (!rn) return;
+    rn->flags |= MPMD_NODE_KEEP;
+    if (v.id >= g->n_alias) {
+        int cap = g->n_alias ? g->n_alias : 64;
+        while (cap <= v.id)
+            cap *= 2;
+        int32_t *na = realloc(g->alias, (size_t)cap * sizeof *na);
+        if (!na) {
+            mpmd_fail(g, MPMD_ERR_NOMEM, "mpmd_keep: out of memory");
+            return;
+        }
+        for (int i = g->n_alias; i < cap; i++)
+            na[i] = -1;
+        g->alias = na, g->n_alias = cap;
+    }
+    g->alias[v.id] = r.id;
+}
+
+void mpmd_keep(mpmd_graph *g, mpmd_value v) {
+    if (!g) return;
+    mpmd_node *n = mpmd_node_of(g, v);
+    if (!n) {
+        if (g->status == MPMD_OK) mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_keep: not a value of this graph");
+        return;
+    }
+    if (n->region == MPMD_REGION_BODY && g->implicit_loop && g->region == MPMD_REGION_BODY) {
+        if (g->status == MPMD_OK && !(v.id < g->n_alias && g->alias[v.id] >= 0)) mpmd_keep_implicit(g, v);
+        return;
+    }
+    if (n->region == MPMD_REGION_BODY) {
+        mpmd_fail(
+            g, MPMD_ERR_INVALID,
+            "mpmd_keep: %%%d is a loop-body value (one per microbatch); keep its mpmd_loop_reduce instead",
+            (int)v.id);
+        return;
+    }
+    if (n->type.dtype == MPMD_TOKEN) {
+        mpmd_fail(g, MPMD_ERR_INVALID,
+                  "mpmd_keep: %%%d (%s) is a token, an ordering of effects with no value to read", (int)v.id,
+                  n->op->name);
+        return;
+    }
+    n->flags |= MPMD_NODE_KEEP;
 }
 
 /* ---- stage markers ---------------------------------------------------------- */

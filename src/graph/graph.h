@@ -33,7 +33,9 @@ enum {
     MPMD_OPF_SIDE_EFFECT = 1u << 1, /* writes persistent state; never removed */
     MPMD_OPF_STRUCTURAL = 1u << 2,  /* handled by the executor (microbatch, loop_reduce) */
     MPMD_OPF_COLLECTIVE = 1u << 3,  /* run by the step's wire over the model axis (ops/collective.c) */
-    MPMD_OPF_MESH = 1u << 4         /* run by the runtime over every point of the mesh (ops/clip.c) */
+    MPMD_OPF_MESH = 1u << 4,        /* run by the runtime over every point of the mesh (ops/clip.c) */
+    MPMD_OPF_STORAGE = 1u << 5,     /* param, variable: persistent state a step keeps between runs */
+    MPMD_OPF_LOOP_OUT = 1u << 6     /* loop_reduce: takes a body value out of the loop */
 };
 
 /* The gradient rule: given the node and the cotangent gy of its output
@@ -71,10 +73,32 @@ enum {
 enum { MPMD_SPLIT_AXIS = 6, MPMD_SPLIT_GROUPS = 7 };
 /* Mesh axes a collective names. */
 enum { MPMD_AXIS_MPMD = 0, MPMD_AXIS_DATA = 1, MPMD_AXIS_MODEL = 2 };
-/* 1 when node i is an op over the model axis (ops/collective.c) that no
- * step can run where it is: outside the microbatch loop body, or in a graph
- * of one model rank; why (len bytes) gets the message, which names the
- * public call that made it. 0 (why "") otherwise. */
+/* Where ops over the model axis (ops/collective.c) may stand
+ * (graph/model_axis.c). A model-axis node keeps the public call that made
+ * it in ia[MPMD_CALL_ATTR], for messages: the ops mpmd_embedding_split and
+ * mpmd_cross_entropy_split make are named after them, the user's call; a
+ * gradient's (MPMD_CALL_NONE) by its op. */
+enum { MPMD_CALL_ATTR = 3 };
+enum {
+    MPMD_CALL_NONE = 0,
+    MPMD_CALL_ALL_REDUCE,
+    MPMD_CALL_PVARY,
+    MPMD_CALL_ALL_GATHER,
+    MPMD_CALL_REDUCE_SCATTER,
+    MPMD_CALL_EMBEDDING_SPLIT,
+    MPMD_CALL_CE_SPLIT
+};
+/* The name of the call that made model-axis node n. */
+const char *mpmd_model_axis_call(const mpmd_node *n);
+/* Why an op over the model axis cannot be made (made = 0) or run (made = 1)
+ * in `region` of g as it stands, into buf (len bytes), naming fn and
+ * `which` (" (%5)", or ""); "" when it can. */
+void mpmd_model_axis_where_wrong(const mpmd_graph *g, int region, int made, const char *fn, const char *which,
+                                 char *buf, size_t len);
+/* 1 when node i is an op over the model axis that no step can run where it
+ * is: outside the microbatch loop body, or in a graph of one model rank;
+ * why (len bytes) gets the message, which names the public call that made
+ * it. 0 (why "") otherwise. */
 int mpmd_model_axis_misplaced(const mpmd_graph *g, int i, char *why, size_t len);
 #define MPMD_NODE_FATTR 4
 
@@ -239,9 +263,7 @@ static inline int mpmd_collective_exchanges(const mpmd_op_desc *op) {
 static inline mpmd_value mpmd_out(const mpmd_node *n) { return (mpmd_value){n->id}; }
 static inline mpmd_value mpmd_in(const mpmd_node *n, int i) { return (mpmd_value){n->in[i]}; }
 
-static inline int mpmd_node_is_storage(const mpmd_node *n) {
-    return n->op == &mpmd_op_param || n->op == &mpmd_op_variable;
-}
+static inline int mpmd_node_is_storage(const mpmd_node *n) { return (n->op->flags & MPMD_OPF_STORAGE) != 0; }
 
 #ifdef __cplusplus
 }

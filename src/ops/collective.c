@@ -39,7 +39,7 @@
  *
  * ia[0]: the axis (MPMD_AXIS_MODEL), ia[1]: the dimension of all_gather,
  * reduce_scatter and axis_slice, ia[2]: the axis size M when built, ia[3]:
- * the public call that made it (CALL_*), for messages.
+ * the public call that made it (MPMD_CALL_*), for messages.
  */
 #include "../graph/graph.h"
 
@@ -102,84 +102,19 @@ mpmd_status mpmd_set_tensor_parallel(mpmd_graph *g, int m) {
 
 int mpmd_tensor_parallel(const mpmd_graph *g) { return g ? g->model_parallel : 1; }
 
-/* The public call that made a model-axis node, kept in ia[CALL_ATTR]: the
- * ops mpmd_embedding_split and mpmd_cross_entropy_split make are named
- * after them, the user's call; a gradient's by its op. */
-enum { CALL_ATTR = 3 };
-enum {
-    CALL_NONE = 0,
-    CALL_ALL_REDUCE,
-    CALL_PVARY,
-    CALL_ALL_GATHER,
-    CALL_REDUCE_SCATTER,
-    CALL_EMBEDDING_SPLIT,
-    CALL_CE_SPLIT
-};
-static const char *const call_names[] = {"mpmd_all_reduce",      "mpmd_pvary",
-                                         "mpmd_all_gather",      "mpmd_reduce_scatter",
-                                         "mpmd_embedding_split", "mpmd_cross_entropy_split"};
-
-/* the call's name; a gradient's node (CALL_NONE) by its op's */
-static const char *call_of(const mpmd_node *n) {
-    const int64_t c = n->ia[CALL_ATTR];
-    return c >= 1 && c <= (int64_t)(sizeof call_names / sizeof call_names[0]) ? call_names[c - 1]
-                                                                              : n->op->name;
-}
-
-/* Why an op over the model axis cannot be made (or run) where it is, into
- * buf: "" when it can. `region` and the graph's loop state say where it is;
- * `which` names the node (" (%5)") once it exists. Before any loop nothing
- * is said yet: the graph may still become a loop of one. */
-static void where_wrong(const mpmd_graph *g, int region, int made, const char *fn, const char *which,
-                        char *buf, size_t len) {
-    buf[0] = '\0';
-    if (g->model_parallel < 2)
-        snprintf(buf, len,
-                 "%s: the model axis has 1 rank (call mpmd_set_tensor_parallel(g, M) with M >= 2 before "
-                 "building the graph)",
-                 fn);
-    else if (region == MPMD_REGION_POST)
-        snprintf(buf, len,
-                 "%s: collectives over the model axis run inside the microbatch loop body; this one%s is "
-                 "after the loop (build it between mpmd_loop_begin and mpmd_loop_end)",
-                 fn, which);
-    else if (region == MPMD_REGION_PRE && g->n_micro > 0)
-        snprintf(buf, len,
-                 "%s: collectives over the model axis run inside the microbatch loop body; this one%s is "
-                 "before the loop (build it after mpmd_loop_begin)",
-                 fn, which);
-    else if (region == MPMD_REGION_PRE && made)
-        snprintf(
-            buf, len,
-            "%s: collectives over the model axis run inside the microbatch loop body; this one%s is in a "
-            "graph without a loop (build it between mpmd_loop_begin and mpmd_loop_end, or before a stage "
-            "marker, which makes the ops before it a loop of one)",
-            fn, which);
-}
-
 /* A model-axis op may be made here: else the graph's error, naming fn. */
 static int model_axis_ok(mpmd_graph *g, const char *fn) {
     char why[MPMD_ERROR_MSG_MAX];
-    where_wrong(g, g->region, 0, fn, "", why, sizeof why);
+    mpmd_model_axis_where_wrong(g, g->region, 0, fn, "", why, sizeof why);
     if (!why[0]) return 1;
     mpmd_fail(g, MPMD_ERR_INVALID, "%s", why);
     return 0;
 }
 
-int mpmd_model_axis_misplaced(const mpmd_graph *g, int i, char *why, size_t len) {
-    const mpmd_node *n = &g->nodes[i];
-    why[0] = '\0';
-    if (!(n->op->flags & MPMD_OPF_COLLECTIVE)) return 0;
-    char which[32];
-    snprintf(which, sizeof which, " (%%%d)", i);
-    where_wrong(g, n->region, 1, call_of(n), which, why, len);
-    return why[0] != '\0';
-}
-
 /* Name the model-axis nodes made from node `first` on after the call. */
 static void made_by(mpmd_graph *g, int first, int call) {
     for (int i = first; i < g->n_nodes; i++)
-        if (g->nodes[i].op->flags & MPMD_OPF_COLLECTIVE) g->nodes[i].ia[CALL_ATTR] = call;
+        if (g->nodes[i].op->flags & MPMD_OPF_COLLECTIVE) g->nodes[i].ia[MPMD_CALL_ATTR] = call;
 }
 
 /* The axis a collective names: "model", else an error naming what exists. */
@@ -220,21 +155,22 @@ static mpmd_value collective(mpmd_graph *g, const mpmd_op_desc *op, const char *
     }
     mpmd_value y = mpmd_emit(g, op, 1, &x, t);
     mpmd_node *n = mpmd_node_of(g, y);
-    if (n) n->ia[0] = MPMD_AXIS_MODEL, n->ia[1] = dim, n->ia[2] = M, n->ia[CALL_ATTR] = call;
+    if (n) n->ia[0] = MPMD_AXIS_MODEL, n->ia[1] = dim, n->ia[2] = M, n->ia[MPMD_CALL_ATTR] = call;
     return y;
 }
 
 mpmd_value mpmd_all_reduce(mpmd_graph *g, mpmd_value x, const char *axis) {
-    return collective(g, &mpmd_op_all_reduce, "mpmd_all_reduce", CALL_ALL_REDUCE, x, 0, axis);
+    return collective(g, &mpmd_op_all_reduce, "mpmd_all_reduce", MPMD_CALL_ALL_REDUCE, x, 0, axis);
 }
 mpmd_value mpmd_pvary(mpmd_graph *g, mpmd_value x, const char *axis) {
-    return collective(g, &mpmd_op_pvary, "mpmd_pvary", CALL_PVARY, x, 0, axis);
+    return collective(g, &mpmd_op_pvary, "mpmd_pvary", MPMD_CALL_PVARY, x, 0, axis);
 }
 mpmd_value mpmd_all_gather(mpmd_graph *g, mpmd_value x, int dim, const char *axis) {
-    return collective(g, &mpmd_op_all_gather, "mpmd_all_gather", CALL_ALL_GATHER, x, dim, axis);
+    return collective(g, &mpmd_op_all_gather, "mpmd_all_gather", MPMD_CALL_ALL_GATHER, x, dim, axis);
 }
 mpmd_value mpmd_reduce_scatter(mpmd_graph *g, mpmd_value x, int dim, const char *axis) {
-    return collective(g, &mpmd_op_reduce_scatter, "mpmd_reduce_scatter", CALL_REDUCE_SCATTER, x, dim, axis);
+    return collective(g, &mpmd_op_reduce_scatter, "mpmd_reduce_scatter", MPMD_CALL_REDUCE_SCATTER, x, dim,
+                      axis);
 }
 
 static void vjp_all_reduce(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
@@ -246,8 +182,8 @@ static void vjp_pvary(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_val
     gin[0] = mpmd_all_reduce(g, gy, "model");
 }
 static void vjp_all_gather(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
-    gin[0] = collective(g, &mpmd_op_axis_slice, "mpmd_all_gather's gradient", CALL_NONE, gy, (int)n->ia[1],
-                        "model");
+    gin[0] = collective(g, &mpmd_op_axis_slice, "mpmd_all_gather's gradient", MPMD_CALL_NONE, gy,
+                        (int)n->ia[1], "model");
 }
 static void vjp_reduce_scatter(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
     gin[0] = mpmd_all_gather(g, gy, (int)n->ia[1], "model");
@@ -289,7 +225,7 @@ mpmd_value mpmd_embedding_split(mpmd_graph *g, mpmd_value table, mpmd_value ids,
     t.dtype = MPMD_F32, t.dim[t.ndim++] = tt.dim[1];
     const int first = g->n_nodes;
     mpmd_value y = mpmd_all_reduce(g, axis_op(g, &mpmd_op_axis_embedding, table, ids, t), axis);
-    made_by(g, first, CALL_EMBEDDING_SPLIT);
+    made_by(g, first, MPMD_CALL_EMBEDDING_SPLIT);
     return y;
 }
 
@@ -318,7 +254,7 @@ mpmd_value mpmd_cross_entropy_split(mpmd_graph *g, mpmd_value logits, mpmd_value
     mpmd_value zs = mpmd_sub(g, z, mpmd_pvary(g, mx, axis));
     mpmd_value lse = mpmd_log(g, mpmd_all_reduce(g, mpmd_sum(g, mpmd_exp(g, zs), 1, &last, 0), axis));
     mpmd_value picked = mpmd_all_reduce(g, axis_op(g, &mpmd_op_axis_pick, zs, targets, mpmd_make_type(MPMD_F32, tt.ndim, tt.dim)), axis);
-    made_by(g, first, CALL_CE_SPLIT);
+    made_by(g, first, MPMD_CALL_CE_SPLIT);
     return mpmd_sub(g, lse, picked);
 }
 

@@ -22,6 +22,7 @@
  * casts back.
  */
 #include "../graph/graph.h"
+#include "backend/op_descs.h"
 
 #include <string.h>
 
@@ -34,17 +35,9 @@ static void vjp_mul_scalar(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpm
 static void vjp_neg(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 static void vjp_exp(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 static void vjp_log(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
-static void vjp_tanh(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
-static void vjp_sqrt(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
-static void vjp_rsqrt(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
-static void vjp_square(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
-static void vjp_relu(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
-static void vjp_gelu(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 static void vjp_broadcast_to(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 static void vjp_sum_to(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 static void vjp_cast(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
-static void vjp_sigmoid(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
-static void vjp_silu(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 static void vjp_maximum(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 static void vjp_minimum(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 static void vjp_compare(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
@@ -55,72 +48,60 @@ static const char *const cmp_names[] = {"eq", "ne", "lt", "le", "gt", "ge"};
 
 static void attrs_compare(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
     (void)g;
-    snprintf(buf, len, " %s", n->ia[0] >= 0 && n->ia[0] < 6 ? cmp_names[n->ia[0]] : "?");
+    int cmp = mpmd_attr_cmp(n);
+    snprintf(buf, len, " %s", cmp >= 0 && cmp < 6 ? cmp_names[cmp] : "?");
 }
 
 static void attrs_where_grad(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
     (void)g;
-    snprintf(buf, len, " %s", n->ia[0] ? "false" : "true");
+    snprintf(buf, len, " %s", mpmd_attr_where_side(n) ? "false" : "true");
 }
 
 static void attrs_dropout(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
     (void)g;
-    snprintf(buf, len, " rate=%.9g stream=%lld", (double)n->fa[0], (long long)n->ia[0]);
+    snprintf(buf, len, " rate=%.9g stream=%lld", (double)mpmd_attr_dropout_rate(n),
+             (long long)mpmd_attr_dropout_stream(n));
 }
 
 static void attrs_scalar(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
     (void)g;
-    snprintf(buf, len, " s=%.9g", (double)n->fa[0]);
+    snprintf(buf, len, " s=%.9g", (double)mpmd_attr_scalar(n));
 }
 
 /* Binary ops may write over input 0: when the executor lets them, the
  * output has input 0's size, hence its shape up to leading 1s. */
-const mpmd_op_desc mpmd_op_add = {"add", 2, 0, 0, NULL, vjp_add};
-const mpmd_op_desc mpmd_op_sub = {"sub", 2, 0, 0, NULL, vjp_sub};
-const mpmd_op_desc mpmd_op_mul = {"mul", 2, 0, 0, NULL, vjp_mul};
-const mpmd_op_desc mpmd_op_div = {"div", 2, 0, 0, NULL, vjp_div};
+#define BINARY_DESC(name, tol) const mpmd_op_desc mpmd_op_##name = {#name, 2, 0, 0, NULL, vjp_##name};
+MPMD_BINARY_OPS(BINARY_DESC)
 const mpmd_op_desc mpmd_op_add_scalar = {"add_scalar", 1, 0, 0, attrs_scalar, vjp_add_scalar};
 const mpmd_op_desc mpmd_op_mul_scalar = {"mul_scalar", 1, 0, 0, attrs_scalar, vjp_mul_scalar};
-const mpmd_op_desc mpmd_op_neg = {"neg", 1, 0, 0, NULL, vjp_neg};
-const mpmd_op_desc mpmd_op_exp = {"exp", 1, 0, 0, NULL, vjp_exp};
-const mpmd_op_desc mpmd_op_log = {"log", 1, 0, 0, NULL, vjp_log};
-const mpmd_op_desc mpmd_op_tanh = {"tanh", 1, 0, 0, NULL, vjp_tanh};
-const mpmd_op_desc mpmd_op_sqrt = {"sqrt", 1, 0, 0, NULL, vjp_sqrt};
-const mpmd_op_desc mpmd_op_rsqrt = {"rsqrt", 1, 0, 0, NULL, vjp_rsqrt};
-const mpmd_op_desc mpmd_op_square = {"square", 1, 0, 0, NULL, vjp_square};
-const mpmd_op_desc mpmd_op_relu = {"relu", 1, 0, 0, NULL, vjp_relu};
-const mpmd_op_desc mpmd_op_gelu = {"gelu", 1, 0, 0, NULL, vjp_gelu};
 const mpmd_op_desc mpmd_op_broadcast_to = {"broadcast_to", 1, -1, 0, NULL, vjp_broadcast_to};
 const mpmd_op_desc mpmd_op_sum_to = {"sum_to", 1, -1, 0, NULL, vjp_sum_to};
 /* cast: each element converted to the output's dtype (to a 16-bit float:
  * rounded to nearest, ties to even). Never in place: the sizes differ. */
 const mpmd_op_desc mpmd_op_cast = {"cast", 1, -1, 0, NULL, vjp_cast};
 
-/* Fused backward ops, inputs (gy, v), output of gy's shape; the kernel file
- * states each formula. */
-const mpmd_op_desc mpmd_op_tanh_grad = {"tanh_grad", 2, 0, 0, NULL, NULL};
-const mpmd_op_desc mpmd_op_sqrt_grad = {"sqrt_grad", 2, 0, 0, NULL, NULL};
-const mpmd_op_desc mpmd_op_rsqrt_grad = {"rsqrt_grad", 2, 0, 0, NULL, NULL};
-const mpmd_op_desc mpmd_op_square_grad = {"square_grad", 2, 0, 0, NULL, NULL};
-const mpmd_op_desc mpmd_op_relu_grad = {"relu_grad", 2, 0, 0, NULL, NULL};
-const mpmd_op_desc mpmd_op_gelu_grad = {"gelu_grad", 2, 0, 0, NULL, NULL};
+/* The unary ops of the lists in elementwise_ops.h, and the fused backward
+ * ops of MPMD_UNARY_GRAD_OPS: inputs (gy, v), output of gy's shape (the
+ * list states each formula). */
+#define UNARY_DESC(name, reads, tol, domain, cost, gcost)                                                    \
+    const mpmd_op_desc mpmd_op_##name = {#name, 1, 0, 0, NULL, vjp_##name};
+#define UNARY_GRAD_DESC(name, reads, tol, domain, cost, gcost)                                               \
+    static void vjp_##name(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);               \
+    const mpmd_op_desc mpmd_op_##name = {#name, 1, 0, 0, NULL, vjp_##name};                                  \
+    const mpmd_op_desc mpmd_op_##name##_grad = {#name "_grad", 2, 0, 0, NULL, NULL};
+MPMD_UNARY_OPS(UNARY_DESC)
+MPMD_UNARY_GRAD_OPS(UNARY_GRAD_DESC)
 
-const mpmd_op_desc mpmd_op_sigmoid = {"sigmoid", 1, 0, 0, NULL, vjp_sigmoid};
-const mpmd_op_desc mpmd_op_silu = {"silu", 1, 0, 0, NULL, vjp_silu};
-const mpmd_op_desc mpmd_op_sigmoid_grad = {"sigmoid_grad", 2, 0, 0, NULL, NULL};
-const mpmd_op_desc mpmd_op_silu_grad = {"silu_grad", 2, 0, 0, NULL, NULL};
-const mpmd_op_desc mpmd_op_maximum = {"maximum", 2, 0, 0, NULL, vjp_maximum};
-const mpmd_op_desc mpmd_op_minimum = {"minimum", 2, 0, 0, NULL, vjp_minimum};
-/* compare: ia[0] = the mpmd_cmp; 1 where a <cmp> b holds, else 0 */
+/* compare (attribute cmp, op_descs.h): 1 where a <cmp> b holds, else 0 */
 const mpmd_op_desc mpmd_op_compare = {"compare", 2, 0, 0, attrs_compare, vjp_compare};
 /* max_weight(a, b): 1 where a > b, 1/2 where a == b, else 0: the share of a
  * maximum's cotangent that goes to a (emitted by the gradient rules only) */
 const mpmd_op_desc mpmd_op_max_weight = {"max_weight", 2, 0, 0, NULL, NULL};
 /* where(cond, a, b), all of one shape: a where cond != 0, else b */
 const mpmd_op_desc mpmd_op_where = {"where", 3, 1, 0, NULL, vjp_where};
-/* where_grad(gy, cond): ia[0] = 0: gy where cond != 0, else 0; 1: the other way */
+/* where_grad(gy, cond), attribute side: 0: gy where cond != 0, else 0; 1: the other way */
 const mpmd_op_desc mpmd_op_where_grad = {"where_grad", 2, 0, 0, attrs_where_grad, NULL};
-/* dropout(x, key): fa[0] = rate, ia[0] = the op's stream: how many dropout
+/* dropout(x, key), attributes rate and stream: how many dropout
  * ops mpmd_dropout made before it, so stage markers and other ops do not
  * change it (copies made by remat and the backward keep it) */
 const mpmd_op_desc mpmd_op_dropout = {"dropout", 2, 0, 0, attrs_dropout, vjp_dropout};
@@ -201,24 +182,11 @@ static mpmd_value binary(mpmd_graph *g, const mpmd_op_desc *op, const char *fn, 
     return mpmd_emit(g, op, 2, in, out);
 }
 
-mpmd_value mpmd_add(mpmd_graph *g, mpmd_value a, mpmd_value b) {
-    return binary(g, &mpmd_op_add, "mpmd_add", a, b);
-}
-mpmd_value mpmd_sub(mpmd_graph *g, mpmd_value a, mpmd_value b) {
-    return binary(g, &mpmd_op_sub, "mpmd_sub", a, b);
-}
-mpmd_value mpmd_mul(mpmd_graph *g, mpmd_value a, mpmd_value b) {
-    return binary(g, &mpmd_op_mul, "mpmd_mul", a, b);
-}
-mpmd_value mpmd_div(mpmd_graph *g, mpmd_value a, mpmd_value b) {
-    return binary(g, &mpmd_op_div, "mpmd_div", a, b);
-}
-mpmd_value mpmd_maximum(mpmd_graph *g, mpmd_value a, mpmd_value b) {
-    return binary(g, &mpmd_op_maximum, "mpmd_maximum", a, b);
-}
-mpmd_value mpmd_minimum(mpmd_graph *g, mpmd_value a, mpmd_value b) {
-    return binary(g, &mpmd_op_minimum, "mpmd_minimum", a, b);
-}
+#define BINARY_CTOR(name, tol)                                                                               \
+    mpmd_value mpmd_##name(mpmd_graph *g, mpmd_value a, mpmd_value b) {                                      \
+        return binary(g, &mpmd_op_##name, "mpmd_" #name, a, b);                                              \
+    }
+MPMD_BINARY_OPS(BINARY_CTOR)
 
 mpmd_value mpmd_compare(mpmd_graph *g, mpmd_value a, mpmd_value b, mpmd_cmp cmp) {
     if ((int)cmp < 0 || (int)cmp > MPMD_CMP_GE)
@@ -226,7 +194,7 @@ mpmd_value mpmd_compare(mpmd_graph *g, mpmd_value a, mpmd_value b, mpmd_cmp cmp)
                          (int)cmp);
     mpmd_value r = binary(g, &mpmd_op_compare, "mpmd_compare", a, b);
     mpmd_node *n = mpmd_node_of(g, r);
-    if (n) n->ia[0] = cmp;
+    if (n) mpmd_attr_set_cmp(n, cmp);
     return r;
 }
 
@@ -268,7 +236,7 @@ mpmd_value mpmd_dropout(mpmd_graph *g, mpmd_value x, float rate, mpmd_value key)
     if (rate == 0.0f) return x; /* nothing dropped */
     mpmd_value r = mpmd_emit(g, &mpmd_op_dropout, 2, in, *mpmd_type_of(g, x));
     mpmd_node *n = mpmd_node_of(g, r);
-    if (n) n->fa[0] = rate, n->ia[0] = g->n_dropout++;
+    if (n) mpmd_attr_set_dropout(n, rate, g->n_dropout++);
     return r;
 }
 
@@ -283,7 +251,7 @@ static mpmd_value unary(mpmd_graph *g, const mpmd_op_desc *op, const char *fn, m
 static mpmd_value unary_scalar(mpmd_graph *g, const mpmd_op_desc *op, const char *fn, mpmd_value a, float s) {
     mpmd_value r = unary(g, op, fn, a);
     mpmd_node *n = mpmd_node_of(g, r);
-    if (n) n->fa[0] = s;
+    if (n) mpmd_attr_set_scalar(n, s);
     return r;
 }
 
@@ -293,17 +261,13 @@ mpmd_value mpmd_add_scalar(mpmd_graph *g, mpmd_value a, float s) {
 mpmd_value mpmd_mul_scalar(mpmd_graph *g, mpmd_value a, float s) {
     return unary_scalar(g, &mpmd_op_mul_scalar, "mpmd_mul_scalar", a, s);
 }
-mpmd_value mpmd_neg(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_neg, "mpmd_neg", a); }
-mpmd_value mpmd_exp(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_exp, "mpmd_exp", a); }
-mpmd_value mpmd_log(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_log, "mpmd_log", a); }
-mpmd_value mpmd_tanh(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_tanh, "mpmd_tanh", a); }
-mpmd_value mpmd_sqrt(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_sqrt, "mpmd_sqrt", a); }
-mpmd_value mpmd_rsqrt(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_rsqrt, "mpmd_rsqrt", a); }
-mpmd_value mpmd_square(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_square, "mpmd_square", a); }
-mpmd_value mpmd_relu(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_relu, "mpmd_relu", a); }
-mpmd_value mpmd_gelu(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_gelu, "mpmd_gelu", a); }
-mpmd_value mpmd_sigmoid(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_sigmoid, "mpmd_sigmoid", a); }
-mpmd_value mpmd_silu(mpmd_graph *g, mpmd_value a) { return unary(g, &mpmd_op_silu, "mpmd_silu", a); }
+
+#define UNARY_CTOR(name, reads, tol, domain, cost, gcost)                                                    \
+    mpmd_value mpmd_##name(mpmd_graph *g, mpmd_value a) {                                                    \
+        return unary(g, &mpmd_op_##name, "mpmd_" #name, a);                                                  \
+    }
+MPMD_UNARY_OPS(UNARY_CTOR)
+MPMD_UNARY_GRAD_OPS(UNARY_CTOR)
 
 /* A fused backward op (gy, v): both have the forward op's type. */
 static mpmd_value grad_op(mpmd_graph *g, const mpmd_op_desc *op, mpmd_value gy, mpmd_value v) {
@@ -418,7 +382,7 @@ static void vjp_add_scalar(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpm
 
 /* y = s a:  ga = s gy */
 static void vjp_mul_scalar(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
-    gin[0] = mpmd_mul_scalar(g, gy, n->fa[0]);
+    gin[0] = mpmd_mul_scalar(g, gy, mpmd_attr_scalar(n));
 }
 
 /* y = -a:  ga = -gy */
@@ -437,46 +401,16 @@ static void vjp_log(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value
     gin[0] = mpmd_div(g, gy, mpmd_in(n, 0));
 }
 
-/* y = tanh(x):  gx = gy (1 - y^2)  (tanh_grad(gy, y)) */
-static void vjp_tanh(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
-    gin[0] = grad_op(g, &mpmd_op_tanh_grad, gy, mpmd_out(n));
-}
-
-/* y = sqrt(x):  gx = gy / (2 y)  (sqrt_grad(gy, y)) */
-static void vjp_sqrt(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
-    gin[0] = grad_op(g, &mpmd_op_sqrt_grad, gy, mpmd_out(n));
-}
-
-/* y = x^(-1/2):  gx = -gy y^3 / 2  (rsqrt_grad(gy, y)) */
-static void vjp_rsqrt(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
-    gin[0] = grad_op(g, &mpmd_op_rsqrt_grad, gy, mpmd_out(n));
-}
-
-/* y = x^2:  gx = 2 x gy  (square_grad(gy, x)) */
-static void vjp_square(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
-    gin[0] = grad_op(g, &mpmd_op_square_grad, gy, mpmd_in(n, 0));
-}
-
-/* y = max(x, 0):  gx = gy where y > 0, else 0 (so relu'(0) = 0); y > 0
- * exactly where x > 0, and the output is what the backward pass keeps. */
-static void vjp_relu(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
-    gin[0] = grad_op(g, &mpmd_op_relu_grad, gy, mpmd_out(n));
-}
-
-/* y = gelu(x) (tanh form):  gx = gy gelu'(x)  (gelu_grad(gy, x)) */
-static void vjp_gelu(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
-    gin[0] = grad_op(g, &mpmd_op_gelu_grad, gy, mpmd_in(n, 0));
-}
-
-/* y = sigmoid(x):  gx = gy y (1 - y)  (sigmoid_grad(gy, y)) */
-static void vjp_sigmoid(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
-    gin[0] = grad_op(g, &mpmd_op_sigmoid_grad, gy, mpmd_out(n));
-}
-
-/* y = x s, s = sigmoid(x):  gx = gy s (1 + x (1 - s))  (silu_grad(gy, x)) */
-static void vjp_silu(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
-    gin[0] = grad_op(g, &mpmd_op_silu_grad, gy, mpmd_in(n, 0));
-}
+/* y = f(x) of MPMD_UNARY_GRAD_OPS:  gx = <name>_grad(gy, v), v = y or x as
+ * the list's `reads` column says (relu reads y: y > 0 exactly where x > 0,
+ * and the output is what the backward pass keeps). */
+#define GRAD_V_OUT(n) mpmd_out(n)
+#define GRAD_V_IN(n) mpmd_in(n, 0)
+#define UNARY_VJP(name, reads, tol, domain, cost, gcost)                                                     \
+    static void vjp_##name(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {              \
+        gin[0] = grad_op(g, &mpmd_op_##name##_grad, gy, GRAD_V_##reads(n));                                  \
+    }
+MPMD_UNARY_GRAD_OPS(UNARY_VJP)
 
 /* max_weight(a, b) at the broadcast shape */
 static mpmd_value max_weight(mpmd_graph *g, mpmd_value a, mpmd_value b) {
@@ -515,7 +449,7 @@ static mpmd_value where_grad(mpmd_graph *g, mpmd_value gy, mpmd_value cond, int 
     mpmd_value in[2] = {gy, cond};
     mpmd_value r = mpmd_emit(g, &mpmd_op_where_grad, 2, in, *mpmd_type_of(g, gy));
     mpmd_node *n = mpmd_node_of(g, r);
-    if (n) n->ia[0] = side;
+    if (n) mpmd_attr_set_where_side(n, side);
     return r;
 }
 
@@ -533,11 +467,11 @@ static void vjp_where(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_val
  * same key and stream, so the mask is drawn again rather than kept. */
 static void vjp_dropout(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
     mpmd_value in[2] = {gy, mpmd_in(n, 1)};
-    float rate = n->fa[0];
-    int64_t stream = n->ia[0];
+    float rate = mpmd_attr_dropout_rate(n);
+    int64_t stream = mpmd_attr_dropout_stream(n);
     mpmd_value r = mpmd_emit(g, &mpmd_op_dropout, 2, in, *mpmd_type_of(g, gy));
     mpmd_node *d = mpmd_node_of(g, r);
-    if (d) d->fa[0] = rate, d->ia[0] = stream;
+    if (d) mpmd_attr_set_dropout(d, rate, stream);
     gin[0] = r;
     gin[1] = MPMD_NONE;
 }

@@ -16,25 +16,26 @@
 
 static void attrs_matmul(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
     (void)g;
-    int k = snprintf(buf, len, "%s%s", (n->ia[0] & MPMD_TRANS_A) ? " trans_a" : "",
-                     (n->ia[0] & MPMD_TRANS_B) ? " trans_b" : "");
-    if ((n->ia[1] & 1) && k >= 0 && (size_t)k < len)
-        snprintf(buf + k, len - (size_t)k, " alpha=%.9g", (double)n->fa[0]);
+    int k = snprintf(buf, len, "%s%s", (mpmd_matmul_flags(n) & MPMD_TRANS_A) ? " trans_a" : "",
+                     (mpmd_matmul_flags(n) & MPMD_TRANS_B) ? " trans_b" : "");
+    if (mpmd_matmul_has_alpha(n) && k >= 0 && (size_t)k < len)
+        snprintf(buf + k, len - (size_t)k, " alpha=%.9g", (double)mpmd_matmul_alpha(n));
 }
 
 static void attrs_eps(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
     (void)g;
-    snprintf(buf, len, " eps=%g", (double)n->fa[0]);
+    snprintf(buf, len, " eps=%g", (double)mpmd_norm_eps(n));
 }
 
 static void attrs_attention(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
     (void)g;
-    snprintf(buf, len, "%s scale=%.9g", n->ia[0] ? " causal" : "", (double)n->fa[0]);
+    snprintf(buf, len, "%s scale=%.9g", mpmd_attention_causal(n) ? " causal" : "",
+             (double)mpmd_attention_scale(n));
 }
 
 static void attrs_vocab(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
     (void)g;
-    snprintf(buf, len, " rows=%lld", (long long)n->ia[0]);
+    snprintf(buf, len, " rows=%lld", (long long)mpmd_embedding_grad_rows(n));
 }
 
 /* ---- descriptors ---------------------------------------------------------------- */
@@ -49,12 +50,14 @@ static void vjp_rope(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_valu
 
 static void attrs_rope(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
     (void)g;
-    int k = n->n_in == 1 ? snprintf(buf, len, " base=%g offset=%lld", (double)n->fa[0], (long long)n->ia[0])
-                         : snprintf(buf, len, " base=%g", (double)n->fa[0]);
-    if (n->fa[1] > 0.0f && k >= 0 && (size_t)k < len)
+    int k = n->n_in == 1 ? snprintf(buf, len, " base=%g offset=%lld", (double)mpmd_rope_base(n),
+                                    (long long)mpmd_rope_offset(n))
+                         : snprintf(buf, len, " base=%g", (double)mpmd_rope_base(n));
+    if (mpmd_rope_factor(n) > 0.0f && k >= 0 && (size_t)k < len)
         k += snprintf(buf + k, len - (size_t)k, " llama3(factor=%g low=%g high=%g original=%lld)",
-                      (double)n->fa[1], (double)n->fa[2], (double)n->fa[3], (long long)n->ia[2]);
-    if (n->ia[1] && k >= 0 && (size_t)k < len) snprintf(buf + k, len - (size_t)k, " inverse");
+                      (double)mpmd_rope_factor(n), (double)mpmd_rope_low_freq_factor(n),
+                      (double)mpmd_rope_high_freq_factor(n), (long long)mpmd_rope_original_positions(n));
+    if (mpmd_rope_inverse(n) && k >= 0 && (size_t)k < len) snprintf(buf + k, len - (size_t)k, " inverse");
 }
 static void vjp_embedding(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 static void vjp_cross_entropy(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
@@ -138,7 +141,7 @@ mpmd_value mpmd_matmul(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags) {
     out.dim[out.ndim - 1] = nn;
     mpmd_value r = mpmd_emit(g, &mpmd_op_matmul, 2, in, out);
     mpmd_node *node = mpmd_node_of(g, r);
-    if (node) node->ia[0] = flags;
+    if (node) mpmd_matmul_set_flags(node, flags);
     return r;
 }
 
@@ -148,10 +151,7 @@ mpmd_value mpmd_matmul_scaled(mpmd_graph *g, mpmd_value a, mpmd_value b, int fla
                          (double)alpha);
     mpmd_value r = mpmd_matmul(g, a, b, flags);
     mpmd_node *node = mpmd_node_of(g, r);
-    if (node && alpha != 1.0f) {
-        node->ia[1] = 1;
-        node->fa[0] = alpha;
-    }
+    if (node && alpha != 1.0f) mpmd_matmul_set_alpha(node, alpha);
     return r;
 }
 
@@ -170,7 +170,7 @@ static void vjp_matmul(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_va
     const float alpha = mpmd_matmul_alpha(n);
     mpmd_value a = mpmd_in(n, 0), b = mpmd_in(n, 1);
     const mpmd_type ta = *mpmd_type_of(g, a), tb = *mpmd_type_of(g, b);
-    int tra = (n->ia[0] & MPMD_TRANS_A) != 0, trb = (n->ia[0] & MPMD_TRANS_B) != 0;
+    int tra = (mpmd_matmul_flags(n) & MPMD_TRANS_A) != 0, trb = (mpmd_matmul_flags(n) & MPMD_TRANS_B) != 0;
     int shared_b = tb.ndim == 2 && ta.ndim > 2;
     /* matmul(x, y, f) computes op(x) op(y); B'^T is b itself under TRANS_B. */
     int bt_flag = trb ? 0 : MPMD_TRANS_B; /* op(b) = B'^T */
@@ -267,7 +267,7 @@ mpmd_value mpmd_layer_norm(mpmd_graph *g, mpmd_value x, mpmd_value gamma, mpmd_v
                          (double)eps);
     mpmd_value r = mpmd_emit(g, &mpmd_op_layer_norm, 3, in, tx);
     mpmd_node *node = mpmd_node_of(g, r);
-    if (node) node->fa[0] = eps;
+    if (node) mpmd_norm_set_eps(node, eps);
     return r;
 }
 
@@ -280,17 +280,17 @@ mpmd_value mpmd_layer_norm(mpmd_graph *g, mpmd_value x, mpmd_value gamma, mpmd_v
  * (dx) and the weight gradients in different tasks. */
 static void vjp_layer_norm(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
     mpmd_value x = mpmd_in(n, 0), gamma = mpmd_in(n, 1);
-    float eps = n->fa[0];
+    float eps = mpmd_norm_eps(n);
     int64_t c = n->type.dim[n->type.ndim - 1];
     gin[2] = mpmd_sum_to(g, gy, 1, &c);
     mpmd_value ing[2] = {x, gy};
     gin[1] = emit_internal(g, &mpmd_op_layer_norm_grad_gamma, 2, ing, *mpmd_type_of(g, gamma));
     mpmd_node *ng = mpmd_node_of(g, gin[1]);
-    if (ng) ng->fa[0] = eps;
+    if (ng) mpmd_norm_set_eps(ng, eps);
     mpmd_value inx[3] = {x, gamma, gy};
     gin[0] = emit_internal(g, &mpmd_op_layer_norm_grad_x, 3, inx, n->type);
     mpmd_node *nx = mpmd_node_of(g, gin[0]);
-    if (nx) nx->fa[0] = eps;
+    if (nx) mpmd_norm_set_eps(nx, eps);
 }
 
 /* ---- RMS norm -------------------------------------------------------------------------------- */
@@ -311,7 +311,7 @@ mpmd_value mpmd_rms_norm(mpmd_graph *g, mpmd_value x, mpmd_value scale, float ep
         return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_rms_norm: eps is %g; it must be finite and >= 0", (double)eps);
     mpmd_value r = mpmd_emit(g, &mpmd_op_rms_norm, 2, in, tx);
     mpmd_node *node = mpmd_node_of(g, r);
-    if (node) node->fa[0] = eps;
+    if (node) mpmd_norm_set_eps(node, eps);
     return r;
 }
 
@@ -321,25 +321,25 @@ mpmd_value mpmd_rms_norm(mpmd_graph *g, mpmd_value x, mpmd_value scale, float ep
  *   dscale = sum over rows of gy * xhat          (rms_norm_grad_scale) */
 static void vjp_rms_norm(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
     mpmd_value x = mpmd_in(n, 0), scale = mpmd_in(n, 1);
-    float eps = n->fa[0];
+    float eps = mpmd_norm_eps(n);
     mpmd_type ts = *mpmd_type_of(g, scale), tx = n->type;
     mpmd_value ins[2] = {x, gy};
     gin[1] = emit_internal(g, &mpmd_op_rms_norm_grad_scale, 2, ins, ts);
     mpmd_node *ns = mpmd_node_of(g, gin[1]);
-    if (ns) ns->fa[0] = eps;
+    if (ns) mpmd_norm_set_eps(ns, eps);
     mpmd_value inx[3] = {x, scale, gy};
     gin[0] = emit_internal(g, &mpmd_op_rms_norm_grad_x, 3, inx, tx);
     mpmd_node *nx = mpmd_node_of(g, gin[0]);
-    if (nx) nx->fa[0] = eps;
+    if (nx) mpmd_norm_set_eps(nx, eps);
 }
 
 /* ---- rotary position embedding --------------------------------------------------------------- */
 
 /* One constructor for both forms: positions MPMD_NONE turns row t of x by
  * position offset + t ("rope"); an i32 value turns each row by its own
- * position ("rope_at"). The attributes: fa[0] = base, fa[1..3] = the
- * Llama 3.1 factor, low and high frequency factors (factor 0: none), ia[0]
- * = offset, ia[1] = 1 for the inverse rotation, ia[2] = the original
+ * position ("rope_at"). The attributes (accessors in nn.h): base, the
+ * Llama 3.1 factor, low and high frequency factors (factor 0: none), the
+ * offset, inverse (1 for the inverse rotation), the original
  * positions L (src/util/rope.h has the math). */
 mpmd_value mpmd_rope_op(mpmd_graph *g, const char *fn, mpmd_value x, mpmd_value positions, float base,
                         const mpmd_rope_scaling *scaling, int64_t offset) {
@@ -384,10 +384,8 @@ mpmd_value mpmd_rope_op(mpmd_graph *g, const char *fn, mpmd_value x, mpmd_value 
     mpmd_value r = mpmd_emit(g, at ? &mpmd_op_rope_at : &mpmd_op_rope, at ? 2 : 1, in, t);
     mpmd_node *n = mpmd_node_of(g, r);
     if (n) {
-        n->fa[0] = base, n->ia[0] = offset, n->ia[1] = 0;
-        if (s->factor != 0.0f)
-            n->fa[1] = s->factor, n->fa[2] = s->low_freq_factor, n->fa[3] = s->high_freq_factor,
-            n->ia[2] = s->original_positions;
+        mpmd_rope_set(n, base, offset, 0);
+        if (s->factor != 0.0f) mpmd_rope_set_scaling(n, s);
     }
     return r;
 }
@@ -418,7 +416,7 @@ static void vjp_rope(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_valu
     if (d) {
         memcpy(d->fa, n->fa, sizeof d->fa);
         memcpy(d->ia, n->ia, sizeof d->ia);
-        d->ia[1] = !n->ia[1];
+        mpmd_rope_set(d, mpmd_rope_base(n), mpmd_rope_offset(n), !mpmd_rope_inverse(n));
     }
 }
 
@@ -501,7 +499,7 @@ static void vjp_embedding(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd
     mpmd_value in[2] = {ids, gy};
     gin[0] = emit_internal(g, &mpmd_op_embedding_grad, 2, in, tt);
     mpmd_node *ng = mpmd_node_of(g, gin[0]);
-    if (ng) ng->ia[0] = tt.dim[0];
+    if (ng) mpmd_embedding_grad_set_rows(ng, tt.dim[0]);
     gin[1] = MPMD_NONE;
 }
 
@@ -546,7 +544,7 @@ static void vjp_cross_entropy(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, 
 /* ---- attention (fused) --------------------------------------------------------------------- */
 
 /* softmax(scale q k^T) v per batch item and head, scale = 1/sqrt(Dh), as one
- * op (ia[0] = causal, fa[0] = the scale): its kernels never store the
+ * op (attributes causal and scale): its kernels never store the
  * [T, T] scores. */
 mpmd_value mpmd_attention(mpmd_graph *g, mpmd_value q, mpmd_value k, mpmd_value v, int causal) {
     mpmd_value in[3] = {q, k, v};
@@ -572,7 +570,7 @@ mpmd_value mpmd_attention(mpmd_graph *g, mpmd_value q, mpmd_value k, mpmd_value 
     }
     mpmd_value r = mpmd_emit(g, &mpmd_op_attention, 3, in, tq);
     mpmd_node *n = mpmd_node_of(g, r);
-    if (n) n->ia[0] = causal != 0, n->fa[0] = (float)(1.0 / sqrt((double)tq.dim[3]));
+    if (n) mpmd_attention_set(n, causal, (float)(1.0 / sqrt((double)tq.dim[3])));
     return r;
 }
 
@@ -594,7 +592,7 @@ static void vjp_attention(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd
         out.dim[i + 1] = t.dim[i];
     mpmd_value d = emit_internal(g, &mpmd_op_attention_grad, 5, in, out);
     mpmd_node *nd = mpmd_node_of(g, d);
-    if (nd) nd->ia[0] = n->ia[0], nd->fa[0] = n->fa[0];
+    if (nd) mpmd_attention_set(nd, mpmd_attention_causal(n), mpmd_attention_scale(n));
     for (int i = 0; i < 3; i++)
         gin[i] = mpmd_reshape(g, mpmd_slice(g, d, 0, i, i + 1), 4, t.dim);
 }

@@ -1,7 +1,8 @@
 /* nn.h - the neural-network op family's descriptors, shared by the op
  * constructors (src/ops/nn.c) and the CPU kernels (src/backend/cpu/nn.c).
  *
- * Public ops (constructors in mpmd.h):
+ * Where each attribute is kept, op by op (read and set them through the
+ * accessors at the end of this file). Public ops (constructors in mpmd.h):
  *   matmul          ia[0] = flags (MPMD_TRANS_A | MPMD_TRANS_B); ia[1] = 1: the
  *                   product is scaled by fa[0] (mpmd_matmul_scaled)
  *   softmax, log_softmax, softmax_causal   (last axis)
@@ -57,7 +58,49 @@ mpmd_value mpmd_rope_op(mpmd_graph *g, const char *fn, mpmd_value x, mpmd_value 
 /* 1 when a scaling is none (factor 0) or in range (mpmd.h's rule). */
 int mpmd_rope_scaling_ok(const mpmd_rope_scaling *s);
 
-/* The scale of a matmul node: alpha in C = alpha op(A) op(B). */
+/* The attributes above by name: the constructors and gradient rules set
+ * them, the printers, rules and kernels read them. */
+/* matmul: flags, and alpha in C = alpha op(A) op(B) (1 unless scaled) */
+static inline int mpmd_matmul_flags(const mpmd_node *n) { return (int)n->ia[0]; }
+static inline void mpmd_matmul_set_flags(mpmd_node *n, int flags) { n->ia[0] = flags; }
+static inline int mpmd_matmul_has_alpha(const mpmd_node *n) { return (n->ia[1] & 1) != 0; }
 static inline float mpmd_matmul_alpha(const mpmd_node *n) { return (n->ia[1] & 1) ? n->fa[0] : 1.0f; }
+static inline void mpmd_matmul_set_alpha(mpmd_node *n, float alpha) {
+    n->ia[1] = 1;
+    n->fa[0] = alpha;
+}
+/* the norms and their gradients: eps */
+static inline float mpmd_norm_eps(const mpmd_node *n) { return n->fa[0]; }
+static inline void mpmd_norm_set_eps(mpmd_node *n, float eps) { n->fa[0] = eps; }
+/* attention and attention_grad: causal, scale */
+static inline int mpmd_attention_causal(const mpmd_node *n) { return n->ia[0] != 0; }
+static inline float mpmd_attention_scale(const mpmd_node *n) { return n->fa[0]; }
+static inline void mpmd_attention_set(mpmd_node *n, int causal, float scale) {
+    n->ia[0] = causal != 0;
+    n->fa[0] = scale;
+}
+/* embedding_grad: the table's rows V */
+static inline int64_t mpmd_embedding_grad_rows(const mpmd_node *n) { return n->ia[0]; }
+static inline void mpmd_embedding_grad_set_rows(mpmd_node *n, int64_t rows) { n->ia[0] = rows; }
+/* rope, rope_at: base, the first position (rope), inverse, and Llama 3.1's
+ * scaling (factor 0: none) */
+static inline float mpmd_rope_base(const mpmd_node *n) { return n->fa[0]; }
+static inline int64_t mpmd_rope_offset(const mpmd_node *n) { return n->ia[0]; }
+static inline int mpmd_rope_inverse(const mpmd_node *n) { return n->ia[1] != 0; }
+static inline float mpmd_rope_factor(const mpmd_node *n) { return n->fa[1]; }
+static inline float mpmd_rope_low_freq_factor(const mpmd_node *n) { return n->fa[2]; }
+static inline float mpmd_rope_high_freq_factor(const mpmd_node *n) { return n->fa[3]; }
+static inline int64_t mpmd_rope_original_positions(const mpmd_node *n) { return n->ia[2]; }
+static inline void mpmd_rope_set(mpmd_node *n, float base, int64_t offset, int inverse) {
+    n->fa[0] = base;
+    n->ia[0] = offset;
+    n->ia[1] = inverse != 0;
+}
+static inline void mpmd_rope_set_scaling(mpmd_node *n, const mpmd_rope_scaling *s) {
+    n->fa[1] = s->factor;
+    n->fa[2] = s->low_freq_factor;
+    n->fa[3] = s->high_freq_factor;
+    n->ia[2] = s->original_positions;
+}
 
 #endif

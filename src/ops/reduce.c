@@ -1,8 +1,9 @@
 /* reduce.c - reductions over a set of axes: sum, mean, max, and the fused
  * backward op of max.
  *
- * Attributes (all three ops): ia[0] = bitmask of the reduced input axes,
- * ia[1] = keepdims. mean also keeps its factor 1/count in fa[0].
+ * Attributes (all three ops; the accessors are in backend/op_descs.h):
+ * axes, the bitmask of the reduced input axes, and keepdims; mean also
+ * keeps its factor 1/count as its scale.
  *
  * Summation order (the CPU kernels in src/backend/cpu/reduce.c implement
  * exactly this; the tests check it bit for bit). Drop the axes of size 1,
@@ -17,6 +18,7 @@
  * count. mean is that sum multiplied by the f32 value 1/count.
  */
 #include "graph/graph.h"
+#include "backend/op_descs.h"
 
 #include <string.h>
 
@@ -30,11 +32,11 @@ static void reduce_attrs(const mpmd_graph *g, const mpmd_node *n, char *buf, siz
     if (k < len) k += (size_t)snprintf(buf + k, len - k, " axes=[");
     int first = 1;
     for (int i = 0; i < ndim && k < len; i++) {
-        if (!(n->ia[0] & (1 << i))) continue;
+        if (!(mpmd_attr_axes(n) & (1 << i))) continue;
         k += (size_t)snprintf(buf + k, len - k, first ? "%d" : ",%d", i);
         first = 0;
     }
-    if (k < len) snprintf(buf + k, len - k, "] keepdims=%d", (int)n->ia[1]);
+    if (k < len) snprintf(buf + k, len - k, "] keepdims=%d", mpmd_attr_keepdims(n));
 }
 
 /* Shared constructor: validates the axes, computes the mask and the output
@@ -80,9 +82,8 @@ static mpmd_value reduce_build(mpmd_graph *g, const mpmd_op_desc *op, const char
     mpmd_value y = mpmd_emit(g, op, 1, &a, mpmd_make_type(at->dtype, nd, dims));
     mpmd_node *n = mpmd_node_of(g, y);
     if (n) {
-        n->ia[0] = mask;
-        n->ia[1] = keepdims ? 1 : 0;
-        n->fa[0] = op == &mpmd_op_mean ? 1.0f / (float)count : 1.0f;
+        mpmd_attr_set_reduce(n, mask, keepdims ? 1 : 0);
+        mpmd_attr_set_scale(n, op == &mpmd_op_mean ? 1.0f / (float)count : 1.0f);
     }
     return y;
 }
@@ -111,10 +112,10 @@ static void keepdims_shape(const mpmd_type *xt, int64_t mask, int64_t *dims) {
 static void sum_vjp(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
     mpmd_type xt = *mpmd_type_of(g, mpmd_in(n, 0));
     int64_t kd[MPMD_MAX_DIMS];
-    keepdims_shape(&xt, n->ia[0], kd);
+    keepdims_shape(&xt, mpmd_attr_axes(n), kd);
     mpmd_value t = gy;
-    if (n->op == &mpmd_op_mean) t = mpmd_mul_scalar(g, t, n->fa[0]);
-    if (!n->ia[1]) t = mpmd_reshape(g, t, xt.ndim, kd);
+    if (n->op == &mpmd_op_mean) t = mpmd_mul_scalar(g, t, mpmd_attr_scale(n));
+    if (!mpmd_attr_keepdims(n)) t = mpmd_reshape(g, t, xt.ndim, kd);
     gin[0] = mpmd_broadcast_to(g, t, xt.ndim, xt.dim);
 }
 
@@ -124,14 +125,12 @@ static void sum_vjp(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value
 static void max_vjp(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
     mpmd_value x = mpmd_in(n, 0);
     mpmd_type xt = *mpmd_type_of(g, x);
-    int64_t mask = n->ia[0], keep = n->ia[1];
+    int64_t mask = mpmd_attr_axes(n);
+    int keep = mpmd_attr_keepdims(n);
     mpmd_value in[2] = {x, gy};
     mpmd_value gx = mpmd_emit(g, &mpmd_op_max_grad, 2, in, xt);
     mpmd_node *m = mpmd_node_of(g, gx);
-    if (m) {
-        m->ia[0] = mask;
-        m->ia[1] = keep;
-    }
+    if (m) mpmd_attr_set_reduce(m, mask, keep);
     gin[0] = gx;
 }
 

@@ -4,12 +4,13 @@
  *
  * Attributes:
  *   reshape     none (the output type is the new shape)
- *   permute     ia[0..ndim-1] = perm: out.dim[i] = a.dim[perm[i]]
- *   slice       ia[0] = axis, ia[1] = start, ia[2] = stop
+ *   permute     perm: out.dim[i] = a.dim[perm[i]]
+ *   slice       axis, start, stop
  *   slice_grad  the same as the slice it differentiates
- *   concat      ia[0] = axis
+ *   concat      axis
  */
 #include "graph/graph.h"
+#include "backend/op_descs.h"
 
 #include <string.h>
 
@@ -92,7 +93,7 @@ static void permute_attrs(const mpmd_graph *g, const mpmd_node *n, char *buf, si
     size_t k = attr_end(buf, len);
     if (k < len) k += (size_t)snprintf(buf + k, len - k, " perm=[");
     for (int i = 0; i < n->type.ndim && k < len; i++)
-        k += (size_t)snprintf(buf + k, len - k, i ? ",%d" : "%d", (int)n->ia[i]);
+        k += (size_t)snprintf(buf + k, len - k, i ? ",%d" : "%d", mpmd_attr_perm(n, i));
     if (k < len) snprintf(buf + k, len - k, "]");
 }
 
@@ -123,7 +124,7 @@ static mpmd_value permute_build(mpmd_graph *g, const char *fname, mpmd_value a, 
     mpmd_node *n = mpmd_node_of(g, y);
     if (n)
         for (int i = 0; i < nd; i++)
-            n->ia[i] = perm[i];
+            mpmd_attr_set_perm(n, i, perm[i]);
     return y;
 }
 
@@ -151,7 +152,7 @@ static void permute_vjp(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_v
     if (!mpmd_dtype_is_float(n->type.dtype)) return;
     int inv[MPMD_MAX_DIMS];
     for (int k = 0; k < n->type.ndim; k++)
-        inv[n->ia[k]] = k;
+        inv[mpmd_attr_perm(n, k)] = k;
     gin[0] = mpmd_permute(g, gy, inv);
 }
 
@@ -160,8 +161,8 @@ static void permute_vjp(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_v
 static void slice_attrs(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
     size_t k = attr_end(buf, len);
     if (k < len)
-        snprintf(buf + k, len - k, " axis=%d start=%lld stop=%lld", (int)n->ia[0], (long long)n->ia[1],
-                 (long long)n->ia[2]);
+        snprintf(buf + k, len - k, " axis=%d start=%lld stop=%lld", mpmd_attr_axis(n),
+                 (long long)mpmd_attr_start(n), (long long)mpmd_attr_stop(n));
 }
 
 mpmd_value mpmd_slice(mpmd_graph *g, mpmd_value a, int axis, int64_t start, int64_t stop) {
@@ -185,9 +186,7 @@ mpmd_value mpmd_slice(mpmd_graph *g, mpmd_value a, int axis, int64_t start, int6
     mpmd_value y = mpmd_emit(g, &mpmd_op_slice, 1, &a, yt);
     mpmd_node *n = mpmd_node_of(g, y);
     if (n) {
-        n->ia[0] = ax;
-        n->ia[1] = start;
-        n->ia[2] = stop;
+        mpmd_attr_set_slice(n, ax, start, stop);
     }
     return y;
 }
@@ -197,27 +196,24 @@ mpmd_value mpmd_slice(mpmd_graph *g, mpmd_value a, int axis, int64_t start, int6
 static void slice_vjp(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
     mpmd_type xt = *mpmd_type_of(g, mpmd_in(n, 0));
     if (!mpmd_dtype_is_float(xt.dtype)) return;
-    int64_t ax = n->ia[0], start = n->ia[1], stop = n->ia[2];
+    int ax = mpmd_attr_axis(n);
+    int64_t start = mpmd_attr_start(n), stop = mpmd_attr_stop(n);
     mpmd_value gx = mpmd_emit(g, &mpmd_op_slice_grad, 1, &gy, xt);
     mpmd_node *m = mpmd_node_of(g, gx);
-    if (m) {
-        m->ia[0] = ax;
-        m->ia[1] = start;
-        m->ia[2] = stop;
-    }
+    if (m) mpmd_attr_set_slice(m, ax, start, stop);
     gin[0] = gx;
 }
 
 /* z = zeros with z[start:stop] = u along the axis: du = dz[start:stop]. */
 static void slice_grad_vjp(mpmd_graph *g, const mpmd_node *n, mpmd_value gz, mpmd_value *gin) {
-    gin[0] = mpmd_slice(g, gz, (int)n->ia[0], n->ia[1], n->ia[2]);
+    gin[0] = mpmd_slice(g, gz, mpmd_attr_axis(n), mpmd_attr_start(n), mpmd_attr_stop(n));
 }
 
 /* ---- concat ------------------------------------------------------------------ */
 
 static void concat_attrs(const mpmd_graph *g, const mpmd_node *n, char *buf, size_t len) {
     size_t k = attr_end(buf, len);
-    if (k < len) snprintf(buf + k, len - k, " axis=%d", (int)n->ia[0]);
+    if (k < len) snprintf(buf + k, len - k, " axis=%d", mpmd_attr_axis(n));
 }
 
 mpmd_value mpmd_concat(mpmd_graph *g, int n, const mpmd_value *xs, int axis) {
@@ -248,7 +244,7 @@ mpmd_value mpmd_concat(mpmd_graph *g, int n, const mpmd_value *xs, int axis) {
     }
     mpmd_value y = mpmd_emit(g, &mpmd_op_concat, n, xs, yt);
     mpmd_node *nd = mpmd_node_of(g, y);
-    if (nd) nd->ia[0] = ax;
+    if (nd) mpmd_attr_set_axis(nd, ax);
     return y;
 }
 
@@ -256,7 +252,7 @@ mpmd_value mpmd_concat(mpmd_graph *g, int n, const mpmd_value *xs, int axis) {
  * sum of the earlier operands' sizes on that axis. */
 static void concat_vjp(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin) {
     if (!mpmd_dtype_is_float(n->type.dtype)) return;
-    int ax = (int)n->ia[0];
+    int ax = mpmd_attr_axis(n);
     int64_t off = 0;
     for (int i = 0; i < n->n_in; i++) {
         int64_t d = mpmd_type_of(g, mpmd_in(n, i))->dim[ax];

@@ -31,6 +31,10 @@ extern const mpmd_kernel mpmd_cpu_elementwise_kernels[];
 extern const mpmd_kernel mpmd_cpu_reduce_kernels[];
 extern const mpmd_kernel mpmd_cpu_nn_kernels[];
 extern const mpmd_kernel mpmd_cpu_optim_kernels[];
+extern const mpmd_kernel mpmd_cpu_attention_kernels[];
+/* All of the CPU's tables, NULL-terminated: what mpmd_cpu_find searches
+ * (and the tests' coverage checks walk). */
+extern const mpmd_kernel *const mpmd_cpu_kernel_tables[];
 
 /* The entry for an op, or NULL if the CPU backend has no kernel for it. */
 const mpmd_kernel *mpmd_cpu_find(const mpmd_op_desc *op);

@@ -19,14 +19,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const mpmd_kernel *const tables[] = {
-    mpmd_cpu_core_kernels, mpmd_cpu_elementwise_kernels, mpmd_cpu_reduce_kernels,
-    mpmd_cpu_nn_kernels,   mpmd_cpu_optim_kernels,
+const mpmd_kernel *const mpmd_cpu_kernel_tables[] = {
+    mpmd_cpu_core_kernels,
+    mpmd_cpu_elementwise_kernels,
+    mpmd_cpu_reduce_kernels,
+    mpmd_cpu_nn_kernels,
+    mpmd_cpu_attention_kernels,
+    mpmd_cpu_optim_kernels,
+    NULL,
 };
 
 const mpmd_kernel *mpmd_cpu_find(const mpmd_op_desc *op) {
-    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
-        for (const mpmd_kernel *e = tables[t]; e->op; e++)
+    for (const mpmd_kernel *const *t = mpmd_cpu_kernel_tables; *t; t++)
+        for (const mpmd_kernel *e = *t; e->op; e++)
             if (e->op == op) return e;
     return NULL;
 }

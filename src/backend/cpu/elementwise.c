@@ -20,10 +20,10 @@
  *
  * sum_to: see the comment above sum_to_kernel for its fixed summation order.
  *
- * gelu, sigmoid, silu and the gradients of gelu and silu use the
- * vectorised exp of cpu.h (no libm call, so the loops vectorise); the exp,
- * log and tanh ops use libm's expf/logf/tanhf as they are (no -ffast-math),
- * for their full range.
+ * The unary ops and their fused backward ops are generated from the lists
+ * of src/ops/elementwise_ops.h: each op's formula is written once, in the
+ * "formulas" section, and its loop function, kernel and table
+ * row come from the list.
  */
 #include "cpu.h"
 #include "backend/op_descs.h"
@@ -34,13 +34,29 @@
 #include <math.h>
 #include <string.h>
 
-/* ---- threading ------------------------------------------------------------------ */
-
 /* ---- binary ops and broadcast_to ---------------------------------------------------- */
 
+/* the formulas of MPMD_BINARY_OPS (src/ops/elementwise_ops.h) */
+static inline float bn_add(float x, float y) { return x + y; }
+static inline float bn_sub(float x, float y) { return x - y; }
+static inline float bn_mul(float x, float y) { return x * y; }
+static inline float bn_div(float x, float y) { return x / y; }
+/* a NaN operand gives NaN (x != x: x is NaN; else y, NaN or not) */
+static inline float bn_maximum(float x, float y) { return x > y || x != x ? x : y; }
+static inline float bn_minimum(float x, float y) { return x < y || x != x ? x : y; }
+
 /* BIN_EQ .. BIN_GE in mpmd_cmp's order */
-enum bin_kind { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_COPY, BIN_MAX, BIN_MIN, BIN_MAXW, BIN_EQ, BIN_NE, BIN_LT,
-                BIN_LE, BIN_GT, BIN_GE };
+enum bin_kind {
+#define BIN_ENUM(name, tol) BIN_##name,
+    MPMD_BINARY_OPS(BIN_ENUM) BIN_COPY,
+    BIN_MAXW,
+    BIN_EQ,
+    BIN_NE,
+    BIN_LT,
+    BIN_LE,
+    BIN_GT,
+    BIN_GE
+};
 
 /* One run of n outputs: x walks a with stride sa, y walks b with stride sb,
  * each stride 0 or 1. The four stride cases are separate loops so that each
@@ -73,14 +89,10 @@ enum bin_kind { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_COPY, BIN_MAX, BIN_MIN, 
 
 static void row_op(int kind, float *o, const float *a, int64_t sa, const float *b, int64_t sb, int64_t n) {
     switch (kind) {
-    case BIN_ADD: ROW_LOOP(x + y); break;
-    case BIN_SUB: ROW_LOOP(x - y); break;
-    case BIN_MUL: ROW_LOOP(x * y); break;
-    case BIN_DIV: ROW_LOOP(x / y); break;
+#define BIN_CASE(name, tol)                                                                                  \
+    case BIN_##name: ROW_LOOP(bn_##name(x, y)); break;
+        MPMD_BINARY_OPS(BIN_CASE)
     case BIN_COPY: ROW_LOOP(((void)y, x)); break;
-    /* a NaN operand gives NaN (x != x: x is NaN; else y, NaN or not) */
-    case BIN_MAX: ROW_LOOP(x > y || x != x ? x : y); break;
-    case BIN_MIN: ROW_LOOP(x < y || x != x ? x : y); break;
     case BIN_MAXW: ROW_LOOP(x > y ? 1.0f : x == y ? 0.5f : 0.0f); break;
     case BIN_EQ: ROW_LOOP(x == y ? 1.0f : 0.0f); break;
     case BIN_NE: ROW_LOOP(x != y ? 1.0f : 0.0f); break;
@@ -142,34 +154,22 @@ static int run_binary(const mpmd_kargs *a, int kind) {
     return 0;
 }
 
-static int k_add(const mpmd_kargs *a) { return run_binary(a, BIN_ADD); }
-static int k_sub(const mpmd_kargs *a) { return run_binary(a, BIN_SUB); }
-static int k_mul(const mpmd_kargs *a) { return run_binary(a, BIN_MUL); }
-static int k_div(const mpmd_kargs *a) { return run_binary(a, BIN_DIV); }
-static int k_maximum(const mpmd_kargs *a) { return run_binary(a, BIN_MAX); }
-static int k_minimum(const mpmd_kargs *a) { return run_binary(a, BIN_MIN); }
+#define BIN_KERNEL(name, tol)                                                                                \
+    static int k_##name(const mpmd_kargs *a) { return run_binary(a, BIN_##name); }
+MPMD_BINARY_OPS(BIN_KERNEL)
 static int k_max_weight(const mpmd_kargs *a) { return run_binary(a, BIN_MAXW); }
-static int k_compare(const mpmd_kargs *a) { return run_binary(a, BIN_EQ + (int)a->node->ia[0]); }
+static int k_compare(const mpmd_kargs *a) { return run_binary(a, BIN_EQ + mpmd_attr_cmp(a->node)); }
 /* broadcast_to: out[i] = a[broadcast index of i] */
 static int k_broadcast_to(const mpmd_kargs *a) { return run_binary(a, BIN_COPY); }
 
-/* ---- unary ops ------------------------------------------------------------------------ */
+/* ---- formulas of the unary ops (src/ops/elementwise_ops.h) ------------------------------- */
 
-enum un_kind {
-    UN_ADDS,
-    UN_MULS,
-    UN_NEG,
-    UN_EXP,
-    UN_LOG,
-    UN_TANH,
-    UN_SQRT,
-    UN_RSQRT,
-    UN_SQUARE,
-    UN_RELU,
-    UN_GELU,
-    UN_SIGMOID,
-    UN_SILU
-};
+/* One function per op: un_<name>(x) = y, and for MPMD_UNARY_GRAD_OPS
+ * gr_<name>(gy, v) = the cotangent of x, v being y or x as the list says.
+ * They are inlined into the loops below, which vectorise where the
+ * formula has no libm call: gelu, sigmoid and silu use the vectorised exp
+ * of cpu.h; exp, log, tanh (and softplus's log1p) use libm's expf/logf/
+ * tanhf as they are (no -ffast-math), for their full range. */
 
 /* gelu, tanh form: gelu(x) = 0.5 x (1 + tanh(u)), u = k (x + c x^3),
  * k = sqrt(2/pi), c = 0.044715. Since 0.5 (1 + tanh(u)) = 1 / (1 + e^(-2u))
@@ -178,11 +178,6 @@ enum un_kind {
  * x. For x very negative s = 0 and x s = -0, the limit. */
 #define GELU_K 0.7978845608028654f
 #define GELU_C 0.044715f
-
-static inline float gelu1(float x) {
-    float u = GELU_K * (x + GELU_C * x * x * x);
-    return x * mpmd_sigmoid_f32(2.0f * u);
-}
 
 /* d gelu / dx = 0.5 (1 + t) + 0.5 x (1 - t^2) u', t = tanh(u),
  * u' = k (1 + 3 c x^2); with 1 + t = 2 s and 1 - t^2 = 4 s (1 - s):
@@ -193,74 +188,74 @@ static inline float gelu_grad1(float x) {
     return s + 2.0f * x * s * (1.0f - s) * GELU_K * (1.0f + 3.0f * GELU_C * x * x);
 }
 
-MPMD_VEC_CLONES
-static void unary_run(int kind, float *o, const float *x, int64_t n, float s) {
-    switch (kind) {
-    case UN_ADDS: /* x + s */
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++)
-            o[i] = x[i] + s;
-        break;
-    case UN_MULS: /* x s */
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++)
-            o[i] = x[i] * s;
-        break;
-    case UN_NEG: /* -x */
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++)
-            o[i] = -x[i];
-        break;
-    case UN_EXP:
-        for (int64_t i = 0; i < n; i++)
-            o[i] = expf(x[i]);
-        break;
-    case UN_LOG:
-        for (int64_t i = 0; i < n; i++)
-            o[i] = logf(x[i]);
-        break;
-    case UN_TANH:
-        for (int64_t i = 0; i < n; i++)
-            o[i] = tanhf(x[i]);
-        break;
-    case UN_SQRT:
-        for (int64_t i = 0; i < n; i++)
-            o[i] = sqrtf(x[i]);
-        break;
-    case UN_RSQRT: /* 1 / sqrt(x) */
-        for (int64_t i = 0; i < n; i++)
-            o[i] = 1.0f / sqrtf(x[i]);
-        break;
-    case UN_SQUARE: /* x x */
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++)
-            o[i] = x[i] * x[i];
-        break;
-    case UN_RELU: /* max(x, 0); written so that NaN passes through (seen by loss checks) */
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++)
-            o[i] = x[i] < 0.0f ? 0.0f : x[i];
-        break;
-    case UN_GELU:
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++)
-            o[i] = gelu1(x[i]);
-        break;
-    case UN_SIGMOID: /* 1 / (1 + e^-x) */
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++)
-            o[i] = mpmd_sigmoid_f32(x[i]);
-        break;
-    case UN_SILU: /* x sigmoid(x) */
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++)
-            o[i] = x[i] * mpmd_sigmoid_f32(x[i]);
-        break;
-    }
+static inline float un_neg(float x) { return -x; }
+static inline float un_exp(float x) { return expf(x); }
+static inline float un_log(float x) { return logf(x); }
+static inline float un_tanh(float x) { return tanhf(x); }
+static inline float un_sqrt(float x) { return sqrtf(x); }
+static inline float un_rsqrt(float x) { return 1.0f / sqrtf(x); }
+static inline float un_square(float x) { return x * x; }
+/* max(x, 0); written so that NaN passes through (seen by loss checks) */
+static inline float un_relu(float x) { return x < 0.0f ? 0.0f : x; }
+static inline float un_gelu(float x) {
+    float u = GELU_K * (x + GELU_C * x * x * x);
+    return x * mpmd_sigmoid_f32(2.0f * u);
+}
+/* 1 / (1 + e^-x), and x sigmoid(x) */
+static inline float un_sigmoid(float x) { return mpmd_sigmoid_f32(x); }
+static inline float un_silu(float x) { return x * mpmd_sigmoid_f32(x); }
+
+static inline float gr_tanh(float gy, float y) { return gy * (1.0f - y * y); }
+static inline float gr_sqrt(float gy, float y) { return gy * 0.5f / y; }
+/* y = x^(-1/2): dy/dx = -x^(-3/2) / 2 = -0.5 y^3 */
+static inline float gr_rsqrt(float gy, float y) { return -0.5f * gy * (y * y * y); }
+static inline float gr_square(float gy, float x) { return 2.0f * x * gy; }
+/* gy where y > 0, else 0 (relu'(0) = 0); gy is loaded unconditionally, so the select vectorises */
+static inline float gr_relu(float gy, float y) { return y > 0.0f ? gy : 0.0f; }
+static inline float gr_gelu(float gy, float x) { return gy * gelu_grad1(x); }
+static inline float gr_sigmoid(float gy, float y) { return gy * (y * (1.0f - y)); }
+/* s = sigmoid(x):  gy s (1 + x (1 - s)) */
+static inline float gr_silu(float gy, float x) {
+    float s = mpmd_sigmoid_f32(x);
+    return gy * (s * (1.0f + x * (1.0f - s)));
 }
 
+/* log(1 + e^x) = max(x, 0) + log(1 + e^-|x|): e^-|x| <= 1 never overflows,
+ * and log1p keeps it where it is below an ulp of 1 (very negative x); NaN
+ * passes */
+static inline float un_softplus(float x) { return (x > 0.0f ? x : 0.0f) + log1pf(expf(-fabsf(x))); }
+/* d softplus / dx = sigmoid(x) */
+static inline float gr_softplus(float gy, float x) { return gy * mpmd_sigmoid_f32(x); }
+
+/* ---- unary ops ------------------------------------------------------------------------ */
+
+/* One loop function per op (an op added to the list leaves the code of the
+ * others as it was), run on the range [lo, hi) of a thread. */
+typedef void (*un_loop)(float *o, const float *x, int64_t n, float s);
+
+MPMD_VEC_CLONES
+static void un_loop_add_scalar(float *o, const float *x, int64_t n, float s) { /* x + s */
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++)
+        o[i] = x[i] + s;
+}
+MPMD_VEC_CLONES
+static void un_loop_mul_scalar(float *o, const float *x, int64_t n, float s) { /* x s */
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++)
+        o[i] = x[i] * s;
+}
+#define UN_LOOP(name, ...)                                                                                   \
+    MPMD_VEC_CLONES                                                                                          \
+    static void un_loop_##name(float *o, const float *x, int64_t n, float s) {                               \
+        (void)s;                                                                                             \
+        _Pragma("omp simd") for (int64_t i = 0; i < n; i++) o[i] = un_##name(x[i]);                          \
+    }
+MPMD_UNARY_OPS(UN_LOOP)
+MPMD_UNARY_GRAD_OPS(UN_LOOP)
+
 typedef struct un_ctx {
-    int kind;
+    un_loop loop;
     float *o;
     const float *x;
     int64_t n;
@@ -271,100 +266,55 @@ static void un_work(void *vctx, int t, int nt) {
     const un_ctx *c = vctx;
     int64_t lo, hi;
     mpmd_split(c->n, t, nt, &lo, &hi);
-    if (lo < hi) unary_run(c->kind, c->o + lo, c->x + lo, hi - lo, c->s);
+    if (lo < hi) c->loop(c->o + lo, c->x + lo, hi - lo, c->s);
 }
 
 /* cost: rough elementary operations per element, for the thread threshold */
-static int run_unary(const mpmd_kargs *a, int kind, int cost) {
-    un_ctx c = {kind, a->out, a->in[0], mpmd_type_numel(&a->node->type), a->node->fa[0]};
+static int run_unary(const mpmd_kargs *a, un_loop loop, int cost) {
+    un_ctx c = {loop, a->out, a->in[0], mpmd_type_numel(&a->node->type), mpmd_attr_scalar(a->node)};
     mpmd_cpu_parallel(a->dev, mpmd_threads_for(a->nthreads, c.n * cost), un_work, &c);
     return 0;
 }
 
-static int k_add_scalar(const mpmd_kargs *a) { return run_unary(a, UN_ADDS, 1); }
-static int k_mul_scalar(const mpmd_kargs *a) { return run_unary(a, UN_MULS, 1); }
-static int k_neg(const mpmd_kargs *a) { return run_unary(a, UN_NEG, 1); }
-static int k_exp(const mpmd_kargs *a) { return run_unary(a, UN_EXP, 16); }
-static int k_log(const mpmd_kargs *a) { return run_unary(a, UN_LOG, 16); }
-static int k_tanh(const mpmd_kargs *a) { return run_unary(a, UN_TANH, 16); }
-static int k_sqrt(const mpmd_kargs *a) { return run_unary(a, UN_SQRT, 4); }
-static int k_rsqrt(const mpmd_kargs *a) { return run_unary(a, UN_RSQRT, 4); }
-static int k_square(const mpmd_kargs *a) { return run_unary(a, UN_SQUARE, 1); }
-static int k_relu(const mpmd_kargs *a) { return run_unary(a, UN_RELU, 1); }
-static int k_gelu(const mpmd_kargs *a) { return run_unary(a, UN_GELU, 16); }
-static int k_sigmoid(const mpmd_kargs *a) { return run_unary(a, UN_SIGMOID, 16); }
-static int k_silu(const mpmd_kargs *a) { return run_unary(a, UN_SILU, 16); }
+static int k_add_scalar(const mpmd_kargs *a) { return run_unary(a, un_loop_add_scalar, 1); }
+static int k_mul_scalar(const mpmd_kargs *a) { return run_unary(a, un_loop_mul_scalar, 1); }
+#define UN_KERNEL(name, reads, tol, domain, cost, gcost)                                                     \
+    static int k_##name(const mpmd_kargs *a) { return run_unary(a, un_loop_##name, cost); }
+MPMD_UNARY_OPS(UN_KERNEL)
+MPMD_UNARY_GRAD_OPS(UN_KERNEL)
 
 /* ---- fused backward ops: out = f(gy, v), same shape ---------------------------------------- */
 
-enum grad_kind { GR_TANH, GR_SQRT, GR_RSQRT, GR_SQUARE, GR_RELU, GR_GELU, GR_SIGMOID, GR_SILU, GR_WHERE_T, GR_WHERE_F };
+typedef void (*gr_loop)(float *o, const float *gy, const float *v, int64_t n);
 
+#define GR_LOOP(name, ...)                                                                                   \
+    MPMD_VEC_CLONES                                                                                          \
+    static void gr_loop_##name(float *o, const float *gy, const float *v, int64_t n) {                       \
+        _Pragma("omp simd") for (int64_t i = 0; i < n; i++) o[i] = gr_##name(gy[i], v[i]);                   \
+    }
+MPMD_UNARY_GRAD_OPS(GR_LOOP)
+
+/* v = the mask:  gy where it is set, else 0 */
 MPMD_VEC_CLONES
-static void grad_run(int kind, float *o, const float *gy, const float *v, int64_t n) {
-    switch (kind) {
-    case GR_TANH: /* v = y = tanh(x):  gy (1 - y^2) */
+static void gr_loop_where_t(float *o, const float *gy, const float *v, int64_t n) {
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++)
-            o[i] = gy[i] * (1.0f - v[i] * v[i]);
-        break;
-    case GR_SQRT: /* v = y = sqrt(x):  gy 0.5 / y */
+    for (int64_t i = 0; i < n; i++) {
+        float gi = gy[i];
+        o[i] = v[i] != 0.0f ? gi : 0.0f;
+    }
+}
+/* gy where the mask is clear, else 0 */
+MPMD_VEC_CLONES
+static void gr_loop_where_f(float *o, const float *gy, const float *v, int64_t n) {
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++)
-            o[i] = gy[i] * 0.5f / v[i];
-        break;
-    case GR_RSQRT: /* v = y = x^(-1/2):  dy/dx = -x^(-3/2) / 2 = -0.5 y^3 */
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++)
-            o[i] = -0.5f * gy[i] * (v[i] * v[i] * v[i]);
-        break;
-    case GR_SQUARE: /* v = x:  2 x gy */
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++)
-            o[i] = 2.0f * v[i] * gy[i];
-        break;
-    case GR_RELU: /* v = y = max(x, 0):  gy where y > 0, else 0 (relu'(0) = 0) */
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++) {
-            float gi = gy[i]; /* loaded unconditionally, so the select vectorises */
-            o[i] = v[i] > 0.0f ? gi : 0.0f;
-        }
-        break;
-    case GR_GELU: /* v = x:  gy gelu'(x) */
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++)
-            o[i] = gy[i] * gelu_grad1(v[i]);
-        break;
-    case GR_SIGMOID: /* v = y = sigmoid(x):  gy y (1 - y) */
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++)
-            o[i] = gy[i] * (v[i] * (1.0f - v[i]));
-        break;
-    case GR_SILU: /* v = x, s = sigmoid(x):  gy s (1 + x (1 - s)) */
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++) {
-            float s = mpmd_sigmoid_f32(v[i]);
-            o[i] = gy[i] * (s * (1.0f + v[i] * (1.0f - s)));
-        }
-        break;
-    case GR_WHERE_T: /* v = the mask:  gy where it is set, else 0 */
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++) {
-            float gi = gy[i];
-            o[i] = v[i] != 0.0f ? gi : 0.0f;
-        }
-        break;
-    case GR_WHERE_F: /* gy where the mask is clear, else 0 */
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++) {
-            float gi = gy[i];
-            o[i] = v[i] != 0.0f ? 0.0f : gi;
-        }
-        break;
+    for (int64_t i = 0; i < n; i++) {
+        float gi = gy[i];
+        o[i] = v[i] != 0.0f ? 0.0f : gi;
     }
 }
 
 typedef struct gr_ctx {
-    int kind;
+    gr_loop loop;
     float *o;
     const float *gy, *v;
     int64_t n;
@@ -374,24 +324,21 @@ static void gr_work(void *vctx, int t, int nt) {
     const gr_ctx *c = vctx;
     int64_t lo, hi;
     mpmd_split(c->n, t, nt, &lo, &hi);
-    if (lo < hi) grad_run(c->kind, c->o + lo, c->gy + lo, c->v + lo, hi - lo);
+    if (lo < hi) c->loop(c->o + lo, c->gy + lo, c->v + lo, hi - lo);
 }
 
-static int run_grad(const mpmd_kargs *a, int kind, int cost) {
-    gr_ctx c = {kind, a->out, a->in[0], a->in[1], mpmd_type_numel(&a->node->type)};
+static int run_grad(const mpmd_kargs *a, gr_loop loop, int cost) {
+    gr_ctx c = {loop, a->out, a->in[0], a->in[1], mpmd_type_numel(&a->node->type)};
     mpmd_cpu_parallel(a->dev, mpmd_threads_for(a->nthreads, c.n * cost), gr_work, &c);
     return 0;
 }
 
-static int k_tanh_grad(const mpmd_kargs *a) { return run_grad(a, GR_TANH, 1); }
-static int k_sqrt_grad(const mpmd_kargs *a) { return run_grad(a, GR_SQRT, 2); }
-static int k_rsqrt_grad(const mpmd_kargs *a) { return run_grad(a, GR_RSQRT, 1); }
-static int k_square_grad(const mpmd_kargs *a) { return run_grad(a, GR_SQUARE, 1); }
-static int k_relu_grad(const mpmd_kargs *a) { return run_grad(a, GR_RELU, 1); }
-static int k_gelu_grad(const mpmd_kargs *a) { return run_grad(a, GR_GELU, 16); }
-static int k_sigmoid_grad(const mpmd_kargs *a) { return run_grad(a, GR_SIGMOID, 1); }
-static int k_silu_grad(const mpmd_kargs *a) { return run_grad(a, GR_SILU, 16); }
-static int k_where_grad(const mpmd_kargs *a) { return run_grad(a, a->node->ia[0] ? GR_WHERE_F : GR_WHERE_T, 1); }
+#define GR_KERNEL(name, reads, tol, domain, cost, gcost)                                                     \
+    static int k_##name##_grad(const mpmd_kargs *a) { return run_grad(a, gr_loop_##name, gcost); }
+MPMD_UNARY_GRAD_OPS(GR_KERNEL)
+static int k_where_grad(const mpmd_kargs *a) {
+    return run_grad(a, mpmd_attr_where_side(a->node) ? gr_loop_where_f : gr_loop_where_t, 1);
+}
 
 /* ---- where: out = cond != 0 ? a : b, three operands of out's shape ----------------------------- */
 
@@ -449,9 +396,15 @@ static void drop_work(void *vctx, int t, int nt) {
 
 static int k_dropout(const mpmd_kargs *a) {
     const int32_t *key = a->in[1];
-    float rate = a->node->fa[0];
-    drop_ctx d = {a->out, a->in[0], mpmd_type_numel(&a->node->type), {(uint32_t)key[0], (uint32_t)key[1]},
-                  (uint32_t)a->mb, (uint32_t)a->node->ia[0], mpmd_dropout_threshold(rate), 1.0f / (1.0f - rate)};
+    float rate = mpmd_attr_dropout_rate(a->node);
+    drop_ctx d = {a->out,
+                  a->in[0],
+                  mpmd_type_numel(&a->node->type),
+                  {(uint32_t)key[0], (uint32_t)key[1]},
+                  (uint32_t)a->mb,
+                  (uint32_t)mpmd_attr_dropout_stream(a->node),
+                  mpmd_dropout_threshold(rate),
+                  1.0f / (1.0f - rate)};
     mpmd_cpu_parallel(a->dev, mpmd_threads_for(a->nthreads, d.n * 8), drop_work, &d);
     return 0;
 }
@@ -576,8 +529,6 @@ static int k_sum_to(const mpmd_kargs *a) {
     return 0;
 }
 
-/* ---- the table ------------------------------------------------------------------------------ */
-
 /* ---- cast ------------------------------------------------------------------------------ */
 
 /* Element k converted through f32 (exact from any 16-bit float), then
@@ -615,41 +566,22 @@ static int k_cast(const mpmd_kargs *a) {
     return 0;
 }
 
+/* ---- the table ------------------------------------------------------------------------------ */
+
 const mpmd_kernel mpmd_cpu_elementwise_kernels[] = {
-    {&mpmd_op_add, k_add, NULL, 0},
-    {&mpmd_op_sub, k_sub, NULL, 0},
-    {&mpmd_op_mul, k_mul, NULL, 0},
-    {&mpmd_op_div, k_div, NULL, 0},
     {&mpmd_op_add_scalar, k_add_scalar, NULL, 0},
     {&mpmd_op_mul_scalar, k_mul_scalar, NULL, 0},
-    {&mpmd_op_neg, k_neg, NULL, 0},
-    {&mpmd_op_exp, k_exp, NULL, 0},
-    {&mpmd_op_log, k_log, NULL, 0},
-    {&mpmd_op_tanh, k_tanh, NULL, 0},
-    {&mpmd_op_sqrt, k_sqrt, NULL, 0},
-    {&mpmd_op_rsqrt, k_rsqrt, NULL, 0},
-    {&mpmd_op_square, k_square, NULL, 0},
-    {&mpmd_op_relu, k_relu, NULL, 0},
-    {&mpmd_op_gelu, k_gelu, NULL, 0},
     {&mpmd_op_broadcast_to, k_broadcast_to, NULL, 0},
     {&mpmd_op_sum_to, k_sum_to, NULL, 0},
-    {&mpmd_op_tanh_grad, k_tanh_grad, NULL, 0},
-    {&mpmd_op_sqrt_grad, k_sqrt_grad, NULL, 0},
-    {&mpmd_op_rsqrt_grad, k_rsqrt_grad, NULL, 0},
-    {&mpmd_op_square_grad, k_square_grad, NULL, 0},
-    {&mpmd_op_relu_grad, k_relu_grad, NULL, 0},
-    {&mpmd_op_gelu_grad, k_gelu_grad, NULL, 0},
     {&mpmd_op_cast, k_cast, NULL, MPMD_KERNEL_BF16 | MPMD_KERNEL_F16},
-    {&mpmd_op_sigmoid, k_sigmoid, NULL, 0},
-    {&mpmd_op_silu, k_silu, NULL, 0},
-    {&mpmd_op_sigmoid_grad, k_sigmoid_grad, NULL, 0},
-    {&mpmd_op_silu_grad, k_silu_grad, NULL, 0},
-    {&mpmd_op_maximum, k_maximum, NULL, 0},
-    {&mpmd_op_minimum, k_minimum, NULL, 0},
     {&mpmd_op_max_weight, k_max_weight, NULL, 0},
     {&mpmd_op_compare, k_compare, NULL, 0},
     {&mpmd_op_where, k_where, NULL, 0},
     {&mpmd_op_where_grad, k_where_grad, NULL, 0},
     {&mpmd_op_dropout, k_dropout, NULL, 0},
-    {0},
+#define UN_ROW(name, ...) {&mpmd_op_##name, k_##name, NULL, 0},
+#define GR_ROW(name, ...)                                                                                    \
+    {&mpmd_op_##name, k_##name, NULL, 0}, {&mpmd_op_##name##_grad, k_##name##_grad, NULL, 0},
+#define BIN_ROW(name, tol) {&mpmd_op_##name, k_##name, NULL, 0},
+    MPMD_BINARY_OPS(BIN_ROW) MPMD_UNARY_OPS(UN_ROW) MPMD_UNARY_GRAD_OPS(GR_ROW){0},
 };

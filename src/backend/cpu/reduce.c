@@ -188,7 +188,7 @@ static void reduce_outer(const rlayout *L, int is_max, float scale, const float 
     }
 }
 
-/* sum, mean (scale fa[0]) and max over the axes in ia[0]. */
+/* sum, mean (times its scale) and max over the reduced axes. */
 typedef struct {
     const rlayout *L;
     int is_max;
@@ -210,7 +210,7 @@ static int k_reduce(const mpmd_kargs *a) {
     const float *x = a->in[0];
     float *y = a->out;
     int is_max = n->op == &mpmd_op_max;
-    float scale = n->op == &mpmd_op_mean ? n->fa[0] : 1.0f;
+    float scale = n->op == &mpmd_op_mean ? mpmd_attr_scale(n) : 1.0f;
     int64_t numel = mpmd_type_numel(a->in_type[0]);
     int64_t n_out = mpmd_type_numel(&n->type);
     if (numel == 0) { /* sum over nothing: zeros (max and mean refuse this at build time) */
@@ -219,7 +219,7 @@ static int k_reduce(const mpmd_kargs *a) {
         return 0;
     }
     rlayout L;
-    rlayout_make(a->in_type[0], n->ia[0], &L);
+    rlayout_make(a->in_type[0], mpmd_attr_axes(n), &L);
     int nt = mpmd_threads_for(a->nthreads, numel);
     if (nt > n_out) nt = (int)n_out;
     reduce_job j = {&L, is_max, scale, x, y};
@@ -329,7 +329,7 @@ static int k_max_grad(const mpmd_kargs *a) {
     int64_t n_out = mpmd_type_numel(a->in_type[1]);
     if (numel == 0) return 0;
     rlayout L;
-    rlayout_make(a->in_type[0], n->ia[0], &L);
+    rlayout_make(a->in_type[0], mpmd_attr_axes(n), &L);
     float *mx = a->scratch, *cn = mx ? mx + n_out : NULL;
     if (!L.inner && !mx) {
         snprintf(a->err, a->err_len, "max_grad: the executor gave no scratch buffer (%lld bytes needed)",
@@ -390,8 +390,8 @@ static int k_reshape(const mpmd_kargs *a) {
  * before, i: the axes after): one contiguous run per o. */
 static int k_slice(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
-    int64_t outer, d, inner, start = n->ia[1], w = n->ia[2] - n->ia[1];
-    mpmd_axis_split(a->in_type[0], (int)n->ia[0], &outer, &d, &inner);
+    int64_t outer, d, inner, start = mpmd_attr_start(n), w = mpmd_attr_stop(n) - mpmd_attr_start(n);
+    mpmd_axis_split(a->in_type[0], mpmd_attr_axis(n), &outer, &d, &inner);
     copy_runs(a, a->out, w * inner, (const uint32_t *)a->in[0] + start * inner, d * inner, outer, w * inner);
     return 0;
 }
@@ -422,9 +422,10 @@ static void slice_grad_part(void *ctx, int64_t lo, int64_t hi) {
 
 static int k_slice_grad(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
-    int64_t outer, d, inner, w = n->ia[2] - n->ia[1];
-    mpmd_axis_split(&n->type, (int)n->ia[0], &outer, &d, &inner);
-    int64_t row = d * inner, s0 = n->ia[1] * inner, s1 = n->ia[2] * inner, total = outer * row;
+    int64_t outer, d, inner, w = mpmd_attr_stop(n) - mpmd_attr_start(n);
+    mpmd_axis_split(&n->type, mpmd_attr_axis(n), &outer, &d, &inner);
+    int64_t row = d * inner, s0 = mpmd_attr_start(n) * inner, s1 = mpmd_attr_stop(n) * inner,
+            total = outer * row;
     const float *dy = a->in[0];
     float *dx = a->out;
     slice_grad_job j = {dy, dx, row, s0, s1, w * inner};
@@ -435,7 +436,7 @@ static int k_slice_grad(const mpmd_kargs *a) {
 /* concat: y[o, off_k + j, i] = x_k[o, j, i]: per operand k, one run per o. */
 static int k_concat(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
-    int ax = (int)n->ia[0];
+    int ax = mpmd_attr_axis(n);
     int64_t outer, dt, inner, off = 0;
     mpmd_axis_split(&n->type, ax, &outer, &dt, &inner);
     for (int k = 0; k < n->n_in; k++) {
@@ -504,7 +505,7 @@ static int k_permute(const mpmd_kargs *a) {
     int64_t numel = mpmd_type_numel(&n->type);
     if (numel == 0) return 0;
     mpmd_perm_plan P;
-    mpmd_perm_plan_make(&P, a->in_type[0], n->ia);
+    mpmd_perm_plan_make(&P, a->in_type[0], mpmd_attr_perms(n));
     if (P.identity) { /* nothing moves: one copy */
         copy_runs(a, y, 0, x, 0, 1, numel);
         return 0;

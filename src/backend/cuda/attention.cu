@@ -66,8 +66,8 @@ static att_dims dims_of(const mpmd_kargs *a) {
     const mpmd_type *t = a->in_type[0];
     att_dims d;
     d.B = (int)t->dim[0], d.T = (int)t->dim[1], d.H = (int)t->dim[2], d.D = (int)t->dim[3];
-    d.causal = a->node->ia[0] != 0;
-    d.scale = a->node->fa[0];
+    d.causal = mpmd_attention_causal(a->node);
+    d.scale = mpmd_attention_scale(a->node);
     return d;
 }
 

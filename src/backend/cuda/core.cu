@@ -120,7 +120,7 @@ static int pad_plan_make(const mpmd_matmul_dims *md, size_t es, pad_plan *p) {
 
 static size_t scratch_matmul(const mpmd_graph *g, const mpmd_node *n) {
     mpmd_matmul_dims md;
-    mpmd_matmul_dims_make(&md, &g->nodes[n->in[0]].type, &g->nodes[n->in[1]].type, n->ia[0]);
+    mpmd_matmul_dims_make(&md, &g->nodes[n->in[0]].type, &g->nodes[n->in[1]].type, mpmd_matmul_flags(n));
     pad_plan p;
     return pad_plan_make(&md, mpmd_dtype_size(n->type.dtype), &p) ? p.bytes : 0;
 }
@@ -151,7 +151,7 @@ static cudaError_t copy_padded(char *dst, int64_t dld, int64_t prows, const void
 static int k_matmul(const mpmd_kargs *a) {
     mpmd_cuda_dev *d = mpmd_cuda_of(a);
     mpmd_matmul_dims md; /* the CPU's dimensions: batch folded into M for a 2-D b and an untransposed a */
-    mpmd_matmul_dims_make(&md, a->in_type[0], a->in_type[1], a->node->ia[0]);
+    mpmd_matmul_dims_make(&md, a->in_type[0], a->in_type[1], mpmd_matmul_flags(a->node));
     const int tra = md.tra, trb = md.trb;
     const int64_t batch = md.batch;
     if (md.m == 0 || md.n == 0 || batch == 0) return 0;

@@ -146,8 +146,12 @@ extern "C" {
 /* Kernel tables, each ended by an entry with op == NULL. */
 extern const mpmd_kernel mpmd_cuda_core_kernels[];
 extern const mpmd_kernel mpmd_cuda_elementwise_kernels[];
+extern const mpmd_kernel mpmd_cuda_sum_to_kernels[];
 extern const mpmd_kernel mpmd_cuda_reduce_kernels[];
+extern const mpmd_kernel mpmd_cuda_shape_kernels[];
 extern const mpmd_kernel mpmd_cuda_nn_kernels[];
+extern const mpmd_kernel mpmd_cuda_norm_kernels[];
+extern const mpmd_kernel mpmd_cuda_embed_kernels[];
 extern const mpmd_kernel mpmd_cuda_optim_kernels[];
 extern const mpmd_kernel mpmd_cuda_attention_kernels[];
 #ifdef __cplusplus

@@ -210,8 +210,10 @@ static int cuda_copy(void *p, void *dst, const void *src, size_t bytes) {
 }
 
 static const mpmd_kernel *const tables[] = {
-    mpmd_cuda_core_kernels, mpmd_cuda_elementwise_kernels, mpmd_cuda_reduce_kernels,
-    mpmd_cuda_nn_kernels,   mpmd_cuda_optim_kernels,       mpmd_cuda_attention_kernels,
+    mpmd_cuda_core_kernels,      mpmd_cuda_elementwise_kernels, mpmd_cuda_sum_to_kernels,
+    mpmd_cuda_reduce_kernels,    mpmd_cuda_shape_kernels,       mpmd_cuda_nn_kernels,
+    mpmd_cuda_norm_kernels,      mpmd_cuda_embed_kernels,       mpmd_cuda_optim_kernels,
+    mpmd_cuda_attention_kernels,
 };
 
 static const mpmd_kernel *cuda_find(const mpmd_op_desc *op) {

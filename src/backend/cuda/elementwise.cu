@@ -1,5 +1,6 @@
 /* CUDA kernels of the elementwise family (ops in src/ops/elementwise.c; the
- * CPU kernels in src/backend/cpu/elementwise.c are the specification).
+ * CPU kernels in src/backend/cpu/elementwise.c are the specification), but
+ * sum_to (sum_to.cu); what both use is in elementwise.cuh.
  *
  * Every kernel takes f32, bf16 and f16 natively: the operands and the output
  * of a node share one dtype (the graph's rule), the kernels are templated on
@@ -27,26 +28,6 @@
  * from its own inputs, reading before writing, so out == in[0] (in place) is
  * correct.
  *
- * sum_to coalesces with the CPU's plan (mpmd_sum_plan_make) and sums each
- * output in f32 in an order fixed by the shapes alone (no atomics), rounding
- * to the output's dtype once per output:
- *  - last group kept (a bias gradient [N, C] -> [C]): the reduced positions
- *    are cut into S chunks; a block of 8 warps takes 32 column lanes (of 4
- *    columns, one 16-byte f32 or 8-byte 16-bit vector, when C % 4 == 0 and
- *    the input is aligned; else 1) of one chunk, warp w adds rows w, w + 8,
- *    ... of the chunk in order, and the 8 warp sums are added in warp order.
- *    With S > 1 the chunk sums go to f32 scratch [S][outputs] and a second
- *    kernel adds them in chunk order per output. The order per column does
- *    not depend on the lane width.
- *  - last group reduced ([N, C] -> [N, 1], everything -> [1]): one warp per
- *    (output, chunk); lane l adds positions l, l + 32, ... of the chunk in
- *    order, then a fixed shuffle tree; with S > 1 a second kernel adds the
- *    chunk sums of each output with one warp the same way.
- *  - nothing reduced: a device copy.
- * S depends only on the shapes, not the dtype (the scratch function computes
- * the same), so a 16-bit sum is the f32 kernel's sum of the widened input,
- * rounded once.
- *
  * maximum, minimum, max_weight and compare are binary ops like add (the
  * same plan and kernels), with the CPU's selects: a NaN operand wins in
  * maximum / minimum, max_weight gives 1, 1/2 or 0, compare 1 or 0; the
@@ -63,126 +44,8 @@
  * (as built without fast-math); gelu is the tanh form computed as the CPU
  * does, x / (1 + e^(-2u)).
  */
-#include "cuda.h"
-
-#include "backend/op_descs.h"
-#include "backend/shape_plan.h"
+#include "elementwise.cuh"
 #include "util/philox.h"
-
-#include <stdint.h>
-#include <string.h>
-
-#include <type_traits>
-
-#define THREADS 256
-#define MAX_GRID (1 << 20)
-#define MAX_OUTER (MPMD_MAX_DIMS - 1) /* outer groups besides the last one */
-
-/* ---- storage types ------------------------------------------------------------------------ */
-
-/* Elements per 16-byte vector of T, as a shift: 4 f32 (2), 8 bf16 or f16 (3). */
-template <typename T> struct vec16 {
-    static constexpr int lg = sizeof(T) == 4 ? 2 : 3;
-    static constexpr int n = 1 << lg;
-};
-
-/* V elements of T, aligned to their size (one vector load or store). */
-template <typename T, int V> struct alignas(sizeof(T) * V) pack { T v[V]; };
-
-/* (to_f32 / from_f32: cuda.h) */
-
-/* The V elements at p (aligned to V elements), raw. Kernels move vectors as
- * whole packs, converting element by element (not through f32 arrays, which
- * keep the compiler from unrolling the grid-stride loops). The f32 vector
- * code of map2 and bcast stays the float4 code: with packs the compiler
- * would no longer unswitch their loops on the operands' strides. */
-template <int V, typename T> __device__ __forceinline__ pack<T, V> load_pack(const T *p) {
-    return *reinterpret_cast<const pack<T, V> *>(p);
-}
-
-/* A pack of V copies of x */
-template <int V, typename T> __device__ __forceinline__ pack<T, V> splat(T x) {
-    pack<T, V> r;
-#pragma unroll
-    for (int k = 0; k < V; k++)
-        r.v[k] = x;
-    return r;
-}
-
-/* ---- host helpers --------------------------------------------------------------------- */
-
-static int64_t numel_of(const mpmd_type *t) {
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        n *= t->dim[d];
-    return n;
-}
-
-/* Blocks for `work` items at THREADS per block, capped (kernels grid-stride). */
-static unsigned grid_for(int64_t work) {
-    unsigned b = mpmd_cuda_blocks(work, THREADS);
-    return b > MAX_GRID ? MAX_GRID : b;
-}
-
-static int aligned_to(const void *p, size_t bytes) { return ((uintptr_t)p & (bytes - 1)) == 0; }
-static int aligned16(const void *p) { return aligned_to(p, 16); }
-
-static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-/* The dtype of the output when it is f32, bf16 or f16 and the first n_in
- * operands have it too; else -1 with a message. */
-static int common_dtype(const mpmd_kargs *a, int n_in) {
-    mpmd_dtype d = a->node->type.dtype;
-    int ok = d == MPMD_F32 || d == MPMD_BF16 || d == MPMD_F16;
-    for (int i = 0; i < n_in; i++)
-        ok = ok && a->in_type[i]->dtype == d;
-    if (ok) return (int)d;
-    snprintf(a->err, a->err_len,
-             "%s: the CUDA kernel takes operands of the output's dtype, one of f32, bf16, f16 (output %s, "
-             "operands %s%s%s)",
-             a->node->op->name, mpmd_dtype_name(d), mpmd_dtype_name(a->in_type[0]->dtype),
-             n_in > 1 ? ", " : "", n_in > 1 ? mpmd_dtype_name(a->in_type[1]->dtype) : "");
-    return -1;
-}
-
-template <typename T> struct type_tag { typedef T type; };
-
-/* g(type_tag<T>()) for the storage type T of dtype d (f32, bf16, f16). */
-template <class G> static int by_dtype(int d, G g) {
-    switch (d) {
-    case MPMD_BF16: return g(type_tag<__nv_bfloat16>());
-    case MPMD_F16: return g(type_tag<__half>());
-    default: return g(type_tag<float>());
-    }
-}
-
-/* ---- device helpers -------------------------------------------------------------------- */
-
-/* Offset of position r of a row-major index space over n groups (sizes,
- * strides; outermost first): the innermost group varies fastest. The
- * outermost group needs no division (r is below its size). */
-template <typename I>
-__device__ __forceinline__ I decompose(I r, int n, const int64_t *size, const int64_t *stride) {
-    I off = 0;
-#pragma unroll
-    for (int q = MAX_OUTER - 1; q >= 0; q--) {
-        if (q < n) {
-            I idx;
-            if (q == 0) {
-                idx = r;
-            } else {
-                I sz = (I)size[q], t = r / sz;
-                idx = r - t * sz;
-                r = t;
-            }
-            off += idx * (I)stride[q];
-        }
-    }
-    return off;
-}
-
-__device__ __forceinline__ int64_t gtid() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
-__device__ __forceinline__ int64_t gstride() { return (int64_t)gridDim.x * blockDim.x; }
 
 /* ---- functors (f32 in, f32 out) ----------------------------------------------------------- */
 
@@ -202,28 +65,23 @@ __device__ __forceinline__ float gelu_grad1(float x) {
     return s + 2.0f * x * s * (1.0f - s) * GELU_K * (1.0f + 3.0f * GELU_C * x * x);
 }
 
-/* binary: f(x, y) */
-struct FAdd {
-    __device__ float operator()(float x, float y) const { return x + y; }
-};
-struct FSub {
-    __device__ float operator()(float x, float y) const { return x - y; }
-};
-struct FMul {
-    __device__ float operator()(float x, float y) const { return x * y; }
-};
-struct FDiv {
-    __device__ float operator()(float x, float y) const { return x / y; }
-};
+/* binary: f(x, y); the formulas of MPMD_BINARY_OPS (src/ops/elementwise_ops.h)
+ * as the CPU's, and a functor B_<name> for each */
+__device__ __forceinline__ float bn_add(float x, float y) { return x + y; }
+__device__ __forceinline__ float bn_sub(float x, float y) { return x - y; }
+__device__ __forceinline__ float bn_mul(float x, float y) { return x * y; }
+__device__ __forceinline__ float bn_div(float x, float y) { return x / y; }
+/* a NaN operand gives NaN (x != x: x is NaN; else y, NaN or not) */
+__device__ __forceinline__ float bn_maximum(float x, float y) { return x > y || x != x ? x : y; }
+__device__ __forceinline__ float bn_minimum(float x, float y) { return x < y || x != x ? x : y; }
+#define BIN_FUNCTOR(name, tol)                                                                               \
+    struct B_##name {                                                                                        \
+        __device__ float operator()(float x, float y) const { return bn_##name(x, y); }                      \
+    };
+MPMD_BINARY_OPS(BIN_FUNCTOR)
+
 struct FCopy {
     __device__ float operator()(float x, float y) const { return (void)y, x; }
-};
-/* a NaN operand gives NaN (x != x: x is NaN; else y, NaN or not) */
-struct FMax {
-    __device__ float operator()(float x, float y) const { return x > y || x != x ? x : y; }
-};
-struct FMin {
-    __device__ float operator()(float x, float y) const { return x < y || x != x ? x : y; }
 };
 /* the share of a maximum's cotangent that goes to x: 1, 1/2 on a tie, else 0 */
 struct FMaxW {
@@ -255,71 +113,60 @@ struct FMulS {
     float s;
     __device__ float operator()(float x) const { return x * s; }
 };
-struct FNeg {
-    __device__ float operator()(float x) const { return -x; }
-};
-struct FExp {
-    __device__ float operator()(float x) const { return expf(x); }
-};
-struct FLog {
-    __device__ float operator()(float x) const { return logf(x); }
-};
-struct FTanh {
-    __device__ float operator()(float x) const { return tanhf(x); }
-};
-struct FSqrt {
-    __device__ float operator()(float x) const { return sqrtf(x); }
-};
-struct FRsqrt {
-    __device__ float operator()(float x) const { return 1.0f / sqrtf(x); }
-};
-struct FSquare {
-    __device__ float operator()(float x) const { return x * x; }
-};
+
+/* ---- formulas of the unary ops (src/ops/elementwise_ops.h) ------------------------------- */
+
+/* un_<name>(x) = y, and for MPMD_UNARY_GRAD_OPS gr_<name>(gy, v) = the
+ * cotangent of x, v being y or x as the list says; the CPU's formulas
+ * (src/backend/cpu/elementwise.c) with CUDA's maths functions. */
+__device__ __forceinline__ float un_neg(float x) { return -x; }
+__device__ __forceinline__ float un_exp(float x) { return expf(x); }
+__device__ __forceinline__ float un_log(float x) { return logf(x); }
+__device__ __forceinline__ float un_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ float un_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ float un_rsqrt(float x) { return 1.0f / sqrtf(x); }
+__device__ __forceinline__ float un_square(float x) { return x * x; }
 /* max(x, 0), NaN passes through */
-struct FRelu {
-    __device__ float operator()(float x) const { return x < 0.0f ? 0.0f : x; }
-};
-struct FGelu {
-    __device__ float operator()(float x) const { return gelu1(x); }
-};
+__device__ __forceinline__ float un_relu(float x) { return x < 0.0f ? 0.0f : x; }
+__device__ __forceinline__ float un_gelu(float x) { return gelu1(x); }
 /* 1 / (1 + e^-x); e^-x = inf gives 0, the limit */
-struct FSigmoid {
-    __device__ float operator()(float x) const { return 1.0f / (1.0f + expf(-x)); }
-};
+__device__ __forceinline__ float un_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* x / (1 + e^-x) */
-struct FSilu {
-    __device__ float operator()(float x) const { return x / (1.0f + expf(-x)); }
-};
+__device__ __forceinline__ float un_silu(float x) { return x / (1.0f + expf(-x)); }
+
+__device__ __forceinline__ float gr_tanh(float g, float y) { return g * (1.0f - y * y); }
+__device__ __forceinline__ float gr_sqrt(float g, float y) { return g * 0.5f / y; }
+__device__ __forceinline__ float gr_rsqrt(float g, float y) { return -0.5f * g * (y * y * y); }
+__device__ __forceinline__ float gr_square(float g, float x) { return 2.0f * x * g; }
+__device__ __forceinline__ float gr_relu(float g, float y) { return y > 0.0f ? g : 0.0f; }
+__device__ __forceinline__ float gr_gelu(float g, float x) { return g * gelu_grad1(x); }
+__device__ __forceinline__ float gr_sigmoid(float g, float y) { return g * (y * (1.0f - y)); }
+/* gy s (1 + x (1 - s)), s = sigmoid(x) */
+__device__ __forceinline__ float gr_silu(float g, float x) {
+    float s = 1.0f / (1.0f + expf(-x));
+    return g * (s * (1.0f + x * (1.0f - s)));
+}
+
+/* max(x, 0) + log(1 + e^-|x|), as the CPU */
+__device__ __forceinline__ float un_softplus(float x) {
+    return (x > 0.0f ? x : 0.0f) + log1pf(expf(-fabsf(x)));
+}
+__device__ __forceinline__ float gr_softplus(float g, float x) { return g * (1.0f / (1.0f + expf(-x))); }
+
+/* A functor per formula: F_<name> (f(x)) and G_<name> (f(gy, v)). */
+#define UN_FUNCTOR(name, ...)                                                                                \
+    struct F_##name {                                                                                        \
+        __device__ float operator()(float x) const { return un_##name(x); }                                  \
+    };
+#define GR_FUNCTOR(name, ...)                                                                                \
+    UN_FUNCTOR(name)                                                                                         \
+    struct G_##name {                                                                                        \
+        __device__ float operator()(float g, float v) const { return gr_##name(g, v); }                      \
+    };
+MPMD_UNARY_OPS(UN_FUNCTOR)
+MPMD_UNARY_GRAD_OPS(GR_FUNCTOR)
 
 /* fused backward: f(gy, v) */
-struct GTanh {
-    __device__ float operator()(float g, float y) const { return g * (1.0f - y * y); }
-}; /* v = tanh(x) */
-struct GSqrt {
-    __device__ float operator()(float g, float y) const { return g * 0.5f / y; }
-}; /* v = sqrt(x) */
-struct GRsqrt {
-    __device__ float operator()(float g, float y) const { return -0.5f * g * (y * y * y); }
-}; /* v = x^-1/2 */
-struct GSquare {
-    __device__ float operator()(float g, float x) const { return 2.0f * x * g; }
-}; /* v = x */
-struct GRelu {
-    __device__ float operator()(float g, float y) const { return y > 0.0f ? g : 0.0f; }
-}; /* v = relu(x) */
-struct GGelu {
-    __device__ float operator()(float g, float x) const { return g * gelu_grad1(x); }
-}; /* v = x */
-struct GSigmoid {
-    __device__ float operator()(float g, float y) const { return g * (y * (1.0f - y)); }
-}; /* v = sigmoid(x) */
-struct GSilu {
-    __device__ float operator()(float g, float x) const {
-        float s = 1.0f / (1.0f + expf(-x));
-        return g * (s * (1.0f + x * (1.0f - s)));
-    }
-}; /* v = x: gy s (1 + x (1 - s)), s = sigmoid(x) */
 struct GWhereT {
     __device__ float operator()(float g, float c) const { return c != 0.0f ? g : 0.0f; }
 }; /* v = the mask: gy where it is set */
@@ -412,30 +259,15 @@ template <class F> static int run_map1(const mpmd_kargs *a, F f) {
 
 /* BIN_EQ .. BIN_GE in mpmd_cmp's order */
 enum {
-    BIN_ADD,
-    BIN_SUB,
-    BIN_MUL,
-    BIN_DIV,
-    BIN_COPY,
-    BIN_MAX,
-    BIN_MIN,
+#define BIN_ENUM(name, tol) BIN_##name,
+    MPMD_BINARY_OPS(BIN_ENUM) BIN_COPY,
     BIN_MAXW,
     BIN_EQ,
     BIN_NE,
     BIN_LT,
     BIN_LE,
     BIN_GT,
-    BIN_GE,
-    GR_TANH,
-    GR_SQRT,
-    GR_RSQRT,
-    GR_SQUARE,
-    GR_RELU,
-    GR_GELU,
-    GR_SIGMOID,
-    GR_SILU,
-    GR_WHERE_T,
-    GR_WHERE_F
+    BIN_GE
 };
 
 /* The coalesced output (mpmd_bcast_plan_make, src/backend/shape_plan.c, as
@@ -559,13 +391,10 @@ static int launch_map2(const mpmd_kargs *a, int kind, T *o, const T *x, int sa, 
                        int64_t n) {
     cudaStream_t s = mpmd_cuda_of(a)->stream;
     switch (kind) {
-    case BIN_ADD: launch_map2_f(s, o, x, sa, y, sb, n, FAdd()); break;
-    case BIN_SUB: launch_map2_f(s, o, x, sa, y, sb, n, FSub()); break;
-    case BIN_MUL: launch_map2_f(s, o, x, sa, y, sb, n, FMul()); break;
-    case BIN_DIV: launch_map2_f(s, o, x, sa, y, sb, n, FDiv()); break;
+#define BIN_MAP2_CASE(name, tol)                                                                             \
+    case BIN_##name: launch_map2_f(s, o, x, sa, y, sb, n, B_##name()); break;
+        MPMD_BINARY_OPS(BIN_MAP2_CASE)
     case BIN_COPY: launch_map2_f(s, o, x, sa, y, sb, n, FCopy()); break;
-    case BIN_MAX: launch_map2_f(s, o, x, sa, y, sb, n, FMax()); break;
-    case BIN_MIN: launch_map2_f(s, o, x, sa, y, sb, n, FMin()); break;
     case BIN_MAXW: launch_map2_f(s, o, x, sa, y, sb, n, FMaxW()); break;
     case BIN_EQ:
     case BIN_NE:
@@ -573,16 +402,6 @@ static int launch_map2(const mpmd_kargs *a, int kind, T *o, const T *x, int sa, 
     case BIN_LE:
     case BIN_GT:
     case BIN_GE: launch_map2_f(s, o, x, sa, y, sb, n, FCmp{kind - BIN_EQ}); break;
-    case GR_TANH: launch_map2_f(s, o, x, sa, y, sb, n, GTanh()); break;
-    case GR_SQRT: launch_map2_f(s, o, x, sa, y, sb, n, GSqrt()); break;
-    case GR_RSQRT: launch_map2_f(s, o, x, sa, y, sb, n, GRsqrt()); break;
-    case GR_SQUARE: launch_map2_f(s, o, x, sa, y, sb, n, GSquare()); break;
-    case GR_RELU: launch_map2_f(s, o, x, sa, y, sb, n, GRelu()); break;
-    case GR_GELU: launch_map2_f(s, o, x, sa, y, sb, n, GGelu()); break;
-    case GR_SIGMOID: launch_map2_f(s, o, x, sa, y, sb, n, GSigmoid()); break;
-    case GR_SILU: launch_map2_f(s, o, x, sa, y, sb, n, GSilu()); break;
-    case GR_WHERE_T: launch_map2_f(s, o, x, sa, y, sb, n, GWhereT()); break;
-    case GR_WHERE_F: launch_map2_f(s, o, x, sa, y, sb, n, GWhereF()); break;
     }
     return mpmd_cuda_launched(a, a->node->op->name);
 }
@@ -613,12 +432,9 @@ template <typename T> static int run_binary_t(const mpmd_kargs *a, int kind) {
     int width = bcast_width<T>(ba, o, x, y);
     cudaStream_t s = mpmd_cuda_of(a)->stream;
     switch (kind) {
-    case BIN_ADD: launch_bcast(s, o, x, y, ba, width, FAdd()); break;
-    case BIN_SUB: launch_bcast(s, o, x, y, ba, width, FSub()); break;
-    case BIN_MUL: launch_bcast(s, o, x, y, ba, width, FMul()); break;
-    case BIN_DIV: launch_bcast(s, o, x, y, ba, width, FDiv()); break;
-    case BIN_MAX: launch_bcast(s, o, x, y, ba, width, FMax()); break;
-    case BIN_MIN: launch_bcast(s, o, x, y, ba, width, FMin()); break;
+#define BIN_BCAST_CASE(name, tol)                                                                            \
+    case BIN_##name: launch_bcast(s, o, x, y, ba, width, B_##name()); break;
+        MPMD_BINARY_OPS(BIN_BCAST_CASE)
     case BIN_MAXW: launch_bcast(s, o, x, y, ba, width, FMaxW()); break;
     case BIN_EQ:
     case BIN_NE:
@@ -637,56 +453,44 @@ static int run_binary(const mpmd_kargs *a, int kind) {
     return by_dtype(d, [&](auto tag) { return run_binary_t<typename decltype(tag)::type>(a, kind); });
 }
 
-static int k_add(const mpmd_kargs *a) { return run_binary(a, BIN_ADD); }
-static int k_sub(const mpmd_kargs *a) { return run_binary(a, BIN_SUB); }
-static int k_mul(const mpmd_kargs *a) { return run_binary(a, BIN_MUL); }
-static int k_div(const mpmd_kargs *a) { return run_binary(a, BIN_DIV); }
-static int k_maximum(const mpmd_kargs *a) { return run_binary(a, BIN_MAX); }
-static int k_minimum(const mpmd_kargs *a) { return run_binary(a, BIN_MIN); }
+#define BIN_KERNEL(name, tol)                                                                                \
+    static int k_##name(const mpmd_kargs *a) { return run_binary(a, BIN_##name); }
+MPMD_BINARY_OPS(BIN_KERNEL)
 static int k_max_weight(const mpmd_kargs *a) { return run_binary(a, BIN_MAXW); }
-/* compare: ia[0] = the mpmd_cmp, checked by mpmd_compare */
-static int k_compare(const mpmd_kargs *a) { return run_binary(a, BIN_EQ + (int)a->node->ia[0]); }
+/* compare: the attribute cmp, checked by mpmd_compare */
+static int k_compare(const mpmd_kargs *a) { return run_binary(a, BIN_EQ + mpmd_attr_cmp(a->node)); }
 /* broadcast_to: out[i] = a[broadcast index of i] */
 static int k_broadcast_to(const mpmd_kargs *a) { return run_binary(a, BIN_COPY); }
 
 /* ---- unary ops ------------------------------------------------------------------------------ */
 
-static int k_add_scalar(const mpmd_kargs *a) { return run_map1(a, FAddS{a->node->fa[0]}); }
-static int k_mul_scalar(const mpmd_kargs *a) { return run_map1(a, FMulS{a->node->fa[0]}); }
-static int k_neg(const mpmd_kargs *a) { return run_map1(a, FNeg()); }
-static int k_exp(const mpmd_kargs *a) { return run_map1(a, FExp()); }
-static int k_log(const mpmd_kargs *a) { return run_map1(a, FLog()); }
-static int k_tanh(const mpmd_kargs *a) { return run_map1(a, FTanh()); }
-static int k_sqrt(const mpmd_kargs *a) { return run_map1(a, FSqrt()); }
-static int k_rsqrt(const mpmd_kargs *a) { return run_map1(a, FRsqrt()); }
-static int k_square(const mpmd_kargs *a) { return run_map1(a, FSquare()); }
-static int k_relu(const mpmd_kargs *a) { return run_map1(a, FRelu()); }
-static int k_gelu(const mpmd_kargs *a) { return run_map1(a, FGelu()); }
-static int k_sigmoid(const mpmd_kargs *a) { return run_map1(a, FSigmoid()); }
-static int k_silu(const mpmd_kargs *a) { return run_map1(a, FSilu()); }
+static int k_add_scalar(const mpmd_kargs *a) { return run_map1(a, FAddS{mpmd_attr_scalar(a->node)}); }
+static int k_mul_scalar(const mpmd_kargs *a) { return run_map1(a, FMulS{mpmd_attr_scalar(a->node)}); }
+#define UN_KERNEL(name, ...)                                                                                 \
+    static int k_##name(const mpmd_kargs *a) { return run_map1(a, F_##name()); }
+MPMD_UNARY_OPS(UN_KERNEL)
+MPMD_UNARY_GRAD_OPS(UN_KERNEL)
 
 /* ---- fused backward ops: out = f(gy, v), same shape and dtype ---------------------------------- */
 
-static int run_grad(const mpmd_kargs *a, int kind) {
+template <class G> static int run_grad(const mpmd_kargs *a, G f) {
     int d = common_dtype(a, 2);
     if (d < 0) return 1;
     return by_dtype(d, [&](auto tag) {
         typedef typename decltype(tag)::type T;
-        return launch_map2<T>(a, kind, (T *)a->out, (const T *)a->in[0], 1, (const T *)a->in[1], 1,
-                              numel_of(&a->node->type));
+        launch_map2_f(mpmd_cuda_of(a)->stream, (T *)a->out, (const T *)a->in[0], 1, (const T *)a->in[1], 1,
+                      numel_of(&a->node->type), f);
+        return mpmd_cuda_launched(a, a->node->op->name);
     });
 }
 
-static int k_tanh_grad(const mpmd_kargs *a) { return run_grad(a, GR_TANH); }
-static int k_sqrt_grad(const mpmd_kargs *a) { return run_grad(a, GR_SQRT); }
-static int k_rsqrt_grad(const mpmd_kargs *a) { return run_grad(a, GR_RSQRT); }
-static int k_square_grad(const mpmd_kargs *a) { return run_grad(a, GR_SQUARE); }
-static int k_relu_grad(const mpmd_kargs *a) { return run_grad(a, GR_RELU); }
-static int k_gelu_grad(const mpmd_kargs *a) { return run_grad(a, GR_GELU); }
-static int k_sigmoid_grad(const mpmd_kargs *a) { return run_grad(a, GR_SIGMOID); }
-static int k_silu_grad(const mpmd_kargs *a) { return run_grad(a, GR_SILU); }
-/* where_grad(gy, cond): ia[0] = 0: gy where cond != 0, else 0; 1: the other way */
-static int k_where_grad(const mpmd_kargs *a) { return run_grad(a, a->node->ia[0] ? GR_WHERE_F : GR_WHERE_T); }
+#define GR_KERNEL(name, ...)                                                                                 \
+    static int k_##name##_grad(const mpmd_kargs *a) { return run_grad(a, G_##name()); }
+MPMD_UNARY_GRAD_OPS(GR_KERNEL)
+/* where_grad(gy, cond), attribute side: 0: gy where cond != 0, else 0; 1: the other way */
+static int k_where_grad(const mpmd_kargs *a) {
+    return mpmd_attr_where_side(a->node) ? run_grad(a, GWhereF()) : run_grad(a, GWhereT());
+}
 
 /* ---- where: out = cond != 0 ? a : b, three operands of out's shape ------------------------------ */
 
@@ -761,8 +565,9 @@ static int k_dropout(const mpmd_kargs *a) {
                  mpmd_dtype_name(a->in_type[1]->dtype));
         return 1;
     }
-    float rate = a->node->fa[0];
-    uint32_t thr = mpmd_dropout_threshold(rate), mb = (uint32_t)a->mb, stream = (uint32_t)a->node->ia[0];
+    float rate = mpmd_attr_dropout_rate(a->node);
+    uint32_t thr = mpmd_dropout_threshold(rate), mb = (uint32_t)a->mb,
+             stream = (uint32_t)mpmd_attr_dropout_stream(a->node);
     float scale = 1.0f / (1.0f - rate);
     return by_dtype(d, [&](auto tag) {
         typedef typename decltype(tag)::type T;
@@ -776,341 +581,22 @@ static int k_dropout(const mpmd_kargs *a) {
     });
 }
 
-/* ---- sum_to ------------------------------------------------------------------------------------- */
-
-enum { SUM_COPY, SUM_KEEP, SUM_RED };
-
-#define KEEP_LANES 32      /* column lanes per block (one warp), each 1 or 4 columns */
-#define KEEP_WARPS 8       /* warps per block, each a row lane */
-#define KEEP_MIN_ROWS 64   /* fewest reduced rows worth a chunk of their own (x the vector width) */
-#define KEEP_BLOCKS 1024   /* blocks to aim for when splitting into chunks */
-#define RED_MIN_CHUNK 2048 /* fewest elements per warp worth a chunk of their own */
-#define RED_WARPS 4096     /* warps to aim for when splitting into chunks */
-#define RED_MAX_S 1024
-
-/* The schedule of one sum_to, from the shapes alone (not the dtype). */
-struct sum_args {
-    int mode;
-    int S;            /* chunks per output (1: no scratch) */
-    int64_t chunk;    /* reduced positions (KEEP: rows, RED: elements) per chunk */
-    int64_t inner;    /* size of the last group: columns (KEEP) or run length (RED) */
-    int64_t R;        /* KEEP: reduced rows per output; RED: elements summed per output */
-    int64_t out_rows; /* KEEP: outputs / columns */
-    int vec;          /* KEEP: columns in 4s planned (inner % 4 == 0) */
-    int64_t nout, nin;
-    int nk, nr; /* kept and reduced outer groups, outermost first */
-    int64_t ksize[MAX_OUTER], kstride[MAX_OUTER], rsize[MAX_OUTER], rstride[MAX_OUTER];
-};
-
-/* Coalesce the input's axes (aligned with the target) into kept / reduced
- * groups (mpmd_sum_plan_make, as on the CPU), then choose the chunks. */
-static void plan_sum(sum_args *p, const mpmd_type *in, const mpmd_type *out) {
-    mpmd_sum_plan g;
-    mpmd_sum_plan_make(&g, in, out);
-    const int64_t *size = g.size, *sx = g.sx;
-    const int *red = g.red;
-    memset(p, 0, sizeof *p);
-    p->nin = g.in_numel;
-    p->nout = g.out_numel;
-    p->S = 1;
-    if (!g.any_red) {
-        p->mode = SUM_COPY;
-        return;
-    }
-    int last = g.ng - 1;
-    for (int k = 0; k < last; k++) {
-        if (red[k]) {
-            p->rsize[p->nr] = size[k];
-            p->rstride[p->nr++] = sx[k];
-        } else {
-            p->ksize[p->nk] = size[k];
-            p->kstride[p->nk++] = sx[k];
-        }
-    }
-    p->inner = size[last];
-    if (!red[last]) {
-        p->mode = SUM_KEEP;
-        p->out_rows = p->nout / p->inner;
-        p->R = p->nin / p->nout;
-        p->vec = p->inner % 4 == 0;
-        int width = p->vec ? 4 : 1;
-        int64_t blocks = ceil_div(p->inner, KEEP_LANES * width) * p->out_rows, S = 1;
-        if (p->R > KEEP_MIN_ROWS * width && blocks < KEEP_BLOCKS) {
-            S = ceil_div(p->R, KEEP_MIN_ROWS * width);
-            int64_t want = ceil_div(KEEP_BLOCKS, blocks);
-            if (S > want) S = want;
-        }
-        p->chunk = ceil_div(p->R, S);
-        p->S = (int)ceil_div(p->R, p->chunk);
-    } else {
-        p->mode = SUM_RED;
-        p->R = p->nin / p->nout;
-        int64_t S = 1;
-        if (p->nout < RED_WARPS && p->R > RED_MIN_CHUNK) {
-            S = ceil_div(p->R, RED_MIN_CHUNK);
-            int64_t want = ceil_div(RED_WARPS, p->nout);
-            if (S > want) S = want;
-            if (S > RED_MAX_S) S = RED_MAX_S;
-        }
-        p->chunk = ceil_div(p->R, S);
-        p->S = (int)ceil_div(p->R, p->chunk);
-    }
-}
-
-/* f32 chunk sums whatever the dtype */
-static size_t scratch_sum_to(const mpmd_graph *g, const mpmd_node *n) {
-    sum_args p;
-    plan_sum(&p, &g->nodes[n->in[0]].type, &n->type);
-    return p.S > 1 ? (size_t)p.S * (size_t)p.nout * sizeof(float) : 0;
-}
-
-/* Last group kept, columns in tiles of 32 V (lane l: columns l V .. l V + V-1
- * of the tile). Block b: tile b % tiles, chunk (b / tiles) % S, output row
- * b / (tiles S). Warp w adds rows w, w + 8, ... of the chunk in order; the
- * warps' sums are added in warp order. Writes out (S == 1, D = T: rounded)
- * or part[chunk][output] (D = float). Each column's order is the same for
- * V = 1 and 4. */
-template <typename T, typename D, int V>
-__global__ void __launch_bounds__(KEEP_LANES *KEEP_WARPS)
-    sum_keep_kernel(D *dst, const T *x, sum_args p, int64_t tiles) {
-    __shared__ float sh[KEEP_WARPS][KEEP_LANES * V];
-    int lane = threadIdx.x % KEEP_LANES, w = threadIdx.x / KEEP_LANES;
-    int64_t b = blockIdx.x, tile = b % tiles, rest = b / tiles;
-    int64_t s = rest % p.S, orow = rest / p.S;
-    int64_t c = (tile * KEEP_LANES + lane) * V; /* V divides inner: all V columns or none */
-    int64_t r0 = s * p.chunk, r1 = r0 + p.chunk;
-    if (r1 > p.R) r1 = p.R;
-    float acc[V];
-#pragma unroll
-    for (int k = 0; k < V; k++)
-        acc[k] = 0.0f;
-    if (c < p.inner) {
-        const T *xc = x + decompose<int64_t>(orow, p.nk, p.ksize, p.kstride) + c;
-        int64_t r = r0 + w;
-        if (p.nr == 1) {
-            const int U = 32 / (V * (int)sizeof(T)); /* rows loaded before they are added: 32 bytes */
-            int64_t st = p.rstride[0] * KEEP_WARPS;
-            const T *q = xc + r * p.rstride[0];
-            for (; r + (U - 1) * KEEP_WARPS < r1; r += U * KEEP_WARPS, q += U * st) {
-                pack<T, V> v[U];
-#pragma unroll
-                for (int u = 0; u < U; u++)
-                    v[u] = load_pack<V>(q + u * st);
-#pragma unroll
-                for (int u = 0; u < U; u++)
-#pragma unroll
-                    for (int k = 0; k < V; k++)
-                        acc[k] += to_f32(v[u].v[k]);
-            }
-            for (; r < r1; r += KEEP_WARPS, q += st) {
-                pack<T, V> v = load_pack<V>(q);
-#pragma unroll
-                for (int k = 0; k < V; k++)
-                    acc[k] += to_f32(v.v[k]);
-            }
-        } else {
-            for (; r < r1; r += KEEP_WARPS) {
-                pack<T, V> v = load_pack<V>(xc + decompose<int64_t>(r, p.nr, p.rsize, p.rstride));
-#pragma unroll
-                for (int k = 0; k < V; k++)
-                    acc[k] += to_f32(v.v[k]);
-            }
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < V; k++)
-        sh[w][lane * V + k] = acc[k];
-    __syncthreads();
-    /* warp 0 adds the warps' sums of the block's 32 V columns, coalesced */
-    if (w == 0) {
-#pragma unroll
-        for (int k = 0; k < V; k++) {
-            int j = k * KEEP_LANES + lane; /* column of the tile */
-            int64_t cj = tile * KEEP_LANES * V + j;
-            if (cj < p.inner) {
-                float t = sh[0][j];
-#pragma unroll
-                for (int m = 1; m < KEEP_WARPS; m++)
-                    t += sh[m][j];
-                dst[s * p.nout + orow * p.inner + cj] = from_f32<D>(t);
-            }
-        }
-    }
-}
-
-/* Sum of n floats at p, p[stride], ... in order: loads in batches of 8. */
-__device__ __forceinline__ float sum_strided(const float *p, int64_t stride, int n) {
-    float t = 0.0f;
-    int s = 0;
-    for (; s + 8 <= n; s += 8) {
-        float v[8];
-#pragma unroll
-        for (int u = 0; u < 8; u++)
-            v[u] = p[(s + u) * stride];
-#pragma unroll
-        for (int u = 0; u < 8; u++)
-            t += v[u];
-    }
-    for (; s < n; s++)
-        t += p[s * stride];
-    return t;
-}
-
-/* out[e] = part[0][e] + part[1][e] + ... + part[S-1][e], rounded to T */
-template <typename T> __global__ void sum_chunks_kernel(T *o, const float *part, int64_t nout, int S) {
-    for (int64_t e = gtid(); e < nout; e += gstride())
-        o[e] = from_f32<T>(sum_strided(part + e, nout, S));
-}
-
-/* Fixed shuffle tree over a warp; lane 0 gets the sum. */
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1)
-        v += __shfl_down_sync(0xffffffffu, v, d);
-    return v;
-}
-
-/* Last group reduced. Warp (output e, chunk s), e = wid / S: lane l adds the
- * elements t = l, l + 32, ... of the chunk (t runs over the reduced outer
- * positions times the run, row-major) in order, then warp_sum. Writes out
- * (S == 1, D = T: rounded) or part[e][chunk] (D = float). */
-template <typename T, typename D> __global__ void sum_red_kernel(D *dst, const T *x, sum_args p) {
-    int lane = threadIdx.x & 31;
-    int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (wid >= p.nout * p.S) return; /* whole warps */
-    int64_t e = wid / p.S, s = wid % p.S;
-    int64_t t0 = s * p.chunk, t1 = t0 + p.chunk;
-    if (t1 > p.R) t1 = p.R;
-    const T *xe = x + decompose<int64_t>(e, p.nk, p.ksize, p.kstride);
-    float acc = 0.0f;
-    if (p.nr == 0) {
-        for (int64_t t = t0 + lane; t < t1; t += 32)
-            acc += to_f32(xe[t]);
-    } else {
-        for (int64_t t = t0 + lane; t < t1; t += 32) {
-            int64_t r = t / p.inner, j = t - r * p.inner;
-            acc += to_f32(xe[decompose<int64_t>(r, p.nr, p.rsize, p.rstride) + j]);
-        }
-    }
-    acc = warp_sum(acc);
-    if (lane == 0) dst[wid] = from_f32<D>(acc);
-}
-
-/* out[e] = sum of part[e][0..S) rounded to T: lane l adds s = l, l + 32, ...
- * in order, then warp_sum. */
-template <typename T> __global__ void sum_red_chunks_kernel(T *o, const float *part, int64_t nout, int S) {
-    int lane = threadIdx.x & 31;
-    int64_t e = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (e >= nout) return;
-    float t = lane < S ? sum_strided(part + e * S + lane, 32, (S - lane + 31) / 32) : 0.0f;
-    t = warp_sum(t);
-    if (lane == 0) o[e] = from_f32<T>(t);
-}
-
-template <typename T> static int sum_to_t(const mpmd_kargs *a) {
-    sum_args p;
-    plan_sum(&p, a->in_type[0], &a->node->type);
-    cudaStream_t st = mpmd_cuda_of(a)->stream;
-    T *o = (T *)a->out;
-    const T *x = (const T *)a->in[0];
-    if (p.mode == SUM_COPY) { /* same elements in the same order: [1,3] -> [3] */
-        size_t bytes = (size_t)p.nout * sizeof(T);
-        cudaError_t e = cudaMemcpyAsync(o, x, bytes, cudaMemcpyDeviceToDevice, st);
-        if (e != cudaSuccess) {
-            snprintf(a->err, a->err_len, "sum_to: device copy of %zu bytes failed: %s", bytes,
-                     cudaGetErrorString(e));
-            return 1;
-        }
-        return 0;
-    }
-    float *part = (float *)a->scratch;
-    if (p.S > 1 && !part) {
-        snprintf(a->err, a->err_len, "sum_to: the executor gave no scratch buffer (%zu bytes needed)",
-                 (size_t)p.S * (size_t)p.nout * sizeof(float));
-        return 1;
-    }
-    if (p.mode == SUM_KEEP) {
-        /* columns in 4s when planned and the input aligned for them; the sums are the same either way */
-        int vec = p.vec && aligned_to(x, 4 * sizeof(T));
-        int64_t tiles = ceil_div(p.inner, KEEP_LANES * (vec ? 4 : 1)), blocks = tiles * p.S * p.out_rows;
-        if (blocks > 0x7fffffff) {
-            snprintf(a->err, a->err_len, "sum_to: too many column tiles (%lld)", (long long)blocks);
-            return 1;
-        }
-        unsigned nb = (unsigned)blocks, nt = KEEP_LANES * KEEP_WARPS;
-        if (p.S > 1) {
-            if (vec)
-                sum_keep_kernel<T, float, 4><<<nb, nt, 0, st>>>(part, x, p, tiles);
-            else
-                sum_keep_kernel<T, float, 1><<<nb, nt, 0, st>>>(part, x, p, tiles);
-            sum_chunks_kernel<T><<<grid_for(p.nout), THREADS, 0, st>>>(o, part, p.nout, p.S);
-        } else {
-            if (vec)
-                sum_keep_kernel<T, T, 4><<<nb, nt, 0, st>>>(o, x, p, tiles);
-            else
-                sum_keep_kernel<T, T, 1><<<nb, nt, 0, st>>>(o, x, p, tiles);
-        }
-    } else {
-        int64_t warps = p.nout * p.S, blocks = ceil_div(warps, THREADS / 32);
-        if (blocks > 0x7fffffff) {
-            snprintf(a->err, a->err_len, "sum_to: too many outputs (%lld)", (long long)p.nout);
-            return 1;
-        }
-        if (p.S > 1) {
-            sum_red_kernel<T, float><<<(unsigned)blocks, THREADS, 0, st>>>(part, x, p);
-            sum_red_chunks_kernel<T>
-                <<<(unsigned)ceil_div(p.nout, THREADS / 32), THREADS, 0, st>>>(o, part, p.nout, p.S);
-        } else {
-            sum_red_kernel<T, T><<<(unsigned)blocks, THREADS, 0, st>>>(o, x, p);
-        }
-    }
-    return mpmd_cuda_launched(a, "sum_to");
-}
-
-static int k_sum_to(const mpmd_kargs *a) {
-    int d = common_dtype(a, 1);
-    if (d < 0) return 1;
-    return by_dtype(d, [&](auto tag) { return sum_to_t<typename decltype(tag)::type>(a); });
-}
-
 /* ---- the table ----------------------------------------------------------------------------------- */
 
 #define F16S (MPMD_KERNEL_BF16 | MPMD_KERNEL_F16)
 
 extern "C" const mpmd_kernel mpmd_cuda_elementwise_kernels[] = {
-    {&mpmd_op_add, k_add, NULL, F16S},
-    {&mpmd_op_sub, k_sub, NULL, F16S},
-    {&mpmd_op_mul, k_mul, NULL, F16S},
-    {&mpmd_op_div, k_div, NULL, F16S},
     {&mpmd_op_add_scalar, k_add_scalar, NULL, F16S},
     {&mpmd_op_mul_scalar, k_mul_scalar, NULL, F16S},
-    {&mpmd_op_neg, k_neg, NULL, F16S},
-    {&mpmd_op_exp, k_exp, NULL, F16S},
-    {&mpmd_op_log, k_log, NULL, F16S},
-    {&mpmd_op_tanh, k_tanh, NULL, F16S},
-    {&mpmd_op_sqrt, k_sqrt, NULL, F16S},
-    {&mpmd_op_rsqrt, k_rsqrt, NULL, F16S},
-    {&mpmd_op_square, k_square, NULL, F16S},
-    {&mpmd_op_relu, k_relu, NULL, F16S},
-    {&mpmd_op_gelu, k_gelu, NULL, F16S},
     {&mpmd_op_broadcast_to, k_broadcast_to, NULL, F16S},
-    {&mpmd_op_sum_to, k_sum_to, scratch_sum_to, F16S},
-    {&mpmd_op_tanh_grad, k_tanh_grad, NULL, F16S},
-    {&mpmd_op_sqrt_grad, k_sqrt_grad, NULL, F16S},
-    {&mpmd_op_rsqrt_grad, k_rsqrt_grad, NULL, F16S},
-    {&mpmd_op_square_grad, k_square_grad, NULL, F16S},
-    {&mpmd_op_relu_grad, k_relu_grad, NULL, F16S},
-    {&mpmd_op_gelu_grad, k_gelu_grad, NULL, F16S},
-    {&mpmd_op_sigmoid, k_sigmoid, NULL, F16S},
-    {&mpmd_op_silu, k_silu, NULL, F16S},
-    {&mpmd_op_sigmoid_grad, k_sigmoid_grad, NULL, F16S},
-    {&mpmd_op_silu_grad, k_silu_grad, NULL, F16S},
-    {&mpmd_op_maximum, k_maximum, NULL, F16S},
-    {&mpmd_op_minimum, k_minimum, NULL, F16S},
     {&mpmd_op_max_weight, k_max_weight, NULL, F16S},
     {&mpmd_op_compare, k_compare, NULL, F16S},
     {&mpmd_op_where, k_where, NULL, F16S},
     {&mpmd_op_where_grad, k_where_grad, NULL, F16S},
     {&mpmd_op_dropout, k_dropout, NULL, F16S},
-    {0, 0, 0, 0},
+#define UN_ROW(name, ...) {&mpmd_op_##name, k_##name, NULL, F16S},
+#define GR_ROW(name, ...)                                                                                    \
+    {&mpmd_op_##name, k_##name, NULL, F16S}, {&mpmd_op_##name##_grad, k_##name##_grad, NULL, F16S},
+#define BIN_ROW(name, tol) {&mpmd_op_##name, k_##name, NULL, F16S},
+    MPMD_BINARY_OPS(BIN_ROW) MPMD_UNARY_OPS(UN_ROW) MPMD_UNARY_GRAD_OPS(GR_ROW){0, 0, 0, 0},
 };
