@@ -327,7 +327,7 @@ int main(int argc, char **argv) {
     }
     char why[256];
     const mpmd_backend *cpu = mpmd_backend_get("cpu");
-    if (!cpu || !(g_dev = cpu->open(0, g_threads, why, sizeof why))) {
+    if (!cpu || !(g_dev = cpu->device.open(0, g_threads, why, sizeof why))) {
         fprintf(stderr, "bench_ops: opening the CPU backend: %s\n", cpu ? why : "not built");
         return 1;
     }
@@ -339,6 +339,6 @@ int main(int argc, char **argv) {
     bench_cross_entropy();
     bench_embedding();
     bench_gelu();
-    cpu->close(g_dev);
+    cpu->device.close(g_dev);
     return 0;
 }

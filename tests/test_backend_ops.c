@@ -963,21 +963,21 @@ static void run_graph(const mpmd_backend *be, const cdata *cd, int nthreads, con
         snprintf(out->err, sizeof out->err, "out of memory");
         goto done;
     }
-    if (!(dev = be->open(0, nthreads, e, sizeof e))) {
+    if (!(dev = be->device.open(0, nthreads, e, sizeof e))) {
         snprintf(out->err, sizeof out->err, "open failed: %s", e);
         goto done;
     }
-    be->enter(dev);
+    be->device.enter(dev);
     size_t scratch_bytes = 0;
     for (int i = 0; i < nn; i++) {
         const mpmd_node *n = &g->nodes[i];
         if (!has_data(cd, i)) continue;
         size_t bytes = mpmd_type_bytes(&n->type);
-        if (!(buf[i] = be->alloc(dev, bytes)) || !(out->val[i] = malloc(bytes))) {
+        if (!(buf[i] = be->queue.alloc(dev, bytes)) || !(out->val[i] = malloc(bytes))) {
             snprintf(out->err, sizeof out->err, "out of memory allocating %%%d (%zu bytes)", i, bytes);
             goto done;
         }
-        if (is_leaf(n) && be->upload(dev, buf[i], cd->leaf[i], bytes)) {
+        if (is_leaf(n) && be->queue.upload(dev, buf[i], cd->leaf[i], bytes)) {
             snprintf(out->err, sizeof out->err, "upload of %%%d failed", i);
             goto done;
         }
@@ -987,11 +987,11 @@ static void run_graph(const mpmd_backend *be, const cdata *cd, int nthreads, con
         if (!cd->live[i] || (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL)) ||
             n->op == &mpmd_op_assign)
             continue;
-        const mpmd_kernel *k = be->find(n->op);
+        const mpmd_kernel *k = be->kernels.find(n->op);
         size_t sb = mpmd_kernel_workspace(k, g, n); /* 16-bit operands widened there too */
         if (sb > scratch_bytes) scratch_bytes = sb;
     }
-    if (scratch_bytes && !(scratch = be->alloc(dev, scratch_bytes))) {
+    if (scratch_bytes && !(scratch = be->queue.alloc(dev, scratch_bytes))) {
         snprintf(out->err, sizeof out->err, "out of memory allocating %zu bytes of scratch", scratch_bytes);
         goto done;
     }
@@ -1002,7 +1002,7 @@ static void run_graph(const mpmd_backend *be, const cdata *cd, int nthreads, con
         if (!cd->live[i] || (n->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL))) continue;
         size_t bytes = mpmd_type_bytes(&n->type);
         const mpmd_kernel *k = NULL;
-        if (n->op != &mpmd_op_assign && !(k = be->find(n->op))) {
+        if (n->op != &mpmd_op_assign && !(k = be->kernels.find(n->op))) {
             if (!feed) {
                 snprintf(out->err, sizeof out->err, "no %s kernel for %s (%%%d)", be->name, n->op->name, i);
                 goto done;
@@ -1016,7 +1016,7 @@ static void run_graph(const mpmd_backend *be, const cdata *cd, int nthreads, con
             out->n_fed++;
             free(out->val[i]);
             out->val[i] = NULL;
-            if (buf[i] && be->upload(dev, buf[i], feed->val[i], bytes)) {
+            if (buf[i] && be->queue.upload(dev, buf[i], feed->val[i], bytes)) {
                 snprintf(out->err, sizeof out->err, "upload of %%%d failed", i);
                 goto done;
             }
@@ -1029,12 +1029,12 @@ static void run_graph(const mpmd_backend *be, const cdata *cd, int nthreads, con
         }
         if (cv) cover_add(cv, g, n);
         if (!feed) continue;
-        if (be->sync(dev, e, sizeof e)) {
+        if (be->queue.sync(dev, e, sizeof e)) {
             snprintf(out->err, sizeof out->err, "%%%d = %s: %s", i, n->op->name, e);
             goto done;
         }
         if (buf[i] &&
-            (be->download(dev, out->val[i], buf[i], bytes) || be->upload(dev, buf[i], feed->val[i], bytes))) {
+            (be->queue.download(dev, out->val[i], buf[i], bytes) || be->queue.upload(dev, buf[i], feed->val[i], bytes))) {
             snprintf(out->err, sizeof out->err, "download of %%%d failed", i);
             goto done;
         }
@@ -1044,26 +1044,26 @@ static void run_graph(const mpmd_backend *be, const cdata *cd, int nthreads, con
         int v = n->in[kin];
         const mpmd_type *vt = &g->nodes[v].type;
         if (!buf[v] || vt->dtype != n->type.dtype || mpmd_type_bytes(vt) != bytes) continue;
-        void *tmp = be->alloc(dev, bytes);
+        void *tmp = be->queue.alloc(dev, bytes);
         if (!tmp || !(out->inpl[i] = malloc(bytes))) {
-            if (tmp) be->free(dev, tmp);
+            if (tmp) be->queue.free(dev, tmp);
             snprintf(out->err, sizeof out->err, "out of memory");
             goto done;
         }
         pc.over = v;
         pc.over_p = tmp;
-        int rc = be->copy(dev, tmp, buf[v], bytes) ||
+        int rc = be->queue.copy(dev, tmp, buf[v], bytes) ||
                  mpmd_backend_run(be, dev, g, i, k, tmp, ptr_of, &pc, nthreads, scratch, 0, e, sizeof e) ||
-                 be->sync(dev, e, sizeof e) || be->download(dev, out->inpl[i], tmp, bytes);
+                 be->queue.sync(dev, e, sizeof e) || be->queue.download(dev, out->inpl[i], tmp, bytes);
         pc.over = -1;
-        be->free(dev, tmp);
+        be->queue.free(dev, tmp);
         if (rc) {
             snprintf(out->err, sizeof out->err, "%%%d = %s in place: %s", i, n->op->name, e);
             goto done;
         }
         out->n_inplace++;
     }
-    if (be->sync(dev, e, sizeof e)) {
+    if (be->queue.sync(dev, e, sizeof e)) {
         snprintf(out->err, sizeof out->err, "sync: %s", e);
         goto done;
     }
@@ -1071,7 +1071,7 @@ static void run_graph(const mpmd_backend *be, const cdata *cd, int nthreads, con
         /* fed runs downloaded each value as it was made; leaves change (the
          * optimizer, assign) and are read now */
         if (!buf[i] || !out->val[i] || (feed && !is_leaf(&g->nodes[i]))) continue;
-        if (be->download(dev, out->val[i], buf[i], mpmd_type_bytes(&g->nodes[i].type))) {
+        if (be->queue.download(dev, out->val[i], buf[i], mpmd_type_bytes(&g->nodes[i].type))) {
             snprintf(out->err, sizeof out->err, "download of %%%d failed", i);
             goto done;
         }
@@ -1079,11 +1079,11 @@ static void run_graph(const mpmd_backend *be, const cdata *cd, int nthreads, con
     out->ok = 1;
 done:
     if (dev) {
-        be->sync(dev, e, sizeof e);
+        be->queue.sync(dev, e, sizeof e);
         for (int i = 0; i < nn; i++)
-            if (buf && buf[i]) be->free(dev, buf[i]);
-        if (scratch) be->free(dev, scratch);
-        be->close(dev);
+            if (buf && buf[i]) be->queue.free(dev, buf[i]);
+        if (scratch) be->queue.free(dev, scratch);
+        be->device.close(dev);
     }
     free(buf);
 }
@@ -1437,7 +1437,7 @@ static const mpmd_op_desc *const listed_ops[] = {
 static int check_lists(const mpmd_backend *be) {
     int ok = 1;
     for (size_t i = 0; i < sizeof listed_ops / sizeof listed_ops[0]; i++)
-        if (!be->find(listed_ops[i])) {
+        if (!be->kernels.find(listed_ops[i])) {
             printf("FAIL %s: op \"%s\" of src/ops/elementwise_ops.h has no kernel on this backend\n",
                    be->name, listed_ops[i]->name);
             ok = 0;
@@ -1461,7 +1461,7 @@ static int check_coverage(const mpmd_backend *be, const cover *cv) {
     for (int i = 0; i < N_OPS; i++) {
         const mpmd_op_desc *op = op_table[i].op;
         if (op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL) || op == &mpmd_op_assign) continue;
-        if (!be->find(op)) {
+        if (!be->kernels.find(op)) {
             if (strlen(missing) + strlen(op->name) + 3 < sizeof missing)
                 snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%s",
                          missing[0] ? ", " : "", op->name);
@@ -1476,7 +1476,7 @@ static int check_coverage(const mpmd_backend *be, const cover *cv) {
             ok = 0;
         }
     }
-    if (be->find(&mpmd_op_cast))
+    if (be->kernels.find(&mpmd_op_cast))
         for (int from = 0; from < P_N; from++)
             for (int to = 0; to < P_N; to++)
                 if (from != to && cv->cast[from][to] == 0) {
@@ -1496,9 +1496,9 @@ static int check_coverage(const mpmd_backend *be, const cover *cv) {
 
 /* A backend buffer holding n bytes of host data. */
 static void *upload_new(const mpmd_backend *be, void *dev, const void *src, size_t n) {
-    void *p = be->alloc(dev, n + 64);
-    if (p && be->upload(dev, p, src, n)) {
-        be->free(dev, p);
+    void *p = be->queue.alloc(dev, n + 64);
+    if (p && be->queue.upload(dev, p, src, n)) {
+        be->queue.free(dev, p);
         return NULL;
     }
     return p;
@@ -1533,7 +1533,7 @@ static int test_model_axis(const mpmd_backend *be) {
     const mpmd_op_desc *seen[16];
     if (!ok) printf("FAIL %s model axis: building: %s\n", be->name, mpmd_graph_error(g));
     char why[256];
-    void *dev = ok ? be->open(0, 1, why, sizeof why) : NULL;
+    void *dev = ok ? be->device.open(0, 1, why, sizeof why) : NULL;
     if (ok && !dev) printf("FAIL %s model axis: open: %s\n", be->name, why), ok = 0;
     uint64_t seed = 99;
     for (int i = 0; ok && i < g->n_nodes; i++) {
@@ -1565,17 +1565,17 @@ static int test_model_axis(const mpmd_backend *be) {
             }
         const size_t ob = mpmd_type_bytes(&nd->type);
         char *want = malloc(ob + 1), *got = malloc(ob + 1), err[256] = "";
-        void *d_out = be->alloc(dev, ob + 64);
+        void *d_out = be->queue.alloc(dev, ob + 64);
         for (int m = 0; ok && m < M; m++) {
             const void *hin0[M], *din0[M];
             for (int r = 0; r < M; r++)
                 hin0[r] = h_in[r][0], din0[r] = d_in[r][0];
-            int bad = exch ? mpmd_backend_cpu.model_combine(NULL, g, i, m, M, hin0, want, err, sizeof err)
-                           : mpmd_backend_cpu.model_local(NULL, g, i, m, h_in[m], want, err, sizeof err);
+            int bad = exch ? mpmd_backend_cpu.kernels.model_combine(NULL, g, i, m, M, hin0, want, err, sizeof err)
+                           : mpmd_backend_cpu.kernels.model_local(NULL, g, i, m, h_in[m], want, err, sizeof err);
             bad = bad || !d_out ||
-                  (exch ? be->model_combine(dev, g, i, m, M, din0, d_out, err, sizeof err)
-                        : be->model_local(dev, g, i, m, d_in[m], d_out, err, sizeof err)) ||
-                  be->download(dev, got, d_out, ob) || be->sync(dev, err, sizeof err);
+                  (exch ? be->kernels.model_combine(dev, g, i, m, M, din0, d_out, err, sizeof err)
+                        : be->kernels.model_local(dev, g, i, m, d_in[m], d_out, err, sizeof err)) ||
+                  be->queue.download(dev, got, d_out, ob) || be->queue.sync(dev, err, sizeof err);
             if (bad || memcmp(got, want, ob)) {
                 printf("FAIL %s model axis: %%%d = %s, model rank %d: %s\n", be->name, i, nd->op->name, m,
                        bad ? err : "not the cpu's bits");
@@ -1590,15 +1590,15 @@ static int test_model_axis(const mpmd_backend *be) {
         for (int m = 0; m < M; m++)
             for (int j = 0; j < nd->n_in; j++) {
                 free(h_in[m][j]);
-                if (d_in[m][j]) be->free(dev, d_in[m][j]);
+                if (d_in[m][j]) be->queue.free(dev, d_in[m][j]);
             }
-        if (d_out) be->free(dev, d_out);
+        if (d_out) be->queue.free(dev, d_out);
         free(want), free(got);
     }
     /* all_reduce, all_gather, reduce_scatter, pvary, axis_embedding(_grad),
      * axis_pick(_grad), axis_slice: every kind */
     if (ok && kinds < 9) printf("FAIL %s model axis: only %d kinds of collective ran\n", be->name, kinds), ok = 0;
-    if (dev) be->close(dev);
+    if (dev) be->device.close(dev);
     mpmd_graph_free(g);
     if (ok) printf("ok: %s model axis: %d collectives, each model rank's result the cpu's bits\n", be->name, checked);
     return ok;
@@ -1606,7 +1606,7 @@ static int test_model_axis(const mpmd_backend *be) {
 
 static int test_sumsq(const mpmd_backend *be) {
     char why[256], err[256] = "";
-    void *dev = be->open(0, 2, why, sizeof why);
+    void *dev = be->device.open(0, 2, why, sizeof why);
     if (!dev) {
         printf("FAIL %s sumsq: open: %s\n", be->name, why);
         return 0;
@@ -1625,18 +1625,18 @@ static int test_sumsq(const mpmd_backend *be) {
         ok &= d[v] != NULL;
     }
     uint32_t want[MPMD_EXACT_WORDS] = {0}, got[MPMD_EXACT_WORDS] = {0};
-    ok = ok && !mpmd_backend_cpu.sumsq(NULL, NV, (const void *const *)h, cnt, want, err, sizeof err) &&
-         be->sumsq && !be->sumsq(dev, NV, (const void *const *)d, cnt, got, err, sizeof err);
+    ok = ok && !mpmd_backend_cpu.kernels.sumsq(NULL, NV, (const void *const *)h, cnt, want, err, sizeof err) &&
+         be->kernels.sumsq && !be->kernels.sumsq(dev, NV, (const void *const *)d, cnt, got, err, sizeof err);
     if (!ok || memcmp(want, got, sizeof want))
         printf("FAIL %s sumsq: %s\n", be->name, ok ? "not the cpu's exact sum" : err[0] ? err : "no sumsq"), ok = 0;
     else
         printf("ok: %s sumsq: the exact sum of squares of %d vectors is the cpu's (%.17g)\n", be->name, NV,
                mpmd_exact_value(got));
     for (int v = 0; v < NV; v++) {
-        if (d[v]) be->free(dev, d[v]);
+        if (d[v]) be->queue.free(dev, d[v]);
         free(h[v]);
     }
-    be->close(dev);
+    be->device.close(dev);
     return ok;
 }
 
@@ -1667,7 +1667,7 @@ int main(int argc, char **argv) {
         }
         if (!check_lists(be)) return 1;
         why[0] = '\0';
-        if (be->available(why, sizeof why)) {
+        if (be->device.available(why, sizeof why)) {
             printf("test_backend_ops: %s: skipped: %s\n", be->name, why);
             return 77;
         }
@@ -1688,7 +1688,7 @@ int main(int argc, char **argv) {
             }
             if (!check_lists(be)) list_fails++;
             why[0] = '\0';
-            if (be->available(why, sizeof why)) {
+            if (be->device.available(why, sizeof why)) {
                 printf("test_backend_ops: %s: skipped: %s\n", be->name, why);
                 continue;
             }

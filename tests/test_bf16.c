@@ -561,7 +561,7 @@ static void run_gcase(int ci, mpmd_dtype dt, opstat *os) {
     unsigned char *live = mpmd_live_nodes(g);
     void **vals = calloc((size_t)nn, sizeof *vals);
     char err[512];
-    void *dev = mpmd_backend_cpu.open(0, 1, err, sizeof err);
+    void *dev = mpmd_backend_cpu.device.open(0, 1, err, sizeof err);
     if (!live || !vals || !dev) exit(1);
     size_t sb = 64;
     for (int i = 0; i < nn; i++) {
@@ -633,7 +633,7 @@ static void run_gcase(int ci, mpmd_dtype dt, opstat *os) {
     free(vals);
     free(scratch);
     free(live);
-    mpmd_backend_cpu.close(dev);
+    mpmd_backend_cpu.device.close(dev);
     mpmd_graph_free(g);
 }
 

@@ -49,7 +49,7 @@ int mpmd_backend_run_part(const mpmd_backend *be, void *dev, const mpmd_graph *g
     if (n->op == &mpmd_op_assign) {
         void *dst = ptr(ctx, n->in[0]), *src = ptr(ctx, n->in[1]);
         if (dst == src) return 0;
-        if (be->copy(dev, dst, src, mpmd_type_bytes(&g->nodes[n->in[0]].type))) {
+        if (be->queue.copy(dev, dst, src, mpmd_type_bytes(&g->nodes[n->in[0]].type))) {
             snprintf(err, errlen, "copy failed");
             return 1;
         }
@@ -85,7 +85,7 @@ int mpmd_backend_run_part(const mpmd_backend *be, void *dev, const mpmd_graph *g
         }
         mpmd_kargs a = {g, n, out, in, ty, nthreads, scratch, mb < 0 ? 0 : mb, err, errlen, dev};
         err[0] = '\0';
-        rc = be->launch(dev, k, &a);
+        rc = be->kernels.launch(dev, k, &a);
         if (rc && !err[0]) snprintf(err, errlen, "kernel failed");
     }
     if (many) free(in), free((void *)ty), free(flat);
@@ -197,5 +197,5 @@ int mpmd_backend_check(const char *name, char *why, size_t len) {
         snprintf(why, len, "unknown backend \"%s\"; this build has: %s", name, mpmd_backend_names());
         return 1;
     }
-    return be->available(why, len);
+    return be->device.available(why, len);
 }

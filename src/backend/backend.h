@@ -91,110 +91,123 @@ typedef struct mpmd_backend {
      * composed ops (0) are the faster attention. */
     mpmd_dtype compute;
     int fused_attention;
-    /* 0 when this backend can run here; else non-zero with the reason
-     * ("built without CUDA", "no CUDA device: ..."). */
-    int (*available)(char *why, size_t len);
-    /* Whether this process can map what the backend's libraries map for
-     * `threads` threads computing at once, its own buffers already
-     * allocated (CPU: OpenBLAS's work buffer per thread, which it retries
-     * forever when the address-space limit refuses it): 0, or non-zero
-     * with the reason and what to do. NULL: nothing to check. */
-    int (*room)(int threads, char *why, size_t len);
-    /* One instance for pipeline rank `rank` (of `ranks` in this process)
-     * with `nthreads` CPU threads; NULL with a message on failure. */
-    void *(*open)(int rank, int nthreads, char *err, size_t len);
-    void (*close)(void *dev);
-    /* Make the calling thread use this instance (a GPU: its device). */
-    void (*enter)(void *dev);
-    /* A buffer of `bytes` (aligned for every dtype), NULL when out of memory. */
-    void *(*alloc)(void *dev, size_t bytes);
-    void (*free)(void *dev, void *p);
-    /* An allocation of b bytes takes mpmd_backend_alloc_bytes(be, b): b
-     * rounded up to this granule. */
-    size_t granule;
-    /* What this instance holds: *peak the most bytes of buffers from alloc
-     * at once (as rounded), *own what it keeps for itself (CUDA: the cuBLAS
-     * workspace and error words). Counted by the backend, for comparing
-     * with the memory plan. */
-    void (*memory)(void *dev, size_t *peak, size_t *own);
-    /* host -> buffer; `src` may be reused when the call returns. */
-    int (*upload)(void *dev, void *dst, const void *src, size_t bytes);
-    /* buffer -> host, after everything queued on dev; the bytes are there
-     * when the call returns. */
-    int (*download)(void *dev, void *dst, const void *src, size_t bytes);
-    /* buffer -> buffer, queued on dev. */
-    int (*copy)(void *dev, void *dst, const void *src, size_t bytes);
-    /* The kernel for an op, or NULL. */
-    const mpmd_kernel *(*find)(const mpmd_op_desc *op);
-    /* Fold microbatch mb's x into a loop reduction's accumulator acc (in
-     * microbatch order, as mpmd_cpu_fold does), queued on dev. */
-    int (*fold)(void *dev, const mpmd_graph *g, const mpmd_node *reduce, void *acc, const void *x, int mb);
-    /* out = the combination of the first `count` elements of loop result
-     * `n`'s replica buffers (the mean for ADD, the max for MAX), summed in
-     * replica order, queued on dev: the whole value, or (FSDP's
-     * reduce-scatter) one replica's part with every pointer at its start.
-     * bufs must be complete (their writers synced). */
-    int (*combine)(void *dev, const mpmd_graph *g, const mpmd_node *n, void *const *bufs, int replicas,
-                   void *out, int64_t count);
-    /* Tensor parallelism (src/ops/collective.c): what model rank m of M
-     * computes for collective `node` (all_reduce, all_gather,
-     * reduce_scatter) from the ranks' inputs ins[0 .. M), into out, queued
-     * on dev: sums in rank order in f32, so every rank gets the same bits.
-     * The inputs are this backend's buffers, complete, and readable from
-     * dev (in-process model ranks share a device); the caller waits for
-     * the queue before any input changes. NULL: no tensor parallelism. */
-    int (*model_combine)(void *dev, const mpmd_graph *g, int node, int m, int M, const void *const *ins, void *out,
-                         char *err, size_t len);
-    /* The model-axis ops that read only the rank's own values (pvary,
-     * axis_slice, the vocabulary-parallel axis_embedding, axis_pick and
-     * their gradients) for model rank m: out from in[] (the node's inputs),
-     * queued on dev. */
-    int (*model_local)(void *dev, const mpmd_graph *g, int node, int m, void *const *in, void *out, char *err,
-                       size_t len);
-    /* acc (host memory, util/exact.h) += the exact sum of the squares of
-     * the f32 vectors x[i] of count[i] elements each, after everything
-     * queued on dev: the partial sums of a global norm, the same bits
-     * however they are split and added. NULL: this backend has none. */
-    int (*sumsq)(void *dev, int n, const void *const *x, const int64_t *count, uint32_t *acc, char *err,
-                 size_t len);
-    /* Wait for everything queued on dev; non-zero with a message when
-     * queued work failed (a kernel fault, an id out of range). */
-    int (*sync)(void *dev, char *err, size_t len);
-    /* A point in dev's queue (NULL where work runs when queued, as on the
-     * CPU); another instance's later work waits for it with event_wait. */
-    void *(*event_record)(void *dev);
-    int (*event_wait)(void *dev, void *ev);
-    void (*event_free)(void *dev, void *ev);
-    /* Run kernel k: widen the 16-bit operands k does not take natively to
-     * f32, run it, round its output back (mpmd_kernel_native). */
-    int (*launch)(void *dev, const mpmd_kernel *k, const mpmd_kargs *a);
-    /* Timing an asynchronous queue (NULL where work runs when queued, as on
-     * the CPU, whose ops the host clock times): a mark is a point in dev's
-     * queue that records when the device reached it; mark_seconds is the
-     * time between two marks once dev has been synced (negative when it
-     * cannot tell). */
-    void *(*mark)(void *dev);
-    double (*mark_seconds)(void *dev, void *from, void *to);
-    void (*mark_free)(void *dev, void *m);
-    /* Recording queued work once and replaying it (NULL where there is
-     * nothing to gain, as on the CPU): between capture_begin and
-     * capture_end nothing runs, every kernel, copy and fold queued on dev is
-     * recorded instead; capture_end returns the recording (NULL with a
-     * message on failure, the capture ended either way), replay queues it
-     * again with the same buffers and arguments. */
-    int (*capture_begin)(void *dev, char *err, size_t len);
-    void *(*capture_end)(void *dev, char *err, size_t len);
-    int (*replay)(void *dev, void *graph, char *err, size_t len);
-    void (*graph_free)(void *dev, void *graph);
-    /* Host memory that copies to and from this backend's buffers move
-     * fastest (CUDA: page-locked), for staging messages; NULL where plain
-     * malloc is as good. host_alloc returns NULL when out of memory. */
-    void *(*host_alloc)(size_t bytes);
-    void (*host_free)(void *p);
+    /* The device: whether it is here, its instances (one per rank), what
+     * they hold, the host memory it copies from fastest. */
+    struct {
+        /* 0 when this backend can run here; else non-zero with the reason
+         * ("built without CUDA", "no CUDA device: ..."). */
+        int (*available)(char *why, size_t len);
+        /* Whether this process can map what the backend's libraries map for
+         * `threads` threads computing at once, its own buffers already
+         * allocated (CPU: OpenBLAS's work buffer per thread, which it retries
+         * forever when the address-space limit refuses it): 0, or non-zero
+         * with the reason and what to do. NULL: nothing to check. */
+        int (*room)(int threads, char *why, size_t len);
+        /* One instance for pipeline rank `rank` (of `ranks` in this process)
+         * with `nthreads` CPU threads; NULL with a message on failure. */
+        void *(*open)(int rank, int nthreads, char *err, size_t len);
+        void (*close)(void *dev);
+        /* Make the calling thread use this instance (a GPU: its device). */
+        void (*enter)(void *dev);
+        /* What this instance holds: *peak the most bytes of buffers from alloc
+         * at once (as rounded), *own what it keeps for itself (CUDA: the cuBLAS
+         * workspace and error words). Counted by the backend, for comparing
+         * with the memory plan. */
+        void (*memory)(void *dev, size_t *peak, size_t *own);
+        /* Host memory that copies to and from this backend's buffers move
+         * fastest (CUDA: page-locked), for staging messages; NULL where plain
+         * malloc is as good. host_alloc returns NULL when out of memory. */
+        void *(*host_alloc)(size_t bytes);
+        void (*host_free)(void *p);
+    } device;
+    /* The queue of an instance: its buffers, the copies in and out, waiting,
+     * ordering between instances, timing and recording. */
+    struct {
+        /* A buffer of `bytes` (aligned for every dtype), NULL when out of memory. */
+        void *(*alloc)(void *dev, size_t bytes);
+        void (*free)(void *dev, void *p);
+        /* An allocation of b bytes takes mpmd_backend_alloc_bytes(be, b): b
+         * rounded up to this granule. */
+        size_t granule;
+        /* host -> buffer; `src` may be reused when the call returns. */
+        int (*upload)(void *dev, void *dst, const void *src, size_t bytes);
+        /* buffer -> host, after everything queued on dev; the bytes are there
+         * when the call returns. */
+        int (*download)(void *dev, void *dst, const void *src, size_t bytes);
+        /* buffer -> buffer, queued on dev. */
+        int (*copy)(void *dev, void *dst, const void *src, size_t bytes);
+        /* Wait for everything queued on dev; non-zero with a message when
+         * queued work failed (a kernel fault, an id out of range). */
+        int (*sync)(void *dev, char *err, size_t len);
+        /* A point in dev's queue (NULL where work runs when queued, as on the
+         * CPU); another instance's later work waits for it with event_wait. */
+        void *(*event_record)(void *dev);
+        int (*event_wait)(void *dev, void *ev);
+        void (*event_free)(void *dev, void *ev);
+        /* Timing an asynchronous queue (NULL where work runs when queued, as on
+         * the CPU, whose ops the host clock times): a mark is a point in dev's
+         * queue that records when the device reached it; mark_seconds is the
+         * time between two marks once dev has been synced (negative when it
+         * cannot tell). */
+        void *(*mark)(void *dev);
+        double (*mark_seconds)(void *dev, void *from, void *to);
+        void (*mark_free)(void *dev, void *m);
+        /* Recording queued work once and replaying it (NULL where there is
+         * nothing to gain, as on the CPU): between capture_begin and
+         * capture_end nothing runs, every kernel, copy and fold queued on dev is
+         * recorded instead; capture_end returns the recording (NULL with a
+         * message on failure, the capture ended either way), replay queues it
+         * again with the same buffers and arguments. */
+        int (*capture_begin)(void *dev, char *err, size_t len);
+        void *(*capture_end)(void *dev, char *err, size_t len);
+        int (*replay)(void *dev, void *graph, char *err, size_t len);
+        void (*graph_free)(void *dev, void *graph);
+    } queue;
+    /* The kernels: an op's kernel and how it is run, the loop's and the
+     * mesh's reductions. */
+    struct {
+        /* The kernel for an op, or NULL. */
+        const mpmd_kernel *(*find)(const mpmd_op_desc *op);
+        /* Fold microbatch mb's x into a loop reduction's accumulator acc (in
+         * microbatch order, as mpmd_cpu_fold does), queued on dev. */
+        int (*fold)(void *dev, const mpmd_graph *g, const mpmd_node *reduce, void *acc, const void *x,
+                    int mb);
+        /* out = the combination of the first `count` elements of loop result
+         * `n`'s replica buffers (the mean for ADD, the max for MAX), summed in
+         * replica order, queued on dev: the whole value, or (FSDP's
+         * reduce-scatter) one replica's part with every pointer at its start.
+         * bufs must be complete (their writers synced). */
+        int (*combine)(void *dev, const mpmd_graph *g, const mpmd_node *n, void *const *bufs, int replicas,
+                       void *out, int64_t count);
+        /* Tensor parallelism (src/ops/collective.c): what model rank m of M
+         * computes for collective `node` (all_reduce, all_gather,
+         * reduce_scatter) from the ranks' inputs ins[0 .. M), into out, queued
+         * on dev: sums in rank order in f32, so every rank gets the same bits.
+         * The inputs are this backend's buffers, complete, and readable from
+         * dev (in-process model ranks share a device); the caller waits for
+         * the queue before any input changes. NULL: no tensor parallelism. */
+        int (*model_combine)(void *dev, const mpmd_graph *g, int node, int m, int M, const void *const *ins,
+                             void *out, char *err, size_t len);
+        /* The model-axis ops that read only the rank's own values (pvary,
+         * axis_slice, the vocabulary-parallel axis_embedding, axis_pick and
+         * their gradients) for model rank m: out from in[] (the node's inputs),
+         * queued on dev. */
+        int (*model_local)(void *dev, const mpmd_graph *g, int node, int m, void *const *in, void *out,
+                           char *err, size_t len);
+        /* acc (host memory, util/exact.h) += the exact sum of the squares of
+         * the f32 vectors x[i] of count[i] elements each, after everything
+         * queued on dev: the partial sums of a global norm, the same bits
+         * however they are split and added. NULL: this backend has none. */
+        int (*sumsq)(void *dev, int n, const void *const *x, const int64_t *count, uint32_t *acc, char *err,
+                     size_t len);
+        /* Run kernel k: widen the 16-bit operands k does not take natively to
+         * f32, run it, round its output back (mpmd_kernel_native). */
+        int (*launch)(void *dev, const mpmd_kernel *k, const mpmd_kargs *a);
+    } kernels;
 } mpmd_backend;
 
 static inline size_t mpmd_backend_alloc_bytes(const mpmd_backend *be, size_t bytes) {
-    size_t q = be->granule ? be->granule : 1;
+    size_t q = be->queue.granule ? be->queue.granule : 1;
     return ((bytes ? bytes : 1) + q - 1) / q * q;
 }
 

@@ -140,14 +140,14 @@ static mpmd_status finish(mpmd_plan *pl, mpmd_error *err) {
             n->op == &mpmd_op_assign)
             continue;
         if (n->op->flags & MPMD_OPF_MESH) { /* run by the runtime, on the backend's sum of squares */
-            if (!pl->be->sumsq)
+            if (!pl->be->kernels.sumsq)
                 return mpmd_error_set(err, MPMD_ERR_INVALID,
                                       "the %s backend cannot take %s (%%%d): it has no exact "
                                       "sum of squares",
                                       pl->be->name, n->op->name, i);
             continue;
         }
-        if (!(pl->kern[i] = pl->be->find(n->op)))
+        if (!(pl->kern[i] = pl->be->kernels.find(n->op)))
             return mpmd_error_set(err, MPMD_ERR_INVALID,
                                   "the %s backend has no kernel for %s (%%%d)",
                                   pl->be->name, n->op->name, i);

@@ -57,7 +57,7 @@ mpmd_exec *mpmd_exec_new(const mpmd_graph *g, const mpmd_exec_opts *opts, mpmd_e
         return NULL;
     }
     char why[512];
-    if (be->available(why, sizeof why)) {
+    if (be->device.available(why, sizeof why)) {
         mpmd_error_set(err, MPMD_ERR_INVALID, "mpmd_exec_new: the %s backend cannot run here: %s", be->name,
                        why);
         return NULL;

@@ -128,7 +128,7 @@ static void bcast_part(struct mpmd_step *st, int rank, int replica, int model, i
     if (rs->rank == rank && rs->replica == replica && rs->model == model) {
         const void *src = st->rs[0].glob[node];
         if (src)
-            st->plan->be->download(st->rs[0].dev, dst, src, n);
+            st->plan->be->queue.download(st->rs[0].dev, dst, src, n);
         else
             memset(dst, 0, n);
     }

@@ -68,8 +68,8 @@ int mpmd_runtime_holds(struct mpmd_step *st, int rank, int replica, int node) {
 static mpmd_status download(struct mpmd_step *st, mpmd_rank_state *rs, int node, void *dst, const void *src,
                             size_t bytes) {
     char e[512];
-    st->plan->be->enter(rs->dev);
-    if (st->plan->be->download(rs->dev, dst, src, bytes) || st->plan->be->sync(rs->dev, e, sizeof e)) {
+    st->plan->be->device.enter(rs->dev);
+    if (st->plan->be->queue.download(rs->dev, dst, src, bytes) || st->plan->be->queue.sync(rs->dev, e, sizeof e)) {
         snprintf(st->err, sizeof st->err,
                  "copying %%%d from rank %d (replica %d, model rank %d) on the %s backend "
                  "failed",
@@ -157,8 +157,8 @@ mpmd_status mpmd_runtime_write(struct mpmd_step *st, int rank, int replica, int 
             from += (size_t)lo * es;
             n = (size_t)cnt * es;
         }
-        st->plan->be->enter(rs->dev);
-        if (st->plan->be->upload(rs->dev, rs->glob[node], from, n)) {
+        st->plan->be->device.enter(rs->dev);
+        if (st->plan->be->queue.upload(rs->dev, rs->glob[node], from, n)) {
             snprintf(st->err, sizeof st->err, "copying %%%d to rank %d on the %s backend failed", node, rank,
                      st->plan->be->name);
             rc = MPMD_ERR_RUNTIME;
@@ -186,7 +186,7 @@ mpmd_status mpmd_runtime_set_profiling(struct mpmd_step *st, int on) {
 int mpmd_runtime_backend_memory(const struct mpmd_step *st, int rank, size_t *peak, size_t *own) {
     mpmd_rank_state *rs = state_of(st, rank);
     if (!rs || !rs->dev) return 0;
-    st->plan->be->memory(rs->dev, peak, own);
+    st->plan->be->device.memory(rs->dev, peak, own);
     return 1;
 }
 

@@ -449,7 +449,7 @@ void mpmd_step_print_profile(const mpmd_step *st, FILE *f) {
     qsort(rows, (size_t)nr, sizeof *rows, by_time);
     fprintf(f, "time by op over %d run%s (%s backend; %s), per run:\n", st->prof_runs, st->prof_runs == 1 ? "" : "s",
             st->plan->be->name,
-            st->plan->be->mark ? "device time of each op, between marks in its queue" : "each op waited for");
+            st->plan->be->queue.mark ? "device time of each op, between marks in its queue" : "each op waited for");
     fprintf(f, "  %-34s %7s %11s %7s\n", "op", "calls", "ms", "share");
     for (int k = 0; k < nr; k++)
         fprintf(f, "  %-34s %7d %11.3f %6.1f%%\n", rows[k].name, rows[k].calls, 1e3 * rows[k].s / st->prof_runs,

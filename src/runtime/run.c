@@ -177,10 +177,10 @@ static void read_marks(mpmd_rank_state *rs, int read) {
     const mpmd_backend *be = rs->st->plan->be;
     for (int k = 0; k < rs->nmarks; k++) {
         struct rt_mark *m = &rs->marks[k];
-        double s = read && m->from && m->to ? be->mark_seconds(rs->dev, m->from, m->to) : -1;
+        double s = read && m->from && m->to ? be->queue.mark_seconds(rs->dev, m->from, m->to) : -1;
         if (s > 0 && rs->prof) rs->prof[m->node] += s;
-        be->mark_free(rs->dev, m->from);
-        be->mark_free(rs->dev, m->to);
+        be->queue.mark_free(rs->dev, m->from);
+        be->queue.mark_free(rs->dev, m->to);
     }
     rs->nmarks = 0;
 }
@@ -192,8 +192,8 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
     at_mb ctx = {rs, mb};
     /* a profile times each op: between two marks in an asynchronous
      * backend's queue (read after the run), else on the host clock */
-    const int marked = rs->prof && be->mark;
-    void *m0 = marked ? be->mark(rs->dev) : NULL;
+    const int marked = rs->prof && be->queue.mark;
+    void *m0 = marked ? be->queue.mark(rs->dev) : NULL;
     double t0 = rs->prof ? rt_now() : 0;
     /* FSDP: an op after the loop on sharded values (an update, a sum of
      * gradients) runs on this replica's part of them */
@@ -215,13 +215,13 @@ static int run_kernel(mpmd_rank_state *rs, int i, int mb, void *out, const char 
                                    rs->nthreads, rs->scratch, mb, NULL, 0, &rs->room, kerr, sizeof kerr);
     }
     if (marked) {
-        void *m1 = be->mark(rs->dev);
+        void *m1 = be->queue.mark(rs->dev);
         if (keep_marks(rs, i, m0, m1)) {
-            be->mark_free(rs->dev, m0), be->mark_free(rs->dev, m1);
+            be->queue.mark_free(rs->dev, m0), be->queue.mark_free(rs->dev, m1);
             if (!rc) snprintf(kerr, sizeof kerr, "out of memory for the profile"), rc = 1;
         }
     } else if (!rc && rs->prof) { /* each op waited for */
-        rc = be->sync(rs->dev, kerr, sizeof kerr);
+        rc = be->queue.sync(rs->dev, kerr, sizeof kerr);
         rs->prof[i] += rt_now() - t0;
     }
     if (rc) { /* name what the op is about where the graph knows: "d1/kernel" */
@@ -247,14 +247,14 @@ static int global_norm(mpmd_rank_state *rs, int node, void *out) {
     int64_t cnt[16];
     int k = 0;
     char err[512] = "";
-    if (!pl->be->sumsq) {
+    if (!pl->be->kernels.sumsq) {
         rt_fail(rs, MPMD_ERR_INVALID, "%%%d = global_norm: the %s backend has no exact sum of squares", node,
                 pl->be->name);
         return 1;
     }
     for (int j = 0; j <= nd->n_in; j++) {
         if (k == 16 || (j == nd->n_in && k)) { /* in batches of 16 */
-            if (pl->be->sumsq(rs->dev, k, x, cnt, acc, err, sizeof err)) {
+            if (pl->be->kernels.sumsq(rs->dev, k, x, cnt, acc, err, sizeof err)) {
                 rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = global_norm: %s", node, err);
                 return 1;
             }
@@ -273,7 +273,7 @@ static int global_norm(mpmd_rank_state *rs, int node, void *out) {
     if (st->wire->mesh_sum(rs, acc, MPMD_EXACT_WORDS)) return 1;
     mpmd_exact_carry(acc);
     const float norm = (float)sqrt(mpmd_exact_value(acc));
-    if (pl->be->upload(rs->dev, out, &norm, sizeof norm)) {
+    if (pl->be->queue.upload(rs->dev, out, &norm, sizeof norm)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = global_norm: copying the norm to the %s backend failed", node,
                 pl->be->name);
         return 1;
@@ -296,7 +296,7 @@ static int accumulate(mpmd_rank_state *rs, int i, int mb) {
     const mpmd_graph *g = st->plan->g;
     if (in_accumulator(rs, i, mb)) return 0; /* the op wrote the accumulator itself (memory.c) */
     for (int r = st->plan->reduce_head[i]; r >= 0; r = st->plan->reduce_next[r]) {
-        if (st->plan->be->fold(rs->dev, g, &g->nodes[r], rs->glob[r], rt_value_ptr(rs, i, mb), mb)) {
+        if (st->plan->be->kernels.fold(rs->dev, g, &g->nodes[r], rs->glob[r], rt_value_ptr(rs, i, mb), mb)) {
             rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = loop_reduce, microbatch %d: the fold failed", r, mb);
             return 1;
         }
@@ -334,14 +334,14 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
             } else {
                 void *ops[2] = {rt_value_ptr(rs, nd->in[0], mb), nd->n_in > 1 ? rt_value_ptr(rs, nd->in[1], mb) : NULL};
                 char kerr[256];
-                if (st->plan->be->model_local(rs->dev, g, i, rs->model, ops, rt_value_ptr(rs, i, mb), kerr, sizeof kerr)) {
+                if (st->plan->be->kernels.model_local(rs->dev, g, i, rs->model, ops, rt_value_ptr(rs, i, mb), kerr, sizeof kerr)) {
                     rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", i, nd->op->name, where, kerr);
                     return 1;
                 }
             }
             if (rs->prof) {
                 char e[256];
-                st->plan->be->sync(rs->dev, e, sizeof e);
+                st->plan->be->queue.sync(rs->dev, e, sizeof e);
                 rs->prof[i] += rt_now() - t0;
             }
         } else if (!(nd->op->flags & (MPMD_OPF_LEAF | MPMD_OPF_STRUCTURAL))) {
@@ -476,7 +476,7 @@ static int stays_on_rank(const mpmd_plan *pl, const mpmd_instr *in) {
 static void rt_free_graphs(mpmd_rank_state *rs, int n) {
     const mpmd_backend *be = rs->st->plan->be;
     for (int x = 0; rs->graph && x < n; x++)
-        if (rs->graph[x]) be->graph_free(rs->dev, rs->graph[x]);
+        if (rs->graph[x]) be->queue.graph_free(rs->dev, rs->graph[x]);
     free(rs->graph), free(rs->seg_end), free(rs->seg_delta), free(rs->seg_peak);
     rs->graph = NULL, rs->seg_end = NULL, rs->seg_delta = rs->seg_peak = NULL;
 }
@@ -506,7 +506,7 @@ static int run_segment(mpmd_rank_state *rs, const mpmd_program *p, int x) {
         while (e < p->n && stays_on_rank(st->plan, &p->ins[e]))
             e++;
         const int64_t live0 = rs->live_bytes, peak0 = rs->peak_bytes;
-        int c = be->capture_begin(rs->dev, err, sizeof err);
+        int c = be->queue.capture_begin(rs->dev, err, sizeof err);
         if (c) { /* declined (< 0), or failed: interpret */
             rs->no_graphs = 1;
             return x;
@@ -514,12 +514,12 @@ static int run_segment(mpmd_rank_state *rs, const mpmd_program *p, int x) {
         rs->peak_bytes = live0; /* the segment's own peak */
         for (int y = x; y < e && !rt_aborted(st); y++)
             exec_instr(rs, p, y);
-        void *gr = be->capture_end(rs->dev, err, sizeof err);
+        void *gr = be->queue.capture_end(rs->dev, err, sizeof err);
         const int64_t delta = rs->live_bytes - live0, peak = rs->peak_bytes - live0;
         rs->live_bytes = live0, rs->peak_bytes = peak0;
         if (rt_aborted(st)) { /* a failure while recording: its message stands, and later steps
                                * interpret (so a failure of the recording itself does not repeat) */
-            if (gr) be->graph_free(rs->dev, gr);
+            if (gr) be->queue.graph_free(rs->dev, gr);
             if (rs->status != MPMD_OK) rs->no_graphs = 1;
             return p->n;
         }
@@ -537,7 +537,7 @@ static int run_segment(mpmd_rank_state *rs, const mpmd_program *p, int x) {
                     wire->send_done(rs, sx);
         }
     }
-    if (be->replay(rs->dev, rs->graph[x], err, sizeof err)) {
+    if (be->queue.replay(rs->dev, rs->graph[x], err, sizeof err)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "replaying instructions %d to %d: %s", x, rs->seg_end[x] - 1, err);
         return p->n;
     }
@@ -558,14 +558,14 @@ static void *rank_main(void *arg) {
     rs->live_bytes = rs->peak_bytes = 0;
     rs->coll_bytes = rs->gath_bytes = 0;
     rs->posted = 0; /* receives posted to the wire so far (post_ahead) */
-    be->enter(rs->dev);
+    be->device.enter(rs->dev);
     /* a loop result combined last run is accumulated afresh in its own buffer */
     for (int i = 0; i < g->n_nodes; i++)
         if (rs->mem->comb_buf[i] >= 0) rs->glob[i] = rs->arena + rs->mem->buf[rs->mem->val_buf[i]].off;
     /* timing an asynchronous device needs each instruction finished */
     const int timed_sync = st->record && !be->host_memory;
     /* recordings replace the interpreter unless each op or instruction is timed */
-    const int replayed = be->capture_begin && !st->record && !rs->prof && !rs->no_graphs;
+    const int replayed = be->queue.capture_begin && !st->record && !rs->prof && !rs->no_graphs;
     char serr[512];
     for (int x = 0; x < p->n && !rt_aborted(st);) {
         __atomic_store_n(&rs->at, x, __ATOMIC_RELAXED); /* for the watchdog of a lone rank */
@@ -579,7 +579,7 @@ static void *rank_main(void *arg) {
         }
         double t0 = st->record ? rt_now() : 0;
         exec_instr(rs, p, x);
-        if (timed_sync && be->sync(rs->dev, serr, sizeof serr)) {
+        if (timed_sync && be->queue.sync(rs->dev, serr, sizeof serr)) {
             rt_fail(rs, MPMD_ERR_RUNTIME, "%s", serr);
             break;
         }
@@ -603,7 +603,7 @@ static void *rank_main(void *arg) {
      * on the device is reported here, naming the rank */
     __atomic_store_n(&rs->at, p->n, __ATOMIC_RELAXED);
     __atomic_store_n(&rs->progress_us, (int64_t)(1e6 * rt_now()), __ATOMIC_RELAXED);
-    int bad = be->sync(rs->dev, serr, sizeof serr);
+    int bad = be->queue.sync(rs->dev, serr, sizeof serr);
     if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "%s", serr);
     if (rs->nmarks) read_marks(rs, !bad && !rt_aborted(st));
     return NULL;
@@ -672,21 +672,21 @@ void mpmd_runtime_free(struct mpmd_step *st) {
         mpmd_rank_state *rs = &st->rs[r];
         if (rs->dev) {
             char e[256];
-            be->enter(rs->dev);
-            be->sync(rs->dev, e, sizeof e); /* nothing queued may still use a buffer */
+            be->device.enter(rs->dev);
+            be->queue.sync(rs->dev, e, sizeof e); /* nothing queued may still use a buffer */
             for (int i = 0; rs->glob && i < g->n_nodes; i++) {
                 const mpmd_node *nd = &g->nodes[i];
                 int own_input = nd->op == &mpmd_op_input && !be->host_memory;
                 if ((mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant || own_input) && rs->glob[i] &&
                     mpmd_runs_on(st->plan, i, rs->rank))
-                    be->free(rs->dev, rs->glob[i]);
+                    be->queue.free(rs->dev, rs->glob[i]);
             }
             rt_free_graphs(rs, st->plan->prog[rs->rank].n);
             read_marks(rs, 0);
-            if (rs->arena) be->free(rs->dev, rs->arena);
-            if (rs->scratch) be->free(rs->dev, rs->scratch);
+            if (rs->arena) be->queue.free(rs->dev, rs->arena);
+            if (rs->scratch) be->queue.free(rs->dev, rs->scratch);
             free(rs->room.in), free((void *)rs->room.ty), free(rs->room.flat);
-            be->close(rs->dev);
+            be->device.close(rs->dev);
             rs->dev = NULL;
         }
         free(rs->val), free(rs->glob), free(rs->full), free(rs->gather_in), free(rs->gather_out),

@@ -132,9 +132,9 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         rs->st = st;
         rs->nthreads = tpr;
         char why[512];
-        if (!(rs->dev = st->plan->be->open(r, tpr, why, sizeof why)))
+        if (!(rs->dev = st->plan->be->device.open(r, tpr, why, sizeof why)))
             return mpmd_error_set(err, MPMD_ERR_RUNTIME, "rank %d: %s", r, why);
-        st->plan->be->enter(rs->dev);
+        st->plan->be->device.enter(rs->dev);
         /* the arena, and every buffer's place in it */
         const mpmd_rank_memory *mem = rs->mem = &st->plan->mem[r];
         rs->val = calloc((size_t)mem->nslots * (n > 0 ? n : 1) + 1, sizeof *rs->val);
@@ -149,7 +149,7 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
             rs->gather_out = calloc((size_t)most + 1, sizeof *rs->gather_out);
             if (!rs->full || !rs->gather_in || !rs->gather_out) goto nomem;
         }
-        if (!(rs->arena = st->plan->be->alloc(rs->dev, mem->arena_bytes ? mem->arena_bytes : 64))) goto nomem;
+        if (!(rs->arena = st->plan->be->queue.alloc(rs->dev, mem->arena_bytes ? mem->arena_bytes : 64))) goto nomem;
         for (size_t k = 0; k < (size_t)mem->nslots * n; k++)
             if (mem->body_buf[k] >= 0) rs->val[k] = rs->arena + mem->buf[mem->body_buf[k]].off;
         for (int i = 0; i < nn; i++)
@@ -159,7 +159,7 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
             if (!st->plan->live[i] || !mpmd_runs_on(st->plan, i, r)) continue;
             if (mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant) {
                 size_t b = rt_bytes(g, i), hb = mpmd_held_bytes(&st->plan->mesh, i);
-                void *p = st->plan->be->alloc(rs->dev, hb + MPMD_STORAGE_PAD);
+                void *p = st->plan->be->queue.alloc(rs->dev, hb + MPMD_STORAGE_PAD);
                 if (!p) goto nomem;
                 rs->glob[i] = p;
                 int axis, groups;
@@ -193,7 +193,7 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
                         memcpy((char *)host + b, (char *)host + (size_t)lo * es, (size_t)cnt * es);
                         src = (char *)host + b;
                     }
-                    int bad = st->plan->be->upload(rs->dev, p, src, hb);
+                    int bad = st->plan->be->queue.upload(rs->dev, p, src, hb);
                     free(host);
                     if (bad) goto devfail;
                 }
@@ -201,16 +201,16 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
                 if (st->plan->be->host_memory) {
                     rs->glob[i] = (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i);
                 } else {
-                    if (!(rs->glob[i] = st->plan->be->alloc(rs->dev, rt_bytes(g, i) + MPMD_STORAGE_PAD)))
+                    if (!(rs->glob[i] = st->plan->be->queue.alloc(rs->dev, rt_bytes(g, i) + MPMD_STORAGE_PAD)))
                         goto nomem;
-                    if (st->plan->be->upload(rs->dev, rs->glob[i],
+                    if (st->plan->be->queue.upload(rs->dev, rs->glob[i],
                                              (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i),
                                              rt_bytes(g, i)))
                         goto devfail;
                 }
             }
         }
-        if (mem->scratch_bytes && !(rs->scratch = st->plan->be->alloc(rs->dev, mem->scratch_bytes)))
+        if (mem->scratch_bytes && !(rs->scratch = st->plan->be->queue.alloc(rs->dev, mem->scratch_bytes)))
             goto nomem;
         /* the operand lists of the widest kernel launch (mpmd_launch_room) */
         int widest = 0;
@@ -224,12 +224,12 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
                 goto nomem;
         }
         char e[512];
-        if (st->plan->be->sync(rs->dev, e, sizeof e)) goto devfail;
+        if (st->plan->be->queue.sync(rs->dev, e, sizeof e)) goto devfail;
     }
     /* every buffer is allocated: what the backend's libraries still map as
      * the ranks' threads compute (OpenBLAS's work buffers) must fit too */
     char rwhy[512];
-    if (st->plan->be->room && st->plan->be->room(st->num_local * tpr, rwhy, sizeof rwhy))
+    if (st->plan->be->device.room && st->plan->be->device.room(st->num_local * tpr, rwhy, sizeof rwhy))
         return mpmd_error_set(err, MPMD_ERR_NOMEM, "%s", rwhy);
     mpmd_status rc = st->wire->setup(st, err);
     return rc || !st->la->setup ? rc : st->la->setup(st, err);
@@ -247,8 +247,8 @@ mpmd_status mpmd_runtime_input_set(struct mpmd_step *st, int node) {
     for (int li = 0; li < st->num_local; li++) {
         mpmd_rank_state *rs = &st->rs[li];
         if (!rs->glob || !rs->glob[node]) continue;
-        st->plan->be->enter(rs->dev);
-        if (st->plan->be->upload(rs->dev, rs->glob[node], (char *)st->inputs[node] + (size_t)rs->replica * b,
+        st->plan->be->device.enter(rs->dev);
+        if (st->plan->be->queue.upload(rs->dev, rs->glob[node], (char *)st->inputs[node] + (size_t)rs->replica * b,
                                  b)) {
             snprintf(st->err, sizeof st->err, "copying input \"%s\" to rank %d on the %s backend failed",
                      st->plan->g->nodes[node].name, rs->rank, st->plan->be->name);

@@ -169,14 +169,14 @@ static mpmd_step *jit(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_st
     if (step_options(g, s, opts, &o, &be, &replicas, err)) return NULL;
     const int D = s ? s->num_ranks : 1;
     char why[512];
-    if (g->model_parallel > 1 && (!be->model_combine || !be->model_local)) {
+    if (g->model_parallel > 1 && (!be->kernels.model_combine || !be->kernels.model_local)) {
         mpmd_error_set(err, MPMD_ERR_INVALID,
                        "the graph is split over %d model ranks (mpmd_set_tensor_parallel), and "
                        "the %s backend has no collectives of the model axis",
                        g->model_parallel, be->name);
         return NULL;
     }
-    if (be->available(why, sizeof why)) {
+    if (be->device.available(why, sizeof why)) {
         mpmd_error_set(err, MPMD_ERR_INVALID, "the %s backend cannot run here: %s",
                        be->name, why);
         return NULL;

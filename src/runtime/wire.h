@@ -55,7 +55,7 @@ typedef struct mpmd_wire {
      * rs->rank, slot) names the message in errors. */
     /* `bytes` of buf to peer; never blocks. buf stays untouched until
      * send_done(slot). An asynchronous backend's writes to it are ordered
-     * with st->plan->be->event_record / event_wait (the MPI wire on a device
+     * with st->plan->be->queue.event_record / event_wait (the MPI wire on a device
      * backend instead waits for them as it copies buf to the host). */
     int (*send)(mpmd_rank_state *rs, int slot, const void *buf, size_t bytes, int peer, int tag);
     /* The plan is about to overwrite the buffer of send `slot` (after its
@@ -72,7 +72,7 @@ typedef struct mpmd_wire {
     int (*recv)(mpmd_rank_state *rs, int slot, void *buf, size_t bytes, int peer, int tag);
     /* Combine loop result `in` (this replica's, of value node) across the
      * data-parallel replicas of this pipeline rank with
-     * st->plan->be->combine, in replica order, into `out` (the combined
+     * st->plan->be->kernels.combine, in replica order, into `out` (the combined
      * result's planned buffer): every replica gets the same bits. */
     int (*allreduce)(mpmd_rank_state *rs, int node, const void *in, void *out);
     /* FSDP: the same combine, of this replica's part of the value only

@@ -119,11 +119,11 @@ static void local_teardown(struct mpmd_step *st) {
     for (int li = 0; li < ls->nbox; li++) {
         mailbox *b = &ls->box[li];
         mpmd_rank_state *rs = &st->rs[li];
-        if (b->inbox) st->plan->be->enter(rs->dev);
+        if (b->inbox) st->plan->be->device.enter(rs->dev);
         while (b->inbox) {
             msg *m = b->inbox;
             b->inbox = m->next;
-            if (m->ev) st->plan->be->event_free(rs->dev, m->ev);
+            if (m->ev) st->plan->be->queue.event_free(rs->dev, m->ev);
         }
         free(b->out), free(b->part);
         pthread_mutex_destroy(&b->mu);
@@ -223,10 +223,10 @@ static int local_recv(mpmd_rank_state *rs, int slot, void *buf, size_t bytes, in
             if (wait_from >= 0) rs->late += rt_now() - (m->sent > wait_from ? m->sent : wait_from);
             int bad = 0;
             if (m->ev) {
-                bad = st->plan->be->event_wait(rs->dev, m->ev);
-                st->plan->be->event_free(rs->dev, m->ev);
+                bad = st->plan->be->queue.event_wait(rs->dev, m->ev);
+                st->plan->be->queue.event_free(rs->dev, m->ev);
             }
-            if (!bad) bad = st->plan->be->copy(rs->dev, buf, m->buf, bytes);
+            if (!bad) bad = st->plan->be->queue.copy(rs->dev, buf, m->buf, bytes);
             if (bad) {
                 char ib[400];
                 rt_fail(rs, MPMD_ERR_RUNTIME, "receiving %s from rank %d failed",
@@ -282,7 +282,7 @@ static int local_send(mpmd_rank_state *rs, int slot, const void *buf, size_t byt
     msg *m = &own->out[slot];
     m->src = rs->rank, m->tag = tag, m->buf = buf;
     m->sent = st->record ? rt_now() : 0;
-    m->ev = st->plan->be->event_record(rs->dev); /* the receiver waits for the kernels that wrote buf */
+    m->ev = st->plan->be->queue.event_record(rs->dev); /* the receiver waits for the kernels that wrote buf */
     /* the peer pipeline rank of the same lane (replica and model rank) */
     mailbox *dst = st->rs[rs->lane * st->plan->num_ranks + peer].tx;
     pthread_mutex_lock(&dst->mu);
@@ -345,15 +345,15 @@ static int group_combine(mpmd_rank_state *rs, int node, const void *in, void *ou
     void **part = ((mailbox *)rs->tx)->part;
     gr->bufs[rs->replica] = (void *)in;
     /* every replica's buffer is complete before any replica reads it */
-    if (st->plan->be->sync(rs->dev, e, sizeof e)) {
+    if (st->plan->be->queue.sync(rs->dev, e, sizeof e)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "%s", e);
         return 1;
     }
     if (group_barrier(rs, gr)) return 1;
     for (int d = 0; d < R; d++)
         part[d] = (char *)gr->bufs[d] + (size_t)lo * es;
-    int bad = st->plan->be->combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], part, R, out, count) ||
-              st->plan->be->sync(rs->dev, e, sizeof e);
+    int bad = st->plan->be->kernels.combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], part, R, out, count) ||
+              st->plan->be->queue.sync(rs->dev, e, sizeof e);
     if (bad) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "combining %%%d across replicas failed", node);
         group_barrier(rs, gr);
@@ -391,7 +391,7 @@ static int local_allgather(mpmd_rank_state *rs, int slot, int n, const int32_t *
     const void **bank = gr->shards + (size_t)(b->gathers++ & 1) * (size_t)R * (size_t)gr->most;
     memcpy(bank + (size_t)rs->replica * (size_t)gr->most, mine, (size_t)n * sizeof *mine);
     char e[512];
-    if (st->plan->be->sync(rs->dev, e, sizeof e)) {
+    if (st->plan->be->queue.sync(rs->dev, e, sizeof e)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "%s", e);
         return 1;
     }
@@ -402,7 +402,7 @@ static int local_allgather(mpmd_rank_state *rs, int slot, int n, const int32_t *
         const size_t bytes = mpmd_held_bytes(&st->plan->mesh, nodes[q]);
         for (int d = 0; d < R; d++) {
             const void *shard = bank[(size_t)d * (size_t)gr->most + (size_t)q];
-            if (st->plan->be->copy(rs->dev, (char *)out[q] + (size_t)d * bytes, shard, bytes)) {
+            if (st->plan->be->queue.copy(rs->dev, (char *)out[q] + (size_t)d * bytes, shard, bytes)) {
                 rt_fail(rs, MPMD_ERR_RUNTIME, "gathering %%%d from replica %d failed", nodes[q], d);
                 return 1;
             }
@@ -424,7 +424,7 @@ static int local_model_collective(mpmd_rank_state *rs, int node, const void *in,
     group *gr = model_group(rs);
     char e[512];
     gr->bufs[rs->model] = (void *)in;
-    if (st->plan->be->sync(rs->dev, e, sizeof e)) {
+    if (st->plan->be->queue.sync(rs->dev, e, sizeof e)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "%s", e);
         return 1;
     }
@@ -435,9 +435,9 @@ static int local_model_collective(mpmd_rank_state *rs, int node, const void *in,
     if (st->record) rs->wait += rt_now() - t0;
     /* each rank's combine reads every rank's input (a device backend's
      * buffers: in-process model ranks share the device), then waits for it */
-    int bad = st->plan->be->model_combine(rs->dev, g, node, rs->model, st->plan->model,
+    int bad = st->plan->be->kernels.model_combine(rs->dev, g, node, rs->model, st->plan->model,
                                           (const void *const *)gr->bufs, out, e, sizeof e) ||
-              st->plan->be->sync(rs->dev, e, sizeof e);
+              st->plan->be->queue.sync(rs->dev, e, sizeof e);
     if (bad) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", node, g->nodes[node].op->name, where, e);
         group_meet(rs, gr, what);
@@ -479,7 +479,7 @@ static void local_end_step(mpmd_rank_state *rs) {
     while (b->inbox) {
         msg *m = b->inbox;
         b->inbox = m->next;
-        if (m->ev) st->plan->be->event_free(rs->dev, m->ev);
+        if (m->ev) st->plan->be->queue.event_free(rs->dev, m->ev);
     }
     pthread_mutex_unlock(&b->mu);
 }

@@ -69,11 +69,11 @@ typedef struct {
 /* A message's host copy: page-locked where the backend has such memory
  * (faster copies to and from the GPU). */
 static void *stage_alloc(const mpmd_backend *be, size_t bytes) {
-    return be->host_alloc ? be->host_alloc(bytes) : malloc(bytes);
+    return be->device.host_alloc ? be->device.host_alloc(bytes) : malloc(bytes);
 }
 static void stage_free(const mpmd_backend *be, void *p) {
-    if (be->host_alloc)
-        be->host_free(p);
+    if (be->device.host_alloc)
+        be->device.host_free(p);
     else
         free(p);
 }
@@ -283,7 +283,7 @@ static int mpi_recv(mpmd_rank_state *rs, int slot, void *buf, size_t bytes, int 
     snprintf(what, sizeof what, "%s from rank %d, which has not sent it", ib, peer);
     int bad = wait_for(rs, &m->rreq[slot], what);
     if (rs->st->record) rs->wait += rt_now() - t0;
-    if (!bad && m->stage && rs->st->plan->be->upload(rs->dev, buf, m->stage[slot], bytes)) {
+    if (!bad && m->stage && rs->st->plan->be->queue.upload(rs->dev, buf, m->stage[slot], bytes)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "copying %s, received from rank %d, to the %s backend failed", ib, peer,
                 rs->st->plan->be->name);
         bad = 1;
@@ -295,7 +295,7 @@ static int mpi_send(mpmd_rank_state *rs, int slot, const void *buf, size_t bytes
     struct mpmd_step *st = rs->st;
     mpi_state *m = rs->tx;
     /* a device value: its host copy, once the kernels that make it are done */
-    if (m->stage && st->plan->be->download(rs->dev, m->stage[slot], buf, bytes)) {
+    if (m->stage && st->plan->be->queue.download(rs->dev, m->stage[slot], buf, bytes)) {
         char ib[300];
         rt_fail(rs, MPMD_ERR_RUNTIME, "copying %s from the %s backend to send it to rank %d failed",
                 rt_instr_str(st, rs->rank, slot, ib, sizeof ib), st->plan->be->name, peer);
@@ -332,7 +332,7 @@ static int mpi_allreduce(mpmd_rank_state *rs, int node, const void *in, void *ou
     void **bufs = m->parts;
     char *mine = staged ? all + (size_t)R * b : NULL;
     double t0 = st->record ? rt_now() : 0;
-    if (staged && st->plan->be->download(rs->dev, mine, in, b)) {
+    if (staged && st->plan->be->queue.download(rs->dev, mine, in, b)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "copying %%%d from the %s backend to combine it across replicas failed",
                 node, st->plan->be->name);
         return 1;
@@ -352,11 +352,11 @@ static int mpi_allreduce(mpmd_rank_state *rs, int node, const void *in, void *ou
         bufs[d] = all + (size_t)d * b;
     int bad;
     if (staged) /* the in-process combine's order and arithmetic, on the host, then to the device */
-        bad = mpmd_backend_cpu.combine(NULL, st->plan->g, &st->plan->g->nodes[node], bufs, R, mine + b,
+        bad = mpmd_backend_cpu.kernels.combine(NULL, st->plan->g, &st->plan->g->nodes[node], bufs, R, mine + b,
                                        mpmd_type_numel(&st->plan->g->nodes[node].type)) ||
-              st->plan->be->upload(rs->dev, out, mine + b, b);
+              st->plan->be->queue.upload(rs->dev, out, mine + b, b);
     else
-        bad = st->plan->be->combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], bufs, R, out,
+        bad = st->plan->be->kernels.combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], bufs, R, out,
                                     mpmd_type_numel(&st->plan->g->nodes[node].type));
     if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "combining %%%d across replicas failed", node);
     return bad;
@@ -404,7 +404,7 @@ static int mpi_reduce_scatter(mpmd_rank_state *rs, int node, const void *in, voi
     int *scnt = (int *)(void *)(all + ints_at), *sdis = scnt + R, *rcnt = scnt + 2 * R, *rdis = scnt + 3 * R;
     char *host = staged ? all + (size_t)R * L : NULL; /* the whole loop result's host copy */
     const void *src = staged ? host : in;
-    if (staged && pl->be->download(rs->dev, host, in, full)) {
+    if (staged && pl->be->queue.download(rs->dev, host, in, full)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "copying %%%d from the %s backend to reduce-scatter it failed", node,
                 pl->be->name);
         return 1;
@@ -426,10 +426,10 @@ static int mpi_reduce_scatter(mpmd_rank_state *rs, int node, const void *in, voi
     int bad;
     if (staged) {
         char *res = all + (size_t)R * L + full;
-        bad = mpmd_backend_cpu.combine(NULL, pl->g, &pl->g->nodes[node], bufs, R, res, mycnt) ||
-              pl->be->upload(rs->dev, out, res, (size_t)mycnt * es);
+        bad = mpmd_backend_cpu.kernels.combine(NULL, pl->g, &pl->g->nodes[node], bufs, R, res, mycnt) ||
+              pl->be->queue.upload(rs->dev, out, res, (size_t)mycnt * es);
     } else {
-        bad = pl->be->combine(rs->dev, pl->g, &pl->g->nodes[node], bufs, R, out, mycnt);
+        bad = pl->be->kernels.combine(rs->dev, pl->g, &pl->g->nodes[node], bufs, R, out, mycnt);
     }
     rs->coll_bytes += (int64_t)((size_t)(R - 1) * (size_t)mycnt * es);
     if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "reduce-scattering %%%d across replicas failed", node);
@@ -471,7 +471,7 @@ static int mpi_allgather(mpmd_rank_state *rs, int x, int n, const int32_t *nodes
         }
         /* staged: the gathered shards, then this replica's own */
         char *host = staged ? m->space : NULL;
-        if (staged && pl->be->download(rs->dev, host + (size_t)R * b, mine[q], b)) {
+        if (staged && pl->be->queue.download(rs->dev, host + (size_t)R * b, mine[q], b)) {
             rt_fail(rs, MPMD_ERR_RUNTIME, "copying %%%d from the %s backend to gather it failed", node,
                     pl->be->name);
             return 1;
@@ -484,7 +484,7 @@ static int mpi_allgather(mpmd_rank_state *rs, int x, int n, const int32_t *nodes
                  rt_value_str(st, node, vb, sizeof vb));
         if (coll_wait(rs, &req, what)) return 1;
         if (staged) {
-            if (pl->be->upload(rs->dev, out[q], host, (size_t)R * b)) {
+            if (pl->be->queue.upload(rs->dev, out[q], host, (size_t)R * b)) {
                 rt_fail(rs, MPMD_ERR_RUNTIME, "copying the gathered %%%d to the %s backend failed", node,
                         pl->be->name);
                 return 1;
@@ -497,7 +497,7 @@ static int mpi_allgather(mpmd_rank_state *rs, int x, int n, const int32_t *nodes
 }
 
 /* Every model rank's input by an allgather, then the in-process
- * arithmetic in rank order (mpmd_backend_cpu.model_combine), on host
+ * arithmetic in rank order (mpmd_backend_cpu.kernels.model_combine), on host
  * memory: a device backend's input is copied out first and the result in. */
 static int mpi_model_collective(mpmd_rank_state *rs, int node, const void *in, void *out, const char *where) {
     struct mpmd_step *st = rs->st;
@@ -515,7 +515,7 @@ static int mpi_model_collective(mpmd_rank_state *rs, int node, const void *in, v
     char *buf = m->space;
     const void **ins = (const void **)m->parts;
     char *mine = buf + (size_t)M * b, *res = mine + b;
-    if (staged && be->download(rs->dev, mine, in, b)) {
+    if (staged && be->queue.download(rs->dev, mine, in, b)) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: copying the input from the %s backend failed", node,
                 g->nodes[node].op->name, where, be->name);
         return 1;
@@ -530,8 +530,8 @@ static int mpi_model_collective(mpmd_rank_state *rs, int node, const void *in, v
         ins[j] = buf + (size_t)j * b;
     char e[256];
     int bad =
-        mpmd_backend_cpu.model_combine(NULL, g, node, rs->model, M, ins, staged ? res : out, e, sizeof e);
-    if (!bad && staged && be->upload(rs->dev, out, res, ob))
+        mpmd_backend_cpu.kernels.model_combine(NULL, g, node, rs->model, M, ins, staged ? res : out, e, sizeof e);
+    if (!bad && staged && be->queue.upload(rs->dev, out, res, ob))
         bad = 1, snprintf(e, sizeof e, "copying the result to the %s backend failed", be->name);
     if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", node, g->nodes[node].op->name, where, e);
     return bad;

@@ -116,7 +116,7 @@ void mpmd_cpu_combine(const mpmd_graph *g, const mpmd_node *n, void *const *bufs
 
 typedef struct cpu_dev {
     int nthreads;
-    mpmd_pool *pool; /* nthreads - 1 workers; the rank's thread is the first */
+    mpmd_pool *pool;     /* nthreads - 1 workers; the rank's thread is the first */
     size_t in_use, peak; /* bytes of buffers from cpu_alloc */
 } cpu_dev;
 
@@ -245,13 +245,14 @@ static int cpu_room(int threads, char *why, size_t len) {
     const int64_t mapped = (int64_t)pages * page, limit = (int64_t)rl.rlim_cur;
     const int64_t need = (int64_t)threads * (BLAS_BUFFER + stack_bytes + THREAD_ARENA);
     if (mapped + need <= limit) return 0;
-    snprintf(why, len,
-             "the address-space limit (ulimit -v) is %.0f MiB and this process maps %.0f MiB; its %d threads "
-             "that may multiply at once need about %.0f MiB more (OpenBLAS maps a %.0f MiB work buffer for each, "
-             "and retries forever when the limit refuses one; each thread's stack and malloc arena): raise the "
-             "limit to at least %.0f MiB, or run fewer threads (threads_per_rank, ranks)",
-             (double)limit / 1048576, (double)mapped / 1048576, threads, (double)need / 1048576,
-             (double)BLAS_BUFFER / 1048576, (double)(mapped + need) / 1048576 + 1);
+    snprintf(
+        why, len,
+        "the address-space limit (ulimit -v) is %.0f MiB and this process maps %.0f MiB; its %d threads "
+        "that may multiply at once need about %.0f MiB more (OpenBLAS maps a %.0f MiB work buffer for each, "
+        "and retries forever when the limit refuses one; each thread's stack and malloc arena): raise the "
+        "limit to at least %.0f MiB, or run fewer threads (threads_per_rank, ranks)",
+        (double)limit / 1048576, (double)mapped / 1048576, threads, (double)need / 1048576,
+        (double)BLAS_BUFFER / 1048576, (double)(mapped + need) / 1048576 + 1);
     return 1;
 }
 
@@ -376,27 +377,36 @@ const mpmd_backend mpmd_backend_cpu = {
     .host_memory = 1,
     .compute = MPMD_F32, /* no bf16 arithmetic: 16-bit operands are widened around f32 kernels */
     .fused_attention = 1,
-    .available = cpu_available,
-    .room = cpu_room,
-    .open = cpu_open,
-    .close = cpu_close,
-    .enter = cpu_enter,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .granule = CPU_GRANULE,
-    .memory = cpu_memory,
-    .upload = cpu_memcpy,
-    .download = cpu_memcpy,
-    .copy = cpu_memcpy,
-    .find = mpmd_cpu_find,
-    .fold = cpu_fold,
-    .combine = cpu_combine,
-    .model_combine = mpmd_cpu_model_combine,
-    .model_local = mpmd_cpu_model_local,
-    .sumsq = cpu_sumsq,
-    .sync = cpu_sync,
-    .event_record = cpu_event_record,
-    .event_wait = cpu_event_wait,
-    .event_free = cpu_event_free,
-    .launch = cpu_launch,
+    .device =
+        {
+            .available = cpu_available,
+            .room = cpu_room,
+            .open = cpu_open,
+            .close = cpu_close,
+            .enter = cpu_enter,
+            .memory = cpu_memory,
+        },
+    .queue =
+        {
+            .alloc = cpu_alloc,
+            .free = cpu_free,
+            .granule = CPU_GRANULE,
+            .upload = cpu_memcpy,
+            .download = cpu_memcpy,
+            .copy = cpu_memcpy,
+            .sync = cpu_sync,
+            .event_record = cpu_event_record,
+            .event_wait = cpu_event_wait,
+            .event_free = cpu_event_free,
+        },
+    .kernels =
+        {
+            .find = mpmd_cpu_find,
+            .fold = cpu_fold,
+            .combine = cpu_combine,
+            .model_combine = mpmd_cpu_model_combine,
+            .model_local = mpmd_cpu_model_local,
+            .sumsq = cpu_sumsq,
+            .launch = cpu_launch,
+        },
 };

@@ -523,40 +523,46 @@ static void cuda_graph_free(void *p, void *graph) {
 }
 
 extern "C" const mpmd_backend mpmd_backend_cuda = {
-    "cuda",     /* name */
-    0,          /* host_memory */
-    MPMD_BF16,  /* compute: tensor cores */
-    0,          /* fused_attention: the composed ops run on cuBLAS */
-    cuda_available,
-    NULL, /* room: the CUDA libraries' host mappings are not checked */
-    cuda_open,
-    cuda_close,
-    cuda_enter,
-    cuda_alloc,
-    cuda_free,
-    CUDA_GRANULE,
-    cuda_memory,
-    cuda_upload,
-    cuda_download,
-    cuda_copy,
-    cuda_find,
-    cuda_fold,
-    cuda_combine,
-    mpmd_cuda_model_combine,
-    mpmd_cuda_model_local,
-    mpmd_cuda_sumsq,
-    cuda_sync,
-    cuda_event_record,
-    cuda_event_wait,
-    cuda_event_free,
-    cuda_launch,
-    cuda_mark,
-    cuda_mark_seconds,
-    cuda_event_free,
-    cuda_capture_begin,
-    cuda_capture_end,
-    cuda_replay,
-    cuda_graph_free,
-    cuda_host_alloc,
-    cuda_host_free,
+    "cuda",    /* name */
+    0,         /* host_memory */
+    MPMD_BF16, /* compute: tensor cores */
+    0,         /* fused_attention: the composed ops run on cuBLAS */
+    {
+        cuda_available,
+        NULL, /* room: the CUDA libraries' host mappings are not checked */
+        cuda_open,
+        cuda_close,
+        cuda_enter,
+        cuda_memory,
+        cuda_host_alloc,
+        cuda_host_free,
+    }, /* device */
+    {
+        cuda_alloc,
+        cuda_free,
+        CUDA_GRANULE,
+        cuda_upload,
+        cuda_download,
+        cuda_copy,
+        cuda_sync,
+        cuda_event_record,
+        cuda_event_wait,
+        cuda_event_free,
+        cuda_mark,
+        cuda_mark_seconds,
+        cuda_event_free,
+        cuda_capture_begin,
+        cuda_capture_end,
+        cuda_replay,
+        cuda_graph_free,
+    }, /* queue */
+    {
+        cuda_find,
+        cuda_fold,
+        cuda_combine,
+        mpmd_cuda_model_combine,
+        mpmd_cuda_model_local,
+        mpmd_cuda_sumsq,
+        cuda_launch,
+    }, /* kernels */
 };
