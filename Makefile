@@ -4,7 +4,8 @@
 #               pipelined over 4 in-process ranks (see README for the time)
 #   make test   install what is missing, build, run every test (then every
 #               benchmark once at its smallest sizes, and the demo in 2 steps)
-# Also: make (build into build/), make bench, make test-sanitize, make test-no-mpi, make fuzz, make format, make clean;
+# Also: make (build into build/), make bench, make test-sanitize, make test-no-mpi, make fuzz, make format,
+# make format-check, make clean;
 # on a machine with an NVIDIA GPU: make test-gpu, make bench-gpu.
 
 BUILD ?= build
@@ -19,7 +20,7 @@ PACKAGES = cmake make gcc libc6-dev pkg-config libopenblas-openmp-dev libopenmpi
 # What the demo needs: the library and the GPT example, on the CPU.
 DEMO_PACKAGES = cmake make gcc libc6-dev pkg-config libopenblas-openmp-dev libcjson-dev libpcre2-dev
 
-.PHONY: all deps build test test-sanitize test-no-mpi fuzz test-gpu demo demo-run bench bench-gpu format clean
+.PHONY: all deps build test test-sanitize test-no-mpi fuzz test-gpu demo demo-run bench bench-gpu format format-check clean
 
 all: build
 
@@ -126,9 +127,18 @@ bench-gpu: build
 	else echo "bench-gpu: no PyTorch reference run (needs $(TORCH_ANCHOR) and python3 with torch)"; fi
 
 # The C, header and CUDA sources formatted by the checked-in .clang-format.
+# The C, CUDA and header files as .clang-format lays them out: make format
+# rewrites them, make format-check (CI) fails naming each file that differs.
+FORMAT_FILES = git ls-files '*.c' '*.h' '*.cu' '*.cuh'
 format:
-	@command -v clang-format >/dev/null || { echo "make format needs clang-format (apt-get install clang-format)"; exit 1; }
-	git ls-files '*.c' '*.h' '*.cu' | xargs clang-format -i
+	@$(call install_missing,clang-format)
+	$(FORMAT_FILES) | xargs clang-format -i
+
+format-check:
+	@$(call install_missing,clang-format)
+	@$(FORMAT_FILES) | xargs clang-format --dry-run --Werror 2>&1 | grep "error:" | sed 's/:[0-9]*:[0-9]*: error:.*//' | sort -u | \
+	  { bad=$$(cat); if [ -n "$$bad" ]; then echo "not formatted (make format fixes them):"; echo "$$bad"; exit 1; fi; \
+	    echo "format-check: every file as .clang-format lays it out"; }
 
 clean:
 	rm -rf $(BUILD) $(SAN_BUILD) $(NOMPI_BUILD) $(FUZZ_BUILD) $(DEMO_BUILD)

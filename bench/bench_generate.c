@@ -123,7 +123,8 @@ int main(int argc, char **argv) {
     int rc = 0;
     for (int bi = 0; bi < 2 && !rc; bi++) {
         c.batch = batches[bi];
-        int32_t *ref = malloc(sizeof(int32_t) * (size_t)(c.batch * n)), *got = malloc(sizeof(int32_t) * (size_t)(c.batch * n));
+        int32_t *ref = malloc(sizeof(int32_t) * (size_t)(c.batch * n)),
+                *got = malloc(sizeof(int32_t) * (size_t)(c.batch * n));
         double *ms = malloc(sizeof(double) * (size_t)n);
         if (!ref || !got || !ms) return 1;
         double loop1 = 0;
@@ -142,14 +143,20 @@ int main(int argc, char **argv) {
             int same = !r || !memcmp(ref, got, sizeof(int32_t) * (size_t)(c.batch * n));
             double med = bench_median(ms + 1, n - 1), tps = (double)c.batch * 1e3 / med;
             if (!r) loop1 = tps;
-            const char *runner = r == 0 ? "loop, 1 thread" : r == 1 ? "loop, 2 threads" : "gpipe, 2 ranks x 1 thread";
-            fprintf(stderr, "generate %s, batch %d, %s: %.2f ms per position, %.1f tokens/s (x%.2f the 1-thread loop)%s\n",
+            const char *runner = r == 0   ? "loop, 1 thread"
+                                 : r == 1 ? "loop, 2 threads"
+                                          : "gpipe, 2 ranks x 1 thread";
+            fprintf(stderr,
+                    "generate %s, batch %d, %s: %.2f ms per position, %.1f tokens/s (x%.2f the 1-thread "
+                    "loop)%s\n",
                     smoke ? "gpt2-smoke" : "gpt2-124m", (int)c.batch, runner, med, tps, tps / loop1,
                     same ? "" : ", SAMPLES DIFFER from the loop's");
-            printf("{\"bench\": \"generate\", \"model\": \"%s\", \"batch\": %d, \"runner\": \"%s\", \"ms_per_position\": "
-                   "%.3f, \"tokens_per_s\": %.2f, \"vs_loop_1_thread\": %.3f, \"same_tokens\": %s, \"blas_core\": \"%s\"}\n",
-                   smoke ? "gpt2-smoke" : "gpt2-124m", (int)c.batch, runner, med, tps, tps / loop1, same ? "true" : "false",
-                   mpmd_blas_core());
+            printf("{\"bench\": \"generate\", \"model\": \"%s\", \"batch\": %d, \"runner\": \"%s\", "
+                   "\"ms_per_position\": "
+                   "%.3f, \"tokens_per_s\": %.2f, \"vs_loop_1_thread\": %.3f, \"same_tokens\": %s, "
+                   "\"blas_core\": \"%s\"}\n",
+                   smoke ? "gpt2-smoke" : "gpt2-124m", (int)c.batch, runner, med, tps, tps / loop1,
+                   same ? "true" : "false", mpmd_blas_core());
             if (!same) rc = 1;
             mpmd_schedule_free(s);
         }
@@ -158,7 +165,8 @@ int main(int argc, char **argv) {
     if (rc) return rc;
     /* evaluation against training, gpt2-small */
     gpt_config e = gpt_config_default();
-    e.layers = smoke ? 2 : 4, e.width = smoke ? 64 : 256, e.heads = 4, e.vocab = smoke ? 512 : 8192, e.seq = 64;
+    e.layers = smoke ? 2 : 4, e.width = smoke ? 64 : 256, e.heads = 4, e.vocab = smoke ? 512 : 8192,
+    e.seq = 64;
     e.batch = 8, e.microbatches = 1;
     gpt_model tm, em;
     mpmd_error err;
@@ -173,13 +181,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_generate: a step failed\n");
         return 1;
     }
-    fprintf(stderr, "eval step %.2f ms, training step %.2f ms: eval_ratio %.2f (1.0: the eval step runs as fast as a "
-                    "third of a training step)\n",
+    fprintf(stderr,
+            "eval step %.2f ms, training step %.2f ms: eval_ratio %.2f (1.0: the eval step runs as fast as a "
+            "third of a training step)\n",
             eval, train, train / 3 / eval);
-    printf("{\"bench\": \"eval\", \"model\": \"%s\", \"tokens\": %lld, \"eval_ms\": %.3f, \"train_ms\": %.3f, "
-           "\"eval_ratio\": %.3f, \"blas_core\": \"%s\"}\n",
-           smoke ? "gpt2-smoke" : "gpt2-small", (long long)(e.batch * e.seq), eval, train, train / 3 / eval,
-           mpmd_blas_core());
+    printf(
+        "{\"bench\": \"eval\", \"model\": \"%s\", \"tokens\": %lld, \"eval_ms\": %.3f, \"train_ms\": %.3f, "
+        "\"eval_ratio\": %.3f, \"blas_core\": \"%s\"}\n",
+        smoke ? "gpt2-smoke" : "gpt2-small", (long long)(e.batch * e.seq), eval, train, train / 3 / eval,
+        mpmd_blas_core());
 
     /* sampling one token with top-k on GPT-2's vocabulary: the k largest are
      * found with a heap, O(V log k), so k near V costs about what k = 50 does */

@@ -121,21 +121,22 @@ static int bench_remat(const char *model) {
         if ((rc = measure(&c, s, 1, k ? &r : &base))) break;
         result *x = k ? &r : &base;
         if (k && strcmp(r.hash, base.hash)) {
-            fprintf(stderr, "bench_memory: remat %s changed the parameters (%s vs %s)\n", gpt_remat_name(modes[k]),
-                    r.hash, base.hash);
+            fprintf(stderr, "bench_memory: remat %s changed the parameters (%s vs %s)\n",
+                    gpt_remat_name(modes[k]), r.hash, base.hash);
             rc = 1;
             break;
         }
         int64_t act = largest(x->act, x->ranks), act0 = largest(base.act, base.ranks);
         int64_t kept = largest(x->kept, x->ranks), kept0 = largest(base.kept, base.ranks);
         int64_t pl = largest(x->planned, x->ranks), me = largest(x->measured, x->ranks);
-        printf("{\"bench\": \"remat\", \"model\": \"gpt-%s\", \"schedule\": \"Std1F1B(S=4, D=4, n=8)\", "
-               "\"remat\": \"%s\", \"kept_per_rank\": [%lld, %lld, %lld, %lld], \"kept_peak\": %lld, "
-               "\"act_peak\": %lld, \"planned\": %lld, \"measured\": %lld, \"ms\": %.1f, \"kept_ratio\": %.3f, "
-               "\"act_ratio\": %.3f, \"time_ratio\": %.3f, \"bitwise_equal\": true}\n",
-               model, gpt_remat_name(modes[k]), (long long)x->kept[0], (long long)x->kept[1], (long long)x->kept[2],
-               (long long)x->kept[3], (long long)kept, (long long)act, (long long)pl, (long long)me, x->ms,
-               (double)kept / (double)kept0, (double)act / (double)act0, x->ms / base.ms);
+        printf(
+            "{\"bench\": \"remat\", \"model\": \"gpt-%s\", \"schedule\": \"Std1F1B(S=4, D=4, n=8)\", "
+            "\"remat\": \"%s\", \"kept_per_rank\": [%lld, %lld, %lld, %lld], \"kept_peak\": %lld, "
+            "\"act_peak\": %lld, \"planned\": %lld, \"measured\": %lld, \"ms\": %.1f, \"kept_ratio\": %.3f, "
+            "\"act_ratio\": %.3f, \"time_ratio\": %.3f, \"bitwise_equal\": true}\n",
+            model, gpt_remat_name(modes[k]), (long long)x->kept[0], (long long)x->kept[1],
+            (long long)x->kept[2], (long long)x->kept[3], (long long)kept, (long long)act, (long long)pl,
+            (long long)me, x->ms, (double)kept / (double)kept0, (double)act / (double)act0, x->ms / base.ms);
         fflush(stdout);
         if (pl != me) {
             fprintf(stderr, "bench_memory: planned %lld bytes but the backend counted %lld\n", (long long)pl,
@@ -163,10 +164,13 @@ static int bench_planner(void) {
     result r;
     if (gpt_layout_schedule(&best, &s, &err) || measure(&bc, s, threads, &r)) return 1;
     mpmd_schedule_free(s);
-    printf("{\"bench\": \"planner\", \"model\": \"gpt-default\", \"ranks\": 2, \"limit\": null, \"choice\": \"%s S=%d "
-           "n=%d remat %s\", \"predicted_ms\": %.2f, \"measured_ms\": %.2f, \"measured_over_predicted\": %.3f, "
-           "\"layouts\": %d}\n",
-           best.schedule, best.stages, best.microbatches, best.remat, best.predicted, r.ms, r.ms / best.predicted, n);
+    printf(
+        "{\"bench\": \"planner\", \"model\": \"gpt-default\", \"ranks\": 2, \"limit\": null, \"choice\": "
+        "\"%s S=%d "
+        "n=%d remat %s\", \"predicted_ms\": %.2f, \"measured_ms\": %.2f, \"measured_over_predicted\": %.3f, "
+        "\"layouts\": %d}\n",
+        best.schedule, best.stages, best.microbatches, best.remat, best.predicted, r.ms,
+        r.ms / best.predicted, n);
     fflush(stdout);
     /* a limit just under the fastest layout's peak */
     int64_t limit = best.peak_bytes - 1;
@@ -189,11 +193,12 @@ static int bench_planner(void) {
                      all[i].microbatches, all[i].remat);
         }
     }
-    printf("{\"bench\": \"planner\", \"model\": \"gpt-default\", \"ranks\": 2, \"limit\": %lld, \"choice\": \"%s "
+    printf("{\"bench\": \"planner\", \"model\": \"gpt-default\", \"ranks\": 2, \"limit\": %lld, \"choice\": "
+           "\"%s "
            "S=%d n=%d remat %s\", \"predicted_ms\": %.2f, \"measured_ms\": %.2f, \"best_measured\": \"%s\", "
            "\"best_ms\": %.2f, \"choice_vs_best\": %.3f, \"fitting_layouts_measured\": %d}\n",
-           (long long)limit, best.schedule, best.stages, best.microbatches, best.remat, best.predicted, choice_ms,
-           best_name, best_ms, choice_ms / best_ms, fit);
+           (long long)limit, best.schedule, best.stages, best.microbatches, best.remat, best.predicted,
+           choice_ms, best_name, best_ms, choice_ms / best_ms, fit);
     free(all);
     return 0;
 }
@@ -215,7 +220,8 @@ int main(int argc, char **argv) {
     }
     if (g_steps < 1 || (only && strcmp(only, "remat") && strcmp(only, "planner")) ||
         (model && strcmp(model, "small") && strcmp(model, "124m"))) {
-        fprintf(stderr, "bench_memory: bad option (--only remat|planner, --model small|124m, --steps >= 1)\n");
+        fprintf(stderr,
+                "bench_memory: bad option (--only remat|planner, --model small|124m, --steps >= 1)\n");
         return 2;
     }
     int rc = 0;

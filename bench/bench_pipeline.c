@@ -447,8 +447,8 @@ static int bench_efficiency(int steps) {
         if ((rc = gpt_run_new(&c, tok, tgt, &r))) break;
         double scale[4];
         stage_flops(c.layers, c.width, c.seq, c.vocab, stages, NULL, scale);
-        rc = efficiency_on("gpt-small-8l", r.m.g, &r.f, r.m.loss, stages, micro, scale, stages == 2 ? two : four,
-                           4, steps);
+        rc = efficiency_on("gpt-small-8l", r.m.g, &r.f, r.m.loss, stages, micro, scale,
+                           stages == 2 ? two : four, 4, steps);
         gpt_model_free(&r.m);
     }
     /* the same GPT with its 2 stages balanced by cost (gpt_stage_blocks:
@@ -462,7 +462,8 @@ static int bench_efficiency(int steps) {
             double scale[2];
             gpt_stage_blocks(&c, blocks);
             stage_flops(c.layers, c.width, c.seq, c.vocab, 2, blocks, scale);
-            rc = efficiency_on("gpt-small-8l-balanced", r.m.g, &r.f, r.m.loss, 2, micro, scale, two, 4, steps);
+            rc =
+                efficiency_on("gpt-small-8l-balanced", r.m.g, &r.f, r.m.loss, 2, micro, scale, two, 4, steps);
             gpt_model_free(&r.m);
         }
         c.balance_stages = 0;
@@ -711,8 +712,9 @@ static int bench_scaling(int steps) {
             !(pr.st = mpmd_jit_with_loop(m->g, s, &so, &err))) {
             fprintf(stderr, "bench_pipeline: %s: %s\n", what, lr.ex ? err.msg : "the loop did not compile");
             rc = 1;
-        } else if (time_steps(what, &lr, f, m->loss, 0, &ref) || time_steps(what, &pr, f, m->loss, 0, &first) ||
-                   !same_bits(what, &ref, &first) || time_steps(what, &pr, f, m->loss, steps, &tm)) {
+        } else if (time_steps(what, &lr, f, m->loss, 0, &ref) ||
+                   time_steps(what, &pr, f, m->loss, 0, &first) || !same_bits(what, &ref, &first) ||
+                   time_steps(what, &pr, f, m->loss, steps, &tm)) {
             rc = 1;
         } else {
             /* one more step, recorded, for the measured bubble */
@@ -728,23 +730,27 @@ static int bench_scaling(int steps) {
                 double wake = 0;
                 for (int q = 0; q < D; q++)
                     wake += ss.ranks[q].wake_ms;
-                const double wake_pts = 100 * wake / (D * ss.step_ms), xfer_pts = 100 * ss.transfer_ms / (D * ss.step_ms);
-                fprintf(stderr,
-                        "  %s: %.1f ms, speedup %.2f, bound %.2f, ratio %.2f; bubble measured %.1f%%, simulated "
-                        "with the measured stage times %.1f%%; of the measured, %.1f points wake-ups, %.1f "
-                        "transfers\n",
-                        what, tm.wall_ms, speedup, bound, speedup / bound, 100 * ss.bubble,
-                        100 * ss.simulated_bubble, wake_pts, xfer_pts);
-                fprintf(json,
-                        "{\"bench\": \"scaling\", \"runner\": \"std1f1b\", \"ranks\": %d, \"threads_per_rank\": 1, "
-                        "\"cores\": %d, \"layers\": %d, \"microbatches\": %d, \"ms\": %.2f, \"speedup\": %.3f, "
-                        "\"flop_bound_speedup\": %.3f, \"ratio_to_bound\": %.3f, \"bubble_measured\": %.4f, "
-                        "\"bubble_simulated\": %.4f, \"bubble_gap_points\": %.2f, \"wake_points\": %.2f, "
-                        "\"transfer_points\": %.2f, \"bitwise_equal\": true, "
-                        "\"blas_core\": \"%s\", \"load_avg\": %.2f}\n",
-                        D, cores, c.layers, c.microbatches, tm.wall_ms, speedup, bound, speedup / bound, ss.bubble,
-                        ss.simulated_bubble, 100 * (ss.bubble - ss.simulated_bubble), wake_pts, xfer_pts,
-                        mpmd_blas_core(), loadavg());
+                const double wake_pts = 100 * wake / (D * ss.step_ms),
+                             xfer_pts = 100 * ss.transfer_ms / (D * ss.step_ms);
+                fprintf(
+                    stderr,
+                    "  %s: %.1f ms, speedup %.2f, bound %.2f, ratio %.2f; bubble measured %.1f%%, simulated "
+                    "with the measured stage times %.1f%%; of the measured, %.1f points wake-ups, %.1f "
+                    "transfers\n",
+                    what, tm.wall_ms, speedup, bound, speedup / bound, 100 * ss.bubble,
+                    100 * ss.simulated_bubble, wake_pts, xfer_pts);
+                fprintf(
+                    json,
+                    "{\"bench\": \"scaling\", \"runner\": \"std1f1b\", \"ranks\": %d, \"threads_per_rank\": "
+                    "1, "
+                    "\"cores\": %d, \"layers\": %d, \"microbatches\": %d, \"ms\": %.2f, \"speedup\": %.3f, "
+                    "\"flop_bound_speedup\": %.3f, \"ratio_to_bound\": %.3f, \"bubble_measured\": %.4f, "
+                    "\"bubble_simulated\": %.4f, \"bubble_gap_points\": %.2f, \"wake_points\": %.2f, "
+                    "\"transfer_points\": %.2f, \"bitwise_equal\": true, "
+                    "\"blas_core\": \"%s\", \"load_avg\": %.2f}\n",
+                    D, cores, c.layers, c.microbatches, tm.wall_ms, speedup, bound, speedup / bound,
+                    ss.bubble, ss.simulated_bubble, 100 * (ss.bubble - ss.simulated_bubble), wake_pts,
+                    xfer_pts, mpmd_blas_core(), loadavg());
             }
             mpmd_step_stats_free(&ss);
         }
@@ -772,7 +778,8 @@ int main(int argc, char **argv) {
                    : !strcmp(v, "scaling")  ? 4
                                             : -1;
             if (only < 0) {
-                fprintf(stderr, "bench_pipeline: --only is efficiency, overhead, compile or scaling, got \"%s\"\n",
+                fprintf(stderr,
+                        "bench_pipeline: --only is efficiency, overhead, compile or scaling, got \"%s\"\n",
                         v);
                 return 2;
             }
@@ -792,9 +799,8 @@ int main(int argc, char **argv) {
             }
             steps = (int)v;
         } else {
-            fprintf(
-                stderr,
-                "usage: bench_pipeline [--only efficiency|overhead|compile|scaling] [--schedule NAME] [--steps N]\n");
+            fprintf(stderr, "usage: bench_pipeline [--only efficiency|overhead|compile|scaling] [--schedule "
+                            "NAME] [--steps N]\n");
             return 2;
         }
     }

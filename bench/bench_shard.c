@@ -240,19 +240,24 @@ static int bench_memory_part(int smoke) {
             }
             int equal = f && !strcmp(x->hash, res[0].hash) && !memcmp(&x->loss, &res[0].loss, sizeof x->loss);
             int pass = worst <= 0.3;
-            printf("{\"bench\": \"fsdp_memory\", \"model\": \"gpt-%s\", \"schedule\": \"Std1F1B(S=2, D=2, n=%d)\", "
+            printf("{\"bench\": \"fsdp_memory\", \"model\": \"gpt-%s\", \"schedule\": \"Std1F1B(S=2, D=2, "
+                   "n=%d)\", "
                    "\"replicas\": %d, \"fsdp\": %s, \"batch_per_replica\": %lld, \"steps\": %d, "
                    "\"state_bytes\": %s, \"planned\": %s, \"measured\": %s, \"gathered\": %s, "
                    "\"act_peak_planned\": %s, \"act_peak_measured\": %s, \"collective_bytes\": %s, "
                    "\"collective_expected\": %s, \"loss\": %.6f, \"params_sha256\": \"%s\"",
-                   smoke ? "tiny" : "small", c.microbatches, R, f ? "true" : "false", (long long)c.batch, steps,
-                   list(b[0], sizeof b[0], x->state, x->ranks), list(b[1], sizeof b[1], x->planned, x->ranks),
-                   list(b[2], sizeof b[2], x->measured, x->ranks), list(b[3], sizeof b[3], x->gathered, x->ranks),
+                   smoke ? "tiny" : "small", c.microbatches, R, f ? "true" : "false", (long long)c.batch,
+                   steps, list(b[0], sizeof b[0], x->state, x->ranks),
+                   list(b[1], sizeof b[1], x->planned, x->ranks),
+                   list(b[2], sizeof b[2], x->measured, x->ranks),
+                   list(b[3], sizeof b[3], x->gathered, x->ranks),
                    list(b[4], sizeof b[4], x->act_planned, x->ranks),
-                   list(b[5], sizeof b[5], x->act_measured, x->ranks), list(b[6], sizeof b[6], x->coll, x->ranks),
+                   list(b[5], sizeof b[5], x->act_measured, x->ranks),
+                   list(b[6], sizeof b[6], x->coll, x->ranks),
                    list(b[7], sizeof b[7], x->coll_expected, x->ranks), (double)x->loss, x->hash);
             if (f) {
-                printf(", \"state_ratio\": [%.4f, %.4f], \"state_ratio_max\": %.4f, \"planned_ratio_max\": %.4f, "
+                printf(", \"state_ratio\": [%.4f, %.4f], \"state_ratio_max\": %.4f, \"planned_ratio_max\": "
+                       "%.4f, "
                        "\"target\": %s, \"pass\": %s, \"bitwise_equal\": %s",
                        ratio[0], x->ranks > 1 ? ratio[1] : 0.0, worst, total_worst, R == 4 ? "0.3" : "null",
                        R == 4 ? (pass ? "true" : "false") : "null", equal ? "true" : "false");
@@ -261,19 +266,23 @@ static int bench_memory_part(int smoke) {
             fflush(stdout);
             for (int q = 0; q < x->ranks; q++) {
                 if (x->planned[q] != x->measured[q]) {
-                    fprintf(stderr, "bench_shard: R=%d %s rank %d: planned %lld bytes but the backend counted %lld\n",
+                    fprintf(stderr,
+                            "bench_shard: R=%d %s rank %d: planned %lld bytes but the backend counted %lld\n",
                             R, f ? "FSDP" : "plain", q, (long long)x->planned[q], (long long)x->measured[q]);
                     rc = 1;
                 }
             }
             if (f) {
-                fprintf(stderr, "memory: R=%d: FSDP holds %.3fx the parameter + optimizer-state bytes of plain data "
+                fprintf(stderr,
+                        "memory: R=%d: FSDP holds %.3fx the parameter + optimizer-state bytes of plain data "
                         "parallelism (largest rank)%s; bitwise equal: %s\n",
                         R, worst, R == 4 ? (pass ? ", target <= 0.3 met" : ", target <= 0.3 MISSED") : "",
                         equal ? "yes" : "no");
                 if (!equal) {
-                    fprintf(stderr, "bench_shard: R=%d: FSDP's parameters or loss differ from plain data "
-                            "parallelism's (%s vs %s)\n", R, x->hash, res[0].hash);
+                    fprintf(stderr,
+                            "bench_shard: R=%d: FSDP's parameters or loss differ from plain data "
+                            "parallelism's (%s vs %s)\n",
+                            R, x->hash, res[0].hash);
                     rc = 1;
                 }
                 if (R == 4 && !pass) rc = 1;
@@ -303,18 +312,20 @@ static int bench_memory_part(int smoke) {
             if (ratio[q] > worst) worst = ratio[q];
         }
         char b[2][128];
-        printf("{\"bench\": \"tp_memory\", \"model\": \"gpt-%s\", \"schedule\": \"Std1F1B(S=4, D=4, n=%d)\", "
-               "\"model_ranks\": 2, \"params_whole\": %s, \"params_split\": %s, \"weight_ratio\": [%.4f, %.4f, "
-               "%.4f, %.4f], \"weight_ratio_max\": %.4f, \"target\": 0.55, \"pass\": %s, \"loss_whole\": "
-               "%.6f, \"loss_split\": %.6f}\n",
-               smoke ? "tiny" : "small", t.microbatches, list(b[0], sizeof b[0], tp[0].params, tp[0].ranks),
-               list(b[1], sizeof b[1], tp[1].params, tp[1].ranks), ratio[0], ratio[1], ratio[2], ratio[3], worst,
-               worst <= 0.55 ? "true" : "false", (double)tp[0].loss, (double)tp[1].loss);
+        printf(
+            "{\"bench\": \"tp_memory\", \"model\": \"gpt-%s\", \"schedule\": \"Std1F1B(S=4, D=4, n=%d)\", "
+            "\"model_ranks\": 2, \"params_whole\": %s, \"params_split\": %s, \"weight_ratio\": [%.4f, %.4f, "
+            "%.4f, %.4f], \"weight_ratio_max\": %.4f, \"target\": 0.55, \"pass\": %s, \"loss_whole\": "
+            "%.6f, \"loss_split\": %.6f}\n",
+            smoke ? "tiny" : "small", t.microbatches, list(b[0], sizeof b[0], tp[0].params, tp[0].ranks),
+            list(b[1], sizeof b[1], tp[1].params, tp[1].ranks), ratio[0], ratio[1], ratio[2], ratio[3], worst,
+            worst <= 0.55 ? "true" : "false", (double)tp[0].loss, (double)tp[1].loss);
         fflush(stdout);
-        fprintf(stderr,
-                "memory: tensor parallel 2: a rank holds at most %.3fx the whole model's parameter bytes (target "
-                "<= 0.55 %s): the embedding's stage %.3fx, the blocks' %.3fx and %.3fx, the head's %.3fx\n",
-                worst, worst <= 0.55 ? "met" : "MISSED", ratio[0], ratio[1], ratio[2], ratio[3]);
+        fprintf(
+            stderr,
+            "memory: tensor parallel 2: a rank holds at most %.3fx the whole model's parameter bytes (target "
+            "<= 0.55 %s): the embedding's stage %.3fx, the blocks' %.3fx and %.3fx, the head's %.3fx\n",
+            worst, worst <= 0.55 ? "met" : "MISSED", ratio[0], ratio[1], ratio[2], ratio[3]);
         if (worst > 0.55) rc = 1;
     }
     mpmd_schedule_free(s);
@@ -344,8 +355,9 @@ static int bench_bf16_part(int smoke) {
             return 1;
         }
         fprintf(stderr, "memory: %s, Std1F1B(S=2, D=2, n=%d), R=%d\n", names[k], x.microbatches, R);
-        rc = measure(&x, s, R, k != PLAIN, k == STEP || k == STEP2 ? MPMD_GATHER_PER_STEP : MPMD_GATHER_PER_TASK, 0,
-                     steps, 1, &res[k]);
+        rc = measure(&x, s, R, k != PLAIN,
+                     k == STEP || k == STEP2 ? MPMD_GATHER_PER_STEP : MPMD_GATHER_PER_TASK, 0, steps, 1,
+                     &res[k]);
         mpmd_schedule_free(s);
     }
     if (rc) return rc;
@@ -362,25 +374,29 @@ static int bench_bf16_part(int smoke) {
     const int step_same = !memcmp(res[STEP].gath, res[STEP2].gath, sizeof res[STEP].gath);
     const int pass = state <= 0.3 && gath_min >= 0.475 && gath <= 0.525 && step_same && equal;
     char b[7][96];
-    printf("{\"bench\": \"fsdp_bf16\", \"model\": \"gpt-%s\", \"schedule\": \"Std1F1B(S=2, D=2, n=%d)\", "
-           "\"replicas\": %d, \"state_bytes_plain\": %s, \"state_bytes_fsdp\": %s, \"state_ratio_max\": %.4f, "
-           "\"gathered_f32_per_task\": %s, \"gathered_per_task\": %s, \"gathered_ratio\": [%.4f, %.4f], "
-           "\"gathered_per_step\": %s, \"gathered_per_step_8_microbatches\": %s, \"gathered_held_per_step\": %s, "
-           "\"targets\": \"state <= 0.3, gathered 0.5 +- 5%%, per step independent of microbatches\", "
-           "\"pass\": %s, \"bitwise_equal\": %s}\n",
-           smoke ? "tiny" : "small", c.microbatches, R, list(b[0], sizeof b[0], res[PLAIN].state, res[PLAIN].ranks),
-           list(b[1], sizeof b[1], res[TASK].state, res[TASK].ranks), state,
-           list(b[2], sizeof b[2], res[F32_TASK].gath, res[F32_TASK].ranks),
-           list(b[3], sizeof b[3], res[TASK].gath, res[TASK].ranks), gath_min, gath,
-           list(b[4], sizeof b[4], res[STEP].gath, res[STEP].ranks),
-           list(b[5], sizeof b[5], res[STEP2].gath, res[STEP2].ranks),
-           list(b[6], sizeof b[6], res[STEP].gathered, res[STEP].ranks), pass ? "true" : "false",
-           equal ? "true" : "false");
+    printf(
+        "{\"bench\": \"fsdp_bf16\", \"model\": \"gpt-%s\", \"schedule\": \"Std1F1B(S=2, D=2, n=%d)\", "
+        "\"replicas\": %d, \"state_bytes_plain\": %s, \"state_bytes_fsdp\": %s, \"state_ratio_max\": %.4f, "
+        "\"gathered_f32_per_task\": %s, \"gathered_per_task\": %s, \"gathered_ratio\": [%.4f, %.4f], "
+        "\"gathered_per_step\": %s, \"gathered_per_step_8_microbatches\": %s, \"gathered_held_per_step\": "
+        "%s, "
+        "\"targets\": \"state <= 0.3, gathered 0.5 +- 5%%, per step independent of microbatches\", "
+        "\"pass\": %s, \"bitwise_equal\": %s}\n",
+        smoke ? "tiny" : "small", c.microbatches, R,
+        list(b[0], sizeof b[0], res[PLAIN].state, res[PLAIN].ranks),
+        list(b[1], sizeof b[1], res[TASK].state, res[TASK].ranks), state,
+        list(b[2], sizeof b[2], res[F32_TASK].gath, res[F32_TASK].ranks),
+        list(b[3], sizeof b[3], res[TASK].gath, res[TASK].ranks), gath_min, gath,
+        list(b[4], sizeof b[4], res[STEP].gath, res[STEP].ranks),
+        list(b[5], sizeof b[5], res[STEP2].gath, res[STEP2].ranks),
+        list(b[6], sizeof b[6], res[STEP].gathered, res[STEP].ranks), pass ? "true" : "false",
+        equal ? "true" : "false");
     fflush(stdout);
-    fprintf(stderr,
-            "memory: bf16 FSDP x %d: state %.3fx plain's (target <= 0.3), gathered %.3f-%.3fx f32 FSDP's (target "
-            "0.5 +- 5%%), per step %s the microbatch count; bitwise equal: %s\n",
-            R, state, gath_min, gath, step_same ? "independent of" : "DEPENDS ON", equal ? "yes" : "no");
+    fprintf(
+        stderr,
+        "memory: bf16 FSDP x %d: state %.3fx plain's (target <= 0.3), gathered %.3f-%.3fx f32 FSDP's (target "
+        "0.5 +- 5%%), per step %s the microbatch count; bitwise equal: %s\n",
+        R, state, gath_min, gath, step_same ? "independent of" : "DEPENDS ON", equal ? "yes" : "no");
     return pass ? 0 : 1;
 }
 
@@ -391,7 +407,8 @@ static int bench_time_part(int smoke) {
     struct {
         const char *name;
         int replicas, fsdp, model;
-    } lay[4] = {{"loop", 1, 0, 1}, {"loop x DP 2", 2, 0, 1}, {"loop x FSDP 2", 2, 1, 1}, {"loop x TP 2", 1, 0, 2}};
+    } lay[4] = {
+        {"loop", 1, 0, 1}, {"loop x DP 2", 2, 0, 1}, {"loop x FSDP 2", 2, 1, 1}, {"loop x TP 2", 1, 0, 2}};
     result res[4];
     int rc = 0;
     for (int i = 0; i < 4 && !rc; i++) {
@@ -400,7 +417,9 @@ static int bench_time_part(int smoke) {
         c.microbatches = (int)(c.batch / mb_rows);
         fprintf(stderr, "time: %s, %lld sequences per replica in %d microbatches\n", lay[i].name,
                 (long long)c.batch, c.microbatches);
-        if ((rc = measure(&c, NULL, lay[i].replicas, lay[i].fsdp, MPMD_GATHER_PER_TASK, 1, g_steps, 0, &res[i]))) break;
+        if ((rc = measure(&c, NULL, lay[i].replicas, lay[i].fsdp, MPMD_GATHER_PER_TASK, 1, g_steps, 0,
+                          &res[i])))
+            break;
         result *x = &res[i];
         printf("{\"bench\": \"fsdp_time\", \"model\": \"gpt-%s\", \"layout\": \"%s\", \"replicas\": %d, "
                "\"fsdp\": %s, \"global_batch\": %d, \"batch_per_replica\": %lld, \"microbatches\": %d, "
@@ -423,8 +442,8 @@ static int bench_time_part(int smoke) {
             int equal = !strcmp(x->hash, res[1].hash) && !memcmp(&x->loss, &res[1].loss, sizeof x->loss);
             printf(", \"bitwise_equal_to_dp\": %s", equal ? "true" : "false");
             if (!equal) {
-                fprintf(stderr, "bench_shard: FSDP 2's parameters or loss differ from DP 2's (%s vs %s)\n", x->hash,
-                        res[1].hash);
+                fprintf(stderr, "bench_shard: FSDP 2's parameters or loss differ from DP 2's (%s vs %s)\n",
+                        x->hash, res[1].hash);
                 rc = 1;
             }
         }
@@ -432,11 +451,12 @@ static int bench_time_part(int smoke) {
         fflush(stdout);
     }
     if (!rc)
-        fprintf(stderr,
-                "time: loop %.1f ms, loop x DP 2 %.1f ms (speedup %.2fx), loop x FSDP 2 %.1f ms (speedup %.2fx; "
-                "%.2fx DP 2's time), loop x TP 2 %.1f ms (speedup %.2fx)\n",
-                res[0].ms, res[1].ms, res[0].ms / res[1].ms, res[2].ms, res[0].ms / res[2].ms, res[2].ms / res[1].ms,
-                res[3].ms, res[0].ms / res[3].ms);
+        fprintf(
+            stderr,
+            "time: loop %.1f ms, loop x DP 2 %.1f ms (speedup %.2fx), loop x FSDP 2 %.1f ms (speedup %.2fx; "
+            "%.2fx DP 2's time), loop x TP 2 %.1f ms (speedup %.2fx)\n",
+            res[0].ms, res[1].ms, res[0].ms / res[1].ms, res[2].ms, res[0].ms / res[2].ms,
+            res[2].ms / res[1].ms, res[3].ms, res[0].ms / res[3].ms);
     return rc;
 }
 

@@ -141,9 +141,7 @@ int main(int argc, char **argv) {
                   : !strcmp(val, "bf16") ? (o.compute = MPMD_BF16, 0)
                                          : 1;
         else if (!strcmp(a, "--attention"))
-            bad = !strcmp(val, "fused")      ? (o.fused = 1, 0)
-                  : !strcmp(val, "composed") ? (o.fused = 0, 0)
-                                             : 1;
+            bad = !strcmp(val, "fused") ? (o.fused = 1, 0) : !strcmp(val, "composed") ? (o.fused = 0, 0) : 1;
         else if (!strcmp(a, "--steps"))
             bad = arg_int(val, 1, 1000, &v), o.steps = (int)v;
         else if (!strcmp(a, "--stages"))
@@ -181,8 +179,8 @@ int main(int argc, char **argv) {
            "\"attention\": \"%s\", \"layers\": %d, \"params\": %lld, "
            "\"batch\": %lld, \"seq\": %lld, \"ranks\": 1, \"ms_per_step\": %.2f, \"tokens_per_s\": %.0f, "
            "\"model_tflops\": %.1f}\n",
-           o.backend, mpmd_dtype_name(o.compute), o.fused ? "fused" : "composed", o.layers, (long long)params, o.batch, o.seq, one, tps,
-           6.0 * (double)params * tps / 1e12);
+           o.backend, mpmd_dtype_name(o.compute), o.fused ? "fused" : "composed", o.layers, (long long)params,
+           o.batch, o.seq, one, tps, 6.0 * (double)params * tps / 1e12);
     fflush(stdout);
     if (o.stages > 0) {
         double pp = run(&o, o.stages, o.micro, &params);
@@ -193,9 +191,8 @@ int main(int argc, char **argv) {
                "\"stages\": %d, \"ranks\": %d, \"microbatches\": %d, \"ms_per_step\": %.2f, "
                "\"tokens_per_s\": %.0f, "
                "\"model_tflops\": %.1f, \"speed_vs_one_rank\": %.3f}\n",
-               o.backend, mpmd_dtype_name(o.compute), o.fused ? "fused" : "composed", o.stages, o.stages, o.micro,
-               pp, ptps,
-               6.0 * (double)params * ptps / 1e12, one / pp);
+               o.backend, mpmd_dtype_name(o.compute), o.fused ? "fused" : "composed", o.stages, o.stages,
+               o.micro, pp, ptps, 6.0 * (double)params * ptps / 1e12, one / pp);
     }
     return 0;
 }

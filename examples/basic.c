@@ -148,8 +148,8 @@ int main(int argc, char **argv) {
     }
     /* MSE over this microbatch, scaled so the loop's sum is the batch mean */
     mpmd_value d = mpmd_sub(g, mpmd_cast(g, h, MPMD_F32), mpmd_microbatch(g, y));
-    mpmd_value loss =
-        mpmd_mul_scalar(g, mpmd_mean(g, mpmd_square(g, d), MPMD_ALL_AXES, MPMD_DROP_DIMS), 1.0f / MICROBATCHES);
+    mpmd_value loss = mpmd_mul_scalar(g, mpmd_mean(g, mpmd_square(g, d), MPMD_ALL_AXES, MPMD_DROP_DIMS),
+                                      1.0f / MICROBATCHES);
     /* treduce(value_and_grad(...)): the gradients, the loop's sums, the loop's end */
     int cap = mpmd_graph_params(g, NULL, 0), np;
     mpmd_value *params = malloc(sizeof(mpmd_value) * (size_t)(cap + 1));
@@ -175,7 +175,8 @@ int main(int argc, char **argv) {
     }
     mpmd_step_opts so = MPMD_STEP_DEFAULTS;
     so.backend = backend;
-    so.threads_per_rank = threads ? (int)(threads / sched->num_ranks > 0 ? threads / sched->num_ranks : 1) : 0;
+    so.threads_per_rank =
+        threads ? (int)(threads / sched->num_ranks > 0 ? threads / sched->num_ranks : 1) : 0;
     mpmd_step *pipe = mpmd_jit_with_loop(g, sched, &so, &err);
     so.threads_per_rank = (int)threads;
     mpmd_step *loop = pipe ? mpmd_jit_with_loop(g, NULL, &so, &err) : NULL;
@@ -190,7 +191,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     make_data(xs, ys);
-    printf("basic: %d Blocks (width %d, %d heads), %d parameter tensors, batch %d in %d microbatches; %s against "
+    printf("basic: %d Blocks (width %d, %d heads), %d parameter tensors, batch %d in %d microbatches; %s "
+           "against "
            "the loop\n",
            BLOCKS, WIDTH, HEADS, np, BATCH, MICROBATCHES, sched->name);
     const size_t batch_bytes = sizeof(float) * BATCH * SEQ * WIDTH;
@@ -202,9 +204,10 @@ int main(int argc, char **argv) {
         mpmd_step *both[2] = {pipe, loop};
         for (int k = 0; k < 2 && !rc; k++) {
             if (mpmd_step_set_input(both[k], x, xs + first * SEQ * WIDTH, batch_bytes) ||
-                mpmd_step_set_input(both[k], y, ys + first * SEQ * WIDTH, batch_bytes) || mpmd_step_run(both[k]) ||
-                mpmd_step_read(both[k], total, &l[k], sizeof l[k])) {
-                fprintf(stderr, "basic: step %ld (%s): %s\n", step, k ? "loop" : "pipelined", mpmd_step_error(both[k]));
+                mpmd_step_set_input(both[k], y, ys + first * SEQ * WIDTH, batch_bytes) ||
+                mpmd_step_run(both[k]) || mpmd_step_read(both[k], total, &l[k], sizeof l[k])) {
+                fprintf(stderr, "basic: step %ld (%s): %s\n", step, k ? "loop" : "pipelined",
+                        mpmd_step_error(both[k]));
                 rc = 1;
             }
         }
@@ -213,7 +216,8 @@ int main(int argc, char **argv) {
             fprintf(stderr, "basic: step %ld: loss is %s\n", step, isnan(l[0]) ? "nan" : "inf");
             rc = 1;
         } else if (memcmp(&l[0], &l[1], sizeof l[0])) {
-            fprintf(stderr, "basic: step %ld: the pipelined loss %.9g is not the loop's %.9g\n", step, l[0], l[1]);
+            fprintf(stderr, "basic: step %ld: the pipelined loss %.9g is not the loop's %.9g\n", step, l[0],
+                    l[1]);
             rc = 1;
         } else if (step % 10 == 0 || step == 1) {
             printf("step %3ld  loss %.5f  (pipelined and loop: the same bits)\n", step, l[0]);

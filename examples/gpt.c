@@ -299,14 +299,14 @@ typedef struct options {
     long long generate;   /* --generate N: sample N tokens after a prompt instead of training (0: train) */
     const char *prompt[MAX_PROMPTS]; /* --prompt (repeated): text (--tokenizer, bytes) or token ids */
     int n_prompts;
-    long long eos;        /* --eos: a sequence ends once it draws this id (-1: none) */
-    const char *eos_arg;  /* --eos as given: an id, or with --tokenizer a token's text */
-    int print_ids;        /* --print-ids: each sample's token ids too, on a line of its own */
-    float temperature;    /* --temperature (0: greedy) */
-    long long top_k;      /* --top-k (0: every token) */
+    long long eos;       /* --eos: a sequence ends once it draws this id (-1: none) */
+    const char *eos_arg; /* --eos as given: an id, or with --tokenizer a token's text */
+    int print_ids;       /* --print-ids: each sample's token ids too, on a line of its own */
+    float temperature;   /* --temperature (0: greedy) */
+    long long top_k;     /* --top-k (0: every token) */
     unsigned long long seed;
     const char *data, *schedule, *trace, *timeline, *save, *resume, *backend, *precision, *remat;
-    const char *attention; /* --attention fused|composed */
+    const char *attention;          /* --attention fused|composed */
     const char *tokens, *init_from; /* --tokens FILE, --init-from FILE */
     const char *text, *tokenizer;   /* --text FILE, --tokenizer FILE */
     mpmd_tokenizer *tok;            /* --tokenizer, loaded while the options are checked */
@@ -316,8 +316,8 @@ typedef struct options {
     int bytes_as_tokens; /* --bytes-as-tokens: GPT-2's weights (--init-from) on byte data, on purpose */
     mpmd_fsdp_gather fsdp_gather; /* --fsdp-gather task|step */
     int fsdp_gather_given;
-    int auto_layout;      /* --auto: choose schedule, stages, microbatches and remat */
-    long long mem_limit;  /* --memory-limit, bytes per rank (0: none) */
+    int auto_layout;          /* --auto: choose schedule, stages, microbatches and remat */
+    long long mem_limit;      /* --memory-limit, bytes per rank (0: none) */
     long long timeline_width; /* --timeline-width, px (0: chosen from the step) */
     double step_timeout;      /* --step-timeout: seconds, -1 off, 0 the default */
     int schedule_given, stages_given;
@@ -359,14 +359,22 @@ static const char *const flags[] = {
     "--tie-embeddings", "--no-nan-check", "--fuse-steady-state", "--quiet",    "--json", "--balance-stages",
     "--auto",           "--fsdp",         "--bytes-as-tokens",   "--print-ids"};
 static const char *const valued[] = {
-    "--layers",       "--width",          "--heads",     "--seq",        "--batch",        "--microbatches",
-    "--stages",       "--steps",          "--log-every", "--threads",    "--seed",         "--lr",
-    "--weight-decay", "--data",           "--schedule",  "--ranks",      "--runtime",      "--data-parallel",
-    "--trace",        "--timeline",       "--save",      "--save-every", "--resume",       "--backend",
-    "--precision",    "--export-weights", "--dtype",     "--remat",      "--memory-limit", "--timeline-width",
-    "--step-timeout", "--tokens",         "--init-from", "--vocab",        "--dropout",      "--eval",
-    "--generate",     "--prompt",         "--temperature", "--top-k",  "--attention",  "--tensor-parallel",
-    "--clip",         "--fsdp-gather",    "--decay",     "--beta1",      "--beta2",        "--eps",
+    "--layers",       "--width",          "--heads",
+    "--seq",          "--batch",          "--microbatches",
+    "--stages",       "--steps",          "--log-every",
+    "--threads",      "--seed",           "--lr",
+    "--weight-decay", "--data",           "--schedule",
+    "--ranks",        "--runtime",        "--data-parallel",
+    "--trace",        "--timeline",       "--save",
+    "--save-every",   "--resume",         "--backend",
+    "--precision",    "--export-weights", "--dtype",
+    "--remat",        "--memory-limit",   "--timeline-width",
+    "--step-timeout", "--tokens",         "--init-from",
+    "--vocab",        "--dropout",        "--eval",
+    "--generate",     "--prompt",         "--temperature",
+    "--top-k",        "--attention",      "--tensor-parallel",
+    "--clip",         "--fsdp-gather",    "--decay",
+    "--beta1",        "--beta2",          "--eps",
     "--text",         "--tokenizer",      "--keep-last",
 #ifdef GPT_PROGRAM_LLAMA
     "--kv-heads",     "--mlp-hidden",     "--rope-base",
@@ -455,13 +463,10 @@ static int check_files(const options *o) {
                               {"--trace", o->trace},
                               {"--timeline", o->timeline}};
     const char *sched_file = o->schedule && !strncmp(o->schedule, "file:", 5) ? o->schedule + 5 : NULL;
-    const char *ins[7][2] = {{"--data", o->data},
-                             {"--tokens", o->tokens},
-                             {"--init-from", o->init_from},
-                             {"--resume", o->resume},
-                             {"--schedule file:", sched_file},
-                             {"--text", o->text},
-                             {"--tokenizer", o->tokenizer}};
+    const char *ins[7][2] = {
+        {"--data", o->data},          {"--tokens", o->tokens},          {"--init-from", o->init_from},
+        {"--resume", o->resume},      {"--schedule file:", sched_file}, {"--text", o->text},
+        {"--tokenizer", o->tokenizer}};
     for (int i = 0; i < 4; i++) {
         if (!outs[i][1]) continue;
         file_id a = file_id_of(outs[i][1]);
@@ -676,16 +681,20 @@ static int parse_args(int argc, char **argv, options *o) {
     if (o->auto_layout && (o->schedule_given || o->stages_given || o->remat || o->fuse))
         return bad_option("--auto chooses the schedule, stages, microbatches and remat; drop --schedule, "
                           "--stages, --remat and --fuse-steady-state");
-    if (o->auto_layout && !o->ranks) return bad_option("--auto needs --ranks D (the ranks to lay the model on)");
+    if (o->auto_layout && !o->ranks)
+        return bad_option("--auto needs --ranks D (the ranks to lay the model on)");
     if (o->auto_layout && o->mpi)
         return bad_option("--auto measures in this process; run it with --runtime local, then run the chosen "
                           "layout under mpirun");
     if (o->mem_limit && !o->auto_layout) return bad_option("--memory-limit is the limit --auto plans under");
     if (o->fuse && strcmp(o->schedule, "interleaved1f1b") && strcmp(o->schedule, "kimik2") &&
         strncmp(o->schedule, "file:", 5))
-        return bad_option("--fuse-steady-state applies to interleaved1f1b and kimik2, not to %s", o->schedule);
+        return bad_option("--fuse-steady-state applies to interleaved1f1b and kimik2, not to %s",
+                          o->schedule);
     /* a long run is not lost to a typo in an output path: check them now */
-    const char *outs[4][2] = {{"--save", o->save}, {"--trace", o->trace}, {"--timeline", o->timeline},
+    const char *outs[4][2] = {{"--save", o->save},
+                              {"--trace", o->trace},
+                              {"--timeline", o->timeline},
                               {"--export-weights", o->export_weights}};
     for (int k = 0; k < 4; k++) {
         const char *path = outs[k][1];
@@ -700,9 +709,11 @@ static int parse_args(int argc, char **argv, options *o) {
         struct stat sb;
         if (stat(dir, &sb) || !S_ISDIR(sb.st_mode))
             return bad_option("%s %s: the directory %s does not exist", outs[k][0], path, dir);
-        if (access(dir, W_OK)) return bad_option("%s %s: cannot write in %s: %s", outs[k][0], path, dir, strerror(errno));
+        if (access(dir, W_OK))
+            return bad_option("%s %s: cannot write in %s: %s", outs[k][0], path, dir, strerror(errno));
         if (!stat(path, &sb) && (S_ISDIR(sb.st_mode) || access(path, W_OK)))
-            return bad_option("%s %s: %s", outs[k][0], path, S_ISDIR(sb.st_mode) ? "is a directory" : strerror(errno));
+            return bad_option("%s %s: %s", outs[k][0], path,
+                              S_ISDIR(sb.st_mode) ? "is a directory" : strerror(errno));
     }
     int frc = check_files(o);
     if (frc) return frc;
@@ -722,8 +733,10 @@ static int parse_args(int argc, char **argv, options *o) {
         return bad_option("--resume latest continues from the newest checkpoint of --save PATH: give --save "
                           "(a file named latest: --resume ./latest)");
     if (o->fsdp && o->replicas < 2)
-        return bad_option("--fsdp shards over the data-parallel replicas: give --data-parallel R with R >= 2");
-    if (o->fsdp_gather_given && !o->fsdp) return bad_option("--fsdp-gather says when FSDP gathers: give --fsdp too");
+        return bad_option(
+            "--fsdp shards over the data-parallel replicas: give --data-parallel R with R >= 2");
+    if (o->fsdp_gather_given && !o->fsdp)
+        return bad_option("--fsdp-gather says when FSDP gathers: give --fsdp too");
     if (!!o->data + !!o->tokens + !!o->text > 1)
         return bad_option("--data (the bytes of a text), --tokens (a token file) and --text (a text through "
                           "--tokenizer) are sources of data; give one");
@@ -949,16 +962,16 @@ static void trainer_free(trainer *t) {
  * under MPI. */
 #define EVAL_BATCHES 4
 static mpmd_status evaluate(trainer *t, mpmd_step *ev, const gpt_model *em, const gpt_model *m,
-                            const gpt_corpus *held, int64_t gb, unsigned long long seed, int replicas, int32_t *tok,
-                            int32_t *tgt, float *out, mpmd_error *err) {
+                            const gpt_corpus *held, int64_t gb, unsigned long long seed, int replicas,
+                            int32_t *tok, int32_t *tgt, float *out, mpmd_error *err) {
     mpmd_status rc = gpt_copy_params(ev, em, t->st, m, err);
     double sum = 0;
     size_t bytes = (size_t)(gb * em->cfg.seq) * sizeof *tok;
     for (int e = 0; e < EVAL_BATCHES && !rc; e++) {
         float l = NAN;
         gpt_sample_batch(held, gb, em->cfg.seq, seed ^ 0x6576616cull, (uint64_t)e, tok, tgt);
-        if ((rc = gpt_set_inputs(ev, em, tok, tgt, bytes, seed, (uint64_t)e, replicas)) || (rc = mpmd_step_run(ev)) ||
-            (rc = mpmd_step_gather(ev, em->loss, &l, sizeof l)))
+        if ((rc = gpt_set_inputs(ev, em, tok, tgt, bytes, seed, (uint64_t)e, replicas)) ||
+            (rc = mpmd_step_run(ev)) || (rc = mpmd_step_gather(ev, em->loss, &l, sizeof l)))
             mpmd_error_set(err, rc, "--eval: %s", mpmd_step_error(ev));
         sum += l;
     }
@@ -1295,8 +1308,9 @@ static int generate_with(options *o, trainer *t, gen_buffers *gb, gpt_decoder *d
         mpmd_param_load_report rep;
         if (mpmd_step_load_params(t->st, o->resume, NULL, &rep, &err)) return fail(t, "%s", err.msg);
         if (rep.missing)
-            return fail(t, "%s lacks %d of the model's %d parameters: give the model options it was trained with",
-                        o->resume, rep.missing, d->n_params);
+            return fail(
+                t, "%s lacks %d of the model's %d parameters: give the model options it was trained with",
+                o->resume, rep.missing, d->n_params);
         /* a weights export holds parameters only: one this model does not
          * read (an untied LM head under --tie-embeddings) is of another model */
         if (info.weights_only && rep.unexpected)
@@ -1572,7 +1586,8 @@ static int run(int argc, char **argv) {
         o.cfg = gpt_layout_config(&o.cfg, &chosen);
         snprintf(chosen_schedule, sizeof chosen_schedule, "%s", chosen.schedule);
         o.schedule = chosen_schedule;
-        if (chosen.gather[0]) o.fsdp_gather = strcmp(chosen.gather, "step") ? MPMD_GATHER_PER_TASK : MPMD_GATHER_PER_STEP;
+        if (chosen.gather[0])
+            o.fsdp_gather = strcmp(chosen.gather, "step") ? MPMD_GATHER_PER_TASK : MPMD_GATHER_PER_STEP;
         if (!o.quiet)
             fprintf(o.json ? stderr : stdout, "auto: training %s, %d stages, %d microbatches, remat %s%s%s\n",
                     chosen.schedule, chosen.stages, chosen.microbatches, chosen.remat,
@@ -1594,7 +1609,8 @@ static int run(int argc, char **argv) {
     so.backend = o.backend;
     so.step_timeout = o.step_timeout;
     if (!(t.st = mpmd_jit_with_loop(m.g, t.sched, &so, &err)))
-        return fail(&t, "%s%s", err.msg, strstr(err.msg, "threads_per_rank") ?  " (" PROG ": --threads N)" : "");
+        return fail(&t, "%s%s", err.msg,
+                    strstr(err.msg, "threads_per_rank") ? " (" PROG ": --threads N)" : "");
     /* for the bubble and the pictures: two clock reads per instruction */
     if (t.sched || o.fsdp) mpmd_step_set_recording(t.st, 1);
     /* --eval: the loss alone, compiled like the training step (forward only) */
@@ -1604,7 +1620,8 @@ static int run(int argc, char **argv) {
     if (o.eval_every) {
         if (gpt_build_eval(c, &em, &err)) return fail(&t, "%s", err.msg);
         t.em = &em;
-        if (!(t.ev = ev = mpmd_jit_with_loop(em.g, t.sched, &so, &err))) return fail(&t, "--eval: %s", err.msg);
+        if (!(t.ev = ev = mpmd_jit_with_loop(em.g, t.sched, &so, &err)))
+            return fail(&t, "--eval: %s", err.msg);
     }
     long long first = 1;
     char from[4200] = ""; /* the checkpoint this run continues */
@@ -1619,16 +1636,20 @@ static int run(int argc, char **argv) {
 
     if (t.root && !o.quiet && !o.json) {
         printf(PROG ": %d layers, width %lld, %d heads, seq %lld, batch %lld in %d microbatches, %lld "
-               "parameters%s\n",
+                    "parameters%s\n",
                c->layers, (long long)c->width, c->heads, (long long)c->seq,
                (long long)(c->batch * o.replicas), c->microbatches, (long long)gpt_param_count(c),
                c->tie_embeddings ? " (tied embeddings)" : "");
         if (t.sched)
             printf("pipeline: %s on %s%s\n", t.sched->name, o.mpi ? "MPI processes" : "in-process ranks",
-                   o.fsdp ? ", FSDP replicas" : o.replicas > 1 ? ", data-parallel replicas" : "");
+                   o.fsdp           ? ", FSDP replicas"
+                   : o.replicas > 1 ? ", data-parallel replicas"
+                                    : "");
         else
-            printf("pipeline: none (the one-rank microbatch loop%s)\n",
-                   o.fsdp ? ", FSDP replicas" : o.replicas > 1 ? ", data-parallel replicas" : "");
+            printf("pipeline: none (the one-rank microbatch loop%s)\n", o.fsdp ? ", FSDP replicas"
+                                                                        : o.replicas > 1
+                                                                            ? ", data-parallel replicas"
+                                                                            : "");
         if (o.tokens)
             printf("data: %s, %lld tokens", o.tokens, (long long)corpus.len);
         else if (o.text)
@@ -1725,7 +1746,8 @@ static int run(int argc, char **argv) {
             if (evaluate(&t, ev, &em, &m, &held, gb, o.seed, (int)o.replicas, tok, tgt, &eval_loss, &err))
                 return fail(&t, "step %lld: %s", step, err.msg);
             if (t.root && !o.quiet && !o.json)
-                printf("eval after step %lld: loss %.4f (%d held-out batches)\n", step, eval_loss, EVAL_BATCHES);
+                printf("eval after step %lld: loss %.4f (%d held-out batches)\n", step, eval_loss,
+                       EVAL_BATCHES);
             if (t.root && o.json)
                 printf("{\"step\": %lld, \"eval_loss\": %s}\n", step, json_num(jn[0], "%.6f", eval_loss));
         }

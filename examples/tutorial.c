@@ -259,7 +259,8 @@ static mpmd_status build_split(const options *o, int num_stages, int64_t batch, 
             x = mpmd_enter_stage(g, x); /* pipeline_yield */
     }
     /* loss_fn: mean((predictions - targets) ** 2) */
-    mpmd_value loss = mpmd_mean(g, mpmd_square(g, mpmd_sub(g, mpmd_cast(g, x, MPMD_F32), t)), MPMD_ALL_AXES, MPMD_DROP_DIMS);
+    mpmd_value loss = mpmd_mean(g, mpmd_square(g, mpmd_sub(g, mpmd_cast(g, x, MPMD_F32), t)), MPMD_ALL_AXES,
+                                MPMD_DROP_DIMS);
     if (num_stages > 0) loss = mpmd_enter_stage(g, loss); /* closes the last stage */
 
     int cap = mpmd_graph_params(g, NULL, 0), np;
@@ -465,16 +466,19 @@ static int sharded(const options *o, const char *title, int num_stages, int rank
         printf(k ? "  FSDP: each replica holds 1/%d of the parameters, gradients and AdamW state\n"
                  : "  plain data parallelism over %d replicas (every replica holds every parameter)\n",
                replicas);
-        if (!(st[k] = mpmd_jit_with_loop(m.g, s, &so, &err)) || !(res[k].losses = malloc((size_t)o->steps * sizeof(float)))) {
+        if (!(st[k] = mpmd_jit_with_loop(m.g, s, &so, &err)) ||
+            !(res[k].losses = malloc((size_t)o->steps * sizeof(float)))) {
             fprintf(stderr, "tutorial: %s\n", st[k] ? "out of memory" : err.msg);
             goto done;
         }
         runner r = {NULL, st[k]};
         if (train(&r, &m, o, x, t, &res[k])) goto done;
-        printf("  rank 0 holds %lld bytes of parameters and optimizer state; %.2fx the one-rank loop's speed\n",
-               state_bytes(st[k]), loop_ms / res[k].median_ms);
+        printf(
+            "  rank 0 holds %lld bytes of parameters and optimizer state; %.2fx the one-rank loop's speed\n",
+            state_bytes(st[k]), loop_ms / res[k].median_ms);
     }
-    int same = !strcmp(res[0].sha, res[1].sha) && !memcmp(res[0].losses, res[1].losses, (size_t)o->steps * sizeof(float));
+    int same = !strcmp(res[0].sha, res[1].sha) &&
+               !memcmp(res[0].losses, res[1].losses, (size_t)o->steps * sizeof(float));
     printf("  FSDP holds %.2fx the state bytes of plain data parallelism; bitwise equal to it: %s\n",
            (double)state_bytes(st[1]) / (double)state_bytes(st[0]), same ? "yes" : "no");
     rc = same ? 0 : 1;
@@ -501,7 +505,8 @@ static int tensor_parallel(const options *o, const float *x, const float *t, con
         model w;
         mpmd_error e;
         mpmd_step *ws = NULL;
-        if (!build(o, 0, &w, &e) && (ws = mpmd_jit_with_loop(w.g, NULL, NULL, &e))) whole_params = param_bytes(ws);
+        if (!build(o, 0, &w, &e) && (ws = mpmd_jit_with_loop(w.g, NULL, NULL, &e)))
+            whole_params = param_bytes(ws);
         mpmd_step_free(ws);
         mpmd_graph_free(w.g);
     }
@@ -512,7 +517,8 @@ static int tensor_parallel(const options *o, const float *x, const float *t, con
     run_result res[2] = {{NULL, "", 0}, {NULL, "", 0}};
     int rc = 1;
     for (int k = 0; k < 2; k++) {
-        printf(k ? "\n== pipeline with tensor parallelism inside: Interleaved1F1B(num_stages=4, mpmd_dim=2) x %d model "
+        printf(k ? "\n== pipeline with tensor parallelism inside: Interleaved1F1B(num_stages=4, mpmd_dim=2) "
+                   "x %d model "
                    "ranks ==\n"
                  : "\n== tensor parallelism only: the loop, every Block split over %d model ranks ==\n",
                M);
@@ -527,15 +533,17 @@ static int tensor_parallel(const options *o, const float *x, const float *t, con
         if (!(res[k].losses = malloc((size_t)o->steps * sizeof(float)))) goto done;
         runner r = {NULL, st[k]};
         if (train(&r, &m[k], o, x, t, &res[k])) goto done;
-        printf("  rank 0 (model rank 0) holds %lld parameter bytes, %.2fx the one-rank loop's\n", param_bytes(st[k]),
-               (double)param_bytes(st[k]) / (double)whole_params);
+        printf("  rank 0 (model rank 0) holds %lld parameter bytes, %.2fx the one-rank loop's\n",
+               param_bytes(st[k]), (double)param_bytes(st[k]) / (double)whole_params);
     }
     double worst = 0;
     for (long long k = 0; k < o->steps; k++) {
-        double d = fabs((double)res[0].losses[k] - (double)ref->losses[k]) / (fabs((double)ref->losses[k]) + 1e-30);
+        double d =
+            fabs((double)res[0].losses[k] - (double)ref->losses[k]) / (fabs((double)ref->losses[k]) + 1e-30);
         if (d > worst) worst = d;
     }
-    int same = !strcmp(res[0].sha, res[1].sha) && !memcmp(res[0].losses, res[1].losses, (size_t)o->steps * sizeof(float));
+    int same = !strcmp(res[0].sha, res[1].sha) &&
+               !memcmp(res[0].losses, res[1].losses, (size_t)o->steps * sizeof(float));
     printf("  losses of the split loop against the one-rank loop: within %.2g (relative)\n", worst);
     printf("  the pipeline bitwise equal to the split loop: %s\n", same ? "yes" : "no");
     rc = same && worst < 1e-4 ? 0 : 1;
@@ -590,14 +598,13 @@ int main(int argc, char **argv) {
     runner r = {ex, NULL};
     if (train(&r, &m, &o, x, t, &ref)) goto done;
 
-
     /* 2. and 3. Pipelined over 4 ranks: 4 stages, then 8. */
     int bad = pipelined(&o, NUM_RANKS, x, t, &ref);
     bad |= pipelined(&o, NUM_LAYERS, x, t, &ref);
     /* 4. and 5. FSDP inside the data axis, with and without a pipeline */
     if (o.fsdp) {
-        bad |= sharded(&o, "FSDP only: the loop on 4 replicas, 2 sequences each in 2 microbatches", 0, 1, 4, 2, x, t,
-                       ref.median_ms);
+        bad |= sharded(&o, "FSDP only: the loop on 4 replicas, 2 sequences each in 2 microbatches", 0, 1, 4,
+                       2, x, t, ref.median_ms);
         bad |= sharded(&o,
                        "pipeline with FSDP inside: Interleaved1F1B(num_stages=4, mpmd_dim=2) x 2 replicas, 4 "
                        "sequences each in 4 microbatches",

@@ -23,7 +23,7 @@
  *     loss = mpmd_enter_stage(g, loss);               // stage 1 ends here
  *
  *     mpmd_value params[4], grads[4];                 // treduce(value_and_grad(...)): backward ops in the
- *     int np;                                         // same body, loss and gradients summed over microbatches
+ *     int np;                                         // same body; loss, gradients summed over microbatches
  *     mpmd_value total = mpmd_value_and_grad(g, loss, 0, NULL, 4, params, grads, &np);
  *     mpmd_adamw(g, np, params, grads, mpmd_scalar(g, 1e-3f), MPMD_ADAM_DEFAULTS);
  *
@@ -247,7 +247,8 @@ mpmd_value mpmd_variable(mpmd_graph *g, const char *name, mpmd_dtype dtype, int 
  * (copied into the graph; `data` holds numel elements of `dtype`). */
 MPMD_NODISCARD mpmd_value mpmd_scalar(mpmd_graph *g, float v);
 MPMD_NODISCARD mpmd_value mpmd_full(mpmd_graph *g, float v, int ndim, const int64_t *dims);
-MPMD_NODISCARD mpmd_value mpmd_constant(mpmd_graph *g, mpmd_dtype dtype, int ndim, const int64_t *dims, const void *data);
+MPMD_NODISCARD mpmd_value mpmd_constant(mpmd_graph *g, mpmd_dtype dtype, int ndim, const int64_t *dims,
+                                        const void *data);
 
 /* ------------------------------------------------------------------------ */
 /* Elementwise ops (numpy broadcasting between operands)                     */
@@ -279,7 +280,14 @@ MPMD_NODISCARD mpmd_value mpmd_softplus(mpmd_graph *g, mpmd_value a);
  * operand gets half of the cotangent. */
 MPMD_NODISCARD mpmd_value mpmd_maximum(mpmd_graph *g, mpmd_value a, mpmd_value b);
 MPMD_NODISCARD mpmd_value mpmd_minimum(mpmd_graph *g, mpmd_value a, mpmd_value b);
-typedef enum mpmd_cmp { MPMD_CMP_EQ, MPMD_CMP_NE, MPMD_CMP_LT, MPMD_CMP_LE, MPMD_CMP_GT, MPMD_CMP_GE } mpmd_cmp;
+typedef enum mpmd_cmp {
+    MPMD_CMP_EQ,
+    MPMD_CMP_NE,
+    MPMD_CMP_LT,
+    MPMD_CMP_LE,
+    MPMD_CMP_GT,
+    MPMD_CMP_GE
+} mpmd_cmp;
 /* 1 where `a cmp b` holds, else 0, in a's dtype (a mask for mpmd_where or
  * mpmd_mul); no gradient flows through it. */
 MPMD_NODISCARD mpmd_value mpmd_compare(mpmd_graph *g, mpmd_value a, mpmd_value b, mpmd_cmp cmp);
@@ -356,7 +364,8 @@ MPMD_NODISCARD mpmd_value mpmd_concat(mpmd_graph *g, int n, const mpmd_value *xs
 MPMD_NODISCARD mpmd_value mpmd_matmul(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags);
 /* alpha op(a) op(b), the scale applied inside the product (one pass, as in
  * attention's scores); its gradients are scaled the same way. */
-MPMD_NODISCARD mpmd_value mpmd_matmul_scaled(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags, float alpha);
+MPMD_NODISCARD mpmd_value mpmd_matmul_scaled(mpmd_graph *g, mpmd_value a, mpmd_value b, int flags,
+                                             float alpha);
 
 /* Softmax and log-softmax over the last axis. The causal variant takes
  * [..., T, T] scores and masks j > i (row i attends to columns 0..i). */
@@ -366,7 +375,8 @@ MPMD_NODISCARD mpmd_value mpmd_softmax_causal(mpmd_graph *g, mpmd_value a);
 
 /* Layer norm over the last axis: (x - mean) / sqrt(var + eps) * gamma + beta,
  * gamma and beta of shape [C]. One fused kernel each way. */
-MPMD_NODISCARD mpmd_value mpmd_layer_norm(mpmd_graph *g, mpmd_value x, mpmd_value gamma, mpmd_value beta, float eps);
+MPMD_NODISCARD mpmd_value mpmd_layer_norm(mpmd_graph *g, mpmd_value x, mpmd_value gamma, mpmd_value beta,
+                                          float eps);
 
 /* RMS norm over the last axis (LLaMA's): x / sqrt(mean(x^2) + eps) * scale,
  * scale of shape [C]. One fused kernel each way. */
@@ -494,7 +504,8 @@ MPMD_NODISCARD mpmd_value mpmd_reduce_scatter(mpmd_graph *g, mpmd_value x, int d
  * over every rank's columns. Both with their gradients; the rank's place
  * on the axis is applied when the step runs. mpmd_embed splits its table
  * this way when m > 1 divides the vocabulary. */
-MPMD_NODISCARD mpmd_value mpmd_embedding_split(mpmd_graph *g, mpmd_value table, mpmd_value ids, const char *axis);
+MPMD_NODISCARD mpmd_value mpmd_embedding_split(mpmd_graph *g, mpmd_value table, mpmd_value ids,
+                                               const char *axis);
 MPMD_NODISCARD mpmd_value mpmd_cross_entropy_split(mpmd_graph *g, mpmd_value logits, mpmd_value targets,
                                                    const char *axis);
 
@@ -603,8 +614,9 @@ mpmd_status mpmd_grad(mpmd_graph *g, mpmd_value loss, int n, const mpmd_value *w
  *     mpmd_adamw(g, n, ps, gs, mpmd_scalar(g, 1e-3f), MPMD_ADAM_DEFAULTS);
  *
  * Errors go to the graph (MPMD_NONE returned). */
-MPMD_NODISCARD mpmd_value mpmd_value_and_grad(mpmd_graph *g, mpmd_value loss, int n_wrt, const mpmd_value *wrt,
-                                              int cap, mpmd_value *params, mpmd_value *grads, int *n);
+MPMD_NODISCARD mpmd_value mpmd_value_and_grad(mpmd_graph *g, mpmd_value loss, int n_wrt,
+                                              const mpmd_value *wrt, int cap, mpmd_value *params,
+                                              mpmd_value *grads, int *n);
 
 /* ------------------------------------------------------------------------ */
 /* State updates, layers and optimizers                                      */
@@ -620,38 +632,46 @@ void mpmd_keep(mpmd_graph *g, mpmd_value v);
 
 /* Dense layer "name": x[..., in] @ kernel[in, out] (+ bias[out]);
  * parameters name/kernel (LeCun normal) and name/bias (zeros). */
-MPMD_NODISCARD mpmd_value mpmd_dense(mpmd_graph *g, const char *name, mpmd_value x, int64_t out, int use_bias);
+MPMD_NODISCARD mpmd_value mpmd_dense(mpmd_graph *g, const char *name, mpmd_value x, int64_t out,
+                                     int use_bias);
 /* LayerNorm layer "name" over the last axis: parameters name/scale (ones)
  * and name/bias (zeros). */
 MPMD_NODISCARD mpmd_value mpmd_layer_norm_layer(mpmd_graph *g, const char *name, mpmd_value x, float eps);
 /* Embedding layer "name": parameter name/embedding [vocab, width], normal(0.02). */
-MPMD_NODISCARD mpmd_value mpmd_embed(mpmd_graph *g, const char *name, mpmd_value ids, int64_t vocab, int64_t width);
+MPMD_NODISCARD mpmd_value mpmd_embed(mpmd_graph *g, const char *name, mpmd_value ids, int64_t vocab,
+                                     int64_t width);
 /* MLP "name": dense(hidden) -> gelu -> dense(out). */
-MPMD_NODISCARD mpmd_value mpmd_mlp(mpmd_graph *g, const char *name, mpmd_value x, int64_t hidden, int64_t out);
+MPMD_NODISCARD mpmd_value mpmd_mlp(mpmd_graph *g, const char *name, mpmd_value x, int64_t hidden,
+                                   int64_t out);
 /* Self-attention "name" on x [B, T, C]: one dense to q, k, v (name/qkv),
  * mpmd_attention over `heads` heads, dense back to C (name/out). Causal,
  * after mpmd_set_decode it decodes against a key/value cache (below). */
-MPMD_NODISCARD mpmd_value mpmd_self_attention(mpmd_graph *g, const char *name, mpmd_value x, int heads, int causal);
+MPMD_NODISCARD mpmd_value mpmd_self_attention(mpmd_graph *g, const char *name, mpmd_value x, int heads,
+                                              int causal);
 /* The JaxPP tutorial's Block "name" (post-LN): x = LN(x + attn(x));
  * x = LN(x + Dense(Dense(x, 4C) -> gelu, C)). */
-MPMD_NODISCARD mpmd_value mpmd_transformer_block(mpmd_graph *g, const char *name, mpmd_value x, int heads, int causal);
+MPMD_NODISCARD mpmd_value mpmd_transformer_block(mpmd_graph *g, const char *name, mpmd_value x, int heads,
+                                                 int causal);
 /* A GPT-2 block "name" (pre-LN, causal): x = x + attn(LN(x)); x = x + mlp(LN(x)). */
 MPMD_NODISCARD mpmd_value mpmd_gpt_block(mpmd_graph *g, const char *name, mpmd_value x, int heads);
 /* RMSNorm layer "name" over the last axis: parameter name/scale (ones). */
 MPMD_NODISCARD mpmd_value mpmd_rms_norm_layer(mpmd_graph *g, const char *name, mpmd_value x, float eps);
 /* SwiGLU MLP "name" (LLaMA's): down(silu(gate(x)) * up(x)), dense layers
  * name/{gate,up,down} without bias, gate and up of width `hidden`. */
-MPMD_NODISCARD mpmd_value mpmd_swiglu_mlp(mpmd_graph *g, const char *name, mpmd_value x, int64_t hidden, int64_t out);
+MPMD_NODISCARD mpmd_value mpmd_swiglu_mlp(mpmd_graph *g, const char *name, mpmd_value x, int64_t hidden,
+                                          int64_t out);
 /* Causal self-attention "name" with rotary embeddings on x [B, T, C]:
  * name/{q,k,v,o} without bias; kv_heads key/value heads (grouped-query
  * attention when fewer than `heads`, which they must divide; each is shared
  * by heads / kv_heads query heads). Llama 3.1's frequencies with
  * mpmd_set_rope_scaling; after mpmd_set_decode it decodes against a
  * key/value cache, turning q and k by the run-time positions. */
-MPMD_NODISCARD mpmd_value mpmd_rope_attention(mpmd_graph *g, const char *name, mpmd_value x, int heads, int kv_heads, float rope_base);
+MPMD_NODISCARD mpmd_value mpmd_rope_attention(mpmd_graph *g, const char *name, mpmd_value x, int heads,
+                                              int kv_heads, float rope_base);
 /* A LLaMA block "name" (pre-norm, causal): x = x + attn(RMS(x)) with rotary
  * attention; x = x + swiglu(RMS(x)) of width `hidden`. */
-MPMD_NODISCARD mpmd_value mpmd_llama_block(mpmd_graph *g, const char *name, mpmd_value x, int heads, int kv_heads, int64_t hidden, float rope_base, float eps);
+MPMD_NODISCARD mpmd_value mpmd_llama_block(mpmd_graph *g, const char *name, mpmd_value x, int heads,
+                                           int kv_heads, int64_t hidden, float rope_base, float eps);
 /* Dropout in the blocks above (transformer, GPT-2, LLaMA) built after this
  * call: each residual branch's output (attention, MLP) goes through
  * mpmd_dropout(rate, key) before it is added. rate 0 (the default) turns
@@ -1032,8 +1052,8 @@ mpmd_status mpmd_step_memory(const mpmd_step *st, int rank, mpmd_memory_stats *o
  * Measured op times carry the profiled run's thread count: profile with
  * the threads per rank the layout will have. */
 typedef struct mpmd_prediction {
-    double step_ms;           /* NAN without a profiled step */
-    double bubble;            /* of the simulated schedule (0 for the loop) */
+    double step_ms; /* NAN without a profiled step */
+    double bubble;  /* of the simulated schedule (0 for the loop) */
     int num_ranks;
     mpmd_memory_stats *ranks; /* [num_ranks]: the planned fields (measured -1) */
     int64_t peak;             /* the largest planned total of a rank */
@@ -1108,12 +1128,12 @@ typedef struct mpmd_step_stats {
      * (1: even). */
     int slowest_stage;
     double slowest_stage_ms, imbalance;
-    double transfer_ms; /* time in sends and receives, waiting left out, summed over ranks */
-    double analytic_bubble;  /* the schedule's textbook bubble, NAN if none */
+    double transfer_ms;     /* time in sends and receives, waiting left out, summed over ranks */
+    double analytic_bubble; /* the schedule's textbook bubble, NAN if none */
     char analytic_formula[128];
-    int threads_per_rank;      /* kernel threads each rank ran on (the CPU backend's) */
-    char threads_reason[192];  /* why that many: as asked, or the cores this process may use per rank */
-    mpmd_rank_stats *ranks; /* [num_ranks], owned: mpmd_step_stats_free */
+    int threads_per_rank;     /* kernel threads each rank ran on (the CPU backend's) */
+    char threads_reason[192]; /* why that many: as asked, or the cores this process may use per rank */
+    mpmd_rank_stats *ranks;   /* [num_ranks], owned: mpmd_step_stats_free */
 } mpmd_step_stats;
 
 /* The summary of the last recorded run. */

@@ -171,7 +171,7 @@ void mpmd_checkpoint_snapshot_free(mpmd_checkpoint_snapshot *snap);
  * as they are. A tensor of another shape or dtype is an error, before
  * anything changes. Checksums are checked as for mpmd_step_load. */
 typedef struct mpmd_param_load_opts {
-    const char *only;     /* load only parameters whose name starts with this; NULL: all */
+    const char *only;      /* load only parameters whose name starts with this; NULL: all */
     const char *from, *to; /* the step's parameter to + X is read from from + X; NULL: same names */
 } mpmd_param_load_opts;
 typedef struct mpmd_param_load_report {

@@ -211,7 +211,8 @@ typedef struct mpmd_cost_model {
      * stage also holds static_bytes for the whole step (its parameters and
      * optimizer state). */
     double keep_f, keep_w, static_bytes;
-    const double *stage_latency; /* NULL or [num_stages * 4]: stage s's F, B, A, W at s * 4 + kind; borrowed */
+    const double
+        *stage_latency; /* NULL or [num_stages * 4]: stage s's F, B, A, W at s * 4 + kind; borrowed */
     /* Stages that differ (a planner's model: the embedding's and the LM
      * head's stages, links of other kinds), each borrowed, NULL where not
      * used. link_time[s]: the time the value crossing between stages s and

@@ -229,7 +229,8 @@ static void fail_both(void) {
             mpmd_step_set_input(st, gm.tokens, bad_tok, sizeof tok);
             mpmd_step_set_input(st, gm.targets, bad_tgt, sizeof tgt);
             mpmd_status rc = mpmd_step_run(st);
-            failed = rc != MPMD_OK && (strstr(mpmd_step_error(st), "999") || strstr(mpmd_step_error(st), "4242"));
+            failed =
+                rc != MPMD_OK && (strstr(mpmd_step_error(st), "999") || strstr(mpmd_step_error(st), "4242"));
             CHECK(failed, "process %d: the bad step ran (%d): %s", world, (int)rc, mpmd_step_error(st));
             continue;
         }
@@ -246,8 +247,9 @@ static void fail_both(void) {
     char ha[65], hb[65];
     mpmd_exec_params_sha256(ex, ha);
     mpmd_step_params_sha256(st, hb);
-    CHECK(la == lb && !strcmp(ha, hb), "process %d: after the failed step: loss %.9g vs the loop's %.9g, params %s",
-          world, lb, la, strcmp(ha, hb) ? "differ" : "equal");
+    CHECK(la == lb && !strcmp(ha, hb),
+          "process %d: after the failed step: loss %.9g vs the loop's %.9g, params %s", world, lb, la,
+          strcmp(ha, hb) ? "differ" : "equal");
     if (world == 0 && !tu_failures)
         printf("both ranks failed in a step (receives cancelled); the next steps equal the loop's bits\n");
     mpmd_step_free(st);
@@ -292,9 +294,11 @@ static void partial_load(void) {
     mpmd_step_gather(st, w2, before, sizeof before);
     mpmd_param_load_opts lo = {"w1", NULL, NULL};
     mpmd_param_load_report rep;
-    CHECK(mpmd_step_load_params(st, path, &lo, &rep, &err) == MPMD_OK && rep.loaded == 1, "load: %s", err.msg);
+    CHECK(mpmd_step_load_params(st, path, &lo, &rep, &err) == MPMD_OK && rep.loaded == 1, "load: %s",
+          err.msg);
     mpmd_step_gather(st, w2, after, sizeof after);
-    CHECK(!memcmp(before, after, sizeof before), "loading w1 alone changed w2 (%g -> %g)", before[0], after[0]);
+    CHECK(!memcmp(before, after, sizeof before), "loading w1 alone changed w2 (%g -> %g)", before[0],
+          after[0]);
     if (world == 0) {
         printf("partial load, fsdp 2 x model ranks 2: the parameters not loaded keep their values\n");
         remove(path);

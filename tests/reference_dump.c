@@ -42,8 +42,8 @@ typedef struct out_file {
     int nmeta;
 } out_file;
 
-static void add(out_file *f, const char *name, const char *dtype, int ndim, const int64_t *dim, const void *src,
-                size_t bytes) {
+static void add(out_file *f, const char *name, const char *dtype, int ndim, const int64_t *dim,
+                const void *src, size_t bytes) {
     if (f->n == MAXT) {
         fprintf(stderr, "reference_dump: too many tensors\n");
         exit(1);
@@ -100,8 +100,8 @@ static void add_value(out_file *f, const char *prefix, mpmd_step *st, const mpmd
 /* One training step of a model: parameters before, gradients, parameters
  * after, and the inputs. */
 static int dump_step(const char *dir, const char *name, mpmd_graph *g, int np, const mpmd_value *params,
-                     const mpmd_value *grads, mpmd_value loss, mpmd_value norm, int nin, const mpmd_value *inputs,
-                     void **in_data, const char *config) {
+                     const mpmd_value *grads, mpmd_value loss, mpmd_value norm, int nin,
+                     const mpmd_value *inputs, void **in_data, const char *config) {
     mpmd_error err;
     mpmd_step_opts o = MPMD_STEP_DEFAULTS;
     o.threads_per_rank = 1;
@@ -170,16 +170,18 @@ static int dump_gpt(const char *dir, const char *name, float clip) {
     int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
     gpt_random_batch(c.vocab, c.batch, c.seq, 11, 1, tok, tgt);
     char config[512];
-    snprintf(config, sizeof config,
-             "{\"vocab\": %lld, \"seq\": %lld, \"width\": %lld, \"heads\": %d, \"layers\": %d, \"batch\": %lld, "
-             "\"microbatches\": %d, \"lr\": %.9g, \"b1\": %.9g, \"b2\": %.9g, \"eps\": %.9g, \"wd\": %.9g, "
-             "\"clip\": %.9g, \"decay\": \"%s\"}",
-             (long long)c.vocab, (long long)c.seq, (long long)c.width, c.heads, c.layers, (long long)c.batch,
-             c.microbatches, (double)c.lr, (double)c.adam.b1, (double)c.adam.b2, (double)c.adam.eps,
-             (double)c.adam.weight_decay, (double)c.clip, c.decay_all ? "all" : "matrices");
+    snprintf(
+        config, sizeof config,
+        "{\"vocab\": %lld, \"seq\": %lld, \"width\": %lld, \"heads\": %d, \"layers\": %d, \"batch\": %lld, "
+        "\"microbatches\": %d, \"lr\": %.9g, \"b1\": %.9g, \"b2\": %.9g, \"eps\": %.9g, \"wd\": %.9g, "
+        "\"clip\": %.9g, \"decay\": \"%s\"}",
+        (long long)c.vocab, (long long)c.seq, (long long)c.width, c.heads, c.layers, (long long)c.batch,
+        c.microbatches, (double)c.lr, (double)c.adam.b1, (double)c.adam.b2, (double)c.adam.eps,
+        (double)c.adam.weight_decay, (double)c.clip, c.decay_all ? "all" : "matrices");
     mpmd_value inputs[2] = {m.tokens, m.targets};
     void *data[2] = {tok, tgt};
-    int rc = dump_step(dir, name, m.g, m.n_params, m.params, m.grads, m.loss, m.grad_norm, 2, inputs, data, config);
+    int rc = dump_step(dir, name, m.g, m.n_params, m.params, m.grads, m.loss, m.grad_norm, 2, inputs, data,
+                       config);
     free(tok), free(tgt);
     gpt_model_free(&m);
     return rc;
@@ -235,9 +237,9 @@ static int dump_block(const char *dir) {
 typedef mpmd_value (*op_fn)(mpmd_graph *g, const mpmd_value *p);
 
 #define OP(name, body)                                                                                       \
-    static mpmd_value op_##name(mpmd_graph *g, const mpmd_value *p) {                                          \
-        (void)g, (void)p;                                                                                     \
-        body                                                                                                  \
+    static mpmd_value op_##name(mpmd_graph *g, const mpmd_value *p) {                                        \
+        (void)g, (void)p;                                                                                    \
+        body                                                                                                 \
     }
 
 static const int AX1[1] = {1}, AX0[1] = {0}, PERM[3] = {2, 0, 1};
@@ -282,7 +284,8 @@ OP(sigmoid, return mpmd_sigmoid(g, p[0]);)
 OP(silu, return mpmd_silu(g, p[0]);)
 OP(maximum_bcast, return mpmd_maximum(g, p[0], p[1]);)
 OP(minimum, return mpmd_minimum(g, p[0], p[1]);)
-OP(where_gt, return mpmd_where(g, mpmd_compare(g, p[0], p[1], MPMD_CMP_GT), p[0], mpmd_mul_scalar(g, p[1], 0.5f));)
+OP(where_gt,
+   return mpmd_where(g, mpmd_compare(g, p[0], p[1], MPMD_CMP_GT), p[0], mpmd_mul_scalar(g, p[1], 0.5f));)
 OP(rms_norm, return mpmd_rms_norm(g, p[0], p[1], 1e-6f);)
 OP(rope, return mpmd_rope(g, p[0], 10000.0f, 3);)
 OP(take_axis1, return mpmd_take(g, p[0], g_ids, 1);)
@@ -437,6 +440,8 @@ int main(int argc, char **argv) {
     int rc = dump_gpt(argv[1], "gpt", 0.0f) || dump_gpt(argv[1], "gpt_clip", 0.05f) || dump_block(argv[1]);
     for (size_t k = 0; !rc && k < sizeof cases / sizeof cases[0]; k++)
         rc = dump_op(argv[1], &cases[k], 1000 + 10 * k);
-    if (!rc) printf("reference_dump: gpt, block and %zu ops written to %s\n", sizeof cases / sizeof cases[0], argv[1]);
+    if (!rc)
+        printf("reference_dump: gpt, block and %zu ops written to %s\n", sizeof cases / sizeof cases[0],
+               argv[1]);
     return rc;
 }

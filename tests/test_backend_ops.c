@@ -70,7 +70,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* ---- tolerances ------------------------------------------------------------
  * A float element passes when |a - b| <= atol + rtol |b| (b: the CPU's value);
  * i32 elements must be equal. The inputs are O(1) (uniform in [-4, 4] at
@@ -249,8 +248,6 @@ static void cover_add(cover *cv, const mpmd_graph *g, const mpmd_node *n) {
 }
 
 /* ---- random data -------------------------------------------------------------- */
-
-
 
 #define PARAM_SEED 20240607u
 
@@ -723,7 +720,8 @@ static void case_adamw(cb *c) {
     acc_scalar(c, mpmd_mean(g, mpmd_cross_entropy(g, logits, labels), 0, NULL, 0));
     mpmd_value ps[MAX_WRT], gs[MAX_WRT];
     int n = grads(c, 0, ps, gs);
-    if (n > 0) mpmd_adamw(g, n, ps, gs, mpmd_scalar(g, 0.01f), (mpmd_adam_opts){0.9f, 0.999f, 1e-8f, 0.01f, NULL});
+    if (n > 0)
+        mpmd_adamw(g, n, ps, gs, mpmd_scalar(g, 0.01f), (mpmd_adam_opts){0.9f, 0.999f, 1e-8f, 0.01f, NULL});
 }
 
 /* A stage marker (forward and backward) and assign to a variable of the
@@ -1033,8 +1031,8 @@ static void run_graph(const mpmd_backend *be, const cdata *cd, int nthreads, con
             snprintf(out->err, sizeof out->err, "%%%d = %s: %s", i, n->op->name, e);
             goto done;
         }
-        if (buf[i] &&
-            (be->queue.download(dev, out->val[i], buf[i], bytes) || be->queue.upload(dev, buf[i], feed->val[i], bytes))) {
+        if (buf[i] && (be->queue.download(dev, out->val[i], buf[i], bytes) ||
+                       be->queue.upload(dev, buf[i], feed->val[i], bytes))) {
             snprintf(out->err, sizeof out->err, "download of %%%d failed", i);
             goto done;
         }
@@ -1512,7 +1510,8 @@ static int test_model_axis(const mpmd_backend *be) {
     mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(T, C));
     mpmd_value xb = mpmd_input(g, "xb", MPMD_BF16, MPMD_SHAPE(T, C));
     mpmd_value tab = mpmd_param_split(g, "table", MPMD_SHAPE(V, C), MPMD_NORMAL(1.0f), 0, 1);
-    mpmd_value logits = mpmd_param(g, "logits", MPMD_SHAPE(T, V / M), MPMD_NORMAL(1.0f)); /* the rank's columns */
+    mpmd_value logits =
+        mpmd_param(g, "logits", MPMD_SHAPE(T, V / M), MPMD_NORMAL(1.0f)); /* the rank's columns */
     mpmd_loop_begin(g, 1);
     mpmd_value xs[2] = {mpmd_microbatch(g, x), mpmd_microbatch(g, xb)};
     mpmd_value idb = mpmd_microbatch(g, ids);
@@ -1523,7 +1522,8 @@ static int test_model_axis(const mpmd_backend *be) {
         TU_DROP(mpmd_pvary(g, xs[k], "model"));
     }
     mpmd_value lsum = mpmd_sum(g, mpmd_embedding_split(g, tab, idb, "model"), MPMD_ALL_AXES, MPMD_DROP_DIMS);
-    mpmd_value ce = mpmd_sum(g, mpmd_cross_entropy_split(g, logits, idb, "model"), MPMD_ALL_AXES, MPMD_DROP_DIMS);
+    mpmd_value ce =
+        mpmd_sum(g, mpmd_cross_entropy_split(g, logits, idb, "model"), MPMD_ALL_AXES, MPMD_DROP_DIMS);
     mpmd_value wrt[2] = {tab, logits}, gr[2];
     mpmd_grad(g, mpmd_add(g, lsum, ce), 2, wrt, gr);
     mpmd_loop_end(g);
@@ -1557,8 +1557,9 @@ static int test_model_axis(const mpmd_backend *be) {
                     else if (t->dtype == MPMD_F32)
                         ((float *)h_in[m][j])[k] = (float)(2 * u - 1);
                     else
-                        ((uint16_t *)h_in[m][j])[k] = t->dtype == MPMD_BF16 ? mpmd_f32_to_bf16((float)(2 * u - 1))
-                                                                           : mpmd_f32_to_f16((float)(2 * u - 1));
+                        ((uint16_t *)h_in[m][j])[k] = t->dtype == MPMD_BF16
+                                                          ? mpmd_f32_to_bf16((float)(2 * u - 1))
+                                                          : mpmd_f32_to_f16((float)(2 * u - 1));
                 }
                 d_in[m][j] = upload_new(be, dev, h_in[m][j], ib[j]);
                 if (!d_in[m][j]) ok = 0;
@@ -1570,8 +1571,9 @@ static int test_model_axis(const mpmd_backend *be) {
             const void *hin0[M], *din0[M];
             for (int r = 0; r < M; r++)
                 hin0[r] = h_in[r][0], din0[r] = d_in[r][0];
-            int bad = exch ? mpmd_backend_cpu.kernels.model_combine(NULL, g, i, m, M, hin0, want, err, sizeof err)
-                           : mpmd_backend_cpu.kernels.model_local(NULL, g, i, m, h_in[m], want, err, sizeof err);
+            int bad =
+                exch ? mpmd_backend_cpu.kernels.model_combine(NULL, g, i, m, M, hin0, want, err, sizeof err)
+                     : mpmd_backend_cpu.kernels.model_local(NULL, g, i, m, h_in[m], want, err, sizeof err);
             bad = bad || !d_out ||
                   (exch ? be->kernels.model_combine(dev, g, i, m, M, din0, d_out, err, sizeof err)
                         : be->kernels.model_local(dev, g, i, m, d_in[m], d_out, err, sizeof err)) ||
@@ -1597,10 +1599,13 @@ static int test_model_axis(const mpmd_backend *be) {
     }
     /* all_reduce, all_gather, reduce_scatter, pvary, axis_embedding(_grad),
      * axis_pick(_grad), axis_slice: every kind */
-    if (ok && kinds < 9) printf("FAIL %s model axis: only %d kinds of collective ran\n", be->name, kinds), ok = 0;
+    if (ok && kinds < 9)
+        printf("FAIL %s model axis: only %d kinds of collective ran\n", be->name, kinds), ok = 0;
     if (dev) be->device.close(dev);
     mpmd_graph_free(g);
-    if (ok) printf("ok: %s model axis: %d collectives, each model rank's result the cpu's bits\n", be->name, checked);
+    if (ok)
+        printf("ok: %s model axis: %d collectives, each model rank's result the cpu's bits\n", be->name,
+               checked);
     return ok;
 }
 
@@ -1625,10 +1630,15 @@ static int test_sumsq(const mpmd_backend *be) {
         ok &= d[v] != NULL;
     }
     uint32_t want[MPMD_EXACT_WORDS] = {0}, got[MPMD_EXACT_WORDS] = {0};
-    ok = ok && !mpmd_backend_cpu.kernels.sumsq(NULL, NV, (const void *const *)h, cnt, want, err, sizeof err) &&
+    ok = ok &&
+         !mpmd_backend_cpu.kernels.sumsq(NULL, NV, (const void *const *)h, cnt, want, err, sizeof err) &&
          be->kernels.sumsq && !be->kernels.sumsq(dev, NV, (const void *const *)d, cnt, got, err, sizeof err);
     if (!ok || memcmp(want, got, sizeof want))
-        printf("FAIL %s sumsq: %s\n", be->name, ok ? "not the cpu's exact sum" : err[0] ? err : "no sumsq"), ok = 0;
+        printf("FAIL %s sumsq: %s\n", be->name,
+               ok       ? "not the cpu's exact sum"
+               : err[0] ? err
+                        : "no sumsq"),
+            ok = 0;
     else
         printf("ok: %s sumsq: the exact sum of squares of %d vectors is the cpu's (%.17g)\n", be->name, NV,
                mpmd_exact_value(got));

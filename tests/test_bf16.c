@@ -47,7 +47,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 #define SEED 777u
 
 static int is16(mpmd_dtype d) { return d == MPMD_BF16 || d == MPMD_F16; }
@@ -181,8 +180,6 @@ typedef struct bb {
 } bb;
 
 #define D(...) MPMD_SHAPE(__VA_ARGS__)
-
-
 
 static mpmd_value input(bb *b, const char *name, mpmd_dtype dt, float lo, float hi, float step,
                         int32_t classes, int ndim, const int64_t *dims) {
@@ -384,9 +381,9 @@ typedef struct gcase {
 } gcase;
 
 static const gcase gcases[] = {
-    {"unary", g_unary},   {"binary", g_binary},   {"reduce", g_reduce}, {"shape", g_shape},
-    {"matmul", g_matmul}, {"softmax", g_softmax}, {"nn", g_nn},         {"blocks", g_blocks},
-    {"llama", g_llama},
+    {"unary", g_unary}, {"binary", g_binary}, {"reduce", g_reduce},
+    {"shape", g_shape}, {"matmul", g_matmul}, {"softmax", g_softmax},
+    {"nn", g_nn},       {"blocks", g_blocks}, {"llama", g_llama},
 };
 #define N_GCASES ((int)(sizeof gcases / sizeof gcases[0]))
 

@@ -116,7 +116,8 @@ static model build(float max_norm, int tp) {
     for (int i = 0; i < m.np; i++)
         mpmd_keep(g, m.grad[i]), mpmd_keep(g, m.clipped[i]);
     mpmd_keep(g, m.norm);
-    mpmd_adamw(g, m.np, m.p, m.clipped, mpmd_scalar(g, 1e-2f), (mpmd_adam_opts){0.9f, 0.999f, 1e-2f, 0.0f, NULL});
+    mpmd_adamw(g, m.np, m.p, m.clipped, mpmd_scalar(g, 1e-2f),
+               (mpmd_adam_opts){0.9f, 0.999f, 1e-2f, 0.0f, NULL});
     return m;
 }
 
@@ -126,8 +127,8 @@ typedef struct outcome {
     int ok;
 } outcome;
 
-static outcome run(const model *m, const mpmd_schedule *s, int replicas, int fsdp, const float *x, size_t bytes,
-                   const char *label, int check_clip) {
+static outcome run(const model *m, const mpmd_schedule *s, int replicas, int fsdp, const float *x,
+                   size_t bytes, const char *label, int check_clip) {
     outcome r = {0};
     mpmd_step_opts o = MPMD_STEP_DEFAULTS;
     o.threads_per_rank = 1, o.seed = 9, o.data_parallel = replicas, o.fsdp = fsdp;
@@ -143,7 +144,8 @@ static outcome run(const model *m, const mpmd_schedule *s, int replicas, int fsd
         fclose(f);
         char want[64];
         snprintf(want, sizeof want, "FSDP (%d parameters sharded", m->np);
-        CHECK(text && strstr(text, want), "%s: not every parameter is sharded: %.200s", label, text ? text : "");
+        CHECK(text && strstr(text, want), "%s: not every parameter is sharded: %.200s", label,
+              text ? text : "");
         free(text);
     }
     if (mpmd_step_set_input(st, m->x, x, bytes) || mpmd_step_run(st) ||
@@ -180,8 +182,10 @@ static outcome run(const model *m, const mpmd_schedule *s, int replicas, int fsd
             free(gv), free(cv);
         }
         const float want = (float)sqrt(ss);
-        CHECK(fabsf(r.norm - want) <= 1e-6f * want, "%s: norm %.9g, the gradients' %.9g", label, r.norm, want);
-        CHECK(same, "%s: the clipped gradients are not the gradients times min(max / (norm + 1e-6), 1)", label);
+        CHECK(fabsf(r.norm - want) <= 1e-6f * want, "%s: norm %.9g, the gradients' %.9g", label, r.norm,
+              want);
+        CHECK(same, "%s: the clipped gradients are not the gradients times min(max / (norm + 1e-6), 1)",
+              label);
     }
     mpmd_step_free(st);
     r.ok = 1;
@@ -212,10 +216,13 @@ static void layouts(void) {
         snprintf(label, sizeof label, "data parallel %d", R);
         outcome dp = run(&m, NULL, R, 0, x, one * (size_t)R, label, 1);
         for (int k = 0; k < 3; k++) {
-            snprintf(label, sizeof label, "fsdp %d, %s", R, k == 0 ? "loop" : k == 1 ? "std1f1b" : "zerobubble");
+            snprintf(label, sizeof label, "fsdp %d, %s", R,
+                     k == 0   ? "loop"
+                     : k == 1 ? "std1f1b"
+                              : "zerobubble");
             outcome f = run(&m, k ? scheds[k - 1] : NULL, R, 1, x, one * (size_t)R, label, 1);
-            CHECK(f.ok && f.norm == dp.norm && !strcmp(f.hash, dp.hash), "%s: norm %.9g vs data parallel's %.9g",
-                  label, f.norm, dp.norm);
+            CHECK(f.ok && f.norm == dp.norm && !strcmp(f.hash, dp.hash),
+                  "%s: norm %.9g vs data parallel's %.9g", label, f.norm, dp.norm);
         }
     }
     mpmd_schedule_free(s1), mpmd_schedule_free(sz);
@@ -236,12 +243,12 @@ static void tensor_parallel(void) {
     mpmd_error err;
     if (mpmd_schedule_std1f1b(2, MB, &s, &err)) return;
     outcome p = run(&m, s, 1, 0, x, one, "tensor parallel 2, std1f1b", 1);
-    CHECK(p.ok && p.norm == loop.norm && !strcmp(p.hash, loop.hash), "tensor parallel 2: std1f1b %.9g vs loop %.9g",
-          p.norm, loop.norm);
+    CHECK(p.ok && p.norm == loop.norm && !strcmp(p.hash, loop.hash),
+          "tensor parallel 2: std1f1b %.9g vs loop %.9g", p.norm, loop.norm);
     outcome f = run(&m, s, 2, 1, x, sizeof x, "tensor parallel 2, fsdp 2, std1f1b", 0);
     outcome d = run(&m, s, 2, 0, x, sizeof x, "tensor parallel 2, data parallel 2, std1f1b", 0);
-    CHECK(f.ok && d.ok && f.norm == d.norm && !strcmp(f.hash, d.hash), "tensor parallel 2 x fsdp 2: %.9g vs %.9g",
-          f.norm, d.norm);
+    CHECK(f.ok && d.ok && f.norm == d.norm && !strcmp(f.hash, d.hash),
+          "tensor parallel 2 x fsdp 2: %.9g vs %.9g", f.norm, d.norm);
     mpmd_schedule_free(s);
     mpmd_graph_free(m.g);
 }
@@ -264,8 +271,8 @@ static void misuse(void) {
     g = mpmd_graph_new();
     mpmd_value f = mpmd_input(g, "f", MPMD_F32, MPMD_SHAPE(3));
     TU_DROP(mpmd_clip_by_global_norm(g, 1, &f, 0.0f));
-    CHECK(strstr(mpmd_graph_error(g), "mpmd_clip_by_global_norm: max_norm 0; a positive finite norm"), "max 0: %s",
-          mpmd_graph_error(g));
+    CHECK(strstr(mpmd_graph_error(g), "mpmd_clip_by_global_norm: max_norm 0; a positive finite norm"),
+          "max 0: %s", mpmd_graph_error(g));
     mpmd_graph_free(g);
     g = mpmd_graph_new();
     TU_DROP(mpmd_global_norm(g, 0, NULL));

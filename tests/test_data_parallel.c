@@ -71,13 +71,14 @@ static int read_all(mpmd_step *st, const model *m, int replica, result *r) {
     for (int k = 0; k < 5; k++) {
         int ranks[4];
         int nr = mpmd_step_where(st, outs[k].v, ranks, 4);
-        if (nr < 1 || mpmd_runtime_read(st, ranks[0], replica, outs[k].v.id, outs[k].dst, outs[k].bytes)) return 0;
+        if (nr < 1 || mpmd_runtime_read(st, ranks[0], replica, outs[k].v.id, outs[k].dst, outs[k].bytes))
+            return 0;
     }
     return 1;
 }
 
 static mpmd_step *make(const model *m, const mpmd_schedule *s, int replicas, int fsdp, const float *x,
-                        size_t bytes) {
+                       size_t bytes) {
     mpmd_error err;
     mpmd_step_opts o = MPMD_STEP_DEFAULTS;
     o.threads_per_rank = 1;
@@ -128,12 +129,13 @@ static void check(int R, const mpmd_schedule *s, const char *label) {
         result got;
         CHECK(read_all(st, &m, d, &got), "%s: replica %d: %s", label, d, mpmd_step_error(st));
         CHECK(!memcmp(got.g1, want.g1, sizeof want.g1) && !memcmp(got.g2, want.g2, sizeof want.g2),
-              "%s: replica %d: the combined gradient is not the sum in replica order times 1/%d", label, d, R);
+              "%s: replica %d: the combined gradient is not the sum in replica order times 1/%d", label, d,
+              R);
         CHECK(got.loss == want.loss, "%s: replica %d: loss %.9g, want %.9g", label, d, got.loss, want.loss);
-        CHECK(!memcmp(got.mx, want.mx, sizeof want.mx), "%s: replica %d: the MAX result is not the largest", label,
-              d);
-        CHECK(!memcmp(got.cat, own[d].cat, sizeof got.cat), "%s: replica %d: the CONCAT result is not its own",
+        CHECK(!memcmp(got.mx, want.mx, sizeof want.mx), "%s: replica %d: the MAX result is not the largest",
               label, d);
+        CHECK(!memcmp(got.cat, own[d].cat, sizeof got.cat),
+              "%s: replica %d: the CONCAT result is not its own", label, d);
         char hd[65];
         mpmd_step_replica_params_sha256(st, d, hd);
         CHECK(!strcmp(hd, h0), "%s: replica %d's parameters differ from replica 0's", label, d);
@@ -190,14 +192,15 @@ static void fsdp_edges(void) {
             FILE *f = open_memstream(&text, &len);
             mpmd_step_print(st, f);
             fclose(f);
-            CHECK(text && strstr(text, "FSDP (1 parameters sharded, gathered per task)") && strstr(text, "reduce_scatter %") &&
-                      strstr(text, "all_gather for fwd_0"),
+            CHECK(text && strstr(text, "FSDP (1 parameters sharded, gathered per task)") &&
+                      strstr(text, "reduce_scatter %") && strstr(text, "all_gather for fwd_0"),
                   "the plan of w1 whole (its gradient's norm) and w2 sharded: %.300s", text ? text : "");
             free(text);
         }
         mpmd_step_free(st);
     }
-    CHECK(!strcmp(hex[0], hex[1]) && nrm[0] == nrm[1], "fsdp with a gradient norm: not data parallelism's bits");
+    CHECK(!strcmp(hex[0], hex[1]) && nrm[0] == nrm[1],
+          "fsdp with a gradient norm: not data parallelism's bits");
     mpmd_graph_free(m.g);
 }
 

@@ -29,11 +29,12 @@ static void test_philox_known_answers(void) {
     for (int k = 0; k < 3; k++) {
         uint32_t out[4];
         mpmd_philox4x32(ctr[k], key[k], out);
-        CHECK(memcmp(out, want[k], sizeof out) == 0, "philox vector %d: %08x %08x %08x %08x", k, out[0], out[1],
-              out[2], out[3]);
+        CHECK(memcmp(out, want[k], sizeof out) == 0, "philox vector %d: %08x %08x %08x %08x", k, out[0],
+              out[1], out[2], out[3]);
     }
     CHECK(mpmd_dropout_threshold(0.5f) == 0x80000000u, "threshold(0.5) = %08x", mpmd_dropout_threshold(0.5f));
-    CHECK(mpmd_dropout_threshold(0.25f) == 0x40000000u, "threshold(0.25) = %08x", mpmd_dropout_threshold(0.25f));
+    CHECK(mpmd_dropout_threshold(0.25f) == 0x40000000u, "threshold(0.25) = %08x",
+          mpmd_dropout_threshold(0.25f));
 }
 
 enum { R = 64, C = 1000 };
@@ -83,8 +84,10 @@ static void test_mask(void) {
         one_run a = run_once(rate, key, 1, 1), b = run_once(rate, key, 3, 0), c = run_once(rate, key2, 1, 0);
         int64_t dropped = 0, bad_value = 0, bad_grad = 0, same_key2 = 0, same_other_op = 0;
         for (int64_t i = 0; i < n; i++) {
-            if (a.y[i] == 0.0f) dropped++;
-            else if (a.y[i] != scale) bad_value++;
+            if (a.y[i] == 0.0f)
+                dropped++;
+            else if (a.y[i] != scale)
+                bad_value++;
             float want = a.y[i] == 0.0f ? 0.0f : w[i] * scale;
             if (memcmp(&a.dx[i], &want, sizeof want)) bad_grad++;
             same_key2 += (a.y[i] == 0.0f) == (c.y[i] == 0.0f);
@@ -92,18 +95,20 @@ static void test_mask(void) {
         }
         /* the kept share: binomial(n, rate), 5 standard deviations */
         double sd = sqrt((double)n * rate * (1 - rate));
-        CHECK(fabs((double)dropped - rate * (double)n) < 5 * sd, "rate %g: %lld of %lld dropped", (double)rate,
-              (long long)dropped, (long long)n);
+        CHECK(fabs((double)dropped - rate * (double)n) < 5 * sd, "rate %g: %lld of %lld dropped",
+              (double)rate, (long long)dropped, (long long)n);
         CHECK(bad_value == 0, "rate %g: %lld kept values are not x / (1 - rate) = %.9g", (double)rate,
               (long long)bad_value, (double)scale);
-        CHECK(bad_grad == 0, "rate %g: %lld gradient elements differ from w * mask / (1 - rate)", (double)rate,
-              (long long)bad_grad);
-        CHECK(memcmp(a.y, b.y, (size_t)n * sizeof(float)) == 0 && memcmp(a.dx, b.dx, (size_t)n * sizeof(float)) == 0,
+        CHECK(bad_grad == 0, "rate %g: %lld gradient elements differ from w * mask / (1 - rate)",
+              (double)rate, (long long)bad_grad);
+        CHECK(memcmp(a.y, b.y, (size_t)n * sizeof(float)) == 0 &&
+                  memcmp(a.dx, b.dx, (size_t)n * sizeof(float)) == 0,
               "rate %g: 1 and 3 threads draw different masks", (double)rate);
         /* independent masks agree on p^2 + (1-p)^2 of the elements */
         double agree = rate * rate + (1 - rate) * (1 - rate);
-        CHECK(fabs((double)same_key2 / (double)n - agree) < 0.01, "rate %g: another key agrees on %.4f, not ~%.4f",
-              (double)rate, (double)same_key2 / (double)n, agree);
+        CHECK(fabs((double)same_key2 / (double)n - agree) < 0.01,
+              "rate %g: another key agrees on %.4f, not ~%.4f", (double)rate, (double)same_key2 / (double)n,
+              agree);
         CHECK(fabs((double)same_other_op / (double)n - agree) < 0.01,
               "rate %g: a second dropout op agrees on %.4f, not ~%.4f", (double)rate,
               (double)same_other_op / (double)n, agree);
@@ -197,16 +202,16 @@ static void test_pipelines(void) {
         CHECK(ref.loss[0] != ref.loss[1], "the two steps have the same loss %.9g", (double)ref.loss[0]);
         if (remat)
             CHECK(memcmp(plain.loss, ref.loss, sizeof ref.loss) == 0 && !strcmp(plain.hash, ref.hash),
-                  "the loop with remat differs from the loop without: losses %.9g vs %.9g", (double)ref.loss[1],
-                  (double)plain.loss[1]);
+                  "the loop with remat differs from the loop without: losses %.9g vs %.9g",
+                  (double)ref.loss[1], (double)plain.loss[1]);
         else
             plain = ref;
         for (int k = 0; k < tu_num_every_schedule; k++) {
             const tu_named_schedule *ns = &tu_every_schedule[k];
             mpmd_schedule *s;
             mpmd_error err;
-            if (mpmd_schedule_new((mpmd_schedule_kind)mpmd_schedule_kind_from_name(ns->name), ns->stages, ns->ranks,
-                                  MB, ns->fuse, &s, &err)) {
+            if (mpmd_schedule_new((mpmd_schedule_kind)mpmd_schedule_kind_from_name(ns->name), ns->stages,
+                                  ns->ranks, MB, ns->fuse, &s, &err)) {
                 CHECK(0, "%s: %s", ns->name, err.msg);
                 continue;
             }

@@ -144,16 +144,19 @@ static int run_loopless(const lmodel *m, const mpmd_schedule *s, lout *o, const 
 
 static void test_loopless(void) {
     lmodel a = build_loopless(0), b = build_loopless(1);
-    CHECK(mpmd_graph_status(a.g) == MPMD_OK && mpmd_graph_status(b.g) == MPMD_OK, "%s %s", mpmd_graph_error(a.g),
-          mpmd_graph_error(b.g));
-    CHECK(mpmd_graph_num_microbatches(a.g) == 1, "a loopless graph is a loop of %d", mpmd_graph_num_microbatches(a.g));
+    CHECK(mpmd_graph_status(a.g) == MPMD_OK && mpmd_graph_status(b.g) == MPMD_OK, "%s %s",
+          mpmd_graph_error(a.g), mpmd_graph_error(b.g));
+    CHECK(mpmd_graph_num_microbatches(a.g) == 1, "a loopless graph is a loop of %d",
+          mpmd_graph_num_microbatches(a.g));
     lout one, piped, expl;
     mpmd_schedule *s;
     mpmd_error err;
-    if (run_loopless(&a, NULL, &one, "loopless, one rank") && run_loopless(&b, NULL, &expl, "explicit loop of one") &&
+    if (run_loopless(&a, NULL, &one, "loopless, one rank") &&
+        run_loopless(&b, NULL, &expl, "explicit loop of one") &&
         mpmd_schedule_gpipe(STAGES, 1, &s, &err) == MPMD_OK) {
         if (run_loopless(&a, s, &piped, "loopless, gpipe")) {
-            CHECK(memcmp(&one, &piped, offsetof(lout, tasks)) == 0, "loopless: gpipe on 4 ranks differs from one rank");
+            CHECK(memcmp(&one, &piped, offsetof(lout, tasks)) == 0,
+                  "loopless: gpipe on 4 ranks differs from one rank");
             CHECK(piped.tasks == 2, "loopless: the last rank ran %d tasks, want its forward and its backward",
                   piped.tasks);
         }
@@ -167,8 +170,8 @@ static void test_loopless(void) {
     mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(2, 2));
     TU_DROP(mpmd_enter_stage(g, mpmd_tanh(g, x)));
     mpmd_loop_begin(g, 2);
-    CHECK(strstr(mpmd_graph_error(g), "stage markers before it made the graph a loop of one"), "loop after a marker: %s",
-          mpmd_graph_error(g));
+    CHECK(strstr(mpmd_graph_error(g), "stage markers before it made the graph a loop of one"),
+          "loop after a marker: %s", mpmd_graph_error(g));
     mpmd_graph_free(g);
 }
 
@@ -191,14 +194,14 @@ int main(void) {
             memset(&o, 0, sizeof o);
             if (run(&m, s, &o, ns->name)) {
                 CHECK(memcmp(o.preds, ref.preds, sizeof o.preds) == 0 && o.loss == ref.loss,
-                      "%s: predictions or loss (%.9g vs %.9g) differ from the loop's", ns->name, (double)o.loss,
-                      (double)ref.loss);
+                      "%s: predictions or loss (%.9g vs %.9g) differ from the loop's", ns->name,
+                      (double)o.loss, (double)ref.loss);
                 /* the forward tasks only: stages per rank times microbatches */
                 int per_rank = ns->stages / ns->ranks * MB, bad = 0;
                 for (int r = 0; r < o.ranks; r++)
                     bad += o.tasks[r] != per_rank;
-                CHECK(bad == 0, "%s: rank 0 ran %d tasks, want %d forward tasks per rank", ns->name, o.tasks[0],
-                      per_rank);
+                CHECK(bad == 0, "%s: rank 0 ran %d tasks, want %d forward tasks per rank", ns->name,
+                      o.tasks[0], per_rank);
             }
             mpmd_schedule_free(s);
         }

@@ -216,7 +216,8 @@ static void check_layout(const layout *lo, int R) {
         char *text = summary_text(st);
         if (fsdp) {
             char line[256];
-            snprintf(line, sizeof line, "FSDP over %d replicas (%d parameters sharded, gathered per task)", R, m.np);
+            snprintf(line, sizeof line, "FSDP over %d replicas (%d parameters sharded, gathered per task)", R,
+                     m.np);
             CHECK(text && strstr(text, line), "%s: the summary lacks \"%s\": %s", label, line,
                   text ? text : "");
             for (int r = 0; r < lo->D; r++) {
@@ -224,8 +225,10 @@ static void check_layout(const layout *lo, int R) {
                          (long long)expected_measured(&m, lo, R, r, 0));
                 const char *at = text ? strstr(text, line) : NULL;
                 CHECK(at, "%s: the summary lacks \"%s\": %s", label, line, text ? text : "");
-                snprintf(line, sizeof line, "gathered), %14lld B textbook", (long long)expected_textbook(&m, lo, R, r));
-                CHECK(at && strstr(at, line), "%s: rank %d's line lacks \"%s\": %s", label, r, line, text ? text : "");
+                snprintf(line, sizeof line, "gathered), %14lld B textbook",
+                         (long long)expected_textbook(&m, lo, R, r));
+                CHECK(at && strstr(at, line), "%s: rank %d's line lacks \"%s\": %s", label, r, line,
+                      text ? text : "");
             }
         } else {
             CHECK(text && !strstr(text, "FSDP over"), "%s, plain: the summary has an FSDP table: %s", label,

@@ -86,8 +86,8 @@ static void text_of(mpmd_step *st, int summary, char **text) {
     fclose(f);
 }
 
-static outcome run(const model *m, const mpmd_schedule *s, int R, int fsdp, mpmd_fsdp_gather when, const float *x,
-                   const char *label) {
+static outcome run(const model *m, const mpmd_schedule *s, int R, int fsdp, mpmd_fsdp_gather when,
+                   const float *x, const char *label) {
     outcome r;
     memset(&r, 0, sizeof r);
     mpmd_step_opts o = MPMD_STEP_DEFAULTS;
@@ -103,7 +103,8 @@ static outcome run(const model *m, const mpmd_schedule *s, int R, int fsdp, mpmd
     free(text);
     mpmd_step_set_recording(st, 1);
     for (int step = 0; step < 2; step++) {
-        if (mpmd_step_set_input(st, m->x, x, sizeof(float) * (size_t)(R * m->mb * ROWS * W)) || mpmd_step_run(st)) {
+        if (mpmd_step_set_input(st, m->x, x, sizeof(float) * (size_t)(R * m->mb * ROWS * W)) ||
+            mpmd_step_run(st)) {
             CHECK(0, "%s: %s", label, mpmd_step_error(st));
             mpmd_step_free(st);
             return r;
@@ -115,7 +116,8 @@ static outcome run(const model *m, const mpmd_schedule *s, int R, int fsdp, mpmd
             mpmd_step_stats_free(&ss);
         }
     }
-    CHECK(mpmd_step_read(st, m->loss, &r.loss, sizeof r.loss) == MPMD_OK, "%s: %s", label, mpmd_step_error(st));
+    CHECK(mpmd_step_read(st, m->loss, &r.loss, sizeof r.loss) == MPMD_OK, "%s: %s", label,
+          mpmd_step_error(st));
     mpmd_step_params_sha256(st, r.hash);
     mpmd_step_free(st);
     r.ok = 1;
@@ -157,7 +159,8 @@ static void mixed(void) {
                         snprintf(fl, sizeof fl, "%s, fsdp gathered per %s", label, when ? "step" : "task");
                         outcome f = run(&m, sched[k], R, 1, (mpmd_fsdp_gather)when, x, fl);
                         CHECK(f.ok && dp.ok && !strcmp(f.hash, dp.hash) && f.loss == dp.loss,
-                              "%s: not plain data parallelism's bits (loss %.9g vs %.9g)", fl, f.loss, dp.loss);
+                              "%s: not plain data parallelism's bits (loss %.9g vs %.9g)", fl, f.loss,
+                              dp.loss);
                         CHECK(f.sharded == m.np, "%s: %d of %d parameters sharded", fl, f.sharded, m.np);
                     }
                 }
@@ -195,10 +198,12 @@ static void bytes(void) {
                              mpmd_dtype_name(dt), mb, R, when ? "step" : "task");
                     outcome f = run(&m, NULL, R, 1, (mpmd_fsdp_gather)when, x, label);
                     const int64_t want = rs + one_copy * (when ? 1 : mb);
-                    CHECK(f.coll[0] == want && f.coll[1] == want, "%s: %lld and %lld bytes per step, want %lld",
-                          label, (long long)f.coll[0], (long long)f.coll[1], (long long)want);
-                    CHECK(f.gath[0] == want - rs && f.gath[1] == want - rs, "%s: %lld and %lld bytes gathered, want %lld",
-                          label, (long long)f.gath[0], (long long)f.gath[1], (long long)(want - rs));
+                    CHECK(f.coll[0] == want && f.coll[1] == want,
+                          "%s: %lld and %lld bytes per step, want %lld", label, (long long)f.coll[0],
+                          (long long)f.coll[1], (long long)want);
+                    CHECK(f.gath[0] == want - rs && f.gath[1] == want - rs,
+                          "%s: %lld and %lld bytes gathered, want %lld", label, (long long)f.gath[0],
+                          (long long)f.gath[1], (long long)(want - rs));
                     if (mb == 2) got[di][when] = f.coll[0] - rs;
                 }
                 mpmd_graph_free(m.g);
@@ -246,7 +251,9 @@ static void whole(void) {
     mpmd_value twice = mpmd_mul_scalar(g, gr, 2.0f);
     mpmd_sgd(g, 1, &p, &twice, mpmd_scalar(g, 0.1f));
     st = mpmd_jit_with_loop(g, NULL, &o, &err);
-    CHECK(!st && strstr(err.msg, "fsdp is on but no parameter can be sharded: \"w\" has an update whose gradient %") &&
+    CHECK(!st &&
+              strstr(err.msg,
+                     "fsdp is on but no parameter can be sharded: \"w\" has an update whose gradient %") &&
               strstr(err.msg, "(mul_scalar) is not a sum of loop results"),
           "nothing to shard: %s", st ? "compiled" : err.msg);
     mpmd_step_free(st);

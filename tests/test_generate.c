@@ -122,7 +122,8 @@ static void test_decoder(int kind) {
     mpmd_error err;
     for (int k = 0; k < 2; k++) {
         mpmd_schedule *s;
-        if (mpmd_schedule_new((mpmd_schedule_kind)mpmd_schedule_kind_from_name(names[k]), 2, 2, 2, 0, &s, &err)) {
+        if (mpmd_schedule_new((mpmd_schedule_kind)mpmd_schedule_kind_from_name(names[k]), 2, 2, 2, 0, &s,
+                              &err)) {
             CHECK(0, "%s", err.msg);
             continue;
         }

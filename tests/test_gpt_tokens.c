@@ -40,7 +40,8 @@ static void expect_error(mpmd_status want, int64_t vocab, int64_t min_len, const
     CHECK(rc == want, "%s: status %d, expected %d (%s)", what, rc, want, err.msg);
     CHECK(strstr(err.msg, path) != NULL, "%s: the file is not named: %s", what, err.msg);
     CHECK(strstr(err.msg, needle) != NULL, "%s: \"%s\" not in: %s", what, needle, err.msg);
-    CHECK(c.ids == NULL && c.ids32 == NULL && c.bytes == NULL && c.len == 0, "%s: a failed load left a corpus", what);
+    CHECK(c.ids == NULL && c.ids32 == NULL && c.bytes == NULL && c.len == 0,
+          "%s: a failed load left a corpus", what);
 }
 
 static void test_load_and_sample(void) {
@@ -137,7 +138,8 @@ static void test_uint32(void) {
     ids[9] = 0;
     for (int i = 0; i < 3 + N; i++)
         for (int b = 0; b < 4; b++)
-            file[(i < 3 ? 4 * i : 1024 + 4 * (i - 3)) + b] = (uint8_t)((i < 3 ? head[i] : ids[i - 3]) >> (8 * b));
+            file[(i < 3 ? 4 * i : 1024 + 4 * (i - 3)) + b] =
+                (uint8_t)((i < 3 ? head[i] : ids[i - 3]) >> (8 * b));
     FILE *f = fopen(path, "wb");
     CHECK(f && fwrite(file, 1, sizeof file, f) == sizeof file && fclose(f) == 0, "writing %s", path);
     gpt_corpus c;
@@ -166,7 +168,8 @@ static void test_bad_files(void) {
     expect_error(MPMD_ERR_FORMAT, 1000, 17, "uint16 ids under the uint32 magic",
                  "counts 100 tokens (400 bytes after the header) but the file has 200");
     tu_tokens_write(path, ids, N / 2, 20240801, 1, N / 2); /* the uint32 magic takes version 7 only */
-    expect_error(MPMD_ERR_FORMAT, 1000, 17, "uint32 magic, version 1", "version 1; only version 7 (uint32 token ids) is read with magic 20240801");
+    expect_error(MPMD_ERR_FORMAT, 1000, 17, "uint32 magic, version 1",
+                 "version 1; only version 7 (uint32 token ids) is read with magic 20240801");
     tu_tokens_write(path, ids, N, GPT_TOKENS_MAGIC, 2, N);
     expect_error(MPMD_ERR_FORMAT, 1000, 17, "wrong version", "version 2");
     tu_tokens_write(path, ids, N, GPT_TOKENS_MAGIC, 1, N + 1);

@@ -330,16 +330,18 @@ static void test_balance(void) {
             if (w > worst) worst = w;
         }
         double want = brute_best(c, n, S);
-        CHECK(ok && fabs(worst - want) <= 1e-9 * (want + 1), "trial %d: n %d S %d: largest stage %g, best %g", trial,
-              n, S, worst, want);
+        CHECK(ok && fabs(worst - want) <= 1e-9 * (want + 1), "trial %d: n %d S %d: largest stage %g, best %g",
+              trial, n, S, worst, want);
     }
     mpmd_error err;
     double c1[2] = {1, 1};
     int f[4];
-    CHECK(mpmd_balance_stages(c1, 2, 3, f, &err) == MPMD_ERR_INVALID && strstr(err.msg, "2 pieces into 3 stages"),
+    CHECK(mpmd_balance_stages(c1, 2, 3, f, &err) == MPMD_ERR_INVALID &&
+              strstr(err.msg, "2 pieces into 3 stages"),
           "more stages than pieces: %s", err.msg);
     mpmd_graph *g = mpmd_graph_new();
-    mpmd_value a = mpmd_input(g, "a", MPMD_F32, MPMD_SHAPE(2, 3, 4)), b = mpmd_input(g, "b", MPMD_F32, MPMD_SHAPE(5, 4));
+    mpmd_value a = mpmd_input(g, "a", MPMD_F32, MPMD_SHAPE(2, 3, 4)),
+               b = mpmd_input(g, "b", MPMD_F32, MPMD_SHAPE(5, 4));
     mpmd_value y = mpmd_matmul(g, a, b, MPMD_TRANS_B);
     CHECK(mpmd_op_flops(g, y) == 2.0 * 2 * 3 * 5 * 4 && mpmd_graph_flops(g, a, y) == mpmd_op_flops(g, y),
           "matmul flops %g", mpmd_op_flops(g, y));
@@ -389,7 +391,8 @@ static void test_value_and_grad(void) {
     mpmd_value h = mpmd_dense(g, "d", mpmd_microbatch(g, x), 2, MPMD_BIAS);
     mpmd_value ps[1], gs[1];
     int n;
-    mpmd_value t = mpmd_value_and_grad(g, mpmd_sum(g, h, MPMD_ALL_AXES, MPMD_DROP_DIMS), 0, NULL, 1, ps, gs, &n);
+    mpmd_value t =
+        mpmd_value_and_grad(g, mpmd_sum(g, h, MPMD_ALL_AXES, MPMD_DROP_DIMS), 0, NULL, 1, ps, gs, &n);
     CHECK(!mpmd_is_value(t) && strstr(mpmd_graph_error(g), "2 parameters but room for 1"), "cap: %s",
           mpmd_graph_error(g));
     mpmd_graph_free(g);
@@ -400,8 +403,8 @@ static void test_schedule_for_graph(void) {
     tu_mlp m = tu_build_mlp(3, 5, 2, 4); /* 3 stages, 5 microbatches */
     mpmd_schedule *s;
     mpmd_error err;
-    CHECK(mpmd_schedule_for_graph(m.g, MPMD_SCHED_STD1F1B, 0, MPMD_NO_FUSE, &s, &err) == MPMD_OK && s->num_stages == 3 &&
-              s->num_ranks == 3 && s->num_microbatches == 5,
+    CHECK(mpmd_schedule_for_graph(m.g, MPMD_SCHED_STD1F1B, 0, MPMD_NO_FUSE, &s, &err) == MPMD_OK &&
+              s->num_stages == 3 && s->num_ranks == 3 && s->num_microbatches == 5,
           "%s", err.msg);
     mpmd_step *st = mpmd_jit_with_loop(m.g, s, NULL, &err);
     CHECK(st != NULL, "%s", err.msg);

@@ -40,7 +40,14 @@ static void initialisers(void) {
         {"zeros", {MPMD_INIT_ZEROS, 0, 0}, 2, {48, 20}, 0, 0, 0, 0},
         {"const 2.5", {MPMD_INIT_CONST, 2.5f, 0}, 2, {48, 20}, 2.5, 0, 2.5, 2.5},
         {"normal(0.3, 0.5)", {MPMD_INIT_NORMAL, 0.3f, 0.5f}, 2, {64, 50}, 0.3, 0.5, -INFINITY, INFINITY},
-        {"uniform[-0.5, 1.5)", {MPMD_INIT_UNIFORM, -0.5f, 1.5f}, 2, {64, 50}, 0.5, 2.0 / sqrt(12.0), -0.5, 1.5},
+        {"uniform[-0.5, 1.5)",
+         {MPMD_INIT_UNIFORM, -0.5f, 1.5f},
+         2,
+         {64, 50},
+         0.5,
+         2.0 / sqrt(12.0),
+         -0.5,
+         1.5},
         /* fan-in 64 (not 64 x 16, not 16) */
         {"lecun [64, 16]", {MPMD_INIT_LECUN, 0, 0}, 2, {64, 16}, 0, 0.125, -INFINITY, INFINITY},
         /* fan-in 2 x 32 = 64 */
@@ -58,17 +65,19 @@ static void initialisers(void) {
             n *= cases[c].dim[d];
         float *buf = malloc(sizeof(float) * (size_t)n);
         for (int k = 0; k < 2; k++) {
-            CHECK(mpmd_exec_read(ex, k ? v : p, buf, sizeof(float) * (size_t)n) == MPMD_OK, "%s", mpmd_exec_error(ex));
+            CHECK(mpmd_exec_read(ex, k ? v : p, buf, sizeof(float) * (size_t)n) == MPMD_OK, "%s",
+                  mpmd_exec_error(ex));
             double mean, sd, lo, hi;
             stats(buf, n, &mean, &sd, &lo, &hi);
             /* sampling error of the mean ~ sd/sqrt(n), of the sd ~ sd/sqrt(2n): 5 of those */
             double em = 5 * cases[c].sd / sqrt((double)n) + 1e-7, es = 5 * cases[c].sd / sqrt(2.0 * n) + 1e-7;
             CHECK(fabs(mean - cases[c].mean) <= em && fabs(sd - cases[c].sd) <= es,
-                  "%s (%s): mean %.5f sd %.5f, want %.5f and %.5f", cases[c].name, k ? "variable" : "parameter", mean,
-                  sd, cases[c].mean, cases[c].sd);
+                  "%s (%s): mean %.5f sd %.5f, want %.5f and %.5f", cases[c].name,
+                  k ? "variable" : "parameter", mean, sd, cases[c].mean, cases[c].sd);
             if (isfinite(cases[c].lo))
                 CHECK(lo >= cases[c].lo && hi <= cases[c].hi && (cases[c].sd == 0 || hi < cases[c].hi),
-                      "%s: values in [%g, %g], want [%g, %g)", cases[c].name, lo, hi, cases[c].lo, cases[c].hi);
+                      "%s: values in [%g, %g], want [%g, %g)", cases[c].name, lo, hi, cases[c].lo,
+                      cases[c].hi);
         }
         free(buf);
         mpmd_exec_free(ex);
@@ -99,14 +108,16 @@ static void unused_parameter(void) {
         float xs[12], gq[10], gp[6];
         tu_fill(xs, 12, 3);
         CHECK(mpmd_exec_set_input(ex, x, xs, sizeof xs) == MPMD_OK && mpmd_exec_run(ex) == MPMD_OK &&
-                  mpmd_exec_read(ex, gs[1], gq, sizeof gq) == MPMD_OK && mpmd_exec_read(ex, gs[0], gp, sizeof gp) == MPMD_OK,
+                  mpmd_exec_read(ex, gs[1], gq, sizeof gq) == MPMD_OK &&
+                  mpmd_exec_read(ex, gs[0], gp, sizeof gp) == MPMD_OK,
               "%s", mpmd_exec_error(ex));
         int zero = 1, nonzero = 0;
         for (int i = 0; i < 10; i++)
             zero &= gq[i] == 0.0f && !signbit(gq[i]);
         for (int i = 0; i < 6; i++)
             nonzero |= gp[i] != 0.0f;
-        CHECK(zero && nonzero, "%s: the unused parameter's gradient is not zero (%g ...), or the used one's is",
+        CHECK(zero && nonzero,
+              "%s: the unused parameter's gradient is not zero (%g ...), or the used one's is",
               loop ? "loop" : "no loop", gq[0]);
         mpmd_exec_free(ex);
         mpmd_graph_free(g);
@@ -121,7 +132,8 @@ static void assign(void) {
     static const int ax0[1] = {0};
     mpmd_value colsum = mpmd_sum(g, mpmd_microbatch(g, x), 1, ax0, 0);
     mpmd_value inside = mpmd_assign(g, v, colsum);
-    CHECK(!mpmd_is_value(inside) && strstr(mpmd_graph_error(g), "assigned inside the loop body; assign after the loop"),
+    CHECK(!mpmd_is_value(inside) &&
+              strstr(mpmd_graph_error(g), "assigned inside the loop body; assign after the loop"),
           "assign in the body: %s", mpmd_graph_error(g));
     mpmd_graph_free(g);
 
@@ -159,8 +171,9 @@ static void grad_add(void) {
     mpmd_keep(g, s);
     mpmd_exec *ex = tu_exec(g, 1);
     float av[3] = {1.5f, -2, 0.25f}, bv[3] = {0.5f, 3, -1}, got[3];
-    CHECK(mpmd_exec_set_input(ex, a, av, sizeof av) == MPMD_OK && mpmd_exec_set_input(ex, b, bv, sizeof bv) == MPMD_OK &&
-              mpmd_exec_run(ex) == MPMD_OK && mpmd_exec_read(ex, s, got, sizeof got) == MPMD_OK,
+    CHECK(mpmd_exec_set_input(ex, a, av, sizeof av) == MPMD_OK &&
+              mpmd_exec_set_input(ex, b, bv, sizeof bv) == MPMD_OK && mpmd_exec_run(ex) == MPMD_OK &&
+              mpmd_exec_read(ex, s, got, sizeof got) == MPMD_OK,
           "%s", mpmd_exec_error(ex));
     for (int i = 0; i < 3; i++)
         CHECK(got[i] == av[i] + bv[i], "grad_add: %g + %g gave %g", av[i], bv[i], got[i]);

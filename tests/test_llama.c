@@ -31,8 +31,8 @@ static mpmd_value g_block_params(mpmd_graph *g, const mpmd_value *p, void *ctx) 
     mpmd_value x = mpmd_rms_norm(g, p[0], mpmd_add_scalar(g, p[1], 1.0f), 1e-6f);
     mpmd_value q = mpmd_reshape(g, mpmd_matmul(g, x, p[2], 0), MPMD_SHAPE(B, T, HEADS, C / HEADS));
     mpmd_value h = mpmd_mul(g, mpmd_silu(g, mpmd_matmul(g, x, p[3], 0)), x);
-    return mpmd_add(g, mpmd_reshape(g, mpmd_attention(g, mpmd_rope(g, q, 100.0f, 0), q, q, 1), MPMD_SHAPE(B, T, C)),
-                    h);
+    return mpmd_add(
+        g, mpmd_reshape(g, mpmd_attention(g, mpmd_rope(g, q, 100.0f, 0), q, q, 1), MPMD_SHAPE(B, T, C)), h);
 }
 
 static void test_block_gradients(void) {
@@ -81,7 +81,8 @@ static void attention_out(int kv, const float *x, const float *wq, const float *
 
 static void test_grouped_query(void) {
     const int64_t dh = C / HEADS;
-    float x[B * T * C], wq[C * C], wo[C * C], wk[C * C / HEADS], wv[C * C / HEADS], y1[B * T * C], y2[B * T * C];
+    float x[B * T * C], wq[C * C], wo[C * C], wk[C * C / HEADS], wv[C * C / HEADS], y1[B * T * C],
+        y2[B * T * C];
     tu_fill(x, B * T * C, 1), tu_fill(wq, C * C, 2), tu_fill(wo, C * C, 3);
     tu_fill(wk, C * dh, 4), tu_fill(wv, C * dh, 5);
     attention_out(1, x, wq, wk, wv, wo, y1);
@@ -303,7 +304,8 @@ static void test_layer_dropout(void) {
 
     g = mpmd_graph_new();
     key = mpmd_input(g, "key", MPMD_F32, MPMD_SHAPE(2));
-    CHECK(mpmd_set_layer_dropout(g, 0.1f, key) != MPMD_OK && strstr(mpmd_graph_error(g), "i32 with 2 elements"),
+    CHECK(mpmd_set_layer_dropout(g, 0.1f, key) != MPMD_OK &&
+              strstr(mpmd_graph_error(g), "i32 with 2 elements"),
           "a float key: %s", mpmd_graph_error(g));
     mpmd_graph_free(g);
     g = mpmd_graph_new();
@@ -318,7 +320,8 @@ static void test_errors(void) {
     mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(B, T, C));
     TU_DROP(mpmd_llama_block(g, "blk", x, 4, 3, 12, 10000.0f, 1e-6f));
     const char *m = mpmd_graph_error(g);
-    CHECK(strstr(m, "blk") && strstr(m, "3 key/value heads") && strstr(m, "4 query heads"), "kv heads: %s", m);
+    CHECK(strstr(m, "blk") && strstr(m, "3 key/value heads") && strstr(m, "4 query heads"), "kv heads: %s",
+          m);
     mpmd_graph_free(g);
     g = mpmd_graph_new();
     x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(B, T, C));

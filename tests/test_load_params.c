@@ -53,8 +53,8 @@ static void train(mpmd_step *st, mpmd_value x, mpmd_value y) {
     float xs[24], ys[4];
     tu_fill(xs, 24, 3), tu_fill(ys, 4, 4);
     for (int k = 0; k < 2; k++)
-        CHECK(mpmd_step_set_input(st, x, xs, sizeof xs) == MPMD_OK && mpmd_step_set_input(st, y, ys, sizeof ys) == MPMD_OK &&
-                  mpmd_step_run(st) == MPMD_OK,
+        CHECK(mpmd_step_set_input(st, x, xs, sizeof xs) == MPMD_OK &&
+                  mpmd_step_set_input(st, y, ys, sizeof ys) == MPMD_OK && mpmd_step_run(st) == MPMD_OK,
               "%s", mpmd_step_error(st));
 }
 
@@ -74,11 +74,13 @@ int main(void) {
     gpt_config c = gpt_config_default();
     c.vocab = 32, c.seq = 8, c.width = 16, c.heads = 2, c.layers = 2, c.batch = 4, c.microbatches = 2;
     gpt_model train_m, eval_m;
-    CHECK(gpt_build(&c, 1, &train_m, &err) == MPMD_OK && gpt_build(&c, 0, &eval_m, &err) == MPMD_OK, "%s", err.msg);
+    CHECK(gpt_build(&c, 1, &train_m, &err) == MPMD_OK && gpt_build(&c, 0, &eval_m, &err) == MPMD_OK, "%s",
+          err.msg);
     mpmd_step *tr = loop_step(train_m.g), *ev = loop_step(eval_m.g);
     int32_t tok[32], tgt[32];
     gpt_random_batch(32, 4, 8, 1, 1, tok, tgt);
-    mpmd_step_set_input(tr, train_m.tokens, tok, sizeof tok), mpmd_step_set_input(tr, train_m.targets, tgt, sizeof tgt);
+    mpmd_step_set_input(tr, train_m.tokens, tok, sizeof tok),
+        mpmd_step_set_input(tr, train_m.targets, tgt, sizeof tgt);
     CHECK(mpmd_step_run(tr) == MPMD_OK && mpmd_step_run(tr) == MPMD_OK, "%s", mpmd_step_error(tr));
     mpmd_checkpoint_info info = MPMD_CHECKPOINT_INFO_INIT;
     CHECK(mpmd_step_save(tr, path, &info, &err) == MPMD_OK, "%s", err.msg);
@@ -111,7 +113,8 @@ int main(void) {
     CHECK(mpmd_step_save(sa, path, &info, &err) == MPMD_OK, "%s", err.msg);
     CHECK(mpmd_step_load_params(ss, path, NULL, &r, &err) == MPMD_OK && r.loaded == 4 && r.missing == 0 &&
               r.unexpected == 9 && same_params(sa, ss),
-          "adamw into sgd: %s; loaded %d, missing %d, unexpected %d", err.msg, r.loaded, r.missing, r.unexpected);
+          "adamw into sgd: %s; loaded %d, missing %d, unexpected %d", err.msg, r.loaded, r.missing,
+          r.unexpected);
     train(ss, x2, y2); /* and it trains on */
 
     /* part of it: d1 only */

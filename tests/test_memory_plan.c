@@ -108,8 +108,9 @@ static void check_sends(const mpmd_plan *pl, const char *label) {
                   label, r, in->node, in->mb, x, in->peer, y, in->reuse, first[r]);
             /* the buffer the send reads lives that long */
             const mpmd_rank_memory *m = &pl->mem[r];
-            int bi = in->mb >= 0 ? m->body_buf[(size_t)m->slot[in->node] * pl->num_micro + in->mb]
-                                 : (m->comb_buf[in->node] >= 0 ? m->comb_buf[in->node] : m->val_buf[in->node]);
+            int bi = in->mb >= 0
+                         ? m->body_buf[(size_t)m->slot[in->node] * pl->num_micro + in->mb]
+                         : (m->comb_buf[in->node] >= 0 ? m->comb_buf[in->node] : m->val_buf[in->node]);
             CHECK(bi >= 0 && m->buf[bi].last >= m->pos[in->reuse], "%s: rank %d's send %d: buffer ends early",
                   label, r, x);
         }
@@ -121,7 +122,8 @@ static void check_posts(const mpmd_plan *pl, const char *label) {
         for (int y = 0; y < pl->prog[r].n; y++) {
             const mpmd_instr *in = &pl->prog[r].ins[y];
             if (in->op != MPMD_I_RECV) continue;
-            CHECK(in->post >= 0 && in->post <= y, "%s: rank %d receive %d posted at %d", label, r, y, in->post);
+            CHECK(in->post >= 0 && in->post <= y, "%s: rank %d receive %d posted at %d", label, r, y,
+                  in->post);
             int found = 0;
             for (int b = 0; b < m->nbuf; b++)
                 if (m->buf[b].node == in->node && m->buf[b].mb == in->mb && m->buf[b].def == m->pos[in->post])
@@ -159,7 +161,8 @@ static void check_measured(mpmd_step *st, const gpt_model *m, const char *label)
     int64_t first[64];
     for (int run = 0; run < 2; run++) {
         int ok = mpmd_step_set_input(st, m->tokens, tok, n * sizeof *tok) == MPMD_OK &&
-                 mpmd_step_set_input(st, m->targets, tok, n * sizeof *tok) == MPMD_OK && mpmd_step_run(st) == MPMD_OK;
+                 mpmd_step_set_input(st, m->targets, tok, n * sizeof *tok) == MPMD_OK &&
+                 mpmd_step_run(st) == MPMD_OK;
         CHECK(ok, "%s: run %d: %s", label, run, mpmd_step_error(st));
         if (!ok) break;
         for (int r = 0; r < mpmd_step_num_ranks(st) && r < 64; r++) {
@@ -167,14 +170,15 @@ static void check_measured(mpmd_step *st, const gpt_model *m, const char *label)
             CHECK(mpmd_step_memory(st, r, &ms) == MPMD_OK, "%s: rank %d", label, r);
             int64_t diff = ms.measured > ms.planned ? ms.measured - ms.planned : ms.planned - ms.measured;
             CHECK(ms.measured > 0 && diff * 20 <= ms.planned,
-                  "%s: rank %d: planned %lld bytes, its backend counted %lld", label, r, (long long)ms.planned,
-                  (long long)ms.measured);
+                  "%s: rank %d: planned %lld bytes, its backend counted %lld", label, r,
+                  (long long)ms.planned, (long long)ms.measured);
             CHECK(ms.planned == ms.parameters + ms.optimizer_state + ms.inputs + ms.arena + ms.workspace &&
-                      ms.arena_live <= ms.arena && ms.activations + ms.received + ms.loop_results + ms.other == ms.arena_live,
+                      ms.arena_live <= ms.arena &&
+                      ms.activations + ms.received + ms.loop_results + ms.other == ms.arena_live,
                   "%s: rank %d: the parts do not add up", label, r);
             if (run == 0) first[r] = ms.measured;
-            CHECK(run == 0 || ms.measured == first[r], "%s: rank %d: the backend held %lld bytes, then %lld", label,
-                  r, (long long)first[r], (long long)ms.measured);
+            CHECK(run == 0 || ms.measured == first[r], "%s: rank %d: the backend held %lld bytes, then %lld",
+                  label, r, (long long)first[r], (long long)ms.measured);
         }
     }
     free(tok);
@@ -197,7 +201,8 @@ static void one(const gpt_model *m, const char *name, int stages, int ranks, int
     if (st) {
         for (int r = 0; r < st->plan->num_ranks; r++) {
             check_arena(st->plan, r, label);
-            CHECK(mpmd_step_arena_bytes(st, r) == st->plan->mem[r].arena_bytes && mpmd_step_arena_bytes(st, r) > 0,
+            CHECK(mpmd_step_arena_bytes(st, r) == st->plan->mem[r].arena_bytes &&
+                      mpmd_step_arena_bytes(st, r) > 0,
                   "%s: rank %d arena", label, r);
         }
         check_sends(st->plan, label);
@@ -292,8 +297,8 @@ static void first_fold_in_place(void) {
             CHECK(arena < wbytes + wbytes / 4, "1 microbatch: the arena is %zu bytes for a %zu-byte gradient",
                   arena, wbytes);
         else
-            CHECK(arena >= 2 * wbytes, "3 microbatches: the arena is %zu bytes, less than the sum and one more",
-                  arena);
+            CHECK(arena >= 2 * wbytes,
+                  "3 microbatches: the arena is %zu bytes, less than the sum and one more", arena);
         float *xs = malloc(sizeof(float) * (size_t)micro * N), *out = malloc(wbytes);
         for (int i = 0; i < micro * N; i++)
             xs[i] = (float)(i % 7) - 3.0f;

@@ -544,14 +544,16 @@ static void test_rope_values(void) {
                     const float *xr = x + ((b * T + t) * H + h) * D;
                     double *wr = want + ((b * T + t) * H + h) * D;
                     for (int64_t i = 0; i < D / 2; i++) {
-                        double ang = (double)(cs[c].offset + t) * pow(cs[c].base, -2.0 * (double)i / (double)D);
+                        double ang =
+                            (double)(cs[c].offset + t) * pow(cs[c].base, -2.0 * (double)i / (double)D);
                         wr[i] = xr[i] * cos(ang) - xr[i + D / 2] * sin(ang);
                         wr[i + D / 2] = xr[i] * sin(ang) + xr[i + D / 2] * cos(ang);
                     }
                 }
         if (y) check_close(c ? "rope offset 37" : "rope", y, want, n, 1e-6, 1e-5);
         /* position 0 of the first case is the identity, bit for bit */
-        if (y && c == 0) CHECK(memcmp(y, x, (size_t)(H * D) * sizeof *x) == 0, "rope at position 0 changes x");
+        if (y && c == 0)
+            CHECK(memcmp(y, x, (size_t)(H * D) * sizeof *x) == 0, "rope at position 0 changes x");
         free(x), free(y), free(want);
     }
 }
@@ -1295,8 +1297,8 @@ static void test_gradcheck_catches_half_a_percent(void) {
     tu_gradcheck_quiet = 0;
     tu_checks = saved_checks, tu_failures = saved_failures;
     CHECK(!passed[0] && !passed[1] && !passed[2],
-          "a gradient scaled by 1.005 passed the check: matmul %d, softmax %d, layer_norm %d", passed[0], passed[1],
-          passed[2]);
+          "a gradient scaled by 1.005 passed the check: matmul %d, softmax %d, layer_norm %d", passed[0],
+          passed[1], passed[2]);
 }
 
 int main(void) {

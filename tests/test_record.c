@@ -130,9 +130,10 @@ static void short_step_drawing(void) {
         mpmd_step_run(st);
     mpmd_step_stats stats;
     mpmd_timeline *tl;
-    CHECK(mpmd_step_summary(st, &stats, &err) == MPMD_OK && mpmd_step_timeline(st, &tl, &err) == MPMD_OK, "%s",
-          err.msg);
-    if (stats.step_ms < 1.0) CHECK(!strcmp(tl->unit, "us"), "a %.3f ms step drawn in %s", stats.step_ms, tl->unit);
+    CHECK(mpmd_step_summary(st, &stats, &err) == MPMD_OK && mpmd_step_timeline(st, &tl, &err) == MPMD_OK,
+          "%s", err.msg);
+    if (stats.step_ms < 1.0)
+        CHECK(!strcmp(tl->unit, "us"), "a %.3f ms step drawn in %s", stats.step_ms, tl->unit);
     /* the share of the drawn time the tasks cover, first start to last end */
     double first = 1e30, last = 0;
     for (int r = 0; r < tl->num_ranks; r++)
@@ -197,15 +198,16 @@ static void uneven_split(void) {
     CHECK(stats.slowest_stage == 1 && stats.imbalance > 1.3 && stats.slowest_stage_ms > 0,
           "uneven split: slowest stage %d, imbalance %.2f", stats.slowest_stage, stats.imbalance);
     CHECK(stats.simulated_bubble > stats.analytic_bubble,
-          "uneven split: simulated bubble %.3f with each stage's times, textbook %.3f", stats.simulated_bubble,
-          stats.analytic_bubble);
+          "uneven split: simulated bubble %.3f with each stage's times, textbook %.3f",
+          stats.simulated_bubble, stats.analytic_bubble);
     CHECK(stats.transfer_ms >= 0, "transfers %.3f ms", stats.transfer_ms);
     /* the wake-ups are the part of each wait after the value was sent: rank
      * 0 waits mostly for the slow last stage to send */
     double wait = 0, wake = 0;
     for (int r = 0; r < 2; r++) {
         CHECK(stats.ranks[r].wake_ms >= 0 && stats.ranks[r].wake_ms <= stats.ranks[r].wait_ms,
-              "rank %d: wake-ups %.3f ms of a %.3f ms wait", r, stats.ranks[r].wake_ms, stats.ranks[r].wait_ms);
+              "rank %d: wake-ups %.3f ms of a %.3f ms wait", r, stats.ranks[r].wake_ms,
+              stats.ranks[r].wait_ms);
         wait += stats.ranks[r].wait_ms, wake += stats.ranks[r].wake_ms;
     }
     printf("uneven split: waits %.3f ms, of them wake-ups %.3f ms\n", wait, wake);
@@ -216,7 +218,8 @@ static void uneven_split(void) {
     FILE *f = open_memstream(&buf, &len);
     mpmd_step_print_summary(st, f, &err);
     fclose(f);
-    CHECK(buf && strstr(buf, "slowest stage 1:") && strstr(buf, "(imbalance)") && strstr(buf, "points from a send"),
+    CHECK(buf && strstr(buf, "slowest stage 1:") && strstr(buf, "(imbalance)") &&
+              strstr(buf, "points from a send"),
           "the printed summary: %s", buf);
     free(buf);
     /* the per-rank programs and the messages name the parameters */

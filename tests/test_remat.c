@@ -48,7 +48,8 @@ static int train(const gpt_model *m, const mpmd_schedule *s, outcome *out, const
     int ok = 1;
     for (int step = 0; step < 2 && ok; step++)
         ok = mpmd_step_set_input(st, m->tokens, tok, n * sizeof *tok) == MPMD_OK &&
-             mpmd_step_set_input(st, m->targets, tgt, n * sizeof *tgt) == MPMD_OK && mpmd_step_run(st) == MPMD_OK;
+             mpmd_step_set_input(st, m->targets, tgt, n * sizeof *tgt) == MPMD_OK &&
+             mpmd_step_run(st) == MPMD_OK;
     CHECK(ok, "%s: %s", label, mpmd_step_error(st));
     ok = ok && mpmd_step_read(st, m->loss, &out->loss, sizeof out->loss) == MPMD_OK;
     mpmd_step_params_sha256(st, out->hash);
@@ -60,8 +61,8 @@ static int train(const gpt_model *m, const mpmd_schedule *s, outcome *out, const
             out->measured[r] = stats.ranks[r].peak_bytes;
             out->arena[r] = mpmd_step_arena_bytes(st, r);
             /* the plan counts activations as the runtime does: the same bytes */
-            CHECK(out->planned[r] == out->measured[r], "%s rank %d: activations planned %lld, measured %lld", label,
-                  r, (long long)out->planned[r], (long long)out->measured[r]);
+            CHECK(out->planned[r] == out->measured[r], "%s rank %d: activations planned %lld, measured %lld",
+                  label, r, (long long)out->planned[r], (long long)out->measured[r]);
         }
         mpmd_step_stats_free(&stats);
     }
@@ -114,7 +115,8 @@ static void named(int remat, float out[64]) {
     count_copies(g, &mm, &other);
     /* b's product and tanh are made again (tanh's rule reads its output); a is kept */
     if (remat)
-        CHECK(mm == 1 && other == 1, "named: %d products and %d other ops recomputed, want 1 and 1", mm, other);
+        CHECK(mm == 1 && other == 1, "named: %d products and %d other ops recomputed, want 1 and 1", mm,
+              other);
     else
         CHECK(mm == 0 && other == 0, "no remat: %d and %d ops recomputed", mm, other);
     mpmd_exec *ex = tu_exec(g, 1);
@@ -130,7 +132,8 @@ static void named(int remat, float out[64]) {
 static void misuse(void) {
     mpmd_graph *g = mpmd_graph_new();
     mpmd_remat_begin(g, MPMD_REMAT_SAVE_NOTHING);
-    CHECK(mpmd_graph_status(g) == MPMD_ERR_INVALID && strstr(mpmd_graph_error(g), "inside the microbatch loop"),
+    CHECK(mpmd_graph_status(g) == MPMD_ERR_INVALID &&
+              strstr(mpmd_graph_error(g), "inside the microbatch loop"),
           "outside the body: %s", mpmd_graph_error(g));
     mpmd_graph_free(g);
 
@@ -145,7 +148,8 @@ static void misuse(void) {
     mpmd_loop_begin(g, 2);
     mpmd_remat_begin(g, MPMD_REMAT_SAVE_NOTHING);
     mpmd_loop_end(g);
-    CHECK(strstr(mpmd_graph_error(g), "still open (call mpmd_remat_end)"), "unclosed: %s", mpmd_graph_error(g));
+    CHECK(strstr(mpmd_graph_error(g), "still open (call mpmd_remat_end)"), "unclosed: %s",
+          mpmd_graph_error(g));
     mpmd_graph_free(g);
 
     g = mpmd_graph_new();
@@ -211,7 +215,8 @@ int main(void) {
             for (size_t k = 0; k < (size_t)tu_num_every_schedule; k++) {
                 mpmd_schedule *s;
                 if (mpmd_schedule_new((mpmd_schedule_kind)mpmd_schedule_kind_from_name(list[k].name),
-                                      list[k].stages, list[k].ranks, c.microbatches, list[k].fuse, &s, &err)) {
+                                      list[k].stages, list[k].ranks, c.microbatches, list[k].fuse, &s,
+                                      &err)) {
                     CHECK(0, "%s", err.msg);
                     continue;
                 }
@@ -228,7 +233,8 @@ int main(void) {
                     mw += with.measured[r], mwo += without.measured[r];
                 }
                 CHECK(pw < pwo && mw < mwo && with.planned[0] < without.planned[0],
-                      "%s: peak activation bytes over the ranks planned %lld (without %lld), measured %lld (%lld)",
+                      "%s: peak activation bytes over the ranks planned %lld (without %lld), measured %lld "
+                      "(%lld)",
                       label, (long long)pw, (long long)pwo, (long long)mw, (long long)mwo);
                 mpmd_schedule_free(s);
             }

@@ -366,16 +366,20 @@ static void test_outputs(void) {
               strstr(out_text, "1140850688\n"),
           "simulate memory: %s", out_text);
     rc = run("simulate std1f1b -S 4 -n 8 --keep-f 64M --format json");
-    CHECK(rc == 0 && strstr(out_text, "\"peak_bytes\": 268435456") && strstr(out_text, "\"keep_f\": 67108864"),
+    CHECK(rc == 0 && strstr(out_text, "\"peak_bytes\": 268435456") &&
+              strstr(out_text, "\"keep_f\": 67108864"),
           "simulate memory as json: %s", out_text);
-    expect_usage_error("simulate gpipe -S 4 -n 8 --keep-f 2X", "expected a byte count like 512M or 2G, got '2X'");
+    expect_usage_error("simulate gpipe -S 4 -n 8 --keep-f 2X",
+                       "expected a byte count like 512M or 2G, got '2X'");
     expect_usage_error("simulate gpipe -S 4 -n 8 --cost-f 1e308 --cost-b 1e308", "the makespan is infinite");
     expect_usage_error("schedule file:/tmp", "cannot read it: Is a directory");
     expect_usage_error("schedule file:/dev/zero", "file:/dev/zero: a device, not a file");
-    expect_usage_error("schedule gpipe --stages 65536 --microbatches 65536",
-                       "is 4294967296 (stage, microbatch) pairs of 2 or 3 tasks each; a schedule may have at most "
-                       "8388608 pairs");
-    expect_usage_error("simulate kimik2 -S 8192 -D 8192 -n 8192", "a schedule may have at most 8388608 pairs");
+    expect_usage_error(
+        "schedule gpipe --stages 65536 --microbatches 65536",
+        "is 4294967296 (stage, microbatch) pairs of 2 or 3 tasks each; a schedule may have at most "
+        "8388608 pairs");
+    expect_usage_error("simulate kimik2 -S 8192 -D 8192 -n 8192",
+                       "a schedule may have at most 8388608 pairs");
 
     /* plan: the chosen layout fits, and no layout that fits is faster */
     rc = run("plan --ranks 4 --layers 12 --batch 32 --keep 6M --model-bytes 2G --memory-limit 1G");
@@ -400,11 +404,12 @@ static void test_outputs(void) {
             }
             p += 8;
         }
-        CHECK(rc == 0 && fits > 0 && !bad && !over, "plan json: %d fit, one faster than the first: %d, over: %d",
-              fits, bad, over);
+        CHECK(rc == 0 && fits > 0 && !bad && !over,
+              "plan json: %d fit, one faster than the first: %d, over: %d", fits, bad, over);
     }
     rc = run("plan --ranks 4 --layers 12 --batch 32 --keep 6M --model-bytes 2G --memory-limit 100M");
-    CHECK(rc == 2 && strstr(err_text, "no layout fits in 104857600 bytes per rank; the smallest peak found is"),
+    CHECK(rc == 2 &&
+              strstr(err_text, "no layout fits in 104857600 bytes per rank; the smallest peak found is"),
           "plan: nothing fits: exit %d: %s", rc, err_text);
     expect_usage_error("plan --layers 4 --batch 8", "--ranks, --layers and --batch are required");
     expect_usage_error("plan --ranks 2 --layers 4 --batch 8 --stages 2", "plan chooses the layout itself");

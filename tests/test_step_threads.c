@@ -111,20 +111,23 @@ int main(void) {
           "a second run meanwhile: %d, %s", (int)rc_run, msg);
     CHECK(rc_read == MPMD_ERR_INVALID && rc_in == MPMD_ERR_INVALID && rc_write == MPMD_ERR_INVALID,
           "a read, input or write meanwhile: %d %d %d", (int)rc_read, (int)rc_in, (int)rc_write);
-    CHECK(rc_save == MPMD_ERR_INVALID && strstr(save_msg, "mpmd_step_save: the step is in use by another thread"),
+    CHECK(rc_save == MPMD_ERR_INVALID &&
+              strstr(save_msg, "mpmd_step_save: the step is in use by another thread"),
           "a save meanwhile: %d, %s", (int)rc_save, save_msg);
     CHECK(rc_snap == MPMD_ERR_INVALID && !snap &&
               strstr(snap_msg, "mpmd_step_snapshot: the step is in use by another thread"),
           "a snapshot meanwhile: %d, %s", (int)rc_snap, snap_msg);
     mpmd_checkpoint_snapshot_free(snap);
     CHECK(r.t1 > t0 + refused_in, "the first run ended before the refusals: the test did not overlap them");
-    CHECK(refused_in < 0.5 * alone, "the refusals took %.3f s of a %.3f s run: not at once", refused_in, alone);
+    CHECK(refused_in < 0.5 * alone, "the refusals took %.3f s of a %.3f s run: not at once", refused_in,
+          alone);
     CHECK(r.rc == MPMD_OK, "the first run failed (%d)", (int)r.rc);
     CHECK(rc_other == MPMD_OK, "another step meanwhile: %s", mpmd_step_error(other));
     /* afterwards: this thread's error is its own again, and the step works */
     CHECK(mpmd_step_read(st, m.total, &got, sizeof got) == MPMD_OK && got == want,
           "after the run: %s, loss %.9g vs %.9g", mpmd_step_error(st), got, want);
-    CHECK(!strstr(mpmd_step_error(st), "in use by another thread"), "a stale refusal: %s", mpmd_step_error(st));
+    CHECK(!strstr(mpmd_step_error(st), "in use by another thread"), "a stale refusal: %s",
+          mpmd_step_error(st));
     mpmd_step_free(st), mpmd_step_free(other);
     mpmd_graph_free(m.g);
     free(x);

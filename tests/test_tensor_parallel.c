@@ -110,7 +110,8 @@ static int run(const net *n, const mpmd_schedule *s, int W, int parts, outcome *
     if (!st) return 0;
     float x[MB * R * C];
     tu_fill(x, MB * R * W, 5);
-    int ok = mpmd_step_set_input(st, n->x, x, sizeof(float) * MB * R * W) == MPMD_OK && mpmd_step_run(st) == MPMD_OK &&
+    int ok = mpmd_step_set_input(st, n->x, x, sizeof(float) * MB * R * W) == MPMD_OK &&
+             mpmd_step_run(st) == MPMD_OK &&
              mpmd_step_read(st, n->loss, &o->loss, sizeof o->loss) == MPMD_OK &&
              mpmd_step_read(st, n->p, o->p, sizeof(float) * R * parts * W) == MPMD_OK &&
              mpmd_step_read(st, n->q, o->q, sizeof(float) * R * W) == MPMD_OK;
@@ -140,13 +141,14 @@ static void collectives(int M) {
     snprintf(label, sizeof label, "split over %d model ranks", M);
     ok &= run(&split, NULL, W, parts, &got, label) && run(&split, NULL, W, parts, &again, label);
     if (ok) {
-        CHECK(fabsf(got.loss - want.loss) <= 1e-5f * (1 + fabsf(want.loss)), "M=%d: loss %.9g, unsplit %.9g", M,
-              got.loss, want.loss);
+        CHECK(fabsf(got.loss - want.loss) <= 1e-5f * (1 + fabsf(want.loss)), "M=%d: loss %.9g, unsplit %.9g",
+              M, got.loss, want.loss);
         CHECK(close_to(got.p, want.p, R * parts * W, 1e-5f),
               "M=%d: the split parameter after the step (its gradient through all_reduce, all_gather, "
               "reduce_scatter) is not the unsplit one's",
               M);
-        CHECK(close_to(got.q, want.q, R * W, 1e-5f), "M=%d: q's gradient through pvary is not the unsplit one", M);
+        CHECK(close_to(got.q, want.q, R * W, 1e-5f),
+              "M=%d: q's gradient through pvary is not the unsplit one", M);
         CHECK(!strcmp(got.sha, again.sha) && got.loss == again.loss, "M=%d: two runs differ", M);
         /* the gradient changed the parameters: the test can fail */
         outcome fresh;
@@ -165,7 +167,8 @@ static void collectives(int M) {
         mpmd_error err;
         outcome pip, loop2;
         net flat = build(M, W, 0, M);
-        if (mpmd_schedule_std1f1b(2, MB, &s, &err) == MPMD_OK && run(&piped, s, W, parts, &pip, "std1f1b, split") &&
+        if (mpmd_schedule_std1f1b(2, MB, &s, &err) == MPMD_OK &&
+            run(&piped, s, W, parts, &pip, "std1f1b, split") &&
             run(&flat, NULL, W, parts, &loop2, "loop, split"))
             CHECK(fabsf(pip.loss - loop2.loss) <= 1e-5f * (1 + fabsf(loop2.loss)) &&
                       close_to(pip.p, loop2.p, R * parts * W, 1e-5f),
@@ -190,7 +193,8 @@ static void checkpoints(void) {
     float x[MB * R * C];
     tu_fill(x, MB * R * W, 5);
     if (a && b) {
-        CHECK(mpmd_step_set_input(a, split.x, x, sizeof(float) * MB * R * W) == MPMD_OK && mpmd_step_run(a) == MPMD_OK,
+        CHECK(mpmd_step_set_input(a, split.x, x, sizeof(float) * MB * R * W) == MPMD_OK &&
+                  mpmd_step_run(a) == MPMD_OK,
               "run: %s", mpmd_step_error(a));
         CHECK(mpmd_step_save(a, p1, NULL, &err) == MPMD_OK, "save split: %s", err.msg);
         CHECK(mpmd_step_load(b, p1, NULL, &err) == MPMD_OK, "load into the unsplit step: %s", err.msg);
@@ -207,7 +211,8 @@ static void checkpoints(void) {
         CHECK(same, "the split step's checkpoint, loaded unsplit and saved again, differs");
         float pa[R * 2 * C], pb[R * 2 * C];
         CHECK(mpmd_step_read(a, split.p, pa, sizeof(float) * R * 2 * W) == MPMD_OK &&
-                  mpmd_step_read(b, whole.p, pb, sizeof(float) * R * 2 * W) == MPMD_OK && !memcmp(pa, pb, sizeof(float) * R * 2 * W),
+                  mpmd_step_read(b, whole.p, pb, sizeof(float) * R * 2 * W) == MPMD_OK &&
+                  !memcmp(pa, pb, sizeof(float) * R * 2 * W),
               "p read whole: split and unsplit differ after the load");
         /* and back: written whole into the split step, read whole */
         tu_fill(pa, R * 2 * W, 99);
@@ -234,7 +239,8 @@ static void checkpoints(void) {
  * by vocabulary rows over M ranks, the cross-entropy over split logits,
  * against the whole ones: the loss, and both parameters after an SGD step
  * of rate 1 (their gradients). */
-static mpmd_graph *vocab_net(int M, mpmd_value *x, mpmd_value *t, mpmd_value *e, mpmd_value *w, mpmd_value *loss) {
+static mpmd_graph *vocab_net(int M, mpmd_value *x, mpmd_value *t, mpmd_value *e, mpmd_value *w,
+                             mpmd_value *loss) {
     enum { V = 8, CW = 4, N = 6 };
     mpmd_graph *g = mpmd_graph_new();
     if (M > 1) mpmd_set_tensor_parallel(g, M);
@@ -274,24 +280,30 @@ static void vocabulary(int M) {
         CHECK(mpmd_graph_status(g) == MPMD_OK, "vocab M=%d: %s", M, mpmd_graph_error(g));
         mpmd_step *st = tu_step(g, NULL, 4, "vocabulary");
         if (st)
-            CHECK(mpmd_step_set_input(st, x, ids, sizeof ids) == MPMD_OK && mpmd_step_set_input(st, t, tg, sizeof tg) == MPMD_OK &&
-                      mpmd_step_run(st) == MPMD_OK && mpmd_step_read(st, l, &loss[k], sizeof loss[k]) == MPMD_OK &&
+            CHECK(mpmd_step_set_input(st, x, ids, sizeof ids) == MPMD_OK &&
+                      mpmd_step_set_input(st, t, tg, sizeof tg) == MPMD_OK && mpmd_step_run(st) == MPMD_OK &&
+                      mpmd_step_read(st, l, &loss[k], sizeof loss[k]) == MPMD_OK &&
                       mpmd_step_read(st, pe, e[k], sizeof e[k]) == MPMD_OK &&
                       mpmd_step_read(st, pw, w[k], sizeof w[k]) == MPMD_OK,
                   "vocab M=%d: %s", M, mpmd_step_error(st));
         mpmd_step_free(st);
         mpmd_graph_free(g);
     }
-    CHECK(fabsf(loss[1] - loss[0]) <= 1e-5f * fabsf(loss[0]), "vocab M=%d: loss %.9g, whole %.9g", M, loss[1], loss[0]);
-    CHECK(close_to(e[1], e[0], V * CW, 1e-5f), "vocab M=%d: the split embedding's gradient is not the whole one's", M);
-    CHECK(close_to(w[1], w[0], V * CW, 1e-5f), "vocab M=%d: the split logits' gradient is not the whole one's", M);
+    CHECK(fabsf(loss[1] - loss[0]) <= 1e-5f * fabsf(loss[0]), "vocab M=%d: loss %.9g, whole %.9g", M, loss[1],
+          loss[0]);
+    CHECK(close_to(e[1], e[0], V * CW, 1e-5f),
+          "vocab M=%d: the split embedding's gradient is not the whole one's", M);
+    CHECK(close_to(w[1], w[0], V * CW, 1e-5f),
+          "vocab M=%d: the split logits' gradient is not the whole one's", M);
 }
 
 static void bad_input(void) {
     mpmd_graph *g = mpmd_graph_new();
     mpmd_set_tensor_parallel(g, 4);
     mpmd_value p = mpmd_param_split(g, "w", MPMD_SHAPE(3, 6), MPMD_ZEROS, 1, 1);
-    CHECK(!mpmd_is_value(p) && has(mpmd_graph_error(g), "\"w\": dimension 1 (6) is not divisible by the model axis (tensor_parallel 4)"),
+    CHECK(!mpmd_is_value(p) &&
+              has(mpmd_graph_error(g),
+                  "\"w\": dimension 1 (6) is not divisible by the model axis (tensor_parallel 4)"),
           "split not divisible: %s", mpmd_graph_error(g));
     mpmd_graph_free(g);
 
@@ -299,14 +311,16 @@ static void bad_input(void) {
     mpmd_set_tensor_parallel(g, 2);
     mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(4, 6));
     CHECK(!mpmd_is_value(mpmd_all_reduce(g, x, "expert")) &&
-              has(mpmd_graph_error(g), "no mesh axis \"expert\"; the axes are \"mpmd\", \"data\" and \"model\""),
+              has(mpmd_graph_error(g),
+                  "no mesh axis \"expert\"; the axes are \"mpmd\", \"data\" and \"model\""),
           "unknown axis: %s", mpmd_graph_error(g));
     mpmd_graph_free(g);
 
     g = mpmd_graph_new();
     mpmd_set_tensor_parallel(g, 2);
     x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(4, 6));
-    CHECK(!mpmd_is_value(mpmd_all_gather(g, x, 0, "data")) && has(mpmd_graph_error(g), "the \"data\" axis is the step's"),
+    CHECK(!mpmd_is_value(mpmd_all_gather(g, x, 0, "data")) &&
+              has(mpmd_graph_error(g), "the \"data\" axis is the step's"),
           "data axis: %s", mpmd_graph_error(g));
     mpmd_graph_free(g);
 
@@ -314,7 +328,8 @@ static void bad_input(void) {
     mpmd_set_tensor_parallel(g, 4);
     x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(4, 6));
     CHECK(!mpmd_is_value(mpmd_reduce_scatter(g, x, 1, "model")) &&
-              has(mpmd_graph_error(g), "dimension 1 of f32[4,6] (6) is not divisible by the model axis (4 ranks)"),
+              has(mpmd_graph_error(g),
+                  "dimension 1 of f32[4,6] (6) is not divisible by the model axis (4 ranks)"),
           "reduce_scatter: %s", mpmd_graph_error(g));
     mpmd_graph_free(g);
 
@@ -322,7 +337,8 @@ static void bad_input(void) {
     mpmd_set_tensor_parallel(g, 4);
     x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(2, 8, 24));
     CHECK(!mpmd_is_value(mpmd_gpt_block(g, "h0", x, 6)) &&
-              has(mpmd_graph_error(g), "\"h0/attn\": 6 heads are not divisible by the model axis (tensor_parallel 4)"),
+              has(mpmd_graph_error(g),
+                  "\"h0/attn\": 6 heads are not divisible by the model axis (tensor_parallel 4)"),
           "heads: %s", mpmd_graph_error(g));
     mpmd_graph_free(g);
 
@@ -330,13 +346,15 @@ static void bad_input(void) {
     mpmd_set_tensor_parallel(g, 3);
     x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(2, 8, 24));
     CHECK(!mpmd_is_value(mpmd_mlp(g, "mlp", x, 32, 24)) &&
-              has(mpmd_graph_error(g), "\"mlp\": 32 hidden features are not divisible by the model axis (tensor_parallel 3)"),
+              has(mpmd_graph_error(g),
+                  "\"mlp\": 32 hidden features are not divisible by the model axis (tensor_parallel 3)"),
           "mlp: %s", mpmd_graph_error(g));
     mpmd_graph_free(g);
 
     g = mpmd_graph_new();
     x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(2, 8));
-    CHECK(mpmd_set_tensor_parallel(g, 2) != MPMD_OK && has(mpmd_graph_error(g), "call it before building the graph"),
+    CHECK(mpmd_set_tensor_parallel(g, 2) != MPMD_OK &&
+              has(mpmd_graph_error(g), "call it before building the graph"),
           "late: %s", mpmd_graph_error(g));
     mpmd_graph_free(g);
 }

@@ -506,16 +506,20 @@ static void test_errors(void) {
 
 /* AdamW's decay mask (optax's mask): a parameter it leaves out updates as
  * with weight decay 0, bit for bit, and one it keeps as with the decay. */
-static float after_adam(const float *w0, const float *grad, int n, float wd, const unsigned char *mask, int which) {
+static float after_adam(const float *w0, const float *grad, int n, float wd, const unsigned char *mask,
+                        int which) {
     mpmd_graph *g = mpmd_graph_new();
-    mpmd_value ps[2] = {mpmd_param(g, "a", MPMD_SHAPE(n), MPMD_ZEROS), mpmd_param(g, "b", MPMD_SHAPE(n), MPMD_ZEROS)};
-    mpmd_value gs[2] = {mpmd_constant(g, MPMD_F32, MPMD_SHAPE(n), grad), mpmd_constant(g, MPMD_F32, MPMD_SHAPE(n), grad)};
+    mpmd_value ps[2] = {mpmd_param(g, "a", MPMD_SHAPE(n), MPMD_ZEROS),
+                        mpmd_param(g, "b", MPMD_SHAPE(n), MPMD_ZEROS)};
+    mpmd_value gs[2] = {mpmd_constant(g, MPMD_F32, MPMD_SHAPE(n), grad),
+                        mpmd_constant(g, MPMD_F32, MPMD_SHAPE(n), grad)};
     mpmd_adamw(g, 2, ps, gs, mpmd_scalar(g, 0.1f), (mpmd_adam_opts){0.9f, 0.999f, 1e-8f, wd, mask});
     mpmd_exec *ex = tu_exec(g, 1);
     mpmd_exec_write(ex, ps[0], w0, sizeof(float) * (size_t)n);
     mpmd_exec_write(ex, ps[1], w0, sizeof(float) * (size_t)n);
     float out[4] = {0};
-    CHECK(mpmd_exec_run(ex) == MPMD_OK && mpmd_exec_read(ex, ps[which], out, sizeof(float) * (size_t)n) == MPMD_OK,
+    CHECK(mpmd_exec_run(ex) == MPMD_OK &&
+              mpmd_exec_read(ex, ps[which], out, sizeof(float) * (size_t)n) == MPMD_OK,
           "adam with a decay mask: %s", mpmd_exec_error(ex));
     mpmd_exec_free(ex);
     mpmd_graph_free(g);
@@ -525,8 +529,10 @@ static float after_adam(const float *w0, const float *grad, int n, float wd, con
 static void test_decay_mask(void) {
     const float w0[4] = {0.5f, -2.0f, 1.0f, 3.0f}, gr[4] = {0.1f, 0.2f, -0.3f, 0.0f};
     const unsigned char only_a[2] = {1, 0};
-    const float a_masked = after_adam(w0, gr, 4, 0.5f, only_a, 0), a_all = after_adam(w0, gr, 4, 0.5f, NULL, 0);
-    const float b_masked = after_adam(w0, gr, 4, 0.5f, only_a, 1), b_none = after_adam(w0, gr, 4, 0.0f, NULL, 1);
+    const float a_masked = after_adam(w0, gr, 4, 0.5f, only_a, 0),
+                a_all = after_adam(w0, gr, 4, 0.5f, NULL, 0);
+    const float b_masked = after_adam(w0, gr, 4, 0.5f, only_a, 1),
+                b_none = after_adam(w0, gr, 4, 0.0f, NULL, 1);
     CHECK(a_masked == a_all, "the decayed parameter: %.9g, with decay on every one %.9g", a_masked, a_all);
     CHECK(b_masked == b_none && b_masked != after_adam(w0, gr, 4, 0.5f, NULL, 1),
           "the parameter the mask leaves out: %.9g, without decay %.9g", b_masked, b_none);

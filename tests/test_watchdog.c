@@ -107,8 +107,7 @@ static void lone_rank(void) {
     const char *e = st ? mpmd_step_error(st) : "";
     printf("the lone rank's watchdog, after %.3f s: %s\n", took, e);
     CHECK(rc == MPMD_ERR_RUNTIME && strstr(e, "rank 0: microbatch 0 of the loop has run for") &&
-              strstr(e, "without finishing") &&
-              strstr(e, "step_timeout"),
+              strstr(e, "without finishing") && strstr(e, "step_timeout"),
           "a loop stuck in a kernel: %d, %s", (int)rc, e);
     mpmd_step_free(st); /* waits for the kernel */
     mpmd_graph_free(g);
@@ -122,8 +121,9 @@ static void default_limit(void) {
     mpmd_graph *g = mpmd_graph_new();
     mpmd_value x = mpmd_input(g, "x", MPMD_F32, MPMD_SHAPE(4, 3));
     mpmd_loop_begin(g, 2);
-    mpmd_value l = mpmd_sum(g, mpmd_matmul(g, mpmd_microbatch(g, x), mpmd_param(g, "w", MPMD_SHAPE(3, 2), MPMD_ONES), 0),
-                            MPMD_ALL_AXES, MPMD_DROP_DIMS);
+    mpmd_value l =
+        mpmd_sum(g, mpmd_matmul(g, mpmd_microbatch(g, x), mpmd_param(g, "w", MPMD_SHAPE(3, 2), MPMD_ONES), 0),
+                 MPMD_ALL_AXES, MPMD_DROP_DIMS);
     mpmd_keep(g, mpmd_loop_reduce(g, l, MPMD_REDUCE_ADD));
     mpmd_loop_end(g);
     mpmd_step_opts o = MPMD_STEP_DEFAULTS;
@@ -135,9 +135,11 @@ static void default_limit(void) {
     if (st) {
         CHECK(st->wait_limit == 300, "a fast step's watchdog: %g s, want 300", st->wait_limit);
         st->slowest_step = 20; /* as if a run had taken 20 s */
-        CHECK(!mpmd_step_run(st) && st->wait_limit == 400, "after a 20 s run: %g s, want 400", st->wait_limit);
+        CHECK(!mpmd_step_run(st) && st->wait_limit == 400, "after a 20 s run: %g s, want 400",
+              st->wait_limit);
         st->slowest_step = 14;
-        CHECK(!mpmd_step_run(st) && st->wait_limit == 300, "after a 14 s run: %g s, want 300", st->wait_limit);
+        CHECK(!mpmd_step_run(st) && st->wait_limit == 300, "after a 14 s run: %g s, want 300",
+              st->wait_limit);
     }
     mpmd_step_free(st);
     o.step_timeout = NAN;

@@ -11,7 +11,8 @@ double tu_gradcheck_worst = 0;
 
 int tu_report(const char *name) {
     if (tu_gradcheck_worst > 0)
-        printf("%s: gradient checks: the largest error was %.2f of its tolerance\n", name, tu_gradcheck_worst);
+        printf("%s: gradient checks: the largest error was %.2f of its tolerance\n", name,
+               tu_gradcheck_worst);
     printf("%s: %d passed, %d failed\n", name, tu_checks - tu_failures, tu_failures);
     return tu_failures ? 1 : 0;
 }
@@ -164,16 +165,18 @@ int tu_gradcheck(const char *label, int n_in, const mpmd_type *in_shapes, tu_bui
         int64_t wk = -1;
         for (int64_t j = 0; j < m; j++) {
             double excess = fabs(fds[j] - adv[j]) / (rtol * fabs(fds[j]) + 1e-3 * scale + 1e-30);
-            if (isnan(excess) || excess > worst) worst = isnan(excess) ? INFINITY : excess, wk = at[j], wfd = fds[j], wad = adv[j];
+            if (isnan(excess) || excess > worst)
+                worst = isnan(excess) ? INFINITY : excess, wk = at[j], wfd = fds[j], wad = adv[j];
         }
         if (tu_gradcheck_ad_scale == 1.0 && worst > tu_gradcheck_worst) tu_gradcheck_worst = worst;
         if (worst > 1) {
             ok = 0;
             if (!tu_gradcheck_quiet)
-                fprintf(stderr,
-                        "gradcheck %s: input %d element %lld: finite difference %.7g, autodiff %.7g (%.2f times "
-                        "the tolerance %.0e relative + 1e-3 of the largest, %.4g)\n",
-                        label, i, (long long)wk, wfd, wad, worst, rtol, scale);
+                fprintf(
+                    stderr,
+                    "gradcheck %s: input %d element %lld: finite difference %.7g, autodiff %.7g (%.2f times "
+                    "the tolerance %.0e relative + 1e-3 of the largest, %.4g)\n",
+                    label, i, (long long)wk, wfd, wad, worst, rtol, scale);
         }
         free(ad);
     }
@@ -205,9 +208,8 @@ const tu_pcase tu_pcases[] = {
 const int tu_num_pcases = (int)(sizeof tu_pcases / sizeof tu_pcases[0]);
 
 const tu_named_schedule tu_every_schedule[] = {
-    {"gpipe", 4, 4, 0},          {"std1f1b", 4, 4, 0},           {"eager1f1b", 4, 4, 0},
-    {"interleaved1f1b", 4, 2, 0}, {"kimik2", 4, 2, 1},           {"zerobubble", 4, 4, 0},
-    {"dualpipev", 4, 2, 0},       {"interleavedgpipe", 4, 2, 0},
+    {"gpipe", 4, 4, 0},  {"std1f1b", 4, 4, 0},    {"eager1f1b", 4, 4, 0}, {"interleaved1f1b", 4, 2, 0},
+    {"kimik2", 4, 2, 1}, {"zerobubble", 4, 4, 0}, {"dualpipev", 4, 2, 0}, {"interleavedgpipe", 4, 2, 0},
 };
 const int tu_num_every_schedule = (int)(sizeof tu_every_schedule / sizeof tu_every_schedule[0]);
 

@@ -53,8 +53,9 @@ int main(void) {
     mpmd_value sm = mpmd_mul(g, mpmd_softmax(g, logits), mpmd_log_softmax(g, logits));
     loss = mpmd_add(g, loss, mpmd_mul_scalar(g, mpmd_sum(g, sm, 0, NULL, 0), 1e-3f));
     mpmd_value grads[6];
-    if (mpmd_grad(g, loss, 6, params, grads) || mpmd_adamw(g, 6, params, grads, mpmd_scalar(g, 1e-2f),
-                                                           (mpmd_adam_opts){0.9f, 0.999f, 1e-8f, 0.01f, NULL})) {
+    if (mpmd_grad(g, loss, 6, params, grads) ||
+        mpmd_adamw(g, 6, params, grads, mpmd_scalar(g, 1e-2f),
+                   (mpmd_adam_opts){0.9f, 0.999f, 1e-8f, 0.01f, NULL})) {
         fprintf(stderr, "vec_widths: %s\n", mpmd_graph_error(g));
         return 1;
     }

@@ -492,7 +492,8 @@ static void write_report_json(FILE *f, const mpmd_schedule *s, const mpmd_sim *s
         json_num(f, sim->busy[r]);
         fputs(", \"idle\": ", f);
         json_num(f, sim->makespan - sim->busy[r]);
-        fprintf(f, ", \"peak_in_flight\": %d, \"peak_bytes\": %.0f}", sim->peak_in_flight[r], sim->peak_bytes[r]);
+        fprintf(f, ", \"peak_in_flight\": %d, \"peak_bytes\": %.0f}", sim->peak_in_flight[r],
+                sim->peak_bytes[r]);
     }
     fputs("\n ]}\n", f);
 }
@@ -604,7 +605,8 @@ static int tool_main(int argc, char **argv) {
     if (!strcmp(cmd, "plan")) return tool_plan(argc, argv);
     if (strcmp(cmd, "schedule") && strcmp(cmd, "simulate")) {
         fprintf(stderr,
-                "mpmd: unknown command '%s'; expected schedule, simulate, plan, tokenize or help (see `mpmd --help`)\n",
+                "mpmd: unknown command '%s'; expected schedule, simulate, plan, tokenize or help (see `mpmd "
+                "--help`)\n",
                 cmd);
         return EXIT_USAGE;
     }

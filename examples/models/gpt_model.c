@@ -136,9 +136,9 @@ int64_t gpt_param_count(const gpt_config *c) {
     int64_t C = c->width;
     if (c->arch == GPT_ARCH_LLAMA) {
         int64_t kvw = kv_heads_of(c) * (C / c->heads), H = gpt_mlp_hidden(c);
-        int64_t block = 2 * C                  /* rms_0, rms_1 */
+        int64_t block = 2 * C                     /* rms_0, rms_1 */
                         + 2 * C * C + 2 * C * kvw /* attn/q, o and k, v */
-                        + 3 * C * H;           /* mlp/gate, up, down */
+                        + 3 * C * H;              /* mlp/gate, up, down */
         return c->vocab * C + (int64_t)c->layers * block + C + (c->tie_embeddings ? 0 : C * c->vocab);
     }
     int64_t block = 2 * (2 * C)         /* ln_0, ln_1: scale and bias */
@@ -172,7 +172,8 @@ void gpt_stage_blocks(const gpt_config *c, int *blocks) {
      * on the last stage, with the last block. */
     double C = (double)c->width, head = 2 * C * (double)c->vocab, mats = 12 * C * C;
     if (c->arch == GPT_ARCH_LLAMA)
-        mats = 2 * C * C + 2 * C * (double)(kv_heads_of(c) * (c->width / c->heads)) + 3 * C * (double)gpt_mlp_hidden(c);
+        mats = 2 * C * C + 2 * C * (double)(kv_heads_of(c) * (c->width / c->heads)) +
+               3 * C * (double)gpt_mlp_hidden(c);
     double block = 2 * mats + 4 * (double)c->seq * C;
     double *cost = malloc((size_t)L * sizeof *cost);
     int *first = malloc((size_t)S * sizeof *first);
@@ -245,7 +246,8 @@ static mpmd_value forward(mpmd_graph *g, const gpt_config *c, mpmd_value wpe, mp
     int vsplit;
     mpmd_value logits = logits_of(g, c, wpe, key, tok, MPMD_NONE, &vsplit);
     /* split logits: the cross-entropy over the ranks' columns */
-    mpmd_value ce = vsplit ? mpmd_cross_entropy_split(g, logits, tgt, "model") : mpmd_cross_entropy(g, logits, tgt);
+    mpmd_value ce =
+        vsplit ? mpmd_cross_entropy_split(g, logits, tgt, "model") : mpmd_cross_entropy(g, logits, tgt);
     mpmd_value loss = mpmd_mean(g, ce, MPMD_ALL_AXES, MPMD_DROP_DIMS);
     /* Each microbatch contributes its share of the batch mean. */
     if (c->microbatches > 1) loss = mpmd_mul_scalar(g, loss, 1.0f / (float)c->microbatches);
@@ -274,8 +276,9 @@ static mpmd_status build(const gpt_config *cfg, int mode, gpt_model *m, mpmd_err
     m->cfg = *c;
     mpmd_graph *g = m->g = mpmd_graph_new();
     if (!g) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory for the graph");
-    if (c->tensor_parallel > 1) mpmd_set_tensor_parallel(g, c->tensor_parallel); /* the blocks split themselves */
-    mpmd_set_compute_dtype(g, c->compute); /* the layers cast their f32 parameters to it */
+    if (c->tensor_parallel > 1)
+        mpmd_set_tensor_parallel(g, c->tensor_parallel); /* the blocks split themselves */
+    mpmd_set_compute_dtype(g, c->compute);               /* the layers cast their f32 parameters to it */
     mpmd_set_fused_attention(g, c->fused_attention);
     if (c->rope_scaling.factor != 0.0f) mpmd_set_rope_scaling(g, &c->rope_scaling);
 
@@ -337,7 +340,8 @@ static mpmd_status build(const gpt_config *cfg, int mode, gpt_model *m, mpmd_err
             decay[i] = c->decay_all || mpmd_value_type(g, m->params[i]).ndim >= 2;
         mpmd_adam_opts adam = c->adam;
         adam.decay = decay;
-        if (mode == 2 && c->clip > 0) { /* the clipped gradients go to AdamW; the kept ones stay as they were */
+        if (mode == 2 &&
+            c->clip > 0) { /* the clipped gradients go to AdamW; the kept ones stay as they were */
             mpmd_value *clipped = malloc((size_t)m->n_params * sizeof *clipped);
             if (!clipped) {
                 free(decay);
@@ -479,8 +483,8 @@ void gpt_dropout_key(uint64_t seed, uint64_t step, int replicas, int32_t *key) {
     }
 }
 
-mpmd_status gpt_set_inputs(mpmd_step *st, const gpt_model *m, const int32_t *tok, const int32_t *tgt, size_t bytes,
-                           uint64_t seed, uint64_t step, int replicas) {
+mpmd_status gpt_set_inputs(mpmd_step *st, const gpt_model *m, const int32_t *tok, const int32_t *tgt,
+                           size_t bytes, uint64_t seed, uint64_t step, int replicas) {
     mpmd_status rc = mpmd_step_set_input(st, m->tokens, tok, bytes);
     if (!rc) rc = mpmd_step_set_input(st, m->targets, tgt, bytes);
     if (rc || !mpmd_is_value(m->dropout_key)) return rc;
@@ -664,13 +668,15 @@ mpmd_status gpt_corpus_load_tokens(gpt_corpus *c, const char *path, int64_t voca
     const int want_version = wide ? GPT_TOKENS_VERSION_WIDE : GPT_TOKENS_VERSION;
     mpmd_status rc = MPMD_OK;
     if (magic != GPT_TOKENS_MAGIC && !wide)
-        rc = mpmd_error_set(err, bad,
-                            "token file %s: magic number %d where llm.c's token files have %d (uint16 ids) or %d "
-                            "(uint32 ids): not a token file in llm.c's format",
-                            path, (int)magic, GPT_TOKENS_MAGIC, GPT_TOKENS_MAGIC_WIDE);
+        rc = mpmd_error_set(
+            err, bad,
+            "token file %s: magic number %d where llm.c's token files have %d (uint16 ids) or %d "
+            "(uint32 ids): not a token file in llm.c's format",
+            path, (int)magic, GPT_TOKENS_MAGIC, GPT_TOKENS_MAGIC_WIDE);
     else if (version != want_version)
-        rc = mpmd_error_set(err, bad, "token file %s: version %d; only version %d (uint%d token ids) is read with magic %d",
-                            path, (int)version, want_version, wide ? 32 : 16, (int)magic);
+        rc = mpmd_error_set(
+            err, bad, "token file %s: version %d; only version %d (uint%d token ids) is read with magic %d",
+            path, (int)version, want_version, wide ? 32 : 16, (int)magic);
     else if (count < 0 || (int64_t)count * width != size - head)
         rc = mpmd_error_set(err, bad,
                             "token file %s: the header counts %d tokens (%lld bytes after the header) but "
@@ -725,11 +731,12 @@ mpmd_status gpt_corpus_check_vocab(const gpt_corpus *c, int64_t vocab, const cha
         /* uint32 ids are checked as read: one past 2^31 is no negative id */
         int64_t id = c->ids32 ? (int64_t)c->ids32[k] : (int64_t)gpt_corpus_id(c, k);
         if (id >= vocab)
-            return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                                  "%s: %s %lld at position %lld is not an id of the model's vocabulary of %lld "
-                                  "(ids 0 .. %lld)",
-                                  what, c->bytes ? "byte" : "token", (long long)id, (long long)k, (long long)vocab,
-                                  (long long)vocab - 1);
+            return mpmd_error_set(
+                err, MPMD_ERR_FORMAT,
+                "%s: %s %lld at position %lld is not an id of the model's vocabulary of %lld "
+                "(ids 0 .. %lld)",
+                what, c->bytes ? "byte" : "token", (long long)id, (long long)k, (long long)vocab,
+                (long long)vocab - 1);
     }
     return MPMD_OK;
 }
@@ -762,8 +769,8 @@ mpmd_status gpt_corpus_from_text(gpt_corpus *c, const char *path, const mpmd_tok
     memset(c, 0, sizeof *c);
     int32_t *ids;
     size_t n;
-    rc = mpmd_tokenizer_encode(tok, (const char *)text.bytes, (size_t)text.len, MPMD_TOKENIZE_SPECIAL, &ids, &n,
-                               err);
+    rc = mpmd_tokenizer_encode(tok, (const char *)text.bytes, (size_t)text.len, MPMD_TOKENIZE_SPECIAL, &ids,
+                               &n, err);
     gpt_corpus_free(&text);
     if (rc) {
         char msg[MPMD_ERROR_MSG_MAX];
@@ -772,9 +779,10 @@ mpmd_status gpt_corpus_from_text(gpt_corpus *c, const char *path, const mpmd_tok
     }
     if ((int64_t)n < min_len) {
         free(ids);
-        return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                              "text file %s gives %zu tokens; at least %lld are needed (seq + 1 for one window)",
-                              path, n, (long long)min_len);
+        return mpmd_error_set(
+            err, MPMD_ERR_FORMAT,
+            "text file %s gives %zu tokens; at least %lld are needed (seq + 1 for one window)", path, n,
+            (long long)min_len);
     }
     /* two bytes an id while the vocabulary fits them (the ids are below it) */
     if (mpmd_tokenizer_vocab_size(tok) <= 65536) {

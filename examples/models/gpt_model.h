@@ -53,22 +53,22 @@ typedef struct gpt_config {
     int tie_embeddings; /* LM head = x @ wte^T instead of its own kernel */
     float lr;           /* AdamW learning rate */
     mpmd_adam_opts adam;
-    float clip;         /* clip the gradients to this global norm (mpmd_clip_by_global_norm); 0: none */
-    int decay_all;      /* AdamW's weight decay on every parameter; 0 (the default): on the matrices and
-                           embeddings (2 or more dimensions) only, as GPT-2 and nanoGPT train */
-    mpmd_dtype compute; /* compute dtype (f32, bf16, f16): parameters and optimizer state stay f32 */
-    int remat;          /* 0: keep every activation; else each block is a rematerialisation region of
-                           this mpmd_remat_policy (SAVE_NOTHING: "block", SAVE_DOTS: "dots") */
+    float clip;          /* clip the gradients to this global norm (mpmd_clip_by_global_norm); 0: none */
+    int decay_all;       /* AdamW's weight decay on every parameter; 0 (the default): on the matrices and
+                            embeddings (2 or more dimensions) only, as GPT-2 and nanoGPT train */
+    mpmd_dtype compute;  /* compute dtype (f32, bf16, f16): parameters and optimizer state stay f32 */
+    int remat;           /* 0: keep every activation; else each block is a rematerialisation region of
+                            this mpmd_remat_policy (SAVE_NOTHING: "block", SAVE_DOTS: "dots") */
     int fused_attention; /* 1: mpmd_attention's fused op; 0: the composition that keeps the
                             probabilities (mpmd_set_fused_attention) */
     int tensor_parallel; /* model ranks each block is split over (mpmd_set_tensor_parallel); 0 or 1: none */
-    float dropout;      /* dropout rate of the embeddings and of every block's residual branches
-                           (GPT-2's embd_pdrop and resid_pdrop); 0: none */
-    int arch;           /* GPT_ARCH_GPT2 or GPT_ARCH_LLAMA (the fields below) */
-    int kv_heads;       /* LLaMA: key/value heads (grouped-query attention), dividing heads; 0: heads */
-    int64_t mlp_hidden; /* LLaMA: the SwiGLU width; 0: 8C/3 rounded up to a multiple of 8 */
-    float rope_base;    /* LLaMA: the rotary embeddings' base (default 10000) */
-    float norm_eps;     /* LLaMA: the RMS norms' epsilon (default 1e-5; 0 means 1e-5) */
+    float dropout;       /* dropout rate of the embeddings and of every block's residual branches
+                            (GPT-2's embd_pdrop and resid_pdrop); 0: none */
+    int arch;            /* GPT_ARCH_GPT2 or GPT_ARCH_LLAMA (the fields below) */
+    int kv_heads;        /* LLaMA: key/value heads (grouped-query attention), dividing heads; 0: heads */
+    int64_t mlp_hidden;  /* LLaMA: the SwiGLU width; 0: 8C/3 rounded up to a multiple of 8 */
+    float rope_base;     /* LLaMA: the rotary embeddings' base (default 10000) */
+    float norm_eps;      /* LLaMA: the RMS norms' epsilon (default 1e-5; 0 means 1e-5) */
     mpmd_rope_scaling rope_scaling; /* LLaMA: Llama 3.1's rotary frequencies (factor 0, the default: none) */
 } gpt_config;
 
@@ -111,8 +111,8 @@ typedef struct gpt_model {
                                    (gpt_dropout_key); else MPMD_NONE */
     mpmd_value loss;            /* the loop-summed loss (the batch mean), kept */
     int n_params;
-    mpmd_value *params; /* the parameters, in creation order (owned) */
-    mpmd_value *grads;  /* their loop-reduced gradients, kept (owned) */
+    mpmd_value *params;   /* the parameters, in creation order (owned) */
+    mpmd_value *grads;    /* their loop-reduced gradients, kept (owned) */
     mpmd_value grad_norm; /* with clip: the gradients' global norm before clipping, kept; else MPMD_NONE */
     mpmd_value logits;    /* gpt_build_logits: f32 [batch, seq, vocab], kept; else MPMD_NONE */
 } gpt_model;
@@ -182,8 +182,8 @@ void gpt_dropout_key(uint64_t seed, uint64_t step, int replicas, int32_t *key);
 /* Feed a step its batch: tokens and targets of `bytes` each (one replica's
  * share, or all `replicas`' together, as mpmd_step_set_input takes them)
  * and, with dropout, the keys of (seed, step) for as many replicas. */
-mpmd_status gpt_set_inputs(mpmd_step *st, const gpt_model *m, const int32_t *tok, const int32_t *tgt, size_t bytes,
-                           uint64_t seed, uint64_t step, int replicas);
+mpmd_status gpt_set_inputs(mpmd_step *st, const gpt_model *m, const int32_t *tok, const int32_t *tgt,
+                           size_t bytes, uint64_t seed, uint64_t step, int replicas);
 
 /* ---- data ------------------------------------------------------------------ */
 

@@ -11,7 +11,9 @@ const char *gpt_remat_name(int remat) {
 }
 
 int gpt_remat_policy(const char *name) {
-    return !strcmp(name, "dots") ? MPMD_REMAT_SAVE_DOTS : !strcmp(name, "block") ? MPMD_REMAT_SAVE_NOTHING : 0;
+    return !strcmp(name, "dots")    ? MPMD_REMAT_SAVE_DOTS
+           : !strcmp(name, "block") ? MPMD_REMAT_SAVE_NOTHING
+                                    : 0;
 }
 
 gpt_config gpt_layout_config(const gpt_config *base, const gpt_layout *l) {

@@ -19,7 +19,8 @@ mpmd_status mlp_build(int layers, int micro, int rows_per_mb, int width, mlp_mod
         if (l + 1 < layers) h = mpmd_enter_stage(g, mpmd_tanh(g, h));
     }
     mpmd_value d = mpmd_sub(g, h, yb);
-    mpmd_value loss = mpmd_mul_scalar(g, mpmd_mean(g, mpmd_square(g, d), MPMD_ALL_AXES, MPMD_DROP_DIMS), 1.0f / (float)micro);
+    mpmd_value loss = mpmd_mul_scalar(g, mpmd_mean(g, mpmd_square(g, d), MPMD_ALL_AXES, MPMD_DROP_DIMS),
+                                      1.0f / (float)micro);
     loss = mpmd_enter_stage(g, loss);
     int np = mpmd_graph_params(g, NULL, 0);
     mpmd_value *ps = malloc((size_t)np * sizeof *ps), *gs = malloc((size_t)np * sizeof *gs);

@@ -172,7 +172,8 @@ int mpmd_launch_widened(void *dev, const mpmd_kernel *k, const mpmd_kargs *a, mp
     b.in_type = typ;
     b.out = out;
     int rc = k->fn(&b);
-    if (!rc && off[n->n_in] >= 0 && convert(dev, a->out, n->type.dtype, out, MPMD_F32, mpmd_type_numel(&n->type))) {
+    if (!rc && off[n->n_in] >= 0 &&
+        convert(dev, a->out, n->type.dtype, out, MPMD_F32, mpmd_type_numel(&n->type))) {
         snprintf(a->err, a->err_len, "rounding the f32 result to %s failed", mpmd_dtype_name(n->type.dtype));
         rc = 1;
     }

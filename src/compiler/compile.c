@@ -59,29 +59,23 @@ static void keep_forward_tasks(mpmd_schedule *s) {
 }
 
 mpmd_status mpmd_compile_check(const mpmd_graph *g, const mpmd_schedule *s, mpmd_error *err) {
-    if (!g || !s)
-        return mpmd_error_set(err, MPMD_ERR_INVALID,
-                              "the graph and the schedule are required");
-    if (g->status != MPMD_OK)
-        return mpmd_error_set(err, g->status, "the graph has an error: %s", g->err);
+    if (!g || !s) return mpmd_error_set(err, MPMD_ERR_INVALID, "the graph and the schedule are required");
+    if (g->status != MPMD_OK) return mpmd_error_set(err, g->status, "the graph has an error: %s", g->err);
     if (g->n_micro < 1)
-        return mpmd_error_set(
-            err, MPMD_ERR_INVALID,
-            "the graph has no microbatch loop (mpmd_loop_begin ... mpmd_loop_end)");
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "the graph has no microbatch loop (mpmd_loop_begin ... mpmd_loop_end)");
     if (mpmd_loop_open(g))
         return mpmd_error_set(err, MPMD_ERR_INVALID,
                               "the microbatch loop is still open (call mpmd_loop_end)");
     if (g->n_markers != s->num_stages)
-        return mpmd_error_set(
-            err, MPMD_ERR_INVALID,
-            "the loop body has %d stage markers (mpmd_enter_stage calls, the last "
-            "stage closed by one too) but the schedule %s has %d stages",
-            g->n_markers, s->name, s->num_stages);
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "the loop body has %d stage markers (mpmd_enter_stage calls, the last "
+                              "stage closed by one too) but the schedule %s has %d stages",
+                              g->n_markers, s->name, s->num_stages);
     if (g->n_micro != s->num_microbatches)
-        return mpmd_error_set(
-            err, MPMD_ERR_INVALID,
-            "the graph's loop has %d microbatches but the schedule %s has %d", g->n_micro,
-            s->name, s->num_microbatches);
+        return mpmd_error_set(err, MPMD_ERR_INVALID,
+                              "the graph's loop has %d microbatches but the schedule %s has %d", g->n_micro,
+                              s->name, s->num_microbatches);
     mpmd_error verr;
     if (mpmd_schedule_validate(s, &verr, NULL) != MPMD_OK)
         return mpmd_error_set(err, verr.code, "%s", verr.msg);
@@ -148,8 +142,7 @@ static mpmd_status finish(mpmd_plan *pl, mpmd_error *err) {
             continue;
         }
         if (!(pl->kern[i] = pl->be->kernels.find(n->op)))
-            return mpmd_error_set(err, MPMD_ERR_INVALID,
-                                  "the %s backend has no kernel for %s (%%%d)",
+            return mpmd_error_set(err, MPMD_ERR_INVALID, "the %s backend has no kernel for %s (%%%d)",
                                   pl->be->name, n->op->name, i);
     }
     /* the tasks whose ops meet the other model ranks (a collective): they
@@ -246,8 +239,7 @@ mpmd_plan *mpmd_compile(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_
     }
     for (int k = 0; k < pl->num_stages; k++)
         if (pl->stage_rank[k] < 0) {
-            mpmd_error_set(err, MPMD_ERR_SCHEDULE, "%s runs stage %d on no rank", s->name,
-                           k);
+            mpmd_error_set(err, MPMD_ERR_SCHEDULE, "%s runs stage %d on no rank", s->name, k);
             goto fail;
         }
     if (finish(pl, err)) goto fail;
@@ -288,9 +280,10 @@ void mpmd_plan_print(const mpmd_plan *pl, FILE *f) {
                     fprintf(f, "%s%s", j ? ", " : " ", mpmd_operand_str(g, n->in[j], ob, sizeof ob));
                 /* the loop results this value is folded into, microbatch by microbatch */
                 for (int r = pl->reduce_head ? pl->reduce_head[n->id] : -1; r >= 0; r = pl->reduce_next[r])
-                    fprintf(f, "   -> loop %s into %%%d", g->nodes[r].ia[0] == MPMD_REDUCE_ADD   ? "sum"
-                                                          : g->nodes[r].ia[0] == MPMD_REDUCE_MAX ? "max"
-                                                                                                 : "concat",
+                    fprintf(f, "   -> loop %s into %%%d",
+                            g->nodes[r].ia[0] == MPMD_REDUCE_ADD   ? "sum"
+                            : g->nodes[r].ia[0] == MPMD_REDUCE_MAX ? "max"
+                                                                   : "concat",
                             r);
                 fputc('\n', f);
             }
@@ -301,8 +294,8 @@ void mpmd_plan_print(const mpmd_plan *pl, FILE *f) {
         fprintf(f,
                 "rank %d program (%d instructions, peak %lld bytes of activations; allocates %zu bytes: "
                 "parameters %zu, optimizer state and constants %zu, inputs %zu, arena %zu, workspace %zu):\n",
-                r, p->n, (long long)p->peak_bytes, m->total_bytes, m->params_bytes, m->state_bytes, m->input_bytes,
-                m->arena_bytes, m->scratch_bytes);
+                r, p->n, (long long)p->peak_bytes, m->total_bytes, m->params_bytes, m->state_bytes,
+                m->input_bytes, m->arena_bytes, m->scratch_bytes);
         for (int x = 0; x < p->n; x++) {
             const mpmd_instr *in = &p->ins[x];
             const mpmd_node *n = in->node >= 0 ? &g->nodes[in->node] : NULL;
@@ -332,7 +325,8 @@ void mpmd_plan_print(const mpmd_plan *pl, FILE *f) {
             case MPMD_I_REDUCE_SCATTER:
                 fprintf(f, "  %s %%%d:%s over the replicas%s\n",
                         in->op == MPMD_I_ALLREDUCE ? "all_reduce" : "reduce_scatter", in->node,
-                        mpmd_type_str(&n->type, tb, sizeof tb), in->op == MPMD_I_ALLREDUCE ? "" : " (this replica's shard)");
+                        mpmd_type_str(&n->type, tb, sizeof tb),
+                        in->op == MPMD_I_ALLREDUCE ? "" : " (this replica's shard)");
                 break;
             case MPMD_I_GATHER: {
                 int ng;

@@ -50,13 +50,13 @@ void mpmd_clusters_free(mpmd_clusters *c);
 /* ---- instructions -------------------------------------------------------- */
 
 enum {
-    MPMD_I_RUN_PRE = 0, /* a before-loop op: node */
-    MPMD_I_TASK,        /* run task (kind, stage, microbatch) */
-    MPMD_I_SEND,        /* value (node, microbatch) to rank peer */
-    MPMD_I_RECV,        /* value (node, microbatch) from rank peer */
-    MPMD_I_FREE,        /* value (node, microbatch) is dead on this rank */
-    MPMD_I_RUN_POST,    /* an after-loop op: node */
-    MPMD_I_ALLREDUCE,   /* combine loop result `node` across the data-parallel replicas */
+    MPMD_I_RUN_PRE = 0,    /* a before-loop op: node */
+    MPMD_I_TASK,           /* run task (kind, stage, microbatch) */
+    MPMD_I_SEND,           /* value (node, microbatch) to rank peer */
+    MPMD_I_RECV,           /* value (node, microbatch) from rank peer */
+    MPMD_I_FREE,           /* value (node, microbatch) is dead on this rank */
+    MPMD_I_RUN_POST,       /* an after-loop op: node */
+    MPMD_I_ALLREDUCE,      /* combine loop result `node` across the data-parallel replicas */
     MPMD_I_REDUCE_SCATTER, /* FSDP: the same for this replica's shard of loop result `node` only */
     MPMD_I_GATHER          /* FSDP: gather the sharded values of its `list` (mpmd_gather_list: what
                               the next task reads, or per step every task of the rank) from every
@@ -99,9 +99,9 @@ enum {
 };
 
 typedef struct mpmd_buffer {
-    int32_t node, mb; /* mb -1 outside the body */
-    int8_t what;      /* MPMD_BUF_* */
-    int8_t received;  /* written by a receive */
+    int32_t node, mb;  /* mb -1 outside the body */
+    int8_t what;       /* MPMD_BUF_* */
+    int8_t received;   /* written by a receive */
     int32_t def, last; /* positions: written first, read last (the arena's lifetime) */
     size_t off, bytes;
 } mpmd_buffer;
@@ -162,12 +162,12 @@ typedef struct mpmd_plan {
     const mpmd_graph *g;
     mpmd_schedule *sched; /* a copy's owner: the plan keeps what it needs */
     int num_ranks, num_stages, num_micro;
-    int replicas; /* data-parallel replicas of every rank (mesh data axis) */
-    int fsdp;     /* MPMD_FSDP_*: shard parameters, their optimizer state and gradients over the
-                     replicas, gathered per task or per step */
-    int model;    /* model ranks of every rank and replica (mesh model axis, the graph's) */
-    mpmd_mesh mesh;       /* which part of each value a replica and model rank hold (mesh/mesh.h; FSDP's
-                             shards set by shard.c) */
+    int replicas;   /* data-parallel replicas of every rank (mesh data axis) */
+    int fsdp;       /* MPMD_FSDP_*: shard parameters, their optimizer state and gradients over the
+                       replicas, gathered per task or per step */
+    int model;      /* model ranks of every rank and replica (mesh model axis, the graph's) */
+    mpmd_mesh mesh; /* which part of each value a replica and model rank hold (mesh/mesh.h; FSDP's
+                       shards set by shard.c) */
     /* FSDP: what each GATHER gathers (list ids: S*4 task kinds, each task's own values; then D ranks,
        every value of the rank's tasks): gather[l] of gather_n[l] values, parameters or their casts */
     int32_t **gather;
@@ -179,17 +179,17 @@ typedef struct mpmd_plan {
     int32_t *stage_rank; /* [S] */
     uint64_t *runs;      /* [n_nodes * words] ranks that run/hold each value */
     int words;
-    int32_t *home;            /* [n_nodes] body: rank computing it; loop_reduce: rank accumulating */
-    unsigned char *cross;     /* [n_nodes] body value read by another task (lives past its task) */
-    mpmd_program *prog;       /* [D] */
-    const mpmd_backend *be;   /* every rank's backend */
-    const mpmd_kernel **kern; /* [n_nodes] the backend's kernel of each op */
+    int32_t *home;             /* [n_nodes] body: rank computing it; loop_reduce: rank accumulating */
+    unsigned char *cross;      /* [n_nodes] body value read by another task (lives past its task) */
+    mpmd_program *prog;        /* [D] */
+    const mpmd_backend *be;    /* every rank's backend */
+    const mpmd_kernel **kern;  /* [n_nodes] the backend's kernel of each op */
     unsigned char *task_meets; /* [S*4] the task has collectives of the model axis (it meets its peers) */
     int32_t *reduce_head, *reduce_next; /* loop reductions reading each body value */
     int32_t **free_head;                /* [S*4][position]: in-task values dying after that op */
     int32_t *free_next;
-    int recv_ahead;        /* tasks ahead that a receive may be posted (the transport's) */
-    mpmd_rank_memory *mem; /* [D] */
+    int recv_ahead;            /* tasks ahead that a receive may be posted (the transport's) */
+    mpmd_rank_memory *mem;     /* [D] */
     int32_t own_stage_rank[1]; /* the unpipelined loop's (no schedule) */
 } mpmd_plan;
 

@@ -39,8 +39,7 @@ mpmd_status mpmd_place(mpmd_plan *pl, mpmd_error *err) {
     pl->words = (pl->num_ranks + 63) / 64;
     pl->runs = calloc((size_t)nn * pl->words + 1, sizeof *pl->runs);
     pl->home = malloc((size_t)(nn + 1) * sizeof *pl->home);
-    if (!pl->runs || !pl->home)
-        return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory placing the graph");
+    if (!pl->runs || !pl->home) return mpmd_error_set(err, MPMD_ERR_NOMEM, "out of memory placing the graph");
     for (int i = 0; i < nn; i++)
         pl->home[i] = -1;
 

@@ -176,9 +176,10 @@ void mpmd_loop_begin(mpmd_graph *g, int num_microbatches) {
     if (!g || g->status != MPMD_OK) return;
     if (g->n_micro > 0) {
         mpmd_fail(g, MPMD_ERR_INVALID,
-                  g->implicit_loop ? "mpmd_loop_begin: stage markers before it made the graph a loop of one "
-                                     "microbatch; begin the loop before the first marker"
-                                   : "mpmd_loop_begin: the graph already has a microbatch loop (one per step)");
+                  g->implicit_loop
+                      ? "mpmd_loop_begin: stage markers before it made the graph a loop of one "
+                        "microbatch; begin the loop before the first marker"
+                      : "mpmd_loop_begin: the graph already has a microbatch loop (one per step)");
         return;
     }
     if (num_microbatches < 1) {
@@ -206,7 +207,8 @@ void mpmd_loop_end(mpmd_graph *g) {
         return;
     }
     if (g->remat) {
-        mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_loop_end: a rematerialisation region is still open (call mpmd_remat_end)");
+        mpmd_fail(g, MPMD_ERR_INVALID,
+                  "mpmd_loop_end: a rematerialisation region is still open (call mpmd_remat_end)");
         return;
     }
     g->region = MPMD_REGION_POST;

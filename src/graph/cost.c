@@ -53,10 +53,11 @@ static int stages_needed(const double *c, int n, double t) {
 
 mpmd_status mpmd_balance_stages(const double *costs, int n, int S, int *first, mpmd_error *err) {
     if (!costs || !first || n < 1 || S < 1 || S > n)
-        return mpmd_error_set(err, MPMD_ERR_INVALID,
-                              "mpmd_balance_stages: %d pieces into %d stages (1 <= stages <= pieces, costs and "
-                              "first given)",
-                              n, S);
+        return mpmd_error_set(
+            err, MPMD_ERR_INVALID,
+            "mpmd_balance_stages: %d pieces into %d stages (1 <= stages <= pieces, costs and "
+            "first given)",
+            n, S);
     double lo = 0, hi = 0;
     for (int i = 0; i < n; i++) {
         if (!(costs[i] >= 0) || costs[i] > 1e300)

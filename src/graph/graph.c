@@ -219,8 +219,8 @@ mpmd_value mpmd_emit(mpmd_graph *g, const mpmd_op_desc *op, int n_in, const mpmd
     if (out.dtype != MPMD_TOKEN && !mpmd_dims_fit(out.ndim, out.dim, (int64_t)mpmd_dtype_size(out.dtype))) {
         char tb[160];
         return mpmd_fail(g, MPMD_ERR_SHAPE,
-                         "%s: the result %s has more elements than fit in memory (at most 2^62 bytes)", op->name,
-                         mpmd_type_str(&out, tb, sizeof tb));
+                         "%s: the result %s has more elements than fit in memory (at most 2^62 bytes)",
+                         op->name, mpmd_type_str(&out, tb, sizeof tb));
     }
     /* Values flow forward through the regions: before loop -> body -> after
      * loop, and out of the body only through mpmd_loop_reduce. */
@@ -396,7 +396,8 @@ int mpmd_graph_state(const mpmd_graph *g, mpmd_value *out, int cap) {
 }
 
 mpmd_value mpmd_read_target(const mpmd_graph *g, mpmd_value v) {
-    if (g && g->alias && v.id >= 0 && v.id < g->n_alias && g->alias[v.id] >= 0) return (mpmd_value){g->alias[v.id]};
+    if (g && g->alias && v.id >= 0 && v.id < g->n_alias && g->alias[v.id] >= 0)
+        return (mpmd_value){g->alias[v.id]};
     return v;
 }
 

@@ -58,9 +58,9 @@ typedef struct mpmd_op_desc {
 
 /* Node flags. */
 enum {
-    MPMD_NODE_TRAINABLE = 1u << 0, /* a parameter */
-    MPMD_NODE_KEEP = 1u << 1,      /* readable after a run */
-    MPMD_NODE_GRADSUM = 1u << 2,   /* an add made by mpmd_grad to sum a parameter's per-use gradients */
+    MPMD_NODE_TRAINABLE = 1u << 0,  /* a parameter */
+    MPMD_NODE_KEEP = 1u << 1,       /* readable after a run */
+    MPMD_NODE_GRADSUM = 1u << 2,    /* an add made by mpmd_grad to sum a parameter's per-use gradients */
     MPMD_NODE_REMAT_SAVE = 1u << 3, /* kept for the backward in a MPMD_REMAT_SAVE_NAMED region */
     MPMD_NODE_RECOMPUTED = 1u << 4  /* a forward op's copy that mpmd_grad made for the backward (remat) */
 };
@@ -160,7 +160,7 @@ struct mpmd_graph {
     mpmd_rope_scaling rope_scaling;
     /* tagging of nodes emitted by a VJP rule */
     int emit_bwd, emit_stage, emit_fwd;
-    int remat; /* the open rematerialisation region's policy, 0: none */
+    int remat;         /* the open rematerialisation region's policy, 0: none */
     char tbuf[4][160]; /* rotating buffers for mpmd_tstr */
     int tnext;
 };
@@ -250,7 +250,8 @@ extern const mpmd_op_desc mpmd_op_microbatch, mpmd_op_loop_reduce, mpmd_op_stage
 /* The dtype conversion (src/ops/elementwise.c), which every backend runs itself. */
 extern const mpmd_op_desc mpmd_op_cast;
 extern const mpmd_op_desc mpmd_op_all_reduce, mpmd_op_pvary, mpmd_op_all_gather, mpmd_op_reduce_scatter,
-    mpmd_op_axis_slice, mpmd_op_axis_embedding, mpmd_op_axis_embedding_grad, mpmd_op_axis_pick, mpmd_op_axis_pick_grad;
+    mpmd_op_axis_slice, mpmd_op_axis_embedding, mpmd_op_axis_embedding_grad, mpmd_op_axis_pick,
+    mpmd_op_axis_pick_grad;
 
 /* Whether a model-axis collective reads the other model ranks' inputs
  * (all_reduce, all_gather, reduce_scatter: the backend's model_combine);

@@ -33,7 +33,6 @@
 
 /* ---- state views -------------------------------------------------------------- */
 
-
 void ckpt_view_free(state_view *v) {
     free(v->e);
     free(v->ptrs);
@@ -74,7 +73,8 @@ static void *stage(state_view *v, int node, int rank, int replica, size_t bytes)
 mpmd_status ckpt_view_commit(const state_view *v, const char *who, mpmd_error *err) {
     for (int i = 0; i < v->nstg; i++) {
         const staged *s = &v->stg[i];
-        mpmd_status rc = mpmd_runtime_write((mpmd_step *)v->target, s->rank, s->replica, s->node, s->host, s->bytes);
+        mpmd_status rc =
+            mpmd_runtime_write((mpmd_step *)v->target, s->rank, s->replica, s->node, s->host, s->bytes);
         if (rc) return mpmd_error_set(err, rc, "%s: copying state %%%d to its device failed", who, s->node);
     }
     return MPMD_OK;
@@ -171,8 +171,7 @@ static mpmd_status view_build(const mpmd_graph *g, void *target, holders_fn hold
     return rc;
 }
 
-mpmd_status ckpt_step_view(mpmd_step *st, const char *who, int params_only, state_view *v,
-                             mpmd_error *err) {
+mpmd_status ckpt_step_view(mpmd_step *st, const char *who, int params_only, state_view *v, mpmd_error *err) {
     if (!st) return mpmd_error_set(err, MPMD_ERR_INVALID, "%s: no step", who);
     int replicas = st->plan->replicas > 1 ? st->plan->replicas : 1;
     return view_build(st->plan->g, st, step_holders, st->plan->num_ranks * replicas * st->plan->model,
@@ -354,7 +353,7 @@ static mpmd_status check_export_dtype(mpmd_dtype dtype, const char *who, mpmd_er
 }
 
 static mpmd_status step_write_held(mpmd_step *st, const char *path, const write_spec *w, const char *who,
-                              mpmd_error *err) {
+                                   mpmd_error *err) {
     state_view v;
     mpmd_status rc = ckpt_step_view(st, who, w->weights, &v, err);
     if (rc) return rc;
@@ -569,4 +568,3 @@ mpmd_status mpmd_checkpoint_snapshot_write(const mpmd_checkpoint_snapshot *s, co
     if (!s->writes) return MPMD_OK;
     return save_entries(s->e, s->n, path, &s->info, who, err);
 }
-

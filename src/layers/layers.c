@@ -23,8 +23,8 @@ static mpmd_value layer_param(mpmd_graph *g, const char *name, int ndim, const i
 
 /* The same for a parameter split over the model axis (mpmd_param_split):
  * dims whole, this rank's part along `axis`. */
-static mpmd_value layer_param_split(mpmd_graph *g, const char *name, int ndim, const int64_t *dims, mpmd_init init,
-                                    int axis, int groups) {
+static mpmd_value layer_param_split(mpmd_graph *g, const char *name, int ndim, const int64_t *dims,
+                                    mpmd_init init, int axis, int groups) {
     int saved = g->region;
     if (g->region == MPMD_REGION_BODY) g->region = MPMD_REGION_PRE;
     mpmd_value p = mpmd_param_split(g, name, ndim, dims, init, axis, groups);
@@ -51,8 +51,9 @@ static mpmd_value varied(mpmd_graph *g, mpmd_value x) {
 /* A layer's size that the model axis must divide: 1 when it does. */
 static int model_divides(mpmd_graph *g, const char *fn, const char *name, const char *what, int64_t n) {
     if (n % g->model_parallel == 0) return 1;
-    mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s%s%s\": %lld %s are not divisible by the model axis (tensor_parallel %d)",
-              fn, g->scope, g->scope[0] ? "/" : "", name, (long long)n, what, g->model_parallel);
+    mpmd_fail(g, MPMD_ERR_SHAPE,
+              "%s \"%s%s%s\": %lld %s are not divisible by the model axis (tensor_parallel %d)", fn, g->scope,
+              g->scope[0] ? "/" : "", name, (long long)n, what, g->model_parallel);
     return 0;
 }
 
@@ -71,8 +72,8 @@ static int features_input_ok(mpmd_graph *g, const char *fn, const char *name, mp
     if (!layer_input_ok(g, fn, name, x)) return 0;
     const mpmd_type *xt = mpmd_type_of(g, x);
     if (mpmd_dtype_is_float(xt->dtype) && xt->ndim >= 1) return 1;
-    mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": input is %s; a float tensor [..., features] is expected", fn, name,
-              mpmd_tstr(g, x));
+    mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": input is %s; a float tensor [..., features] is expected", fn,
+              name, mpmd_tstr(g, x));
     return 0;
 }
 
@@ -161,15 +162,17 @@ mpmd_value mpmd_embed(mpmd_graph *g, const char *name, mpmd_value ids, int64_t v
     /* tensor parallel: the table split by rows of the vocabulary when the
      * model axis divides it (vocabulary parallelism), else whole */
     const int split = g->model_parallel > 1 && vocab % g->model_parallel == 0;
-    mpmd_value table = split ? layer_param_split(g, "embedding", MPMD_SHAPE(vocab, width), MPMD_NORMAL(0.02f), 0, 1)
-                             : layer_param(g, "embedding", MPMD_SHAPE(vocab, width), MPMD_NORMAL(0.02f));
+    mpmd_value table =
+        split ? layer_param_split(g, "embedding", MPMD_SHAPE(vocab, width), MPMD_NORMAL(0.02f), 0, 1)
+              : layer_param(g, "embedding", MPMD_SHAPE(vocab, width), MPMD_NORMAL(0.02f));
     mpmd_scope_pop(g);
     /* the rows in the compute dtype: gathered from the table's cast to it
      * (the same values as casting the rows: a 16-bit copy of the table, the
      * one FSDP gathers, and a gradient rounded to it per microbatch like
      * every layer's), or (vocabulary parallel) from the f32 table, then cast */
     const mpmd_dtype cd = mpmd_compute_dtype(g);
-    mpmd_value rows = split ? mpmd_embedding_split(g, table, ids, "model") : mpmd_embedding(g, like(g, table, cd), ids);
+    mpmd_value rows =
+        split ? mpmd_embedding_split(g, table, ids, "model") : mpmd_embedding(g, like(g, table, cd), ids);
     return mpmd_cast(g, rows, cd);
 }
 
@@ -267,8 +270,8 @@ mpmd_value mpmd_rope_attention(mpmd_graph *g, const char *name, mpmd_value x, in
                          "%s \"%s\": %d heads do not divide the width %lld of the input %s", fn, name, heads,
                          (long long)c, mpmd_tstr(g, x));
     if (kv_heads < 1 || heads % kv_heads != 0)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": %d key/value heads do not divide the %d query heads", fn,
-                         name, kv_heads, heads);
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": %d key/value heads do not divide the %d query heads",
+                         fn, name, kv_heads, heads);
     int64_t dh = c / heads, rep = heads / kv_heads;
     if (!model_divides(g, fn, name, "key/value heads", kv_heads)) return MPMD_NONE;
     /* decoding (mpmd_set_decode): t new positions against the layer's cache */
@@ -281,7 +284,8 @@ mpmd_value mpmd_rope_attention(mpmd_graph *g, const char *name, mpmd_value x, in
     const int64_t cl = heads * dh;
     mpmd_scope_push(g, name);
     x = varied(g, x);
-    mpmd_value q = mpmd_reshape(g, dense(g, "q", x, c, 0, DENSE_COLUMNS_VARIED, 1), MPMD_SHAPE(b, t, heads, dh));
+    mpmd_value q =
+        mpmd_reshape(g, dense(g, "q", x, c, 0, DENSE_COLUMNS_VARIED, 1), MPMD_SHAPE(b, t, heads, dh));
     mpmd_value k = mpmd_reshape(g, dense(g, "k", x, kv_heads * M * dh, 0, DENSE_COLUMNS_VARIED, 1),
                                 MPMD_SHAPE(b, t, kv_heads, dh));
     mpmd_value v = mpmd_reshape(g, dense(g, "v", x, kv_heads * M * dh, 0, DENSE_COLUMNS_VARIED, 1),
@@ -302,11 +306,13 @@ mpmd_value mpmd_rope_attention(mpmd_graph *g, const char *name, mpmd_value x, in
     k = sc->factor != 0.0f ? mpmd_rope_op(g, fn, k, MPMD_NONE, rope_base, sc, 0)
                            : mpmd_rope(g, k, rope_base, 0);
     if (rep > 1) { /* [B, T, KV, Dh] -> [B, T, KV, rep, Dh] -> [B, T, H, Dh] */
-        k = mpmd_reshape(g, mpmd_broadcast_to(g, mpmd_reshape(g, k, MPMD_SHAPE(b, t, kv_heads, 1, dh)),
-                                              MPMD_SHAPE(b, t, kv_heads, rep, dh)),
+        k = mpmd_reshape(g,
+                         mpmd_broadcast_to(g, mpmd_reshape(g, k, MPMD_SHAPE(b, t, kv_heads, 1, dh)),
+                                           MPMD_SHAPE(b, t, kv_heads, rep, dh)),
                          MPMD_SHAPE(b, t, heads, dh));
-        v = mpmd_reshape(g, mpmd_broadcast_to(g, mpmd_reshape(g, v, MPMD_SHAPE(b, t, kv_heads, 1, dh)),
-                                              MPMD_SHAPE(b, t, kv_heads, rep, dh)),
+        v = mpmd_reshape(g,
+                         mpmd_broadcast_to(g, mpmd_reshape(g, v, MPMD_SHAPE(b, t, kv_heads, 1, dh)),
+                                           MPMD_SHAPE(b, t, kv_heads, rep, dh)),
                          MPMD_SHAPE(b, t, heads, dh));
     }
     mpmd_value a = mpmd_reshape(g, mpmd_attention(g, q, k, v, 1), MPMD_SHAPE(b, t, cl));
@@ -362,9 +368,10 @@ mpmd_value mpmd_transformer_block(mpmd_graph *g, const char *name, mpmd_value x,
     if (!block_input_ok(g, fn, name, x)) return MPMD_NONE;
     int64_t c = mpmd_type_of(g, x)->dim[2];
     mpmd_scope_push(g, name);
-    x = mpmd_layer_norm_layer(g, "ln_0", mpmd_add(g, x, branch(g, mpmd_self_attention(g, "attn", x, heads, causal))),
+    x = mpmd_layer_norm_layer(
+        g, "ln_0", mpmd_add(g, x, branch(g, mpmd_self_attention(g, "attn", x, heads, causal))), BLOCK_LN_EPS);
+    x = mpmd_layer_norm_layer(g, "ln_1", mpmd_add(g, x, branch(g, mpmd_mlp(g, "mlp", x, 4 * c, c))),
                               BLOCK_LN_EPS);
-    x = mpmd_layer_norm_layer(g, "ln_1", mpmd_add(g, x, branch(g, mpmd_mlp(g, "mlp", x, 4 * c, c))), BLOCK_LN_EPS);
     mpmd_scope_pop(g);
     return x;
 }
@@ -376,17 +383,19 @@ mpmd_value mpmd_gpt_block(mpmd_graph *g, const char *name, mpmd_value x, int hea
     if (!block_input_ok(g, fn, name, x)) return MPMD_NONE;
     int64_t c = mpmd_type_of(g, x)->dim[2];
     mpmd_scope_push(g, name);
+    x = mpmd_add(
+        g, x,
+        branch(g, mpmd_self_attention(g, "attn", mpmd_layer_norm_layer(g, "ln_0", x, GPT_LN_EPS), heads, 1)));
     x = mpmd_add(g, x,
-                 branch(g, mpmd_self_attention(g, "attn", mpmd_layer_norm_layer(g, "ln_0", x, GPT_LN_EPS), heads, 1)));
-    x = mpmd_add(g, x, branch(g, mpmd_mlp(g, "mlp", mpmd_layer_norm_layer(g, "ln_1", x, GPT_LN_EPS), 4 * c, c)));
+                 branch(g, mpmd_mlp(g, "mlp", mpmd_layer_norm_layer(g, "ln_1", x, GPT_LN_EPS), 4 * c, c)));
     mpmd_scope_pop(g);
     return x;
 }
 
 /* A LLaMA block "name" (pre-norm, causal):
  *   x = x + attn(rms_0(x));  x = x + swiglu(rms_1(x)). */
-mpmd_value mpmd_llama_block(mpmd_graph *g, const char *name, mpmd_value x, int heads, int kv_heads, int64_t hidden,
-                            float rope_base, float eps) {
+mpmd_value mpmd_llama_block(mpmd_graph *g, const char *name, mpmd_value x, int heads, int kv_heads,
+                            int64_t hidden, float rope_base, float eps) {
     const char *fn = "mpmd_llama_block";
     if (!block_input_ok(g, fn, name, x)) return MPMD_NONE;
     if (hidden < 1)
@@ -395,9 +404,10 @@ mpmd_value mpmd_llama_block(mpmd_graph *g, const char *name, mpmd_value x, int h
     int64_t c = mpmd_type_of(g, x)->dim[2];
     mpmd_scope_push(g, name);
     x = mpmd_add(g, x,
-                 branch(g, mpmd_rope_attention(g, "attn", mpmd_rms_norm_layer(g, "rms_0", x, eps), heads, kv_heads,
-                                               rope_base)));
-    x = mpmd_add(g, x, branch(g, mpmd_swiglu_mlp(g, "mlp", mpmd_rms_norm_layer(g, "rms_1", x, eps), hidden, c)));
+                 branch(g, mpmd_rope_attention(g, "attn", mpmd_rms_norm_layer(g, "rms_0", x, eps), heads,
+                                               kv_heads, rope_base)));
+    x = mpmd_add(g, x,
+                 branch(g, mpmd_swiglu_mlp(g, "mlp", mpmd_rms_norm_layer(g, "rms_1", x, eps), hidden, c)));
     mpmd_scope_pop(g);
     return x;
 }

@@ -18,9 +18,10 @@ static void model_variance(const mpmd_graph *g, unsigned char *v) {
         int axis, groups;
         if (n->op == &mpmd_op_all_reduce || n->op == &mpmd_op_all_gather)
             v[i] = 0;
-        else if (n->op == &mpmd_op_pvary || n->op == &mpmd_op_reduce_scatter || n->op == &mpmd_op_axis_slice ||
-                 n->op == &mpmd_op_axis_embedding || n->op == &mpmd_op_axis_embedding_grad ||
-                 n->op == &mpmd_op_axis_pick || n->op == &mpmd_op_axis_pick_grad)
+        else if (n->op == &mpmd_op_pvary || n->op == &mpmd_op_reduce_scatter ||
+                 n->op == &mpmd_op_axis_slice || n->op == &mpmd_op_axis_embedding ||
+                 n->op == &mpmd_op_axis_embedding_grad || n->op == &mpmd_op_axis_pick ||
+                 n->op == &mpmd_op_axis_pick_grad)
             v[i] = 1;
         else if (n->op->flags & MPMD_OPF_LEAF)
             v[i] = (unsigned char)mpmd_split_of(g, i, &axis, &groups);
@@ -74,7 +75,9 @@ size_t mpmd_held_bytes(const mpmd_mesh *l, int node) {
     return (size_t)mpmd_shard_len(l, node) * mpmd_dtype_size(t->dtype);
 }
 
-size_t mpmd_gathered_bytes(const mpmd_mesh *l, int node) { return (size_t)l->replicas * mpmd_held_bytes(l, node); }
+size_t mpmd_gathered_bytes(const mpmd_mesh *l, int node) {
+    return (size_t)l->replicas * mpmd_held_bytes(l, node);
+}
 
 /* ---- splits ---------------------------------------------------------------- */
 

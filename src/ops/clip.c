@@ -26,7 +26,9 @@ const mpmd_op_desc mpmd_op_global_norm = {"global_norm", -1, -1, MPMD_OPF_MESH, 
 mpmd_value mpmd_global_norm(mpmd_graph *g, int n, const mpmd_value *xs) {
     const char *fn = "mpmd_global_norm";
     if (!g || g->status != MPMD_OK) return MPMD_NONE;
-    if (n < 1 || !xs) return mpmd_fail(g, MPMD_ERR_INVALID, "%s: %d values%s; one or more are needed", fn, n, xs ? "" : " (NULL)");
+    if (n < 1 || !xs)
+        return mpmd_fail(g, MPMD_ERR_INVALID, "%s: %d values%s; one or more are needed", fn, n,
+                         xs ? "" : " (NULL)");
     if (!mpmd_check_operands(g, fn, n, xs)) return MPMD_NONE;
     if (g->region == MPMD_REGION_BODY)
         return mpmd_fail(g, MPMD_ERR_INVALID,
@@ -36,13 +38,14 @@ mpmd_value mpmd_global_norm(mpmd_graph *g, int n, const mpmd_value *xs) {
     for (int i = 0; i < n; i++) {
         const mpmd_node *x = mpmd_node_of(g, xs[i]);
         if (x->type.dtype != MPMD_F32)
-            return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: value %d is %s; f32 values (gradients) are expected", fn, i,
-                             mpmd_tstr(g, xs[i]));
+            return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: value %d is %s; f32 values (gradients) are expected", fn,
+                             i, mpmd_tstr(g, xs[i]));
         if (x->region == MPMD_REGION_BODY)
-            return mpmd_fail(g, MPMD_ERR_INVALID,
-                             "%s: value %d (%%%d, %s) is a value of the loop body; pass the loop's results (the "
-                             "gradients mpmd_value_and_grad returns)",
-                             fn, i, (int)xs[i].id, x->op->name);
+            return mpmd_fail(
+                g, MPMD_ERR_INVALID,
+                "%s: value %d (%%%d, %s) is a value of the loop body; pass the loop's results (the "
+                "gradients mpmd_value_and_grad returns)",
+                fn, i, (int)xs[i].id, x->op->name);
     }
     return mpmd_emit(g, &mpmd_op_global_norm, n, xs, mpmd_make_type(MPMD_F32, 0, NULL));
 }
@@ -50,12 +53,13 @@ mpmd_value mpmd_global_norm(mpmd_graph *g, int n, const mpmd_value *xs) {
 mpmd_value mpmd_clip_by_global_norm(mpmd_graph *g, int n, mpmd_value *grads, float max_norm) {
     if (!g || g->status != MPMD_OK) return MPMD_NONE;
     if (!(max_norm > 0) || !isfinite(max_norm))
-        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_clip_by_global_norm: max_norm %g; a positive finite norm is expected",
+        return mpmd_fail(g, MPMD_ERR_INVALID,
+                         "mpmd_clip_by_global_norm: max_norm %g; a positive finite norm is expected",
                          (double)max_norm);
     mpmd_value norm = mpmd_global_norm(g, n, grads);
     if (!mpmd_is_value(norm)) return MPMD_NONE;
-    mpmd_value factor = mpmd_minimum(g, mpmd_div(g, mpmd_scalar(g, max_norm), mpmd_add_scalar(g, norm, 1e-6f)),
-                                     mpmd_scalar(g, 1.0f));
+    mpmd_value factor = mpmd_minimum(
+        g, mpmd_div(g, mpmd_scalar(g, max_norm), mpmd_add_scalar(g, norm, 1e-6f)), mpmd_scalar(g, 1.0f));
     for (int i = 0; i < n && g->status == MPMD_OK; i++)
         grads[i] = mpmd_mul(g, grads[i], factor);
     return g->status == MPMD_OK ? norm : MPMD_NONE;

@@ -62,21 +62,24 @@ static void attrs_coll(const mpmd_graph *g, const mpmd_node *n, char *buf, size_
         snprintf(buf, len, " axis=model of %lld", (long long)n->ia[2]);
 }
 
-const mpmd_op_desc mpmd_op_all_reduce = {"all_reduce", 1, -1, MPMD_OPF_COLLECTIVE, attrs_coll, vjp_all_reduce};
+const mpmd_op_desc mpmd_op_all_reduce = {"all_reduce",        1,          -1,
+                                         MPMD_OPF_COLLECTIVE, attrs_coll, vjp_all_reduce};
 const mpmd_op_desc mpmd_op_pvary = {"pvary", 1, 0, MPMD_OPF_COLLECTIVE, attrs_coll, vjp_pvary};
-const mpmd_op_desc mpmd_op_all_gather = {"all_gather", 1, -1, MPMD_OPF_COLLECTIVE, attrs_coll, vjp_all_gather};
-const mpmd_op_desc mpmd_op_reduce_scatter = {"reduce_scatter", 1, -1, MPMD_OPF_COLLECTIVE, attrs_coll,
-                                             vjp_reduce_scatter};
+const mpmd_op_desc mpmd_op_all_gather = {"all_gather",        1,          -1,
+                                         MPMD_OPF_COLLECTIVE, attrs_coll, vjp_all_gather};
+const mpmd_op_desc mpmd_op_reduce_scatter = {"reduce_scatter",    1,          -1,
+                                             MPMD_OPF_COLLECTIVE, attrs_coll, vjp_reduce_scatter};
 /* this rank's slice along ia[1] of a value equal on every rank (made by
  * all_gather's gradient; run by the runtime, which knows the rank) */
 const mpmd_op_desc mpmd_op_axis_slice = {"axis_slice", 1, -1, MPMD_OPF_COLLECTIVE, attrs_coll, NULL};
 static void vjp_axis_embedding(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 static void vjp_axis_pick(mpmd_graph *g, const mpmd_node *n, mpmd_value gy, mpmd_value *gin);
 /* in: table part [V / M, C], ids [...] (whole vocabulary) -> [..., C] */
-const mpmd_op_desc mpmd_op_axis_embedding = {"axis_embedding", 2, -1, MPMD_OPF_COLLECTIVE, attrs_coll,
-                                             vjp_axis_embedding};
+const mpmd_op_desc mpmd_op_axis_embedding = {"axis_embedding",    2,          -1,
+                                             MPMD_OPF_COLLECTIVE, attrs_coll, vjp_axis_embedding};
 /* in: ids [...], gy [..., C] -> the table part's gradient [V / M, C] */
-const mpmd_op_desc mpmd_op_axis_embedding_grad = {"axis_embedding_grad", 2, -1, MPMD_OPF_COLLECTIVE, attrs_coll, NULL};
+const mpmd_op_desc mpmd_op_axis_embedding_grad = {"axis_embedding_grad", 2,          -1,
+                                                  MPMD_OPF_COLLECTIVE,   attrs_coll, NULL};
 /* in: z [..., V / M], targets [...] (whole vocabulary) -> [...] */
 const mpmd_op_desc mpmd_op_axis_pick = {"axis_pick", 2, -1, MPMD_OPF_COLLECTIVE, attrs_coll, vjp_axis_pick};
 /* in: targets [...], gy [...] -> [..., V / M] */
@@ -121,12 +124,14 @@ static void made_by(mpmd_graph *g, int first, int call) {
 static int axis_ok(mpmd_graph *g, const char *fn, const char *axis) {
     if (axis && !strcmp(axis, "model")) return 1;
     if (axis && (!strcmp(axis, "data") || !strcmp(axis, "mpmd")))
-        mpmd_fail(g, MPMD_ERR_INVALID,
-                  "%s: collectives in the graph run over the \"model\" axis (tensor parallelism); the \"%s\" axis "
-                  "is the step's (%s)",
-                  fn, axis, !strcmp(axis, "data") ? "data_parallel and fsdp combine its replicas" : "its stages");
+        mpmd_fail(
+            g, MPMD_ERR_INVALID,
+            "%s: collectives in the graph run over the \"model\" axis (tensor parallelism); the \"%s\" axis "
+            "is the step's (%s)",
+            fn, axis, !strcmp(axis, "data") ? "data_parallel and fsdp combine its replicas" : "its stages");
     else
-        mpmd_fail(g, MPMD_ERR_INVALID, "%s: no mesh axis \"%s\"; the axes are \"mpmd\", \"data\" and \"model\"", fn,
+        mpmd_fail(g, MPMD_ERR_INVALID,
+                  "%s: no mesh axis \"%s\"; the axes are \"mpmd\", \"data\" and \"model\"", fn,
                   axis ? axis : "(NULL)");
     return 0;
 }
@@ -143,11 +148,12 @@ static mpmd_value collective(mpmd_graph *g, const mpmd_op_desc *op, const char *
     if (op == &mpmd_op_all_gather || op == &mpmd_op_reduce_scatter || op == &mpmd_op_axis_slice) {
         if (dim < 0) dim += xt->ndim;
         if (dim < 0 || dim >= xt->ndim)
-            return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: dimension %d of %s does not exist", fn, dim, mpmd_tstr(g, x));
+            return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: dimension %d of %s does not exist", fn, dim,
+                             mpmd_tstr(g, x));
         if (op != &mpmd_op_all_gather && xt->dim[dim] % M)
             return mpmd_fail(g, MPMD_ERR_SHAPE,
-                             "%s: dimension %d of %s (%lld) is not divisible by the model axis (%d ranks)", fn, dim,
-                             mpmd_tstr(g, x), (long long)xt->dim[dim], M);
+                             "%s: dimension %d of %s (%lld) is not divisible by the model axis (%d ranks)",
+                             fn, dim, mpmd_tstr(g, x), (long long)xt->dim[dim], M);
         if (op == &mpmd_op_all_gather)
             t.dim[dim] *= M;
         else
@@ -219,8 +225,9 @@ mpmd_value mpmd_embedding_split(mpmd_graph *g, mpmd_value table, mpmd_value ids,
         return MPMD_NONE;
     const mpmd_type tt = *mpmd_type_of(g, table), ti = *mpmd_type_of(g, ids);
     if (tt.dtype != MPMD_F32 || tt.ndim != 2 || ti.dtype != MPMD_I32 || ti.ndim + 1 > MPMD_MAX_DIMS)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: table %s and ids %s; an f32 [rows, width] table and i32 ids are expected",
-                         fn, mpmd_tstr(g, table), mpmd_tstr(g, ids));
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "%s: table %s and ids %s; an f32 [rows, width] table and i32 ids are expected", fn,
+                         mpmd_tstr(g, table), mpmd_tstr(g, ids));
     mpmd_type t = ti;
     t.dtype = MPMD_F32, t.dim[t.ndim++] = tt.dim[1];
     const int first = g->n_nodes;
@@ -243,7 +250,8 @@ mpmd_value mpmd_cross_entropy_split(mpmd_graph *g, mpmd_value logits, mpmd_value
     for (int k = 0; same && k < tt.ndim; k++)
         same = tl.dim[k] == tt.dim[k];
     if (!same)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: logits %s and targets %s; float [..., vocab / M] and i32 [...] are expected",
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "%s: logits %s and targets %s; float [..., vocab / M] and i32 [...] are expected",
                          fn, mpmd_tstr(g, logits), mpmd_tstr(g, targets));
     const int last = tl.ndim - 1, first = g->n_nodes;
     mpmd_value z = mpmd_cast(g, logits, MPMD_F32);
@@ -253,7 +261,8 @@ mpmd_value mpmd_cross_entropy_split(mpmd_graph *g, mpmd_value logits, mpmd_value
     mpmd_value mx = mpmd_max(g, mpmd_all_gather(g, mpmd_max(g, z, 1, &last, 1), last, axis), 1, &last, 1);
     mpmd_value zs = mpmd_sub(g, z, mpmd_pvary(g, mx, axis));
     mpmd_value lse = mpmd_log(g, mpmd_all_reduce(g, mpmd_sum(g, mpmd_exp(g, zs), 1, &last, 0), axis));
-    mpmd_value picked = mpmd_all_reduce(g, axis_op(g, &mpmd_op_axis_pick, zs, targets, mpmd_make_type(MPMD_F32, tt.ndim, tt.dim)), axis);
+    mpmd_value picked = mpmd_all_reduce(
+        g, axis_op(g, &mpmd_op_axis_pick, zs, targets, mpmd_make_type(MPMD_F32, tt.ndim, tt.dim)), axis);
     made_by(g, first, MPMD_CALL_CE_SPLIT);
     return mpmd_sub(g, lse, picked);
 }
@@ -279,14 +288,15 @@ mpmd_value mpmd_param_split(mpmd_graph *g, const char *name, int ndim, const int
         return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": %d dimensions%s; 1 to %d are expected", fn,
                          name ? name : "", ndim, dims ? "" : " (dims NULL)", MPMD_MAX_DIMS);
     if (axis < 0 || axis >= ndim || groups < 1)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": axis %d of %d dimensions, %d groups", fn, name ? name : "",
-                         axis, ndim, groups);
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s \"%s\": axis %d of %d dimensions, %d groups", fn,
+                         name ? name : "", axis, ndim, groups);
     if (dims[axis] % ((int64_t)groups * M))
-        return mpmd_fail(g, MPMD_ERR_SHAPE,
-                         "%s \"%s%s%s\": dimension %d (%lld) is not divisible by the model axis (tensor_parallel "
-                         "%d)%s",
-                         fn, g->scope, g->scope[0] ? "/" : "", name ? name : "", axis, (long long)dims[axis], M,
-                         groups > 1 ? " times its groups" : "");
+        return mpmd_fail(
+            g, MPMD_ERR_SHAPE,
+            "%s \"%s%s%s\": dimension %d (%lld) is not divisible by the model axis (tensor_parallel "
+            "%d)%s",
+            fn, g->scope, g->scope[0] ? "/" : "", name ? name : "", axis, (long long)dims[axis], M,
+            groups > 1 ? " times its groups" : "");
     int64_t local[MPMD_MAX_DIMS];
     memcpy(local, dims, (size_t)ndim * sizeof *dims);
     local[axis] /= M;

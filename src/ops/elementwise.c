@@ -190,8 +190,8 @@ MPMD_BINARY_OPS(BINARY_CTOR)
 
 mpmd_value mpmd_compare(mpmd_graph *g, mpmd_value a, mpmd_value b, mpmd_cmp cmp) {
     if ((int)cmp < 0 || (int)cmp > MPMD_CMP_GE)
-        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_compare: comparison %d is not an mpmd_cmp (MPMD_CMP_EQ .. GE)",
-                         (int)cmp);
+        return mpmd_fail(g, MPMD_ERR_INVALID,
+                         "mpmd_compare: comparison %d is not an mpmd_cmp (MPMD_CMP_EQ .. GE)", (int)cmp);
     mpmd_value r = binary(g, &mpmd_op_compare, "mpmd_compare", a, b);
     mpmd_node *n = mpmd_node_of(g, r);
     if (n) mpmd_attr_set_cmp(n, cmp);
@@ -229,8 +229,8 @@ mpmd_value mpmd_dropout(mpmd_graph *g, mpmd_value x, float rate, mpmd_value key)
     if (!check_f32(g, fn, "x", x)) return MPMD_NONE;
     const mpmd_type *tk = mpmd_type_of(g, key);
     if (tk->dtype != MPMD_I32 || mpmd_type_numel(tk) != 2)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the key must be i32 with 2 elements (a seed pair), got %s", fn,
-                         mpmd_tstr(g, key));
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the key must be i32 with 2 elements (a seed pair), got %s",
+                         fn, mpmd_tstr(g, key));
     if (!(rate >= 0.0f && rate < 1.0f))
         return mpmd_fail(g, MPMD_ERR_INVALID, "%s: rate %g is outside [0, 1)", fn, (double)rate);
     if (rate == 0.0f) return x; /* nothing dropped */

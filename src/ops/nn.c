@@ -300,15 +300,18 @@ mpmd_value mpmd_rms_norm(mpmd_graph *g, mpmd_value x, mpmd_value scale, float ep
     if (!mpmd_check_operands(g, "mpmd_rms_norm", 2, in)) return MPMD_NONE;
     const mpmd_type tx = *mpmd_type_of(g, x), ts = *mpmd_type_of(g, scale);
     if (!mpmd_dtype_is_float(tx.dtype) || tx.ndim < 1)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_rms_norm: x must be a float tensor with at least one axis, got %s",
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "mpmd_rms_norm: x must be a float tensor with at least one axis, got %s",
                          mpmd_tstr(g, x));
     int64_t c = tx.dim[tx.ndim - 1];
     if (ts.dtype != tx.dtype || ts.ndim != 1 || ts.dim[0] != c)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "mpmd_rms_norm: x is %s, scale is %s; scale must be %s[%lld] (x's dtype "
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "mpmd_rms_norm: x is %s, scale is %s; scale must be %s[%lld] (x's dtype "
                          "and last axis)",
                          mpmd_tstr(g, x), mpmd_tstr(g, scale), mpmd_dtype_name(tx.dtype), (long long)c);
     if (!(eps >= 0.0f) || isinf(eps))
-        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_rms_norm: eps is %g; it must be finite and >= 0", (double)eps);
+        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_rms_norm: eps is %g; it must be finite and >= 0",
+                         (double)eps);
     mpmd_value r = mpmd_emit(g, &mpmd_op_rms_norm, 2, in, tx);
     mpmd_node *node = mpmd_node_of(g, r);
     if (node) mpmd_norm_set_eps(node, eps);
@@ -348,14 +351,16 @@ mpmd_value mpmd_rope_op(mpmd_graph *g, const char *fn, mpmd_value x, mpmd_value 
     if (!mpmd_check_operands(g, fn, at ? 2 : 1, in)) return MPMD_NONE;
     const mpmd_type t = *mpmd_type_of(g, x);
     if (!mpmd_dtype_is_float(t.dtype) || t.ndim < 3)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: x must be a float [..., T, H, D] (mpmd_attention's layout), got %s",
-                         fn, mpmd_tstr(g, x));
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "%s: x must be a float [..., T, H, D] (mpmd_attention's layout), got %s", fn,
+                         mpmd_tstr(g, x));
     if (t.dim[t.ndim - 1] % 2)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the head size D = %lld of %s must be even (it rotates pairs)", fn,
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "%s: the head size D = %lld of %s must be even (it rotates pairs)", fn,
                          (long long)t.dim[t.ndim - 1], mpmd_tstr(g, x));
     if (!(base > 1.0f) || isinf(base))
-        return mpmd_fail(g, MPMD_ERR_INVALID, "%s: base is %g; it must be finite and > 1 (10000 is usual)", fn,
-                         (double)base);
+        return mpmd_fail(g, MPMD_ERR_INVALID, "%s: base is %g; it must be finite and > 1 (10000 is usual)",
+                         fn, (double)base);
     if (offset < 0 || offset > ((int64_t)1 << 40))
         return mpmd_fail(g, MPMD_ERR_INVALID, "%s: position offset %lld is outside [0, 2^40]", fn,
                          (long long)offset);
@@ -437,9 +442,11 @@ mpmd_value mpmd_take(mpmd_graph *g, mpmd_value x, mpmd_value ids, int axis) {
         return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: ids must be i32, got %s", fn, mpmd_tstr(g, ids));
     int ax = axis < 0 ? axis + tx.ndim : axis;
     if (ax < 0 || ax >= tx.ndim)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: axis %d is outside %s (%d axes)", fn, axis, mpmd_tstr(g, x), tx.ndim);
+        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: axis %d is outside %s (%d axes)", fn, axis, mpmd_tstr(g, x),
+                         tx.ndim);
     if (tx.ndim - 1 + ti.ndim > MPMD_MAX_DIMS)
-        return mpmd_fail(g, MPMD_ERR_SHAPE, "%s: the result of %s taken along axis %d by %s would have %d axes; at "
+        return mpmd_fail(g, MPMD_ERR_SHAPE,
+                         "%s: the result of %s taken along axis %d by %s would have %d axes; at "
                          "most %d are supported",
                          fn, mpmd_tstr(g, x), axis, mpmd_tstr(g, ids), tx.ndim - 1 + ti.ndim, MPMD_MAX_DIMS);
     /* [N, rest] with rest = the other axes in order */
@@ -449,7 +456,8 @@ mpmd_value mpmd_take(mpmd_graph *g, mpmd_value x, mpmd_value ids, int axis) {
     for (int d = 0; d < tx.ndim; d++)
         if (d != ax) perm[k++] = d, rest *= tx.dim[d];
     mpmd_value front = ax == 0 ? x : mpmd_permute(g, x, perm);
-    mpmd_value rows = mpmd_embedding(g, mpmd_reshape(g, front, MPMD_SHAPE(tx.dim[ax], rest)), ids); /* [I..., rest] */
+    mpmd_value rows =
+        mpmd_embedding(g, mpmd_reshape(g, front, MPMD_SHAPE(tx.dim[ax], rest)), ids); /* [I..., rest] */
     /* [I..., A..., B...] -> [A..., I..., B...] */
     int64_t dims[MPMD_MAX_DIMS];
     int nd = 0;
@@ -560,9 +568,10 @@ mpmd_value mpmd_attention(mpmd_graph *g, mpmd_value q, mpmd_value k, mpmd_value 
         return mpmd_fail(g, MPMD_ERR_SHAPE,
                          "mpmd_attention: q, k and v are %s; the head size Dh must be at least 1",
                          mpmd_tstr(g, q));
-    if (g->unfused_attention) { /* mpmd_set_fused_attention(g, 0): the composition */
+    if (g->unfused_attention) {                  /* mpmd_set_fused_attention(g, 0): the composition */
         static const int perm[4] = {0, 2, 1, 3}; /* [B, T, H, Dh] <-> [B, H, T, Dh] */
-        mpmd_value qh = mpmd_permute(g, q, perm), kh = mpmd_permute(g, k, perm), vh = mpmd_permute(g, v, perm);
+        mpmd_value qh = mpmd_permute(g, q, perm), kh = mpmd_permute(g, k, perm),
+                   vh = mpmd_permute(g, v, perm);
         /* [B, H, T, T], scaled inside the product */
         mpmd_value s = mpmd_matmul_scaled(g, qh, kh, MPMD_TRANS_B, (float)(1.0 / sqrt((double)tq.dim[3])));
         mpmd_value p = causal ? mpmd_softmax_causal(g, s) : mpmd_softmax(g, s);

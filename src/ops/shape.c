@@ -56,9 +56,10 @@ mpmd_value mpmd_reshape(mpmd_graph *g, mpmd_value a, int ndim, const int64_t *di
                 dims_str(db, sizeof db, ndim, dims), mpmd_tstr(g, a));
         } else {
             if (dims[i] > 0 && known > ((int64_t)1 << 62) / dims[i]) /* before the product can overflow */
-                return mpmd_fail(g, MPMD_ERR_SHAPE,
-                                 "mpmd_reshape: the target shape %s of %s has more elements than fit in memory",
-                                 dims_str(db, sizeof db, ndim, dims), mpmd_tstr(g, a));
+                return mpmd_fail(
+                    g, MPMD_ERR_SHAPE,
+                    "mpmd_reshape: the target shape %s of %s has more elements than fit in memory",
+                    dims_str(db, sizeof db, ndim, dims), mpmd_tstr(g, a));
             known *= dims[i];
         }
         out[i] = dims[i];
@@ -217,7 +218,8 @@ static void concat_attrs(const mpmd_graph *g, const mpmd_node *n, char *buf, siz
 }
 
 mpmd_value mpmd_concat(mpmd_graph *g, int n, const mpmd_value *xs, int axis) {
-    if (n < 1) return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_concat: %d operands given, expected at least 1", n);
+    if (n < 1)
+        return mpmd_fail(g, MPMD_ERR_INVALID, "mpmd_concat: %d operands given, expected at least 1", n);
     if (!mpmd_check_operands(g, "mpmd_concat", n, xs)) return MPMD_NONE;
     const mpmd_type *t0 = mpmd_type_of(g, xs[0]);
     if (!is_data_dtype(t0->dtype))

@@ -69,7 +69,8 @@ static mpmd_status download(struct mpmd_step *st, mpmd_rank_state *rs, int node,
                             size_t bytes) {
     char e[512];
     st->plan->be->device.enter(rs->dev);
-    if (st->plan->be->queue.download(rs->dev, dst, src, bytes) || st->plan->be->queue.sync(rs->dev, e, sizeof e)) {
+    if (st->plan->be->queue.download(rs->dev, dst, src, bytes) ||
+        st->plan->be->queue.sync(rs->dev, e, sizeof e)) {
         snprintf(st->err, sizeof st->err,
                  "copying %%%d from rank %d (replica %d, model rank %d) on the %s backend "
                  "failed",

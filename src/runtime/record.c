@@ -255,7 +255,8 @@ mpmd_status mpmd_step_summary(const mpmd_step *st, mpmd_step_stats *out, mpmd_er
             } else if (in->op == MPMD_I_SEND) {
                 rs->sent_bytes += (int64_t)mpmd_held_bytes(&st->plan->mesh, in->node);
                 out->transfer_ms += d;
-            } else if (in->op == MPMD_I_GATHER || in->op == MPMD_I_REDUCE_SCATTER || in->op == MPMD_I_ALLREDUCE) {
+            } else if (in->op == MPMD_I_GATHER || in->op == MPMD_I_REDUCE_SCATTER ||
+                       in->op == MPMD_I_ALLREDUCE) {
                 rs->wait_ms += 1e3 * ev[k].wait;
                 out->transfer_ms += d - 1e3 * ev[k].wait;
             }
@@ -322,7 +323,8 @@ static void print_whole(const mpmd_plan *pl, FILE *f) {
     fprintf(f, "  FSDP left %d parameter%s whole on every replica:\n", n, n == 1 ? "" : "s");
     int k = 0;
     for (int i = 0; i < pl->g->n_nodes && k < 12; i++)
-        if (mpmd_plan_whole_reason(pl, i, why, sizeof why)) fprintf(f, "    \"%s\" %s\n", pl->g->nodes[i].name, why), k++;
+        if (mpmd_plan_whole_reason(pl, i, why, sizeof why))
+            fprintf(f, "    \"%s\" %s\n", pl->g->nodes[i].name, why), k++;
     if (n > k) fprintf(f, "    and %d more\n", n - k);
 }
 
@@ -331,41 +333,47 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
     mpmd_step_stats s;
     mpmd_status rc = mpmd_step_summary(st, &s, err);
     if (rc) return rc;
-    fprintf(
-        f,
-        "%s: step %.2f ms, bubble %.1f%% measured, %.1f%% simulated with each stage's measured task times (%.2f "
-        "ms)",
-        plan_name(st->plan), s.step_ms, 100 * s.bubble, 100 * s.simulated_bubble, s.simulated_ms);
+    fprintf(f,
+            "%s: step %.2f ms, bubble %.1f%% measured, %.1f%% simulated with each stage's measured task "
+            "times (%.2f "
+            "ms)",
+            plan_name(st->plan), s.step_ms, 100 * s.bubble, 100 * s.simulated_bubble, s.simulated_ms);
     if (!isnan(s.analytic_bubble))
         fprintf(f, ", %.1f%% analytic (%s)", 100 * s.analytic_bubble, s.analytic_formula);
     fprintf(f, "\n  %d kernel thread%s per rank (%s)", s.threads_per_rank, s.threads_per_rank == 1 ? "" : "s",
             s.threads_reason);
-    fprintf(f, "\n  rank   tasks    busy ms    wait ms (wake)   bubble   peak activations      planned   memory "
-               "planned    measured\n");
+    fprintf(f,
+            "\n  rank   tasks    busy ms    wait ms (wake)   bubble   peak activations      planned   memory "
+            "planned    measured\n");
     double wait = 0, wake = 0;
     for (int r = 0; r < s.num_ranks; r++) {
         const mpmd_rank_stats *q = &s.ranks[r];
         fprintf(f, "  %4d  %6d  %9.2f  %9.2f %6.2f   %5.1f%%   %14lld B %10lld B   %12lld B  %10lld B\n", r,
                 q->tasks, q->busy_ms, q->wait_ms, q->wake_ms, 100 * q->bubble, (long long)q->peak_bytes,
-                (long long)q->planned_peak_bytes, (long long)q->memory_planned, (long long)q->memory_measured);
+                (long long)q->planned_peak_bytes, (long long)q->memory_planned,
+                (long long)q->memory_measured);
         wait += q->wait_ms, wake += q->wake_ms;
     }
     if (st->plan->num_stages > 1)
-        fprintf(f,
-                "  slowest stage %d: %.3f ms per microbatch, %.2fx the mean stage (imbalance); transfers %.3f ms "
-                "in all (waiting left out)\n",
-                s.slowest_stage, s.slowest_stage_ms, s.imbalance, s.transfer_ms);
+        fprintf(
+            f,
+            "  slowest stage %d: %.3f ms per microbatch, %.2fx the mean stage (imbalance); transfers %.3f ms "
+            "in all (waiting left out)\n",
+            s.slowest_stage, s.slowest_stage_ms, s.imbalance, s.transfer_ms);
     if (st->plan->num_stages > 1 && s.step_ms > 0 && rt_whole(st)) { /* wake-ups: in-process */
-        const double pts = 100 / (s.num_ranks * s.step_ms); /* points of bubble per ms of a rank */
-        fprintf(f,
-                "  of the measured bubble: %.1f points waiting (for values not yet sent, or in collectives), "
-                "%.1f points from a send to its receiver running again (wake-ups, %.3f ms in all), %.1f points "
-                "in transfers\n",
-                pts * (wait - wake), pts * wake, wake, pts * s.transfer_ms);
+        const double pts = 100 / (s.num_ranks * s.step_ms);          /* points of bubble per ms of a rank */
+        fprintf(
+            f,
+            "  of the measured bubble: %.1f points waiting (for values not yet sent, or in collectives), "
+            "%.1f points from a send to its receiver running again (wake-ups, %.3f ms in all), %.1f points "
+            "in transfers\n",
+            pts * (wait - wake), pts * wake, wake, pts * s.transfer_ms);
     }
     if (st->plan->mesh.shard || st->plan->model > 1) {
-        fprintf(f, "  per rank (its replica 0, model rank 0): parameters, optimizer state, gradients at the arena's "
-                   "fullest, gathered parameters (planned bytes)\n");
+        fprintf(
+            f,
+            "  per rank (its replica 0, model rank 0): parameters, optimizer state, gradients at the arena's "
+            "fullest, gathered parameters (planned bytes)\n");
         for (int r = 0; r < s.num_ranks; r++) {
             mpmd_memory_stats ms;
             if (mpmd_step_memory(st, r, &ms)) continue;
@@ -378,12 +386,15 @@ mpmd_status mpmd_step_print_summary(const mpmd_step *st, FILE *f, mpmd_error *er
         fprintf(f,
                 "  FSDP over %d replicas (%d parameters sharded, gathered %s): bytes a replica took from the "
                 "others this step\n",
-                st->plan->replicas, mpmd_plan_sharded_params(st->plan), per_step ? "once per step" : "per task");
+                st->plan->replicas, mpmd_plan_sharded_params(st->plan),
+                per_step ? "once per step" : "per task");
         for (int r = 0; r < s.num_ranks; r++)
-            fprintf(f, "  %4d  %14lld B measured (%lld B of them gathered), %14lld B textbook (params gathered %s, "
-                       "gradients reduce-scattered once)\n",
-                    r, (long long)s.ranks[r].collective_bytes, (long long)s.ranks[r].gathered_bytes,
-                    (long long)s.ranks[r].collective_expected, per_step ? "once a step" : "twice a microbatch");
+            fprintf(
+                f,
+                "  %4d  %14lld B measured (%lld B of them gathered), %14lld B textbook (params gathered %s, "
+                "gradients reduce-scattered once)\n",
+                r, (long long)s.ranks[r].collective_bytes, (long long)s.ranks[r].gathered_bytes,
+                (long long)s.ranks[r].collective_expected, per_step ? "once a step" : "twice a microbatch");
         print_whole(st->plan, f);
     }
     mpmd_step_stats_free(&s);
@@ -417,7 +428,8 @@ static void prof_name(const mpmd_graph *g, int i, char *buf, size_t len) {
     mpmd_matmul_dims_make(&d, &g->nodes[n->in[0]].type, &g->nodes[n->in[1]].type, n->ia[0]);
     int w = snprintf(buf, len, "matmul %lldx%lldx%lld %c%c", (long long)d.m, (long long)d.n, (long long)d.k,
                      d.tra ? 'T' : 'N', d.trb ? 'T' : 'N');
-    if (d.batch > 1 && w > 0 && (size_t)w < len) snprintf(buf + w, len - (size_t)w, " x%lld", (long long)d.batch);
+    if (d.batch > 1 && w > 0 && (size_t)w < len)
+        snprintf(buf + w, len - (size_t)w, " x%lld", (long long)d.batch);
 }
 
 void mpmd_step_print_profile(const mpmd_step *st, FILE *f) {
@@ -447,13 +459,14 @@ void mpmd_step_print_profile(const mpmd_step *st, FILE *f) {
         total += t;
     }
     qsort(rows, (size_t)nr, sizeof *rows, by_time);
-    fprintf(f, "time by op over %d run%s (%s backend; %s), per run:\n", st->prof_runs, st->prof_runs == 1 ? "" : "s",
-            st->plan->be->name,
-            st->plan->be->queue.mark ? "device time of each op, between marks in its queue" : "each op waited for");
+    fprintf(f, "time by op over %d run%s (%s backend; %s), per run:\n", st->prof_runs,
+            st->prof_runs == 1 ? "" : "s", st->plan->be->name,
+            st->plan->be->queue.mark ? "device time of each op, between marks in its queue"
+                                     : "each op waited for");
     fprintf(f, "  %-34s %7s %11s %7s\n", "op", "calls", "ms", "share");
     for (int k = 0; k < nr; k++)
-        fprintf(f, "  %-34s %7d %11.3f %6.1f%%\n", rows[k].name, rows[k].calls, 1e3 * rows[k].s / st->prof_runs,
-                100.0 * rows[k].s / (total > 0 ? total : 1));
+        fprintf(f, "  %-34s %7d %11.3f %6.1f%%\n", rows[k].name, rows[k].calls,
+                1e3 * rows[k].s / st->prof_runs, 100.0 * rows[k].s / (total > 0 ? total : 1));
     fprintf(f, "  %-34s %7s %11.3f\n", "total", "", 1e3 * total / st->prof_runs);
     free(rows);
 }

@@ -108,8 +108,8 @@ void rt_fail(mpmd_rank_state *rs, mpmd_status code, const char *fmt, ...) {
     pthread_mutex_lock(&st->abort_mu);
     if (!st->abort_flag) {
         if (st->plan->model > 1)
-            snprintf(st->err, sizeof st->err, "rank %d (replica %d, model rank %d): %.900s", rs->rank, rs->replica,
-                     rs->model, rs->err);
+            snprintf(st->err, sizeof st->err, "rank %d (replica %d, model rank %d): %.900s", rs->rank,
+                     rs->replica, rs->model, rs->err);
         else if (st->plan->replicas > 1)
             snprintf(st->err, sizeof st->err, "rank %d (replica %d): %.900s", rs->rank, rs->replica, rs->err);
         else
@@ -329,12 +329,15 @@ static int run_task(mpmd_rank_state *rs, const mpmd_instr *in) {
             count_live(rs, made);
             double t0 = rs->prof ? rt_now() : 0;
             if (mpmd_collective_exchanges(nd->op)) {
-                if (st->wire->model_collective(rs, i, rt_value_ptr(rs, nd->in[0], mb), rt_value_ptr(rs, i, mb), where))
+                if (st->wire->model_collective(rs, i, rt_value_ptr(rs, nd->in[0], mb),
+                                               rt_value_ptr(rs, i, mb), where))
                     return 1;
             } else {
-                void *ops[2] = {rt_value_ptr(rs, nd->in[0], mb), nd->n_in > 1 ? rt_value_ptr(rs, nd->in[1], mb) : NULL};
+                void *ops[2] = {rt_value_ptr(rs, nd->in[0], mb),
+                                nd->n_in > 1 ? rt_value_ptr(rs, nd->in[1], mb) : NULL};
                 char kerr[256];
-                if (st->plan->be->kernels.model_local(rs->dev, g, i, rs->model, ops, rt_value_ptr(rs, i, mb), kerr, sizeof kerr)) {
+                if (st->plan->be->kernels.model_local(rs->dev, g, i, rs->model, ops, rt_value_ptr(rs, i, mb),
+                                                      kerr, sizeof kerr)) {
                     rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", i, nd->op->name, where, kerr);
                     return 1;
                 }
@@ -407,8 +410,8 @@ static void exec_instr(mpmd_rank_state *rs, const mpmd_program *p, int x) {
         if (g->nodes[in->node].op->flags & MPMD_OPF_MESH)
             global_norm(rs, in->node, rs->glob[in->node]);
         else
-            run_kernel(rs, in->node, -1, g->nodes[in->node].type.dtype != MPMD_TOKEN ? rs->glob[in->node] : NULL,
-                       "");
+            run_kernel(rs, in->node, -1,
+                       g->nodes[in->node].type.dtype != MPMD_TOKEN ? rs->glob[in->node] : NULL, "");
         break;
     case MPMD_I_TASK: run_task(rs, in); break;
     case MPMD_I_SEND:

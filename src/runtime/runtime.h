@@ -116,7 +116,8 @@ int mpmd_runtime_holds(struct mpmd_step *st, int rank, int replica, int node);
 mpmd_status mpmd_runtime_read(struct mpmd_step *st, int rank, int replica, int node, void *dst, size_t bytes);
 /* Model rank `model`'s value (its part of a split one) from (rank,
  * replica), FSDP's shards assembled from every replica: all must be here. */
-mpmd_status mpmd_runtime_read_model(struct mpmd_step *st, int rank, int replica, int model, int node, void *dst);
+mpmd_status mpmd_runtime_read_model(struct mpmd_step *st, int rank, int replica, int model, int node,
+                                    void *dst);
 mpmd_status mpmd_runtime_write(struct mpmd_step *st, int rank, int replica, int node, const void *src,
                                size_t bytes);
 /* Time every op of the following runs (each waited for), or stop and
@@ -154,10 +155,10 @@ struct mpmd_rank_state {
     void *dev;      /* this rank's backend instance (st->plan->be) */
     mpmd_event *ev; /* recorded instructions of the last run */
     int nev, capev;
-    int64_t progress_us;            /* when it last began an instruction (rt_now in us; the watchdog reads it) */
-    int at;                         /* that instruction */
-    double wait;                    /* seconds blocked in the current receive */
-    double late;                    /* of them, after the value was sent: the wake-up (in-process) */
+    int64_t progress_us; /* when it last began an instruction (rt_now in us; the watchdog reads it) */
+    int at;              /* that instruction */
+    double wait;         /* seconds blocked in the current receive */
+    double late;         /* of them, after the value was sent: the wake-up (in-process) */
     int64_t live_bytes, peak_bytes; /* body values held, measured */
     int nthreads;
     const mpmd_rank_memory *mem; /* the plan's memory plan of this rank */
@@ -167,11 +168,11 @@ struct mpmd_rank_state {
                                     (FSDP: a sharded value's shard) */
     void **full;                 /* [nn] FSDP: a sharded parameter gathered whole for the task
                                     running now (the body reads it there), else NULL */
-    void **gather_in; /* FSDP: a GATHER's shards of this replica, one per value of the largest list */
-    void **gather_out;           /* FSDP: a GATHER's planned buffers, one per value of the largest list */
-    int64_t gath_bytes;          /* FSDP: of coll_bytes, the gathers' */
-    int64_t coll_bytes;          /* FSDP: bytes this replica took from the others this run
-                                    (gathers and reduce-scatters) */
+    void **gather_in;   /* FSDP: a GATHER's shards of this replica, one per value of the largest list */
+    void **gather_out;  /* FSDP: a GATHER's planned buffers, one per value of the largest list */
+    int64_t gath_bytes; /* FSDP: of coll_bytes, the gathers' */
+    int64_t coll_bytes; /* FSDP: bytes this replica took from the others this run
+                           (gathers and reduce-scatters) */
     void *scratch;
     int posted;            /* this run's receives up to here are posted to the wire (run.c, post_ahead) */
     mpmd_launch_room room; /* the operand lists of launches wider than the stack's (backend.h) */

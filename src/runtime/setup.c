@@ -149,7 +149,8 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
             rs->gather_out = calloc((size_t)most + 1, sizeof *rs->gather_out);
             if (!rs->full || !rs->gather_in || !rs->gather_out) goto nomem;
         }
-        if (!(rs->arena = st->plan->be->queue.alloc(rs->dev, mem->arena_bytes ? mem->arena_bytes : 64))) goto nomem;
+        if (!(rs->arena = st->plan->be->queue.alloc(rs->dev, mem->arena_bytes ? mem->arena_bytes : 64)))
+            goto nomem;
         for (size_t k = 0; k < (size_t)mem->nslots * n; k++)
             if (mem->body_buf[k] >= 0) rs->val[k] = rs->arena + mem->buf[mem->body_buf[k]].off;
         for (int i = 0; i < nn; i++)
@@ -201,11 +202,12 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
                 if (st->plan->be->host_memory) {
                     rs->glob[i] = (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i);
                 } else {
-                    if (!(rs->glob[i] = st->plan->be->queue.alloc(rs->dev, rt_bytes(g, i) + MPMD_STORAGE_PAD)))
+                    if (!(rs->glob[i] =
+                              st->plan->be->queue.alloc(rs->dev, rt_bytes(g, i) + MPMD_STORAGE_PAD)))
                         goto nomem;
-                    if (st->plan->be->queue.upload(rs->dev, rs->glob[i],
-                                             (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i),
-                                             rt_bytes(g, i)))
+                    if (st->plan->be->queue.upload(
+                            rs->dev, rs->glob[i],
+                            (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i), rt_bytes(g, i)))
                         goto devfail;
                 }
             }
@@ -248,8 +250,8 @@ mpmd_status mpmd_runtime_input_set(struct mpmd_step *st, int node) {
         mpmd_rank_state *rs = &st->rs[li];
         if (!rs->glob || !rs->glob[node]) continue;
         st->plan->be->device.enter(rs->dev);
-        if (st->plan->be->queue.upload(rs->dev, rs->glob[node], (char *)st->inputs[node] + (size_t)rs->replica * b,
-                                 b)) {
+        if (st->plan->be->queue.upload(rs->dev, rs->glob[node],
+                                       (char *)st->inputs[node] + (size_t)rs->replica * b, b)) {
             snprintf(st->err, sizeof st->err, "copying input \"%s\" to rank %d on the %s backend failed",
                      st->plan->g->nodes[node].name, rs->rank, st->plan->be->name);
             return MPMD_ERR_RUNTIME;

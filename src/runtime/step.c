@@ -42,8 +42,8 @@ int rt_step_enter(mpmd_step *st, const char *fn) {
     for (int i = 0; i < nheld; i++)
         mine |= held[i] == st;
     int idle = 0;
-    if (nheld == 8 || (!mine && !__atomic_compare_exchange_n(&st->busy, &idle, 1, 0, __ATOMIC_ACQ_REL,
-                                                              __ATOMIC_ACQUIRE))) {
+    if (nheld == 8 ||
+        (!mine && !__atomic_compare_exchange_n(&st->busy, &idle, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))) {
         snprintf(refused_msg, sizeof refused_msg,
                  "%s: the step is in use by another thread (%s); a step is used by one thread at a time", fn,
                  nheld == 8 ? "too many nested calls" : "mpmd_step_run, a read, a write, a save or a load");
@@ -79,8 +79,7 @@ mpmd_status mpmd_schedule_for_graph(const mpmd_graph *g, mpmd_schedule_kind kind
 
 static mpmd_status loop_check(const mpmd_graph *g, mpmd_error *err) {
     if (!g) return mpmd_error_set(err, MPMD_ERR_INVALID, "the graph is required");
-    if (g->status != MPMD_OK)
-        return mpmd_error_set(err, g->status, "the graph has an error: %s", g->err);
+    if (g->status != MPMD_OK) return mpmd_error_set(err, g->status, "the graph has an error: %s", g->err);
     if (mpmd_loop_open(g))
         return mpmd_error_set(err, MPMD_ERR_INVALID,
                               "the microbatch loop is still open (call mpmd_loop_end)");
@@ -96,8 +95,7 @@ static mpmd_status step_options(const mpmd_graph *g, const mpmd_schedule *s, con
     if (rc) return rc;
     *o = opts ? *opts : MPMD_STEP_DEFAULTS;
     if (o->threads_per_rank < 0)
-        return mpmd_error_set(err, MPMD_ERR_INVALID,
-                              "threads_per_rank = %d; use 0 or a positive count",
+        return mpmd_error_set(err, MPMD_ERR_INVALID, "threads_per_rank = %d; use 0 or a positive count",
                               o->threads_per_rank);
     if (o->data_parallel < 0)
         return mpmd_error_set(err, MPMD_ERR_INVALID,
@@ -120,8 +118,7 @@ static mpmd_status step_options(const mpmd_graph *g, const mpmd_schedule *s, con
                               "MPMD_GATHER_PER_STEP (1)",
                               (int)o->fsdp_gather);
     if (!(*be = mpmd_backend_get(o->backend)))
-        return mpmd_error_set(err, MPMD_ERR_INVALID,
-                              "unknown backend \"%s\"; this build has: %s", o->backend,
+        return mpmd_error_set(err, MPMD_ERR_INVALID, "unknown backend \"%s\"; this build has: %s", o->backend,
                               mpmd_backend_names());
     return mpmd_launcher_check(o->runtime, err);
 }
@@ -133,7 +130,8 @@ static mpmd_plan *plan_of(const mpmd_graph *g, const mpmd_schedule *s, const mpm
     const int fsdp = !o->fsdp                                 ? MPMD_FSDP_OFF
                      : o->fsdp_gather == MPMD_GATHER_PER_STEP ? MPMD_FSDP_PER_STEP
                                                               : MPMD_FSDP_PER_TASK;
-    return s ? mpmd_compile(g, s, be, replicas, fsdp, ahead, err) : mpmd_compile_loop(g, be, replicas, fsdp, ahead, err);
+    return s ? mpmd_compile(g, s, be, replicas, fsdp, ahead, err)
+             : mpmd_compile_loop(g, be, replicas, fsdp, ahead, err);
 }
 
 /* An error of a public call: its name before the message (the compiler's
@@ -148,7 +146,8 @@ static void named(mpmd_error *err, const char *fn) {
     snprintf(err->msg + n + 2, sizeof err->msg - n - 2, "%.*s", (int)(sizeof err->msg - n - 3), msg);
 }
 
-static mpmd_step *jit(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts, mpmd_error *err);
+static mpmd_step *jit(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts,
+                      mpmd_error *err);
 
 mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts,
                               mpmd_error *err) {
@@ -160,7 +159,8 @@ mpmd_step *mpmd_jit_with_loop(const mpmd_graph *g, const mpmd_schedule *s, const
     return st;
 }
 
-static mpmd_step *jit(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts, mpmd_error *err) {
+static mpmd_step *jit(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_step_opts *opts,
+                      mpmd_error *err) {
     /* the graph against the schedule first, then the options; without a
      * schedule, the unpipelined loop on one rank */
     mpmd_step_opts o;
@@ -177,8 +177,7 @@ static mpmd_step *jit(const mpmd_graph *g, const mpmd_schedule *s, const mpmd_st
         return NULL;
     }
     if (be->device.available(why, sizeof why)) {
-        mpmd_error_set(err, MPMD_ERR_INVALID, "the %s backend cannot run here: %s",
-                       be->name, why);
+        mpmd_error_set(err, MPMD_ERR_INVALID, "the %s backend cannot run here: %s", be->name, why);
         return NULL;
     }
     /* which point of the mesh this process runs; under MPI, the processes
@@ -690,7 +689,8 @@ void mpmd_step_print_tasks(const mpmd_step *st, FILE *f) {
     if (st->plan->sched)
         mpmd_schedule_write_text(st->plan->sched, f);
     else
-        fprintf(f, "loop: one rank runs the whole body for microbatch 0 .. %d in order\n", st->plan->num_micro - 1);
+        fprintf(f, "loop: one rank runs the whole body for microbatch 0 .. %d in order\n",
+                st->plan->num_micro - 1);
 }
 
 void mpmd_step_print(const mpmd_step *st, FILE *f) {

@@ -79,7 +79,7 @@ typedef struct {
     int arrived, size;
     const char *who; /* "replicas" or "model ranks", for messages */
     unsigned generation;
-    void **bufs; /* [size] */
+    void **bufs;         /* [size] */
     const void **shards; /* data groups under FSDP: [2 banks][size][most] the members' shards of a gather */
     int most;            /* the longest gather list */
 } group;
@@ -352,8 +352,9 @@ static int group_combine(mpmd_rank_state *rs, int node, const void *in, void *ou
     if (group_barrier(rs, gr)) return 1;
     for (int d = 0; d < R; d++)
         part[d] = (char *)gr->bufs[d] + (size_t)lo * es;
-    int bad = st->plan->be->kernels.combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], part, R, out, count) ||
-              st->plan->be->queue.sync(rs->dev, e, sizeof e);
+    int bad =
+        st->plan->be->kernels.combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], part, R, out, count) ||
+        st->plan->be->queue.sync(rs->dev, e, sizeof e);
     if (bad) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "combining %%%d across replicas failed", node);
         group_barrier(rs, gr);
@@ -436,7 +437,7 @@ static int local_model_collective(mpmd_rank_state *rs, int node, const void *in,
     /* each rank's combine reads every rank's input (a device backend's
      * buffers: in-process model ranks share the device), then waits for it */
     int bad = st->plan->be->kernels.model_combine(rs->dev, g, node, rs->model, st->plan->model,
-                                          (const void *const *)gr->bufs, out, e, sizeof e) ||
+                                                  (const void *const *)gr->bufs, out, e, sizeof e) ||
               st->plan->be->queue.sync(rs->dev, e, sizeof e);
     if (bad) {
         rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", node, g->nodes[node].op->name, where, e);

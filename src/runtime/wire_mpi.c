@@ -352,12 +352,12 @@ static int mpi_allreduce(mpmd_rank_state *rs, int node, const void *in, void *ou
         bufs[d] = all + (size_t)d * b;
     int bad;
     if (staged) /* the in-process combine's order and arithmetic, on the host, then to the device */
-        bad = mpmd_backend_cpu.kernels.combine(NULL, st->plan->g, &st->plan->g->nodes[node], bufs, R, mine + b,
-                                       mpmd_type_numel(&st->plan->g->nodes[node].type)) ||
+        bad = mpmd_backend_cpu.kernels.combine(NULL, st->plan->g, &st->plan->g->nodes[node], bufs, R,
+                                               mine + b, mpmd_type_numel(&st->plan->g->nodes[node].type)) ||
               st->plan->be->queue.upload(rs->dev, out, mine + b, b);
     else
         bad = st->plan->be->kernels.combine(rs->dev, st->plan->g, &st->plan->g->nodes[node], bufs, R, out,
-                                    mpmd_type_numel(&st->plan->g->nodes[node].type));
+                                            mpmd_type_numel(&st->plan->g->nodes[node].type));
     if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "combining %%%d across replicas failed", node);
     return bad;
 }
@@ -529,8 +529,8 @@ static int mpi_model_collective(mpmd_rank_state *rs, int node, const void *in, v
     for (int j = 0; j < M; j++)
         ins[j] = buf + (size_t)j * b;
     char e[256];
-    int bad =
-        mpmd_backend_cpu.kernels.model_combine(NULL, g, node, rs->model, M, ins, staged ? res : out, e, sizeof e);
+    int bad = mpmd_backend_cpu.kernels.model_combine(NULL, g, node, rs->model, M, ins, staged ? res : out, e,
+                                                     sizeof e);
     if (!bad && staged && be->queue.upload(rs->dev, out, res, ob))
         bad = 1, snprintf(e, sizeof e, "copying the result to the %s backend failed", be->name);
     if (bad) rt_fail(rs, MPMD_ERR_RUNTIME, "%%%d = %s%s: %s", node, g->nodes[node].op->name, where, e);

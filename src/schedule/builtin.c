@@ -33,11 +33,12 @@ static mpmd_status check_counts(const char *what, int S, int D, int n, mpmd_erro
                               "%d microbatches",
                               what, SCHED_MAX_COUNT, S, D, n);
     if ((long long)S * n > SCHED_MAX_PAIRS)
-        return mpmd_error_set(err, MPMD_ERR_INVALID,
-                              "%s: %d stages x %d microbatches is %lld (stage, microbatch) pairs of 2 or 3 tasks "
-                              "each; a schedule may have at most %lld pairs (its tasks and their simulation "
-                              "would need about %.1f GB)",
-                              what, S, n, (long long)S * n, SCHED_MAX_PAIRS, (double)S * n * 3 * 16 / 1e9);
+        return mpmd_error_set(
+            err, MPMD_ERR_INVALID,
+            "%s: %d stages x %d microbatches is %lld (stage, microbatch) pairs of 2 or 3 tasks "
+            "each; a schedule may have at most %lld pairs (its tasks and their simulation "
+            "would need about %.1f GB)",
+            what, S, n, (long long)S * n, SCHED_MAX_PAIRS, (double)S * n * 3 * 16 / 1e9);
     return MPMD_OK;
 }
 

@@ -13,10 +13,26 @@ int mpmd_parse_bytes(const char *s, int64_t *out) {
     }
     int shift = 0;
     switch (*s) {
-    case 'k': case 'K': shift = 10; s++; break;
-    case 'm': case 'M': shift = 20; s++; break;
-    case 'g': case 'G': shift = 30; s++; break;
-    case 't': case 'T': shift = 40; s++; break;
+    case 'k':
+    case 'K':
+        shift = 10;
+        s++;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        s++;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        s++;
+        break;
+    case 't':
+    case 'T':
+        shift = 40;
+        s++;
+        break;
     default: break;
     }
     if (shift && (*s == 'i' || *s == 'I')) s++; /* KiB, GiB */

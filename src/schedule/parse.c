@@ -382,7 +382,8 @@ mpmd_status mpmd_schedule_load(const char *path, mpmd_schedule **out, mpmd_error
     if (too_big || bad) {
         free(buf);
         if (too_big)
-            return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: more than 64 MiB: not a schedule's text", source);
+            return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: more than 64 MiB: not a schedule's text",
+                                  source);
         return mpmd_error_set(err, MPMD_ERR_IO, "%s: cannot read it: %s", source, strerror(why));
     }
     mpmd_status st = mpmd_schedule_parse(buf, len, source, out, err);

@@ -912,11 +912,13 @@ static mpmd_value do_llama_op(fz *z) {
         return y;
     }
     case 2: {
-        mpmd_value y = result(z, "mpmd_maximum", rd(r) % 2 ? mpmd_maximum(z->g, a, b) : mpmd_minimum(z->g, a, b));
+        mpmd_value y =
+            result(z, "mpmd_maximum", rd(r) % 2 ? mpmd_maximum(z->g, a, b) : mpmd_minimum(z->g, a, b));
         broadcast_type(z, a, b, y);
         return y;
     }
-    case 3: return result(z, "mpmd_compare", mpmd_compare(z->g, a, b, (mpmd_cmp)(rd(r) % 8))); /* 6, 7 refused */
+    case 3:
+        return result(z, "mpmd_compare", mpmd_compare(z->g, a, b, (mpmd_cmp)(rd(r) % 8))); /* 6, 7 refused */
     case 4: return result(z, "mpmd_where", mpmd_where(z->g, pick_kind(z, 1), a, b));
     case 5: return result(z, "mpmd_dropout", mpmd_dropout(z->g, a, rd_float(r), pick_kind(z, 0)));
     case 6: return result(z, "mpmd_rms_norm", mpmd_rms_norm(z->g, a, b, rd_float(r)));
@@ -1340,7 +1342,7 @@ static int finish_flat(fz *z, unsigned flags, unsigned loss_at, unsigned extra_a
             if (flags & 8) {
                 mpmd_value lr = result(z, "mpmd_scalar", mpmd_scalar(z->g, 0.05f));
                 int nopt = (flags & 128) ? nw : np; /* with a non-parameter: refused */
-                if (extra_at & 2) /* the gradients clipped by their global norm first */
+                if (extra_at & 2)                   /* the gradients clipped by their global norm first */
                     result(z, "mpmd_clip_by_global_norm", mpmd_clip_by_global_norm(z->g, nw, grads, 0.5f));
                 if (extra_at & 1)
                     status_result(

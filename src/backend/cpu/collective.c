@@ -37,8 +37,8 @@ static void around(const mpmd_type *t, int d, int64_t *outer, int64_t *row) {
     }
 }
 
-int mpmd_cpu_model_combine(void *dev, const mpmd_graph *g, int node, int m, int M, const void *const *ins, void *out,
-                           char *err, size_t len) {
+int mpmd_cpu_model_combine(void *dev, const mpmd_graph *g, int node, int m, int M, const void *const *ins,
+                           void *out, char *err, size_t len) {
     (void)dev;
     const mpmd_node *n = &g->nodes[node];
     const mpmd_type *it = &g->nodes[n->in[0]].type;
@@ -80,8 +80,8 @@ int mpmd_cpu_model_combine(void *dev, const mpmd_graph *g, int node, int m, int 
     return 1;
 }
 
-int mpmd_cpu_model_local(void *dev, const mpmd_graph *g, int node, int m, void *const *in, void *out, char *err,
-                         size_t len) {
+int mpmd_cpu_model_local(void *dev, const mpmd_graph *g, int node, int m, void *const *in, void *out,
+                         char *err, size_t len) {
     (void)dev;
     const mpmd_node *n = &g->nodes[node];
     const mpmd_type *t0 = &g->nodes[n->in[0]].type;
@@ -97,8 +97,8 @@ int mpmd_cpu_model_local(void *dev, const mpmd_graph *g, int node, int m, void *
         around(t0, (int)n->ia[1], &outer, &row);
         const int64_t part = row / M;
         for (int64_t o = 0; o < outer; o++)
-            memcpy((char *)out + (size_t)(o * part) * es, (const char *)in[0] + (size_t)(o * row + m * part) * es,
-                   (size_t)part * es);
+            memcpy((char *)out + (size_t)(o * part) * es,
+                   (const char *)in[0] + (size_t)(o * row + m * part) * es, (size_t)part * es);
         return 0;
     }
     if (n->op == &mpmd_op_axis_embedding) { /* table part [V/M, C], ids -> rows or zeros */

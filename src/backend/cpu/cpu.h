@@ -114,7 +114,7 @@ float mpmd_max_f32(const float *x, int64_t n);
  * -ffp-contract=off), and every operation in them is an IEEE add,
  * multiply, divide, compare or bit operation per lane: all give the same
  * bits; only the vector width differs. */
-#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && !defined(__AVX2__) &&                           \
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && !defined(__AVX2__) &&                  \
     !defined(MPMD_NO_VEC_CLONES)
 #define MPMD_VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
@@ -177,9 +177,9 @@ static inline float mpmd_sigmoid_f32(float z) {
 
 /* The model axis' collectives and the ops of the rank's own values on host
  * memory (collective.c; mpmd_backend.model_combine and model_local). */
-int mpmd_cpu_model_combine(void *dev, const mpmd_graph *g, int node, int m, int M, const void *const *ins, void *out,
-                           char *err, size_t len);
-int mpmd_cpu_model_local(void *dev, const mpmd_graph *g, int node, int m, void *const *in, void *out, char *err,
-                         size_t len);
+int mpmd_cpu_model_combine(void *dev, const mpmd_graph *g, int node, int m, int M, const void *const *ins,
+                           void *out, char *err, size_t len);
+int mpmd_cpu_model_local(void *dev, const mpmd_graph *g, int node, int m, void *const *in, void *out,
+                         char *err, size_t len);
 
 #endif

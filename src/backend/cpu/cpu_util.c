@@ -35,7 +35,8 @@ const char *mpmd_blas_core(void) {
 const char *mpmd_blas_warning(void) {
 #if defined(__x86_64__) || defined(__i386__)
     static char msg[256];
-    static const char *const modern[] = {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids", "excavator"};
+    static const char *const modern[] = {"haswell",        "zen",      "skylakex", "cooperlake",
+                                         "sapphirerapids", "excavator"};
     const char *core = mpmd_blas_core();
     __builtin_cpu_init();
     int avx2 = __builtin_cpu_supports("avx2"), avx512 = __builtin_cpu_supports("avx512f");

@@ -24,7 +24,8 @@ static unsigned grid_for(int64_t n) {
 
 /* out[k] = in_0[k] + ... + in_{M-1}[k] */
 __global__ void model_all_reduce(model_inputs in, int M, int dt, void *out, int64_t n) {
-    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n;
+         k += (int64_t)gridDim.x * blockDim.x) {
         float v = mpmd_cuda_ld(in.p[0], dt, k);
         for (int j = 1; j < M; j++)
             v += mpmd_cuda_ld(in.p[j], dt, k);
@@ -35,16 +36,19 @@ __global__ void model_all_reduce(model_inputs in, int M, int dt, void *out, int6
 /* outer rows of `row` elements: out row o is the M inputs' rows o side by side */
 __global__ void model_all_gather(model_inputs in, int M, int dt, void *out, int64_t outer, int64_t row) {
     const int64_t n = outer * M * row;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t o = i / (M * row), r = i % (M * row), j = r / row, k = r % row;
         mpmd_cuda_st(out, dt, i, mpmd_cuda_ld(in.p[j], dt, o * row + k));
     }
 }
 
 /* part m of each input row, summed over the ranks */
-__global__ void model_reduce_scatter(model_inputs in, int M, int m, int dt, void *out, int64_t outer, int64_t row) {
+__global__ void model_reduce_scatter(model_inputs in, int M, int m, int dt, void *out, int64_t outer,
+                                     int64_t row) {
     const int64_t part = row / M, n = outer * part;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t at = (i / part) * row + m * part + i % part;
         float v = mpmd_cuda_ld(in.p[0], dt, at);
         for (int j = 1; j < M; j++)
@@ -71,12 +75,13 @@ static int launched(const char *what, char *err, size_t len) {
     return 1;
 }
 
-extern "C" int mpmd_cuda_model_combine(void *p, const mpmd_graph *g, int node, int m, int M, const void *const *ins,
-                                       void *out, char *err, size_t len) {
+extern "C" int mpmd_cuda_model_combine(void *p, const mpmd_graph *g, int node, int m, int M,
+                                       const void *const *ins, void *out, char *err, size_t len) {
     mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
     const mpmd_node *n = &g->nodes[node];
     if (M > MODEL_MAX) {
-        snprintf(err, len, "%s over %d model ranks: the CUDA backend takes at most %d", n->op->name, M, MODEL_MAX);
+        snprintf(err, len, "%s over %d model ranks: the CUDA backend takes at most %d", n->op->name, M,
+                 MODEL_MAX);
         return 1;
     }
     model_inputs in;
@@ -91,7 +96,8 @@ extern "C" int mpmd_cuda_model_combine(void *p, const mpmd_graph *g, int node, i
     } else if (n->op == &mpmd_op_all_gather) {
         model_all_gather<<<grid_for(outer * M * row), 256, 0, d->stream>>>(in, M, dt, out, outer, row);
     } else if (n->op == &mpmd_op_reduce_scatter) {
-        model_reduce_scatter<<<grid_for(outer * (row / M)), 256, 0, d->stream>>>(in, M, m, dt, out, outer, row);
+        model_reduce_scatter<<<grid_for(outer * (row / M)), 256, 0, d->stream>>>(in, M, m, dt, out, outer,
+                                                                                 row);
     } else {
         snprintf(err, len, "%s is not a collective of the model axis", n->op->name);
         return 1;
@@ -102,9 +108,11 @@ extern "C" int mpmd_cuda_model_combine(void *p, const mpmd_graph *g, int node, i
 /* ---- the ops of the rank's own values ----------------------------------- */
 
 /* part m of each row (axis_slice) */
-__global__ void model_slice(const void *x, int dt, void *out, int64_t outer, int64_t row, int64_t part, int m) {
+__global__ void model_slice(const void *x, int dt, void *out, int64_t outer, int64_t row, int64_t part,
+                            int m) {
     const int64_t n = outer * part;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
         mpmd_cuda_st(out, dt, i, mpmd_cuda_ld(x, dt, (i / part) * row + m * part + i % part));
 }
 
@@ -112,7 +120,8 @@ __global__ void model_slice(const void *x, int dt, void *out, int64_t outer, int
 __global__ void model_embedding(const float *table, const int32_t *ids, float *y, int64_t cnt, int64_t c,
                                 int64_t rows, int64_t lo) {
     const int64_t n = cnt * c;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = (int64_t)ids[i / c] - lo;
         y[i] = r >= 0 && r < rows ? table[r * c + i % c] : 0.0f;
     }
@@ -122,7 +131,8 @@ __global__ void model_embedding(const float *table, const int32_t *ids, float *y
  * position order (the CPU's order); out zeroed before */
 __global__ void model_embedding_grad(const int32_t *ids, const float *gy, float *out, int64_t cnt, int64_t c,
                                      int64_t rows, int64_t lo) {
-    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < c; j += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < c;
+         j += (int64_t)gridDim.x * blockDim.x)
         for (int64_t p = 0; p < cnt; p++) {
             const int64_t r = (int64_t)ids[p] - lo;
             if (r >= 0 && r < rows) out[r * c + j] += gy[p * c + j];
@@ -130,9 +140,10 @@ __global__ void model_embedding_grad(const int32_t *ids, const float *gy, float 
 }
 
 /* z[p, target - lo] where this rank holds the target's column, else 0 */
-__global__ void model_pick(const void *z, int dz, const int32_t *tg, void *out, int dt, int64_t cnt, int64_t cols,
-                           int64_t lo) {
-    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < cnt; p += (int64_t)gridDim.x * blockDim.x) {
+__global__ void model_pick(const void *z, int dz, const int32_t *tg, void *out, int dt, int64_t cnt,
+                           int64_t cols, int64_t lo) {
+    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < cnt;
+         p += (int64_t)gridDim.x * blockDim.x) {
         const int64_t k = (int64_t)tg[p] - lo;
         mpmd_cuda_st(out, dt, p, k >= 0 && k < cols ? mpmd_cuda_ld(z, dz, p * cols + k) : 0.0f);
     }
@@ -141,14 +152,15 @@ __global__ void model_pick(const void *z, int dz, const int32_t *tg, void *out, 
 /* gy[p] at [p, target - lo] where this rank holds the target's column; out zeroed before */
 __global__ void model_pick_grad(const int32_t *tg, const void *gy, int dg, void *out, int dt, int64_t cnt,
                                 int64_t cols, int64_t lo) {
-    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < cnt; p += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < cnt;
+         p += (int64_t)gridDim.x * blockDim.x) {
         const int64_t k = (int64_t)tg[p] - lo;
         if (k >= 0 && k < cols) mpmd_cuda_st(out, dt, p * cols + k, mpmd_cuda_ld(gy, dg, p));
     }
 }
 
-extern "C" int mpmd_cuda_model_local(void *p, const mpmd_graph *g, int node, int m, void *const *in, void *out,
-                                     char *err, size_t len) {
+extern "C" int mpmd_cuda_model_local(void *p, const mpmd_graph *g, int node, int m, void *const *in,
+                                     void *out, char *err, size_t len) {
     mpmd_cuda_dev *d = (mpmd_cuda_dev *)p;
     const mpmd_node *n = &g->nodes[node];
     const mpmd_type *t0 = &g->nodes[n->in[0]].type;
@@ -164,25 +176,25 @@ extern "C" int mpmd_cuda_model_local(void *p, const mpmd_graph *g, int node, int
         model_slice<<<grid_for(outer * part), 256, 0, d->stream>>>(in[0], dt, out, outer, row, part, m);
     } else if (n->op == &mpmd_op_axis_embedding) {
         const int64_t rows = t0->dim[0], c = t0->dim[1], cnt = mpmd_type_numel(&g->nodes[n->in[1]].type);
-        model_embedding<<<grid_for(cnt * c), 256, 0, d->stream>>>((const float *)in[0], (const int32_t *)in[1],
-                                                                  (float *)out, cnt, c, rows, (int64_t)m * rows);
+        model_embedding<<<grid_for(cnt * c), 256, 0, d->stream>>>(
+            (const float *)in[0], (const int32_t *)in[1], (float *)out, cnt, c, rows, (int64_t)m * rows);
     } else if (n->op == &mpmd_op_axis_embedding_grad) {
         const int64_t rows = n->type.dim[0], c = n->type.dim[1], cnt = mpmd_type_numel(t0);
         e = cudaMemsetAsync(out, 0, mpmd_type_bytes(&n->type), d->stream);
         if (e == cudaSuccess)
-            model_embedding_grad<<<grid_for(c), 256, 0, d->stream>>>((const int32_t *)in[0], (const float *)in[1],
-                                                                     (float *)out, cnt, c, rows, (int64_t)m * rows);
+            model_embedding_grad<<<grid_for(c), 256, 0, d->stream>>>(
+                (const int32_t *)in[0], (const float *)in[1], (float *)out, cnt, c, rows, (int64_t)m * rows);
     } else if (n->op == &mpmd_op_axis_pick) {
         const int64_t cols = t0->dim[t0->ndim - 1], cnt = mpmd_type_numel(&n->type);
-        model_pick<<<grid_for(cnt), 256, 0, d->stream>>>(in[0], (int)t0->dtype, (const int32_t *)in[1], out, dt, cnt,
-                                                         cols, (int64_t)m * cols);
+        model_pick<<<grid_for(cnt), 256, 0, d->stream>>>(in[0], (int)t0->dtype, (const int32_t *)in[1], out,
+                                                         dt, cnt, cols, (int64_t)m * cols);
     } else if (n->op == &mpmd_op_axis_pick_grad) {
         const int64_t cols = n->type.dim[n->type.ndim - 1], cnt = mpmd_type_numel(t0);
         e = cudaMemsetAsync(out, 0, mpmd_type_bytes(&n->type), d->stream);
         if (e == cudaSuccess)
             model_pick_grad<<<grid_for(cnt), 256, 0, d->stream>>>((const int32_t *)in[0], in[1],
-                                                                  (int)g->nodes[n->in[1]].type.dtype, out, dt, cnt,
-                                                                  cols, (int64_t)m * cols);
+                                                                  (int)g->nodes[n->in[1]].type.dtype, out, dt,
+                                                                  cnt, cols, (int64_t)m * cols);
     } else {
         snprintf(err, len, "%s is not a model-axis op of the rank's own values", n->op->name);
         return 1;

@@ -123,10 +123,10 @@ static inline unsigned mpmd_cuda_blocks(int64_t n, int threads) {
 #ifdef __cplusplus
 extern "C" {
 #endif
-int mpmd_cuda_model_combine(void *d, const mpmd_graph *g, int node, int m, int M, const void *const *ins, void *out,
-                            char *err, size_t len);
-int mpmd_cuda_model_local(void *d, const mpmd_graph *g, int node, int m, void *const *in, void *out, char *err,
-                          size_t len);
+int mpmd_cuda_model_combine(void *d, const mpmd_graph *g, int node, int m, int M, const void *const *ins,
+                            void *out, char *err, size_t len);
+int mpmd_cuda_model_local(void *d, const mpmd_graph *g, int node, int m, void *const *in, void *out,
+                          char *err, size_t len);
 #ifdef __cplusplus
 }
 #endif

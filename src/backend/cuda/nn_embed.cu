@@ -37,8 +37,8 @@ static size_t scratch_rope(const mpmd_graph *g, const mpmd_node *n) {
 
 /* cs[p half + i] = cos(angle), sn[p half + i] = sign sin(angle), p < P, i <
  * half; position p is pos[p] when pos is given, else offset + p */
-__global__ void rope_table(float *cs, float *sn, int64_t P, int64_t half, int64_t D, mpmd_rope_freqs f, double sign,
-                           int64_t offset, const int32_t *pos) {
+__global__ void rope_table(float *cs, float *sn, int64_t P, int64_t half, int64_t D, mpmd_rope_freqs f,
+                           double sign, int64_t offset, const int32_t *pos) {
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < P * half;
          e += (int64_t)gridDim.x * blockDim.x) {
         int64_t p = e / half, i = e - p * half;
@@ -73,8 +73,8 @@ static int k_rope(const mpmd_kargs *a) {
     const int64_t P = at ? mpmd_type_numel(a->in_type[1]) : T;
     float *cs = (float *)a->scratch;
     if (!cs) {
-        snprintf(a->err, a->err_len, "%s: the executor gave no scratch buffer (%zu bytes needed)", n->op->name,
-                 (size_t)(P * half) * 2 * sizeof(float));
+        snprintf(a->err, a->err_len, "%s: the executor gave no scratch buffer (%zu bytes needed)",
+                 n->op->name, (size_t)(P * half) * 2 * sizeof(float));
         return 1;
     }
     float *sn = cs + P * half;

@@ -140,7 +140,8 @@ static int k_slice_grad(const mpmd_kargs *a) {
     const mpmd_node *n = a->node;
     int64_t outer, d, inner;
     mpmd_axis_split(&n->type, mpmd_attr_axis(n), &outer, &d, &inner);
-    const i64 row = d * inner, s0 = mpmd_attr_start(n) * inner, s1 = mpmd_attr_stop(n) * inner, total = outer * row;
+    const i64 row = d * inner, s0 = mpmd_attr_start(n) * inner, s1 = mpmd_attr_stop(n) * inner,
+              total = outer * row;
     const i64 es = elem_size(a, n->type.dtype);
     if (!es) return 1;
     if (total == 0) return 0;

@@ -78,7 +78,8 @@ extern "C" int mpmd_cuda_sumsq(void *p, int n, const void *const *x, const int64
     }
     {
         unsigned long long *sum = d->sumsq, *bins = d->sumsq + 2 * MPMD_EXACT_BINS;
-        if ((e = cudaMemsetAsync(sum, 0, 2 * MPMD_EXACT_BINS * sizeof *sum, d->stream)) != cudaSuccess) goto fail;
+        if ((e = cudaMemsetAsync(sum, 0, 2 * MPMD_EXACT_BINS * sizeof *sum, d->stream)) != cudaSuccess)
+            goto fail;
         for (int i = 0; i < n; i++) {
             if (count[i] <= 0) continue;
             const int blocks = (int)((count[i] + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK);
