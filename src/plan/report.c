@@ -1,5 +1,6 @@
 /* The planner's result as text (mpmd_planner_report) and as JSON. */
 #include "plan/plan_internal.h"
+#include "util/json_write.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -218,19 +219,6 @@ void mpmd_planner_report(FILE *f, const mpmd_cluster *c, const mpmd_transformer 
     }
 }
 
-static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            fprintf(f, "\\u%04x", (unsigned char)*s);
-        else
-            fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 static void num(FILE *f, const char *key, double v) {
     fprintf(f, "\"%s\": ", key);
     if (isfinite(v))
@@ -243,9 +231,9 @@ void mpmd_planner_write_json(FILE *f, const mpmd_cluster *c, const mpmd_transfor
                              const mpmd_planner_result *r) {
     if (!f || !c || !m || !r) return;
     fputs("{\"cluster\": ", f);
-    json_str(f, c->name);
+    mpmd_json_write_string(f, c->name);
     fputs(", \"model\": ", f);
-    json_str(f, m->name);
+    mpmd_json_write_string(f, m->name);
     fprintf(f, ", \"gpus\": %d, ", r->gpus);
     num(f, "memory_limit", r->memory_limit);
     fprintf(

@@ -4,22 +4,9 @@
  * event per task; a FusedTask is an enclosing event with its members
  * nested inside it on the same track. */
 #include "schedule_internal.h"
+#include "util/json_write.h"
 
 #include <string.h>
-
-static void json_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
-        else
-            fputc(ch, f);
-    }
-    fputc('"', f);
-}
 
 static const char *const kind_cat[MPMD_TASK_KINDS] = {"F", "B", "A", "W"};
 
@@ -27,10 +14,10 @@ mpmd_status mpmd_timeline_write_trace(const mpmd_timeline *tl, FILE *f) {
     if (!tl || !f) return MPMD_ERR_INVALID;
     double us = tl->unit_us > 0 ? tl->unit_us : 1.0;
     fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"title\":", f);
-    json_string(f, tl->title);
+    mpmd_json_write_string(f, tl->title);
     fputs("},\"traceEvents\":[\n", f);
     fputs("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":", f);
-    json_string(f, tl->title[0] ? tl->title : "mpmd");
+    mpmd_json_write_string(f, tl->title[0] ? tl->title : "mpmd");
     fputs("}}", f);
     char name[MPMD_ENTRY_STR_MAX];
     for (int r = 0; r < tl->num_ranks; r++) {
