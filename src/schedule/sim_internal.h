@@ -49,8 +49,81 @@ static inline size_t idx(const sim_ctx *c, int32_t stage, int32_t mb) {
 mpmd_status sim_check_shape(const mpmd_schedule *s, mpmd_error *err);
 mpmd_status sim_check_tasks(sim_ctx *c, int64_t *units, mpmd_error *err);
 mpmd_status sim_deadlock(const sim_ctx *c, int64_t units, mpmd_error *err, char **report);
-/* simulate.c: whether rank r's next unit can start (when, or the first
- * input it misses) */
-int sim_unit_ready(const sim_ctx *c, int r, double *start, dep *missing);
+/* The simulation's steps that the deadlock report asks too. */
+
+/* Entries in the unit that starts at entry e of rank r: 2 for a lone A(0)
+ * (check_stage0 made sure a lone W(0) follows), else 1. */
+static inline int unit_entries(const mpmd_schedule_rank *rk, int e) {
+    int b = rk->entry_start[e];
+    if (rk->entry_start[e + 1] - b == 1 && rk->tasks[b].kind == MPMD_TASK_A && rk->tasks[b].stage == 0)
+        return 2;
+    return 1;
+}
+
+static inline int deps_of(const mpmd_task *t, int32_t S, dep d[2]) {
+    switch (t->kind) {
+    case MPMD_TASK_F:
+        if (t->stage == 0) return 0;
+        d[0] = (dep){0, t->stage - 1, t->microbatch};
+        return 1;
+    case MPMD_TASK_W: d[0] = (dep){1, t->stage, t->microbatch}; return 1;
+    default:
+        d[0] = (dep){0, t->stage, t->microbatch};
+        if (t->stage == S - 1) return 1;
+        d[1] = (dep){1, t->stage + 1, t->microbatch};
+        return 2;
+    }
+}
+
+/* Is dep produced by one of the unit's members before member i? */
+static inline int made_earlier(const mpmd_task *u, int i, const dep *d) {
+    for (int j = 0; j < i; j++) {
+        if (u[j].stage != d->stage || u[j].microbatch != d->mb) continue;
+        if (d->bwd ? (u[j].kind == MPMD_TASK_B || u[j].kind == MPMD_TASK_A) : u[j].kind == MPMD_TASK_F)
+            return 1;
+    }
+    return 0;
+}
+
+/* The time of the value crossing between stages s and s + 1 (0 without link_time). */
+static inline double link_of(const mpmd_cost_model *m, int32_t s) {
+    return m->link_time ? m->link_time[s] : 0.0;
+}
+
+/* Stage s's memory terms: what its F keeps (k = 0), what of that stays from
+ * A until W (k = 1), what it holds all step (k = 2). */
+static inline double stage_mem(const mpmd_cost_model *m, int32_t s, int k) {
+    if (m->stage_memory) return m->stage_memory[(size_t)s * 3 + (size_t)k];
+    return k == 0 ? m->keep_f : k == 1 ? m->keep_w : m->static_bytes;
+}
+
+/* Can rank r start its next unit? If so *start gets its start time. If
+ * not, *missing (when not NULL) gets the first input it waits for. */
+static inline int sim_unit_ready(const sim_ctx *c, int r, double *start, dep *missing) {
+    const mpmd_schedule_rank *rk = &c->s->ranks[r];
+    int e = c->pos[r];
+    const mpmd_task *u = rk->tasks + rk->entry_start[e];
+    int nt = rk->entry_start[e + unit_entries(rk, e)] - rk->entry_start[e];
+    double t0 = c->clock ? c->clock[r] : 0.0;
+    for (int i = 0; i < nt; i++) {
+        dep d[2];
+        int nd = deps_of(&u[i], c->S, d);
+        for (int k = 0; k < nd; k++) {
+            if (made_earlier(u, i, &d[k])) continue;
+            size_t x = idx(c, d[k].stage, d[k].mb);
+            if (!(c->flags[x] & (d[k].bwd ? DONE_BWD : DONE_F))) {
+                if (missing) *missing = d[k];
+                return 0;
+            }
+            if (!c->fend) continue; /* untimed: only "is it there" matters */
+            double ready = d[k].bwd ? c->bend[x] : c->fend[x];
+            if (c->s->stage_rank[d[k].stage] != r) /* the link: below a gradient, above an activation */
+                ready += c->transfer + link_of(c->cost, d[k].bwd ? d[k].stage - 1 : d[k].stage);
+            if (ready > t0) t0 = ready;
+        }
+    }
+    if (start) *start = t0;
+    return 1;
+}
 
 #endif

@@ -11,7 +11,7 @@
  * text validated as UTF-8 once (PCRE2 would check the whole subject again
  * at every match otherwise).
  */
-#include "text/tokenizer_internal.h"
+#include "text/tok_state.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* tokenizer_internal.h - what the tokenizer's loader (tokenizer_load.c) and
+/* tok_state.h - what the tokenizer's loader (tokenizer_load.c) and
  * its encoder and decoder (tokenizer.c) share: the loaded tokenizer, its two
  * hash maps, GPT-2's byte-to-character table and a UTF-8 validator.
  *
@@ -6,8 +6,8 @@
  * and decode with it at once; per-call state (the pre-token cache, PCRE2's
  * match data) lives in the call.
  */
-#ifndef MPMD_TOKENIZER_INTERNAL_H
-#define MPMD_TOKENIZER_INTERNAL_H
+#ifndef MPMD_TEXT_TOK_STATE_H
+#define MPMD_TEXT_TOK_STATE_H
 
 #include "mpmd_tokenizer.h"
 
