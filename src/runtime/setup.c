@@ -84,6 +84,69 @@ static int threads_per_rank(struct mpmd_step *st) {
     return tpr;
 }
 
+/* Rank rs's buffer of parameter, variable or constant i, holding its
+ * initial value: the whole value, (tensor parallel) this model rank's part
+ * of it, or (FSDP) this replica's shard. 0, 1: out of memory, 2: the
+ * backend failed. */
+static int place_leaf(mpmd_rank_state *rs, int i) {
+    struct mpmd_step *st = rs->st;
+    const mpmd_graph *g = st->plan->g;
+    const mpmd_node *nd = &g->nodes[i];
+    size_t b = rt_bytes(g, i), hb = mpmd_held_bytes(&st->plan->mesh, i);
+    void *p = st->plan->be->queue.alloc(rs->dev, hb + MPMD_STORAGE_PAD);
+    if (!p) return 1;
+    rs->glob[i] = p;
+    int axis, groups;
+    const int split = mpmd_split_of(g, i, &axis, &groups);
+    if (st->plan->be->host_memory && hb == b && !split) {
+        mpmd_leaf_initial_value(nd, p, st->seed);
+        return 0;
+    }
+    void *host = malloc(b + hb + 1);
+    if (!host) return 1;
+    if (split) { /* the whole value, initialised as if unsplit, then this rank's part */
+        mpmd_node whole = *nd;
+        whole.type = mpmd_split_whole_type(g, i);
+        void *w = malloc(mpmd_type_bytes(&whole.type) + 1);
+        if (!w) {
+            free(host);
+            return 1;
+        }
+        mpmd_leaf_initial_value(&whole, w, st->seed);
+        mpmd_split_copy(g, i, rs->model, w, host, 0);
+        free(w);
+    } else {
+        mpmd_leaf_initial_value(nd, host, st->seed);
+    }
+    const void *src = host;
+    if (hb != b) {
+        int64_t lo, cnt;
+        size_t es = mpmd_dtype_size(nd->type.dtype);
+        mpmd_shard_part(&st->plan->mesh, i, rs->replica, &lo, &cnt);
+        memset((char *)host + b, 0, hb);
+        memcpy((char *)host + b, (char *)host + (size_t)lo * es, (size_t)cnt * es);
+        src = (char *)host + b;
+    }
+    int bad = st->plan->be->queue.upload(rs->dev, p, src, hb);
+    free(host);
+    return bad ? 2 : 0;
+}
+
+/* Rank rs's view of input i: its replica's share of the host copy, read in
+ * place on a host backend, else a buffer of its own. 0, 1: out of memory,
+ * 2: the backend failed. */
+static int place_input(mpmd_rank_state *rs, int i) {
+    struct mpmd_step *st = rs->st;
+    const size_t b = rt_bytes(st->plan->g, i);
+    char *share = (char *)st->inputs[i] + (size_t)rs->replica * b;
+    if (st->plan->be->host_memory) {
+        rs->glob[i] = share;
+        return 0;
+    }
+    if (!(rs->glob[i] = st->plan->be->queue.alloc(rs->dev, b + MPMD_STORAGE_PAD))) return 1;
+    return st->plan->be->queue.upload(rs->dev, rs->glob[i], share, b) ? 2 : 0;
+}
+
 mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
     const mpmd_graph *g = st->plan->g;
     const int nn = g->n_nodes, D = st->plan->num_ranks, n = st->plan->num_micro;
@@ -158,59 +221,11 @@ mpmd_status mpmd_runtime_init(struct mpmd_step *st, mpmd_error *err) {
         for (int i = 0; i < nn; i++) {
             const mpmd_node *nd = &g->nodes[i];
             if (!st->plan->live[i] || !mpmd_runs_on(st->plan, i, r)) continue;
-            if (mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant) {
-                size_t b = rt_bytes(g, i), hb = mpmd_held_bytes(&st->plan->mesh, i);
-                void *p = st->plan->be->queue.alloc(rs->dev, hb + MPMD_STORAGE_PAD);
-                if (!p) goto nomem;
-                rs->glob[i] = p;
-                int axis, groups;
-                const int split = mpmd_split_of(g, i, &axis, &groups);
-                if (st->plan->be->host_memory && hb == b && !split) {
-                    mpmd_leaf_initial_value(nd, p, st->seed);
-                } else { /* a device buffer, (tensor parallel) this model rank's part of the whole
-                          * value, or (FSDP) this replica's shard of it */
-                    void *host = malloc(b + hb + 1);
-                    if (!host) goto nomem;
-                    if (split) { /* the whole value, initialised as if unsplit, then this rank's part */
-                        mpmd_node whole = *nd;
-                        whole.type = mpmd_split_whole_type(g, i);
-                        void *w = malloc(mpmd_type_bytes(&whole.type) + 1);
-                        if (!w) {
-                            free(host);
-                            goto nomem;
-                        }
-                        mpmd_leaf_initial_value(&whole, w, st->seed);
-                        mpmd_split_copy(g, i, rs->model, w, host, 0);
-                        free(w);
-                    } else {
-                        mpmd_leaf_initial_value(nd, host, st->seed);
-                    }
-                    const void *src = host;
-                    if (hb != b) {
-                        int64_t lo, cnt;
-                        size_t es = mpmd_dtype_size(nd->type.dtype);
-                        mpmd_shard_part(&st->plan->mesh, i, rs->replica, &lo, &cnt);
-                        memset((char *)host + b, 0, hb);
-                        memcpy((char *)host + b, (char *)host + (size_t)lo * es, (size_t)cnt * es);
-                        src = (char *)host + b;
-                    }
-                    int bad = st->plan->be->queue.upload(rs->dev, p, src, hb);
-                    free(host);
-                    if (bad) goto devfail;
-                }
-            } else if (nd->op == &mpmd_op_input) {
-                if (st->plan->be->host_memory) {
-                    rs->glob[i] = (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i);
-                } else {
-                    if (!(rs->glob[i] =
-                              st->plan->be->queue.alloc(rs->dev, rt_bytes(g, i) + MPMD_STORAGE_PAD)))
-                        goto nomem;
-                    if (st->plan->be->queue.upload(
-                            rs->dev, rs->glob[i],
-                            (char *)st->inputs[i] + (size_t)rs->replica * rt_bytes(g, i), rt_bytes(g, i)))
-                        goto devfail;
-                }
-            }
+            int bad = mpmd_node_is_storage(nd) || nd->op == &mpmd_op_constant ? place_leaf(rs, i)
+                      : nd->op == &mpmd_op_input                              ? place_input(rs, i)
+                                                                              : 0;
+            if (bad == 1) goto nomem;
+            if (bad) goto devfail;
         }
         if (mem->scratch_bytes && !(rs->scratch = st->plan->be->queue.alloc(rs->dev, mem->scratch_bytes)))
             goto nomem;
