@@ -188,7 +188,7 @@ typedef struct mpmd_plan {
     int32_t *reduce_head, *reduce_next; /* loop reductions reading each body value */
     int32_t **free_head;                /* [S*4][position]: in-task values dying after that op */
     int32_t *free_next;
-    int recv_ahead;            /* tasks ahead that a receive may be posted (the transport's) */
+    int recv_ahead;            /* tasks ahead that a receive may be posted (the wire's) */
     mpmd_rank_memory *mem;     /* [D] */
     int32_t own_stage_rank[1]; /* the unpipelined loop's (no schedule) */
 } mpmd_plan;

@@ -6,9 +6,9 @@
  *
  * model_combine reads every model rank's input directly: the in-process
  * model ranks of a pipeline rank open the same device (rank % devices), and
- * the transport has made every input complete before, and waits for this
- * queue after (transport_local.c). Under MPI the transport combines host
- * copies with the CPU backend's arithmetic instead (mpi.c). */
+ * the wire has made every input complete before, and waits for this
+ * queue after (wire_local.c). Under MPI the wire combines host
+ * copies with the CPU backend's arithmetic instead (wire_mpi.c). */
 #include "cuda.h"
 
 #define MODEL_MAX 64 /* model ranks a combine takes (its pointers travel by value) */
