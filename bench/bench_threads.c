@@ -1,7 +1,7 @@
 /* bench_threads - a program that links libmpmd and sets no environment
  * variable, against the same program with OMP_WAIT_POLICY=passive.
  *
- * The program is examples/basic (JaxPP's basic.py: every step runs
+ * The program is examples/basic (the setup check: every step runs
  * pipelined and unpipelined, and the two must agree bit for bit), with 2
  * ranks and with 4 (one Block per rank), each on this machine as it is and
  * with one core kept busy by another process. Each configuration runs R
