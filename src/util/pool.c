@@ -92,7 +92,13 @@ static int watch(const mpmd_pool *p, const double *budget, int (*ready)(const vo
     for (unsigned i = 1;; i++) {
         if (ready(arg) || atomic_load(&p->stop)) return 1;
         relax();
-        if (!(i & 63) && now() >= until) return 0;
+        if (!(i & 63)) {
+            if (now() >= until) return 0;
+            /* a thread that is runnable on this core (another process's,
+             * or the rank's own thread) gets the core rather than wait for
+             * this watch to end: where none is, this returns at once */
+            sched_yield();
+        }
     }
 }
 

@@ -12,7 +12,9 @@
  * MPMD_POOL_SPIN_US=N microseconds when set; otherwise 0 when
  * OMP_WAIT_POLICY=passive, without limit when OMP_WAIT_POLICY=active (a
  * program that asks for spinning workers gets them), else
- * MPMD_POOL_SPIN_DEFAULT_US.
+ * MPMD_POOL_SPIN_DEFAULT_US. A watching thread yields its core to any
+ * other thread runnable on it every 64 looks, so a watch does not slow a
+ * rank or another process that shares its core.
  *
  * The partition is the caller's: fn(ctx, t, nt) runs once for every t in
  * [0, nt), on whichever thread, so a kernel that computes each output on one
@@ -32,12 +34,6 @@ typedef struct mpmd_pool mpmd_pool;
  * machine: bench_threads. */
 #ifndef MPMD_POOL_SPIN_DEFAULT_US
 #define MPMD_POOL_SPIN_DEFAULT_US 50
-/* Cores this process may use: the CPUs of its affinity mask, at most its
- * cgroup's CPU quota rounded up (a container's cpu.max); at least 1. When
- * why is not NULL it gets what set the count, in words. */
-int mpmd_cores_available(void);
-int mpmd_cores_why(char *why, size_t len);
-
 #endif
 
 /* A pool of `threads` threads (the caller and threads - 1 workers), or NULL
