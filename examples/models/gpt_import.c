@@ -4,6 +4,7 @@
  * (src/io/safetensors.h: a defensive parser whose every offset is checked
  * against the file's size), one tensor at a time. */
 #include "gpt_import.h"
+#include "hf_tensors.h"
 
 #include "io/safetensors.h"
 #include "util/half.h"
@@ -58,15 +59,42 @@ static int hf_name(const char *prefix, const char *name, char *out, size_t len) 
     return 0;
 }
 
-static void shape_str(int ndim, const int64_t *dim, char *buf, size_t len) {
+/* The helpers both importers use (hf_tensors.h). */
+void gpt_hf_shape_str(int ndim, const int64_t *dim, char *buf, size_t len) {
+
     size_t k = (size_t)snprintf(buf, len, "[");
     for (int i = 0; i < ndim && k < len; i++)
         k += (size_t)snprintf(buf + k, len - k, "%s%lld", i ? ", " : "", (long long)dim[i]);
     if (k < len) snprintf(buf + k, len - k, "]");
 }
 
-static int loadable(const mpmd_st_tensor *t) {
+int gpt_hf_loadable(const mpmd_st_tensor *t) {
+
     return !strcmp(t->dtype, "F32") || !strcmp(t->dtype, "F16") || !strcmp(t->dtype, "BF16");
+}
+
+mpmd_status gpt_hf_read_f32(FILE *f, long long data_start, const mpmd_st_tensor *t, int64_t n, uint8_t *raw,
+                            float *out, const char *where, mpmd_error *err) {
+
+    size_t bytes = (size_t)n * (size_t)t->elem_size;
+    if (fseeko(f, (off_t)(data_start + (long long)t->begin), SEEK_SET) != 0 ||
+        fread(raw, 1, bytes, f) != bytes)
+        return mpmd_error_set(err, MPMD_ERR_IO, "%s: cannot read tensor %s: %s", where, t->name,
+                              ferror(f) ? strerror(errno) : "the file shrank while reading");
+    if (t->elem_size == 4) { /* F32, little-endian on any host */
+        for (int64_t k = 0; k < n; k++) {
+            const uint8_t *b = raw + 4 * k;
+            out[k] = mpmd_bits_f32((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+                                   (uint32_t)b[3] << 24);
+        }
+        return MPMD_OK;
+    }
+    int bf16 = !strcmp(t->dtype, "BF16");
+    for (int64_t k = 0; k < n; k++) {
+        uint16_t x = (uint16_t)(raw[2 * k] | raw[2 * k + 1] << 8);
+        out[k] = bf16 ? mpmd_bf16_to_f32(x) : mpmd_f16_to_f32(x);
+    }
+    return MPMD_OK;
 }
 
 /* The block number of a name "h.<i>.<rest>" (after the prefix), or -1. */
@@ -101,7 +129,7 @@ static mpmd_status hf_open(const char *path, mpmd_st_header *h, FILE **f, gpt_hf
                             "Hugging Face's layout",
                             path);
     else if (wte->ndim != 2 || wte->dim[0] < 1 || wte->dim[1] < 1) {
-        shape_str(wte->ndim, wte->dim, ws, sizeof ws);
+        gpt_hf_shape_str(wte->ndim, wte->dim, ws, sizeof ws);
         rc =
             mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: %s is %s; a token embedding [vocab, width] is expected",
                            path, wte->name, ws);
@@ -113,8 +141,8 @@ static mpmd_status hf_open(const char *path, mpmd_st_header *h, FILE **f, gpt_hf
             rc = mpmd_error_set(err, MPMD_ERR_SHAPE, "%s: tensor %s (the position embedding) is missing",
                                 path, name);
         else if (wpe->ndim != 2 || wpe->dim[1] != wte->dim[1] || wpe->dim[0] < 1) {
-            shape_str(wte->ndim, wte->dim, ws, sizeof ws);
-            shape_str(wpe->ndim, wpe->dim, ps, sizeof ps);
+            gpt_hf_shape_str(wte->ndim, wte->dim, ws, sizeof ws);
+            gpt_hf_shape_str(wpe->ndim, wpe->dim, ps, sizeof ps);
             rc = mpmd_error_set(err, MPMD_ERR_SHAPE,
                                 "%s: %s is %s but %s is %s; [positions, %lld] is expected (the width of wte)",
                                 path, wpe->name, ps, wte->name, ws, (long long)wte->dim[1]);
@@ -203,36 +231,6 @@ mpmd_status gpt_hf_configure(const char *path, const gpt_hf_info *info, const gp
 
 /* Read the first `n` elements of tensor t as f32 into out (data section at
  * data_start); `raw` holds n * t->elem_size bytes. */
-static mpmd_status read_f32(FILE *f, long long data_start, const mpmd_st_tensor *t, int64_t n, uint8_t *raw,
-                            float *out, const char *path, mpmd_error *err) {
-    size_t bytes = (size_t)n * (size_t)t->elem_size;
-    if (fseeko(f, (off_t)(data_start + (long long)t->begin), SEEK_SET) != 0 ||
-        fread(raw, 1, bytes, f) != bytes)
-        return mpmd_error_set(err, MPMD_ERR_IO, "%s: cannot read tensor %s: %s", path, t->name,
-                              ferror(f) ? strerror(errno) : "the file shrank while reading");
-    if (t->elem_size == 4) { /* F32, little-endian on any host */
-        for (int64_t k = 0; k < n; k++) {
-            const uint8_t *b = raw + 4 * k;
-            out[k] = mpmd_bits_f32((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-                                   (uint32_t)b[3] << 24);
-        }
-        return MPMD_OK;
-    }
-    int bf16 = !strcmp(t->dtype, "BF16");
-    for (int64_t k = 0; k < n; k++) {
-        uint16_t x = (uint16_t)(raw[2 * k] | raw[2 * k + 1] << 8);
-        out[k] = bf16 ? mpmd_bf16_to_f32(x) : mpmd_f16_to_f32(x);
-    }
-    return MPMD_OK;
-}
-
-static int64_t numel(const mpmd_type *t) {
-    int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++)
-        n *= t->dim[i];
-    return n;
-}
-
 /* Check every parameter's tensor (found, loadable, shaped); src[i] gets it.
  * A parameter split over the model axis (tensor parallelism) is compared
  * whole, as mpmd_step_write takes it. */
@@ -250,7 +248,7 @@ static mpmd_status plan_import(const char *path, const mpmd_st_header *h, const 
         if (!s)
             return mpmd_error_set(err, MPMD_ERR_SHAPE, "%s: tensor %s (for the model's %s) is missing", path,
                                   hf, name);
-        if (!loadable(s))
+        if (!gpt_hf_loadable(s))
             return mpmd_error_set(err, MPMD_ERR_FORMAT,
                                   "%s: tensor %s has dtype %s; F32, F16 or BF16 is expected", path, hf,
                                   s->dtype);
@@ -261,8 +259,8 @@ static mpmd_status plan_import(const char *path, const mpmd_st_header *h, const 
         for (int d = 1; same && d < t.ndim; d++)
             same = s->dim[d] == t.dim[d];
         if (!same) {
-            shape_str(s->ndim, s->dim, got, sizeof got);
-            shape_str(t.ndim, t.dim, want, sizeof want);
+            gpt_hf_shape_str(s->ndim, s->dim, got, sizeof got);
+            gpt_hf_shape_str(t.ndim, t.dim, want, sizeof want);
             return mpmd_error_set(
                 err, MPMD_ERR_SHAPE, "%s: tensor %s is %s; the model's %s needs %s%s", path, hf, got, name,
                 want, !strcmp(name, "wpe/embedding") ? " (or more rows: the first are taken)" : "");
@@ -279,9 +277,10 @@ static mpmd_status check_head(const char *path, FILE *f, long long data_start, c
     snprintf(name, sizeof name, "%swte.weight", info->prefix);
     const mpmd_st_tensor *wte = mpmd_st_find(h, name), *head = mpmd_st_find(h, "lm_head.weight");
     char ws[64], hs[64];
-    shape_str(wte->ndim, wte->dim, ws, sizeof ws);
-    shape_str(head->ndim, head->dim, hs, sizeof hs);
-    if (head->ndim != 2 || head->dim[0] != wte->dim[0] || head->dim[1] != wte->dim[1] || !loadable(head))
+    gpt_hf_shape_str(wte->ndim, wte->dim, ws, sizeof ws);
+    gpt_hf_shape_str(head->ndim, head->dim, hs, sizeof hs);
+    if (head->ndim != 2 || head->dim[0] != wte->dim[0] || head->dim[1] != wte->dim[1] ||
+        !gpt_hf_loadable(head))
         return mpmd_error_set(
             err, MPMD_ERR_SHAPE,
             "%s: tensor lm_head.weight is %s %s, %s is %s %s: the head cannot be tied to the "
@@ -294,8 +293,8 @@ static mpmd_status check_head(const char *path, FILE *f, long long data_start, c
     if (!raw || !a || !b)
         rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory comparing lm_head.weight with %s", path,
                             name);
-    if (!rc) rc = read_f32(f, data_start, wte, n, raw, a, path, err);
-    if (!rc) rc = read_f32(f, data_start, head, n, raw, b, path, err);
+    if (!rc) rc = gpt_hf_read_f32(f, data_start, wte, n, raw, a, path, err);
+    if (!rc) rc = gpt_hf_read_f32(f, data_start, head, n, raw, b, path, err);
     if (!rc && memcmp(a, b, (size_t)n * sizeof *a) != 0)
         rc = mpmd_error_set(err, MPMD_ERR_SHAPE,
                             "%s: tensor lm_head.weight differs from %s: an untied head, which cannot be "
@@ -325,15 +324,15 @@ mpmd_status gpt_hf_import(const char *path, const gpt_model *m, mpmd_step *st, m
     int64_t most = 0;
     for (int i = 0; !rc && i < m->n_params; i++) {
         mpmd_type t = mpmd_value_whole_type(m->g, m->params[i]);
-        if (numel(&t) > most) most = numel(&t);
+        if (mpmd_type_numel(&t) > most) most = mpmd_type_numel(&t);
     }
     if (!rc && (!(raw = malloc((size_t)most * 4 + 1)) || !(val = malloc((size_t)most * sizeof *val + 1))))
         rc = mpmd_error_set(err, MPMD_ERR_NOMEM, "%s: out of memory for a tensor of %lld elements", path,
                             (long long)most);
     for (int i = 0; !rc && i < m->n_params; i++) {
         mpmd_type t = mpmd_value_whole_type(m->g, m->params[i]);
-        int64_t n = numel(&t); /* wpe: the first seq rows, which lie first in the row-major data */
-        rc = read_f32(f, data_start, src[i], n, raw, val, path, err);
+        int64_t n = mpmd_type_numel(&t); /* wpe: the first seq rows, which lie first in the row-major data */
+        rc = gpt_hf_read_f32(f, data_start, src[i], n, raw, val, path, err);
         if (!rc && mpmd_step_write(st, m->params[i], val, (size_t)n * sizeof *val))
             rc = mpmd_error_set(err, MPMD_ERR_RUNTIME, "%s: setting %s: %s", path,
                                 mpmd_value_name(m->g, m->params[i]), mpmd_step_error(st));

@@ -5,9 +5,9 @@
  * (src/io/safetensors.h: a defensive parser whose every offset is checked
  * against the file's size), one tensor at a time. */
 #include "llama_import.h"
+#include "hf_tensors.h"
 
 #include "io/safetensors.h"
-#include "util/half.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -448,39 +448,12 @@ static int hf_name(const char *name, char *out, size_t len, int *transposed) {
     return 0;
 }
 
-static void shape_str(int ndim, const int64_t *dim, char *buf, size_t len) {
-    size_t k = (size_t)snprintf(buf, len, "[");
-    for (int i = 0; i < ndim && k < len; i++)
-        k += (size_t)snprintf(buf + k, len - k, "%s%lld", i ? ", " : "", (long long)dim[i]);
-    if (k < len) snprintf(buf + k, len - k, "]");
-}
-
-static int loadable(const mpmd_st_tensor *t) {
-    return !strcmp(t->dtype, "F32") || !strcmp(t->dtype, "F16") || !strcmp(t->dtype, "BF16");
-}
-
 /* The n elements of tensor t as f32 (raw holds n * elem_size bytes). */
 static mpmd_status read_f32(const weights *w, const shard *s, const mpmd_st_tensor *t, int64_t n,
                             uint8_t *raw, float *out, mpmd_error *err) {
-    size_t bytes = (size_t)n * (size_t)t->elem_size;
-    if (fseeko(s->f, (off_t)(s->data_start + (long long)t->begin), SEEK_SET) != 0 ||
-        fread(raw, 1, bytes, s->f) != bytes)
-        return mpmd_error_set(err, MPMD_ERR_IO, "%s/%s: cannot read tensor %s: %s", w->dir, s->name, t->name,
-                              ferror(s->f) ? strerror(errno) : "the file shrank while reading");
-    if (t->elem_size == 4) { /* F32, little-endian on any host */
-        for (int64_t k = 0; k < n; k++) {
-            const uint8_t *b = raw + 4 * k;
-            out[k] = mpmd_bits_f32((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-                                   (uint32_t)b[3] << 24);
-        }
-        return MPMD_OK;
-    }
-    const int bf16 = !strcmp(t->dtype, "BF16");
-    for (int64_t k = 0; k < n; k++) {
-        uint16_t x = (uint16_t)(raw[2 * k] | raw[2 * k + 1] << 8);
-        out[k] = bf16 ? mpmd_bf16_to_f32(x) : mpmd_f16_to_f32(x);
-    }
-    return MPMD_OK;
+    char where[4200];
+    snprintf(where, sizeof where, "%s/%s", w->dir, s->name);
+    return gpt_hf_read_f32(s->f, s->data_start, t, n, raw, out, where, err);
 }
 
 /* Every parameter's tensor, found and checked: src[i] and shard[i]. */
@@ -502,7 +475,7 @@ static mpmd_status plan_import(weights *w, const gpt_model *m, const mpmd_st_ten
             return mpmd_error_set(err, MPMD_ERR_SHAPE, "%s: tensor %s (for the model's %s) is missing",
                                   w->dir, hf, name);
         const char *file = w->files[in[i]].name;
-        if (!loadable(s))
+        if (!gpt_hf_loadable(s))
             return mpmd_error_set(err, MPMD_ERR_FORMAT,
                                   "%s/%s: tensor %s has dtype %s; F32, F16 or BF16 is expected", w->dir, file,
                                   hf, s->dtype);
@@ -510,10 +483,10 @@ static mpmd_status plan_import(weights *w, const gpt_model *m, const mpmd_st_ten
         int64_t need[2] = {t.dim[tr ? 1 : 0], t.ndim > 1 ? t.dim[tr ? 0 : 1] : 0};
         int same = s->ndim == t.ndim && s->dim[0] == need[0] && (t.ndim == 1 || s->dim[1] == need[1]);
         if (!same) {
-            shape_str(s->ndim, s->dim, got, sizeof got);
-            shape_str(t.ndim, need, want, sizeof want);
+            gpt_hf_shape_str(s->ndim, s->dim, got, sizeof got);
+            gpt_hf_shape_str(t.ndim, need, want, sizeof want);
             char ours[96];
-            shape_str(t.ndim, t.dim, ours, sizeof ours);
+            gpt_hf_shape_str(t.ndim, t.dim, ours, sizeof ours);
             return mpmd_error_set(err, MPMD_ERR_SHAPE, "%s/%s: tensor %s is %s; the model's %s %s needs %s%s",
                                   w->dir, file, hf, got, name, ours, want,
                                   tr ? " (PyTorch's Linear weights are [out, in])" : "");
@@ -531,9 +504,10 @@ static mpmd_status check_tied_head(weights *w, mpmd_error *err) {
     const mpmd_st_tensor *h = find_tensor(w, "lm_head.weight", &kh, &rc, err);
     if (rc || !h) return rc;
     char es[64], hs[64];
-    shape_str(e->ndim, e->dim, es, sizeof es);
-    shape_str(h->ndim, h->dim, hs, sizeof hs);
-    if (h->ndim != 2 || e->ndim != 2 || h->dim[0] != e->dim[0] || h->dim[1] != e->dim[1] || !loadable(h))
+    gpt_hf_shape_str(e->ndim, e->dim, es, sizeof es);
+    gpt_hf_shape_str(h->ndim, h->dim, hs, sizeof hs);
+    if (h->ndim != 2 || e->ndim != 2 || h->dim[0] != e->dim[0] || h->dim[1] != e->dim[1] ||
+        !gpt_hf_loadable(h))
         return mpmd_error_set(
             err, MPMD_ERR_SHAPE,
             "%s: tensor lm_head.weight is %s %s, model.embed_tokens.weight %s %s: config.json ties "
@@ -554,13 +528,6 @@ static mpmd_status check_tied_head(weights *w, mpmd_error *err) {
             w->dir);
     free(raw), free(a), free(b);
     return rc;
-}
-
-static int64_t numel(const mpmd_type *t) {
-    int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++)
-        n *= t->dim[i];
-    return n;
 }
 
 mpmd_status llama_hf_import(const char *path, const gpt_model *m, mpmd_step *st, mpmd_error *err) {
@@ -585,7 +552,7 @@ mpmd_status llama_hf_import(const char *path, const gpt_model *m, mpmd_step *st,
     int64_t most = 0;
     for (int i = 0; !rc && i < m->n_params; i++) {
         mpmd_type t = mpmd_value_whole_type(m->g, m->params[i]);
-        if (numel(&t) > most) most = numel(&t);
+        if (mpmd_type_numel(&t) > most) most = mpmd_type_numel(&t);
     }
     if (!rc && (!(raw = malloc((size_t)most * 4 + 1)) || !(val = malloc((size_t)most * sizeof *val + 1)) ||
                 !(tr = malloc((size_t)most * sizeof *tr + 1))))
@@ -594,7 +561,7 @@ mpmd_status llama_hf_import(const char *path, const gpt_model *m, mpmd_step *st,
     for (int i = 0; !rc && i < m->n_params; i++) {
         const char *name = mpmd_value_name(m->g, m->params[i]);
         mpmd_type t = mpmd_value_whole_type(m->g, m->params[i]);
-        int64_t n = numel(&t);
+        int64_t n = mpmd_type_numel(&t);
         char hf[128];
         int transposed;
         hf_name(name, hf, sizeof hf, &transposed);
