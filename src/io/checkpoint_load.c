@@ -48,31 +48,47 @@ static int parse_hex32(const char *s, uint8_t out[32]) {
     return 1;
 }
 
+/* Every key of `keys` is in the metadata of an mpmd `what` ("checkpoint",
+ * "weights file"). */
+static mpmd_status require_keys(const mpmd_st_header *h, const char *what, const char *const *keys, size_t n,
+                                mpmd_error *err) {
+    for (size_t i = 0; i < n; i++)
+        if (!mpmd_st_meta_find(h, keys[i]))
+            return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: __metadata__ of an mpmd %s lacks \"%s\"",
+                                  h->path, what, keys[i]);
+    return MPMD_OK;
+}
+
+/* The "version" of an mpmd `what`: a number from 1 to `newest`. */
+static mpmd_status read_version(const mpmd_st_header *h, const char *what, int newest, int *version,
+                                mpmd_error *err) {
+    uint64_t u;
+    const char *s = mpmd_st_meta_find(h, "version")->value;
+    if (!parse_dec(s, INT32_MAX, &u) || u < 1)
+        return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: %s version \"%.40s\" is not a version number",
+                              h->path, what, s);
+    if (u > (uint64_t)newest)
+        return mpmd_error_set(
+            err, MPMD_ERR_FORMAT,
+            "%s: %s version %llu was written by a newer mpmd; this library reads version %d", h->path, what,
+            (unsigned long long)u, newest);
+    *version = (int)u;
+    return MPMD_OK;
+}
+
 /* A weights export's metadata (both checksums are checked by the caller):
  * "version" and "dtype". */
 static mpmd_status read_weights_meta(const mpmd_st_header *h, mpmd_checkpoint_info *info, mpmd_error *err) {
     static const char *const required[] = {"version", "dtype"};
-    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
-        if (!mpmd_st_meta_find(h, required[i]))
-            return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                                  "%s: __metadata__ of an mpmd weights file lacks \"%s\"", h->path,
-                                  required[i]);
-    uint64_t u;
-    const char *s = mpmd_st_meta_find(h, "version")->value;
-    if (!parse_dec(s, INT32_MAX, &u) || u < 1)
-        return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                              "%s: weights file version \"%.40s\" is not a version number", h->path, s);
-    if (u > MPMD_WEIGHTS_VERSION)
-        return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                              "%s: weights file version %llu was written by a newer mpmd; this library reads "
-                              "version %d",
-                              h->path, (unsigned long long)u, MPMD_WEIGHTS_VERSION);
-    s = mpmd_st_meta_find(h, "dtype")->value;
+    int version;
+    mpmd_status rc = require_keys(h, "weights file", required, 2, err);
+    if (rc || (rc = read_version(h, "weights file", MPMD_WEIGHTS_VERSION, &version, err))) return rc;
+    const char *s = mpmd_st_meta_find(h, "dtype")->value;
     if (strcmp(s, "F32") && strcmp(s, "BF16") && strcmp(s, "F16"))
         return mpmd_error_set(
             err, MPMD_ERR_FORMAT,
             "%s: __metadata__ \"dtype\" of a weights file is \"%.40s\", not F32, BF16 or F16", h->path, s);
-    info->version = (int)u;
+    info->version = version;
     info->weights_only = 1;
     return MPMD_OK;
 }
@@ -115,21 +131,11 @@ static mpmd_status read_meta(const mpmd_st_header *h, mpmd_checkpoint_info *info
     if (weights) return read_weights_meta(h, info, err);
 
     static const char *const required[] = {"version", "step", "seed", "rng_state"};
-    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
-        if (!mpmd_st_meta_find(h, required[i]))
-            return mpmd_error_set(err, MPMD_ERR_FORMAT, "%s: __metadata__ of an mpmd checkpoint lacks \"%s\"",
-                                  h->path, required[i]);
+    if ((rc = require_keys(h, "checkpoint", required, 4, err)) ||
+        (rc = read_version(h, "checkpoint", MPMD_CHECKPOINT_VERSION, &info->version, err)))
+        return rc;
     uint64_t u;
-    const char *s = mpmd_st_meta_find(h, "version")->value;
-    if (!parse_dec(s, INT32_MAX, &u) || u < 1)
-        return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                              "%s: checkpoint version \"%.40s\" is not a version number", h->path, s);
-    if (u > MPMD_CHECKPOINT_VERSION)
-        return mpmd_error_set(err, MPMD_ERR_FORMAT,
-                              "%s: checkpoint version %llu was written by a newer mpmd; this library reads "
-                              "version %d",
-                              h->path, (unsigned long long)u, MPMD_CHECKPOINT_VERSION);
-    info->version = (int)u;
+    const char *s;
     s = mpmd_st_meta_find(h, "step")->value;
     if (!parse_dec(s, INT64_MAX, &u))
         return mpmd_error_set(err, MPMD_ERR_FORMAT,
