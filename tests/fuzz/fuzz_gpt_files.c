@@ -16,6 +16,7 @@
  *
  * Any input must give a result or a message, never a crash, a leak or a
  * broken promise (abort). Seeds: corpus/gpt_files. */
+#include "fuzz_import.h"
 #include "gpt_import.h"
 #include "gpt_model.h"
 
@@ -64,23 +65,7 @@ static void weights(void) {
         if (!err.msg[0]) abort();
         return;
     }
-    gpt_model m;
-    if (gpt_build(&c, 1, &m, &err) != MPMD_OK) return; /* a shape the model refuses (heads), with a message */
-    mpmd_step_opts o = MPMD_STEP_DEFAULTS;
-    o.threads_per_rank = 1;
-    mpmd_step *st = mpmd_jit_with_loop(m.g, NULL, &o, &err);
-    if (!st) abort();
-    char before[65], after[65];
-    mpmd_step_params_sha256(st, before);
-    err.msg[0] = '\0';
-    if (gpt_hf_import(path, &m, st, &err) != MPMD_OK) {
-        if (!err.msg[0]) abort();
-        mpmd_step_params_sha256(st, after);
-        /* checked before written: a refused file leaves the parameters */
-        if (strcmp(before, after)) abort();
-    }
-    mpmd_step_free(st);
-    gpt_model_free(&m);
+    fuzz_import_into_step(&c, path, gpt_hf_import);
 }
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {

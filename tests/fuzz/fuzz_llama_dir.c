@@ -10,6 +10,7 @@
  *
  * Any input must give a result or a message, never a crash, a leak or a
  * broken promise (abort). Seeds: corpus/llama_dir. */
+#include "fuzz_import.h"
 #include "llama_import.h"
 
 #include <stdio.h>
@@ -52,22 +53,7 @@ static void import(void) {
         if (!err.msg[0]) abort();
         return;
     }
-    gpt_model m;
-    if (gpt_build(&c, 1, &m, &err) != MPMD_OK) return; /* a shape the model refuses, with a message */
-    mpmd_step_opts o = MPMD_STEP_DEFAULTS;
-    o.threads_per_rank = 1;
-    mpmd_step *st = mpmd_jit_with_loop(m.g, NULL, &o, &err);
-    if (!st) abort();
-    char before[65], after[65];
-    mpmd_step_params_sha256(st, before);
-    err.msg[0] = '\0';
-    if (llama_hf_import(dir, &m, st, &err) != MPMD_OK) {
-        if (!err.msg[0]) abort();
-        mpmd_step_params_sha256(st, after);
-        if (strcmp(before, after)) abort(); /* checked before written */
-    }
-    mpmd_step_free(st);
-    gpt_model_free(&m);
+    fuzz_import_into_step(&c, dir, llama_hf_import);
 }
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
